@@ -1,0 +1,361 @@
+//! Looking at a queue and tending it: list, status, find, requeue and purge dead jobs, compact
+//! receipts into an evidence file.
+
+use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::format::{hex32, verify, HEADER_LEN};
+use crate::name::{parse_hex, shard_name, JobId, JobName, Kind};
+use crate::queue::Queue;
+use crate::scan::{scan, state_of, Foreign};
+use crate::state::{Op, State};
+use crate::sys::{Call, Errno};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+/// The evidence file compaction appends to, in the queue root.
+pub const EVIDENCE_FILE: &str = "evidence.log";
+
+/// One job found by [`Queue::list`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// Its state.
+    pub state: State,
+    /// Its directory relative to the root, e.g. `ready/03`.
+    pub dir: String,
+    /// Its parsed name.
+    pub name: JobName,
+}
+
+impl Listed {
+    /// Path relative to the queue root.
+    pub fn rel_path(&self, queue_id: u128) -> String {
+        format!("{}/{}", self.dir, self.name.format(queue_id))
+    }
+}
+
+/// Counts and sizes per state, from [`Queue::status`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// Ready jobs.
+    pub ready: u64,
+    /// Leased jobs (live or expired).
+    pub leased: u64,
+    /// Leased jobs whose lease has expired (or is from another boot).
+    pub expired_leases: u64,
+    /// Delayed jobs.
+    pub delayed: u64,
+    /// Dead jobs.
+    pub dead: u64,
+    /// Receipts.
+    pub acked: u64,
+    /// Foreign entries.
+    pub foreign: u64,
+    /// Bytes in job files of each state: ready, leased, delayed, dead, receipts.
+    pub bytes: [u64; 5],
+    /// Age of the oldest ready job (from its id's timestamp), ns.
+    pub oldest_ready_age_ns: Option<u64>,
+}
+
+/// One entry seen by [`Queue::walk`].
+pub(crate) struct Seen<'a> {
+    pub dir_rel: &'a str,
+    pub dir: BorrowedFd<'a>,
+    pub raw: &'a str,
+    pub parsed: core::result::Result<JobName, Foreign>,
+}
+
+fn area_index(s: State) -> usize {
+    match s {
+        State::Ready => 0,
+        State::Leased => 1,
+        State::Delayed => 2,
+        State::Dead => 3,
+        State::Acked => 4,
+    }
+}
+
+impl Queue {
+    /// Visit every entry of the four job areas (ready and receipt shards, delayed and dead
+    /// buckets), foreign ones included. Unexpected subdirectories of `delayed/` and `dead/`
+    /// are reported as foreign entries of those directories.
+    pub(crate) fn walk(&self, mut f: impl FnMut(Seen<'_>)) -> Result<()> {
+        let id = self.ident.id;
+        let shards = self.ident.shards;
+        let rd = |e: Errno, rel: &str| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)));
+        for (area, fds, parent) in [(State::Ready, &self.dirs.ready, "ready"), (State::Acked, &self.dirs.receipts, "receipts")] {
+            for (s, fd) in fds.iter().enumerate() {
+                let rel = format!("{parent}/{}", shard_name(s as u16));
+                let fits = |n: &JobName| {
+                    n.id.shard(shards) == s as u16
+                        && if area == State::Acked { matches!(n.kind, Kind::Receipt { .. }) } else { matches!(n.kind, Kind::Ready | Kind::Leased(_)) }
+                };
+                scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| f(Seen { dir_rel: &rel, dir: fd.as_fd(), raw, parsed }))
+                    .map_err(|e| rd(e, &rel))?;
+            }
+        }
+        for (area, parent_fd, parent) in [(State::Delayed, &self.dirs.delayed, "delayed"), (State::Dead, &self.dirs.dead, "dead")] {
+            let mut buckets: Vec<String> = Vec::new();
+            self.sys
+                .read_dir(parent_fd.as_fd(), |name, _, t| match name {
+                    Some(n) if parse_hex(n.as_bytes(), 16).is_some() && t != crate::sys::EntryType::Other && t != crate::sys::EntryType::File => {
+                        buckets.push(n.to_string())
+                    }
+                    _ => f(Seen { dir_rel: parent, dir: parent_fd.as_fd(), raw: name.unwrap_or(""), parsed: Err(Foreign::WrongPlace) }),
+                })
+                .map_err(|e| rd(e, parent))?;
+            buckets.sort();
+            for b in buckets {
+                let rel = format!("{parent}/{b}");
+                let fd: OwnedFd = match self.sys.open_dir_beneath(parent_fd.as_fd(), &b) {
+                    Ok(fd) => fd,
+                    Err(Errno::NOENT) => continue,
+                    Err(Errno::LOOP | Errno::NOTDIR) => {
+                        f(Seen { dir_rel: parent, dir: parent_fd.as_fd(), raw: &b, parsed: Err(Foreign::NotRegular) });
+                        continue;
+                    }
+                    Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel)))),
+                };
+                let width = self.ident.delayed_bucket_ns;
+                let bucket = parse_hex(b.as_bytes(), 16).unwrap_or(0) as u64;
+                let fits = |n: &JobName| match n.kind {
+                    Kind::Delayed { not_before_ns } => area == State::Delayed && not_before_ns / width == bucket,
+                    Kind::Dead { .. } => area == State::Dead,
+                    _ => false,
+                };
+                scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| f(Seen { dir_rel: &rel, dir: fd.as_fd(), raw, parsed }))
+                    .map_err(|e| rd(e, &rel))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every job, or those in `state`, oldest first within each directory. Foreign entries
+    /// are skipped (see [`Queue::fsck`]).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`] (not done) naming the directory that could not be read.
+    pub fn list(&self, state: Option<State>) -> Result<Vec<Listed>> {
+        let mut out = Vec::new();
+        self.walk(|s| {
+            if let Ok(n) = s.parsed {
+                let st = state_of(&n.kind);
+                if state.is_none_or(|w| w == st) {
+                    out.push(Listed { state: st, dir: s.dir_rel.to_string(), name: n });
+                }
+            }
+        })?;
+        out.sort_by(|a, b| (&a.dir, a.name.id).cmp(&(&b.dir, b.name.id)));
+        Ok(out)
+    }
+
+    /// Counts, bytes and ages per state.
+    ///
+    /// # Errors
+    /// As [`Queue::list`].
+    pub fn status(&self) -> Result<Status> {
+        let mut st = Status::default();
+        let (boot, now_boot, now_ms) = (self.clock.boot_id(), self.clock.boot_ns(), self.clock.wall_ns() / 1_000_000);
+        let mut oldest: Option<JobId> = None;
+        self.walk(|s| {
+            let Ok(n) = s.parsed else {
+                st.foreign += 1;
+                return;
+            };
+            let state = state_of(&n.kind);
+            let size = self.sys.stat_nofollow(s.dir, s.raw).map(|m| m.size).unwrap_or(0);
+            st.bytes[area_index(state)] += size;
+            match n.kind {
+                Kind::Ready => {
+                    st.ready += 1;
+                    oldest = Some(oldest.map_or(n.id, |o| o.min(n.id)));
+                }
+                Kind::Leased(l) => {
+                    st.leased += 1;
+                    if l.boot_id != boot || now_boot >= l.boot_deadline_ns {
+                        st.expired_leases += 1;
+                    }
+                }
+                Kind::Delayed { .. } => st.delayed += 1,
+                Kind::Dead { .. } => st.dead += 1,
+                Kind::Receipt { .. } => st.acked += 1,
+            }
+        })?;
+        st.oldest_ready_age_ns = oldest.map(|id| now_ms.saturating_sub(id.unix_ms()) * 1_000_000);
+        Ok(st)
+    }
+
+    /// Find job `id` in any state.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchJob`] (not done), or as [`Queue::list`].
+    pub fn find(&self, id: JobId) -> Result<Listed> {
+        let mut found = None;
+        self.walk(|s| {
+            if let Ok(n) = s.parsed {
+                if n.id == id {
+                    found = Some(Listed { state: state_of(&n.kind), dir: s.dir_rel.to_string(), name: n });
+                }
+            }
+        })?;
+        found.ok_or_else(|| Error::not_done(ErrorKind::NoSuchJob, None))
+    }
+
+    /// Read and verify the job file of `job`, returning (header, payload).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Corrupt`] if it fails verification (nothing is moved);
+    /// [`ErrorKind::LeaseLost`] if it moved meanwhile; [`ErrorKind::Io`]. Not done.
+    pub fn read_job(&self, job: &Listed) -> Result<(crate::format::Header, Vec<u8>)> {
+        let rel = job.rel_path(self.ident.id);
+        let dir = self
+            .sys
+            .open_dir_beneath(self.dirs.root.as_fd(), &job.dir)
+            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&job.dir))))?;
+        let name = job.name.format(self.ident.id);
+        let fd = match self.sys.open_file_ro(dir.as_fd(), &name) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel)))),
+            Err(Errno::LOOP | Errno::NXIO) => {
+                return Err(Error::not_done(ErrorKind::Corrupt(crate::format::Corruption::NotRegular), Some(self.path(&rel))))
+            }
+            Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel)))),
+        };
+        match self.sys.fstat(fd.as_fd()) {
+            Ok((rustix::fs::FileType::RegularFile, _)) => {}
+            Ok(_) => return Err(Error::not_done(ErrorKind::Corrupt(crate::format::Corruption::NotRegular), Some(self.path(&rel)))),
+            Err(e) => return Err(Error::io(Call::Stat, e, Outcome::NotDone, Some(self.path(&rel)))),
+        }
+        let mut buf = Vec::new();
+        match self.sys.read_all(fd.as_fd(), self.opts.max_payload.max(1 << 30) + HEADER_LEN as u64, &mut buf) {
+            Ok(()) => {}
+            Err(e) => return Err(Error::io(Call::Read, e, Outcome::NotDone, Some(self.path(&rel)))),
+        }
+        let h = verify(&buf, job.name.id.0, self.ident.id).map_err(|c| Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel))))?;
+        buf.drain(..HEADER_LEN);
+        Ok((h, buf))
+    }
+
+    /// Move dead job `id` (or every dead job, for `None`) back to ready with its attempt count
+    /// reset to 0. Returns how many moved.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error
+    /// (moves before it are done).
+    pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32> {
+        let dead: Vec<Listed> = self.list(Some(State::Dead))?.into_iter().filter(|l| id.is_none_or(|i| l.name.id == i)).collect();
+        if id.is_some() && dead.is_empty() {
+            return Err(Error::not_done(ErrorKind::NoSuchJob, None));
+        }
+        let mut n = 0;
+        for l in dead {
+            let bucket = l.dir.trim_start_matches("dead/");
+            let from = self.place_bucket(true, bucket)?;
+            let s = l.name.id.shard(self.ident.shards);
+            let to = self.place_ready(s, State::Ready);
+            let mut new = l.name.next(Kind::Ready, false);
+            new.attempt = 0;
+            match self.move_job(&from, &l.name, &to, &new, Op::Requeue) {
+                Ok(()) => n += 1,
+                Err(e) if e.is_lease_lost() && id.is_none() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Delete every dead job (not a state transition: the job is gone). Returns how many.
+    ///
+    /// # Errors
+    /// The first failing unlink or fsync; jobs deleted before it stay deleted (an fsync
+    /// failure is indeterminate).
+    pub fn purge_dead(&self) -> Result<u32> {
+        let dead = self.list(Some(State::Dead))?;
+        let mut n = 0;
+        let mut dirs: Vec<String> = Vec::new();
+        for l in &dead {
+            let bucket = l.dir.trim_start_matches("dead/");
+            let place = self.place_bucket(true, bucket)?;
+            let rel = l.rel_path(self.ident.id);
+            match self.sys.unlink(place.dir.fd(), &l.name.format(self.ident.id)) {
+                Ok(()) => n += 1,
+                Err(Errno::NOENT) => {}
+                Err(e) => return Err(Error::io(Call::Unlink, e, Outcome::NotDone, Some(self.path(&rel)))),
+            }
+            if !dirs.contains(&l.dir) {
+                dirs.push(l.dir.clone());
+            }
+        }
+        for d in dirs {
+            let bucket = d.trim_start_matches("dead/").to_string();
+            let place = self.place_bucket(true, &bucket)?;
+            self.barrier(place.dir.fd()).map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&d))))?;
+            let _ = self.sys.rmdir(self.dirs.dead.as_fd(), &bucket);
+        }
+        self.barrier(self.dirs.dead.as_fd()).map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path("dead"))))?;
+        Ok(n)
+    }
+
+    /// Remove receipts acked more than `older_than` ago, first appending one line of evidence
+    /// per receipt to `evidence.log` and fsyncing it:
+    /// `v1 <job id> <receipt name> <payload sha256> <envelope sha256> <ack unix ns>\n`.
+    /// The ack time is the receipt's inode change time (the rename into `receipts/` sets it).
+    /// A receipt that fails verification is kept and reported in the log. Returns how many
+    /// receipts were removed.
+    ///
+    /// # Errors
+    /// Not done if the evidence could not be written and synced (nothing removed);
+    /// indeterminate if an unlink or the final directory fsync failed (evidence is durable;
+    /// a receipt may remain, and compacting again adds a second line for it).
+    pub fn compact(&self, older_than: Duration) -> Result<u32> {
+        let cutoff = self.clock.wall_ns().saturating_sub(older_than.as_nanos().min(u64::MAX as u128) as u64);
+        let mut lines = String::new();
+        let mut victims: Vec<Listed> = Vec::new();
+        for l in self.list(Some(State::Acked))? {
+            let shard = l.name.id.shard(self.ident.shards);
+            let name = l.name.format(self.ident.id);
+            let Ok(meta) = self.sys.stat_nofollow(self.dirs.receipts[shard as usize].as_fd(), &name) else { continue };
+            if meta.ctime_ns > cutoff {
+                continue;
+            }
+            match self.read_job(&l) {
+                Ok((h, _)) => {
+                    lines.push_str(&format!(
+                        "v1 {} {} {} {} {}\n",
+                        l.name.id,
+                        name,
+                        hex32(&h.payload_sha256),
+                        hex32(&h.envelope_sha256),
+                        meta.ctime_ns
+                    ));
+                    victims.push(l);
+                }
+                Err(e) => log::warn!("not compacting {}: {e}", l.rel_path(self.ident.id)),
+            }
+        }
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        let ev = self.path(EVIDENCE_FILE);
+        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(ev.clone()));
+        let fd = self.sys.open_append(self.dirs.root.as_fd(), EVIDENCE_FILE).map_err(|e| nd(Call::Open, e))?;
+        self.sys.write_all(fd.as_fd(), lines.as_bytes()).map_err(|e| nd(Call::Write, e))?;
+        self.barrier(fd.as_fd()).map_err(|e| nd(Call::Fsync, e))?;
+        self.barrier(self.dirs.root.as_fd()).map_err(|e| nd(Call::Fsync, e))?;
+        let mut n = 0;
+        let mut shards: Vec<u16> = Vec::new();
+        for l in &victims {
+            let s = l.name.id.shard(self.ident.shards);
+            match self.sys.unlink(self.dirs.receipts[s as usize].as_fd(), &l.name.format(self.ident.id)) {
+                Ok(()) | Err(Errno::NOENT) => n += 1,
+                Err(e) => return Err(Error::io(Call::Unlink, e, Outcome::Indeterminate, Some(self.path(&l.rel_path(self.ident.id))))),
+            }
+            if !shards.contains(&s) {
+                shards.push(s);
+            }
+        }
+        for s in shards {
+            self.barrier(self.dirs.receipts[s as usize].as_fd())
+                .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&format!("receipts/{}", shard_name(s))))))?;
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,112 @@
+//! Clocks and the boot id.
+//!
+//! Lease expiry uses the boot id plus `CLOCK_BOOTTIME` (monotonic, counts suspend, cannot be
+//! set; `clock_gettime(2)`), so NTP jumps and RTC-less boards (Raspberry Pi before the Pi 5
+//! restores a saved time at boot, then NTP jumps it) never expire or extend a lease. Wall time
+//! (`CLOCK_REALTIME`) is used only where another boot or a person needs it: delayed not-before
+//! times, the `w` deadline in leased names, dead-letter buckets. A wall clock that jumps
+//! forward makes delayed jobs due early; one that jumps back makes them wait longer. Neither
+//! loses a job.
+
+use crate::sys::Sys;
+use rustix::time::{clock_gettime, ClockId};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// The clocks a queue reads. Offsets exist so tests can move time without sleeping.
+#[derive(Debug)]
+pub struct Clock {
+    boot_id: u128,
+    boot_offset_ns: AtomicI64,
+    wall_offset_ns: AtomicI64,
+}
+
+fn ts_ns(id: ClockId) -> u64 {
+    let t = clock_gettime(id);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
+fn add(ns: u64, off: i64) -> u64 {
+    (ns as i128 + off as i128).clamp(0, u64::MAX as i128) as u64
+}
+
+impl Clock {
+    /// Read the boot id from `/proc/sys/kernel/random/boot_id` (see `random(4)`). Without
+    /// `/proc`, the boot id is 0: leases then all look like this boot's and expire by
+    /// `CLOCK_BOOTTIME` only (a warning is logged).
+    pub fn new(sys: &Sys) -> Clock {
+        let boot_id = sys.read_boot_id().unwrap_or_else(|| {
+            log::warn!("cannot read /proc/sys/kernel/random/boot_id; leases from earlier boots will expire by time only");
+            0
+        });
+        Clock { boot_id, boot_offset_ns: AtomicI64::new(0), wall_offset_ns: AtomicI64::new(0) }
+    }
+
+    /// This boot's id (128 bits).
+    pub fn boot_id(&self) -> u128 {
+        self.boot_id
+    }
+
+    /// `CLOCK_BOOTTIME` now, ns.
+    pub fn boot_ns(&self) -> u64 {
+        add(ts_ns(ClockId::Boottime), self.boot_offset_ns.load(Ordering::Relaxed))
+    }
+
+    /// `CLOCK_REALTIME` now, unix ns.
+    pub fn wall_ns(&self) -> u64 {
+        add(ts_ns(ClockId::Realtime), self.wall_offset_ns.load(Ordering::Relaxed))
+    }
+
+    /// Move this queue's view of `CLOCK_BOOTTIME` by `ns` (tests: expire a lease without waiting).
+    pub fn shift_boot(&self, ns: i64) {
+        self.boot_offset_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Move this queue's view of `CLOCK_REALTIME` by `ns` (tests: wall-clock jumps).
+    pub fn shift_wall(&self, ns: i64) {
+        self.wall_offset_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// Parse a boot id as the kernel prints it (`8-4-4-4-12` hex digits) into 128 bits.
+pub fn parse_boot_id(text: &str) -> Option<u128> {
+    let t = text.trim();
+    if t.len() != 36 {
+        return None;
+    }
+    let mut v: u128 = 0;
+    let mut digits = 0;
+    for (i, c) in t.bytes().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            if c != b'-' {
+                return None;
+            }
+            continue;
+        }
+        let d = (c as char).to_digit(16)?;
+        v = v << 4 | d as u128;
+        digits += 1;
+    }
+    (digits == 32).then_some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_id_parses() {
+        assert_eq!(parse_boot_id("01234567-89ab-cdef-0123-456789abcdef\n"), Some(0x0123456789abcdef0123456789abcdef));
+        assert_eq!(parse_boot_id("0123456789abcdef0123456789abcdef"), None);
+        assert_eq!(parse_boot_id("01234567-89ab-cdef-0123-456789abcdeg"), None);
+    }
+
+    #[test]
+    fn real_boot_id_and_clocks() {
+        let c = Clock::new(&Sys::new());
+        assert_ne!(c.boot_id(), 0, "this test machine has /proc");
+        let (b, w) = (c.boot_ns(), c.wall_ns());
+        c.shift_boot(1_000_000_000);
+        assert!(c.boot_ns() >= b + 1_000_000_000);
+        assert!(w > 1_600_000_000_000_000_000);
+    }
+}

@@ -1,0 +1,252 @@
+//! Enqueue: write the whole job file unnamed, make it durable, then give it its name.
+//!
+//! Route (probed once, see [`crate::sys::Sys::link_tmpfile`]): `O_TMPFILE` in the target
+//! directory, write, fsync(file), `linkat` into place (the linearization point), fsync(dir).
+//! Where `O_TMPFILE` or both `linkat` forms are refused: a named file under `tmp/`, write,
+//! fsync, `renameat2(RENAME_NOREPLACE)` into place (the linearization point), fsync(dir),
+//! fsync(tmp/).
+//!
+//! Outcomes: any failure before the link/rename is not done (an unnamed file vanishes with its
+//! fd; a named temp file is unlinked, or left for recovery to remove). A link/rename that
+//! fails with `EIO` is indeterminate, any other errno not done. A failed barrier after it is
+//! indeterminate.
+
+use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::format::encode_header;
+use crate::name::{bucket_name, shard_name, JobId, JobName, Kind};
+use crate::queue::{random, Durability, Queue};
+use crate::state::{self, Op, State};
+use crate::sys::{Call, Errno, Publish};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+/// Per-job settings for [`Queue::enqueue_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    /// Claims allowed before the job is dead-lettered; `None` uses the queue's default.
+    pub max_attempts: Option<u32>,
+    /// Do not hand the job out before this much time has passed (wall clock).
+    pub delay: Option<Duration>,
+}
+
+/// A directory either held by the queue or opened for one operation (a bucket).
+pub(crate) enum DirRef<'a> {
+    Held(BorrowedFd<'a>),
+    Opened(OwnedFd),
+}
+
+impl DirRef<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            DirRef::Held(b) => *b,
+            DirRef::Opened(o) => o.as_fd(),
+        }
+    }
+}
+
+/// A job ready to publish: its name, where it goes, its bytes.
+struct Prepared<'a> {
+    name: JobName,
+    dir: DirRef<'a>,
+    rel_dir: String,
+    header: [u8; crate::format::HEADER_LEN],
+    payload: &'a [u8],
+}
+
+/// A written, not yet published job file.
+enum Written {
+    Unnamed(OwnedFd),
+    Named(String),
+}
+
+fn is_eio(e: Errno) -> Outcome {
+    if e == Errno::IO {
+        Outcome::Indeterminate
+    } else {
+        Outcome::NotDone
+    }
+}
+
+impl Queue {
+    /// Enqueue `payload` as a new job with the queue's default max attempts. Returns its id
+    /// once the job is durable (under [`Durability::Strict`]).
+    ///
+    /// # Errors
+    /// [`ErrorKind::PayloadTooLarge`] (not done); [`ErrorKind::Io`] naming the file, not done
+    /// before the linearization point, indeterminate after it (see the module docs).
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, Default::default())?;
+    /// let id = q.enqueue(b"resize photo 17")?;
+    /// let lease = q.claim()?.expect("one job is ready");
+    /// assert_eq!((lease.id(), lease.payload()), (id, &b"resize photo 17"[..]));
+    /// lease.ack()?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
+    pub fn enqueue(&self, payload: &[u8]) -> Result<JobId> {
+        self.enqueue_with(payload, &EnqueueOptions::default())
+    }
+
+    /// Enqueue with per-job options: a delayed job lands in `delayed/` and becomes ready when
+    /// [`Queue::recover`] (or a waiting claim) finds it due. Errors as [`Queue::enqueue`], plus
+    /// [`ErrorKind::InvalidArgument`] for zero max attempts.
+    pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId> {
+        let p = self.prepare(payload, o)?;
+        let w = self.write_job(&p, true)?;
+        self.publish(&p, w)?;
+        self.barrier(p.dir.fd())
+            .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&p.rel_dir))))?;
+        Ok(p.name.id)
+    }
+
+    /// Enqueue several payloads. Under [`Durability::Batched`] the batch shares its barriers:
+    /// one `syncfs` for all file contents, then all links, then one fsync per directory
+    /// touched; under `Strict` each job gets its own barriers. Returns the ids in order.
+    ///
+    /// # Errors
+    /// As [`Queue::enqueue`]; once any job of the batch was published the outcome is
+    /// indeterminate for the batch (each job is either fully present or absent).
+    pub fn enqueue_batch(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>> {
+        if self.opts.durability != Durability::Batched {
+            let mut ids = Vec::with_capacity(payloads.len());
+            for (i, p) in payloads.iter().enumerate() {
+                match self.enqueue(p) {
+                    Ok(id) => ids.push(id),
+                    Err(e) if i > 0 => return Err(e.with_outcome(Outcome::Indeterminate)),
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(ids);
+        }
+        let o = EnqueueOptions::default();
+        let prepared: Vec<Prepared<'_>> = payloads.iter().map(|p| self.prepare(p, &o)).collect::<Result<_>>()?;
+        let mut written = Vec::with_capacity(prepared.len());
+        for p in &prepared {
+            written.push(self.write_job(p, false)?);
+        }
+        self.sys
+            .syncfs(self.dirs.root.as_fd())
+            .map_err(|e| Error::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone())))?;
+        let mut touched: Vec<usize> = Vec::new();
+        for (i, (p, w)) in prepared.iter().zip(written).enumerate() {
+            self.publish(p, w).map_err(|e| if i > 0 { e.with_outcome(Outcome::Indeterminate) } else { e })?;
+            if !touched.iter().any(|&j| prepared[j].rel_dir == p.rel_dir) {
+                touched.push(i);
+            }
+        }
+        for &i in &touched {
+            let p = &prepared[i];
+            self.barrier(p.dir.fd())
+                .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&p.rel_dir))))?;
+        }
+        Ok(prepared.iter().map(|p| p.name.id).collect())
+    }
+
+    fn prepare<'a>(&'a self, payload: &'a [u8], o: &EnqueueOptions) -> Result<Prepared<'a>> {
+        let limit = self.opts.max_payload;
+        if payload.len() as u64 > limit {
+            return Err(Error::not_done(ErrorKind::PayloadTooLarge { len: payload.len() as u64, limit }, None));
+        }
+        let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
+        if max == 0 {
+            return Err(Error::not_done(ErrorKind::InvalidArgument("max attempts must be at least 1"), None));
+        }
+        let now = self.clock.wall_ns();
+        let id = JobId::new(now / 1_000_000, random());
+        let header = encode_header(id.0, self.ident.id, now, payload);
+        let mut name = JobName::new_ready(id, max);
+        let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {
+            None => {
+                state::check(None, Op::Enqueue, State::Ready);
+                let s = id.shard(self.ident.shards);
+                (DirRef::Held(self.dirs.ready[s as usize].as_fd()), format!("ready/{}", shard_name(s)))
+            }
+            Some(d) => {
+                state::check(None, Op::EnqueueDelayed, State::Delayed);
+                let nb = now.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64);
+                name.kind = Kind::Delayed { not_before_ns: nb };
+                let b = bucket_name(nb, self.ident.delayed_bucket_ns);
+                let rel = format!("delayed/{b}");
+                let fd = self
+                    .bucket_dir(false, &b)
+                    .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
+                (DirRef::Opened(fd), rel)
+            }
+        };
+        Ok(Prepared { name, dir, rel_dir, header, payload })
+    }
+
+    /// Write the job file (fsync'd when `sync` and the policy asks) without publishing it.
+    fn write_job(&self, p: &Prepared<'_>, sync: bool) -> Result<Written> {
+        let nd = |c, e, rel: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(rel)));
+        let sync = sync && self.opts.durability != Durability::None;
+        if self.sys.publish_mode() != Some(Publish::Named) {
+            match self.sys.open_tmpfile(p.dir.fd()) {
+                Ok(fd) => {
+                    let fill = || -> core::result::Result<(), (Call, Errno)> {
+                        self.sys.write_all(fd.as_fd(), &p.header).map_err(|e| (Call::Write, e))?;
+                        self.sys.write_all(fd.as_fd(), p.payload).map_err(|e| (Call::Write, e))?;
+                        if sync {
+                            self.sys.fsync(fd.as_fd()).map_err(|e| (Call::Fsync, e))?;
+                        }
+                        Ok(())
+                    };
+                    fill().map_err(|(c, e)| nd(c, e, &p.rel_dir))?;
+                    return Ok(Written::Unnamed(fd));
+                }
+                Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
+                    log::info!("O_TMPFILE refused in {}; publishing through tmp/", self.path(&p.rel_dir).display());
+                    self.sys.force_named_publish();
+                }
+                Err(e) => return Err(nd(Call::Open, e, &p.rel_dir)),
+            }
+        }
+        let tmp = format!("{:032x}.{:08x}.{:032x}.tmp", self.clock.boot_id(), std::process::id(), random());
+        let rel = format!("tmp/{tmp}");
+        let fd = self.sys.create_file(self.dirs.tmp.as_fd(), &tmp).map_err(|e| nd(Call::Open, e, &rel))?;
+        let fill = || -> core::result::Result<(), (Call, Errno)> {
+            self.sys.write_all(fd.as_fd(), &p.header).map_err(|e| (Call::Write, e))?;
+            self.sys.write_all(fd.as_fd(), p.payload).map_err(|e| (Call::Write, e))?;
+            if sync {
+                self.sys.fsync(fd.as_fd()).map_err(|e| (Call::Fsync, e))?;
+            }
+            Ok(())
+        };
+        if let Err((c, e)) = fill() {
+            let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
+            return Err(nd(c, e, &rel));
+        }
+        Ok(Written::Named(tmp))
+    }
+
+    /// The linearization point: give the written file its job name.
+    fn publish(&self, p: &Prepared<'_>, w: Written) -> Result<()> {
+        let name = p.name.format(self.ident.id);
+        let rel = format!("{}/{}", p.rel_dir, name);
+        match w {
+            Written::Unnamed(fd) => match self.sys.link_tmpfile(fd.as_fd(), p.dir.fd(), &name) {
+                Ok(()) => Ok(()),
+                Err(Errno::NOTSUP) => {
+                    // Neither linkat route works here: redo through tmp/.
+                    self.sys.force_named_publish();
+                    let w = self.write_job(p, self.opts.durability != Durability::None)?;
+                    self.publish(p, w)
+                }
+                Err(e) => Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel)))),
+            },
+            Written::Named(tmp) => {
+                if let Err(e) = self.sys.rename(self.dirs.tmp.as_fd(), &tmp, p.dir.fd(), &name) {
+                    if e != Errno::IO {
+                        let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
+                    }
+                    return Err(Error::io(Call::Rename, e, is_eio(e), Some(self.path(&rel))));
+                }
+                self.barrier(self.dirs.tmp.as_fd())
+                    .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path("tmp"))))
+            }
+        }
+    }
+}

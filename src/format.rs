@@ -1,0 +1,241 @@
+//! The job file: a 128-byte header followed by the payload, written once and never changed.
+//!
+//! ```text
+//! offset size field
+//!      0    8 magic            b"STEADQJ\0"
+//!      8    2 format version   u16 little-endian, currently 1
+//!     10    2 header length    u16 LE, 128
+//!     12    4 flags            u32 LE, 0 (readers reject unknown bits)
+//!     16   16 job id           u128 big-endian (the same 32 hex as the name)
+//!     32   16 queue id         u128 BE
+//!     48    8 created          u64 LE, unix ns (CLOCK_REALTIME at enqueue)
+//!     56    8 payload length   u64 LE, bytes
+//!     64   32 payload digest   SHA-256(payload)
+//!     96   32 envelope digest  SHA-256(bytes 0..96 || payload)
+//!    128    - payload
+//! ```
+//!
+//! Verification checks, in order: total length, magic, version, header length, flags, job id
+//! against the name, queue id, payload length against the file length, the payload digest and
+//! the envelope digest. Any failure is a [`Corruption`].
+
+use sha2::{Digest, Sha256};
+
+/// Header length in bytes.
+pub const HEADER_LEN: usize = 128;
+/// The magic bytes at offset 0.
+pub const MAGIC: [u8; 8] = *b"STEADQJ\0";
+/// The job file format version this build writes and reads.
+pub const VERSION: u16 = 1;
+
+const OFF_VERSION: usize = 8;
+const OFF_HLEN: usize = OFF_VERSION + 2;
+const OFF_FLAGS: usize = OFF_HLEN + 2;
+const OFF_ID: usize = OFF_FLAGS + 4;
+const OFF_QUEUE: usize = OFF_ID + 16;
+const OFF_CREATED: usize = OFF_QUEUE + 16;
+const OFF_LEN: usize = OFF_CREATED + 8;
+const OFF_PAYLOAD_SHA: usize = OFF_LEN + 8;
+const OFF_ENVELOPE_SHA: usize = OFF_PAYLOAD_SHA + 32;
+const _: () = assert!(OFF_ENVELOPE_SHA + 32 == HEADER_LEN);
+
+/// The decoded header of a verified job file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Job id (the same as in the name).
+    pub id: u128,
+    /// Queue id of the queue that wrote it.
+    pub queue_id: u128,
+    /// Creation time, unix ns.
+    pub created_ns: u64,
+    /// Payload length, bytes.
+    pub payload_len: u64,
+    /// SHA-256 of the payload.
+    pub payload_sha256: [u8; 32],
+    /// SHA-256 of header bytes 0..96 and the payload.
+    pub envelope_sha256: [u8; 32],
+}
+
+/// Why a job file failed verification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Corruption {
+    /// Shorter than the header (includes empty and truncated files).
+    Truncated,
+    /// Magic bytes wrong (includes zero-filled files).
+    Magic,
+    /// A format version this build does not know.
+    Version(u16),
+    /// Header length or flags not as this version defines them.
+    Header,
+    /// The job id inside differs from the name's.
+    JobId,
+    /// Written by another queue.
+    QueueId,
+    /// The payload length field disagrees with the file length.
+    Length,
+    /// SHA-256 of the payload differs.
+    PayloadDigest,
+    /// SHA-256 of the envelope differs.
+    EnvelopeDigest,
+    /// Not a regular file (symlink, fifo, device, directory).
+    NotRegular,
+}
+
+impl core::fmt::Display for Corruption {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Corruption::Truncated => f.write_str("file shorter than the 128-byte header"),
+            Corruption::Magic => f.write_str("bad magic (not a SteadQ job file)"),
+            Corruption::Version(v) => write!(f, "unknown job format version {v}"),
+            Corruption::Header => f.write_str("bad header length or flags"),
+            Corruption::JobId => f.write_str("job id in the file differs from the name"),
+            Corruption::QueueId => f.write_str("written by another queue"),
+            Corruption::Length => f.write_str("payload length disagrees with file size"),
+            Corruption::PayloadDigest => f.write_str("payload SHA-256 mismatch"),
+            Corruption::EnvelopeDigest => f.write_str("envelope SHA-256 mismatch"),
+            Corruption::NotRegular => f.write_str("not a regular file"),
+        }
+    }
+}
+
+/// Build the 128-byte header for `payload`.
+pub fn encode_header(id: u128, queue_id: u128, created_ns: u64, payload: &[u8]) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(&MAGIC);
+    h[OFF_VERSION..OFF_HLEN].copy_from_slice(&VERSION.to_le_bytes());
+    h[OFF_HLEN..OFF_FLAGS].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+    h[OFF_ID..OFF_QUEUE].copy_from_slice(&id.to_be_bytes());
+    h[OFF_QUEUE..OFF_CREATED].copy_from_slice(&queue_id.to_be_bytes());
+    h[OFF_CREATED..OFF_LEN].copy_from_slice(&created_ns.to_le_bytes());
+    h[OFF_LEN..OFF_PAYLOAD_SHA].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    let p: [u8; 32] = Sha256::digest(payload).into();
+    h[OFF_PAYLOAD_SHA..OFF_ENVELOPE_SHA].copy_from_slice(&p);
+    let e = envelope(&h, payload);
+    h[OFF_ENVELOPE_SHA..].copy_from_slice(&e);
+    h
+}
+
+fn envelope(h: &[u8], payload: &[u8]) -> [u8; 32] {
+    let mut d = Sha256::new();
+    d.update(&h[..OFF_ENVELOPE_SHA]);
+    d.update(payload);
+    d.finalize().into()
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn u128_at(b: &[u8], off: usize) -> u128 {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[off..off + 16]);
+    u128::from_be_bytes(a)
+}
+
+/// Verify a whole job file (`file` = header + payload) for job `id` of queue `queue_id`.
+///
+/// # Errors
+/// The first [`Corruption`] found, in the order the module docs list.
+pub fn verify(file: &[u8], id: u128, queue_id: u128) -> Result<Header, Corruption> {
+    if file.len() < HEADER_LEN {
+        return Err(Corruption::Truncated);
+    }
+    if file[..8] != MAGIC {
+        return Err(Corruption::Magic);
+    }
+    let version = u16::from_le_bytes([file[OFF_VERSION], file[OFF_VERSION + 1]]);
+    if version != VERSION {
+        return Err(Corruption::Version(version));
+    }
+    let hlen = u16::from_le_bytes([file[OFF_HLEN], file[OFF_HLEN + 1]]);
+    if hlen as usize != HEADER_LEN || file[OFF_FLAGS..OFF_ID] != [0; 4] {
+        return Err(Corruption::Header);
+    }
+    let header = Header {
+        id: u128_at(file, OFF_ID),
+        queue_id: u128_at(file, OFF_QUEUE),
+        created_ns: u64_at(file, OFF_CREATED),
+        payload_len: u64_at(file, OFF_LEN),
+        payload_sha256: file[OFF_PAYLOAD_SHA..OFF_ENVELOPE_SHA].try_into().unwrap_or([0; 32]),
+        envelope_sha256: file[OFF_ENVELOPE_SHA..HEADER_LEN].try_into().unwrap_or([0; 32]),
+    };
+    if header.id != id {
+        return Err(Corruption::JobId);
+    }
+    if header.queue_id != queue_id {
+        return Err(Corruption::QueueId);
+    }
+    if header.payload_len != (file.len() - HEADER_LEN) as u64 {
+        return Err(Corruption::Length);
+    }
+    let payload = &file[HEADER_LEN..];
+    let p: [u8; 32] = Sha256::digest(payload).into();
+    if p != header.payload_sha256 {
+        return Err(Corruption::PayloadDigest);
+    }
+    if envelope(file, payload) != header.envelope_sha256 {
+        return Err(Corruption::EnvelopeDigest);
+    }
+    Ok(header)
+}
+
+/// Lowercase hex of a digest (64 characters).
+pub fn hex32(d: &[u8; 32]) -> heapless::String<64> {
+    let mut s = heapless::String::new();
+    for b in d {
+        let _ = core::fmt::Write::write_fmt(&mut s, format_args!("{b:02x}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(payload: &[u8]) -> Vec<u8> {
+        let mut v = encode_header(7, 9, 1234, payload).to_vec();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn round_trip() {
+        let f = file(b"hello");
+        let h = verify(&f, 7, 9).unwrap();
+        assert_eq!((h.id, h.queue_id, h.created_ns, h.payload_len), (7, 9, 1234, 5));
+        assert_eq!(hex32(&h.payload_sha256).as_str(), "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+    }
+
+    #[test]
+    fn every_bit_flip_is_caught() {
+        let f = file(b"payload bytes");
+        for i in 0..f.len() {
+            for bit in 0..8 {
+                let mut g = f.clone();
+                g[i] ^= 1 << bit;
+                assert!(verify(&g, 7, 9).is_err(), "byte {i} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn named_failures() {
+        let f = file(b"abc");
+        assert_eq!(verify(&f[..100], 7, 9), Err(Corruption::Truncated));
+        assert_eq!(verify(&[0u8; 200], 7, 9), Err(Corruption::Magic));
+        assert_eq!(verify(&f, 8, 9), Err(Corruption::JobId));
+        assert_eq!(verify(&f, 7, 10), Err(Corruption::QueueId));
+        assert_eq!(verify(&f[..f.len() - 1], 7, 9), Err(Corruption::Length));
+        let mut g = f.clone();
+        *g.last_mut().unwrap() ^= 1;
+        assert_eq!(verify(&g, 7, 9), Err(Corruption::PayloadDigest));
+        let mut g = f.clone();
+        g[OFF_CREATED] ^= 1;
+        assert_eq!(verify(&g, 7, 9), Err(Corruption::EnvelopeDigest));
+        let mut g = f.clone();
+        g[OFF_VERSION] = 2;
+        assert_eq!(verify(&g, 7, 9), Err(Corruption::Version(2)));
+    }
+}

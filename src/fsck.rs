@@ -1,0 +1,175 @@
+//! fsck: check every entry of a queue (name, tag, place, file type, both digests) and report
+//! one problem per bad entry; optionally move the bad ones to `quarantine/<same path>`.
+//!
+//! Dead jobs with reason `corrupt` are where corrupt jobs belong: they are counted, not
+//! reported.
+
+use crate::admin::EVIDENCE_FILE;
+use crate::error::{Error, Outcome, Result};
+use crate::format::Corruption;
+use crate::name::{JobName, Kind, Reason};
+use crate::queue::{Queue, IDENTITY_FILE};
+use crate::scan::Foreign;
+use crate::sys::{Call, Errno};
+use std::os::fd::{AsFd, BorrowedFd};
+
+/// What is wrong with an entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// A foreign entry (see [`Foreign`]).
+    Foreign(Foreign),
+    /// A job file that fails verification.
+    Corrupt(Corruption),
+    /// The entry could not be read.
+    Unreadable(Errno),
+}
+
+/// One problem found by [`Queue::fsck`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Path relative to the queue root.
+    pub path: String,
+    /// What is wrong.
+    pub kind: ProblemKind,
+    /// Whether it was moved to `quarantine/`.
+    pub quarantined: bool,
+}
+
+impl core::fmt::Display for Problem {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}: ", self.path)?;
+        match &self.kind {
+            ProblemKind::Foreign(x) => write!(f, "{x}")?,
+            ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}")?,
+            ProblemKind::Unreadable(e) => write!(f, "unreadable: {}", std::io::Error::from_raw_os_error(e.raw_os_error()))?,
+        }
+        if self.quarantined {
+            f.write_str(" (moved to quarantine/)")?;
+        }
+        Ok(())
+    }
+}
+
+/// The result of [`Queue::fsck`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FsckReport {
+    /// Entries checked.
+    pub checked: u64,
+    /// Job files whose digests were verified.
+    pub verified: u64,
+    /// Dead jobs with reason `corrupt` (expected, not problems).
+    pub dead_corrupt: u64,
+    /// Problems, one per bad entry.
+    pub problems: Vec<Problem>,
+}
+
+impl FsckReport {
+    /// True when there is no problem.
+    pub fn clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl Queue {
+    /// Check every entry. With `quarantine`, move each bad entry to `quarantine/<its path>`
+    /// (renamed without replacing; never followed).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`] if a directory cannot be listed, or a quarantine move fails (moves
+    /// before it are done).
+    pub fn fsck(&self, quarantine: bool) -> Result<FsckReport> {
+        let mut rep = FsckReport::default();
+        let mut bad: Vec<(String, String, ProblemKind)> = Vec::new(); // (dir, name, kind)
+        // Root level: only the known names belong.
+        let known = [IDENTITY_FILE, "tmp", "ready", "delayed", "dead", "receipts", "quarantine", EVIDENCE_FILE];
+        self.sys
+            .read_dir(self.dirs.root.as_fd(), |name, _, _| {
+                rep.checked += 1;
+                match name {
+                    Some(n) if known.contains(&n) || n.starts_with(&format!(".{IDENTITY_FILE}.")) => {}
+                    _ => bad.push((String::new(), name.unwrap_or("?").to_string(), ProblemKind::Foreign(Foreign::Name(crate::name::NameError::Syntax)))),
+                }
+            })
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+        for (parent, fd) in [("ready", self.dirs_parent("ready")?), ("receipts", self.dirs_parent("receipts")?)] {
+            let shards = self.ident.shards;
+            self.sys
+                .read_dir(fd.as_fd(), |name, _, _| {
+                    let ok = name.and_then(|n| crate::name::parse_hex(n.as_bytes(), 2)).is_some_and(|s| s < shards as u128);
+                    if !ok {
+                        bad.push((parent.to_string(), name.unwrap_or("?").to_string(), ProblemKind::Foreign(Foreign::WrongPlace)));
+                    }
+                })
+                .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent))))?;
+        }
+        let qid = self.ident.id;
+        self.walk(|s| {
+            rep.checked += 1;
+            match s.parsed {
+                Err(f) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), ProblemKind::Foreign(f))),
+                Ok(n) => match self.check_file(s.dir, s.raw, &n, qid) {
+                    Ok(()) => rep.verified += 1,
+                    Err(ProblemKind::Corrupt(_)) if matches!(n.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) => rep.dead_corrupt += 1,
+                    Err(k) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), k)),
+                },
+            }
+        })?;
+        for (dir, name, kind) in bad {
+            let path = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
+            let quarantined = quarantine && !dir.is_empty() && self.quarantine(&dir, &name)?;
+            rep.problems.push(Problem { path, kind, quarantined });
+        }
+        Ok(rep)
+    }
+
+    fn dirs_parent(&self, name: &str) -> Result<std::os::fd::OwnedFd> {
+        self.sys
+            .open_dir_beneath(self.dirs.root.as_fd(), name)
+            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(name))))
+    }
+
+    fn check_file(&self, dir: BorrowedFd<'_>, raw: &str, n: &JobName, qid: u128) -> core::result::Result<(), ProblemKind> {
+        let fd = self.sys.open_file_ro(dir, raw).map_err(|e| match e {
+            Errno::LOOP | Errno::NXIO => ProblemKind::Foreign(Foreign::NotRegular),
+            e => ProblemKind::Unreadable(e),
+        })?;
+        match self.sys.fstat(fd.as_fd()) {
+            Ok((rustix::fs::FileType::RegularFile, _)) => {}
+            Ok(_) => return Err(ProblemKind::Foreign(Foreign::NotRegular)),
+            Err(e) => return Err(ProblemKind::Unreadable(e)),
+        }
+        let mut buf = Vec::new();
+        self.sys
+            .read_all(fd.as_fd(), self.opts.max_payload.max(1 << 30) + crate::format::HEADER_LEN as u64, &mut buf)
+            .map_err(ProblemKind::Unreadable)?;
+        crate::format::verify(&buf, n.id.0, qid).map(drop).map_err(ProblemKind::Corrupt)
+    }
+
+    /// Move `dir/name` to `quarantine/dir/name`. False if it vanished meanwhile.
+    fn quarantine(&self, dir: &str, name: &str) -> Result<bool> {
+        let root = self.dirs.root.as_fd();
+        let mut qdir = String::from("quarantine");
+        for part in std::iter::once("").chain(dir.split('/')) {
+            if !part.is_empty() {
+                qdir.push('/');
+                qdir.push_str(part);
+            }
+            match self.sys.mkdir(root, &qdir) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(self.path(&qdir)))),
+            }
+        }
+        let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
+        let from = self.sys.open_dir_beneath(root, dir).map_err(|e| nd(Call::Open, e, dir))?;
+        let to = self.sys.open_dir_beneath(root, &qdir).map_err(|e| nd(Call::Open, e, &qdir))?;
+        match self.sys.rename(from.as_fd(), name, to.as_fd(), name) {
+            Ok(()) => {}
+            Err(Errno::NOENT) => return Ok(false),
+            Err(e) => return Err(nd(Call::Rename, e, &format!("{dir}/{name}"))),
+        }
+        let ind = |e, p: &str| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(p)));
+        self.barrier(to.as_fd()).map_err(|e| ind(e, &qdir))?;
+        self.barrier(from.as_fd()).map_err(|e| ind(e, dir))?;
+        Ok(true)
+    }
+}

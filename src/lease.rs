@@ -1,0 +1,377 @@
+//! Claim, and the lease guard: renew, ack, nack, fail, release.
+//!
+//! A claim renames a ready job, in its shard directory, to a leased name carrying this boot's
+//! id, both deadlines and a fresh 128-bit lease token (attempt + 1), makes that durable, then
+//! opens the file without following symlinks and verifies both digests before the payload is
+//! handed out. Every later operation starts from the lease's exact name, so a lease that was
+//! recovered, renewed elsewhere or settled gets [`ErrorKind::LeaseLost`] and changes nothing.
+
+use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::format::{verify, Corruption, HEADER_LEN};
+use crate::name::{JobId, JobName, Kind, LeaseFields, Reason};
+use crate::queue::{random, Queue};
+use crate::scan::scan;
+use crate::state::{Op, State};
+use crate::sys::{Call, Errno};
+use rustix::fs::FileType;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+/// A claimed job. Settle it with [`Lease::ack`], [`Lease::nack`] or [`Lease::fail`];
+/// dropping it unsettled releases the job back to ready at once (the attempt stays counted).
+#[derive(Debug)]
+pub struct Lease<'q> {
+    q: &'q Queue,
+    shard: u16,
+    name: JobName,
+    data: Vec<u8>,
+    file: OwnedFd,
+    settled: bool,
+}
+
+/// Where a nacked job went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nacked {
+    /// Back to ready at once (delay zero).
+    Ready,
+    /// To `delayed/`, due at this unix time in ns.
+    Delayed(u64),
+    /// To `dead/` with reason `exhausted`: no attempt left.
+    Dead,
+}
+
+/// Proof of an ack: the receipt's name (in `receipts/<shard>/`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    /// The job.
+    pub id: JobId,
+    /// The receipt file name.
+    pub name: String,
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+impl Queue {
+    /// Claim a job with the queue's default lease. `Ok(None)` when no job is ready.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`]: not done before the claim's rename; indeterminate after it (the job
+    /// is then leased in this process's name and comes back when the lease expires).
+    pub fn claim(&self) -> Result<Option<Lease<'_>>> {
+        self.claim_for(self.opts.lease)
+    }
+
+    /// Claim with a lease (visibility timeout) of `lease`. Errors as [`Queue::claim`], plus
+    /// [`ErrorKind::InvalidArgument`] for a zero lease.
+    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease<'_>>> {
+        if lease.is_zero() {
+            return Err(Error::not_done(ErrorKind::InvalidArgument("lease must be longer than zero"), None));
+        }
+        let mut refills = 0u32;
+        loop {
+            let next = {
+                let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                match c.candidates.pop() {
+                    Some(x) => Some(x),
+                    None if refills >= self.ident.shards as u32 => None,
+                    None => {
+                        let s = c.next_shard;
+                        c.next_shard = (s + 1) % self.ident.shards;
+                        refills += 1;
+                        let mut found = Vec::new();
+                        self.list_shard(s, &mut found)?;
+                        // Oldest last, so pop() gives the oldest.
+                        found.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+                        c.candidates = found.into_iter().map(|n| (s, n)).collect();
+                        continue;
+                    }
+                }
+            };
+            let Some((shard, name)) = next else { return Ok(None) };
+            if let Some(lease) = self.try_claim(shard, name, lease)? {
+                return Ok(Some(lease));
+            }
+        }
+    }
+
+    /// Ready (not leased) jobs of shard `s`.
+    fn list_shard(&self, s: u16, out: &mut Vec<JobName>) -> Result<()> {
+        let fd = self.dirs.ready[s as usize].as_fd();
+        let shards = self.ident.shards;
+        scan(&self.sys, fd, self.ident.id, |n| n.id.shard(shards) == s && matches!(n.kind, Kind::Ready | Kind::Leased(_)), |raw, r| match r {
+            Ok(n) if n.kind == Kind::Ready => out.push(n),
+            Ok(_) => {}
+            Err(f) => log::warn!("{}: {f}; skipped", self.path(&format!("ready/{}/{raw}", crate::name::shard_name(s))).display()),
+        })
+        .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(&format!("ready/{}", crate::name::shard_name(s))))))
+    }
+
+    /// Try to claim one candidate. `Ok(None)`: lost the race, or it was dead-lettered.
+    fn try_claim(&self, shard: u16, name: JobName, lease: Duration) -> Result<Option<Lease<'_>>> {
+        let here = self.place_ready(shard, State::Ready);
+        if name.exhausted() {
+            let dead = self.place_dead()?;
+            let to = name.next(Kind::Dead { reason: Reason::EXHAUSTED }, false);
+            return match self.move_job(&here, &name, &dead, &to, Op::ClaimExhausted) {
+                Ok(()) => Ok(None),
+                Err(e) if e.is_lease_lost() => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
+        let fields = LeaseFields {
+            boot_id: self.clock.boot_id(),
+            boot_deadline_ns: self.clock.boot_ns().saturating_add(ns(lease)),
+            wall_deadline_ns: self.clock.wall_ns().saturating_add(ns(lease)),
+            token: random(),
+        };
+        let leased = name.next(Kind::Leased(fields), true);
+        let to = self.place_ready(shard, State::Leased);
+        match self.move_job(&here, &name, &to, &leased, Op::Claim) {
+            Ok(()) => {}
+            Err(e) if e.is_lease_lost() => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let rel = format!("{}/{}", to.rel, leased.format(self.ident.id));
+        let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel)));
+        let file = match self.sys.open_file_ro(to.dir.fd(), &leased.format(self.ident.id)) {
+            Ok(f) => f,
+            Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
+                self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(ind(Call::Open, e)),
+        };
+        let mut lease = Lease { q: self, shard, name: leased, data: Vec::new(), file, settled: false };
+        match lease.read_verified() {
+            Ok(()) => Ok(Some(lease)),
+            Err(Ok(c)) => {
+                lease.settled = true;
+                log::warn!("{}: corrupt ({c}); dead-lettered", self.path(&rel).display());
+                self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;
+                Ok(None)
+            }
+            // Dropping `lease` releases the job back to ready.
+            Err(Err((c, e))) => Err(ind(c, e)),
+        }
+    }
+
+    /// Move leased job `name` in `shard` to `dead/` with `reason`.
+    fn dead_letter(&self, shard: u16, name: JobName, reason: Reason, op: Op) -> Result<()> {
+        let from = self.place_ready(shard, State::Leased);
+        let dead = self.place_dead()?;
+        self.move_job(&from, &name, &dead, &name.next(Kind::Dead { reason }, false), op)
+    }
+
+    /// Take over a lease by its handle (the leased file name, as [`Lease::handle`] gives),
+    /// for tools that claim in one process and settle in another.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidArgument`] if `handle` is not a leased name of this queue;
+    /// [`ErrorKind::LeaseLost`] if that exact lease no longer exists; [`ErrorKind::Corrupt`]
+    /// if its file fails verification (it is then dead-lettered). Not done in every case.
+    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease<'_>> {
+        let name = JobName::parse(handle, self.ident.id)
+            .ok()
+            .filter(|n| matches!(n.kind, Kind::Leased(_)))
+            .ok_or_else(|| Error::not_done(ErrorKind::InvalidArgument("not a lease handle of this queue"), None))?;
+        let shard = name.id.shard(self.ident.shards);
+        let dir = self.dirs.ready[shard as usize].as_fd();
+        let rel = format!("ready/{}/{handle}", crate::name::shard_name(shard));
+        let file = match self.sys.open_file_ro(dir, handle) {
+            Ok(f) => f,
+            Err(Errno::NOENT) => return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel)))),
+            Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel)))),
+        };
+        let mut lease = Lease { q: self, shard, name, data: Vec::new(), file, settled: true };
+        match lease.read_verified() {
+            Ok(()) => {
+                lease.settled = false;
+                Ok(lease)
+            }
+            Err(Ok(c)) => {
+                self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;
+                Err(Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel))))
+            }
+            Err(Err((c, e))) => Err(Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)))),
+        }
+    }
+}
+
+impl<'q> Lease<'q> {
+    /// Read the whole file into `data` and verify it. `Err(Ok(_))`: corrupt.
+    fn read_verified(&mut self) -> core::result::Result<(), core::result::Result<Corruption, (Call, Errno)>> {
+        let fd = self.file.as_fd();
+        match self.q.sys.fstat(fd) {
+            Ok((FileType::RegularFile, _)) => {}
+            Ok(_) => return Err(Ok(Corruption::NotRegular)),
+            Err(e) => return Err(Err((Call::Stat, e))),
+        }
+        let limit = self.q.opts.max_payload + HEADER_LEN as u64;
+        match self.q.sys.read_all(fd, limit, &mut self.data) {
+            Ok(()) => {}
+            Err(Errno::FBIG) => return Err(Ok(Corruption::Length)),
+            Err(e) => return Err(Err((Call::Read, e))),
+        }
+        verify(&self.data, self.name.id.0, self.q.ident.id).map(drop).map_err(Ok)
+    }
+
+    /// The job id.
+    pub fn id(&self) -> JobId {
+        self.name.id
+    }
+
+    /// The payload, verified against both digests.
+    pub fn payload(&self) -> &[u8] {
+        &self.data[HEADER_LEN.min(self.data.len())..]
+    }
+
+    /// This claim's attempt number (1 for the first claim).
+    pub fn attempt(&self) -> u32 {
+        self.name.attempt
+    }
+
+    /// Claims allowed in all.
+    pub fn max_attempts(&self) -> u32 {
+        self.name.max_attempts
+    }
+
+    /// The current leased name (generation, deadlines, token).
+    pub fn name(&self) -> &JobName {
+        &self.name
+    }
+
+    /// The lease token (128 bits).
+    pub fn token(&self) -> u128 {
+        match self.name.kind {
+            Kind::Leased(l) => l.token,
+            _ => 0,
+        }
+    }
+
+    /// The handle that [`Queue::lease_from_handle`] accepts: the leased file name.
+    pub fn handle(&self) -> String {
+        self.name.format(self.q.ident.id).to_string()
+    }
+
+    /// Detach: return the handle and do not release on drop (the lease then lives until it is
+    /// settled through the handle or expires).
+    pub fn into_handle(mut self) -> String {
+        self.settled = true;
+        self.handle()
+    }
+
+    fn here(&self) -> crate::transition::Place<'q> {
+        self.q.place_ready(self.shard, State::Leased)
+    }
+
+    fn settle(&mut self, to: &crate::transition::Place<'_>, new: JobName, op: Op) -> Result<()> {
+        let r = self.q.move_job(&self.here(), &self.name, to, &new, op);
+        match &r {
+            // Not done and not lost: the lease still stands; drop will release it.
+            Err(e) if e.outcome() == Outcome::NotDone && !e.is_lease_lost() => {}
+            _ => self.settled = true,
+        }
+        r
+    }
+
+    /// Extend the lease to `lease` from now (generation + 1, same token).
+    ///
+    /// # Errors
+    /// [`ErrorKind::LeaseLost`] (not done) if the lease was recovered or settled elsewhere;
+    /// [`ErrorKind::Io`]: not done before the rename, indeterminate after it.
+    pub fn renew(&mut self, lease: Duration) -> Result<()> {
+        let Kind::Leased(mut f) = self.name.kind else { unreachable!("a Lease always holds a leased name") };
+        f.boot_deadline_ns = self.q.clock.boot_ns().saturating_add(ns(lease));
+        f.wall_deadline_ns = self.q.clock.wall_ns().saturating_add(ns(lease));
+        let new = self.name.next(Kind::Leased(f), false);
+        let r = self.q.move_job(&self.here(), &self.name, &self.here(), &new, Op::Renew);
+        if r.is_ok() || r.as_ref().is_err_and(|e| e.outcome() == Outcome::Indeterminate && e.errno() != Some(Errno::IO)) {
+            // The rename happened (only its barrier failed): the live name is the new one.
+            self.name = new;
+        }
+        if r.as_ref().is_err_and(|e| e.is_lease_lost()) {
+            self.settled = true;
+        }
+        r
+    }
+
+    /// Ack: re-verify the file, then rename it into `receipts/<shard>/` and make that durable.
+    ///
+    /// # Errors
+    /// [`ErrorKind::LeaseLost`] (not done, no receipt written); [`ErrorKind::Corrupt`] (not
+    /// done: the file went bad while leased and was dead-lettered); [`ErrorKind::Io`]: not
+    /// done before the rename (the job is released on drop), indeterminate after it.
+    pub fn ack(mut self) -> Result<Receipt> {
+        match self.read_verified() {
+            Ok(()) => {}
+            Err(Ok(c)) => {
+                self.settled = true;
+                let path = self.q.path(&format!("{}/{}", self.here().rel, self.handle()));
+                self.q.dead_letter(self.shard, self.name, Reason::CORRUPT, Op::AckCorrupt)?;
+                return Err(Error::not_done(ErrorKind::Corrupt(c), Some(path)));
+            }
+            Err(Err((c, e))) => return Err(Error::io(c, e, Outcome::NotDone, Some(self.q.path(&self.here().rel)))),
+        }
+        let new = self.name.next(Kind::Receipt { token: self.token() }, false);
+        let to = self.q.place_receipts(self.shard);
+        self.settle(&to, new, Op::Ack)?;
+        Ok(Receipt { id: self.name.id, name: new.format(self.q.ident.id).to_string() })
+    }
+
+    /// Nack: retry after `delay` (wall clock). Zero goes straight back to ready; with no
+    /// attempt left the job is dead-lettered (reason `exhausted`).
+    ///
+    /// # Errors
+    /// As [`Lease::ack`] (without the re-verification).
+    pub fn nack(mut self, delay: Duration) -> Result<Nacked> {
+        if self.name.exhausted() {
+            let dead = self.q.place_dead()?;
+            self.settle(&dead, self.name.next(Kind::Dead { reason: Reason::EXHAUSTED }, false), Op::NackExhausted)?;
+            return Ok(Nacked::Dead);
+        }
+        if delay.is_zero() {
+            let to = self.q.place_ready(self.shard, State::Ready);
+            self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)?;
+            return Ok(Nacked::Ready);
+        }
+        let nb = self.q.clock.wall_ns().saturating_add(ns(delay));
+        let to = self.q.place_delayed(nb)?;
+        self.settle(&to, self.name.next(Kind::Delayed { not_before_ns: nb }, false), Op::Nack)?;
+        Ok(Nacked::Delayed(nb))
+    }
+
+    /// Fail: dead-letter the job now with `reason` ([`Reason::FAILED`] for a generic one).
+    ///
+    /// # Errors
+    /// As [`Lease::nack`].
+    pub fn fail(mut self, reason: Reason) -> Result<()> {
+        let dead = self.q.place_dead()?;
+        self.settle(&dead, self.name.next(Kind::Dead { reason }, false), Op::Fail)
+    }
+
+    /// Release the job back to ready now (what drop does, with the error reported).
+    ///
+    /// # Errors
+    /// As [`Lease::nack`].
+    pub fn release(mut self) -> Result<()> {
+        let to = self.q.place_ready(self.shard, State::Ready);
+        self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        let to = self.q.place_ready(self.shard, State::Ready);
+        if let Err(e) = self.q.move_job(&self.here(), &self.name, &to, &self.name.next(Kind::Ready, false), Op::Release) {
+            if !e.is_lease_lost() {
+                log::warn!("releasing an unsettled lease of job {}: {e}", self.name.id);
+            }
+        }
+    }
+}

@@ -1,0 +1,504 @@
+//! Job file names: the whole state of a job, parsed once into a [`JobName`].
+//!
+//! Every numeric field is fixed-width lowercase hex, so names stay within `[0-9a-z.]` (safe on
+//! vfat) and a sorted listing is oldest job first. The five kinds (see also [`crate::state`]):
+//!
+//! ```text
+//! ready    <id32>.g<gen16>.a<att8>.m<max8>.k<tag16>.sqj
+//! leased   <id32>.g<gen16>.a<att8>.m<max8>.o<boot32>.b<bootdl16>.w<walldl16>.t<token32>.k<tag16>.sqj
+//! delayed  <id32>.g<gen16>.a<att8>.m<max8>.d<notbefore16>.k<tag16>.sqj
+//! dead     <id32>.g<gen16>.a<att8>.m<max8>.x<reason>.k<tag16>.sqj
+//! receipt  <id32>.g<gen16>.a<att8>.m<max8>.t<token32>.k<tag16>.rct
+//! ```
+//!
+//! `gen` counts state changes, `att` successful claims, `max` the attempts allowed; `boot` is
+//! the claimer's `/proc/sys/kernel/random/boot_id`, `bootdl` the lease deadline on
+//! `CLOCK_BOOTTIME` (ns), `walldl` the same deadline on `CLOCK_REALTIME` (unix ns, for people
+//! and other boots), `token` the 128-bit random lease token, `notbefore` a unix time in ns, and
+//! `reason` 1 to 16 characters of `[a-z0-9]`.
+//!
+//! # The tag
+//! `tag` is the first 8 bytes, big-endian, of
+//! `SHA-256("steadq-name-v1" || 0x00 || queue_id as 16 bytes big-endian || canonical)`, where
+//! `canonical` is the ASCII name with its `.k<tag16>` field removed (for example
+//! `<id32>.g0000000000000000.a00000000.m00000005.sqj`). It catches corruption and names from
+//! another queue; it is not a MAC (anyone who knows the queue id can compute it).
+//!
+//! Parsing allocates nothing; a name that does not parse or whose tag does not match is
+//! foreign.
+
+use core::fmt::Write as _;
+use sha2::{Digest, Sha256};
+
+/// Longest name SteadQ writes, in bytes (a leased name is 210). Linux allows 255.
+pub const NAME_MAX: usize = 224;
+
+/// A formatted name; no heap allocation.
+pub type NameBuf = heapless::String<NAME_MAX>;
+
+/// A 128-bit job id: 48 bits of unix milliseconds, then 80 random bits. Formats as 32 hex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(pub u128);
+
+impl JobId {
+    /// A new id for time `unix_ms` (ms since 1970) and 80 random bits from `getrandom`.
+    pub fn new(unix_ms: u64, random: u128) -> JobId {
+        let r = random & ((1u128 << 80) - 1);
+        JobId(((unix_ms as u128 & 0xFFFF_FFFF_FFFF) << 80) | r)
+    }
+
+    /// The creation time encoded in the id, in unix ms.
+    pub fn unix_ms(self) -> u64 {
+        (self.0 >> 80) as u64
+    }
+
+    /// The shard (0..shards) this job lives in: the low random bits modulo the shard count.
+    pub fn shard(self, shards: u16) -> u16 {
+        ((self.0 as u64) % shards.max(1) as u64) as u16
+    }
+
+    /// Parse exactly 32 lowercase hex digits.
+    pub fn parse(s: &str) -> Option<JobId> {
+        parse_hex(s.as_bytes(), 32).map(JobId)
+    }
+}
+
+impl core::fmt::Display for JobId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// A dead-letter reason: 1 to 16 characters of `[a-z0-9]`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reason {
+    bytes: [u8; 16],
+    len: u8,
+}
+
+impl Reason {
+    /// Attempts were exhausted (claim, nack or recovery found `attempt >= max`).
+    pub const EXHAUSTED: Reason = Reason::lit(b"exhausted");
+    /// The job file failed verification (header, payload digest or envelope digest).
+    pub const CORRUPT: Reason = Reason::lit(b"corrupt");
+    /// A worker called fail without a reason of its own.
+    pub const FAILED: Reason = Reason::lit(b"failed");
+
+    const fn lit(b: &[u8]) -> Reason {
+        let mut bytes = [0u8; 16];
+        let mut i = 0;
+        while i < b.len() {
+            bytes[i] = b[i];
+            i += 1;
+        }
+        Reason {
+            bytes,
+            len: b.len() as u8,
+        }
+    }
+
+    /// Parse a reason; `None` unless it is 1..=16 characters of `[a-z0-9]`.
+    pub fn new(s: &str) -> Option<Reason> {
+        let b = s.as_bytes();
+        if b.is_empty() || b.len() > 16 || !b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+            return None;
+        }
+        Some(Reason::lit(b))
+    }
+
+    /// The reason as text.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII is ever stored.
+        core::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl core::fmt::Debug for Reason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Reason({})", self.as_str())
+    }
+}
+
+impl core::fmt::Display for Reason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The lease fields of a leased name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseFields {
+    /// The claimer's boot id (`/proc/sys/kernel/random/boot_id` as 128 bits).
+    pub boot_id: u128,
+    /// Lease deadline on `CLOCK_BOOTTIME`, in ns.
+    pub boot_deadline_ns: u64,
+    /// The same deadline on `CLOCK_REALTIME`, in unix ns.
+    pub wall_deadline_ns: u64,
+    /// The 128-bit random lease token.
+    pub token: u128,
+}
+
+/// The state-specific part of a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Waiting in `ready/<shard>/`.
+    Ready,
+    /// Held by a worker, in `ready/<shard>/`.
+    Leased(LeaseFields),
+    /// Waiting in `delayed/<bucket>/` until `not_before` (unix ns).
+    Delayed {
+        /// Earliest time to run, unix ns.
+        not_before_ns: u64,
+    },
+    /// Dead-lettered in `dead/<bucket>/`.
+    Dead {
+        /// Why.
+        reason: Reason,
+    },
+    /// Acked, in `receipts/<shard>/`; `token` is the lease token that acked it.
+    Receipt {
+        /// The lease token of the acking lease.
+        token: u128,
+    },
+}
+
+/// A parsed job name: the job's complete state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct JobName {
+    /// Job id.
+    pub id: JobId,
+    /// Generation: state changes so far.
+    pub generation: u64,
+    /// Successful claims so far.
+    pub attempt: u32,
+    /// Claims allowed before the job is dead-lettered.
+    pub max_attempts: u32,
+    /// State-specific fields.
+    pub kind: Kind,
+}
+
+/// Why a name is foreign.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameError {
+    /// Not in the grammar above.
+    Syntax,
+    /// Well-formed, but the tag does not match (corrupt, or from another queue).
+    Tag,
+}
+
+fn hex_digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
+}
+
+/// Parse exactly `width` lowercase hex digits (width <= 32).
+pub(crate) fn parse_hex(s: &[u8], width: usize) -> Option<u128> {
+    if s.len() != width {
+        return None;
+    }
+    s.iter().try_fold(0u128, |acc, &c| Some(acc << 4 | hex_digit(c)? as u128))
+}
+
+impl JobName {
+    /// A fresh ready name (generation 0, attempt 0).
+    pub fn new_ready(id: JobId, max_attempts: u32) -> JobName {
+        JobName {
+            id,
+            generation: 0,
+            attempt: 0,
+            max_attempts,
+            kind: Kind::Ready,
+        }
+    }
+
+    /// The same job in a new state: generation + 1, attempt + `claimed`.
+    pub fn next(&self, kind: Kind, claimed: bool) -> JobName {
+        JobName {
+            id: self.id,
+            generation: self.generation + 1,
+            attempt: self.attempt + claimed as u32,
+            max_attempts: self.max_attempts,
+            kind,
+        }
+    }
+
+    /// True when no claim is left (`attempt >= max_attempts`).
+    pub fn exhausted(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+
+    fn write_canonical(&self, out: &mut NameBuf, tag: Option<u64>) {
+        // Capacity is sufficient for every kind (checked by tests), so writes cannot fail.
+        let _ = write!(
+            out,
+            "{:032x}.g{:016x}.a{:08x}.m{:08x}",
+            self.id.0, self.generation, self.attempt, self.max_attempts
+        );
+        let _ = match self.kind {
+            Kind::Ready => Ok(()),
+            Kind::Leased(l) => write!(
+                out,
+                ".o{:032x}.b{:016x}.w{:016x}.t{:032x}",
+                l.boot_id, l.boot_deadline_ns, l.wall_deadline_ns, l.token
+            ),
+            Kind::Delayed { not_before_ns } => write!(out, ".d{:016x}", not_before_ns),
+            Kind::Dead { reason } => write!(out, ".x{}", reason),
+            Kind::Receipt { token } => write!(out, ".t{:032x}", token),
+        };
+        if let Some(t) = tag {
+            let _ = write!(out, ".k{:016x}", t);
+        }
+        let _ = out.push_str(match self.kind {
+            Kind::Receipt { .. } => ".rct",
+            _ => ".sqj",
+        });
+    }
+
+    /// The 64-bit tag of this name in queue `queue_id` (see the module docs for the bytes).
+    pub fn tag(&self, queue_id: u128) -> u64 {
+        let mut canon = NameBuf::new();
+        self.write_canonical(&mut canon, None);
+        tag_of(queue_id, canon.as_bytes())
+    }
+
+    /// Format the full name, tag included.
+    pub fn format(&self, queue_id: u128) -> NameBuf {
+        let mut out = NameBuf::new();
+        self.write_canonical(&mut out, Some(self.tag(queue_id)));
+        out
+    }
+
+    /// Parse a name and check its tag against `queue_id`. Allocates nothing.
+    ///
+    /// # Errors
+    /// [`NameError::Syntax`] if it is not a SteadQ name, [`NameError::Tag`] if the tag does not
+    /// match.
+    pub fn parse(name: &str, queue_id: u128) -> Result<JobName, NameError> {
+        let b = name.as_bytes();
+        let (body, receipt) = if let Some(x) = b.strip_suffix(b".sqj") {
+            (x, false)
+        } else if let Some(x) = b.strip_suffix(b".rct") {
+            (x, true)
+        } else {
+            return Err(NameError::Syntax);
+        };
+        // The tag field is always last before the suffix: ".k" + 16 hex.
+        if body.len() < 18 || &body[body.len() - 18..body.len() - 16] != b".k" {
+            return Err(NameError::Syntax);
+        }
+        let tag = parse_hex(&body[body.len() - 16..], 16).ok_or(NameError::Syntax)? as u64;
+        let body = &body[..body.len() - 18];
+        let mut fields = body.split(|&c| c == b'.');
+        let id = JobId(parse_hex(fields.next().ok_or(NameError::Syntax)?, 32).ok_or(NameError::Syntax)?);
+        let mut field = |letter: u8, width: usize| -> Result<u128, NameError> {
+            let f = fields.next().ok_or(NameError::Syntax)?;
+            match f.split_first() {
+                Some((&l, rest)) if l == letter => parse_hex(rest, width).ok_or(NameError::Syntax),
+                _ => Err(NameError::Syntax),
+            }
+        };
+        let generation = field(b'g', 16)? as u64;
+        let attempt = field(b'a', 8)? as u32;
+        let max_attempts = field(b'm', 8)? as u32;
+        let rest: heapless::Vec<&[u8], 5> = fields.try_fold(heapless::Vec::new(), |mut v, f| {
+            v.push(f).map_err(|_| NameError::Syntax)?;
+            Ok(v)
+        })?;
+        let hex_field = |f: &[u8], letter: u8, width: usize| -> Result<u128, NameError> {
+            match f.split_first() {
+                Some((&l, r)) if l == letter => parse_hex(r, width).ok_or(NameError::Syntax),
+                _ => Err(NameError::Syntax),
+            }
+        };
+        let kind = match (receipt, rest.as_slice()) {
+            (false, []) => Kind::Ready,
+            (false, [o, bd, w, t]) => Kind::Leased(LeaseFields {
+                boot_id: hex_field(o, b'o', 32)?,
+                boot_deadline_ns: hex_field(bd, b'b', 16)? as u64,
+                wall_deadline_ns: hex_field(w, b'w', 16)? as u64,
+                token: hex_field(t, b't', 32)?,
+            }),
+            (false, [d]) if d.first() == Some(&b'd') => Kind::Delayed {
+                not_before_ns: hex_field(d, b'd', 16)? as u64,
+            },
+            (false, [x]) if x.first() == Some(&b'x') => Kind::Dead {
+                reason: core::str::from_utf8(&x[1..])
+                    .ok()
+                    .and_then(Reason::new)
+                    .ok_or(NameError::Syntax)?,
+            },
+            (true, [t]) => Kind::Receipt {
+                token: hex_field(t, b't', 32)?,
+            },
+            _ => return Err(NameError::Syntax),
+        };
+        let parsed = JobName {
+            id,
+            generation,
+            attempt,
+            max_attempts,
+            kind,
+        };
+        if parsed.tag(queue_id) != tag {
+            return Err(NameError::Tag);
+        }
+        Ok(parsed)
+    }
+}
+
+/// The tag function itself (module docs give the bytes).
+pub(crate) fn tag_of(queue_id: u128, canonical: &[u8]) -> u64 {
+    let mut h = Sha256::new();
+    h.update(b"steadq-name-v1\0");
+    h.update(queue_id.to_be_bytes());
+    h.update(canonical);
+    let d = h.finalize();
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
+/// The 16-hex name of a time bucket directory: `index = unix_ns / width_ns`.
+pub fn bucket_name(unix_ns: u64, width_ns: u64) -> heapless::String<16> {
+    let mut s = heapless::String::new();
+    let _ = write!(s, "{:016x}", unix_ns / width_ns.max(1));
+    s
+}
+
+/// The 2-hex name of shard directory `shard` (shards are 1..=256).
+pub fn shard_name(shard: u16) -> heapless::String<4> {
+    let mut s = heapless::String::new();
+    let _ = write!(s, "{:02x}", shard);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const Q: u128 = 0x0123_4567_89ab_cdef_0011_2233_4455_6677;
+
+    fn samples() -> Vec<JobName> {
+        let base = JobName::new_ready(JobId::new(1_700_000_000_000, 0xdead_beef_1234_5678_9abc), 5);
+        let lease = LeaseFields {
+            boot_id: u128::MAX - 7,
+            boot_deadline_ns: 123_456_789_000,
+            wall_deadline_ns: 1_700_000_030_000_000_000,
+            token: 0xfeed_f00d_u128 << 64 | 42,
+        };
+        vec![
+            base,
+            base.next(Kind::Leased(lease), true),
+            base.next(Kind::Delayed { not_before_ns: 1_700_000_100_000_000_000 }, false),
+            base.next(Kind::Dead { reason: Reason::EXHAUSTED }, false),
+            base.next(Kind::Dead { reason: Reason::new("z9").unwrap() }, false),
+            base.next(Kind::Receipt { token: lease.token }, false),
+            JobName {
+                id: JobId(u128::MAX),
+                generation: u64::MAX,
+                attempt: u32::MAX,
+                max_attempts: u32::MAX,
+                kind: Kind::Leased(LeaseFields {
+                    boot_id: u128::MAX,
+                    boot_deadline_ns: u64::MAX,
+                    wall_deadline_ns: u64::MAX,
+                    token: u128::MAX,
+                }),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        for n in samples() {
+            let s = n.format(Q);
+            assert!(s.len() <= 255 && s.len() <= NAME_MAX, "{s}");
+            assert!(s.bytes().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || c == b'.'), "{s}");
+            assert_eq!(JobName::parse(&s, Q), Ok(n), "{s}");
+        }
+    }
+
+    #[test]
+    fn leased_name_matches_article_shape() {
+        let s = samples()[1].format(Q);
+        let f: Vec<&str> = s.split('.').collect();
+        let widths: Vec<usize> = f.iter().map(|x| x.len()).collect();
+        assert_eq!(widths, vec![32, 17, 9, 9, 33, 17, 17, 33, 17, 3]);
+        assert_eq!(s.len(), 32 + 17 + 9 + 9 + 33 + 17 + 17 + 33 + 17 + 3 + 9);
+    }
+
+    #[test]
+    fn one_bit_flip_in_any_field_is_caught() {
+        for n in samples() {
+            let s = n.format(Q);
+            let tag_start = s.rfind(".k").unwrap() + 2;
+            for i in 0..s.len() {
+                if (tag_start..tag_start + 16).contains(&i) {
+                    continue;
+                }
+                for bit in 0..4 {
+                    let mut b = s.as_bytes().to_vec();
+                    let Some(d) = hex_digit(b[i]) else { continue };
+                    let flipped = d ^ (1 << bit);
+                    b[i] = b"0123456789abcdef"[flipped as usize];
+                    let t = core::str::from_utf8(&b).unwrap();
+                    assert_eq!(JobName::parse(t, Q), Err(NameError::Tag), "{t}");
+                }
+            }
+            // and a wrong queue id
+            assert_eq!(JobName::parse(&s, Q ^ 1), Err(NameError::Tag));
+        }
+    }
+
+    #[test]
+    fn foreign_names_are_syntax_errors() {
+        let good = samples()[0].format(Q);
+        let upper = good.to_uppercase();
+        let cases = [
+            "",
+            "README",
+            ".sqj",
+            "x.sqj",
+            upper.as_str(),
+            &good[1..],
+            &good[..good.len() - 1],
+        ];
+        for c in cases {
+            assert_eq!(JobName::parse(c, Q), Err(NameError::Syntax), "{c:?}");
+        }
+        let with_extra = good.replace(".k", ".zz.k");
+        assert_eq!(JobName::parse(&with_extra, Q), Err(NameError::Syntax));
+        let rct_as_sqj = samples()[5].format(Q).replace(".rct", ".sqj");
+        assert_eq!(JobName::parse(&rct_as_sqj, Q), Err(NameError::Syntax));
+        assert!(Reason::new("Bad").is_none() && Reason::new("").is_none());
+        assert!(Reason::new("abcdefghijklmnopq").is_none());
+    }
+
+    #[test]
+    fn ids_sort_by_time() {
+        let a = JobId::new(1000, u128::MAX);
+        let b = JobId::new(1001, 0);
+        assert!(a < b && a.to_string() < b.to_string());
+        assert_eq!(b.unix_ms(), 1001);
+    }
+
+    #[test]
+    fn tag_bytes_are_as_documented() {
+        // Recompute the documented construction by hand for one name.
+        let n = samples()[0];
+        let canon = format!(
+            "{:032x}.g{:016x}.a{:08x}.m{:08x}.sqj",
+            n.id.0, n.generation, n.attempt, n.max_attempts
+        );
+        let mut h = Sha256::new();
+        h.update(b"steadq-name-v1");
+        h.update([0u8]);
+        h.update(Q.to_be_bytes());
+        h.update(canon.as_bytes());
+        let d = h.finalize();
+        let want = u64::from_be_bytes(d[..8].try_into().unwrap());
+        assert_eq!(n.tag(Q), want);
+        assert!(n.format(Q).ends_with(&format!(".k{want:016x}.sqj")));
+    }
+}

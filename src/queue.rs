@@ -1,0 +1,450 @@
+//! The queue root: identity file, layout, creating and opening.
+//!
+//! ```text
+//! <root>/steadq.queue        identity (text, see Identity)
+//! <root>/tmp/                named temp files (fallback publishing only)
+//! <root>/ready/<shard>/      ready and leased jobs; shard = 2 hex digits
+//! <root>/delayed/<bucket>/   delayed jobs; bucket = 16 hex of not_before_ns / bucket width
+//! <root>/dead/<bucket>/      dead jobs; bucket = 16 hex of death time / 1 day
+//! <root>/receipts/<shard>/   receipts of acked jobs
+//! <root>/quarantine/...      foreign or corrupt entries moved by `fsck --quarantine`
+//! <root>/evidence.log        digests of compacted receipts (append-only)
+//! ```
+
+use crate::clock::Clock;
+use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::name::{shard_name, JobId, JobName};
+use crate::sys::{fs_name, Call, Errno, FaultPlan, Sys};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The queue format version this build writes (and the newest it opens).
+pub const QUEUE_VERSION: u32 = 1;
+/// The identity file's name in the queue root.
+pub const IDENTITY_FILE: &str = "steadq.queue";
+/// Width of a dead-letter bucket: one day, in ns.
+pub const DEAD_BUCKET_NS: u64 = 86_400 * 1_000_000_000;
+
+/// Which durability barriers a queue issues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Every barrier on every operation, batch operations included (the default).
+    #[default]
+    Strict,
+    /// Single operations as `Strict`; `enqueue_batch` and `ack_batch` share one barrier per
+    /// directory (and one `syncfs` for file contents) across the batch.
+    Batched,
+    /// No fsync at all: only for tmpfs and tests. A crash can lose anything.
+    None,
+}
+
+/// Settings for opening or creating a queue.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Barrier policy. Default [`Durability::Strict`].
+    pub durability: Durability,
+    /// Largest payload accepted by enqueue and read by claim, bytes. Default 16 MiB.
+    pub max_payload: u64,
+    /// Shards (1..=256) for a new queue; ignored when opening. Default 8.
+    pub shards: u16,
+    /// Delayed-bucket width for a new queue, ns; ignored when opening. Default 60 s.
+    pub delayed_bucket_ns: u64,
+    /// Default max attempts for new jobs (1..). Default 5.
+    pub max_attempts: u32,
+    /// Default lease (visibility timeout). Default 30 s.
+    pub lease: Duration,
+    /// Fault injection for tests and the crash lab.
+    pub faults: Option<Arc<FaultPlan>>,
+    /// Publish with a named temp file even where `O_TMPFILE` works (tests of the fallback).
+    pub force_named_publish: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Strict,
+            max_payload: 16 << 20,
+            shards: 8,
+            delayed_bucket_ns: 60_000_000_000,
+            max_attempts: 5,
+            lease: Duration::from_secs(30),
+            faults: None,
+            force_named_publish: false,
+        }
+    }
+}
+
+/// The identity of a queue, from `steadq.queue`:
+///
+/// ```text
+/// steadq-queue
+/// version=1
+/// id=<32 hex: 128 random bits>
+/// shards=<1..=256>
+/// delayed_bucket_ns=<decimal ns>
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Format version.
+    pub version: u32,
+    /// Queue id.
+    pub id: u128,
+    /// Shard count.
+    pub shards: u16,
+    /// Delayed-bucket width, ns.
+    pub delayed_bucket_ns: u64,
+}
+
+impl Identity {
+    fn encode(&self) -> String {
+        format!(
+            "steadq-queue\nversion={}\nid={:032x}\nshards={}\ndelayed_bucket_ns={}\n",
+            self.version, self.id, self.shards, self.delayed_bucket_ns
+        )
+    }
+
+    fn decode(text: &str) -> core::result::Result<Identity, ErrorKind> {
+        let mut lines = text.lines();
+        if lines.next() != Some("steadq-queue") {
+            return Err(ErrorKind::BadIdentity);
+        }
+        let mut field = |key: &str| -> core::result::Result<&str, ErrorKind> {
+            lines
+                .next()
+                .and_then(|l| l.strip_prefix(key))
+                .and_then(|l| l.strip_prefix('='))
+                .ok_or(ErrorKind::BadIdentity)
+        };
+        let version: u32 = field("version")?.parse().map_err(|_| ErrorKind::BadIdentity)?;
+        if version > QUEUE_VERSION {
+            return Err(ErrorKind::UnsupportedVersion { found: version, supported: QUEUE_VERSION });
+        }
+        let id = JobId::parse(field("id")?).ok_or(ErrorKind::BadIdentity)?.0;
+        let shards: u16 = field("shards")?.parse().map_err(|_| ErrorKind::BadIdentity)?;
+        let delayed_bucket_ns: u64 = field("delayed_bucket_ns")?.parse().map_err(|_| ErrorKind::BadIdentity)?;
+        if !(1..=256).contains(&shards) || delayed_bucket_ns == 0 {
+            return Err(ErrorKind::BadIdentity);
+        }
+        Ok(Identity { version, id, shards, delayed_bucket_ns })
+    }
+}
+
+/// Directory fds held open for the queue's lifetime.
+#[derive(Debug)]
+pub(crate) struct Dirs {
+    pub root: OwnedFd,
+    pub tmp: OwnedFd,
+    pub ready: Vec<OwnedFd>,
+    pub receipts: Vec<OwnedFd>,
+    pub delayed: OwnedFd,
+    pub dead: OwnedFd,
+}
+
+/// Where the claim cursor is: candidates from the last shard read, oldest last.
+#[derive(Debug, Default)]
+pub(crate) struct Cursor {
+    pub next_shard: u16,
+    pub candidates: Vec<(u16, JobName)>,
+}
+
+/// An open queue. `Send + Sync`: share it between threads by reference or `Arc`.
+#[derive(Debug)]
+pub struct Queue {
+    pub(crate) root: PathBuf,
+    pub(crate) sys: Sys,
+    pub(crate) ident: Identity,
+    pub(crate) dirs: Dirs,
+    pub(crate) opts: Options,
+    pub(crate) clock: Clock,
+    pub(crate) cursor: Mutex<Cursor>,
+}
+
+fn random_u128() -> u128 {
+    let mut b = [0u8; 16];
+    // getrandom only fails when the OS has no entropy source at all; there is no safe
+    // fallback for a lease token or queue id, so that is fatal.
+    getrandom::fill(&mut b).expect("getrandom: no OS entropy source");
+    u128::from_ne_bytes(b)
+}
+
+pub(crate) fn random() -> u128 {
+    random_u128()
+}
+
+impl Queue {
+    /// Open the queue at `root` with default [`Options`].
+    ///
+    /// # Errors
+    /// Not done in every case (opening changes nothing but a probe file in `tmp/`):
+    /// [`ErrorKind::NotAQueue`], [`ErrorKind::BadIdentity`], [`ErrorKind::UnsupportedVersion`],
+    /// [`ErrorKind::Incomplete`], [`ErrorKind::UnsupportedFilesystem`], or [`ErrorKind::Io`]
+    /// naming the path.
+    pub fn open(root: impl AsRef<Path>) -> Result<Queue> {
+        Queue::open_with(root, Options::default())
+    }
+
+    /// Open with explicit options. Errors as [`Queue::open`].
+    pub fn open_with(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
+        let root = root.as_ref().to_path_buf();
+        let sys = make_sys(&opts);
+        let rootfd = sys
+            .open_dir_path(&root)
+            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
+        let ident = read_identity(&sys, rootfd.as_fd(), &root)?;
+        Queue::assemble(root, sys, rootfd, ident, opts)
+    }
+
+    /// Create the queue at `root` (the last path component is created if missing), or open it
+    /// if it exists. Crash-safe and idempotent: the identity is published with one
+    /// no-replace rename, so two processes creating at once end up with the same queue; a
+    /// crash part-way is completed by running `create` again. `opts.shards` and
+    /// `opts.delayed_bucket_ns` apply only to a new queue.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidArgument`] for shards outside 1..=256; otherwise as
+    /// [`Queue::open`]. Outcome: indeterminate once anything was created.
+    pub fn create(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
+        if !(1..=256).contains(&opts.shards) {
+            return Err(Error::not_done(ErrorKind::InvalidArgument("shards must be 1..=256"), None));
+        }
+        if opts.delayed_bucket_ns == 0 {
+            return Err(Error::not_done(ErrorKind::InvalidArgument("delayed bucket width must be > 0"), None));
+        }
+        let root = root.as_ref().to_path_buf();
+        let sys = make_sys(&opts);
+        let ind = |call, e, p: &Path| Error::io(call, e, Outcome::Indeterminate, Some(p.to_path_buf()));
+        match sys.mkdir_path(&root) {
+            Ok(()) => {
+                let parent = root.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                let pfd = sys.open_dir_path(parent).map_err(|e| ind(Call::Open, e, parent))?;
+                sys.fsync(pfd.as_fd()).map_err(|e| ind(Call::Fsync, e, parent))?;
+            }
+            Err(Errno::EXIST) => {}
+            Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(root))),
+        }
+        let rootfd = sys
+            .open_dir_path(&root)
+            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
+        let ident = match read_identity(&sys, rootfd.as_fd(), &root) {
+            Ok(i) => i,
+            Err(e) if *e.kind() == ErrorKind::NotAQueue => {
+                let mine = Identity {
+                    version: QUEUE_VERSION,
+                    id: random_u128(),
+                    shards: opts.shards,
+                    delayed_bucket_ns: opts.delayed_bucket_ns,
+                };
+                publish_identity(&sys, rootfd.as_fd(), &root, &mine)?;
+                read_identity(&sys, rootfd.as_fd(), &root)?
+            }
+            Err(e) => return Err(e),
+        };
+        // Make every directory (idempotent), each made durable in its parent.
+        let mut top = vec!["tmp", "ready", "delayed", "dead", "receipts"];
+        top.sort_unstable();
+        for d in top {
+            ensure_dir(&sys, rootfd.as_fd(), d, &root)?;
+        }
+        for parent in ["ready", "receipts"] {
+            let pfd = sys
+                .open_dir_beneath(rootfd.as_fd(), parent)
+                .map_err(|e| ind(Call::Open, e, &root.join(parent)))?;
+            for s in 0..ident.shards {
+                ensure_dir(&sys, pfd.as_fd(), shard_name(s).as_str(), &root.join(parent))?;
+            }
+        }
+        sys.fsync(rootfd.as_fd()).map_err(|e| ind(Call::Fsync, e, &root))?;
+        Queue::assemble(root, sys, rootfd, ident, opts)
+    }
+
+    fn assemble(root: PathBuf, sys: Sys, rootfd: OwnedFd, ident: Identity, opts: Options) -> Result<Queue> {
+        let open = |rel: &str| {
+            sys.open_dir_beneath(rootfd.as_fd(), rel).map_err(|e| {
+                let kind = if e == Errno::NOENT { ErrorKind::Incomplete } else { ErrorKind::Io { call: Call::Open, errno: e } };
+                Error::not_done(kind, Some(root.join(rel)))
+            })
+        };
+        let shard_dirs = |parent: &str| -> Result<Vec<OwnedFd>> {
+            (0..ident.shards).map(|s| open(&format!("{parent}/{}", shard_name(s)))).collect()
+        };
+        let dirs = Dirs {
+            tmp: open("tmp")?,
+            ready: shard_dirs("ready")?,
+            receipts: shard_dirs("receipts")?,
+            delayed: open("delayed")?,
+            dead: open("dead")?,
+            root: rootfd,
+        };
+        let clock = Clock::new(&sys);
+        probe_rename(&sys, dirs.tmp.as_fd(), &root, clock.boot_id())?;
+        if opts.force_named_publish {
+            sys.force_named_publish();
+        }
+        let start = (std::process::id() % ident.shards as u32) as u16;
+        Ok(Queue {
+            root,
+            sys,
+            ident,
+            dirs,
+            opts,
+            clock,
+            cursor: Mutex::new(Cursor { next_shard: start, candidates: Vec::new() }),
+        })
+    }
+
+    /// The queue's root path as given.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The identity read from `steadq.queue`.
+    pub fn identity(&self) -> Identity {
+        self.ident
+    }
+
+    /// The queue id (128 bits).
+    pub fn id(&self) -> u128 {
+        self.ident.id
+    }
+
+    /// The options this handle was opened with.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// The clocks (tests shift them to expire leases without sleeping).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The syscall layer (its fault plan, its publishing route).
+    pub fn sys(&self) -> &Sys {
+        &self.sys
+    }
+
+    /// `root/rel`, for error messages.
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// fsync `fd` unless the policy is `None`.
+    pub(crate) fn barrier(&self, fd: BorrowedFd<'_>) -> core::result::Result<(), Errno> {
+        if self.opts.durability == Durability::None {
+            return Ok(());
+        }
+        self.sys.fsync(fd)
+    }
+
+    /// Open (creating if needed) bucket directory `name` under `parent` (`delayed` or `dead`).
+    /// A new bucket is made durable in its parent before use.
+    pub(crate) fn bucket_dir(&self, parent_is_dead: bool, name: &str) -> core::result::Result<OwnedFd, (Call, Errno)> {
+        let parent = if parent_is_dead { &self.dirs.dead } else { &self.dirs.delayed };
+        match self.sys.mkdir(parent.as_fd(), name) {
+            Ok(()) => self.barrier(parent.as_fd()).map_err(|e| (Call::Fsync, e))?,
+            Err(Errno::EXIST) => {}
+            Err(e) => return Err((Call::Mkdir, e)),
+        }
+        self.sys.open_dir_beneath(parent.as_fd(), name).map_err(|e| (Call::Open, e))
+    }
+}
+
+fn make_sys(opts: &Options) -> Sys {
+    match &opts.faults {
+        Some(p) => Sys::with_faults(p.clone()),
+        None => Sys::new(),
+    }
+}
+
+fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<Identity> {
+    let p = path.join(IDENTITY_FILE);
+    let fd = match sys.open_file_ro(root, IDENTITY_FILE) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Err(Error::not_done(ErrorKind::NotAQueue, Some(path.to_path_buf()))),
+        Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(p))),
+    };
+    let mut buf = Vec::new();
+    sys.read_all(fd.as_fd(), 4096, &mut buf)
+        .map_err(|e| Error::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
+    let text = std::str::from_utf8(&buf).map_err(|_| Error::not_done(ErrorKind::BadIdentity, Some(p.clone())))?;
+    Identity::decode(text).map_err(|k| Error::not_done(k, Some(p)))
+}
+
+fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identity) -> Result<()> {
+    let tmp = format!(".{IDENTITY_FILE}.{:032x}", random_u128());
+    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
+    let fd = sys.create_file(root, &tmp).map_err(|e| nd(Call::Open, e))?;
+    let cleanup = |e: Error| {
+        let _ = sys.unlink(root, &tmp);
+        e
+    };
+    sys.write_all(fd.as_fd(), ident.encode().as_bytes()).map_err(|e| cleanup(nd(Call::Write, e)))?;
+    sys.fsync(fd.as_fd()).map_err(|e| cleanup(nd(Call::Fsync, e)))?;
+    match sys.rename(root, &tmp, root, IDENTITY_FILE) {
+        Ok(()) => {}
+        Err(Errno::EXIST) => {
+            // Another creator won; theirs is the queue.
+            let _ = sys.unlink(root, &tmp);
+        }
+        Err(Errno::INVAL) => {
+            let _ = sys.unlink(root, &tmp);
+            let fs_type = sys.fs_magic(root).map(fs_name).unwrap_or("unknown");
+            return Err(Error::not_done(ErrorKind::UnsupportedFilesystem { fs_type }, Some(path.to_path_buf())));
+        }
+        Err(e) => return Err(cleanup(nd(Call::Rename, e))),
+    }
+    sys.fsync(root)
+        .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(path.to_path_buf())))
+}
+
+fn ensure_dir(sys: &Sys, parent: BorrowedFd<'_>, name: &str, ppath: &Path) -> Result<()> {
+    match sys.mkdir(parent, name) {
+        Ok(()) => sys
+            .fsync(parent)
+            .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(ppath.to_path_buf()))),
+        Err(Errno::EXIST) => {
+            // Must be a real directory, not a symlink or file planted under the name.
+            sys.open_dir_beneath(parent, name)
+                .map(drop)
+                .map_err(|e| Error::io(Call::Open, e, Outcome::Indeterminate, Some(ppath.join(name))))
+        }
+        Err(e) => Err(Error::io(Call::Mkdir, e, Outcome::Indeterminate, Some(ppath.join(name)))),
+    }
+}
+
+/// Check once per open that `renameat2(RENAME_NOREPLACE)` works here: a probe file in `tmp/`
+/// is renamed and removed. NFS and old FUSE answer `EINVAL` (see `rename(2)`).
+fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> Result<()> {
+    let a = format!("{boot_id:032x}.{:08x}.{:032x}.probe", std::process::id(), random_u128());
+    let b = format!("{a}.b");
+    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(root.join("tmp").join(&a)));
+    drop(sys.create_file(tmp, &a).map_err(|e| nd(Call::Open, e))?);
+    let r = sys.rename(tmp, &a, tmp, &b);
+    let leftover = if r.is_ok() { &b } else { &a };
+    let _ = sys.unlink(tmp, leftover);
+    match r {
+        Ok(()) => Ok(()),
+        Err(Errno::INVAL) | Err(Errno::NOSYS) => {
+            let fs_type = sys.fs_magic(tmp).map(fs_name).unwrap_or("unknown");
+            Err(Error::not_done(ErrorKind::UnsupportedFilesystem { fs_type }, Some(root.to_path_buf())))
+        }
+        Err(e) => Err(nd(Call::Rename, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_round_trips_and_rejects_newer() {
+        let i = Identity { version: 1, id: 0xabc, shards: 16, delayed_bucket_ns: 60_000_000_000 };
+        assert_eq!(Identity::decode(&i.encode()), Ok(i));
+        let newer = i.encode().replace("version=1", "version=2");
+        assert_eq!(Identity::decode(&newer), Err(ErrorKind::UnsupportedVersion { found: 2, supported: 1 }));
+        assert_eq!(Identity::decode("steadq-queue\n"), Err(ErrorKind::BadIdentity));
+        let zero = i.encode().replace("shards=16", "shards=0");
+        assert_eq!(Identity::decode(&zero), Err(ErrorKind::BadIdentity));
+    }
+}

@@ -1,0 +1,559 @@
+//! The syscall layer: every filesystem call SteadQ makes passes through [`Sys`].
+//!
+//! Each wrapper is a line or two over `rustix` and carries the man page it follows. A [`Sys`]
+//! may hold a [`FaultPlan`], which tests and the crash lab use to fail the Nth call of a given
+//! [`Call`] kind with a chosen errno, or to "stop" right after a call: every later call then
+//! fails with `ESHUTDOWN`, the way a process that died at that instant would do nothing more.
+//!
+//! EINTR: reads, writes, opens and directory reads are retried on EINTR (they are idempotent).
+//! Renames, links, unlinks and syncs are not: their EINTR is reported to the caller.
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub use rustix::io::Errno;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
+
+/// The kinds of filesystem call, for fault injection and for error reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Call {
+    /// `openat(2)`, `openat2(2)`, including `O_TMPFILE` and `O_CREAT`.
+    Open,
+    /// `mkdirat(2)`.
+    Mkdir,
+    /// `getdents64(2)`, one count per directory listing.
+    ReadDir,
+    /// `read(2)` / `pread(2)`, one count per call.
+    Read,
+    /// `write(2)`, one count per call.
+    Write,
+    /// `fsync(2)` of a file or a directory: a durability barrier.
+    Fsync,
+    /// `syncfs(2)`: a durability barrier for a whole filesystem (batched enqueue).
+    Syncfs,
+    /// `linkat(2)`: publishes an `O_TMPFILE` (a linearization point).
+    Link,
+    /// `renameat2(2)` with `RENAME_NOREPLACE` (a linearization point).
+    Rename,
+    /// `unlinkat(2)`, also with `AT_REMOVEDIR`.
+    Unlink,
+    /// `fstat(2)`, `fstatat(2)`, `fstatfs(2)`.
+    Stat,
+}
+
+impl Call {
+    /// Every kind, in declaration order.
+    pub const ALL: [Call; 11] = [
+        Call::Open,
+        Call::Mkdir,
+        Call::ReadDir,
+        Call::Read,
+        Call::Write,
+        Call::Fsync,
+        Call::Syncfs,
+        Call::Link,
+        Call::Rename,
+        Call::Unlink,
+        Call::Stat,
+    ];
+
+    /// The lowercase name used in messages, e.g. `"rename"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::Open => "open",
+            Call::Mkdir => "mkdir",
+            Call::ReadDir => "readdir",
+            Call::Read => "read",
+            Call::Write => "write",
+            Call::Fsync => "fsync",
+            Call::Syncfs => "syncfs",
+            Call::Link => "linkat",
+            Call::Rename => "renameat2",
+            Call::Unlink => "unlink",
+            Call::Stat => "stat",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What a [`Fault`] does to the call it matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultAction {
+    /// The call is not made; it returns this errno.
+    Fail(Errno),
+    /// The call is made; afterwards every call fails with `ESHUTDOWN` (a simulated crash).
+    StopAfter,
+}
+
+/// One injected fault: the `nth` (1-based) call of kind `call` gets `action`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// The kind of call to match.
+    pub call: Call,
+    /// 1-based index among calls of that kind made through this plan.
+    pub nth: u32,
+    /// What happens to it.
+    pub action: FaultAction,
+}
+
+/// A fault-injection plan shared by one or more [`Sys`] values. With no faults it only counts
+/// calls, which is how a test learns how many calls of each kind an operation makes.
+#[derive(Debug, Default)]
+pub struct FaultPlan {
+    faults: Vec<Fault>,
+    counts: [AtomicU32; 11],
+    stopped: AtomicBool,
+    fired: AtomicBool,
+    trace: Mutex<Vec<Call>>,
+}
+
+enum Decision {
+    Proceed,
+    ProceedThenStop,
+    Fail(Errno),
+}
+
+impl FaultPlan {
+    /// A plan that injects `faults` (and counts every call).
+    pub fn new(faults: Vec<Fault>) -> Arc<Self> {
+        Arc::new(FaultPlan {
+            faults,
+            ..Default::default()
+        })
+    }
+
+    /// Calls of `call` kind made so far.
+    pub fn count(&self, call: Call) -> u32 {
+        self.counts[call.index()].load(Ordering::SeqCst)
+    }
+
+    /// Whether a fault of this plan has fired.
+    pub fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    /// Whether a `StopAfter` fault has fired (every later call fails with `ESHUTDOWN`).
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// The sequence of calls made so far, oldest first.
+    pub fn trace(&self) -> Vec<Call> {
+        self.trace.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Zero the counters and the trace (the faults stay armed relative to the new zero).
+    pub fn reset_counts(&self) {
+        for c in &self.counts {
+            c.store(0, Ordering::SeqCst);
+        }
+        if let Ok(mut t) = self.trace.lock() {
+            t.clear();
+        }
+    }
+
+    fn decide(&self, call: Call) -> Decision {
+        if self.stopped.load(Ordering::SeqCst) {
+            return Decision::Fail(Errno::SHUTDOWN);
+        }
+        let n = self.counts[call.index()].fetch_add(1, Ordering::SeqCst) + 1;
+        if let Ok(mut t) = self.trace.lock() {
+            t.push(call);
+        }
+        for f in &self.faults {
+            if f.call == call && f.nth == n {
+                self.fired.store(true, Ordering::SeqCst);
+                return match f.action {
+                    FaultAction::Fail(e) => Decision::Fail(e),
+                    FaultAction::StopAfter => Decision::ProceedThenStop,
+                };
+            }
+        }
+        Decision::Proceed
+    }
+}
+
+/// How an `O_TMPFILE` gets its name; probed on first use, then remembered.
+const PUBLISH_UNKNOWN: u8 = 0;
+const PUBLISH_EMPTY_PATH: u8 = 1;
+const PUBLISH_PROC: u8 = 2;
+const PUBLISH_NAMED: u8 = 3;
+
+/// How to publish a job file, as found by probing (see [`Sys::publish_mode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Publish {
+    /// `linkat(fd, "", dir, name, AT_EMPTY_PATH)` of an `O_TMPFILE`.
+    EmptyPath,
+    /// `linkat(AT_FDCWD, "/proc/self/fd/N", dir, name, AT_SYMLINK_FOLLOW)` of an `O_TMPFILE`.
+    ProcFd,
+    /// A named temp file under `tmp/`, published with `renameat2(RENAME_NOREPLACE)`.
+    Named,
+}
+
+/// The syscall layer. Cheap to create; one per open queue.
+#[derive(Debug, Default)]
+pub struct Sys {
+    plan: Option<Arc<FaultPlan>>,
+    publish: AtomicU8,
+    no_openat2: AtomicBool,
+}
+
+/// What [`Sys::stat_nofollow`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// File type (a symlink is reported as a symlink).
+    pub file_type: FileType,
+    /// Size, bytes.
+    pub size: u64,
+    /// Inode change time, unix ns (a rename sets it on Linux's local filesystems).
+    pub ctime_ns: u64,
+}
+
+/// A directory entry's type as `getdents64` reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryType {
+    /// `DT_REG`.
+    File,
+    /// `DT_DIR`.
+    Dir,
+    /// `DT_UNKNOWN`: the caller must `fstatat` (without following symlinks) to learn more.
+    Unknown,
+    /// Anything else: symlink, fifo, socket, device.
+    Other,
+}
+
+type R<T> = Result<T, Errno>;
+
+impl Sys {
+    /// A syscall layer with no fault injection.
+    pub fn new() -> Self {
+        Sys::default()
+    }
+
+    /// A syscall layer that consults `plan` before every call.
+    pub fn with_faults(plan: Arc<FaultPlan>) -> Self {
+        Sys {
+            plan: Some(plan),
+            ..Default::default()
+        }
+    }
+
+    /// The fault plan, if any.
+    pub fn plan(&self) -> Option<&Arc<FaultPlan>> {
+        self.plan.as_ref()
+    }
+
+    /// Run `f` as one call of kind `call`, consulting the fault plan.
+    fn run<T>(&self, call: Call, f: impl FnOnce() -> R<T>) -> R<T> {
+        match self.plan.as_ref().map(|p| (p, p.decide(call))) {
+            None | Some((_, Decision::Proceed)) => f(),
+            Some((_, Decision::Fail(e))) => Err(e),
+            Some((p, Decision::ProceedThenStop)) => {
+                let r = f();
+                p.stopped.store(true, Ordering::SeqCst);
+                r
+            }
+        }
+    }
+
+    /// Like [`Sys::run`], retrying on EINTR (for idempotent calls only).
+    fn run_retry<T>(&self, call: Call, mut f: impl FnMut() -> R<T>) -> R<T> {
+        loop {
+            match self.run(call, &mut f) {
+                Err(Errno::INTR) => continue,
+                r => return r,
+            }
+        }
+    }
+
+    /// Open a directory by an absolute or cwd-relative path, following symlinks (used only for
+    /// the queue root and its parent, which lie outside the queue). `open(2)`.
+    pub fn open_dir_path(&self, path: &std::path::Path) -> R<OwnedFd> {
+        self.run_retry(Call::Open, || {
+            rustix::fs::open(
+                path,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })
+    }
+
+    /// Open directory `name` beneath `dir` without following any symlink: `openat2(2)` with
+    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the kernel has it (5.6+), otherwise
+    /// `openat(2)` one component at a time with `O_NOFOLLOW`.
+    pub fn open_dir_beneath(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        if !self.no_openat2.load(Ordering::Relaxed) {
+            let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+            match self.run_retry(Call::Open, || {
+                rustix::fs::openat2(dir, name, flags, Mode::empty(), how)
+            }) {
+                Err(Errno::NOSYS) | Err(Errno::PERM) => {
+                    // ENOSYS: kernel older than 5.6; EPERM: a seccomp filter refusing it.
+                    self.no_openat2.store(true, Ordering::Relaxed);
+                }
+                r => return r,
+            }
+        }
+        let mut cur: Option<OwnedFd> = None;
+        for part in name.split('/').filter(|p| !p.is_empty()) {
+            if part == ".." {
+                return Err(Errno::XDEV);
+            }
+            let base = cur.as_ref().map(|f| f.as_fd()).unwrap_or(dir);
+            let next =
+                self.run_retry(Call::Open, || rustix::fs::openat(base, part, flags, Mode::empty()))?;
+            cur = Some(next);
+        }
+        cur.ok_or(Errno::INVAL)
+    }
+
+    /// Open regular file `name` in `dir` read-only, never following a symlink and never
+    /// blocking on a fifo (`O_NOFOLLOW | O_NONBLOCK`). The caller checks `fstat` for a regular
+    /// file. `openat(2)`.
+    pub fn open_file_ro(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        self.run_retry(Call::Open, || rustix::fs::openat(dir, name, flags, Mode::empty()))
+    }
+
+    /// Create a new file `name` in `dir` (`O_CREAT | O_EXCL | O_NOFOLLOW`), write-only, mode
+    /// 0644 before umask. `openat(2)`.
+    pub fn create_file(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        self.run(Call::Open, || rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644)))
+    }
+
+    /// Open an unnamed file in `dir` (`O_TMPFILE`, Linux 3.11+). Fails with `EOPNOTSUPP` (or
+    /// `EISDIR` on old kernels) where the filesystem lacks it. `open(2)`.
+    pub fn open_tmpfile(&self, dir: BorrowedFd<'_>) -> R<OwnedFd> {
+        let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
+        self.run(Call::Open, || rustix::fs::openat(dir, ".", flags, Mode::from_raw_mode(0o644)))
+    }
+
+    /// `mkdirat(2)`, mode 0755 before umask.
+    pub fn mkdir(&self, dir: BorrowedFd<'_>, name: &str) -> R<()> {
+        self.run(Call::Mkdir, || rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)))
+    }
+
+    /// `mkdir(2)` of a path outside any queue (the queue root itself).
+    pub fn mkdir_path(&self, path: &std::path::Path) -> R<()> {
+        self.run(Call::Mkdir, || rustix::fs::mkdir(path, Mode::from_raw_mode(0o755)))
+    }
+
+    /// Read all of `fd` from offset 0 into `buf` (cleared first), at most `limit` bytes; more
+    /// than that is `EFBIG`. `pread(2)` in a loop.
+    pub fn read_all(&self, fd: BorrowedFd<'_>, limit: u64, buf: &mut Vec<u8>) -> R<()> {
+        buf.clear();
+        let mut chunk = [0u8; 16384];
+        loop {
+            let off = buf.len() as u64;
+            let n = self.run_retry(Call::Read, || rustix::io::pread(fd, &mut chunk[..], off))?;
+            if n == 0 {
+                return Ok(());
+            }
+            if off + n as u64 > limit {
+                return Err(Errno::FBIG);
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Write all of `data` at the current offset. `write(2)` in a loop; a zero-length write is
+    /// `EIO`.
+    pub fn write_all(&self, fd: BorrowedFd<'_>, mut data: &[u8]) -> R<()> {
+        while !data.is_empty() {
+            let n = self.run_retry(Call::Write, || rustix::io::write(fd, data))?;
+            if n == 0 {
+                return Err(Errno::IO);
+            }
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// `fsync(2)`: a durability barrier. Never retried: after a failed fsync the kernel may have
+    /// dropped the dirty pages and a second fsync can succeed falsely (PostgreSQL "fsyncgate",
+    /// 2018; see `fsync(2)` NOTES).
+    pub fn fsync(&self, fd: BorrowedFd<'_>) -> R<()> {
+        self.run(Call::Fsync, || rustix::fs::fsync(fd))
+    }
+
+    /// `syncfs(2)`: writes back the whole filesystem holding `fd`. Linux 5.8+ reports writeback
+    /// errors here; older kernels always return 0.
+    pub fn syncfs(&self, fd: BorrowedFd<'_>) -> R<()> {
+        self.run(Call::Syncfs, || rustix::fs::syncfs(fd))
+    }
+
+    /// `renameat2(2)` with `RENAME_NOREPLACE`: fails with `EEXIST` if `to` exists, `ENOENT` if
+    /// `from` does not; of two racing renames of one source exactly one succeeds.
+    pub fn rename(&self, from_dir: BorrowedFd<'_>, from: &str, to_dir: BorrowedFd<'_>, to: &str) -> R<()> {
+        self.run(Call::Rename, || {
+            rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE)
+        })
+    }
+
+    /// Give the `O_TMPFILE` `file` the name `to` in `dir`. `linkat(2)` never replaces: `EEXIST`
+    /// if `to` exists. Tries `AT_EMPTY_PATH` (needs `CAP_DAC_READ_SEARCH` before Linux 6.10),
+    /// then `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW`, and remembers which worked. `ENOTSUP`
+    /// means neither works: use [`Publish::Named`].
+    pub fn link_tmpfile(&self, file: BorrowedFd<'_>, dir: BorrowedFd<'_>, to: &str) -> R<()> {
+        let mode = self.publish.load(Ordering::Relaxed);
+        if mode == PUBLISH_UNKNOWN || mode == PUBLISH_EMPTY_PATH {
+            match self.run(Call::Link, || {
+                rustix::fs::linkat(file, "", dir, to, AtFlags::EMPTY_PATH)
+            }) {
+                Ok(()) => {
+                    self.publish.store(PUBLISH_EMPTY_PATH, Ordering::Relaxed);
+                    return Ok(());
+                }
+                // ENOENT: no CAP_DAC_READ_SEARCH on this kernel; EPERM/EINVAL: refused.
+                Err(Errno::NOENT | Errno::PERM | Errno::INVAL) if mode == PUBLISH_UNKNOWN => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if mode != PUBLISH_NAMED {
+            use std::os::fd::AsRawFd;
+            let mut path: heapless::String<40> = heapless::String::new();
+            let _ = core::fmt::Write::write_fmt(
+                &mut path,
+                format_args!("/proc/self/fd/{}", file.as_raw_fd()),
+            );
+            match self.run(Call::Link, || {
+                rustix::fs::linkat(rustix::fs::CWD, path.as_str(), dir, to, AtFlags::SYMLINK_FOLLOW)
+            }) {
+                Ok(()) => {
+                    self.publish.store(PUBLISH_PROC, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(Errno::NOENT) if mode == PUBLISH_UNKNOWN => {
+                    // /proc is not mounted.
+                    self.publish.store(PUBLISH_NAMED, Ordering::Relaxed);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Errno::NOTSUP)
+    }
+
+    /// The publishing route found so far (`None` before the first enqueue).
+    pub fn publish_mode(&self) -> Option<Publish> {
+        match self.publish.load(Ordering::Relaxed) {
+            PUBLISH_EMPTY_PATH => Some(Publish::EmptyPath),
+            PUBLISH_PROC => Some(Publish::ProcFd),
+            PUBLISH_NAMED => Some(Publish::Named),
+            _ => None,
+        }
+    }
+
+    /// Force the named-temp-file route (tests of the fallback, and filesystems without
+    /// `O_TMPFILE`).
+    pub fn force_named_publish(&self) {
+        self.publish.store(PUBLISH_NAMED, Ordering::Relaxed);
+    }
+
+    /// Read `/proc/sys/kernel/random/boot_id` (`random(4)`) as 128 bits; `None` without /proc.
+    pub fn read_boot_id(&self) -> Option<u128> {
+        let fd = self
+            .run_retry(Call::Open, || {
+                rustix::fs::open("/proc/sys/kernel/random/boot_id", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            })
+            .ok()?;
+        let mut buf = Vec::with_capacity(64);
+        self.read_all(fd.as_fd(), 64, &mut buf).ok()?;
+        crate::clock::parse_boot_id(std::str::from_utf8(&buf).ok()?)
+    }
+
+    /// `unlinkat(2)` of a file.
+    pub fn unlink(&self, dir: BorrowedFd<'_>, name: &str) -> R<()> {
+        self.run(Call::Unlink, || rustix::fs::unlinkat(dir, name, AtFlags::empty()))
+    }
+
+    /// `unlinkat(2)` with `AT_REMOVEDIR`: `ENOTEMPTY` if the directory has entries.
+    pub fn rmdir(&self, dir: BorrowedFd<'_>, name: &str) -> R<()> {
+        self.run(Call::Unlink, || rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR))
+    }
+
+    /// `fstat(2)`: `(file type, size in bytes)`.
+    pub fn fstat(&self, fd: BorrowedFd<'_>) -> R<(FileType, u64)> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::fstat(fd).map(|st| (FileType::from_raw_mode(st.st_mode), st.st_size as u64))
+        })
+    }
+
+    /// `fstatat(2)` with `AT_SYMLINK_NOFOLLOW`.
+    pub fn stat_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<Meta> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map(|st| Meta {
+                file_type: FileType::from_raw_mode(st.st_mode),
+                size: st.st_size as u64,
+                ctime_ns: (st.st_ctime as u64).saturating_mul(1_000_000_000) + st.st_ctime_nsec as u64,
+            })
+        })
+    }
+
+    /// Open (creating, mode 0644) `name` in `dir` for appending, never following a symlink.
+    /// `openat(2)` with `O_APPEND | O_CREAT | O_NOFOLLOW`.
+    pub fn open_append(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        self.run(Call::Open, || rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644)))
+    }
+
+    /// `fstatfs(2)`: the filesystem magic (`f_type`), see `statfs(2)` and `linux/magic.h`.
+    pub fn fs_magic(&self, fd: BorrowedFd<'_>) -> R<i64> {
+        self.run_retry(Call::Stat, || rustix::fs::fstatfs(fd).map(|s| s.f_type as i64))
+    }
+
+    /// List `dir` with `getdents64(2)`, calling `f(name, type)` for each entry except `.` and
+    /// `..`. Names that are not UTF-8 are passed as `None` (they are foreign by definition).
+    pub fn read_dir(
+        &self,
+        dir: BorrowedFd<'_>,
+        mut f: impl FnMut(Option<&str>, &CStr, EntryType),
+    ) -> R<()> {
+        let mut d = self.run_retry(Call::ReadDir, || rustix::fs::Dir::read_from(dir))?;
+        while let Some(e) = d.read() {
+            let e = e?;
+            let raw = e.file_name();
+            let bytes = raw.to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            let t = match e.file_type() {
+                FileType::RegularFile => EntryType::File,
+                FileType::Directory => EntryType::Dir,
+                FileType::Unknown => EntryType::Unknown,
+                _ => EntryType::Other,
+            };
+            f(std::str::from_utf8(bytes).ok(), raw, t);
+        }
+        Ok(())
+    }
+}
+
+/// A human name for a filesystem magic number (`statfs(2)`, `linux/magic.h`).
+pub fn fs_name(magic: i64) -> &'static str {
+    match magic as u32 {
+        0xEF53 => "ext2/3/4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0x6969 => "nfs",
+        0xFF53_4D42 | 0xFE53_4D42 => "cifs/smb",
+        0x6573_5546 => "fuse",
+        0x4d44 => "vfat/msdos",
+        0x2011_BAB0 => "exfat",
+        0x794C_7630 => "overlayfs",
+        0xF2F5_2010 => "f2fs",
+        0x2FC1_2FC1 => "zfs",
+        0x7275 => "romfs",
+        0x7371_7368 => "squashfs",
+        0x2468 | 0x2478 => "ubifs/jffs2",
+        0x6165_676C => "pstore",
+        _ => "unknown",
+    }
+}

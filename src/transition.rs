@@ -1,0 +1,86 @@
+//! Where a rename happens: [`Queue::move_job`] is the one place a job changes state.
+//!
+//! `renameat2(old dir, exact old name, new dir, new name, RENAME_NOREPLACE)`, then fsync of
+//! the destination directory, then of the source directory when it differs. The rename is the
+//! linearization point: an error from it is "not done" (`ENOENT`: the exact name is gone, so a
+//! lease is lost or another process moved the job first), except `EIO`, which is
+//! indeterminate. A failed fsync after it is indeterminate.
+
+use crate::enqueue::DirRef;
+use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::name::{bucket_name, shard_name, JobName};
+use crate::queue::{Queue, DEAD_BUCKET_NS};
+use crate::state::{self, Op, State};
+use crate::sys::{Call, Errno};
+use std::os::fd::AsFd;
+
+/// A directory a job can be in, with its path relative to the root (for messages).
+pub(crate) struct Place<'a> {
+    pub dir: DirRef<'a>,
+    pub rel: String,
+    pub state: State,
+}
+
+impl Queue {
+    pub(crate) fn place_ready(&self, shard: u16, state: State) -> Place<'_> {
+        Place {
+            dir: DirRef::Held(self.dirs.ready[shard as usize].as_fd()),
+            rel: format!("ready/{}", shard_name(shard)),
+            state,
+        }
+    }
+
+    pub(crate) fn place_receipts(&self, shard: u16) -> Place<'_> {
+        Place {
+            dir: DirRef::Held(self.dirs.receipts[shard as usize].as_fd()),
+            rel: format!("receipts/{}", shard_name(shard)),
+            state: State::Acked,
+        }
+    }
+
+    /// The delayed bucket for `not_before_ns`, created if needed.
+    pub(crate) fn place_delayed(&self, not_before_ns: u64) -> Result<Place<'_>> {
+        self.place_bucket(false, bucket_name(not_before_ns, self.ident.delayed_bucket_ns).as_str())
+    }
+
+    /// Today's dead-letter bucket, created if needed.
+    pub(crate) fn place_dead(&self) -> Result<Place<'_>> {
+        self.place_bucket(true, bucket_name(self.clock.wall_ns(), DEAD_BUCKET_NS).as_str())
+    }
+
+    /// An existing bucket (`dead` or `delayed`) by name, or a new one.
+    pub(crate) fn place_bucket(&self, dead: bool, bucket: &str) -> Result<Place<'_>> {
+        let rel = format!("{}/{bucket}", if dead { "dead" } else { "delayed" });
+        let fd = self
+            .bucket_dir(dead, bucket)
+            .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
+        Ok(Place { dir: DirRef::Opened(fd), rel, state: if dead { State::Dead } else { State::Delayed } })
+    }
+
+    /// Move job `old` from `from` to `new` in `to` by `op`; see the module docs for outcomes.
+    ///
+    /// # Errors
+    /// [`ErrorKind::LeaseLost`] (not done) when `old` no longer exists; [`ErrorKind::Io`]
+    /// otherwise.
+    pub(crate) fn move_job(&self, from: &Place<'_>, old: &JobName, to: &Place<'_>, new: &JobName, op: Op) -> Result<()> {
+        state::check(Some(from.state), op, to.state);
+        debug_assert_eq!(new.generation, old.generation + 1);
+        let (a, b) = (old.format(self.ident.id), new.format(self.ident.id));
+        match self.sys.rename(from.dir.fd(), &a, to.dir.fd(), &b) {
+            Ok(()) => {}
+            Err(Errno::NOENT) => {
+                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&format!("{}/{a}", from.rel)))))
+            }
+            Err(e) => {
+                let outcome = if e == Errno::IO { Outcome::Indeterminate } else { Outcome::NotDone };
+                return Err(Error::io(Call::Rename, e, outcome, Some(self.path(&format!("{}/{a}", from.rel)))));
+            }
+        }
+        let ind = |e, rel: &str| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(rel)));
+        self.barrier(to.dir.fd()).map_err(|e| ind(e, &to.rel))?;
+        if from.rel != to.rel {
+            self.barrier(from.dir.fd()).map_err(|e| ind(e, &from.rel))?;
+        }
+        Ok(())
+    }
+}
