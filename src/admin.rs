@@ -238,8 +238,8 @@ impl Queue {
     /// reset to 0. Returns how many moved.
     ///
     /// # Errors
-    /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error
-    /// (moves before it are done).
+    /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error,
+    /// indeterminate if an earlier move of the same call was done.
     pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32> {
         let dead: Vec<Listed> = self.list(Some(State::Dead))?.into_iter().filter(|l| id.is_none_or(|i| l.name.id == i)).collect();
         if id.is_some() && dead.is_empty() {
@@ -256,6 +256,7 @@ impl Queue {
             match self.move_job(&from, &l.name, &to, &new, Op::Requeue) {
                 Ok(()) => n += 1,
                 Err(e) if e.is_lease_lost() && id.is_none() => {}
+                Err(e) if n > 0 => return Err(e.with_outcome(Outcome::Indeterminate)),
                 Err(e) => return Err(e),
             }
         }
@@ -328,7 +329,8 @@ impl Queue {
                     ));
                     victims.push(l);
                 }
-                Err(e) => log::warn!("not compacting {}: {e}", l.rel_path(self.ident.id)),
+                Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => log::warn!("not compacting {}: {e}", l.rel_path(self.ident.id)),
+                Err(e) => return Err(e),
             }
         }
         if victims.is_empty() {
@@ -345,7 +347,8 @@ impl Queue {
         for l in &victims {
             let s = l.name.id.shard(self.ident.shards);
             match self.sys.unlink(self.dirs.receipts[s as usize].as_fd(), &l.name.format(self.ident.id)) {
-                Ok(()) | Err(Errno::NOENT) => n += 1,
+                Ok(()) => n += 1,
+                Err(Errno::NOENT) => {} // another compactor removed it
                 Err(e) => return Err(Error::io(Call::Unlink, e, Outcome::Indeterminate, Some(self.path(&l.rel_path(self.ident.id))))),
             }
             if !shards.contains(&s) {

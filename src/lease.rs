@@ -19,6 +19,8 @@ use std::time::Duration;
 
 /// A claimed job. Settle it with [`Lease::ack`], [`Lease::nack`] or [`Lease::fail`];
 /// dropping it unsettled releases the job back to ready at once (the attempt stays counted).
+/// If a settling call fails, the guard does not release on drop: the error's outcome is the
+/// whole story, and a lease left in place expires and is recovered.
 #[derive(Debug)]
 pub struct Lease<'q> {
     q: &'q Queue,
@@ -266,14 +268,12 @@ impl<'q> Lease<'q> {
         self.q.place_ready(self.shard, State::Leased)
     }
 
+    /// Run a settling move. Whatever the result, drop will not release afterwards: a failed
+    /// ack, nack, fail or release reports its own outcome, and a lease it left in place
+    /// expires and is recovered like any other.
     fn settle(&mut self, to: &crate::transition::Place<'_>, new: JobName, op: Op) -> Result<()> {
-        let r = self.q.move_job(&self.here(), &self.name, to, &new, op);
-        match &r {
-            // Not done and not lost: the lease still stands; drop will release it.
-            Err(e) if e.outcome() == Outcome::NotDone && !e.is_lease_lost() => {}
-            _ => self.settled = true,
-        }
-        r
+        self.settled = true;
+        self.q.move_job(&self.here(), &self.name, to, &new, op)
     }
 
     /// Extend the lease to `lease` from now (generation + 1, same token).
@@ -304,10 +304,10 @@ impl<'q> Lease<'q> {
     /// done: the file went bad while leased and was dead-lettered); [`ErrorKind::Io`]: not
     /// done before the rename (the job is released on drop), indeterminate after it.
     pub fn ack(mut self) -> Result<Receipt> {
+        self.settled = true;
         match self.read_verified() {
             Ok(()) => {}
             Err(Ok(c)) => {
-                self.settled = true;
                 let path = self.q.path(&format!("{}/{}", self.here().rel, self.handle()));
                 self.q.dead_letter(self.shard, self.name, Reason::CORRUPT, Op::AckCorrupt)?;
                 return Err(Error::not_done(ErrorKind::Corrupt(c), Some(path)));

@@ -434,8 +434,8 @@ mod tests {
             let s = n.format(Q);
             let tag_start = s.rfind(".k").unwrap() + 2;
             for i in 0..s.len() {
-                if (tag_start..tag_start + 16).contains(&i) {
-                    continue;
+                if i >= tag_start - 2 {
+                    continue; // the tag itself and the suffix
                 }
                 for bit in 0..4 {
                     let mut b = s.as_bytes().to_vec();
@@ -443,7 +443,13 @@ mod tests {
                     let flipped = d ^ (1 << bit);
                     b[i] = b"0123456789abcdef"[flipped as usize];
                     let t = core::str::from_utf8(&b).unwrap();
-                    assert_eq!(JobName::parse(t, Q), Err(NameError::Tag), "{t}");
+                    let is_field_letter = i > 0 && s.as_bytes()[i - 1] == b'.';
+                    if is_field_letter {
+                        // e.g. ".a" -> ".b": a different field, so not even the grammar fits.
+                        assert!(JobName::parse(t, Q).is_err(), "{t}");
+                    } else {
+                        assert_eq!(JobName::parse(t, Q), Err(NameError::Tag), "{t}");
+                    }
                 }
             }
             // and a wrong queue id

@@ -53,15 +53,20 @@ impl Queue {
     /// One recovery pass over the whole queue.
     ///
     /// # Errors
-    /// The first failure stops the pass: [`crate::ErrorKind::Io`] naming the path, with the
-    /// outcome of that one move (not done, or indeterminate after its rename). Moves made
-    /// before it are done. A move that loses a race (`ENOENT`) is not an error.
+    /// The first failure stops the pass: [`crate::ErrorKind::Io`] naming the path. Not done
+    /// if the pass had moved nothing yet; indeterminate if it had (the moves before the
+    /// failure are done) or if the failing move itself is indeterminate. A move that loses a
+    /// race (`ENOENT`) is not an error.
     pub fn recover(&self) -> Result<RecoverReport> {
         let mut r = RecoverReport::default();
-        self.recover_leases(&mut r)?;
-        self.recover_delayed(&mut r)?;
-        self.recover_tmp(&mut r)?;
-        Ok(r)
+        let res = self.recover_leases(&mut r).and_then(|()| self.recover_delayed(&mut r)).and_then(|()| self.recover_tmp(&mut r));
+        match res {
+            Ok(()) => Ok(r),
+            // A pass that already moved something is partial: the pass as a whole happened in
+            // part, which is neither done nor not done.
+            Err(e) if r.moved() + r.temp_removed + r.buckets_removed > 0 => Err(e.with_outcome(Outcome::Indeterminate)),
+            Err(e) => Err(e),
+        }
     }
 
     fn recover_leases(&self, r: &mut RecoverReport) -> Result<()> {

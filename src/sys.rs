@@ -109,6 +109,7 @@ pub struct FaultPlan {
     counts: [AtomicU32; 11],
     stopped: AtomicBool,
     fired: AtomicBool,
+    disarmed: AtomicBool,
     trace: Mutex<Vec<Call>>,
 }
 
@@ -125,6 +126,20 @@ impl FaultPlan {
             faults,
             ..Default::default()
         })
+    }
+
+    /// A plan whose faults stay inactive (calls are still counted) until [`FaultPlan::arm`]:
+    /// set-up steps (open, claim) then cannot trip them.
+    pub fn disarmed(faults: Vec<Fault>) -> Arc<Self> {
+        let p = FaultPlan { faults, ..Default::default() };
+        p.disarmed.store(true, Ordering::SeqCst);
+        Arc::new(p)
+    }
+
+    /// Zero the counters and activate the faults: `nth` now counts from here.
+    pub fn arm(&self) {
+        self.reset_counts();
+        self.disarmed.store(false, Ordering::SeqCst);
     }
 
     /// Calls of `call` kind made so far.
@@ -164,6 +179,9 @@ impl FaultPlan {
         let n = self.counts[call.index()].fetch_add(1, Ordering::SeqCst) + 1;
         if let Ok(mut t) = self.trace.lock() {
             t.push(call);
+        }
+        if self.disarmed.load(Ordering::SeqCst) {
+            return Decision::Proceed;
         }
         for f in &self.faults {
             if f.call == call && f.nth == n {

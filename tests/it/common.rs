@@ -1,0 +1,71 @@
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use steadq::{Durability, Options, Queue, State};
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh, empty directory path (not created) under `$STEADQ_TEST_DIR` or the temp dir.
+/// Removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let base = std::env::var_os("STEADQ_TEST_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+        let p = base.join(format!("sq-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+        let _ = std::fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("STEADQ_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn opts(shards: u16) -> Options {
+    Options { shards, ..Options::default() }
+}
+
+pub fn fast(shards: u16) -> Options {
+    Options { shards, durability: Durability::None, ..Options::default() }
+}
+
+/// Count jobs per state.
+pub fn counts(q: &Queue) -> [usize; 5] {
+    let mut c = [0; 5];
+    for l in q.list(None).unwrap() {
+        c[match l.state {
+            State::Ready => 0,
+            State::Leased => 1,
+            State::Delayed => 2,
+            State::Dead => 3,
+            State::Acked => 4,
+        }] += 1;
+    }
+    c
+}
+
+/// Every file under `dir/sub`, recursively, as paths relative to `dir`.
+pub fn files(dir: &Path, sub: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(base: &Path, p: &Path, out: &mut Vec<String>) {
+        let Ok(rd) = std::fs::read_dir(p) else { return };
+        for e in rd.flatten() {
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                walk(base, &e.path(), out);
+            } else {
+                out.push(e.path().strip_prefix(base).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    walk(dir, &dir.join(sub), &mut out);
+    out.sort();
+    out
+}

@@ -1,0 +1,100 @@
+//! Hostile entries planted under valid-looking names: never followed, never processed, never
+//! a reason for a worker to stop.
+
+use crate::common::*;
+use std::os::unix::fs::symlink;
+use steadq::*;
+
+fn valid_name(q: &Queue, payload_id_seed: u128) -> String {
+    let id = JobId::new(1_000, payload_id_seed);
+    let shard = id.shard(q.identity().shards);
+    assert_eq!(shard, 0);
+    JobName::new_ready(id, 5).format(q.id()).to_string()
+}
+
+#[test]
+fn symlink_fifo_zero_filled_and_truncated_files_are_never_processed() {
+    let d = TempDir::new("hostile");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let shard = d.path().join("ready/00");
+    // A real job whose file is truncated under its own name.
+    let trunc_id = q.enqueue(b"this payload will be cut short").unwrap();
+    let trunc = q.find(trunc_id).unwrap();
+    let trunc_path = d.path().join(trunc.rel_path(q.id()));
+    let bytes = std::fs::read(&trunc_path).unwrap();
+    std::fs::write(&trunc_path, &bytes[..140]).unwrap();
+    // A secret outside the queue, reached through a symlink with a valid job name.
+    let outside = d.path().with_extension("secret");
+    std::fs::write(&outside, &bytes).unwrap();
+    let link = shard.join(valid_name(&q, 1));
+    symlink(&outside, &link).unwrap();
+    // A fifo: opening it for reading would block forever.
+    let fifo = shard.join(valid_name(&q, 2));
+    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o644), 0).unwrap();
+    // A zero-filled file with a valid name.
+    let zero = shard.join(valid_name(&q, 3));
+    std::fs::write(&zero, vec![0u8; 4096]).unwrap();
+    // A directory with a valid name.
+    let dir = shard.join(valid_name(&q, 4));
+    std::fs::create_dir(&dir).unwrap();
+    // Plain junk.
+    std::fs::write(shard.join("notes.txt"), b"hello").unwrap();
+    let good = q.enqueue(b"the real work").unwrap();
+
+    let mut handed_out = Vec::new();
+    while let Some(l) = q.claim().unwrap() {
+        handed_out.push((l.id(), l.payload().to_vec()));
+        l.ack().unwrap();
+    }
+    assert_eq!(handed_out, vec![(good, b"the real work".to_vec())]);
+    // Symlink, fifo, directory and junk are untouched; the secret was not read or moved.
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(&fifo).is_ok() && dir.is_dir());
+    assert_eq!(std::fs::read(&outside).unwrap(), bytes);
+    // Zero-filled and truncated files went to dead/ as corrupt.
+    let dead = q.list(Some(State::Dead)).unwrap();
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead.iter().all(|l| l.name.kind == Kind::Dead { reason: Reason::CORRUPT }));
+    assert!(dead.iter().any(|l| l.name.id == trunc_id));
+    // fsck reports the foreign entries, and quarantines them on request.
+    let rep = q.fsck(false).unwrap();
+    let paths: Vec<&str> = rep.problems.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(rep.problems.len(), 4, "{paths:?}");
+    assert!(paths.iter().any(|p| p.ends_with("notes.txt")));
+    let rep = q.fsck(true).unwrap();
+    assert!(rep.problems.iter().all(|p| p.quarantined));
+    assert!(q.fsck(false).unwrap().clean());
+    assert!(std::fs::symlink_metadata(d.path().join("quarantine/ready/00").join(link.file_name().unwrap())).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read(&outside).unwrap(), bytes);
+    let _ = std::fs::remove_file(&outside);
+}
+
+#[test]
+fn a_symlinked_shard_directory_is_refused() {
+    let d = TempDir::new("symdir");
+    drop(Queue::create(d.path(), opts(2)).unwrap());
+    let elsewhere = d.path().with_extension("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::remove_dir(d.path().join("ready/01")).unwrap();
+    symlink(&elsewhere, d.path().join("ready/01")).unwrap();
+    let e = Queue::open(d.path()).unwrap_err();
+    // openat2(RESOLVE_NO_SYMLINKS) answers ELOOP; O_DIRECTORY|O_NOFOLLOW answers ENOTDIR.
+    assert!(matches!(e.errno(), Some(sys::Errno::LOOP | sys::Errno::NOTDIR)), "{e}");
+    assert!(e.to_string().contains("ready/01"), "{e}");
+    let _ = std::fs::remove_dir_all(&elsewhere);
+}
+
+#[test]
+fn a_job_from_another_queue_is_foreign() {
+    let d1 = TempDir::new("qa");
+    let d2 = TempDir::new("qb");
+    let a = Queue::create(d1.path(), opts(1)).unwrap();
+    let b = Queue::create(d2.path(), opts(1)).unwrap();
+    let id = a.enqueue(b"for a").unwrap();
+    let l = a.find(id).unwrap();
+    std::fs::copy(d1.path().join(l.rel_path(a.id())), d2.path().join(l.rel_path(a.id()))).unwrap();
+    assert!(b.claim().unwrap().is_none(), "tag made for queue a does not match queue b");
+    let rep = b.fsck(false).unwrap();
+    assert_eq!(rep.problems.len(), 1);
+    assert_eq!(rep.problems[0].kind, ProblemKind::Foreign(scan::Foreign::Name(name::NameError::Tag)));
+}

@@ -1,0 +1,435 @@
+//! The whole job lifecycle on real directories.
+
+use crate::common::*;
+use std::time::Duration;
+use steadq::*;
+
+const SEC: i64 = 1_000_000_000;
+
+#[test]
+fn enqueue_claim_ack_leaves_one_receipt() {
+    let d = TempDir::new("basic");
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    let id = q.enqueue(b"hello").unwrap();
+    assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!((l.id(), l.payload(), l.attempt(), l.max_attempts()), (id, &b"hello"[..], 1, 5));
+    assert_eq!(l.name().generation, 1);
+    assert_eq!(counts(&q), [0, 1, 0, 0, 0]);
+    let r = l.ack().unwrap();
+    assert_eq!(r.id, id);
+    assert!(r.name.ends_with(".rct") && r.name.contains(".g0000000000000002.a00000001."), "{}", r.name);
+    assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
+    assert!(q.claim().unwrap().is_none());
+    let rcpt = files(d.path(), "receipts");
+    assert_eq!(rcpt.len(), 1);
+    assert!(rcpt[0].ends_with(&r.name));
+    // The receipt is the verified job file itself.
+    let (h, p) = q.read_job(&q.find(id).unwrap()).unwrap();
+    assert_eq!((p.as_slice(), h.payload_len), (&b"hello"[..], 5));
+    assert!(files(d.path(), "tmp").is_empty(), "no temp files left");
+}
+
+#[test]
+fn oldest_job_first_within_a_shard() {
+    let d = TempDir::new("order");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    let ids: Vec<JobId> = (0..20).map(|i| q.enqueue(format!("job {i}").as_bytes()).unwrap()).collect();
+    let mut got = Vec::new();
+    while let Some(l) = q.claim().unwrap() {
+        got.push(l.id());
+        l.ack().unwrap();
+    }
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(got, sorted);
+}
+
+#[test]
+fn delayed_job_waits_until_due() {
+    let d = TempDir::new("delay");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    let id = q.enqueue_with(b"later", &EnqueueOptions { delay: Some(Duration::from_secs(10)), ..Default::default() }).unwrap();
+    assert_eq!(counts(&q), [0, 0, 1, 0, 0]);
+    assert!(q.claim().unwrap().is_none());
+    assert_eq!(q.recover().unwrap().due, 0);
+    q.clock().shift_wall(11 * SEC);
+    let r = q.recover().unwrap();
+    assert_eq!(r.due, 1);
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!((l.id(), l.name().generation, l.attempt()), (id, 2, 1));
+    l.ack().unwrap();
+}
+
+#[test]
+fn nack_backs_off_then_dead_letters_after_max_attempts() {
+    let d = TempDir::new("nack");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    let id = q.enqueue_with(b"flaky", &EnqueueOptions { max_attempts: Some(2), ..Default::default() }).unwrap();
+    let l = q.claim().unwrap().unwrap();
+    let Nacked::Delayed(nb) = l.nack(Duration::from_secs(5)).unwrap() else { panic!("expected delayed") };
+    assert!(nb > q.clock().wall_ns());
+    assert_eq!(counts(&q), [0, 0, 1, 0, 0]);
+    q.clock().shift_wall(6 * SEC);
+    assert_eq!(q.recover().unwrap().due, 1);
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!(l.attempt(), 2);
+    assert_eq!(l.nack(Duration::from_secs(5)).unwrap(), Nacked::Dead);
+    assert_eq!(counts(&q), [0, 0, 0, 1, 0]);
+    let dead = q.list(Some(State::Dead)).unwrap();
+    assert_eq!(dead[0].name.id, id);
+    assert_eq!(dead[0].name.kind, Kind::Dead { reason: Reason::EXHAUSTED });
+    assert_eq!((dead[0].name.attempt, dead[0].name.generation), (2, 5));
+    assert!(q.claim().unwrap().is_none());
+    // Requeue resets attempts.
+    assert_eq!(q.requeue_dead(Some(id)).unwrap(), 1);
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!(l.attempt(), 1);
+    l.fail(Reason::new("badinput").unwrap()).unwrap();
+    let dead = q.list(Some(State::Dead)).unwrap();
+    assert_eq!(dead[0].name.kind, Kind::Dead { reason: Reason::new("badinput").unwrap() });
+    assert_eq!(q.purge_dead().unwrap(), 1);
+    assert_eq!(counts(&q), [0, 0, 0, 0, 0]);
+}
+
+#[test]
+fn claim_dead_letters_a_ready_job_with_no_attempt_left() {
+    let d = TempDir::new("exhausted");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue_with(b"x", &EnqueueOptions { max_attempts: Some(1), ..Default::default() }).unwrap();
+    let l = q.claim().unwrap().unwrap();
+    drop(l); // released to ready with attempt 1 of 1
+    assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
+    assert!(q.claim().unwrap().is_none());
+    assert_eq!(counts(&q), [0, 0, 0, 1, 0]);
+}
+
+#[test]
+fn expired_lease_is_recovered_and_redelivered() {
+    let d = TempDir::new("expire");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    let id = q.enqueue(b"work").unwrap();
+    let h = q.claim_for(Duration::from_secs(2)).unwrap().unwrap().into_handle();
+    assert_eq!(q.recover().unwrap().expired, 0, "a live lease is left alone");
+    q.clock().shift_boot(3 * SEC);
+    let r = q.recover().unwrap();
+    assert_eq!((r.expired, r.live_leases), (1, 0));
+    assert_eq!(q.recover().unwrap().moved(), 0, "recovery is idempotent");
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!((l.id(), l.attempt(), l.name().generation), (id, 2, 3));
+    l.ack().unwrap();
+    assert!(q.lease_from_handle(&h).unwrap_err().is_lease_lost());
+}
+
+#[test]
+fn lease_from_another_boot_is_recovered_at_once() {
+    let d = TempDir::new("boot");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"work").unwrap();
+    let h = q.claim_for(Duration::from_secs(3600)).unwrap().unwrap().into_handle();
+    // Rewrite the lease as if an earlier boot had taken it (same deadlines, other boot id).
+    let name = JobName::parse(&h, q.id()).unwrap();
+    let Kind::Leased(mut f) = name.kind else { panic!() };
+    f.boot_id ^= 1;
+    let other = JobName { kind: Kind::Leased(f), ..name };
+    let dir = d.path().join("ready/00");
+    std::fs::rename(dir.join(&h), dir.join(other.format(q.id()).as_str())).unwrap();
+    let r = q.recover().unwrap();
+    assert_eq!(r.expired, 1);
+    assert_eq!(q.claim().unwrap().unwrap().attempt(), 2);
+}
+
+#[test]
+fn stale_lease_cannot_ack_renew_or_nack() {
+    let d = TempDir::new("stale");
+    let q1 = Queue::create(d.path(), opts(2)).unwrap();
+    let q2 = Queue::open(d.path()).unwrap();
+    q1.enqueue(b"once").unwrap();
+    let mut stale = q1.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    q2.clock().shift_boot(2 * SEC);
+    assert_eq!(q2.recover().unwrap().expired, 1);
+    let fresh = q2.claim().unwrap().unwrap();
+    assert_eq!(fresh.attempt(), 2);
+    fresh.ack().unwrap();
+    let e = stale.renew(Duration::from_secs(30)).unwrap_err();
+    assert!(e.is_lease_lost() && e.outcome() == Outcome::NotDone, "{e}");
+    assert!(q1.lease_from_handle(&stale.handle()).unwrap_err().is_lease_lost());
+    let e = stale.ack().unwrap_err();
+    assert!(e.is_lease_lost(), "{e}");
+    assert_eq!(files(d.path(), "receipts").len(), 1, "exactly one receipt");
+    assert_eq!(counts(&q1), [0, 0, 0, 0, 1]);
+}
+
+#[test]
+fn stale_lease_nack_and_fail_change_nothing() {
+    let d = TempDir::new("stale2");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"a").unwrap();
+    q.enqueue(b"b").unwrap();
+    let s1 = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let s2 = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let q2 = Queue::open(d.path()).unwrap();
+    q2.clock().shift_boot(2 * SEC);
+    assert_eq!(q2.recover().unwrap().expired, 2);
+    let before = files(d.path(), "");
+    assert!(s1.nack(Duration::from_secs(1)).unwrap_err().is_lease_lost());
+    assert!(s2.fail(Reason::FAILED).unwrap_err().is_lease_lost());
+    assert_eq!(files(d.path(), ""), before, "nothing changed");
+}
+
+#[test]
+fn renew_moves_the_deadline_and_invalidates_the_old_name() {
+    let d = TempDir::new("renew");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"long job").unwrap();
+    let mut l = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let old = l.handle();
+    let (g, tok) = (l.name().generation, l.token());
+    l.renew(Duration::from_secs(100)).unwrap();
+    assert_eq!((l.name().generation, l.token()), (g + 1, tok));
+    q.clock().shift_boot(5 * SEC);
+    assert_eq!(q.recover().unwrap().expired, 0, "renewed lease is live");
+    assert!(q.lease_from_handle(&old).unwrap_err().is_lease_lost());
+    let via_handle = q.lease_from_handle(&l.into_handle()).unwrap();
+    via_handle.ack().unwrap();
+    assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
+}
+
+#[test]
+fn dropping_a_lease_releases_it_at_once() {
+    let d = TempDir::new("drop");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"x").unwrap();
+    drop(q.claim().unwrap().unwrap());
+    let ready = q.list(Some(State::Ready)).unwrap();
+    assert_eq!((ready.len(), ready[0].name.attempt, ready[0].name.generation), (1, 1, 2));
+}
+
+#[test]
+fn a_flipped_payload_byte_is_never_handed_out() {
+    let d = TempDir::new("flip");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"precious payload").unwrap();
+    let good = q.enqueue(b"fine").unwrap();
+    let bad = q.list(Some(State::Ready)).unwrap().into_iter().find(|l| l.name.id != good).unwrap();
+    let p = d.path().join(bad.rel_path(q.id()));
+    let mut bytes = std::fs::read(&p).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] ^= 0x01;
+    std::fs::write(&p, bytes).unwrap();
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!(l.id(), good, "only the good job is handed out");
+    l.ack().unwrap();
+    assert!(q.claim().unwrap().is_none());
+    let dead = q.list(Some(State::Dead)).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].name.id, dead[0].name.kind), (bad.name.id, Kind::Dead { reason: Reason::CORRUPT }));
+    let f = q.fsck(false).unwrap();
+    assert!(f.clean(), "{:?}", f.problems);
+    assert_eq!(f.dead_corrupt, 1);
+}
+
+#[test]
+fn corruption_while_leased_is_caught_at_ack() {
+    let d = TempDir::new("flip2");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"abcdef").unwrap();
+    let l = q.claim().unwrap().unwrap();
+    let p = d.path().join("ready/00").join(l.handle());
+    let mut bytes = std::fs::read(&p).unwrap();
+    let at = 200.min(bytes.len() - 1);
+    bytes[at] ^= 0x80;
+    std::fs::write(&p, bytes).unwrap();
+    let e = l.ack().unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Corrupt(_)) && e.outcome() == Outcome::NotDone, "{e}");
+    assert_eq!(counts(&q), [0, 0, 0, 1, 0]);
+}
+
+#[test]
+fn create_is_idempotent_and_concurrent_creators_agree() {
+    let d = TempDir::new("create");
+    let ids: Vec<u128> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4).map(|_| s.spawn(|| Queue::create(d.path(), opts(8)).unwrap().id())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
+    let again = Queue::create(d.path(), opts(3)).unwrap();
+    assert_eq!((again.id(), again.identity().shards), (ids[0], 8), "an existing queue keeps its shards");
+    assert_eq!(std::fs::read_dir(d.path().join("ready")).unwrap().count(), 8);
+}
+
+#[test]
+fn open_refuses_what_is_not_a_queue_and_newer_formats() {
+    let d = TempDir::new("open");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let e = Queue::open(d.path()).unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::NotAQueue);
+    assert!(e.to_string().contains(&d.path().display().to_string()), "{e}");
+    let e = Queue::open(d.path().join("missing")).unwrap_err();
+    assert_eq!(e.errno(), Some(sys::Errno::NOENT));
+    assert!(e.to_string().contains("missing"), "{e}");
+    let q = Queue::create(d.path().join("q"), opts(1)).unwrap();
+    drop(q);
+    let idf = d.path().join("q").join(IDENTITY_FILE);
+    let text = std::fs::read_to_string(&idf).unwrap().replace("version=1", "version=9");
+    std::fs::write(&idf, text).unwrap();
+    let e = Queue::open(d.path().join("q")).unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::UnsupportedVersion { found: 9, supported: 1 });
+    assert!(e.to_string().contains("steadq.queue"), "{e}");
+    // A half-created queue (a shard directory missing) is reported, and create completes it.
+    let q2 = d.path().join("q2");
+    drop(Queue::create(&q2, opts(2)).unwrap());
+    std::fs::remove_dir(q2.join("ready/01")).unwrap();
+    assert_eq!(Queue::open(&q2).unwrap_err().kind(), &ErrorKind::Incomplete);
+    Queue::create(&q2, opts(2)).unwrap();
+    Queue::open(&q2).unwrap();
+}
+
+#[test]
+fn unsupported_filesystem_is_named() {
+    // A filesystem that answers EINVAL to RENAME_NOREPLACE (NFS, old FUSE), simulated by
+    // failing the open-time probe.
+    let d = TempDir::new("nfs");
+    drop(Queue::create(d.path(), opts(1)).unwrap());
+    let plan = sys::FaultPlan::new(vec![sys::Fault { call: sys::Call::Rename, nth: 1, action: sys::FaultAction::Fail(sys::Errno::INVAL) }]);
+    let e = Queue::open_with(d.path(), Options { faults: Some(plan), ..Options::default() }).unwrap_err();
+    let ErrorKind::UnsupportedFilesystem { fs_type } = e.kind() else { panic!("{e}") };
+    assert!(!fs_type.is_empty());
+    assert!(e.to_string().contains(&d.path().display().to_string()) && e.to_string().contains("renameat2"), "{e}");
+    assert!(files(d.path(), "tmp").is_empty(), "probe file removed");
+}
+
+#[test]
+fn named_temp_file_fallback_publishes_and_cleans_up() {
+    let d = TempDir::new("named");
+    let q = Queue::create(d.path(), Options { shards: 2, force_named_publish: true, ..Options::default() }).unwrap();
+    let id = q.enqueue(b"via tmp").unwrap();
+    assert_eq!(q.sys().publish_mode(), Some(sys::Publish::Named));
+    assert!(files(d.path(), "tmp").is_empty());
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!((l.id(), l.payload()), (id, &b"via tmp"[..]));
+    l.ack().unwrap();
+}
+
+#[test]
+fn tmpfile_route_is_used_where_it_works() {
+    let d = TempDir::new("tmpfile");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"x").unwrap();
+    assert!(matches!(q.sys().publish_mode(), Some(sys::Publish::EmptyPath | sys::Publish::ProcFd)));
+}
+
+#[test]
+fn abandoned_temp_files_are_removed_live_ones_kept() {
+    let d = TempDir::new("tmpclean");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let boot = q.clock().boot_id();
+    let tmp = d.path().join("tmp");
+    let other_boot = tmp.join(format!("{:032x}.{:08x}.{:032x}.tmp", boot ^ 1, std::process::id(), 7));
+    let dead_pid = tmp.join(format!("{boot:032x}.{:08x}.{:032x}.tmp", 0x7fff_fff0u32, 8));
+    let live = tmp.join(format!("{boot:032x}.{:08x}.{:032x}.tmp", std::process::id(), 9));
+    for p in [&other_boot, &dead_pid, &live] {
+        std::fs::write(p, b"partial").unwrap();
+    }
+    assert_eq!(q.recover().unwrap().temp_removed, 2);
+    assert!(live.exists() && !other_boot.exists() && !dead_pid.exists());
+}
+
+#[test]
+fn payload_limit_is_enforced_with_a_clear_error() {
+    let d = TempDir::new("limit");
+    let q = Queue::create(d.path(), Options { max_payload: 10, shards: 1, ..Options::default() }).unwrap();
+    q.enqueue(&[7u8; 10]).unwrap();
+    let e = q.enqueue(&[7u8; 11]).unwrap_err();
+    assert_eq!((e.kind(), e.outcome()), (&ErrorKind::PayloadTooLarge { len: 11, limit: 10 }, Outcome::NotDone));
+    assert!(e.to_string().contains("11 bytes"), "{e}");
+    assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
+}
+
+#[test]
+fn batched_enqueue_shares_barriers() {
+    let d = TempDir::new("batch");
+    let plan = sys::FaultPlan::new(vec![]);
+    let o = Options { shards: 2, durability: Durability::Batched, faults: Some(plan.clone()), ..Options::default() };
+    let q = Queue::create(d.path(), o).unwrap();
+    plan.reset_counts();
+    let payloads: Vec<Vec<u8>> = (0..50).map(|i| format!("batch {i}").into_bytes()).collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+    let ids = q.enqueue_batch(&refs).unwrap();
+    assert_eq!(ids.len(), 50);
+    assert_eq!(plan.count(sys::Call::Syncfs), 1);
+    assert!(plan.count(sys::Call::Fsync) <= 2, "one fsync per shard dir, got {}", plan.count(sys::Call::Fsync));
+    assert_eq!(counts(&q), [50, 0, 0, 0, 0]);
+    // Strict issues per-job barriers for the same batch.
+    let d2 = TempDir::new("batch2");
+    let plan2 = sys::FaultPlan::new(vec![]);
+    let q2 = Queue::create(d2.path(), Options { shards: 2, faults: Some(plan2.clone()), ..Options::default() }).unwrap();
+    plan2.reset_counts();
+    q2.enqueue_batch(&refs).unwrap();
+    assert_eq!(plan2.count(sys::Call::Fsync), 100);
+}
+
+#[test]
+fn claim_wait_wakes_on_enqueue_and_times_out_when_empty() {
+    let d = TempDir::new("wait");
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    assert!(q.claim_wait(Duration::from_secs(5), Duration::from_millis(200)).unwrap().is_none());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            Queue::open(d.path()).unwrap().enqueue(b"wake up").unwrap();
+        });
+        let l = q.claim_wait(Duration::from_secs(5), Duration::from_secs(20)).unwrap().expect("woken by the enqueue");
+        assert_eq!(l.payload(), b"wake up");
+        l.ack().unwrap();
+    });
+}
+
+#[test]
+fn claim_wait_picks_up_a_delayed_job_when_due() {
+    let d = TempDir::new("waitdelay");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue_with(b"soon", &EnqueueOptions { delay: Some(Duration::from_millis(400)), ..Default::default() }).unwrap();
+    let l = q.claim_wait(Duration::from_secs(5), Duration::from_secs(20)).unwrap().expect("due after 400 ms");
+    assert_eq!(l.payload(), b"soon");
+}
+
+#[test]
+fn compact_keeps_evidence_and_removes_old_receipts() {
+    let d = TempDir::new("compact");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    q.claim().unwrap().unwrap().ack().unwrap();
+    q.enqueue(b"b").unwrap();
+    let l = q.claim().unwrap().unwrap();
+    l.ack().unwrap();
+    assert_eq!(q.compact(Duration::from_secs(3600)).unwrap(), 0, "receipts are new");
+    q.clock().shift_wall(7200 * SEC);
+    assert_eq!(q.compact(Duration::from_secs(3600)).unwrap(), 2);
+    assert_eq!(counts(&q), [0, 0, 0, 0, 0]);
+    let ev = std::fs::read_to_string(d.path().join("evidence.log")).unwrap();
+    let lines: Vec<&str> = ev.lines().collect();
+    assert_eq!(lines.len(), 2);
+    let line_a = lines.iter().find(|l| l.contains(&a.to_string())).unwrap();
+    let f: Vec<&str> = line_a.split(' ').collect();
+    assert_eq!(f[0], "v1");
+    // payload digest of "a"
+    assert_eq!(f[3], "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb");
+    assert!(q.fsck(false).unwrap().clean());
+}
+
+#[test]
+fn status_counts_and_ages() {
+    let d = TempDir::new("status");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    for i in 0..3 {
+        q.enqueue(format!("{i}").as_bytes()).unwrap();
+    }
+    let h = q.claim_for(Duration::from_secs(1)).unwrap().unwrap().into_handle();
+    q.clock().shift_boot(2 * SEC);
+    let s = q.status().unwrap();
+    assert_eq!((s.ready, s.leased, s.expired_leases, s.delayed, s.dead, s.acked), (2, 1, 1, 0, 0, 0));
+    assert_eq!(s.bytes[0], 2 * (128 + 1));
+    assert!(s.oldest_ready_age_ns.is_some());
+    assert!(!h.is_empty());
+}

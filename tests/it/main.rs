@@ -1,0 +1,10 @@
+//! The integration suite, one binary (one link step). Every test works on real directories
+//! under `$STEADQ_TEST_DIR` (default: the system temp dir), so the `filesystems` test can run
+//! the whole suite again on loop-mounted ext4, xfs, btrfs and tmpfs.
+
+mod common;
+mod contention;
+mod faults;
+mod filesystems;
+mod hostile;
+mod lifecycle;
