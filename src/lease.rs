@@ -51,6 +51,13 @@ pub struct Receipt {
     pub name: String,
 }
 
+/// Exponential backoff for retry `attempt` (1-based): `base * 2^(attempt-1)`, capped at
+/// `max`. Attempt 1 gives `base`.
+pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
+    let factor = 1u32.checked_shl(attempt.saturating_sub(1).min(31)).unwrap_or(u32::MAX);
+    base.checked_mul(factor).unwrap_or(max).min(max)
+}
+
 fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
@@ -201,7 +208,67 @@ impl Queue {
     }
 }
 
+impl Queue {
+    /// Ack several leases. Under [`crate::Durability::Batched`] the renames share their
+    /// barriers: one fsync per receipts directory and per ready directory touched, after all
+    /// renames; under `Strict` each ack is made durable on its own. Returns the receipts in
+    /// order.
+    ///
+    /// # Errors
+    /// As [`Lease::ack`]; once any ack of the batch was renamed the outcome is indeterminate
+    /// for the batch. A corrupt lease fails the batch at that point (it is dead-lettered).
+    pub fn ack_batch<'q>(&'q self, leases: Vec<Lease<'q>>) -> Result<Vec<Receipt>> {
+        let batched = self.opts.durability == crate::Durability::Batched;
+        let mut out = Vec::with_capacity(leases.len());
+        let mut shards: Vec<u16> = Vec::new();
+        let mut leases = leases.into_iter();
+        while let Some(mut l) = leases.next() {
+            let r = if batched { l.ack_rename().map(|r| (r, l.shard)) } else { l.ack().map(|r| (r, u16::MAX)) };
+            match r {
+                Ok((r, s)) => {
+                    out.push(r);
+                    if s != u16::MAX && !shards.contains(&s) {
+                        shards.push(s);
+                    }
+                }
+                Err(e) => {
+                    // The rest stay leased and are released by drop.
+                    drop(leases);
+                    return Err(if out.is_empty() { e } else { e.with_outcome(Outcome::Indeterminate) });
+                }
+            }
+        }
+        for s in shards {
+            self.sync_place(&self.place_receipts(s))?;
+            self.sync_place(&self.place_ready(s, State::Leased))?;
+        }
+        Ok(out)
+    }
+}
+
 impl<'q> Lease<'q> {
+    /// Re-verify and rename into receipts without barriers (for [`Queue::ack_batch`]).
+    fn ack_rename(&mut self) -> Result<Receipt> {
+        self.settled = true;
+        self.verify_for_ack()?;
+        let new = self.name.next(Kind::Receipt { token: self.token() }, false);
+        self.q.rename_job(&self.here(), &self.name, &self.q.place_receipts(self.shard), &new, Op::Ack)?;
+        Ok(Receipt { id: self.name.id, name: new.format(self.q.ident.id).to_string() })
+    }
+
+    /// Re-read and verify before an ack; a corrupt file is dead-lettered.
+    fn verify_for_ack(&mut self) -> Result<()> {
+        match self.read_verified() {
+            Ok(()) => Ok(()),
+            Err(Ok(c)) => {
+                let path = self.q.path(&format!("{}/{}", self.here().rel, self.handle()));
+                self.q.dead_letter(self.shard, self.name, Reason::CORRUPT, Op::AckCorrupt)?;
+                Err(Error::not_done(ErrorKind::Corrupt(c), Some(path)))
+            }
+            Err(Err((c, e))) => Err(Error::io(c, e, Outcome::NotDone, Some(self.q.path(&self.here().rel)))),
+        }
+    }
+
     /// Read the whole file into `data` and verify it. `Err(Ok(_))`: corrupt.
     fn read_verified(&mut self) -> core::result::Result<(), core::result::Result<Corruption, (Call, Errno)>> {
         let fd = self.file.as_fd();
@@ -305,15 +372,7 @@ impl<'q> Lease<'q> {
     /// done before the rename (the job is released on drop), indeterminate after it.
     pub fn ack(mut self) -> Result<Receipt> {
         self.settled = true;
-        match self.read_verified() {
-            Ok(()) => {}
-            Err(Ok(c)) => {
-                let path = self.q.path(&format!("{}/{}", self.here().rel, self.handle()));
-                self.q.dead_letter(self.shard, self.name, Reason::CORRUPT, Op::AckCorrupt)?;
-                return Err(Error::not_done(ErrorKind::Corrupt(c), Some(path)));
-            }
-            Err(Err((c, e))) => return Err(Error::io(c, e, Outcome::NotDone, Some(self.q.path(&self.here().rel)))),
-        }
+        self.verify_for_ack()?;
         let new = self.name.next(Kind::Receipt { token: self.token() }, false);
         let to = self.q.place_receipts(self.shard);
         self.settle(&to, new, Op::Ack)?;
@@ -373,5 +432,18 @@ impl Drop for Lease<'_> {
                 log::warn!("releasing an unsettled lease of job {}: {e}", self.name.id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let (b, m) = (Duration::from_secs(5), Duration::from_secs(60));
+        let got: Vec<u64> = (1..=6).map(|a| backoff(a, b, m).as_secs()).collect();
+        assert_eq!(got, vec![5, 10, 20, 40, 60, 60]);
+        assert_eq!(backoff(u32::MAX, b, m), m);
     }
 }

@@ -41,12 +41,12 @@ pub mod sys;
 mod transition;
 mod wait;
 
-pub use admin::{Listed, Status};
+pub use admin::{Listed, Status, EVIDENCE_FILE};
 pub use clock::Clock;
 pub use enqueue::EnqueueOptions;
 pub use error::{Error, ErrorKind, Outcome, Result};
 pub use fsck::{FsckReport, Problem, ProblemKind};
-pub use lease::{Lease, Nacked, Receipt};
+pub use lease::{backoff, Lease, Nacked, Receipt};
 pub use name::{JobId, JobName, Kind, Reason};
 pub use queue::{Durability, Identity, Options, Queue, IDENTITY_FILE, QUEUE_VERSION};
 pub use recover::RecoverReport;

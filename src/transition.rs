@@ -63,6 +63,22 @@ impl Queue {
     /// [`ErrorKind::LeaseLost`] (not done) when `old` no longer exists; [`ErrorKind::Io`]
     /// otherwise.
     pub(crate) fn move_job(&self, from: &Place<'_>, old: &JobName, to: &Place<'_>, new: &JobName, op: Op) -> Result<()> {
+        self.rename_job(from, old, to, new, op)?;
+        self.sync_place(to)?;
+        if from.rel != to.rel {
+            self.sync_place(from)?;
+        }
+        Ok(())
+    }
+
+    /// The barrier after a move: fsync `place`'s directory (indeterminate on failure).
+    pub(crate) fn sync_place(&self, place: &Place<'_>) -> Result<()> {
+        self.barrier(place.dir.fd())
+            .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&place.rel))))
+    }
+
+    /// The rename alone, without barriers (batches share them; see [`Queue::move_job`]).
+    pub(crate) fn rename_job(&self, from: &Place<'_>, old: &JobName, to: &Place<'_>, new: &JobName, op: Op) -> Result<()> {
         state::check(Some(from.state), op, to.state);
         debug_assert_eq!(new.generation, old.generation + 1);
         let (a, b) = (old.format(self.ident.id), new.format(self.ident.id));
@@ -75,11 +91,6 @@ impl Queue {
                 let outcome = if e == Errno::IO { Outcome::Indeterminate } else { Outcome::NotDone };
                 return Err(Error::io(Call::Rename, e, outcome, Some(self.path(&format!("{}/{a}", from.rel)))));
             }
-        }
-        let ind = |e, rel: &str| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(rel)));
-        self.barrier(to.dir.fd()).map_err(|e| ind(e, &to.rel))?;
-        if from.rel != to.rel {
-            self.barrier(from.dir.fd()).map_err(|e| ind(e, &from.rel))?;
         }
         Ok(())
     }

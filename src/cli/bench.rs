@@ -1,0 +1,118 @@
+//! `steadq bench`: lifecycle throughput under each durability policy, as ratios against a
+//! commit-forcing fsync baseline measured in the same run (absolute figures on shared
+//! machines swing 2-10x; ratios hold).
+
+use super::CliError;
+use argh::FromArgs;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use steadq::{Durability, Options, Queue};
+
+/// Benchmark the full job lifecycle (enqueue, claim, verify, ack) per durability policy.
+#[derive(FromArgs)]
+#[argh(subcommand, name = "bench", example = "steadq bench /mnt/ssd/benchdir --jobs 2000 --threads 4")]
+pub struct Bench {
+    /// directory to benchmark in (default: the temp dir); on the filesystem you care about
+    #[argh(positional)]
+    dir: Option<PathBuf>,
+    /// jobs per case (default 1000)
+    #[argh(option, default = "1000")]
+    jobs: usize,
+    /// threads for the concurrent case (default 4)
+    #[argh(option, default = "4")]
+    threads: usize,
+    /// payload size, bytes (default 64)
+    #[argh(option, default = "64")]
+    payload: usize,
+}
+
+/// fsync'd 64-byte appends per second: one journal commit each.
+fn fsync_baseline(dir: &Path, n: usize) -> std::io::Result<f64> {
+    let p = dir.join("fsync-baseline");
+    let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&p)?;
+    let t = Instant::now();
+    for i in 0..n {
+        f.write_all_at(&[7u8; 64], (i * 64) as u64)?;
+        f.sync_all()?;
+    }
+    let r = n as f64 / t.elapsed().as_secs_f64();
+    std::fs::remove_file(p)?;
+    Ok(r)
+}
+
+fn lifecycle(dir: &Path, d: Durability, jobs: usize, threads: usize, batch: usize, payload: &[u8]) -> Result<f64, CliError> {
+    let q = Queue::create(dir, Options { durability: d, shards: 8, ..Options::default() })?;
+    let per = jobs / threads;
+    let t = Instant::now();
+    std::thread::scope(|s| -> Result<(), CliError> {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                let q = &q;
+                s.spawn(move || -> Result<(), CliError> {
+                    let mut done = 0;
+                    while done < per {
+                        let n = batch.min(per - done);
+                        let refs: Vec<&[u8]> = (0..n).map(|_| payload).collect();
+                        q.enqueue_batch(&refs)?;
+                        let mut leases = Vec::with_capacity(n);
+                        while leases.len() < n {
+                            match q.claim()? {
+                                Some(l) => leases.push(l),
+                                None => break,
+                            }
+                        }
+                        done += leases.len().max(1);
+                        q.ack_batch(leases)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| CliError::usage("bench thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    let rate = (per * threads) as f64 / t.elapsed().as_secs_f64();
+    drop(q);
+    std::fs::remove_dir_all(dir).map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
+    Ok(rate)
+}
+
+fn peak_rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+pub fn cmd_bench(a: Bench) -> Result<i32, CliError> {
+    if a.jobs == 0 || a.threads == 0 || a.threads > 256 {
+        return Err(CliError::usage("--jobs must be > 0 and --threads 1..=256"));
+    }
+    let base = a.dir.clone().unwrap_or_else(std::env::temp_dir).join(format!("steadq-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&base).map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
+    let payload = vec![b'x'; a.payload];
+    let fsync = fsync_baseline(&base, a.jobs.min(2000)).map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
+    println!("steadq bench in {} ({} jobs per case, {}-byte payloads)", base.display(), a.jobs, a.payload);
+    println!("{:<34} {:>10} {:>16}", "case", "jobs/s", "x fsync baseline");
+    println!("{:<34} {:>10.0} {:>16.2}", "baseline: fsync'd 64 B append", fsync, 1.0);
+    let cases: [(&str, Durability, usize, usize); 5] = [
+        ("strict, 1 thread", Durability::Strict, 1, 1),
+        ("strict, N threads", Durability::Strict, a.threads, 1),
+        ("batched (64 per barrier), 1 thread", Durability::Batched, 1, 64),
+        ("batched (64), N threads", Durability::Batched, a.threads, 64),
+        ("none (no fsync), 1 thread", Durability::None, 1, 1),
+    ];
+    for (i, (name, d, threads, batch)) in cases.into_iter().enumerate() {
+        let r = lifecycle(&base.join(format!("case{i}")), d, a.jobs, threads, batch, &payload)?;
+        let name = name.replace('N', &a.threads.to_string());
+        println!("{name:<34} {r:>10.0} {:>16.2}", r / fsync);
+        let _ = std::io::stdout().flush();
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    if let Some(k) = peak_rss_kib() {
+        println!("peak RSS {k} KiB");
+    }
+    Ok(0)
+}

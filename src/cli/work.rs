@@ -1,0 +1,279 @@
+//! `steadq work`: run a command once per job.
+
+use super::{dur, open, CliError};
+use argh::FromArgs;
+use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+use steadq::{backoff, Lease, Nacked, Reason};
+
+/// The command's "retry later" exit code (EX_TEMPFAIL, sysexits.h).
+pub const EX_TEMPFAIL: i32 = 75;
+/// The command's "bad input, never retry" exit code (EX_DATAERR, sysexits.h).
+pub const EX_DATAERR: i32 = 65;
+
+/// Run CMD once per job: payload on stdin; STEADQ_JOB_ID, STEADQ_ATTEMPT,
+/// STEADQ_MAX_ATTEMPTS and STEADQ_QUEUE in its environment. Exit 0 acks; 75 (EX_TEMPFAIL)
+/// retries after --retry-delay without backoff growth; 65 (EX_DATAERR) dead-letters at once
+/// (reason dataerr); anything else (or a signal) retries with exponential backoff; when
+/// attempts are exhausted the job goes to dead/. The lease is renewed while CMD runs. SIGTERM
+/// or SIGINT: stop taking jobs, let running ones finish within --grace, then stop them and
+/// release their jobs. An empty queue is waited on with inotify, not polled.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "work",
+    example = "steadq work /var/lib/jobs -- ./process-job.sh",
+    example = "steadq work /var/lib/jobs --concurrency 4 --lease 2m -- ffmpeg-wrapper",
+    example = "steadq work /var/lib/jobs --once -- sh -c 'cat >> /tmp/out'",
+    error_code(2, "cannot run CMD, or the queue failed"),
+    error_code(3, "--once: no job was ready")
+)]
+pub struct Work {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// lease (visibility timeout), renewed every third of it while CMD runs (default 30s)
+    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(dur))]
+    pub lease: Duration,
+    /// jobs to run at once (default 1)
+    #[argh(option, default = "1")]
+    pub concurrency: u32,
+    /// handle at most one job, do not wait; exit 3 if none is ready
+    #[argh(switch)]
+    pub once: bool,
+    /// on SIGTERM/SIGINT, time running jobs get to finish (default 30s)
+    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(dur))]
+    pub grace: Duration,
+    /// first retry delay after a failure; doubles per attempt (default 10s)
+    #[argh(option, default = "Duration::from_secs(10)", from_str_fn(dur))]
+    pub backoff: Duration,
+    /// longest retry delay (default 1h)
+    #[argh(option, default = "Duration::from_secs(3600)", from_str_fn(dur))]
+    pub max_backoff: Duration,
+    /// retry delay after exit code 75 (default 60s)
+    #[argh(option, default = "Duration::from_secs(60)", from_str_fn(dur))]
+    pub retry_delay: Duration,
+    /// print nothing per job
+    #[argh(switch, short = 'q')]
+    pub quiet: bool,
+    /// the command and its arguments (after --)
+    #[argh(positional, greedy)]
+    pub command: Vec<String>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only async-signal-safe work here: two atomic stores.
+    SIGNAL.store(sig, Ordering::SeqCst);
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_handlers() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to atomics, which
+        // is async-signal-safe; `signal` has no other preconditions.
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+enum JobEnd {
+    Continue,
+    Fatal(CliError),
+}
+
+pub fn cmd_work(a: Work) -> Result<i32, CliError> {
+    if a.command.is_empty() {
+        return Err(CliError::usage("work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh"));
+    }
+    if a.concurrency == 0 || a.concurrency > 1024 {
+        return Err(CliError::usage("--concurrency must be 1..=1024"));
+    }
+    if a.lease < Duration::from_secs(1) {
+        return Err(CliError::usage("--lease must be at least 1s"));
+    }
+    let q = open(&a.dir)?;
+    install_handlers();
+    if a.once {
+        return match q.claim_for(a.lease)? {
+            None => {
+                eprintln!("no job ready in {}", a.dir.display());
+                Ok(3)
+            }
+            Some(l) => match run_job(&a, l) {
+                JobEnd::Continue => Ok(0),
+                JobEnd::Fatal(e) => Err(e),
+            },
+        };
+    }
+    let fatal: std::sync::Mutex<Option<CliError>> = std::sync::Mutex::new(None);
+    std::thread::scope(|s| {
+        // Recovery while busy: a worker killed mid-job gets its job back within one lease.
+        s.spawn(|| {
+            let every = (a.lease / 2).max(Duration::from_secs(1));
+            let mut last = Instant::now();
+            while !STOP.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(100));
+                if last.elapsed() >= every {
+                    last = Instant::now();
+                    if let Err(e) = q.recover() {
+                        log::warn!("recover: {e}");
+                    }
+                }
+            }
+        });
+        for _ in 0..a.concurrency {
+            s.spawn(|| {
+                while !STOP.load(Ordering::SeqCst) {
+                    match q.claim_wait(a.lease, Duration::from_millis(500)) {
+                        Ok(None) => {}
+                        Ok(Some(l)) => {
+                            if let JobEnd::Fatal(e) = run_job(&a, l) {
+                                *fatal.lock().unwrap() = Some(e);
+                                STOP.store(true, Ordering::SeqCst);
+                            }
+                        }
+                        Err(e) => {
+                            log::warn!("claim: {e}");
+                            std::thread::sleep(Duration::from_secs(1));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = fatal.into_inner().unwrap() {
+        return Err(e);
+    }
+    let sig = SIGNAL.load(Ordering::SeqCst);
+    if sig != 0 && !a.quiet {
+        eprintln!("steadq work: stopped by signal {sig}");
+    }
+    Ok(0)
+}
+
+fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
+    let started = Instant::now();
+    let (id, attempt, max) = (lease.id(), lease.attempt(), lease.max_attempts());
+    let mut child = match Command::new(&a.command[0])
+        .args(&a.command[1..])
+        .env("STEADQ_QUEUE", &a.dir)
+        .env("STEADQ_JOB_ID", id.to_string())
+        .env("STEADQ_ATTEMPT", attempt.to_string())
+        .env("STEADQ_MAX_ATTEMPTS", max.to_string())
+        .stdin(Stdio::piped())
+        .process_group(0) // a terminal's Ctrl-C reaches steadq, which decides about the job
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            // A command that cannot start would burn every job's attempts: stop instead.
+            let _ = lease.release();
+            return JobEnd::Fatal(CliError::usage(format!("cannot run {:?}: {e}", a.command[0])));
+        }
+    };
+    let payload = lease.payload().to_vec();
+    let mut stdin = child.stdin.take();
+    let feeder = std::thread::spawn(move || {
+        if let Some(s) = stdin.as_mut() {
+            let _ = s.write_all(&payload); // EPIPE: the command does not read stdin
+        }
+    });
+    let mut last_renew = Instant::now();
+    let mut stop_deadline: Option<Instant> = None;
+    let mut nap = Duration::from_micros(200);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(e) => {
+                log::warn!("waiting for job {id}: {e}");
+                break None;
+            }
+        }
+        if STOP.load(Ordering::SeqCst) {
+            let d = *stop_deadline.get_or_insert_with(|| Instant::now() + a.grace);
+            if Instant::now() >= d {
+                stop_child(&mut child);
+                let _ = feeder.join();
+                match lease.release() {
+                    Ok(()) => eprintln!("job {id}: stopped after the grace period; released to ready"),
+                    Err(e) => eprintln!("job {id}: stopped after the grace period; release failed: {e}"),
+                }
+                return JobEnd::Continue;
+            }
+        }
+        if last_renew.elapsed() >= a.lease / 3 {
+            match lease.renew(a.lease) {
+                Ok(()) => last_renew = Instant::now(),
+                Err(e) if e.is_lease_lost() => {
+                    stop_child(&mut child);
+                    let _ = feeder.join();
+                    eprintln!("job {id}: lease lost while running ({e}); command stopped");
+                    return JobEnd::Continue;
+                }
+                Err(e) => log::warn!("job {id}: renew failed: {e}"),
+            }
+        }
+        // Short jobs are noticed within a fraction of a millisecond, long ones cost little.
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
+    };
+    let _ = feeder.join();
+    let ms = started.elapsed().as_millis();
+    let code = status.and_then(|s| s.code());
+    let what = match (code, status.and_then(|s| s.signal())) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "lost".into(),
+    };
+    let result = match code {
+        Some(0) => lease.ack().map(|_| "acked".to_string()),
+        Some(EX_DATAERR) => lease.fail(Reason::new("dataerr").expect("valid reason")).map(|_| "dead-lettered (exit 65: bad input)".to_string()),
+        Some(EX_TEMPFAIL) => lease.nack(a.retry_delay).map(|n| describe_nack(n, "retry later")),
+        _ => {
+            let delay = backoff(attempt, a.backoff, a.max_backoff);
+            lease.nack(delay).map(|n| describe_nack(n, "failed"))
+        }
+    };
+    match result {
+        Ok(msg) if !a.quiet => eprintln!("job {id} attempt {attempt}/{max}: {what}, {msg} ({ms} ms)"),
+        Ok(_) => {}
+        Err(e) => eprintln!("job {id} attempt {attempt}/{max}: {what}, but settling failed: {e}"),
+    }
+    JobEnd::Continue
+}
+
+fn describe_nack(n: Nacked, why: &str) -> String {
+    match n {
+        Nacked::Ready => format!("{why}: back to ready"),
+        Nacked::Delayed(ns) => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+            format!("{why}: retry in {:.0}s", ns.saturating_sub(now) as f64 / 1e9)
+        }
+        Nacked::Dead => format!("{why}: attempts exhausted, dead-lettered"),
+    }
+}
+
+/// SIGTERM the command's process group, then SIGKILL after 2 s.
+fn stop_child(child: &mut std::process::Child) {
+    use rustix::process::{kill_process_group, Pid, Signal};
+    let Some(pg) = Pid::from_raw(child.id() as i32) else { return };
+    let _ = kill_process_group(pg, Signal::TERM);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = kill_process_group(pg, Signal::KILL);
+    let _ = child.wait();
+}
