@@ -80,26 +80,54 @@ impl Queue {
     pub(crate) fn walk(&self, mut f: impl FnMut(Seen<'_>)) -> Result<()> {
         let id = self.ident.id;
         let shards = self.ident.shards;
-        let rd = |e: Errno, rel: &str| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)));
-        for (area, fds, parent) in [(State::Ready, &self.dirs.ready, "ready"), (State::Acked, &self.dirs.receipts, "receipts")] {
+        let rd = |e: Errno, rel: &str| {
+            Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
+        };
+        for (area, fds, parent) in [
+            (State::Ready, &self.dirs.ready, "ready"),
+            (State::Acked, &self.dirs.receipts, "receipts"),
+        ] {
             for (s, fd) in fds.iter().enumerate() {
                 let rel = format!("{parent}/{}", shard_name(s as u16));
                 let fits = |n: &JobName| {
                     n.id.shard(shards) == s as u16
-                        && if area == State::Acked { matches!(n.kind, Kind::Receipt { .. }) } else { matches!(n.kind, Kind::Ready | Kind::Leased(_)) }
+                        && if area == State::Acked {
+                            matches!(n.kind, Kind::Receipt { .. })
+                        } else {
+                            matches!(n.kind, Kind::Ready | Kind::Leased(_))
+                        }
                 };
-                scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| f(Seen { dir_rel: &rel, dir: fd.as_fd(), raw, parsed }))
-                    .map_err(|e| rd(e, &rel))?;
+                scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| {
+                    f(Seen {
+                        dir_rel: &rel,
+                        dir: fd.as_fd(),
+                        raw,
+                        parsed,
+                    })
+                })
+                .map_err(|e| rd(e, &rel))?;
             }
         }
-        for (area, parent_fd, parent) in [(State::Delayed, &self.dirs.delayed, "delayed"), (State::Dead, &self.dirs.dead, "dead")] {
+        for (area, parent_fd, parent) in [
+            (State::Delayed, &self.dirs.delayed, "delayed"),
+            (State::Dead, &self.dirs.dead, "dead"),
+        ] {
             let mut buckets: Vec<String> = Vec::new();
             self.sys
                 .read_dir(parent_fd.as_fd(), |name, _, t| match name {
-                    Some(n) if parse_hex(n.as_bytes(), 16).is_some() && t != crate::sys::EntryType::Other && t != crate::sys::EntryType::File => {
+                    Some(n)
+                        if parse_hex(n.as_bytes(), 16).is_some()
+                            && t != crate::sys::EntryType::Other
+                            && t != crate::sys::EntryType::File =>
+                    {
                         buckets.push(n.to_string())
                     }
-                    _ => f(Seen { dir_rel: parent, dir: parent_fd.as_fd(), raw: name.unwrap_or(""), parsed: Err(Foreign::WrongPlace) }),
+                    _ => f(Seen {
+                        dir_rel: parent,
+                        dir: parent_fd.as_fd(),
+                        raw: name.unwrap_or(""),
+                        parsed: Err(Foreign::WrongPlace),
+                    }),
                 })
                 .map_err(|e| rd(e, parent))?;
             buckets.sort();
@@ -109,20 +137,41 @@ impl Queue {
                     Ok(fd) => fd,
                     Err(Errno::NOENT) => continue,
                     Err(Errno::LOOP | Errno::NOTDIR) => {
-                        f(Seen { dir_rel: parent, dir: parent_fd.as_fd(), raw: &b, parsed: Err(Foreign::NotRegular) });
+                        f(Seen {
+                            dir_rel: parent,
+                            dir: parent_fd.as_fd(),
+                            raw: &b,
+                            parsed: Err(Foreign::NotRegular),
+                        });
                         continue;
                     }
-                    Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel)))),
+                    Err(e) => {
+                        return Err(Error::io(
+                            Call::Open,
+                            e,
+                            Outcome::NotDone,
+                            Some(self.path(&rel)),
+                        ))
+                    }
                 };
                 let width = self.ident.delayed_bucket_ns;
                 let bucket = parse_hex(b.as_bytes(), 16).unwrap_or(0) as u64;
                 let fits = |n: &JobName| match n.kind {
-                    Kind::Delayed { not_before_ns } => area == State::Delayed && not_before_ns / width == bucket,
+                    Kind::Delayed { not_before_ns } => {
+                        area == State::Delayed && not_before_ns / width == bucket
+                    }
                     Kind::Dead { .. } => area == State::Dead,
                     _ => false,
                 };
-                scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| f(Seen { dir_rel: &rel, dir: fd.as_fd(), raw, parsed }))
-                    .map_err(|e| rd(e, &rel))?;
+                scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| {
+                    f(Seen {
+                        dir_rel: &rel,
+                        dir: fd.as_fd(),
+                        raw,
+                        parsed,
+                    })
+                })
+                .map_err(|e| rd(e, &rel))?;
             }
         }
         Ok(())
@@ -139,7 +188,11 @@ impl Queue {
             if let Ok(n) = s.parsed {
                 let st = state_of(&n.kind);
                 if state.is_none_or(|w| w == st) {
-                    out.push(Listed { state: st, dir: s.dir_rel.to_string(), name: n });
+                    out.push(Listed {
+                        state: st,
+                        dir: s.dir_rel.to_string(),
+                        name: n,
+                    });
                 }
             }
         })?;
@@ -153,7 +206,11 @@ impl Queue {
     /// As [`Queue::list`].
     pub fn status(&self) -> Result<Status> {
         let mut st = Status::default();
-        let (boot, now_boot, now_ms) = (self.clock.boot_id(), self.clock.boot_ns(), self.clock.wall_ns() / 1_000_000);
+        let (boot, now_boot, now_ms) = (
+            self.clock.boot_id(),
+            self.clock.boot_ns(),
+            self.clock.wall_ns() / 1_000_000,
+        );
         let mut oldest: Option<JobId> = None;
         self.walk(|s| {
             let Ok(n) = s.parsed else {
@@ -161,7 +218,11 @@ impl Queue {
                 return;
             };
             let state = state_of(&n.kind);
-            let size = self.sys.stat_nofollow(s.dir, s.raw).map(|m| m.size).unwrap_or(0);
+            let size = self
+                .sys
+                .stat_nofollow(s.dir, s.raw)
+                .map(|m| m.size)
+                .unwrap_or(0);
             st.bytes[area_index(state)] += size;
             match n.kind {
                 Kind::Ready => {
@@ -192,7 +253,11 @@ impl Queue {
         self.walk(|s| {
             if let Ok(n) = s.parsed {
                 if n.id == id {
-                    found = Some(Listed { state: state_of(&n.kind), dir: s.dir_rel.to_string(), name: n });
+                    found = Some(Listed {
+                        state: state_of(&n.kind),
+                        dir: s.dir_rel.to_string(),
+                        name: n,
+                    });
                 }
             }
         })?;
@@ -213,23 +278,59 @@ impl Queue {
         let name = job.name.format(self.ident.id);
         let fd = match self.sys.open_file_ro(dir.as_fd(), &name) {
             Ok(fd) => fd,
-            Err(Errno::NOENT) => return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel)))),
-            Err(Errno::LOOP | Errno::NXIO) => {
-                return Err(Error::not_done(ErrorKind::Corrupt(crate::format::Corruption::NotRegular), Some(self.path(&rel))))
+            Err(Errno::NOENT) => {
+                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))))
             }
-            Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel)))),
+            Err(Errno::LOOP | Errno::NXIO) => {
+                return Err(Error::not_done(
+                    ErrorKind::Corrupt(crate::format::Corruption::NotRegular),
+                    Some(self.path(&rel)),
+                ))
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&rel)),
+                ))
+            }
         };
         match self.sys.fstat(fd.as_fd()) {
             Ok((rustix::fs::FileType::RegularFile, _)) => {}
-            Ok(_) => return Err(Error::not_done(ErrorKind::Corrupt(crate::format::Corruption::NotRegular), Some(self.path(&rel)))),
-            Err(e) => return Err(Error::io(Call::Stat, e, Outcome::NotDone, Some(self.path(&rel)))),
+            Ok(_) => {
+                return Err(Error::not_done(
+                    ErrorKind::Corrupt(crate::format::Corruption::NotRegular),
+                    Some(self.path(&rel)),
+                ))
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Stat,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&rel)),
+                ))
+            }
         }
         let mut buf = Vec::new();
-        match self.sys.read_all(fd.as_fd(), self.opts.max_payload.max(1 << 30) + HEADER_LEN as u64, &mut buf) {
+        match self.sys.read_all(
+            fd.as_fd(),
+            self.opts.max_payload.max(1 << 30) + HEADER_LEN as u64,
+            &mut buf,
+        ) {
             Ok(()) => {}
-            Err(e) => return Err(Error::io(Call::Read, e, Outcome::NotDone, Some(self.path(&rel)))),
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Read,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&rel)),
+                ))
+            }
         }
-        let h = verify(&buf, job.name.id.0, self.ident.id).map_err(|c| Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel))))?;
+        let h = verify(&buf, job.name.id.0, self.ident.id)
+            .map_err(|c| Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel))))?;
         buf.drain(..HEADER_LEN);
         Ok((h, buf))
     }
@@ -241,7 +342,11 @@ impl Queue {
     /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error,
     /// indeterminate if an earlier move of the same call was done.
     pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32> {
-        let dead: Vec<Listed> = self.list(Some(State::Dead))?.into_iter().filter(|l| id.is_none_or(|i| l.name.id == i)).collect();
+        let dead: Vec<Listed> = self
+            .list(Some(State::Dead))?
+            .into_iter()
+            .filter(|l| id.is_none_or(|i| l.name.id == i))
+            .collect();
         if id.is_some() && dead.is_empty() {
             return Err(Error::not_done(ErrorKind::NoSuchJob, None));
         }
@@ -276,10 +381,20 @@ impl Queue {
             let bucket = l.dir.trim_start_matches("dead/");
             let place = self.place_bucket(true, bucket)?;
             let rel = l.rel_path(self.ident.id);
-            match self.sys.unlink(place.dir.fd(), &l.name.format(self.ident.id)) {
+            match self
+                .sys
+                .unlink(place.dir.fd(), &l.name.format(self.ident.id))
+            {
                 Ok(()) => n += 1,
                 Err(Errno::NOENT) => {}
-                Err(e) => return Err(Error::io(Call::Unlink, e, Outcome::NotDone, Some(self.path(&rel)))),
+                Err(e) => {
+                    return Err(Error::io(
+                        Call::Unlink,
+                        e,
+                        Outcome::NotDone,
+                        Some(self.path(&rel)),
+                    ))
+                }
             }
             if !dirs.contains(&l.dir) {
                 dirs.push(l.dir.clone());
@@ -288,10 +403,19 @@ impl Queue {
         for d in dirs {
             let bucket = d.trim_start_matches("dead/").to_string();
             let place = self.place_bucket(true, &bucket)?;
-            self.barrier(place.dir.fd()).map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&d))))?;
+            self.barrier(place.dir.fd()).map_err(|e| {
+                Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&d)))
+            })?;
             let _ = self.sys.rmdir(self.dirs.dead.as_fd(), &bucket);
         }
-        self.barrier(self.dirs.dead.as_fd()).map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path("dead"))))?;
+        self.barrier(self.dirs.dead.as_fd()).map_err(|e| {
+            Error::io(
+                Call::Fsync,
+                e,
+                Outcome::Indeterminate,
+                Some(self.path("dead")),
+            )
+        })?;
         Ok(n)
     }
 
@@ -307,13 +431,21 @@ impl Queue {
     /// indeterminate if an unlink or the final directory fsync failed (evidence is durable;
     /// a receipt may remain, and compacting again adds a second line for it).
     pub fn compact(&self, older_than: Duration) -> Result<u32> {
-        let cutoff = self.clock.wall_ns().saturating_sub(older_than.as_nanos().min(u64::MAX as u128) as u64);
+        let cutoff = self
+            .clock
+            .wall_ns()
+            .saturating_sub(older_than.as_nanos().min(u64::MAX as u128) as u64);
         let mut lines = String::new();
         let mut victims: Vec<Listed> = Vec::new();
         for l in self.list(Some(State::Acked))? {
             let shard = l.name.id.shard(self.ident.shards);
             let name = l.name.format(self.ident.id);
-            let Ok(meta) = self.sys.stat_nofollow(self.dirs.receipts[shard as usize].as_fd(), &name) else { continue };
+            let Ok(meta) = self
+                .sys
+                .stat_nofollow(self.dirs.receipts[shard as usize].as_fd(), &name)
+            else {
+                continue;
+            };
             if meta.ctime_ns > cutoff {
                 continue;
             }
@@ -329,7 +461,9 @@ impl Queue {
                     ));
                     victims.push(l);
                 }
-                Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => log::warn!("not compacting {}: {e}", l.rel_path(self.ident.id)),
+                Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => {
+                    log::warn!("not compacting {}: {e}", l.rel_path(self.ident.id))
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -338,18 +472,34 @@ impl Queue {
         }
         let ev = self.path(EVIDENCE_FILE);
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(ev.clone()));
-        let fd = self.sys.open_append(self.dirs.root.as_fd(), EVIDENCE_FILE).map_err(|e| nd(Call::Open, e))?;
-        self.sys.write_all(fd.as_fd(), lines.as_bytes()).map_err(|e| nd(Call::Write, e))?;
+        let fd = self
+            .sys
+            .open_append(self.dirs.root.as_fd(), EVIDENCE_FILE)
+            .map_err(|e| nd(Call::Open, e))?;
+        self.sys
+            .write_all(fd.as_fd(), lines.as_bytes())
+            .map_err(|e| nd(Call::Write, e))?;
         self.barrier(fd.as_fd()).map_err(|e| nd(Call::Fsync, e))?;
-        self.barrier(self.dirs.root.as_fd()).map_err(|e| nd(Call::Fsync, e))?;
+        self.barrier(self.dirs.root.as_fd())
+            .map_err(|e| nd(Call::Fsync, e))?;
         let mut n = 0;
         let mut shards: Vec<u16> = Vec::new();
         for l in &victims {
             let s = l.name.id.shard(self.ident.shards);
-            match self.sys.unlink(self.dirs.receipts[s as usize].as_fd(), &l.name.format(self.ident.id)) {
+            match self.sys.unlink(
+                self.dirs.receipts[s as usize].as_fd(),
+                &l.name.format(self.ident.id),
+            ) {
                 Ok(()) => n += 1,
                 Err(Errno::NOENT) => {} // another compactor removed it
-                Err(e) => return Err(Error::io(Call::Unlink, e, Outcome::Indeterminate, Some(self.path(&l.rel_path(self.ident.id))))),
+                Err(e) => {
+                    return Err(Error::io(
+                        Call::Unlink,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path(&l.rel_path(self.ident.id))),
+                    ))
+                }
             }
             if !shards.contains(&s) {
                 shards.push(s);
@@ -357,7 +507,14 @@ impl Queue {
         }
         for s in shards {
             self.barrier(self.dirs.receipts[s as usize].as_fd())
-                .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&format!("receipts/{}", shard_name(s))))))?;
+                .map_err(|e| {
+                    Error::io(
+                        Call::Fsync,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path(&format!("receipts/{}", shard_name(s)))),
+                    )
+                })?;
         }
         Ok(n)
     }

@@ -38,7 +38,11 @@ impl Clock {
             log::warn!("cannot read /proc/sys/kernel/random/boot_id; leases from earlier boots will expire by time only");
             0
         });
-        Clock { boot_id, boot_offset_ns: AtomicI64::new(0), wall_offset_ns: AtomicI64::new(0) }
+        Clock {
+            boot_id,
+            boot_offset_ns: AtomicI64::new(0),
+            wall_offset_ns: AtomicI64::new(0),
+        }
     }
 
     /// This boot's id (128 bits).
@@ -48,12 +52,18 @@ impl Clock {
 
     /// `CLOCK_BOOTTIME` now, ns.
     pub fn boot_ns(&self) -> u64 {
-        add(ts_ns(ClockId::Boottime), self.boot_offset_ns.load(Ordering::Relaxed))
+        add(
+            ts_ns(ClockId::Boottime),
+            self.boot_offset_ns.load(Ordering::Relaxed),
+        )
     }
 
     /// `CLOCK_REALTIME` now, unix ns.
     pub fn wall_ns(&self) -> u64 {
-        add(ts_ns(ClockId::Realtime), self.wall_offset_ns.load(Ordering::Relaxed))
+        add(
+            ts_ns(ClockId::Realtime),
+            self.wall_offset_ns.load(Ordering::Relaxed),
+        )
     }
 
     /// Move this queue's view of `CLOCK_BOOTTIME` by `ns` (tests: expire a lease without waiting).
@@ -95,7 +105,10 @@ mod tests {
 
     #[test]
     fn boot_id_parses() {
-        assert_eq!(parse_boot_id("01234567-89ab-cdef-0123-456789abcdef\n"), Some(0x0123456789abcdef0123456789abcdef));
+        assert_eq!(
+            parse_boot_id("01234567-89ab-cdef-0123-456789abcdef\n"),
+            Some(0x0123456789abcdef0123456789abcdef)
+        );
         assert_eq!(parse_boot_id("0123456789abcdef0123456789abcdef"), None);
         assert_eq!(parse_boot_id("01234567-89ab-cdef-0123-456789abcdeg"), None);
     }

@@ -97,8 +97,14 @@ impl Queue {
         let p = self.prepare(payload, o)?;
         let w = self.write_job(&p, true)?;
         self.publish(&p, w)?;
-        self.barrier(p.dir.fd())
-            .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&p.rel_dir))))?;
+        self.barrier(p.dir.fd()).map_err(|e| {
+            Error::io(
+                Call::Fsync,
+                e,
+                Outcome::Indeterminate,
+                Some(self.path(&p.rel_dir)),
+            )
+        })?;
         Ok(p.name.id)
     }
 
@@ -122,7 +128,10 @@ impl Queue {
             return Ok(ids);
         }
         let o = EnqueueOptions::default();
-        let prepared: Vec<Prepared<'_>> = payloads.iter().map(|p| self.prepare(p, &o)).collect::<Result<_>>()?;
+        let prepared: Vec<Prepared<'_>> = payloads
+            .iter()
+            .map(|p| self.prepare(p, &o))
+            .collect::<Result<_>>()?;
         let mut written = Vec::with_capacity(prepared.len());
         for p in &prepared {
             written.push(self.write_job(p, false)?);
@@ -132,15 +141,27 @@ impl Queue {
             .map_err(|e| Error::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone())))?;
         let mut touched: Vec<usize> = Vec::new();
         for (i, (p, w)) in prepared.iter().zip(written).enumerate() {
-            self.publish(p, w).map_err(|e| if i > 0 { e.with_outcome(Outcome::Indeterminate) } else { e })?;
+            self.publish(p, w).map_err(|e| {
+                if i > 0 {
+                    e.with_outcome(Outcome::Indeterminate)
+                } else {
+                    e
+                }
+            })?;
             if !touched.iter().any(|&j| prepared[j].rel_dir == p.rel_dir) {
                 touched.push(i);
             }
         }
         for &i in &touched {
             let p = &prepared[i];
-            self.barrier(p.dir.fd())
-                .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&p.rel_dir))))?;
+            self.barrier(p.dir.fd()).map_err(|e| {
+                Error::io(
+                    Call::Fsync,
+                    e,
+                    Outcome::Indeterminate,
+                    Some(self.path(&p.rel_dir)),
+                )
+            })?;
         }
         Ok(prepared.iter().map(|p| p.name.id).collect())
     }
@@ -148,11 +169,20 @@ impl Queue {
     fn prepare<'a>(&'a self, payload: &'a [u8], o: &EnqueueOptions) -> Result<Prepared<'a>> {
         let limit = self.opts.max_payload;
         if payload.len() as u64 > limit {
-            return Err(Error::not_done(ErrorKind::PayloadTooLarge { len: payload.len() as u64, limit }, None));
+            return Err(Error::not_done(
+                ErrorKind::PayloadTooLarge {
+                    len: payload.len() as u64,
+                    limit,
+                },
+                None,
+            ));
         }
         let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
         if max == 0 {
-            return Err(Error::not_done(ErrorKind::InvalidArgument("max attempts must be at least 1"), None));
+            return Err(Error::not_done(
+                ErrorKind::InvalidArgument("max attempts must be at least 1"),
+                None,
+            ));
         }
         let now = self.clock.wall_ns();
         let id = JobId::new(now / 1_000_000, random());
@@ -162,7 +192,10 @@ impl Queue {
             None => {
                 state::check(None, Op::Enqueue, State::Ready);
                 let s = id.shard(self.ident.shards);
-                (DirRef::Held(self.dirs.ready[s as usize].as_fd()), format!("ready/{}", shard_name(s)))
+                (
+                    DirRef::Held(self.dirs.ready[s as usize].as_fd()),
+                    format!("ready/{}", shard_name(s)),
+                )
             }
             Some(d) => {
                 state::check(None, Op::EnqueueDelayed, State::Delayed);
@@ -176,7 +209,13 @@ impl Queue {
                 (DirRef::Opened(fd), rel)
             }
         };
-        Ok(Prepared { name, dir, rel_dir, header, payload })
+        Ok(Prepared {
+            name,
+            dir,
+            rel_dir,
+            header,
+            payload,
+        })
     }
 
     /// Write the job file (fsync'd when `sync` and the policy asks) without publishing it.
@@ -187,8 +226,12 @@ impl Queue {
             match self.sys.open_tmpfile(p.dir.fd()) {
                 Ok(fd) => {
                     let fill = || -> core::result::Result<(), (Call, Errno)> {
-                        self.sys.write_all(fd.as_fd(), &p.header).map_err(|e| (Call::Write, e))?;
-                        self.sys.write_all(fd.as_fd(), p.payload).map_err(|e| (Call::Write, e))?;
+                        self.sys
+                            .write_all(fd.as_fd(), &p.header)
+                            .map_err(|e| (Call::Write, e))?;
+                        self.sys
+                            .write_all(fd.as_fd(), p.payload)
+                            .map_err(|e| (Call::Write, e))?;
                         if sync {
                             self.sys.fsync(fd.as_fd()).map_err(|e| (Call::Fsync, e))?;
                         }
@@ -198,18 +241,33 @@ impl Queue {
                     return Ok(Written::Unnamed(fd));
                 }
                 Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
-                    log::info!("O_TMPFILE refused in {}; publishing through tmp/", self.path(&p.rel_dir).display());
+                    log::info!(
+                        "O_TMPFILE refused in {}; publishing through tmp/",
+                        self.path(&p.rel_dir).display()
+                    );
                     self.sys.force_named_publish();
                 }
                 Err(e) => return Err(nd(Call::Open, e, &p.rel_dir)),
             }
         }
-        let tmp = format!("{:032x}.{:08x}.{:032x}.tmp", self.clock.boot_id(), std::process::id(), random());
+        let tmp = format!(
+            "{:032x}.{:08x}.{:032x}.tmp",
+            self.clock.boot_id(),
+            std::process::id(),
+            random()
+        );
         let rel = format!("tmp/{tmp}");
-        let fd = self.sys.create_file(self.dirs.tmp.as_fd(), &tmp).map_err(|e| nd(Call::Open, e, &rel))?;
+        let fd = self
+            .sys
+            .create_file(self.dirs.tmp.as_fd(), &tmp)
+            .map_err(|e| nd(Call::Open, e, &rel))?;
         let fill = || -> core::result::Result<(), (Call, Errno)> {
-            self.sys.write_all(fd.as_fd(), &p.header).map_err(|e| (Call::Write, e))?;
-            self.sys.write_all(fd.as_fd(), p.payload).map_err(|e| (Call::Write, e))?;
+            self.sys
+                .write_all(fd.as_fd(), &p.header)
+                .map_err(|e| (Call::Write, e))?;
+            self.sys
+                .write_all(fd.as_fd(), p.payload)
+                .map_err(|e| (Call::Write, e))?;
             if sync {
                 self.sys.fsync(fd.as_fd()).map_err(|e| (Call::Fsync, e))?;
             }
@@ -238,14 +296,23 @@ impl Queue {
                 Err(e) => Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel)))),
             },
             Written::Named(tmp) => {
-                if let Err(e) = self.sys.rename(self.dirs.tmp.as_fd(), &tmp, p.dir.fd(), &name) {
+                if let Err(e) = self
+                    .sys
+                    .rename(self.dirs.tmp.as_fd(), &tmp, p.dir.fd(), &name)
+                {
                     if e != Errno::IO {
                         let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
                     }
                     return Err(Error::io(Call::Rename, e, is_eio(e), Some(self.path(&rel))));
                 }
-                self.barrier(self.dirs.tmp.as_fd())
-                    .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path("tmp"))))
+                self.barrier(self.dirs.tmp.as_fd()).map_err(|e| {
+                    Error::io(
+                        Call::Fsync,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path("tmp")),
+                    )
+                })
             }
         }
     }

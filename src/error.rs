@@ -83,7 +83,11 @@ struct Inner {
 impl Error {
     /// A new error.
     pub fn new(kind: ErrorKind, outcome: Outcome, path: Option<PathBuf>) -> Error {
-        Error(Box::new(Inner { kind, outcome, path }))
+        Error(Box::new(Inner {
+            kind,
+            outcome,
+            path,
+        }))
     }
 
     /// A "not done" error.

@@ -99,7 +99,12 @@ impl core::fmt::Display for Corruption {
 }
 
 /// Build the 128-byte header for `payload`.
-pub fn encode_header(id: u128, queue_id: u128, created_ns: u64, payload: &[u8]) -> [u8; HEADER_LEN] {
+pub fn encode_header(
+    id: u128,
+    queue_id: u128,
+    created_ns: u64,
+    payload: &[u8],
+) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(&MAGIC);
     h[OFF_VERSION..OFF_HLEN].copy_from_slice(&VERSION.to_le_bytes());
@@ -158,8 +163,12 @@ pub fn verify(file: &[u8], id: u128, queue_id: u128) -> Result<Header, Corruptio
         queue_id: u128_at(file, OFF_QUEUE),
         created_ns: u64_at(file, OFF_CREATED),
         payload_len: u64_at(file, OFF_LEN),
-        payload_sha256: file[OFF_PAYLOAD_SHA..OFF_ENVELOPE_SHA].try_into().unwrap_or([0; 32]),
-        envelope_sha256: file[OFF_ENVELOPE_SHA..HEADER_LEN].try_into().unwrap_or([0; 32]),
+        payload_sha256: file[OFF_PAYLOAD_SHA..OFF_ENVELOPE_SHA]
+            .try_into()
+            .unwrap_or([0; 32]),
+        envelope_sha256: file[OFF_ENVELOPE_SHA..HEADER_LEN]
+            .try_into()
+            .unwrap_or([0; 32]),
     };
     if header.id != id {
         return Err(Corruption::JobId);
@@ -204,8 +213,14 @@ mod tests {
     fn round_trip() {
         let f = file(b"hello");
         let h = verify(&f, 7, 9).unwrap();
-        assert_eq!((h.id, h.queue_id, h.created_ns, h.payload_len), (7, 9, 1234, 5));
-        assert_eq!(hex32(&h.payload_sha256).as_str(), "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+        assert_eq!(
+            (h.id, h.queue_id, h.created_ns, h.payload_len),
+            (7, 9, 1234, 5)
+        );
+        assert_eq!(
+            hex32(&h.payload_sha256).as_str(),
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
     }
 
     #[test]

@@ -41,7 +41,11 @@ impl core::fmt::Display for Problem {
         match &self.kind {
             ProblemKind::Foreign(x) => write!(f, "{x}")?,
             ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}")?,
-            ProblemKind::Unreadable(e) => write!(f, "unreadable: {}", std::io::Error::from_raw_os_error(e.raw_os_error()))?,
+            ProblemKind::Unreadable(e) => write!(
+                f,
+                "unreadable: {}",
+                std::io::Error::from_raw_os_error(e.raw_os_error())
+            )?,
         }
         if self.quarantined {
             f.write_str(" (moved to quarantine/)")?;
@@ -80,27 +84,52 @@ impl Queue {
     pub fn fsck(&self, quarantine: bool) -> Result<FsckReport> {
         let mut rep = FsckReport::default();
         let mut bad: Vec<(String, String, ProblemKind)> = Vec::new(); // (dir, name, kind)
-        // Root level: only the known names belong.
-        let known = [IDENTITY_FILE, "tmp", "ready", "delayed", "dead", "receipts", "quarantine", EVIDENCE_FILE];
+                                                                      // Root level: only the known names belong.
+        let known = [
+            IDENTITY_FILE,
+            "tmp",
+            "ready",
+            "delayed",
+            "dead",
+            "receipts",
+            "quarantine",
+            EVIDENCE_FILE,
+        ];
         self.sys
             .read_dir(self.dirs.root.as_fd(), |name, _, _| {
                 rep.checked += 1;
                 match name {
-                    Some(n) if known.contains(&n) || n.starts_with(&format!(".{IDENTITY_FILE}.")) => {}
-                    _ => bad.push((String::new(), name.unwrap_or("?").to_string(), ProblemKind::Foreign(Foreign::Name(crate::name::NameError::Syntax)))),
+                    Some(n)
+                        if known.contains(&n) || n.starts_with(&format!(".{IDENTITY_FILE}.")) => {}
+                    _ => bad.push((
+                        String::new(),
+                        name.unwrap_or("?").to_string(),
+                        ProblemKind::Foreign(Foreign::Name(crate::name::NameError::Syntax)),
+                    )),
                 }
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
-        for (parent, fd) in [("ready", self.dirs_parent("ready")?), ("receipts", self.dirs_parent("receipts")?)] {
+        for (parent, fd) in [
+            ("ready", self.dirs_parent("ready")?),
+            ("receipts", self.dirs_parent("receipts")?),
+        ] {
             let shards = self.ident.shards;
             self.sys
                 .read_dir(fd.as_fd(), |name, _, _| {
-                    let ok = name.and_then(|n| crate::name::parse_hex(n.as_bytes(), 2)).is_some_and(|s| s < shards as u128);
+                    let ok = name
+                        .and_then(|n| crate::name::parse_hex(n.as_bytes(), 2))
+                        .is_some_and(|s| s < shards as u128);
                     if !ok {
-                        bad.push((parent.to_string(), name.unwrap_or("?").to_string(), ProblemKind::Foreign(Foreign::WrongPlace)));
+                        bad.push((
+                            parent.to_string(),
+                            name.unwrap_or("?").to_string(),
+                            ProblemKind::Foreign(Foreign::WrongPlace),
+                        ));
                     }
                 })
-                .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent))))?;
+                .map_err(|e| {
+                    Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
+                })?;
         }
         let qid = self.ident.id;
         self.walk(|s| {
@@ -115,9 +144,17 @@ impl Queue {
             }
         })?;
         for (dir, name, kind) in bad {
-            let path = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
+            let path = if dir.is_empty() {
+                name.clone()
+            } else {
+                format!("{dir}/{name}")
+            };
             let quarantined = quarantine && !dir.is_empty() && self.quarantine(&dir, &name)?;
-            rep.problems.push(Problem { path, kind, quarantined });
+            rep.problems.push(Problem {
+                path,
+                kind,
+                quarantined,
+            });
         }
         Ok(rep)
     }
@@ -128,7 +165,13 @@ impl Queue {
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(name))))
     }
 
-    fn check_file(&self, dir: BorrowedFd<'_>, raw: &str, n: &JobName, qid: u128) -> core::result::Result<(), ProblemKind> {
+    fn check_file(
+        &self,
+        dir: BorrowedFd<'_>,
+        raw: &str,
+        n: &JobName,
+        qid: u128,
+    ) -> core::result::Result<(), ProblemKind> {
         let fd = self.sys.open_file_ro(dir, raw).map_err(|e| match e {
             Errno::LOOP | Errno::NXIO => ProblemKind::Foreign(Foreign::NotRegular),
             e => ProblemKind::Unreadable(e),
@@ -140,9 +183,15 @@ impl Queue {
         }
         let mut buf = Vec::new();
         self.sys
-            .read_all(fd.as_fd(), self.opts.max_payload.max(1 << 30) + crate::format::HEADER_LEN as u64, &mut buf)
+            .read_all(
+                fd.as_fd(),
+                self.opts.max_payload.max(1 << 30) + crate::format::HEADER_LEN as u64,
+                &mut buf,
+            )
             .map_err(ProblemKind::Unreadable)?;
-        crate::format::verify(&buf, n.id.0, qid).map(drop).map_err(ProblemKind::Corrupt)
+        crate::format::verify(&buf, n.id.0, qid)
+            .map(drop)
+            .map_err(ProblemKind::Corrupt)
     }
 
     /// Move `dir/name` to `quarantine/dir/name`. False if it vanished meanwhile.
@@ -156,18 +205,32 @@ impl Queue {
             }
             match self.sys.mkdir(root, &qdir) {
                 Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(self.path(&qdir)))),
+                Err(e) => {
+                    return Err(Error::io(
+                        Call::Mkdir,
+                        e,
+                        Outcome::NotDone,
+                        Some(self.path(&qdir)),
+                    ))
+                }
             }
         }
         let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
-        let from = self.sys.open_dir_beneath(root, dir).map_err(|e| nd(Call::Open, e, dir))?;
-        let to = self.sys.open_dir_beneath(root, &qdir).map_err(|e| nd(Call::Open, e, &qdir))?;
+        let from = self
+            .sys
+            .open_dir_beneath(root, dir)
+            .map_err(|e| nd(Call::Open, e, dir))?;
+        let to = self
+            .sys
+            .open_dir_beneath(root, &qdir)
+            .map_err(|e| nd(Call::Open, e, &qdir))?;
         match self.sys.rename(from.as_fd(), name, to.as_fd(), name) {
             Ok(()) => {}
             Err(Errno::NOENT) => return Ok(false),
             Err(e) => return Err(nd(Call::Rename, e, &format!("{dir}/{name}"))),
         }
-        let ind = |e, p: &str| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(p)));
+        let ind =
+            |e, p: &str| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(p)));
         self.barrier(to.as_fd()).map_err(|e| ind(e, &qdir))?;
         self.barrier(from.as_fd()).map_err(|e| ind(e, dir))?;
         Ok(true)

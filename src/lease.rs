@@ -54,7 +54,9 @@ pub struct Receipt {
 /// Exponential backoff for retry `attempt` (1-based): `base * 2^(attempt-1)`, capped at
 /// `max`. Attempt 1 gives `base`.
 pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
-    let factor = 1u32.checked_shl(attempt.saturating_sub(1).min(31)).unwrap_or(u32::MAX);
+    let factor = 1u32
+        .checked_shl(attempt.saturating_sub(1).min(31))
+        .unwrap_or(u32::MAX);
     base.checked_mul(factor).unwrap_or(max).min(max)
 }
 
@@ -76,7 +78,10 @@ impl Queue {
     /// [`ErrorKind::InvalidArgument`] for a zero lease.
     pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease<'_>>> {
         if lease.is_zero() {
-            return Err(Error::not_done(ErrorKind::InvalidArgument("lease must be longer than zero"), None));
+            return Err(Error::not_done(
+                ErrorKind::InvalidArgument("lease must be longer than zero"),
+                None,
+            ));
         }
         let mut refills = 0u32;
         loop {
@@ -92,13 +97,15 @@ impl Queue {
                         let mut found = Vec::new();
                         self.list_shard(s, &mut found)?;
                         // Oldest last, so pop() gives the oldest.
-                        found.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+                        found.sort_unstable_by_key(|n| core::cmp::Reverse(n.id));
                         c.candidates = found.into_iter().map(|n| (s, n)).collect();
                         continue;
                     }
                 }
             };
-            let Some((shard, name)) = next else { return Ok(None) };
+            let Some((shard, name)) = next else {
+                return Ok(None);
+            };
             if let Some(lease) = self.try_claim(shard, name, lease)? {
                 return Ok(Some(lease));
             }
@@ -109,12 +116,29 @@ impl Queue {
     fn list_shard(&self, s: u16, out: &mut Vec<JobName>) -> Result<()> {
         let fd = self.dirs.ready[s as usize].as_fd();
         let shards = self.ident.shards;
-        scan(&self.sys, fd, self.ident.id, |n| n.id.shard(shards) == s && matches!(n.kind, Kind::Ready | Kind::Leased(_)), |raw, r| match r {
-            Ok(n) if n.kind == Kind::Ready => out.push(n),
-            Ok(_) => {}
-            Err(f) => log::warn!("{}: {f}; skipped", self.path(&format!("ready/{}/{raw}", crate::name::shard_name(s))).display()),
+        scan(
+            &self.sys,
+            fd,
+            self.ident.id,
+            |n| n.id.shard(shards) == s && matches!(n.kind, Kind::Ready | Kind::Leased(_)),
+            |raw, r| match r {
+                Ok(n) if n.kind == Kind::Ready => out.push(n),
+                Ok(_) => {}
+                Err(f) => log::warn!(
+                    "{}: {f}; skipped",
+                    self.path(&format!("ready/{}/{raw}", crate::name::shard_name(s)))
+                        .display()
+                ),
+            },
+        )
+        .map_err(|e| {
+            Error::io(
+                Call::ReadDir,
+                e,
+                Outcome::NotDone,
+                Some(self.path(&format!("ready/{}", crate::name::shard_name(s)))),
+            )
         })
-        .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(&format!("ready/{}", crate::name::shard_name(s))))))
     }
 
     /// Try to claim one candidate. `Ok(None)`: lost the race, or it was dead-lettered.
@@ -122,7 +146,12 @@ impl Queue {
         let here = self.place_ready(shard, State::Ready);
         if name.exhausted() {
             let dead = self.place_dead()?;
-            let to = name.next(Kind::Dead { reason: Reason::EXHAUSTED }, false);
+            let to = name.next(
+                Kind::Dead {
+                    reason: Reason::EXHAUSTED,
+                },
+                false,
+            );
             return match self.move_job(&here, &name, &dead, &to, Op::ClaimExhausted) {
                 Ok(()) => Ok(None),
                 Err(e) if e.is_lease_lost() => Ok(None),
@@ -144,7 +173,10 @@ impl Queue {
         }
         let rel = format!("{}/{}", to.rel, leased.format(self.ident.id));
         let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel)));
-        let file = match self.sys.open_file_ro(to.dir.fd(), &leased.format(self.ident.id)) {
+        let file = match self
+            .sys
+            .open_file_ro(to.dir.fd(), &leased.format(self.ident.id))
+        {
             Ok(f) => f,
             Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
                 self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;
@@ -152,12 +184,22 @@ impl Queue {
             }
             Err(e) => return Err(ind(Call::Open, e)),
         };
-        let mut lease = Lease { q: self, shard, name: leased, data: Vec::new(), file, settled: false };
+        let mut lease = Lease {
+            q: self,
+            shard,
+            name: leased,
+            data: Vec::new(),
+            file,
+            settled: false,
+        };
         match lease.read_verified() {
             Ok(()) => Ok(Some(lease)),
             Err(Ok(c)) => {
                 lease.settled = true;
-                log::warn!("{}: corrupt ({c}); dead-lettered", self.path(&rel).display());
+                log::warn!(
+                    "{}: corrupt ({c}); dead-lettered",
+                    self.path(&rel).display()
+                );
                 self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 Ok(None)
             }
@@ -170,7 +212,13 @@ impl Queue {
     fn dead_letter(&self, shard: u16, name: JobName, reason: Reason, op: Op) -> Result<()> {
         let from = self.place_ready(shard, State::Leased);
         let dead = self.place_dead()?;
-        self.move_job(&from, &name, &dead, &name.next(Kind::Dead { reason }, false), op)
+        self.move_job(
+            &from,
+            &name,
+            &dead,
+            &name.next(Kind::Dead { reason }, false),
+            op,
+        )
     }
 
     /// Take over a lease by its handle (the leased file name, as [`Lease::handle`] gives),
@@ -184,16 +232,37 @@ impl Queue {
         let name = JobName::parse(handle, self.ident.id)
             .ok()
             .filter(|n| matches!(n.kind, Kind::Leased(_)))
-            .ok_or_else(|| Error::not_done(ErrorKind::InvalidArgument("not a lease handle of this queue"), None))?;
+            .ok_or_else(|| {
+                Error::not_done(
+                    ErrorKind::InvalidArgument("not a lease handle of this queue"),
+                    None,
+                )
+            })?;
         let shard = name.id.shard(self.ident.shards);
         let dir = self.dirs.ready[shard as usize].as_fd();
         let rel = format!("ready/{}/{handle}", crate::name::shard_name(shard));
         let file = match self.sys.open_file_ro(dir, handle) {
             Ok(f) => f,
-            Err(Errno::NOENT) => return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel)))),
-            Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel)))),
+            Err(Errno::NOENT) => {
+                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))))
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&rel)),
+                ))
+            }
         };
-        let mut lease = Lease { q: self, shard, name, data: Vec::new(), file, settled: true };
+        let mut lease = Lease {
+            q: self,
+            shard,
+            name,
+            data: Vec::new(),
+            file,
+            settled: true,
+        };
         match lease.read_verified() {
             Ok(()) => {
                 lease.settled = false;
@@ -201,7 +270,10 @@ impl Queue {
             }
             Err(Ok(c)) => {
                 self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;
-                Err(Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel))))
+                Err(Error::not_done(
+                    ErrorKind::Corrupt(c),
+                    Some(self.path(&rel)),
+                ))
             }
             Err(Err((c, e))) => Err(Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)))),
         }
@@ -223,7 +295,11 @@ impl Queue {
         let mut shards: Vec<u16> = Vec::new();
         let mut leases = leases.into_iter();
         while let Some(mut l) = leases.next() {
-            let r = if batched { l.ack_rename().map(|r| (r, l.shard)) } else { l.ack().map(|r| (r, u16::MAX)) };
+            let r = if batched {
+                l.ack_rename().map(|r| (r, l.shard))
+            } else {
+                l.ack().map(|r| (r, u16::MAX))
+            };
             match r {
                 Ok((r, s)) => {
                     out.push(r);
@@ -234,7 +310,11 @@ impl Queue {
                 Err(e) => {
                     // The rest stay leased and are released by drop.
                     drop(leases);
-                    return Err(if out.is_empty() { e } else { e.with_outcome(Outcome::Indeterminate) });
+                    return Err(if out.is_empty() {
+                        e
+                    } else {
+                        e.with_outcome(Outcome::Indeterminate)
+                    });
                 }
             }
         }
@@ -251,9 +331,23 @@ impl<'q> Lease<'q> {
     fn ack_rename(&mut self) -> Result<Receipt> {
         self.settled = true;
         self.verify_for_ack()?;
-        let new = self.name.next(Kind::Receipt { token: self.token() }, false);
-        self.q.rename_job(&self.here(), &self.name, &self.q.place_receipts(self.shard), &new, Op::Ack)?;
-        Ok(Receipt { id: self.name.id, name: new.format(self.q.ident.id).to_string() })
+        let new = self.name.next(
+            Kind::Receipt {
+                token: self.token(),
+            },
+            false,
+        );
+        self.q.rename_job(
+            &self.here(),
+            &self.name,
+            &self.q.place_receipts(self.shard),
+            &new,
+            Op::Ack,
+        )?;
+        Ok(Receipt {
+            id: self.name.id,
+            name: new.format(self.q.ident.id).to_string(),
+        })
     }
 
     /// Re-read and verify before an ack; a corrupt file is dead-lettered.
@@ -261,16 +355,26 @@ impl<'q> Lease<'q> {
         match self.read_verified() {
             Ok(()) => Ok(()),
             Err(Ok(c)) => {
-                let path = self.q.path(&format!("{}/{}", self.here().rel, self.handle()));
-                self.q.dead_letter(self.shard, self.name, Reason::CORRUPT, Op::AckCorrupt)?;
+                let path = self
+                    .q
+                    .path(&format!("{}/{}", self.here().rel, self.handle()));
+                self.q
+                    .dead_letter(self.shard, self.name, Reason::CORRUPT, Op::AckCorrupt)?;
                 Err(Error::not_done(ErrorKind::Corrupt(c), Some(path)))
             }
-            Err(Err((c, e))) => Err(Error::io(c, e, Outcome::NotDone, Some(self.q.path(&self.here().rel)))),
+            Err(Err((c, e))) => Err(Error::io(
+                c,
+                e,
+                Outcome::NotDone,
+                Some(self.q.path(&self.here().rel)),
+            )),
         }
     }
 
     /// Read the whole file into `data` and verify it. `Err(Ok(_))`: corrupt.
-    fn read_verified(&mut self) -> core::result::Result<(), core::result::Result<Corruption, (Call, Errno)>> {
+    fn read_verified(
+        &mut self,
+    ) -> core::result::Result<(), core::result::Result<Corruption, (Call, Errno)>> {
         let fd = self.file.as_fd();
         match self.q.sys.fstat(fd) {
             Ok((FileType::RegularFile, _)) => {}
@@ -283,7 +387,9 @@ impl<'q> Lease<'q> {
             Err(Errno::FBIG) => return Err(Ok(Corruption::Length)),
             Err(e) => return Err(Err((Call::Read, e))),
         }
-        verify(&self.data, self.name.id.0, self.q.ident.id).map(drop).map_err(Ok)
+        verify(&self.data, self.name.id.0, self.q.ident.id)
+            .map(drop)
+            .map_err(Ok)
     }
 
     /// The job id.
@@ -349,12 +455,20 @@ impl<'q> Lease<'q> {
     /// [`ErrorKind::LeaseLost`] (not done) if the lease was recovered or settled elsewhere;
     /// [`ErrorKind::Io`]: not done before the rename, indeterminate after it.
     pub fn renew(&mut self, lease: Duration) -> Result<()> {
-        let Kind::Leased(mut f) = self.name.kind else { unreachable!("a Lease always holds a leased name") };
+        let Kind::Leased(mut f) = self.name.kind else {
+            unreachable!("a Lease always holds a leased name")
+        };
         f.boot_deadline_ns = self.q.clock.boot_ns().saturating_add(ns(lease));
         f.wall_deadline_ns = self.q.clock.wall_ns().saturating_add(ns(lease));
         let new = self.name.next(Kind::Leased(f), false);
-        let r = self.q.move_job(&self.here(), &self.name, &self.here(), &new, Op::Renew);
-        if r.is_ok() || r.as_ref().is_err_and(|e| e.outcome() == Outcome::Indeterminate && e.errno() != Some(Errno::IO)) {
+        let r = self
+            .q
+            .move_job(&self.here(), &self.name, &self.here(), &new, Op::Renew);
+        if r.is_ok()
+            || r.as_ref().is_err_and(|e| {
+                e.outcome() == Outcome::Indeterminate && e.errno() != Some(Errno::IO)
+            })
+        {
             // The rename happened (only its barrier failed): the live name is the new one.
             self.name = new;
         }
@@ -373,10 +487,18 @@ impl<'q> Lease<'q> {
     pub fn ack(mut self) -> Result<Receipt> {
         self.settled = true;
         self.verify_for_ack()?;
-        let new = self.name.next(Kind::Receipt { token: self.token() }, false);
+        let new = self.name.next(
+            Kind::Receipt {
+                token: self.token(),
+            },
+            false,
+        );
         let to = self.q.place_receipts(self.shard);
         self.settle(&to, new, Op::Ack)?;
-        Ok(Receipt { id: self.name.id, name: new.format(self.q.ident.id).to_string() })
+        Ok(Receipt {
+            id: self.name.id,
+            name: new.format(self.q.ident.id).to_string(),
+        })
     }
 
     /// Nack: retry after `delay` (wall clock). Zero goes straight back to ready; with no
@@ -387,7 +509,16 @@ impl<'q> Lease<'q> {
     pub fn nack(mut self, delay: Duration) -> Result<Nacked> {
         if self.name.exhausted() {
             let dead = self.q.place_dead()?;
-            self.settle(&dead, self.name.next(Kind::Dead { reason: Reason::EXHAUSTED }, false), Op::NackExhausted)?;
+            self.settle(
+                &dead,
+                self.name.next(
+                    Kind::Dead {
+                        reason: Reason::EXHAUSTED,
+                    },
+                    false,
+                ),
+                Op::NackExhausted,
+            )?;
             return Ok(Nacked::Dead);
         }
         if delay.is_zero() {
@@ -397,7 +528,11 @@ impl<'q> Lease<'q> {
         }
         let nb = self.q.clock.wall_ns().saturating_add(ns(delay));
         let to = self.q.place_delayed(nb)?;
-        self.settle(&to, self.name.next(Kind::Delayed { not_before_ns: nb }, false), Op::Nack)?;
+        self.settle(
+            &to,
+            self.name.next(Kind::Delayed { not_before_ns: nb }, false),
+            Op::Nack,
+        )?;
         Ok(Nacked::Delayed(nb))
     }
 
@@ -407,7 +542,11 @@ impl<'q> Lease<'q> {
     /// As [`Lease::nack`].
     pub fn fail(mut self, reason: Reason) -> Result<()> {
         let dead = self.q.place_dead()?;
-        self.settle(&dead, self.name.next(Kind::Dead { reason }, false), Op::Fail)
+        self.settle(
+            &dead,
+            self.name.next(Kind::Dead { reason }, false),
+            Op::Fail,
+        )
     }
 
     /// Release the job back to ready now (what drop does, with the error reported).
@@ -427,7 +566,13 @@ impl Drop for Lease<'_> {
         }
         self.settled = true;
         let to = self.q.place_ready(self.shard, State::Ready);
-        if let Err(e) = self.q.move_job(&self.here(), &self.name, &to, &self.name.next(Kind::Ready, false), Op::Release) {
+        if let Err(e) = self.q.move_job(
+            &self.here(),
+            &self.name,
+            &to,
+            &self.name.next(Kind::Ready, false),
+            Op::Release,
+        ) {
             if !e.is_lease_lost() {
                 log::warn!("releasing an unsettled lease of job {}: {e}", self.name.id);
             }

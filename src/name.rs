@@ -100,7 +100,12 @@ impl Reason {
     /// Parse a reason; `None` unless it is 1..=16 characters of `[a-z0-9]`.
     pub fn new(s: &str) -> Option<Reason> {
         let b = s.as_bytes();
-        if b.is_empty() || b.len() > 16 || !b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        if b.is_empty()
+            || b.len() > 16
+            || !b
+                .iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        {
             return None;
         }
         Some(Reason::lit(b))
@@ -199,7 +204,8 @@ pub(crate) fn parse_hex(s: &[u8], width: usize) -> Option<u128> {
     if s.len() != width {
         return None;
     }
-    s.iter().try_fold(0u128, |acc, &c| Some(acc << 4 | hex_digit(c)? as u128))
+    s.iter()
+        .try_fold(0u128, |acc, &c| Some(acc << 4 | hex_digit(c)? as u128))
 }
 
 impl JobName {
@@ -292,7 +298,8 @@ impl JobName {
         let tag = parse_hex(&body[body.len() - 16..], 16).ok_or(NameError::Syntax)? as u64;
         let body = &body[..body.len() - 18];
         let mut fields = body.split(|&c| c == b'.');
-        let id = JobId(parse_hex(fields.next().ok_or(NameError::Syntax)?, 32).ok_or(NameError::Syntax)?);
+        let id =
+            JobId(parse_hex(fields.next().ok_or(NameError::Syntax)?, 32).ok_or(NameError::Syntax)?);
         let mut field = |letter: u8, width: usize| -> Result<u128, NameError> {
             let f = fields.next().ok_or(NameError::Syntax)?;
             match f.split_first() {
@@ -390,9 +397,24 @@ mod tests {
         vec![
             base,
             base.next(Kind::Leased(lease), true),
-            base.next(Kind::Delayed { not_before_ns: 1_700_000_100_000_000_000 }, false),
-            base.next(Kind::Dead { reason: Reason::EXHAUSTED }, false),
-            base.next(Kind::Dead { reason: Reason::new("z9").unwrap() }, false),
+            base.next(
+                Kind::Delayed {
+                    not_before_ns: 1_700_000_100_000_000_000,
+                },
+                false,
+            ),
+            base.next(
+                Kind::Dead {
+                    reason: Reason::EXHAUSTED,
+                },
+                false,
+            ),
+            base.next(
+                Kind::Dead {
+                    reason: Reason::new("z9").unwrap(),
+                },
+                false,
+            ),
             base.next(Kind::Receipt { token: lease.token }, false),
             JobName {
                 id: JobId(u128::MAX),
@@ -414,7 +436,11 @@ mod tests {
         for n in samples() {
             let s = n.format(Q);
             assert!(s.len() <= 255 && s.len() <= NAME_MAX, "{s}");
-            assert!(s.bytes().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || c == b'.'), "{s}");
+            assert!(
+                s.bytes()
+                    .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || c == b'.'),
+                "{s}"
+            );
             assert_eq!(JobName::parse(&s, Q), Ok(n), "{s}");
         }
     }

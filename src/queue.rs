@@ -117,17 +117,31 @@ impl Identity {
                 .and_then(|l| l.strip_prefix('='))
                 .ok_or(ErrorKind::BadIdentity)
         };
-        let version: u32 = field("version")?.parse().map_err(|_| ErrorKind::BadIdentity)?;
+        let version: u32 = field("version")?
+            .parse()
+            .map_err(|_| ErrorKind::BadIdentity)?;
         if version > QUEUE_VERSION {
-            return Err(ErrorKind::UnsupportedVersion { found: version, supported: QUEUE_VERSION });
+            return Err(ErrorKind::UnsupportedVersion {
+                found: version,
+                supported: QUEUE_VERSION,
+            });
         }
         let id = JobId::parse(field("id")?).ok_or(ErrorKind::BadIdentity)?.0;
-        let shards: u16 = field("shards")?.parse().map_err(|_| ErrorKind::BadIdentity)?;
-        let delayed_bucket_ns: u64 = field("delayed_bucket_ns")?.parse().map_err(|_| ErrorKind::BadIdentity)?;
+        let shards: u16 = field("shards")?
+            .parse()
+            .map_err(|_| ErrorKind::BadIdentity)?;
+        let delayed_bucket_ns: u64 = field("delayed_bucket_ns")?
+            .parse()
+            .map_err(|_| ErrorKind::BadIdentity)?;
         if !(1..=256).contains(&shards) || delayed_bucket_ns == 0 {
             return Err(ErrorKind::BadIdentity);
         }
-        Ok(Identity { version, id, shards, delayed_bucket_ns })
+        Ok(Identity {
+            version,
+            id,
+            shards,
+            delayed_bucket_ns,
+        })
     }
 }
 
@@ -207,19 +221,32 @@ impl Queue {
     /// [`Queue::open`]. Outcome: indeterminate once anything was created.
     pub fn create(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
         if !(1..=256).contains(&opts.shards) {
-            return Err(Error::not_done(ErrorKind::InvalidArgument("shards must be 1..=256"), None));
+            return Err(Error::not_done(
+                ErrorKind::InvalidArgument("shards must be 1..=256"),
+                None,
+            ));
         }
         if opts.delayed_bucket_ns == 0 {
-            return Err(Error::not_done(ErrorKind::InvalidArgument("delayed bucket width must be > 0"), None));
+            return Err(Error::not_done(
+                ErrorKind::InvalidArgument("delayed bucket width must be > 0"),
+                None,
+            ));
         }
         let root = root.as_ref().to_path_buf();
         let sys = make_sys(&opts);
-        let ind = |call, e, p: &Path| Error::io(call, e, Outcome::Indeterminate, Some(p.to_path_buf()));
+        let ind =
+            |call, e, p: &Path| Error::io(call, e, Outcome::Indeterminate, Some(p.to_path_buf()));
         match sys.mkdir_path(&root) {
             Ok(()) => {
-                let parent = root.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                let pfd = sys.open_dir_path(parent).map_err(|e| ind(Call::Open, e, parent))?;
-                sys.fsync(pfd.as_fd()).map_err(|e| ind(Call::Fsync, e, parent))?;
+                let parent = root
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                let pfd = sys
+                    .open_dir_path(parent)
+                    .map_err(|e| ind(Call::Open, e, parent))?;
+                sys.fsync(pfd.as_fd())
+                    .map_err(|e| ind(Call::Fsync, e, parent))?;
             }
             Err(Errno::EXIST) => {}
             Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(root))),
@@ -252,22 +279,43 @@ impl Queue {
                 .open_dir_beneath(rootfd.as_fd(), parent)
                 .map_err(|e| ind(Call::Open, e, &root.join(parent)))?;
             for s in 0..ident.shards {
-                ensure_dir(&sys, pfd.as_fd(), shard_name(s).as_str(), &root.join(parent))?;
+                ensure_dir(
+                    &sys,
+                    pfd.as_fd(),
+                    shard_name(s).as_str(),
+                    &root.join(parent),
+                )?;
             }
         }
-        sys.fsync(rootfd.as_fd()).map_err(|e| ind(Call::Fsync, e, &root))?;
+        sys.fsync(rootfd.as_fd())
+            .map_err(|e| ind(Call::Fsync, e, &root))?;
         Queue::assemble(root, sys, rootfd, ident, opts)
     }
 
-    fn assemble(root: PathBuf, sys: Sys, rootfd: OwnedFd, ident: Identity, opts: Options) -> Result<Queue> {
+    fn assemble(
+        root: PathBuf,
+        sys: Sys,
+        rootfd: OwnedFd,
+        ident: Identity,
+        opts: Options,
+    ) -> Result<Queue> {
         let open = |rel: &str| {
             sys.open_dir_beneath(rootfd.as_fd(), rel).map_err(|e| {
-                let kind = if e == Errno::NOENT { ErrorKind::Incomplete } else { ErrorKind::Io { call: Call::Open, errno: e } };
+                let kind = if e == Errno::NOENT {
+                    ErrorKind::Incomplete
+                } else {
+                    ErrorKind::Io {
+                        call: Call::Open,
+                        errno: e,
+                    }
+                };
                 Error::not_done(kind, Some(root.join(rel)))
             })
         };
         let shard_dirs = |parent: &str| -> Result<Vec<OwnedFd>> {
-            (0..ident.shards).map(|s| open(&format!("{parent}/{}", shard_name(s)))).collect()
+            (0..ident.shards)
+                .map(|s| open(&format!("{parent}/{}", shard_name(s))))
+                .collect()
         };
         let dirs = Dirs {
             tmp: open("tmp")?,
@@ -290,7 +338,10 @@ impl Queue {
             dirs,
             opts,
             clock,
-            cursor: Mutex::new(Cursor { next_shard: start, candidates: Vec::new() }),
+            cursor: Mutex::new(Cursor {
+                next_shard: start,
+                candidates: Vec::new(),
+            }),
         })
     }
 
@@ -339,14 +390,24 @@ impl Queue {
 
     /// Open (creating if needed) bucket directory `name` under `parent` (`delayed` or `dead`).
     /// A new bucket is made durable in its parent before use.
-    pub(crate) fn bucket_dir(&self, parent_is_dead: bool, name: &str) -> core::result::Result<OwnedFd, (Call, Errno)> {
-        let parent = if parent_is_dead { &self.dirs.dead } else { &self.dirs.delayed };
+    pub(crate) fn bucket_dir(
+        &self,
+        parent_is_dead: bool,
+        name: &str,
+    ) -> core::result::Result<OwnedFd, (Call, Errno)> {
+        let parent = if parent_is_dead {
+            &self.dirs.dead
+        } else {
+            &self.dirs.delayed
+        };
         match self.sys.mkdir(parent.as_fd(), name) {
             Ok(()) => self.barrier(parent.as_fd()).map_err(|e| (Call::Fsync, e))?,
             Err(Errno::EXIST) => {}
             Err(e) => return Err((Call::Mkdir, e)),
         }
-        self.sys.open_dir_beneath(parent.as_fd(), name).map_err(|e| (Call::Open, e))
+        self.sys
+            .open_dir_beneath(parent.as_fd(), name)
+            .map_err(|e| (Call::Open, e))
     }
 }
 
@@ -361,13 +422,19 @@ fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<Identit
     let p = path.join(IDENTITY_FILE);
     let fd = match sys.open_file_ro(root, IDENTITY_FILE) {
         Ok(fd) => fd,
-        Err(Errno::NOENT) => return Err(Error::not_done(ErrorKind::NotAQueue, Some(path.to_path_buf()))),
+        Err(Errno::NOENT) => {
+            return Err(Error::not_done(
+                ErrorKind::NotAQueue,
+                Some(path.to_path_buf()),
+            ))
+        }
         Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(p))),
     };
     let mut buf = Vec::new();
     sys.read_all(fd.as_fd(), 4096, &mut buf)
         .map_err(|e| Error::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
-    let text = std::str::from_utf8(&buf).map_err(|_| Error::not_done(ErrorKind::BadIdentity, Some(p.clone())))?;
+    let text = std::str::from_utf8(&buf)
+        .map_err(|_| Error::not_done(ErrorKind::BadIdentity, Some(p.clone())))?;
     Identity::decode(text).map_err(|k| Error::not_done(k, Some(p)))
 }
 
@@ -379,8 +446,10 @@ fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identi
         let _ = sys.unlink(root, &tmp);
         e
     };
-    sys.write_all(fd.as_fd(), ident.encode().as_bytes()).map_err(|e| cleanup(nd(Call::Write, e)))?;
-    sys.fsync(fd.as_fd()).map_err(|e| cleanup(nd(Call::Fsync, e)))?;
+    sys.write_all(fd.as_fd(), ident.encode().as_bytes())
+        .map_err(|e| cleanup(nd(Call::Write, e)))?;
+    sys.fsync(fd.as_fd())
+        .map_err(|e| cleanup(nd(Call::Fsync, e)))?;
     match sys.rename(root, &tmp, root, IDENTITY_FILE) {
         Ok(()) => {}
         Err(Errno::EXIST) => {
@@ -390,33 +459,61 @@ fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identi
         Err(Errno::INVAL) => {
             let _ = sys.unlink(root, &tmp);
             let fs_type = sys.fs_magic(root).map(fs_name).unwrap_or("unknown");
-            return Err(Error::not_done(ErrorKind::UnsupportedFilesystem { fs_type }, Some(path.to_path_buf())));
+            return Err(Error::not_done(
+                ErrorKind::UnsupportedFilesystem { fs_type },
+                Some(path.to_path_buf()),
+            ));
         }
         Err(e) => return Err(cleanup(nd(Call::Rename, e))),
     }
-    sys.fsync(root)
-        .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(path.to_path_buf())))
+    sys.fsync(root).map_err(|e| {
+        Error::io(
+            Call::Fsync,
+            e,
+            Outcome::Indeterminate,
+            Some(path.to_path_buf()),
+        )
+    })
 }
 
 fn ensure_dir(sys: &Sys, parent: BorrowedFd<'_>, name: &str, ppath: &Path) -> Result<()> {
     match sys.mkdir(parent, name) {
-        Ok(()) => sys
-            .fsync(parent)
-            .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(ppath.to_path_buf()))),
+        Ok(()) => sys.fsync(parent).map_err(|e| {
+            Error::io(
+                Call::Fsync,
+                e,
+                Outcome::Indeterminate,
+                Some(ppath.to_path_buf()),
+            )
+        }),
         Err(Errno::EXIST) => {
             // Must be a real directory, not a symlink or file planted under the name.
-            sys.open_dir_beneath(parent, name)
-                .map(drop)
-                .map_err(|e| Error::io(Call::Open, e, Outcome::Indeterminate, Some(ppath.join(name))))
+            sys.open_dir_beneath(parent, name).map(drop).map_err(|e| {
+                Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::Indeterminate,
+                    Some(ppath.join(name)),
+                )
+            })
         }
-        Err(e) => Err(Error::io(Call::Mkdir, e, Outcome::Indeterminate, Some(ppath.join(name)))),
+        Err(e) => Err(Error::io(
+            Call::Mkdir,
+            e,
+            Outcome::Indeterminate,
+            Some(ppath.join(name)),
+        )),
     }
 }
 
 /// Check once per open that `renameat2(RENAME_NOREPLACE)` works here: a probe file in `tmp/`
 /// is renamed and removed. NFS and old FUSE answer `EINVAL` (see `rename(2)`).
 fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> Result<()> {
-    let a = format!("{boot_id:032x}.{:08x}.{:032x}.probe", std::process::id(), random_u128());
+    let a = format!(
+        "{boot_id:032x}.{:08x}.{:032x}.probe",
+        std::process::id(),
+        random_u128()
+    );
     let b = format!("{a}.b");
     let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(root.join("tmp").join(&a)));
     drop(sys.create_file(tmp, &a).map_err(|e| nd(Call::Open, e))?);
@@ -427,7 +524,10 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
         Ok(()) => Ok(()),
         Err(Errno::INVAL) | Err(Errno::NOSYS) => {
             let fs_type = sys.fs_magic(tmp).map(fs_name).unwrap_or("unknown");
-            Err(Error::not_done(ErrorKind::UnsupportedFilesystem { fs_type }, Some(root.to_path_buf())))
+            Err(Error::not_done(
+                ErrorKind::UnsupportedFilesystem { fs_type },
+                Some(root.to_path_buf()),
+            ))
         }
         Err(e) => Err(nd(Call::Rename, e)),
     }
@@ -439,11 +539,25 @@ mod tests {
 
     #[test]
     fn identity_round_trips_and_rejects_newer() {
-        let i = Identity { version: 1, id: 0xabc, shards: 16, delayed_bucket_ns: 60_000_000_000 };
+        let i = Identity {
+            version: 1,
+            id: 0xabc,
+            shards: 16,
+            delayed_bucket_ns: 60_000_000_000,
+        };
         assert_eq!(Identity::decode(&i.encode()), Ok(i));
         let newer = i.encode().replace("version=1", "version=2");
-        assert_eq!(Identity::decode(&newer), Err(ErrorKind::UnsupportedVersion { found: 2, supported: 1 }));
-        assert_eq!(Identity::decode("steadq-queue\n"), Err(ErrorKind::BadIdentity));
+        assert_eq!(
+            Identity::decode(&newer),
+            Err(ErrorKind::UnsupportedVersion {
+                found: 2,
+                supported: 1
+            })
+        );
+        assert_eq!(
+            Identity::decode("steadq-queue\n"),
+            Err(ErrorKind::BadIdentity)
+        );
         let zero = i.encode().replace("shards=16", "shards=0");
         assert_eq!(Identity::decode(&zero), Err(ErrorKind::BadIdentity));
     }

@@ -59,12 +59,17 @@ impl Queue {
     /// race (`ENOENT`) is not an error.
     pub fn recover(&self) -> Result<RecoverReport> {
         let mut r = RecoverReport::default();
-        let res = self.recover_leases(&mut r).and_then(|()| self.recover_delayed(&mut r)).and_then(|()| self.recover_tmp(&mut r));
+        let res = self
+            .recover_leases(&mut r)
+            .and_then(|()| self.recover_delayed(&mut r))
+            .and_then(|()| self.recover_tmp(&mut r));
         match res {
             Ok(()) => Ok(r),
             // A pass that already moved something is partial: the pass as a whole happened in
             // part, which is neither done nor not done.
-            Err(e) if r.moved() + r.temp_removed + r.buckets_removed > 0 => Err(e.with_outcome(Outcome::Indeterminate)),
+            Err(e) if r.moved() + r.temp_removed + r.buckets_removed > 0 => {
+                Err(e.with_outcome(Outcome::Indeterminate))
+            }
             Err(e) => Err(e),
         }
     }
@@ -74,32 +79,63 @@ impl Queue {
         for s in 0..self.ident.shards {
             let mut expired = Vec::new();
             let shards = self.ident.shards;
-            scan(&self.sys, self.dirs.ready[s as usize].as_fd(), self.ident.id, |n| n.id.shard(shards) == s && matches!(n.kind, Kind::Ready | Kind::Leased(_)), |_, e| match e {
-                Ok(n) => {
-                    if let Kind::Leased(l) = n.kind {
-                        if l.boot_id != boot || now >= l.boot_deadline_ns {
-                            expired.push(n);
-                        } else {
-                            r.live_leases += 1;
-                            r.next_expiry_boot_ns = min_opt(r.next_expiry_boot_ns, l.boot_deadline_ns);
+            scan(
+                &self.sys,
+                self.dirs.ready[s as usize].as_fd(),
+                self.ident.id,
+                |n| n.id.shard(shards) == s && matches!(n.kind, Kind::Ready | Kind::Leased(_)),
+                |_, e| match e {
+                    Ok(n) => {
+                        if let Kind::Leased(l) = n.kind {
+                            if l.boot_id != boot || now >= l.boot_deadline_ns {
+                                expired.push(n);
+                            } else {
+                                r.live_leases += 1;
+                                r.next_expiry_boot_ns =
+                                    min_opt(r.next_expiry_boot_ns, l.boot_deadline_ns);
+                            }
                         }
                     }
-                }
-                Err(_) => r.foreign += 1,
-            })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(&format!("ready/{}", shard_name(s))))))?;
+                    Err(_) => r.foreign += 1,
+                },
+            )
+            .map_err(|e| {
+                Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&format!("ready/{}", shard_name(s)))),
+                )
+            })?;
             let from = self.place_ready(s, State::Leased);
             for n in expired {
                 let res = if n.exhausted() {
                     let dead = self.place_dead()?;
-                    self.move_job(&from, &n, &dead, &n.next(Kind::Dead { reason: Reason::EXHAUSTED }, false), Op::ExpireExhausted)
-                        .map(|()| r.expired_dead += 1)
+                    self.move_job(
+                        &from,
+                        &n,
+                        &dead,
+                        &n.next(
+                            Kind::Dead {
+                                reason: Reason::EXHAUSTED,
+                            },
+                            false,
+                        ),
+                        Op::ExpireExhausted,
+                    )
+                    .map(|()| r.expired_dead += 1)
                 } else {
                     let to = self.place_ready(s, State::Ready);
-                    self.move_job(&from, &n, &to, &n.next(Kind::Ready, false), Op::Expire).map(|()| r.expired += 1)
+                    self.move_job(&from, &n, &to, &n.next(Kind::Ready, false), Op::Expire)
+                        .map(|()| r.expired += 1)
                 };
                 match res {
-                    Ok(()) => log::info!("recovered expired lease of job {} (attempt {}/{})", n.id, n.attempt, n.max_attempts),
+                    Ok(()) => log::info!(
+                        "recovered expired lease of job {} (attempt {}/{})",
+                        n.id,
+                        n.attempt,
+                        n.max_attempts
+                    ),
                     Err(e) if e.is_lease_lost() => {}
                     Err(e) => return Err(e),
                 }
@@ -114,11 +150,20 @@ impl Queue {
         let current = now / width;
         let mut buckets: Vec<u64> = Vec::new();
         self.sys
-            .read_dir(self.dirs.delayed.as_fd(), |name, _, _| match name.and_then(|n| crate::name::parse_hex(n.as_bytes(), 16)) {
-                Some(b) => buckets.push(b as u64),
-                None => r.foreign += 1,
+            .read_dir(self.dirs.delayed.as_fd(), |name, _, _| {
+                match name.and_then(|n| crate::name::parse_hex(n.as_bytes(), 16)) {
+                    Some(b) => buckets.push(b as u64),
+                    None => r.foreign += 1,
+                }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("delayed"))))?;
+            .map_err(|e| {
+                Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path("delayed")),
+                )
+            })?;
         buckets.sort_unstable();
         for b in buckets {
             if b > current {
@@ -129,18 +174,33 @@ impl Queue {
             let from = self.place_bucket(false, &bname)?;
             let mut due = Vec::new();
             let mut entries = 0u32;
-            scan(&self.sys, from.dir.fd(), self.ident.id, |n| matches!(n.kind, Kind::Delayed { not_before_ns } if not_before_ns / width == b), |_, e| {
-                entries += 1;
-                match e {
-                    Ok(n) => match n.kind {
-                        Kind::Delayed { not_before_ns } if not_before_ns <= now => due.push(n),
-                        Kind::Delayed { not_before_ns } => r.next_due_wall_ns = min_opt(r.next_due_wall_ns, not_before_ns),
-                        _ => {}
-                    },
-                    Err(_) => r.foreign += 1,
-                }
-            })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(&from.rel))))?;
+            scan(
+                &self.sys,
+                from.dir.fd(),
+                self.ident.id,
+                |n| matches!(n.kind, Kind::Delayed { not_before_ns } if not_before_ns / width == b),
+                |_, e| {
+                    entries += 1;
+                    match e {
+                        Ok(n) => match n.kind {
+                            Kind::Delayed { not_before_ns } if not_before_ns <= now => due.push(n),
+                            Kind::Delayed { not_before_ns } => {
+                                r.next_due_wall_ns = min_opt(r.next_due_wall_ns, not_before_ns)
+                            }
+                            _ => {}
+                        },
+                        Err(_) => r.foreign += 1,
+                    }
+                },
+            )
+            .map_err(|e| {
+                Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&from.rel)),
+                )
+            })?;
             for n in &due {
                 let s = n.id.shard(self.ident.shards);
                 let to = self.place_ready(s, State::Ready);
@@ -169,14 +229,23 @@ impl Queue {
         let mut dead = Vec::new();
         self.sys
             .read_dir(self.dirs.tmp.as_fd(), |name, _, _| {
-                let Some(name) = name else { return r.foreign += 1 };
+                let Some(name) = name else {
+                    return r.foreign += 1;
+                };
                 let mut f = name.split('.');
-                let (Some(b), Some(p)) = (f.next(), f.next()) else { return r.foreign += 1 };
-                match (crate::name::parse_hex(b.as_bytes(), 32), crate::name::parse_hex(p.as_bytes(), 8)) {
+                let (Some(b), Some(p)) = (f.next(), f.next()) else {
+                    return r.foreign += 1;
+                };
+                match (
+                    crate::name::parse_hex(b.as_bytes(), 32),
+                    crate::name::parse_hex(p.as_bytes(), 8),
+                ) {
                     (Some(b), Some(p)) => {
                         let alive = b == boot
-                            && rustix::process::Pid::from_raw(p as i32)
-                                .is_some_and(|pid| rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH));
+                            && rustix::process::Pid::from_raw(p as i32).is_some_and(|pid| {
+                                rustix::process::test_kill_process(pid)
+                                    != Err(rustix::io::Errno::SRCH)
+                            });
                         if !alive {
                             dead.push(name.to_string());
                         }
@@ -189,7 +258,14 @@ impl Queue {
             match self.sys.unlink(self.dirs.tmp.as_fd(), &name) {
                 Ok(()) => r.temp_removed += 1,
                 Err(rustix::io::Errno::NOENT) => {}
-                Err(e) => return Err(Error::io(Call::Unlink, e, Outcome::NotDone, Some(self.path(&format!("tmp/{name}"))))),
+                Err(e) => {
+                    return Err(Error::io(
+                        Call::Unlink,
+                        e,
+                        Outcome::NotDone,
+                        Some(self.path(&format!("tmp/{name}"))),
+                    ))
+                }
             }
         }
         Ok(())

@@ -29,7 +29,9 @@ impl core::fmt::Display for Foreign {
         f.write_str(match self {
             Foreign::NotUtf8 => "foreign: name is not UTF-8",
             Foreign::Name(NameError::Syntax) => "foreign: not a SteadQ job name",
-            Foreign::Name(NameError::Tag) => "foreign: name tag mismatch (corrupt name or another queue's job)",
+            Foreign::Name(NameError::Tag) => {
+                "foreign: name tag mismatch (corrupt name or another queue's job)"
+            }
             Foreign::WrongPlace => "foreign: job name of the wrong kind for this directory",
             Foreign::NotRegular => "foreign: not a regular file",
         })

@@ -81,20 +81,29 @@ pub const TRANSITIONS: &[(Option<State>, Op, State)] = &[
 
 /// The state `op` leads to from `from`, if the table allows it.
 pub fn next(from: Option<State>, op: Op) -> Option<State> {
-    TRANSITIONS.iter().find(|t| t.0 == from && t.1 == op).map(|t| t.2)
+    TRANSITIONS
+        .iter()
+        .find(|t| t.0 == from && t.1 == op)
+        .map(|t| t.2)
 }
 
 /// Assert (in debug builds) that `from --op--> to` is in the table; every rename site calls it.
 #[inline]
 pub fn check(from: Option<State>, op: Op, to: State) {
-    debug_assert_eq!(next(from, op), Some(to), "transition {from:?} --{op:?}--> {to:?} is not in the table");
+    debug_assert_eq!(
+        next(from, op),
+        Some(to),
+        "transition {from:?} --{op:?}--> {to:?} is not in the table"
+    );
 }
 
 /// The table as Markdown rows, for the docs and for the doc-matches-code test.
 pub fn table_markdown() -> String {
     let mut s = String::from("| from | op | to |\n|---|---|---|\n");
     for (f, o, t) in TRANSITIONS {
-        let f = f.map(|f| format!("{f:?}")).unwrap_or_else(|| "(new)".into());
+        let f = f
+            .map(|f| format!("{f:?}"))
+            .unwrap_or_else(|| "(new)".into());
         s.push_str(&format!("| {f} | {o:?} | {t:?} |\n"));
     }
     s
@@ -123,6 +132,10 @@ mod tests {
     #[test]
     fn design_doc_shows_the_table() {
         let doc = include_str!("../DESIGN.md");
-        assert!(doc.contains(&table_markdown()), "DESIGN.md's transition table differs from state::TRANSITIONS:\n{}", table_markdown());
+        assert!(
+            doc.contains(&table_markdown()),
+            "DESIGN.md's transition table differs from state::TRANSITIONS:\n{}",
+            table_markdown()
+        );
     }
 }

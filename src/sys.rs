@@ -13,8 +13,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use rustix::io::Errno;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
+pub use rustix::io::Errno;
 
 /// The kinds of filesystem call, for fault injection and for error reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,7 +131,10 @@ impl FaultPlan {
     /// A plan whose faults stay inactive (calls are still counted) until [`FaultPlan::arm`]:
     /// set-up steps (open, claim) then cannot trip them.
     pub fn disarmed(faults: Vec<Fault>) -> Arc<Self> {
-        let p = FaultPlan { faults, ..Default::default() };
+        let p = FaultPlan {
+            faults,
+            ..Default::default()
+        };
         p.disarmed.store(true, Ordering::SeqCst);
         Arc::new(p)
     }
@@ -307,7 +310,8 @@ impl Sys {
     pub fn open_dir_beneath(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         if !self.no_openat2.load(Ordering::Relaxed) {
-            let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+            let how =
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
             match self.run_retry(Call::Open, || {
                 rustix::fs::openat2(dir, name, flags, Mode::empty(), how)
             }) {
@@ -324,8 +328,9 @@ impl Sys {
                 return Err(Errno::XDEV);
             }
             let base = cur.as_ref().map(|f| f.as_fd()).unwrap_or(dir);
-            let next =
-                self.run_retry(Call::Open, || rustix::fs::openat(base, part, flags, Mode::empty()))?;
+            let next = self.run_retry(Call::Open, || {
+                rustix::fs::openat(base, part, flags, Mode::empty())
+            })?;
             cur = Some(next);
         }
         cur.ok_or(Errno::INVAL)
@@ -336,31 +341,42 @@ impl Sys {
     /// file. `openat(2)`.
     pub fn open_file_ro(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
-        self.run_retry(Call::Open, || rustix::fs::openat(dir, name, flags, Mode::empty()))
+        self.run_retry(Call::Open, || {
+            rustix::fs::openat(dir, name, flags, Mode::empty())
+        })
     }
 
     /// Create a new file `name` in `dir` (`O_CREAT | O_EXCL | O_NOFOLLOW`), write-only, mode
     /// 0644 before umask. `openat(2)`.
     pub fn create_file(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        self.run(Call::Open, || rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644)))
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        self.run(Call::Open, || {
+            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644))
+        })
     }
 
     /// Open an unnamed file in `dir` (`O_TMPFILE`, Linux 3.11+). Fails with `EOPNOTSUPP` (or
     /// `EISDIR` on old kernels) where the filesystem lacks it. `open(2)`.
     pub fn open_tmpfile(&self, dir: BorrowedFd<'_>) -> R<OwnedFd> {
         let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
-        self.run(Call::Open, || rustix::fs::openat(dir, ".", flags, Mode::from_raw_mode(0o644)))
+        self.run(Call::Open, || {
+            rustix::fs::openat(dir, ".", flags, Mode::from_raw_mode(0o644))
+        })
     }
 
     /// `mkdirat(2)`, mode 0755 before umask.
     pub fn mkdir(&self, dir: BorrowedFd<'_>, name: &str) -> R<()> {
-        self.run(Call::Mkdir, || rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)))
+        self.run(Call::Mkdir, || {
+            rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755))
+        })
     }
 
     /// `mkdir(2)` of a path outside any queue (the queue root itself).
     pub fn mkdir_path(&self, path: &std::path::Path) -> R<()> {
-        self.run(Call::Mkdir, || rustix::fs::mkdir(path, Mode::from_raw_mode(0o755)))
+        self.run(Call::Mkdir, || {
+            rustix::fs::mkdir(path, Mode::from_raw_mode(0o755))
+        })
     }
 
     /// Read all of `fd` from offset 0 into `buf` (cleared first), at most `limit` bytes; more
@@ -409,7 +425,13 @@ impl Sys {
 
     /// `renameat2(2)` with `RENAME_NOREPLACE`: fails with `EEXIST` if `to` exists, `ENOENT` if
     /// `from` does not; of two racing renames of one source exactly one succeeds.
-    pub fn rename(&self, from_dir: BorrowedFd<'_>, from: &str, to_dir: BorrowedFd<'_>, to: &str) -> R<()> {
+    pub fn rename(
+        &self,
+        from_dir: BorrowedFd<'_>,
+        from: &str,
+        to_dir: BorrowedFd<'_>,
+        to: &str,
+    ) -> R<()> {
         self.run(Call::Rename, || {
             rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE)
         })
@@ -442,7 +464,13 @@ impl Sys {
                 format_args!("/proc/self/fd/{}", file.as_raw_fd()),
             );
             match self.run(Call::Link, || {
-                rustix::fs::linkat(rustix::fs::CWD, path.as_str(), dir, to, AtFlags::SYMLINK_FOLLOW)
+                rustix::fs::linkat(
+                    rustix::fs::CWD,
+                    path.as_str(),
+                    dir,
+                    to,
+                    AtFlags::SYMLINK_FOLLOW,
+                )
             }) {
                 Ok(()) => {
                     self.publish.store(PUBLISH_PROC, Ordering::Relaxed);
@@ -478,7 +506,11 @@ impl Sys {
     pub fn read_boot_id(&self) -> Option<u128> {
         let fd = self
             .run_retry(Call::Open, || {
-                rustix::fs::open("/proc/sys/kernel/random/boot_id", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+                rustix::fs::open(
+                    "/proc/sys/kernel/random/boot_id",
+                    OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
             })
             .ok()?;
         let mut buf = Vec::with_capacity(64);
@@ -488,12 +520,16 @@ impl Sys {
 
     /// `unlinkat(2)` of a file.
     pub fn unlink(&self, dir: BorrowedFd<'_>, name: &str) -> R<()> {
-        self.run(Call::Unlink, || rustix::fs::unlinkat(dir, name, AtFlags::empty()))
+        self.run(Call::Unlink, || {
+            rustix::fs::unlinkat(dir, name, AtFlags::empty())
+        })
     }
 
     /// `unlinkat(2)` with `AT_REMOVEDIR`: `ENOTEMPTY` if the directory has entries.
     pub fn rmdir(&self, dir: BorrowedFd<'_>, name: &str) -> R<()> {
-        self.run(Call::Unlink, || rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR))
+        self.run(Call::Unlink, || {
+            rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)
+        })
     }
 
     /// `fstat(2)`: `(file type, size in bytes)`.
@@ -504,12 +540,14 @@ impl Sys {
     }
 
     /// `fstatat(2)` with `AT_SYMLINK_NOFOLLOW`.
+    #[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
     pub fn stat_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<Meta> {
         self.run_retry(Call::Stat, || {
             rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map(|st| Meta {
                 file_type: FileType::from_raw_mode(st.st_mode),
                 size: st.st_size as u64,
-                ctime_ns: (st.st_ctime as u64).saturating_mul(1_000_000_000) + st.st_ctime_nsec as u64,
+                ctime_ns: (st.st_ctime as u64).saturating_mul(1_000_000_000)
+                    + st.st_ctime_nsec as u64,
             })
         })
     }
@@ -517,13 +555,19 @@ impl Sys {
     /// Open (creating, mode 0644) `name` in `dir` for appending, never following a symlink.
     /// `openat(2)` with `O_APPEND | O_CREAT | O_NOFOLLOW`.
     pub fn open_append(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        self.run(Call::Open, || rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644)))
+        let flags =
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        self.run(Call::Open, || {
+            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644))
+        })
     }
 
     /// `fstatfs(2)`: the filesystem magic (`f_type`), see `statfs(2)` and `linux/magic.h`.
+    #[allow(clippy::unnecessary_cast)] // f_type is i32 on 32-bit ARM
     pub fn fs_magic(&self, fd: BorrowedFd<'_>) -> R<i64> {
-        self.run_retry(Call::Stat, || rustix::fs::fstatfs(fd).map(|s| s.f_type as i64))
+        self.run_retry(Call::Stat, || {
+            rustix::fs::fstatfs(fd).map(|s| s.f_type as i64)
+        })
     }
 
     /// List `dir` with `getdents64(2)`, calling `f(name, type)` for each entry except `.` and

@@ -40,12 +40,18 @@ impl Queue {
 
     /// The delayed bucket for `not_before_ns`, created if needed.
     pub(crate) fn place_delayed(&self, not_before_ns: u64) -> Result<Place<'_>> {
-        self.place_bucket(false, bucket_name(not_before_ns, self.ident.delayed_bucket_ns).as_str())
+        self.place_bucket(
+            false,
+            bucket_name(not_before_ns, self.ident.delayed_bucket_ns).as_str(),
+        )
     }
 
     /// Today's dead-letter bucket, created if needed.
     pub(crate) fn place_dead(&self) -> Result<Place<'_>> {
-        self.place_bucket(true, bucket_name(self.clock.wall_ns(), DEAD_BUCKET_NS).as_str())
+        self.place_bucket(
+            true,
+            bucket_name(self.clock.wall_ns(), DEAD_BUCKET_NS).as_str(),
+        )
     }
 
     /// An existing bucket (`dead` or `delayed`) by name, or a new one.
@@ -54,7 +60,11 @@ impl Queue {
         let fd = self
             .bucket_dir(dead, bucket)
             .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
-        Ok(Place { dir: DirRef::Opened(fd), rel, state: if dead { State::Dead } else { State::Delayed } })
+        Ok(Place {
+            dir: DirRef::Opened(fd),
+            rel,
+            state: if dead { State::Dead } else { State::Delayed },
+        })
     }
 
     /// Move job `old` from `from` to `new` in `to` by `op`; see the module docs for outcomes.
@@ -62,7 +72,14 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::LeaseLost`] (not done) when `old` no longer exists; [`ErrorKind::Io`]
     /// otherwise.
-    pub(crate) fn move_job(&self, from: &Place<'_>, old: &JobName, to: &Place<'_>, new: &JobName, op: Op) -> Result<()> {
+    pub(crate) fn move_job(
+        &self,
+        from: &Place<'_>,
+        old: &JobName,
+        to: &Place<'_>,
+        new: &JobName,
+        op: Op,
+    ) -> Result<()> {
         self.rename_job(from, old, to, new, op)?;
         self.sync_place(to)?;
         if from.rel != to.rel {
@@ -73,23 +90,48 @@ impl Queue {
 
     /// The barrier after a move: fsync `place`'s directory (indeterminate on failure).
     pub(crate) fn sync_place(&self, place: &Place<'_>) -> Result<()> {
-        self.barrier(place.dir.fd())
-            .map_err(|e| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&place.rel))))
+        self.barrier(place.dir.fd()).map_err(|e| {
+            Error::io(
+                Call::Fsync,
+                e,
+                Outcome::Indeterminate,
+                Some(self.path(&place.rel)),
+            )
+        })
     }
 
     /// The rename alone, without barriers (batches share them; see [`Queue::move_job`]).
-    pub(crate) fn rename_job(&self, from: &Place<'_>, old: &JobName, to: &Place<'_>, new: &JobName, op: Op) -> Result<()> {
+    pub(crate) fn rename_job(
+        &self,
+        from: &Place<'_>,
+        old: &JobName,
+        to: &Place<'_>,
+        new: &JobName,
+        op: Op,
+    ) -> Result<()> {
         state::check(Some(from.state), op, to.state);
         debug_assert_eq!(new.generation, old.generation + 1);
         let (a, b) = (old.format(self.ident.id), new.format(self.ident.id));
         match self.sys.rename(from.dir.fd(), &a, to.dir.fd(), &b) {
             Ok(()) => {}
             Err(Errno::NOENT) => {
-                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&format!("{}/{a}", from.rel)))))
+                return Err(Error::not_done(
+                    ErrorKind::LeaseLost,
+                    Some(self.path(&format!("{}/{a}", from.rel))),
+                ))
             }
             Err(e) => {
-                let outcome = if e == Errno::IO { Outcome::Indeterminate } else { Outcome::NotDone };
-                return Err(Error::io(Call::Rename, e, outcome, Some(self.path(&format!("{}/{a}", from.rel)))));
+                let outcome = if e == Errno::IO {
+                    Outcome::Indeterminate
+                } else {
+                    Outcome::NotDone
+                };
+                return Err(Error::io(
+                    Call::Rename,
+                    e,
+                    outcome,
+                    Some(self.path(&format!("{}/{a}", from.rel))),
+                ));
             }
         }
         Ok(())

@@ -19,7 +19,10 @@ impl Queue {
     /// # Errors
     /// As [`Queue::claim`] and [`Queue::recover`].
     pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease<'_>>> {
-        let deadline = self.clock.boot_ns().saturating_add(timeout.as_nanos().min(u64::MAX as u128) as u64);
+        let deadline = self
+            .clock
+            .boot_ns()
+            .saturating_add(timeout.as_nanos().min(u64::MAX as u128) as u64);
         let watch = self.watch_ready();
         let mut backoff_ms = 50u64;
         let mut need_recover = true;
@@ -60,10 +63,19 @@ impl Queue {
     fn watch_ready(&self) -> Option<OwnedFd> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         for s in 0..self.ident.shards {
-            let p = self.root.join("ready").join(crate::name::shard_name(s).as_str());
-            let flags = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::DONT_FOLLOW | WatchFlags::ONLYDIR;
+            let p = self
+                .root
+                .join("ready")
+                .join(crate::name::shard_name(s).as_str());
+            let flags = WatchFlags::CREATE
+                | WatchFlags::MOVED_TO
+                | WatchFlags::DONT_FOLLOW
+                | WatchFlags::ONLYDIR;
             if let Err(e) = inotify::add_watch(&fd, &p, flags) {
-                log::info!("inotify watch on {} failed ({e}); polling instead", p.display());
+                log::info!(
+                    "inotify watch on {} failed ({e}); polling instead",
+                    p.display()
+                );
                 return None;
             }
         }
@@ -73,7 +85,10 @@ impl Queue {
 
 /// Wait up to `ns` for events; drain them. True if any arrived.
 fn wait_readable(fd: &OwnedFd, ns: u64) -> bool {
-    let ts = rustix::time::Timespec { tv_sec: (ns / 1_000_000_000) as _, tv_nsec: (ns % 1_000_000_000) as _ };
+    let ts = rustix::time::Timespec {
+        tv_sec: (ns / 1_000_000_000) as _,
+        tv_nsec: (ns % 1_000_000_000) as _,
+    };
     let mut fds = [PollFd::new(fd, PollFlags::IN)];
     match poll(&mut fds, Some(&ts)) {
         Ok(n) if n > 0 => {

@@ -12,7 +12,11 @@ use steadq::{Durability, Options, Queue};
 
 /// Benchmark the full job lifecycle (enqueue, claim, verify, ack) per durability policy.
 #[derive(FromArgs)]
-#[argh(subcommand, name = "bench", example = "steadq bench /mnt/ssd/benchdir --jobs 2000 --threads 4")]
+#[argh(
+    subcommand,
+    name = "bench",
+    example = "steadq bench /mnt/ssd/benchdir --jobs 2000 --threads 4"
+)]
 pub struct Bench {
     /// directory to benchmark in (default: the temp dir); on the filesystem you care about
     #[argh(positional)]
@@ -31,7 +35,12 @@ pub struct Bench {
 /// fsync'd 64-byte appends per second: one journal commit each.
 fn fsync_baseline(dir: &Path, n: usize) -> std::io::Result<f64> {
     let p = dir.join("fsync-baseline");
-    let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&p)?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&p)?;
     let t = Instant::now();
     for i in 0..n {
         f.write_all_at(&[7u8; 64], (i * 64) as u64)?;
@@ -42,8 +51,22 @@ fn fsync_baseline(dir: &Path, n: usize) -> std::io::Result<f64> {
     Ok(r)
 }
 
-fn lifecycle(dir: &Path, d: Durability, jobs: usize, threads: usize, batch: usize, payload: &[u8]) -> Result<f64, CliError> {
-    let q = Queue::create(dir, Options { durability: d, shards: 8, ..Options::default() })?;
+fn lifecycle(
+    dir: &Path,
+    d: Durability,
+    jobs: usize,
+    threads: usize,
+    batch: usize,
+    payload: &[u8],
+) -> Result<f64, CliError> {
+    let q = Queue::create(
+        dir,
+        Options {
+            durability: d,
+            shards: 8,
+            ..Options::default()
+        },
+    )?;
     let per = jobs / threads;
     let t = Instant::now();
     std::thread::scope(|s| -> Result<(), CliError> {
@@ -71,7 +94,8 @@ fn lifecycle(dir: &Path, d: Durability, jobs: usize, threads: usize, batch: usiz
             })
             .collect();
         for h in hs {
-            h.join().map_err(|_| CliError::usage("bench thread panicked"))??;
+            h.join()
+                .map_err(|_| CliError::usage("bench thread panicked"))??;
         }
         Ok(())
     })?;
@@ -83,29 +107,62 @@ fn lifecycle(dir: &Path, d: Durability, jobs: usize, threads: usize, batch: usiz
 
 fn peak_rss_kib() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    s.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 pub fn cmd_bench(a: Bench) -> Result<i32, CliError> {
     if a.jobs == 0 || a.threads == 0 || a.threads > 256 {
         return Err(CliError::usage("--jobs must be > 0 and --threads 1..=256"));
     }
-    let base = a.dir.clone().unwrap_or_else(std::env::temp_dir).join(format!("steadq-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&base).map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
+    let base = a
+        .dir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir)
+        .join(format!("steadq-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&base)
+        .map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
     let payload = vec![b'x'; a.payload];
-    let fsync = fsync_baseline(&base, a.jobs.min(2000)).map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
-    println!("steadq bench in {} ({} jobs per case, {}-byte payloads)", base.display(), a.jobs, a.payload);
+    let fsync = fsync_baseline(&base, a.jobs.min(2000))
+        .map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
+    println!(
+        "steadq bench in {} ({} jobs per case, {}-byte payloads)",
+        base.display(),
+        a.jobs,
+        a.payload
+    );
     println!("{:<34} {:>10} {:>16}", "case", "jobs/s", "x fsync baseline");
-    println!("{:<34} {:>10.0} {:>16.2}", "baseline: fsync'd 64 B append", fsync, 1.0);
+    println!(
+        "{:<34} {:>10.0} {:>16.2}",
+        "baseline: fsync'd 64 B append", fsync, 1.0
+    );
     let cases: [(&str, Durability, usize, usize); 5] = [
         ("strict, 1 thread", Durability::Strict, 1, 1),
         ("strict, N threads", Durability::Strict, a.threads, 1),
-        ("batched (64 per barrier), 1 thread", Durability::Batched, 1, 64),
-        ("batched (64), N threads", Durability::Batched, a.threads, 64),
+        (
+            "batched (64 per barrier), 1 thread",
+            Durability::Batched,
+            1,
+            64,
+        ),
+        (
+            "batched (64), N threads",
+            Durability::Batched,
+            a.threads,
+            64,
+        ),
         ("none (no fsync), 1 thread", Durability::None, 1, 1),
     ];
     for (i, (name, d, threads, batch)) in cases.into_iter().enumerate() {
-        let r = lifecycle(&base.join(format!("case{i}")), d, a.jobs, threads, batch, &payload)?;
+        let r = lifecycle(
+            &base.join(format!("case{i}")),
+            d,
+            a.jobs,
+            threads,
+            batch,
+            &payload,
+        )?;
         let name = name.replace('N', &a.threads.to_string());
         println!("{name:<34} {r:>10.0} {:>16.2}", r / fsync);
         let _ = std::io::stdout().flush();

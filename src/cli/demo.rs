@@ -12,7 +12,12 @@ use steadq::{Durability, Options, Queue, State};
 /// Demo: hash a few thousand files of this machine through a queue with several worker
 /// processes, SIGKILL one of them mid-job, and show that every job is acked and fsck is clean.
 #[derive(FromArgs)]
-#[argh(subcommand, name = "demo", example = "steadq demo", example = "steadq demo /tmp/q --jobs 500 --keep")]
+#[argh(
+    subcommand,
+    name = "demo",
+    example = "steadq demo",
+    example = "steadq demo /tmp/q --jobs 500 --keep"
+)]
 pub struct Demo {
     /// queue directory (default: a new directory under the temp dir, removed afterwards)
     #[argh(positional)]
@@ -39,7 +44,9 @@ pub struct DemoJob {
 
 pub fn cmd_demo_job(a: DemoJob) -> Result<i32, CliError> {
     let mut path = String::new();
-    std::io::stdin().read_to_string(&mut path).map_err(|e| CliError::usage(format!("stdin: {e}")))?;
+    std::io::stdin()
+        .read_to_string(&mut path)
+        .map_err(|e| CliError::usage(format!("stdin: {e}")))?;
     let mut f = match std::fs::File::open(path.trim()) {
         Ok(f) => f,
         // The file vanished since it was enqueued: bad input, never retry.
@@ -51,28 +58,48 @@ pub fn cmd_demo_job(a: DemoJob) -> Result<i32, CliError> {
     let mut h = Sha256::new();
     let mut buf = [0u8; 65536];
     loop {
-        let n = f.read(&mut buf).map_err(|e| CliError::usage(format!("{}: {e}", path.trim())))?;
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| CliError::usage(format!("{}: {e}", path.trim())))?;
         if n == 0 {
             break;
         }
         h.update(&buf[..n]);
     }
-    let line = format!("{}  {}\n", steadq::format::hex32(&h.finalize().into()), path.trim());
-    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&a.results).map_err(|e| CliError::usage(format!("{}: {e}", a.results.display())))?;
-    out.write_all(line.as_bytes()).map_err(|e| CliError::usage(format!("{}: {e}", a.results.display())))?;
+    let line = format!(
+        "{}  {}\n",
+        steadq::format::hex32(&h.finalize().into()),
+        path.trim()
+    );
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&a.results)
+        .map_err(|e| CliError::usage(format!("{}: {e}", a.results.display())))?;
+    out.write_all(line.as_bytes())
+        .map_err(|e| CliError::usage(format!("{}: {e}", a.results.display())))?;
     Ok(0)
 }
 
 /// Regular files (never symlinks) under well-known directories, up to `max`, each at most 4 MiB.
 fn find_inputs(max: usize) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let mut stack: Vec<PathBuf> = ["/usr/share/common-licenses", "/usr/share/doc", "/etc", "/usr/include", "/usr/share", "/usr/lib"]
-        .iter()
-        .map(PathBuf::from)
-        .collect();
+    let mut stack: Vec<PathBuf> = [
+        "/usr/share/common-licenses",
+        "/usr/share/doc",
+        "/etc",
+        "/usr/include",
+        "/usr/share",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
     stack.reverse();
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         let mut entries: Vec<_> = rd.flatten().collect();
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
@@ -82,7 +109,11 @@ fn find_inputs(max: usize) -> Vec<PathBuf> {
             let Ok(ft) = e.file_type() else { continue };
             if ft.is_dir() {
                 stack.push(e.path());
-            } else if ft.is_file() && e.metadata().is_ok_and(|m| m.len() <= 4 << 20) && std::fs::File::open(e.path()).is_ok() && !out.contains(&e.path()) {
+            } else if ft.is_file()
+                && e.metadata().is_ok_and(|m| m.len() <= 4 << 20)
+                && std::fs::File::open(e.path()).is_ok()
+                && !out.contains(&e.path())
+            {
                 out.push(e.path());
             }
         }
@@ -91,15 +122,28 @@ fn find_inputs(max: usize) -> Vec<PathBuf> {
 }
 
 fn has_running_child(pid: u32) -> bool {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    rd.flatten().any(|t| std::fs::read_to_string(t.path().join("children")).is_ok_and(|c| !c.trim().is_empty()))
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    rd.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("children")).is_ok_and(|c| !c.trim().is_empty())
+    })
 }
 
 fn spawn_worker(exe: &Path, dir: &Path, results: &Path) -> Result<Child, CliError> {
     Command::new(exe)
         .arg("work")
         .arg(dir)
-        .args(["--lease", "2s", "--quiet", "--backoff", "1s", "--grace", "5s", "--"])
+        .args([
+            "--lease",
+            "2s",
+            "--quiet",
+            "--backoff",
+            "1s",
+            "--grace",
+            "5s",
+            "--",
+        ])
         .arg(exe)
         .arg("demo-job")
         .arg(results)
@@ -111,19 +155,34 @@ fn spawn_worker(exe: &Path, dir: &Path, results: &Path) -> Result<Child, CliErro
 pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
     let (dir, remove) = match &a.dir {
         Some(d) => (d.clone(), false),
-        None => (std::env::temp_dir().join(format!("steadq-demo-{}", std::process::id())), !a.keep),
+        None => (
+            std::env::temp_dir().join(format!("steadq-demo-{}", std::process::id())),
+            !a.keep,
+        ),
     };
     let results = dir.with_extension("results");
     let _ = std::fs::remove_file(&results);
-    let exe = std::env::current_exe().map_err(|e| CliError::usage(format!("cannot find my own executable: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::usage(format!("cannot find my own executable: {e}")))?;
     println!("== SteadQ demo: queue {}", dir.display());
-    let q = Queue::create(&dir, Options { durability: Durability::Batched, ..Options::default() })?;
+    let q = Queue::create(
+        &dir,
+        Options {
+            durability: Durability::Batched,
+            ..Options::default()
+        },
+    )?;
     let inputs = find_inputs(a.jobs);
     if inputs.is_empty() {
-        return Err(CliError::usage("found no readable files under /usr/share, /etc or /usr/lib to hash"));
+        return Err(CliError::usage(
+            "found no readable files under /usr/share, /etc or /usr/lib to hash",
+        ));
     }
     let t = Instant::now();
-    let paths: Vec<Vec<u8>> = inputs.iter().map(|p| p.as_os_str().as_encoded_bytes().to_vec()).collect();
+    let paths: Vec<Vec<u8>> = inputs
+        .iter()
+        .map(|p| p.as_os_str().as_encoded_bytes().to_vec())
+        .collect();
     for chunk in paths.chunks(64) {
         let refs: Vec<&[u8]> = chunk.iter().map(|p| p.as_slice()).collect();
         q.enqueue_batch(&refs)?;
@@ -150,7 +209,14 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
     let killed_mid_job = has_running_child(victim);
     let _ = workers[0].kill();
     let _ = workers[0].wait();
-    println!("SIGKILLed worker pid {victim} {}", if killed_mid_job { "in the middle of a job" } else { "(between jobs)" });
+    println!(
+        "SIGKILLed worker pid {victim} {}",
+        if killed_mid_job {
+            "in the middle of a job"
+        } else {
+            "(between jobs)"
+        }
+    );
     let total = inputs.len() as u64;
     let give_up = Instant::now() + Duration::from_secs(600);
     let mut last_print = Instant::now();
@@ -160,34 +226,61 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
             break s;
         }
         if Instant::now() > give_up {
-            return Err(CliError::usage(format!("demo timed out: {} of {total} jobs settled", s.acked + s.dead)));
+            return Err(CliError::usage(format!(
+                "demo timed out: {} of {total} jobs settled",
+                s.acked + s.dead
+            )));
         }
         if last_print.elapsed() >= Duration::from_secs(2) {
-            println!("  ... {} acked, {} ready, {} leased ({} expired), {} delayed", s.acked, s.ready, s.leased, s.expired_leases, s.delayed);
+            println!(
+                "  ... {} acked, {} ready, {} leased ({} expired), {} delayed",
+                s.acked, s.ready, s.leased, s.expired_leases, s.delayed
+            );
             last_print = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(100));
     };
     let elapsed = t.elapsed();
     for w in workers.iter_mut().skip(1) {
-        let _ = rustix::process::kill_process(rustix::process::Pid::from_child(w), rustix::process::Signal::TERM);
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_child(w),
+            rustix::process::Signal::TERM,
+        );
     }
     for w in workers.iter_mut().skip(1) {
         let _ = w.wait();
     }
     let receipts = q.list(Some(State::Acked))?;
-    let retries: u64 = receipts.iter().map(|l| (l.name.attempt as u64).saturating_sub(1)).sum();
+    let retries: u64 = receipts
+        .iter()
+        .map(|l| (l.name.attempt as u64).saturating_sub(1))
+        .sum();
     let recovered = receipts.iter().filter(|l| l.name.attempt > 1).count();
-    let lines = std::fs::read_to_string(&results).map(|s| s.lines().count()).unwrap_or(0);
+    let lines = std::fs::read_to_string(&results)
+        .map(|s| s.lines().count())
+        .unwrap_or(0);
     let f = open(&dir)?.fsck(false)?;
     println!("== summary");
     println!("jobs              {total}");
-    println!("receipts          {} (dead-lettered: {})", st.acked, st.dead);
+    println!(
+        "receipts          {} (dead-lettered: {})",
+        st.acked, st.dead
+    );
     println!("retries           {retries}");
     println!("recovered leases  {recovered} (the killed worker's job ran again elsewhere: at-least-once)");
     println!("hash results      {lines} lines in {}", results.display());
-    println!("throughput        {:.0} jobs/s ({} workers, {:.2}s, each job a process)", total as f64 / elapsed.as_secs_f64(), a.workers.max(2) - 1, elapsed.as_secs_f64());
-    println!("fsck              {} ({} entries, {} job files verified)", if f.clean() { "clean" } else { "PROBLEMS" }, f.checked, f.verified);
+    println!(
+        "throughput        {:.0} jobs/s ({} workers, {:.2}s, each job a process)",
+        total as f64 / elapsed.as_secs_f64(),
+        a.workers.max(2) - 1,
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "fsck              {} ({} entries, {} job files verified)",
+        if f.clean() { "clean" } else { "PROBLEMS" },
+        f.checked,
+        f.verified
+    );
     for p in &f.problems {
         println!("  {p}");
     }
@@ -196,7 +289,10 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
         let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::remove_file(&results);
     } else {
-        println!("queue kept at {}: try `steadq status {0}` or `steadq list {0} --state acked`", dir.display());
+        println!(
+            "queue kept at {}: try `steadq status {0}` or `steadq list {0} --state acked`",
+            dir.display()
+        );
     }
     Ok(if ok { 0 } else { 2 })
 }

@@ -9,7 +9,9 @@ use argh::FromArgs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use steadq::{EnqueueOptions, Error, ErrorKind, JobId, Kind, Options, Outcome, Queue, Reason, State};
+use steadq::{
+    EnqueueOptions, Error, ErrorKind, JobId, Kind, Options, Outcome, Queue, Reason, State,
+};
 
 /// An error for the command line: a message and an exit code.
 pub struct CliError {
@@ -20,7 +22,10 @@ pub struct CliError {
 impl CliError {
     /// Exit code 2 (not done) with a message.
     pub fn usage(msg: impl Into<String>) -> CliError {
-        CliError { msg: msg.into(), code: 2 }
+        CliError {
+            msg: msg.into(),
+            code: 2,
+        }
     }
     pub fn code(&self) -> i32 {
         self.code
@@ -42,15 +47,21 @@ impl From<Error> for CliError {
         } else {
             2
         };
-        CliError { msg: e.to_string(), code }
+        CliError {
+            msg: e.to_string(),
+            code,
+        }
     }
 }
 
 /// Parse `500ms`, `30s`, `5m`, `2h`, `7d`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("bad duration '{s}': use a number with ms, s, m, h or d, e.g. 30s, 5m, 7d");
+    let bad =
+        || format!("bad duration '{s}': use a number with ms, s, m, h or d, e.g. 30s, 5m, 7d");
     let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: f64 = num.parse().map_err(|_| bad())?;
     let mult = match unit {
@@ -62,7 +73,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(bad()),
     };
     let secs = n * mult;
-    if !secs.is_finite() || secs < 0.0 || secs > 1e12 {
+    if !secs.is_finite() || !(0.0..=1e12).contains(&secs) {
         return Err(bad());
     }
     Ok(Duration::from_secs_f64(secs))
@@ -104,19 +115,37 @@ fn parse_state(s: &str) -> Result<State, String> {
         "delayed" => State::Delayed,
         "dead" => State::Dead,
         "acked" | "receipts" => State::Acked,
-        _ => return Err(format!("bad state '{s}': use ready, leased, delayed, dead or acked")),
+        _ => {
+            return Err(format!(
+                "bad state '{s}': use ready, leased, delayed, dead or acked"
+            ))
+        }
     })
 }
 
 fn parse_job_id(s: &str) -> Result<JobId, CliError> {
     // Accept a bare id or any job file name (its first field is the id).
-    let first = s.rsplit('/').next().unwrap_or(s).split('.').next().unwrap_or("");
-    JobId::parse(first).ok_or_else(|| CliError::usage(format!("bad job id '{s}': expected 32 lowercase hex digits (see `steadq list`)")))
+    let first = s
+        .rsplit('/')
+        .next()
+        .unwrap_or(s)
+        .split('.')
+        .next()
+        .unwrap_or("");
+    JobId::parse(first).ok_or_else(|| {
+        CliError::usage(format!(
+            "bad job id '{s}': expected 32 lowercase hex digits (see `steadq list`)"
+        ))
+    })
 }
 
 /// Create a queue (or complete an interrupted creation); print its id.
 #[derive(FromArgs)]
-#[argh(subcommand, name = "init", example = "steadq init /var/lib/jobs --shards 16")]
+#[argh(
+    subcommand,
+    name = "init",
+    example = "steadq init /var/lib/jobs --shards 16"
+)]
 pub struct Init {
     /// queue directory (its parent must exist)
     #[argh(positional)]
@@ -127,9 +156,19 @@ pub struct Init {
 }
 
 pub fn cmd_init(a: Init) -> Result<i32, CliError> {
-    let q = Queue::create(&a.dir, Options { shards: a.shards, ..Options::default() })?;
+    let q = Queue::create(
+        &a.dir,
+        Options {
+            shards: a.shards,
+            ..Options::default()
+        },
+    )?;
     println!("{:032x}", q.id());
-    eprintln!("queue {} ready: {} shards", a.dir.display(), q.identity().shards);
+    eprintln!(
+        "queue {} ready: {} shards",
+        a.dir.display(),
+        q.identity().shards
+    );
     Ok(0)
 }
 
@@ -161,9 +200,13 @@ pub struct Enqueue {
 
 fn read_limited(r: &mut dyn Read, limit: u64, what: &str) -> Result<Vec<u8>, CliError> {
     let mut buf = Vec::new();
-    r.take(limit + 1).read_to_end(&mut buf).map_err(|e| CliError::usage(format!("{what}: {e}")))?;
+    r.take(limit + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| CliError::usage(format!("{what}: {e}")))?;
     if buf.len() as u64 > limit {
-        return Err(CliError::usage(format!("{what}: payload exceeds the limit of {limit} bytes (--max-payload)")));
+        return Err(CliError::usage(format!(
+            "{what}: payload exceeds the limit of {limit} bytes (--max-payload)"
+        )));
     }
     Ok(buf)
 }
@@ -175,13 +218,26 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<i32, CliError> {
     // Read the payload first: a bad file changes nothing.
     let payload = match &a.file {
         Some(f) => {
-            let mut file = std::fs::File::open(f).map_err(|e| CliError::usage(format!("{}: {e}", f.display())))?;
+            let mut file = std::fs::File::open(f)
+                .map_err(|e| CliError::usage(format!("{}: {e}", f.display())))?;
             read_limited(&mut file, a.max_payload, &f.display().to_string())?
         }
         None => read_limited(&mut std::io::stdin().lock(), a.max_payload, "stdin")?,
     };
-    let q = Queue::open_with(&a.dir, Options { max_payload: a.max_payload, ..Options::default() })?;
-    let id = q.enqueue_with(&payload, &EnqueueOptions { max_attempts: a.max_attempts, delay: a.delay })?;
+    let q = Queue::open_with(
+        &a.dir,
+        Options {
+            max_payload: a.max_payload,
+            ..Options::default()
+        },
+    )?;
+    let id = q.enqueue_with(
+        &payload,
+        &EnqueueOptions {
+            max_attempts: a.max_attempts,
+            delay: a.delay,
+        },
+    )?;
     println!("{id}");
     Ok(0)
 }
@@ -230,7 +286,10 @@ pub fn cmd_claim(a: Claim) -> Result<i32, CliError> {
             let _ = out.write_all(&payload);
         }
         Some(p) => std::fs::write(p, &payload).map_err(|e| {
-            CliError::usage(format!("{}: {e} (the job stays leased under {handle} until it expires)", p.display()))
+            CliError::usage(format!(
+                "{}: {e} (the job stays leased under {handle} until it expires)",
+                p.display()
+            ))
         })?,
         None => {}
     }
@@ -239,7 +298,11 @@ pub fn cmd_claim(a: Claim) -> Result<i32, CliError> {
 
 /// Extend a lease; print the new handle.
 #[derive(FromArgs)]
-#[argh(subcommand, name = "renew", example = "h=$(steadq renew /var/lib/jobs \"$h\" --lease 5m)")]
+#[argh(
+    subcommand,
+    name = "renew",
+    example = "h=$(steadq renew /var/lib/jobs \"$h\" --lease 5m)"
+)]
 pub struct Renew {
     /// queue directory
     #[argh(positional)]
@@ -281,7 +344,11 @@ pub fn cmd_ack(a: Ack) -> Result<i32, CliError> {
 
 /// Nack a leased job: retry after --delay (dead-lettered when attempts are exhausted).
 #[derive(FromArgs)]
-#[argh(subcommand, name = "nack", example = "steadq nack /var/lib/jobs \"$h\" --delay 1m")]
+#[argh(
+    subcommand,
+    name = "nack",
+    example = "steadq nack /var/lib/jobs \"$h\" --delay 1m"
+)]
 pub struct Nack {
     /// queue directory
     #[argh(positional)]
@@ -306,7 +373,11 @@ pub fn cmd_nack(a: Nack) -> Result<i32, CliError> {
 
 /// Dead-letter a leased job now.
 #[derive(FromArgs)]
-#[argh(subcommand, name = "fail", example = "steadq fail /var/lib/jobs \"$h\" --reason badinput")]
+#[argh(
+    subcommand,
+    name = "fail",
+    example = "steadq fail /var/lib/jobs \"$h\" --reason badinput"
+)]
 pub struct Fail {
     /// queue directory
     #[argh(positional)]
@@ -320,7 +391,12 @@ pub struct Fail {
 }
 
 pub fn cmd_fail(a: Fail) -> Result<i32, CliError> {
-    let reason = Reason::new(&a.reason).ok_or_else(|| CliError::usage(format!("bad --reason '{}': use 1 to 16 characters of [a-z0-9]", a.reason)))?;
+    let reason = Reason::new(&a.reason).ok_or_else(|| {
+        CliError::usage(format!(
+            "bad --reason '{}': use 1 to 16 characters of [a-z0-9]",
+            a.reason
+        ))
+    })?;
     let q = open(&a.dir)?;
     q.lease_from_handle(&a.handle)?.fail(reason)?;
     Ok(0)
@@ -357,50 +433,91 @@ pub fn cmd_status(a: Status) -> Result<i32, CliError> {
     let counts = [s.ready, s.leased, s.delayed, s.dead, s.acked];
     if a.json {
         let mut o = String::from("{");
-        o += &format!("\"queue\":{:?},\"queue_id\":\"{:032x}\"", a.dir.display().to_string(), q.id());
+        o += &format!(
+            "\"queue\":{:?},\"queue_id\":\"{:032x}\"",
+            a.dir.display().to_string(),
+            q.id()
+        );
         for (n, c) in names.iter().zip(counts) {
             o += &format!(",\"{n}\":{c}");
         }
-        o += &format!(",\"expired_leases\":{},\"foreign\":{}", s.expired_leases, s.foreign);
+        o += &format!(
+            ",\"expired_leases\":{},\"foreign\":{}",
+            s.expired_leases, s.foreign
+        );
         o += ",\"bytes\":{";
-        o += &names.iter().zip(s.bytes).map(|(n, b)| format!("\"{n}\":{b}")).collect::<Vec<_>>().join(",");
+        o += &names
+            .iter()
+            .zip(s.bytes)
+            .map(|(n, b)| format!("\"{n}\":{b}"))
+            .collect::<Vec<_>>()
+            .join(",");
         o += "}";
-        o += &format!(",\"oldest_ready_age_seconds\":{}", age_s.map_or("null".into(), |a| format!("{a:.3}")));
+        o += &format!(
+            ",\"oldest_ready_age_seconds\":{}",
+            age_s.map_or("null".into(), |a| format!("{a:.3}"))
+        );
         o += "}";
         println!("{o}");
     } else if a.prometheus {
-        let ql = a.dir.display().to_string().replace('\\', "\\\\").replace('"', "\\\"");
+        let ql = a
+            .dir
+            .display()
+            .to_string()
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"");
         println!("# HELP steadq_jobs Jobs in each state.\n# TYPE steadq_jobs gauge");
         for (n, c) in names.iter().zip(counts) {
             println!("steadq_jobs{{queue=\"{ql}\",state=\"{n}\"}} {c}");
         }
-        println!("# HELP steadq_bytes Bytes of job files in each state.\n# TYPE steadq_bytes gauge");
+        println!(
+            "# HELP steadq_bytes Bytes of job files in each state.\n# TYPE steadq_bytes gauge"
+        );
         for (n, b) in names.iter().zip(s.bytes) {
             println!("steadq_bytes{{queue=\"{ql}\",state=\"{n}\"}} {b}");
         }
         println!("# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n# TYPE steadq_expired_leases gauge");
-        println!("steadq_expired_leases{{queue=\"{ql}\"}} {}", s.expired_leases);
+        println!(
+            "steadq_expired_leases{{queue=\"{ql}\"}} {}",
+            s.expired_leases
+        );
         println!("# HELP steadq_foreign_entries Entries that are not valid jobs (see steadq fsck).\n# TYPE steadq_foreign_entries gauge");
         println!("steadq_foreign_entries{{queue=\"{ql}\"}} {}", s.foreign);
         println!("# HELP steadq_oldest_ready_age_seconds Age of the oldest ready job (0 when none).\n# TYPE steadq_oldest_ready_age_seconds gauge");
-        println!("steadq_oldest_ready_age_seconds{{queue=\"{ql}\"}} {:.3}", age_s.unwrap_or(0.0));
+        println!(
+            "steadq_oldest_ready_age_seconds{{queue=\"{ql}\"}} {:.3}",
+            age_s.unwrap_or(0.0)
+        );
     } else {
         println!("queue    {} ({:032x})", a.dir.display(), q.id());
         for (i, (n, c)) in names.iter().zip(counts).enumerate() {
             println!("{n:<8} {c:>8}  {:>12} bytes", s.bytes[i]);
         }
-        println!("expired  {:>8}  leases past their deadline (run `steadq recover`)", s.expired_leases);
+        println!(
+            "expired  {:>8}  leases past their deadline (run `steadq recover`)",
+            s.expired_leases
+        );
         if s.foreign > 0 {
-            println!("foreign  {:>8}  entries that are not jobs (run `steadq fsck`)", s.foreign);
+            println!(
+                "foreign  {:>8}  entries that are not jobs (run `steadq fsck`)",
+                s.foreign
+            );
         }
-        println!("oldest ready job: {}", s.oldest_ready_age_ns.map_or("-".into(), fmt_age));
+        println!(
+            "oldest ready job: {}",
+            s.oldest_ready_age_ns.map_or("-".into(), fmt_age)
+        );
     }
     Ok(0)
 }
 
 /// List jobs: state, id, attempts, deadlines or reasons, path.
 #[derive(FromArgs)]
-#[argh(subcommand, name = "list", example = "steadq list /var/lib/jobs --state dead")]
+#[argh(
+    subcommand,
+    name = "list",
+    example = "steadq list /var/lib/jobs --state dead"
+)]
 pub struct List {
     /// queue directory
     #[argh(positional)]
@@ -415,9 +532,17 @@ fn describe(q: &Queue, k: &Kind) -> String {
     let now_boot = q.clock().boot_ns();
     match k {
         Kind::Ready => String::new(),
-        Kind::Leased(l) if l.boot_id != q.clock().boot_id() => "lease from an earlier boot (expired)".into(),
-        Kind::Leased(l) if l.boot_deadline_ns <= now_boot => format!("lease expired {} ago", fmt_age(now_boot - l.boot_deadline_ns)),
-        Kind::Leased(l) => format!("lease expires in {}", fmt_age(l.boot_deadline_ns - now_boot)),
+        Kind::Leased(l) if l.boot_id != q.clock().boot_id() => {
+            "lease from an earlier boot (expired)".into()
+        }
+        Kind::Leased(l) if l.boot_deadline_ns <= now_boot => format!(
+            "lease expired {} ago",
+            fmt_age(now_boot - l.boot_deadline_ns)
+        ),
+        Kind::Leased(l) => format!(
+            "lease expires in {}",
+            fmt_age(l.boot_deadline_ns - now_boot)
+        ),
         Kind::Delayed { not_before_ns } if *not_before_ns <= now_wall => "due now".into(),
         Kind::Delayed { not_before_ns } => format!("due in {}", fmt_age(not_before_ns - now_wall)),
         Kind::Dead { reason } => format!("reason {reason}"),
@@ -449,7 +574,11 @@ pub fn cmd_list(a: List) -> Result<i32, CliError> {
 
 /// Show one job: state, name fields, header, digests and payload.
 #[derive(FromArgs)]
-#[argh(subcommand, name = "show", example = "steadq show /var/lib/jobs 019d2f6a7c3e4b5a8d9e0f1a2b3c4d5e")]
+#[argh(
+    subcommand,
+    name = "show",
+    example = "steadq show /var/lib/jobs 019d2f6a7c3e4b5a8d9e0f1a2b3c4d5e"
+)]
 pub struct Show {
     /// queue directory
     #[argh(positional)]
@@ -476,7 +605,11 @@ pub fn cmd_show(a: Show) -> Result<i32, CliError> {
     }
     let n = &l.name;
     println!("job       {}", n.id);
-    println!("state     {} {}", state_name(l.state), describe(&q, &n.kind));
+    println!(
+        "state     {} {}",
+        state_name(l.state),
+        describe(&q, &n.kind)
+    );
     println!("path      {}", l.rel_path(q.id()));
     println!("attempt   {}/{}", n.attempt, n.max_attempts);
     println!("gen       {}", n.generation);
@@ -486,8 +619,14 @@ pub fn cmd_show(a: Show) -> Result<i32, CliError> {
     println!("envelope  {}", steadq::format::hex32(&h.envelope_sha256));
     match std::str::from_utf8(&payload) {
         Ok(t) if t.len() <= 4096 => println!("payload   {t}"),
-        Ok(_) => println!("payload   ({} bytes of text; --raw prints it)", payload.len()),
-        Err(_) => println!("payload   ({} bytes of binary; --raw prints it)", payload.len()),
+        Ok(_) => println!(
+            "payload   ({} bytes of text; --raw prints it)",
+            payload.len()
+        ),
+        Err(_) => println!(
+            "payload   ({} bytes of binary; --raw prints it)",
+            payload.len()
+        ),
     }
     Ok(0)
 }
@@ -601,7 +740,11 @@ pub fn cmd_dead(a: Dead) -> Result<i32, CliError> {
 
 /// Remove old receipts, keeping verifiable evidence in evidence.log (append-only, fsynced).
 #[derive(FromArgs)]
-#[argh(subcommand, name = "compact", example = "steadq compact /var/lib/jobs --older-than 7d")]
+#[argh(
+    subcommand,
+    name = "compact",
+    example = "steadq compact /var/lib/jobs --older-than 7d"
+)]
 pub struct Compact {
     /// queue directory
     #[argh(positional)]
@@ -614,7 +757,10 @@ pub struct Compact {
 pub fn cmd_compact(a: Compact) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let n = q.compact(a.older_than)?;
-    println!("compacted {n} receipts into {}", a.dir.join(steadq::EVIDENCE_FILE).display());
+    println!(
+        "compacted {n} receipts into {}",
+        a.dir.join(steadq::EVIDENCE_FILE).display()
+    );
     Ok(0)
 }
 
@@ -641,12 +787,38 @@ mod tests {
     #[test]
     fn argh_parses_subcommands() {
         use crate::Top;
-        let t = Top::from_args(&["steadq"], &["enqueue", "/q", "--delay", "10m", "--max-attempts", "3"]).ok().unwrap();
-        let crate::Cmd::Enqueue(e) = t.cmd else { panic!() };
-        assert_eq!((e.delay, e.max_attempts), (Some(Duration::from_secs(600)), Some(3)));
-        let err = Top::from_args(&["steadq"], &["enqueue", "/q", "--delay", "10x"]).err().unwrap();
+        let t = Top::from_args(
+            &["steadq"],
+            &["enqueue", "/q", "--delay", "10m", "--max-attempts", "3"],
+        )
+        .ok()
+        .unwrap();
+        let crate::Cmd::Enqueue(e) = t.cmd else {
+            panic!()
+        };
+        assert_eq!(
+            (e.delay, e.max_attempts),
+            (Some(Duration::from_secs(600)), Some(3))
+        );
+        let err = Top::from_args(&["steadq"], &["enqueue", "/q", "--delay", "10x"])
+            .err()
+            .unwrap();
         assert!(err.output.contains("bad duration '10x'"), "{}", err.output);
-        let t = Top::from_args(&["steadq"], &["work", "/q", "--concurrency", "3", "--", "sh", "-c", "exit 0"]).ok().unwrap();
+        let t = Top::from_args(
+            &["steadq"],
+            &[
+                "work",
+                "/q",
+                "--concurrency",
+                "3",
+                "--",
+                "sh",
+                "-c",
+                "exit 0",
+            ],
+        )
+        .ok()
+        .unwrap();
         let crate::Cmd::Work(w) = t.cmd else { panic!() };
         assert_eq!(w.command, vec!["sh", "-c", "exit 0"]);
     }
@@ -655,7 +827,10 @@ mod tests {
     fn job_ids_from_names() {
         let id = "0123456789abcdef0123456789abcdef";
         assert_eq!(parse_job_id(id).ok().unwrap().to_string(), id);
-        assert!(parse_job_id(&format!("ready/00/{id}.g0000000000000000.a00000000.m00000005.k0000000000000000.sqj")).is_ok());
+        assert!(parse_job_id(&format!(
+            "ready/00/{id}.g0000000000000000.a00000000.m00000005.k0000000000000000.sqj"
+        ))
+        .is_ok());
         assert!(parse_job_id("xyz").is_err());
     }
 }

@@ -91,7 +91,9 @@ enum JobEnd {
 
 pub fn cmd_work(a: Work) -> Result<i32, CliError> {
     if a.command.is_empty() {
-        return Err(CliError::usage("work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh"));
+        return Err(CliError::usage(
+            "work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh",
+        ));
     }
     if a.concurrency == 0 || a.concurrency > 1024 {
         return Err(CliError::usage("--concurrency must be 1..=1024"));
@@ -176,7 +178,10 @@ fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
         Err(e) => {
             // A command that cannot start would burn every job's attempts: stop instead.
             let _ = lease.release();
-            return JobEnd::Fatal(CliError::usage(format!("cannot run {:?}: {e}", a.command[0])));
+            return JobEnd::Fatal(CliError::usage(format!(
+                "cannot run {:?}: {e}",
+                a.command[0]
+            )));
         }
     };
     let payload = lease.payload().to_vec();
@@ -204,8 +209,12 @@ fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
                 stop_child(&mut child);
                 let _ = feeder.join();
                 match lease.release() {
-                    Ok(()) => eprintln!("job {id}: stopped after the grace period; released to ready"),
-                    Err(e) => eprintln!("job {id}: stopped after the grace period; release failed: {e}"),
+                    Ok(()) => {
+                        eprintln!("job {id}: stopped after the grace period; released to ready")
+                    }
+                    Err(e) => {
+                        eprintln!("job {id}: stopped after the grace period; release failed: {e}")
+                    }
                 }
                 return JobEnd::Continue;
             }
@@ -236,15 +245,21 @@ fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
     };
     let result = match code {
         Some(0) => lease.ack().map(|_| "acked".to_string()),
-        Some(EX_DATAERR) => lease.fail(Reason::new("dataerr").expect("valid reason")).map(|_| "dead-lettered (exit 65: bad input)".to_string()),
-        Some(EX_TEMPFAIL) => lease.nack(a.retry_delay).map(|n| describe_nack(n, "retry later")),
+        Some(EX_DATAERR) => lease
+            .fail(Reason::new("dataerr").expect("valid reason"))
+            .map(|_| "dead-lettered (exit 65: bad input)".to_string()),
+        Some(EX_TEMPFAIL) => lease
+            .nack(a.retry_delay)
+            .map(|n| describe_nack(n, "retry later")),
         _ => {
             let delay = backoff(attempt, a.backoff, a.max_backoff);
             lease.nack(delay).map(|n| describe_nack(n, "failed"))
         }
     };
     match result {
-        Ok(msg) if !a.quiet => eprintln!("job {id} attempt {attempt}/{max}: {what}, {msg} ({ms} ms)"),
+        Ok(msg) if !a.quiet => {
+            eprintln!("job {id} attempt {attempt}/{max}: {what}, {msg} ({ms} ms)")
+        }
         Ok(_) => {}
         Err(e) => eprintln!("job {id} attempt {attempt}/{max}: {what}, but settling failed: {e}"),
     }
@@ -255,8 +270,14 @@ fn describe_nack(n: Nacked, why: &str) -> String {
     match n {
         Nacked::Ready => format!("{why}: back to ready"),
         Nacked::Delayed(ns) => {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-            format!("{why}: retry in {:.0}s", ns.saturating_sub(now) as f64 / 1e9)
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            format!(
+                "{why}: retry in {:.0}s",
+                ns.saturating_sub(now) as f64 / 1e9
+            )
         }
         Nacked::Dead => format!("{why}: attempts exhausted, dead-lettered"),
     }
@@ -265,7 +286,9 @@ fn describe_nack(n: Nacked, why: &str) -> String {
 /// SIGTERM the command's process group, then SIGKILL after 2 s.
 fn stop_child(child: &mut std::process::Child) {
     use rustix::process::{kill_process_group, Pid, Signal};
-    let Some(pg) = Pid::from_raw(child.id() as i32) else { return };
+    let Some(pg) = Pid::from_raw(child.id() as i32) else {
+        return;
+    };
     let _ = kill_process_group(pg, Signal::TERM);
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(2) {

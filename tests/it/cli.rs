@@ -9,12 +9,22 @@ use steadq::{Queue, State};
 const BIN: &str = env!("CARGO_BIN_EXE_steadq");
 
 fn steadq(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).stdin(Stdio::null()).output().unwrap()
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
 }
 
 fn steadq_in(args: &[&str], input: &[u8]) -> Output {
     use std::io::Write;
-    let mut c = Command::new(BIN).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut c = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     c.stdin.take().unwrap().write_all(input).unwrap();
     c.wait_with_output().unwrap()
 }
@@ -32,12 +42,20 @@ fn snapshot(dir: &Path) -> Vec<String> {
 }
 
 fn has_running_child(pid: u32) -> bool {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    rd.flatten().any(|t| std::fs::read_to_string(t.path().join("children")).is_ok_and(|c| !c.trim().is_empty()))
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    rd.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("children")).is_ok_and(|c| !c.trim().is_empty())
+    })
 }
 
 fn sigterm(c: &Child) {
-    rustix::process::kill_process(rustix::process::Pid::from_child(c), rustix::process::Signal::TERM).unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(c),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
 }
 
 #[test]
@@ -59,10 +77,23 @@ fn end_to_end_two_producers_three_workers_one_killed() {
     let (mut a, mut b) = (producer("a"), producer("b"));
     assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
     // Three workers running a real command: copy the payload to a file named after the job.
-    let cmd = format!("cat > {}/$STEADQ_JOB_ID.$STEADQ_ATTEMPT; sleep 0.02", p(&out));
+    let cmd = format!(
+        "cat > {}/$STEADQ_JOB_ID.$STEADQ_ATTEMPT; sleep 0.02",
+        p(&out)
+    );
     let worker = || {
         Command::new(BIN)
-            .args(["work", p(d.path()), "--lease", "2s", "--quiet", "--", "sh", "-c", &cmd])
+            .args([
+                "work",
+                p(d.path()),
+                "--lease",
+                "2s",
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                &cmd,
+            ])
             .stdin(Stdio::null())
             .spawn()
             .unwrap()
@@ -80,7 +111,11 @@ fn end_to_end_two_producers_three_workers_one_killed() {
     let q = Queue::open(d.path()).unwrap();
     let t = Instant::now();
     while q.status().unwrap().acked < 120 {
-        assert!(t.elapsed() < Duration::from_secs(120), "stuck: {:?}", q.status().unwrap());
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "stuck: {:?}",
+            q.status().unwrap()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     for w in &workers[1..] {
@@ -90,22 +125,41 @@ fn end_to_end_two_producers_three_workers_one_killed() {
         assert!(w.wait().unwrap().success());
     }
     let s = q.status().unwrap();
-    assert_eq!((s.acked, s.ready, s.leased, s.delayed, s.dead), (120, 0, 0, 0, 0));
+    assert_eq!(
+        (s.acked, s.ready, s.leased, s.delayed, s.dead),
+        (120, 0, 0, 0, 0)
+    );
     let receipts = q.list(Some(State::Acked)).unwrap();
     let mut ids: Vec<_> = receipts.iter().map(|l| l.name.id).collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 120, "every job acked exactly once");
-    assert!(receipts.iter().any(|l| l.name.attempt == 2), "the killed worker's job was recovered and run again");
+    assert!(
+        receipts.iter().any(|l| l.name.attempt == 2),
+        "the killed worker's job was recovered and run again"
+    );
     // Every payload reached the command.
-    let mut payloads: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| std::fs::read_to_string(e.path()).unwrap()).collect();
+    let mut payloads: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
     payloads.sort();
     payloads.dedup();
     assert!(payloads.len() >= 120);
     let o = steadq(&["fsck", p(d.path())]);
-    assert!(o.status.success(), "fsck: {}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        o.status.success(),
+        "fsck: {}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
     let o = steadq(&["status", p(d.path()), "--json"]);
-    assert!(text(&o.stdout).contains("\"acked\":120"), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).contains("\"acked\":120"),
+        "{}",
+        text(&o.stdout)
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -114,7 +168,9 @@ fn bad_input_gives_a_clear_error_and_changes_nothing() {
     let d = TempDir::new("cli-bad");
     let q = d.path();
     assert!(steadq(&["init", p(q), "--shards", "2"]).status.success());
-    let id = text(&steadq_in(&["enqueue", p(q)], b"ok").stdout).trim().to_string();
+    let id = text(&steadq_in(&["enqueue", p(q)], b"ok").stdout)
+        .trim()
+        .to_string();
     let before = snapshot(q);
     let missing = q.with_extension("missing");
     let notq = q.with_extension("notq");
@@ -125,23 +181,124 @@ fn bad_input_gives_a_clear_error_and_changes_nothing() {
     std::fs::create_dir_all(&unreadable).unwrap();
     let cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["status".into(), p(&missing).into()], "missing"),
-        (vec!["enqueue".into(), p(&missing).into(), "--file".into(), p(&big).into()], "missing"),
+        (
+            vec![
+                "enqueue".into(),
+                p(&missing).into(),
+                "--file".into(),
+                p(&big).into(),
+            ],
+            "missing",
+        ),
         (vec!["list".into(), p(&notq).into()], "not a SteadQ queue"),
-        (vec!["work".into(), p(&notq).into(), "--once".into(), "--".into(), "true".into()], "not a SteadQ queue"),
-        (vec!["show".into(), p(q).into(), "0123456789abcdef0123456789abcdef".into()], "no job 0123456789abcdef0123456789abcdef"),
-        (vec!["show".into(), p(q).into(), "nope".into()], "bad job id 'nope'"),
-        (vec!["dead".into(), p(q).into(), "requeue".into(), "0123456789abcdef0123456789abcdef".into()], "no dead job"),
-        (vec!["enqueue".into(), p(q).into(), "--delay".into(), "5x".into()], "bad duration '5x'"),
-        (vec!["compact".into(), p(q).into(), "--older-than".into(), "soon".into()], "bad duration 'soon'"),
-        (vec!["enqueue".into(), p(q).into(), "--file".into(), p(&big).into(), "--max-payload".into(), "1024".into()], "exceeds the limit of 1024 bytes"),
-        (vec!["enqueue".into(), p(q).into(), "--file".into(), p(&missing).into()], "missing"),
-        (vec!["enqueue".into(), p(q).into(), "--file".into(), p(&unreadable).into()], "dir-not-file"),
-        (vec!["ack".into(), p(q).into(), "garbage".into()], "not a lease handle"),
-        (vec!["fail".into(), p(q).into(), "x".into(), "--reason".into(), "Bad Reason".into()], "bad --reason"),
-        (vec!["list".into(), p(q).into(), "--state".into(), "sleeping".into()], "bad state 'sleeping'"),
-        (vec!["dead".into(), p(q).into(), "explode".into()], "bad dead action 'explode'"),
-        (vec!["init".into(), p(&missing.join("a/b")).into()], "missing"),
-        (vec!["work".into(), p(q).into(), "--once".into()], "needs a command"),
+        (
+            vec![
+                "work".into(),
+                p(&notq).into(),
+                "--once".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            "not a SteadQ queue",
+        ),
+        (
+            vec![
+                "show".into(),
+                p(q).into(),
+                "0123456789abcdef0123456789abcdef".into(),
+            ],
+            "no job 0123456789abcdef0123456789abcdef",
+        ),
+        (
+            vec!["show".into(), p(q).into(), "nope".into()],
+            "bad job id 'nope'",
+        ),
+        (
+            vec![
+                "dead".into(),
+                p(q).into(),
+                "requeue".into(),
+                "0123456789abcdef0123456789abcdef".into(),
+            ],
+            "no dead job",
+        ),
+        (
+            vec!["enqueue".into(), p(q).into(), "--delay".into(), "5x".into()],
+            "bad duration '5x'",
+        ),
+        (
+            vec![
+                "compact".into(),
+                p(q).into(),
+                "--older-than".into(),
+                "soon".into(),
+            ],
+            "bad duration 'soon'",
+        ),
+        (
+            vec![
+                "enqueue".into(),
+                p(q).into(),
+                "--file".into(),
+                p(&big).into(),
+                "--max-payload".into(),
+                "1024".into(),
+            ],
+            "exceeds the limit of 1024 bytes",
+        ),
+        (
+            vec![
+                "enqueue".into(),
+                p(q).into(),
+                "--file".into(),
+                p(&missing).into(),
+            ],
+            "missing",
+        ),
+        (
+            vec![
+                "enqueue".into(),
+                p(q).into(),
+                "--file".into(),
+                p(&unreadable).into(),
+            ],
+            "dir-not-file",
+        ),
+        (
+            vec!["ack".into(), p(q).into(), "garbage".into()],
+            "not a lease handle",
+        ),
+        (
+            vec![
+                "fail".into(),
+                p(q).into(),
+                "x".into(),
+                "--reason".into(),
+                "Bad Reason".into(),
+            ],
+            "bad --reason",
+        ),
+        (
+            vec![
+                "list".into(),
+                p(q).into(),
+                "--state".into(),
+                "sleeping".into(),
+            ],
+            "bad state 'sleeping'",
+        ),
+        (
+            vec!["dead".into(), p(q).into(), "explode".into()],
+            "bad dead action 'explode'",
+        ),
+        (
+            vec!["init".into(), p(&missing.join("a/b")).into()],
+            "missing",
+        ),
+        (
+            vec!["work".into(), p(q).into(), "--once".into()],
+            "needs a command",
+        ),
     ];
     for (args, want) in &cases {
         let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
@@ -155,7 +312,11 @@ fn bad_input_gives_a_clear_error_and_changes_nothing() {
     // A payload that is too big from stdin, too.
     let o = steadq_in(&["enqueue", p(q), "--max-payload", "10"], &[0u8; 11]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("stdin: payload exceeds the limit of 10 bytes"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("stdin: payload exceeds the limit of 10 bytes"),
+        "{}",
+        text(&o.stderr)
+    );
     assert_eq!(snapshot(q), before);
     // The good job is still there, untouched.
     let o = steadq(&["show", p(q), &id, "--raw"]);
@@ -171,7 +332,21 @@ fn work_once_exit_codes_decide_the_job() {
     let d = TempDir::new("cli-codes");
     let q = d.path();
     assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
-    let run = |code: i32| steadq(&["work", p(q), "--once", "--backoff", "30s", "--retry-delay", "90s", "--", "sh", "-c", &format!("cat >/dev/null; exit {code}")]);
+    let run = |code: i32| {
+        steadq(&[
+            "work",
+            p(q),
+            "--once",
+            "--backoff",
+            "30s",
+            "--retry-delay",
+            "90s",
+            "--",
+            "sh",
+            "-c",
+            &format!("cat >/dev/null; exit {code}"),
+        ])
+    };
     let state = || Queue::open(q).unwrap().list(None).unwrap()[0].clone();
     // No job: exit 3.
     assert_eq!(run(0).status.code(), Some(3));
@@ -184,37 +359,68 @@ fn work_once_exit_codes_decide_the_job() {
     assert!(run(75).status.success());
     let l = state();
     assert_eq!((l.state, l.name.attempt), (State::Delayed, 1));
-    let steadq::Kind::Delayed { not_before_ns } = l.name.kind else { panic!() };
+    let steadq::Kind::Delayed { not_before_ns } = l.name.kind else {
+        panic!()
+    };
     let wait = not_before_ns.saturating_sub(qq.clock().wall_ns());
-    assert!(wait > 80_000_000_000 && wait <= 90_000_000_000, "75 retries after --retry-delay, got {wait} ns");
+    assert!(
+        wait > 80_000_000_000 && wait <= 90_000_000_000,
+        "75 retries after --retry-delay, got {wait} ns"
+    );
     // Exit 1: exponential backoff, attempt 1 waits --backoff (30s).
     std::fs::remove_dir_all(q).unwrap();
     assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
     steadq_in(&["enqueue", p(q), "--max-attempts", "3"], b"x");
     assert!(run(1).status.success());
     let l = state();
-    let steadq::Kind::Delayed { not_before_ns } = l.name.kind else { panic!("{l:?}") };
+    let steadq::Kind::Delayed { not_before_ns } = l.name.kind else {
+        panic!("{l:?}")
+    };
     let wait = not_before_ns.saturating_sub(qq.clock().wall_ns());
-    assert!(wait > 20_000_000_000 && wait <= 30_000_000_000, "exit 1 backs off --backoff, got {wait} ns");
+    assert!(
+        wait > 20_000_000_000 && wait <= 30_000_000_000,
+        "exit 1 backs off --backoff, got {wait} ns"
+    );
     std::fs::remove_dir_all(q).unwrap();
     assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
     steadq_in(&["enqueue", p(q), "--max-attempts", "1"], b"y");
     let o = run(1);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("attempts exhausted, dead-lettered"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("attempts exhausted, dead-lettered"),
+        "{}",
+        text(&o.stderr)
+    );
     let l = state();
-    assert_eq!((l.state, l.name.kind), (State::Dead, steadq::Kind::Dead { reason: steadq::Reason::EXHAUSTED }));
+    assert_eq!(
+        (l.state, l.name.kind),
+        (
+            State::Dead,
+            steadq::Kind::Dead {
+                reason: steadq::Reason::EXHAUSTED
+            }
+        )
+    );
     let o = steadq(&["dead", p(q), "requeue", "--all"]);
     assert!(text(&o.stdout).contains("requeued 1"));
     assert!(run(65).status.success());
-    assert_eq!(state().name.kind, steadq::Kind::Dead { reason: steadq::Reason::new("dataerr").unwrap() });
+    assert_eq!(
+        state().name.kind,
+        steadq::Kind::Dead {
+            reason: steadq::Reason::new("dataerr").unwrap()
+        }
+    );
     assert!(steadq(&["dead", p(q), "purge"]).status.success());
     assert!(Queue::open(q).unwrap().list(None).unwrap().is_empty());
     // A command that cannot start: exit 2, and the job is released, not burnt.
     steadq_in(&["enqueue", p(q)], b"z");
     let o = steadq(&["work", p(q), "--once", "--", "/nonexistent/cmd"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("/nonexistent/cmd"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("/nonexistent/cmd"),
+        "{}",
+        text(&o.stderr)
+    );
     assert_eq!(state().state, State::Ready);
 }
 
@@ -223,19 +429,30 @@ fn manual_claim_renew_nack_ack_from_a_script() {
     let d = TempDir::new("cli-manual");
     let q = d.path();
     assert!(steadq(&["init", p(q)]).status.success());
-    let id = text(&steadq_in(&["enqueue", p(q)], b"payload one").stdout).trim().to_string();
+    let id = text(&steadq_in(&["enqueue", p(q)], b"payload one").stdout)
+        .trim()
+        .to_string();
     let o = steadq(&["claim", p(q), "--lease", "1m", "--payload-out", "-"]);
     assert!(o.status.success());
     let out = text(&o.stdout);
     let (handle, payload) = out.split_once('\n').unwrap();
     assert!(handle.starts_with(&id) && payload == "payload one", "{out}");
-    assert_eq!(steadq(&["claim", p(q)]).status.code(), Some(3), "nothing else ready");
+    assert_eq!(
+        steadq(&["claim", p(q)]).status.code(),
+        Some(3),
+        "nothing else ready"
+    );
     let o = steadq(&["renew", p(q), handle, "--lease", "5m"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let renewed = text(&o.stdout).trim().to_string();
     assert_ne!(renewed, handle);
     let o = steadq(&["ack", p(q), handle]);
-    assert_eq!(o.status.code(), Some(6), "the old handle's lease is lost: {}", text(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(6),
+        "the old handle's lease is lost: {}",
+        text(&o.stderr)
+    );
     assert!(text(&o.stderr).contains("lease lost"));
     let o = steadq(&["nack", p(q), &renewed]);
     assert!(text(&o.stdout).contains("ready"));
@@ -243,10 +460,17 @@ fn manual_claim_renew_nack_ack_from_a_script() {
     let o = steadq(&["ack", p(q), &handle]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let o = steadq(&["list", p(q)]);
-    assert!(text(&o.stdout).starts_with(&format!("acked   {id} attempt 2/5")), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).starts_with(&format!("acked   {id} attempt 2/5")),
+        "{}",
+        text(&o.stdout)
+    );
     let o = steadq(&["status", p(q), "--prometheus"]);
     let prom = text(&o.stdout);
-    assert!(prom.contains("# TYPE steadq_jobs gauge") && prom.contains("state=\"acked\"} 1"), "{prom}");
+    assert!(
+        prom.contains("# TYPE steadq_jobs gauge") && prom.contains("state=\"acked\"} 1"),
+        "{prom}"
+    );
 }
 
 #[test]
@@ -257,7 +481,17 @@ fn sigterm_lets_a_running_job_finish_or_releases_it_after_the_grace_period() {
         assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
         steadq_in(&["enqueue", p(q)], b"long job");
         let mut w = Command::new(BIN)
-            .args(["work", p(q), "--grace", grace, "--quiet", "--", "sh", "-c", &format!("cat >/dev/null; sleep {sleep}")])
+            .args([
+                "work",
+                p(q),
+                "--grace",
+                grace,
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                &format!("cat >/dev/null; sleep {sleep}"),
+            ])
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -269,7 +503,10 @@ fn sigterm_lets_a_running_job_finish_or_releases_it_after_the_grace_period() {
         }
         sigterm(&w);
         assert!(w.wait().unwrap().success());
-        assert!(t.elapsed() < Duration::from_secs(15), "stopped within the grace period");
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "stopped within the grace period"
+        );
         let l = Queue::open(q).unwrap().list(None).unwrap();
         assert_eq!(l[0].state, want, "grace {grace}, job sleeps {sleep}s");
     }

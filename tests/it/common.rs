@@ -10,8 +10,14 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let base = std::env::var_os("STEADQ_TEST_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
-        let p = base.join(format!("sq-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+        let base = std::env::var_os("STEADQ_TEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let p = base.join(format!(
+            "sq-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
         let _ = std::fs::remove_dir_all(&p);
         TempDir(p)
     }
@@ -29,11 +35,18 @@ impl Drop for TempDir {
 }
 
 pub fn opts(shards: u16) -> Options {
-    Options { shards, ..Options::default() }
+    Options {
+        shards,
+        ..Options::default()
+    }
 }
 
 pub fn fast(shards: u16) -> Options {
-    Options { shards, durability: Durability::None, ..Options::default() }
+    Options {
+        shards,
+        durability: Durability::None,
+        ..Options::default()
+    }
 }
 
 /// Count jobs per state.
@@ -61,7 +74,13 @@ pub fn files(dir: &Path, sub: &str) -> Vec<String> {
             if ft.is_dir() {
                 walk(base, &e.path(), out);
             } else {
-                out.push(e.path().strip_prefix(base).unwrap().to_string_lossy().into_owned());
+                out.push(
+                    e.path()
+                        .strip_prefix(base)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                );
             }
         }
     }

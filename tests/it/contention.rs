@@ -11,7 +11,12 @@ use steadq::*;
 
 fn child(role: &str, dir: &Path, n: usize, idx: usize) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "contention::contention_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "contention::contention_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("STEADQ_ROLE", role)
         .env("STEADQ_DIR", dir)
         .env("STEADQ_N", n.to_string())
@@ -23,11 +28,20 @@ fn child(role: &str, dir: &Path, n: usize, idx: usize) -> Child {
 /// Not a test on its own: does nothing unless run as a child.
 #[test]
 fn contention_child() {
-    let Ok(role) = std::env::var("STEADQ_ROLE") else { return };
+    let Ok(role) = std::env::var("STEADQ_ROLE") else {
+        return;
+    };
     let dir = std::path::PathBuf::from(std::env::var("STEADQ_DIR").unwrap());
     let n: usize = std::env::var("STEADQ_N").unwrap().parse().unwrap();
     let idx: usize = std::env::var("STEADQ_IDX").unwrap().parse().unwrap();
-    let q = Queue::open_with(&dir, Options { durability: Durability::None, ..Options::default() }).unwrap();
+    let q = Queue::open_with(
+        &dir,
+        Options {
+            durability: Durability::None,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     match role.as_str() {
         "producer" => {
             for j in 0..n {
@@ -38,7 +52,10 @@ fn contention_child() {
             let mut acked = String::new();
             let done = dir.with_extension("producers-done");
             loop {
-                match q.claim_wait(Duration::from_secs(60), Duration::from_millis(200)).unwrap() {
+                match q
+                    .claim_wait(Duration::from_secs(60), Duration::from_millis(200))
+                    .unwrap()
+                {
                     Some(l) => {
                         let p = String::from_utf8(l.payload().to_vec()).unwrap();
                         l.ack().unwrap();
@@ -57,14 +74,19 @@ fn contention_child() {
 
 #[test]
 fn four_producers_four_workers_each_job_exactly_once() {
-    let total: usize = std::env::var("STEADQ_CONTENTION_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let total: usize = std::env::var("STEADQ_CONTENTION_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
     let per = total / 4;
     let d = TempDir::new("contention");
     let q = Queue::create(d.path(), fast(8)).unwrap();
     let done = d.path().with_extension("producers-done");
     let _ = std::fs::remove_file(&done);
     let workers: Vec<Child> = (0..4).map(|i| child("worker", d.path(), 0, i)).collect();
-    let producers: Vec<Child> = (0..4).map(|i| child("producer", d.path(), per, i)).collect();
+    let producers: Vec<Child> = (0..4)
+        .map(|i| child("producer", d.path(), per, i))
+        .collect();
     for mut p in producers {
         assert!(p.wait().unwrap().success());
     }
@@ -85,8 +107,20 @@ fn four_producers_four_workers_each_job_exactly_once() {
     let _ = std::fs::remove_file(&done);
     assert_eq!((acks, seen.len()), (per * 4, per * 4));
     let c = counts(&q);
-    assert_eq!(c, [0, 0, 0, 0, per * 4], "nothing left over, one receipt per job");
-    let ids: HashSet<JobId> = q.list(None).unwrap().into_iter().map(|l| l.name.id).collect();
+    assert_eq!(
+        c,
+        [0, 0, 0, 0, per * 4],
+        "nothing left over, one receipt per job"
+    );
+    let ids: HashSet<JobId> = q
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name.id)
+        .collect();
     assert_eq!(ids.len(), per * 4, "no job in two states");
-    assert!(std::fs::read_dir(d.path().join("tmp")).unwrap().next().is_none());
+    assert!(std::fs::read_dir(d.path().join("tmp"))
+        .unwrap()
+        .next()
+        .is_none());
 }

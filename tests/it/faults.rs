@@ -59,29 +59,64 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
     match op {
         Op::Enqueue | Op::EnqueueNamed | Op::EnqueueDelayed | Op::EnqueueBatch => {}
         Op::RecoverDue => {
-            setup.enqueue_with(b"due", &EnqueueOptions { delay: Some(Duration::from_secs(5)), ..Default::default() }).unwrap();
+            setup
+                .enqueue_with(
+                    b"due",
+                    &EnqueueOptions {
+                        delay: Some(Duration::from_secs(5)),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
         }
         Op::Requeue => {
             setup.enqueue(b"x").unwrap();
-            setup.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
+            setup
+                .claim()
+                .unwrap()
+                .unwrap()
+                .fail(Reason::FAILED)
+                .unwrap();
         }
         Op::Compact => {
             setup.enqueue(b"x").unwrap();
             setup.claim().unwrap().unwrap().ack().unwrap();
         }
         _ => {
-            setup.enqueue_with(b"payload", &EnqueueOptions { max_attempts: Some(max), ..Default::default() }).unwrap();
+            setup
+                .enqueue_with(
+                    b"payload",
+                    &EnqueueOptions {
+                        max_attempts: Some(max),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
         }
     }
     drop(setup);
     let plan = FaultPlan::disarmed(faults);
-    let durability = if op == Op::EnqueueBatch { Durability::Batched } else { Durability::Strict };
-    let o = Options { shards: 1, durability, faults: Some(plan.clone()), force_named_publish: op == Op::EnqueueNamed, ..Options::default() };
+    let durability = if op == Op::EnqueueBatch {
+        Durability::Batched
+    } else {
+        Durability::Strict
+    };
+    let o = Options {
+        shards: 1,
+        durability,
+        faults: Some(plan.clone()),
+        force_named_publish: op == Op::EnqueueNamed,
+        ..Options::default()
+    };
     let q = Queue::open_with(d.path(), o).unwrap();
     let mut lease = match op {
-        Op::Renew | Op::Ack | Op::Nack | Op::NackExhausted | Op::Fail | Op::Release | Op::RecoverExpired => {
-            Some(q.claim_for(Duration::from_secs(1)).unwrap().unwrap())
-        }
+        Op::Renew
+        | Op::Ack
+        | Op::Nack
+        | Op::NackExhausted
+        | Op::Fail
+        | Op::Release
+        | Op::RecoverExpired => Some(q.claim_for(Duration::from_secs(1)).unwrap().unwrap()),
         _ => None,
     };
     if op == Op::RecoverExpired {
@@ -94,23 +129,60 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
     plan.arm();
     let res: Result<()> = match op {
         Op::Enqueue | Op::EnqueueNamed => q.enqueue(b"payload").map(drop),
-        Op::EnqueueDelayed => q.enqueue_with(b"payload", &EnqueueOptions { delay: Some(Duration::from_secs(60)), ..Default::default() }).map(drop),
+        Op::EnqueueDelayed => q
+            .enqueue_with(
+                b"payload",
+                &EnqueueOptions {
+                    delay: Some(Duration::from_secs(60)),
+                    ..Default::default()
+                },
+            )
+            .map(drop),
         Op::EnqueueBatch => q.enqueue_batch(&[b"one", b"two", b"three"]).map(drop),
         // "No job" is the claim's "not done".
         Op::Claim => q.claim().and_then(|l| match l {
-            Some(l) => Ok(drop(l.into_handle())),
+            Some(l) => {
+                drop(l.into_handle());
+                Ok(())
+            }
             None => Err(Error::not_done(ErrorKind::NoSuchJob, None)),
         }),
         Op::Renew => lease.as_mut().unwrap().renew(Duration::from_secs(60)),
         Op::Ack => lease.take().unwrap().ack().map(drop),
-        Op::Nack => lease.take().unwrap().nack(Duration::from_secs(30)).map(|n| assert!(matches!(n, Nacked::Delayed(_)))),
-        Op::NackExhausted => lease.take().unwrap().nack(Duration::from_secs(30)).map(|n| assert_eq!(n, Nacked::Dead)),
+        Op::Nack => lease
+            .take()
+            .unwrap()
+            .nack(Duration::from_secs(30))
+            .map(|n| assert!(matches!(n, Nacked::Delayed(_)))),
+        Op::NackExhausted => lease
+            .take()
+            .unwrap()
+            .nack(Duration::from_secs(30))
+            .map(|n| assert_eq!(n, Nacked::Dead)),
         Op::Fail => lease.take().unwrap().fail(Reason::FAILED),
         Op::Release => lease.take().unwrap().release(),
         // A pass that moved nothing reports "not done" for the move under test.
-        Op::RecoverExpired | Op::RecoverDue => q.recover().and_then(|r| if r.moved() == 1 { Ok(()) } else { Err(Error::not_done(ErrorKind::NoSuchJob, None)) }),
-        Op::Requeue => q.requeue_dead(None).and_then(|n| if n == 1 { Ok(()) } else { Err(Error::not_done(ErrorKind::NoSuchJob, None)) }),
-        Op::Compact => q.compact(Duration::from_secs(1)).and_then(|n| if n == 1 { Ok(()) } else { Err(Error::not_done(ErrorKind::NoSuchJob, None)) }),
+        Op::RecoverExpired | Op::RecoverDue => q.recover().and_then(|r| {
+            if r.moved() == 1 {
+                Ok(())
+            } else {
+                Err(Error::not_done(ErrorKind::NoSuchJob, None))
+            }
+        }),
+        Op::Requeue => q.requeue_dead(None).and_then(|n| {
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(Error::not_done(ErrorKind::NoSuchJob, None))
+            }
+        }),
+        Op::Compact => q.compact(Duration::from_secs(1)).and_then(|n| {
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(Error::not_done(ErrorKind::NoSuchJob, None))
+            }
+        }),
     };
     // Keep a surviving lease from releasing itself on drop: the truth is read first.
     let lease_handle = lease.take().map(|l| l.into_handle());
@@ -125,12 +197,17 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
         Op::Ack => all[0].state == State::Acked,
         Op::Nack => all[0].state == State::Delayed,
         Op::NackExhausted | Op::Fail => all[0].state == State::Dead,
-        Op::Release | Op::RecoverExpired | Op::RecoverDue | Op::Requeue => all[0].state == State::Ready,
+        Op::Release | Op::RecoverExpired | Op::RecoverDue | Op::Requeue => {
+            all[0].state == State::Ready
+        }
         Op::Compact => all.is_empty(),
     };
     if op == Op::EnqueueBatch && !all.is_empty() && all.len() != 3 {
         // A partial batch is allowed only when the outcome admits it.
-        assert!(matches!(&res, Err(e) if e.outcome() == Outcome::Indeterminate), "partial batch with {res:?}");
+        assert!(
+            matches!(&res, Err(e) if e.outcome() == Outcome::Indeterminate),
+            "partial batch with {res:?}"
+        );
     }
     drop(lease_handle);
     (res, happened, plan, d)
@@ -141,7 +218,8 @@ fn check_invariants(d: &TempDir, ctx: &str) {
     let q = Queue::open(d.path()).unwrap();
     q.clock().shift_boot(3600 * SEC);
     q.clock().shift_wall(3600 * SEC);
-    q.recover().unwrap_or_else(|e| panic!("{ctx}: recover failed: {e}"));
+    q.recover()
+        .unwrap_or_else(|e| panic!("{ctx}: recover failed: {e}"));
     let again = q.recover().unwrap();
     assert_eq!(again.moved(), 0, "{ctx}: recovery not idempotent");
     let f = q.fsck(false).unwrap();
@@ -151,12 +229,24 @@ fn check_invariants(d: &TempDir, ctx: &str) {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), all.len(), "{ctx}: a job in two states: {all:?}");
-    assert!(all.iter().all(|l| l.state != State::Leased), "{ctx}: lease left after recovery");
+    assert!(
+        all.iter().all(|l| l.state != State::Leased),
+        "{ctx}: lease left after recovery"
+    );
 }
 
 fn errnos_for(call: Call) -> Vec<Errno> {
-    let mut v = vec![Errno::IO, Errno::NOSPC, Errno::DQUOT, Errno::ROFS, Errno::INTR];
-    if matches!(call, Call::Rename | Call::Link | Call::Open | Call::Unlink | Call::Mkdir) {
+    let mut v = vec![
+        Errno::IO,
+        Errno::NOSPC,
+        Errno::DQUOT,
+        Errno::ROFS,
+        Errno::INTR,
+    ];
+    if matches!(
+        call,
+        Call::Rename | Call::Link | Call::Open | Call::Unlink | Call::Mkdir
+    ) {
         v.push(Errno::NOENT);
         v.push(Errno::EXIST);
     }
@@ -170,11 +260,21 @@ fn fault_matrix_reports_the_true_outcome() {
     for op in OPS {
         // A clean run counts the calls the operation makes.
         let (res, happened, plan, _d) = run(op, vec![]);
-        assert!(res.is_ok() && happened, "{op:?} without faults: {res:?} happened={happened}");
-        let counts: Vec<(Call, u32)> = Call::ALL.iter().map(|&c| (c, plan.count(c))).filter(|&(_, n)| n > 0).collect();
+        assert!(
+            res.is_ok() && happened,
+            "{op:?} without faults: {res:?} happened={happened}"
+        );
+        let counts: Vec<(Call, u32)> = Call::ALL
+            .iter()
+            .map(|&c| (c, plan.count(c)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
         for &(call, n) in &counts {
             for nth in 1..=n {
-                let mut actions: Vec<FaultAction> = errnos_for(call).into_iter().map(FaultAction::Fail).collect();
+                let mut actions: Vec<FaultAction> = errnos_for(call)
+                    .into_iter()
+                    .map(FaultAction::Fail)
+                    .collect();
                 actions.push(FaultAction::StopAfter);
                 for action in actions {
                     let ctx = format!("{op:?} {call:?}#{nth} {action:?}");
@@ -183,14 +283,20 @@ fn fault_matrix_reports_the_true_outcome() {
                     let label = match &res {
                         Ok(()) => {
                             assert!(happened, "{ctx}: reported done but did not happen");
-                            if matches!(call, Call::Fsync | Call::Syncfs) && plan.fired() && !matches!(action, FaultAction::StopAfter) {
+                            if matches!(call, Call::Fsync | Call::Syncfs)
+                                && plan.fired()
+                                && !matches!(action, FaultAction::StopAfter)
+                            {
                                 panic!("{ctx}: a failed barrier ended in done");
                             }
                             "done"
                         }
                         Err(e) if e.outcome() == Outcome::NotDone => {
                             assert!(!happened, "{ctx}: reported not done but it happened ({e})");
-                            assert!(e.path().is_some() || !matches!(e.kind(), ErrorKind::Io { .. }), "{ctx}: an I/O error without a path: {e}");
+                            assert!(
+                                e.path().is_some() || !matches!(e.kind(), ErrorKind::Io { .. }),
+                                "{ctx}: an I/O error without a path: {e}"
+                            );
                             "not done"
                         }
                         Err(_) => "indeterminate",
@@ -201,9 +307,15 @@ fn fault_matrix_reports_the_true_outcome() {
             }
         }
     }
-    eprintln!("fault matrix: {cases} cases over {} operations; outcomes {by_outcome:?}", OPS.len());
+    eprintln!(
+        "fault matrix: {cases} cases over {} operations; outcomes {by_outcome:?}",
+        OPS.len()
+    );
     assert!(cases > 500, "only {cases} cases");
-    assert!(by_outcome.get("indeterminate").copied().unwrap_or(0) > 0 && by_outcome.get("not done").copied().unwrap_or(0) > 0);
+    assert!(
+        by_outcome.get("indeterminate").copied().unwrap_or(0) > 0
+            && by_outcome.get("not done").copied().unwrap_or(0) > 0
+    );
 }
 
 #[test]
@@ -211,12 +323,29 @@ fn a_failed_claim_fsync_is_indeterminate_and_the_job_comes_back() {
     let d = TempDir::new("claimfsync");
     drop(Queue::create(d.path(), opts(1)).unwrap());
     Queue::open(d.path()).unwrap().enqueue(b"x").unwrap();
-    let plan = FaultPlan::disarmed(vec![Fault { call: Call::Fsync, nth: 1, action: FaultAction::Fail(Errno::IO) }]);
-    let q = Queue::open_with(d.path(), Options { faults: Some(plan.clone()), ..Options::default() }).unwrap();
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Fsync,
+        nth: 1,
+        action: FaultAction::Fail(Errno::IO),
+    }]);
+    let q = Queue::open_with(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
     plan.arm();
     let e = q.claim_for(Duration::from_secs(1)).unwrap_err();
-    assert_eq!((e.outcome(), e.errno()), (Outcome::Indeterminate, Some(Errno::IO)));
-    assert!(e.to_string().contains("ready/00") && e.to_string().contains("indeterminate"), "{e}");
+    assert_eq!(
+        (e.outcome(), e.errno()),
+        (Outcome::Indeterminate, Some(Errno::IO))
+    );
+    assert!(
+        e.to_string().contains("ready/00") && e.to_string().contains("indeterminate"),
+        "{e}"
+    );
     let q2 = Queue::open(d.path()).unwrap();
     q2.clock().shift_boot(2 * SEC);
     assert_eq!(q2.recover().unwrap().expired, 1);
@@ -225,12 +354,27 @@ fn a_failed_claim_fsync_is_indeterminate_and_the_job_comes_back() {
 
 #[test]
 fn eio_from_the_rename_itself_is_indeterminate_other_errnos_not_done() {
-    for (errno, want) in [(Errno::IO, Outcome::Indeterminate), (Errno::NOSPC, Outcome::NotDone), (Errno::ROFS, Outcome::NotDone)] {
+    for (errno, want) in [
+        (Errno::IO, Outcome::Indeterminate),
+        (Errno::NOSPC, Outcome::NotDone),
+        (Errno::ROFS, Outcome::NotDone),
+    ] {
         let d = TempDir::new("renameerr");
         drop(Queue::create(d.path(), opts(1)).unwrap());
         Queue::open(d.path()).unwrap().enqueue(b"x").unwrap();
-        let plan = FaultPlan::disarmed(vec![Fault { call: Call::Rename, nth: 1, action: FaultAction::Fail(errno) }]);
-        let q = Queue::open_with(d.path(), Options { faults: Some(plan.clone()), ..Options::default() }).unwrap();
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::Rename,
+            nth: 1,
+            action: FaultAction::Fail(errno),
+        }]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..Options::default()
+            },
+        )
+        .unwrap();
         let l = q.claim().unwrap().unwrap();
         plan.arm();
         let e = l.ack().unwrap_err();

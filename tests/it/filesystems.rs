@@ -7,11 +7,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn sh(cmd: &str, args: &[&str]) -> Result<(), String> {
-    let out = Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
+        Err(format!(
+            "{cmd} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
@@ -34,7 +40,17 @@ fn mount(fs: &str, base: &Path) -> Result<Mount, String> {
     let dir = base.join(format!("mnt-{fs}"));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     if fs == "tmpfs" {
-        sh("mount", &["-t", "tmpfs", "-o", "size=512m", "steadq-test", dir.to_str().unwrap()])?;
+        sh(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=512m",
+                "steadq-test",
+                dir.to_str().unwrap(),
+            ],
+        )?;
         return Ok(Mount { dir, img: None });
     }
     let img = base.join(format!("{fs}.img"));
@@ -51,7 +67,12 @@ fn mount(fs: &str, base: &Path) -> Result<Mount, String> {
     for _ in 0..4 {
         // Loop devices are torn down asynchronously; a quick remount can fail once.
         match sh("mount", &["-o", "loop", "-t", fs, i, dir.to_str().unwrap()]) {
-            Ok(()) => return Ok(Mount { dir, img: Some(img) }),
+            Ok(()) => {
+                return Ok(Mount {
+                    dir,
+                    img: Some(img),
+                })
+            }
             Err(e) => last = e,
         }
         std::thread::sleep(std::time::Duration::from_millis(300));
@@ -77,7 +98,10 @@ fn suite_passes_on_real_filesystems() {
         let m = match mount(fs, &base) {
             Ok(m) => m,
             Err(e) => {
-                assert!(std::env::var_os("STEADQ_REQUIRE_FS").is_none(), "cannot mount {fs}: {e}");
+                assert!(
+                    std::env::var_os("STEADQ_REQUIRE_FS").is_none(),
+                    "cannot mount {fs}: {e}"
+                );
                 eprintln!("SKIP {fs}: {e}");
                 continue;
             }
@@ -89,8 +113,17 @@ fn suite_passes_on_real_filesystems() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        let summary = text.lines().rev().find(|l| l.starts_with("test result")).unwrap_or("no summary").to_string();
-        assert!(out.status.success(), "suite failed on {fs}:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+        let summary = text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("test result"))
+            .unwrap_or("no summary")
+            .to_string();
+        assert!(
+            out.status.success(),
+            "suite failed on {fs}:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         eprintln!("{fs}: {summary} ({:.1} s)", t.elapsed().as_secs_f64());
         ran.push(fs.to_string());
         drop(m);

@@ -30,7 +30,14 @@ fn symlink_fifo_zero_filled_and_truncated_files_are_never_processed() {
     symlink(&outside, &link).unwrap();
     // A fifo: opening it for reading would block forever.
     let fifo = shard.join(valid_name(&q, 2));
-    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o644), 0).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
     // A zero-filled file with a valid name.
     let zero = shard.join(valid_name(&q, 3));
     std::fs::write(&zero, vec![0u8; 4096]).unwrap();
@@ -48,13 +55,19 @@ fn symlink_fifo_zero_filled_and_truncated_files_are_never_processed() {
     }
     assert_eq!(handed_out, vec![(good, b"the real work".to_vec())]);
     // Symlink, fifo, directory and junk are untouched; the secret was not read or moved.
-    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert!(std::fs::symlink_metadata(&fifo).is_ok() && dir.is_dir());
     assert_eq!(std::fs::read(&outside).unwrap(), bytes);
     // Zero-filled and truncated files went to dead/ as corrupt.
     let dead = q.list(Some(State::Dead)).unwrap();
     assert_eq!(dead.len(), 2, "{dead:?}");
-    assert!(dead.iter().all(|l| l.name.kind == Kind::Dead { reason: Reason::CORRUPT }));
+    assert!(dead.iter().all(|l| l.name.kind
+        == Kind::Dead {
+            reason: Reason::CORRUPT
+        }));
     assert!(dead.iter().any(|l| l.name.id == trunc_id));
     // fsck reports the foreign entries, and quarantines them on request.
     let rep = q.fsck(false).unwrap();
@@ -64,7 +77,14 @@ fn symlink_fifo_zero_filled_and_truncated_files_are_never_processed() {
     let rep = q.fsck(true).unwrap();
     assert!(rep.problems.iter().all(|p| p.quarantined));
     assert!(q.fsck(false).unwrap().clean());
-    assert!(std::fs::symlink_metadata(d.path().join("quarantine/ready/00").join(link.file_name().unwrap())).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(
+        d.path()
+            .join("quarantine/ready/00")
+            .join(link.file_name().unwrap())
+    )
+    .unwrap()
+    .file_type()
+    .is_symlink());
     assert_eq!(std::fs::read(&outside).unwrap(), bytes);
     let _ = std::fs::remove_file(&outside);
 }
@@ -79,7 +99,10 @@ fn a_symlinked_shard_directory_is_refused() {
     symlink(&elsewhere, d.path().join("ready/01")).unwrap();
     let e = Queue::open(d.path()).unwrap_err();
     // openat2(RESOLVE_NO_SYMLINKS) answers ELOOP; O_DIRECTORY|O_NOFOLLOW answers ENOTDIR.
-    assert!(matches!(e.errno(), Some(sys::Errno::LOOP | sys::Errno::NOTDIR)), "{e}");
+    assert!(
+        matches!(e.errno(), Some(sys::Errno::LOOP | sys::Errno::NOTDIR)),
+        "{e}"
+    );
     assert!(e.to_string().contains("ready/01"), "{e}");
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
@@ -92,9 +115,19 @@ fn a_job_from_another_queue_is_foreign() {
     let b = Queue::create(d2.path(), opts(1)).unwrap();
     let id = a.enqueue(b"for a").unwrap();
     let l = a.find(id).unwrap();
-    std::fs::copy(d1.path().join(l.rel_path(a.id())), d2.path().join(l.rel_path(a.id()))).unwrap();
-    assert!(b.claim().unwrap().is_none(), "tag made for queue a does not match queue b");
+    std::fs::copy(
+        d1.path().join(l.rel_path(a.id())),
+        d2.path().join(l.rel_path(a.id())),
+    )
+    .unwrap();
+    assert!(
+        b.claim().unwrap().is_none(),
+        "tag made for queue a does not match queue b"
+    );
     let rep = b.fsck(false).unwrap();
     assert_eq!(rep.problems.len(), 1);
-    assert_eq!(rep.problems[0].kind, ProblemKind::Foreign(scan::Foreign::Name(name::NameError::Tag)));
+    assert_eq!(
+        rep.problems[0].kind,
+        ProblemKind::Foreign(scan::Foreign::Name(name::NameError::Tag))
+    );
 }

@@ -13,12 +13,19 @@ fn enqueue_claim_ack_leaves_one_receipt() {
     let id = q.enqueue(b"hello").unwrap();
     assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
     let l = q.claim().unwrap().unwrap();
-    assert_eq!((l.id(), l.payload(), l.attempt(), l.max_attempts()), (id, &b"hello"[..], 1, 5));
+    assert_eq!(
+        (l.id(), l.payload(), l.attempt(), l.max_attempts()),
+        (id, &b"hello"[..], 1, 5)
+    );
     assert_eq!(l.name().generation, 1);
     assert_eq!(counts(&q), [0, 1, 0, 0, 0]);
     let r = l.ack().unwrap();
     assert_eq!(r.id, id);
-    assert!(r.name.ends_with(".rct") && r.name.contains(".g0000000000000002.a00000001."), "{}", r.name);
+    assert!(
+        r.name.ends_with(".rct") && r.name.contains(".g0000000000000002.a00000001."),
+        "{}",
+        r.name
+    );
     assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
     assert!(q.claim().unwrap().is_none());
     let rcpt = files(d.path(), "receipts");
@@ -34,7 +41,9 @@ fn enqueue_claim_ack_leaves_one_receipt() {
 fn oldest_job_first_within_a_shard() {
     let d = TempDir::new("order");
     let q = Queue::create(d.path(), fast(1)).unwrap();
-    let ids: Vec<JobId> = (0..20).map(|i| q.enqueue(format!("job {i}").as_bytes()).unwrap()).collect();
+    let ids: Vec<JobId> = (0..20)
+        .map(|i| q.enqueue(format!("job {i}").as_bytes()).unwrap())
+        .collect();
     let mut got = Vec::new();
     while let Some(l) = q.claim().unwrap() {
         got.push(l.id());
@@ -49,7 +58,15 @@ fn oldest_job_first_within_a_shard() {
 fn delayed_job_waits_until_due() {
     let d = TempDir::new("delay");
     let q = Queue::create(d.path(), opts(2)).unwrap();
-    let id = q.enqueue_with(b"later", &EnqueueOptions { delay: Some(Duration::from_secs(10)), ..Default::default() }).unwrap();
+    let id = q
+        .enqueue_with(
+            b"later",
+            &EnqueueOptions {
+                delay: Some(Duration::from_secs(10)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(counts(&q), [0, 0, 1, 0, 0]);
     assert!(q.claim().unwrap().is_none());
     assert_eq!(q.recover().unwrap().due, 0);
@@ -65,9 +82,19 @@ fn delayed_job_waits_until_due() {
 fn nack_backs_off_then_dead_letters_after_max_attempts() {
     let d = TempDir::new("nack");
     let q = Queue::create(d.path(), opts(2)).unwrap();
-    let id = q.enqueue_with(b"flaky", &EnqueueOptions { max_attempts: Some(2), ..Default::default() }).unwrap();
+    let id = q
+        .enqueue_with(
+            b"flaky",
+            &EnqueueOptions {
+                max_attempts: Some(2),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     let l = q.claim().unwrap().unwrap();
-    let Nacked::Delayed(nb) = l.nack(Duration::from_secs(5)).unwrap() else { panic!("expected delayed") };
+    let Nacked::Delayed(nb) = l.nack(Duration::from_secs(5)).unwrap() else {
+        panic!("expected delayed")
+    };
     assert!(nb > q.clock().wall_ns());
     assert_eq!(counts(&q), [0, 0, 1, 0, 0]);
     q.clock().shift_wall(6 * SEC);
@@ -78,7 +105,12 @@ fn nack_backs_off_then_dead_letters_after_max_attempts() {
     assert_eq!(counts(&q), [0, 0, 0, 1, 0]);
     let dead = q.list(Some(State::Dead)).unwrap();
     assert_eq!(dead[0].name.id, id);
-    assert_eq!(dead[0].name.kind, Kind::Dead { reason: Reason::EXHAUSTED });
+    assert_eq!(
+        dead[0].name.kind,
+        Kind::Dead {
+            reason: Reason::EXHAUSTED
+        }
+    );
     assert_eq!((dead[0].name.attempt, dead[0].name.generation), (2, 5));
     assert!(q.claim().unwrap().is_none());
     // Requeue resets attempts.
@@ -87,7 +119,12 @@ fn nack_backs_off_then_dead_letters_after_max_attempts() {
     assert_eq!(l.attempt(), 1);
     l.fail(Reason::new("badinput").unwrap()).unwrap();
     let dead = q.list(Some(State::Dead)).unwrap();
-    assert_eq!(dead[0].name.kind, Kind::Dead { reason: Reason::new("badinput").unwrap() });
+    assert_eq!(
+        dead[0].name.kind,
+        Kind::Dead {
+            reason: Reason::new("badinput").unwrap()
+        }
+    );
     assert_eq!(q.purge_dead().unwrap(), 1);
     assert_eq!(counts(&q), [0, 0, 0, 0, 0]);
 }
@@ -96,7 +133,14 @@ fn nack_backs_off_then_dead_letters_after_max_attempts() {
 fn claim_dead_letters_a_ready_job_with_no_attempt_left() {
     let d = TempDir::new("exhausted");
     let q = Queue::create(d.path(), opts(1)).unwrap();
-    q.enqueue_with(b"x", &EnqueueOptions { max_attempts: Some(1), ..Default::default() }).unwrap();
+    q.enqueue_with(
+        b"x",
+        &EnqueueOptions {
+            max_attempts: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let l = q.claim().unwrap().unwrap();
     drop(l); // released to ready with attempt 1 of 1
     assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
@@ -109,8 +153,16 @@ fn expired_lease_is_recovered_and_redelivered() {
     let d = TempDir::new("expire");
     let q = Queue::create(d.path(), opts(2)).unwrap();
     let id = q.enqueue(b"work").unwrap();
-    let h = q.claim_for(Duration::from_secs(2)).unwrap().unwrap().into_handle();
-    assert_eq!(q.recover().unwrap().expired, 0, "a live lease is left alone");
+    let h = q
+        .claim_for(Duration::from_secs(2))
+        .unwrap()
+        .unwrap()
+        .into_handle();
+    assert_eq!(
+        q.recover().unwrap().expired,
+        0,
+        "a live lease is left alone"
+    );
     q.clock().shift_boot(3 * SEC);
     let r = q.recover().unwrap();
     assert_eq!((r.expired, r.live_leases), (1, 0));
@@ -126,12 +178,21 @@ fn lease_from_another_boot_is_recovered_at_once() {
     let d = TempDir::new("boot");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"work").unwrap();
-    let h = q.claim_for(Duration::from_secs(3600)).unwrap().unwrap().into_handle();
+    let h = q
+        .claim_for(Duration::from_secs(3600))
+        .unwrap()
+        .unwrap()
+        .into_handle();
     // Rewrite the lease as if an earlier boot had taken it (same deadlines, other boot id).
     let name = JobName::parse(&h, q.id()).unwrap();
-    let Kind::Leased(mut f) = name.kind else { panic!() };
+    let Kind::Leased(mut f) = name.kind else {
+        panic!()
+    };
     f.boot_id ^= 1;
-    let other = JobName { kind: Kind::Leased(f), ..name };
+    let other = JobName {
+        kind: Kind::Leased(f),
+        ..name
+    };
     let dir = d.path().join("ready/00");
     std::fs::rename(dir.join(&h), dir.join(other.format(q.id()).as_str())).unwrap();
     let r = q.recover().unwrap();
@@ -153,7 +214,10 @@ fn stale_lease_cannot_ack_renew_or_nack() {
     fresh.ack().unwrap();
     let e = stale.renew(Duration::from_secs(30)).unwrap_err();
     assert!(e.is_lease_lost() && e.outcome() == Outcome::NotDone, "{e}");
-    assert!(q1.lease_from_handle(&stale.handle()).unwrap_err().is_lease_lost());
+    assert!(q1
+        .lease_from_handle(&stale.handle())
+        .unwrap_err()
+        .is_lease_lost());
     let e = stale.ack().unwrap_err();
     assert!(e.is_lease_lost(), "{e}");
     assert_eq!(files(d.path(), "receipts").len(), 1, "exactly one receipt");
@@ -202,7 +266,10 @@ fn dropping_a_lease_releases_it_at_once() {
     q.enqueue(b"x").unwrap();
     drop(q.claim().unwrap().unwrap());
     let ready = q.list(Some(State::Ready)).unwrap();
-    assert_eq!((ready.len(), ready[0].name.attempt, ready[0].name.generation), (1, 1, 2));
+    assert_eq!(
+        (ready.len(), ready[0].name.attempt, ready[0].name.generation),
+        (1, 1, 2)
+    );
 }
 
 #[test]
@@ -211,7 +278,12 @@ fn a_flipped_payload_byte_is_never_handed_out() {
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"precious payload").unwrap();
     let good = q.enqueue(b"fine").unwrap();
-    let bad = q.list(Some(State::Ready)).unwrap().into_iter().find(|l| l.name.id != good).unwrap();
+    let bad = q
+        .list(Some(State::Ready))
+        .unwrap()
+        .into_iter()
+        .find(|l| l.name.id != good)
+        .unwrap();
     let p = d.path().join(bad.rel_path(q.id()));
     let mut bytes = std::fs::read(&p).unwrap();
     let n = bytes.len();
@@ -223,7 +295,15 @@ fn a_flipped_payload_byte_is_never_handed_out() {
     assert!(q.claim().unwrap().is_none());
     let dead = q.list(Some(State::Dead)).unwrap();
     assert_eq!(dead.len(), 1);
-    assert_eq!((dead[0].name.id, dead[0].name.kind), (bad.name.id, Kind::Dead { reason: Reason::CORRUPT }));
+    assert_eq!(
+        (dead[0].name.id, dead[0].name.kind),
+        (
+            bad.name.id,
+            Kind::Dead {
+                reason: Reason::CORRUPT
+            }
+        )
+    );
     let f = q.fsck(false).unwrap();
     assert!(f.clean(), "{:?}", f.problems);
     assert_eq!(f.dead_corrupt, 1);
@@ -241,7 +321,10 @@ fn corruption_while_leased_is_caught_at_ack() {
     bytes[at] ^= 0x80;
     std::fs::write(&p, bytes).unwrap();
     let e = l.ack().unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::Corrupt(_)) && e.outcome() == Outcome::NotDone, "{e}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Corrupt(_)) && e.outcome() == Outcome::NotDone,
+        "{e}"
+    );
     assert_eq!(counts(&q), [0, 0, 0, 1, 0]);
 }
 
@@ -249,13 +332,22 @@ fn corruption_while_leased_is_caught_at_ack() {
 fn create_is_idempotent_and_concurrent_creators_agree() {
     let d = TempDir::new("create");
     let ids: Vec<u128> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..4).map(|_| s.spawn(|| Queue::create(d.path(), opts(8)).unwrap().id())).collect();
+        let hs: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| Queue::create(d.path(), opts(8)).unwrap().id()))
+            .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
     let again = Queue::create(d.path(), opts(3)).unwrap();
-    assert_eq!((again.id(), again.identity().shards), (ids[0], 8), "an existing queue keeps its shards");
-    assert_eq!(std::fs::read_dir(d.path().join("ready")).unwrap().count(), 8);
+    assert_eq!(
+        (again.id(), again.identity().shards),
+        (ids[0], 8),
+        "an existing queue keeps its shards"
+    );
+    assert_eq!(
+        std::fs::read_dir(d.path().join("ready")).unwrap().count(),
+        8
+    );
 }
 
 #[test]
@@ -264,17 +356,28 @@ fn open_refuses_what_is_not_a_queue_and_newer_formats() {
     std::fs::create_dir_all(d.path()).unwrap();
     let e = Queue::open(d.path()).unwrap_err();
     assert_eq!(e.kind(), &ErrorKind::NotAQueue);
-    assert!(e.to_string().contains(&d.path().display().to_string()), "{e}");
+    assert!(
+        e.to_string().contains(&d.path().display().to_string()),
+        "{e}"
+    );
     let e = Queue::open(d.path().join("missing")).unwrap_err();
     assert_eq!(e.errno(), Some(sys::Errno::NOENT));
     assert!(e.to_string().contains("missing"), "{e}");
     let q = Queue::create(d.path().join("q"), opts(1)).unwrap();
     drop(q);
     let idf = d.path().join("q").join(IDENTITY_FILE);
-    let text = std::fs::read_to_string(&idf).unwrap().replace("version=1", "version=9");
+    let text = std::fs::read_to_string(&idf)
+        .unwrap()
+        .replace("version=1", "version=9");
     std::fs::write(&idf, text).unwrap();
     let e = Queue::open(d.path().join("q")).unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::UnsupportedVersion { found: 9, supported: 1 });
+    assert_eq!(
+        e.kind(),
+        &ErrorKind::UnsupportedVersion {
+            found: 9,
+            supported: 1
+        }
+    );
     assert!(e.to_string().contains("steadq.queue"), "{e}");
     // A half-created queue (a shard directory missing) is reported, and create completes it.
     let q2 = d.path().join("q2");
@@ -291,18 +394,43 @@ fn unsupported_filesystem_is_named() {
     // failing the open-time probe.
     let d = TempDir::new("nfs");
     drop(Queue::create(d.path(), opts(1)).unwrap());
-    let plan = sys::FaultPlan::new(vec![sys::Fault { call: sys::Call::Rename, nth: 1, action: sys::FaultAction::Fail(sys::Errno::INVAL) }]);
-    let e = Queue::open_with(d.path(), Options { faults: Some(plan), ..Options::default() }).unwrap_err();
-    let ErrorKind::UnsupportedFilesystem { fs_type } = e.kind() else { panic!("{e}") };
+    let plan = sys::FaultPlan::new(vec![sys::Fault {
+        call: sys::Call::Rename,
+        nth: 1,
+        action: sys::FaultAction::Fail(sys::Errno::INVAL),
+    }]);
+    let e = Queue::open_with(
+        d.path(),
+        Options {
+            faults: Some(plan),
+            ..Options::default()
+        },
+    )
+    .unwrap_err();
+    let ErrorKind::UnsupportedFilesystem { fs_type } = e.kind() else {
+        panic!("{e}")
+    };
     assert!(!fs_type.is_empty());
-    assert!(e.to_string().contains(&d.path().display().to_string()) && e.to_string().contains("renameat2"), "{e}");
+    assert!(
+        e.to_string().contains(&d.path().display().to_string())
+            && e.to_string().contains("renameat2"),
+        "{e}"
+    );
     assert!(files(d.path(), "tmp").is_empty(), "probe file removed");
 }
 
 #[test]
 fn named_temp_file_fallback_publishes_and_cleans_up() {
     let d = TempDir::new("named");
-    let q = Queue::create(d.path(), Options { shards: 2, force_named_publish: true, ..Options::default() }).unwrap();
+    let q = Queue::create(
+        d.path(),
+        Options {
+            shards: 2,
+            force_named_publish: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     let id = q.enqueue(b"via tmp").unwrap();
     assert_eq!(q.sys().publish_mode(), Some(sys::Publish::Named));
     assert!(files(d.path(), "tmp").is_empty());
@@ -316,7 +444,10 @@ fn tmpfile_route_is_used_where_it_works() {
     let d = TempDir::new("tmpfile");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"x").unwrap();
-    assert!(matches!(q.sys().publish_mode(), Some(sys::Publish::EmptyPath | sys::Publish::ProcFd)));
+    assert!(matches!(
+        q.sys().publish_mode(),
+        Some(sys::Publish::EmptyPath | sys::Publish::ProcFd)
+    ));
 }
 
 #[test]
@@ -325,9 +456,18 @@ fn abandoned_temp_files_are_removed_live_ones_kept() {
     let q = Queue::create(d.path(), opts(1)).unwrap();
     let boot = q.clock().boot_id();
     let tmp = d.path().join("tmp");
-    let other_boot = tmp.join(format!("{:032x}.{:08x}.{:032x}.tmp", boot ^ 1, std::process::id(), 7));
+    let other_boot = tmp.join(format!(
+        "{:032x}.{:08x}.{:032x}.tmp",
+        boot ^ 1,
+        std::process::id(),
+        7
+    ));
     let dead_pid = tmp.join(format!("{boot:032x}.{:08x}.{:032x}.tmp", 0x7fff_fff0u32, 8));
-    let live = tmp.join(format!("{boot:032x}.{:08x}.{:032x}.tmp", std::process::id(), 9));
+    let live = tmp.join(format!(
+        "{boot:032x}.{:08x}.{:032x}.tmp",
+        std::process::id(),
+        9
+    ));
     for p in [&other_boot, &dead_pid, &live] {
         std::fs::write(p, b"partial").unwrap();
     }
@@ -338,10 +478,24 @@ fn abandoned_temp_files_are_removed_live_ones_kept() {
 #[test]
 fn payload_limit_is_enforced_with_a_clear_error() {
     let d = TempDir::new("limit");
-    let q = Queue::create(d.path(), Options { max_payload: 10, shards: 1, ..Options::default() }).unwrap();
+    let q = Queue::create(
+        d.path(),
+        Options {
+            max_payload: 10,
+            shards: 1,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     q.enqueue(&[7u8; 10]).unwrap();
     let e = q.enqueue(&[7u8; 11]).unwrap_err();
-    assert_eq!((e.kind(), e.outcome()), (&ErrorKind::PayloadTooLarge { len: 11, limit: 10 }, Outcome::NotDone));
+    assert_eq!(
+        (e.kind(), e.outcome()),
+        (
+            &ErrorKind::PayloadTooLarge { len: 11, limit: 10 },
+            Outcome::NotDone
+        )
+    );
     assert!(e.to_string().contains("11 bytes"), "{e}");
     assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
 }
@@ -350,7 +504,12 @@ fn payload_limit_is_enforced_with_a_clear_error() {
 fn batched_enqueue_shares_barriers() {
     let d = TempDir::new("batch");
     let plan = sys::FaultPlan::new(vec![]);
-    let o = Options { shards: 2, durability: Durability::Batched, faults: Some(plan.clone()), ..Options::default() };
+    let o = Options {
+        shards: 2,
+        durability: Durability::Batched,
+        faults: Some(plan.clone()),
+        ..Options::default()
+    };
     let q = Queue::create(d.path(), o).unwrap();
     plan.reset_counts();
     let payloads: Vec<Vec<u8>> = (0..50).map(|i| format!("batch {i}").into_bytes()).collect();
@@ -358,12 +517,24 @@ fn batched_enqueue_shares_barriers() {
     let ids = q.enqueue_batch(&refs).unwrap();
     assert_eq!(ids.len(), 50);
     assert_eq!(plan.count(sys::Call::Syncfs), 1);
-    assert!(plan.count(sys::Call::Fsync) <= 2, "one fsync per shard dir, got {}", plan.count(sys::Call::Fsync));
+    assert!(
+        plan.count(sys::Call::Fsync) <= 2,
+        "one fsync per shard dir, got {}",
+        plan.count(sys::Call::Fsync)
+    );
     assert_eq!(counts(&q), [50, 0, 0, 0, 0]);
     // Strict issues per-job barriers for the same batch.
     let d2 = TempDir::new("batch2");
     let plan2 = sys::FaultPlan::new(vec![]);
-    let q2 = Queue::create(d2.path(), Options { shards: 2, faults: Some(plan2.clone()), ..Options::default() }).unwrap();
+    let q2 = Queue::create(
+        d2.path(),
+        Options {
+            shards: 2,
+            faults: Some(plan2.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
     plan2.reset_counts();
     q2.enqueue_batch(&refs).unwrap();
     assert_eq!(plan2.count(sys::Call::Fsync), 100);
@@ -373,13 +544,19 @@ fn batched_enqueue_shares_barriers() {
 fn claim_wait_wakes_on_enqueue_and_times_out_when_empty() {
     let d = TempDir::new("wait");
     let q = Queue::create(d.path(), opts(4)).unwrap();
-    assert!(q.claim_wait(Duration::from_secs(5), Duration::from_millis(200)).unwrap().is_none());
+    assert!(q
+        .claim_wait(Duration::from_secs(5), Duration::from_millis(200))
+        .unwrap()
+        .is_none());
     std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(300));
             Queue::open(d.path()).unwrap().enqueue(b"wake up").unwrap();
         });
-        let l = q.claim_wait(Duration::from_secs(5), Duration::from_secs(20)).unwrap().expect("woken by the enqueue");
+        let l = q
+            .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+            .unwrap()
+            .expect("woken by the enqueue");
         assert_eq!(l.payload(), b"wake up");
         l.ack().unwrap();
     });
@@ -389,8 +566,18 @@ fn claim_wait_wakes_on_enqueue_and_times_out_when_empty() {
 fn claim_wait_picks_up_a_delayed_job_when_due() {
     let d = TempDir::new("waitdelay");
     let q = Queue::create(d.path(), opts(1)).unwrap();
-    q.enqueue_with(b"soon", &EnqueueOptions { delay: Some(Duration::from_millis(400)), ..Default::default() }).unwrap();
-    let l = q.claim_wait(Duration::from_secs(5), Duration::from_secs(20)).unwrap().expect("due after 400 ms");
+    q.enqueue_with(
+        b"soon",
+        &EnqueueOptions {
+            delay: Some(Duration::from_millis(400)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let l = q
+        .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+        .unwrap()
+        .expect("due after 400 ms");
     assert_eq!(l.payload(), b"soon");
 }
 
@@ -403,7 +590,11 @@ fn compact_keeps_evidence_and_removes_old_receipts() {
     q.enqueue(b"b").unwrap();
     let l = q.claim().unwrap().unwrap();
     l.ack().unwrap();
-    assert_eq!(q.compact(Duration::from_secs(3600)).unwrap(), 0, "receipts are new");
+    assert_eq!(
+        q.compact(Duration::from_secs(3600)).unwrap(),
+        0,
+        "receipts are new"
+    );
     q.clock().shift_wall(7200 * SEC);
     assert_eq!(q.compact(Duration::from_secs(3600)).unwrap(), 2);
     assert_eq!(counts(&q), [0, 0, 0, 0, 0]);
@@ -414,7 +605,10 @@ fn compact_keeps_evidence_and_removes_old_receipts() {
     let f: Vec<&str> = line_a.split(' ').collect();
     assert_eq!(f[0], "v1");
     // payload digest of "a"
-    assert_eq!(f[3], "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb");
+    assert_eq!(
+        f[3],
+        "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
+    );
     assert!(q.fsck(false).unwrap().clean());
 }
 
@@ -425,10 +619,24 @@ fn status_counts_and_ages() {
     for i in 0..3 {
         q.enqueue(format!("{i}").as_bytes()).unwrap();
     }
-    let h = q.claim_for(Duration::from_secs(1)).unwrap().unwrap().into_handle();
+    let h = q
+        .claim_for(Duration::from_secs(1))
+        .unwrap()
+        .unwrap()
+        .into_handle();
     q.clock().shift_boot(2 * SEC);
     let s = q.status().unwrap();
-    assert_eq!((s.ready, s.leased, s.expired_leases, s.delayed, s.dead, s.acked), (2, 1, 1, 0, 0, 0));
+    assert_eq!(
+        (
+            s.ready,
+            s.leased,
+            s.expired_leases,
+            s.delayed,
+            s.dead,
+            s.acked
+        ),
+        (2, 1, 1, 0, 0, 0)
+    );
     assert_eq!(s.bytes[0], 2 * (128 + 1));
     assert!(s.oldest_ready_age_ns.is_some());
     assert!(!h.is_empty());
