@@ -88,3 +88,21 @@ pub fn files(dir: &Path, sub: &str) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Append a line to `target/tmp/summary.txt`, which `.ci/run` prints after the tests (cargo
+/// hides a passing test's output).
+pub fn summary(line: &str) {
+    use std::io::Write;
+    let fs = std::env::var("STEADQ_TEST_DIR")
+        .map(|d| format!(" [{d}]"))
+        .unwrap_or_default();
+    let p = Path::new(env!("CARGO_TARGET_TMPDIR")).join("summary.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+    {
+        let _ = writeln!(f, "{line}{fs}");
+    }
+    eprintln!("{line}");
+}

@@ -102,7 +102,7 @@ fn suite_passes_on_real_filesystems() {
                     std::env::var_os("STEADQ_REQUIRE_FS").is_none(),
                     "cannot mount {fs}: {e}"
                 );
-                eprintln!("SKIP {fs}: {e}");
+                crate::common::summary(&format!("SKIP filesystem {fs}: {e}"));
                 continue;
             }
         };
@@ -124,7 +124,10 @@ fn suite_passes_on_real_filesystems() {
             "suite failed on {fs}:\n{text}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        eprintln!("{fs}: {summary} ({:.1} s)", t.elapsed().as_secs_f64());
+        crate::common::summary(&format!(
+            "filesystem {fs}: whole suite rerun: {summary} ({:.1} s)",
+            t.elapsed().as_secs_f64()
+        ));
         ran.push(fs.to_string());
         drop(m);
     }
