@@ -124,11 +124,21 @@ impl Queue {
             |raw, r| match r {
                 Ok(n) if n.kind == Kind::Ready => out.push(n),
                 Ok(_) => {}
-                Err(f) => log::warn!(
-                    "{}: {f}; skipped",
-                    self.path(&format!("ready/{}/{raw}", crate::name::shard_name(s)))
-                        .display()
-                ),
+                Err(f) => {
+                    // Warn once per handle; `status` counts them and `fsck` lists them.
+                    let p = self.path(&format!("ready/{}/{raw}", crate::name::shard_name(s)));
+                    if !self
+                        .warned_foreign
+                        .swap(true, std::sync::atomic::Ordering::Relaxed)
+                    {
+                        log::warn!(
+                            "{}: {f}; skipped (more are logged at debug level; run `steadq fsck`)",
+                            p.display()
+                        );
+                    } else {
+                        log::debug!("{}: {f}; skipped", p.display());
+                    }
+                }
             },
         )
         .map_err(|e| {

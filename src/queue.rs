@@ -173,6 +173,7 @@ pub struct Queue {
     pub(crate) opts: Options,
     pub(crate) clock: Clock,
     pub(crate) cursor: Mutex<Cursor>,
+    pub(crate) warned_foreign: std::sync::atomic::AtomicBool,
 }
 
 fn random_u128() -> u128 {
@@ -341,6 +342,7 @@ impl Queue {
             cursor: Mutex::new(Cursor {
                 next_shard: start,
                 candidates: Vec::new(),
+                warned_foreign: Default::default(),
             }),
         })
     }
