@@ -342,8 +342,8 @@ impl Queue {
             cursor: Mutex::new(Cursor {
                 next_shard: start,
                 candidates: Vec::new(),
-                warned_foreign: Default::default(),
             }),
+            warned_foreign: Default::default(),
         })
     }
 
