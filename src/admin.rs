@@ -404,13 +404,18 @@ impl Queue {
             let bucket = d.trim_start_matches("dead/").to_string();
             let place = self.place_bucket(true, &bucket)?;
             self.barrier(place.dir.fd()).map_err(|e| {
-                Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(&d)))
+                Error::io(
+                    Call::FsyncDir,
+                    e,
+                    Outcome::Indeterminate,
+                    Some(self.path(&d)),
+                )
             })?;
             let _ = self.sys.rmdir(self.dirs.dead.as_fd(), &bucket);
         }
         self.barrier(self.dirs.dead.as_fd()).map_err(|e| {
             Error::io(
-                Call::Fsync,
+                Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
                 Some(self.path("dead")),
@@ -479,9 +484,10 @@ impl Queue {
         self.sys
             .write_all(fd.as_fd(), lines.as_bytes())
             .map_err(|e| nd(Call::Write, e))?;
-        self.barrier(fd.as_fd()).map_err(|e| nd(Call::Fsync, e))?;
-        self.barrier(self.dirs.root.as_fd())
+        self.barrier_file(fd.as_fd())
             .map_err(|e| nd(Call::Fsync, e))?;
+        self.barrier(self.dirs.root.as_fd())
+            .map_err(|e| nd(Call::FsyncDir, e))?;
         let mut n = 0;
         let mut shards: Vec<u16> = Vec::new();
         for l in &victims {
@@ -509,7 +515,7 @@ impl Queue {
             self.barrier(self.dirs.receipts[s as usize].as_fd())
                 .map_err(|e| {
                     Error::io(
-                        Call::Fsync,
+                        Call::FsyncDir,
                         e,
                         Outcome::Indeterminate,
                         Some(self.path(&format!("receipts/{}", shard_name(s)))),

@@ -99,7 +99,7 @@ impl Queue {
         self.publish(&p, w)?;
         self.barrier(p.dir.fd()).map_err(|e| {
             Error::io(
-                Call::Fsync,
+                Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
                 Some(self.path(&p.rel_dir)),
@@ -156,7 +156,7 @@ impl Queue {
             let p = &prepared[i];
             self.barrier(p.dir.fd()).map_err(|e| {
                 Error::io(
-                    Call::Fsync,
+                    Call::FsyncDir,
                     e,
                     Outcome::Indeterminate,
                     Some(self.path(&p.rel_dir)),
@@ -307,7 +307,7 @@ impl Queue {
                 }
                 self.barrier(self.dirs.tmp.as_fd()).map_err(|e| {
                     Error::io(
-                        Call::Fsync,
+                        Call::FsyncDir,
                         e,
                         Outcome::Indeterminate,
                         Some(self.path("tmp")),

@@ -229,8 +229,14 @@ impl Queue {
             Err(Errno::NOENT) => return Ok(false),
             Err(e) => return Err(nd(Call::Rename, e, &format!("{dir}/{name}"))),
         }
-        let ind =
-            |e, p: &str| Error::io(Call::Fsync, e, Outcome::Indeterminate, Some(self.path(p)));
+        let ind = |e, p: &str| {
+            Error::io(
+                Call::FsyncDir,
+                e,
+                Outcome::Indeterminate,
+                Some(self.path(p)),
+            )
+        };
         self.barrier(to.as_fd()).map_err(|e| ind(e, &qdir))?;
         self.barrier(from.as_fd()).map_err(|e| ind(e, dir))?;
         Ok(true)

@@ -246,8 +246,8 @@ impl Queue {
                 let pfd = sys
                     .open_dir_path(parent)
                     .map_err(|e| ind(Call::Open, e, parent))?;
-                sys.fsync(pfd.as_fd())
-                    .map_err(|e| ind(Call::Fsync, e, parent))?;
+                sys.fsync_dir(pfd.as_fd())
+                    .map_err(|e| ind(Call::FsyncDir, e, parent))?;
             }
             Err(Errno::EXIST) => {}
             Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(root))),
@@ -288,8 +288,8 @@ impl Queue {
                 )?;
             }
         }
-        sys.fsync(rootfd.as_fd())
-            .map_err(|e| ind(Call::Fsync, e, &root))?;
+        sys.fsync_dir(rootfd.as_fd())
+            .map_err(|e| ind(Call::FsyncDir, e, &root))?;
         Queue::assemble(root, sys, rootfd, ident, opts)
     }
 
@@ -382,8 +382,16 @@ impl Queue {
         self.root.join(rel)
     }
 
-    /// fsync `fd` unless the policy is `None`.
+    /// fsync directory `fd` unless the policy is `None`.
     pub(crate) fn barrier(&self, fd: BorrowedFd<'_>) -> core::result::Result<(), Errno> {
+        if self.opts.durability == Durability::None {
+            return Ok(());
+        }
+        self.sys.fsync_dir(fd)
+    }
+
+    /// fsync file `fd` unless the policy is `None`.
+    pub(crate) fn barrier_file(&self, fd: BorrowedFd<'_>) -> core::result::Result<(), Errno> {
         if self.opts.durability == Durability::None {
             return Ok(());
         }
@@ -403,7 +411,9 @@ impl Queue {
             &self.dirs.delayed
         };
         match self.sys.mkdir(parent.as_fd(), name) {
-            Ok(()) => self.barrier(parent.as_fd()).map_err(|e| (Call::Fsync, e))?,
+            Ok(()) => self
+                .barrier(parent.as_fd())
+                .map_err(|e| (Call::FsyncDir, e))?,
             Err(Errno::EXIST) => {}
             Err(e) => return Err((Call::Mkdir, e)),
         }
@@ -468,9 +478,9 @@ fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identi
         }
         Err(e) => return Err(cleanup(nd(Call::Rename, e))),
     }
-    sys.fsync(root).map_err(|e| {
+    sys.fsync_dir(root).map_err(|e| {
         Error::io(
-            Call::Fsync,
+            Call::FsyncDir,
             e,
             Outcome::Indeterminate,
             Some(path.to_path_buf()),
@@ -480,9 +490,9 @@ fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identi
 
 fn ensure_dir(sys: &Sys, parent: BorrowedFd<'_>, name: &str, ppath: &Path) -> Result<()> {
     match sys.mkdir(parent, name) {
-        Ok(()) => sys.fsync(parent).map_err(|e| {
+        Ok(()) => sys.fsync_dir(parent).map_err(|e| {
             Error::io(
-                Call::Fsync,
+                Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
                 Some(ppath.to_path_buf()),

@@ -29,8 +29,10 @@ pub enum Call {
     Read,
     /// `write(2)`, one count per call.
     Write,
-    /// `fsync(2)` of a file or a directory: a durability barrier.
+    /// `fsync(2)` of a file: a durability barrier for its data.
     Fsync,
+    /// `fsync(2)` of a directory: a durability barrier for the names in it.
+    FsyncDir,
     /// `syncfs(2)`: a durability barrier for a whole filesystem (batched enqueue).
     Syncfs,
     /// `linkat(2)`: publishes an `O_TMPFILE` (a linearization point).
@@ -45,13 +47,14 @@ pub enum Call {
 
 impl Call {
     /// Every kind, in declaration order.
-    pub const ALL: [Call; 11] = [
+    pub const ALL: [Call; 12] = [
         Call::Open,
         Call::Mkdir,
         Call::ReadDir,
         Call::Read,
         Call::Write,
         Call::Fsync,
+        Call::FsyncDir,
         Call::Syncfs,
         Call::Link,
         Call::Rename,
@@ -68,6 +71,7 @@ impl Call {
             Call::Read => "read",
             Call::Write => "write",
             Call::Fsync => "fsync",
+            Call::FsyncDir => "fsync (directory)",
             Call::Syncfs => "syncfs",
             Call::Link => "linkat",
             Call::Rename => "renameat2",
@@ -88,6 +92,10 @@ pub enum FaultAction {
     Fail(Errno),
     /// The call is made; afterwards every call fails with `ESHUTDOWN` (a simulated crash).
     StopAfter,
+    /// The call is not made but reports success: a lying barrier. Only for `Fsync`,
+    /// `FsyncDir` and `Syncfs` (elsewhere it acts as no fault); the crash lab's negative
+    /// control uses it to prove that a skipped barrier is caught.
+    Skip,
 }
 
 /// One injected fault: the `nth` (1-based) call of kind `call` gets `action`.
@@ -95,7 +103,7 @@ pub enum FaultAction {
 pub struct Fault {
     /// The kind of call to match.
     pub call: Call,
-    /// 1-based index among calls of that kind made through this plan.
+    /// 1-based index among calls of that kind made through this plan; 0 matches every call.
     pub nth: u32,
     /// What happens to it.
     pub action: FaultAction,
@@ -106,7 +114,7 @@ pub struct Fault {
 #[derive(Debug, Default)]
 pub struct FaultPlan {
     faults: Vec<Fault>,
-    counts: [AtomicU32; 11],
+    counts: [AtomicU32; 12],
     stopped: AtomicBool,
     fired: AtomicBool,
     disarmed: AtomicBool,
@@ -117,6 +125,7 @@ enum Decision {
     Proceed,
     ProceedThenStop,
     Fail(Errno),
+    Skip,
 }
 
 impl FaultPlan {
@@ -187,11 +196,12 @@ impl FaultPlan {
             return Decision::Proceed;
         }
         for f in &self.faults {
-            if f.call == call && f.nth == n {
+            if f.call == call && (f.nth == n || f.nth == 0) {
                 self.fired.store(true, Ordering::SeqCst);
                 return match f.action {
                     FaultAction::Fail(e) => Decision::Fail(e),
                     FaultAction::StopAfter => Decision::ProceedThenStop,
+                    FaultAction::Skip => Decision::Skip,
                 };
             }
         }
@@ -272,7 +282,7 @@ impl Sys {
     /// Run `f` as one call of kind `call`, consulting the fault plan.
     fn run<T>(&self, call: Call, f: impl FnOnce() -> R<T>) -> R<T> {
         match self.plan.as_ref().map(|p| (p, p.decide(call))) {
-            None | Some((_, Decision::Proceed)) => f(),
+            None | Some((_, Decision::Proceed | Decision::Skip)) => f(),
             Some((_, Decision::Fail(e))) => Err(e),
             Some((p, Decision::ProceedThenStop)) => {
                 let r = f();
@@ -414,13 +424,33 @@ impl Sys {
     /// dropped the dirty pages and a second fsync can succeed falsely (PostgreSQL "fsyncgate",
     /// 2018; see `fsync(2)` NOTES).
     pub fn fsync(&self, fd: BorrowedFd<'_>) -> R<()> {
-        self.run(Call::Fsync, || rustix::fs::fsync(fd))
+        self.run_barrier(Call::Fsync, || rustix::fs::fsync(fd))
+    }
+
+    /// `fsync(2)` of a directory: makes the names created, renamed or removed in it durable.
+    /// Never retried, as [`Sys::fsync`].
+    pub fn fsync_dir(&self, fd: BorrowedFd<'_>) -> R<()> {
+        self.run_barrier(Call::FsyncDir, || rustix::fs::fsync(fd))
+    }
+
+    /// Like [`Sys::run`] for a barrier, which a [`FaultAction::Skip`] may skip.
+    fn run_barrier(&self, call: Call, f: impl FnOnce() -> R<()>) -> R<()> {
+        match self.plan.as_ref().map(|p| (p, p.decide(call))) {
+            None | Some((_, Decision::Proceed)) => f(),
+            Some((_, Decision::Skip)) => Ok(()),
+            Some((_, Decision::Fail(e))) => Err(e),
+            Some((p, Decision::ProceedThenStop)) => {
+                let r = f();
+                p.stopped.store(true, Ordering::SeqCst);
+                r
+            }
+        }
     }
 
     /// `syncfs(2)`: writes back the whole filesystem holding `fd`. Linux 5.8+ reports writeback
     /// errors here; older kernels always return 0.
     pub fn syncfs(&self, fd: BorrowedFd<'_>) -> R<()> {
-        self.run(Call::Syncfs, || rustix::fs::syncfs(fd))
+        self.run_barrier(Call::Syncfs, || rustix::fs::syncfs(fd))
     }
 
     /// `renameat2(2)` with `RENAME_NOREPLACE`: fails with `EEXIST` if `to` exists, `ENOENT` if

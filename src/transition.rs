@@ -92,7 +92,7 @@ impl Queue {
     pub(crate) fn sync_place(&self, place: &Place<'_>) -> Result<()> {
         self.barrier(place.dir.fd()).map_err(|e| {
             Error::io(
-                Call::Fsync,
+                Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
                 Some(self.path(&place.rel)),

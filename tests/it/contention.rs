@@ -123,4 +123,8 @@ fn four_producers_four_workers_each_job_exactly_once() {
         .unwrap()
         .next()
         .is_none());
+    summary(&format!(
+        "contention: 4 producer + 4 worker processes, {} jobs, each acked exactly once",
+        per * 4
+    ));
 }

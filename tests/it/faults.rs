@@ -307,10 +307,12 @@ fn fault_matrix_reports_the_true_outcome() {
             }
         }
     }
-    eprintln!(
-        "fault matrix: {cases} cases over {} operations; outcomes {by_outcome:?}",
+    let mut o: Vec<_> = by_outcome.iter().collect();
+    o.sort();
+    summary(&format!(
+        "fault matrix: {cases} cases over {} operations, every outcome true, invariants held after each; outcomes {o:?}",
         OPS.len()
-    );
+    ));
     assert!(cases > 500, "only {cases} cases");
     assert!(
         by_outcome.get("indeterminate").copied().unwrap_or(0) > 0
@@ -324,7 +326,7 @@ fn a_failed_claim_fsync_is_indeterminate_and_the_job_comes_back() {
     drop(Queue::create(d.path(), opts(1)).unwrap());
     Queue::open(d.path()).unwrap().enqueue(b"x").unwrap();
     let plan = FaultPlan::disarmed(vec![Fault {
-        call: Call::Fsync,
+        call: Call::FsyncDir,
         nth: 1,
         action: FaultAction::Fail(Errno::IO),
     }]);
@@ -380,4 +382,33 @@ fn eio_from_the_rename_itself_is_indeterminate_other_errnos_not_done() {
         let e = l.ack().unwrap_err();
         assert_eq!((e.outcome(), e.errno()), (want, Some(errno)));
     }
+}
+
+#[test]
+fn a_skip_fault_lies_about_every_matching_barrier() {
+    // The crash lab's negative control: fsyncs of files "succeed" without being made.
+    let d = TempDir::new("skip");
+    drop(Queue::create(d.path(), opts(1)).unwrap());
+    let plan = FaultPlan::new(vec![Fault {
+        call: Call::Fsync,
+        nth: 0,
+        action: FaultAction::Skip,
+    }]);
+    let q = Queue::open_with(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for _ in 0..3 {
+        q.enqueue(b"x").unwrap();
+    }
+    assert!(plan.fired());
+    assert_eq!(
+        (plan.count(Call::Fsync), plan.count(Call::FsyncDir)),
+        (3, 3)
+    );
+    assert_eq!(q.list(None).unwrap().len(), 3);
 }

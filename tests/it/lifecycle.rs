@@ -537,7 +537,13 @@ fn batched_enqueue_shares_barriers() {
     .unwrap();
     plan2.reset_counts();
     q2.enqueue_batch(&refs).unwrap();
-    assert_eq!(plan2.count(sys::Call::Fsync), 100);
+    assert_eq!(
+        (
+            plan2.count(sys::Call::Fsync),
+            plan2.count(sys::Call::FsyncDir)
+        ),
+        (50, 50)
+    );
 }
 
 #[test]
