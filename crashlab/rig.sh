@@ -1,0 +1,258 @@
+#!/bin/bash
+# crashlab rig: run a workload in a QEMU guest (TCG) whose disk is logged by QEMU's blklogwrites
+# driver, then replay the log and check every flush/FUA point (mount + verifier + fsck) on the host.
+# Fresh Debian 12, as root. See crashlab/README.md. Knobs (environment):
+#   CRASHLAB_FS="ext4 xfs btrfs"   filesystems for the normal run
+#   CRASHLAB_NEGATIVE="ext4 xfs btrfs"  filesystems for the negative control ("" to skip)
+#   CRASHLAB_JOBS=60               workload --jobs for the normal run (about 430-730 crash states)
+#   CRASHLAB_NEG_JOBS=15           workload --jobs for the negative control
+#   CRASHLAB_NEG_FLAG=--skip-file-fsync
+#   CRASHLAB_WORKLOAD_ARGS=""      extra workload arguments (both runs)
+#   CRASHLAB_POINTS=flush          crash states at each flush/FUA ("all": after every write too)
+#   CRASHLAB_EVERY=1 CRASHLAB_LIMIT=0   check every Kth such point / at most N states (0 = all)
+#   CRASHLAB_MIN_STATES=300        fail a normal run that checked fewer crash states
+#   CRASHLAB_GUEST_MOUNT_OPTS=defaults    guest mount options (e.g. data=writeback for ext4)
+#   CRASHLAB_WORKLOAD=steadq-workload     guest binary (a bin of the crashlab crate)
+#   CRASHLAB_VERIFY=steadq-verify         per-state verifier (a bin of the crashlab crate), run as
+#                                         `<bin> --marks {marks} {mnt}`; or give the whole command:
+#   CRASHLAB_CHECK='<cmd with {marks} {mnt} {img} {fs} {state}>'   (exit 0 OK, 1 violation)
+#   CRASHLAB_CACHE=<target>/crashlab-cache  CRASHLAB_WORK=<target>/crashlab-work
+#   CRASHLAB_SCRATCH=/dev/shm/...  where crash-state images are copied (tmpfs is fastest)
+#   CRASHLAB_SKIP_APT=1            do not apt-get install missing packages
+#   CRASHLAB_VM_TIMEOUT=900        seconds before a guest run is declared hung
+# Usage: rig.sh [ci|big]   ci (default): the bounded pass; big: 300 jobs, at least 2000 states each.
+set -euo pipefail
+
+case ${1:-ci} in
+  ci) ;;
+  big) : "${CRASHLAB_JOBS:=300}" "${CRASHLAB_MIN_STATES:=2000}" ;;
+  *) echo "usage: $0 [ci|big]" >&2; exit 2 ;;
+esac
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HERE=$REPO/crashlab
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+CACHE=${CRASHLAB_CACHE:-$TARGET_DIR/crashlab-cache}
+WORK=${CRASHLAB_WORK:-$TARGET_DIR/crashlab-work}
+FSLIST=${CRASHLAB_FS-ext4 xfs btrfs}
+NEGLIST=${CRASHLAB_NEGATIVE-ext4 xfs btrfs}
+JOBS=${CRASHLAB_JOBS:-60}
+NEG_JOBS=${CRASHLAB_NEG_JOBS:-15}
+NEG_FLAG=${CRASHLAB_NEG_FLAG:---skip-file-fsync}
+EXTRA_ARGS=${CRASHLAB_WORKLOAD_ARGS:-}
+POINTS=${CRASHLAB_POINTS:-flush}
+EVERY=${CRASHLAB_EVERY:-1}
+LIMIT=${CRASHLAB_LIMIT:-0}
+MIN_STATES=${CRASHLAB_MIN_STATES:-300}
+WORKLOAD=${CRASHLAB_WORKLOAD:-steadq-workload}
+VM_TIMEOUT=${CRASHLAB_VM_TIMEOUT:-900}
+MUSL=x86_64-unknown-linux-musl
+BIN=$TARGET_DIR/$MUSL/release
+VERIFY=${CRASHLAB_VERIFY:-steadq-verify}
+GUEST_MOPTS=${CRASHLAB_GUEST_MOUNT_OPTS:-defaults}
+DEFAULT_CHECK="$BIN/$VERIFY --marks {marks} {mnt}"
+CHECK=${CRASHLAB_CHECK:-$DEFAULT_CHECK}
+DISK_MB=512          # virtual disk
+FS_MB=400            # filesystem; nothing of it lives past 400 MiB
+MARKBASE=$((448 * 1024 * 1024))   # in-band marks from here: (512-448) MiB / 4 KiB = 16384 marks
+
+T_START=$(date +%s%N)
+now() { date +%s%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", (b-a)/1e9}'; }
+log() { echo "crashlab: $*"; }
+die() { echo "crashlab: ERROR: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (loop mounts, mkfs)"
+
+# ---- cleanup: qemu, replay, mounts and loop devices under our scratch/work dirs ----------------
+QEMU_PID=; REPLAY_PID=; SCRATCH=; SCRATCH_MADE=
+cleanup() {
+  local rc=$?
+  set +e
+  # QEMU_PID is `timeout`, which passes SIGTERM on to qemu (and SIGKILLs it 5 s later if needed)
+  if [ -n "$QEMU_PID" ] && kill -TERM "$QEMU_PID" 2>/dev/null; then
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.7; done
+  fi
+  [ -n "$REPLAY_PID" ] && kill "$REPLAY_PID" 2>/dev/null && sleep 0.5 || true
+  local m
+  for dir in "$SCRATCH" "$WORK"; do
+    [ -n "$dir" ] || continue
+    for m in $(findmnt -rn -o TARGET 2>/dev/null | grep -F "$dir/" || true); do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done
+    losetup --list --noheadings --raw -O NAME,BACK-FILE 2>/dev/null | awk -v d="$dir/" 'index($2, d) == 1 {print $1}' |
+      while read -r l; do losetup -d "$l" 2>/dev/null || true; done
+  done
+  [ -n "$SCRATCH_MADE" ] && rm -rf "$SCRATCH"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- 1. host packages --------------------------------------------------------------------------
+PKGS="qemu-system-x86 busybox-static xfsprogs btrfs-progs cpio kmod e2fsprogs"
+t=$(now)
+missing=
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  [ -z "${CRASHLAB_SKIP_APT:-}" ] || die "missing packages:$missing"
+  log "installing$missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+T_APT=$(secs "$t" "$(now)")
+
+# ---- 2. build the workload, verifier and replay (static, so the guest can run them) -----------
+t=$(now)
+rustup target list --installed 2>/dev/null | grep -qx $MUSL || rustup target add $MUSL
+bins="$WORKLOAD replay"; [ -n "${CRASHLAB_CHECK:-}" ] || bins="$bins $VERIFY"
+# shellcheck disable=SC2046
+(cd "$REPO" && CARGO_TARGET_DIR=$TARGET_DIR cargo build -q --release -p crashlab --target $MUSL $(printf -- '--bin %s ' $bins))
+for b in $bins; do
+  [ -x "$BIN/$b" ] || die "$BIN/$b was not built (is it a [[bin]] of crashlab/Cargo.toml?)"
+done
+T_BUILD=$(secs "$t" "$(now)")
+
+# ---- 3. guest kernel: Debian's current linux-image-amd64 dependency, looked up now --------------
+t=$(now)
+kpkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+KPKG=$(kpkg)
+if [ -z "$KPKG" ]; then apt-get update -qq; KPKG=$(kpkg); fi
+[ -n "$KPKG" ] || die "cannot resolve linux-image-amd64 to a kernel package"
+KVER=${KPKG#linux-image-}
+KDEBVER=$(apt-cache show "$KPKG" | awk '/^Version:/{print $2; exit}')
+KDIR=$CACHE/kernel-$KVER-$KDEBVER
+if [ ! -f "$KDIR/ready" ]; then
+  log "fetching $KPKG $KDEBVER"
+  rm -rf "$KDIR" "$KDIR.tmp"; mkdir -p "$KDIR.tmp/mods"
+  (cd "$KDIR.tmp" && apt-get download -q "$KPKG=$KDEBVER" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+  dpkg -x "$KDIR.tmp"/"${KPKG}"_*.deb "$KDIR.tmp/x"
+  depmod -b "$KDIR.tmp/x" "$KVER"
+  cp "$KDIR.tmp/x/boot/vmlinuz-$KVER" "$KDIR.tmp/vmlinuz"
+  # insmod order for each set, deps and softdeps first (modprobe resolves modules.dep/softdep)
+  modset() {
+    local out=$1; shift
+    local m line ko name
+    : > "$KDIR.tmp/mods/$out.order"
+    for m in "$@"; do
+      modprobe -d "$KDIR.tmp/x" -S "$KVER" --show-depends "$m" | while read -r line; do
+        case $line in insmod\ *) ;; *) continue ;; esac
+        ko=$(echo "$line" | awk '{print $2}'); name=$(basename "$ko" .ko)
+        grep -qx "$name" "$KDIR.tmp/mods/common.order" "$KDIR.tmp/mods/$out.order" && continue
+        cp "$ko" "$KDIR.tmp/mods/$name.ko"; echo "$name" >> "$KDIR.tmp/mods/$out.order"
+      done
+    done
+  }
+  modset common virtio_pci virtio_blk
+  modset ext4 crc32c_generic ext4
+  modset xfs crc32c_generic xfs
+  modset btrfs crc32c_generic xxhash_generic sha256_generic blake2b_generic btrfs
+  rm -rf "$KDIR.tmp/x" "$KDIR.tmp"/*.deb
+  touch "$KDIR.tmp/ready"
+  for old in "$CACHE"/kernel-*; do [ "$old" = "$KDIR.tmp" ] || rm -rf "$old"; done   # older kernels
+  mv "$KDIR.tmp" "$KDIR"
+fi
+T_KERNEL=$(secs "$t" "$(now)")
+
+# ---- 4. initramfs: busybox + /init + modules + workload, cached by content --------------------
+t=$(now)
+KEY=$( (cat "$HERE/guest/init" "$BIN/$WORKLOAD" /bin/busybox; ls -l "$KDIR/mods"; cat "$KDIR/mods"/*.order) | sha256sum | cut -c1-16)
+INITRD=$CACHE/initrd-$KEY.gz
+if [ ! -f "$INITRD" ]; then
+  R=$(mktemp -d)
+  mkdir -p "$R/bin" "$R/mods"
+  cp /bin/busybox "$R/bin/busybox"
+  cp "$HERE/guest/init" "$R/init"; chmod 755 "$R/init"
+  cp "$BIN/$WORKLOAD" "$R/workload"
+  cp "$KDIR/mods"/* "$R/mods/"
+  rm -f "$CACHE"/initrd-*.gz
+  (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > "$INITRD.tmp"
+  mv "$INITRD.tmp" "$INITRD"; rm -rf "$R"
+fi
+T_INITRD=$(secs "$t" "$(now)")
+log "kernel $KPKG ($KDEBVER), initramfs $(basename "$INITRD"); setup: apt ${T_APT}s build ${T_BUILD}s kernel ${T_KERNEL}s initramfs ${T_INITRD}s"
+
+# ---- scratch for crash-state images: tmpfs if there is one ------------------------------------
+if [ -n "${CRASHLAB_SCRATCH:-}" ]; then SCRATCH=$CRASHLAB_SCRATCH
+elif [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ]; then SCRATCH=/dev/shm/crashlab.$$
+else SCRATCH=$WORK/scratch.$$; fi
+mkdir -p "$SCRATCH" "$WORK"; SCRATCH_MADE=1
+
+# ---- 5. one case: mkfs, guest run under blklogwrites, replay ----------------------------------
+RESULTS=()
+PASSED=0; FAILED=0
+run_case() {   # name fs kind(normal|negative) workload-args...
+  local name=$1 fs=$2 kind=$3; shift 3
+  local d=$WORK/$name wargs="$*" t0 t1 t2 rc states bad
+  rm -rf "$d"; mkdir -p "$d"
+  t0=$(now)
+  truncate -s ${DISK_MB}M "$d/disk.img"
+  case $fs in
+    ext4) mkfs.ext4 -q -F "$d/disk.img" ${FS_MB}M ;;
+    xfs) mkfs.xfs -q -f -d size=${FS_MB}m "$d/disk.img" ;;
+    btrfs) mkfs.btrfs -q -f -b ${FS_MB}M "$d/disk.img" >/dev/null ;;
+    *) die "unknown fs $fs" ;;
+  esac
+  cp --sparse=always "$d/disk.img" "$d/base.img"
+  : > "$d/log.bin"
+  log "[$name] guest: $fs (-o $GUEST_MOPTS), workload $WORKLOAD $wargs"
+  timeout -k 5 "$VM_TIMEOUT" qemu-system-x86_64 -accel tcg -m 512 -smp 1 -nographic -no-reboot -net none \
+    -kernel "$KDIR/vmlinuz" -initrd "$INITRD" \
+    -append "console=ttyS0 panic=-1 quiet crashlab.fs=$fs crashlab.markbase=$MARKBASE crashlab.mopts=$GUEST_MOPTS crashlab.args=$(echo "$wargs" | tr ' ' ,)" \
+    -drive "if=none,id=d0,driver=blklogwrites,file.driver=file,file.filename=$d/disk.img,log.driver=file,log.filename=$d/log.bin" \
+    -device virtio-blk-pci,drive=d0 > "$d/console.log" 2>&1 < /dev/null &
+  QEMU_PID=$!
+  rc=0; wait $QEMU_PID || rc=$?
+  QEMU_PID=
+  t1=$(now)
+  if ! grep -q '^CRASHLAB_WORKLOAD_RC=0' "$d/console.log" || ! grep -q '^CRASHLAB_UMOUNT_OK' "$d/console.log"; then
+    tail -30 "$d/console.log" | sed 's/^/    /'
+    die "[$name] guest run failed (qemu rc=$rc), console: $d/console.log"
+  fi
+  grep -E '^CRASHLAB_(WORKLOAD_OK|MOUNTED|UMOUNT_OK)' "$d/console.log" | tr -d '\r' | sed "s/^/    [$name] /"
+  # the parser must reproduce the guest's final disk exactly (below markbase)
+  "$BIN/replay" apply --base "$d/base.img" --log "$d/log.bin" --markbase $MARKBASE --out "$SCRATCH/final.img" > "$d/apply.out"
+  cmp -n $MARKBASE "$SCRATCH/final.img" "$d/disk.img" > /dev/null ||
+    die "[$name] replaying the whole log does not reproduce the guest's disk (parser bug?)"
+  rm -f "$SCRATCH/final.img" "$d/disk.img"
+  local extra=(--min-states "$MIN_STATES")
+  [ "$kind" = negative ] && extra=(--expect-violations)
+  rc=0
+  "$BIN/replay" check --fs "$fs" --label "$name" --base "$d/base.img" --log "$d/log.bin" \
+    --markbase $MARKBASE --scratch "$SCRATCH/$name" --check "$CHECK" \
+    --points "$POINTS" --every "$EVERY" --limit "$LIMIT" --keep-bad "$d/bad" "${extra[@]}" > "$d/replay.out" 2>&1 &
+  REPLAY_PID=$!
+  wait $REPLAY_PID || rc=$?
+  REPLAY_PID=
+  t2=$(now)
+  rm -rf "${SCRATCH:?}/$name"
+  grep -E '^BAD' "$d/replay.out" | head -3 | cut -c1-400 | sed "s/^/    [$name] /" || true
+  grep -E 'RIG ERROR|^SUMMARY|crash states checked|negative control|FAILED' "$d/replay.out" | sed "s/^/    /" || true
+  states=$(sed -n 's/^SUMMARY.* states=\([0-9]*\) .*/\1/p' "$d/replay.out"); states=${states:-?}
+  bad=$(sed -n 's/^SUMMARY.* violations=\([0-9]*\) .*/\1/p' "$d/replay.out"); bad=${bad:-?}
+  local verdict
+  if [ $rc = 0 ]; then verdict=PASS; PASSED=$((PASSED + 1)); else verdict="FAIL(rc=$rc)"; FAILED=$((FAILED + 1)); fi
+  [ "$kind" = negative ] && [ $rc = 0 ] && verdict="PASS(caught)"
+  [ "$kind" = negative ] && [ $rc = 1 ] && verdict="FAIL(NOT CAUGHT)"
+  RESULTS+=("$(printf '%-12s %-6s %-9s %7s %10s %7s %9s %8s  %s' "$name" "$fs" "$kind" "$states" "$bad" \
+    "$(secs "$t0" "$t1")" "$(secs "$t1" "$t2")" "$(secs "$t0" "$t2")" "$verdict")")
+  log "[$name] ${RESULTS[-1]}"
+}
+
+for fs in $FSLIST; do
+  run_case "$fs" "$fs" normal --jobs "$JOBS" $EXTRA_ARGS
+done
+for fs in $NEGLIST; do
+  run_case "neg-$fs" "$fs" negative --jobs "$NEG_JOBS" "$NEG_FLAG" $EXTRA_ARGS
+done
+
+echo
+log "summary (times in seconds; logs in $WORK/<case>/)"
+printf '  %-12s %-6s %-9s %7s %10s %7s %9s %8s  %s\n' case fs kind states violations vm replay total result
+for r in "${RESULTS[@]}"; do echo "  $r"; done
+log "setup: apt ${T_APT}s build ${T_BUILD}s kernel ${T_KERNEL}s initramfs ${T_INITRD}s; whole rig $(secs "$T_START" "$(now)")s"
+echo "crashlab: $PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
