@@ -73,14 +73,18 @@ pub struct Verdict {
 }
 
 fn open(dir: &Path, faults: Option<std::sync::Arc<FaultPlan>>) -> Result<Queue, String> {
-    Queue::open_with(
-        dir,
-        Options {
-            faults,
-            ..Options::default()
-        },
-    )
-    .map_err(|e| format!("open: {e}"))
+    let o = Options {
+        faults,
+        ..Options::default()
+    };
+    match Queue::open_with(dir, o.clone()) {
+        // A crash during create: completing it is what `steadq init` (or the systemd unit's
+        // ExecStartPre) does after a reboot.
+        Err(e) if *e.kind() == steadq::ErrorKind::Incomplete => {
+            Queue::create(dir, o).map_err(|e| format!("completing create: {e}"))
+        }
+        r => r.map_err(|e| format!("open: {e}")),
+    }
 }
 
 /// Check the invariants on the queue at `dir` (which may be modified: recovery runs on it).
@@ -97,10 +101,20 @@ pub fn verify(
             nth: n,
             action: FaultAction::StopAfter,
         }]);
-        let q = open(dir, Some(plan))?;
-        let _ = q.recover(); // stopped part-way: its result is not the point
+        if let Ok(q) = open(dir, Some(plan)) {
+            let _ = q.recover(); // stopped part-way: its result is not the point
+        }
     }
-    let q = open(dir, None)?;
+    // A queue that cannot be opened after a crash (a torn identity file, say) is a violation,
+    // not a failure of the verifier.
+    let q = match open(dir, None) {
+        Ok(q) => q,
+        Err(e) => {
+            v.violations
+                .push(format!("queue unusable after the crash: {e}"));
+            return Ok(v);
+        }
+    };
     // A crash state's leases belong to another boot (or this boot's dead processes): make all
     // of them expire now.
     q.clock().shift_boot(1 << 50);

@@ -42,13 +42,14 @@ fn main() {
     }
     let mut marks = MarkWriter::open(&args.blockdev, args.markbase)
         .unwrap_or_else(|e| fail("open mark device", e));
-    let faults = skip.then(|| {
-        FaultPlan::new(vec![Fault {
-            call: Call::Fsync,
-            nth: 0,
-            action: FaultAction::Skip,
-        }])
-    });
+    // Armed after the queue exists: the bug under test is a job published before its data is
+    // durable, not a torn identity file.
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Fsync,
+        nth: 0,
+        action: FaultAction::Skip,
+    }]);
+    let faults = skip.then(|| plan.clone());
     let o = Options {
         shards: 2,
         durability: if batched {
@@ -61,6 +62,7 @@ fn main() {
     };
     let dir = args.mountpoint.join("q");
     let q = Queue::create(&dir, o).unwrap_or_else(|e| fail("create", e));
+    plan.arm();
     let mut mark = |op: &str, arg: String| {
         marks.mark(op, &arg).unwrap_or_else(|e| fail("mark", e));
     };
