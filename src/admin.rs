@@ -316,7 +316,10 @@ impl Queue {
         let mut buf = Vec::new();
         match self.sys.read_all(
             fd.as_fd(),
-            self.opts.max_payload.max(1 << 30) + HEADER_LEN as u64,
+            self.opts
+                .max_payload
+                .max(1 << 30)
+                .saturating_add(HEADER_LEN as u64),
             &mut buf,
         ) {
             Ok(()) => {}

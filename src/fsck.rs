@@ -22,6 +22,9 @@ pub enum ProblemKind {
     Corrupt(Corruption),
     /// The entry could not be read.
     Unreadable(Errno),
+    /// The same job id also exists at this other path (never quarantined automatically:
+    /// which copy is right is the operator's call).
+    Duplicate(String),
 }
 
 /// One problem found by [`Queue::fsck`].
@@ -41,6 +44,7 @@ impl core::fmt::Display for Problem {
         match &self.kind {
             ProblemKind::Foreign(x) => write!(f, "{x}")?,
             ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}")?,
+            ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}")?,
             ProblemKind::Unreadable(e) => write!(
                 f,
                 "unreadable: {}",
@@ -132,17 +136,70 @@ impl Queue {
                 })?;
         }
         let qid = self.ident.id;
+        // Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
+        self.sys
+            .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
+                rep.checked += 1;
+                let f: Vec<&str> = name.unwrap_or("").split('.').collect();
+                let named = f.len() == 4
+                    && crate::name::parse_hex(f[0].as_bytes(), 32).is_some()
+                    && crate::name::parse_hex(f[1].as_bytes(), 8).is_some()
+                    && crate::name::parse_hex(f[2].as_bytes(), 32).is_some()
+                    && matches!(f[3], "tmp" | "probe");
+                if !named
+                    || !matches!(
+                        t,
+                        crate::sys::EntryType::File | crate::sys::EntryType::Unknown
+                    )
+                {
+                    bad.push((
+                        "tmp".into(),
+                        name.unwrap_or("?").to_string(),
+                        ProblemKind::Foreign(Foreign::WrongPlace),
+                    ));
+                }
+            })
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("tmp"))))?;
+        // One job id in two places (say, a hard link planted in another state's directory).
+        let mut seen: std::collections::HashMap<u128, String> = std::collections::HashMap::new();
+        let mut dups: Vec<(String, String)> = Vec::new();
         self.walk(|s| {
             rep.checked += 1;
+            if let Ok(n) = &s.parsed {
+                let here = format!("{}/{}", s.dir_rel, s.raw);
+                match seen.get(&n.id.0) {
+                    Some(first) => dups.push((here, first.clone())),
+                    None => {
+                        seen.insert(n.id.0, here);
+                    }
+                }
+            }
             match s.parsed {
                 Err(f) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), ProblemKind::Foreign(f))),
                 Ok(n) => match self.check_file(s.dir, s.raw, &n, qid) {
+                    // Moved by a worker between the listing and the open: not a problem.
+                    Err(ProblemKind::Unreadable(Errno::NOENT)) => {}
                     Ok(()) => rep.verified += 1,
                     Err(ProblemKind::Corrupt(_)) if matches!(n.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) => rep.dead_corrupt += 1,
                     Err(k) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), k)),
                 },
             }
         })?;
+        for (path, other) in dups {
+            // On a live queue a job can be listed in one directory and then, renamed, in the
+            // next: a duplicate counts only if both names still exist.
+            let root = self.dirs.root.as_fd();
+            if self.sys.stat_nofollow(root, &path).is_err()
+                || self.sys.stat_nofollow(root, &other).is_err()
+            {
+                continue;
+            }
+            rep.problems.push(Problem {
+                path,
+                kind: ProblemKind::Duplicate(other),
+                quarantined: false,
+            });
+        }
         for (dir, name, kind) in bad {
             let path = if dir.is_empty() {
                 name.clone()
@@ -185,7 +242,10 @@ impl Queue {
         self.sys
             .read_all(
                 fd.as_fd(),
-                self.opts.max_payload.max(1 << 30) + crate::format::HEADER_LEN as u64,
+                self.opts
+                    .max_payload
+                    .max(1 << 30)
+                    .saturating_add(crate::format::HEADER_LEN as u64),
                 &mut buf,
             )
             .map_err(ProblemKind::Unreadable)?;

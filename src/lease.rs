@@ -213,6 +213,18 @@ impl Queue {
                 self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 Ok(None)
             }
+            Err(Err((Call::Read, Errno::FBIG))) => {
+                // Not corrupt, but larger than this worker accepts (Options::max_payload):
+                // dead-lettered as `toolarge`, for a worker with a higher limit to requeue.
+                lease.settled = true;
+                log::warn!(
+                    "{}: payload larger than this worker's limit of {} bytes; dead-lettered (reason toolarge)",
+                    self.path(&rel).display(),
+                    self.opts.max_payload
+                );
+                self.dead_letter(shard, leased, Reason::TOO_LARGE, Op::ClaimCorrupt)?;
+                Ok(None)
+            }
             // Dropping `lease` releases the job back to ready.
             Err(Err((c, e))) => Err(ind(c, e)),
         }
@@ -386,15 +398,29 @@ impl<'q> Lease<'q> {
         &mut self,
     ) -> core::result::Result<(), core::result::Result<Corruption, (Call, Errno)>> {
         let fd = self.file.as_fd();
-        match self.q.sys.fstat(fd) {
-            Ok((FileType::RegularFile, _)) => {}
+        let size = match self.q.sys.fstat(fd) {
+            Ok((FileType::RegularFile, size)) => size,
             Ok(_) => return Err(Ok(Corruption::NotRegular)),
             Err(e) => return Err(Err((Call::Stat, e))),
-        }
-        let limit = self.q.opts.max_payload + HEADER_LEN as u64;
+        };
+        let limit = self.q.opts.max_payload.saturating_add(HEADER_LEN as u64);
         match self.q.sys.read_all(fd, limit, &mut self.data) {
             Ok(()) => {}
-            Err(Errno::FBIG) => return Err(Ok(Corruption::Length)),
+            Err(Errno::FBIG) => {
+                // Larger than this handle accepts: too large for this worker (EFBIG) if the
+                // header agrees with the file's size, corrupt otherwise.
+                let d = &self.data;
+                let consistent = d.len() >= HEADER_LEN
+                    && d[..8] == crate::format::MAGIC
+                    && u64::from_le_bytes(d[56..64].try_into().unwrap_or_default())
+                        .checked_add(HEADER_LEN as u64)
+                        == Some(size);
+                return Err(if consistent {
+                    Err((Call::Read, Errno::FBIG))
+                } else {
+                    Ok(Corruption::Length)
+                });
+            }
             Err(e) => return Err(Err((Call::Read, e))),
         }
         verify(&self.data, self.name.id.0, self.q.ident.id)

@@ -6,6 +6,15 @@
 //! (no job ready); 4 outcome indeterminate (it may have happened); 5 fsck found problems;
 //! 6 lease lost.
 
+/// `println!` that ignores a closed stdout (`steadq enqueue ... | true`): the operation is
+/// done either way, so a broken pipe must not turn it into a panic or a failure exit.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
 mod cli;
 
 use argh::FromArgs;

@@ -81,6 +81,8 @@ impl Reason {
     pub const EXHAUSTED: Reason = Reason::lit(b"exhausted");
     /// The job file failed verification (header, payload digest or envelope digest).
     pub const CORRUPT: Reason = Reason::lit(b"corrupt");
+    /// A claim found the payload larger than the worker's limit (not corrupt).
+    pub const TOO_LARGE: Reason = Reason::lit(b"toolarge");
     /// A worker called fail without a reason of its own.
     pub const FAILED: Reason = Reason::lit(b"failed");
 

@@ -120,6 +120,9 @@ impl Identity {
         let version: u32 = field("version")?
             .parse()
             .map_err(|_| ErrorKind::BadIdentity)?;
+        if version == 0 {
+            return Err(ErrorKind::BadIdentity);
+        }
         if version > QUEUE_VERSION {
             return Err(ErrorKind::UnsupportedVersion {
                 found: version,
@@ -526,9 +529,22 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
         std::process::id(),
         random_u128()
     );
-    let b = format!("{a}.b");
+    let b = format!(
+        "{boot_id:032x}.{:08x}.{:032x}.probe",
+        std::process::id(),
+        random_u128()
+    );
     let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(root.join("tmp").join(&a)));
-    drop(sys.create_file(tmp, &a).map_err(|e| nd(Call::Open, e))?);
+    match sys.create_file(tmp, &a) {
+        Ok(fd) => drop(fd),
+        // A reader without write access (a monitoring user), or a read-only mount: it cannot
+        // change the queue anyway, so it may still look. Writers fail later, naming the path.
+        Err(e @ (Errno::ACCESS | Errno::PERM | Errno::ROFS)) => {
+            log::debug!("{}: rename probe skipped ({e})", root.join("tmp").display());
+            return Ok(());
+        }
+        Err(e) => return Err(nd(Call::Open, e)),
+    }
     let r = sys.rename(tmp, &a, tmp, &b);
     let leftover = if r.is_ok() { &b } else { &a };
     let _ = sys.unlink(tmp, leftover);
@@ -570,6 +586,8 @@ mod tests {
             Identity::decode("steadq-queue\n"),
             Err(ErrorKind::BadIdentity)
         );
+        let v0 = i.encode().replace("version=1", "version=0");
+        assert_eq!(Identity::decode(&v0), Err(ErrorKind::BadIdentity));
         let zero = i.encode().replace("shards=16", "shards=0");
         assert_eq!(Identity::decode(&zero), Err(ErrorKind::BadIdentity));
     }

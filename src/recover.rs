@@ -7,12 +7,14 @@
 //! at once: of two recoverers one rename wins, the other sees `ENOENT` and skips. Running it
 //! twice in a row moves nothing the second time.
 
+use crate::enqueue::DirRef;
 use crate::error::{Error, Outcome, Result};
 use crate::name::{shard_name, Kind, Reason};
 use crate::queue::Queue;
 use crate::scan::scan;
 use crate::state::{Op, State};
-use crate::sys::Call;
+use crate::sys::{Call, EntryType, Errno};
+use crate::transition::Place;
 use std::os::fd::AsFd;
 
 /// What one recovery pass did and saw.
@@ -150,10 +152,13 @@ impl Queue {
         let current = now / width;
         let mut buckets: Vec<u64> = Vec::new();
         self.sys
-            .read_dir(self.dirs.delayed.as_fd(), |name, _, _| {
+            .read_dir(self.dirs.delayed.as_fd(), |name, _, t| {
                 match name.and_then(|n| crate::name::parse_hex(n.as_bytes(), 16)) {
-                    Some(b) => buckets.push(b as u64),
-                    None => r.foreign += 1,
+                    // A file or symlink named like a bucket is foreign, never a reason to stop.
+                    Some(b) if matches!(t, EntryType::Dir | EntryType::Unknown) => {
+                        buckets.push(b as u64)
+                    }
+                    _ => r.foreign += 1,
                 }
             })
             .map_err(|e| {
@@ -171,7 +176,27 @@ impl Queue {
                 continue;
             }
             let bname = format!("{b:016x}");
-            let from = self.place_bucket(false, &bname)?;
+            let from = match self.sys.open_dir_beneath(self.dirs.delayed.as_fd(), &bname) {
+                Ok(fd) => Place {
+                    dir: DirRef::Opened(fd),
+                    rel: format!("delayed/{bname}"),
+                    state: State::Delayed,
+                },
+                // Removed meanwhile by another recoverer: nothing to do.
+                Err(Errno::NOENT) => continue,
+                Err(Errno::NOTDIR | Errno::LOOP) => {
+                    r.foreign += 1;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(Error::io(
+                        Call::Open,
+                        e,
+                        Outcome::NotDone,
+                        Some(self.path(&format!("delayed/{bname}"))),
+                    ))
+                }
+            };
             let mut due = Vec::new();
             let mut entries = 0u32;
             scan(
@@ -257,7 +282,10 @@ impl Queue {
         for name in dead {
             match self.sys.unlink(self.dirs.tmp.as_fd(), &name) {
                 Ok(()) => r.temp_removed += 1,
-                Err(rustix::io::Errno::NOENT) => {}
+                Err(Errno::NOENT) => {}
+                // A directory (or an entry we may not remove) named like a temp file is
+                // foreign: reported by fsck, never a reason to stop recovering.
+                Err(Errno::ISDIR | Errno::PERM | Errno::ACCESS) => r.foreign += 1,
                 Err(e) => {
                     return Err(Error::io(
                         Call::Unlink,

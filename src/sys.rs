@@ -390,7 +390,7 @@ impl Sys {
     }
 
     /// Read all of `fd` from offset 0 into `buf` (cleared first), at most `limit` bytes; more
-    /// than that is `EFBIG`. `pread(2)` in a loop.
+    /// than that is `EFBIG`, with the first `limit` bytes left in `buf`. `pread(2)` in a loop.
     pub fn read_all(&self, fd: BorrowedFd<'_>, limit: u64, buf: &mut Vec<u8>) -> R<()> {
         buf.clear();
         let mut chunk = [0u8; 16384];
@@ -401,6 +401,8 @@ impl Sys {
                 return Ok(());
             }
             if off + n as u64 > limit {
+                // Keep the first `limit` bytes: enough for a caller to read a header.
+                buf.extend_from_slice(&chunk[..(limit - off) as usize]);
                 return Err(Errno::FBIG);
             }
             buf.extend_from_slice(&chunk[..n]);

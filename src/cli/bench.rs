@@ -126,16 +126,18 @@ pub fn cmd_bench(a: Bench) -> Result<i32, CliError> {
     let payload = vec![b'x'; a.payload];
     let fsync = fsync_baseline(&base, a.jobs.min(2000))
         .map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
-    println!(
+    out!(
         "steadq bench in {} ({} jobs per case, {}-byte payloads)",
         base.display(),
         a.jobs,
         a.payload
     );
-    println!("{:<34} {:>10} {:>16}", "case", "jobs/s", "x fsync baseline");
-    println!(
+    out!("{:<34} {:>10} {:>16}", "case", "jobs/s", "x fsync baseline");
+    out!(
         "{:<34} {:>10.0} {:>16.2}",
-        "baseline: fsync'd 64 B append", fsync, 1.0
+        "baseline: fsync'd 64 B append",
+        fsync,
+        1.0
     );
     let cases: [(&str, Durability, usize, usize); 5] = [
         ("strict, 1 thread", Durability::Strict, 1, 1),
@@ -164,12 +166,12 @@ pub fn cmd_bench(a: Bench) -> Result<i32, CliError> {
             &payload,
         )?;
         let name = name.replace('N', &a.threads.to_string());
-        println!("{name:<34} {r:>10.0} {:>16.2}", r / fsync);
+        out!("{name:<34} {r:>10.0} {:>16.2}", r / fsync);
         let _ = std::io::stdout().flush();
     }
     let _ = std::fs::remove_dir_all(&base);
     if let Some(k) = peak_rss_kib() {
-        println!("peak RSS {k} KiB");
+        out!("peak RSS {k} KiB");
     }
     Ok(0)
 }

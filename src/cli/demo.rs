@@ -154,6 +154,13 @@ fn spawn_worker(exe: &Path, dir: &Path, results: &Path) -> Result<Child, CliErro
 
 pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
     let (dir, remove) = match &a.dir {
+        // The demo consumes every job in its queue: never point it at real work.
+        Some(d) if std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some()) => {
+            return Err(CliError::usage(format!(
+                "{}: exists and is not empty; the demo needs a new or empty directory (it works through every job in its queue)",
+                d.display()
+            )))
+        }
         Some(d) => (d.clone(), false),
         None => (
             std::env::temp_dir().join(format!("steadq-demo-{}", std::process::id())),
@@ -164,7 +171,7 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
     let _ = std::fs::remove_file(&results);
     let exe = std::env::current_exe()
         .map_err(|e| CliError::usage(format!("cannot find my own executable: {e}")))?;
-    println!("== SteadQ demo: queue {}", dir.display());
+    out!("== SteadQ demo: queue {}", dir.display());
     let q = Queue::create(
         &dir,
         Options {
@@ -188,13 +195,13 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
         q.enqueue_batch(&refs)?;
     }
     let enq = t.elapsed();
-    println!(
+    out!(
         "enqueued {} jobs (one per file to hash) in {:.2}s: {:.0} jobs/s, batches of 64 sharing their fsyncs",
         inputs.len(),
         enq.as_secs_f64(),
         inputs.len() as f64 / enq.as_secs_f64()
     );
-    println!("starting {} worker processes: steadq work {} --lease 2s -- steadq demo-job (strict fsyncs on every claim and ack)", a.workers, dir.display());
+    out!("starting {} worker processes: steadq work {} --lease 2s -- steadq demo-job (strict fsyncs on every claim and ack)", a.workers, dir.display());
     let t = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..a.workers.max(2) {
@@ -209,7 +216,7 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
     let killed_mid_job = has_running_child(victim);
     let _ = workers[0].kill();
     let _ = workers[0].wait();
-    println!(
+    out!(
         "SIGKILLed worker pid {victim} {}",
         if killed_mid_job {
             "in the middle of a job"
@@ -232,9 +239,13 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
             )));
         }
         if last_print.elapsed() >= Duration::from_secs(2) {
-            println!(
+            out!(
                 "  ... {} acked, {} ready, {} leased ({} expired), {} delayed",
-                s.acked, s.ready, s.leased, s.expired_leases, s.delayed
+                s.acked,
+                s.ready,
+                s.leased,
+                s.expired_leases,
+                s.delayed
             );
             last_print = Instant::now();
         }
@@ -260,36 +271,37 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
         .map(|s| s.lines().count())
         .unwrap_or(0);
     let f = open(&dir)?.fsck(false)?;
-    println!("== summary");
-    println!("jobs              {total}");
-    println!(
+    out!("== summary");
+    out!("jobs              {total}");
+    out!(
         "receipts          {} (dead-lettered: {})",
-        st.acked, st.dead
+        st.acked,
+        st.dead
     );
-    println!("retries           {retries}");
-    println!("recovered leases  {recovered} (the killed worker's job ran again elsewhere: at-least-once)");
-    println!("hash results      {lines} lines in {}", results.display());
-    println!(
+    out!("retries           {retries}");
+    out!("recovered leases  {recovered} (the killed worker's job ran again elsewhere: at-least-once)");
+    out!("hash results      {lines} lines in {}", results.display());
+    out!(
         "throughput        {:.0} jobs/s ({} workers, {:.2}s, each job a process)",
         total as f64 / elapsed.as_secs_f64(),
         a.workers.max(2) - 1,
         elapsed.as_secs_f64()
     );
-    println!(
+    out!(
         "fsck              {} ({} entries, {} job files verified)",
         if f.clean() { "clean" } else { "PROBLEMS" },
         f.checked,
         f.verified
     );
     for p in &f.problems {
-        println!("  {p}");
+        out!("  {p}");
     }
     let ok = f.clean() && st.acked + st.dead == total && st.acked > 0;
     if remove {
         let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::remove_file(&results);
     } else {
-        println!(
+        out!(
             "queue kept at {}: try `steadq status {0}` or `steadq list {0} --state acked`",
             dir.display()
         );

@@ -83,9 +83,34 @@ fn dur(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
+/// A lease: 1 s to 7 days. Longer leases would keep a crashed worker's job hidden for weeks.
+pub fn lease_dur(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_secs(1) || d > Duration::from_secs(7 * 86400) {
+        return Err(format!("bad lease '{s}': use 1s to 7d"));
+    }
+    Ok(d)
+}
+
 /// Open an existing queue, with an error that says which path.
 pub fn open(dir: &Path) -> Result<Queue, CliError> {
     Ok(Queue::open(dir)?)
+}
+
+/// A JSON string literal (RFC 8259: quote, backslash and control characters escaped).
+fn json_string(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
 }
 
 fn fmt_age(ns: u64) -> String {
@@ -163,7 +188,7 @@ pub fn cmd_init(a: Init) -> Result<i32, CliError> {
             ..Options::default()
         },
     )?;
-    println!("{:032x}", q.id());
+    out!("{:032x}", q.id());
     eprintln!(
         "queue {} ready: {} shards",
         a.dir.display(),
@@ -200,7 +225,7 @@ pub struct Enqueue {
 
 fn read_limited(r: &mut dyn Read, limit: u64, what: &str) -> Result<Vec<u8>, CliError> {
     let mut buf = Vec::new();
-    r.take(limit + 1)
+    r.take(limit.saturating_add(1))
         .read_to_end(&mut buf)
         .map_err(|e| CliError::usage(format!("{what}: {e}")))?;
     if buf.len() as u64 > limit {
@@ -238,7 +263,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<i32, CliError> {
             delay: a.delay,
         },
     )?;
-    println!("{id}");
+    out!("{id}");
     Ok(0)
 }
 
@@ -257,7 +282,7 @@ pub struct Claim {
     #[argh(positional)]
     dir: PathBuf,
     /// lease (visibility timeout), e.g. 30s (default 30s)
-    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(dur))]
+    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
     lease: Duration,
     /// wait up to this long for a job (default: do not wait)
     #[argh(option, from_str_fn(dur))]
@@ -265,10 +290,27 @@ pub struct Claim {
     /// write the verified payload to this file ('-' for stdout, after the handle line)
     #[argh(option)]
     payload_out: Option<PathBuf>,
+    /// largest payload read, bytes (default 16 MiB); larger jobs go to dead/ (toolarge)
+    #[argh(option, default = "16 << 20")]
+    max_payload: u64,
 }
 
 pub fn cmd_claim(a: Claim) -> Result<i32, CliError> {
-    let q = open(&a.dir)?;
+    // Open the payload file before claiming: a bad path then changes nothing.
+    let mut file = match &a.payload_out {
+        Some(p) if p.as_os_str() != "-" => Some(
+            std::fs::File::create(p)
+                .map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?,
+        ),
+        _ => None,
+    };
+    let q = Queue::open_with(
+        &a.dir,
+        Options {
+            max_payload: a.max_payload,
+            ..Options::default()
+        },
+    )?;
     let lease = match a.wait {
         Some(w) => q.claim_wait(a.lease, w)?,
         None => q.claim_for(a.lease)?,
@@ -277,21 +319,27 @@ pub fn cmd_claim(a: Claim) -> Result<i32, CliError> {
         eprintln!("no job ready in {}", a.dir.display());
         return Ok(3);
     };
+    if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
+        if let Err(e) = f.write_all(lease.payload()).and_then(|()| f.sync_all()) {
+            let released = match lease.release() {
+                Ok(()) => "the job was released to ready".to_string(),
+                Err(r) => format!("releasing the job failed too: {r}"),
+            };
+            return Err(CliError {
+                msg: format!("{}: {e}; {released}", p.display()),
+                code: 4,
+            });
+        }
+    }
     let payload = lease.payload().to_vec();
     let handle = lease.into_handle();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{handle}");
-    match &a.payload_out {
-        Some(p) if p.as_os_str() == "-" => {
-            let _ = out.write_all(&payload);
-        }
-        Some(p) => std::fs::write(p, &payload).map_err(|e| {
-            CliError::usage(format!(
-                "{}: {e} (the job stays leased under {handle} until it expires)",
-                p.display()
-            ))
-        })?,
-        None => {}
+    if a.payload_out
+        .as_deref()
+        .is_some_and(|p| p.as_os_str() == "-")
+    {
+        let _ = out.write_all(&payload);
     }
     Ok(0)
 }
@@ -311,7 +359,7 @@ pub struct Renew {
     #[argh(positional)]
     handle: String,
     /// new lease from now (default 30s)
-    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(dur))]
+    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
     lease: Duration,
 }
 
@@ -319,7 +367,7 @@ pub fn cmd_renew(a: Renew) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let mut l = q.lease_from_handle(&a.handle)?;
     l.renew(a.lease)?;
-    println!("{}", l.into_handle());
+    out!("{}", l.into_handle());
     Ok(0)
 }
 
@@ -338,7 +386,7 @@ pub struct Ack {
 pub fn cmd_ack(a: Ack) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let r = q.lease_from_handle(&a.handle)?.ack()?;
-    println!("{}", r.name);
+    out!("{}", r.name);
     Ok(0)
 }
 
@@ -364,9 +412,9 @@ pub struct Nack {
 pub fn cmd_nack(a: Nack) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     match q.lease_from_handle(&a.handle)?.nack(a.delay)? {
-        steadq::Nacked::Ready => println!("ready"),
-        steadq::Nacked::Delayed(ns) => println!("delayed until unix {:.3}", ns as f64 / 1e9),
-        steadq::Nacked::Dead => println!("dead (attempts exhausted)"),
+        steadq::Nacked::Ready => out!("ready"),
+        steadq::Nacked::Delayed(ns) => out!("delayed until unix {:.3}", ns as f64 / 1e9),
+        steadq::Nacked::Dead => out!("dead (attempts exhausted)"),
     }
     Ok(0)
 }
@@ -434,8 +482,8 @@ pub fn cmd_status(a: Status) -> Result<i32, CliError> {
     if a.json {
         let mut o = String::from("{");
         o += &format!(
-            "\"queue\":{:?},\"queue_id\":\"{:032x}\"",
-            a.dir.display().to_string(),
+            "\"queue\":{},\"queue_id\":\"{:032x}\"",
+            json_string(&a.dir.display().to_string()),
             q.id()
         );
         for (n, c) in names.iter().zip(counts) {
@@ -458,52 +506,51 @@ pub fn cmd_status(a: Status) -> Result<i32, CliError> {
             age_s.map_or("null".into(), |a| format!("{a:.3}"))
         );
         o += "}";
-        println!("{o}");
+        out!("{o}");
     } else if a.prometheus {
         let ql = a
             .dir
             .display()
             .to_string()
             .replace('\\', "\\\\")
-            .replace('"', "\\\"");
-        println!("# HELP steadq_jobs Jobs in each state.\n# TYPE steadq_jobs gauge");
+            .replace('"', "\\\"")
+            .replace('\n', "\\n"); // Prometheus label escaping
+        out!("# HELP steadq_jobs Jobs in each state.\n# TYPE steadq_jobs gauge");
         for (n, c) in names.iter().zip(counts) {
-            println!("steadq_jobs{{queue=\"{ql}\",state=\"{n}\"}} {c}");
+            out!("steadq_jobs{{queue=\"{ql}\",state=\"{n}\"}} {c}");
         }
-        println!(
-            "# HELP steadq_bytes Bytes of job files in each state.\n# TYPE steadq_bytes gauge"
-        );
+        out!("# HELP steadq_bytes Bytes of job files in each state.\n# TYPE steadq_bytes gauge");
         for (n, b) in names.iter().zip(s.bytes) {
-            println!("steadq_bytes{{queue=\"{ql}\",state=\"{n}\"}} {b}");
+            out!("steadq_bytes{{queue=\"{ql}\",state=\"{n}\"}} {b}");
         }
-        println!("# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n# TYPE steadq_expired_leases gauge");
-        println!(
+        out!("# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n# TYPE steadq_expired_leases gauge");
+        out!(
             "steadq_expired_leases{{queue=\"{ql}\"}} {}",
             s.expired_leases
         );
-        println!("# HELP steadq_foreign_entries Entries that are not valid jobs (see steadq fsck).\n# TYPE steadq_foreign_entries gauge");
-        println!("steadq_foreign_entries{{queue=\"{ql}\"}} {}", s.foreign);
-        println!("# HELP steadq_oldest_ready_age_seconds Age of the oldest ready job (0 when none).\n# TYPE steadq_oldest_ready_age_seconds gauge");
-        println!(
+        out!("# HELP steadq_foreign_entries Entries that are not valid jobs (see steadq fsck).\n# TYPE steadq_foreign_entries gauge");
+        out!("steadq_foreign_entries{{queue=\"{ql}\"}} {}", s.foreign);
+        out!("# HELP steadq_oldest_ready_age_seconds Age of the oldest ready job (0 when none).\n# TYPE steadq_oldest_ready_age_seconds gauge");
+        out!(
             "steadq_oldest_ready_age_seconds{{queue=\"{ql}\"}} {:.3}",
             age_s.unwrap_or(0.0)
         );
     } else {
-        println!("queue    {} ({:032x})", a.dir.display(), q.id());
+        out!("queue    {} ({:032x})", a.dir.display(), q.id());
         for (i, (n, c)) in names.iter().zip(counts).enumerate() {
-            println!("{n:<8} {c:>8}  {:>12} bytes", s.bytes[i]);
+            out!("{n:<8} {c:>8}  {:>12} bytes", s.bytes[i]);
         }
-        println!(
+        out!(
             "expired  {:>8}  leases past their deadline (run `steadq recover`)",
             s.expired_leases
         );
         if s.foreign > 0 {
-            println!(
+            out!(
                 "foreign  {:>8}  entries that are not jobs (run `steadq fsck`)",
                 s.foreign
             );
         }
-        println!(
+        out!(
             "oldest ready job: {}",
             s.oldest_ready_age_ns.map_or("-".into(), fmt_age)
         );
@@ -604,26 +651,26 @@ pub fn cmd_show(a: Show) -> Result<i32, CliError> {
         return Ok(0);
     }
     let n = &l.name;
-    println!("job       {}", n.id);
-    println!(
+    out!("job       {}", n.id);
+    out!(
         "state     {} {}",
         state_name(l.state),
         describe(&q, &n.kind)
     );
-    println!("path      {}", l.rel_path(q.id()));
-    println!("attempt   {}/{}", n.attempt, n.max_attempts);
-    println!("gen       {}", n.generation);
-    println!("created   unix {:.3}", h.created_ns as f64 / 1e9);
-    println!("bytes     {}", h.payload_len);
-    println!("sha256    {}", steadq::format::hex32(&h.payload_sha256));
-    println!("envelope  {}", steadq::format::hex32(&h.envelope_sha256));
+    out!("path      {}", l.rel_path(q.id()));
+    out!("attempt   {}/{}", n.attempt, n.max_attempts);
+    out!("gen       {}", n.generation);
+    out!("created   unix {:.3}", h.created_ns as f64 / 1e9);
+    out!("bytes     {}", h.payload_len);
+    out!("sha256    {}", steadq::format::hex32(&h.payload_sha256));
+    out!("envelope  {}", steadq::format::hex32(&h.envelope_sha256));
     match std::str::from_utf8(&payload) {
-        Ok(t) if t.len() <= 4096 => println!("payload   {t}"),
-        Ok(_) => println!(
+        Ok(t) if t.len() <= 4096 => out!("payload   {t}"),
+        Ok(_) => out!(
             "payload   ({} bytes of text; --raw prints it)",
             payload.len()
         ),
-        Err(_) => println!(
+        Err(_) => out!(
             "payload   ({} bytes of binary; --raw prints it)",
             payload.len()
         ),
@@ -644,7 +691,7 @@ pub struct Recover {
 pub fn cmd_recover(a: Recover) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let r = q.recover()?;
-    println!(
+    out!(
         "expired leases to ready {}, to dead {}; delayed jobs due {}; temp files removed {}; foreign entries {}",
         r.expired, r.expired_dead, r.due, r.temp_removed, r.foreign
     );
@@ -672,7 +719,7 @@ pub fn cmd_fsck(a: Fsck) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let r = q.fsck(a.quarantine)?;
     for p in &r.problems {
-        println!("{p}");
+        out!("{p}");
     }
     eprintln!(
         "fsck {}: {} entries checked, {} job files verified, {} corrupt jobs already dead-lettered, {} problems",
@@ -720,17 +767,17 @@ pub fn cmd_dead(a: Dead) -> Result<i32, CliError> {
                 ErrorKind::NoSuchJob => CliError::usage(format!("{}: no dead job {id}", a.dir.display())),
                 _ => e.into(),
             })?;
-            println!("requeued {id}");
+            out!("requeued {id}");
             Ok(0)
         }
         ("requeue", None, true) => {
             let n = open(&a.dir)?.requeue_dead(None)?;
-            println!("requeued {n} jobs");
+            out!("requeued {n} jobs");
             Ok(0)
         }
         ("purge", None, false) => {
             let n = open(&a.dir)?.purge_dead()?;
-            println!("purged {n} dead jobs");
+            out!("purged {n} dead jobs");
             Ok(0)
         }
         ("requeue", _, _) => Err(CliError::usage("dead requeue needs a job id or --all (not both)")),
@@ -757,7 +804,7 @@ pub struct Compact {
 pub fn cmd_compact(a: Compact) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let n = q.compact(a.older_than)?;
-    println!(
+    out!(
         "compacted {n} receipts into {}",
         a.dir.join(steadq::EVIDENCE_FILE).display()
     );
@@ -770,6 +817,11 @@ pub use demo::{Demo, DemoJob};
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_strings_escape_controls() {
+        assert_eq!(json_string("a\"b\\c\u{1}\n"), r#""a\"b\\c\u0001\u000a""#);
+    }
 
     #[test]
     fn durations() {

@@ -1,6 +1,6 @@
 //! `steadq work`: run a command once per job.
 
-use super::{dur, open, CliError};
+use super::{dur, CliError};
 use argh::FromArgs;
 use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -37,7 +37,11 @@ pub struct Work {
     #[argh(positional)]
     pub dir: PathBuf,
     /// lease (visibility timeout), renewed every third of it while CMD runs (default 30s)
-    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(dur))]
+    #[argh(
+        option,
+        default = "Duration::from_secs(30)",
+        from_str_fn(super::lease_dur)
+    )]
     pub lease: Duration,
     /// jobs to run at once (default 1)
     #[argh(option, default = "1")]
@@ -60,6 +64,10 @@ pub struct Work {
     /// print nothing per job
     #[argh(switch, short = 'q')]
     pub quiet: bool,
+    /// largest payload this worker reads, bytes (default 16 MiB); larger jobs go to dead/
+    /// with reason toolarge, for a worker with a higher limit to requeue
+    #[argh(option, default = "16 << 20")]
+    pub max_payload: u64,
     /// the command and its arguments (after --)
     #[argh(positional, greedy)]
     pub command: Vec<String>,
@@ -84,6 +92,28 @@ fn install_handlers() {
     }
 }
 
+/// Refuse a command that cannot be started before any job is claimed: a typo would otherwise
+/// use up an attempt of each job it touches.
+fn check_command(cmd: &str) -> Result<(), CliError> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let found = if cmd.contains('/') {
+        runnable(std::path::Path::new(cmd))
+    } else {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| runnable(&d.join(cmd))))
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(CliError::usage(format!(
+            "cannot run {cmd:?}: not found or not executable (no job was claimed)"
+        )))
+    }
+}
+
 enum JobEnd {
     Continue,
     Fatal(CliError),
@@ -101,7 +131,14 @@ pub fn cmd_work(a: Work) -> Result<i32, CliError> {
     if a.lease < Duration::from_secs(1) {
         return Err(CliError::usage("--lease must be at least 1s"));
     }
-    let q = open(&a.dir)?;
+    check_command(&a.command[0])?;
+    let q = steadq::Queue::open_with(
+        &a.dir,
+        steadq::Options {
+            max_payload: a.max_payload,
+            ..Default::default()
+        },
+    )?;
     install_handlers();
     if a.once {
         return match q.claim_for(a.lease)? {
@@ -164,16 +201,31 @@ pub fn cmd_work(a: Work) -> Result<i32, CliError> {
 fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
     let started = Instant::now();
     let (id, attempt, max) = (lease.id(), lease.attempt(), lease.max_attempts());
-    let mut child = match Command::new(&a.command[0])
-        .args(&a.command[1..])
+    let parent = std::process::id() as libc::pid_t;
+    let mut cmd = Command::new(&a.command[0]);
+    cmd.args(&a.command[1..])
         .env("STEADQ_QUEUE", &a.dir)
         .env("STEADQ_JOB_ID", id.to_string())
         .env("STEADQ_ATTEMPT", attempt.to_string())
         .env("STEADQ_MAX_ATTEMPTS", max.to_string())
         .stdin(Stdio::piped())
-        .process_group(0) // a terminal's Ctrl-C reaches steadq, which decides about the job
-        .spawn()
-    {
+        .process_group(0); // a terminal's Ctrl-C reaches steadq, which decides about the job
+                           // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2) and
+                           // getppid(2), both async-signal-safe; it touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            // If this worker dies (SIGKILL, OOM), its job's lease will expire and the job will
+            // run elsewhere: the orphaned command must not go on running beside it.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != parent
+            {
+                return Err(std::io::Error::other(
+                    "worker exited before the command started",
+                ));
+            }
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             // A command that cannot start would burn every job's attempts: stop instead.

@@ -299,6 +299,27 @@ fn bad_input_gives_a_clear_error_and_changes_nothing() {
             vec!["work".into(), p(q).into(), "--once".into()],
             "needs a command",
         ),
+        (
+            vec![
+                "work".into(),
+                p(q).into(),
+                "--lease".into(),
+                "30d".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            "bad lease '30d'",
+        ),
+        (
+            vec![
+                "claim".into(),
+                p(q).into(),
+                "--payload-out".into(),
+                p(&missing.join("p")).into(),
+            ],
+            "missing",
+        ),
+        (vec!["demo".into(), p(q).into()], "is not empty"),
     ];
     for (args, want) in &cases {
         let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
@@ -421,7 +442,12 @@ fn work_once_exit_codes_decide_the_job() {
         "{}",
         text(&o.stderr)
     );
-    assert_eq!(state().state, State::Ready);
+    let l = state();
+    assert_eq!(
+        (l.state, l.name.attempt, l.name.generation),
+        (State::Ready, 0, 0),
+        "never claimed: no attempt used"
+    );
 }
 
 #[test]
@@ -509,5 +535,95 @@ fn sigterm_lets_a_running_job_finish_or_releases_it_after_the_grace_period() {
         );
         let l = Queue::open(q).unwrap().list(None).unwrap();
         assert_eq!(l[0].state, want, "grace {grace}, job sleeps {sleep}s");
+    }
+}
+
+#[test]
+fn a_closed_stdout_does_not_fail_a_done_operation() {
+    use std::io::Write;
+    let d = TempDir::new("cli-pipe");
+    assert!(steadq(&["init", p(d.path())]).status.success());
+    let mut c = Command::new(BIN)
+        .args(["enqueue", p(d.path())])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(c.stdout.take()); // the reader is gone before steadq prints the id
+    c.stdin.take().unwrap().write_all(b"x").unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(Queue::open(d.path()).unwrap().status().unwrap().ready, 1);
+}
+
+#[test]
+fn large_payload_limit_keeps_the_payload() {
+    // Regression: --max-payload 18446744073709551615 overflowed and enqueued an empty payload.
+    let d = TempDir::new("cli-maxlimit");
+    assert!(steadq(&["init", p(d.path())]).status.success());
+    let id = text(
+        &steadq_in(
+            &[
+                "enqueue",
+                p(d.path()),
+                "--max-payload",
+                "18446744073709551615",
+            ],
+            b"hello world",
+        )
+        .stdout,
+    )
+    .trim()
+    .to_string();
+    assert_eq!(
+        steadq(&["show", p(d.path()), &id, "--raw"]).stdout,
+        b"hello world"
+    );
+}
+
+#[test]
+fn a_killed_worker_takes_its_command_with_it() {
+    let d = TempDir::new("cli-pdeath");
+    assert!(steadq(&["init", p(d.path())]).status.success());
+    steadq_in(&["enqueue", p(d.path())], b"x");
+    let mut w = Command::new(BIN)
+        .args([
+            "work",
+            p(d.path()),
+            "--quiet",
+            "--",
+            "sh",
+            "-c",
+            "cat >/dev/null; sleep 30",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let child = loop {
+        let kids: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", w.id()))
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| c.split_whitespace().map(String::from).collect::<Vec<_>>())
+            .collect();
+        if let Some(k) = kids.first() {
+            break k.clone();
+        }
+        assert!(t.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    w.kill().unwrap();
+    w.wait().unwrap();
+    let t = Instant::now();
+    // Gone, or a zombie waiting for init to reap it.
+    while std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the command outlived its worker"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -131,3 +131,38 @@ fn a_job_from_another_queue_is_foreign() {
         ProblemKind::Foreign(scan::Foreign::Name(name::NameError::Tag))
     );
 }
+
+#[test]
+fn fsck_reports_one_job_in_two_states() {
+    let d = TempDir::new("dup");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"twice").unwrap();
+    let l = q.find(id).unwrap();
+    // Plant a hard link of the ready job under a valid dead name in today's bucket.
+    let dead = l.name.next(
+        Kind::Dead {
+            reason: Reason::FAILED,
+        },
+        false,
+    );
+    let bucket = name::bucket_name(q.clock().wall_ns(), 86_400_000_000_000);
+    std::fs::create_dir_all(d.path().join("dead").join(bucket.as_str())).unwrap();
+    std::fs::hard_link(
+        d.path().join(l.rel_path(q.id())),
+        d.path()
+            .join("dead")
+            .join(bucket.as_str())
+            .join(dead.format(q.id()).as_str()),
+    )
+    .unwrap();
+    let rep = q.fsck(false).unwrap();
+    assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
+    assert!(
+        matches!(rep.problems[0].kind, ProblemKind::Duplicate(_)),
+        "{}",
+        rep.problems[0]
+    );
+    assert!(rep.problems[0]
+        .to_string()
+        .contains("the same job id is also at"));
+}

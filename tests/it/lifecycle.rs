@@ -647,3 +647,133 @@ fn status_counts_and_ages() {
     assert!(s.oldest_ready_age_ns.is_some());
     assert!(!h.is_empty());
 }
+
+#[test]
+fn unlimited_payload_limit_does_not_overflow() {
+    // Regression: max_payload + header length overflowed (panic in debug, a valid job
+    // dead-lettered as corrupt in release).
+    let d = TempDir::new("nolimit");
+    let q = Queue::create(
+        d.path(),
+        Options {
+            max_payload: u64::MAX,
+            shards: 1,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    q.enqueue(b"no limit").unwrap();
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!(l.payload(), b"no limit");
+    l.ack().unwrap();
+}
+
+#[test]
+fn a_job_larger_than_the_workers_limit_is_dead_lettered_as_toolarge_not_corrupt() {
+    let d = TempDir::new("toolarge");
+    let producer = Queue::create(
+        d.path(),
+        Options {
+            max_payload: 1 << 20,
+            shards: 1,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let big = producer.enqueue(&vec![9u8; 5000]).unwrap();
+    let small = producer.enqueue(b"small").unwrap();
+    let worker = Queue::open_with(
+        d.path(),
+        Options {
+            max_payload: 1000,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    while let Some(l) = worker.claim().unwrap() {
+        got.push(l.id());
+        l.ack().unwrap();
+    }
+    assert_eq!(got, vec![small], "only the small job is handed out");
+    let dead = worker.list(Some(State::Dead)).unwrap();
+    assert_eq!((dead.len(), dead[0].name.id), (1, big));
+    assert_eq!(
+        dead[0].name.kind,
+        Kind::Dead {
+            reason: Reason::TOO_LARGE
+        }
+    );
+    // It is intact: a worker with a higher limit can requeue and run it.
+    assert!(producer.fsck(false).unwrap().clean());
+    producer.requeue_dead(Some(big)).unwrap();
+    let l = producer.claim().unwrap().unwrap();
+    assert_eq!(l.payload().len(), 5000);
+}
+
+#[test]
+fn stray_entries_named_like_buckets_or_temp_files_do_not_stop_recovery() {
+    let d = TempDir::new("stray");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue_with(
+        b"later",
+        &EnqueueOptions {
+            delay: Some(Duration::from_secs(1)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    std::fs::write(d.path().join("delayed/0000000000000001"), b"not a bucket").unwrap();
+    let boot = q.clock().boot_id();
+    std::fs::create_dir(
+        d.path()
+            .join(format!("tmp/{:032x}.{:08x}.{:032x}.tmp", boot ^ 1, 1, 2)),
+    )
+    .unwrap();
+    q.clock().shift_wall(5 * SEC);
+    let r = q.recover().unwrap();
+    assert_eq!((r.due, r.foreign), (1, 2));
+    let f = q.fsck(false).unwrap();
+    assert_eq!(f.problems.len(), 2, "{:?}", f.problems);
+    assert!(q.fsck(true).unwrap().problems.iter().all(|p| p.quarantined));
+    assert!(q.fsck(false).unwrap().clean());
+}
+
+#[test]
+fn a_reader_without_write_access_can_still_look() {
+    let d = TempDir::new("ro");
+    drop(Queue::create(d.path(), opts(1)).unwrap());
+    // Learn which open(2) is the rename probe's, then refuse exactly that one with EACCES.
+    let count = sys::FaultPlan::new(vec![]);
+    drop(
+        Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(count.clone()),
+                ..Options::default()
+            },
+        )
+        .unwrap(),
+    );
+    let trace = count.trace();
+    let first_rename = trace.iter().position(|c| *c == sys::Call::Rename).unwrap();
+    let nth = trace[..first_rename]
+        .iter()
+        .filter(|c| **c == sys::Call::Open)
+        .count() as u32;
+    let plan = sys::FaultPlan::new(vec![sys::Fault {
+        call: sys::Call::Open,
+        nth,
+        action: sys::FaultAction::Fail(sys::Errno::ACCESS),
+    }]);
+    let q = Queue::open_with(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(plan.fired());
+    assert_eq!(q.status().unwrap().ready, 0);
+}
