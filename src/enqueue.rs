@@ -1,7 +1,8 @@
 //! Enqueue: write the whole job file unnamed, make it durable, then give it its name.
 //!
 //! Route (probed once, see [`crate::sys::Sys::link_tmpfile`]): `O_TMPFILE` in the target
-//! directory, write, fsync(file), `linkat` into place (the linearization point), fsync(dir).
+//! directory, write, fsync(file), `linkat` into place (the linearization point), fsync(file)
+//! again (btrfs needs it, see DESIGN.md), fsync(dir).
 //! Where `O_TMPFILE` or both `linkat` forms are refused: a named file under `tmp/`, write,
 //! fsync, `renameat2(RENAME_NOREPLACE)` into place (the linearization point), fsync(dir),
 //! fsync(tmp/).
@@ -56,7 +57,7 @@ struct Prepared<'a> {
 /// A written, not yet published job file.
 enum Written {
     Unnamed(OwnedFd),
-    Named(String),
+    Named(String, OwnedFd),
 }
 
 fn is_eio(e: Errno) -> Outcome {
@@ -96,7 +97,7 @@ impl Queue {
     pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId> {
         let p = self.prepare(payload, o)?;
         let w = self.write_job(&p, true)?;
-        self.publish(&p, w)?;
+        self.publish(&p, w, self.opts.durability != Durability::None)?;
         self.barrier(p.dir.fd()).map_err(|e| {
             Error::io(
                 Call::FsyncDir,
@@ -139,30 +140,25 @@ impl Queue {
         self.sys
             .syncfs(self.dirs.root.as_fd())
             .map_err(|e| Error::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone())))?;
-        let mut touched: Vec<usize> = Vec::new();
         for (i, (p, w)) in prepared.iter().zip(written).enumerate() {
-            self.publish(p, w).map_err(|e| {
+            self.publish(p, w, false).map_err(|e| {
                 if i > 0 {
                     e.with_outcome(Outcome::Indeterminate)
                 } else {
                     e
                 }
             })?;
-            if !touched.iter().any(|&j| prepared[j].rel_dir == p.rel_dir) {
-                touched.push(i);
-            }
         }
-        for &i in &touched {
-            let p = &prepared[i];
-            self.barrier(p.dir.fd()).map_err(|e| {
-                Error::io(
-                    Call::FsyncDir,
-                    e,
-                    Outcome::Indeterminate,
-                    Some(self.path(&p.rel_dir)),
-                )
-            })?;
-        }
+        // One more syncfs makes every new name durable with its data, on every filesystem
+        // (see `publish` for why a directory fsync alone is not enough on btrfs).
+        self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
+            Error::io(
+                Call::Syncfs,
+                e,
+                Outcome::Indeterminate,
+                Some(self.root.clone()),
+            )
+        })?;
         Ok(prepared.iter().map(|p| p.name.id).collect())
     }
 
@@ -277,25 +273,38 @@ impl Queue {
             let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
             return Err(nd(c, e, &rel));
         }
-        Ok(Written::Named(tmp))
+        Ok(Written::Named(tmp, fd))
     }
 
     /// The linearization point: give the written file its job name.
-    fn publish(&self, p: &Prepared<'_>, w: Written) -> Result<()> {
+    ///
+    /// With `resync`, the file is fsynced once more after it has its name: btrfs was seen by
+    /// the crash lab to lose the data of an `O_TMPFILE` fsynced before `linkat` when only the
+    /// directory was fsynced after it (zero-length jobs after a crash). On ext4 and xfs that
+    /// fsync carries the link's journal commit, so the directory fsync after it is cheap.
+    fn publish(&self, p: &Prepared<'_>, w: Written, resync: bool) -> Result<()> {
         let name = p.name.format(self.ident.id);
         let rel = format!("{}/{}", p.rel_dir, name);
         match w {
             Written::Unnamed(fd) => match self.sys.link_tmpfile(fd.as_fd(), p.dir.fd(), &name) {
+                Ok(()) if resync => self.barrier_file(fd.as_fd()).map_err(|e| {
+                    Error::io(
+                        Call::Fsync,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path(&rel)),
+                    )
+                }),
                 Ok(()) => Ok(()),
                 Err(Errno::NOTSUP) => {
                     // Neither linkat route works here: redo through tmp/.
                     self.sys.force_named_publish();
                     let w = self.write_job(p, self.opts.durability != Durability::None)?;
-                    self.publish(p, w)
+                    self.publish(p, w, resync)
                 }
                 Err(e) => Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel)))),
             },
-            Written::Named(tmp) => {
+            Written::Named(tmp, fd) => {
                 if let Err(e) = self
                     .sys
                     .rename(self.dirs.tmp.as_fd(), &tmp, p.dir.fd(), &name)
@@ -304,6 +313,16 @@ impl Queue {
                         let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
                     }
                     return Err(Error::io(Call::Rename, e, is_eio(e), Some(self.path(&rel))));
+                }
+                if resync {
+                    self.barrier_file(fd.as_fd()).map_err(|e| {
+                        Error::io(
+                            Call::Fsync,
+                            e,
+                            Outcome::Indeterminate,
+                            Some(self.path(&rel)),
+                        )
+                    })?;
                 }
                 self.barrier(self.dirs.tmp.as_fd()).map_err(|e| {
                     Error::io(

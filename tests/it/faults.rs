@@ -408,7 +408,7 @@ fn a_skip_fault_lies_about_every_matching_barrier() {
     assert!(plan.fired());
     assert_eq!(
         (plan.count(Call::Fsync), plan.count(Call::FsyncDir)),
-        (3, 3)
+        (6, 3)
     );
     assert_eq!(q.list(None).unwrap().len(), 3);
 }
