@@ -350,6 +350,22 @@ impl Queue {
         })
     }
 
+    /// Whether the root path still names the directory this handle opened. False once the
+    /// queue was removed or replaced (say `rm -rf` and `steadq init` again): this handle
+    /// then works on a directory nobody else sees, and should be reopened.
+    ///
+    /// # Errors
+    /// None: an unreadable path counts as replaced.
+    pub fn is_current(&self) -> bool {
+        match (
+            self.sys.file_id(self.dirs.root.as_fd()),
+            self.sys.path_id(&self.root),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        }
+    }
+
     /// The queue's root path as given.
     pub fn root(&self) -> &Path {
         &self.root

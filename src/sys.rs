@@ -594,6 +594,21 @@ impl Sys {
         })
     }
 
+    /// `(st_dev, st_ino)` of an open fd (`fstat(2)`), to tell whether a path still names it.
+    pub fn file_id(&self, fd: BorrowedFd<'_>) -> R<(u64, u64)> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::fstat(fd).map(|st| (st.st_dev as u64, st.st_ino as u64))
+        })
+    }
+
+    /// `(st_dev, st_ino)` of a path outside the queue (`stat(2)`, following symlinks as the
+    /// queue root's open did).
+    pub fn path_id(&self, path: &std::path::Path) -> R<(u64, u64)> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::stat(path).map(|st| (st.st_dev as u64, st.st_ino as u64))
+        })
+    }
+
     /// `fstatfs(2)`: the filesystem magic (`f_type`), see `statfs(2)` and `linux/magic.h`.
     #[allow(clippy::unnecessary_cast)] // f_type is i32 on 32-bit ARM
     pub fn fs_magic(&self, fd: BorrowedFd<'_>) -> R<i64> {

@@ -162,6 +162,14 @@ pub fn cmd_work(a: Work) -> Result<i32, CliError> {
                 std::thread::sleep(Duration::from_millis(100));
                 if last.elapsed() >= every {
                     last = Instant::now();
+                    if !q.is_current() {
+                        *fatal.lock().unwrap() = Some(CliError::usage(format!(
+                            "{}: the queue directory was removed or replaced while this worker ran; stopping (start it again to use the new queue)",
+                            a.dir.display()
+                        )));
+                        STOP.store(true, Ordering::SeqCst);
+                        break;
+                    }
                     if let Err(e) = q.recover() {
                         log::warn!("recover: {e}");
                     }

@@ -627,3 +627,41 @@ fn a_killed_worker_takes_its_command_with_it() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn a_worker_notices_its_queue_was_replaced() {
+    let d = TempDir::new("cli-ghost");
+    assert!(steadq(&["init", p(d.path())]).status.success());
+    let mut w = Command::new(BIN)
+        .args([
+            "work",
+            p(d.path()),
+            "--lease",
+            "2s",
+            "--quiet",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::remove_dir_all(d.path()).unwrap();
+    assert!(steadq(&["init", p(d.path())]).status.success());
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = w.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "worker kept running on the removed queue"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut w.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(2));
+    assert!(err.contains("removed or replaced"), "{err}");
+}
