@@ -595,6 +595,7 @@ impl Sys {
     }
 
     /// `(st_dev, st_ino)` of an open fd (`fstat(2)`), to tell whether a path still names it.
+    #[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
     pub fn file_id(&self, fd: BorrowedFd<'_>) -> R<(u64, u64)> {
         self.run_retry(Call::Stat, || {
             rustix::fs::fstat(fd).map(|st| (st.st_dev as u64, st.st_ino as u64))
@@ -603,6 +604,7 @@ impl Sys {
 
     /// `(st_dev, st_ino)` of a path outside the queue (`stat(2)`, following symlinks as the
     /// queue root's open did).
+    #[allow(clippy::unnecessary_cast)] // as above
     pub fn path_id(&self, path: &std::path::Path) -> R<(u64, u64)> {
         self.run_retry(Call::Stat, || {
             rustix::fs::stat(path).map(|st| (st.st_dev as u64, st.st_ino as u64))
