@@ -221,19 +221,8 @@ impl Queue {
         if self.sys.publish_mode() != Some(Publish::Named) {
             match self.sys.open_tmpfile(p.dir.fd()) {
                 Ok(fd) => {
-                    let fill = || -> core::result::Result<(), (Call, Errno)> {
-                        self.sys
-                            .write_all(fd.as_fd(), &p.header)
-                            .map_err(|e| (Call::Write, e))?;
-                        self.sys
-                            .write_all(fd.as_fd(), p.payload)
-                            .map_err(|e| (Call::Write, e))?;
-                        if sync {
-                            self.sys.fsync(fd.as_fd()).map_err(|e| (Call::Fsync, e))?;
-                        }
-                        Ok(())
-                    };
-                    fill().map_err(|(c, e)| nd(c, e, &p.rel_dir))?;
+                    self.fill(fd.as_fd(), p, sync)
+                        .map_err(|(c, e)| nd(c, e, &p.rel_dir))?;
                     return Ok(Written::Unnamed(fd));
                 }
                 Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
@@ -257,23 +246,30 @@ impl Queue {
             .sys
             .create_file(self.dirs.tmp.as_fd(), &tmp)
             .map_err(|e| nd(Call::Open, e, &rel))?;
-        let fill = || -> core::result::Result<(), (Call, Errno)> {
-            self.sys
-                .write_all(fd.as_fd(), &p.header)
-                .map_err(|e| (Call::Write, e))?;
-            self.sys
-                .write_all(fd.as_fd(), p.payload)
-                .map_err(|e| (Call::Write, e))?;
-            if sync {
-                self.sys.fsync(fd.as_fd()).map_err(|e| (Call::Fsync, e))?;
-            }
-            Ok(())
-        };
-        if let Err((c, e)) = fill() {
+        if let Err((c, e)) = self.fill(fd.as_fd(), p, sync) {
             let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
             return Err(nd(c, e, &rel));
         }
         Ok(Written::Named(tmp, fd))
+    }
+
+    /// Write header and payload to `fd`, then fsync it when `sync`.
+    fn fill(
+        &self,
+        fd: BorrowedFd<'_>,
+        p: &Prepared<'_>,
+        sync: bool,
+    ) -> core::result::Result<(), (Call, Errno)> {
+        self.sys
+            .write_all(fd, &p.header)
+            .map_err(|e| (Call::Write, e))?;
+        self.sys
+            .write_all(fd, p.payload)
+            .map_err(|e| (Call::Write, e))?;
+        if sync {
+            self.sys.fsync(fd).map_err(|e| (Call::Fsync, e))?;
+        }
+        Ok(())
     }
 
     /// The linearization point: give the written file its job name.
