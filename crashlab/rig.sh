@@ -4,7 +4,7 @@
 # Fresh Debian 12, as root. See crashlab/README.md. Knobs (environment):
 #   CRASHLAB_FS="ext4 xfs btrfs"   filesystems for the normal run
 #   CRASHLAB_NEGATIVE="ext4 xfs btrfs"  filesystems for the negative control ("" to skip)
-#   CRASHLAB_JOBS=60               workload --jobs for the normal run (about 430-730 crash states)
+#   CRASHLAB_JOBS=80               workload --jobs for the normal run (about 420-590 crash states)
 #   CRASHLAB_NEG_JOBS=15           workload --jobs for the negative control
 #   CRASHLAB_NEG_FLAG=--skip-file-fsync
 #   CRASHLAB_WORKLOAD_ARGS=""      extra workload arguments (both runs)
@@ -36,7 +36,7 @@ CACHE=${CRASHLAB_CACHE:-$TARGET_DIR/crashlab-cache}
 WORK=${CRASHLAB_WORK:-$TARGET_DIR/crashlab-work}
 FSLIST=${CRASHLAB_FS-ext4 xfs btrfs}
 NEGLIST=${CRASHLAB_NEGATIVE-ext4 xfs btrfs}
-JOBS=${CRASHLAB_JOBS:-60}
+JOBS=${CRASHLAB_JOBS:-80}
 NEG_JOBS=${CRASHLAB_NEG_JOBS:-15}
 NEG_FLAG=${CRASHLAB_NEG_FLAG:---skip-file-fsync}
 EXTRA_ARGS=${CRASHLAB_WORKLOAD_ARGS:-}
