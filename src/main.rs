@@ -63,7 +63,33 @@ enum Cmd {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let top: Top = argh::from_env();
+    // argh::from_env would print --help with println!, which panics on a closed pipe
+    // (`steadq --help | head`): parse here and print through `out!`.
+    let args: Vec<String> = match std::env::args_os().map(|a| a.into_string()).collect() {
+        Ok(a) => a,
+        Err(bad) => {
+            eprintln!("steadq: argument {bad:?} is not UTF-8");
+            std::process::exit(1);
+        }
+    };
+    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let top = match Top::from_args(&strs[..1], &strs[1..]) {
+        Ok(t) => t,
+        Err(argh::EarlyExit {
+            output,
+            status: Ok(()),
+        }) => {
+            out!("{}", output.trim_end());
+            std::process::exit(0);
+        }
+        Err(argh::EarlyExit {
+            output,
+            status: Err(()),
+        }) => {
+            eprintln!("{}", output.trim_end());
+            std::process::exit(1);
+        }
+    };
     let code = match run(top.cmd) {
         Ok(c) => c,
         Err(e) => {
