@@ -55,6 +55,16 @@ pub struct Status {
     pub oldest_ready_age_ns: Option<u64>,
 }
 
+/// Why [`Queue::load_job`] could not hand out a verified job.
+pub(crate) enum Load {
+    /// The name is gone (moved or removed meanwhile).
+    Missing,
+    /// Not a regular file, or it fails verification.
+    Corrupt(crate::format::Corruption),
+    /// A call failed.
+    Io(Call, Errno),
+}
+
 /// One entry seen by [`Queue::walk`].
 pub(crate) struct Seen<'a> {
     pub dir_rel: &'a str,
@@ -276,64 +286,44 @@ impl Queue {
             .open_dir_beneath(self.dirs.root.as_fd(), &job.dir)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&job.dir))))?;
         let name = job.name.format(self.ident.id);
-        let fd = match self.sys.open_file_ro(dir.as_fd(), &name) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => {
-                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))))
-            }
-            Err(Errno::LOOP | Errno::NXIO) => {
-                return Err(Error::not_done(
-                    ErrorKind::Corrupt(crate::format::Corruption::NotRegular),
-                    Some(self.path(&rel)),
-                ))
-            }
-            Err(e) => {
-                return Err(Error::io(
-                    Call::Open,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(&rel)),
-                ))
-            }
-        };
+        let path = Some(self.path(&rel));
+        match self.load_job(dir.as_fd(), &name, job.name.id.0) {
+            Ok(x) => Ok(x),
+            Err(Load::Missing) => Err(Error::not_done(ErrorKind::LeaseLost, path)),
+            Err(Load::Corrupt(c)) => Err(Error::not_done(ErrorKind::Corrupt(c), path)),
+            Err(Load::Io(call, e)) => Err(Error::io(call, e, Outcome::NotDone, path)),
+        }
+    }
+
+    /// Open `name` in `dir` without following symlinks or blocking on a fifo, check it is a
+    /// regular file, read it (up to max(max_payload, 1 GiB) + header) and verify it as job `id`.
+    /// Returns the header and the payload. Shared by `read_job` and `fsck`.
+    pub(crate) fn load_job(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        id: u128,
+    ) -> core::result::Result<(crate::format::Header, Vec<u8>), Load> {
+        let fd = self.sys.open_file_ro(dir, name).map_err(|e| match e {
+            Errno::NOENT => Load::Missing,
+            Errno::LOOP | Errno::NXIO => Load::Corrupt(crate::format::Corruption::NotRegular),
+            e => Load::Io(Call::Open, e),
+        })?;
         match self.sys.fstat(fd.as_fd()) {
             Ok((rustix::fs::FileType::RegularFile, _)) => {}
-            Ok(_) => {
-                return Err(Error::not_done(
-                    ErrorKind::Corrupt(crate::format::Corruption::NotRegular),
-                    Some(self.path(&rel)),
-                ))
-            }
-            Err(e) => {
-                return Err(Error::io(
-                    Call::Stat,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(&rel)),
-                ))
-            }
+            Ok(_) => return Err(Load::Corrupt(crate::format::Corruption::NotRegular)),
+            Err(e) => return Err(Load::Io(Call::Stat, e)),
         }
         let mut buf = Vec::new();
-        match self.sys.read_all(
-            fd.as_fd(),
-            self.opts
-                .max_payload
-                .max(1 << 30)
-                .saturating_add(HEADER_LEN as u64),
-            &mut buf,
-        ) {
-            Ok(()) => {}
-            Err(e) => {
-                return Err(Error::io(
-                    Call::Read,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(&rel)),
-                ))
-            }
-        }
-        let h = verify(&buf, job.name.id.0, self.ident.id)
-            .map_err(|c| Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel))))?;
+        let limit = self
+            .opts
+            .max_payload
+            .max(1 << 30)
+            .saturating_add(HEADER_LEN as u64);
+        self.sys
+            .read_all(fd.as_fd(), limit, &mut buf)
+            .map_err(|e| Load::Io(Call::Read, e))?;
+        let h = verify(&buf, id, self.ident.id).map_err(Load::Corrupt)?;
         buf.drain(..HEADER_LEN);
         Ok((h, buf))
     }

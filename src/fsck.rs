@@ -4,7 +4,7 @@
 //! Dead jobs with reason `corrupt` are where corrupt jobs belong: they are counted, not
 //! reported.
 
-use crate::admin::EVIDENCE_FILE;
+use crate::admin::{Load, EVIDENCE_FILE};
 use crate::error::{Error, Outcome, Result};
 use crate::format::Corruption;
 use crate::name::{JobName, Kind, Reason};
@@ -135,7 +135,6 @@ impl Queue {
                     Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
         }
-        let qid = self.ident.id;
         // Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
         self.sys
             .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
@@ -176,10 +175,9 @@ impl Queue {
             }
             match s.parsed {
                 Err(f) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), ProblemKind::Foreign(f))),
-                Ok(n) => match self.check_file(s.dir, s.raw, &n, qid) {
-                    // Moved by a worker between the listing and the open: not a problem.
-                    Err(ProblemKind::Unreadable(Errno::NOENT)) => {}
-                    Ok(()) => rep.verified += 1,
+                Ok(n) => match self.check_file(s.dir, s.raw, &n) {
+                    Ok(true) => rep.verified += 1,
+                    Ok(false) => {}
                     Err(ProblemKind::Corrupt(_)) if matches!(n.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) => rep.dead_corrupt += 1,
                     Err(k) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), k)),
                 },
@@ -222,36 +220,23 @@ impl Queue {
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(name))))
     }
 
+    /// `Ok(true)`: verified; `Ok(false)`: moved by a worker between the listing and the open
+    /// (not a problem on a live queue).
     fn check_file(
         &self,
         dir: BorrowedFd<'_>,
         raw: &str,
         n: &JobName,
-        qid: u128,
-    ) -> core::result::Result<(), ProblemKind> {
-        let fd = self.sys.open_file_ro(dir, raw).map_err(|e| match e {
-            Errno::LOOP | Errno::NXIO => ProblemKind::Foreign(Foreign::NotRegular),
-            e => ProblemKind::Unreadable(e),
-        })?;
-        match self.sys.fstat(fd.as_fd()) {
-            Ok((rustix::fs::FileType::RegularFile, _)) => {}
-            Ok(_) => return Err(ProblemKind::Foreign(Foreign::NotRegular)),
-            Err(e) => return Err(ProblemKind::Unreadable(e)),
+    ) -> core::result::Result<bool, ProblemKind> {
+        match self.load_job(dir, raw, n.id.0) {
+            Ok(_) => Ok(true),
+            Err(Load::Missing) => Ok(false),
+            Err(Load::Corrupt(crate::format::Corruption::NotRegular)) => {
+                Err(ProblemKind::Foreign(Foreign::NotRegular))
+            }
+            Err(Load::Corrupt(c)) => Err(ProblemKind::Corrupt(c)),
+            Err(Load::Io(_, e)) => Err(ProblemKind::Unreadable(e)),
         }
-        let mut buf = Vec::new();
-        self.sys
-            .read_all(
-                fd.as_fd(),
-                self.opts
-                    .max_payload
-                    .max(1 << 30)
-                    .saturating_add(crate::format::HEADER_LEN as u64),
-                &mut buf,
-            )
-            .map_err(ProblemKind::Unreadable)?;
-        crate::format::verify(&buf, n.id.0, qid)
-            .map(drop)
-            .map_err(ProblemKind::Corrupt)
     }
 
     /// Move `dir/name` to `quarantine/dir/name`. False if it vanished meanwhile.
