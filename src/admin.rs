@@ -99,13 +99,9 @@ impl Queue {
         ] {
             for (s, fd) in fds.iter().enumerate() {
                 let rel = format!("{parent}/{}", shard_name(s as u16));
-                let fits = |n: &JobName| {
-                    n.id.shard(shards) == s as u16
-                        && if area == State::Acked {
-                            matches!(n.kind, Kind::Receipt { .. })
-                        } else {
-                            matches!(n.kind, Kind::Ready | Kind::Leased(_))
-                        }
+                let fits = |n: &JobName| match area {
+                    State::Acked => crate::scan::fits_receipt_shard(n, s as u16, shards),
+                    _ => crate::scan::fits_ready_shard(n, s as u16, shards),
                 };
                 scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| {
                     f(Seen {

@@ -120,7 +120,7 @@ impl Queue {
             &self.sys,
             fd,
             self.ident.id,
-            |n| n.id.shard(shards) == s && matches!(n.kind, Kind::Ready | Kind::Leased(_)),
+            |n| crate::scan::fits_ready_shard(n, s, shards),
             |raw, r| match r {
                 Ok(n) if n.kind == Kind::Ready => out.push(n),
                 Ok(_) => {}

@@ -85,7 +85,7 @@ impl Queue {
                 &self.sys,
                 self.dirs.ready[s as usize].as_fd(),
                 self.ident.id,
-                |n| n.id.shard(shards) == s && matches!(n.kind, Kind::Ready | Kind::Leased(_)),
+                |n| crate::scan::fits_ready_shard(n, s, shards),
                 |_, e| match e {
                     Ok(n) => {
                         if let Kind::Leased(l) = n.kind {

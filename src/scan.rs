@@ -49,6 +49,16 @@ pub fn state_of(kind: &Kind) -> State {
     }
 }
 
+/// Whether `n` belongs in `ready/<shard>/` (a ready or leased name of that shard).
+pub(crate) fn fits_ready_shard(n: &JobName, shard: u16, shards: u16) -> bool {
+    n.id.shard(shards) == shard && matches!(n.kind, Kind::Ready | Kind::Leased(_))
+}
+
+/// Whether `n` belongs in `receipts/<shard>/`.
+pub(crate) fn fits_receipt_shard(n: &JobName, shard: u16, shards: u16) -> bool {
+    n.id.shard(shards) == shard && matches!(n.kind, Kind::Receipt { .. })
+}
+
 /// List `dir`, which holds jobs accepted by `fits`, calling `f(name, parsed)` per entry.
 pub(crate) fn scan(
     sys: &Sys,
