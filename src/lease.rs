@@ -10,7 +10,7 @@ use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::format::{verify, Corruption, HEADER_LEN};
 use crate::name::{JobId, JobName, Kind, LeaseFields, Reason};
 use crate::queue::{random, Queue};
-use crate::scan::scan;
+use crate::recover::RecoverReport;
 use crate::state::{Op, State};
 use crate::sys::{Call, Errno};
 use rustix::fs::FileType;
@@ -74,72 +74,95 @@ impl Queue {
         self.claim_for(self.opts.lease)
     }
 
-    /// Claim with a lease (visibility timeout) of `lease`. Errors as [`Queue::claim`], plus
+    /// Claim with a lease (visibility timeout) of `lease`. When no job is ready it first makes
+    /// due delayed jobs and expired leases ready (the listing it already did shows the leases;
+    /// delayed buckets are read only up to the current one) and tries again, so a plain
+    /// `claim` from cron never strands a job. Errors as [`Queue::claim`], plus
     /// [`ErrorKind::InvalidArgument`] for a zero lease.
     pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease<'_>>> {
+        self.claim_sweep(lease, &mut RecoverReport::default())
+    }
+
+    /// [`Queue::claim_for`], collecting what the listings saw (next due time, next lease
+    /// expiry, recovered jobs) in `seen`, for a waiting claim to sleep on.
+    pub(crate) fn claim_sweep(
+        &self,
+        lease: Duration,
+        seen: &mut RecoverReport,
+    ) -> Result<Option<Lease<'_>>> {
         if lease.is_zero() {
             return Err(Error::not_done(
                 ErrorKind::InvalidArgument("lease must be longer than zero"),
                 None,
             ));
         }
+        for round in 0..2 {
+            if let Some(l) = self.claim_round(lease, seen)? {
+                return Ok(Some(l));
+            }
+            if round == 1 {
+                break;
+            }
+            let before = seen.moved();
+            if let Err(e) = self.recover_delayed(seen) {
+                log::warn!("making due delayed jobs ready: {e}");
+            }
+            if seen.moved() == before {
+                break;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Pop candidates, refilling from each shard at most once. The cursor's lock is not held
+    /// while a directory is listed.
+    fn claim_round(&self, lease: Duration, seen: &mut RecoverReport) -> Result<Option<Lease<'_>>> {
         let mut refills = 0u32;
         loop {
             let next = {
                 let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
                 match c.candidates.pop() {
-                    Some(x) => Some(x),
-                    None if refills >= self.ident.shards as u32 => None,
+                    Some(x) => Ok(x),
+                    None if refills >= self.ident.shards as u32 => return Ok(None),
                     None => {
                         let s = c.next_shard;
                         c.next_shard = (s + 1) % self.ident.shards;
-                        refills += 1;
-                        let mut found = Vec::new();
-                        self.list_shard(s, &mut found)?;
-                        // Oldest last, so pop() gives the oldest.
-                        found.sort_unstable_by_key(|n| core::cmp::Reverse(n.id));
-                        c.candidates = found.into_iter().map(|n| (s, n)).collect();
-                        continue;
+                        Err(s)
                     }
                 }
             };
-            let Some((shard, name)) = next else {
-                return Ok(None);
-            };
-            if let Some(lease) = self.try_claim(shard, name, lease)? {
-                return Ok(Some(lease));
+            match next {
+                Ok((shard, name)) => {
+                    if let Some(lease) = self.try_claim(shard, name, lease)? {
+                        return Ok(Some(lease));
+                    }
+                }
+                Err(s) => {
+                    refills += 1;
+                    let found = self.sweep_shard(s, seen)?;
+                    let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                    c.candidates.extend(found.into_iter().map(|n| (s, n)));
+                    // Oldest last, so pop() gives the oldest.
+                    c.candidates
+                        .sort_unstable_by_key(|(_, n)| core::cmp::Reverse(n.id));
+                }
             }
         }
     }
 
-    /// Ready (not leased) jobs of shard `s`.
-    fn list_shard(&self, s: u16, out: &mut Vec<JobName>) -> Result<()> {
-        let fd = self.dirs.ready[s as usize].as_fd();
-        let shards = self.ident.shards;
-        scan(
+    /// List `ready/<s>/`: its ready jobs, after moving its expired leases back to ready (or to
+    /// dead when no attempt is left). A move that fails is logged and counted in
+    /// `seen.failed`; the listing goes on.
+    pub(crate) fn sweep_shard(&self, s: u16, seen: &mut RecoverReport) -> Result<Vec<JobName>> {
+        let scan = crate::scan::scan_ready_shard(
             &self.sys,
-            fd,
+            self.dirs.ready[s as usize].as_fd(),
             self.ident.id,
-            |n| crate::scan::fits_ready_shard(n, s, shards),
-            |raw, r| match r {
-                Ok(n) if n.kind == Kind::Ready => out.push(n),
-                Ok(_) => {}
-                Err(f) => {
-                    // Warn once per handle; `status` counts them and `fsck` lists them.
-                    let p = self.path(&format!("ready/{}/{raw}", crate::name::shard_name(s)));
-                    if !self
-                        .warned_foreign
-                        .swap(true, std::sync::atomic::Ordering::Relaxed)
-                    {
-                        log::warn!(
-                            "{}: {f}; skipped (more are logged at debug level; run `steadq fsck`)",
-                            p.display()
-                        );
-                    } else {
-                        log::debug!("{}: {f}; skipped", p.display());
-                    }
-                }
-            },
+            s,
+            self.ident.shards,
+            self.clock.boot_id(),
+            self.clock.boot_ns(),
+            |raw, f| self.warn_foreign(s, raw, f),
         )
         .map_err(|e| {
             Error::io(
@@ -148,7 +171,76 @@ impl Queue {
                 Outcome::NotDone,
                 Some(self.path(&format!("ready/{}", crate::name::shard_name(s)))),
             )
-        })
+        })?;
+        seen.live_leases += scan.live;
+        seen.foreign += scan.foreign;
+        if let Some(x) = scan.next_expiry_boot_ns {
+            seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(x, |y| y.min(x)));
+        }
+        let mut ready = scan.ready;
+        for n in scan.expired {
+            match self.expire_lease(s, &n) {
+                Ok(Some(r)) => {
+                    seen.expired += 1;
+                    ready.push(r);
+                }
+                Ok(None) => seen.expired_dead += 1,
+                Err(e) if e.is_lease_lost() => {}
+                Err(e) => seen.fail(e),
+            }
+        }
+        Ok(ready)
+    }
+
+    /// Move expired lease `n` of shard `s` back to ready (`Some(new name)`) or, with no
+    /// attempt left, to dead (`None`).
+    fn expire_lease(&self, s: u16, n: &JobName) -> Result<Option<JobName>> {
+        let from = self.place_ready(s, State::Leased);
+        let r = if n.exhausted() {
+            let dead = self.place_dead()?;
+            let to = n.next(
+                Kind::Dead {
+                    reason: Reason::EXHAUSTED,
+                },
+                false,
+            );
+            self.move_job(&from, n, &dead, &to, Op::ExpireExhausted)?;
+            None
+        } else {
+            let to = n.next(Kind::Ready, false);
+            self.move_job(
+                &from,
+                n,
+                &self.place_ready(s, State::Ready),
+                &to,
+                Op::Expire,
+            )?;
+            Some(to)
+        };
+        log::info!(
+            "recovered expired lease of job {} (attempt {}/{})",
+            n.id,
+            n.attempt,
+            n.max_attempts
+        );
+        Ok(r)
+    }
+
+    /// Warn about a foreign entry in `ready/<s>/` once per handle, then at debug level
+    /// (`status` counts them and `fsck` lists them).
+    fn warn_foreign(&self, s: u16, raw: &str, f: crate::scan::Foreign) {
+        let p = self.path(&format!("ready/{}/{raw}", crate::name::shard_name(s)));
+        if !self
+            .warned_foreign
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            log::warn!(
+                "{}: {f}; skipped (more are logged at debug level; run `steadq fsck`)",
+                p.display()
+            );
+        } else {
+            log::debug!("{}: {f}; skipped", p.display());
+        }
     }
 
     /// Try to claim one candidate. `Ok(None)`: lost the race, or it was dead-lettered.

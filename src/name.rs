@@ -285,6 +285,17 @@ impl JobName {
     /// [`NameError::Syntax`] if it is not a SteadQ name, [`NameError::Tag`] if the tag does not
     /// match.
     pub fn parse(name: &str, queue_id: u128) -> Result<JobName, NameError> {
+        let (parsed, tag) = JobName::parse_untagged(name)?;
+        if parsed.tag(queue_id) != tag {
+            return Err(NameError::Tag);
+        }
+        Ok(parsed)
+    }
+
+    /// Parse the fields of a name without checking its tag; returns the name and the tag it
+    /// carries. For cheap scans (a lease deadline, a not-before time) that look at many names
+    /// and act on few: anything acted on is parsed again with [`JobName::parse`].
+    pub(crate) fn parse_untagged(name: &str) -> Result<(JobName, u64), NameError> {
         let b = name.as_bytes();
         let (body, receipt) = if let Some(x) = b.strip_suffix(b".sqj") {
             (x, false)
@@ -351,10 +362,7 @@ impl JobName {
             max_attempts,
             kind,
         };
-        if parsed.tag(queue_id) != tag {
-            return Err(NameError::Tag);
-        }
-        Ok(parsed)
+        Ok((parsed, tag))
     }
 }
 

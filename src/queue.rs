@@ -353,17 +353,43 @@ impl Queue {
     /// Whether the root path still names the directory this handle opened. False once the
     /// queue was removed or replaced (say `rm -rf` and `steadq init` again): this handle
     /// then works on a directory nobody else sees, and should be reopened.
+    /// [`Queue::replaced_dir`] also checks every directory of the layout.
     ///
     /// # Errors
     /// None: an unreadable path counts as replaced.
     pub fn is_current(&self) -> bool {
-        match (
-            self.sys.file_id(self.dirs.root.as_fd()),
-            self.sys.path_id(&self.root),
+        self.replaced_dir().is_none()
+    }
+
+    /// The first directory of the layout (the root, `tmp`, `delayed`, `dead`, each
+    /// `ready/<ss>` and `receipts/<ss>`) whose path no longer names the directory this handle
+    /// holds open, relative to the root (`"."` for the root itself); `None` when all are
+    /// current. An operator who removed `ready/07` and ran `steadq init` made a new
+    /// directory that this handle does not see: reopen the queue. Costs two `stat` calls per
+    /// directory (2 × (4 + 2 × shards)).
+    pub fn replaced_dir(&self) -> Option<String> {
+        let same = |fd: &OwnedFd, rel: &str| match (
+            self.sys.file_id(fd.as_fd()),
+            self.sys.path_id(&self.root.join(rel)),
         ) {
             (Ok(a), Ok(b)) => a == b,
             _ => false,
+        };
+        let d = &self.dirs;
+        let mut held: Vec<(&OwnedFd, String)> = vec![
+            (&d.root, ".".into()),
+            (&d.tmp, "tmp".into()),
+            (&d.delayed, "delayed".into()),
+            (&d.dead, "dead".into()),
+        ];
+        for s in 0..self.ident.shards {
+            let name = shard_name(s);
+            held.push((&d.ready[s as usize], format!("ready/{name}")));
+            held.push((&d.receipts[s as usize], format!("receipts/{name}")));
         }
+        held.into_iter()
+            .find(|(fd, rel)| !same(fd, rel))
+            .map(|(_, rel)| rel)
     }
 
     /// The queue's root path as given.

@@ -9,16 +9,15 @@
 
 use crate::enqueue::DirRef;
 use crate::error::{Error, Outcome, Result};
-use crate::name::{shard_name, Kind, Reason};
+use crate::name::{JobName, Kind};
 use crate::queue::Queue;
-use crate::scan::scan;
 use crate::state::{Op, State};
 use crate::sys::{Call, EntryType, Errno};
 use crate::transition::Place;
 use std::os::fd::AsFd;
 
 /// What one recovery pass did and saw.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoverReport {
     /// Expired leases moved back to ready.
     pub expired: u32,
@@ -38,12 +37,26 @@ pub struct RecoverReport {
     pub next_due_wall_ns: Option<u64>,
     /// Earliest `CLOCK_BOOTTIME` deadline (ns) of a live lease of this boot.
     pub next_expiry_boot_ns: Option<u64>,
+    /// Entries that could not be moved or removed (a full disk, an I/O error); the pass went
+    /// on with the rest. Each was logged; the first is in `first_error`.
+    pub failed: u32,
+    /// The first failure, with its outcome (indeterminate when its rename may have happened).
+    pub first_error: Option<crate::Error>,
 }
 
 impl RecoverReport {
     /// Jobs moved in all.
     pub fn moved(&self) -> u32 {
         self.expired + self.expired_dead + self.due
+    }
+
+    /// Count and log a failure; keep the first.
+    pub(crate) fn fail(&mut self, e: crate::Error) {
+        log::warn!("recover: {e}");
+        self.failed += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(e);
+        }
     }
 }
 
@@ -52,101 +65,48 @@ fn min_opt(a: Option<u64>, b: u64) -> Option<u64> {
 }
 
 impl Queue {
-    /// One recovery pass over the whole queue.
+    /// One recovery pass over the whole queue. It does all it can: an entry that cannot be
+    /// moved (say the disk is full) is counted and the pass goes on with the others.
     ///
     /// # Errors
-    /// The first failure stops the pass: [`crate::ErrorKind::Io`] naming the path. Not done
-    /// if the pass had moved nothing yet; indeterminate if it had (the moves before the
-    /// failure are done) or if the failing move itself is indeterminate. A move that loses a
-    /// race (`ENOENT`) is not an error.
+    /// After the whole pass, if anything failed: the first failure, naming its path.
+    /// Partial batches follow one rule (the same for `recover`, `requeue_dead` and
+    /// `purge_dead`): **not done** if nothing was changed, **indeterminate** if anything was
+    /// (the moves before and after the failure are done) or if the failing move itself is
+    /// indeterminate. A move that loses a race (`ENOENT`) is not an error. Use
+    /// [`Queue::recover_report`] to get the counts alongside the failure.
     pub fn recover(&self) -> Result<RecoverReport> {
+        let mut r = self.recover_report();
+        match r.first_error.take() {
+            None => Ok(r),
+            Some(e) => Err(partial(e, &r)),
+        }
+    }
+
+    /// [`Queue::recover`] that always returns the report: `failed` and `first_error` say what
+    /// could not be done.
+    pub fn recover_report(&self) -> RecoverReport {
         let mut r = RecoverReport::default();
-        let res = self
-            .recover_leases(&mut r)
-            .and_then(|()| self.recover_delayed(&mut r))
-            .and_then(|()| self.recover_tmp(&mut r));
-        match res {
-            Ok(()) => Ok(r),
-            // A pass that already moved something is partial: the pass as a whole happened in
-            // part, which is neither done nor not done.
-            Err(e) if r.moved() + r.temp_removed + r.buckets_removed > 0 => {
-                Err(e.with_outcome(Outcome::Indeterminate))
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn recover_leases(&self, r: &mut RecoverReport) -> Result<()> {
-        let (boot, now) = (self.clock.boot_id(), self.clock.boot_ns());
         for s in 0..self.ident.shards {
-            let mut expired = Vec::new();
-            let shards = self.ident.shards;
-            scan(
-                &self.sys,
-                self.dirs.ready[s as usize].as_fd(),
-                self.ident.id,
-                |n| crate::scan::fits_ready_shard(n, s, shards),
-                |_, e| match e {
-                    Ok(n) => {
-                        if let Kind::Leased(l) = n.kind {
-                            if l.boot_id != boot || now >= l.boot_deadline_ns {
-                                expired.push(n);
-                            } else {
-                                r.live_leases += 1;
-                                r.next_expiry_boot_ns =
-                                    min_opt(r.next_expiry_boot_ns, l.boot_deadline_ns);
-                            }
-                        }
-                    }
-                    Err(_) => r.foreign += 1,
-                },
-            )
-            .map_err(|e| {
-                Error::io(
-                    Call::ReadDir,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(&format!("ready/{}", shard_name(s)))),
-                )
-            })?;
-            let from = self.place_ready(s, State::Leased);
-            for n in expired {
-                let res = if n.exhausted() {
-                    let dead = self.place_dead()?;
-                    self.move_job(
-                        &from,
-                        &n,
-                        &dead,
-                        &n.next(
-                            Kind::Dead {
-                                reason: Reason::EXHAUSTED,
-                            },
-                            false,
-                        ),
-                        Op::ExpireExhausted,
-                    )
-                    .map(|()| r.expired_dead += 1)
-                } else {
-                    let to = self.place_ready(s, State::Ready);
-                    self.move_job(&from, &n, &to, &n.next(Kind::Ready, false), Op::Expire)
-                        .map(|()| r.expired += 1)
-                };
-                match res {
-                    Ok(()) => log::info!(
-                        "recovered expired lease of job {} (attempt {}/{})",
-                        n.id,
-                        n.attempt,
-                        n.max_attempts
-                    ),
-                    Err(e) if e.is_lease_lost() => {}
-                    Err(e) => return Err(e),
-                }
+            if let Err(e) = self.sweep_shard(s, &mut r) {
+                r.fail(e);
             }
         }
-        Ok(())
+        if let Err(e) = self.recover_delayed(&mut r) {
+            r.fail(e);
+        }
+        if let Err(e) = self.recover_tmp(&mut r) {
+            r.fail(e);
+        }
+        if let Some(e) = r.first_error.take() {
+            r.first_error = Some(partial(e, &r));
+        }
+        r
     }
 
-    fn recover_delayed(&self, r: &mut RecoverReport) -> Result<()> {
+    /// Move due delayed jobs to ready, bucket by bucket up to the current one; later buckets
+    /// only give their start as a lower bound of the next due time.
+    pub(crate) fn recover_delayed(&self, r: &mut RecoverReport) -> Result<()> {
         let now = self.clock.wall_ns();
         let width = self.ident.delayed_bucket_ns;
         let current = now / width;
@@ -175,49 +135,64 @@ impl Queue {
                 r.next_due_wall_ns = min_opt(r.next_due_wall_ns, b.saturating_mul(width));
                 continue;
             }
-            let bname = format!("{b:016x}");
-            let from = match self.sys.open_dir_beneath(self.dirs.delayed.as_fd(), &bname) {
-                Ok(fd) => Place {
-                    dir: DirRef::Opened(fd),
-                    rel: format!("delayed/{bname}"),
-                    state: State::Delayed,
-                },
-                // Removed meanwhile by another recoverer: nothing to do.
-                Err(Errno::NOENT) => continue,
-                Err(Errno::NOTDIR | Errno::LOOP) => {
-                    r.foreign += 1;
-                    continue;
-                }
-                Err(e) => {
-                    return Err(Error::io(
-                        Call::Open,
-                        e,
-                        Outcome::NotDone,
-                        Some(self.path(&format!("delayed/{bname}"))),
-                    ))
-                }
-            };
-            let mut due = Vec::new();
-            let mut entries = 0u32;
-            scan(
-                &self.sys,
-                from.dir.fd(),
-                self.ident.id,
-                |n| matches!(n.kind, Kind::Delayed { not_before_ns } if not_before_ns / width == b),
-                |_, e| {
-                    entries += 1;
-                    match e {
-                        Ok(n) => match n.kind {
-                            Kind::Delayed { not_before_ns } if not_before_ns <= now => due.push(n),
-                            Kind::Delayed { not_before_ns } => {
-                                r.next_due_wall_ns = min_opt(r.next_due_wall_ns, not_before_ns)
-                            }
-                            _ => {}
-                        },
-                        Err(_) => r.foreign += 1,
+            if let Err(e) = self.recover_bucket(b, now, current, r) {
+                r.fail(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Move the due jobs of delayed bucket `b` (at most the current one) to ready; remove the
+    /// bucket once empty and a full width in the past. A job not yet due is read without
+    /// checking its tag; every job moved is parsed in full.
+    fn recover_bucket(&self, b: u64, now: u64, current: u64, r: &mut RecoverReport) -> Result<()> {
+        let width = self.ident.delayed_bucket_ns;
+        let bname = format!("{b:016x}");
+        let rel = format!("delayed/{bname}");
+        let from = match self.sys.open_dir_beneath(self.dirs.delayed.as_fd(), &bname) {
+            Ok(fd) => Place {
+                dir: DirRef::Opened(fd),
+                rel,
+                state: State::Delayed,
+            },
+            // Removed meanwhile by another recoverer: nothing to do.
+            Err(Errno::NOENT) => return Ok(()),
+            Err(Errno::NOTDIR | Errno::LOOP) => {
+                r.foreign += 1;
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&rel)),
+                ))
+            }
+        };
+        let fits = |n: &JobName| matches!(n.kind, Kind::Delayed { not_before_ns } if not_before_ns / width == b);
+        let mut due = Vec::new();
+        let mut entries = 0u32;
+        self.sys
+            .read_dir(from.dir.fd(), |name, _, t| {
+                entries += 1;
+                let Some(name) = name else {
+                    return r.foreign += 1;
+                };
+                if let Ok((n, _)) = JobName::parse_untagged(name) {
+                    if let Kind::Delayed { not_before_ns } = n.kind {
+                        if not_before_ns > now && fits(&n) {
+                            r.next_due_wall_ns = min_opt(r.next_due_wall_ns, not_before_ns);
+                            return;
+                        }
                     }
-                },
-            )
+                }
+                match crate::scan::classify(&self.sys, from.dir.fd(), name, self.ident.id, t, &fits)
+                {
+                    Ok(n) => due.push(n),
+                    Err(_) => r.foreign += 1,
+                }
+            })
             .map_err(|e| {
                 Error::io(
                     Call::ReadDir,
@@ -226,22 +201,21 @@ impl Queue {
                     Some(self.path(&from.rel)),
                 )
             })?;
-            for n in &due {
-                let s = n.id.shard(self.ident.shards);
-                let to = self.place_ready(s, State::Ready);
-                match self.move_job(&from, n, &to, &n.next(Kind::Ready, false), Op::Due) {
-                    Ok(()) => r.due += 1,
-                    Err(e) if e.is_lease_lost() => {}
-                    Err(e) => return Err(e),
-                }
+        for n in &due {
+            let s = n.id.shard(self.ident.shards);
+            let to = self.place_ready(s, State::Ready);
+            match self.move_job(&from, n, &to, &n.next(Kind::Ready, false), Op::Due) {
+                Ok(()) => r.due += 1,
+                Err(e) if e.is_lease_lost() => {}
+                Err(e) => r.fail(e),
             }
-            // Remove buckets at least one full width in the past once empty; a nack or delayed
-            // enqueue only ever targets the current bucket or later ones.
-            if entries as usize == due.len() && b + 1 < current {
-                match self.sys.rmdir(self.dirs.delayed.as_fd(), &bname) {
-                    Ok(()) => r.buckets_removed += 1,
-                    Err(e) => log::debug!("keeping delayed/{bname}: {e}"),
-                }
+        }
+        // Remove buckets at least one full width in the past once empty; a nack or delayed
+        // enqueue only ever targets the current bucket or later ones.
+        if entries as usize == due.len() && b + 1 < current {
+            match self.sys.rmdir(self.dirs.delayed.as_fd(), &bname) {
+                Ok(()) => r.buckets_removed += 1,
+                Err(e) => log::debug!("keeping delayed/{bname}: {e}"),
             }
         }
         Ok(())
@@ -286,16 +260,23 @@ impl Queue {
                 // A directory (or an entry we may not remove) named like a temp file is
                 // foreign: reported by fsck, never a reason to stop recovering.
                 Err(Errno::ISDIR | Errno::PERM | Errno::ACCESS) => r.foreign += 1,
-                Err(e) => {
-                    return Err(Error::io(
-                        Call::Unlink,
-                        e,
-                        Outcome::NotDone,
-                        Some(self.path(&format!("tmp/{name}"))),
-                    ))
-                }
+                Err(e) => r.fail(Error::io(
+                    Call::Unlink,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&format!("tmp/{name}"))),
+                )),
             }
         }
         Ok(())
+    }
+}
+
+/// The one rule for a batch that failed part-way: indeterminate once anything was changed.
+pub(crate) fn partial(e: crate::Error, r: &RecoverReport) -> crate::Error {
+    if r.moved() + r.temp_removed + r.buckets_removed > 0 {
+        e.with_outcome(Outcome::Indeterminate)
+    } else {
+        e
     }
 }

@@ -73,18 +73,116 @@ pub(crate) fn scan(
             f("", Err(Foreign::NotUtf8));
             return;
         };
-        let parsed = match JobName::parse(name, queue_id) {
-            Err(e) => Err(Foreign::Name(e)),
-            Ok(n) if !fits(&n) => Err(Foreign::WrongPlace),
-            Ok(n) => match t {
-                EntryType::File => Ok(n),
-                EntryType::Unknown => match sys.stat_nofollow(dir, name) {
-                    Ok(m) if m.file_type == FileType::RegularFile => Ok(n),
-                    _ => Err(Foreign::NotRegular),
-                },
+        f(name, classify(sys, dir, name, queue_id, t, &fits));
+    })
+}
+
+/// Length in bytes of a ready name (`<id32>.g<16>.a<8>.m<8>.k<16>.sqj`).
+pub(crate) const READY_NAME_LEN: usize = 92;
+/// Length in bytes of a leased name (see [`crate::name`]).
+pub(crate) const LEASED_NAME_LEN: usize = 210;
+
+/// What one listing of a `ready/<shard>/` directory found. The claim path and recovery share
+/// it, so a claim that finds nothing ready has already seen every expired lease.
+#[derive(Debug, Default)]
+pub(crate) struct ShardScan {
+    /// Ready jobs (tag checked).
+    pub ready: Vec<JobName>,
+    /// Leases past their deadline or from another boot (tag checked).
+    pub expired: Vec<JobName>,
+    /// Live leases of this boot.
+    pub live: u32,
+    /// Earliest `CLOCK_BOOTTIME` deadline (ns) of a live lease.
+    pub next_expiry_boot_ns: Option<u64>,
+    /// Foreign entries (not parsed, wrong place, bad tag, not a regular file).
+    pub foreign: u32,
+}
+
+/// Whether a lease held under `boot_id` with `CLOCK_BOOTTIME` deadline `deadline_ns` has
+/// expired at `now_ns` on boot `boot`: one from another boot expires at once (its clock
+/// restarted), one of this boot at its deadline. The one place the expiry rule lives.
+pub(crate) fn lease_expired(l: &crate::name::LeaseFields, boot: u128, now_ns: u64) -> bool {
+    l.boot_id != boot || now_ns >= l.boot_deadline_ns
+}
+
+/// List `ready/<shard>/` once. A live lease is read without checking its tag (one SHA-256 per
+/// name would make an idle scan of 100,000 leases cost a core for a while); every name that
+/// is acted on (ready, expired) is parsed in full and its entry type checked.
+/// `on_foreign(raw, why)` is called per foreign entry.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scan_ready_shard(
+    sys: &Sys,
+    dir: BorrowedFd<'_>,
+    queue_id: u128,
+    shard: u16,
+    shards: u16,
+    boot: u128,
+    now_ns: u64,
+    mut on_foreign: impl FnMut(&str, Foreign),
+) -> Result<ShardScan, Errno> {
+    let mut out = ShardScan::default();
+    let fits = |n: &JobName| fits_ready_shard(n, shard, shards);
+    let mut full = |name: &str, t: EntryType, out: &mut ShardScan| -> Option<JobName> {
+        match classify(sys, dir, name, queue_id, t, &fits) {
+            Ok(n) => Some(n),
+            Err(f) => {
+                out.foreign += 1;
+                on_foreign(name, f);
+                None
+            }
+        }
+    };
+    sys.read_dir(dir, |name, raw, t| {
+        let Some(name) = name else {
+            log::warn!("foreign entry with a non-UTF-8 name: {raw:?}");
+            out.foreign += 1;
+            return;
+        };
+        if name.len() == LEASED_NAME_LEN {
+            if let Ok((n, _)) = JobName::parse_untagged(name) {
+                if let Kind::Leased(l) = n.kind {
+                    if !lease_expired(&l, boot, now_ns) && n.id.shard(shards) == shard {
+                        out.live += 1;
+                        out.next_expiry_boot_ns = Some(
+                            out.next_expiry_boot_ns
+                                .map_or(l.boot_deadline_ns, |x| x.min(l.boot_deadline_ns)),
+                        );
+                        return;
+                    }
+                }
+            }
+        }
+        if let Some(n) = full(name, t, &mut out) {
+            match n.kind {
+                Kind::Ready => out.ready.push(n),
+                Kind::Leased(l) if lease_expired(&l, boot, now_ns) => out.expired.push(n),
+                Kind::Leased(_) => out.live += 1,
+                _ => {}
+            }
+        }
+    })?;
+    Ok(out)
+}
+
+/// Parse `name` in full (tag checked) and check that it belongs here and is a regular file.
+pub(crate) fn classify(
+    sys: &Sys,
+    dir: BorrowedFd<'_>,
+    name: &str,
+    queue_id: u128,
+    t: EntryType,
+    fits: &impl Fn(&JobName) -> bool,
+) -> Result<JobName, Foreign> {
+    match JobName::parse(name, queue_id) {
+        Err(e) => Err(Foreign::Name(e)),
+        Ok(n) if !fits(&n) => Err(Foreign::WrongPlace),
+        Ok(n) => match t {
+            EntryType::File => Ok(n),
+            EntryType::Unknown => match sys.stat_nofollow(dir, name) {
+                Ok(m) if m.file_type == FileType::RegularFile => Ok(n),
                 _ => Err(Foreign::NotRegular),
             },
-        };
-        f(name, parsed);
-    })
+            _ => Err(Foreign::NotRegular),
+        },
+    }
 }

@@ -1,102 +1,274 @@
-//! Blocking claim: sleep on inotify (`inotify(7)`) for new ready jobs, and on a timer for the
-//! next delayed job's due time and the next lease expiry, instead of polling. Where inotify is
-//! unavailable (no `CONFIG_INOTIFY_USER`, or the watch limit is reached) it polls, backing off
-//! from 50 ms to 1 s.
+//! Blocking claim: sleep on inotify (`inotify(7)`) and on a timer for the next known deadline,
+//! instead of polling.
+//!
+//! A waiting claim lists the queue once (that listing also makes due and expired jobs ready,
+//! see [`Queue::claim_for`]) and remembers two deadlines: when the next delayed job falls due
+//! (wall clock) and when the next lease of this boot expires (`CLOCK_BOOTTIME`). It then sleeps
+//! until one of them, the timeout, or an inotify event. Events carry names, so it learns
+//! without listing: a ready name in `ready/<ss>/` means "try to claim", a leased name moves
+//! the next expiry earlier, a delayed name in a watched bucket moves the next due time earlier,
+//! and a new bucket in `delayed/` gets a watch and bounds the next due time by its start.
+//! Deadlines survive wake-ups that yield no job. An idle wait with any number of leased,
+//! delayed, dead or receipt entries costs one `poll(2)` per stop check (every 250 ms) and
+//! nothing else. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, or the watch limit is
+//! reached) it polls, backing off from 50 ms to 1 s.
 
 use crate::error::Result;
 use crate::lease::Lease;
+use crate::name::{parse_hex, JobName, Kind};
 use crate::queue::Queue;
+use crate::recover::RecoverReport;
+use crate::scan::{lease_expired, LEASED_NAME_LEN, READY_NAME_LEN};
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// How often a waiting claim looks at its stop flag, ns.
+const STOP_CHECK_NS: u64 = 250_000_000;
+/// At most this many delayed buckets are watched; later ones are bounded by their start.
+const MAX_BUCKET_WATCHES: usize = 64;
+
+/// What a watch descriptor watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Watched {
+    ReadyShard,
+    DelayedRoot,
+    Bucket,
+}
+
+/// The inotify watches of one waiting claim.
+struct Watch {
+    fd: OwnedFd,
+    wds: Vec<(i32, Watched)>,
+}
+
+/// What the waiter knows: the next deadlines, and whether a listing is due.
+#[derive(Debug, Default)]
+struct Known {
+    next_due_wall_ns: Option<u64>,
+    next_expiry_boot_ns: Option<u64>,
+    claimable: bool,
+}
+
+fn min_opt(a: Option<u64>, b: u64) -> Option<u64> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
 
 impl Queue {
     /// Claim a job, waiting up to `timeout` for one. `Ok(None)` on timeout. While waiting it
-    /// runs [`Queue::recover`] when a delayed job falls due or a lease expires, so one waiting
-    /// worker is enough to keep a queue moving.
+    /// makes delayed jobs ready when they fall due and expired leases ready when they expire,
+    /// so one waiting worker is enough to keep a queue moving. See the module docs for what
+    /// an idle wait costs.
     ///
     /// # Errors
-    /// As [`Queue::claim`] and [`Queue::recover`].
+    /// As [`Queue::claim_for`].
     pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease<'_>>> {
+        self.claim_wait_until(lease, timeout, &AtomicBool::new(false))
+    }
+
+    /// [`Queue::claim_wait`] that also returns `Ok(None)` within 250 ms of `stop` becoming
+    /// true (a worker's shutdown flag, set from a signal handler or another thread).
+    ///
+    /// # Errors
+    /// As [`Queue::claim_for`].
+    pub fn claim_wait_until(
+        &self,
+        lease: Duration,
+        timeout: Duration,
+        stop: &AtomicBool,
+    ) -> Result<Option<Lease<'_>>> {
         let deadline = self
             .clock
             .boot_ns()
             .saturating_add(timeout.as_nanos().min(u64::MAX as u128) as u64);
-        let watch = self.watch_ready();
+        let mut watch = self.watch_ready();
+        let mut known = Known {
+            claimable: true,
+            ..Known::default()
+        };
         let mut backoff_ms = 50u64;
-        let mut need_recover = true;
         loop {
-            if let Some(l) = self.claim_for(lease)? {
-                return Ok(Some(l));
-            }
-            let mut sleep_ns = u64::MAX;
-            if need_recover {
-                let r = self.recover()?;
-                if r.moved() > 0 {
-                    continue;
+            if known.claimable || self.deadline_passed(&known) {
+                let mut seen = RecoverReport::default();
+                if let Some(l) = self.claim_sweep(lease, &mut seen)? {
+                    return Ok(Some(l));
                 }
-                if let Some(due) = r.next_due_wall_ns {
-                    sleep_ns = sleep_ns.min(due.saturating_sub(self.clock.wall_ns()));
-                }
-                if let Some(exp) = r.next_expiry_boot_ns {
-                    sleep_ns = sleep_ns.min(exp.saturating_sub(self.clock.boot_ns()));
+                known = Known {
+                    next_due_wall_ns: seen.next_due_wall_ns,
+                    next_expiry_boot_ns: seen.next_expiry_boot_ns,
+                    claimable: false,
+                };
+                if let Some(w) = watch.as_mut() {
+                    self.watch_buckets(w);
                 }
             }
             let now = self.clock.boot_ns();
-            if now >= deadline {
+            if now >= deadline || stop.load(Ordering::Relaxed) {
                 return Ok(None);
             }
-            sleep_ns = sleep_ns.min(deadline - now).max(1_000_000);
-            need_recover = match &watch {
-                Some(fd) => !wait_readable(fd, sleep_ns),
+            let sleep_ns = self.sleep_ns(&known).min(deadline - now).min(STOP_CHECK_NS);
+            match watch.as_mut() {
+                Some(w) => self.wait_events(w, sleep_ns, &mut known),
                 None => {
-                    std::thread::sleep(Duration::from_nanos(sleep_ns.min(backoff_ms * 1_000_000)));
+                    let ms = backoff_ms.min(sleep_ns / 1_000_000).max(1);
+                    std::thread::sleep(Duration::from_millis(ms));
                     backoff_ms = (backoff_ms * 2).min(1000);
-                    true
+                    known.claimable = true;
                 }
-            };
+            }
         }
     }
 
-    /// An inotify fd watching every ready shard for new names, or `None`.
-    fn watch_ready(&self) -> Option<OwnedFd> {
+    /// Nanoseconds until the earlier known deadline (`u64::MAX` if none).
+    fn sleep_ns(&self, k: &Known) -> u64 {
+        let due = k
+            .next_due_wall_ns
+            .map_or(u64::MAX, |d| d.saturating_sub(self.clock.wall_ns()));
+        let exp = k
+            .next_expiry_boot_ns
+            .map_or(u64::MAX, |d| d.saturating_sub(self.clock.boot_ns()));
+        due.min(exp)
+    }
+
+    fn deadline_passed(&self, k: &Known) -> bool {
+        k.next_due_wall_ns
+            .is_some_and(|d| self.clock.wall_ns() >= d)
+            || k.next_expiry_boot_ns
+                .is_some_and(|d| self.clock.boot_ns() >= d)
+    }
+
+    /// An inotify fd watching every ready shard and `delayed/`, or `None`.
+    fn watch_ready(&self) -> Option<Watch> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+        let mut w = Watch {
+            fd,
+            wds: Vec::new(),
+        };
         for s in 0..self.ident.shards {
-            let p = self
-                .root
-                .join("ready")
-                .join(crate::name::shard_name(s).as_str());
-            let flags = WatchFlags::CREATE
-                | WatchFlags::MOVED_TO
-                | WatchFlags::DONT_FOLLOW
-                | WatchFlags::ONLYDIR;
-            if let Err(e) = inotify::add_watch(&fd, &p, flags) {
-                log::info!(
-                    "inotify watch on {} failed ({e}); polling instead",
-                    p.display()
-                );
+            let rel = format!("ready/{}", crate::name::shard_name(s));
+            if !self.add_watch(&mut w, &rel, Watched::ReadyShard) {
                 return None;
             }
         }
-        Some(fd)
-    }
-}
-
-/// Wait up to `ns` for events; drain them. True if any arrived.
-fn wait_readable(fd: &OwnedFd, ns: u64) -> bool {
-    let ts = rustix::time::Timespec {
-        tv_sec: (ns / 1_000_000_000) as _,
-        tv_nsec: (ns % 1_000_000_000) as _,
-    };
-    let mut fds = [PollFd::new(fd, PollFlags::IN)];
-    match poll(&mut fds, Some(&ts)) {
-        Ok(n) if n > 0 => {
-            let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
-            let mut reader = inotify::Reader::new(fd.as_fd(), &mut buf);
-            while reader.next().is_ok() {}
-            true
+        if !self.add_watch(&mut w, "delayed", Watched::DelayedRoot) {
+            return None;
         }
-        _ => false,
+        Some(w)
+    }
+
+    fn add_watch(&self, w: &mut Watch, rel: &str, what: Watched) -> bool {
+        let flags = WatchFlags::CREATE
+            | WatchFlags::MOVED_TO
+            | WatchFlags::DONT_FOLLOW
+            | WatchFlags::ONLYDIR;
+        match inotify::add_watch(&w.fd, self.root.join(rel), flags) {
+            Ok(wd) => {
+                if !w.wds.iter().any(|(d, _)| *d == wd) {
+                    w.wds.push((wd, what));
+                }
+                true
+            }
+            Err(e) => {
+                log::info!(
+                    "inotify watch on {} failed ({e}); polling instead",
+                    self.root.join(rel).display()
+                );
+                false
+            }
+        }
+    }
+
+    /// Watch the delayed buckets up to the next known due one (the current bucket is where
+    /// short delays and nacks land).
+    fn watch_buckets(&self, w: &mut Watch) {
+        let width = self.ident.delayed_bucket_ns;
+        let current = self.clock.wall_ns() / width;
+        let mut n = w.wds.iter().filter(|(_, k)| *k == Watched::Bucket).count();
+        for b in current.saturating_sub(1)..=current.saturating_add(1) {
+            if n >= MAX_BUCKET_WATCHES {
+                break;
+            }
+            let rel = format!("delayed/{b:016x}");
+            if self.root.join(&rel).is_dir() && self.add_watch(w, &rel, Watched::Bucket) {
+                n += 1;
+            }
+        }
+    }
+
+    /// Wait up to `ns` for events and learn from their names.
+    fn wait_events(&self, w: &mut Watch, ns: u64, k: &mut Known) {
+        let ts = rustix::time::Timespec {
+            tv_sec: (ns / 1_000_000_000) as _,
+            tv_nsec: (ns % 1_000_000_000) as _,
+        };
+        let mut fds = [PollFd::new(&w.fd, PollFlags::IN)];
+        if !matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0) {
+            return;
+        }
+        let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = inotify::Reader::new(w.fd.as_fd(), &mut buf);
+        let mut new_buckets: Vec<String> = Vec::new();
+        while let Ok(ev) = reader.next() {
+            if ev.events().contains(ReadFlags::QUEUE_OVERFLOW) {
+                k.claimable = true;
+                continue;
+            }
+            let what = w
+                .wds
+                .iter()
+                .find(|(d, _)| *d == ev.wd())
+                .map(|(_, what)| *what);
+            let Some(name) = ev.file_name().and_then(|n| n.to_str().ok()) else {
+                continue;
+            };
+            match what {
+                Some(Watched::ReadyShard) => self.learn_ready(name, k),
+                Some(Watched::Bucket) => {
+                    if let Ok((n, _)) = JobName::parse_untagged(name) {
+                        if let Kind::Delayed { not_before_ns } = n.kind {
+                            k.next_due_wall_ns = min_opt(k.next_due_wall_ns, not_before_ns);
+                        }
+                    }
+                }
+                Some(Watched::DelayedRoot) => {
+                    if let Some(b) = parse_hex(name.as_bytes(), 16) {
+                        let start = (b as u64).saturating_mul(self.ident.delayed_bucket_ns);
+                        k.next_due_wall_ns = min_opt(k.next_due_wall_ns, start);
+                        new_buckets.push(format!("delayed/{name}"));
+                    }
+                }
+                None => {}
+            }
+        }
+        for rel in new_buckets {
+            // A job may have landed before the watch existed: list again.
+            if w.wds.len() < MAX_BUCKET_WATCHES + self.ident.shards as usize + 1
+                && self.add_watch(w, &rel, Watched::Bucket)
+            {
+                k.claimable = true;
+            }
+        }
+    }
+
+    /// A name appeared in a ready shard: a ready job (claim), or a lease (its deadline).
+    fn learn_ready(&self, name: &str, k: &mut Known) {
+        match name.len() {
+            READY_NAME_LEN => k.claimable = true,
+            LEASED_NAME_LEN => {
+                if let Ok((n, _)) = JobName::parse_untagged(name) {
+                    if let Kind::Leased(l) = n.kind {
+                        if lease_expired(&l, self.clock.boot_id(), self.clock.boot_ns()) {
+                            k.claimable = true;
+                        } else {
+                            k.next_expiry_boot_ns =
+                                min_opt(k.next_expiry_boot_ns, l.boot_deadline_ns);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }

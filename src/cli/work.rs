@@ -6,7 +6,7 @@ use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use steadq::{backoff, Lease, Nacked, Reason};
 
@@ -153,36 +153,22 @@ pub fn cmd_work(a: Work) -> Result<i32, CliError> {
         };
     }
     let fatal: std::sync::Mutex<Option<CliError>> = std::sync::Mutex::new(None);
+    let busy = AtomicU32::new(0);
+    if let Err(e) = q.recover() {
+        log::warn!("recover: {e}");
+    }
     std::thread::scope(|s| {
-        // Recovery while busy: a worker killed mid-job gets its job back within one lease.
-        s.spawn(|| {
-            let every = (a.lease / 2).max(Duration::from_secs(1));
-            let mut last = Instant::now();
-            while !STOP.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(100));
-                if last.elapsed() >= every {
-                    last = Instant::now();
-                    if !q.is_current() {
-                        *fatal.lock().unwrap() = Some(CliError::usage(format!(
-                            "{}: the queue directory was removed or replaced while this worker ran; stopping (start it again to use the new queue)",
-                            a.dir.display()
-                        )));
-                        STOP.store(true, Ordering::SeqCst);
-                        break;
-                    }
-                    if let Err(e) = q.recover() {
-                        log::warn!("recover: {e}");
-                    }
-                }
-            }
-        });
+        s.spawn(|| watch_queue(&a, &q, &busy, &fatal));
         for _ in 0..a.concurrency {
             s.spawn(|| {
                 while !STOP.load(Ordering::SeqCst) {
-                    match q.claim_wait(a.lease, Duration::from_millis(500)) {
+                    match q.claim_wait_until(a.lease, Duration::from_secs(3600), &STOP) {
                         Ok(None) => {}
                         Ok(Some(l)) => {
-                            if let JobEnd::Fatal(e) = run_job(&a, l) {
+                            busy.fetch_add(1, Ordering::SeqCst);
+                            let end = run_job(&a, l);
+                            busy.fetch_sub(1, Ordering::SeqCst);
+                            if let JobEnd::Fatal(e) = end {
                                 *fatal.lock().unwrap() = Some(e);
                                 STOP.store(true, Ordering::SeqCst);
                             }
@@ -204,6 +190,40 @@ pub fn cmd_work(a: Work) -> Result<i32, CliError> {
         eprintln!("steadq work: stopped by signal {sig}");
     }
     Ok(0)
+}
+
+/// Once a second: stop (exit 2) when a directory of the queue was removed or replaced; while
+/// every slot is busy, recover every half lease so a crashed worker's job comes back (an idle
+/// slot's waiting claim does that itself, at the lease's deadline).
+fn watch_queue(
+    a: &Work,
+    q: &steadq::Queue,
+    busy: &AtomicU32,
+    fatal: &std::sync::Mutex<Option<CliError>>,
+) {
+    let every = (a.lease / 2).max(Duration::from_secs(1));
+    let (mut last, mut last_recover) = (Instant::now(), Instant::now());
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(250));
+        if last.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        last = Instant::now();
+        if let Some(rel) = q.replaced_dir() {
+            *fatal.lock().unwrap() = Some(CliError::usage(format!(
+                "{}: {rel} was removed or replaced while this worker ran; stopping (start it again to use the new layout)",
+                a.dir.display()
+            )));
+            STOP.store(true, Ordering::SeqCst);
+            break;
+        }
+        if busy.load(Ordering::SeqCst) >= a.concurrency && last_recover.elapsed() >= every {
+            last_recover = Instant::now();
+            if let Err(e) = q.recover() {
+                log::warn!("recover: {e}");
+            }
+        }
+    }
 }
 
 fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
