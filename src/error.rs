@@ -140,6 +140,14 @@ impl core::fmt::Display for Error {
             write!(f, "{}: ", p.display())?;
         }
         match &self.0.kind {
+            ErrorKind::Io { call, errno } if matches!(*errno, Errno::NOSPC | Errno::DQUOT) => {
+                let what = if *errno == Errno::NOSPC { "no space or no free inodes" } else { "quota exceeded" };
+                write!(f, "{} failed: disk full ({what}); ", call.name())?;
+                f.write_str(match self.0.outcome {
+                    Outcome::NotDone => "not done, nothing changed",
+                    Outcome::Indeterminate => "it may have happened",
+                })?;
+            }
             ErrorKind::Io { call, errno } => write!(f, "{} failed: {}", call.name(), std::io::Error::from_raw_os_error(errno.raw_os_error()))?,
             ErrorKind::LeaseLost => f.write_str("lease lost (expired and recovered, renewed elsewhere, or already settled)")?,
             ErrorKind::NotAQueue => f.write_str("not a SteadQ queue (no steadq.queue file; run `steadq init`)")?,

@@ -581,7 +581,10 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
         Ok(fd) => drop(fd),
         // A reader without write access (a monitoring user), or a read-only mount: it cannot
         // change the queue anyway, so it may still look. Writers fail later, naming the path.
-        Err(e @ (Errno::ACCESS | Errno::PERM | Errno::ROFS)) => {
+        // A full disk (no blocks or no inodes) must not lock out the commands that look and
+        // repair (status, list, fsck, recover, dead purge, compact); a writer on a full disk
+        // fails at its own write, with "disk full".
+        Err(e @ (Errno::ACCESS | Errno::PERM | Errno::ROFS | Errno::NOSPC | Errno::DQUOT)) => {
             log::debug!("{}: rename probe skipped ({e})", root.join("tmp").display());
             return Ok(());
         }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn sh(cmd: &str, args: &[&str]) -> Result<(), String> {
+pub(crate) fn sh(cmd: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(cmd)
         .args(args)
         .output()
@@ -21,8 +21,8 @@ fn sh(cmd: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
-struct Mount {
-    dir: PathBuf,
+pub(crate) struct Mount {
+    pub dir: PathBuf,
     img: Option<PathBuf>,
 }
 
@@ -79,6 +79,23 @@ fn mount(fs: &str, base: &Path) -> Result<Mount, String> {
     }
     let _ = std::fs::remove_file(&img);
     Err(last)
+}
+
+/// A small ext4 image (`size_mb` MiB, at most `inodes` inodes) loop-mounted under `base`, for
+/// full-disk tests. Needs root.
+pub(crate) fn mount_small_ext4(base: &Path, size_mb: u64, inodes: u32) -> Result<Mount, String> {
+    let dir = base.join("mnt-small");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let img = base.join("small.img");
+    let f = std::fs::File::create(&img).map_err(|e| e.to_string())?;
+    f.set_len(size_mb << 20).map_err(|e| e.to_string())?;
+    let i = img.to_str().unwrap();
+    sh("mkfs.ext4", &["-q", "-F", "-N", &inodes.to_string(), i])?;
+    sh("mount", &["-o", "loop", i, dir.to_str().unwrap()])?;
+    Ok(Mount {
+        dir,
+        img: Some(img),
+    })
 }
 
 #[test]

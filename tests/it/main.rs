@@ -6,6 +6,7 @@ mod cli;
 mod common;
 mod contention;
 mod faults;
+mod field;
 mod filesystems;
 mod hostile;
 mod lifecycle;

@@ -1,0 +1,274 @@
+//! Faults found by using SteadQ as its users do (issue "Field hardening"): each test fails
+//! without its fix.
+
+use crate::common::*;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
+use steadq::{EnqueueOptions, Options, Outcome, Queue};
+
+const BIN: &str = env!("CARGO_BIN_EXE_steadq");
+
+fn delayed(q: &Queue, payload: &[u8], delay: Duration) {
+    q.enqueue_with(
+        payload,
+        &EnqueueOptions {
+            delay: Some(delay),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+}
+
+/// A plain claim (no waiting) that finds nothing ready makes a due delayed job ready first.
+#[test]
+fn plain_claim_takes_a_due_delayed_job() {
+    let d = TempDir::new("strand-delay");
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    delayed(&q, b"later", Duration::from_secs(5));
+    assert!(q.claim().unwrap().is_none(), "not due yet");
+    q.clock().shift_wall(6_000_000_000);
+    let l = q
+        .claim()
+        .unwrap()
+        .expect("due job claimed without a recover");
+    assert_eq!(l.payload(), b"later");
+    assert_eq!(l.attempt(), 1);
+}
+
+/// A plain claim that finds nothing ready recovers an expired lease (attempt 2).
+#[test]
+fn plain_claim_takes_an_expired_lease() {
+    let d = TempDir::new("strand-lease");
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    q.enqueue(b"job").unwrap();
+    let handle = q
+        .claim_for(Duration::from_secs(10))
+        .unwrap()
+        .unwrap()
+        .into_handle();
+    assert!(q.claim().unwrap().is_none(), "still leased");
+    q.clock().shift_boot(11_000_000_000);
+    let l = q.claim().unwrap().expect("expired lease claimed again");
+    assert_eq!(l.attempt(), 2);
+    assert!(q.lease_from_handle(&handle).unwrap_err().is_lease_lost());
+}
+
+/// A stray file in a ready shard wakes a waiting claim; it must still return the delayed job
+/// when it falls due, not at the end of its timeout.
+#[test]
+fn claim_wait_keeps_its_deadline_after_a_wake_up_without_a_job() {
+    let d = TempDir::new("wait-stray");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    delayed(&q, b"due in 1.5 s", Duration::from_millis(1500));
+    let t = Instant::now();
+    let l = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::write(d.path().join("ready/00/stray-file"), b"x").unwrap();
+        });
+        q.claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+            .unwrap()
+    });
+    let took = t.elapsed();
+    assert_eq!(l.expect("claimed").payload(), b"due in 1.5 s");
+    assert!(took < Duration::from_secs(8), "returned after {took:?}");
+}
+
+/// A delayed job enqueued by another handle while a claim waits is returned when due.
+#[test]
+fn claim_wait_learns_a_delayed_job_enqueued_while_it_waits() {
+    let d = TempDir::new("wait-learn");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    let t = Instant::now();
+    let l = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            delayed(
+                &Queue::open(d.path()).unwrap(),
+                b"x",
+                Duration::from_secs(1),
+            );
+        });
+        q.claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+            .unwrap()
+    });
+    let took = t.elapsed();
+    assert!(l.is_some());
+    assert!(took < Duration::from_secs(8), "returned after {took:?}");
+}
+
+/// An idle waiting claim does not list directories again while nothing happens, however
+/// many leases there are: only the first sweep reads directories.
+#[test]
+fn an_idle_waiting_claim_does_not_relist() {
+    let d = TempDir::new("idle");
+    let plan = FaultPlan::new(vec![]);
+    let q = Queue::create(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..fast(4)
+        },
+    )
+    .unwrap();
+    for i in 0..200u32 {
+        q.enqueue(&i.to_le_bytes()).unwrap();
+    }
+    let mut held = Vec::new();
+    while let Some(l) = q.claim_for(Duration::from_secs(3600)).unwrap() {
+        held.push(l.into_handle());
+    }
+    assert_eq!(held.len(), 200);
+    plan.reset_counts();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1500));
+            stop.store(true, Ordering::SeqCst);
+        });
+        let r = q
+            .claim_wait_until(Duration::from_secs(30), Duration::from_secs(60), &stop)
+            .unwrap();
+        assert!(r.is_none());
+    });
+    // One sweep: 4 shards, plus delayed/ (no bucket exists).
+    assert_eq!(plan.count(Call::ReadDir), 5);
+}
+
+/// A shard directory removed and re-created by `init` is noticed.
+#[test]
+fn a_recreated_shard_directory_is_noticed() {
+    let d = TempDir::new("reshard");
+    let q = Queue::create(d.path(), opts(8)).unwrap();
+    assert_eq!(q.replaced_dir(), None);
+    std::fs::remove_dir_all(d.path().join("ready/07")).unwrap();
+    Queue::create(d.path(), opts(8)).unwrap();
+    assert_eq!(q.replaced_dir().as_deref(), Some("ready/07"));
+    assert!(!q.is_current());
+}
+
+/// `steadq work` stops with an error naming the directory when a shard is replaced under it.
+#[test]
+fn work_exits_when_a_shard_is_replaced() {
+    let d = TempDir::new("reshard-cli");
+    Queue::create(d.path(), opts(8)).unwrap();
+    let dir = d.path().to_str().unwrap();
+    let mut w = Command::new(BIN)
+        .args(["work", dir, "--", "cat"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::remove_dir_all(d.path().join("ready/03")).unwrap();
+    Queue::create(d.path(), opts(8)).unwrap();
+    let t = Instant::now();
+    while w.try_wait().unwrap().is_none() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if w.try_wait().unwrap().is_none() {
+        w.kill().unwrap();
+        panic!("worker still running 10 s after ready/03 was replaced");
+    }
+    let out = w.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ready/03 was removed or replaced"), "{err}");
+}
+
+/// Recovery goes on past an entry it cannot move (here the first rename of the pass gets
+/// ENOSPC), recovers the rest, and reports the failure with a partial (indeterminate) outcome.
+#[test]
+fn recovery_does_all_it_can() {
+    let d = TempDir::new("recover-all");
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Rename,
+        nth: 1,
+        action: FaultAction::Fail(Errno::NOSPC),
+    }]);
+    let q = Queue::create(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..opts(1)
+        },
+    )
+    .unwrap();
+    for i in 0..40u8 {
+        q.enqueue(&[i]).unwrap();
+    }
+    for _ in 0..40 {
+        q.claim_for(Duration::from_secs(5))
+            .unwrap()
+            .unwrap()
+            .into_handle();
+    }
+    q.clock().shift_boot(6_000_000_000);
+    plan.arm();
+    let r = q.recover_report();
+    assert_eq!((r.expired, r.failed), (39, 1));
+    let e = r.first_error.clone().expect("the failure is reported");
+    assert_eq!(e.outcome(), Outcome::Indeterminate);
+    assert!(e.to_string().contains("disk full"), "{e}");
+    assert_eq!(counts(&q), [39, 1, 0, 0, 0]);
+    assert_eq!(q.recover().unwrap().expired, 1, "the fault fired once");
+    assert_eq!(counts(&q), [40, 0, 0, 0, 0]);
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Out of inodes: enqueue says "disk full" (exit 2, not done); status, list, fsck and recover
+/// still work (the open-time rename probe no longer needs an inode).
+#[test]
+fn a_full_disk_does_not_lock_users_out() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_full_disk_does_not_lock_users_out: needs root, runs once");
+        return;
+    }
+    let base = TempDir::new("fulldisk");
+    std::fs::create_dir_all(base.path()).unwrap();
+    let m = crate::filesystems::mount_small_ext4(base.path(), 16, 64).expect("loop-mount ext4");
+    let q = m.dir.join("q");
+    let qs = q.to_str().unwrap();
+    assert!(run(&["init", qs]).status.success());
+    let mut enqueued = 0;
+    let err = loop {
+        let mut c = Command::new(BIN)
+            .args(["enqueue", qs])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(b"job").unwrap();
+        let out = c.wait_with_output().unwrap();
+        if !out.status.success() {
+            assert_eq!(out.status.code(), Some(2));
+            break String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        enqueued += 1;
+        assert!(enqueued < 100, "64 inodes never ran out");
+    };
+    assert!(err.contains("disk full"), "{err}");
+    assert!(err.contains("not done"), "{err}");
+    for cmd in ["status", "list", "fsck", "recover"] {
+        let out = run(&[cmd, qs]);
+        assert!(
+            out.status.success(),
+            "steadq {cmd} on a full disk: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let st = Queue::open(&q).unwrap().status().unwrap();
+    assert_eq!(st.ready, enqueued);
+    drop(m);
+}
