@@ -98,6 +98,11 @@ pub enum FaultAction {
     Skip,
 }
 
+/// Mode of every file SteadQ creates, before the process umask (`umask(2)`) takes bits away.
+const FILE_MODE: u32 = 0o666;
+/// Mode of every directory SteadQ creates, before the umask.
+const DIR_MODE: u32 = 0o777;
+
 /// One injected fault: the `nth` (1-based) call of kind `call` gets `action`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fault {
@@ -357,12 +362,13 @@ impl Sys {
     }
 
     /// Create a new file `name` in `dir` (`O_CREAT | O_EXCL | O_NOFOLLOW`), write-only, mode
-    /// 0644 before umask. `openat(2)`.
+    /// 0666 less the umask (so a group-shared queue made with umask 002 stays shared; the
+    /// group comes from a setgid parent, as `open(2)` describes). `openat(2)`.
     pub fn create_file(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         self.run(Call::Open, || {
-            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644))
+            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
         })
     }
 
@@ -371,21 +377,22 @@ impl Sys {
     pub fn open_tmpfile(&self, dir: BorrowedFd<'_>) -> R<OwnedFd> {
         let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
         self.run(Call::Open, || {
-            rustix::fs::openat(dir, ".", flags, Mode::from_raw_mode(0o644))
+            rustix::fs::openat(dir, ".", flags, Mode::from_raw_mode(FILE_MODE))
         })
     }
 
-    /// `mkdirat(2)`, mode 0755 before umask.
+    /// `mkdirat(2)`, mode 0777 less the umask; a setgid parent passes its group and its
+    /// setgid bit on (`mkdir(2)`).
     pub fn mkdir(&self, dir: BorrowedFd<'_>, name: &str) -> R<()> {
         self.run(Call::Mkdir, || {
-            rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755))
+            rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(DIR_MODE))
         })
     }
 
     /// `mkdir(2)` of a path outside any queue (the queue root itself).
     pub fn mkdir_path(&self, path: &std::path::Path) -> R<()> {
         self.run(Call::Mkdir, || {
-            rustix::fs::mkdir(path, Mode::from_raw_mode(0o755))
+            rustix::fs::mkdir(path, Mode::from_raw_mode(DIR_MODE))
         })
     }
 
@@ -584,13 +591,13 @@ impl Sys {
         })
     }
 
-    /// Open (creating, mode 0644) `name` in `dir` for appending, never following a symlink.
+    /// Open (creating, mode 0666 less the umask) `name` in `dir` for appending, never following a symlink.
     /// `openat(2)` with `O_APPEND | O_CREAT | O_NOFOLLOW`.
     pub fn open_append(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags =
             OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         self.run(Call::Open, || {
-            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644))
+            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
         })
     }
 

@@ -272,3 +272,103 @@ fn a_full_disk_does_not_lock_users_out() {
     assert_eq!(st.ready, enqueued);
     drop(m);
 }
+
+/// Runs `sh -c script` as `user` with umask 002, returning (exit code, stderr).
+fn as_user(user: &str, script: &str) -> (Option<i32>, String) {
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", user, "-c", &format!("umask 002; {script}")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Two real users in one group share a queue made in a setgid directory with umask 002: the
+/// producer enqueues into the worker's queue, both use buckets the other created.
+#[test]
+fn a_group_shared_queue_works_for_two_real_users() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_group_shared_queue_works_for_two_real_users: needs root, runs once");
+        return;
+    }
+    let tag = format!("sq{}", std::process::id() % 100_000);
+    let (group, a, b) = (format!("{tag}g"), format!("{tag}a"), format!("{tag}b"));
+    struct Users(Vec<String>, String);
+    impl Drop for Users {
+        fn drop(&mut self) {
+            for u in &self.0 {
+                let _ = Command::new("userdel").arg(u).output();
+            }
+            let _ = Command::new("groupdel").arg(&self.1).output();
+        }
+    }
+    let ok =
+        |c: &str, args: &[&str]| assert!(Command::new(c).args(args).status().unwrap().success());
+    ok("groupadd", &["-f", &group]);
+    let _users = Users(vec![a.clone(), b.clone()], group.clone());
+    ok("useradd", &["-M", "-g", &group, &a]);
+    ok("useradd", &["-M", "-g", &group, &b]);
+    // Outside the test's temp dir tree, which other users may not traverse.
+    let base = std::path::PathBuf::from(format!("/tmp/steadq-shared-{tag}"));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(base.join("bin")).unwrap();
+    let bin = base.join("bin/steadq");
+    std::fs::copy(BIN, &bin).unwrap();
+    ok(
+        "chmod",
+        &[
+            "755",
+            base.to_str().unwrap(),
+            base.join("bin").to_str().unwrap(),
+        ],
+    );
+    let shared = base.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    ok("chgrp", &[&group, shared.to_str().unwrap()]);
+    ok("chmod", &["2775", shared.to_str().unwrap()]);
+    let (bin, q) = (bin.to_str().unwrap(), shared.join("q"));
+    let q = q.to_str().unwrap();
+    let steps = [
+        (&a, format!("{bin} init {q}")),
+        (&b, format!("echo from-b | {bin} enqueue {q}")),
+        (&a, format!("echo later | {bin} enqueue {q} --delay 1s")),
+        (
+            &b,
+            format!("echo dead-soon | {bin} enqueue {q} --max-attempts 1"),
+        ),
+    ];
+    for (u, s) in &steps {
+        let (code, err) = as_user(u, s);
+        assert_eq!(code, Some(0), "as {u}: {s}: {err}");
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    // B makes A's delayed job ready (A's bucket), A claims B's jobs.
+    let (code, err) = as_user(&b, &format!("{bin} recover {q}"));
+    assert_eq!(code, Some(0), "B recovers A's bucket: {err}");
+    for _ in 0..3 {
+        let (code, err) = as_user(
+            &a,
+            &format!("h=$({bin} claim {q} --lease 1m) && {bin} ack {q} \"$h\""),
+        );
+        assert_eq!(code, Some(0), "A claims and acks: {err}");
+    }
+    let meta = std::fs::metadata(shared.join("q/delayed")).unwrap();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(
+        meta.permissions().mode() & 0o2070,
+        0o2070,
+        "group rwx and setgid"
+    );
+    assert_eq!(Queue::open(q).unwrap().status().unwrap().acked, 3);
+    let gid = std::fs::metadata(&shared).unwrap().gid();
+    assert_eq!(
+        std::fs::metadata(shared.join("q/evidence.log"))
+            .map(|m| m.gid())
+            .unwrap_or(gid),
+        gid
+    );
+    std::fs::remove_dir_all(&base).unwrap();
+}
