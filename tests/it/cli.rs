@@ -665,3 +665,105 @@ fn a_worker_notices_its_queue_was_replaced() {
     assert_eq!(status.code(), Some(2));
     assert!(err.contains("removed or replaced"), "{err}");
 }
+
+fn job_files(q: &Path, sub: &str, ext: &str) -> Vec<String> {
+    files(q, sub)
+        .into_iter()
+        .filter(|f| f.ends_with(ext))
+        .collect()
+}
+
+#[test]
+fn a_background_child_holding_stdin_does_not_stall_the_worker() {
+    // 200 KiB is more than a pipe holds: the payload cannot all be written, and the
+    // background sleep keeps the pipe open after the command exited 0.
+    let d = TempDir::new("cli-bgstdin");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+    let o = steadq_in(
+        &["enqueue", p(q), "--max-attempts", "2"],
+        &vec![b'x'; 200 << 10],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut w = Command::new(BIN)
+        .args([
+            "work",
+            p(q),
+            "--lease",
+            "1s",
+            "--backoff",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            // (sh gives an asynchronous list /dev/null as stdin unless told otherwise)
+            "exec 3<&0; sleep 4 <&3 3<&- & exit 0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let qq = Queue::open(q).unwrap();
+    // Long enough for a stalled worker to lose the lease twice (4 s per stalled attempt).
+    while t.elapsed() < Duration::from_secs(10) {
+        let s = qq.status().unwrap();
+        if s.acked + s.dead >= 1 && t.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    sigterm(&w);
+    assert!(w.wait().unwrap().success());
+    let receipts = job_files(q, "receipts", ".rct");
+    assert_eq!(receipts.len(), 1, "{:?}", files(q, ""));
+    assert!(receipts[0].contains(".a00000001."), "{receipts:?}");
+    assert_eq!(job_files(q, "dead", ".sqj"), Vec::<String>::new());
+}
+
+#[test]
+fn a_command_that_never_reads_stdin_is_acked() {
+    let d = TempDir::new("cli-noread");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+    steadq_in(&["enqueue", p(q)], &vec![b'y'; 1 << 20]);
+    let o = steadq(&["work", p(q), "--once", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let receipts = job_files(q, "receipts", ".rct");
+    assert_eq!(receipts.len(), 1, "{:?}", files(q, ""));
+    assert!(receipts[0].contains(".a00000001."), "{receipts:?}");
+}
+
+#[test]
+fn work_timeout_stops_the_command_and_retries_with_backoff() {
+    let d = TempDir::new("cli-timeout");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+    steadq_in(&["enqueue", p(q)], b"slow");
+    let t = Instant::now();
+    let o = steadq(&[
+        "work",
+        p(q),
+        "--once",
+        "--timeout",
+        "1s",
+        "--backoff",
+        "30s",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    let took = t.elapsed();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    assert!(
+        text(&o.stderr).contains("timed out after 1s"),
+        "{}",
+        text(&o.stderr)
+    );
+    let l = Queue::open(q).unwrap().list(None).unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!((l[0].state, l[0].name.attempt), (State::Delayed, 1));
+    assert_eq!(job_files(q, "delayed", ".sqj").len(), 1);
+}
