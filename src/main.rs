@@ -6,12 +6,12 @@
 //! (no job ready); 4 outcome indeterminate (it may have happened); 5 fsck found problems;
 //! 6 lease lost.
 
-/// `println!` that ignores a closed stdout (`steadq enqueue ... | true`): the operation is
-/// done either way, so a broken pipe must not turn it into a panic or a failure exit.
+/// `println!` through [`cli::stdout::line`]: flushed and checked. A closed pipe (`steadq
+/// enqueue ... | true`) is ignored, as the operation is done either way; any other write
+/// error makes the command exit 2 (see `main`).
 macro_rules! out {
     ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+        let _ = $crate::cli::stdout::line(format_args!($($t)*));
     }};
 }
 
@@ -80,6 +80,10 @@ fn main() {
             status: Ok(()),
         }) => {
             out!("{}", output.trim_end());
+            if let Some(msg) = cli::stdout::failure() {
+                eprintln!("steadq: {msg}");
+                std::process::exit(2);
+            }
             std::process::exit(0);
         }
         Err(argh::EarlyExit {
@@ -96,6 +100,18 @@ fn main() {
             eprintln!("steadq: {e}");
             e.code()
         }
+    };
+    // Output that could not be written is not success (exit 2); any other code stands.
+    let code = match cli::stdout::failure() {
+        Some(msg) => {
+            eprintln!("steadq: {msg}");
+            if code == 0 {
+                2
+            } else {
+                code
+            }
+        }
+        None => code,
     };
     std::process::exit(code);
 }

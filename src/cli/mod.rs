@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod stdout;
 pub mod work;
 
 use argh::FromArgs;
@@ -175,25 +176,37 @@ pub struct Init {
     /// queue directory (its parent must exist)
     #[argh(positional)]
     dir: PathBuf,
-    /// shards, 1..=256 (default 8); ignored for an existing queue
-    #[argh(option, default = "8")]
-    shards: u16,
+    /// shards, 1..=256 (default 8); for an existing queue with another count, exit 2
+    #[argh(option)]
+    shards: Option<u16>,
 }
 
 pub fn cmd_init(a: Init) -> Result<i32, CliError> {
+    let defaults = Options::default();
     let q = Queue::create(
         &a.dir,
         Options {
-            shards: a.shards,
-            ..Options::default()
+            shards: a.shards.unwrap_or(defaults.shards),
+            ..defaults
         },
     )?;
-    out!("{:032x}", q.id());
-    eprintln!(
-        "queue {} ready: {} shards",
-        a.dir.display(),
-        q.identity().shards
+    let have = q.identity().shards;
+    // Without --shards (the systemd unit runs init before every start) any count is fine.
+    if let Some(want) = a.shards.filter(|&w| w != have) {
+        return Err(CliError::usage(format!(
+            "{}: queue exists with {have} shards; --shards {want} was not applied",
+            a.dir.display()
+        )));
+    }
+    stdout::note_done(
+        format!(
+            "the queue {} WAS created (or already existed)",
+            a.dir.display()
+        ),
+        "its id",
     );
+    out!("{:032x}", q.id());
+    eprintln!("queue {} ready: {have} shards", a.dir.display());
     Ok(0)
 }
 
@@ -263,6 +276,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<i32, CliError> {
             delay: a.delay,
         },
     )?;
+    stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");
     out!("{id}");
     Ok(0)
 }
@@ -332,15 +346,29 @@ pub fn cmd_claim(a: Claim) -> Result<i32, CliError> {
         }
     }
     let payload = lease.payload().to_vec();
-    let handle = lease.into_handle();
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{handle}");
+    let handle = lease.handle();
+    let mut text = format!("{handle}\n").into_bytes();
     if a.payload_out
         .as_deref()
         .is_some_and(|p| p.as_os_str() == "-")
     {
-        let _ = out.write_all(&payload);
+        text.extend_from_slice(&payload);
     }
+    let attempt = lease.attempt();
+    if let (false, Some(e)) = (stdout::write(&text), stdout::take_error()) {
+        // Nobody got the handle: give the job back rather than leave it hidden for a lease.
+        let msg = format!("the job's lease handle could not be written to stdout: {e}");
+        return Err(match lease.release() {
+            Ok(()) => CliError::usage(format!(
+                "{msg}; the job was released to ready (attempt {attempt} used)"
+            )),
+            Err(r) => CliError {
+                msg: format!("{msg}; releasing the job failed too: {r}"),
+                code: 4,
+            },
+        });
+    }
+    let _ = lease.into_handle();
     Ok(0)
 }
 
@@ -367,7 +395,12 @@ pub fn cmd_renew(a: Renew) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let mut l = q.lease_from_handle(&a.handle)?;
     l.renew(a.lease)?;
-    out!("{}", l.into_handle());
+    let handle = l.into_handle();
+    stdout::note_done(
+        format!("the lease WAS renewed; its new handle is {handle}"),
+        "the handle",
+    );
+    out!("{handle}");
     Ok(0)
 }
 
@@ -386,6 +419,7 @@ pub struct Ack {
 pub fn cmd_ack(a: Ack) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let r = q.lease_from_handle(&a.handle)?.ack()?;
+    stdout::note_done(format!("the job {} WAS acked", r.id), "its receipt name");
     out!("{}", r.name);
     Ok(0)
 }
@@ -411,7 +445,9 @@ pub struct Nack {
 
 pub fn cmd_nack(a: Nack) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
-    match q.lease_from_handle(&a.handle)?.nack(a.delay)? {
+    let n = q.lease_from_handle(&a.handle)?.nack(a.delay)?;
+    stdout::note_done("the job WAS nacked", "its new state");
+    match n {
         steadq::Nacked::Ready => out!("ready"),
         steadq::Nacked::Delayed(ns) => out!("delayed until unix {:.3}", ns as f64 / 1e9),
         steadq::Nacked::Dead => out!("dead (attempts exhausted)"),
@@ -599,7 +635,6 @@ fn describe(q: &Queue, k: &Kind) -> String {
 
 pub fn cmd_list(a: List) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
-    let mut out = std::io::stdout().lock();
     for l in q.list(a.state)? {
         let n = &l.name;
         let line = format!(
@@ -612,8 +647,8 @@ pub fn cmd_list(a: List) -> Result<i32, CliError> {
             describe(&q, &n.kind),
             l.rel_path(q.id())
         );
-        if out.write_all(line.as_bytes()).is_err() {
-            break; // a closed pipe (| head) is a clean exit
+        if !stdout::write(line.as_bytes()) {
+            break; // a closed pipe (| head) is a clean exit; another error exits 2 in main
         }
     }
     Ok(0)
@@ -645,21 +680,18 @@ pub fn cmd_show(a: Show) -> Result<i32, CliError> {
         ErrorKind::NoSuchJob => CliError::usage(format!("{}: no job {id}", a.dir.display())),
         _ => e.into(),
     })?;
-    let (h, payload) = q.read_job(&l)?;
+    let (h, payload) = match q.read_job(&l) {
+        Ok(x) => x,
+        // A corrupt file is shown by its name (which is verified on its own); its header and
+        // payload cannot be trusted. `read_job` moves nothing.
+        Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => return show_corrupt(&a, &q, &l, &e),
+        Err(e) => return Err(e.into()),
+    };
     if a.raw {
-        let _ = std::io::stdout().write_all(&payload);
+        stdout::write(&payload);
         return Ok(0);
     }
-    let n = &l.name;
-    out!("job       {}", n.id);
-    out!(
-        "state     {} {}",
-        state_name(l.state),
-        describe(&q, &n.kind)
-    );
-    out!("path      {}", l.rel_path(q.id()));
-    out!("attempt   {}/{}", n.attempt, n.max_attempts);
-    out!("gen       {}", n.generation);
+    show_name(&q, &l);
     out!("created   unix {:.3}", h.created_ns as f64 / 1e9);
     out!("bytes     {}", h.payload_len);
     out!("sha256    {}", steadq::format::hex32(&h.payload_sha256));
@@ -678,6 +710,40 @@ pub fn cmd_show(a: Show) -> Result<i32, CliError> {
     Ok(0)
 }
 
+/// The fields of a job's name: state, path, attempt, generation.
+fn show_name(q: &Queue, l: &steadq::Listed) {
+    let n = &l.name;
+    out!("job       {}", n.id);
+    out!("state     {} {}", state_name(l.state), describe(q, &n.kind));
+    out!("path      {}", l.rel_path(q.id()));
+    out!("attempt   {}/{}", n.attempt, n.max_attempts);
+    out!("gen       {}", n.generation);
+}
+
+/// Show a job whose file fails verification. Dead-lettered already (reason corrupt): exit 0;
+/// in any other state: exit 2 (a claim or `fsck` will dead-letter it).
+fn show_corrupt(a: &Show, q: &Queue, l: &steadq::Listed, e: &Error) -> Result<i32, CliError> {
+    let ErrorKind::Corrupt(c) = e.kind() else {
+        unreachable!("show_corrupt is called for corrupt jobs only")
+    };
+    let path = a.dir.join(l.rel_path(q.id()));
+    if a.raw {
+        return Err(CliError::usage(format!(
+            "{}: corrupt job file ({c}): its payload cannot be verified, so --raw prints nothing",
+            path.display()
+        )));
+    }
+    show_name(q, l);
+    out!("file      corrupt ({c}): header and payload not shown");
+    if l.state == State::Dead {
+        return Ok(0);
+    }
+    Err(CliError::usage(format!(
+        "{}: corrupt job file ({c}), not yet dead-lettered (a claim or `steadq fsck` will)",
+        path.display()
+    )))
+}
+
 /// Recover: expired leases back to ready (or dead), due delayed jobs to ready, temp files
 /// of dead writers removed.
 #[derive(FromArgs)]
@@ -691,6 +757,7 @@ pub struct Recover {
 pub fn cmd_recover(a: Recover) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let r = q.recover()?;
+    stdout::note_done("recovery WAS done", "its report");
     out!(
         "expired leases to ready {}, to dead {}; delayed jobs due {}; temp files removed {}; foreign entries {}",
         r.expired, r.expired_dead, r.due, r.temp_removed, r.foreign
@@ -718,6 +785,9 @@ pub struct Fsck {
 pub fn cmd_fsck(a: Fsck) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let r = q.fsck(a.quarantine)?;
+    if a.quarantine {
+        stdout::note_done("fsck --quarantine WAS done", "its list of problems");
+    }
     for p in &r.problems {
         out!("{p}");
     }
@@ -767,16 +837,19 @@ pub fn cmd_dead(a: Dead) -> Result<i32, CliError> {
                 ErrorKind::NoSuchJob => CliError::usage(format!("{}: no dead job {id}", a.dir.display())),
                 _ => e.into(),
             })?;
+            stdout::note_done(format!("the job {id} WAS requeued"), "the report");
             out!("requeued {id}");
             Ok(0)
         }
         ("requeue", None, true) => {
             let n = open(&a.dir)?.requeue_dead(None)?;
+            stdout::note_done(format!("{n} jobs WERE requeued"), "the report");
             out!("requeued {n} jobs");
             Ok(0)
         }
         ("purge", None, false) => {
             let n = open(&a.dir)?.purge_dead()?;
+            stdout::note_done(format!("{n} dead jobs WERE purged"), "the report");
             out!("purged {n} dead jobs");
             Ok(0)
         }
@@ -804,6 +877,7 @@ pub struct Compact {
 pub fn cmd_compact(a: Compact) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let n = q.compact(a.older_than)?;
+    stdout::note_done(format!("{n} receipts WERE compacted"), "the report");
     out!(
         "compacted {n} receipts into {}",
         a.dir.join(steadq::EVIDENCE_FILE).display()

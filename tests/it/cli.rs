@@ -767,3 +767,129 @@ fn work_timeout_stops_the_command_and_retries_with_backoff() {
     assert_eq!((l[0].state, l[0].name.attempt), (State::Delayed, 1));
     assert_eq!(job_files(q, "delayed", ".sqj").len(), 1);
 }
+
+/// Run steadq with stdout on /dev/full (every write fails with ENOSPC).
+fn steadq_to_full(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut c = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(input).unwrap();
+    c.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_full_stdout_is_a_failure_that_says_what_was_done() {
+    let d = TempDir::new("cli-full");
+    let q = d.path();
+    assert!(steadq(&["init", p(q)]).status.success());
+    let o = steadq_to_full(&["status", p(q), "--prometheus"], b"");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("stdout") && err.contains("No space left on device"),
+        "{err}"
+    );
+    let o = steadq_to_full(&["enqueue", p(q)], b"x");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let l = Queue::open(q).unwrap().list(None).unwrap();
+    assert_eq!(l.len(), 1, "the job still exists");
+    assert_eq!(l[0].state, State::Ready);
+    assert!(
+        err.contains(&format!(
+            "the job WAS enqueued as {} but its id could not be written to stdout: No space left on device",
+            l[0].name.id
+        )),
+        "{err}"
+    );
+    let o = steadq(&["status", p(q), "--json"]);
+    assert!(
+        text(&o.stdout).contains("\"ready\":1,"),
+        "{}",
+        text(&o.stdout)
+    );
+    let id = l[0].name.id.to_string();
+    for args in [
+        vec!["status", p(q), "--json"],
+        vec!["status", p(q)],
+        vec!["list", p(q)],
+        vec!["show", p(q), &id],
+        vec!["show", p(q), &id, "--raw"],
+    ] {
+        let o = steadq_to_full(&args, b"");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+    }
+    // claim: nobody got the handle, so the job goes back to ready.
+    let o = steadq_to_full(&["claim", p(q)], b"");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("released to ready (attempt 1 used)"),
+        "{}",
+        text(&o.stderr)
+    );
+    let l = Queue::open(q).unwrap().list(None).unwrap();
+    assert_eq!((l[0].state, l[0].name.attempt), (State::Ready, 1));
+    // --help too.
+    let o = steadq_to_full(&["--help"], b"");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}
+
+#[test]
+fn show_displays_a_job_dead_lettered_as_corrupt() {
+    let d = TempDir::new("cli-showcorrupt");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+    let id = text(&steadq_in(&["enqueue", p(q)], b"good payload").stdout)
+        .trim()
+        .to_string();
+    // Flip the last payload byte on disk: the claim finds it corrupt and dead-letters it.
+    let f = q.join(&job_files(q, "ready", ".sqj")[0]);
+    let mut bytes = std::fs::read(&f).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&f, bytes).unwrap();
+    let o = steadq(&["claim", p(q)]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let dead = job_files(q, "dead", ".sqj");
+    assert!(
+        dead.len() == 1 && dead[0].contains(".xcorrupt."),
+        "{:?}",
+        files(q, "")
+    );
+    let o = steadq(&["show", p(q), &id]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(out.contains(&format!("job       {id}")), "{out}");
+    assert!(out.contains("state     dead reason corrupt"), "{out}");
+    assert!(out.contains(&format!("path      {}", dead[0])), "{out}");
+    assert!(out.contains("file      corrupt ("), "{out}");
+    let o = steadq(&["show", p(q), &id, "--raw"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    assert!(text(&o.stderr).contains(&dead[0]), "{}", text(&o.stderr));
+}
+
+#[test]
+fn init_with_another_shard_count_says_it_was_not_applied() {
+    let d = TempDir::new("cli-initshards");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "4"]).status.success());
+    // Without --shards (the systemd unit's init before every start): quiet success.
+    let o = steadq(&["init", p(q)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = steadq(&["init", p(q), "--shards", "4"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = steadq(&["init", p(q), "--shards", "16"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("queue exists with 4 shards; --shards 16 was not applied"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(o.stdout.is_empty());
+    assert_eq!(Queue::open(q).unwrap().identity().shards, 4);
+}
