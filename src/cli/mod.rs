@@ -394,8 +394,21 @@ pub struct Renew {
 pub fn cmd_renew(a: Renew) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let mut l = q.lease_from_handle(&a.handle)?;
-    l.renew(a.lease)?;
+    let r = l.renew(a.lease);
+    // The lease belongs to the script that holds the handle, which still runs: a failed
+    // renew must never release the job (dropping the Lease would), whatever the error.
     let handle = l.into_handle();
+    if let Err(e) = r {
+        let mut e = CliError::from(e);
+        if e.code == 4 && handle != a.handle {
+            e.msg += &format!(
+                "; the lease may have been renewed: its handle is then {handle}, else still the old one"
+            );
+        } else if e.code == 2 {
+            e.msg += "; the lease was kept as it was (not released): the old handle still holds it";
+        }
+        return Err(e);
+    }
     stdout::note_done(
         format!("the lease WAS renewed; its new handle is {handle}"),
         "the handle",

@@ -893,3 +893,58 @@ fn init_with_another_shard_count_says_it_was_not_applied() {
     assert!(o.stdout.is_empty());
     assert_eq!(Queue::open(q).unwrap().identity().shards, 4);
 }
+
+#[test]
+fn a_failed_renew_keeps_the_lease_for_the_script() {
+    // A real failure of the renew's rename: strace injects EACCES into the second
+    // renameat2 (the first is Queue::open's probe in tmp/). Without strace (.ci/run installs
+    // it), or under qemu-user (whose syscalls strace would count differently), say so and pass.
+    if Command::new("strace").arg("-V").output().is_err()
+        || std::env::var_os("STEADQ_QEMU_USER").is_some()
+    {
+        eprintln!(
+            "no strace, or under qemu-user: a_failed_renew_keeps_the_lease_for_the_script skipped"
+        );
+        return;
+    }
+    let d = TempDir::new("cli-renewfail");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+    steadq_in(&["enqueue", p(q)], b"x");
+    let o = steadq(&["claim", p(q), "--lease", "5m"]);
+    let handle = text(&o.stdout).trim().to_string();
+    let o = Command::new("strace")
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2"])
+        .args(["-e", "inject=renameat2:error=EACCES:when=2", BIN])
+        .args(["renew", p(q), &handle, "--lease", "5m"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "ready/00/{handle}: renameat2 failed: Permission denied"
+        )),
+        "the injected failure hit the renew's rename: {err}"
+    );
+    let l = Queue::open(q).unwrap().list(None).unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(
+        (l[0].state, l[0].name.attempt),
+        (State::Leased, 1),
+        "still leased to the script, not released to ready"
+    );
+    assert!(err.contains("not released"), "{err}");
+    // The script's handle still holds the lease.
+    let o = steadq(&["renew", p(q), &handle]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let renewed = text(&o.stdout).trim().to_string();
+    // The old handle is now lost (exit 6) and the job stays leased under the new one.
+    let o = steadq(&["renew", p(q), &handle]);
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o.stderr));
+    let l = Queue::open(q).unwrap().list(None).unwrap();
+    assert_eq!(l[0].state, State::Leased);
+    let o = steadq(&["ack", p(q), &renewed]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
