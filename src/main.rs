@@ -26,7 +26,7 @@ use cli::*;
     example = "steadq demo",
     example = "steadq init /var/lib/jobs && echo hello | steadq enqueue /var/lib/jobs",
     example = "steadq work /var/lib/jobs --concurrency 2 -- sh -c 'cat > /tmp/job.$STEADQ_JOB_ID'",
-    note = "Logging: RUST_LOG=info (or debug) on stderr.",
+    note = "Logging: RUST_LOG=info (or debug) on stderr. `steadq --version` prints the version.",
     error_code(2, "failed, not done: nothing changed"),
     error_code(3, "nothing to do: no job ready"),
     error_code(4, "indeterminate: the operation may have happened"),
@@ -72,6 +72,15 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // argh has no --version: answer it before parsing (only as the sole argument).
+    if args.len() == 2 && (args[1] == "--version" || args[1] == "-V") {
+        out!("steadq {}", env!("CARGO_PKG_VERSION"));
+        std::process::exit(if cli::stdout::failure().is_some() {
+            2
+        } else {
+            0
+        });
+    }
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
     let top = match Top::from_args(&strs[..1], &strs[1..]) {
         Ok(t) => t,

@@ -55,7 +55,8 @@ impl From<Error> for CliError {
     }
 }
 
-/// Parse `500ms`, `30s`, `5m`, `2h`, `7d`, or a bare number of seconds.
+/// Parse `500ms`, `30s`, `5m`, `2h`, `7d`, `1.5m`. The unit is required: a bare `10` could mean
+/// seconds or minutes, so it is refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad =
         || format!("bad duration '{s}': use a number with ms, s, m, h or d, e.g. 30s, 5m, 7d");
@@ -67,7 +68,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let n: f64 = num.parse().map_err(|_| bad())?;
     let mult = match unit {
         "ms" => 0.001,
-        "" | "s" => 1.0,
+        "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
         "d" => 86400.0,
@@ -288,20 +289,22 @@ pub use work::Work;
 #[argh(
     subcommand,
     name = "claim",
-    example = "h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) && process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
+    example = "rc=0; h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) || rc=$?; [ $rc = 3 ] && exit 0; [ $rc = 0 ] || exit $rc",
+    example = "process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
     error_code(3, "no job ready (within --wait)")
 )]
 pub struct Claim {
     /// queue directory
     #[argh(positional)]
     dir: PathBuf,
-    /// lease (visibility timeout), e.g. 30s (default 30s)
+    /// lease (visibility timeout), 1s to 7d, e.g. 5m (default 30s)
     #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
     lease: Duration,
     /// wait up to this long for a job (default: do not wait)
     #[argh(option, from_str_fn(dur))]
     wait: Option<Duration>,
-    /// write the verified payload to this file ('-' for stdout, after the handle line)
+    /// write the verified payload to this file (a path: '-' is refused, as stdout carries
+    /// the lease handle that `h=$(...)` captures)
     #[argh(option)]
     payload_out: Option<PathBuf>,
     /// largest payload read, bytes (default 16 MiB); larger jobs go to dead/ (toolarge)
@@ -310,13 +313,21 @@ pub struct Claim {
 }
 
 pub fn cmd_claim(a: Claim) -> Result<i32, CliError> {
+    if a.payload_out
+        .as_deref()
+        .is_some_and(|p| p.as_os_str() == "-")
+    {
+        return Err(CliError::usage(
+            "--payload-out -: stdout carries the lease handle, so the payload needs a file path (e.g. --payload-out /tmp/payload)",
+        ));
+    }
     // Open the payload file before claiming: a bad path then changes nothing.
     let mut file = match &a.payload_out {
-        Some(p) if p.as_os_str() != "-" => Some(
+        Some(p) => Some(
             std::fs::File::create(p)
                 .map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?,
         ),
-        _ => None,
+        None => None,
     };
     let q = Queue::open_with(
         &a.dir,
@@ -345,15 +356,8 @@ pub fn cmd_claim(a: Claim) -> Result<i32, CliError> {
             });
         }
     }
-    let payload = lease.payload().to_vec();
     let handle = lease.handle();
-    let mut text = format!("{handle}\n").into_bytes();
-    if a.payload_out
-        .as_deref()
-        .is_some_and(|p| p.as_os_str() == "-")
-    {
-        text.extend_from_slice(&payload);
-    }
+    let text = format!("{handle}\n").into_bytes();
     let attempt = lease.attempt();
     if let (false, Some(e)) = (stdout::write(&text), stdout::take_error()) {
         // Nobody got the handle: give the job back rather than leave it hidden for a lease.
@@ -386,7 +390,7 @@ pub struct Renew {
     /// lease handle printed by claim or renew
     #[argh(positional)]
     handle: String,
-    /// new lease from now (default 30s)
+    /// new lease from now, 1s to 7d (default 30s)
     #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
     lease: Duration,
 }
@@ -451,7 +455,7 @@ pub struct Nack {
     /// lease handle
     #[argh(positional)]
     handle: String,
-    /// retry after this long (default 0: at once)
+    /// retry after this long, e.g. 30s or 5m (default 0s: at once)
     #[argh(option, default = "Duration::ZERO", from_str_fn(dur))]
     delay: Duration,
 }
@@ -915,9 +919,10 @@ mod tests {
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86400)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
-        for bad in ["", "x", "3x", "-1s", "s", "1e99d"] {
+        for bad in ["", "x", "3x", "-1s", "s", "1e99d", "2", "0", "1.5"] {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.contains(&format!("'{bad}'")), "{e}");
         }

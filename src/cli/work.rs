@@ -38,7 +38,8 @@ pub struct Work {
     /// queue directory
     #[argh(positional)]
     pub dir: PathBuf,
-    /// lease (visibility timeout), renewed every third of it while CMD runs (default 30s)
+    /// lease (visibility timeout), 1s to 7d, renewed every third of it while CMD runs
+    /// (default 30s)
     #[argh(
         option,
         default = "Duration::from_secs(30)",
@@ -88,7 +89,13 @@ extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-fn install_handlers() {
+/// Whether SIGTERM or SIGINT arrived (after [`install_handlers`]).
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+/// SIGTERM and SIGINT set a flag ([`stop_requested`]) instead of ending the process.
+pub fn install_handlers() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to atomics, which
         // is async-signal-safe; `signal` has no other preconditions.

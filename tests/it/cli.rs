@@ -320,6 +320,19 @@ fn bad_input_gives_a_clear_error_and_changes_nothing() {
             "missing",
         ),
         (vec!["demo".into(), p(q).into()], "is not empty"),
+        (
+            vec!["enqueue".into(), p(q).into(), "--delay".into(), "1".into()],
+            "bad duration '1'",
+        ),
+        (
+            vec![
+                "claim".into(),
+                p(q).into(),
+                "--payload-out".into(),
+                "-".into(),
+            ],
+            "--payload-out -: stdout carries the lease handle",
+        ),
     ];
     for (args, want) in &cases {
         let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
@@ -458,11 +471,14 @@ fn manual_claim_renew_nack_ack_from_a_script() {
     let id = text(&steadq_in(&["enqueue", p(q)], b"payload one").stdout)
         .trim()
         .to_string();
-    let o = steadq(&["claim", p(q), "--lease", "1m", "--payload-out", "-"]);
+    let pf = d.path().with_extension("payload");
+    let o = steadq(&["claim", p(q), "--lease", "1m", "--payload-out", p(&pf)]);
     assert!(o.status.success());
     let out = text(&o.stdout);
-    let (handle, payload) = out.split_once('\n').unwrap();
-    assert!(handle.starts_with(&id) && payload == "payload one", "{out}");
+    let handle = out.strip_suffix('\n').unwrap();
+    assert!(handle.starts_with(&id) && !handle.contains('\n'), "{out}");
+    assert_eq!(std::fs::read(&pf).unwrap(), b"payload one");
+    let _ = std::fs::remove_file(&pf);
     assert_eq!(
         steadq(&["claim", p(q)]).status.code(),
         Some(3),
@@ -947,4 +963,98 @@ fn a_failed_renew_keeps_the_lease_for_the_script() {
     assert_eq!(l[0].state, State::Leased);
     let o = steadq(&["ack", p(q), &renewed]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
+/// A fresh, empty temp directory for a demo's TMPDIR.
+fn fresh_tmpdir(tag: &str) -> TempDir {
+    let d = TempDir::new(tag);
+    std::fs::create_dir_all(d.path()).unwrap();
+    d
+}
+
+#[test]
+fn demo_removes_the_queue_it_made_and_says_where_it_was() {
+    let tmp = fresh_tmpdir("cli-demo");
+    let o = Command::new(BIN)
+        .args(["demo", "--jobs", "20"])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert!(
+        out.contains("receipts          20 (dead-lettered: 0)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "removed the demo queue {}/steadq-demo-",
+            p(tmp.path())
+        )),
+        "{out}"
+    );
+    assert_eq!(files(tmp.path(), ""), Vec::<String>::new());
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn an_interrupted_demo_stops_its_workers_and_removes_its_queue() {
+    let tmp = fresh_tmpdir("cli-demoint");
+    let c = Command::new(BIN)
+        .args(["demo", "--jobs", "3000"])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let ready = |t: &Path| {
+        std::fs::read_dir(t)
+            .unwrap()
+            .flatten()
+            .any(|e| e.path().join("receipts").exists())
+    };
+    while !ready(tmp.path()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the demo never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&c),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    let o = c.wait_with_output().unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(out.contains("removed the demo queue"), "{out}");
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn version_prints_the_package_version() {
+    let o = steadq(&["--version"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        format!("steadq {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn help_of_work_and_claim_shows_the_lease_limits() {
+    for sub in ["work", "claim", "renew"] {
+        let o = steadq(&[sub, "--help"]);
+        assert_eq!(o.status.code(), Some(0));
+        let help = text(&o.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(help.contains("1s to 7d"), "{sub}: {help}");
+    }
 }
