@@ -523,92 +523,112 @@ pub struct Status {
     prometheus: bool,
 }
 
+const STATE_NAMES: [&str; 5] = ["ready", "leased", "delayed", "dead", "acked"];
+
 pub fn cmd_status(a: Status) -> Result<i32, CliError> {
     if a.json && a.prometheus {
         return Err(CliError::usage("--json and --prometheus are exclusive"));
     }
     let q = open(&a.dir)?;
     let s = q.status()?;
-    let age_s = s.oldest_ready_age_ns.map(|n| n as f64 / 1e9);
-    let names = ["ready", "leased", "delayed", "dead", "acked"];
-    let counts = [s.ready, s.leased, s.delayed, s.dead, s.acked];
     if a.json {
-        let mut o = String::from("{");
-        o += &format!(
-            "\"queue\":{},\"queue_id\":\"{:032x}\"",
-            json_string(&a.dir.display().to_string()),
-            q.id()
-        );
-        for (n, c) in names.iter().zip(counts) {
-            o += &format!(",\"{n}\":{c}");
-        }
-        o += &format!(
-            ",\"expired_leases\":{},\"foreign\":{}",
-            s.expired_leases, s.foreign
-        );
-        o += ",\"bytes\":{";
-        o += &names
-            .iter()
-            .zip(s.bytes)
-            .map(|(n, b)| format!("\"{n}\":{b}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        o += "}";
-        o += &format!(
-            ",\"oldest_ready_age_seconds\":{}",
-            age_s.map_or("null".into(), |a| format!("{a:.3}"))
-        );
-        o += "}";
-        out!("{o}");
+        status_json(&a, &q, &s);
     } else if a.prometheus {
-        let ql = a
-            .dir
-            .display()
-            .to_string()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n"); // Prometheus label escaping
-        out!("# HELP steadq_jobs Jobs in each state.\n# TYPE steadq_jobs gauge");
-        for (n, c) in names.iter().zip(counts) {
-            out!("steadq_jobs{{queue=\"{ql}\",state=\"{n}\"}} {c}");
-        }
-        out!("# HELP steadq_bytes Bytes of job files in each state.\n# TYPE steadq_bytes gauge");
-        for (n, b) in names.iter().zip(s.bytes) {
-            out!("steadq_bytes{{queue=\"{ql}\",state=\"{n}\"}} {b}");
-        }
-        out!("# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n# TYPE steadq_expired_leases gauge");
-        out!(
-            "steadq_expired_leases{{queue=\"{ql}\"}} {}",
-            s.expired_leases
-        );
-        out!("# HELP steadq_foreign_entries Entries that are not valid jobs (see steadq fsck).\n# TYPE steadq_foreign_entries gauge");
-        out!("steadq_foreign_entries{{queue=\"{ql}\"}} {}", s.foreign);
-        out!("# HELP steadq_oldest_ready_age_seconds Age of the oldest ready job (0 when none).\n# TYPE steadq_oldest_ready_age_seconds gauge");
-        out!(
-            "steadq_oldest_ready_age_seconds{{queue=\"{ql}\"}} {:.3}",
-            age_s.unwrap_or(0.0)
-        );
+        status_prometheus(&a, &s);
     } else {
-        out!("queue    {} ({:032x})", a.dir.display(), q.id());
-        for (i, (n, c)) in names.iter().zip(counts).enumerate() {
-            out!("{n:<8} {c:>8}  {:>12} bytes", s.bytes[i]);
-        }
-        out!(
-            "expired  {:>8}  leases past their deadline (run `steadq recover`)",
-            s.expired_leases
-        );
-        if s.foreign > 0 {
-            out!(
-                "foreign  {:>8}  entries that are not jobs (run `steadq fsck`)",
-                s.foreign
-            );
-        }
-        out!(
-            "oldest ready job: {}",
-            s.oldest_ready_age_ns.map_or("-".into(), fmt_age)
-        );
+        status_text(&a, &q, &s);
     }
     Ok(0)
+}
+
+fn status_counts(s: &steadq::Status) -> [u64; 5] {
+    [s.ready, s.leased, s.delayed, s.dead, s.acked]
+}
+
+fn status_json(a: &Status, q: &Queue, s: &steadq::Status) {
+    let (names, counts) = (STATE_NAMES, status_counts(s));
+    let age_s = s.oldest_ready_age_ns.map(|n| n as f64 / 1e9);
+    let mut o = String::from("{");
+    o += &format!(
+        "\"queue\":{},\"queue_id\":\"{:032x}\"",
+        json_string(&a.dir.display().to_string()),
+        q.id()
+    );
+    for (n, c) in names.iter().zip(counts) {
+        o += &format!(",\"{n}\":{c}");
+    }
+    o += &format!(
+        ",\"expired_leases\":{},\"foreign\":{}",
+        s.expired_leases, s.foreign
+    );
+    o += ",\"bytes\":{";
+    o += &names
+        .iter()
+        .zip(s.bytes)
+        .map(|(n, b)| format!("\"{n}\":{b}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    o += "}";
+    o += &format!(
+        ",\"oldest_ready_age_seconds\":{}",
+        age_s.map_or("null".into(), |a| format!("{a:.3}"))
+    );
+    o += "}";
+    out!("{o}");
+}
+
+fn status_prometheus(a: &Status, s: &steadq::Status) {
+    let (names, counts) = (STATE_NAMES, status_counts(s));
+    let age_s = s.oldest_ready_age_ns.map(|n| n as f64 / 1e9);
+    let ql = a
+        .dir
+        .display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n"); // Prometheus label escaping
+    out!("# HELP steadq_jobs Jobs in each state.\n# TYPE steadq_jobs gauge");
+    for (n, c) in names.iter().zip(counts) {
+        out!("steadq_jobs{{queue=\"{ql}\",state=\"{n}\"}} {c}");
+    }
+    out!("# HELP steadq_bytes Bytes of job files in each state.\n# TYPE steadq_bytes gauge");
+    for (n, b) in names.iter().zip(s.bytes) {
+        out!("steadq_bytes{{queue=\"{ql}\",state=\"{n}\"}} {b}");
+    }
+    out!("# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n# TYPE steadq_expired_leases gauge");
+    out!(
+        "steadq_expired_leases{{queue=\"{ql}\"}} {}",
+        s.expired_leases
+    );
+    out!("# HELP steadq_foreign_entries Entries that are not valid jobs (see steadq fsck).\n# TYPE steadq_foreign_entries gauge");
+    out!("steadq_foreign_entries{{queue=\"{ql}\"}} {}", s.foreign);
+    out!("# HELP steadq_oldest_ready_age_seconds Age of the oldest ready job (0 when none).\n# TYPE steadq_oldest_ready_age_seconds gauge");
+    out!(
+        "steadq_oldest_ready_age_seconds{{queue=\"{ql}\"}} {:.3}",
+        age_s.unwrap_or(0.0)
+    );
+}
+
+fn status_text(a: &Status, q: &Queue, s: &steadq::Status) {
+    let (names, counts) = (STATE_NAMES, status_counts(s));
+    out!("queue    {} ({:032x})", a.dir.display(), q.id());
+    for (i, (n, c)) in names.iter().zip(counts).enumerate() {
+        out!("{n:<8} {c:>8}  {:>12} bytes", s.bytes[i]);
+    }
+    out!(
+        "expired  {:>8}  leases past their deadline (run `steadq recover`)",
+        s.expired_leases
+    );
+    if s.foreign > 0 {
+        out!(
+            "foreign  {:>8}  entries that are not jobs (run `steadq fsck`)",
+            s.foreign
+        );
+    }
+    out!(
+        "oldest ready job: {}",
+        s.oldest_ready_age_ns.map_or("-".into(), fmt_age)
+    );
 }
 
 /// List jobs: state, id, attempts, deadlines or reasons, path.
