@@ -6,12 +6,12 @@
 //! (no job ready); 4 outcome indeterminate (it may have happened); 5 fsck found problems;
 //! 6 lease lost.
 
-/// `println!` that ignores a closed stdout (`steadq enqueue ... | true`): the operation is
-/// done either way, so a broken pipe must not turn it into a panic or a failure exit.
+/// `println!` through [`cli::stdout::line`]: flushed and checked. A closed pipe (`steadq
+/// enqueue ... | true`) is ignored, as the operation is done either way; any other write
+/// error makes the command exit 2 (see `main`).
 macro_rules! out {
     ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+        let _ = $crate::cli::stdout::line(format_args!($($t)*));
     }};
 }
 
@@ -26,7 +26,7 @@ use cli::*;
     example = "steadq demo",
     example = "steadq init /var/lib/jobs && echo hello | steadq enqueue /var/lib/jobs",
     example = "steadq work /var/lib/jobs --concurrency 2 -- sh -c 'cat > /tmp/job.$STEADQ_JOB_ID'",
-    note = "Logging: RUST_LOG=info (or debug) on stderr.",
+    note = "Logging: RUST_LOG=info (or debug) on stderr. `steadq --version` prints the version.",
     error_code(2, "failed, not done: nothing changed"),
     error_code(3, "nothing to do: no job ready"),
     error_code(4, "indeterminate: the operation may have happened"),
@@ -72,6 +72,15 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // argh has no --version: answer it before parsing (only as the sole argument).
+    if args.len() == 2 && (args[1] == "--version" || args[1] == "-V") {
+        out!("steadq {}", env!("CARGO_PKG_VERSION"));
+        std::process::exit(if cli::stdout::failure().is_some() {
+            2
+        } else {
+            0
+        });
+    }
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
     let top = match Top::from_args(&strs[..1], &strs[1..]) {
         Ok(t) => t,
@@ -80,6 +89,10 @@ fn main() {
             status: Ok(()),
         }) => {
             out!("{}", output.trim_end());
+            if let Some(msg) = cli::stdout::failure() {
+                eprintln!("steadq: {msg}");
+                std::process::exit(2);
+            }
             std::process::exit(0);
         }
         Err(argh::EarlyExit {
@@ -96,6 +109,18 @@ fn main() {
             eprintln!("steadq: {e}");
             e.code()
         }
+    };
+    // Output that could not be written is not success (exit 2); any other code stands.
+    let code = match cli::stdout::failure() {
+        Some(msg) => {
+            eprintln!("steadq: {msg}");
+            if code == 0 {
+                2
+            } else {
+                code
+            }
+        }
+        None => code,
     };
     std::process::exit(code);
 }

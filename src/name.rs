@@ -30,7 +30,7 @@
 use core::fmt::Write as _;
 use sha2::{Digest, Sha256};
 
-/// Longest name SteadQ writes, in bytes (a leased name is 210). Linux allows 255.
+/// Longest name SteadQ writes, in bytes (a leased name, the longest, is 196). Linux allows 255.
 pub const NAME_MAX: usize = 224;
 
 /// A formatted name; no heap allocation.

@@ -80,7 +80,7 @@ pub(crate) fn scan(
 /// Length in bytes of a ready name (`<id32>.g<16>.a<8>.m<8>.k<16>.sqj`).
 pub(crate) const READY_NAME_LEN: usize = 92;
 /// Length in bytes of a leased name (see [`crate::name`]).
-pub(crate) const LEASED_NAME_LEN: usize = 210;
+pub(crate) const LEASED_NAME_LEN: usize = 196;
 
 /// What one listing of a `ready/<shard>/` directory found. The claim path and recovery share
 /// it, so a claim that finds nothing ready has already seen every expired lease.
@@ -156,7 +156,13 @@ pub(crate) fn scan_ready_shard(
             match n.kind {
                 Kind::Ready => out.ready.push(n),
                 Kind::Leased(l) if lease_expired(&l, boot, now_ns) => out.expired.push(n),
-                Kind::Leased(_) => out.live += 1,
+                Kind::Leased(l) => {
+                    out.live += 1;
+                    out.next_expiry_boot_ns = Some(
+                        out.next_expiry_boot_ns
+                            .map_or(l.boot_deadline_ns, |x| x.min(l.boot_deadline_ns)),
+                    );
+                }
                 _ => {}
             }
         }
@@ -184,5 +190,27 @@ pub(crate) fn classify(
             },
             _ => Err(Foreign::NotRegular),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::name::{JobId, LeaseFields};
+
+    #[test]
+    fn name_lengths_match_the_formatter() {
+        let n = JobName::new_ready(JobId(u128::MAX), 5);
+        assert_eq!(n.format(7).len(), READY_NAME_LEN);
+        let l = n.next(
+            Kind::Leased(LeaseFields {
+                boot_id: 1,
+                boot_deadline_ns: 2,
+                wall_deadline_ns: 3,
+                token: 4,
+            }),
+            true,
+        );
+        assert_eq!(l.format(7).len(), LEASED_NAME_LEN);
     }
 }

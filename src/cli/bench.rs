@@ -4,7 +4,6 @@
 
 use super::CliError;
 use argh::FromArgs;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -167,7 +166,6 @@ pub fn cmd_bench(a: Bench) -> Result<i32, CliError> {
         )?;
         let name = name.replace('N', &a.threads.to_string());
         out!("{name:<34} {r:>10.0} {:>16.2}", r / fsync);
-        let _ = std::io::stdout().flush();
     }
     let _ = std::fs::remove_dir_all(&base);
     if let Some(k) = peak_rss_kib() {

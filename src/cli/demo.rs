@@ -152,34 +152,71 @@ fn spawn_worker(exe: &Path, dir: &Path, results: &Path) -> Result<Child, CliErro
         .map_err(|e| CliError::usage(format!("cannot start a worker ({}): {e}", exe.display())))
 }
 
-pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
-    let (dir, remove) = match &a.dir {
+/// The demo's directory, and whether to remove it afterwards (only one it made itself).
+fn pick_dir(a: &Demo) -> Result<(PathBuf, bool), CliError> {
+    match &a.dir {
         // The demo consumes every job in its queue: never point it at real work.
         Some(d) if std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some()) => {
-            return Err(CliError::usage(format!(
+            Err(CliError::usage(format!(
                 "{}: exists and is not empty; the demo needs a new or empty directory (it works through every job in its queue)",
                 d.display()
             )))
         }
-        Some(d) => (d.clone(), false),
-        None => (
+        Some(d) => Ok((d.clone(), false)),
+        None => Ok((
             std::env::temp_dir().join(format!("steadq-demo-{}", std::process::id())),
             !a.keep,
-        ),
-    };
+        )),
+    }
+}
+
+pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
+    let (dir, remove) = pick_dir(&a)?;
     let results = dir.with_extension("results");
     let _ = std::fs::remove_file(&results);
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::usage(format!("cannot find my own executable: {e}")))?;
-    out!("== SteadQ demo: queue {}", dir.display());
-    let q = Queue::create(
-        &dir,
-        Options {
-            durability: Durability::Batched,
-            ..Options::default()
-        },
-    )?;
-    let inputs = find_inputs(a.jobs);
+    // Ctrl-C or SIGTERM ends the demo through the same cleanup as a normal end.
+    super::work::install_handlers();
+    let mut workers = Vec::new();
+    let r = run_demo(&a, &dir, &results, &mut workers);
+    stop_workers(&mut workers);
+    if remove {
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_file(&results);
+        out!(
+            "removed the demo queue {} (--keep, or a directory argument, keeps it)",
+            dir.display()
+        );
+    } else if dir.exists() {
+        out!(
+            "queue kept at {}: try `steadq status {0}` or `steadq list {0} --state acked`",
+            dir.display()
+        );
+    }
+    r
+}
+
+/// SIGTERM every worker still running, then wait for all of them.
+fn stop_workers(workers: &mut [Child]) {
+    for w in workers.iter_mut() {
+        if matches!(w.try_wait(), Ok(None)) {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(w),
+                rustix::process::Signal::TERM,
+            );
+        }
+    }
+    for w in workers.iter_mut() {
+        let _ = w.wait();
+    }
+}
+
+fn interrupted() -> CliError {
+    CliError::usage("demo interrupted (SIGINT or SIGTERM)")
+}
+
+/// Enqueue one job per input file, in batches of 64. Returns how many.
+fn enqueue_inputs(q: &Queue, max: usize) -> Result<u64, CliError> {
+    let inputs = find_inputs(max);
     if inputs.is_empty() {
         return Err(CliError::usage(
             "found no readable files under /usr/share, /etc or /usr/lib to hash",
@@ -201,16 +238,28 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
         enq.as_secs_f64(),
         inputs.len() as f64 / enq.as_secs_f64()
     );
+    Ok(inputs.len() as u64)
+}
+
+/// Start the workers, then SIGKILL the first one while it runs a job.
+fn start_and_kill_one(
+    a: &Demo,
+    dir: &Path,
+    results: &Path,
+    workers: &mut Vec<Child>,
+) -> Result<(), CliError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::usage(format!("cannot find my own executable: {e}")))?;
     out!("starting {} worker processes: steadq work {} --lease 2s -- steadq demo-job (strict fsyncs on every claim and ack)", a.workers, dir.display());
-    let t = Instant::now();
-    let mut workers = Vec::new();
     for _ in 0..a.workers.max(2) {
-        workers.push(spawn_worker(&exe, &dir, &results)?);
+        workers.push(spawn_worker(&exe, dir, results)?);
     }
-    // SIGKILL the first worker while it runs a job: its lease must come back.
     let victim = workers[0].id();
     let kill_by = Instant::now() + Duration::from_secs(20);
     while !has_running_child(victim) && Instant::now() < kill_by {
+        if super::work::stop_requested() {
+            return Err(interrupted());
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
     let killed_mid_job = has_running_child(victim);
@@ -224,13 +273,20 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
             "(between jobs)"
         }
     );
-    let total = inputs.len() as u64;
+    Ok(())
+}
+
+/// Wait until every job is acked or dead and no lease is left.
+fn wait_settled(q: &Queue, total: u64) -> Result<steadq::Status, CliError> {
     let give_up = Instant::now() + Duration::from_secs(600);
     let mut last_print = Instant::now();
-    let st = loop {
+    loop {
         let s = q.status()?;
         if s.acked + s.dead >= total && s.leased == 0 {
-            break s;
+            return Ok(s);
+        }
+        if super::work::stop_requested() {
+            return Err(interrupted());
         }
         if Instant::now() > give_up {
             return Err(CliError::usage(format!(
@@ -250,27 +306,51 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
             last_print = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(100));
-    };
+    }
+}
+
+fn run_demo(
+    a: &Demo,
+    dir: &Path,
+    results: &Path,
+    workers: &mut Vec<Child>,
+) -> Result<i32, CliError> {
+    out!("== SteadQ demo: queue {}", dir.display());
+    let q = Queue::create(
+        dir,
+        Options {
+            durability: Durability::Batched,
+            ..Options::default()
+        },
+    )?;
+    let total = enqueue_inputs(&q, a.jobs)?;
+    let t = Instant::now();
+    start_and_kill_one(a, dir, results, workers)?;
+    let st = wait_settled(&q, total)?;
     let elapsed = t.elapsed();
-    for w in workers.iter_mut().skip(1) {
-        let _ = rustix::process::kill_process(
-            rustix::process::Pid::from_child(w),
-            rustix::process::Signal::TERM,
-        );
-    }
-    for w in workers.iter_mut().skip(1) {
-        let _ = w.wait();
-    }
+    stop_workers(workers);
+    summary(a, dir, results, &st, total, elapsed)
+}
+
+fn summary(
+    a: &Demo,
+    dir: &Path,
+    results: &Path,
+    st: &steadq::Status,
+    total: u64,
+    elapsed: Duration,
+) -> Result<i32, CliError> {
+    let q = open(dir)?;
     let receipts = q.list(Some(State::Acked))?;
     let retries: u64 = receipts
         .iter()
         .map(|l| (l.name.attempt as u64).saturating_sub(1))
         .sum();
     let recovered = receipts.iter().filter(|l| l.name.attempt > 1).count();
-    let lines = std::fs::read_to_string(&results)
+    let lines = std::fs::read_to_string(results)
         .map(|s| s.lines().count())
         .unwrap_or(0);
-    let f = open(&dir)?.fsck(false)?;
+    let f = q.fsck(false)?;
     out!("== summary");
     out!("jobs              {total}");
     out!(
@@ -297,14 +377,5 @@ pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
         out!("  {p}");
     }
     let ok = f.clean() && st.acked + st.dead == total && st.acked > 0;
-    if remove {
-        let _ = std::fs::remove_dir_all(&dir);
-        let _ = std::fs::remove_file(&results);
-    } else {
-        out!(
-            "queue kept at {}: try `steadq status {0}` or `steadq list {0} --state acked`",
-            dir.display()
-        );
-    }
     Ok(if ok { 0 } else { 2 })
 }

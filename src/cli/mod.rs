@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod stdout;
 pub mod work;
 
 use argh::FromArgs;
@@ -54,7 +55,8 @@ impl From<Error> for CliError {
     }
 }
 
-/// Parse `500ms`, `30s`, `5m`, `2h`, `7d`, or a bare number of seconds.
+/// Parse `500ms`, `30s`, `5m`, `2h`, `7d`, `1.5m`. The unit is required: a bare `10` could mean
+/// seconds or minutes, so it is refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad =
         || format!("bad duration '{s}': use a number with ms, s, m, h or d, e.g. 30s, 5m, 7d");
@@ -66,7 +68,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let n: f64 = num.parse().map_err(|_| bad())?;
     let mult = match unit {
         "ms" => 0.001,
-        "" | "s" => 1.0,
+        "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
         "d" => 86400.0,
@@ -175,25 +177,37 @@ pub struct Init {
     /// queue directory (its parent must exist)
     #[argh(positional)]
     dir: PathBuf,
-    /// shards, 1..=256 (default 8); ignored for an existing queue
-    #[argh(option, default = "8")]
-    shards: u16,
+    /// shards, 1..=256 (default 8); for an existing queue with another count, exit 2
+    #[argh(option)]
+    shards: Option<u16>,
 }
 
 pub fn cmd_init(a: Init) -> Result<i32, CliError> {
+    let defaults = Options::default();
     let q = Queue::create(
         &a.dir,
         Options {
-            shards: a.shards,
-            ..Options::default()
+            shards: a.shards.unwrap_or(defaults.shards),
+            ..defaults
         },
     )?;
-    out!("{:032x}", q.id());
-    eprintln!(
-        "queue {} ready: {} shards",
-        a.dir.display(),
-        q.identity().shards
+    let have = q.identity().shards;
+    // Without --shards (the systemd unit runs init before every start) any count is fine.
+    if let Some(want) = a.shards.filter(|&w| w != have) {
+        return Err(CliError::usage(format!(
+            "{}: queue exists with {have} shards; --shards {want} was not applied",
+            a.dir.display()
+        )));
+    }
+    stdout::note_done(
+        format!(
+            "the queue {} WAS created (or already existed)",
+            a.dir.display()
+        ),
+        "its id",
     );
+    out!("{:032x}", q.id());
+    eprintln!("queue {} ready: {have} shards", a.dir.display());
     Ok(0)
 }
 
@@ -263,6 +277,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<i32, CliError> {
             delay: a.delay,
         },
     )?;
+    stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");
     out!("{id}");
     Ok(0)
 }
@@ -274,20 +289,22 @@ pub use work::Work;
 #[argh(
     subcommand,
     name = "claim",
-    example = "h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) && process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
+    example = "rc=0; h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) || rc=$?; [ $rc = 3 ] && exit 0; [ $rc = 0 ] || exit $rc",
+    example = "process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
     error_code(3, "no job ready (within --wait)")
 )]
 pub struct Claim {
     /// queue directory
     #[argh(positional)]
     dir: PathBuf,
-    /// lease (visibility timeout), e.g. 30s (default 30s)
+    /// lease (visibility timeout), 1s to 7d, e.g. 5m (default 30s)
     #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
     lease: Duration,
     /// wait up to this long for a job (default: do not wait)
     #[argh(option, from_str_fn(dur))]
     wait: Option<Duration>,
-    /// write the verified payload to this file ('-' for stdout, after the handle line)
+    /// write the verified payload to this file (a path: '-' is refused, as stdout carries
+    /// the lease handle that `h=$(...)` captures)
     #[argh(option)]
     payload_out: Option<PathBuf>,
     /// largest payload read, bytes (default 16 MiB); larger jobs go to dead/ (toolarge)
@@ -296,13 +313,21 @@ pub struct Claim {
 }
 
 pub fn cmd_claim(a: Claim) -> Result<i32, CliError> {
+    if a.payload_out
+        .as_deref()
+        .is_some_and(|p| p.as_os_str() == "-")
+    {
+        return Err(CliError::usage(
+            "--payload-out -: stdout carries the lease handle, so the payload needs a file path (e.g. --payload-out /tmp/payload)",
+        ));
+    }
     // Open the payload file before claiming: a bad path then changes nothing.
     let mut file = match &a.payload_out {
-        Some(p) if p.as_os_str() != "-" => Some(
+        Some(p) => Some(
             std::fs::File::create(p)
                 .map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?,
         ),
-        _ => None,
+        None => None,
     };
     let q = Queue::open_with(
         &a.dir,
@@ -331,16 +356,23 @@ pub fn cmd_claim(a: Claim) -> Result<i32, CliError> {
             });
         }
     }
-    let payload = lease.payload().to_vec();
-    let handle = lease.into_handle();
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{handle}");
-    if a.payload_out
-        .as_deref()
-        .is_some_and(|p| p.as_os_str() == "-")
-    {
-        let _ = out.write_all(&payload);
+    let handle = lease.handle();
+    let text = format!("{handle}\n").into_bytes();
+    let attempt = lease.attempt();
+    if let (false, Some(e)) = (stdout::write(&text), stdout::take_error()) {
+        // Nobody got the handle: give the job back rather than leave it hidden for a lease.
+        let msg = format!("the job's lease handle could not be written to stdout: {e}");
+        return Err(match lease.release() {
+            Ok(()) => CliError::usage(format!(
+                "{msg}; the job was released to ready (attempt {attempt} used)"
+            )),
+            Err(r) => CliError {
+                msg: format!("{msg}; releasing the job failed too: {r}"),
+                code: 4,
+            },
+        });
     }
+    let _ = lease.into_handle();
     Ok(0)
 }
 
@@ -358,7 +390,7 @@ pub struct Renew {
     /// lease handle printed by claim or renew
     #[argh(positional)]
     handle: String,
-    /// new lease from now (default 30s)
+    /// new lease from now, 1s to 7d (default 30s)
     #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
     lease: Duration,
 }
@@ -366,8 +398,26 @@ pub struct Renew {
 pub fn cmd_renew(a: Renew) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let mut l = q.lease_from_handle(&a.handle)?;
-    l.renew(a.lease)?;
-    out!("{}", l.into_handle());
+    let r = l.renew(a.lease);
+    // The lease belongs to the script that holds the handle, which still runs: a failed
+    // renew must never release the job (dropping the Lease would), whatever the error.
+    let handle = l.into_handle();
+    if let Err(e) = r {
+        let mut e = CliError::from(e);
+        if e.code == 4 && handle != a.handle {
+            e.msg += &format!(
+                "; the lease may have been renewed: its handle is then {handle}, else still the old one"
+            );
+        } else if e.code == 2 {
+            e.msg += "; the lease was kept as it was (not released): the old handle still holds it";
+        }
+        return Err(e);
+    }
+    stdout::note_done(
+        format!("the lease WAS renewed; its new handle is {handle}"),
+        "the handle",
+    );
+    out!("{handle}");
     Ok(0)
 }
 
@@ -386,6 +436,7 @@ pub struct Ack {
 pub fn cmd_ack(a: Ack) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let r = q.lease_from_handle(&a.handle)?.ack()?;
+    stdout::note_done(format!("the job {} WAS acked", r.id), "its receipt name");
     out!("{}", r.name);
     Ok(0)
 }
@@ -404,14 +455,16 @@ pub struct Nack {
     /// lease handle
     #[argh(positional)]
     handle: String,
-    /// retry after this long (default 0: at once)
+    /// retry after this long, e.g. 30s or 5m (default 0s: at once)
     #[argh(option, default = "Duration::ZERO", from_str_fn(dur))]
     delay: Duration,
 }
 
 pub fn cmd_nack(a: Nack) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
-    match q.lease_from_handle(&a.handle)?.nack(a.delay)? {
+    let n = q.lease_from_handle(&a.handle)?.nack(a.delay)?;
+    stdout::note_done("the job WAS nacked", "its new state");
+    match n {
         steadq::Nacked::Ready => out!("ready"),
         steadq::Nacked::Delayed(ns) => out!("delayed until unix {:.3}", ns as f64 / 1e9),
         steadq::Nacked::Dead => out!("dead (attempts exhausted)"),
@@ -470,92 +523,112 @@ pub struct Status {
     prometheus: bool,
 }
 
+const STATE_NAMES: [&str; 5] = ["ready", "leased", "delayed", "dead", "acked"];
+
 pub fn cmd_status(a: Status) -> Result<i32, CliError> {
     if a.json && a.prometheus {
         return Err(CliError::usage("--json and --prometheus are exclusive"));
     }
     let q = open(&a.dir)?;
     let s = q.status()?;
-    let age_s = s.oldest_ready_age_ns.map(|n| n as f64 / 1e9);
-    let names = ["ready", "leased", "delayed", "dead", "acked"];
-    let counts = [s.ready, s.leased, s.delayed, s.dead, s.acked];
     if a.json {
-        let mut o = String::from("{");
-        o += &format!(
-            "\"queue\":{},\"queue_id\":\"{:032x}\"",
-            json_string(&a.dir.display().to_string()),
-            q.id()
-        );
-        for (n, c) in names.iter().zip(counts) {
-            o += &format!(",\"{n}\":{c}");
-        }
-        o += &format!(
-            ",\"expired_leases\":{},\"foreign\":{}",
-            s.expired_leases, s.foreign
-        );
-        o += ",\"bytes\":{";
-        o += &names
-            .iter()
-            .zip(s.bytes)
-            .map(|(n, b)| format!("\"{n}\":{b}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        o += "}";
-        o += &format!(
-            ",\"oldest_ready_age_seconds\":{}",
-            age_s.map_or("null".into(), |a| format!("{a:.3}"))
-        );
-        o += "}";
-        out!("{o}");
+        status_json(&a, &q, &s);
     } else if a.prometheus {
-        let ql = a
-            .dir
-            .display()
-            .to_string()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n"); // Prometheus label escaping
-        out!("# HELP steadq_jobs Jobs in each state.\n# TYPE steadq_jobs gauge");
-        for (n, c) in names.iter().zip(counts) {
-            out!("steadq_jobs{{queue=\"{ql}\",state=\"{n}\"}} {c}");
-        }
-        out!("# HELP steadq_bytes Bytes of job files in each state.\n# TYPE steadq_bytes gauge");
-        for (n, b) in names.iter().zip(s.bytes) {
-            out!("steadq_bytes{{queue=\"{ql}\",state=\"{n}\"}} {b}");
-        }
-        out!("# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n# TYPE steadq_expired_leases gauge");
-        out!(
-            "steadq_expired_leases{{queue=\"{ql}\"}} {}",
-            s.expired_leases
-        );
-        out!("# HELP steadq_foreign_entries Entries that are not valid jobs (see steadq fsck).\n# TYPE steadq_foreign_entries gauge");
-        out!("steadq_foreign_entries{{queue=\"{ql}\"}} {}", s.foreign);
-        out!("# HELP steadq_oldest_ready_age_seconds Age of the oldest ready job (0 when none).\n# TYPE steadq_oldest_ready_age_seconds gauge");
-        out!(
-            "steadq_oldest_ready_age_seconds{{queue=\"{ql}\"}} {:.3}",
-            age_s.unwrap_or(0.0)
-        );
+        status_prometheus(&a, &s);
     } else {
-        out!("queue    {} ({:032x})", a.dir.display(), q.id());
-        for (i, (n, c)) in names.iter().zip(counts).enumerate() {
-            out!("{n:<8} {c:>8}  {:>12} bytes", s.bytes[i]);
-        }
-        out!(
-            "expired  {:>8}  leases past their deadline (run `steadq recover`)",
-            s.expired_leases
-        );
-        if s.foreign > 0 {
-            out!(
-                "foreign  {:>8}  entries that are not jobs (run `steadq fsck`)",
-                s.foreign
-            );
-        }
-        out!(
-            "oldest ready job: {}",
-            s.oldest_ready_age_ns.map_or("-".into(), fmt_age)
-        );
+        status_text(&a, &q, &s);
     }
     Ok(0)
+}
+
+fn status_counts(s: &steadq::Status) -> [u64; 5] {
+    [s.ready, s.leased, s.delayed, s.dead, s.acked]
+}
+
+fn status_json(a: &Status, q: &Queue, s: &steadq::Status) {
+    let (names, counts) = (STATE_NAMES, status_counts(s));
+    let age_s = s.oldest_ready_age_ns.map(|n| n as f64 / 1e9);
+    let mut o = String::from("{");
+    o += &format!(
+        "\"queue\":{},\"queue_id\":\"{:032x}\"",
+        json_string(&a.dir.display().to_string()),
+        q.id()
+    );
+    for (n, c) in names.iter().zip(counts) {
+        o += &format!(",\"{n}\":{c}");
+    }
+    o += &format!(
+        ",\"expired_leases\":{},\"foreign\":{}",
+        s.expired_leases, s.foreign
+    );
+    o += ",\"bytes\":{";
+    o += &names
+        .iter()
+        .zip(s.bytes)
+        .map(|(n, b)| format!("\"{n}\":{b}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    o += "}";
+    o += &format!(
+        ",\"oldest_ready_age_seconds\":{}",
+        age_s.map_or("null".into(), |a| format!("{a:.3}"))
+    );
+    o += "}";
+    out!("{o}");
+}
+
+fn status_prometheus(a: &Status, s: &steadq::Status) {
+    let (names, counts) = (STATE_NAMES, status_counts(s));
+    let age_s = s.oldest_ready_age_ns.map(|n| n as f64 / 1e9);
+    let ql = a
+        .dir
+        .display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n"); // Prometheus label escaping
+    out!("# HELP steadq_jobs Jobs in each state.\n# TYPE steadq_jobs gauge");
+    for (n, c) in names.iter().zip(counts) {
+        out!("steadq_jobs{{queue=\"{ql}\",state=\"{n}\"}} {c}");
+    }
+    out!("# HELP steadq_bytes Bytes of job files in each state.\n# TYPE steadq_bytes gauge");
+    for (n, b) in names.iter().zip(s.bytes) {
+        out!("steadq_bytes{{queue=\"{ql}\",state=\"{n}\"}} {b}");
+    }
+    out!("# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n# TYPE steadq_expired_leases gauge");
+    out!(
+        "steadq_expired_leases{{queue=\"{ql}\"}} {}",
+        s.expired_leases
+    );
+    out!("# HELP steadq_foreign_entries Entries that are not valid jobs (see steadq fsck).\n# TYPE steadq_foreign_entries gauge");
+    out!("steadq_foreign_entries{{queue=\"{ql}\"}} {}", s.foreign);
+    out!("# HELP steadq_oldest_ready_age_seconds Age of the oldest ready job (0 when none).\n# TYPE steadq_oldest_ready_age_seconds gauge");
+    out!(
+        "steadq_oldest_ready_age_seconds{{queue=\"{ql}\"}} {:.3}",
+        age_s.unwrap_or(0.0)
+    );
+}
+
+fn status_text(a: &Status, q: &Queue, s: &steadq::Status) {
+    let (names, counts) = (STATE_NAMES, status_counts(s));
+    out!("queue    {} ({:032x})", a.dir.display(), q.id());
+    for (i, (n, c)) in names.iter().zip(counts).enumerate() {
+        out!("{n:<8} {c:>8}  {:>12} bytes", s.bytes[i]);
+    }
+    out!(
+        "expired  {:>8}  leases past their deadline (run `steadq recover`)",
+        s.expired_leases
+    );
+    if s.foreign > 0 {
+        out!(
+            "foreign  {:>8}  entries that are not jobs (run `steadq fsck`)",
+            s.foreign
+        );
+    }
+    out!(
+        "oldest ready job: {}",
+        s.oldest_ready_age_ns.map_or("-".into(), fmt_age)
+    );
 }
 
 /// List jobs: state, id, attempts, deadlines or reasons, path.
@@ -599,7 +672,6 @@ fn describe(q: &Queue, k: &Kind) -> String {
 
 pub fn cmd_list(a: List) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
-    let mut out = std::io::stdout().lock();
     for l in q.list(a.state)? {
         let n = &l.name;
         let line = format!(
@@ -612,8 +684,8 @@ pub fn cmd_list(a: List) -> Result<i32, CliError> {
             describe(&q, &n.kind),
             l.rel_path(q.id())
         );
-        if out.write_all(line.as_bytes()).is_err() {
-            break; // a closed pipe (| head) is a clean exit
+        if !stdout::write(line.as_bytes()) {
+            break; // a closed pipe (| head) is a clean exit; another error exits 2 in main
         }
     }
     Ok(0)
@@ -645,21 +717,18 @@ pub fn cmd_show(a: Show) -> Result<i32, CliError> {
         ErrorKind::NoSuchJob => CliError::usage(format!("{}: no job {id}", a.dir.display())),
         _ => e.into(),
     })?;
-    let (h, payload) = q.read_job(&l)?;
+    let (h, payload) = match q.read_job(&l) {
+        Ok(x) => x,
+        // A corrupt file is shown by its name (which is verified on its own); its header and
+        // payload cannot be trusted. `read_job` moves nothing.
+        Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => return show_corrupt(&a, &q, &l, &e),
+        Err(e) => return Err(e.into()),
+    };
     if a.raw {
-        let _ = std::io::stdout().write_all(&payload);
+        stdout::write(&payload);
         return Ok(0);
     }
-    let n = &l.name;
-    out!("job       {}", n.id);
-    out!(
-        "state     {} {}",
-        state_name(l.state),
-        describe(&q, &n.kind)
-    );
-    out!("path      {}", l.rel_path(q.id()));
-    out!("attempt   {}/{}", n.attempt, n.max_attempts);
-    out!("gen       {}", n.generation);
+    show_name(&q, &l);
     out!("created   unix {:.3}", h.created_ns as f64 / 1e9);
     out!("bytes     {}", h.payload_len);
     out!("sha256    {}", steadq::format::hex32(&h.payload_sha256));
@@ -678,6 +747,40 @@ pub fn cmd_show(a: Show) -> Result<i32, CliError> {
     Ok(0)
 }
 
+/// The fields of a job's name: state, path, attempt, generation.
+fn show_name(q: &Queue, l: &steadq::Listed) {
+    let n = &l.name;
+    out!("job       {}", n.id);
+    out!("state     {} {}", state_name(l.state), describe(q, &n.kind));
+    out!("path      {}", l.rel_path(q.id()));
+    out!("attempt   {}/{}", n.attempt, n.max_attempts);
+    out!("gen       {}", n.generation);
+}
+
+/// Show a job whose file fails verification. Dead-lettered already (reason corrupt): exit 0;
+/// in any other state: exit 2 (a claim or `fsck` will dead-letter it).
+fn show_corrupt(a: &Show, q: &Queue, l: &steadq::Listed, e: &Error) -> Result<i32, CliError> {
+    let ErrorKind::Corrupt(c) = e.kind() else {
+        unreachable!("show_corrupt is called for corrupt jobs only")
+    };
+    let path = a.dir.join(l.rel_path(q.id()));
+    if a.raw {
+        return Err(CliError::usage(format!(
+            "{}: corrupt job file ({c}): its payload cannot be verified, so --raw prints nothing",
+            path.display()
+        )));
+    }
+    show_name(q, l);
+    out!("file      corrupt ({c}): header and payload not shown");
+    if l.state == State::Dead {
+        return Ok(0);
+    }
+    Err(CliError::usage(format!(
+        "{}: corrupt job file ({c}), not yet dead-lettered (a claim or `steadq fsck` will)",
+        path.display()
+    )))
+}
+
 /// Recover: expired leases back to ready (or dead), due delayed jobs to ready, temp files
 /// of dead writers removed.
 #[derive(FromArgs)]
@@ -691,6 +794,7 @@ pub struct Recover {
 pub fn cmd_recover(a: Recover) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let r = q.recover()?;
+    stdout::note_done("recovery WAS done", "its report");
     out!(
         "expired leases to ready {}, to dead {}; delayed jobs due {}; temp files removed {}; foreign entries {}",
         r.expired, r.expired_dead, r.due, r.temp_removed, r.foreign
@@ -718,6 +822,9 @@ pub struct Fsck {
 pub fn cmd_fsck(a: Fsck) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let r = q.fsck(a.quarantine)?;
+    if a.quarantine {
+        stdout::note_done("fsck --quarantine WAS done", "its list of problems");
+    }
     for p in &r.problems {
         out!("{p}");
     }
@@ -767,16 +874,19 @@ pub fn cmd_dead(a: Dead) -> Result<i32, CliError> {
                 ErrorKind::NoSuchJob => CliError::usage(format!("{}: no dead job {id}", a.dir.display())),
                 _ => e.into(),
             })?;
+            stdout::note_done(format!("the job {id} WAS requeued"), "the report");
             out!("requeued {id}");
             Ok(0)
         }
         ("requeue", None, true) => {
             let n = open(&a.dir)?.requeue_dead(None)?;
+            stdout::note_done(format!("{n} jobs WERE requeued"), "the report");
             out!("requeued {n} jobs");
             Ok(0)
         }
         ("purge", None, false) => {
             let n = open(&a.dir)?.purge_dead()?;
+            stdout::note_done(format!("{n} dead jobs WERE purged"), "the report");
             out!("purged {n} dead jobs");
             Ok(0)
         }
@@ -804,6 +914,7 @@ pub struct Compact {
 pub fn cmd_compact(a: Compact) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
     let n = q.compact(a.older_than)?;
+    stdout::note_done(format!("{n} receipts WERE compacted"), "the report");
     out!(
         "compacted {n} receipts into {}",
         a.dir.join(steadq::EVIDENCE_FILE).display()
@@ -828,9 +939,10 @@ mod tests {
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86400)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
-        for bad in ["", "x", "3x", "-1s", "s", "1e99d"] {
+        for bad in ["", "x", "3x", "-1s", "s", "1e99d", "2", "0", "1.5"] {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.contains(&format!("'{bad}'")), "{e}");
         }

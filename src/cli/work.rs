@@ -5,7 +5,7 @@ use argh::FromArgs;
 use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use steadq::{backoff, Lease, Nacked, Reason};
@@ -19,7 +19,9 @@ pub const EX_DATAERR: i32 = 65;
 /// STEADQ_MAX_ATTEMPTS and STEADQ_QUEUE in its environment. Exit 0 acks; 75 (EX_TEMPFAIL)
 /// retries after --retry-delay without backoff growth; 65 (EX_DATAERR) dead-letters at once
 /// (reason dataerr); anything else (or a signal) retries with exponential backoff; when
-/// attempts are exhausted the job goes to dead/. The lease is renewed while CMD runs. SIGTERM
+/// attempts are exhausted the job goes to dead/. The lease is renewed while CMD runs; its exit
+/// status settles the job even if it did not read all of stdin. --timeout: stop CMD (SIGTERM,
+/// SIGKILL 2 s later) and retry with backoff. SIGTERM
 /// or SIGINT: stop taking jobs, let running ones finish within --grace, then stop them and
 /// release their jobs. An empty queue is waited on with inotify, not polled.
 #[derive(FromArgs)]
@@ -36,7 +38,8 @@ pub struct Work {
     /// queue directory
     #[argh(positional)]
     pub dir: PathBuf,
-    /// lease (visibility timeout), renewed every third of it while CMD runs (default 30s)
+    /// lease (visibility timeout), 1s to 7d, renewed every third of it while CMD runs
+    /// (default 30s)
     #[argh(
         option,
         default = "Duration::from_secs(30)",
@@ -61,6 +64,10 @@ pub struct Work {
     /// retry delay after exit code 75 (default 60s)
     #[argh(option, default = "Duration::from_secs(60)", from_str_fn(dur))]
     pub retry_delay: Duration,
+    /// stop a command running longer than this (SIGTERM to its process group, SIGKILL
+    /// 2 s later) and retry the job with backoff, like a failure (default: no limit)
+    #[argh(option, from_str_fn(dur))]
+    pub timeout: Option<Duration>,
     /// print nothing per job
     #[argh(switch, short = 'q')]
     pub quiet: bool,
@@ -82,7 +89,13 @@ extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-fn install_handlers() {
+/// Whether SIGTERM or SIGINT arrived (after [`install_handlers`]).
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+/// SIGTERM and SIGINT set a flag ([`stop_requested`]) instead of ending the process.
+pub fn install_handlers() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to atomics, which
         // is async-signal-safe; `signal` has no other preconditions.
@@ -226,20 +239,93 @@ fn watch_queue(
     }
 }
 
-fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
-    let started = Instant::now();
-    let (id, attempt, max) = (lease.id(), lease.attempt(), lease.max_attempts());
+/// The payload on its way to the command's stdin: written from the watch loop through a
+/// non-blocking pipe, so a command that stops reading (or leaves a background child holding
+/// the pipe) never blocks the worker.
+struct Feed {
+    pipe: Option<ChildStdin>,
+    payload: Vec<u8>,
+    done: usize,
+}
+
+impl Feed {
+    fn new(pipe: Option<ChildStdin>, payload: Vec<u8>) -> Feed {
+        let pipe = pipe.filter(|p| {
+            let r = rustix::fs::fcntl_getfl(p)
+                .and_then(|fl| rustix::fs::fcntl_setfl(p, fl | rustix::fs::OFlags::NONBLOCK));
+            if let Err(e) = &r {
+                log::warn!("cannot make the command's stdin non-blocking ({e}); closing it");
+            }
+            r.is_ok()
+        });
+        let mut f = Feed {
+            pipe,
+            payload,
+            done: 0,
+        };
+        if f.payload.is_empty() {
+            f.close();
+        }
+        f
+    }
+
+    /// Write what the pipe takes now. Returns whether any byte went in. The pipe is closed
+    /// once the whole payload is written (the command sees end of file) or the command
+    /// closed its end (EPIPE: it does not read stdin).
+    fn pump(&mut self) -> bool {
+        let mut progress = false;
+        while let Some(p) = self.pipe.as_mut() {
+            match p.write(&self.payload[self.done..]) {
+                Ok(n) => {
+                    progress |= n > 0;
+                    self.done += n;
+                    if self.done == self.payload.len() || n == 0 {
+                        self.close();
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        log::warn!("writing the payload to the command's stdin: {e}");
+                    }
+                    self.close();
+                }
+            }
+        }
+        progress
+    }
+
+    fn close(&mut self) {
+        self.pipe = None;
+    }
+}
+
+/// How watching a running command ended.
+enum Watch {
+    /// The command exited (None: waiting for it failed).
+    Exited(Option<ExitStatus>),
+    /// It ran past --timeout and was stopped.
+    TimedOut,
+    /// The worker was stopped and --grace ran out: the command was stopped.
+    Stopped,
+    /// The lease was lost: the command was stopped.
+    LeaseLost(steadq::Error),
+}
+
+fn spawn_command(a: &Work, lease: &Lease<'_>) -> std::io::Result<Child> {
     let parent = std::process::id() as libc::pid_t;
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..])
         .env("STEADQ_QUEUE", &a.dir)
-        .env("STEADQ_JOB_ID", id.to_string())
-        .env("STEADQ_ATTEMPT", attempt.to_string())
-        .env("STEADQ_MAX_ATTEMPTS", max.to_string())
+        .env("STEADQ_JOB_ID", lease.id().to_string())
+        .env("STEADQ_ATTEMPT", lease.attempt().to_string())
+        .env("STEADQ_MAX_ATTEMPTS", lease.max_attempts().to_string())
         .stdin(Stdio::piped())
-        .process_group(0); // a terminal's Ctrl-C reaches steadq, which decides about the job
-                           // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2) and
-                           // getppid(2), both async-signal-safe; it touches no memory of the parent.
+        // A terminal's Ctrl-C reaches steadq, which decides about the job.
+        .process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2) and
+    // getppid(2), both async-signal-safe; it touches no memory of the parent.
     unsafe {
         cmd.pre_exec(move || {
             // If this worker dies (SIGKILL, OOM), its job's lease will expire and the job will
@@ -253,7 +339,63 @@ fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
+    cmd.spawn()
+}
+
+/// Feed, renew and wait until the command exits, runs out of time, is stopped or loses its
+/// lease. The stdin pipe is dropped as soon as the command exits.
+fn watch(a: &Work, lease: &mut Lease<'_>, child: &mut Child, feed: &mut Feed) -> Watch {
+    let started = Instant::now();
+    let mut last_renew = Instant::now();
+    let mut stop_deadline: Option<Instant> = None;
+    let mut nap = Duration::from_micros(200);
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return Watch::Exited(Some(st)),
+            Ok(None) => {}
+            Err(e) => {
+                log::warn!("waiting for job {}: {e}", lease.id());
+                return Watch::Exited(None);
+            }
+        }
+        if feed.pump() {
+            nap = Duration::from_micros(200); // it reads: come back soon with more
+        }
+        if a.timeout.is_some_and(|t| started.elapsed() >= t) {
+            let _ = lease.renew(a.lease); // stopping takes up to 2 s
+            feed.close();
+            stop_child(child);
+            return Watch::TimedOut;
+        }
+        if STOP.load(Ordering::SeqCst) {
+            let d = *stop_deadline.get_or_insert_with(|| Instant::now() + a.grace);
+            if Instant::now() >= d {
+                feed.close();
+                stop_child(child);
+                return Watch::Stopped;
+            }
+        }
+        if last_renew.elapsed() >= a.lease / 3 {
+            match lease.renew(a.lease) {
+                Ok(()) => last_renew = Instant::now(),
+                Err(e) if e.is_lease_lost() => {
+                    feed.close();
+                    stop_child(child);
+                    return Watch::LeaseLost(e);
+                }
+                Err(e) => log::warn!("job {}: renew failed: {e}", lease.id()),
+            }
+        }
+        // Short jobs are noticed within a fraction of a millisecond, long ones cost little.
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+}
+
+fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
+    let started = Instant::now();
+    let id = lease.id();
+    let mut child = match spawn_command(a, &lease) {
         Ok(c) => c,
         Err(e) => {
             // A command that cannot start would burn every job's attempts: stop instead.
@@ -264,65 +406,51 @@ fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
             )));
         }
     };
-    let payload = lease.payload().to_vec();
-    let mut stdin = child.stdin.take();
-    let feeder = std::thread::spawn(move || {
-        if let Some(s) = stdin.as_mut() {
-            let _ = s.write_all(&payload); // EPIPE: the command does not read stdin
+    let mut feed = Feed::new(child.stdin.take(), lease.payload().to_vec());
+    let (status, what) = match watch(a, &mut lease, &mut child, &mut feed) {
+        Watch::Exited(st) => (st, None),
+        Watch::TimedOut => {
+            let t = a.timeout.unwrap_or_default().as_secs_f64();
+            (
+                None,
+                Some(format!("timed out after {t}s (--timeout), stopped")),
+            )
         }
-    });
-    let mut last_renew = Instant::now();
-    let mut stop_deadline: Option<Instant> = None;
-    let mut nap = Duration::from_micros(200);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break Some(st),
-            Ok(None) => {}
-            Err(e) => {
-                log::warn!("waiting for job {id}: {e}");
-                break None;
-            }
-        }
-        if STOP.load(Ordering::SeqCst) {
-            let d = *stop_deadline.get_or_insert_with(|| Instant::now() + a.grace);
-            if Instant::now() >= d {
-                stop_child(&mut child);
-                let _ = feeder.join();
-                match lease.release() {
-                    Ok(()) => {
-                        eprintln!("job {id}: stopped after the grace period; released to ready")
-                    }
-                    Err(e) => {
-                        eprintln!("job {id}: stopped after the grace period; release failed: {e}")
-                    }
+        Watch::Stopped => {
+            match lease.release() {
+                Ok(()) => eprintln!("job {id}: stopped after the grace period; released to ready"),
+                Err(e) => {
+                    eprintln!("job {id}: stopped after the grace period; release failed: {e}")
                 }
-                return JobEnd::Continue;
             }
+            return JobEnd::Continue;
         }
-        if last_renew.elapsed() >= a.lease / 3 {
-            match lease.renew(a.lease) {
-                Ok(()) => last_renew = Instant::now(),
-                Err(e) if e.is_lease_lost() => {
-                    stop_child(&mut child);
-                    let _ = feeder.join();
-                    eprintln!("job {id}: lease lost while running ({e}); command stopped");
-                    return JobEnd::Continue;
-                }
-                Err(e) => log::warn!("job {id}: renew failed: {e}"),
-            }
+        Watch::LeaseLost(e) => {
+            eprintln!("job {id}: lease lost while running ({e}); command stopped");
+            return JobEnd::Continue;
         }
-        // Short jobs are noticed within a fraction of a millisecond, long ones cost little.
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(20));
     };
-    let _ = feeder.join();
+    drop(feed);
+    settle(a, lease, status, what, started);
+    JobEnd::Continue
+}
+
+/// Settle by the command's exit status (None: timed out, killed or lost: a failure).
+fn settle(
+    a: &Work,
+    lease: Lease<'_>,
+    status: Option<ExitStatus>,
+    what: Option<String>,
+    started: Instant,
+) {
+    let (id, attempt, max) = (lease.id(), lease.attempt(), lease.max_attempts());
     let ms = started.elapsed().as_millis();
     let code = status.and_then(|s| s.code());
-    let what = match (code, status.and_then(|s| s.signal())) {
+    let what = what.unwrap_or_else(|| match (code, status.and_then(|s| s.signal())) {
         (Some(c), _) => format!("exit {c}"),
         (None, Some(sig)) => format!("killed by signal {sig}"),
         _ => "lost".into(),
-    };
+    });
     let result = match code {
         Some(0) => lease.ack().map(|_| "acked".to_string()),
         Some(EX_DATAERR) => lease
@@ -343,7 +471,6 @@ fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
         Ok(_) => {}
         Err(e) => eprintln!("job {id} attempt {attempt}/{max}: {what}, but settling failed: {e}"),
     }
-    JobEnd::Continue
 }
 
 fn describe_nack(n: Nacked, why: &str) -> String {

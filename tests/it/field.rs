@@ -372,3 +372,30 @@ fn a_group_shared_queue_works_for_two_real_users() {
     );
     std::fs::remove_dir_all(&base).unwrap();
 }
+
+/// A lease whose holder died expires while another claim waits: the waiting claim takes it
+/// when it expires (a leased name's length was once mis-stated, and the waiter slept through).
+#[test]
+fn claim_wait_takes_a_lease_that_expires_while_it_waits() {
+    let d = TempDir::new("wait-expiry");
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    q.enqueue(b"orphan").unwrap();
+    let h = q
+        .claim_for(Duration::from_millis(1200))
+        .unwrap()
+        .unwrap()
+        .into_handle();
+    let other = Queue::open(d.path()).unwrap();
+    let t = Instant::now();
+    let l = other
+        .claim_wait(Duration::from_secs(30), Duration::from_secs(15))
+        .unwrap()
+        .expect("the expired lease is taken");
+    assert!(
+        t.elapsed() < Duration::from_secs(6),
+        "after {:?}",
+        t.elapsed()
+    );
+    assert_eq!((l.payload(), l.attempt()), (&b"orphan"[..], 2));
+    assert!(q.lease_from_handle(&h).unwrap_err().is_lease_lost());
+}

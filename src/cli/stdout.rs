@@ -1,0 +1,76 @@
+//! Every byte `steadq` prints on stdout goes through [`write`]: it flushes and checks, so
+//! output that could not be written is never reported as success. A closed pipe (EPIPE:
+//! `steadq list | head`) stays quiet; any other error (ENOSPC on a full disk, EIO) makes the
+//! command exit 2 with a message on stderr that says what was done all the same.
+
+use std::io::Write;
+use std::sync::Mutex;
+
+struct State {
+    /// The reader went away (EPIPE): print nothing more, quietly.
+    closed: bool,
+    /// The first write error other than EPIPE.
+    failed: Option<std::io::Error>,
+    /// What the command did, for the message if its output is lost: e.g.
+    /// ("the job WAS enqueued as ID", "its id").
+    done: Option<(String, String)>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    closed: false,
+    failed: None,
+    done: None,
+});
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Write `bytes` to stdout and flush. Returns whether output still reaches a reader (false
+/// after EPIPE or an error, which is remembered for [`failure`]).
+pub fn write(bytes: &[u8]) -> bool {
+    let mut st = state();
+    if st.closed || st.failed.is_some() {
+        return false;
+    }
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            st.closed = true;
+            false
+        }
+        Err(e) => {
+            st.failed = Some(e);
+            false
+        }
+    }
+}
+
+/// Write one line (a newline is appended).
+pub fn line(args: std::fmt::Arguments<'_>) -> bool {
+    let mut s = std::fmt::format(args);
+    s.push('\n');
+    write(s.as_bytes())
+}
+
+/// Record what the command has done, for the error message if its output (`what`, e.g.
+/// "its id") cannot be written afterwards.
+pub fn note_done(done: impl Into<String>, what: impl Into<String>) {
+    state().done = Some((done.into(), what.into()));
+}
+
+/// The message for a failed stdout, if any write failed.
+pub fn failure() -> Option<String> {
+    let st = state();
+    let e = st.failed.as_ref()?;
+    Some(match &st.done {
+        Some((done, what)) => format!("{done} but {what} could not be written to stdout: {e}"),
+        None => format!("the output could not be written to stdout: {e}"),
+    })
+}
+
+/// Take the write error (the caller reports it; `main` then does not).
+pub fn take_error() -> Option<std::io::Error> {
+    state().failed.take()
+}
