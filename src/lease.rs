@@ -581,7 +581,9 @@ impl<'q> Lease<'q> {
     ///
     /// # Errors
     /// [`ErrorKind::LeaseLost`] (not done) if the lease was recovered or settled elsewhere;
-    /// [`ErrorKind::Io`]: not done before the rename, indeterminate after it.
+    /// [`ErrorKind::Io`]: not done before the rename; indeterminate when the barrier after
+    /// the rename failed (the lease lives on under its new name, and this `Lease` uses it from
+    /// now on) or the rename returned `EIO` (this `Lease` follows whichever name exists).
     pub fn renew(&mut self, lease: Duration) -> Result<()> {
         let Kind::Leased(mut f) = self.name.kind else {
             unreachable!("a Lease always holds a leased name")
@@ -589,21 +591,28 @@ impl<'q> Lease<'q> {
         f.boot_deadline_ns = self.q.clock.boot_ns().saturating_add(ns(lease));
         f.wall_deadline_ns = self.q.clock.wall_ns().saturating_add(ns(lease));
         let new = self.name.next(Kind::Leased(f), false);
-        let r = self
-            .q
-            .move_job(&self.here(), &self.name, &self.here(), &new, Op::Renew);
-        if r.is_ok()
-            || r.as_ref().is_err_and(|e| {
-                e.outcome() == Outcome::Indeterminate && e.errno() != Some(Errno::IO)
-            })
-        {
-            // The rename happened (only its barrier failed): the live name is the new one.
-            self.name = new;
+        let here = self.here();
+        match self.q.rename_job(&here, &self.name, &here, &new, Op::Renew) {
+            Ok(()) => {}
+            Err(e) if e.is_lease_lost() => {
+                self.settled = true;
+                return Err(e);
+            }
+            Err(e) => {
+                // EIO from the rename: it may or may not have happened. Which name is live
+                // now is a fact the directory shows; the next renew or settle must use it.
+                let new_name = new.format(self.q.ident.id);
+                if e.outcome() == Outcome::Indeterminate
+                    && self.q.sys.stat_nofollow(here.dir.fd(), &new_name).is_ok()
+                {
+                    self.name = new;
+                }
+                return Err(e);
+            }
         }
-        if r.as_ref().is_err_and(|e| e.is_lease_lost()) {
-            self.settled = true;
-        }
-        r
+        // Past the rename: the live name is the new one, whatever the barrier says.
+        self.name = new;
+        self.q.sync_place(&here)
     }
 
     /// Ack: re-verify the file, then rename it into `receipts/<shard>/` and make that durable.
@@ -611,10 +620,16 @@ impl<'q> Lease<'q> {
     /// # Errors
     /// [`ErrorKind::LeaseLost`] (not done, no receipt written); [`ErrorKind::Corrupt`] (not
     /// done: the file went bad while leased and was dead-lettered); [`ErrorKind::Io`]: not
-    /// done before the rename (the job is released on drop), indeterminate after it.
+    /// done when reading for the re-verification failed (the job is released to ready as the
+    /// lease drops), not done when the rename failed cleanly (the lease stays until it
+    /// expires), indeterminate after the rename.
     pub fn ack(mut self) -> Result<Receipt> {
-        self.settled = true;
-        self.verify_for_ack()?;
+        if let Err(e) = self.verify_for_ack() {
+            // Corrupt: already dead-lettered, nothing to release. A read error: released on
+            // drop, as documented.
+            self.settled = matches!(e.kind(), ErrorKind::Corrupt(_));
+            return Err(e);
+        }
         let new = self.name.next(
             Kind::Receipt {
                 token: self.token(),

@@ -399,3 +399,63 @@ fn claim_wait_takes_a_lease_that_expires_while_it_waits() {
     assert_eq!((l.payload(), l.attempt()), (&b"orphan"[..], 2));
     assert!(q.lease_from_handle(&h).unwrap_err().is_lease_lost());
 }
+
+/// A renew whose rename happened but whose directory fsync failed (any errno, EIO included)
+/// is indeterminate, and the lease goes on under its new name: the next renew and the ack
+/// work (they used to report "lease lost" and `work` killed a valid command).
+#[test]
+fn a_renew_whose_barrier_failed_keeps_the_lease() {
+    for errno in [Errno::IO, Errno::NOSPC] {
+        let d = TempDir::new("renew-barrier");
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::FsyncDir,
+            nth: 1,
+            action: FaultAction::Fail(errno),
+        }]);
+        let q = Queue::create(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..opts(2)
+            },
+        )
+        .unwrap();
+        q.enqueue(b"long job").unwrap();
+        let mut l = q.claim().unwrap().unwrap();
+        plan.arm();
+        let e = l.renew(Duration::from_secs(60)).unwrap_err();
+        assert_eq!(e.outcome(), Outcome::Indeterminate, "{e}");
+        assert!(plan.fired());
+        l.renew(Duration::from_secs(60))
+            .expect("the lease lives under its new name");
+        assert_eq!(l.name().generation, 3);
+        l.ack().expect("ack after the failed barrier");
+        assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
+    }
+}
+
+/// An ack whose re-verification cannot read the file is not done and releases the job as the
+/// lease drops (the docs said so; the code used to leave it leased until expiry).
+#[test]
+fn an_ack_that_fails_before_its_rename_releases_the_job() {
+    let d = TempDir::new("ack-read");
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Read,
+        nth: 1,
+        action: FaultAction::Fail(Errno::IO),
+    }]);
+    let q = Queue::create(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..opts(2)
+        },
+    )
+    .unwrap();
+    q.enqueue(b"job").unwrap();
+    let l = q.claim().unwrap().unwrap();
+    plan.arm();
+    let e = l.ack().unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
+}
