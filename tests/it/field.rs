@@ -459,3 +459,42 @@ fn an_ack_that_fails_before_its_rename_releases_the_job() {
     assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
     assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
 }
+
+/// The oldest ready job's age counts from when it became ready, not from enqueue: a delayed
+/// job that just fell due does not look like a backlog.
+#[test]
+fn oldest_ready_age_counts_from_when_the_job_became_ready() {
+    let d = TempDir::new("age");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    delayed(&q, b"x", Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(1600));
+    assert_eq!(q.recover().unwrap().due, 1);
+    let age = q.status().unwrap().oldest_ready_age_ns.unwrap();
+    assert!(
+        age < 1_000_000_000,
+        "age {age} ns; the job has been ready for about 0 s"
+    );
+}
+
+/// A job seen in two directories during one pass (here forced with a hard link, as a rename
+/// between two reads would show it) is counted and listed once.
+#[test]
+fn a_job_seen_twice_in_one_pass_is_counted_once() {
+    let d = TempDir::new("twice");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"x").unwrap();
+    let ready = q.list(None).unwrap().remove(0);
+    let receipt = ready.name.next(steadq::Kind::Receipt { token: 7 }, false);
+    std::fs::hard_link(
+        d.path().join(ready.rel_path(q.id())),
+        d.path()
+            .join("receipts/00")
+            .join(receipt.format(q.id()).as_str()),
+    )
+    .unwrap();
+    let st = q.status().unwrap();
+    assert_eq!((st.ready, st.acked), (1, 0));
+    let listed = q.list(None).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name.id, id);
+}
