@@ -369,6 +369,49 @@ impl Queue {
         Ok(n)
     }
 
+    /// Make delayed jobs ready now, whatever their not-before time: every delayed job, or only
+    /// job `id`. For a retry delay set while the wall clock was wrong (a board without a
+    /// real-time clock before NTP, or a clock set a year ahead), which would otherwise wait
+    /// until the clock catches up. Returns how many moved.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchJob`] if `id` is not delayed; otherwise the first failing move,
+    /// after trying every job: not done if nothing moved, indeterminate if anything did (the
+    /// rule of [`Queue::recover`]).
+    pub fn make_due(&self, id: Option<JobId>) -> Result<u32> {
+        let delayed: Vec<Listed> = self
+            .list(Some(State::Delayed))?
+            .into_iter()
+            .filter(|l| id.is_none_or(|i| l.name.id == i))
+            .collect();
+        if id.is_some() && delayed.is_empty() {
+            return Err(Error::not_done(ErrorKind::NoSuchJob, None));
+        }
+        let mut r = crate::RecoverReport::default();
+        for l in delayed {
+            let bucket = l.dir.trim_start_matches("delayed/");
+            let moved = self.place_bucket(false, bucket).and_then(|from| {
+                let to = self.place_ready(l.name.id.shard(self.ident.shards), State::Ready);
+                self.move_job(
+                    &from,
+                    &l.name,
+                    &to,
+                    &l.name.next(Kind::Ready, false),
+                    Op::Due,
+                )
+            });
+            match moved {
+                Ok(()) => r.due += 1,
+                Err(e) if e.is_lease_lost() => {}
+                Err(e) => r.fail(e),
+            }
+        }
+        match r.first_error.take() {
+            Some(e) => Err(crate::recover::partial(e, &r)),
+            None => Ok(r.due),
+        }
+    }
+
     /// Delete every dead job (not a state transition: the job is gone). Returns how many.
     ///
     /// # Errors

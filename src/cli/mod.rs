@@ -782,24 +782,48 @@ fn show_corrupt(a: &Show, q: &Queue, l: &steadq::Listed, e: &Error) -> Result<i3
 }
 
 /// Recover: expired leases back to ready (or dead), due delayed jobs to ready, temp files
-/// of dead writers removed.
+/// of dead writers removed. It does all it can: an entry it cannot move (a full disk) is
+/// reported and the rest are recovered (exit 2 or 4 then).
 #[derive(FromArgs)]
-#[argh(subcommand, name = "recover", example = "steadq recover /var/lib/jobs")]
+#[argh(
+    subcommand,
+    name = "recover",
+    example = "steadq recover /var/lib/jobs",
+    example = "steadq recover /var/lib/jobs --due-now   # after the clock was set far ahead",
+    error_code(2, "something could not be recovered, nothing was"),
+    error_code(4, "something could not be recovered, the rest was")
+)]
 pub struct Recover {
     /// queue directory
     #[argh(positional)]
     dir: PathBuf,
+    /// also make every delayed job ready now, whatever its not-before time (for delays set
+    /// while the wall clock was wrong)
+    #[argh(switch)]
+    due_now: bool,
 }
 
 pub fn cmd_recover(a: Recover) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
-    let r = q.recover()?;
+    let made_due = if a.due_now { q.make_due(None)? } else { 0 };
+    let mut r = q.recover_report();
+    let err = r.first_error.take();
     stdout::note_done("recovery WAS done", "its report");
     out!(
-        "expired leases to ready {}, to dead {}; delayed jobs due {}; temp files removed {}; foreign entries {}",
-        r.expired, r.expired_dead, r.due, r.temp_removed, r.foreign
+        "expired leases to ready {}, to dead {}; delayed jobs due {}; made due now {made_due}; temp files removed {}; foreign entries {}; failed {}",
+        r.expired, r.expired_dead, r.due, r.temp_removed, r.foreign, r.failed
     );
-    Ok(0)
+    match err {
+        None => Ok(0),
+        Some(e) => {
+            let e = CliError::from(e);
+            eprintln!(
+                "steadq: {} entries could not be recovered (the others were); first: {e}",
+                r.failed
+            );
+            Ok(e.code())
+        }
+    }
 }
 
 /// Check every entry (name tag, digests, foreign entries); one line per problem.

@@ -498,3 +498,22 @@ fn a_job_seen_twice_in_one_pass_is_counted_once() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].name.id, id);
 }
+
+/// A retry delay set while the wall clock was a year ahead: `recover --due-now` makes the job
+/// ready now (and only delayed jobs move).
+#[test]
+fn delayed_jobs_can_be_made_due_now() {
+    let d = TempDir::new("due-now");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    delayed(&q, b"a year away", Duration::from_secs(365 * 86400));
+    q.enqueue(b"ready anyway").unwrap();
+    assert_eq!(q.recover().unwrap().due, 0);
+    assert_eq!(counts(&q), [1, 0, 1, 0, 0]);
+    let out = run(&["recover", d.path().to_str().unwrap(), "--due-now"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("made due now 1"));
+    assert_eq!(counts(&q), [2, 0, 0, 0, 0]);
+    assert!(
+        q.make_due(Some(steadq::JobId(7))).unwrap_err().kind() == &steadq::ErrorKind::NoSuchJob
+    );
+}
