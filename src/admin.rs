@@ -343,14 +343,7 @@ impl Queue {
     /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error,
     /// indeterminate if an earlier move of the same call was done.
     pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32> {
-        let dead: Vec<Listed> = self
-            .list(Some(State::Dead))?
-            .into_iter()
-            .filter(|l| id.is_none_or(|i| l.name.id == i))
-            .collect();
-        if id.is_some() && dead.is_empty() {
-            return Err(Error::not_done(ErrorKind::NoSuchJob, None));
-        }
+        let dead = self.jobs_in(State::Dead, id)?;
         let mut n = 0;
         for l in dead {
             let bucket = l.dir.trim_start_matches("dead/");
@@ -369,6 +362,19 @@ impl Queue {
         Ok(n)
     }
 
+    /// The jobs in `state`, or only job `id` (which must be there: [`ErrorKind::NoSuchJob`]).
+    fn jobs_in(&self, state: State, id: Option<JobId>) -> Result<Vec<Listed>> {
+        let jobs: Vec<Listed> = self
+            .list(Some(state))?
+            .into_iter()
+            .filter(|l| id.is_none_or(|i| l.name.id == i))
+            .collect();
+        if id.is_some() && jobs.is_empty() {
+            return Err(Error::not_done(ErrorKind::NoSuchJob, None));
+        }
+        Ok(jobs)
+    }
+
     /// Make delayed jobs ready now, whatever their not-before time: every delayed job, or only
     /// job `id`. For a retry delay set while the wall clock was wrong (a board without a
     /// real-time clock before NTP, or a clock set a year ahead), which would otherwise wait
@@ -379,14 +385,7 @@ impl Queue {
     /// after trying every job: not done if nothing moved, indeterminate if anything did (the
     /// rule of [`Queue::recover`]).
     pub fn make_due(&self, id: Option<JobId>) -> Result<u32> {
-        let delayed: Vec<Listed> = self
-            .list(Some(State::Delayed))?
-            .into_iter()
-            .filter(|l| id.is_none_or(|i| l.name.id == i))
-            .collect();
-        if id.is_some() && delayed.is_empty() {
-            return Err(Error::not_done(ErrorKind::NoSuchJob, None));
-        }
+        let delayed = self.jobs_in(State::Delayed, id)?;
         let mut r = crate::RecoverReport::default();
         for l in delayed {
             let bucket = l.dir.trim_start_matches("delayed/");

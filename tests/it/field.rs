@@ -4,11 +4,24 @@
 use crate::common::*;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
 use steadq::{EnqueueOptions, Options, Outcome, Queue};
 
 const BIN: &str = env!("CARGO_BIN_EXE_steadq");
+
+/// A queue whose calls go through `plan` (counted, and failed where it says).
+fn with_plan(d: &TempDir, plan: &Arc<FaultPlan>, o: Options) -> Queue {
+    Queue::create(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..o
+        },
+    )
+    .unwrap()
+}
 
 fn delayed(q: &Queue, payload: &[u8], delay: Duration) {
     q.enqueue_with(
@@ -105,14 +118,7 @@ fn claim_wait_learns_a_delayed_job_enqueued_while_it_waits() {
 fn an_idle_waiting_claim_does_not_relist() {
     let d = TempDir::new("idle");
     let plan = FaultPlan::new(vec![]);
-    let q = Queue::create(
-        d.path(),
-        Options {
-            faults: Some(plan.clone()),
-            ..fast(4)
-        },
-    )
-    .unwrap();
+    let q = with_plan(&d, &plan, fast(4));
     for i in 0..200u32 {
         q.enqueue(&i.to_le_bytes()).unwrap();
     }
@@ -188,14 +194,7 @@ fn recovery_does_all_it_can() {
         nth: 1,
         action: FaultAction::Fail(Errno::NOSPC),
     }]);
-    let q = Queue::create(
-        d.path(),
-        Options {
-            faults: Some(plan.clone()),
-            ..opts(1)
-        },
-    )
-    .unwrap();
+    let q = with_plan(&d, &plan, opts(1));
     for i in 0..40u8 {
         q.enqueue(&[i]).unwrap();
     }
@@ -412,14 +411,7 @@ fn a_renew_whose_barrier_failed_keeps_the_lease() {
             nth: 1,
             action: FaultAction::Fail(errno),
         }]);
-        let q = Queue::create(
-            d.path(),
-            Options {
-                faults: Some(plan.clone()),
-                ..opts(2)
-            },
-        )
-        .unwrap();
+        let q = with_plan(&d, &plan, opts(2));
         q.enqueue(b"long job").unwrap();
         let mut l = q.claim().unwrap().unwrap();
         plan.arm();
@@ -444,14 +436,7 @@ fn an_ack_that_fails_before_its_rename_releases_the_job() {
         nth: 1,
         action: FaultAction::Fail(Errno::IO),
     }]);
-    let q = Queue::create(
-        d.path(),
-        Options {
-            faults: Some(plan.clone()),
-            ..opts(2)
-        },
-    )
-    .unwrap();
+    let q = with_plan(&d, &plan, opts(2));
     q.enqueue(b"job").unwrap();
     let l = q.claim().unwrap().unwrap();
     plan.arm();
