@@ -136,3 +136,31 @@ fn empty_layout_without_identity_gets_a_new_one() {
     let q = Queue::create(d.path(), fast(2)).unwrap();
     assert_ne!(q.id(), old);
 }
+
+#[test]
+fn fsck_blames_a_wrong_identity_once_and_quarantines_nothing() {
+    let a = TempDir::new("id-wrong-a");
+    let b = TempDir::new("id-wrong-b");
+    let id_a = queue_with_jobs(a.path(), 2, 4);
+    let id_b = queue_with_jobs(b.path(), 2, 0);
+    // Another queue's identity (same shard count) installed over a's.
+    std::fs::copy(b.path().join(IDENTITY_FILE), a.path().join(IDENTITY_FILE)).unwrap();
+    let q = Queue::open(a.path()).unwrap();
+    assert_eq!(q.id(), id_b);
+    let rep = q.fsck(true).unwrap();
+    assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
+    let p = &rep.problems[0];
+    assert_eq!(p.path, IDENTITY_FILE);
+    assert_eq!(
+        p.kind,
+        steadq::ProblemKind::IdentityMismatch {
+            identity: id_b,
+            jobs_id: id_a,
+            jobs: 4
+        }
+    );
+    assert!(!p.quarantined);
+    assert!(p.to_string().contains("steadq.queue"), "{p}");
+    assert!(!a.path().join("quarantine").exists());
+    assert_eq!(files(a.path(), "ready").len(), 4);
+}
