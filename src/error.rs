@@ -61,6 +61,20 @@ pub enum ErrorKind {
         /// Name from the `statfs` magic.
         fs_type: &'static str,
     },
+    /// `renameat2` of a file SteadQ made was refused with `EPERM` or `ENOSYS`: the call is
+    /// blocked (a seccomp profile, a sandbox), not unsupported by the filesystem.
+    RenameRefused {
+        /// The errno.
+        errno: Errno,
+    },
+    /// The filesystem's longest name (`statfs(2)` `f_namelen`) is shorter than the longest
+    /// name SteadQ writes.
+    NamesTooLong {
+        /// Bytes the filesystem allows.
+        allowed: u64,
+        /// Bytes SteadQ needs.
+        needed: u64,
+    },
     /// A directory the layout requires is missing (an interrupted `create`: run it again).
     Incomplete,
     /// The payload exceeds the queue's limit.
@@ -164,6 +178,8 @@ impl core::fmt::Display for Error {
             ErrorKind::IdentityLost { jobs, ids } => write!(f, "the identity file steadq.queue is missing or damaged and the {jobs} job files {}; init will not re-identify a queue that holds jobs (restore steadq.queue from a backup, or move the foreign jobs out)", if *ids == 0 { "have no readable header".to_string() } else { format!("name {ids} different queue ids") })?,
             ErrorKind::UnsupportedVersion { found, supported } => write!(f, "queue format version {found} is newer than this steadq supports ({supported}); upgrade steadq")?,
             ErrorKind::UnsupportedFilesystem { fs_type } => write!(f, "filesystem {fs_type} does not support renameat2(RENAME_NOREPLACE); SteadQ needs a local filesystem such as ext4, xfs, btrfs or tmpfs")?,
+            ErrorKind::RenameRefused { errno } => write!(f, "renameat2(RENAME_NOREPLACE) was refused by the system ({}): the call is blocked (a seccomp profile or sandbox?), not unsupported by the filesystem; allow renameat2", std::io::Error::from_raw_os_error(errno.raw_os_error()))?,
+            ErrorKind::NamesTooLong { allowed, needed } => write!(f, "filesystem allows names of {allowed} bytes; SteadQ needs {needed}")?,
             ErrorKind::Incomplete => f.write_str("queue layout incomplete (an interrupted init?); run `steadq init` again")?,
             ErrorKind::PayloadTooLarge { len, limit } => write!(f, "payload of {len} bytes exceeds the limit of {limit} bytes")?,
             ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c}); moved to dead/")?,

@@ -256,6 +256,7 @@ impl Queue {
         let rootfd = sys
             .open_dir_path(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
+        check_names(rootfd.as_fd(), &root)?;
         let ident = read_identity(&sys, rootfd.as_fd(), &root)?;
         Queue::assemble(root, sys, rootfd, ident, opts)
     }
@@ -313,6 +314,7 @@ impl Queue {
         let rootfd = sys
             .open_dir_path(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
+        check_names(rootfd.as_fd(), &root)?;
         let ident = match read_identity(&sys, rootfd.as_fd(), &root) {
             Ok(i) => i,
             Err(e) if matches!(e.kind(), ErrorKind::NotAQueue | ErrorKind::BadIdentity) => {
@@ -570,6 +572,7 @@ fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identi
                 Some(path.to_path_buf()),
             ));
         }
+        Err(e @ (Errno::PERM | Errno::NOSYS)) => return Err(cleanup(rename_refused(e, path))),
         Err(e) => return Err(cleanup(nd(Call::Rename, e))),
     }
     sys.fsync_dir(root).map_err(|e| {
@@ -754,6 +757,39 @@ fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()>
     Ok(())
 }
 
+/// `EPERM` or `ENOSYS` from `renameat2` of a file SteadQ just made: the call is blocked (a
+/// seccomp profile, a sandbox), which is not the filesystem's doing.
+fn rename_refused(errno: Errno, path: &Path) -> Error {
+    Error::not_done(ErrorKind::RenameRefused { errno }, Some(path.to_path_buf()))
+}
+
+/// The longest name SteadQ writes: a leased job name. Temp and probe names
+/// (`<boot32>.<pid8>.<rand32>.probe`, 80 bytes) and the identity's temp and damaged names
+/// (at most 54 bytes) are shorter.
+const LONGEST_NAME: u64 = crate::scan::LEASED_NAME_LEN as u64;
+
+/// Check the filesystem's longest name (`statfs(2)` `f_namelen`; 0 or less: not reported)
+/// against [`LONGEST_NAME`].
+fn check_name_limit(f_namelen: i64) -> core::result::Result<(), ErrorKind> {
+    match u64::try_from(f_namelen) {
+        Ok(allowed) if allowed > 0 && allowed < LONGEST_NAME => Err(ErrorKind::NamesTooLong {
+            allowed,
+            needed: LONGEST_NAME,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// [`check_name_limit`] for the filesystem holding `root` (a failing `fstatfs` is not a
+/// refusal: the first long rename will say what is wrong).
+fn check_names(root: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    let Ok(st) = rustix::fs::fstatfs(root) else {
+        return Ok(());
+    };
+    #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
+    check_name_limit(st.f_namelen as i64).map_err(|k| Error::not_done(k, Some(path.to_path_buf())))
+}
+
 fn ensure_dir(sys: &Sys, parent: BorrowedFd<'_>, name: &str, ppath: &Path) -> Result<()> {
     match sys.mkdir(parent, name) {
         Ok(()) => sys.fsync_dir(parent).map_err(|e| {
@@ -816,13 +852,14 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
     let _ = sys.unlink(tmp, leftover);
     match r {
         Ok(()) => Ok(()),
-        Err(Errno::INVAL) | Err(Errno::NOSYS) => {
+        Err(Errno::INVAL) => {
             let fs_type = sys.fs_magic(tmp).map(fs_name).unwrap_or("unknown");
             Err(Error::not_done(
                 ErrorKind::UnsupportedFilesystem { fs_type },
                 Some(root.to_path_buf()),
             ))
         }
+        Err(e @ (Errno::PERM | Errno::NOSYS)) => Err(rename_refused(e, root)),
         Err(e) => Err(nd(Call::Rename, e)),
     }
 }
@@ -856,6 +893,25 @@ mod tests {
         assert_eq!(Identity::decode(&v0), Err(ErrorKind::BadIdentity));
         let zero = i.encode().replace("shards=16", "shards=0");
         assert_eq!(Identity::decode(&zero), Err(ErrorKind::BadIdentity));
+    }
+
+    #[test]
+    fn name_limit_is_checked() {
+        assert_eq!(
+            check_name_limit(143),
+            Err(ErrorKind::NamesTooLong {
+                allowed: 143,
+                needed: 196
+            })
+        );
+        assert!(check_name_limit(195).is_err());
+        for ok in [196, 255, 1024, 0, -1] {
+            assert_eq!(check_name_limit(ok), Ok(()), "{ok}");
+        }
+        // The real filesystem the tests run on allows 196-byte names.
+        let here = std::env::temp_dir();
+        let fd = Sys::new().open_dir_path(&here).unwrap();
+        assert_eq!(check_names(fd.as_fd(), &here), Ok(()));
     }
 
     #[test]

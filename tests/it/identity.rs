@@ -164,3 +164,31 @@ fn fsck_blames_a_wrong_identity_once_and_quarantines_nothing() {
     assert!(!a.path().join("quarantine").exists());
     assert_eq!(files(a.path(), "ready").len(), 4);
 }
+
+/// A rename refused with EPERM or ENOSYS (a seccomp profile) is not blamed on the filesystem.
+#[test]
+fn a_refused_rename_is_not_blamed_on_the_filesystem() {
+    use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
+    let d = TempDir::new("id-seccomp");
+    for errno in [Errno::PERM, Errno::NOSYS] {
+        let faults = FaultPlan::new(vec![Fault {
+            call: Call::Rename,
+            nth: 0,
+            action: FaultAction::Fail(errno),
+        }]);
+        let with = steadq::Options {
+            faults: Some(faults),
+            ..fast(1)
+        };
+        // create: the identity's publishing rename.
+        let e = Queue::create(d.path(), with.clone()).unwrap_err();
+        assert_eq!(*e.kind(), ErrorKind::RenameRefused { errno });
+        assert!(e.to_string().contains("refused by the system"), "{e}");
+        assert!(!d.path().join(IDENTITY_FILE).exists());
+        // open: the rename probe.
+        drop(Queue::create(d.path(), fast(1)).unwrap());
+        let e = Queue::open_with(d.path(), with).unwrap_err();
+        assert_eq!(*e.kind(), ErrorKind::RenameRefused { errno });
+        std::fs::remove_file(d.path().join(IDENTITY_FILE)).unwrap();
+    }
+}
