@@ -38,8 +38,17 @@ pub enum ErrorKind {
     LeaseLost,
     /// No `steadq.queue` identity file: the directory is not a queue.
     NotAQueue,
-    /// The identity file is malformed.
+    /// The identity file is malformed or its checksum does not match: damaged.
+    /// `Queue::create` (`steadq init`) restores it from the job headers.
     BadIdentity,
+    /// The identity file is missing or damaged, and the directory holds job files whose
+    /// headers do not agree on one queue id: `Queue::create` will not re-identify it.
+    IdentityLost {
+        /// Job files found.
+        jobs: u32,
+        /// Distinct queue ids among the readable job headers (0: none readable).
+        ids: u32,
+    },
     /// The queue was written by a newer SteadQ.
     UnsupportedVersion {
         /// Version found on disk.
@@ -51,6 +60,20 @@ pub enum ErrorKind {
     UnsupportedFilesystem {
         /// Name from the `statfs` magic.
         fs_type: &'static str,
+    },
+    /// `renameat2` of a file SteadQ made was refused with `EPERM` or `ENOSYS`: the call is
+    /// blocked (a seccomp profile, a sandbox), not unsupported by the filesystem.
+    RenameRefused {
+        /// The errno.
+        errno: Errno,
+    },
+    /// The filesystem's longest name (`statfs(2)` `f_namelen`) is shorter than the longest
+    /// name SteadQ writes.
+    NamesTooLong {
+        /// Bytes the filesystem allows.
+        allowed: u64,
+        /// Bytes SteadQ needs.
+        needed: u64,
     },
     /// A directory the layout requires is missing (an interrupted `create`: run it again).
     Incomplete,
@@ -151,9 +174,12 @@ impl core::fmt::Display for Error {
             ErrorKind::Io { call, errno } => write!(f, "{} failed: {}", call.name(), std::io::Error::from_raw_os_error(errno.raw_os_error()))?,
             ErrorKind::LeaseLost => f.write_str("lease lost (expired and recovered, renewed elsewhere, or already settled)")?,
             ErrorKind::NotAQueue => f.write_str("not a SteadQ queue (no steadq.queue file; run `steadq init`)")?,
-            ErrorKind::BadIdentity => f.write_str("malformed steadq.queue identity file")?,
+            ErrorKind::BadIdentity => f.write_str("the identity file steadq.queue is damaged (malformed, or its sum= line does not match); run `steadq init` on the queue directory to restore it from the job headers")?,
+            ErrorKind::IdentityLost { jobs, ids } => write!(f, "the identity file steadq.queue is missing or damaged and the {jobs} job files {}; init will not re-identify a queue that holds jobs (restore steadq.queue from a backup, or move the foreign jobs out)", if *ids == 0 { "have no readable header".to_string() } else { format!("name {ids} different queue ids") })?,
             ErrorKind::UnsupportedVersion { found, supported } => write!(f, "queue format version {found} is newer than this steadq supports ({supported}); upgrade steadq")?,
             ErrorKind::UnsupportedFilesystem { fs_type } => write!(f, "filesystem {fs_type} does not support renameat2(RENAME_NOREPLACE); SteadQ needs a local filesystem such as ext4, xfs, btrfs or tmpfs")?,
+            ErrorKind::RenameRefused { errno } => write!(f, "renameat2(RENAME_NOREPLACE) was refused by the system ({}): the call is blocked (a seccomp profile or sandbox?), not unsupported by the filesystem; allow renameat2", std::io::Error::from_raw_os_error(errno.raw_os_error()))?,
+            ErrorKind::NamesTooLong { allowed, needed } => write!(f, "filesystem allows names of {allowed} bytes; SteadQ needs {needed}")?,
             ErrorKind::Incomplete => f.write_str("queue layout incomplete (an interrupted init?); run `steadq init` again")?,
             ErrorKind::PayloadTooLarge { len, limit } => write!(f, "payload of {len} bytes exceeds the limit of {limit} bytes")?,
             ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c}); moved to dead/")?,

@@ -1,14 +1,19 @@
 //! fsck: check every entry of a queue (name, tag, place, file type, both digests) and report
 //! one problem per bad entry; optionally move the bad ones to `quarantine/<same path>`.
 //!
+//! When the identity file is what is wrong (most job names fail the tag check and their
+//! headers agree on another queue id), one problem names `steadq.queue` and nothing is
+//! quarantined.
+//!
 //! Dead jobs with reason `corrupt` are where corrupt jobs belong: they are counted, not
 //! reported.
 
 use crate::admin::{Load, EVIDENCE_FILE};
 use crate::error::{Error, Outcome, Result};
 use crate::format::Corruption;
+use crate::name::NameError;
 use crate::name::{JobName, Kind, Reason};
-use crate::queue::{Queue, IDENTITY_FILE};
+use crate::queue::{header_queue_id, Queue, IDENTITY_FILE};
 use crate::scan::Foreign;
 use crate::sys::{Call, Errno};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -25,6 +30,17 @@ pub enum ProblemKind {
     /// The same job id also exists at this other path (never quarantined automatically:
     /// which copy is right is the operator's call).
     Duplicate(String),
+    /// Reported once, on `steadq.queue`: most job names fail the tag check, and their headers
+    /// all name one other queue id. The identity is what is wrong, not the jobs; nothing is
+    /// quarantined.
+    IdentityMismatch {
+        /// The queue id in `steadq.queue`.
+        identity: u128,
+        /// The queue id the job headers agree on.
+        jobs_id: u128,
+        /// Job files whose names fail the tag check.
+        jobs: u32,
+    },
 }
 
 /// One problem found by [`Queue::fsck`].
@@ -45,6 +61,17 @@ impl core::fmt::Display for Problem {
             ProblemKind::Foreign(x) => write!(f, "{x}")?,
             ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}")?,
             ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}")?,
+            ProblemKind::IdentityMismatch {
+                identity,
+                jobs_id,
+                jobs,
+            } => write!(
+                f,
+                "the identity file names queue id {identity:032x}, but {jobs} job files \
+                 carry queue id {jobs_id:032x} in their headers and fail the name tag \
+                 check: the identity file is wrong, not the jobs (restore it from a backup, \
+                 or remove it and run `steadq init`, which restores it from the headers)"
+            )?,
             ProblemKind::Unreadable(e) => write!(
                 f,
                 "unreadable: {}",
@@ -162,8 +189,10 @@ impl Queue {
         // One job id in two places (say, a hard link planted in another state's directory).
         let mut seen: std::collections::HashMap<u128, String> = std::collections::HashMap::new();
         let mut dups: Vec<(String, String)> = Vec::new();
+        let mut jobs_seen = 0u64;
         self.walk(|s| {
             rep.checked += 1;
+            jobs_seen += 1;
             if let Ok(n) = &s.parsed {
                 let here = format!("{}/{}", s.dir_rel, s.raw);
                 match seen.get(&n.id.0) {
@@ -198,6 +227,30 @@ impl Queue {
                 quarantined: false,
             });
         }
+        self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
+        Ok(rep)
+    }
+
+    /// Add the bad entries to `rep`, quarantining them if asked; one problem on the identity
+    /// file instead when it is the identity that is wrong (then nothing is moved).
+    fn report_bad(
+        &self,
+        rep: &mut FsckReport,
+        mut bad: Vec<(String, String, ProblemKind)>,
+        jobs_seen: u64,
+        quarantine: bool,
+    ) -> Result<()> {
+        let mismatch = self.identity_mismatch(&bad, jobs_seen);
+        if let Some(kind) = mismatch.clone() {
+            bad.retain(|b| !is_tag_mismatch(&b.2));
+            rep.problems.push(Problem {
+                path: IDENTITY_FILE.to_string(),
+                kind,
+                quarantined: false,
+            });
+        }
+        // With a wrong identity every check is suspect: move nothing.
+        let quarantine = quarantine && mismatch.is_none();
         for (dir, name, kind) in bad {
             let path = if dir.is_empty() {
                 name.clone()
@@ -211,7 +264,43 @@ impl Queue {
                 quarantined,
             });
         }
-        Ok(rep)
+        Ok(())
+    }
+
+    /// [`ProblemKind::IdentityMismatch`] when more than half of the `jobs_seen` job entries,
+    /// and at least two, fail the tag check and the headers of all of them that are readable name one queue id
+    /// other than the identity's.
+    fn identity_mismatch(
+        &self,
+        bad: &[(String, String, ProblemKind)],
+        jobs_seen: u64,
+    ) -> Option<ProblemKind> {
+        let tagged: Vec<_> = bad.iter().filter(|b| is_tag_mismatch(&b.2)).collect();
+        // One stray job in an empty queue is a foreign job (as a copied-in file looks), not
+        // evidence against the identity: at least two are needed.
+        if tagged.len() < 2 || (tagged.len() as u64) * 2 <= jobs_seen {
+            return None;
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for (dir, name, _) in &tagged {
+            let Ok(fd) = self.sys.open_dir_beneath(self.dirs.root.as_fd(), dir) else {
+                continue;
+            };
+            if let Some(id) = header_queue_id(fd.as_fd(), name, &self.sys) {
+                ids.insert(id);
+            }
+        }
+        let mut it = ids.into_iter();
+        match (it.next(), it.next()) {
+            (Some(jobs_id), None) if jobs_id != self.ident.id => {
+                Some(ProblemKind::IdentityMismatch {
+                    identity: self.ident.id,
+                    jobs_id,
+                    jobs: tagged.len() as u32,
+                })
+            }
+            _ => None,
+        }
     }
 
     fn dirs_parent(&self, name: &str) -> Result<std::os::fd::OwnedFd> {
@@ -286,4 +375,8 @@ impl Queue {
         self.barrier(from.as_fd()).map_err(|e| ind(e, dir))?;
         Ok(true)
     }
+}
+
+fn is_tag_mismatch(k: &ProblemKind) -> bool {
+    *k == ProblemKind::Foreign(Foreign::Name(NameError::Tag))
 }

@@ -84,7 +84,11 @@ impl Default for Options {
 /// id=<32 hex: 128 random bits>
 /// shards=<1..=256>
 /// delayed_bucket_ns=<decimal ns>
+/// sum=<16 hex: first 8 bytes of SHA-256 of all the bytes before this line>
 /// ```
+///
+/// The sum line is always written; a file without it (SteadQ 0.1 before the sum existed)
+/// still opens. A sum that does not match is [`ErrorKind::BadIdentity`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Identity {
     /// Format version.
@@ -97,16 +101,58 @@ pub struct Identity {
     pub delayed_bucket_ns: u64,
 }
 
+/// The identity checksum: the first 8 bytes (big-endian) of SHA-256 of `body`.
+fn identity_sum(body: &[u8]) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d: [u8; 32] = Sha256::digest(body).into();
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&d[..8]);
+    u64::from_be_bytes(a)
+}
+
+/// Split `text` into the body and the value of its last line when that is `sum=<16 hex>`;
+/// `None` for a file without a sum line (written by SteadQ 0.1 before the sum existed).
+fn split_sum(text: &str) -> Option<(&str, Option<u64>)> {
+    let trimmed = text.strip_suffix('\n')?;
+    let start = trimmed.rfind('\n').map_or(0, |i| i + 1);
+    let Some(hex) = trimmed[start..].strip_prefix("sum=") else {
+        return Some((text, None));
+    };
+    let ok = hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let sum = u64::from_str_radix(hex, 16).ok().filter(|_| ok);
+    // A malformed sum line is damage: report it as a sum that cannot match.
+    Some((
+        &text[..start],
+        Some(sum.unwrap_or(!identity_sum(&text.as_bytes()[..start]))),
+    ))
+}
+
 impl Identity {
     fn encode(&self) -> String {
-        format!(
+        let body = format!(
             "steadq-queue\nversion={}\nid={:032x}\nshards={}\ndelayed_bucket_ns={}\n",
             self.version, self.id, self.shards, self.delayed_bucket_ns
-        )
+        );
+        let sum = identity_sum(body.as_bytes());
+        format!("{body}sum={sum:016x}\n")
     }
 
     fn decode(text: &str) -> core::result::Result<Identity, ErrorKind> {
-        let mut lines = text.lines();
+        let (body, sum) = split_sum(text).ok_or(ErrorKind::BadIdentity)?;
+        let ident = Identity::decode_body(body);
+        // A newer format may sum differently: say "upgrade", not "damaged".
+        if matches!(ident, Err(ErrorKind::UnsupportedVersion { .. })) {
+            return ident;
+        }
+        if sum.is_some_and(|s| s != identity_sum(body.as_bytes())) {
+            return Err(ErrorKind::BadIdentity);
+        }
+        ident
+    }
+
+    /// The five lines before the optional sum line; nothing else may follow them.
+    fn decode_body(body: &str) -> core::result::Result<Identity, ErrorKind> {
+        let mut lines = body.lines();
         if lines.next() != Some("steadq-queue") {
             return Err(ErrorKind::BadIdentity);
         }
@@ -136,7 +182,7 @@ impl Identity {
         let delayed_bucket_ns: u64 = field("delayed_bucket_ns")?
             .parse()
             .map_err(|_| ErrorKind::BadIdentity)?;
-        if !(1..=256).contains(&shards) || delayed_bucket_ns == 0 {
+        if !(1..=256).contains(&shards) || delayed_bucket_ns == 0 || lines.next().is_some() {
             return Err(ErrorKind::BadIdentity);
         }
         Ok(Identity {
@@ -210,6 +256,7 @@ impl Queue {
         let rootfd = sys
             .open_dir_path(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
+        check_names(rootfd.as_fd(), &root)?;
         let ident = read_identity(&sys, rootfd.as_fd(), &root)?;
         Queue::assemble(root, sys, rootfd, ident, opts)
     }
@@ -220,9 +267,18 @@ impl Queue {
     /// crash part-way is completed by running `create` again. `opts.shards` and
     /// `opts.delayed_bucket_ns` apply only to a new queue.
     ///
+    ///
+    /// A directory whose identity is missing or damaged but which holds job files is never
+    /// given a new identity: the queue id is read from the job headers and the identity is
+    /// published again with it (shards: the count of `ready/<ss>` directories; delayed bucket
+    /// width: `opts.delayed_bucket_ns`, as it cannot be read back), with a warning. A damaged
+    /// file is first moved aside to `.steadq.queue.damaged.<32 hex>`.
+    ///
     /// # Errors
-    /// [`ErrorKind::InvalidArgument`] for shards outside 1..=256; otherwise as
-    /// [`Queue::open`]. Outcome: indeterminate once anything was created.
+    /// [`ErrorKind::InvalidArgument`] for shards outside 1..=256;
+    /// [`ErrorKind::IdentityLost`] (not done) when the identity is missing or damaged and the
+    /// job headers do not agree on one queue id; otherwise as [`Queue::open`]. Outcome:
+    /// indeterminate once anything was created.
     pub fn create(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
         if !(1..=256).contains(&opts.shards) {
             return Err(Error::not_done(
@@ -258,17 +314,12 @@ impl Queue {
         let rootfd = sys
             .open_dir_path(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
+        check_names(rootfd.as_fd(), &root)?;
         let ident = match read_identity(&sys, rootfd.as_fd(), &root) {
             Ok(i) => i,
-            Err(e) if *e.kind() == ErrorKind::NotAQueue => {
-                let mine = Identity {
-                    version: QUEUE_VERSION,
-                    id: random_u128(),
-                    shards: opts.shards,
-                    delayed_bucket_ns: opts.delayed_bucket_ns,
-                };
-                publish_identity(&sys, rootfd.as_fd(), &root, &mine)?;
-                read_identity(&sys, rootfd.as_fd(), &root)?
+            Err(e) if matches!(e.kind(), ErrorKind::NotAQueue | ErrorKind::BadIdentity) => {
+                let damaged = *e.kind() == ErrorKind::BadIdentity;
+                establish_identity(&sys, rootfd.as_fd(), &root, &opts, damaged)?
             }
             Err(e) => return Err(e),
         };
@@ -521,6 +572,7 @@ fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identi
                 Some(path.to_path_buf()),
             ));
         }
+        Err(e @ (Errno::PERM | Errno::NOSYS)) => return Err(cleanup(rename_refused(e, path))),
         Err(e) => return Err(cleanup(nd(Call::Rename, e))),
     }
     sys.fsync_dir(root).map_err(|e| {
@@ -531,6 +583,211 @@ fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identi
             Some(path.to_path_buf()),
         )
     })
+}
+
+/// What the job files of a directory without a usable identity say about its queue.
+#[derive(Debug, PartialEq, Eq)]
+enum Survey {
+    /// No job file at all: a new identity is safe.
+    Empty,
+    /// Every readable header names this queue id.
+    Agreed {
+        /// The queue id.
+        id: u128,
+        /// Headers read.
+        headers: u32,
+    },
+    /// Job files whose headers are unreadable or name more than one queue (`ids` distinct
+    /// ids; 0 when none was readable).
+    Lost {
+        /// Job files found.
+        jobs: u32,
+        /// Distinct queue ids among the readable headers.
+        ids: u32,
+    },
+}
+
+/// Byte offset of the queue id in a job header (see the layout in `src/format.rs`).
+const HEADER_QUEUE_OFF: usize = 32;
+
+/// The queue id in the header of job file `name` in `dir`: only the 128 header bytes are
+/// read, and magic, version and header length must be right. `None` when unreadable.
+pub(crate) fn header_queue_id(dir: BorrowedFd<'_>, name: &str, sys: &Sys) -> Option<u128> {
+    use crate::format::{HEADER_LEN, MAGIC, VERSION};
+    let fd = sys.open_file_ro(dir, name).ok()?;
+    let mut h = [0u8; HEADER_LEN];
+    let n = rustix::io::pread(fd.as_fd(), &mut h[..], 0).ok()?;
+    let version = u16::from_le_bytes([h[8], h[9]]);
+    let hlen = u16::from_le_bytes([h[10], h[11]]);
+    if n < HEADER_LEN || h[..8] != MAGIC || version != VERSION || hlen as usize != HEADER_LEN {
+        return None;
+    }
+    let mut q = [0u8; 16];
+    q.copy_from_slice(&h[HEADER_QUEUE_OFF..HEADER_QUEUE_OFF + 16]);
+    Some(u128::from_be_bytes(q))
+}
+
+/// Names of the entries of `dir` accepted by `keep`.
+fn list_names(sys: &Sys, dir: BorrowedFd<'_>, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let _ = sys.read_dir(dir, |name, _, _| {
+        if let Some(n) = name.filter(|n| keep(n)) {
+            out.push(n.to_string());
+        }
+    });
+    out
+}
+
+/// Read the queue id from every job file (`*.sqj`, `*.rct`) under `ready/*/`, `receipts/*/`,
+/// `delayed/*/` and `dead/*/`. Directories that are missing or unreadable are skipped.
+fn survey_jobs(sys: &Sys, root: BorrowedFd<'_>) -> Survey {
+    let mut jobs = 0u32;
+    let mut ids: std::collections::BTreeMap<u128, u32> = Default::default();
+    for parent in ["ready", "receipts", "delayed", "dead"] {
+        let Ok(pfd) = sys.open_dir_beneath(root, parent) else {
+            continue;
+        };
+        for sub in list_names(sys, pfd.as_fd(), |_| true) {
+            let Ok(dfd) = sys.open_dir_beneath(pfd.as_fd(), &sub) else {
+                continue;
+            };
+            let is_job = |n: &str| n.ends_with(".sqj") || n.ends_with(".rct");
+            for name in list_names(sys, dfd.as_fd(), is_job) {
+                jobs += 1;
+                if let Some(id) = header_queue_id(dfd.as_fd(), &name, sys) {
+                    *ids.entry(id).or_default() += 1;
+                }
+            }
+        }
+    }
+    match (jobs, ids.len()) {
+        (0, _) => Survey::Empty,
+        (_, 1) => {
+            let (&id, &headers) = ids.iter().next().expect("one entry");
+            Survey::Agreed { id, headers }
+        }
+        (jobs, n) => Survey::Lost {
+            jobs,
+            ids: n as u32,
+        },
+    }
+}
+
+/// The shard count of an existing layout: the `ready/<ss>` directories (2 hex digits).
+fn layout_shards(sys: &Sys, root: BorrowedFd<'_>) -> Option<u16> {
+    let pfd = sys.open_dir_beneath(root, "ready").ok()?;
+    let n = list_names(sys, pfd.as_fd(), |n| {
+        n.len() == 2 && crate::name::parse_hex(n.as_bytes(), 2).is_some()
+    })
+    .len();
+    u16::try_from(n).ok().filter(|n| (1..=256).contains(n))
+}
+
+/// Publish an identity for a directory whose identity file is missing or (`damaged`)
+/// unusable: the one the job headers agree on, a new one if there are no jobs, or refuse.
+fn establish_identity(
+    sys: &Sys,
+    root: BorrowedFd<'_>,
+    path: &Path,
+    opts: &Options,
+    damaged: bool,
+) -> Result<Identity> {
+    let mine = match survey_jobs(sys, root) {
+        Survey::Empty => Identity {
+            version: QUEUE_VERSION,
+            id: random_u128(),
+            shards: opts.shards,
+            delayed_bucket_ns: opts.delayed_bucket_ns,
+        },
+        Survey::Agreed { id, headers } => {
+            let shards = layout_shards(sys, root).unwrap_or(opts.shards);
+            log::warn!(
+                "{}: identity file {IDENTITY_FILE} was {}; restored queue id {id:032x} from \
+                 {headers} job headers ({shards} shards from ready/, delayed bucket width \
+                 {} ns from the options)",
+                path.display(),
+                if damaged { "damaged" } else { "missing" },
+                opts.delayed_bucket_ns
+            );
+            Identity {
+                version: QUEUE_VERSION,
+                id,
+                shards,
+                delayed_bucket_ns: opts.delayed_bucket_ns,
+            }
+        }
+        Survey::Lost { jobs, ids } => {
+            return Err(Error::not_done(
+                ErrorKind::IdentityLost { jobs, ids },
+                Some(path.to_path_buf()),
+            ))
+        }
+    };
+    if damaged {
+        set_aside_damaged(sys, root, path)?;
+    }
+    publish_identity(sys, root, path, &mine)?;
+    read_identity(sys, root, path)
+}
+
+/// Move a damaged identity file to `.steadq.queue.damaged.<32 hex>` (kept as evidence) so a
+/// new one can be published without replacing anything. If what was moved turns out to be a
+/// good identity (another creator published it meanwhile), it is moved back.
+fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    let aside = format!(".{IDENTITY_FILE}.damaged.{:032x}", random_u128());
+    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(IDENTITY_FILE)));
+    match sys.rename(root, IDENTITY_FILE, root, &aside) {
+        Ok(()) => {}
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(nd(Call::Rename, e)),
+    }
+    let mut buf = Vec::new();
+    let good = sys
+        .open_file_ro(root, &aside)
+        .and_then(|fd| sys.read_all(fd.as_fd(), 4096, &mut buf))
+        .is_ok()
+        && std::str::from_utf8(&buf).is_ok_and(|t| Identity::decode(t).is_ok());
+    if good {
+        match sys.rename(root, &aside, root, IDENTITY_FILE) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(nd(Call::Rename, e)),
+        }
+    }
+    log::warn!("{}: damaged identity file kept as {aside}", path.display());
+    Ok(())
+}
+
+/// `EPERM` or `ENOSYS` from `renameat2` of a file SteadQ just made: the call is blocked (a
+/// seccomp profile, a sandbox), which is not the filesystem's doing.
+fn rename_refused(errno: Errno, path: &Path) -> Error {
+    Error::not_done(ErrorKind::RenameRefused { errno }, Some(path.to_path_buf()))
+}
+
+/// The longest name SteadQ writes: a leased job name. Temp and probe names
+/// (`<boot32>.<pid8>.<rand32>.probe`, 80 bytes) and the identity's temp and damaged names
+/// (at most 54 bytes) are shorter.
+const LONGEST_NAME: u64 = crate::scan::LEASED_NAME_LEN as u64;
+
+/// Check the filesystem's longest name (`statfs(2)` `f_namelen`; 0 or less: not reported)
+/// against [`LONGEST_NAME`].
+fn check_name_limit(f_namelen: i64) -> core::result::Result<(), ErrorKind> {
+    match u64::try_from(f_namelen) {
+        Ok(allowed) if allowed > 0 && allowed < LONGEST_NAME => Err(ErrorKind::NamesTooLong {
+            allowed,
+            needed: LONGEST_NAME,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// [`check_name_limit`] for the filesystem holding `root` (a failing `fstatfs` is not a
+/// refusal: the first long rename will say what is wrong).
+fn check_names(root: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    let Ok(st) = rustix::fs::fstatfs(root) else {
+        return Ok(());
+    };
+    #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
+    check_name_limit(st.f_namelen as i64).map_err(|k| Error::not_done(k, Some(path.to_path_buf())))
 }
 
 fn ensure_dir(sys: &Sys, parent: BorrowedFd<'_>, name: &str, ppath: &Path) -> Result<()> {
@@ -595,13 +852,14 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
     let _ = sys.unlink(tmp, leftover);
     match r {
         Ok(()) => Ok(()),
-        Err(Errno::INVAL) | Err(Errno::NOSYS) => {
+        Err(Errno::INVAL) => {
             let fs_type = sys.fs_magic(tmp).map(fs_name).unwrap_or("unknown");
             Err(Error::not_done(
                 ErrorKind::UnsupportedFilesystem { fs_type },
                 Some(root.to_path_buf()),
             ))
         }
+        Err(e @ (Errno::PERM | Errno::NOSYS)) => Err(rename_refused(e, root)),
         Err(e) => Err(nd(Call::Rename, e)),
     }
 }
@@ -635,5 +893,52 @@ mod tests {
         assert_eq!(Identity::decode(&v0), Err(ErrorKind::BadIdentity));
         let zero = i.encode().replace("shards=16", "shards=0");
         assert_eq!(Identity::decode(&zero), Err(ErrorKind::BadIdentity));
+    }
+
+    #[test]
+    fn name_limit_is_checked() {
+        assert_eq!(
+            check_name_limit(143),
+            Err(ErrorKind::NamesTooLong {
+                allowed: 143,
+                needed: 196
+            })
+        );
+        assert!(check_name_limit(195).is_err());
+        for ok in [196, 255, 1024, 0, -1] {
+            assert_eq!(check_name_limit(ok), Ok(()), "{ok}");
+        }
+        // The real filesystem the tests run on allows 196-byte names.
+        let here = std::env::temp_dir();
+        let fd = Sys::new().open_dir_path(&here).unwrap();
+        assert_eq!(check_names(fd.as_fd(), &here), Ok(()));
+    }
+
+    #[test]
+    fn identity_sum_is_checked_and_optional() {
+        let i = Identity {
+            version: 1,
+            id: 0x1234_5678_9abc_def0_1122_3344_5566_7788,
+            shards: 8,
+            delayed_bucket_ns: 60_000_000_000,
+        };
+        let text = i.encode();
+        let (body, sum) = split_sum(&text).unwrap();
+        assert_eq!(sum, Some(identity_sum(body.as_bytes())));
+        assert_eq!(body.lines().count(), 5);
+        // Legacy: the body alone.
+        assert_eq!(Identity::decode(body), Ok(i));
+        // One changed hex digit of the id: only the sum tells.
+        let flipped = text.replace("id=1234", "id=1235");
+        assert_eq!(Identity::decode(&flipped), Err(ErrorKind::BadIdentity));
+        // A malformed sum line, a sum of the wrong length, junk after the fields.
+        for bad in [
+            text.replace("sum=", "sum=x"),
+            text.replace("\nsum=", "\nsum=0"),
+            text.replace("\nsum=", "\nsun="),
+            format!("{body}junk\n"),
+        ] {
+            assert_eq!(Identity::decode(&bad), Err(ErrorKind::BadIdentity), "{bad}");
+        }
     }
 }

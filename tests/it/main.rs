@@ -9,4 +9,5 @@ mod faults;
 mod field;
 mod filesystems;
 mod hostile;
+mod identity;
 mod lifecycle;
