@@ -249,7 +249,7 @@ impl Queue {
                 }
                 Kind::Leased(l) => {
                     st.leased += 1;
-                    if l.boot_id != boot || now_boot >= l.boot_deadline_ns {
+                    if crate::scan::lease_expired(&l, boot, now_boot) {
                         st.expired_leases += 1;
                     }
                 }
