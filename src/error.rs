@@ -8,8 +8,8 @@
 //! rename, or the rename failed with `EIO`). SteadQ never guesses and never retries an fsync
 //! into "done".
 
-use crate::format::Corruption;
-use crate::sys::{Call, Errno};
+use crate::disk::format::Corruption;
+use crate::disk::sys::{Call, Errno};
 use std::path::PathBuf;
 
 /// The outcome of a failed mutating call.

@@ -20,34 +20,49 @@
 //!
 //! Where to look: names are parsed in [`name`] (and only in [`scan`] from directory
 //! listings); the state table is [`state::TRANSITIONS`]; every rename happens in
-//! `transition.rs` (`Queue::move_job`); every syscall, fsync included, goes through
+//! `ops/transition.rs` (`Queue::move_job`); every syscall, fsync included, goes through
 //! [`sys::Sys`]. `DESIGN.md` documents the bytes, the table and the crash cases.
+//!
+//! The layers, one folder each:
+//!
+//! ```text
+//! src/lib.rs            the crate: layers, public re-exports
+//! src/error.rs          errors and the three outcomes (done, not done, indeterminate)
+//! src/queue.rs          the queue handle, identity file, layout, create/open
+//! src/disk/format.rs    the job envelope (128-byte header, SHA-256 digests, verify)
+//! src/disk/name.rs      job names, parsed once into JobName
+//! src/disk/scan.rs      directory listings turned into typed entries; expiry and due rules
+//! src/disk/clock.rs     wall and boot clocks, the boot id
+//! src/disk/sys.rs       every syscall, and the fault plan that can fail any of them
+//! src/ops/state.rs      the state table shared with DESIGN.md
+//! src/ops/transition.rs where a rename happens (move_job) and its barriers
+//! src/ops/enqueue.rs    enqueue (O_TMPFILE + linkat, or a named temp file + rename)
+//! src/ops/lease.rs      claim and the lease guard (renew, ack, nack, fail, release)
+//! src/ops/recover.rs    recovery of expired leases, due delayed jobs, stale temp files
+//! src/ops/wait.rs       the blocking claim on inotify and timers
+//! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
+//! src/admin/fsck.rs     fsck and quarantine
+//! src/cli/              the `steadq` binary (feature `cli`)
+//! ```
 
 #![deny(missing_docs)]
 
 mod admin;
-mod clock;
-mod enqueue;
+mod disk;
 mod error;
-pub mod format;
-mod fsck;
-mod lease;
-pub mod name;
+mod ops;
 mod queue;
-mod recover;
-pub mod scan;
-pub mod state;
-pub mod sys;
-mod transition;
-mod wait;
 
-pub use admin::{Listed, Status, EVIDENCE_FILE};
-pub use clock::Clock;
-pub use enqueue::EnqueueOptions;
+pub use disk::{format, name, scan, sys};
+pub use ops::state;
+
+pub use admin::fsck::{FsckReport, Problem, ProblemKind};
+pub use admin::view::{Listed, Status, EVIDENCE_FILE};
+pub use disk::clock::Clock;
+pub use disk::name::{JobId, JobName, Kind, Reason};
 pub use error::{Error, ErrorKind, Outcome, Result};
-pub use fsck::{FsckReport, Problem, ProblemKind};
-pub use lease::{backoff, Lease, Nacked, Receipt};
-pub use name::{JobId, JobName, Kind, Reason};
+pub use ops::enqueue::EnqueueOptions;
+pub use ops::lease::{backoff, Lease, Nacked, Receipt};
+pub use ops::recover::RecoverReport;
+pub use ops::state::State;
 pub use queue::{Durability, Identity, Options, Queue, IDENTITY_FILE, QUEUE_VERSION};
-pub use recover::RecoverReport;
-pub use state::State;

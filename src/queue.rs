@@ -11,10 +11,10 @@
 //! <root>/evidence.log        digests of compacted receipts (append-only)
 //! ```
 
-use crate::clock::Clock;
+use crate::disk::clock::Clock;
+use crate::disk::name::{shard_name, JobId, JobName};
+use crate::disk::sys::{fs_name, Call, Errno, FaultPlan, Sys};
 use crate::error::{Error, ErrorKind, Outcome, Result};
-use crate::name::{shard_name, JobId, JobName};
-use crate::sys::{fs_name, Call, Errno, FaultPlan, Sys};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -613,7 +613,7 @@ const HEADER_QUEUE_OFF: usize = 32;
 /// The queue id in the header of job file `name` in `dir`: only the 128 header bytes are
 /// read, and magic, version and header length must be right. `None` when unreadable.
 pub(crate) fn header_queue_id(dir: BorrowedFd<'_>, name: &str, sys: &Sys) -> Option<u128> {
-    use crate::format::{HEADER_LEN, MAGIC, VERSION};
+    use crate::disk::format::{HEADER_LEN, MAGIC, VERSION};
     let fd = sys.open_file_ro(dir, name).ok()?;
     let mut h = [0u8; HEADER_LEN];
     let n = rustix::io::pread(fd.as_fd(), &mut h[..], 0).ok()?;
@@ -677,7 +677,7 @@ fn survey_jobs(sys: &Sys, root: BorrowedFd<'_>) -> Survey {
 fn layout_shards(sys: &Sys, root: BorrowedFd<'_>) -> Option<u16> {
     let pfd = sys.open_dir_beneath(root, "ready").ok()?;
     let n = list_names(sys, pfd.as_fd(), |n| {
-        n.len() == 2 && crate::name::parse_hex(n.as_bytes(), 2).is_some()
+        n.len() == 2 && crate::disk::name::parse_hex(n.as_bytes(), 2).is_some()
     })
     .len();
     u16::try_from(n).ok().filter(|n| (1..=256).contains(n))
@@ -766,7 +766,7 @@ fn rename_refused(errno: Errno, path: &Path) -> Error {
 /// The longest name SteadQ writes: a leased job name. Temp and probe names
 /// (`<boot32>.<pid8>.<rand32>.probe`, 80 bytes) and the identity's temp and damaged names
 /// (at most 54 bytes) are shorter.
-const LONGEST_NAME: u64 = crate::scan::LEASED_NAME_LEN as u64;
+const LONGEST_NAME: u64 = crate::disk::scan::LEASED_NAME_LEN as u64;
 
 /// Check the filesystem's longest name (`statfs(2)` `f_namelen`; 0 or less: not reported)
 /// against [`LONGEST_NAME`].

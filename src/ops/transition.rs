@@ -6,12 +6,12 @@
 //! lease is lost or another process moved the job first), except `EIO`, which is
 //! indeterminate. A failed fsync after it is indeterminate.
 
-use crate::enqueue::DirRef;
+use crate::disk::name::{bucket_name, shard_name, JobName};
+use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
-use crate::name::{bucket_name, shard_name, JobName};
+use crate::ops::enqueue::DirRef;
+use crate::ops::state::{self, Op, State};
 use crate::queue::{Queue, DEAD_BUCKET_NS};
-use crate::state::{self, Op, State};
-use crate::sys::{Call, Errno};
 use std::os::fd::AsFd;
 
 /// A directory a job can be in, with its path relative to the root (for messages).

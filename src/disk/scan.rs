@@ -4,9 +4,9 @@
 //! directory, or whose entry is not a regular file is [`Foreign`]: it is reported and never
 //! processed or moved by a worker.
 
-use crate::name::{JobName, Kind, NameError};
-use crate::state::State;
-use crate::sys::{EntryType, Errno, Sys};
+use crate::disk::name::{JobName, Kind, NameError};
+use crate::disk::sys::{EntryType, Errno, Sys};
+use crate::ops::state::State;
 use rustix::fs::FileType;
 use std::os::fd::BorrowedFd;
 
@@ -79,7 +79,7 @@ pub(crate) fn scan(
 
 /// Length in bytes of a ready name (`<id32>.g<16>.a<8>.m<8>.k<16>.sqj`).
 pub(crate) const READY_NAME_LEN: usize = 92;
-/// Length in bytes of a leased name (see [`crate::name`]).
+/// Length in bytes of a leased name (see [`crate::disk::name`]).
 pub(crate) const LEASED_NAME_LEN: usize = 196;
 
 /// What one listing of a `ready/<shard>/` directory found. The claim path and recovery share
@@ -101,7 +101,7 @@ pub(crate) struct ShardScan {
 /// Whether a lease held under `boot_id` with `CLOCK_BOOTTIME` deadline `deadline_ns` has
 /// expired at `now_ns` on boot `boot`: one from another boot expires at once (its clock
 /// restarted), one of this boot at its deadline. The one place the expiry rule lives.
-pub(crate) fn lease_expired(l: &crate::name::LeaseFields, boot: u128, now_ns: u64) -> bool {
+pub(crate) fn lease_expired(l: &crate::disk::name::LeaseFields, boot: u128, now_ns: u64) -> bool {
     l.boot_id != boot || now_ns >= l.boot_deadline_ns
 }
 
@@ -196,7 +196,7 @@ pub(crate) fn classify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::name::{JobId, LeaseFields};
+    use crate::disk::name::{JobId, LeaseFields};
 
     #[test]
     fn name_lengths_match_the_formatter() {

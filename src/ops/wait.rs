@@ -13,12 +13,12 @@
 //! nothing else. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, or the watch limit is
 //! reached) it polls, backing off from 50 ms to 1 s.
 
+use crate::disk::name::{parse_hex, JobName, Kind};
+use crate::disk::scan::{lease_expired, LEASED_NAME_LEN, READY_NAME_LEN};
 use crate::error::Result;
-use crate::lease::Lease;
-use crate::name::{parse_hex, JobName, Kind};
+use crate::ops::lease::Lease;
+use crate::ops::recover::RecoverReport;
 use crate::queue::Queue;
-use crate::recover::RecoverReport;
-use crate::scan::{lease_expired, LEASED_NAME_LEN, READY_NAME_LEN};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use std::os::fd::{AsFd, OwnedFd};
@@ -147,7 +147,7 @@ impl Queue {
             wds: Vec::new(),
         };
         for s in 0..self.ident.shards {
-            let rel = format!("ready/{}", crate::name::shard_name(s));
+            let rel = format!("ready/{}", crate::disk::name::shard_name(s));
             if !self.add_watch(&mut w, &rel, Watched::ReadyShard) {
                 return None;
             }

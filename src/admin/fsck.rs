@@ -8,14 +8,14 @@
 //! Dead jobs with reason `corrupt` are where corrupt jobs belong: they are counted, not
 //! reported.
 
-use crate::admin::{Load, EVIDENCE_FILE};
+use crate::admin::view::{Load, EVIDENCE_FILE};
+use crate::disk::format::Corruption;
+use crate::disk::name::NameError;
+use crate::disk::name::{JobName, Kind, Reason};
+use crate::disk::scan::Foreign;
+use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, Outcome, Result};
-use crate::format::Corruption;
-use crate::name::NameError;
-use crate::name::{JobName, Kind, Reason};
 use crate::queue::{header_queue_id, Queue, IDENTITY_FILE};
-use crate::scan::Foreign;
-use crate::sys::{Call, Errno};
 use std::os::fd::{AsFd, BorrowedFd};
 
 /// What is wrong with an entry.
@@ -110,7 +110,7 @@ impl Queue {
     /// (renamed without replacing; never followed).
     ///
     /// # Errors
-    /// [`ErrorKind::Io`] if a directory cannot be listed, or a quarantine move fails (moves
+    /// [`crate::ErrorKind::Io`] if a directory cannot be listed, or a quarantine move fails (moves
     /// before it are done).
     pub fn fsck(&self, quarantine: bool) -> Result<FsckReport> {
         let mut rep = FsckReport::default();
@@ -135,7 +135,7 @@ impl Queue {
                     _ => bad.push((
                         String::new(),
                         name.unwrap_or("?").to_string(),
-                        ProblemKind::Foreign(Foreign::Name(crate::name::NameError::Syntax)),
+                        ProblemKind::Foreign(Foreign::Name(crate::disk::name::NameError::Syntax)),
                     )),
                 }
             })
@@ -148,7 +148,7 @@ impl Queue {
             self.sys
                 .read_dir(fd.as_fd(), |name, _, _| {
                     let ok = name
-                        .and_then(|n| crate::name::parse_hex(n.as_bytes(), 2))
+                        .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
                         .is_some_and(|s| s < shards as u128);
                     if !ok {
                         bad.push((
@@ -168,14 +168,14 @@ impl Queue {
                 rep.checked += 1;
                 let f: Vec<&str> = name.unwrap_or("").split('.').collect();
                 let named = f.len() == 4
-                    && crate::name::parse_hex(f[0].as_bytes(), 32).is_some()
-                    && crate::name::parse_hex(f[1].as_bytes(), 8).is_some()
-                    && crate::name::parse_hex(f[2].as_bytes(), 32).is_some()
+                    && crate::disk::name::parse_hex(f[0].as_bytes(), 32).is_some()
+                    && crate::disk::name::parse_hex(f[1].as_bytes(), 8).is_some()
+                    && crate::disk::name::parse_hex(f[2].as_bytes(), 32).is_some()
                     && matches!(f[3], "tmp" | "probe");
                 if !named
                     || !matches!(
                         t,
-                        crate::sys::EntryType::File | crate::sys::EntryType::Unknown
+                        crate::disk::sys::EntryType::File | crate::disk::sys::EntryType::Unknown
                     )
                 {
                     bad.push((
@@ -320,7 +320,7 @@ impl Queue {
         match self.load_job(dir, raw, n.id.0) {
             Ok(_) => Ok(true),
             Err(Load::Missing) => Ok(false),
-            Err(Load::Corrupt(crate::format::Corruption::NotRegular)) => {
+            Err(Load::Corrupt(crate::disk::format::Corruption::NotRegular)) => {
                 Err(ProblemKind::Foreign(Foreign::NotRegular))
             }
             Err(Load::Corrupt(c)) => Err(ProblemKind::Corrupt(c)),

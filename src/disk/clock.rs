@@ -8,7 +8,7 @@
 //! forward makes delayed jobs due early; one that jumps back makes them wait longer. Neither
 //! loses a job.
 
-use crate::sys::Sys;
+use crate::disk::sys::Sys;
 use rustix::time::{clock_gettime, ClockId};
 use std::sync::atomic::{AtomicI64, Ordering};
 

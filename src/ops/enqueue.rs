@@ -1,6 +1,6 @@
 //! Enqueue: write the whole job file unnamed, make it durable, then give it its name.
 //!
-//! Route (probed once, see [`crate::sys::Sys::link_tmpfile`]): `O_TMPFILE` in the target
+//! Route (probed once, see [`crate::disk::sys::Sys::link_tmpfile`]): `O_TMPFILE` in the target
 //! directory, write, fsync(file), `linkat` into place (the linearization point), fsync(file)
 //! again (btrfs needs it, see DESIGN.md), fsync(dir).
 //! Where `O_TMPFILE` or both `linkat` forms are refused: a named file under `tmp/`, write,
@@ -12,12 +12,12 @@
 //! fails with `EIO` is indeterminate, any other errno not done. A failed barrier after it is
 //! indeterminate.
 
+use crate::disk::format::encode_header;
+use crate::disk::name::{bucket_name, shard_name, JobId, JobName, Kind};
+use crate::disk::sys::{Call, Errno, Publish};
 use crate::error::{Error, ErrorKind, Outcome, Result};
-use crate::format::encode_header;
-use crate::name::{bucket_name, shard_name, JobId, JobName, Kind};
+use crate::ops::state::{self, Op, State};
 use crate::queue::{random, Durability, Queue};
-use crate::state::{self, Op, State};
-use crate::sys::{Call, Errno, Publish};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
@@ -50,7 +50,7 @@ struct Prepared<'a> {
     name: JobName,
     dir: DirRef<'a>,
     rel_dir: String,
-    header: [u8; crate::format::HEADER_LEN],
+    header: [u8; crate::disk::format::HEADER_LEN],
     payload: &'a [u8],
 }
 

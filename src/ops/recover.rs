@@ -7,13 +7,13 @@
 //! at once: of two recoverers one rename wins, the other sees `ENOENT` and skips. Running it
 //! twice in a row moves nothing the second time.
 
-use crate::enqueue::DirRef;
+use crate::disk::name::{JobName, Kind};
+use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Error, Outcome, Result};
-use crate::name::{JobName, Kind};
+use crate::ops::enqueue::DirRef;
+use crate::ops::state::{Op, State};
+use crate::ops::transition::Place;
 use crate::queue::Queue;
-use crate::state::{Op, State};
-use crate::sys::{Call, EntryType, Errno};
-use crate::transition::Place;
 use std::os::fd::AsFd;
 
 /// What one recovery pass did and saw.
@@ -113,7 +113,7 @@ impl Queue {
         let mut buckets: Vec<u64> = Vec::new();
         self.sys
             .read_dir(self.dirs.delayed.as_fd(), |name, _, t| {
-                match name.and_then(|n| crate::name::parse_hex(n.as_bytes(), 16)) {
+                match name.and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 16)) {
                     // A file or symlink named like a bucket is foreign, never a reason to stop.
                     Some(b) if matches!(t, EntryType::Dir | EntryType::Unknown) => {
                         buckets.push(b as u64)
@@ -187,8 +187,14 @@ impl Queue {
                         }
                     }
                 }
-                match crate::scan::classify(&self.sys, from.dir.fd(), name, self.ident.id, t, &fits)
-                {
+                match crate::disk::scan::classify(
+                    &self.sys,
+                    from.dir.fd(),
+                    name,
+                    self.ident.id,
+                    t,
+                    &fits,
+                ) {
                     Ok(n) => due.push(n),
                     Err(_) => r.foreign += 1,
                 }
@@ -236,8 +242,8 @@ impl Queue {
                     return r.foreign += 1;
                 };
                 match (
-                    crate::name::parse_hex(b.as_bytes(), 32),
-                    crate::name::parse_hex(p.as_bytes(), 8),
+                    crate::disk::name::parse_hex(b.as_bytes(), 32),
+                    crate::disk::name::parse_hex(p.as_bytes(), 8),
                 ) {
                     (Some(b), Some(p)) => {
                         let alive = b == boot

@@ -6,13 +6,13 @@
 //! handed out. Every later operation starts from the lease's exact name, so a lease that was
 //! recovered, renewed elsewhere or settled gets [`ErrorKind::LeaseLost`] and changes nothing.
 
+use crate::disk::format::{verify, Corruption, HEADER_LEN};
+use crate::disk::name::{JobId, JobName, Kind, LeaseFields, Reason};
+use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
-use crate::format::{verify, Corruption, HEADER_LEN};
-use crate::name::{JobId, JobName, Kind, LeaseFields, Reason};
+use crate::ops::recover::RecoverReport;
+use crate::ops::state::{Op, State};
 use crate::queue::{random, Queue};
-use crate::recover::RecoverReport;
-use crate::state::{Op, State};
-use crate::sys::{Call, Errno};
 use rustix::fs::FileType;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
@@ -154,7 +154,7 @@ impl Queue {
     /// dead when no attempt is left). A move that fails is logged and counted in
     /// `seen.failed`; the listing goes on.
     pub(crate) fn sweep_shard(&self, s: u16, seen: &mut RecoverReport) -> Result<Vec<JobName>> {
-        let scan = crate::scan::scan_ready_shard(
+        let scan = crate::disk::scan::scan_ready_shard(
             &self.sys,
             self.dirs.ready[s as usize].as_fd(),
             self.ident.id,
@@ -169,7 +169,7 @@ impl Queue {
                 Call::ReadDir,
                 e,
                 Outcome::NotDone,
-                Some(self.path(&format!("ready/{}", crate::name::shard_name(s)))),
+                Some(self.path(&format!("ready/{}", crate::disk::name::shard_name(s)))),
             )
         })?;
         seen.live_leases += scan.live;
@@ -228,8 +228,8 @@ impl Queue {
 
     /// Warn about a foreign entry in `ready/<s>/` once per handle, then at debug level
     /// (`status` counts them and `fsck` lists them).
-    fn warn_foreign(&self, s: u16, raw: &str, f: crate::scan::Foreign) {
-        let p = self.path(&format!("ready/{}/{raw}", crate::name::shard_name(s)));
+    fn warn_foreign(&self, s: u16, raw: &str, f: crate::disk::scan::Foreign) {
+        let p = self.path(&format!("ready/{}/{raw}", crate::disk::name::shard_name(s)));
         if !self
             .warned_foreign
             .swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -354,7 +354,7 @@ impl Queue {
             })?;
         let shard = name.id.shard(self.ident.shards);
         let dir = self.dirs.ready[shard as usize].as_fd();
-        let rel = format!("ready/{}/{handle}", crate::name::shard_name(shard));
+        let rel = format!("ready/{}/{handle}", crate::disk::name::shard_name(shard));
         let file = match self.sys.open_file_ro(dir, handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {
@@ -503,7 +503,7 @@ impl<'q> Lease<'q> {
                 // header agrees with the file's size, corrupt otherwise.
                 let d = &self.data;
                 let consistent = d.len() >= HEADER_LEN
-                    && d[..8] == crate::format::MAGIC
+                    && d[..8] == crate::disk::format::MAGIC
                     && u64::from_le_bytes(d[56..64].try_into().unwrap_or_default())
                         .checked_add(HEADER_LEN as u64)
                         == Some(size);
@@ -565,14 +565,19 @@ impl<'q> Lease<'q> {
         self.handle()
     }
 
-    fn here(&self) -> crate::transition::Place<'q> {
+    fn here(&self) -> crate::ops::transition::Place<'q> {
         self.q.place_ready(self.shard, State::Leased)
     }
 
     /// Run a settling move. Whatever the result, drop will not release afterwards: a failed
     /// ack, nack, fail or release reports its own outcome, and a lease it left in place
     /// expires and is recovered like any other.
-    fn settle(&mut self, to: &crate::transition::Place<'_>, new: JobName, op: Op) -> Result<()> {
+    fn settle(
+        &mut self,
+        to: &crate::ops::transition::Place<'_>,
+        new: JobName,
+        op: Op,
+    ) -> Result<()> {
         self.settled = true;
         self.q.move_job(&self.here(), &self.name, to, &new, op)
     }

@@ -1,13 +1,13 @@
 //! Looking at a queue and tending it: list, status, find, requeue and purge dead jobs, compact
 //! receipts into an evidence file.
 
+use crate::disk::format::{hex32, verify, HEADER_LEN};
+use crate::disk::name::{parse_hex, shard_name, JobId, JobName, Kind};
+use crate::disk::scan::{scan, state_of, Foreign};
+use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
-use crate::format::{hex32, verify, HEADER_LEN};
-use crate::name::{parse_hex, shard_name, JobId, JobName, Kind};
+use crate::ops::state::{Op, State};
 use crate::queue::Queue;
-use crate::scan::{scan, state_of, Foreign};
-use crate::state::{Op, State};
-use crate::sys::{Call, Errno};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ pub(crate) enum Load {
     /// The name is gone (moved or removed meanwhile).
     Missing,
     /// Not a regular file, or it fails verification.
-    Corrupt(crate::format::Corruption),
+    Corrupt(crate::disk::format::Corruption),
     /// A call failed.
     Io(Call, Errno),
 }
@@ -102,8 +102,8 @@ impl Queue {
             for (s, fd) in fds.iter().enumerate() {
                 let rel = format!("{parent}/{}", shard_name(s as u16));
                 let fits = |n: &JobName| match area {
-                    State::Acked => crate::scan::fits_receipt_shard(n, s as u16, shards),
-                    _ => crate::scan::fits_ready_shard(n, s as u16, shards),
+                    State::Acked => crate::disk::scan::fits_receipt_shard(n, s as u16, shards),
+                    _ => crate::disk::scan::fits_ready_shard(n, s as u16, shards),
                 };
                 scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| {
                     f(Seen {
@@ -125,8 +125,8 @@ impl Queue {
                 .read_dir(parent_fd.as_fd(), |name, _, t| match name {
                     Some(n)
                         if parse_hex(n.as_bytes(), 16).is_some()
-                            && t != crate::sys::EntryType::Other
-                            && t != crate::sys::EntryType::File =>
+                            && t != crate::disk::sys::EntryType::Other
+                            && t != crate::disk::sys::EntryType::File =>
                     {
                         buckets.push(n.to_string())
                     }
@@ -249,7 +249,7 @@ impl Queue {
                 }
                 Kind::Leased(l) => {
                     st.leased += 1;
-                    if crate::scan::lease_expired(&l, boot, now_boot) {
+                    if crate::disk::scan::lease_expired(&l, boot, now_boot) {
                         st.expired_leases += 1;
                     }
                 }
@@ -287,7 +287,7 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Corrupt`] if it fails verification (nothing is moved);
     /// [`ErrorKind::LeaseLost`] if it moved meanwhile; [`ErrorKind::Io`]. Not done.
-    pub fn read_job(&self, job: &Listed) -> Result<(crate::format::Header, Vec<u8>)> {
+    pub fn read_job(&self, job: &Listed) -> Result<(crate::disk::format::Header, Vec<u8>)> {
         let rel = job.rel_path(self.ident.id);
         let dir = self
             .sys
@@ -311,15 +311,15 @@ impl Queue {
         dir: BorrowedFd<'_>,
         name: &str,
         id: u128,
-    ) -> core::result::Result<(crate::format::Header, Vec<u8>), Load> {
+    ) -> core::result::Result<(crate::disk::format::Header, Vec<u8>), Load> {
         let fd = self.sys.open_file_ro(dir, name).map_err(|e| match e {
             Errno::NOENT => Load::Missing,
-            Errno::LOOP | Errno::NXIO => Load::Corrupt(crate::format::Corruption::NotRegular),
+            Errno::LOOP | Errno::NXIO => Load::Corrupt(crate::disk::format::Corruption::NotRegular),
             e => Load::Io(Call::Open, e),
         })?;
         match self.sys.fstat(fd.as_fd()) {
             Ok((rustix::fs::FileType::RegularFile, _)) => {}
-            Ok(_) => return Err(Load::Corrupt(crate::format::Corruption::NotRegular)),
+            Ok(_) => return Err(Load::Corrupt(crate::disk::format::Corruption::NotRegular)),
             Err(e) => return Err(Load::Io(Call::Stat, e)),
         }
         let mut buf = Vec::new();
@@ -406,7 +406,7 @@ impl Queue {
             }
         }
         match r.first_error.take() {
-            Some(e) => Err(crate::recover::partial(e, &r)),
+            Some(e) => Err(crate::ops::recover::partial(e, &r)),
             None => Ok(r.due),
         }
     }

@@ -554,7 +554,7 @@ impl Sys {
             .ok()?;
         let mut buf = Vec::with_capacity(64);
         self.read_all(fd.as_fd(), 64, &mut buf).ok()?;
-        crate::clock::parse_boot_id(std::str::from_utf8(&buf).ok()?)
+        crate::disk::clock::parse_boot_id(std::str::from_utf8(&buf).ok()?)
     }
 
     /// `unlinkat(2)` of a file.

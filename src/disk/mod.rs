@@ -1,0 +1,11 @@
+//! The on-disk layer: the bytes of a job file, the grammar of its name, how a directory
+//! listing becomes typed entries, the clocks a name's times come from, and every syscall.
+//!
+//! Nothing here knows about transitions: it only encodes, decodes and calls the kernel.
+//! Fault injection reaches every syscall because [`sys::Sys`] is the only door to it.
+
+pub(crate) mod clock;
+pub mod format;
+pub mod name;
+pub mod scan;
+pub mod sys;

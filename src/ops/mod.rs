@@ -1,0 +1,11 @@
+//! The operations: the state table and the code that moves a job along it.
+//!
+//! [`state::TRANSITIONS`] is the table DESIGN.md shows; `transition.rs` is where a rename
+//! happens; enqueue, claim/lease, recovery and the blocking wait each own one file.
+
+pub(crate) mod enqueue;
+pub(crate) mod lease;
+pub(crate) mod recover;
+pub mod state;
+pub(crate) mod transition;
+pub(crate) mod wait;
