@@ -26,7 +26,7 @@ pub enum ProblemKind {
     /// A job file that fails verification.
     Corrupt(Corruption),
     /// The entry could not be read.
-    Unreadable(Errno),
+    Unreadable(crate::OsErrno),
     /// The same job id also exists at this other path (never quarantined automatically:
     /// which copy is right is the operator's call).
     Duplicate(String),
@@ -324,7 +324,7 @@ impl Queue {
                 Err(ProblemKind::Foreign(Foreign::NotRegular))
             }
             Err(Load::Corrupt(c)) => Err(ProblemKind::Corrupt(c)),
-            Err(Load::Io(_, e)) => Err(ProblemKind::Unreadable(e)),
+            Err(Load::Io(_, e)) => Err(ProblemKind::Unreadable(e.into())),
         }
     }
 

@@ -37,7 +37,8 @@ pub const NAME_MAX: usize = 224;
 pub type NameBuf = heapless::String<NAME_MAX>;
 
 /// A 128-bit job id: 48 bits of unix milliseconds, then 80 random bits. Formats as 32 hex.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// `Debug` and `Display` agree: both print the 32 hex digits a name and `steadq` show.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobId(pub u128);
 
 impl JobId {
@@ -66,6 +67,12 @@ impl JobId {
 impl core::fmt::Display for JobId {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "{:032x}", self.0)
+    }
+}
+
+impl core::fmt::Debug for JobId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "JobId({self})")
     }
 }
 

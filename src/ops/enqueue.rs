@@ -92,8 +92,25 @@ impl Queue {
     }
 
     /// Enqueue with per-job options: a delayed job lands in `delayed/` and becomes ready when
-    /// [`Queue::recover`] (or a waiting claim) finds it due. Errors as [`Queue::enqueue`], plus
-    /// [`ErrorKind::InvalidArgument`] for zero max attempts.
+    /// [`Queue::recover`] (or any claim that finds nothing ready) finds it due.
+    ///
+    /// # Errors
+    /// As [`Queue::enqueue`], plus [`ErrorKind::InvalidArgument`] (not done) for zero max
+    /// attempts or a delay reaching past the year 2262.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use steadq::{EnqueueOptions, Queue, Options};
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-delay-{}", std::process::id()));
+    /// let q = Queue::create(&dir, Options::default())?;
+    /// let later = EnqueueOptions { delay: Some(Duration::from_secs(600)), max_attempts: Some(3) };
+    /// q.enqueue_with(b"send the daily report", &later)?;
+    /// assert!(q.claim()?.is_none(), "not due for ten minutes");
+    /// assert_eq!(q.status()?.delayed, 1);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
     pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId> {
         let p = self.prepare(payload, o)?;
         let w = self.write_job(&p, true)?;
@@ -195,7 +212,7 @@ impl Queue {
             }
             Some(d) => {
                 state::check(None, Op::EnqueueDelayed, State::Delayed);
-                let nb = now.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64);
+                let nb = crate::queue::due_after(now, d)?;
                 name.kind = Kind::Delayed { not_before_ns: nb };
                 let b = bucket_name(nb, self.ident.delayed_bucket_ns);
                 let rel = format!("delayed/{b}");

@@ -454,7 +454,7 @@ fn oldest_ready_age_counts_from_when_the_job_became_ready() {
     delayed(&q, b"x", Duration::from_millis(1000));
     std::thread::sleep(Duration::from_millis(1600));
     assert_eq!(q.recover().unwrap().due, 1);
-    let age = q.status().unwrap().oldest_ready_age_ns.unwrap();
+    let age = q.status().unwrap().oldest_ready_age.unwrap().as_nanos() as u64;
     assert!(
         age < 1_000_000_000,
         "age {age} ns; the job has been ready for about 0 s"
