@@ -5,6 +5,7 @@
 mod cli;
 mod common;
 mod contention;
+mod design;
 mod faults;
 mod field;
 mod filesystems;
