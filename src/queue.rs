@@ -13,6 +13,7 @@
 
 use crate::disk::clock::Clock;
 use crate::disk::name::{shard_name, JobId, JobName};
+use crate::disk::name::{TempKind, TempName};
 #[cfg(feature = "faults")]
 use crate::disk::sys::FaultPlan;
 use crate::disk::sys::{fs_name, Call, Errno, Sys};
@@ -901,17 +902,16 @@ fn ensure_dir(sys: &Sys, parent: BorrowedFd<'_>, name: &str, ppath: &Path) -> Re
 /// Check once per open that `renameat2(RENAME_NOREPLACE)` works here: a probe file in `tmp/`
 /// is renamed and removed. NFS and old FUSE answer `EINVAL` (see `rename(2)`).
 fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> Result<()> {
-    let a = format!(
-        "{boot_id:032x}.{:08x}.{:032x}.probe",
-        std::process::id(),
-        random_u128()
-    );
-    let b = format!(
-        "{boot_id:032x}.{:08x}.{:032x}.probe",
-        std::process::id(),
-        random_u128()
-    );
-    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(root.join("tmp").join(&a)));
+    let probe = || TempName::new(boot_id, TempKind::Probe, random_u128()).format();
+    let (a, b) = (probe(), probe());
+    let nd = |call, e| {
+        Error::io(
+            call,
+            e,
+            Outcome::NotDone,
+            Some(root.join("tmp").join(a.as_str())),
+        )
+    };
     match sys.create_file(tmp, &a) {
         Ok(fd) => drop(fd),
         // A reader without write access (a monitoring user), or a read-only mount: it cannot

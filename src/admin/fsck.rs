@@ -166,12 +166,7 @@ impl Queue {
         self.sys
             .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
                 rep.checked += 1;
-                let f: Vec<&str> = name.unwrap_or("").split('.').collect();
-                let named = f.len() == 4
-                    && crate::disk::name::parse_hex(f[0].as_bytes(), 32).is_some()
-                    && crate::disk::name::parse_hex(f[1].as_bytes(), 8).is_some()
-                    && crate::disk::name::parse_hex(f[2].as_bytes(), 32).is_some()
-                    && matches!(f[3], "tmp" | "probe");
+                let named = name.and_then(crate::disk::name::TempName::parse).is_some();
                 if !named
                     || !matches!(
                         t,

@@ -14,6 +14,7 @@
 
 use crate::disk::format::encode_header;
 use crate::disk::name::{bucket_name, shard_name, JobId, JobName, Kind};
+use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno, Publish};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::state::{self, Op, State};
@@ -252,12 +253,9 @@ impl Queue {
                 Err(e) => return Err(nd(Call::Open, e, &p.rel_dir)),
             }
         }
-        let tmp = format!(
-            "{:032x}.{:08x}.{:032x}.tmp",
-            self.clock.boot_id(),
-            std::process::id(),
-            random()
-        );
+        let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
+            .format()
+            .to_string();
         let rel = format!("tmp/{tmp}");
         let fd = self
             .sys
