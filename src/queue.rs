@@ -212,9 +212,25 @@ pub(crate) struct Cursor {
     pub candidates: Vec<(u16, JobName)>,
 }
 
-/// An open queue. `Send + Sync`: share it between threads by reference or `Arc`.
-#[derive(Debug)]
+/// An open queue: a cheap handle (an `Arc` inside). Clone it to share the queue between
+/// threads; every clone uses the same directory handles, claim cursor and group-commit
+/// state (concurrent operations of the clones share directory fsyncs). A [`crate::Lease`]
+/// holds a clone, so it can outlive the handle it came from and move to another thread.
+#[derive(Debug, Clone)]
 pub struct Queue {
+    pub(crate) shared: std::sync::Arc<Shared>,
+}
+
+impl core::ops::Deref for Queue {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+/// What every clone of a [`Queue`] shares (not nameable outside the crate).
+#[derive(Debug)]
+pub struct Shared {
     pub(crate) root: PathBuf,
     pub(crate) sys: Sys,
     pub(crate) ident: Identity,
@@ -387,17 +403,19 @@ impl Queue {
         }
         let start = (std::process::id() % ident.shards as u32) as u16;
         Ok(Queue {
-            root,
-            sys,
-            ident,
-            dirs,
-            opts,
-            clock,
-            cursor: Mutex::new(Cursor {
-                next_shard: start,
-                candidates: Vec::new(),
+            shared: std::sync::Arc::new(Shared {
+                root,
+                sys,
+                ident,
+                dirs,
+                opts,
+                clock,
+                cursor: Mutex::new(Cursor {
+                    next_shard: start,
+                    candidates: Vec::new(),
+                }),
+                warned_foreign: Default::default(),
             }),
-            warned_foreign: Default::default(),
         })
     }
 

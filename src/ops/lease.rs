@@ -22,8 +22,8 @@ use std::time::Duration;
 /// If a settling call fails, the guard does not release on drop: the error's outcome is the
 /// whole story, and a lease left in place expires and is recovered.
 #[derive(Debug)]
-pub struct Lease<'q> {
-    q: &'q Queue,
+pub struct Lease {
+    q: Queue,
     shard: u16,
     name: JobName,
     data: Vec<u8>,
@@ -70,7 +70,7 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Io`]: not done before the claim's rename; indeterminate after it (the job
     /// is then leased in this process's name and comes back when the lease expires).
-    pub fn claim(&self) -> Result<Option<Lease<'_>>> {
+    pub fn claim(&self) -> Result<Option<Lease>> {
         self.claim_for(self.opts.lease)
     }
 
@@ -79,7 +79,7 @@ impl Queue {
     /// delayed buckets are read only up to the current one) and tries again, so a plain
     /// `claim` from cron never strands a job. Errors as [`Queue::claim`], plus
     /// [`ErrorKind::InvalidArgument`] for a zero lease.
-    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease<'_>>> {
+    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>> {
         self.claim_sweep(lease, &mut RecoverReport::default())
     }
 
@@ -89,7 +89,7 @@ impl Queue {
         &self,
         lease: Duration,
         seen: &mut RecoverReport,
-    ) -> Result<Option<Lease<'_>>> {
+    ) -> Result<Option<Lease>> {
         if lease.is_zero() {
             return Err(Error::not_done(
                 ErrorKind::InvalidArgument("lease must be longer than zero"),
@@ -116,7 +116,7 @@ impl Queue {
 
     /// Pop candidates, refilling from each shard at most once. The cursor's lock is not held
     /// while a directory is listed.
-    fn claim_round(&self, lease: Duration, seen: &mut RecoverReport) -> Result<Option<Lease<'_>>> {
+    fn claim_round(&self, lease: Duration, seen: &mut RecoverReport) -> Result<Option<Lease>> {
         let mut refills = 0u32;
         loop {
             let next = {
@@ -244,7 +244,7 @@ impl Queue {
     }
 
     /// Try to claim one candidate. `Ok(None)`: lost the race, or it was dead-lettered.
-    fn try_claim(&self, shard: u16, name: JobName, lease: Duration) -> Result<Option<Lease<'_>>> {
+    fn try_claim(&self, shard: u16, name: JobName, lease: Duration) -> Result<Option<Lease>> {
         let here = self.place_ready(shard, State::Ready);
         if name.exhausted() {
             let dead = self.place_dead()?;
@@ -287,7 +287,7 @@ impl Queue {
             Err(e) => return Err(ind(Call::Open, e)),
         };
         let mut lease = Lease {
-            q: self,
+            q: self.clone(),
             shard,
             name: leased,
             data: Vec::new(),
@@ -342,7 +342,7 @@ impl Queue {
     /// [`ErrorKind::InvalidArgument`] if `handle` is not a leased name of this queue;
     /// [`ErrorKind::LeaseLost`] if that exact lease no longer exists; [`ErrorKind::Corrupt`]
     /// if its file fails verification (it is then dead-lettered). Not done in every case.
-    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease<'_>> {
+    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease> {
         let name = JobName::parse(handle, self.ident.id)
             .ok()
             .filter(|n| matches!(n.kind, Kind::Leased(_)))
@@ -370,7 +370,7 @@ impl Queue {
             }
         };
         let mut lease = Lease {
-            q: self,
+            q: self.clone(),
             shard,
             name,
             data: Vec::new(),
@@ -403,7 +403,7 @@ impl Queue {
     /// # Errors
     /// As [`Lease::ack`]; once any ack of the batch was renamed the outcome is indeterminate
     /// for the batch. A corrupt lease fails the batch at that point (it is dead-lettered).
-    pub fn ack_batch<'q>(&'q self, leases: Vec<Lease<'q>>) -> Result<Vec<Receipt>> {
+    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>> {
         let batched = self.opts.durability == crate::Durability::Batched;
         let mut out = Vec::with_capacity(leases.len());
         let mut shards: Vec<u16> = Vec::new();
@@ -440,7 +440,7 @@ impl Queue {
     }
 }
 
-impl<'q> Lease<'q> {
+impl Lease {
     /// Re-verify and rename into receipts without barriers (for [`Queue::ack_batch`]).
     fn ack_rename(&mut self) -> Result<Receipt> {
         self.settled = true;
@@ -565,7 +565,7 @@ impl<'q> Lease<'q> {
         self.handle()
     }
 
-    fn here(&self) -> crate::ops::transition::Place<'q> {
+    fn here(&self) -> crate::ops::transition::Place<'_> {
         self.q.place_ready(self.shard, State::Leased)
     }
 
@@ -596,7 +596,8 @@ impl<'q> Lease<'q> {
         f.boot_deadline_ns = self.q.clock.boot_ns().saturating_add(ns(lease));
         f.wall_deadline_ns = self.q.clock.wall_ns().saturating_add(ns(lease));
         let new = self.name.next(Kind::Leased(f), false);
-        let here = self.here();
+        let q = self.q.clone();
+        let here = q.place_ready(self.shard, State::Leased);
         match self.q.rename_job(&here, &self.name, &here, &new, Op::Renew) {
             Ok(()) => {}
             Err(e) if e.is_lease_lost() => {
@@ -641,7 +642,8 @@ impl<'q> Lease<'q> {
             },
             false,
         );
-        let to = self.q.place_receipts(self.shard);
+        let q = self.q.clone();
+        let to = q.place_receipts(self.shard);
         self.settle(&to, new, Op::Ack)?;
         Ok(Receipt {
             id: self.name.id,
@@ -656,7 +658,8 @@ impl<'q> Lease<'q> {
     /// As [`Lease::ack`] (without the re-verification).
     pub fn nack(mut self, delay: Duration) -> Result<Nacked> {
         if self.name.exhausted() {
-            let dead = self.q.place_dead()?;
+            let q = self.q.clone();
+            let dead = q.place_dead()?;
             self.settle(
                 &dead,
                 self.name.next(
@@ -670,12 +673,14 @@ impl<'q> Lease<'q> {
             return Ok(Nacked::Dead);
         }
         if delay.is_zero() {
-            let to = self.q.place_ready(self.shard, State::Ready);
+            let q = self.q.clone();
+            let to = q.place_ready(self.shard, State::Ready);
             self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)?;
             return Ok(Nacked::Ready);
         }
         let nb = self.q.clock.wall_ns().saturating_add(ns(delay));
-        let to = self.q.place_delayed(nb)?;
+        let q = self.q.clone();
+        let to = q.place_delayed(nb)?;
         self.settle(
             &to,
             self.name.next(Kind::Delayed { not_before_ns: nb }, false),
@@ -689,7 +694,8 @@ impl<'q> Lease<'q> {
     /// # Errors
     /// As [`Lease::nack`].
     pub fn fail(mut self, reason: Reason) -> Result<()> {
-        let dead = self.q.place_dead()?;
+        let q = self.q.clone();
+        let dead = q.place_dead()?;
         self.settle(
             &dead,
             self.name.next(Kind::Dead { reason }, false),
@@ -702,18 +708,20 @@ impl<'q> Lease<'q> {
     /// # Errors
     /// As [`Lease::nack`].
     pub fn release(mut self) -> Result<()> {
-        let to = self.q.place_ready(self.shard, State::Ready);
+        let q = self.q.clone();
+        let to = q.place_ready(self.shard, State::Ready);
         self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Lease {
     fn drop(&mut self) {
         if self.settled {
             return;
         }
         self.settled = true;
-        let to = self.q.place_ready(self.shard, State::Ready);
+        let q = self.q.clone();
+        let to = q.place_ready(self.shard, State::Ready);
         if let Err(e) = self.q.move_job(
             &self.here(),
             &self.name,

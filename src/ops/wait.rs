@@ -64,7 +64,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::claim_for`].
-    pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease<'_>>> {
+    pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease>> {
         self.claim_wait_until(lease, timeout, &AtomicBool::new(false))
     }
 
@@ -78,7 +78,7 @@ impl Queue {
         lease: Duration,
         timeout: Duration,
         stop: &AtomicBool,
-    ) -> Result<Option<Lease<'_>>> {
+    ) -> Result<Option<Lease>> {
         let deadline = self
             .clock
             .boot_ns()

@@ -11,3 +11,4 @@ mod filesystems;
 mod hostile;
 mod identity;
 mod lifecycle;
+mod perf;
