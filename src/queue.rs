@@ -216,6 +216,9 @@ pub(crate) struct Cursor {
 /// threads; every clone uses the same directory handles, claim cursor and group-commit
 /// state (concurrent operations of the clones share directory fsyncs). A [`crate::Lease`]
 /// holds a clone, so it can outlive the handle it came from and move to another thread.
+///
+/// Do not keep using a queue in a child after `fork` without `exec`: random job ids and lease
+/// tokens are drawn 16 at a time per thread, and a forked child would repeat its parent's.
 #[derive(Debug, Clone)]
 pub struct Queue {
     pub(crate) shared: std::sync::Arc<Shared>,
@@ -249,8 +252,35 @@ fn random_u128() -> u128 {
     u128::from_ne_bytes(b)
 }
 
+/// Random values drawn per `getrandom(2)` call by [`random`].
+const POOL: usize = 16;
+
+thread_local! {
+    /// Unused random values of this thread, drawn `POOL` at a time (one syscall per 16 job ids
+    /// or lease tokens instead of one each). Not fork-safe: a child that forks without exec
+    /// and keeps using a queue would repeat its parent's next values; SteadQ's own CLI never
+    /// does that, and the crate docs say so.
+    static RANDOM_POOL: core::cell::RefCell<([u128; POOL], usize)> =
+        const { core::cell::RefCell::new(([0; POOL], POOL)) };
+}
+
+/// A fresh 128-bit random value (job ids, lease tokens, temp names) from the thread's pool.
 pub(crate) fn random() -> u128 {
-    random_u128()
+    RANDOM_POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.1 == POOL {
+            let mut b = [0u8; 16 * POOL];
+            getrandom::fill(&mut b).expect("getrandom: no OS entropy source");
+            for (v, c) in p.0.iter_mut().zip(b.chunks_exact(16)) {
+                *v = u128::from_ne_bytes(c.try_into().unwrap_or_default());
+            }
+            p.1 = 0;
+        }
+        let i = p.1;
+        p.1 += 1;
+        // Each value is used once; zero it so a core dump does not show future tokens.
+        core::mem::take(&mut p.0[i])
+    })
 }
 
 impl Queue {

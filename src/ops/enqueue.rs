@@ -261,10 +261,7 @@ impl Queue {
         sync: bool,
     ) -> core::result::Result<(), (Call, Errno)> {
         self.sys
-            .write_all(fd, &p.header)
-            .map_err(|e| (Call::Write, e))?;
-        self.sys
-            .write_all(fd, p.payload)
+            .write_all_vectored(fd, &[&p.header, p.payload])
             .map_err(|e| (Call::Write, e))?;
         if sync {
             self.sys.fsync(fd).map_err(|e| (Call::Fsync, e))?;

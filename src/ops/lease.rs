@@ -27,7 +27,6 @@ pub struct Lease {
     shard: u16,
     name: JobName,
     data: Vec<u8>,
-    file: OwnedFd,
     settled: bool,
 }
 
@@ -291,11 +290,14 @@ impl Queue {
             shard,
             name: leased,
             data: Vec::new(),
-            file,
             settled: false,
         };
-        match lease.read_verified() {
-            Ok(()) => Ok(Some(lease)),
+        // The descriptor is closed here: a lease holds none.
+        match self.load_verified(file, &leased) {
+            Ok(data) => {
+                lease.data = data;
+                Ok(Some(lease))
+            }
             Err(Ok(c)) => {
                 lease.settled = true;
                 log::warn!(
@@ -320,6 +322,50 @@ impl Queue {
             // Dropping `lease` releases the job back to ready.
             Err(Err((c, e))) => Err(ind(c, e)),
         }
+    }
+
+    /// Read job file `file` (named `name`) once, into a buffer of exactly its size, and
+    /// verify both digests: the memory a claim costs is the file's size (128 bytes plus the
+    /// payload), once. `Err(Ok(_))`: corrupt; `Err(Err((Read, EFBIG)))`: a consistent file
+    /// larger than `Options::max_payload` allows.
+    fn load_verified(
+        &self,
+        file: OwnedFd,
+        name: &JobName,
+    ) -> core::result::Result<Vec<u8>, core::result::Result<Corruption, (Call, Errno)>> {
+        let fd = file.as_fd();
+        let size = match self.sys.fstat(fd) {
+            Ok((FileType::RegularFile, size)) => size,
+            Ok(_) => return Err(Ok(Corruption::NotRegular)),
+            Err(e) => return Err(Err((Call::Stat, e))),
+        };
+        let limit = self.opts.max_payload.saturating_add(HEADER_LEN as u64);
+        if size > limit {
+            // Too large for this worker (EFBIG) if the header agrees with the file's size,
+            // corrupt otherwise.
+            let mut h = [0u8; HEADER_LEN];
+            self.sys
+                .read_exact_at0(fd, &mut h)
+                .map_err(|e| Err((Call::Read, e)))?;
+            let consistent = h[..8] == crate::disk::format::MAGIC
+                && u64::from_le_bytes(h[56..64].try_into().unwrap_or_default())
+                    .checked_add(HEADER_LEN as u64)
+                    == Some(size);
+            return Err(if consistent {
+                Err((Call::Read, Errno::FBIG))
+            } else {
+                Ok(Corruption::Length)
+            });
+        }
+        let mut data = vec![0u8; size as usize];
+        match self.sys.read_exact_at0(fd, &mut data) {
+            Ok(()) => {}
+            // Shorter than fstat said: job files never change, so it was damaged.
+            Err(Errno::NODATA) => return Err(Ok(Corruption::Length)),
+            Err(e) => return Err(Err((Call::Read, e))),
+        }
+        verify(&data, name.id.0, self.ident.id).map_err(Ok)?;
+        Ok(data)
     }
 
     /// Move leased job `name` in `shard` to `dead/` with `reason`.
@@ -369,19 +415,14 @@ impl Queue {
                 ))
             }
         };
-        let mut lease = Lease {
-            q: self.clone(),
-            shard,
-            name,
-            data: Vec::new(),
-            file,
-            settled: true,
-        };
-        match lease.read_verified() {
-            Ok(()) => {
-                lease.settled = false;
-                Ok(lease)
-            }
+        match self.load_verified(file, &name) {
+            Ok(data) => Ok(Lease {
+                q: self.clone(),
+                shard,
+                name,
+                data,
+                settled: false,
+            }),
             Err(Ok(c)) => {
                 self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 Err(Error::not_done(
@@ -441,10 +482,9 @@ impl Queue {
 }
 
 impl Lease {
-    /// Re-verify and rename into receipts without barriers (for [`Queue::ack_batch`]).
+    /// Rename into receipts without barriers (for [`Queue::ack_batch`]).
     fn ack_rename(&mut self) -> Result<Receipt> {
         self.settled = true;
-        self.verify_for_ack()?;
         let new = self.name.next(
             Kind::Receipt {
                 token: self.token(),
@@ -462,62 +502,6 @@ impl Lease {
             id: self.name.id,
             name: new.format(self.q.ident.id).to_string(),
         })
-    }
-
-    /// Re-read and verify before an ack; a corrupt file is dead-lettered.
-    fn verify_for_ack(&mut self) -> Result<()> {
-        match self.read_verified() {
-            Ok(()) => Ok(()),
-            Err(Ok(c)) => {
-                let path = self
-                    .q
-                    .path(&format!("{}/{}", self.here().rel, self.handle()));
-                self.q
-                    .dead_letter(self.shard, self.name, Reason::CORRUPT, Op::AckCorrupt)?;
-                Err(Error::not_done(ErrorKind::Corrupt(c), Some(path)))
-            }
-            Err(Err((c, e))) => Err(Error::io(
-                c,
-                e,
-                Outcome::NotDone,
-                Some(self.q.path(&self.here().rel)),
-            )),
-        }
-    }
-
-    /// Read the whole file into `data` and verify it. `Err(Ok(_))`: corrupt.
-    fn read_verified(
-        &mut self,
-    ) -> core::result::Result<(), core::result::Result<Corruption, (Call, Errno)>> {
-        let fd = self.file.as_fd();
-        let size = match self.q.sys.fstat(fd) {
-            Ok((FileType::RegularFile, size)) => size,
-            Ok(_) => return Err(Ok(Corruption::NotRegular)),
-            Err(e) => return Err(Err((Call::Stat, e))),
-        };
-        let limit = self.q.opts.max_payload.saturating_add(HEADER_LEN as u64);
-        match self.q.sys.read_all(fd, limit, &mut self.data) {
-            Ok(()) => {}
-            Err(Errno::FBIG) => {
-                // Larger than this handle accepts: too large for this worker (EFBIG) if the
-                // header agrees with the file's size, corrupt otherwise.
-                let d = &self.data;
-                let consistent = d.len() >= HEADER_LEN
-                    && d[..8] == crate::disk::format::MAGIC
-                    && u64::from_le_bytes(d[56..64].try_into().unwrap_or_default())
-                        .checked_add(HEADER_LEN as u64)
-                        == Some(size);
-                return Err(if consistent {
-                    Err((Call::Read, Errno::FBIG))
-                } else {
-                    Ok(Corruption::Length)
-                });
-            }
-            Err(e) => return Err(Err((Call::Read, e))),
-        }
-        verify(&self.data, self.name.id.0, self.q.ident.id)
-            .map(drop)
-            .map_err(Ok)
     }
 
     /// The job id.
@@ -621,21 +605,15 @@ impl Lease {
         self.q.sync_place(&here)
     }
 
-    /// Ack: re-verify the file, then rename it into `receipts/<shard>/` and make that durable.
+    /// Ack: rename the job into `receipts/<shard>/` and make that durable. The file is not
+    /// read again: it was verified once, at claim (a file corrupted while leased is not
+    /// caught here).
     ///
     /// # Errors
-    /// [`ErrorKind::LeaseLost`] (not done, no receipt written); [`ErrorKind::Corrupt`] (not
-    /// done: the file went bad while leased and was dead-lettered); [`ErrorKind::Io`]: not
-    /// done when reading for the re-verification failed (the job is released to ready as the
-    /// lease drops), not done when the rename failed cleanly (the lease stays until it
-    /// expires), indeterminate after the rename.
+    /// [`ErrorKind::LeaseLost`] (not done, no receipt written); [`ErrorKind::Io`]: not done
+    /// when the rename failed cleanly (the lease stays until it expires), indeterminate after
+    /// the rename (its barrier failed, or the rename returned `EIO`).
     pub fn ack(mut self) -> Result<Receipt> {
-        if let Err(e) = self.verify_for_ack() {
-            // Corrupt: already dead-lettered, nothing to release. A read error: released on
-            // drop, as documented.
-            self.settled = matches!(e.kind(), ErrorKind::Corrupt(_));
-            return Err(e);
-        }
         let new = self.name.next(
             Kind::Receipt {
                 token: self.token(),
@@ -655,7 +633,7 @@ impl Lease {
     /// attempt left the job is dead-lettered (reason `exhausted`).
     ///
     /// # Errors
-    /// As [`Lease::ack`] (without the re-verification).
+    /// As [`Lease::ack`].
     pub fn nack(mut self, delay: Duration) -> Result<Nacked> {
         if self.name.exhausted() {
             let q = self.q.clone();
