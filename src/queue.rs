@@ -241,6 +241,7 @@ pub struct Shared {
     pub(crate) opts: Options,
     pub(crate) clock: Clock,
     pub(crate) cursor: Mutex<Cursor>,
+    pub(crate) shards: crate::ops::shards::Shards,
     pub(crate) warned_foreign: std::sync::atomic::AtomicBool,
 }
 
@@ -444,6 +445,7 @@ impl Queue {
                     next_shard: start,
                     candidates: Vec::new(),
                 }),
+                shards: Default::default(),
                 warned_foreign: Default::default(),
             }),
         })

@@ -117,6 +117,7 @@ impl Queue {
     /// while a directory is listed.
     fn claim_round(&self, lease: Duration, seen: &mut RecoverReport) -> Result<Option<Lease>> {
         let mut refills = 0u32;
+        self.shards.drain(self);
         loop {
             let next = {
                 let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
@@ -133,12 +134,25 @@ impl Queue {
             match next {
                 Ok((shard, name)) => {
                     if let Some(lease) = self.try_claim(shard, name, lease)? {
+                        let last = {
+                            let c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                            !c.candidates.iter().any(|(s, _)| *s == shard)
+                        };
+                        if let Kind::Leased(f) = lease.name.kind {
+                            self.shards.claimed(shard, f.boot_deadline_ns, last);
+                        }
                         return Ok(Some(lease));
                     }
                 }
                 Err(s) => {
                     refills += 1;
-                    let found = self.sweep_shard(s, seen)?;
+                    let Err(generation) = self.shards.skip(s, self.clock.boot_ns()) else {
+                        continue; // known empty: no listing
+                    };
+                    let failed = seen.failed;
+                    let (found, expiry) = self.sweep_shard(s, seen)?;
+                    let empty = found.is_empty() && seen.failed == failed;
+                    self.shards.listed(s, generation, empty, expiry);
                     let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
                     c.candidates.extend(found.into_iter().map(|n| (s, n)));
                     // Oldest last, so pop() gives the oldest.
@@ -152,7 +166,12 @@ impl Queue {
     /// List `ready/<s>/`: its ready jobs, after moving its expired leases back to ready (or to
     /// dead when no attempt is left). A move that fails is logged and counted in
     /// `seen.failed`; the listing goes on.
-    pub(crate) fn sweep_shard(&self, s: u16, seen: &mut RecoverReport) -> Result<Vec<JobName>> {
+    /// Also returns the earliest deadline (boot ns) of a live lease left in the shard.
+    pub(crate) fn sweep_shard(
+        &self,
+        s: u16,
+        seen: &mut RecoverReport,
+    ) -> Result<(Vec<JobName>, Option<u64>)> {
         let scan = crate::disk::scan::scan_ready_shard(
             &self.sys,
             self.dirs.ready[s as usize].as_fd(),
@@ -188,7 +207,7 @@ impl Queue {
                 Err(e) => seen.fail(e),
             }
         }
-        Ok(ready)
+        Ok((ready, scan.next_expiry_boot_ns))
     }
 
     /// Move expired lease `n` of shard `s` back to ready (`Some(new name)`) or, with no

@@ -6,6 +6,7 @@
 pub(crate) mod enqueue;
 pub(crate) mod lease;
 pub(crate) mod recover;
+pub(crate) mod shards;
 pub mod state;
 pub(crate) mod transition;
 pub(crate) mod wait;
