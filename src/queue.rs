@@ -15,7 +15,7 @@ use crate::disk::clock::Clock;
 use crate::disk::name::{shard_name, JobId, JobName};
 use crate::disk::sys::{fs_name, Call, Errno, FaultPlan, Sys};
 use crate::error::{Error, ErrorKind, Outcome, Result};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -242,6 +242,7 @@ pub struct Shared {
     pub(crate) clock: Clock,
     pub(crate) cursor: Mutex<Cursor>,
     pub(crate) shards: crate::ops::shards::Shards,
+    pub(crate) group: crate::ops::group::Group,
     pub(crate) warned_foreign: std::sync::atomic::AtomicBool,
 }
 
@@ -433,6 +434,13 @@ impl Queue {
             sys.force_named_publish();
         }
         let start = (std::process::id() % ident.shards as u32) as u16;
+        let group = crate::ops::group::Group::new(
+            [&dirs.tmp]
+                .into_iter()
+                .chain(&dirs.ready)
+                .chain(&dirs.receipts)
+                .map(|f| f.as_raw_fd()),
+        );
         Ok(Queue {
             shared: std::sync::Arc::new(Shared {
                 root,
@@ -446,6 +454,7 @@ impl Queue {
                     candidates: Vec::new(),
                 }),
                 shards: Default::default(),
+                group,
                 warned_foreign: Default::default(),
             }),
         })
@@ -526,6 +535,27 @@ impl Queue {
     /// `root/rel`, for error messages.
     pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
+    }
+
+    /// fsync directory `dir` unless the policy is `None`, after a rename or link in it that
+    /// has returned. A directory the handle holds shares the fsync with other threads of
+    /// this process (group commit, `ops/group.rs`): it returns once an fsync that started
+    /// after this call began has completed.
+    pub(crate) fn dir_barrier(
+        &self,
+        dir: &crate::ops::enqueue::DirRef<'_>,
+    ) -> core::result::Result<(), Errno> {
+        if self.opts.durability == Durability::None {
+            return Ok(());
+        }
+        let fd = dir.fd();
+        match dir {
+            crate::ops::enqueue::DirRef::Held(h) => match self.group.get(h.as_raw_fd()) {
+                Some(g) => g.barrier(|| self.sys.fsync_dir(fd)),
+                None => self.sys.fsync_dir(fd),
+            },
+            crate::ops::enqueue::DirRef::Opened(_) => self.sys.fsync_dir(fd),
+        }
     }
 
     /// fsync directory `fd` unless the policy is `None`.

@@ -98,7 +98,7 @@ impl Queue {
         let p = self.prepare(payload, o)?;
         let w = self.write_job(&p, true)?;
         self.publish(&p, w, self.opts.durability != Durability::None)?;
-        self.barrier(p.dir.fd()).map_err(|e| {
+        self.dir_barrier(&p.dir).map_err(|e| {
             Error::io(
                 Call::FsyncDir,
                 e,
@@ -317,14 +317,15 @@ impl Queue {
                         )
                     })?;
                 }
-                self.barrier(self.dirs.tmp.as_fd()).map_err(|e| {
-                    Error::io(
-                        Call::FsyncDir,
-                        e,
-                        Outcome::Indeterminate,
-                        Some(self.path("tmp")),
-                    )
-                })
+                self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))
+                    .map_err(|e| {
+                        Error::io(
+                            Call::FsyncDir,
+                            e,
+                            Outcome::Indeterminate,
+                            Some(self.path("tmp")),
+                        )
+                    })
             }
         }
     }

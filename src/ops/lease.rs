@@ -89,6 +89,17 @@ impl Queue {
         lease: Duration,
         seen: &mut RecoverReport,
     ) -> Result<Option<Lease>> {
+        self.claim_sweep_with(lease, seen, true)
+    }
+
+    /// [`Queue::claim_sweep`]; without `sync` the claim's rename is left without its barrier
+    /// (the caller shares one: [`Queue::claim_batch`]).
+    fn claim_sweep_with(
+        &self,
+        lease: Duration,
+        seen: &mut RecoverReport,
+        sync: bool,
+    ) -> Result<Option<Lease>> {
         if lease.is_zero() {
             return Err(Error::not_done(
                 ErrorKind::InvalidArgument("lease must be longer than zero"),
@@ -96,7 +107,7 @@ impl Queue {
             ));
         }
         for round in 0..2 {
-            if let Some(l) = self.claim_round(lease, seen)? {
+            if let Some(l) = self.claim_round(lease, seen, sync)? {
                 return Ok(Some(l));
             }
             if round == 1 {
@@ -115,7 +126,12 @@ impl Queue {
 
     /// Pop candidates, refilling from each shard at most once. The cursor's lock is not held
     /// while a directory is listed.
-    fn claim_round(&self, lease: Duration, seen: &mut RecoverReport) -> Result<Option<Lease>> {
+    fn claim_round(
+        &self,
+        lease: Duration,
+        seen: &mut RecoverReport,
+        sync: bool,
+    ) -> Result<Option<Lease>> {
         let mut refills = 0u32;
         self.shards.drain(self);
         loop {
@@ -133,7 +149,7 @@ impl Queue {
             };
             match next {
                 Ok((shard, name)) => {
-                    if let Some(lease) = self.try_claim(shard, name, lease)? {
+                    if let Some(lease) = self.try_claim(shard, name, lease, sync)? {
                         let last = {
                             let c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
                             !c.candidates.iter().any(|(s, _)| *s == shard)
@@ -262,7 +278,13 @@ impl Queue {
     }
 
     /// Try to claim one candidate. `Ok(None)`: lost the race, or it was dead-lettered.
-    fn try_claim(&self, shard: u16, name: JobName, lease: Duration) -> Result<Option<Lease>> {
+    fn try_claim(
+        &self,
+        shard: u16,
+        name: JobName,
+        lease: Duration,
+        sync: bool,
+    ) -> Result<Option<Lease>> {
         let here = self.place_ready(shard, State::Ready);
         if name.exhausted() {
             let dead = self.place_dead()?;
@@ -286,7 +308,12 @@ impl Queue {
         };
         let leased = name.next(Kind::Leased(fields), true);
         let to = self.place_ready(shard, State::Leased);
-        match self.move_job(&here, &name, &to, &leased, Op::Claim) {
+        let moved = if sync {
+            self.move_job(&here, &name, &to, &leased, Op::Claim)
+        } else {
+            self.rename_job(&here, &name, &to, &leased, Op::Claim)
+        };
+        match moved {
             Ok(()) => {}
             Err(e) if e.is_lease_lost() => return Ok(None),
             Err(e) => return Err(e),
@@ -455,30 +482,62 @@ impl Queue {
 }
 
 impl Queue {
-    /// Ack several leases. Under [`crate::Durability::Batched`] the renames share their
-    /// barriers: one fsync per receipts directory and per ready directory touched, after all
-    /// renames; under `Strict` each ack is made durable on its own. Returns the receipts in
-    /// order.
+    /// Claim up to `max` jobs with a lease of `lease` each, sharing barriers: all the claims'
+    /// renames first, then one fsync per ready directory touched (grouped with other threads'
+    /// fsyncs), so every claim is durable when this returns, under `Strict` as under
+    /// `Batched`. An empty `Vec` when no job is ready. Recovery runs as in
+    /// [`Queue::claim_for`] when nothing is ready at first.
+    ///
+    /// # Errors
+    /// As [`Queue::claim_for`]. When a barrier fails, the outcome is indeterminate for the
+    /// whole batch, and the leases already taken are released as they drop (each comes back
+    /// by itself at its lease's end if the release fails too).
+    pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>> {
+        let mut out: Vec<Lease> = Vec::with_capacity(max.min(1024));
+        let mut seen = RecoverReport::default();
+        let mut shards: Vec<u16> = Vec::new();
+        while out.len() < max {
+            let next = if out.is_empty() {
+                self.claim_sweep_with(lease, &mut seen, false)
+            } else {
+                self.claim_round(lease, &mut seen, false)
+            };
+            match next {
+                Ok(Some(l)) => {
+                    if !shards.contains(&l.shard) {
+                        shards.push(l.shard);
+                    }
+                    out.push(l);
+                }
+                Ok(None) => break,
+                Err(e) if out.is_empty() => return Err(e),
+                Err(e) => return Err(e.with_outcome(Outcome::Indeterminate)),
+            }
+        }
+        for s in shards {
+            self.sync_place(&self.place_ready(s, State::Leased))?;
+        }
+        Ok(out)
+    }
+
+    /// Ack several leases, sharing barriers: all renames first, then one fsync per receipts
+    /// directory and per ready directory touched (grouped with other threads' fsyncs), so
+    /// every ack is durable when this returns, under `Strict` as under `Batched`. Returns the
+    /// receipts in order.
     ///
     /// # Errors
     /// As [`Lease::ack`]; once any ack of the batch was renamed the outcome is indeterminate
-    /// for the batch. A corrupt lease fails the batch at that point (it is dead-lettered).
+    /// for the batch. Leases not yet renamed when one fails are released as they drop.
     pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>> {
-        let batched = self.opts.durability == crate::Durability::Batched;
         let mut out = Vec::with_capacity(leases.len());
         let mut shards: Vec<u16> = Vec::new();
         let mut leases = leases.into_iter();
         while let Some(mut l) = leases.next() {
-            let r = if batched {
-                l.ack_rename().map(|r| (r, l.shard))
-            } else {
-                l.ack().map(|r| (r, u16::MAX))
-            };
-            match r {
-                Ok((r, s)) => {
+            match l.ack_rename() {
+                Ok(r) => {
                     out.push(r);
-                    if s != u16::MAX && !shards.contains(&s) {
-                        shards.push(s);
+                    if !shards.contains(&l.shard) {
+                        shards.push(l.shard);
                     }
                 }
                 Err(e) => {

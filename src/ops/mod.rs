@@ -4,6 +4,7 @@
 //! happens; enqueue, claim/lease, recovery and the blocking wait each own one file.
 
 pub(crate) mod enqueue;
+pub(crate) mod group;
 pub(crate) mod lease;
 pub(crate) mod recover;
 pub(crate) mod shards;

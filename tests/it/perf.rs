@@ -80,3 +80,36 @@ fn a_handle_that_knows_its_shards_empty_still_sees_other_writers() {
         .ack()
         .unwrap();
 }
+
+#[test]
+fn batches_and_threads_share_barriers_and_every_job_is_claimed_once() {
+    let d = TempDir::new("group");
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    let payloads: Vec<Vec<u8>> = (0..400u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+    q.enqueue_batch(&refs).unwrap();
+    let acked = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let q = q.clone();
+            let acked = &acked;
+            s.spawn(move || loop {
+                let batch = q
+                    .claim_batch(16, std::time::Duration::from_secs(60))
+                    .unwrap();
+                if batch.is_empty() {
+                    break;
+                }
+                let n = batch.len();
+                q.ack_batch(batch).unwrap();
+                acked.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+    });
+    assert_eq!(acked.into_inner(), 400);
+    assert_eq!(counts(&q), [0, 0, 0, 0, 400]);
+    assert!(q
+        .claim_batch(4, std::time::Duration::from_secs(1))
+        .unwrap()
+        .is_empty());
+}
