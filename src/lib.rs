@@ -36,9 +36,11 @@
 //! src/disk/sys.rs       every syscall, and the fault plan that can fail any of them
 //! src/ops/state.rs      the state table shared with DESIGN.md
 //! src/ops/transition.rs where a rename happens (move_job) and its barriers
+//! src/ops/group.rs      group commit: threads of a process share directory fsyncs
 //! src/ops/enqueue.rs    enqueue (O_TMPFILE + linkat, or a named temp file + rename)
 //! src/ops/lease.rs      claim and the lease guard (renew, ack, nack, fail, release)
 //! src/ops/recover.rs    recovery of expired leases, due delayed jobs, stale temp files
+//! src/ops/shards.rs     which ready shards a handle knows empty (inotify), so claims skip them
 //! src/ops/wait.rs       the blocking claim on inotify and timers
 //! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
 //! src/admin/fsck.rs     fsck and quarantine

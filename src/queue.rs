@@ -18,7 +18,7 @@ use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::FaultPlan;
 use crate::disk::sys::{fs_name, Call, Errno, Sys};
 use crate::error::{Error, ErrorKind, Outcome, Result};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 #[cfg(feature = "faults")]
 use std::sync::Arc;
@@ -284,9 +284,28 @@ pub(crate) struct Cursor {
     pub candidates: Vec<(u16, JobName)>,
 }
 
-/// An open queue. `Send + Sync`: share it between threads by reference or `Arc`.
-#[derive(Debug)]
+/// An open queue: a cheap handle (an `Arc` inside). Clone it to share the queue between
+/// threads; every clone uses the same directory handles, claim cursor and group-commit
+/// state (concurrent operations of the clones share directory fsyncs). A [`crate::Lease`]
+/// holds a clone, so it can outlive the handle it came from and move to another thread.
+///
+/// Do not keep using a queue in a child after `fork` without `exec`: random job ids and lease
+/// tokens are drawn 16 at a time per thread, and a forked child would repeat its parent's.
+#[derive(Debug, Clone)]
 pub struct Queue {
+    pub(crate) shared: std::sync::Arc<Shared>,
+}
+
+impl core::ops::Deref for Queue {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+/// What every clone of a [`Queue`] shares (not nameable outside the crate).
+#[derive(Debug)]
+pub struct Shared {
     pub(crate) root: PathBuf,
     pub(crate) sys: Sys,
     pub(crate) ident: Identity,
@@ -294,6 +313,8 @@ pub struct Queue {
     pub(crate) opts: Options,
     pub(crate) clock: Clock,
     pub(crate) cursor: Mutex<Cursor>,
+    pub(crate) shards: crate::ops::shards::Shards,
+    pub(crate) group: crate::ops::group::Group,
     pub(crate) warned_foreign: std::sync::atomic::AtomicBool,
 }
 
@@ -305,8 +326,35 @@ fn random_u128() -> u128 {
     u128::from_ne_bytes(b)
 }
 
+/// Random values drawn per `getrandom(2)` call by [`random`].
+const POOL: usize = 16;
+
+thread_local! {
+    /// Unused random values of this thread, drawn `POOL` at a time (one syscall per 16 job ids
+    /// or lease tokens instead of one each). Not fork-safe: a child that forks without exec
+    /// and keeps using a queue would repeat its parent's next values; SteadQ's own CLI never
+    /// does that, and the crate docs say so.
+    static RANDOM_POOL: core::cell::RefCell<([u128; POOL], usize)> =
+        const { core::cell::RefCell::new(([0; POOL], POOL)) };
+}
+
+/// A fresh 128-bit random value (job ids, lease tokens, temp names) from the thread's pool.
 pub(crate) fn random() -> u128 {
-    random_u128()
+    RANDOM_POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.1 == POOL {
+            let mut b = [0u8; 16 * POOL];
+            getrandom::fill(&mut b).expect("getrandom: no OS entropy source");
+            for (v, c) in p.0.iter_mut().zip(b.chunks_exact(16)) {
+                *v = u128::from_ne_bytes(c.try_into().unwrap_or_default());
+            }
+            p.1 = 0;
+        }
+        let i = p.1;
+        p.1 += 1;
+        // Each value is used once; zero it so a core dump does not show future tokens.
+        core::mem::take(&mut p.0[i])
+    })
 }
 
 impl Queue {
@@ -453,18 +501,29 @@ impl Queue {
             sys.force_named_publish();
         }
         let start = (std::process::id() % ident.shards as u32) as u16;
+        let group = crate::ops::group::Group::new(
+            [&dirs.tmp]
+                .into_iter()
+                .chain(&dirs.ready)
+                .chain(&dirs.receipts)
+                .map(|f| f.as_raw_fd()),
+        );
         Ok(Queue {
-            root,
-            sys,
-            ident,
-            dirs,
-            opts,
-            clock,
-            cursor: Mutex::new(Cursor {
-                next_shard: start,
-                candidates: Vec::new(),
+            shared: std::sync::Arc::new(Shared {
+                root,
+                sys,
+                ident,
+                dirs,
+                opts,
+                clock,
+                cursor: Mutex::new(Cursor {
+                    next_shard: start,
+                    candidates: Vec::new(),
+                }),
+                shards: Default::default(),
+                group,
+                warned_foreign: Default::default(),
             }),
-            warned_foreign: Default::default(),
         })
     }
 
@@ -544,6 +603,27 @@ impl Queue {
     /// `root/rel`, for error messages.
     pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
+    }
+
+    /// fsync directory `dir` unless the policy is `None`, after a rename or link in it that
+    /// has returned. A directory the handle holds shares the fsync with other threads of
+    /// this process (group commit, `ops/group.rs`): it returns once an fsync that started
+    /// after this call began has completed.
+    pub(crate) fn dir_barrier(
+        &self,
+        dir: &crate::ops::enqueue::DirRef<'_>,
+    ) -> core::result::Result<(), Errno> {
+        if self.opts.durability == Durability::None {
+            return Ok(());
+        }
+        let fd = dir.fd();
+        match dir {
+            crate::ops::enqueue::DirRef::Held(h) => match self.group.get(h.as_raw_fd()) {
+                Some(g) => g.barrier(|| self.sys.fsync_dir(fd)),
+                None => self.sys.fsync_dir(fd),
+            },
+            crate::ops::enqueue::DirRef::Opened(_) => self.sys.fsync_dir(fd),
+        }
     }
 
     /// fsync directory `fd` unless the policy is `None`.

@@ -501,23 +501,36 @@ pub struct DemoJob {
     pub results: PathBuf,
 }
 
-/// Benchmark the full job lifecycle (enqueue, claim, verify, ack) per durability policy.
+/// Benchmark the full job lifecycle (enqueue, claim, verify, ack): jobs/s and p50/p99
+/// latency per durability mode and worker count (threads sharing one queue handle).
 #[derive(FromArgs)]
 #[argh(
     subcommand,
     name = "bench",
-    example = "steadq bench /mnt/ssd/benchdir --jobs 2000 --threads 4"
+    example = "steadq bench /mnt/ssd/benchdir --duration 5s --workers 1,8 --modes strict,batched"
 )]
 pub struct Bench {
     /// directory to benchmark in (default: the temp dir); on the filesystem you care about
     #[argh(positional)]
     pub dir: Option<PathBuf>,
-    /// jobs per case (default 1000)
-    #[argh(option, default = "1000")]
+    /// run each case this long (default 3s)
+    #[argh(option, default = "Duration::from_secs(3)", from_str_fn(dur))]
+    pub duration: Duration,
+    /// stop each case after this many jobs instead (0: use --duration)
+    #[argh(option, default = "0")]
     pub jobs: usize,
-    /// threads for the concurrent case (default 4)
-    #[argh(option, default = "4")]
-    pub threads: usize,
+    /// worker counts, comma-separated (default 1,2,4,8)
+    #[argh(option, default = "String::from(\"1,2,4,8\")")]
+    pub workers: String,
+    /// modes, comma-separated: strict, batched, none (default all three)
+    #[argh(option, default = "String::from(\"strict,batched,none\")")]
+    pub modes: String,
+    /// jobs per batch in batched mode (default 64)
+    #[argh(option, default = "64")]
+    pub batch: usize,
+    /// ready jobs to put in the queue before timing, kept at that depth (default 0)
+    #[argh(option, default = "0")]
+    pub depth: usize,
     /// payload size, bytes (default 64)
     #[argh(option, default = "64")]
     pub payload: usize,

@@ -1,86 +1,127 @@
-//! `steadq bench`: lifecycle throughput under each durability policy, as ratios against a
-//! commit-forcing fsync baseline measured in the same run (absolute figures on shared
-//! machines swing 2-10x; ratios hold).
+//! `steadq bench`: the job lifecycle (enqueue, claim with verification, ack) per durability
+//! mode and worker count, for a duration or a job count: jobs/s and p50/p99 latency of one
+//! lifecycle. Workers are threads sharing one queue handle, so they share barriers (group
+//! commit). Absolute figures on shared machines swing; compare cases of one run, and see the
+//! `bench/` crate for SteadQ beside the bare syscalls, SQLite and Redis.
 
 use super::args::Bench;
 use super::exit::Exit;
 use super::CliError;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use steadq::{Durability, Options, Queue};
 
-/// fsync'd 64-byte appends per second: one journal commit each.
-fn fsync_baseline(dir: &Path, n: usize) -> std::io::Result<f64> {
-    let p = dir.join("fsync-baseline");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(&p)?;
-    let t = Instant::now();
-    for i in 0..n {
-        f.write_all_at(&[7u8; 64], (i * 64) as u64)?;
-        f.sync_all()?;
-    }
-    let r = n as f64 / t.elapsed().as_secs_f64();
-    std::fs::remove_file(p)?;
-    Ok(r)
+/// One case's result.
+struct Run {
+    jobs: usize,
+    secs: f64,
+    /// Latency of each lifecycle (a batched job counts its batch's), ns.
+    lat: Vec<u64>,
 }
 
-fn lifecycle(
-    dir: &Path,
-    d: Durability,
-    jobs: usize,
-    threads: usize,
+/// The `q`-th quantile (0..=1) of sorted `v`, in µs.
+fn quantile_us(v: &[u64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() - 1) as f64 * q).round() as usize;
+    v[i] as f64 / 1000.0
+}
+
+/// One worker: lifecycles until `until` or `quota` jobs; `batch` > 1 uses the batch calls.
+fn worker(
+    q: &Queue,
+    until: Instant,
+    quota: usize,
     batch: usize,
     payload: &[u8],
-) -> Result<f64, CliError> {
+) -> Result<(usize, Vec<u64>), CliError> {
+    let (mut done, mut lat) = (0usize, Vec::new());
+    let lease = Duration::from_secs(60);
+    while Instant::now() < until && (quota == 0 || done < quota) {
+        let t = Instant::now();
+        if batch <= 1 {
+            q.enqueue(payload)?;
+            if let Some(l) = q.claim_for(lease)? {
+                l.ack()?;
+                done += 1;
+            }
+            lat.push(t.elapsed().as_nanos() as u64);
+        } else {
+            let refs: Vec<&[u8]> = vec![payload; batch];
+            q.enqueue_batch(&refs)?;
+            let leases = q.claim_batch(batch, lease)?;
+            let n = leases.len();
+            q.ack_batch(leases)?;
+            done += n;
+            let ns = t.elapsed().as_nanos() as u64;
+            lat.extend(std::iter::repeat_n(ns, n));
+        }
+    }
+    Ok((done, lat))
+}
+
+/// Run one case in a fresh queue under `dir`.
+fn case(
+    dir: &Path,
+    d: Durability,
+    workers: usize,
+    batch: usize,
+    a: &Bench,
+) -> Result<Run, CliError> {
     let q = Queue::create(
         dir,
         Options {
             durability: d,
-            shards: 8,
             ..Options::default()
         },
     )?;
-    let per = jobs / threads;
+    let payload = vec![b'x'; a.payload];
+    for chunk in (0..a.depth).step_by(1000) {
+        let refs: Vec<&[u8]> = vec![&payload[..]; 1000.min(a.depth - chunk)];
+        q.enqueue_batch(&refs)?;
+    }
+    let quota = a.jobs.div_ceil(workers);
     let t = Instant::now();
-    std::thread::scope(|s| -> Result<(), CliError> {
-        let hs: Vec<_> = (0..threads)
+    let until = if a.jobs > 0 {
+        t + Duration::from_secs(86400)
+    } else {
+        t + a.duration
+    };
+    let results = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..workers)
             .map(|_| {
-                let q = &q;
-                s.spawn(move || -> Result<(), CliError> {
-                    let mut done = 0;
-                    while done < per {
-                        let n = batch.min(per - done);
-                        let refs: Vec<&[u8]> = (0..n).map(|_| payload).collect();
-                        q.enqueue_batch(&refs)?;
-                        let mut leases = Vec::with_capacity(n);
-                        while leases.len() < n {
-                            match q.claim()? {
-                                Some(l) => leases.push(l),
-                                None => break,
-                            }
-                        }
-                        done += leases.len().max(1);
-                        q.ack_batch(leases)?;
-                    }
-                    Ok(())
-                })
+                let (q, payload) = (q.clone(), &payload);
+                s.spawn(move || worker(&q, until, quota, batch, payload))
             })
             .collect();
-        for h in hs {
-            h.join()
-                .map_err(|_| CliError::usage("bench thread panicked"))??;
-        }
-        Ok(())
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| CliError::usage("bench worker panicked"))?
+            })
+            .collect::<Result<Vec<_>, CliError>>()
     })?;
-    let rate = (per * threads) as f64 / t.elapsed().as_secs_f64();
+    let secs = t.elapsed().as_secs_f64();
     drop(q);
     std::fs::remove_dir_all(dir).map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
-    Ok(rate)
+    let mut run = Run {
+        jobs: 0,
+        secs,
+        lat: Vec::new(),
+    };
+    for (n, l) in results {
+        run.jobs += n;
+        run.lat.extend(l);
+    }
+    run.lat.sort_unstable();
+    Ok(run)
+}
+
+fn parse_list<T>(s: &str, what: &str, f: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, CliError> {
+    s.split(',')
+        .map(|x| f(x.trim()).ok_or_else(|| CliError::usage(format!("bad {what} '{x}'"))))
+        .collect()
 }
 
 fn peak_rss_kib() -> Option<u64> {
@@ -91,9 +132,15 @@ fn peak_rss_kib() -> Option<u64> {
 }
 
 pub fn cmd_bench(a: Bench) -> Result<Exit, CliError> {
-    if a.jobs == 0 || a.threads == 0 || a.threads > 256 {
-        return Err(CliError::usage("--jobs must be > 0 and --threads 1..=256"));
-    }
+    let workers = parse_list(&a.workers, "worker count", |x| {
+        x.parse::<usize>().ok().filter(|n| (1..=256).contains(n))
+    })?;
+    let modes = parse_list(&a.modes, "mode", |x| match x {
+        "strict" => Some(("strict", Durability::Strict, 1)),
+        "batched" => Some(("batched", Durability::Batched, a.batch.max(2))),
+        "none" => Some(("none", Durability::None, 1)),
+        _ => None,
+    })?;
     let base = a
         .dir
         .clone()
@@ -101,50 +148,36 @@ pub fn cmd_bench(a: Bench) -> Result<Exit, CliError> {
         .join(format!("steadq-bench-{}", std::process::id()));
     std::fs::create_dir_all(&base)
         .map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
-    let payload = vec![b'x'; a.payload];
-    let fsync = fsync_baseline(&base, a.jobs.min(2000))
-        .map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
+    let limit = match a.jobs {
+        0 => format!("{:?} per case", a.duration),
+        n => format!("{n} jobs per case"),
+    };
     out!(
-        "steadq bench in {} ({} jobs per case, {}-byte payloads)",
+        "steadq bench in {} ({limit}, {}-byte payloads, depth {})",
         base.display(),
-        a.jobs,
-        a.payload
+        a.payload,
+        a.depth
     );
-    out!("{:<34} {:>10} {:>16}", "case", "jobs/s", "x fsync baseline");
     out!(
-        "{:<34} {:>10.0} {:>16.2}",
-        "baseline: fsync'd 64 B append",
-        fsync,
-        1.0
+        "{:<8} {:>7} {:>10} {:>10} {:>10} {:>9}",
+        "mode",
+        "workers",
+        "jobs/s",
+        "p50 us",
+        "p99 us",
+        "jobs"
     );
-    let cases: [(&str, Durability, usize, usize); 5] = [
-        ("strict, 1 thread", Durability::Strict, 1, 1),
-        ("strict, N threads", Durability::Strict, a.threads, 1),
-        (
-            "batched (64 per barrier), 1 thread",
-            Durability::Batched,
-            1,
-            64,
-        ),
-        (
-            "batched (64), N threads",
-            Durability::Batched,
-            a.threads,
-            64,
-        ),
-        ("none (no fsync), 1 thread", Durability::None, 1, 1),
-    ];
-    for (i, (name, d, threads, batch)) in cases.into_iter().enumerate() {
-        let r = lifecycle(
-            &base.join(format!("case{i}")),
-            d,
-            a.jobs,
-            threads,
-            batch,
-            &payload,
-        )?;
-        let name = name.replace('N', &a.threads.to_string());
-        out!("{name:<34} {r:>10.0} {:>16.2}", r / fsync);
+    for (i, (name, d, batch)) in modes.iter().enumerate() {
+        for (j, &w) in workers.iter().enumerate() {
+            let r = case(&base.join(format!("case{i}-{j}")), *d, w, *batch, &a)?;
+            out!(
+                "{name:<8} {w:>7} {:>10.0} {:>10.1} {:>10.1} {:>9}",
+                r.jobs as f64 / r.secs,
+                quantile_us(&r.lat, 0.5),
+                quantile_us(&r.lat, 0.99),
+                r.jobs
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&base);
     if let Some(k) = peak_rss_kib() {

@@ -248,7 +248,7 @@ enum Watch {
     LeaseLost(steadq::Error),
 }
 
-fn spawn_command(a: &Work, lease: &Lease<'_>) -> std::io::Result<Child> {
+fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
     let parent = rustix::process::getpid();
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..])
@@ -280,7 +280,7 @@ fn spawn_command(a: &Work, lease: &Lease<'_>) -> std::io::Result<Child> {
 
 /// Feed, renew and wait until the command exits, runs out of time, is stopped or loses its
 /// lease. The stdin pipe is dropped as soon as the command exits.
-fn watch(a: &Work, lease: &mut Lease<'_>, child: &mut Child, feed: &mut Feed) -> Watch {
+fn watch(a: &Work, lease: &mut Lease, child: &mut Child, feed: &mut Feed) -> Watch {
     let started = Instant::now();
     let mut last_renew = Instant::now();
     let mut stop_deadline: Option<Instant> = None;
@@ -328,7 +328,7 @@ fn watch(a: &Work, lease: &mut Lease<'_>, child: &mut Child, feed: &mut Feed) ->
     }
 }
 
-fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
+fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
     let started = Instant::now();
     let id = lease.id();
     let mut child = match spawn_command(a, &lease) {
@@ -374,7 +374,7 @@ fn run_job(a: &Work, mut lease: Lease<'_>) -> JobEnd {
 /// Settle by the command's exit status (None: timed out, killed or lost: a failure).
 fn settle(
     a: &Work,
-    lease: Lease<'_>,
+    lease: Lease,
     status: Option<ExitStatus>,
     what: Option<String>,
     started: Instant,

@@ -265,6 +265,10 @@ pub enum EntryType {
 
 type R<T> = Result<T, Errno>;
 
+/// Bytes of directory entries one `getdents64(2)` call may return (32 KiB: about 160 leased
+/// names, 330 ready names).
+pub const DIR_BUF: usize = 32 * 1024;
+
 impl Sys {
     /// A syscall layer with no fault injection.
     pub fn new() -> Self {
@@ -414,6 +418,47 @@ impl Sys {
             }
             buf.extend_from_slice(&chunk[..n]);
         }
+    }
+
+    /// Write all of `parts`, in order, at the current offset: `writev(2)` in a loop (one call
+    /// for a job file's header and payload); a zero-length write is `EIO`.
+    pub fn write_all_vectored(&self, fd: BorrowedFd<'_>, parts: &[&[u8]]) -> R<()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut done = 0usize;
+        while done < total {
+            let mut skip = done;
+            let mut iov = Vec::with_capacity(parts.len());
+            for p in parts {
+                if skip >= p.len() {
+                    skip -= p.len();
+                    continue;
+                }
+                iov.push(std::io::IoSlice::new(&p[skip..]));
+                skip = 0;
+            }
+            let n = self.run_retry(Call::Write, || rustix::io::writev(fd, &iov))?;
+            if n == 0 {
+                return Err(Errno::IO);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Read exactly `buf.len()` bytes from offset 0 of `fd`: `pread(2)` in a loop (one call
+    /// for a job file whose size `fstat` gave). A file shorter than `buf` is `ENODATA`.
+    pub fn read_exact_at0(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> R<()> {
+        let mut off = 0usize;
+        while off < buf.len() {
+            let n = self.run_retry(Call::Read, || {
+                rustix::io::pread(fd, &mut buf[off..], off as u64)
+            })?;
+            if n == 0 {
+                return Err(Errno::NODATA);
+            }
+            off += n;
+        }
+        Ok(())
     }
 
     /// Write all of `data` at the current offset. `write(2)` in a loop; a zero-length write is
@@ -633,8 +678,19 @@ impl Sys {
         dir: BorrowedFd<'_>,
         mut f: impl FnMut(Option<&str>, &CStr, EntryType),
     ) -> R<()> {
-        let mut d = self.run_retry(Call::ReadDir, || rustix::fs::Dir::read_from(dir))?;
-        while let Some(e) = d.read() {
+        // A fresh descriptor for its own offset (threads list the same directory at once),
+        // opened with known flags: no fcntl(F_GETFL) as rustix's Dir::read_from makes.
+        let own = self.run_retry(Call::ReadDir, || {
+            rustix::fs::openat(
+                dir,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })?;
+        let mut buf = vec![core::mem::MaybeUninit::<u8>::uninit(); DIR_BUF];
+        let mut d = rustix::fs::RawDir::new(&own, &mut buf);
+        while let Some(e) = d.next() {
             let e = e?;
             let raw = e.file_name();
             let bytes = raw.to_bytes();

@@ -116,7 +116,7 @@ impl Queue {
         let p = self.prepare(payload, o)?;
         let w = self.write_job(&p, true)?;
         self.publish(&p, w, self.opts.durability != Durability::None)?;
-        self.barrier(p.dir.fd()).map_err(|e| {
+        self.dir_barrier(&p.dir).map_err(|e| {
             Error::io(
                 Call::FsyncDir,
                 e,
@@ -276,10 +276,7 @@ impl Queue {
         sync: bool,
     ) -> core::result::Result<(), (Call, Errno)> {
         self.sys
-            .write_all(fd, &p.header)
-            .map_err(|e| (Call::Write, e))?;
-        self.sys
-            .write_all(fd, p.payload)
+            .write_all_vectored(fd, &[&p.header, p.payload])
             .map_err(|e| (Call::Write, e))?;
         if sync {
             self.sys.fsync(fd).map_err(|e| (Call::Fsync, e))?;
@@ -335,14 +332,15 @@ impl Queue {
                         )
                     })?;
                 }
-                self.barrier(self.dirs.tmp.as_fd()).map_err(|e| {
-                    Error::io(
-                        Call::FsyncDir,
-                        e,
-                        Outcome::Indeterminate,
-                        Some(self.path("tmp")),
-                    )
-                })
+                self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))
+                    .map_err(|e| {
+                        Error::io(
+                            Call::FsyncDir,
+                            e,
+                            Outcome::Indeterminate,
+                            Some(self.path("tmp")),
+                        )
+                    })
             }
         }
     }

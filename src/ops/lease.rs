@@ -22,12 +22,11 @@ use std::time::Duration;
 /// If a settling call fails, the guard does not release on drop: the error's outcome is the
 /// whole story, and a lease left in place expires and is recovered.
 #[derive(Debug)]
-pub struct Lease<'q> {
-    q: &'q Queue,
+pub struct Lease {
+    q: Queue,
     shard: u16,
     name: JobName,
     data: Vec<u8>,
-    file: OwnedFd,
     settled: bool,
 }
 
@@ -70,7 +69,7 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Io`]: not done before the claim's rename; indeterminate after it (the job
     /// is then leased in this process's name and comes back when the lease expires).
-    pub fn claim(&self) -> Result<Option<Lease<'_>>> {
+    pub fn claim(&self) -> Result<Option<Lease>> {
         self.claim_for(self.opts.lease)
     }
 
@@ -97,7 +96,7 @@ impl Queue {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease<'_>>> {
+    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>> {
         self.claim_sweep(lease, &mut RecoverReport::default())
     }
 
@@ -107,10 +106,21 @@ impl Queue {
         &self,
         lease: Duration,
         seen: &mut RecoverReport,
-    ) -> Result<Option<Lease<'_>>> {
+    ) -> Result<Option<Lease>> {
+        self.claim_sweep_with(lease, seen, true)
+    }
+
+    /// [`Queue::claim_sweep`]; without `sync` the claim's rename is left without its barrier
+    /// (the caller shares one: [`Queue::claim_batch`]).
+    fn claim_sweep_with(
+        &self,
+        lease: Duration,
+        seen: &mut RecoverReport,
+        sync: bool,
+    ) -> Result<Option<Lease>> {
         crate::queue::check_lease(lease)?;
         for round in 0..2 {
-            if let Some(l) = self.claim_round(lease, seen)? {
+            if let Some(l) = self.claim_round(lease, seen, sync)? {
                 return Ok(Some(l));
             }
             if round == 1 {
@@ -129,8 +139,14 @@ impl Queue {
 
     /// Pop candidates, refilling from each shard at most once. The cursor's lock is not held
     /// while a directory is listed.
-    fn claim_round(&self, lease: Duration, seen: &mut RecoverReport) -> Result<Option<Lease<'_>>> {
+    fn claim_round(
+        &self,
+        lease: Duration,
+        seen: &mut RecoverReport,
+        sync: bool,
+    ) -> Result<Option<Lease>> {
         let mut refills = 0u32;
+        self.shards.drain(self);
         loop {
             let next = {
                 let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
@@ -146,13 +162,26 @@ impl Queue {
             };
             match next {
                 Ok((shard, name)) => {
-                    if let Some(lease) = self.try_claim(shard, name, lease)? {
+                    if let Some(lease) = self.try_claim(shard, name, lease, sync)? {
+                        let last = {
+                            let c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                            !c.candidates.iter().any(|(s, _)| *s == shard)
+                        };
+                        if let Kind::Leased(f) = lease.name.kind {
+                            self.shards.claimed(shard, f.boot_deadline_ns, last);
+                        }
                         return Ok(Some(lease));
                     }
                 }
                 Err(s) => {
                     refills += 1;
-                    let found = self.sweep_shard(s, seen)?;
+                    let Err(generation) = self.shards.skip(s, self.clock.boot_ns()) else {
+                        continue; // known empty: no listing
+                    };
+                    let failed = seen.failed;
+                    let (found, expiry) = self.sweep_shard(s, seen)?;
+                    let empty = found.is_empty() && seen.failed == failed;
+                    self.shards.listed(s, generation, empty, expiry);
                     let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
                     c.candidates.extend(found.into_iter().map(|n| (s, n)));
                     // Oldest last, so pop() gives the oldest.
@@ -166,7 +195,12 @@ impl Queue {
     /// List `ready/<s>/`: its ready jobs, after moving its expired leases back to ready (or to
     /// dead when no attempt is left). A move that fails is logged and counted in
     /// `seen.failed`; the listing goes on.
-    pub(crate) fn sweep_shard(&self, s: u16, seen: &mut RecoverReport) -> Result<Vec<JobName>> {
+    /// Also returns the earliest deadline (boot ns) of a live lease left in the shard.
+    pub(crate) fn sweep_shard(
+        &self,
+        s: u16,
+        seen: &mut RecoverReport,
+    ) -> Result<(Vec<JobName>, Option<u64>)> {
         let scan = crate::disk::scan::scan_ready_shard(
             &self.sys,
             self.dirs.ready[s as usize].as_fd(),
@@ -202,7 +236,7 @@ impl Queue {
                 Err(e) => seen.fail(e),
             }
         }
-        Ok(ready)
+        Ok((ready, scan.next_expiry_boot_ns))
     }
 
     /// Move expired lease `n` of shard `s` back to ready (`Some(new name)`) or, with no
@@ -257,7 +291,13 @@ impl Queue {
     }
 
     /// Try to claim one candidate. `Ok(None)`: lost the race, or it was dead-lettered.
-    fn try_claim(&self, shard: u16, name: JobName, lease: Duration) -> Result<Option<Lease<'_>>> {
+    fn try_claim(
+        &self,
+        shard: u16,
+        name: JobName,
+        lease: Duration,
+        sync: bool,
+    ) -> Result<Option<Lease>> {
         let here = self.place_ready(shard, State::Ready);
         if name.exhausted() {
             let dead = self.place_dead()?;
@@ -281,7 +321,12 @@ impl Queue {
         };
         let leased = name.next(Kind::Leased(fields), true);
         let to = self.place_ready(shard, State::Leased);
-        match self.move_job(&here, &name, &to, &leased, Op::Claim) {
+        let moved = if sync {
+            self.move_job(&here, &name, &to, &leased, Op::Claim)
+        } else {
+            self.rename_job(&here, &name, &to, &leased, Op::Claim)
+        };
+        match moved {
             Ok(()) => {}
             Err(e) if e.is_lease_lost() => return Ok(None),
             Err(e) => return Err(e),
@@ -300,15 +345,18 @@ impl Queue {
             Err(e) => return Err(ind(Call::Open, e)),
         };
         let mut lease = Lease {
-            q: self,
+            q: self.clone(),
             shard,
             name: leased,
             data: Vec::new(),
-            file,
             settled: false,
         };
-        match lease.read_verified() {
-            Ok(()) => Ok(Some(lease)),
+        // The descriptor is closed here: a lease holds none.
+        match self.load_verified(file, &leased) {
+            Ok(data) => {
+                lease.data = data;
+                Ok(Some(lease))
+            }
             Err(Ok(c)) => {
                 lease.settled = true;
                 log::warn!(
@@ -335,6 +383,50 @@ impl Queue {
         }
     }
 
+    /// Read job file `file` (named `name`) once, into a buffer of exactly its size, and
+    /// verify both digests: the memory a claim costs is the file's size (128 bytes plus the
+    /// payload), once. `Err(Ok(_))`: corrupt; `Err(Err((Read, EFBIG)))`: a consistent file
+    /// larger than `Options::max_payload` allows.
+    fn load_verified(
+        &self,
+        file: OwnedFd,
+        name: &JobName,
+    ) -> core::result::Result<Vec<u8>, core::result::Result<Corruption, (Call, Errno)>> {
+        let fd = file.as_fd();
+        let size = match self.sys.fstat(fd) {
+            Ok((FileType::RegularFile, size)) => size,
+            Ok(_) => return Err(Ok(Corruption::NotRegular)),
+            Err(e) => return Err(Err((Call::Stat, e))),
+        };
+        let limit = self.opts.max_payload.saturating_add(HEADER_LEN as u64);
+        if size > limit {
+            // Too large for this worker (EFBIG) if the header agrees with the file's size,
+            // corrupt otherwise.
+            let mut h = [0u8; HEADER_LEN];
+            self.sys
+                .read_exact_at0(fd, &mut h)
+                .map_err(|e| Err((Call::Read, e)))?;
+            let consistent = h[..8] == crate::disk::format::MAGIC
+                && u64::from_le_bytes(h[56..64].try_into().unwrap_or_default())
+                    .checked_add(HEADER_LEN as u64)
+                    == Some(size);
+            return Err(if consistent {
+                Err((Call::Read, Errno::FBIG))
+            } else {
+                Ok(Corruption::Length)
+            });
+        }
+        let mut data = vec![0u8; size as usize];
+        match self.sys.read_exact_at0(fd, &mut data) {
+            Ok(()) => {}
+            // Shorter than fstat said: job files never change, so it was damaged.
+            Err(Errno::NODATA) => return Err(Ok(Corruption::Length)),
+            Err(e) => return Err(Err((Call::Read, e))),
+        }
+        verify(&data, name.id.0, self.ident.id).map_err(Ok)?;
+        Ok(data)
+    }
+
     /// Move leased job `name` in `shard` to `dead/` with `reason`.
     fn dead_letter(&self, shard: u16, name: JobName, reason: Reason, op: Op) -> Result<()> {
         let from = self.place_ready(shard, State::Leased);
@@ -355,7 +447,7 @@ impl Queue {
     /// [`ErrorKind::InvalidArgument`] if `handle` is not a leased name of this queue;
     /// [`ErrorKind::LeaseLost`] if that exact lease no longer exists; [`ErrorKind::Corrupt`]
     /// if its file fails verification (it is then dead-lettered). Not done in every case.
-    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease<'_>> {
+    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease> {
         let name = JobName::parse(handle, self.ident.id)
             .ok()
             .filter(|n| matches!(n.kind, Kind::Leased(_)))
@@ -382,19 +474,14 @@ impl Queue {
                 ))
             }
         };
-        let mut lease = Lease {
-            q: self,
-            shard,
-            name,
-            data: Vec::new(),
-            file,
-            settled: true,
-        };
-        match lease.read_verified() {
-            Ok(()) => {
-                lease.settled = false;
-                Ok(lease)
-            }
+        match self.load_verified(file, &name) {
+            Ok(data) => Ok(Lease {
+                q: self.clone(),
+                shard,
+                name,
+                data,
+                settled: false,
+            }),
             Err(Ok(c)) => {
                 self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 Err(Error::not_done(
@@ -408,30 +495,62 @@ impl Queue {
 }
 
 impl Queue {
-    /// Ack several leases. Under [`crate::Durability::Batched`] the renames share their
-    /// barriers: one fsync per receipts directory and per ready directory touched, after all
-    /// renames; under `Strict` each ack is made durable on its own. Returns the receipts in
-    /// order.
+    /// Claim up to `max` jobs with a lease of `lease` each, sharing barriers: all the claims'
+    /// renames first, then one fsync per ready directory touched (grouped with other threads'
+    /// fsyncs), so every claim is durable when this returns, under `Strict` as under
+    /// `Batched`. An empty `Vec` when no job is ready. Recovery runs as in
+    /// [`Queue::claim_for`] when nothing is ready at first.
+    ///
+    /// # Errors
+    /// As [`Queue::claim_for`]. When a barrier fails, the outcome is indeterminate for the
+    /// whole batch, and the leases already taken are released as they drop (each comes back
+    /// by itself at its lease's end if the release fails too).
+    pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>> {
+        let mut out: Vec<Lease> = Vec::with_capacity(max.min(1024));
+        let mut seen = RecoverReport::default();
+        let mut shards: Vec<u16> = Vec::new();
+        while out.len() < max {
+            let next = if out.is_empty() {
+                self.claim_sweep_with(lease, &mut seen, false)
+            } else {
+                self.claim_round(lease, &mut seen, false)
+            };
+            match next {
+                Ok(Some(l)) => {
+                    if !shards.contains(&l.shard) {
+                        shards.push(l.shard);
+                    }
+                    out.push(l);
+                }
+                Ok(None) => break,
+                Err(e) if out.is_empty() => return Err(e),
+                Err(e) => return Err(e.with_outcome(Outcome::Indeterminate)),
+            }
+        }
+        for s in shards {
+            self.sync_place(&self.place_ready(s, State::Leased))?;
+        }
+        Ok(out)
+    }
+
+    /// Ack several leases, sharing barriers: all renames first, then one fsync per receipts
+    /// directory and per ready directory touched (grouped with other threads' fsyncs), so
+    /// every ack is durable when this returns, under `Strict` as under `Batched`. Returns the
+    /// receipts in order.
     ///
     /// # Errors
     /// As [`Lease::ack`]; once any ack of the batch was renamed the outcome is indeterminate
-    /// for the batch. A corrupt lease fails the batch at that point (it is dead-lettered).
-    pub fn ack_batch<'q>(&'q self, leases: Vec<Lease<'q>>) -> Result<Vec<Receipt>> {
-        let batched = self.opts.durability == crate::Durability::Batched;
+    /// for the batch. Leases not yet renamed when one fails are released as they drop.
+    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>> {
         let mut out = Vec::with_capacity(leases.len());
         let mut shards: Vec<u16> = Vec::new();
         let mut leases = leases.into_iter();
         while let Some(mut l) = leases.next() {
-            let r = if batched {
-                l.ack_rename().map(|r| (r, l.shard))
-            } else {
-                l.ack().map(|r| (r, u16::MAX))
-            };
-            match r {
-                Ok((r, s)) => {
+            match l.ack_rename() {
+                Ok(r) => {
                     out.push(r);
-                    if s != u16::MAX && !shards.contains(&s) {
-                        shards.push(s);
+                    if !shards.contains(&l.shard) {
+                        shards.push(l.shard);
                     }
                 }
                 Err(e) => {
@@ -453,11 +572,10 @@ impl Queue {
     }
 }
 
-impl<'q> Lease<'q> {
-    /// Re-verify and rename into receipts without barriers (for [`Queue::ack_batch`]).
+impl Lease {
+    /// Rename into receipts without barriers (for [`Queue::ack_batch`]).
     fn ack_rename(&mut self) -> Result<Receipt> {
         self.settled = true;
-        self.verify_for_ack()?;
         let new = self.name.next(
             Kind::Receipt {
                 token: self.token(),
@@ -475,62 +593,6 @@ impl<'q> Lease<'q> {
             id: self.name.id,
             name: new.format(self.q.ident.id).to_string(),
         })
-    }
-
-    /// Re-read and verify before an ack; a corrupt file is dead-lettered.
-    fn verify_for_ack(&mut self) -> Result<()> {
-        match self.read_verified() {
-            Ok(()) => Ok(()),
-            Err(Ok(c)) => {
-                let path = self
-                    .q
-                    .path(&format!("{}/{}", self.here().rel, self.handle()));
-                self.q
-                    .dead_letter(self.shard, self.name, Reason::CORRUPT, Op::AckCorrupt)?;
-                Err(Error::not_done(ErrorKind::Corrupt(c), Some(path)))
-            }
-            Err(Err((c, e))) => Err(Error::io(
-                c,
-                e,
-                Outcome::NotDone,
-                Some(self.q.path(&self.here().rel)),
-            )),
-        }
-    }
-
-    /// Read the whole file into `data` and verify it. `Err(Ok(_))`: corrupt.
-    fn read_verified(
-        &mut self,
-    ) -> core::result::Result<(), core::result::Result<Corruption, (Call, Errno)>> {
-        let fd = self.file.as_fd();
-        let size = match self.q.sys.fstat(fd) {
-            Ok((FileType::RegularFile, size)) => size,
-            Ok(_) => return Err(Ok(Corruption::NotRegular)),
-            Err(e) => return Err(Err((Call::Stat, e))),
-        };
-        let limit = self.q.opts.max_payload.saturating_add(HEADER_LEN as u64);
-        match self.q.sys.read_all(fd, limit, &mut self.data) {
-            Ok(()) => {}
-            Err(Errno::FBIG) => {
-                // Larger than this handle accepts: too large for this worker (EFBIG) if the
-                // header agrees with the file's size, corrupt otherwise.
-                let d = &self.data;
-                let consistent = d.len() >= HEADER_LEN
-                    && d[..8] == crate::disk::format::MAGIC
-                    && u64::from_le_bytes(d[56..64].try_into().unwrap_or_default())
-                        .checked_add(HEADER_LEN as u64)
-                        == Some(size);
-                return Err(if consistent {
-                    Err((Call::Read, Errno::FBIG))
-                } else {
-                    Ok(Corruption::Length)
-                });
-            }
-            Err(e) => return Err(Err((Call::Read, e))),
-        }
-        verify(&self.data, self.name.id.0, self.q.ident.id)
-            .map(drop)
-            .map_err(Ok)
     }
 
     /// The job id.
@@ -578,7 +640,7 @@ impl<'q> Lease<'q> {
         self.handle()
     }
 
-    fn here(&self) -> crate::ops::transition::Place<'q> {
+    fn here(&self) -> crate::ops::transition::Place<'_> {
         self.q.place_ready(self.shard, State::Leased)
     }
 
@@ -612,7 +674,8 @@ impl<'q> Lease<'q> {
         f.boot_deadline_ns = self.q.clock.boot_ns().saturating_add(ns(lease));
         f.wall_deadline_ns = self.q.clock.wall_ns().saturating_add(ns(lease));
         let new = self.name.next(Kind::Leased(f), false);
-        let here = self.here();
+        let q = self.q.clone();
+        let here = q.place_ready(self.shard, State::Leased);
         match self.q.rename_job(&here, &self.name, &here, &new, Op::Renew) {
             Ok(()) => {}
             Err(e) if e.is_lease_lost() => {
@@ -636,28 +699,23 @@ impl<'q> Lease<'q> {
         self.q.sync_place(&here)
     }
 
-    /// Ack: re-verify the file, then rename it into `receipts/<shard>/` and make that durable.
+    /// Ack: rename the job into `receipts/<shard>/` and make that durable. The file is not
+    /// read again: it was verified once, at claim (a file corrupted while leased is not
+    /// caught here).
     ///
     /// # Errors
-    /// [`ErrorKind::LeaseLost`] (not done, no receipt written); [`ErrorKind::Corrupt`] (not
-    /// done: the file went bad while leased and was dead-lettered); [`ErrorKind::Io`]: not
-    /// done when reading for the re-verification failed (the job is released to ready as the
-    /// lease drops), not done when the rename failed cleanly (the lease stays until it
-    /// expires), indeterminate after the rename.
+    /// [`ErrorKind::LeaseLost`] (not done, no receipt written); [`ErrorKind::Io`]: not done
+    /// when the rename failed cleanly (the lease stays until it expires), indeterminate after
+    /// the rename (its barrier failed, or the rename returned `EIO`).
     pub fn ack(mut self) -> Result<Receipt> {
-        if let Err(e) = self.verify_for_ack() {
-            // Corrupt: already dead-lettered, nothing to release. A read error: released on
-            // drop, as documented.
-            self.settled = matches!(e.kind(), ErrorKind::Corrupt(_));
-            return Err(e);
-        }
         let new = self.name.next(
             Kind::Receipt {
                 token: self.token(),
             },
             false,
         );
-        let to = self.q.place_receipts(self.shard);
+        let q = self.q.clone();
+        let to = q.place_receipts(self.shard);
         self.settle(&to, new, Op::Ack)?;
         Ok(Receipt {
             id: self.name.id,
@@ -675,7 +733,8 @@ impl<'q> Lease<'q> {
     /// it on drop).
     pub fn nack(mut self, delay: Duration) -> Result<Nacked> {
         if self.name.exhausted() {
-            let dead = self.q.place_dead()?;
+            let q = self.q.clone();
+            let dead = q.place_dead()?;
             self.settle(
                 &dead,
                 self.name.next(
@@ -689,7 +748,8 @@ impl<'q> Lease<'q> {
             return Ok(Nacked::Dead);
         }
         if delay.is_zero() {
-            let to = self.q.place_ready(self.shard, State::Ready);
+            let q = self.q.clone();
+            let to = q.place_ready(self.shard, State::Ready);
             self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)?;
             return Ok(Nacked::Ready);
         }
@@ -702,7 +762,8 @@ impl<'q> Lease<'q> {
                 return Err(e);
             }
         };
-        let to = self.q.place_delayed(nb)?;
+        let q = self.q.clone();
+        let to = q.place_delayed(nb)?;
         self.settle(
             &to,
             self.name.next(Kind::Delayed { not_before_ns: nb }, false),
@@ -718,7 +779,8 @@ impl<'q> Lease<'q> {
     /// # Errors
     /// As [`Lease::nack`].
     pub fn fail(mut self, reason: Reason) -> Result<()> {
-        let dead = self.q.place_dead()?;
+        let q = self.q.clone();
+        let dead = q.place_dead()?;
         self.settle(
             &dead,
             self.name.next(Kind::Dead { reason }, false),
@@ -731,18 +793,20 @@ impl<'q> Lease<'q> {
     /// # Errors
     /// As [`Lease::nack`].
     pub fn release(mut self) -> Result<()> {
-        let to = self.q.place_ready(self.shard, State::Ready);
+        let q = self.q.clone();
+        let to = q.place_ready(self.shard, State::Ready);
         self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Lease {
     fn drop(&mut self) {
         if self.settled {
             return;
         }
         self.settled = true;
-        let to = self.q.place_ready(self.shard, State::Ready);
+        let q = self.q.clone();
+        let to = q.place_ready(self.shard, State::Ready);
         if let Err(e) = self.q.move_job(
             &self.here(),
             &self.name,

@@ -4,8 +4,10 @@
 //! happens; enqueue, claim/lease, recovery and the blocking wait each own one file.
 
 pub(crate) mod enqueue;
+pub(crate) mod group;
 pub(crate) mod lease;
 pub(crate) mod recover;
+pub(crate) mod shards;
 pub mod state;
 pub(crate) mod transition;
 pub(crate) mod wait;

@@ -90,7 +90,7 @@ impl Queue {
 
     /// The barrier after a move: fsync `place`'s directory (indeterminate on failure).
     pub(crate) fn sync_place(&self, place: &Place<'_>) -> Result<()> {
-        self.barrier(place.dir.fd()).map_err(|e| {
+        self.dir_barrier(&place.dir).map_err(|e| {
             Error::io(
                 Call::FsyncDir,
                 e,

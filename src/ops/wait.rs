@@ -78,7 +78,7 @@ impl Queue {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease<'_>>> {
+    pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease>> {
         self.claim_wait_until(lease, timeout, &AtomicBool::new(false))
     }
 
@@ -92,7 +92,7 @@ impl Queue {
         lease: Duration,
         timeout: Duration,
         stop: &AtomicBool,
-    ) -> Result<Option<Lease<'_>>> {
+    ) -> Result<Option<Lease>> {
         let deadline = self
             .clock
             .boot_ns()

@@ -139,8 +139,13 @@ fn an_idle_waiting_claim_does_not_relist() {
             .unwrap();
         assert!(r.is_none());
     });
-    // One sweep: 4 shards, plus delayed/ (no bucket exists).
-    assert_eq!(plan.count(Call::ReadDir), 5);
+    // At most one sweep: 4 shards, plus delayed/ (no bucket exists). With inotify the shards
+    // are known to hold only this handle's live leases (ops/shards.rs): delayed/ alone.
+    assert!(
+        plan.count(Call::ReadDir) <= 5,
+        "{}",
+        plan.count(Call::ReadDir)
+    );
 }
 
 /// A shard directory removed and re-created by `init` is noticed.
@@ -426,10 +431,10 @@ fn a_renew_whose_barrier_failed_keeps_the_lease() {
     }
 }
 
-/// An ack whose re-verification cannot read the file is not done and releases the job as the
-/// lease drops (the docs said so; the code used to leave it leased until expiry).
+/// An ack does not read the job again (it was verified once, at claim): a read fault armed
+/// after the claim does not touch it.
 #[test]
-fn an_ack_that_fails_before_its_rename_releases_the_job() {
+fn an_ack_does_not_read_the_job_again() {
     let d = TempDir::new("ack-read");
     let plan = FaultPlan::disarmed(vec![Fault {
         call: Call::Read,
@@ -440,9 +445,9 @@ fn an_ack_that_fails_before_its_rename_releases_the_job() {
     q.enqueue(b"job").unwrap();
     let l = q.claim().unwrap().unwrap();
     plan.arm();
-    let e = l.ack().unwrap_err();
-    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
-    assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
+    l.ack().unwrap();
+    assert_eq!(plan.count(Call::Read), 0);
+    assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
 }
 
 /// The oldest ready job's age counts from when it became ready, not from enqueue: a delayed

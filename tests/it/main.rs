@@ -12,3 +12,4 @@ mod filesystems;
 mod hostile;
 mod identity;
 mod lifecycle;
+mod perf;

@@ -1,0 +1,168 @@
+//! What a queue handle knows about its ready shards, so that a claim on a nearly empty queue
+//! does not list every shard (on an empty 8-shard queue that was 8 listings per claim).
+//!
+//! A shard is *known empty* after a listing of it found no ready job, until one of these:
+//! - an inotify event (`inotify(7)`, one instance per queue handle, watching every
+//!   `ready/<ss>` for `IN_CREATE | IN_MOVED_TO`) names a ready name in it (an enqueue, a
+//!   release, a recovered lease, a due delayed job), or any name it cannot account for;
+//! - the earliest live lease the listing (or a later event) showed in it reaches its deadline
+//!   on `CLOCK_BOOTTIME`, when it must be listed again to be recovered;
+//! - the event queue overflowed (`IN_Q_OVERFLOW`): every shard is listed again.
+//!
+//! Events are drained (one non-blocking `read(2)`) before a claim picks shards. A listing
+//! records the shard's generation when it starts and marks the shard empty only if no event
+//! for it was drained meanwhile; an event that arrives after that stays queued in the kernel
+//! until the next drain. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, the
+//! per-user instance or watch limit reached) nothing is ever known empty: every claim lists
+//! as before. The knowledge is only ever a reason to skip a listing, never to skip a job.
+
+use crate::disk::name::{shard_name, JobName, Kind};
+use crate::disk::scan::{lease_expired, LEASED_NAME_LEN};
+use crate::queue::Queue;
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
+
+/// Per-handle shard knowledge (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Shards {
+    /// Set up on first use; `None` inside: inotify unavailable (never skip).
+    watch: std::sync::OnceLock<Option<Watch>>,
+    inner: Mutex<Known>,
+}
+
+#[derive(Debug, Default)]
+struct Known {
+    /// Per shard: bumped by every event that may mean a ready job.
+    generation: Vec<u64>,
+    /// Per shard: `Some(t)`: known empty until `CLOCK_BOOTTIME` reaches `t` ns.
+    empty_until: Vec<Option<u64>>,
+    /// Per shard, after a listing that found ready jobs: the generation it started at and
+    /// the earliest deadline of a live lease it saw or this handle made since.
+    listed_at: Vec<Option<(u64, u64)>>,
+}
+
+#[derive(Debug)]
+struct Watch {
+    fd: OwnedFd,
+    /// Watch descriptor of each shard, by shard.
+    wds: Vec<i32>,
+}
+
+impl Shards {
+    /// Drain pending events (one non-blocking `read(2)` when there are none), setting the
+    /// watches up on first use.
+    pub(crate) fn drain(&self, q: &Queue) {
+        let Some(w) = self.watch.get_or_init(|| watch(q)) else {
+            return;
+        };
+        let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if k.generation.is_empty() {
+            k.generation = vec![0; w.wds.len()];
+            k.empty_until = vec![None; w.wds.len()];
+            k.listed_at = vec![None; w.wds.len()];
+        }
+        let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = inotify::Reader::new(w.fd.as_fd(), &mut buf);
+        while let Ok(ev) = reader.next() {
+            if ev.events().contains(ReadFlags::QUEUE_OVERFLOW) {
+                k.empty_until.iter_mut().for_each(|e| *e = None);
+                k.generation.iter_mut().for_each(|g| *g += 1);
+            } else if let Some(s) = w.wds.iter().position(|&d| d == ev.wd()) {
+                let name = ev.file_name().and_then(|n| n.to_str().ok()).unwrap_or("");
+                k.learn(q, s, name);
+            }
+            if reader.is_buffer_empty() {
+                // Whatever came after this read stays queued in the kernel for the next
+                // drain: a listing started since then saw it or leaves the shard unknown.
+                break;
+            }
+        }
+    }
+
+    /// `Ok(())` when shard `s` is known empty at `boot_ns` (`CLOCK_BOOTTIME`): skip it.
+    /// Otherwise its generation, to hand to [`Shards::listed`] after listing it.
+    pub(crate) fn skip(&self, s: u16, boot_ns: u64) -> Result<(), u64> {
+        let k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match (k.empty_until.get(s as usize), k.generation.get(s as usize)) {
+            (Some(Some(t)), _) if boot_ns < *t => Ok(()),
+            (_, g) => Err(g.copied().unwrap_or(0)),
+        }
+    }
+
+    /// A listing of shard `s` that started at generation `generation` found no ready job
+    /// (`empty`) and live leases expiring from `next_expiry` on (boot ns).
+    pub(crate) fn listed(&self, s: u16, generation: u64, empty: bool, next_expiry: Option<u64>) {
+        let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if k.generation.get(s as usize) != Some(&generation) {
+            return;
+        }
+        let until = next_expiry.unwrap_or(u64::MAX);
+        k.empty_until[s as usize] = empty.then_some(until);
+        k.listed_at[s as usize] = (!empty).then_some((generation, until));
+    }
+
+    /// This handle claimed a job of shard `s`, leased until `deadline` (boot ns); `last`: no
+    /// other candidate of that listing is left. If no event came since the listing, the
+    /// shard then holds no ready job this handle does not know of: known empty until the
+    /// earliest lease deadline.
+    pub(crate) fn claimed(&self, s: u16, deadline: u64, last: bool) {
+        let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let s = s as usize;
+        let Some(Some((g, m))) = k.listed_at.get(s).copied() else {
+            return;
+        };
+        if k.generation[s] != g {
+            k.listed_at[s] = None;
+        } else if last {
+            k.listed_at[s] = None;
+            k.empty_until[s] = Some(m.min(deadline));
+        } else {
+            k.listed_at[s] = Some((g, m.min(deadline)));
+        }
+    }
+}
+
+impl Known {
+    /// A name appeared in shard `s`. A lease of this boot only brings the recheck time
+    /// forward to its deadline; anything else may be a ready job.
+    fn learn(&mut self, q: &Queue, s: usize, name: &str) {
+        if name.len() == LEASED_NAME_LEN {
+            if let Ok((n, _)) = JobName::parse_untagged(name) {
+                if let Kind::Leased(l) = n.kind {
+                    let (boot, now) = (q.clock.boot_id(), q.clock.boot_ns());
+                    if !lease_expired(&l, boot, now) {
+                        if let Some(Some(t)) = self.empty_until.get_mut(s) {
+                            *t = (*t).min(l.boot_deadline_ns);
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+        self.generation[s] += 1;
+        self.empty_until[s] = None;
+    }
+}
+
+/// One inotify instance watching every ready shard, or `None` (never skip).
+fn watch(q: &Queue) -> Option<Watch> {
+    let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+    let flags =
+        WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::DONT_FOLLOW | WatchFlags::ONLYDIR;
+    let mut wds = Vec::with_capacity(q.ident.shards as usize);
+    for s in 0..q.ident.shards {
+        let p = q.root.join(format!("ready/{}", shard_name(s)));
+        match inotify::add_watch(&fd, &p, flags) {
+            Ok(wd) => wds.push(wd),
+            Err(e) => {
+                log::debug!(
+                    "inotify watch on {} failed ({e}); listing every shard",
+                    p.display()
+                );
+                return None;
+            }
+        }
+    }
+    Some(Watch { fd, wds })
+}

@@ -1,0 +1,115 @@
+//! Performance-driven API and resource properties: a lease moves between threads and
+//! outlives its handle; leases hold no file descriptor; group commit keeps each caller's
+//! rename behind a completed barrier.
+
+use crate::common::*;
+use steadq::*;
+
+#[test]
+fn a_lease_moves_to_another_thread_and_outlives_its_handle() {
+    let d = TempDir::new("lease-thread");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    let id = q.enqueue(b"move me").unwrap();
+    let lease = q.claim().unwrap().unwrap();
+    drop(q); // the lease holds its own clone of the queue
+    let r = std::thread::spawn(move || {
+        assert_eq!(lease.payload(), b"move me");
+        lease.ack().unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(r.id, id);
+    let q = Queue::open(d.path()).unwrap();
+    assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
+}
+
+#[test]
+fn twenty_thousand_leases_hold_no_file_descriptors() {
+    let d = TempDir::new("many-leases");
+    let q = Queue::create(d.path(), fast(4)).unwrap();
+    let n = 20_000;
+    for chunk in 0..n / 500 {
+        let p: Vec<Vec<u8>> = (0..500)
+            .map(|i| format!("{chunk}/{i}").into_bytes())
+            .collect();
+        let refs: Vec<&[u8]> = p.iter().map(|v| v.as_slice()).collect();
+        q.enqueue_batch(&refs).unwrap();
+    }
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = fds();
+    let leases: Vec<Lease> = (0..n).map(|_| q.claim().unwrap().unwrap()).collect();
+    assert!(fds() < before + 16, "{} fds for {n} leases", fds() - before);
+    assert!(q.claim().unwrap().is_none());
+    q.ack_batch(leases).unwrap();
+    assert_eq!(counts(&q)[4], n);
+}
+
+#[test]
+fn a_handle_that_knows_its_shards_empty_still_sees_other_writers() {
+    let d = TempDir::new("shards-known");
+    let worker = Queue::create(d.path(), opts(8)).unwrap();
+    let producer = Queue::open(d.path()).unwrap();
+    for round in 0..50u32 {
+        // The worker lists every shard and learns they are empty...
+        assert!(worker.claim().unwrap().is_none());
+        // ...then another handle (another process, as far as inotify can tell) adds jobs.
+        let p = round.to_le_bytes();
+        let ids: Vec<JobId> = (0..3).map(|_| producer.enqueue(&p).unwrap()).collect();
+        let mut got: Vec<JobId> = (0..3)
+            .map(|_| {
+                let l = worker.claim().unwrap().expect("a job enqueued elsewhere");
+                let id = l.id();
+                l.ack().unwrap();
+                id
+            })
+            .collect();
+        got.sort();
+        let mut want = ids;
+        want.sort();
+        assert_eq!(got, want);
+    }
+    // A lease released by another handle makes its shard claimable again.
+    producer.enqueue(b"again").unwrap();
+    let l = producer.claim().unwrap().unwrap();
+    assert!(worker.claim().unwrap().is_none());
+    l.release().unwrap();
+    worker
+        .claim()
+        .unwrap()
+        .expect("released job")
+        .ack()
+        .unwrap();
+}
+
+#[test]
+fn batches_and_threads_share_barriers_and_every_job_is_claimed_once() {
+    let d = TempDir::new("group");
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    let payloads: Vec<Vec<u8>> = (0..400u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+    q.enqueue_batch(&refs).unwrap();
+    let acked = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let q = q.clone();
+            let acked = &acked;
+            s.spawn(move || loop {
+                let batch = q
+                    .claim_batch(16, std::time::Duration::from_secs(60))
+                    .unwrap();
+                if batch.is_empty() {
+                    break;
+                }
+                let n = batch.len();
+                q.ack_batch(batch).unwrap();
+                acked.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+    });
+    assert_eq!(acked.into_inner(), 400);
+    assert_eq!(counts(&q), [0, 0, 0, 0, 400]);
+    assert!(q
+        .claim_batch(4, std::time::Duration::from_secs(1))
+        .unwrap()
+        .is_empty());
+}
