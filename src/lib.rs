@@ -42,6 +42,7 @@
 //! src/ops/wait.rs       the blocking claim on inotify and timers
 //! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
 //! src/admin/fsck.rs     fsck and quarantine
+//! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
 //! src/cli/              the `steadq` binary (feature `cli`)
 //! ```
 
@@ -57,9 +58,10 @@ pub use disk::{format, name, scan, sys};
 pub use ops::state;
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
-pub use admin::view::{Listed, Status, EVIDENCE_FILE};
+pub use admin::receipts::{CompactReport, EvidenceLimits, ReceiptPolicy, EVIDENCE_FILE};
+pub use admin::view::{Listed, Status};
 pub use disk::clock::Clock;
-pub use disk::name::{JobId, JobName, Kind, Reason};
+pub use disk::name::{delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason};
 pub use error::{Error, ErrorKind, Outcome, Result};
 pub use ops::enqueue::EnqueueOptions;
 pub use ops::lease::{backoff, Lease, Nacked, Receipt};

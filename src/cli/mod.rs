@@ -663,10 +663,15 @@ fn describe(q: &Queue, k: &Kind) -> String {
             "lease expires in {}",
             fmt_age(l.boot_deadline_ns - now_boot)
         ),
-        Kind::Delayed { not_before_ns } if *not_before_ns <= now_wall => "due now".into(),
-        Kind::Delayed { not_before_ns } => format!("due in {}", fmt_age(not_before_ns - now_wall)),
+        k @ Kind::Delayed { .. } => {
+            let boot = q.clock().boot_id();
+            match steadq::due_wall_ns(k, boot, now_boot, now_wall) {
+                _ if steadq::delay_due(k, boot, now_boot, now_wall) => "due now".into(),
+                due => format!("due in {}", fmt_age(due.saturating_sub(now_wall))),
+            }
+        }
         Kind::Dead { reason } => format!("reason {reason}"),
-        Kind::Receipt { token } => format!("token {token:032x}"),
+        Kind::Receipt { token, .. } => format!("token {token:032x}"),
     }
 }
 
@@ -937,12 +942,20 @@ pub struct Compact {
 
 pub fn cmd_compact(a: Compact) -> Result<i32, CliError> {
     let q = open(&a.dir)?;
-    let n = q.compact(a.older_than)?;
+    let r = q.compact(a.older_than)?;
+    let n = r.removed;
     stdout::note_done(format!("{n} receipts WERE compacted"), "the report");
     out!(
         "compacted {n} receipts into {}",
         a.dir.join(steadq::EVIDENCE_FILE).display()
     );
+    if r.cut > 0 {
+        out!(
+            "disk was full: cut {} receipts to their headers first, freeing {} bytes",
+            r.cut,
+            r.freed_bytes
+        );
+    }
     Ok(0)
 }
 

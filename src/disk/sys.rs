@@ -248,6 +248,8 @@ pub struct Meta {
     pub size: u64,
     /// Inode change time, unix ns (a rename sets it on Linux's local filesystems).
     pub ctime_ns: u64,
+    /// Modification time, unix ns (for a directory: when an entry was last added or removed).
+    pub mtime_ns: u64,
 }
 
 /// A directory entry's type as `getdents64` reported it.
@@ -372,6 +374,20 @@ impl Sys {
         })
     }
 
+    /// Open existing regular file `name` in `dir` write-only, never following a symlink or
+    /// blocking on a fifo (`O_WRONLY | O_NOFOLLOW | O_NONBLOCK`): to cut a receipt. `openat(2)`.
+    pub fn open_file_wo(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags = OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        self.run_retry(Call::Open, || {
+            rustix::fs::openat(dir, name, flags, Mode::empty())
+        })
+    }
+
+    /// `ftruncate(2)` to `len` bytes; counted (and faulted) as a [`Call::Write`].
+    pub fn truncate(&self, fd: BorrowedFd<'_>, len: u64) -> R<()> {
+        self.run_retry(Call::Write, || rustix::fs::ftruncate(fd, len))
+    }
+
     /// Open an unnamed file in `dir` (`O_TMPFILE`, Linux 3.11+). Fails with `EOPNOTSUPP` (or
     /// `EISDIR` on old kernels) where the filesystem lacks it. `open(2)`.
     pub fn open_tmpfile(&self, dir: BorrowedFd<'_>) -> R<OwnedFd> {
@@ -473,6 +489,14 @@ impl Sys {
     ) -> R<()> {
         self.run(Call::Rename, || {
             rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE)
+        })
+    }
+
+    /// `renameat(2)` that replaces `to` if it exists (only for files SteadQ owns outright: the
+    /// identity file on a settings change). Counted as a [`Call::Rename`].
+    pub fn rename_replace(&self, dir: BorrowedFd<'_>, from: &str, to: &str) -> R<()> {
+        self.run(Call::Rename, || {
+            rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::empty())
         })
     }
 
@@ -587,6 +611,8 @@ impl Sys {
                 size: st.st_size as u64,
                 ctime_ns: (st.st_ctime as u64).saturating_mul(1_000_000_000)
                     + st.st_ctime_nsec as u64,
+                mtime_ns: (st.st_mtime as u64).saturating_mul(1_000_000_000)
+                    + st.st_mtime_nsec as u64,
             })
         })
     }

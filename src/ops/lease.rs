@@ -7,7 +7,7 @@
 //! recovered, renewed elsewhere or settled gets [`ErrorKind::LeaseLost`] and changes nothing.
 
 use crate::disk::format::{verify, Corruption, HEADER_LEN};
-use crate::disk::name::{JobId, JobName, Kind, LeaseFields, Reason};
+use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, Reason};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::recover::RecoverReport;
@@ -395,6 +395,28 @@ impl Queue {
 }
 
 impl Queue {
+    /// The receipt kind an ack writes now: with the ack time (unix ns) in a version-2 queue.
+    pub(crate) fn receipt_kind(&self, token: u128) -> Kind {
+        Kind::Receipt {
+            token,
+            acked_ns: (self.ident.version >= 2).then(|| self.clock.wall_ns()),
+        }
+    }
+
+    /// The delayed kind for `delay_ns` from `wall_now_ns`: in a version-2 queue it also
+    /// carries this boot's id and boot-clock not-before (unless the boot id is unknown), so
+    /// within this boot a wall-clock jump changes nothing ([`crate::delay_due`]).
+    pub(crate) fn delayed_kind(&self, wall_now_ns: u64, delay_ns: u64) -> Kind {
+        let boot_id = self.clock.boot_id();
+        Kind::Delayed {
+            not_before_ns: wall_now_ns.saturating_add(delay_ns),
+            boot: (self.ident.version >= 2 && boot_id != 0).then(|| BootDue {
+                boot_id,
+                not_before_boot_ns: self.clock.boot_ns().saturating_add(delay_ns),
+            }),
+        }
+    }
+
     /// Ack several leases. Under [`crate::Durability::Batched`] the renames share their
     /// barriers: one fsync per receipts directory and per ready directory touched, after all
     /// renames; under `Strict` each ack is made durable on its own. Returns the receipts in
@@ -408,9 +430,17 @@ impl Queue {
         let mut out = Vec::with_capacity(leases.len());
         let mut shards: Vec<u16> = Vec::new();
         let mut leases = leases.into_iter();
+        // Receipts the policy still has to cut or remove once the batch is durable.
+        let mut after: Vec<(u16, JobName, Vec<u8>)> = Vec::new();
         while let Some(mut l) = leases.next() {
             let r = if batched {
-                l.ack_rename().map(|r| (r, l.shard))
+                l.ack_rename().map(|(r, new)| {
+                    if self.ident.receipts != crate::ReceiptPolicy::Job {
+                        let h = l.data[..HEADER_LEN.min(l.data.len())].to_vec();
+                        after.push((l.shard, new, h));
+                    }
+                    (r, l.shard)
+                })
             } else {
                 l.ack().map(|r| (r, u16::MAX))
             };
@@ -436,21 +466,19 @@ impl Queue {
             self.sync_place(&self.place_receipts(s))?;
             self.sync_place(&self.place_ready(s, State::Leased))?;
         }
+        for (s, new, h) in after {
+            self.after_ack(s, &new, &h);
+        }
         Ok(out)
     }
 }
 
 impl<'q> Lease<'q> {
     /// Re-verify and rename into receipts without barriers (for [`Queue::ack_batch`]).
-    fn ack_rename(&mut self) -> Result<Receipt> {
+    fn ack_rename(&mut self) -> Result<(Receipt, JobName)> {
         self.settled = true;
         self.verify_for_ack()?;
-        let new = self.name.next(
-            Kind::Receipt {
-                token: self.token(),
-            },
-            false,
-        );
+        let new = self.name.next(self.q.receipt_kind(self.token()), false);
         self.q.rename_job(
             &self.here(),
             &self.name,
@@ -458,10 +486,11 @@ impl<'q> Lease<'q> {
             &new,
             Op::Ack,
         )?;
-        Ok(Receipt {
+        let r = Receipt {
             id: self.name.id,
             name: new.format(self.q.ident.id).to_string(),
-        })
+        };
+        Ok((r, new))
     }
 
     /// Re-read and verify before an ack; a corrupt file is dead-lettered.
@@ -620,14 +649,17 @@ impl<'q> Lease<'q> {
         self.q.sync_place(&here)
     }
 
-    /// Ack: re-verify the file, then rename it into `receipts/<shard>/` and make that durable.
+    /// Ack: re-verify the file, then rename it into `receipts/<shard>/` and make that durable;
+    /// then apply the queue's receipt policy ([`crate::ReceiptPolicy`]: cut the receipt to
+    /// its header, or write its evidence line and remove it). The ack is done once the
+    /// receipt is durable: a policy step that fails is logged and leaves a whole receipt.
     ///
     /// # Errors
     /// [`ErrorKind::LeaseLost`] (not done, no receipt written); [`ErrorKind::Corrupt`] (not
     /// done: the file went bad while leased and was dead-lettered); [`ErrorKind::Io`]: not
     /// done when reading for the re-verification failed (the job is released to ready as the
     /// lease drops), not done when the rename failed cleanly (the lease stays until it
-    /// expires), indeterminate after the rename.
+    /// expires; [`Lease::try_ack`] keeps it usable instead), indeterminate after the rename.
     pub fn ack(mut self) -> Result<Receipt> {
         if let Err(e) = self.verify_for_ack() {
             // Corrupt: already dead-lettered, nothing to release. A read error: released on
@@ -635,14 +667,50 @@ impl<'q> Lease<'q> {
             self.settled = matches!(e.kind(), ErrorKind::Corrupt(_));
             return Err(e);
         }
-        let new = self.name.next(
-            Kind::Receipt {
-                token: self.token(),
-            },
-            false,
-        );
+        let r = self.ack_verified();
+        // A failed rename leaves the lease in place until it expires (see the type's docs).
+        self.settled = true;
+        r
+    }
+
+    /// Ack, keeping this lease usable when the ack is cleanly not done: a read for the
+    /// re-verification or the rename failed (a full disk, a directory made immutable) and
+    /// the job is still leased by this lease, so it can renew and try again, or be settled
+    /// otherwise. After `Ok`, any other error, or a lost lease, the lease is settled.
+    ///
+    /// # Errors
+    /// As [`Lease::ack`]; on a not-done [`ErrorKind::Io`] the job stays leased by this lease.
+    pub fn try_ack(&mut self) -> Result<Receipt> {
+        if let Err(e) = self.verify_for_ack() {
+            // Corrupt: already dead-lettered. A read error: not done, still ours.
+            self.settled = matches!(e.kind(), ErrorKind::Corrupt(_));
+            return Err(e);
+        }
+        self.ack_verified()
+    }
+
+    /// The rename into receipts, its barriers and the receipt policy; `settled` is set
+    /// unless the rename was cleanly not done.
+    fn ack_verified(&mut self) -> Result<Receipt> {
+        let new = self.name.next(self.q.receipt_kind(self.token()), false);
         let to = self.q.place_receipts(self.shard);
-        self.settle(&to, new, Op::Ack)?;
+        match self
+            .q
+            .rename_job(&self.here(), &self.name, &to, &new, Op::Ack)
+        {
+            Ok(()) => self.settled = true,
+            Err(e) => {
+                self.settled = e.is_lease_lost() || e.outcome() != Outcome::NotDone;
+                return Err(e);
+            }
+        }
+        self.q.sync_place(&to)?;
+        self.q.sync_place(&self.here())?;
+        self.q.after_ack(
+            self.shard,
+            &new,
+            &self.data[..HEADER_LEN.min(self.data.len())],
+        );
         Ok(Receipt {
             id: self.name.id,
             name: new.format(self.q.ident.id).to_string(),
@@ -674,13 +742,15 @@ impl<'q> Lease<'q> {
             self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)?;
             return Ok(Nacked::Ready);
         }
-        let nb = self.q.clock.wall_ns().saturating_add(ns(delay));
+        let kind = self.q.delayed_kind(self.q.clock.wall_ns(), ns(delay));
+        let Kind::Delayed {
+            not_before_ns: nb, ..
+        } = kind
+        else {
+            unreachable!("delayed_kind makes a delayed kind")
+        };
         let to = self.q.place_delayed(nb)?;
-        self.settle(
-            &to,
-            self.name.next(Kind::Delayed { not_before_ns: nb }, false),
-            Op::Nack,
-        )?;
+        self.settle(&to, self.name.next(kind, false), Op::Nack)?;
         Ok(Nacked::Delayed(nb))
     }
 

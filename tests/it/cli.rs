@@ -393,7 +393,7 @@ fn work_once_exit_codes_decide_the_job() {
     assert!(run(75).status.success());
     let l = state();
     assert_eq!((l.state, l.name.attempt), (State::Delayed, 1));
-    let steadq::Kind::Delayed { not_before_ns } = l.name.kind else {
+    let steadq::Kind::Delayed { not_before_ns, .. } = l.name.kind else {
         panic!()
     };
     let wait = not_before_ns.saturating_sub(qq.clock().wall_ns());
@@ -407,7 +407,7 @@ fn work_once_exit_codes_decide_the_job() {
     steadq_in(&["enqueue", p(q), "--max-attempts", "3"], b"x");
     assert!(run(1).status.success());
     let l = state();
-    let steadq::Kind::Delayed { not_before_ns } = l.name.kind else {
+    let steadq::Kind::Delayed { not_before_ns, .. } = l.name.kind else {
         panic!("{l:?}")
     };
     let wait = not_before_ns.saturating_sub(qq.clock().wall_ns());

@@ -42,6 +42,7 @@ fn plain_claim_takes_a_due_delayed_job() {
     delayed(&q, b"later", Duration::from_secs(5));
     assert!(q.claim().unwrap().is_none(), "not due yet");
     q.clock().shift_wall(6_000_000_000);
+    q.clock().shift_boot(6_000_000_000);
     let l = q
         .claim()
         .unwrap()
@@ -469,7 +470,13 @@ fn a_job_seen_twice_in_one_pass_is_counted_once() {
     let q = Queue::create(d.path(), opts(1)).unwrap();
     let id = q.enqueue(b"x").unwrap();
     let ready = q.list(None).unwrap().remove(0);
-    let receipt = ready.name.next(steadq::Kind::Receipt { token: 7 }, false);
+    let receipt = ready.name.next(
+        steadq::Kind::Receipt {
+            token: 7,
+            acked_ns: None,
+        },
+        false,
+    );
     std::fs::hard_link(
         d.path().join(ready.rel_path(q.id())),
         d.path()
