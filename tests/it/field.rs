@@ -509,3 +509,113 @@ fn delayed_jobs_can_be_made_due_now() {
         q.make_due(Some(steadq::JobId(7))).unwrap_err().kind() == &steadq::ErrorKind::NoSuchJob
     );
 }
+
+/// Stamp the bucket directories under `delayed/` with `when`, as the kernel would have when
+/// the wall clock read that (the test clock's shift does not reach the filesystem).
+fn stamp_buckets(root: &std::path::Path, when: std::time::SystemTime) {
+    for b in std::fs::read_dir(root.join("delayed")).unwrap() {
+        let f = std::fs::File::open(b.unwrap().path()).unwrap();
+        f.set_modified(when).unwrap();
+    }
+}
+
+/// Within one boot a retry delay follows the boot clock: a wall clock a day ahead does not run
+/// it early, and one set a year ahead and then corrected does not strand it for a year.
+#[test]
+fn delays_follow_the_boot_clock_when_the_wall_clock_jumps() {
+    const SEC: i64 = 1_000_000_000;
+    const DAY: i64 = 86_400 * SEC;
+    let d = TempDir::new("walljump");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    q.enqueue(b"retry me").unwrap();
+    q.claim()
+        .unwrap()
+        .unwrap()
+        .nack(Duration::from_secs(60))
+        .unwrap();
+    q.clock().shift_wall(DAY);
+    assert_eq!(
+        q.recover().unwrap().due,
+        0,
+        "a day of wall clock is not 60 s"
+    );
+    assert!(q.claim().unwrap().is_none());
+    q.clock().shift_boot(61 * SEC);
+    let l = q.claim().unwrap().expect("due after 60 s of boot clock");
+    q.clock().shift_wall(-DAY);
+
+    // The wall clock is a year ahead when the retry is set; then NTP corrects it.
+    q.clock().shift_wall(365 * DAY);
+    l.nack(Duration::from_secs(60)).unwrap();
+    let ahead = std::time::UNIX_EPOCH + Duration::from_nanos(q.clock().wall_ns());
+    stamp_buckets(d.path(), ahead);
+    q.clock().shift_wall(-365 * DAY);
+    assert_eq!(q.recover().unwrap().due, 0, "not before its 60 s");
+    q.clock().shift_boot(61 * SEC);
+    assert_eq!(q.recover().unwrap().due, 1, "60 s later, not a year later");
+    assert_eq!(q.claim().unwrap().unwrap().attempt(), 3);
+}
+
+/// A delay set on another boot follows the wall clock (the boot clock restarted).
+#[test]
+fn a_delay_from_another_boot_follows_the_wall_clock() {
+    const SEC: i64 = 1_000_000_000;
+    let d = TempDir::new("otherboot");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    delayed(&q, b"later", Duration::from_secs(60));
+    let l = &q.list(Some(steadq::State::Delayed)).unwrap()[0];
+    let steadq::Kind::Delayed {
+        not_before_ns,
+        boot: Some(b),
+    } = l.name.kind
+    else {
+        panic!("a version-2 delayed name carries the boot: {:?}", l.name)
+    };
+    assert_eq!(b.boot_id, q.clock().boot_id());
+    // The same job as the previous boot left it: another boot id, a boot-clock time far off.
+    let mut other = l.name;
+    other.kind = steadq::Kind::Delayed {
+        not_before_ns,
+        boot: Some(steadq::BootDue {
+            boot_id: b.boot_id ^ 1,
+            not_before_boot_ns: u64::MAX / 2,
+        }),
+    };
+    let dir = d.path().join(&l.dir);
+    std::fs::rename(
+        dir.join(l.name.format(q.id()).as_str()),
+        dir.join(other.format(q.id()).as_str()),
+    )
+    .unwrap();
+    assert_eq!(q.recover().unwrap().due, 0);
+    q.clock().shift_wall(61 * SEC);
+    assert_eq!(q.recover().unwrap().due, 1, "the wall clock decides");
+}
+
+/// An ack whose rename finds the disk full is not done, and `try_ack` keeps the lease usable:
+/// renew, then ack again (before, the job stayed leased until expiry and ran again).
+#[test]
+fn try_ack_keeps_the_lease_when_the_disk_is_full() {
+    let d = TempDir::new("tryack");
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Rename,
+        nth: 1,
+        action: FaultAction::Fail(Errno::NOSPC),
+    }]);
+    let q = with_plan(&d, &plan, opts(2));
+    q.enqueue(b"job").unwrap();
+    let mut l = q.claim().unwrap().unwrap();
+    plan.arm();
+    let e = l.try_ack().unwrap_err();
+    assert_eq!(
+        (e.outcome(), e.errno()),
+        (Outcome::NotDone, Some(Errno::NOSPC))
+    );
+    assert!(e.to_string().contains("disk full"), "{e}");
+    assert_eq!(counts(&q), [0, 1, 0, 0, 0]);
+    l.renew(Duration::from_secs(30)).unwrap();
+    let r = l.try_ack().unwrap();
+    assert_eq!((r.id, l.attempt()), (l.id(), 1));
+    drop(l);
+    assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
+}
