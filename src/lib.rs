@@ -67,4 +67,6 @@ pub use ops::enqueue::EnqueueOptions;
 pub use ops::lease::{backoff, Lease, Nacked, Receipt};
 pub use ops::recover::RecoverReport;
 pub use ops::state::State;
-pub use queue::{Durability, Identity, Options, Queue, IDENTITY_FILE, QUEUE_VERSION};
+pub use queue::{
+    Durability, Identity, Options, Queue, DEFAULT_MAX_PAYLOAD, IDENTITY_FILE, QUEUE_VERSION,
+};

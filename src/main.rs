@@ -18,48 +18,8 @@ macro_rules! out {
 mod cli;
 
 use argh::FromArgs;
-use cli::*;
-
-/// SteadQ: a durable job queue in a directory. No daemon, no database.
-#[derive(FromArgs)]
-#[argh(
-    example = "steadq demo",
-    example = "steadq init /var/lib/jobs && echo hello | steadq enqueue /var/lib/jobs",
-    example = "steadq work /var/lib/jobs --concurrency 2 -- sh -c 'cat > /tmp/job.$STEADQ_JOB_ID'",
-    note = "Logging: RUST_LOG=info (or debug) on stderr. `steadq --version` prints the version.",
-    error_code(2, "failed, not done: nothing changed"),
-    error_code(3, "nothing to do: no job ready"),
-    error_code(4, "indeterminate: the operation may have happened"),
-    error_code(5, "fsck found problems"),
-    error_code(6, "lease lost: the lease was recovered, renewed or settled elsewhere")
-)]
-struct Top {
-    #[argh(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(FromArgs)]
-#[argh(subcommand)]
-enum Cmd {
-    Init(Init),
-    Enqueue(Enqueue),
-    Work(Work),
-    Claim(Claim),
-    Renew(Renew),
-    Ack(Ack),
-    Nack(Nack),
-    Fail(Fail),
-    Status(Status),
-    List(List),
-    Show(Show),
-    Recover(Recover),
-    Fsck(Fsck),
-    Dead(Dead),
-    Compact(Compact),
-    Demo(Demo),
-    Bench(Bench),
-    DemoJob(DemoJob),
-}
+use cli::args::Top;
+use cli::exit::Exit;
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
@@ -69,7 +29,7 @@ fn main() {
         Ok(a) => a,
         Err(bad) => {
             eprintln!("steadq: argument {bad:?} is not UTF-8");
-            std::process::exit(1);
+            std::process::exit(Exit::Usage.code());
         }
     };
     // argh has no --version: answer it before parsing (only as the sole argument).
@@ -91,23 +51,23 @@ fn main() {
             out!("{}", output.trim_end());
             if let Some(msg) = cli::stdout::failure() {
                 eprintln!("steadq: {msg}");
-                std::process::exit(2);
+                std::process::exit(Exit::NotDone.code());
             }
-            std::process::exit(0);
+            std::process::exit(Exit::Done.code());
         }
         Err(argh::EarlyExit {
             output,
             status: Err(()),
         }) => {
             eprintln!("{}", output.trim_end());
-            std::process::exit(1);
+            std::process::exit(Exit::Usage.code());
         }
     };
-    let code = match run(top.cmd) {
+    let code = match cli::run(top.cmd) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("steadq: {e}");
-            e.code()
+            e.exit().code()
         }
     };
     // Output that could not be written is not success (exit 2); any other code stands.
@@ -123,27 +83,4 @@ fn main() {
         None => code,
     };
     std::process::exit(code);
-}
-
-fn run(cmd: Cmd) -> Result<i32, CliError> {
-    match cmd {
-        Cmd::Init(a) => cmd_init(a),
-        Cmd::Enqueue(a) => cmd_enqueue(a),
-        Cmd::Work(a) => work::cmd_work(a),
-        Cmd::Claim(a) => cmd_claim(a),
-        Cmd::Renew(a) => cmd_renew(a),
-        Cmd::Ack(a) => cmd_ack(a),
-        Cmd::Nack(a) => cmd_nack(a),
-        Cmd::Fail(a) => cmd_fail(a),
-        Cmd::Status(a) => cmd_status(a),
-        Cmd::List(a) => cmd_list(a),
-        Cmd::Show(a) => cmd_show(a),
-        Cmd::Recover(a) => cmd_recover(a),
-        Cmd::Fsck(a) => cmd_fsck(a),
-        Cmd::Dead(a) => cmd_dead(a),
-        Cmd::Compact(a) => cmd_compact(a),
-        Cmd::Demo(a) => demo::cmd_demo(a),
-        Cmd::Bench(a) => bench::cmd_bench(a),
-        Cmd::DemoJob(a) => demo::cmd_demo_job(a),
-    }
 }

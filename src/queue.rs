@@ -74,11 +74,15 @@ pub struct Options {
     pub evidence: EvidenceLimits,
 }
 
+/// The default payload limit: 16 MiB (16,777,216 bytes). `Options::max_payload` and the
+/// CLI's `--max-payload` start from it.
+pub const DEFAULT_MAX_PAYLOAD: u64 = 16 << 20;
+
 impl Default for Options {
     fn default() -> Self {
         Options {
             durability: Durability::Strict,
-            max_payload: 16 << 20,
+            max_payload: DEFAULT_MAX_PAYLOAD,
             shards: 8,
             delayed_bucket_ns: 60_000_000_000,
             max_attempts: 5,

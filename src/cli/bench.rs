@@ -2,34 +2,13 @@
 //! commit-forcing fsync baseline measured in the same run (absolute figures on shared
 //! machines swing 2-10x; ratios hold).
 
+use super::args::Bench;
+use super::exit::Exit;
 use super::CliError;
-use argh::FromArgs;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 use steadq::{Durability, Options, Queue};
-
-/// Benchmark the full job lifecycle (enqueue, claim, verify, ack) per durability policy.
-#[derive(FromArgs)]
-#[argh(
-    subcommand,
-    name = "bench",
-    example = "steadq bench /mnt/ssd/benchdir --jobs 2000 --threads 4"
-)]
-pub struct Bench {
-    /// directory to benchmark in (default: the temp dir); on the filesystem you care about
-    #[argh(positional)]
-    dir: Option<PathBuf>,
-    /// jobs per case (default 1000)
-    #[argh(option, default = "1000")]
-    jobs: usize,
-    /// threads for the concurrent case (default 4)
-    #[argh(option, default = "4")]
-    threads: usize,
-    /// payload size, bytes (default 64)
-    #[argh(option, default = "64")]
-    payload: usize,
-}
 
 /// fsync'd 64-byte appends per second: one journal commit each.
 fn fsync_baseline(dir: &Path, n: usize) -> std::io::Result<f64> {
@@ -111,7 +90,7 @@ fn peak_rss_kib() -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-pub fn cmd_bench(a: Bench) -> Result<i32, CliError> {
+pub fn cmd_bench(a: Bench) -> Result<Exit, CliError> {
     if a.jobs == 0 || a.threads == 0 || a.threads > 256 {
         return Err(CliError::usage("--jobs must be > 0 and --threads 1..=256"));
     }
@@ -171,5 +150,5 @@ pub fn cmd_bench(a: Bench) -> Result<i32, CliError> {
     if let Some(k) = peak_rss_kib() {
         out!("peak RSS {k} KiB");
     }
-    Ok(0)
+    Ok(Exit::Done)
 }

@@ -1,46 +1,14 @@
 //! `steadq demo`: the whole story on real input in one command.
 
+use super::args::{Demo, DemoJob};
+use super::exit::Exit;
 use super::{open, CliError};
-use argh::FromArgs;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use steadq::{Durability, Options, Queue, State};
-
-/// Demo: hash a few thousand files of this machine through a queue with several worker
-/// processes, SIGKILL one of them mid-job, and show that every job is acked and fsck is clean.
-#[derive(FromArgs)]
-#[argh(
-    subcommand,
-    name = "demo",
-    example = "steadq demo",
-    example = "steadq demo /tmp/q --jobs 500 --keep"
-)]
-pub struct Demo {
-    /// queue directory (default: a new directory under the temp dir, removed afterwards)
-    #[argh(positional)]
-    dir: Option<PathBuf>,
-    /// jobs to enqueue, at most (default 3000)
-    #[argh(option, default = "3000")]
-    jobs: usize,
-    /// worker processes (default 4)
-    #[argh(option, default = "4")]
-    workers: usize,
-    /// keep the queue directory afterwards
-    #[argh(switch)]
-    keep: bool,
-}
-
-/// (used by demo) read a file path on stdin, append "sha256  path" to RESULTS.
-#[derive(FromArgs)]
-#[argh(subcommand, name = "demo-job")]
-pub struct DemoJob {
-    /// results file to append to
-    #[argh(positional)]
-    results: PathBuf,
-}
 
 pub fn cmd_demo_job(a: DemoJob) -> Result<i32, CliError> {
     let mut path = String::new();
@@ -170,7 +138,7 @@ fn pick_dir(a: &Demo) -> Result<(PathBuf, bool), CliError> {
     }
 }
 
-pub fn cmd_demo(a: Demo) -> Result<i32, CliError> {
+pub fn cmd_demo(a: Demo) -> Result<Exit, CliError> {
     let (dir, remove) = pick_dir(&a)?;
     let results = dir.with_extension("results");
     let _ = std::fs::remove_file(&results);
@@ -314,7 +282,7 @@ fn run_demo(
     dir: &Path,
     results: &Path,
     workers: &mut Vec<Child>,
-) -> Result<i32, CliError> {
+) -> Result<Exit, CliError> {
     out!("== SteadQ demo: queue {}", dir.display());
     let q = Queue::create(
         dir,
@@ -339,7 +307,7 @@ fn summary(
     st: &steadq::Status,
     total: u64,
     elapsed: Duration,
-) -> Result<i32, CliError> {
+) -> Result<Exit, CliError> {
     let q = open(dir)?;
     let receipts = q.list(Some(State::Acked))?;
     let retries: u64 = receipts
@@ -377,5 +345,5 @@ fn summary(
         out!("  {p}");
     }
     let ok = f.clean() && st.acked + st.dead == total && st.acked > 0;
-    Ok(if ok { 0 } else { 2 })
+    Ok(if ok { Exit::Done } else { Exit::NotDone })
 }

@@ -1,10 +1,10 @@
 //! `steadq work`: run a command once per job.
 
-use super::{dur, CliError};
-use argh::FromArgs;
+use super::args::Work;
+use super::exit::Exit;
+use super::CliError;
 use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -14,71 +14,6 @@ use steadq::{backoff, Lease, Nacked, Reason};
 pub const EX_TEMPFAIL: i32 = 75;
 /// The command's "bad input, never retry" exit code (EX_DATAERR, sysexits.h).
 pub const EX_DATAERR: i32 = 65;
-
-/// Run CMD once per job: payload on stdin; STEADQ_JOB_ID, STEADQ_ATTEMPT,
-/// STEADQ_MAX_ATTEMPTS and STEADQ_QUEUE in its environment. Exit 0 acks; 75 (EX_TEMPFAIL)
-/// retries after --retry-delay without backoff growth; 65 (EX_DATAERR) dead-letters at once
-/// (reason dataerr); anything else (or a signal) retries with exponential backoff; when
-/// attempts are exhausted the job goes to dead/. The lease is renewed while CMD runs; its exit
-/// status settles the job even if it did not read all of stdin. --timeout: stop CMD (SIGTERM,
-/// SIGKILL 2 s later) and retry with backoff. SIGTERM
-/// or SIGINT: stop taking jobs, let running ones finish within --grace, then stop them and
-/// release their jobs. An empty queue is waited on with inotify, not polled.
-#[derive(FromArgs)]
-#[argh(
-    subcommand,
-    name = "work",
-    example = "steadq work /var/lib/jobs -- ./process-job.sh",
-    example = "steadq work /var/lib/jobs --concurrency 4 --lease 2m -- ffmpeg-wrapper",
-    example = "steadq work /var/lib/jobs --once -- sh -c 'cat >> /tmp/out'",
-    error_code(2, "cannot run CMD, or the queue failed"),
-    error_code(3, "--once: no job was ready")
-)]
-pub struct Work {
-    /// queue directory
-    #[argh(positional)]
-    pub dir: PathBuf,
-    /// lease (visibility timeout), 1s to 7d, renewed every third of it while CMD runs
-    /// (default 30s)
-    #[argh(
-        option,
-        default = "Duration::from_secs(30)",
-        from_str_fn(super::lease_dur)
-    )]
-    pub lease: Duration,
-    /// jobs to run at once (default 1)
-    #[argh(option, default = "1")]
-    pub concurrency: u32,
-    /// handle at most one job, do not wait; exit 3 if none is ready
-    #[argh(switch)]
-    pub once: bool,
-    /// on SIGTERM/SIGINT, time running jobs get to finish (default 30s)
-    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(dur))]
-    pub grace: Duration,
-    /// first retry delay after a failure; doubles per attempt (default 10s)
-    #[argh(option, default = "Duration::from_secs(10)", from_str_fn(dur))]
-    pub backoff: Duration,
-    /// longest retry delay (default 1h)
-    #[argh(option, default = "Duration::from_secs(3600)", from_str_fn(dur))]
-    pub max_backoff: Duration,
-    /// retry delay after exit code 75 (default 60s)
-    #[argh(option, default = "Duration::from_secs(60)", from_str_fn(dur))]
-    pub retry_delay: Duration,
-    /// stop a command running longer than this (SIGTERM to its process group, SIGKILL
-    /// 2 s later) and retry the job with backoff, like a failure (default: no limit)
-    #[argh(option, from_str_fn(dur))]
-    pub timeout: Option<Duration>,
-    /// print nothing per job
-    #[argh(switch, short = 'q')]
-    pub quiet: bool,
-    /// largest payload this worker reads, bytes (default 16 MiB); larger jobs go to dead/
-    /// with reason toolarge, for a worker with a higher limit to requeue
-    #[argh(option, default = "16 << 20")]
-    pub max_payload: u64,
-    /// the command and its arguments (after --)
-    #[argh(positional, greedy)]
-    pub command: Vec<String>,
-}
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -132,7 +67,7 @@ enum JobEnd {
     Fatal(CliError),
 }
 
-pub fn cmd_work(a: Work) -> Result<i32, CliError> {
+pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     if a.command.is_empty() {
         return Err(CliError::usage(
             "work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh",
@@ -157,10 +92,10 @@ pub fn cmd_work(a: Work) -> Result<i32, CliError> {
         return match q.claim_for(a.lease)? {
             None => {
                 eprintln!("no job ready in {}", a.dir.display());
-                Ok(3)
+                Ok(Exit::NoJob)
             }
             Some(l) => match run_job(&a, l) {
-                JobEnd::Continue => Ok(0),
+                JobEnd::Continue => Ok(Exit::Done),
                 JobEnd::Fatal(e) => Err(e),
             },
         };
@@ -202,7 +137,7 @@ pub fn cmd_work(a: Work) -> Result<i32, CliError> {
     if sig != 0 && !a.quiet {
         eprintln!("steadq work: stopped by signal {sig}");
     }
-    Ok(0)
+    Ok(Exit::Done)
 }
 
 /// Once a second: stop (exit 2) when a directory of the queue was removed or replaced; while

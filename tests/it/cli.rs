@@ -216,8 +216,8 @@ fn bad_input_gives_a_clear_error_and_changes_nothing() {
         (
             vec![
                 "dead".into(),
-                p(q).into(),
                 "requeue".into(),
+                p(q).into(),
                 "0123456789abcdef0123456789abcdef".into(),
             ],
             "no dead job",
@@ -288,8 +288,8 @@ fn bad_input_gives_a_clear_error_and_changes_nothing() {
             "bad state 'sleeping'",
         ),
         (
-            vec!["dead".into(), p(q).into(), "explode".into()],
-            "bad dead action 'explode'",
+            vec!["dead".into(), "requeue".into(), p(q).into()],
+            "needs a job id or --all",
         ),
         (
             vec!["init".into(), p(&missing.join("a/b")).into()],
@@ -435,7 +435,7 @@ fn work_once_exit_codes_decide_the_job() {
             }
         )
     );
-    let o = steadq(&["dead", p(q), "requeue", "--all"]);
+    let o = steadq(&["dead", "requeue", p(q), "--all"]);
     assert!(text(&o.stdout).contains("requeued 1"));
     assert!(run(65).status.success());
     assert_eq!(
@@ -444,7 +444,7 @@ fn work_once_exit_codes_decide_the_job() {
             reason: steadq::Reason::new("dataerr").unwrap()
         }
     );
-    assert!(steadq(&["dead", p(q), "purge"]).status.success());
+    assert!(steadq(&["dead", "purge", p(q)]).status.success());
     assert!(Queue::open(q).unwrap().list(None).unwrap().is_empty());
     // A command that cannot start: exit 2, and the job is released, not burnt.
     steadq_in(&["enqueue", p(q)], b"z");
@@ -1057,4 +1057,27 @@ fn help_of_work_and_claim_shows_the_lease_limits() {
             .join(" ");
         assert!(help.contains("1s to 7d"), "{sub}: {help}");
     }
+}
+
+#[test]
+fn dead_takes_nested_subcommands() {
+    let d = TempDir::new("dead-nested");
+    let q = d.path();
+    let o = steadq(&["init", p(q)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let bad = steadq(&["dead", "explode", p(q)]);
+    assert_eq!(bad.status.code(), Some(1), "an unknown action is bad usage");
+    let help = steadq(&["dead", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    for action in ["list", "requeue", "purge"] {
+        assert!(text.contains(action), "{text}");
+    }
+    let list = steadq(&["dead", "list", p(q)]);
+    assert_eq!(list.status.code(), Some(0));
+    assert_eq!(list.stdout, b"");
+    let purge = steadq(&["dead", "purge", p(q)]);
+    assert_eq!(
+        String::from_utf8_lossy(&purge.stdout),
+        "purged 0 dead jobs\n"
+    );
 }

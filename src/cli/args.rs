@@ -1,0 +1,580 @@
+//! Argument definitions: every subcommand's flags, and the parsers for their values.
+//! Nothing here touches a queue; `cmd.rs` runs the commands.
+
+use argh::FromArgs;
+use std::path::PathBuf;
+use std::time::Duration;
+use steadq::State;
+
+/// SteadQ: a durable job queue in a directory. No daemon, no database.
+#[derive(FromArgs)]
+#[argh(
+    example = "steadq demo",
+    example = "steadq init /var/lib/jobs && echo hello | steadq enqueue /var/lib/jobs",
+    example = "steadq work /var/lib/jobs --concurrency 2 -- sh -c 'cat > /tmp/job.$STEADQ_JOB_ID'",
+    note = "Logging: RUST_LOG=info (or debug) on stderr. `steadq --version` prints the version.",
+    error_code(2, "failed, not done: nothing changed"),
+    error_code(3, "nothing to do: no job ready"),
+    error_code(4, "indeterminate: the operation may have happened"),
+    error_code(5, "fsck found problems"),
+    error_code(6, "lease lost: the lease was recovered, renewed or settled elsewhere")
+)]
+pub struct Top {
+    #[argh(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+pub enum Cmd {
+    Init(Init),
+    Enqueue(Enqueue),
+    Work(Work),
+    Claim(Claim),
+    Renew(Renew),
+    Ack(Ack),
+    Nack(Nack),
+    Fail(Fail),
+    Status(Status),
+    List(List),
+    Show(Show),
+    Recover(Recover),
+    Fsck(Fsck),
+    Dead(Dead),
+    Compact(Compact),
+    Demo(Demo),
+    Bench(Bench),
+    DemoJob(DemoJob),
+}
+
+/// Parse `500ms`, `30s`, `5m`, `2h`, `7d`, `1.5m`. The unit is required: a bare `10` could mean
+/// seconds or minutes, so it is refused.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad =
+        || format!("bad duration '{s}': use a number with ms, s, m, h or d, e.g. 30s, 5m, 7d");
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let mult = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return Err(bad()),
+    };
+    let secs = n * mult;
+    if !secs.is_finite() || !(0.0..=1e12).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+pub fn dur(s: &str) -> Result<Duration, String> {
+    parse_duration(s)
+}
+
+/// A lease: 1 s to 7 days. Longer leases would keep a crashed worker's job hidden for weeks.
+pub fn lease_dur(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_secs(1) || d > Duration::from_secs(7 * 86400) {
+        return Err(format!("bad lease '{s}': use 1s to 7d"));
+    }
+    Ok(d)
+}
+
+fn parse_state(s: &str) -> Result<State, String> {
+    Ok(match s {
+        "ready" => State::Ready,
+        "leased" => State::Leased,
+        "delayed" => State::Delayed,
+        "dead" => State::Dead,
+        "acked" | "receipts" => State::Acked,
+        _ => {
+            return Err(format!(
+                "bad state '{s}': use ready, leased, delayed, dead or acked"
+            ))
+        }
+    })
+}
+
+/// Create a queue (or complete an interrupted creation); print its id.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "init",
+    example = "steadq init /var/lib/jobs --shards 16"
+)]
+pub struct Init {
+    /// queue directory (its parent must exist)
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// shards, 1..=256 (default 8); for an existing queue with another count, exit 2
+    #[argh(option)]
+    pub shards: Option<u16>,
+}
+
+/// Enqueue one job (payload from --file or stdin); print its id.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "enqueue",
+    example = "echo 'resize img_001.jpg' | steadq enqueue /var/lib/jobs",
+    example = "steadq enqueue /var/lib/jobs --file job.json --max-attempts 3 --delay 10m"
+)]
+pub struct Enqueue {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// read the payload from this file instead of stdin
+    #[argh(option)]
+    pub file: Option<PathBuf>,
+    /// claims allowed before the job is dead-lettered (default 5)
+    #[argh(option)]
+    pub max_attempts: Option<u32>,
+    /// do not run before this much time has passed (e.g. 30s, 10m)
+    #[argh(option, from_str_fn(dur))]
+    pub delay: Option<Duration>,
+    /// largest payload accepted, bytes (default 16 MiB)
+    #[argh(option, default = "steadq::DEFAULT_MAX_PAYLOAD")]
+    pub max_payload: u64,
+}
+
+/// Claim one job; print its lease handle (for renew/ack/nack/fail).
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "claim",
+    example = "rc=0; h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) || rc=$?; [ $rc = 3 ] && exit 0; [ $rc = 0 ] || exit $rc",
+    example = "process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
+    error_code(3, "no job ready (within --wait)")
+)]
+pub struct Claim {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// lease (visibility timeout), 1s to 7d, e.g. 5m (default 30s)
+    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
+    pub lease: Duration,
+    /// wait up to this long for a job (default: do not wait)
+    #[argh(option, from_str_fn(dur))]
+    pub wait: Option<Duration>,
+    /// write the verified payload to this file (a path: '-' is refused, as stdout carries
+    /// the lease handle that `h=$(...)` captures)
+    #[argh(option)]
+    pub payload_out: Option<PathBuf>,
+    /// largest payload read, bytes (default 16 MiB); larger jobs go to dead/ (toolarge)
+    #[argh(option, default = "steadq::DEFAULT_MAX_PAYLOAD")]
+    pub max_payload: u64,
+}
+
+/// Extend a lease; print the new handle.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "renew",
+    example = "h=$(steadq renew /var/lib/jobs \"$h\" --lease 5m)"
+)]
+pub struct Renew {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// lease handle printed by claim or renew
+    #[argh(positional)]
+    pub handle: String,
+    /// new lease from now, 1s to 7d (default 30s)
+    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
+    pub lease: Duration,
+}
+
+/// Ack a leased job: it becomes a receipt.
+#[derive(FromArgs)]
+#[argh(subcommand, name = "ack", example = "steadq ack /var/lib/jobs \"$h\"")]
+pub struct Ack {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// lease handle
+    #[argh(positional)]
+    pub handle: String,
+}
+
+/// Nack a leased job: retry after --delay (dead-lettered when attempts are exhausted).
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "nack",
+    example = "steadq nack /var/lib/jobs \"$h\" --delay 1m"
+)]
+pub struct Nack {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// lease handle
+    #[argh(positional)]
+    pub handle: String,
+    /// retry after this long, e.g. 30s or 5m (default 0s: at once)
+    #[argh(option, default = "Duration::ZERO", from_str_fn(dur))]
+    pub delay: Duration,
+}
+
+/// Dead-letter a leased job now.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "fail",
+    example = "steadq fail /var/lib/jobs \"$h\" --reason badinput"
+)]
+pub struct Fail {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// lease handle
+    #[argh(positional)]
+    pub handle: String,
+    /// reason: 1 to 16 characters of [a-z0-9] (default "failed")
+    #[argh(option, default = "String::from(\"failed\")")]
+    pub reason: String,
+}
+
+/// Counts per state, bytes, oldest ready job's age, expired leases, dead jobs.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "status",
+    example = "steadq status /var/lib/jobs",
+    example = "steadq status /var/lib/jobs --prometheus > /var/lib/node_exporter/textfile/steadq.prom.$$ && mv /var/lib/node_exporter/textfile/steadq.prom.$$ /var/lib/node_exporter/textfile/steadq.prom"
+)]
+pub struct Status {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// print JSON
+    #[argh(switch)]
+    pub json: bool,
+    /// print Prometheus text format (for node_exporter's textfile collector)
+    #[argh(switch)]
+    pub prometheus: bool,
+}
+
+/// List jobs: state, id, attempts, deadlines or reasons, path.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "list",
+    example = "steadq list /var/lib/jobs --state dead"
+)]
+pub struct List {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// only this state: ready, leased, delayed, dead or acked
+    #[argh(option, from_str_fn(parse_state))]
+    pub state: Option<State>,
+}
+
+/// Show one job: state, name fields, header, digests and payload.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "show",
+    example = "steadq show /var/lib/jobs 019d2f6a7c3e4b5a8d9e0f1a2b3c4d5e"
+)]
+pub struct Show {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// job id (32 hex digits) or any of its file names
+    #[argh(positional)]
+    pub job: String,
+    /// print only the raw payload bytes
+    #[argh(switch)]
+    pub raw: bool,
+}
+
+/// Recover: expired leases back to ready (or dead), due delayed jobs to ready, temp files
+/// of dead writers removed. It does all it can: an entry it cannot move (a full disk) is
+/// reported and the rest are recovered (exit 2 or 4 then).
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "recover",
+    example = "steadq recover /var/lib/jobs",
+    example = "steadq recover /var/lib/jobs --due-now   # after the clock was set far ahead",
+    error_code(2, "something could not be recovered, nothing was"),
+    error_code(4, "something could not be recovered, the rest was")
+)]
+pub struct Recover {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// also make every delayed job ready now, whatever its not-before time (for delays set
+    /// while the wall clock was wrong)
+    #[argh(switch)]
+    pub due_now: bool,
+}
+
+/// Check every entry (name tag, digests, foreign entries); one line per problem.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "fsck",
+    example = "steadq fsck /var/lib/jobs || steadq fsck /var/lib/jobs --quarantine",
+    error_code(5, "problems found")
+)]
+pub struct Fsck {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// move bad entries to quarantine/ (keeping their paths)
+    #[argh(switch)]
+    pub quarantine: bool,
+}
+
+/// Dead-letters: list, requeue (JOB or --all; attempts reset), purge.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "dead",
+    example = "steadq dead list /var/lib/jobs",
+    example = "steadq dead requeue /var/lib/jobs 019d2f6a7c3e4b5a8d9e0f1a2b3c4d5e",
+    example = "steadq dead requeue /var/lib/jobs --all",
+    example = "steadq dead purge /var/lib/jobs"
+)]
+pub struct Dead {
+    #[argh(subcommand)]
+    pub action: DeadAction,
+}
+
+/// What `dead` does.
+#[derive(FromArgs)]
+#[argh(subcommand)]
+pub enum DeadAction {
+    List(DeadList),
+    Requeue(DeadRequeue),
+    Purge(DeadPurge),
+}
+
+/// List dead-lettered jobs with their reasons.
+#[derive(FromArgs)]
+#[argh(subcommand, name = "list")]
+pub struct DeadList {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+}
+
+/// Requeue dead jobs to ready with their attempts reset: one JOB, or --all.
+#[derive(FromArgs)]
+#[argh(subcommand, name = "requeue")]
+pub struct DeadRequeue {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// job id (32 hex digits) or any of its file names
+    #[argh(positional)]
+    pub job: Option<String>,
+    /// requeue every dead job
+    #[argh(switch)]
+    pub all: bool,
+}
+
+/// Delete every dead job (they are gone for good).
+#[derive(FromArgs)]
+#[argh(subcommand, name = "purge")]
+pub struct DeadPurge {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+}
+
+/// Remove old receipts, keeping verifiable evidence in evidence.log (append-only, fsynced).
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "compact",
+    example = "steadq compact /var/lib/jobs --older-than 7d"
+)]
+pub struct Compact {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// remove receipts acked longer ago than this (e.g. 7d)
+    #[argh(option, from_str_fn(dur))]
+    pub older_than: Duration,
+}
+
+/// Run CMD once per job: payload on stdin; STEADQ_JOB_ID, STEADQ_ATTEMPT,
+/// STEADQ_MAX_ATTEMPTS and STEADQ_QUEUE in its environment. Exit 0 acks; 75 (EX_TEMPFAIL)
+/// retries after --retry-delay without backoff growth; 65 (EX_DATAERR) dead-letters at once
+/// (reason dataerr); anything else (or a signal) retries with exponential backoff; when
+/// attempts are exhausted the job goes to dead/. The lease is renewed while CMD runs; its exit
+/// status settles the job even if it did not read all of stdin. --timeout: stop CMD (SIGTERM,
+/// SIGKILL 2 s later) and retry with backoff. SIGTERM
+/// or SIGINT: stop taking jobs, let running ones finish within --grace, then stop them and
+/// release their jobs. An empty queue is waited on with inotify, not polled.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "work",
+    example = "steadq work /var/lib/jobs -- ./process-job.sh",
+    example = "steadq work /var/lib/jobs --concurrency 4 --lease 2m -- ffmpeg-wrapper",
+    example = "steadq work /var/lib/jobs --once -- sh -c 'cat >> /tmp/out'",
+    error_code(2, "cannot run CMD, or the queue failed"),
+    error_code(3, "--once: no job was ready")
+)]
+pub struct Work {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// lease (visibility timeout), 1s to 7d, renewed every third of it while CMD runs
+    /// (default 30s)
+    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
+    pub lease: Duration,
+    /// jobs to run at once (default 1)
+    #[argh(option, default = "1")]
+    pub concurrency: u32,
+    /// handle at most one job, do not wait; exit 3 if none is ready
+    #[argh(switch)]
+    pub once: bool,
+    /// on SIGTERM/SIGINT, time running jobs get to finish (default 30s)
+    #[argh(option, default = "Duration::from_secs(30)", from_str_fn(dur))]
+    pub grace: Duration,
+    /// first retry delay after a failure; doubles per attempt (default 10s)
+    #[argh(option, default = "Duration::from_secs(10)", from_str_fn(dur))]
+    pub backoff: Duration,
+    /// longest retry delay (default 1h)
+    #[argh(option, default = "Duration::from_secs(3600)", from_str_fn(dur))]
+    pub max_backoff: Duration,
+    /// retry delay after exit code 75 (default 60s)
+    #[argh(option, default = "Duration::from_secs(60)", from_str_fn(dur))]
+    pub retry_delay: Duration,
+    /// stop a command running longer than this (SIGTERM to its process group, SIGKILL
+    /// 2 s later) and retry the job with backoff, like a failure (default: no limit)
+    #[argh(option, from_str_fn(dur))]
+    pub timeout: Option<Duration>,
+    /// print nothing per job
+    #[argh(switch, short = 'q')]
+    pub quiet: bool,
+    /// largest payload this worker reads, bytes (default 16 MiB); larger jobs go to dead/
+    /// with reason toolarge, for a worker with a higher limit to requeue
+    #[argh(option, default = "steadq::DEFAULT_MAX_PAYLOAD")]
+    pub max_payload: u64,
+    /// the command and its arguments (after --)
+    #[argh(positional, greedy)]
+    pub command: Vec<String>,
+}
+
+/// Demo: hash a few thousand files of this machine through a queue with several worker
+/// processes, SIGKILL one of them mid-job, and show that every job is acked and fsck is clean.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "demo",
+    example = "steadq demo",
+    example = "steadq demo /tmp/q --jobs 500 --keep"
+)]
+pub struct Demo {
+    /// queue directory (default: a new directory under the temp dir, removed afterwards)
+    #[argh(positional)]
+    pub dir: Option<PathBuf>,
+    /// jobs to enqueue, at most (default 3000)
+    #[argh(option, default = "3000")]
+    pub jobs: usize,
+    /// worker processes (default 4)
+    #[argh(option, default = "4")]
+    pub workers: usize,
+    /// keep the queue directory afterwards
+    #[argh(switch)]
+    pub keep: bool,
+}
+
+/// (used by demo) read a file path on stdin, append "sha256  path" to RESULTS.
+#[derive(FromArgs)]
+#[argh(subcommand, name = "demo-job")]
+pub struct DemoJob {
+    /// results file to append to
+    #[argh(positional)]
+    pub results: PathBuf,
+}
+
+/// Benchmark the full job lifecycle (enqueue, claim, verify, ack) per durability policy.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "bench",
+    example = "steadq bench /mnt/ssd/benchdir --jobs 2000 --threads 4"
+)]
+pub struct Bench {
+    /// directory to benchmark in (default: the temp dir); on the filesystem you care about
+    #[argh(positional)]
+    pub dir: Option<PathBuf>,
+    /// jobs per case (default 1000)
+    #[argh(option, default = "1000")]
+    pub jobs: usize,
+    /// threads for the concurrent case (default 4)
+    #[argh(option, default = "4")]
+    pub threads: usize,
+    /// payload size, bytes (default 64)
+    #[argh(option, default = "64")]
+    pub payload: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86400)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
+        for bad in ["", "x", "3x", "-1s", "s", "1e99d", "2", "0", "1.5"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains(&format!("'{bad}'")), "{e}");
+        }
+    }
+
+    #[test]
+    fn argh_parses_subcommands() {
+        use Top;
+        let t = Top::from_args(
+            &["steadq"],
+            &["enqueue", "/q", "--delay", "10m", "--max-attempts", "3"],
+        )
+        .ok()
+        .unwrap();
+        let Cmd::Enqueue(e) = t.cmd else { panic!() };
+        assert_eq!(
+            (e.delay, e.max_attempts),
+            (Some(Duration::from_secs(600)), Some(3))
+        );
+        let err = Top::from_args(&["steadq"], &["enqueue", "/q", "--delay", "10x"])
+            .err()
+            .unwrap();
+        assert!(err.output.contains("bad duration '10x'"), "{}", err.output);
+        let t = Top::from_args(
+            &["steadq"],
+            &[
+                "work",
+                "/q",
+                "--concurrency",
+                "3",
+                "--",
+                "sh",
+                "-c",
+                "exit 0",
+            ],
+        )
+        .ok()
+        .unwrap();
+        let Cmd::Work(w) = t.cmd else { panic!() };
+        assert_eq!(w.command, vec!["sh", "-c", "exit 0"]);
+    }
+}

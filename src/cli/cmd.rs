@@ -1,0 +1,477 @@
+//! Command handlers for the small commands: each parses nothing (args.rs did), calls the
+//! library once or twice, and prints through `out!` with an encoder from encode.rs.
+
+use super::args::*;
+use super::encode;
+use super::exit::Exit;
+use super::{open, stdout, CliError};
+use std::io::{Read, Write};
+use steadq::{EnqueueOptions, Error, ErrorKind, JobId, Options, Queue, Reason, State};
+
+fn parse_job_id(s: &str) -> Result<JobId, CliError> {
+    // Accept a bare id or any job file name (its first field is the id).
+    let first = s
+        .rsplit('/')
+        .next()
+        .unwrap_or(s)
+        .split('.')
+        .next()
+        .unwrap_or("");
+    JobId::parse(first).ok_or_else(|| {
+        CliError::usage(format!(
+            "bad job id '{s}': expected 32 lowercase hex digits (see `steadq list`)"
+        ))
+    })
+}
+
+fn read_limited(r: &mut dyn Read, limit: u64, what: &str) -> Result<Vec<u8>, CliError> {
+    let mut buf = Vec::new();
+    r.take(limit.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(|e| CliError::usage(format!("{what}: {e}")))?;
+    if buf.len() as u64 > limit {
+        return Err(CliError::usage(format!(
+            "{what}: payload exceeds the limit of {limit} bytes (--max-payload)"
+        )));
+    }
+    Ok(buf)
+}
+
+pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
+    let defaults = Options::default();
+    let q = Queue::create(
+        &a.dir,
+        Options {
+            shards: a.shards.unwrap_or(defaults.shards),
+            ..defaults
+        },
+    )?;
+    let have = q.identity().shards;
+    // Without --shards (the systemd unit runs init before every start) any count is fine.
+    if let Some(want) = a.shards.filter(|&w| w != have) {
+        return Err(CliError::usage(format!(
+            "{}: queue exists with {have} shards; --shards {want} was not applied",
+            a.dir.display()
+        )));
+    }
+    stdout::note_done(
+        format!(
+            "the queue {} WAS created (or already existed)",
+            a.dir.display()
+        ),
+        "its id",
+    );
+    out!("{:032x}", q.id());
+    eprintln!("queue {} ready: {have} shards", a.dir.display());
+    Ok(Exit::Done)
+}
+
+pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
+    if a.max_attempts == Some(0) {
+        return Err(CliError::usage("--max-attempts must be at least 1"));
+    }
+    // Read the payload first: a bad file changes nothing.
+    let payload = match &a.file {
+        Some(f) => {
+            let mut file = std::fs::File::open(f)
+                .map_err(|e| CliError::usage(format!("{}: {e}", f.display())))?;
+            read_limited(&mut file, a.max_payload, &f.display().to_string())?
+        }
+        None => read_limited(&mut std::io::stdin().lock(), a.max_payload, "stdin")?,
+    };
+    let q = Queue::open_with(
+        &a.dir,
+        Options {
+            max_payload: a.max_payload,
+            ..Options::default()
+        },
+    )?;
+    let id = q.enqueue_with(
+        &payload,
+        &EnqueueOptions {
+            max_attempts: a.max_attempts,
+            delay: a.delay,
+        },
+    )?;
+    stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");
+    out!("{id}");
+    Ok(Exit::Done)
+}
+
+pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
+    if a.payload_out
+        .as_deref()
+        .is_some_and(|p| p.as_os_str() == "-")
+    {
+        return Err(CliError::usage(
+            "--payload-out -: stdout carries the lease handle, so the payload needs a file path (e.g. --payload-out /tmp/payload)",
+        ));
+    }
+    // Open the payload file before claiming: a bad path then changes nothing.
+    let mut file = match &a.payload_out {
+        Some(p) => Some(
+            std::fs::File::create(p)
+                .map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let q = Queue::open_with(
+        &a.dir,
+        Options {
+            max_payload: a.max_payload,
+            ..Options::default()
+        },
+    )?;
+    let lease = match a.wait {
+        Some(w) => q.claim_wait(a.lease, w)?,
+        None => q.claim_for(a.lease)?,
+    };
+    let Some(lease) = lease else {
+        eprintln!("no job ready in {}", a.dir.display());
+        return Ok(Exit::NoJob);
+    };
+    if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
+        if let Err(e) = f.write_all(lease.payload()).and_then(|()| f.sync_all()) {
+            let released = match lease.release() {
+                Ok(()) => "the job was released to ready".to_string(),
+                Err(r) => format!("releasing the job failed too: {r}"),
+            };
+            return Err(CliError::new(
+                Exit::Indeterminate,
+                format!("{}: {e}; {released}", p.display()),
+            ));
+        }
+    }
+    let handle = lease.handle();
+    let text = format!("{handle}\n").into_bytes();
+    let attempt = lease.attempt();
+    if let (false, Some(e)) = (stdout::write(&text), stdout::take_error()) {
+        // Nobody got the handle: give the job back rather than leave it hidden for a lease.
+        let msg = format!("the job's lease handle could not be written to stdout: {e}");
+        return Err(match lease.release() {
+            Ok(()) => CliError::usage(format!(
+                "{msg}; the job was released to ready (attempt {attempt} used)"
+            )),
+            Err(r) => CliError::new(
+                Exit::Indeterminate,
+                format!("{msg}; releasing the job failed too: {r}"),
+            ),
+        });
+    }
+    let _ = lease.into_handle();
+    Ok(Exit::Done)
+}
+
+pub fn cmd_renew(a: Renew) -> Result<Exit, CliError> {
+    let q = open(&a.dir)?;
+    let mut l = q.lease_from_handle(&a.handle)?;
+    let r = l.renew(a.lease);
+    // The lease belongs to the script that holds the handle, which still runs: a failed
+    // renew must never release the job (dropping the Lease would), whatever the error.
+    let handle = l.into_handle();
+    if let Err(e) = r {
+        let mut e = CliError::from(e);
+        if e.exit() == Exit::Indeterminate && handle != a.handle {
+            e.add(&format!(
+                "; the lease may have been renewed: its handle is then {handle}, else still the old one"
+            ));
+        } else if e.exit() == Exit::NotDone {
+            e.add("; the lease was kept as it was (not released): the old handle still holds it");
+        }
+        return Err(e);
+    }
+    stdout::note_done(
+        format!("the lease WAS renewed; its new handle is {handle}"),
+        "the handle",
+    );
+    out!("{handle}");
+    Ok(Exit::Done)
+}
+
+pub fn cmd_ack(a: Ack) -> Result<Exit, CliError> {
+    let q = open(&a.dir)?;
+    let r = q.lease_from_handle(&a.handle)?.ack()?;
+    stdout::note_done(format!("the job {} WAS acked", r.id), "its receipt name");
+    out!("{}", r.name);
+    Ok(Exit::Done)
+}
+
+pub fn cmd_nack(a: Nack) -> Result<Exit, CliError> {
+    let q = open(&a.dir)?;
+    let n = q.lease_from_handle(&a.handle)?.nack(a.delay)?;
+    stdout::note_done("the job WAS nacked", "its new state");
+    match n {
+        steadq::Nacked::Ready => out!("ready"),
+        steadq::Nacked::Delayed(ns) => out!("delayed until unix {:.3}", ns as f64 / 1e9),
+        steadq::Nacked::Dead => out!("dead (attempts exhausted)"),
+    }
+    Ok(Exit::Done)
+}
+
+pub fn cmd_fail(a: Fail) -> Result<Exit, CliError> {
+    let reason = Reason::new(&a.reason).ok_or_else(|| {
+        CliError::usage(format!(
+            "bad --reason '{}': use 1 to 16 characters of [a-z0-9]",
+            a.reason
+        ))
+    })?;
+    let q = open(&a.dir)?;
+    q.lease_from_handle(&a.handle)?.fail(reason)?;
+    Ok(Exit::Done)
+}
+
+pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
+    if a.json && a.prometheus {
+        return Err(CliError::usage("--json and --prometheus are exclusive"));
+    }
+    let q = open(&a.dir)?;
+    let s = q.status()?;
+    let dir = a.dir.display().to_string();
+    let label = encode::QueueLabel {
+        dir: &dir,
+        id: q.id(),
+    };
+    let text = if a.json {
+        encode::status_json(&label, &s) + "\n"
+    } else if a.prometheus {
+        encode::status_prometheus(&label, &s)
+    } else {
+        encode::status_text(&label, &s)
+    };
+    stdout::write(text.as_bytes());
+    Ok(Exit::Done)
+}
+
+/// The queue's clocks now, for [`encode::describe`].
+fn now(q: &Queue) -> encode::Now {
+    let c = q.clock();
+    encode::Now {
+        wall_ns: c.wall_ns(),
+        boot_ns: c.boot_ns(),
+        boot_id: c.boot_id(),
+    }
+}
+
+pub fn cmd_list(a: List) -> Result<Exit, CliError> {
+    let q = open(&a.dir)?;
+    for l in q.list(a.state)? {
+        let n = &l.name;
+        let line = format!(
+            "{:<7} {} attempt {}/{} gen {} {} {}\n",
+            encode::state_name(l.state),
+            n.id,
+            n.attempt,
+            n.max_attempts,
+            n.generation,
+            encode::describe(&now(&q), &n.kind),
+            l.rel_path(q.id())
+        );
+        if !stdout::write(line.as_bytes()) {
+            break; // a closed pipe (| head) is a clean exit; another error exits 2 in main
+        }
+    }
+    Ok(Exit::Done)
+}
+
+pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
+    let id = parse_job_id(&a.job)?;
+    let q = open(&a.dir)?;
+    let l = q.find(id).map_err(|e| match e.kind() {
+        ErrorKind::NoSuchJob => CliError::usage(format!("{}: no job {id}", a.dir.display())),
+        _ => e.into(),
+    })?;
+    let (h, payload) = match q.read_job(&l) {
+        Ok(x) => x,
+        // A corrupt file is shown by its name (which is verified on its own); its header and
+        // payload cannot be trusted. `read_job` moves nothing.
+        Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => return show_corrupt(&a, &q, &l, &e),
+        Err(e) => return Err(e.into()),
+    };
+    if a.raw {
+        stdout::write(&payload);
+        return Ok(Exit::Done);
+    }
+    show_name(&q, &l);
+    out!("created   unix {:.3}", h.created_ns as f64 / 1e9);
+    out!("bytes     {}", h.payload_len);
+    out!("sha256    {}", steadq::format::hex32(&h.payload_sha256));
+    out!("envelope  {}", steadq::format::hex32(&h.envelope_sha256));
+    match std::str::from_utf8(&payload) {
+        Ok(t) if t.len() <= 4096 => out!("payload   {t}"),
+        Ok(_) => out!(
+            "payload   ({} bytes of text; --raw prints it)",
+            payload.len()
+        ),
+        Err(_) => out!(
+            "payload   ({} bytes of binary; --raw prints it)",
+            payload.len()
+        ),
+    }
+    Ok(Exit::Done)
+}
+
+/// The fields of a job's name: state, path, attempt, generation.
+fn show_name(q: &Queue, l: &steadq::Listed) {
+    let n = &l.name;
+    out!("job       {}", n.id);
+    out!(
+        "state     {} {}",
+        encode::state_name(l.state),
+        encode::describe(&now(q), &n.kind)
+    );
+    out!("path      {}", l.rel_path(q.id()));
+    out!("attempt   {}/{}", n.attempt, n.max_attempts);
+    out!("gen       {}", n.generation);
+}
+
+/// Show a job whose file fails verification. Dead-lettered already (reason corrupt): exit 0;
+/// in any other state: exit 2 (a claim or `fsck` will dead-letter it).
+fn show_corrupt(a: &Show, q: &Queue, l: &steadq::Listed, e: &Error) -> Result<Exit, CliError> {
+    let ErrorKind::Corrupt(c) = e.kind() else {
+        unreachable!("show_corrupt is called for corrupt jobs only")
+    };
+    let path = a.dir.join(l.rel_path(q.id()));
+    if a.raw {
+        return Err(CliError::usage(format!(
+            "{}: corrupt job file ({c}): its payload cannot be verified, so --raw prints nothing",
+            path.display()
+        )));
+    }
+    show_name(q, l);
+    out!("file      corrupt ({c}): header and payload not shown");
+    if l.state == State::Dead {
+        return Ok(Exit::Done);
+    }
+    Err(CliError::usage(format!(
+        "{}: corrupt job file ({c}), not yet dead-lettered (a claim or `steadq fsck` will)",
+        path.display()
+    )))
+}
+
+pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
+    let q = open(&a.dir)?;
+    let made_due = if a.due_now { q.make_due(None)? } else { 0 };
+    let mut r = q.recover_report();
+    let err = r.first_error.take();
+    stdout::note_done("recovery WAS done", "its report");
+    out!(
+        "expired leases to ready {}, to dead {}; delayed jobs due {}; made due now {made_due}; temp files removed {}; foreign entries {}; failed {}",
+        r.expired, r.expired_dead, r.due, r.temp_removed, r.foreign, r.failed
+    );
+    match err {
+        None => Ok(Exit::Done),
+        Some(e) => {
+            let e = CliError::from(e);
+            eprintln!(
+                "steadq: {} entries could not be recovered (the others were); first: {e}",
+                r.failed
+            );
+            Ok(e.exit())
+        }
+    }
+}
+
+pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
+    let q = open(&a.dir)?;
+    let r = q.fsck(a.quarantine)?;
+    if a.quarantine {
+        stdout::note_done("fsck --quarantine WAS done", "its list of problems");
+    }
+    for p in &r.problems {
+        out!("{p}");
+    }
+    eprintln!(
+        "fsck {}: {} entries checked, {} job files verified, {} corrupt jobs already dead-lettered, {} problems",
+        a.dir.display(),
+        r.checked,
+        r.verified,
+        r.dead_corrupt,
+        r.problems.len()
+    );
+    Ok(if r.clean() {
+        Exit::Done
+    } else {
+        Exit::Problems
+    })
+}
+
+pub fn cmd_dead(a: Dead) -> Result<Exit, CliError> {
+    match a.action {
+        DeadAction::List(l) => cmd_list(List {
+            dir: l.dir,
+            state: Some(State::Dead),
+        }),
+        DeadAction::Requeue(r) => dead_requeue(r),
+        DeadAction::Purge(p) => {
+            let n = open(&p.dir)?.purge_dead()?;
+            stdout::note_done(format!("{n} dead jobs WERE purged"), "the report");
+            out!("purged {n} dead jobs");
+            Ok(Exit::Done)
+        }
+    }
+}
+
+fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
+    let id = match (&a.job, a.all) {
+        (Some(j), false) => Some(parse_job_id(j)?),
+        (None, true) => None,
+        _ => {
+            return Err(CliError::usage(
+                "dead requeue needs a job id or --all (not both)",
+            ))
+        }
+    };
+    let q = open(&a.dir)?;
+    let n = q.requeue_dead(id).map_err(|e| match (e.kind(), id) {
+        (ErrorKind::NoSuchJob, Some(id)) => {
+            CliError::usage(format!("{}: no dead job {id}", a.dir.display()))
+        }
+        _ => e.into(),
+    })?;
+    match id {
+        Some(id) => {
+            stdout::note_done(format!("the job {id} WAS requeued"), "the report");
+            out!("requeued {id}");
+        }
+        None => {
+            stdout::note_done(format!("{n} jobs WERE requeued"), "the report");
+            out!("requeued {n} jobs");
+        }
+    }
+    Ok(Exit::Done)
+}
+
+pub fn cmd_compact(a: Compact) -> Result<Exit, CliError> {
+    let q = open(&a.dir)?;
+    let r = q.compact(a.older_than)?;
+    let n = r.removed;
+    stdout::note_done(format!("{n} receipts WERE compacted"), "the report");
+    out!(
+        "compacted {n} receipts into {}",
+        a.dir.join(steadq::EVIDENCE_FILE).display()
+    );
+    if r.cut > 0 {
+        out!(
+            "the disk was full: first cut {} receipts to their headers, freeing {} bytes",
+            r.cut,
+            r.freed_bytes
+        );
+    }
+    Ok(Exit::Done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_ids_from_names() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(parse_job_id(id).ok().unwrap().to_string(), id);
+        assert!(parse_job_id(&format!(
+            "ready/00/{id}.g0000000000000000.a00000000.m00000005.k0000000000000000.sqj"
+        ))
+        .is_ok());
+        assert!(parse_job_id("xyz").is_err());
+    }
+}

@@ -1,0 +1,302 @@
+//! Output encoders: text, JSON and Prometheus. Pure functions from values to strings, so
+//! each format is unit-tested without a queue.
+
+use std::fmt::Write;
+use steadq::{Kind, State, Status};
+
+/// State names in `status` order.
+pub const STATE_NAMES: [&str; 5] = ["ready", "leased", "delayed", "dead", "acked"];
+
+/// What `status` prints about one queue besides its counts.
+pub struct QueueLabel<'a> {
+    /// The queue directory as the user gave it.
+    pub dir: &'a str,
+    /// The queue id (from its identity file).
+    pub id: u128,
+}
+
+/// A JSON string literal (RFC 8259: quote, backslash and control characters escaped).
+pub fn json_string(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// An age or span for people: `42s`, `17m`, `5h`, `3d` (rounded down).
+pub fn fmt_age(ns: u64) -> String {
+    let s = ns / 1_000_000_000;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+/// The CLI's name of a state (also the `--state` values).
+pub fn state_name(s: State) -> &'static str {
+    match s {
+        State::Ready => "ready",
+        State::Leased => "leased",
+        State::Delayed => "delayed",
+        State::Dead => "dead",
+        State::Acked => "acked",
+    }
+}
+
+fn counts(s: &Status) -> [u64; 5] {
+    [s.ready, s.leased, s.delayed, s.dead, s.acked]
+}
+
+/// `status --json`: one line, an object with counts, bytes per state and the oldest ready age.
+pub fn status_json(q: &QueueLabel, s: &Status) -> String {
+    let mut o = format!(
+        "{{\"queue\":{},\"queue_id\":\"{:032x}\"",
+        json_string(q.dir),
+        q.id
+    );
+    for (n, c) in STATE_NAMES.iter().zip(counts(s)) {
+        let _ = write!(o, ",\"{n}\":{c}");
+    }
+    let _ = write!(
+        o,
+        ",\"expired_leases\":{},\"foreign\":{},\"bytes\":{{",
+        s.expired_leases, s.foreign
+    );
+    let bytes: Vec<String> = STATE_NAMES
+        .iter()
+        .zip(s.bytes)
+        .map(|(n, b)| format!("\"{n}\":{b}"))
+        .collect();
+    o += &bytes.join(",");
+    let age = s
+        .oldest_ready_age_ns
+        .map_or("null".into(), |n| format!("{:.3}", n as f64 / 1e9));
+    let _ = write!(o, "}},\"oldest_ready_age_seconds\":{age}}}");
+    o
+}
+
+/// `status --prometheus`: the text exposition format for node_exporter's textfile collector.
+pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
+    // Label values escape backslash, quote and newline (Prometheus exposition format).
+    let ql = q
+        .dir
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    let mut o = String::new();
+    let mut gauge = |name: &str, help: &str, rows: &[(Option<&str>, String)]| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (state, v) in rows {
+            match state {
+                Some(st) => {
+                    let _ = writeln!(o, "{name}{{queue=\"{ql}\",state=\"{st}\"}} {v}");
+                }
+                None => {
+                    let _ = writeln!(o, "{name}{{queue=\"{ql}\"}} {v}");
+                }
+            }
+        }
+    };
+    let per_state = |vals: [u64; 5]| -> Vec<(Option<&str>, String)> {
+        STATE_NAMES
+            .iter()
+            .zip(vals)
+            .map(|(n, v)| (Some(*n), v.to_string()))
+            .collect()
+    };
+    gauge("steadq_jobs", "Jobs in each state.", &per_state(counts(s)));
+    gauge(
+        "steadq_bytes",
+        "Bytes of job files in each state.",
+        &per_state(s.bytes),
+    );
+    gauge(
+        "steadq_expired_leases",
+        "Leases past their deadline, not yet recovered.",
+        &[(None, s.expired_leases.to_string())],
+    );
+    gauge(
+        "steadq_foreign_entries",
+        "Entries that are not valid jobs (see steadq fsck).",
+        &[(None, s.foreign.to_string())],
+    );
+    let age = s.oldest_ready_age_ns.map_or(0.0, |n| n as f64 / 1e9);
+    gauge(
+        "steadq_oldest_ready_age_seconds",
+        "Age of the oldest ready job (0 when none).",
+        &[(None, format!("{age:.3}"))],
+    );
+    o
+}
+
+/// `status` for people: a line per state, expired leases, foreign entries, oldest ready job.
+pub fn status_text(q: &QueueLabel, s: &Status) -> String {
+    let mut o = format!("queue    {} ({:032x})\n", q.dir, q.id);
+    for (i, (n, c)) in STATE_NAMES.iter().zip(counts(s)).enumerate() {
+        let _ = writeln!(o, "{n:<8} {c:>8}  {:>12} bytes", s.bytes[i]);
+    }
+    let _ = writeln!(
+        o,
+        "expired  {:>8}  leases past their deadline (run `steadq recover`)",
+        s.expired_leases
+    );
+    if s.foreign > 0 {
+        let _ = writeln!(
+            o,
+            "foreign  {:>8}  entries that are not jobs (run `steadq fsck`)",
+            s.foreign
+        );
+    }
+    let _ = writeln!(
+        o,
+        "oldest ready job: {}",
+        s.oldest_ready_age_ns.map_or("-".into(), fmt_age)
+    );
+    o
+}
+
+/// The clocks a description is relative to (from `Queue::clock()`).
+pub struct Now {
+    /// Wall clock, ns since the Unix epoch.
+    pub wall_ns: u64,
+    /// Boot clock (CLOCK_BOOTTIME), ns.
+    pub boot_ns: u64,
+    /// This boot's id (see `Clock::boot_id`).
+    pub boot_id: u128,
+}
+
+/// What `list` and `show` say about a job's name beyond its state: deadlines, reasons.
+pub fn describe(now: &Now, k: &Kind) -> String {
+    match k {
+        Kind::Ready => String::new(),
+        Kind::Leased(l) if l.boot_id != now.boot_id => {
+            "lease from an earlier boot (expired)".into()
+        }
+        Kind::Leased(l) if l.boot_deadline_ns <= now.boot_ns => format!(
+            "lease expired {} ago",
+            fmt_age(now.boot_ns - l.boot_deadline_ns)
+        ),
+        Kind::Leased(l) => format!(
+            "lease expires in {}",
+            fmt_age(l.boot_deadline_ns - now.boot_ns)
+        ),
+        k @ Kind::Delayed { .. } if steadq::delay_due(k, now.boot_id, now.boot_ns, now.wall_ns) => {
+            "due now".into()
+        }
+        k @ Kind::Delayed { .. } => {
+            let due = steadq::due_wall_ns(k, now.boot_id, now.boot_ns, now.wall_ns);
+            format!("due in {}", fmt_age(due.saturating_sub(now.wall_ns)))
+        }
+        Kind::Dead { reason } => format!("reason {reason}"),
+        Kind::Receipt { token, .. } => format!("token {token:032x}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Status {
+        Status {
+            ready: 3,
+            leased: 1,
+            delayed: 2,
+            dead: 0,
+            acked: 7,
+            bytes: [300, 100, 200, 0, 700],
+            expired_leases: 1,
+            foreign: 2,
+            oldest_ready_age_ns: Some(1_500_000_000),
+        }
+    }
+
+    const Q: QueueLabel = QueueLabel {
+        dir: "/var/lib/\"jobs\"",
+        id: 0xab,
+    };
+
+    #[test]
+    fn json_strings_escape_controls() {
+        assert_eq!(json_string("a\"b\\c\u{1}\n"), r#""a\"b\\c\u0001\u000a""#);
+    }
+
+    #[test]
+    fn status_as_json() {
+        assert_eq!(
+            status_json(&Q, &sample()),
+            concat!(
+                r#"{"queue":"/var/lib/\"jobs\"","queue_id":"000000000000000000000000000000ab","#,
+                r#""ready":3,"leased":1,"delayed":2,"dead":0,"acked":7,"expired_leases":1,"foreign":2,"#,
+                r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700},"#,
+                r#""oldest_ready_age_seconds":1.500}"#
+            )
+        );
+        let none = Status::default();
+        assert!(status_json(&Q, &none).ends_with(r#""oldest_ready_age_seconds":null}"#));
+    }
+
+    #[test]
+    fn status_as_prometheus() {
+        let p = status_prometheus(&Q, &sample());
+        assert!(p.contains("# TYPE steadq_jobs gauge\n"), "{p}");
+        assert!(p.contains("steadq_jobs{queue=\"/var/lib/\\\"jobs\\\"\",state=\"acked\"} 7\n"));
+        assert!(p.contains("steadq_bytes{queue=\"/var/lib/\\\"jobs\\\"\",state=\"ready\"} 300\n"));
+        assert!(p.contains("steadq_foreign_entries{queue=\"/var/lib/\\\"jobs\\\"\"} 2\n"));
+        assert!(
+            p.ends_with("steadq_oldest_ready_age_seconds{queue=\"/var/lib/\\\"jobs\\\"\"} 1.500\n")
+        );
+        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 5);
+    }
+
+    #[test]
+    fn status_as_text() {
+        let t = status_text(&Q, &sample());
+        assert!(
+            t.contains("\nacked           7           700 bytes\n"),
+            "{t}"
+        );
+        assert!(t.contains("foreign         2"));
+        assert!(t.ends_with("oldest ready job: 1s\n"));
+        let quiet = status_text(&Q, &Status::default());
+        assert!(!quiet.contains("foreign"));
+        assert!(quiet.ends_with("oldest ready job: -\n"));
+    }
+
+    #[test]
+    fn ages_and_descriptions() {
+        assert_eq!(fmt_age(119_999_999_999), "119s");
+        assert_eq!(fmt_age(120_000_000_000), "2m");
+        assert_eq!(fmt_age(7_200_000_000_000), "2h");
+        assert_eq!(fmt_age(172_800_000_000_000), "2d");
+        let now = Now {
+            wall_ns: 1_000_000_000_000,
+            boot_ns: 50_000_000_000,
+            boot_id: 9,
+        };
+        let due = Kind::Delayed {
+            not_before_ns: 1_000_000_000_000 + 90_000_000_000,
+            boot: None,
+        };
+        assert_eq!(describe(&now, &due), "due in 90s");
+        // On this boot the boot clock says how long is left, whatever the wall clock says.
+        let boot_due = Kind::Delayed {
+            not_before_ns: 1,
+            boot: Some(steadq::BootDue {
+                boot_id: 9,
+                not_before_boot_ns: 50_000_000_000 + 30_000_000_000,
+            }),
+        };
+        assert_eq!(describe(&now, &boot_due), "due in 30s");
+        assert_eq!(describe(&now, &Kind::Ready), "");
+    }
+}

@@ -1,0 +1,95 @@
+//! The exit-code table: one enum that `--help` (argh's `error_code` lines), the conversion
+//! from library errors and README's table all follow. A test checks the three agree.
+
+use steadq::{Error, Outcome};
+
+/// How a `steadq` command ended, as its process exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: done (past its linearization point and every durability barrier).
+    Done = 0,
+    /// 1: bad usage (argh rejected the command line).
+    Usage = 1,
+    /// 2: failed, not done: nothing changed.
+    NotDone = 2,
+    /// 3: nothing to do: no job ready.
+    NoJob = 3,
+    /// 4: indeterminate: the operation may have happened.
+    Indeterminate = 4,
+    /// 5: fsck found problems.
+    Problems = 5,
+    /// 6: lease lost: recovered, renewed or settled elsewhere.
+    LeaseLost = 6,
+}
+
+impl Exit {
+    /// Every exit code, in order.
+    #[cfg(test)]
+    pub const ALL: [Exit; 7] = [
+        Exit::Done,
+        Exit::Usage,
+        Exit::NotDone,
+        Exit::NoJob,
+        Exit::Indeterminate,
+        Exit::Problems,
+        Exit::LeaseLost,
+    ];
+
+    /// The process exit code.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// What the code means, as `--help` and README say it.
+    #[cfg(test)]
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Exit::Done => "done",
+            Exit::Usage => "bad usage",
+            Exit::NotDone => "failed, not done: nothing changed",
+            Exit::NoJob => "nothing to do: no job ready",
+            Exit::Indeterminate => "indeterminate: the operation may have happened",
+            Exit::Problems => "fsck found problems",
+            Exit::LeaseLost => "lease lost: the lease was recovered, renewed or settled elsewhere",
+        }
+    }
+
+    /// The exit code a library error maps to: lease lost 6, indeterminate 4, else 2.
+    pub fn of(e: &Error) -> Exit {
+        if e.is_lease_lost() {
+            Exit::LeaseLost
+        } else if e.outcome() == Outcome::Indeterminate {
+            Exit::Indeterminate
+        } else {
+            Exit::NotDone
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args::Top;
+    use argh::FromArgs;
+
+    #[test]
+    fn help_and_readme_follow_the_table() {
+        let help = Top::from_args(&["steadq"], &["--help"])
+            .err()
+            .unwrap()
+            .output;
+        let readme = include_str!("../../README.md");
+        for e in Exit::ALL {
+            let row = format!("| {} | {} |", e.code(), e.meaning());
+            assert!(readme.contains(&row), "README lacks the row {row:?}");
+            // argh lists the error codes (2 and up) with their meaning.
+            if e.code() >= 2 {
+                let line = help
+                    .lines()
+                    .find(|l| l.trim_start().starts_with(&format!("{} ", e.code())))
+                    .unwrap_or_else(|| panic!("--help lacks exit code {}", e.code()));
+                assert!(line.ends_with(e.meaning()), "{line:?} vs {:?}", e.meaning());
+            }
+        }
+    }
+}
