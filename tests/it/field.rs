@@ -619,3 +619,65 @@ fn try_ack_keeps_the_lease_when_the_disk_is_full() {
     drop(l);
     assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
 }
+
+/// A command that succeeded but whose ack was not done (receipts/00 made immutable with
+/// `chattr +i` on a real ext4, by the command itself) does not run again: `work` keeps the
+/// lease, renews it and retries the ack until it is done.
+#[test]
+fn work_retries_an_ack_that_was_not_done() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP work_retries_an_ack_that_was_not_done: needs root, runs once");
+        return;
+    }
+    let base = TempDir::new("ackretry");
+    std::fs::create_dir_all(base.path()).unwrap();
+    let m = crate::filesystems::mount_ext4_with(base.path(), 16, &["-b", "4096"])
+        .expect("loop-mount ext4");
+    let q = m.dir.join("q");
+    let qs = q.to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "1"]).status.success());
+    let o = Command::new(BIN)
+        .args(["enqueue", qs, "--file", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rdir = q.join("receipts/00");
+    let ran = m.dir.join("ran");
+    let script = format!(
+        "chattr +i '{}' && echo run >> '{}'",
+        rdir.display(),
+        ran.display()
+    );
+    let child = Command::new(BIN)
+        .args([
+            "work", qs, "--once", "--lease", "2s", "--", "sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !ran.exists() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Past the lease: without the retry the job would have run again by now.
+    std::thread::sleep(Duration::from_secs(3));
+    crate::filesystems::sh("chattr", &["-i", rdir.to_str().unwrap()]).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("ack not done") && err.contains("acked (on try"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap(),
+        "run\n",
+        "the command ran once"
+    );
+    let queue = Queue::open(&q).unwrap();
+    let receipts = queue.list(Some(steadq::State::Acked)).unwrap();
+    assert_eq!((receipts.len(), receipts[0].name.attempt), (1, 1));
+    drop(queue);
+    drop(m);
+}
