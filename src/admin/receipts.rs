@@ -242,6 +242,17 @@ impl Queue {
         lines: &str,
         mut free: impl FnMut(&Queue) -> Result<bool>,
     ) -> Result<()> {
+        self.append_evidence_once(lines, &mut free, true)
+    }
+
+    /// [`Queue::append_evidence`]; with `again`, one more try when the lines landed in a
+    /// file that was removed meanwhile.
+    fn append_evidence_once(
+        &self,
+        lines: &str,
+        free: &mut dyn FnMut(&Queue) -> Result<bool>,
+        again: bool,
+    ) -> Result<()> {
         let _guard = self.evidence_lock.lock().unwrap_or_else(|p| p.into_inner());
         let ev = self.path(EVIDENCE_FILE);
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(ev.clone()));
@@ -282,6 +293,15 @@ impl Queue {
         }
         self.barrier_file(fd.as_fd())
             .map_err(|e| nd(Call::Fsync, e))?;
+        // Another process may have rotated this file and removed it (keep = 0) between our
+        // open and write: lines in an unlinked file are lost, so write them again, once.
+        if self.sys.nlink(fd.as_fd()).map_err(|e| nd(Call::Stat, e))? == 0 {
+            if !again {
+                return Err(nd(Call::Write, Errno::NOENT));
+            }
+            drop(_guard);
+            return self.append_evidence_once(lines, &mut |_| Ok(false), false);
+        }
         self.barrier(root).map_err(|e| nd(Call::FsyncDir, e))
     }
 

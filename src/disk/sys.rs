@@ -602,6 +602,14 @@ impl Sys {
         })
     }
 
+    /// `fstat(2)`: the link count (0 once the file was unlinked while open).
+    #[allow(clippy::unnecessary_cast)] // st_nlink is u32 on some targets
+    pub fn nlink(&self, fd: BorrowedFd<'_>) -> R<u64> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::fstat(fd).map(|st| st.st_nlink as u64)
+        })
+    }
+
     /// `fstatat(2)` with `AT_SYMLINK_NOFOLLOW`.
     #[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
     pub fn stat_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<Meta> {

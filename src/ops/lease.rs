@@ -47,7 +47,8 @@ pub enum Nacked {
 pub struct Receipt {
     /// The job.
     pub id: JobId,
-    /// The receipt file name.
+    /// The receipt file name (under [`crate::ReceiptPolicy::None`] the file is removed once
+    /// its evidence line is durable; the name is in that line).
     pub name: String,
 }
 

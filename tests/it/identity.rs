@@ -93,7 +93,10 @@ fn legacy_identity_without_sum_opens() {
         .take(5)
         .map(|l| format!("{}\n", l.replace("version=2", "version=1")))
         .collect();
-    assert!(legacy.contains("version=1\n") && !legacy.contains("sum="), "{legacy}");
+    assert!(
+        legacy.contains("version=1\n") && !legacy.contains("sum="),
+        "{legacy}"
+    );
     std::fs::write(&file, &legacy).unwrap();
     let q = Queue::open(d.path()).unwrap();
     assert_eq!((q.id(), q.identity().version), (id, 1));
