@@ -44,6 +44,7 @@
 //! src/ops/wait.rs       the blocking claim on inotify and timers
 //! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
 //! src/admin/fsck.rs     fsck and quarantine
+//! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
 //! src/cli/              the `steadq` binary (feature `cli`)
 //! ```
 
@@ -62,9 +63,10 @@ pub use disk::{scan, sys};
 pub use ops::state;
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
-pub use admin::view::{Listed, StateBytes, Status, EVIDENCE_FILE};
+pub use admin::receipts::{CompactReport, EvidenceLimits, ReceiptPolicy, EVIDENCE_FILE};
+pub use admin::view::{Listed, StateBytes, Status};
 pub use disk::clock::Clock;
-pub use disk::name::{JobId, JobName, Kind, Reason};
+pub use disk::name::{delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason};
 pub use disk::scan::Foreign;
 pub use disk::sys::Call;
 pub use error::{Error, ErrorKind, OsErrno, Outcome, Result};

@@ -25,13 +25,8 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     // argh::from_env would print --help with println!, which panics on a closed pipe
     // (`steadq --help | head`): parse here and print through `out!`.
-    let args: Vec<String> = match std::env::args_os().map(|a| a.into_string()).collect() {
-        Ok(a) => a,
-        Err(bad) => {
-            eprintln!("steadq: argument {bad:?} is not UTF-8");
-            std::process::exit(Exit::Usage.code());
-        }
-    };
+    // Paths and command arguments need not be UTF-8: argh sees placeholders for those.
+    let args: Vec<String> = cli::rawargs::placeholders(std::env::args_os());
     // argh has no --version: answer it before parsing (only as the sole argument).
     if args.len() == 2 && (args[1] == "--version" || args[1] == "-V") {
         out!("steadq {}", env!("CARGO_PKG_VERSION"));

@@ -9,8 +9,10 @@
 //! <root>/receipts/<shard>/   receipts of acked jobs
 //! <root>/quarantine/...      foreign or corrupt entries moved by `fsck --quarantine`
 //! <root>/evidence.log        digests of compacted receipts (append-only)
+//! <root>/evidence.<hex16>.log rotated evidence (version 2; the suffix is the rotation time, unix ns)
 //! ```
 
+use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
 use crate::disk::clock::Clock;
 use crate::disk::name::{shard_name, JobId, JobName};
 use crate::disk::name::{TempKind, TempName};
@@ -25,8 +27,10 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// The queue format version this build writes (and the newest it opens).
-pub const QUEUE_VERSION: u32 = 1;
+/// The queue format version this build writes (and the newest it opens). Version 2 adds the
+/// receipt policy and evidence limits to the identity file, the ack time to receipt names and
+/// the boot clock to delayed names; version-1 queues open and keep their format.
+pub const QUEUE_VERSION: u32 = 2;
 /// The identity file's name in the queue root.
 pub const IDENTITY_FILE: &str = "steadq.queue";
 /// Width of a dead-letter bucket: one day, in ns.
@@ -67,6 +71,15 @@ pub struct Options {
     /// feature `faults`).
     #[cfg(feature = "faults")]
     pub force_named_publish: bool,
+    /// Format version for a new queue (1 or 2); ignored when opening. Default
+    /// [`QUEUE_VERSION`]; 1 makes a queue that SteadQ builds before version 2 can open.
+    pub format_version: u32,
+    /// Receipt policy for a new version-2 queue; ignored when opening (see
+    /// [`Queue::set_receipt_policy`]). Default [`ReceiptPolicy::Job`].
+    pub receipts: ReceiptPolicy,
+    /// Evidence log limits for a new version-2 queue; ignored when opening. Default 16 MiB,
+    /// keep 3.
+    pub evidence: EvidenceLimits,
 }
 
 /// The longest lease (visibility timeout) a claim or renew accepts: 7 days. A longer one
@@ -123,6 +136,12 @@ impl Options {
         if self.max_payload == 0 {
             return Err(invalid("max payload must be at least 1 byte"));
         }
+        if !(1..=QUEUE_VERSION).contains(&self.format_version) {
+            return Err(invalid("format version must be 1 or 2"));
+        }
+        if self.evidence.max_bytes == 0 {
+            return Err(invalid("the evidence limit must be > 0"));
+        }
         check_lease(self.lease)
     }
 }
@@ -144,6 +163,9 @@ impl Default for Options {
             faults: None,
             #[cfg(feature = "faults")]
             force_named_publish: false,
+            format_version: QUEUE_VERSION,
+            receipts: ReceiptPolicy::Job,
+            evidence: EvidenceLimits::default(),
         }
     }
 }
@@ -156,6 +178,9 @@ impl Default for Options {
 /// id=<32 hex: 128 random bits>
 /// shards=<1..=256>
 /// delayed_bucket_ns=<decimal ns>
+/// receipts=<job|header|none>          (version 2 only)
+/// evidence_max=<decimal bytes>        (version 2 only)
+/// evidence_keep=<decimal count>       (version 2 only)
 /// sum=<16 hex: first 8 bytes of SHA-256 of all the bytes before this line>
 /// ```
 ///
@@ -171,6 +196,10 @@ pub struct Identity {
     pub shards: u16,
     /// Delayed-bucket width, ns.
     pub delayed_bucket_ns: u64,
+    /// What an ack keeps (version 1: always [`ReceiptPolicy::Job`]).
+    pub receipts: ReceiptPolicy,
+    /// Evidence log rotation (version 1: one `evidence.log` that never rotates).
+    pub evidence: EvidenceLimits,
 }
 
 /// The identity checksum: the first 8 bytes (big-endian) of SHA-256 of `body`.
@@ -200,11 +229,26 @@ fn split_sum(text: &str) -> Option<(&str, Option<u64>)> {
 }
 
 impl Identity {
-    fn encode(&self) -> String {
-        let body = format!(
+    /// A version-1 identity cannot carry a policy: it acts as `job` with one unrotated log.
+    fn settled(mut self) -> Identity {
+        if self.version < 2 {
+            self.receipts = ReceiptPolicy::Job;
+            self.evidence = EvidenceLimits::UNBOUNDED;
+        }
+        self
+    }
+
+    pub(crate) fn encode(&self) -> String {
+        let mut body = format!(
             "steadq-queue\nversion={}\nid={:032x}\nshards={}\ndelayed_bucket_ns={}\n",
             self.version, self.id, self.shards, self.delayed_bucket_ns
         );
+        if self.version >= 2 {
+            body.push_str(&format!(
+                "receipts={}\nevidence_max={}\nevidence_keep={}\n",
+                self.receipts, self.evidence.max_bytes, self.evidence.keep
+            ));
+        }
         let sum = identity_sum(body.as_bytes());
         format!("{body}sum={sum:016x}\n")
     }
@@ -222,7 +266,8 @@ impl Identity {
         ident
     }
 
-    /// The five lines before the optional sum line; nothing else may follow them.
+    /// The five lines (version 1) or eight (version 2) before the optional sum line; nothing
+    /// else may follow them.
     fn decode_body(body: &str) -> core::result::Result<Identity, ErrorKind> {
         let mut lines = body.lines();
         if lines.next() != Some("steadq-queue") {
@@ -254,7 +299,23 @@ impl Identity {
         let delayed_bucket_ns: u64 = field("delayed_bucket_ns")?
             .parse()
             .map_err(|_| ErrorKind::BadIdentity)?;
-        if !(1..=256).contains(&shards) || delayed_bucket_ns == 0 || lines.next().is_some() {
+        let (mut receipts, mut evidence) = (ReceiptPolicy::Job, EvidenceLimits::UNBOUNDED);
+        if version >= 2 {
+            receipts = field("receipts")?
+                .parse()
+                .map_err(|_| ErrorKind::BadIdentity)?;
+            evidence.max_bytes = field("evidence_max")?
+                .parse()
+                .map_err(|_| ErrorKind::BadIdentity)?;
+            evidence.keep = field("evidence_keep")?
+                .parse()
+                .map_err(|_| ErrorKind::BadIdentity)?;
+        }
+        if !(1..=256).contains(&shards)
+            || delayed_bucket_ns == 0
+            || evidence.max_bytes == 0
+            || lines.next().is_some()
+        {
             return Err(ErrorKind::BadIdentity);
         }
         Ok(Identity {
@@ -262,6 +323,8 @@ impl Identity {
             id,
             shards,
             delayed_bucket_ns,
+            receipts,
+            evidence,
         })
     }
 }
@@ -310,6 +373,8 @@ pub struct Shared {
     pub(crate) sys: Sys,
     pub(crate) ident: Identity,
     pub(crate) dirs: Dirs,
+    /// Serialises evidence appends and rotation within this process.
+    pub(crate) evidence_lock: Mutex<()>,
     pub(crate) opts: Options,
     pub(crate) clock: Clock,
     pub(crate) cursor: Mutex<Cursor>,
@@ -523,6 +588,7 @@ impl Queue {
                 shards: Default::default(),
                 group,
                 warned_foreign: Default::default(),
+                evidence_lock: Mutex::new(()),
             }),
         })
     }
@@ -680,7 +746,7 @@ fn make_sys(_: &Options) -> Sys {
     Sys::new()
 }
 
-fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<Identity> {
+pub(crate) fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<Identity> {
     let p = path.join(IDENTITY_FILE);
     let fd = match sys.open_file_ro(root, IDENTITY_FILE) {
         Ok(fd) => fd,
@@ -700,7 +766,12 @@ fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<Identit
     Identity::decode(text).map_err(|k| Error::not_done(k, Some(p)))
 }
 
-fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identity) -> Result<()> {
+pub(crate) fn publish_identity(
+    sys: &Sys,
+    root: BorrowedFd<'_>,
+    path: &Path,
+    ident: &Identity,
+) -> Result<()> {
     let tmp = format!(".{IDENTITY_FILE}.{:032x}", random_u128());
     let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
     let fd = sys.create_file(root, &tmp).map_err(|e| nd(Call::Open, e))?;
@@ -735,6 +806,42 @@ fn publish_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identi
             e,
             Outcome::Indeterminate,
             Some(path.to_path_buf()),
+        )
+    })
+}
+
+/// Replace the identity file with `ident` (a settings change): a temp file, fsync, a rename
+/// over the old file, fsync of the root.
+///
+/// # Errors
+/// [`ErrorKind::Io`]: not done before the rename, indeterminate after it.
+pub(crate) fn publish_identity_replacing(
+    sys: &Sys,
+    root: BorrowedFd<'_>,
+    path: &Path,
+    ident: &Identity,
+) -> Result<()> {
+    let tmp = format!(".{IDENTITY_FILE}.{:032x}", random_u128());
+    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
+    let fd = sys.create_file(root, &tmp).map_err(|e| nd(Call::Open, e))?;
+    let result = sys
+        .write_all(fd.as_fd(), ident.encode().as_bytes())
+        .map_err(|e| nd(Call::Write, e))
+        .and_then(|()| sys.fsync(fd.as_fd()).map_err(|e| nd(Call::Fsync, e)))
+        .and_then(|()| {
+            sys.rename_replace(root, &tmp, IDENTITY_FILE)
+                .map_err(|e| nd(Call::Rename, e))
+        });
+    if let Err(e) = result {
+        let _ = sys.unlink(root, &tmp);
+        return Err(e);
+    }
+    sys.fsync_dir(root).map_err(|e| {
+        Error::io(
+            Call::FsyncDir,
+            e,
+            Outcome::Indeterminate,
+            Some(path.join(IDENTITY_FILE)),
         )
     })
 }
@@ -848,11 +955,14 @@ fn establish_identity(
 ) -> Result<Identity> {
     let mine = match survey_jobs(sys, root) {
         Survey::Empty => Identity {
-            version: QUEUE_VERSION,
+            version: opts.format_version,
             id: random_u128(),
             shards: opts.shards,
             delayed_bucket_ns: opts.delayed_bucket_ns,
-        },
+            receipts: opts.receipts,
+            evidence: opts.evidence,
+        }
+        .settled(),
         Survey::Agreed { id, headers } => {
             let shards = layout_shards(sys, root).unwrap_or(opts.shards);
             log::warn!(
@@ -864,11 +974,14 @@ fn establish_identity(
                 opts.delayed_bucket_ns
             );
             Identity {
-                version: QUEUE_VERSION,
+                version: opts.format_version,
                 id,
                 shards,
                 delayed_bucket_ns: opts.delayed_bucket_ns,
+                receipts: opts.receipts,
+                evidence: opts.evidence,
             }
+            .settled()
         }
         Survey::Lost { jobs, ids } => {
             return Err(Error::not_done(
@@ -1033,14 +1146,32 @@ mod tests {
             id: 0xabc,
             shards: 16,
             delayed_bucket_ns: 60_000_000_000,
+            receipts: ReceiptPolicy::Job,
+            evidence: EvidenceLimits::UNBOUNDED,
         };
         assert_eq!(Identity::decode(&i.encode()), Ok(i));
-        let newer = i.encode().replace("version=1", "version=2");
+        let v2 = Identity {
+            version: 2,
+            receipts: ReceiptPolicy::Header,
+            evidence: EvidenceLimits {
+                max_bytes: 4096,
+                keep: 2,
+            },
+            ..i
+        };
+        assert!(v2
+            .encode()
+            .contains("\nreceipts=header\nevidence_max=4096\nevidence_keep=2\n"));
+        assert_eq!(Identity::decode(&v2.encode()), Ok(v2));
+        // A version-2 identity without its extra lines is damaged.
+        let short = i.encode().replace("version=1", "version=2");
+        assert_eq!(Identity::decode(&short), Err(ErrorKind::BadIdentity));
+        let newer = i.encode().replace("version=1", "version=3");
         assert_eq!(
             Identity::decode(&newer),
             Err(ErrorKind::UnsupportedVersion {
-                found: 2,
-                supported: 1
+                found: 3,
+                supported: 2
             })
         );
         assert_eq!(
@@ -1079,6 +1210,8 @@ mod tests {
             id: 0x1234_5678_9abc_def0_1122_3344_5566_7788,
             shards: 8,
             delayed_bucket_ns: 60_000_000_000,
+            receipts: ReceiptPolicy::Job,
+            evidence: EvidenceLimits::UNBOUNDED,
         };
         let text = i.encode();
         let (body, sum) = split_sum(&text).unwrap();

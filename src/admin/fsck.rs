@@ -8,7 +8,8 @@
 //! Dead jobs with reason `corrupt` are where corrupt jobs belong: they are counted, not
 //! reported.
 
-use crate::admin::view::{Load, EVIDENCE_FILE};
+use crate::admin::receipts::{is_rotated_evidence, EVIDENCE_FILE};
+use crate::admin::view::Load;
 use crate::disk::format::Corruption;
 use crate::disk::name::NameError;
 use crate::disk::name::{JobName, Kind, Reason};
@@ -131,7 +132,9 @@ impl Queue {
                 rep.checked += 1;
                 match name {
                     Some(n)
-                        if known.contains(&n) || n.starts_with(&format!(".{IDENTITY_FILE}.")) => {}
+                        if known.contains(&n)
+                            || n.starts_with(&format!(".{IDENTITY_FILE}."))
+                            || is_rotated_evidence(n) => {}
                     _ => bad.push((
                         String::new(),
                         name.unwrap_or("?").to_string(),

@@ -1,7 +1,7 @@
-//! Looking at a queue and tending it: list, status, find, requeue and purge dead jobs, compact
-//! receipts into an evidence file.
+//! Looking at a queue and tending it: list, status, find, requeue and purge dead jobs
+//! (compaction lives with the receipt policy in [`crate::admin::receipts`]).
 
-use crate::disk::format::{hex32, verify, HEADER_LEN};
+use crate::disk::format::{verify, verify_receipt, HEADER_LEN};
 use crate::disk::name::{parse_hex, shard_name, JobId, JobName, Kind};
 use crate::disk::scan::{scan, state_of, Foreign};
 use crate::disk::sys::{Call, Errno};
@@ -10,9 +10,6 @@ use crate::ops::state::{Op, State};
 use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
-
-/// The evidence file compaction appends to, in the queue root.
-pub const EVIDENCE_FILE: &str = "evidence.log";
 
 /// One job found by [`Queue::list`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -194,7 +191,7 @@ impl Queue {
                 let width = self.ident.delayed_bucket_ns;
                 let bucket = parse_hex(b.as_bytes(), 16).unwrap_or(0) as u64;
                 let fits = |n: &JobName| match n.kind {
-                    Kind::Delayed { not_before_ns } => {
+                    Kind::Delayed { not_before_ns, .. } => {
                         area == State::Delayed && not_before_ns / width == bucket
                     }
                     Kind::Dead { .. } => area == State::Dead,
@@ -361,7 +358,13 @@ impl Queue {
         self.sys
             .read_all(fd.as_fd(), limit, &mut buf)
             .map_err(|e| Load::Io(Call::Read, e))?;
-        let h = verify(&buf, id, self.ident.id).map_err(Load::Corrupt)?;
+        // A receipt may have been cut to its header (receipt policy or compaction).
+        let h = if name.ends_with(".rct") {
+            verify_receipt(&buf, id, self.ident.id)
+        } else {
+            verify(&buf, id, self.ident.id)
+        }
+        .map_err(Load::Corrupt)?;
         buf.drain(..HEADER_LEN);
         Ok((h, buf))
     }
@@ -494,107 +497,6 @@ impl Queue {
                 Some(self.path("dead")),
             )
         })?;
-        Ok(n)
-    }
-
-    /// Remove receipts acked more than `older_than` ago, first appending one line of evidence
-    /// per receipt to `evidence.log` and fsyncing it:
-    /// `v1 <job id> <receipt name> <payload sha256> <envelope sha256> <ack unix ns>\n`.
-    /// The ack time is the receipt's inode change time (the rename into `receipts/` sets it).
-    /// A receipt that fails verification is kept and reported in the log. Returns how many
-    /// receipts were removed.
-    ///
-    /// # Errors
-    /// Not done if the evidence could not be written and synced (nothing removed);
-    /// indeterminate if an unlink or the final directory fsync failed (evidence is durable;
-    /// a receipt may remain, and compacting again adds a second line for it).
-    pub fn compact(&self, older_than: Duration) -> Result<u32> {
-        let cutoff = self
-            .clock
-            .wall_ns()
-            .saturating_sub(older_than.as_nanos().min(u64::MAX as u128) as u64);
-        let mut lines = String::new();
-        let mut victims: Vec<Listed> = Vec::new();
-        for l in self.list(Some(State::Acked))? {
-            let shard = l.name.id.shard(self.ident.shards);
-            let name = l.name.format(self.ident.id);
-            let Ok(meta) = self
-                .sys
-                .stat_nofollow(self.dirs.receipts[shard as usize].as_fd(), &name)
-            else {
-                continue;
-            };
-            if meta.ctime_ns > cutoff {
-                continue;
-            }
-            match self.read_job(&l) {
-                Ok((h, _)) => {
-                    lines.push_str(&format!(
-                        "v1 {} {} {} {} {}\n",
-                        l.name.id,
-                        name,
-                        hex32(&h.payload_sha256),
-                        hex32(&h.envelope_sha256),
-                        meta.ctime_ns
-                    ));
-                    victims.push(l);
-                }
-                Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => {
-                    log::warn!("not compacting {}: {e}", l.rel_path(self.ident.id))
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        if victims.is_empty() {
-            return Ok(0);
-        }
-        let ev = self.path(EVIDENCE_FILE);
-        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(ev.clone()));
-        let fd = self
-            .sys
-            .open_append(self.dirs.root.as_fd(), EVIDENCE_FILE)
-            .map_err(|e| nd(Call::Open, e))?;
-        self.sys
-            .write_all(fd.as_fd(), lines.as_bytes())
-            .map_err(|e| nd(Call::Write, e))?;
-        self.barrier_file(fd.as_fd())
-            .map_err(|e| nd(Call::Fsync, e))?;
-        self.barrier(self.dirs.root.as_fd())
-            .map_err(|e| nd(Call::FsyncDir, e))?;
-        let mut n = 0;
-        let mut shards: Vec<u16> = Vec::new();
-        for l in &victims {
-            let s = l.name.id.shard(self.ident.shards);
-            match self.sys.unlink(
-                self.dirs.receipts[s as usize].as_fd(),
-                &l.name.format(self.ident.id),
-            ) {
-                Ok(()) => n += 1,
-                Err(Errno::NOENT) => {} // another compactor removed it
-                Err(e) => {
-                    return Err(Error::io(
-                        Call::Unlink,
-                        e,
-                        Outcome::Indeterminate,
-                        Some(self.path(&l.rel_path(self.ident.id))),
-                    ))
-                }
-            }
-            if !shards.contains(&s) {
-                shards.push(s);
-            }
-        }
-        for s in shards {
-            self.barrier(self.dirs.receipts[s as usize].as_fd())
-                .map_err(|e| {
-                    Error::io(
-                        Call::FsyncDir,
-                        e,
-                        Outcome::Indeterminate,
-                        Some(self.path(&format!("receipts/{}", shard_name(s)))),
-                    )
-                })?;
-        }
         Ok(n)
     }
 }

@@ -28,6 +28,7 @@ pub struct Top {
 #[argh(subcommand)]
 pub enum Cmd {
     Init(Init),
+    Config(Config),
     Enqueue(Enqueue),
     Work(Work),
     Claim(Claim),
@@ -115,6 +116,44 @@ pub struct Init {
     /// shards, 1..=256 (default 8); for an existing queue with another count, exit 2
     #[argh(option)]
     pub shards: Option<u16>,
+    /// what an ack keeps, for a new queue: job (default), header or none; see `config`
+    #[argh(option, from_str_fn(receipt_policy))]
+    pub receipts: Option<steadq::ReceiptPolicy>,
+    /// rotate evidence.log at this many bytes, for a new queue (default 16 MiB)
+    #[argh(option)]
+    pub evidence_max: Option<u64>,
+    /// rotated evidence files to keep, for a new queue (default 3)
+    #[argh(option)]
+    pub evidence_keep: Option<u32>,
+}
+
+/// Parse a receipt policy: job, header or none.
+pub fn receipt_policy(s: &str) -> Result<steadq::ReceiptPolicy, String> {
+    s.parse().map_err(|e: &str| e.to_string())
+}
+
+/// Change a queue's settings: the receipt policy and the evidence log limits (queue format
+/// version 2). Workers already running keep the old settings until they restart.
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "config",
+    example = "steadq config /var/lib/jobs --receipts header",
+    example = "steadq config /var/lib/jobs --receipts none --evidence-max 4194304 --evidence-keep 2"
+)]
+pub struct Config {
+    /// queue directory
+    #[argh(positional)]
+    pub dir: PathBuf,
+    /// what an ack keeps: job (the whole file), header (128 bytes) or none (an evidence line)
+    #[argh(option, from_str_fn(receipt_policy))]
+    pub receipts: Option<steadq::ReceiptPolicy>,
+    /// rotate evidence.log at this many bytes (default 16 MiB)
+    #[argh(option)]
+    pub evidence_max: Option<u64>,
+    /// rotated evidence files to keep (default 3)
+    #[argh(option)]
+    pub evidence_keep: Option<u32>,
 }
 
 /// Enqueue one job (payload from --file or stdin); print its id.

@@ -43,9 +43,29 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
         &a.dir,
         Options {
             shards: a.shards.unwrap_or(defaults.shards),
+            receipts: a.receipts.unwrap_or(defaults.receipts),
+            evidence: steadq::EvidenceLimits {
+                max_bytes: a.evidence_max.unwrap_or(defaults.evidence.max_bytes),
+                keep: a.evidence_keep.unwrap_or(defaults.evidence.keep),
+            },
             ..defaults
         },
     )?;
+    // Like --shards: settings asked for that an existing queue does not have are not applied.
+    let ident = q.identity();
+    if a.receipts.is_some_and(|p| p != ident.receipts)
+        || a.evidence_max
+            .is_some_and(|m| m != ident.evidence.max_bytes)
+        || a.evidence_keep.is_some_and(|k| k != ident.evidence.keep)
+    {
+        return Err(CliError::usage(format!(
+            "{}: queue exists with receipts {}, evidence max {} keep {}; use `steadq config` to change them",
+            a.dir.display(),
+            ident.receipts,
+            ident.evidence.max_bytes,
+            ident.evidence.keep
+        )));
+    }
     let have = q.identity().shards;
     // Without --shards (the systemd unit runs init before every start) any count is fine.
     if let Some(want) = a.shards.filter(|&w| w != have) {
@@ -63,6 +83,36 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
     );
     out!("{:032x}", q.id());
     eprintln!("queue {} ready: {have} shards", a.dir.display());
+    Ok(Exit::Done)
+}
+
+pub fn cmd_config(a: Config) -> Result<Exit, CliError> {
+    let q = open(&a.dir)?;
+    let now = q.identity();
+    if a.receipts.is_none() && a.evidence_max.is_none() && a.evidence_keep.is_none() {
+        out!(
+            "receipts {}\nevidence_max {}\nevidence_keep {}",
+            now.receipts,
+            now.evidence.max_bytes,
+            now.evidence.keep
+        );
+        return Ok(Exit::Done);
+    }
+    let limits = steadq::EvidenceLimits {
+        max_bytes: a.evidence_max.unwrap_or(now.evidence.max_bytes),
+        keep: a.evidence_keep.unwrap_or(now.evidence.keep),
+    };
+    let new = q.set_receipt_policy(a.receipts.unwrap_or(now.receipts), Some(limits))?;
+    stdout::note_done(
+        format!("the settings of {} WERE changed", a.dir.display()),
+        "the new settings",
+    );
+    out!(
+        "receipts {}\nevidence_max {}\nevidence_keep {}",
+        new.receipts,
+        new.evidence.max_bytes,
+        new.evidence.keep
+    );
     Ok(Exit::Done)
 }
 
@@ -448,12 +498,20 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
 
 pub fn cmd_compact(a: Compact) -> Result<Exit, CliError> {
     let q = open(&a.dir)?;
-    let n = q.compact(a.older_than)?;
+    let r = q.compact(a.older_than)?;
+    let n = r.removed;
     stdout::note_done(format!("{n} receipts WERE compacted"), "the report");
     out!(
         "compacted {n} receipts into {}",
         a.dir.join(steadq::EVIDENCE_FILE).display()
     );
+    if r.cut > 0 {
+        out!(
+            "the disk was full: first cut {} receipts to their headers, freeing {} bytes",
+            r.cut,
+            r.freed_bytes
+        );
+    }
     Ok(Exit::Done)
 }
 

@@ -196,12 +196,15 @@ pub fn describe(now: &Now, k: &Kind) -> String {
             "lease expires in {}",
             fmt_age(l.boot_deadline_ns - now.boot_ns)
         ),
-        Kind::Delayed { not_before_ns } if *not_before_ns <= now.wall_ns => "due now".into(),
-        Kind::Delayed { not_before_ns } => {
-            format!("due in {}", fmt_age(not_before_ns - now.wall_ns))
+        k @ Kind::Delayed { .. } if steadq::delay_due(k, now.boot_id, now.boot_ns, now.wall_ns) => {
+            "due now".into()
+        }
+        k @ Kind::Delayed { .. } => {
+            let due = steadq::due_wall_ns(k, now.boot_id, now.boot_ns, now.wall_ns);
+            format!("due in {}", fmt_age(due.saturating_sub(now.wall_ns)))
         }
         Kind::Dead { reason } => format!("reason {reason}"),
-        Kind::Receipt { token } => format!("token {token:032x}"),
+        Kind::Receipt { token, .. } => format!("token {token:032x}"),
     }
 }
 
@@ -294,8 +297,18 @@ mod tests {
         };
         let due = Kind::Delayed {
             not_before_ns: 1_000_000_000_000 + 90_000_000_000,
+            boot: None,
         };
         assert_eq!(describe(&now, &due), "due in 90s");
+        // On this boot the boot clock says how long is left, whatever the wall clock says.
+        let boot_due = Kind::Delayed {
+            not_before_ns: 1,
+            boot: Some(steadq::BootDue {
+                boot_id: 9,
+                not_before_boot_ns: 50_000_000_000 + 30_000_000_000,
+            }),
+        };
+        assert_eq!(describe(&now, &boot_due), "due in 30s");
         assert_eq!(describe(&now, &Kind::Ready), "");
     }
 }

@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod demo;
 pub mod encode;
 pub mod exit;
+pub mod rawargs;
 pub mod stdout;
 pub mod work;
 
@@ -62,9 +63,11 @@ pub fn open(dir: &Path) -> Result<Queue, CliError> {
 }
 
 /// Run one parsed command; its exit code.
-pub fn run(cmd: Cmd) -> Result<i32, CliError> {
+pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
+    rawargs::restore(&mut cmd);
     let e = match cmd {
         Cmd::Init(a) => cmd::cmd_init(a),
+        Cmd::Config(a) => cmd::cmd_config(a),
         Cmd::Enqueue(a) => cmd::cmd_enqueue(a),
         Cmd::Work(a) => work::cmd_work(a),
         Cmd::Claim(a) => cmd::cmd_claim(a),

@@ -42,12 +42,13 @@ pub fn install_handlers() {
 
 /// Refuse a command that cannot be started before any job is claimed: a typo would otherwise
 /// use up an attempt of each job it touches.
-fn check_command(cmd: &str) -> Result<(), CliError> {
+fn check_command(cmd: &std::ffi::OsStr) -> Result<(), CliError> {
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;
     let runnable = |p: &std::path::Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    let found = if cmd.contains('/') {
+    let found = if cmd.as_bytes().contains(&b'/') {
         runnable(std::path::Path::new(cmd))
     } else {
         std::env::var_os("PATH")
@@ -79,7 +80,7 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     if a.lease < Duration::from_secs(1) {
         return Err(CliError::usage("--lease must be at least 1s"));
     }
-    check_command(&a.command[0])?;
+    check_command(&super::rawargs::os(&a.command[0]))?;
     let q = steadq::Queue::open_with(
         &a.dir,
         steadq::Options {
@@ -250,8 +251,9 @@ enum Watch {
 
 fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
     let parent = rustix::process::getpid();
-    let mut cmd = Command::new(&a.command[0]);
-    cmd.args(&a.command[1..])
+    // Arguments that were not UTF-8 get their original bytes back.
+    let mut cmd = Command::new(super::rawargs::os(&a.command[0]));
+    cmd.args(a.command[1..].iter().map(|c| super::rawargs::os(c)))
         .env("STEADQ_QUEUE", &a.dir)
         .env("STEADQ_JOB_ID", lease.id().to_string())
         .env("STEADQ_ATTEMPT", lease.attempt().to_string())
@@ -388,7 +390,7 @@ fn settle(
         _ => "lost".into(),
     });
     let result = match code {
-        Some(0) => lease.ack().map(|_| "acked".to_string()),
+        Some(0) => ack_until_settled(a, lease),
         Some(EX_DATAERR) => lease
             .fail(Reason::new("dataerr").expect("valid reason"))
             .map(|_| "dead-lettered (exit 65: bad input)".to_string()),
@@ -406,6 +408,52 @@ fn settle(
         }
         Ok(_) => {}
         Err(e) => eprintln!("job {id} attempt {attempt}/{max}: {what}, but settling failed: {e}"),
+    }
+}
+
+/// First wait between ack attempts that were not done; it doubles up to [`ACK_RETRY_MAX`].
+const ACK_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait between ack attempts.
+const ACK_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Ack a job whose command succeeded. An ack that is cleanly not done (a full disk, an
+/// immutable directory) does not let the job run again: the lease is kept and renewed, and the
+/// ack retried after 1 s, doubling to 30 s, until it is done, the lease is lost, or the worker
+/// is stopped (then the lease is left to expire, as after any failed ack).
+fn ack_until_settled(a: &Work, mut lease: Lease) -> Result<String, steadq::Error> {
+    let mut wait = ACK_RETRY_FIRST;
+    let mut tries = 1u32;
+    loop {
+        let e = match lease.try_ack() {
+            Ok(_) if tries == 1 => return Ok("acked".to_string()),
+            Ok(_) => return Ok(format!("acked (on try {tries})")),
+            Err(e) => e,
+        };
+        let retry = e.outcome() == steadq::Outcome::NotDone
+            && !e.is_lease_lost()
+            && !matches!(e.kind(), steadq::ErrorKind::Corrupt(_));
+        if !retry || stop_requested() {
+            drop(lease.into_handle());
+            return Err(e);
+        }
+        eprintln!(
+            "job {}: ack not done ({e}); keeping the lease, trying again in {}s",
+            lease.id(),
+            wait.as_secs()
+        );
+        // Sleep in steps, renewing every third of the lease, so the job stays ours.
+        let until = Instant::now() + wait;
+        let mut renewed = Instant::now();
+        while Instant::now() < until && !stop_requested() {
+            std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
+            if renewed.elapsed() >= a.lease / 3 {
+                lease.renew(a.lease)?;
+                renewed = Instant::now();
+            }
+        }
+        lease.renew(a.lease)?;
+        wait = (wait * 2).min(ACK_RETRY_MAX);
+        tries += 1;
     }
 }
 

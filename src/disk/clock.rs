@@ -2,11 +2,11 @@
 //!
 //! Lease expiry uses the boot id plus `CLOCK_BOOTTIME` (monotonic, counts suspend, cannot be
 //! set; `clock_gettime(2)`), so NTP jumps and RTC-less boards (Raspberry Pi before the Pi 5
-//! restores a saved time at boot, then NTP jumps it) never expire or extend a lease. Wall time
-//! (`CLOCK_REALTIME`) is used only where another boot or a person needs it: delayed not-before
-//! times, the `w` deadline in leased names, dead-letter buckets. A wall clock that jumps
-//! forward makes delayed jobs due early; one that jumps back makes them wait longer. Neither
-//! loses a job.
+//! restores a saved time at boot, then NTP jumps it) never expire or extend a lease. Delays in
+//! a version-2 queue follow the same clock within one boot (see [`crate::delay_due`]). Wall
+//! time (`CLOCK_REALTIME`) is used where another boot or a person needs it: the wall-clock
+//! not-before of a delay (which picks its bucket and decides on another boot, or in a
+//! version-1 queue), the `w` deadline in leased names, dead-letter buckets, ack times.
 
 use crate::disk::sys::Sys;
 use rustix::time::{clock_gettime, ClockId};

@@ -144,6 +144,36 @@ fn u128_at(b: &[u8], off: usize) -> u128 {
 /// # Errors
 /// The first [`Corruption`] found, in the order the module docs list.
 pub fn verify(file: &[u8], id: u128, queue_id: u128) -> Result<Header, Corruption> {
+    let header = verify_header(file, id, queue_id)?;
+    if header.payload_len != (file.len() - HEADER_LEN) as u64 {
+        return Err(Corruption::Length);
+    }
+    let payload = &file[HEADER_LEN..];
+    let p: [u8; 32] = Sha256::digest(payload).into();
+    if p != header.payload_sha256 {
+        return Err(Corruption::PayloadDigest);
+    }
+    if envelope(file, payload) != header.envelope_sha256 {
+        return Err(Corruption::EnvelopeDigest);
+    }
+    Ok(header)
+}
+
+/// Verify a receipt: a whole job file as [`verify`], or a receipt cut to its header (exactly
+/// [`HEADER_LEN`] bytes, by the `header` receipt policy or by compaction on a full disk),
+/// whose header is checked up to the queue id; its digests still name the payload it had.
+///
+/// # Errors
+/// As [`verify`].
+pub fn verify_receipt(file: &[u8], id: u128, queue_id: u128) -> Result<Header, Corruption> {
+    if file.len() == HEADER_LEN && u64_at(file, OFF_LEN) != 0 {
+        return verify_header(file, id, queue_id);
+    }
+    verify(file, id, queue_id)
+}
+
+/// The header checks of [`verify`], up to the queue id.
+fn verify_header(file: &[u8], id: u128, queue_id: u128) -> Result<Header, Corruption> {
     if file.len() < HEADER_LEN {
         return Err(Corruption::Truncated);
     }
@@ -175,17 +205,6 @@ pub fn verify(file: &[u8], id: u128, queue_id: u128) -> Result<Header, Corruptio
     }
     if header.queue_id != queue_id {
         return Err(Corruption::QueueId);
-    }
-    if header.payload_len != (file.len() - HEADER_LEN) as u64 {
-        return Err(Corruption::Length);
-    }
-    let payload = &file[HEADER_LEN..];
-    let p: [u8; 32] = Sha256::digest(payload).into();
-    if p != header.payload_sha256 {
-        return Err(Corruption::PayloadDigest);
-    }
-    if envelope(file, payload) != header.envelope_sha256 {
-        return Err(Corruption::EnvelopeDigest);
     }
     Ok(header)
 }
@@ -239,6 +258,17 @@ mod tests {
     fn named_failures() {
         let f = file(b"abc");
         assert_eq!(verify(&f[..100], 7, 9), Err(Corruption::Truncated));
+        // A receipt cut to its header is a receipt, not a job.
+        assert_eq!(verify(&f[..HEADER_LEN], 7, 9), Err(Corruption::Length));
+        assert_eq!(verify_receipt(&f[..HEADER_LEN], 7, 9), verify(&f, 7, 9));
+        assert_eq!(
+            verify_receipt(&f[..HEADER_LEN], 8, 9),
+            Err(Corruption::JobId)
+        );
+        assert_eq!(
+            verify_receipt(&f[..HEADER_LEN + 1], 7, 9),
+            Err(Corruption::Length)
+        );
         assert_eq!(verify(&[0u8; 200], 7, 9), Err(Corruption::Magic));
         assert_eq!(verify(&f, 8, 9), Err(Corruption::JobId));
         assert_eq!(verify(&f, 7, 10), Err(Corruption::QueueId));

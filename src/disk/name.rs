@@ -6,10 +6,18 @@
 //! ```text
 //! ready    <id32>.g<gen16>.a<att8>.m<max8>.k<tag16>.sqj
 //! leased   <id32>.g<gen16>.a<att8>.m<max8>.o<boot32>.b<bootdl16>.w<walldl16>.t<token32>.k<tag16>.sqj
-//! delayed  <id32>.g<gen16>.a<att8>.m<max8>.d<notbefore16>.k<tag16>.sqj
+//! delayed  <id32>.g<gen16>.a<att8>.m<max8>.d<notbefore16>.k<tag16>.sqj                       (v1)
+//! delayed  <id32>.g<gen16>.a<att8>.m<max8>.d<notbefore16>.o<boot32>.b<bootnb16>.k<tag16>.sqj (v2)
 //! dead     <id32>.g<gen16>.a<att8>.m<max8>.x<reason>.k<tag16>.sqj
-//! receipt  <id32>.g<gen16>.a<att8>.m<max8>.t<token32>.k<tag16>.rct
+//! receipt  <id32>.g<gen16>.a<att8>.m<max8>.t<token32>.k<tag16>.rct                          (v1)
+//! receipt  <id32>.g<gen16>.a<att8>.m<max8>.t<token32>.r<acked16>.k<tag16>.rct               (v2)
 //! ```
+//!
+//! Queue version 2 writes the longer delayed and receipt forms; version 1 queues keep the
+//! short ones. Both forms parse in every queue. In a v2 delayed name `boot` is the boot id of
+//! the boot that set the delay and `bootnb` the not-before time on that boot's
+//! `CLOCK_BOOTTIME` (ns): within that boot it decides ([`delay_due`]). In a v2 receipt `acked`
+//! is the ack time (unix ns), which compaction ages by.
 //!
 //! `gen` counts state changes, `att` successful claims, `max` the attempts allowed; `boot` is
 //! the claimer's `/proc/sys/kernel/random/boot_id`, `bootdl` the lease deadline on
@@ -159,10 +167,13 @@ pub enum Kind {
     Ready,
     /// Held by a worker, in `ready/<shard>/`.
     Leased(LeaseFields),
-    /// Waiting in `delayed/<bucket>/` until `not_before` (unix ns).
+    /// Waiting in `delayed/<bucket>/` until `not_before` (unix ns), or, on the boot that set
+    /// the delay, until its boot-clock time (see [`delay_due`]).
     Delayed {
-        /// Earliest time to run, unix ns.
+        /// Earliest time to run, unix ns (wall clock); picks the bucket.
         not_before_ns: u64,
+        /// The boot clock's not-before (queue version 2); `None` in version-1 names.
+        boot: Option<BootDue>,
     },
     /// Dead-lettered in `dead/<bucket>/`.
     Dead {
@@ -173,7 +184,46 @@ pub enum Kind {
     Receipt {
         /// The lease token of the acking lease.
         token: u128,
+        /// When it was acked, unix ns (queue version 2); `None` in version-1 names.
+        acked_ns: Option<u64>,
     },
+}
+
+/// The boot-clock part of a version-2 delayed name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BootDue {
+    /// The boot id of the boot that set the delay.
+    pub boot_id: u128,
+    /// Not-before time on that boot's `CLOCK_BOOTTIME`, ns.
+    pub not_before_boot_ns: u64,
+}
+
+/// Whether a delayed job is due: on the boot that set the delay, when the boot clock
+/// (`boot_now_ns`, `CLOCK_BOOTTIME` ns of boot `boot_id`) reaches its boot-clock not-before, so
+/// a wall clock that jumps either way neither runs it early nor strands it; on any other boot,
+/// or for a version-1 name, when the wall clock (`wall_now_ns`, unix ns) reaches
+/// `not_before_ns`. The one place the due rule lives. `kind` other than delayed: `true`.
+pub fn delay_due(kind: &Kind, boot_id: u128, boot_now_ns: u64, wall_now_ns: u64) -> bool {
+    match *kind {
+        Kind::Delayed { boot: Some(b), .. } if b.boot_id == boot_id => {
+            boot_now_ns >= b.not_before_boot_ns
+        }
+        Kind::Delayed { not_before_ns, .. } => wall_now_ns >= not_before_ns,
+        _ => true,
+    }
+}
+
+/// When a delayed job becomes due by the wall clock as it reads now (unix ns): for one of this
+/// boot, now plus what its boot clock still has to run; otherwise its `not_before_ns`. For
+/// timers and for people; [`delay_due`] decides.
+pub fn due_wall_ns(kind: &Kind, boot_id: u128, boot_now_ns: u64, wall_now_ns: u64) -> u64 {
+    match *kind {
+        Kind::Delayed { boot: Some(b), .. } if b.boot_id == boot_id => {
+            wall_now_ns.saturating_add(b.not_before_boot_ns.saturating_sub(boot_now_ns))
+        }
+        Kind::Delayed { not_before_ns, .. } => not_before_ns,
+        _ => wall_now_ns,
+    }
 }
 
 /// A parsed job name: the job's complete state.
@@ -259,9 +309,20 @@ impl JobName {
                 ".o{:032x}.b{:016x}.w{:016x}.t{:032x}",
                 l.boot_id, l.boot_deadline_ns, l.wall_deadline_ns, l.token
             ),
-            Kind::Delayed { not_before_ns } => write!(out, ".d{:016x}", not_before_ns),
+            Kind::Delayed {
+                not_before_ns,
+                boot,
+            } => write!(out, ".d{:016x}", not_before_ns).and_then(|()| match boot {
+                Some(b) => write!(out, ".o{:032x}.b{:016x}", b.boot_id, b.not_before_boot_ns),
+                None => Ok(()),
+            }),
             Kind::Dead { reason } => write!(out, ".x{}", reason),
-            Kind::Receipt { token } => write!(out, ".t{:032x}", token),
+            Kind::Receipt { token, acked_ns } => {
+                write!(out, ".t{:032x}", token).and_then(|()| match acked_ns {
+                    Some(a) => write!(out, ".r{:016x}", a),
+                    None => Ok(()),
+                })
+            }
         };
         if let Some(t) = tag {
             let _ = write!(out, ".k{:016x}", t);
@@ -350,6 +411,14 @@ impl JobName {
             }),
             (false, [d]) if d.first() == Some(&b'd') => Kind::Delayed {
                 not_before_ns: hex_field(d, b'd', 16)? as u64,
+                boot: None,
+            },
+            (false, [d, o, b]) => Kind::Delayed {
+                not_before_ns: hex_field(d, b'd', 16)? as u64,
+                boot: Some(BootDue {
+                    boot_id: hex_field(o, b'o', 32)?,
+                    not_before_boot_ns: hex_field(b, b'b', 16)? as u64,
+                }),
             },
             (false, [x]) if x.first() == Some(&b'x') => Kind::Dead {
                 reason: core::str::from_utf8(&x[1..])
@@ -359,6 +428,11 @@ impl JobName {
             },
             (true, [t]) => Kind::Receipt {
                 token: hex_field(t, b't', 32)?,
+                acked_ns: None,
+            },
+            (true, [t, r]) => Kind::Receipt {
+                token: hex_field(t, b't', 32)?,
+                acked_ns: Some(hex_field(r, b'r', 16)? as u64),
             },
             _ => return Err(NameError::Syntax),
         };
@@ -513,6 +587,17 @@ mod tests {
             base.next(
                 Kind::Delayed {
                     not_before_ns: 1_700_000_100_000_000_000,
+                    boot: None,
+                },
+                false,
+            ),
+            base.next(
+                Kind::Delayed {
+                    not_before_ns: 1_700_000_100_000_000_000,
+                    boot: Some(BootDue {
+                        boot_id: u128::MAX - 3,
+                        not_before_boot_ns: 987_654_321_000,
+                    }),
                 },
                 false,
             ),
@@ -528,7 +613,20 @@ mod tests {
                 },
                 false,
             ),
-            base.next(Kind::Receipt { token: lease.token }, false),
+            base.next(
+                Kind::Receipt {
+                    token: lease.token,
+                    acked_ns: None,
+                },
+                false,
+            ),
+            base.next(
+                Kind::Receipt {
+                    token: lease.token,
+                    acked_ns: Some(1_700_000_200_000_000_000),
+                },
+                false,
+            ),
             JobName {
                 id: JobId(u128::MAX),
                 generation: u64::MAX,
@@ -614,10 +712,34 @@ mod tests {
         }
         let with_extra = good.replace(".k", ".zz.k");
         assert_eq!(JobName::parse(&with_extra, Q), Err(NameError::Syntax));
-        let rct_as_sqj = samples()[5].format(Q).replace(".rct", ".sqj");
+        let rct_as_sqj = samples()[6].format(Q).replace(".rct", ".sqj");
         assert_eq!(JobName::parse(&rct_as_sqj, Q), Err(NameError::Syntax));
         assert!(Reason::new("Bad").is_none() && Reason::new("").is_none());
         assert!(Reason::new("abcdefghijklmnopq").is_none());
+    }
+
+    #[test]
+    fn delays_are_due_by_the_boot_clock_on_their_boot_and_by_the_wall_clock_elsewhere() {
+        let k = Kind::Delayed {
+            not_before_ns: 1_000,
+            boot: Some(BootDue {
+                boot_id: 9,
+                not_before_boot_ns: 500,
+            }),
+        };
+        // This boot: the wall clock (far ahead or far behind) does not matter.
+        assert!(!delay_due(&k, 9, 499, u64::MAX));
+        assert!(delay_due(&k, 9, 500, 0));
+        assert_eq!(due_wall_ns(&k, 9, 400, 10_000), 10_100);
+        // Another boot: the wall clock decides.
+        assert!(!delay_due(&k, 8, u64::MAX, 999));
+        assert!(delay_due(&k, 8, 0, 1_000));
+        assert_eq!(due_wall_ns(&k, 8, 400, 10_000), 1_000);
+        let v1 = Kind::Delayed {
+            not_before_ns: 1_000,
+            boot: None,
+        };
+        assert!(!delay_due(&v1, 9, u64::MAX, 999) && delay_due(&v1, 9, 0, 1_000));
     }
 
     #[test]

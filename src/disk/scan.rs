@@ -212,5 +212,25 @@ mod tests {
             true,
         );
         assert_eq!(l.format(7).len(), LEASED_NAME_LEN);
+        // The version-2 delayed and receipt names are longer than before but shorter than a
+        // leased name, so an idle scan's length test still picks out leases alone.
+        let d = n.next(
+            Kind::Delayed {
+                not_before_ns: 5,
+                boot: Some(crate::disk::name::BootDue {
+                    boot_id: 6,
+                    not_before_boot_ns: 7,
+                }),
+            },
+            false,
+        );
+        let r = n.next(
+            Kind::Receipt {
+                token: 4,
+                acked_ns: Some(8),
+            },
+            false,
+        );
+        assert_eq!((d.format(7).len(), r.format(7).len()), (162, 144));
     }
 }

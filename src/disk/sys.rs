@@ -248,6 +248,8 @@ pub struct Meta {
     pub size: u64,
     /// Inode change time, unix ns (a rename sets it on Linux's local filesystems).
     pub ctime_ns: u64,
+    /// Modification time, unix ns (for a directory: when an entry was last added or removed).
+    pub mtime_ns: u64,
 }
 
 /// A directory entry's type as `getdents64` reported it.
@@ -374,6 +376,20 @@ impl Sys {
         self.run(Call::Open, || {
             rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
         })
+    }
+
+    /// Open existing regular file `name` in `dir` write-only, never following a symlink or
+    /// blocking on a fifo (`O_WRONLY | O_NOFOLLOW | O_NONBLOCK`): to cut a receipt. `openat(2)`.
+    pub fn open_file_wo(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags = OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        self.run_retry(Call::Open, || {
+            rustix::fs::openat(dir, name, flags, Mode::empty())
+        })
+    }
+
+    /// `ftruncate(2)` to `len` bytes; counted (and faulted) as a [`Call::Write`].
+    pub fn truncate(&self, fd: BorrowedFd<'_>, len: u64) -> R<()> {
+        self.run_retry(Call::Write, || rustix::fs::ftruncate(fd, len))
     }
 
     /// Open an unnamed file in `dir` (`O_TMPFILE`, Linux 3.11+). Fails with `EOPNOTSUPP` (or
@@ -521,6 +537,14 @@ impl Sys {
         })
     }
 
+    /// `renameat(2)` that replaces `to` if it exists (only for files SteadQ owns outright: the
+    /// identity file on a settings change). Counted as a [`Call::Rename`].
+    pub fn rename_replace(&self, dir: BorrowedFd<'_>, from: &str, to: &str) -> R<()> {
+        self.run(Call::Rename, || {
+            rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::empty())
+        })
+    }
+
     /// Give the `O_TMPFILE` `file` the name `to` in `dir`. `linkat(2)` never replaces: `EEXIST`
     /// if `to` exists. Tries `AT_EMPTY_PATH` (needs `CAP_DAC_READ_SEARCH` before Linux 6.10),
     /// then `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW`, and remembers which worked. `ENOTSUP`
@@ -623,6 +647,14 @@ impl Sys {
         })
     }
 
+    /// `fstat(2)`: the link count (0 once the file was unlinked while open).
+    #[allow(clippy::unnecessary_cast)] // st_nlink is u32 on some targets
+    pub fn nlink(&self, fd: BorrowedFd<'_>) -> R<u64> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::fstat(fd).map(|st| st.st_nlink as u64)
+        })
+    }
+
     /// `fstatat(2)` with `AT_SYMLINK_NOFOLLOW`.
     #[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
     pub fn stat_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<Meta> {
@@ -632,6 +664,8 @@ impl Sys {
                 size: st.st_size as u64,
                 ctime_ns: (st.st_ctime as u64).saturating_mul(1_000_000_000)
                     + st.st_ctime_nsec as u64,
+                mtime_ns: (st.st_mtime as u64).saturating_mul(1_000_000_000)
+                    + st.st_mtime_nsec as u64,
             })
         })
     }

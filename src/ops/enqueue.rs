@@ -213,8 +213,15 @@ impl Queue {
             }
             Some(d) => {
                 state::check(None, Op::EnqueueDelayed, State::Delayed);
-                let nb = crate::queue::due_after(now, d)?;
-                name.kind = Kind::Delayed { not_before_ns: nb };
+                // Refused past the year 2262 before anything is written.
+                crate::queue::due_after(now, d)?;
+                name.kind = self.delayed_kind(now, d.as_nanos().min(u64::MAX as u128) as u64);
+                let Kind::Delayed {
+                    not_before_ns: nb, ..
+                } = name.kind
+                else {
+                    unreachable!("delayed_kind makes a delayed kind")
+                };
                 let b = bucket_name(nb, self.ident.delayed_bucket_ns);
                 let rel = format!("delayed/{b}");
                 let fd = self

@@ -7,7 +7,7 @@
 //! recovered, renewed elsewhere or settled gets [`ErrorKind::LeaseLost`] and changes nothing.
 
 use crate::disk::format::{verify, Corruption, HEADER_LEN};
-use crate::disk::name::{JobId, JobName, Kind, LeaseFields, Reason};
+use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, Reason};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::recover::RecoverReport;
@@ -46,7 +46,8 @@ pub enum Nacked {
 pub struct Receipt {
     /// The job.
     pub id: JobId,
-    /// The receipt file name.
+    /// The receipt file name (under [`crate::ReceiptPolicy::None`] the file is removed once
+    /// its evidence line is durable; the name is in that line).
     pub name: String,
 }
 
@@ -495,6 +496,28 @@ impl Queue {
 }
 
 impl Queue {
+    /// The receipt kind an ack writes now: with the ack time (unix ns) in a version-2 queue.
+    pub(crate) fn receipt_kind(&self, token: u128) -> Kind {
+        Kind::Receipt {
+            token,
+            acked_ns: (self.ident.version >= 2).then(|| self.clock.wall_ns()),
+        }
+    }
+
+    /// The delayed kind for `delay_ns` from `wall_now_ns`: in a version-2 queue it also
+    /// carries this boot's id and boot-clock not-before (unless the boot id is unknown), so
+    /// within this boot a wall-clock jump changes nothing ([`crate::delay_due`]).
+    pub(crate) fn delayed_kind(&self, wall_now_ns: u64, delay_ns: u64) -> Kind {
+        let boot_id = self.clock.boot_id();
+        Kind::Delayed {
+            not_before_ns: wall_now_ns.saturating_add(delay_ns),
+            boot: (self.ident.version >= 2 && boot_id != 0).then(|| BootDue {
+                boot_id,
+                not_before_boot_ns: self.clock.boot_ns().saturating_add(delay_ns),
+            }),
+        }
+    }
+
     /// Claim up to `max` jobs with a lease of `lease` each, sharing barriers: all the claims'
     /// renames first, then one fsync per ready directory touched (grouped with other threads'
     /// fsyncs), so every claim is durable when this returns, under `Strict` as under
@@ -545,8 +568,17 @@ impl Queue {
         let mut out = Vec::with_capacity(leases.len());
         let mut shards: Vec<u16> = Vec::new();
         let mut leases = leases.into_iter();
+        // Receipts the policy still has to cut or remove once the batch is durable.
+        let mut after: Vec<(u16, JobName, Vec<u8>)> = Vec::new();
         while let Some(mut l) = leases.next() {
-            match l.ack_rename() {
+            let r = l.ack_rename().map(|(r, new)| {
+                if self.ident.receipts != crate::ReceiptPolicy::Job {
+                    let h = l.data[..HEADER_LEN.min(l.data.len())].to_vec();
+                    after.push((l.shard, new, h));
+                }
+                r
+            });
+            match r {
                 Ok(r) => {
                     out.push(r);
                     if !shards.contains(&l.shard) {
@@ -568,20 +600,18 @@ impl Queue {
             self.sync_place(&self.place_receipts(s))?;
             self.sync_place(&self.place_ready(s, State::Leased))?;
         }
+        for (s, new, h) in after {
+            self.after_ack(s, &new, &h);
+        }
         Ok(out)
     }
 }
 
 impl Lease {
     /// Rename into receipts without barriers (for [`Queue::ack_batch`]).
-    fn ack_rename(&mut self) -> Result<Receipt> {
+    fn ack_rename(&mut self) -> Result<(Receipt, JobName)> {
         self.settled = true;
-        let new = self.name.next(
-            Kind::Receipt {
-                token: self.token(),
-            },
-            false,
-        );
+        let new = self.name.next(self.q.receipt_kind(self.token()), false);
         self.q.rename_job(
             &self.here(),
             &self.name,
@@ -589,10 +619,11 @@ impl Lease {
             &new,
             Op::Ack,
         )?;
-        Ok(Receipt {
+        let r = Receipt {
             id: self.name.id,
             name: new.format(self.q.ident.id).to_string(),
-        })
+        };
+        Ok((r, new))
     }
 
     /// The job id.
@@ -699,24 +730,56 @@ impl Lease {
         self.q.sync_place(&here)
     }
 
-    /// Ack: rename the job into `receipts/<shard>/` and make that durable. The file is not
-    /// read again: it was verified once, at claim (a file corrupted while leased is not
-    /// caught here).
+    /// Ack: rename the job into `receipts/<shard>/` and make that durable; then apply the
+    /// queue's receipt policy ([`crate::ReceiptPolicy`]: cut the receipt to its header, or
+    /// write its evidence line and remove it). The ack is done once the receipt is durable: a
+    /// policy step that fails is logged and leaves a whole receipt. The file is not read
+    /// again: it was verified once, at claim (a file corrupted while leased is not caught
+    /// here).
     ///
     /// # Errors
     /// [`ErrorKind::LeaseLost`] (not done, no receipt written); [`ErrorKind::Io`]: not done
-    /// when the rename failed cleanly (the lease stays until it expires), indeterminate after
-    /// the rename (its barrier failed, or the rename returned `EIO`).
+    /// when the rename failed cleanly (the lease stays until it expires; [`Lease::try_ack`]
+    /// keeps it usable instead), indeterminate after the rename (its barrier failed, or the
+    /// rename returned `EIO`).
     pub fn ack(mut self) -> Result<Receipt> {
-        let new = self.name.next(
-            Kind::Receipt {
-                token: self.token(),
-            },
-            false,
-        );
+        let r = self.ack_verified();
+        // A failed rename leaves the lease in place until it expires (see the type's docs).
+        self.settled = true;
+        r
+    }
+
+    /// Ack, keeping this lease usable when the ack is cleanly not done: the rename failed (a
+    /// full disk, a directory made immutable) and the job is still leased by this lease, so
+    /// it can renew and try again, or be settled otherwise. After `Ok`, any other error, or a
+    /// lost lease, the lease is settled.
+    ///
+    /// # Errors
+    /// As [`Lease::ack`]; on a not-done [`ErrorKind::Io`] the job stays leased by this lease.
+    pub fn try_ack(&mut self) -> Result<Receipt> {
+        self.ack_verified()
+    }
+
+    /// The rename into receipts, its barriers and the receipt policy; `settled` is set
+    /// unless the rename was cleanly not done.
+    fn ack_verified(&mut self) -> Result<Receipt> {
+        let new = self.name.next(self.q.receipt_kind(self.token()), false);
         let q = self.q.clone();
         let to = q.place_receipts(self.shard);
-        self.settle(&to, new, Op::Ack)?;
+        match q.rename_job(&self.here(), &self.name, &to, &new, Op::Ack) {
+            Ok(()) => self.settled = true,
+            Err(e) => {
+                self.settled = e.is_lease_lost() || e.outcome() != Outcome::NotDone;
+                return Err(e);
+            }
+        }
+        q.sync_place(&to)?;
+        q.sync_place(&self.here())?;
+        q.after_ack(
+            self.shard,
+            &new,
+            &self.data[..HEADER_LEN.min(self.data.len())],
+        );
         Ok(Receipt {
             id: self.name.id,
             name: new.format(self.q.ident.id).to_string(),
@@ -762,13 +825,10 @@ impl Lease {
                 return Err(e);
             }
         };
+        let kind = self.q.delayed_kind(self.q.clock.wall_ns(), ns(delay));
         let q = self.q.clone();
         let to = q.place_delayed(nb)?;
-        self.settle(
-            &to,
-            self.name.next(Kind::Delayed { not_before_ns: nb }, false),
-            Op::Nack,
-        )?;
+        self.settle(&to, self.name.next(kind, false), Op::Nack)?;
         Ok(Nacked::Delayed(
             std::time::UNIX_EPOCH + Duration::from_nanos(nb),
         ))

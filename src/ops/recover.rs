@@ -7,7 +7,7 @@
 //! at once: of two recoverers one rename wins, the other sees `ENOENT` and skips. Running it
 //! twice in a row moves nothing the second time.
 
-use crate::disk::name::{JobName, Kind};
+use crate::disk::name::{delay_due, due_wall_ns, JobName, Kind};
 use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::ops::enqueue::DirRef;
@@ -104,8 +104,11 @@ impl Queue {
         r
     }
 
-    /// Move due delayed jobs to ready, bucket by bucket up to the current one; later buckets
-    /// only give their start as a lower bound of the next due time.
+    /// Move due delayed jobs to ready ([`crate::delay_due`]), bucket by bucket up to the
+    /// current one. A later bucket only gives its start as a lower bound of the next due time,
+    /// unless its mtime is in the future: the wall clock went back since a job entered it
+    /// (a clock set a year ahead, then corrected), and its jobs may be due by the boot clock,
+    /// so it is read too.
     pub(crate) fn recover_delayed(&self, r: &mut RecoverReport) -> Result<()> {
         let now = self.clock.wall_ns();
         let width = self.ident.delayed_bucket_ns;
@@ -131,7 +134,7 @@ impl Queue {
             })?;
         buckets.sort_unstable();
         for b in buckets {
-            if b > current {
+            if b > current && !self.bucket_from_the_future(b, now) {
                 r.next_due_wall_ns = min_opt(r.next_due_wall_ns, b.saturating_mul(width));
                 continue;
             }
@@ -142,9 +145,16 @@ impl Queue {
         Ok(())
     }
 
-    /// Move the due jobs of delayed bucket `b` (at most the current one) to ready; remove the
-    /// bucket once empty and a full width in the past. A job not yet due is read without
-    /// checking its tag; every job moved is parsed in full.
+    /// Whether later bucket `b` was last changed after `now` (wall clock, unix ns).
+    fn bucket_from_the_future(&self, b: u64, now: u64) -> bool {
+        self.sys
+            .stat_nofollow(self.dirs.delayed.as_fd(), &format!("{b:016x}"))
+            .is_ok_and(|m| m.mtime_ns > now)
+    }
+
+    /// Move the due jobs of delayed bucket `b` to ready; remove the bucket once empty and a
+    /// full width in the past. A job not yet due is read without checking its tag; every job
+    /// moved is parsed in full.
     fn recover_bucket(&self, b: u64, now: u64, current: u64, r: &mut RecoverReport) -> Result<()> {
         let width = self.ident.delayed_bucket_ns;
         let bname = format!("{b:016x}");
@@ -170,7 +180,8 @@ impl Queue {
                 ))
             }
         };
-        let fits = |n: &JobName| matches!(n.kind, Kind::Delayed { not_before_ns } if not_before_ns / width == b);
+        let fits = |n: &JobName| matches!(n.kind, Kind::Delayed { not_before_ns, .. } if not_before_ns / width == b);
+        let (boot, boot_now) = (self.clock.boot_id(), self.clock.boot_ns());
         let mut due = Vec::new();
         let mut entries = 0u32;
         self.sys
@@ -180,11 +191,10 @@ impl Queue {
                     return r.foreign += 1;
                 };
                 if let Ok((n, _)) = JobName::parse_untagged(name) {
-                    if let Kind::Delayed { not_before_ns } = n.kind {
-                        if not_before_ns > now && fits(&n) {
-                            r.next_due_wall_ns = min_opt(r.next_due_wall_ns, not_before_ns);
-                            return;
-                        }
+                    if !delay_due(&n.kind, boot, boot_now, now) && fits(&n) {
+                        let due = due_wall_ns(&n.kind, boot, boot_now, now);
+                        r.next_due_wall_ns = min_opt(r.next_due_wall_ns, due);
+                        return;
                     }
                 }
                 match crate::disk::scan::classify(

@@ -13,7 +13,7 @@
 //! nothing else. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, or the watch limit is
 //! reached) it polls, backing off from 50 ms to 1 s.
 
-use crate::disk::name::{parse_hex, JobName, Kind};
+use crate::disk::name::{due_wall_ns, parse_hex, JobName, Kind};
 use crate::disk::scan::{lease_expired, LEASED_NAME_LEN, READY_NAME_LEN};
 use crate::error::Result;
 use crate::ops::lease::Lease;
@@ -241,8 +241,10 @@ impl Queue {
                 Some(Watched::ReadyShard) => self.learn_ready(name, k),
                 Some(Watched::Bucket) => {
                     if let Ok((n, _)) = JobName::parse_untagged(name) {
-                        if let Kind::Delayed { not_before_ns } = n.kind {
-                            k.next_due_wall_ns = min_opt(k.next_due_wall_ns, not_before_ns);
+                        if let Kind::Delayed { .. } = n.kind {
+                            let c = &self.clock;
+                            let due = due_wall_ns(&n.kind, c.boot_id(), c.boot_ns(), c.wall_ns());
+                            k.next_due_wall_ns = min_opt(k.next_due_wall_ns, due);
                         }
                     }
                 }

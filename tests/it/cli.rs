@@ -393,7 +393,7 @@ fn work_once_exit_codes_decide_the_job() {
     assert!(run(75).status.success());
     let l = state();
     assert_eq!((l.state, l.name.attempt), (State::Delayed, 1));
-    let steadq::Kind::Delayed { not_before_ns } = l.name.kind else {
+    let steadq::Kind::Delayed { not_before_ns, .. } = l.name.kind else {
         panic!()
     };
     let wait = not_before_ns.saturating_sub(qq.clock().wall_ns());
@@ -407,7 +407,7 @@ fn work_once_exit_codes_decide_the_job() {
     steadq_in(&["enqueue", p(q), "--max-attempts", "3"], b"x");
     assert!(run(1).status.success());
     let l = state();
-    let steadq::Kind::Delayed { not_before_ns } = l.name.kind else {
+    let steadq::Kind::Delayed { not_before_ns, .. } = l.name.kind else {
         panic!("{l:?}")
     };
     let wait = not_before_ns.saturating_sub(qq.clock().wall_ns());
@@ -1080,4 +1080,104 @@ fn dead_takes_nested_subcommands() {
         String::from_utf8_lossy(&purge.stdout),
         "purged 0 dead jobs\n"
     );
+}
+
+/// Paths and `work` command arguments that are not UTF-8 (Latin-1 here) are taken as given:
+/// the queue directory, the payload file, and an argument passed to the command.
+#[test]
+fn non_utf8_paths_are_taken_as_given() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let d = TempDir::new("latin1");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join(OsStr::from_bytes(b"caf\xe9-queue"));
+    let payload = d.path().join(OsStr::from_bytes(b"entr\xe9e.txt"));
+    let out_file = d.path().join(OsStr::from_bytes(b"sortie-\xe9t\xe9.txt"));
+    std::fs::write(&payload, b"bonjour").unwrap();
+    let run = |args: &[&OsStr]| {
+        Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = run(&[OsStr::new("init"), q.as_os_str()]);
+    assert!(o.status.success(), "init: {}", text(&o.stderr));
+    let o = run(&[
+        OsStr::new("enqueue"),
+        q.as_os_str(),
+        OsStr::new("--file"),
+        payload.as_os_str(),
+    ]);
+    assert!(o.status.success(), "enqueue: {}", text(&o.stderr));
+    let o = run(&[
+        OsStr::new("work"),
+        q.as_os_str(),
+        OsStr::new("--once"),
+        OsStr::new("--"),
+        OsStr::new("sh"),
+        OsStr::new("-c"),
+        OsStr::new("cat > \"$1\""),
+        OsStr::new("sh"),
+        out_file.as_os_str(),
+    ]);
+    assert!(o.status.success(), "work: {}", text(&o.stderr));
+    assert_eq!(std::fs::read(&out_file).unwrap(), b"bonjour");
+    let o = run(&[OsStr::new("status"), q.as_os_str()]);
+    assert!(o.status.success(), "status: {}", text(&o.stderr));
+    assert_eq!(Queue::open(&q).unwrap().status().unwrap().acked, 1);
+}
+
+/// `init --receipts` sets a new queue's policy, and `config` changes it for the next open;
+/// `init` does not silently ignore a policy an existing queue does not have.
+#[test]
+fn init_and_config_set_the_receipt_policy() {
+    let d = TempDir::new("cfg");
+    let q = d.path();
+    let o = steadq(&["init", p(q), "--receipts", "header", "--evidence-keep", "2"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let ident = std::fs::read_to_string(q.join(steadq::IDENTITY_FILE)).unwrap();
+    assert!(
+        ident.contains("receipts=header\nevidence_max=16777216\nevidence_keep=2\n"),
+        "{ident}"
+    );
+    assert!(
+        steadq(&["init", p(q)]).status.success(),
+        "init without settings is fine"
+    );
+    let o = steadq(&["init", p(q), "--receipts", "none"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("steadq config"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = steadq(&[
+        "config",
+        p(q),
+        "--receipts",
+        "none",
+        "--evidence-max",
+        "4096",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        "receipts none\nevidence_max 4096\nevidence_keep 2\n"
+    );
+    assert_eq!(
+        Queue::open(q).unwrap().receipt_policy(),
+        steadq::ReceiptPolicy::None
+    );
+    let o = steadq(&["config", p(q), "--receipts", "all"]);
+    assert_eq!(o.status.code(), Some(1), "a bad policy is a usage error");
+    assert!(steadq_in(&["enqueue", p(q)], b"x").status.success());
+    let o = steadq(&["work", p(q), "--once", "--", "true"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        snapshot(&q.join("receipts")).is_empty(),
+        "no receipt file under none"
+    );
+    let ev = std::fs::read_to_string(q.join(steadq::EVIDENCE_FILE)).unwrap();
+    assert_eq!(ev.lines().count(), 1);
 }

@@ -67,19 +67,8 @@ fn the_pattern_matcher_is_strict() {
     assert!(!matches("x<reason>.k", "xbad-input.k"));
 }
 
-#[test]
-fn every_name_kind_matches_its_design_line_and_no_other() {
-    let d = TempDir::new("design-names");
-    let q = Queue::create(d.path(), fast(2)).unwrap();
-    let lines = design_block("## Names");
-    let kinds: Vec<(&str, &str)> = lines
-        .iter()
-        .filter_map(|l| l.split_once(char::is_whitespace))
-        .map(|(k, p)| (k, p.trim()))
-        .collect();
-    assert_eq!(kinds.len(), 5, "{lines:?}");
-
-    // One job in each state, written by the library itself.
+/// One job in each state, written by the library itself; the file name of each.
+fn names_of_every_kind(q: &Queue) -> std::collections::HashMap<State, String> {
     q.enqueue(b"ready").unwrap();
     let delay = EnqueueOptions {
         delay: Some(Duration::from_secs(3600)),
@@ -101,6 +90,27 @@ fn every_name_kind_matches_its_design_line_and_no_other() {
         seen.entry(l.state).or_insert(name);
     }
     assert_eq!(seen.len(), 5, "one job in each state: {seen:?}");
+    assert!(
+        leased.ends_with(&seen[&State::Leased]),
+        "{leased} is the leased job's name"
+    );
+    seen
+}
+
+#[test]
+fn every_name_kind_matches_its_design_line_and_no_other() {
+    // `kind pattern [(version N)]`; a line without a version holds for every version.
+    let lines = design_block("## Names");
+    let kinds: Vec<(&str, &str, Option<u32>)> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (kind, pattern) = (w.next()?, w.next()?);
+            let version = w.nth(1).and_then(|v| v.trim_end_matches(')').parse().ok());
+            Some((kind, pattern, version))
+        })
+        .collect();
+    assert!(kinds.len() >= 5, "{lines:?}");
     let kind_of = |s: State| match s {
         State::Ready => "ready",
         State::Leased => "leased",
@@ -109,21 +119,31 @@ fn every_name_kind_matches_its_design_line_and_no_other() {
         State::Acked => "receipt",
     };
     let mut longest = 0;
-    for (state, name) in &seen {
-        let hits: Vec<&str> = kinds
-            .iter()
-            .filter(|(_, p)| matches(p, name))
-            .map(|(k, _)| *k)
-            .collect();
-        assert_eq!(hits, vec![kind_of(*state)], "{name} matched {hits:?}");
-        longest = longest.max(name.len());
+    for version in 1..=QUEUE_VERSION {
+        let d = TempDir::new("design-names");
+        let o = Options {
+            format_version: version,
+            ..fast(2)
+        };
+        let q = Queue::create(d.path(), o).unwrap();
+        for (state, name) in names_of_every_kind(&q) {
+            let hits: Vec<(&str, Option<u32>)> = kinds
+                .iter()
+                .filter(|(_, p, _)| matches(p, &name))
+                .map(|(k, _, v)| (*k, *v))
+                .collect();
+            assert_eq!(hits.len(), 1, "{name} (version {version}) matched {hits:?}");
+            assert_eq!(hits[0].0, kind_of(state), "{name}");
+            assert!(
+                hits[0].1.is_none_or(|v| v == version),
+                "{name} matched the line of version {:?}, not {version}",
+                hits[0].1
+            );
+            longest = longest.max(name.len());
+        }
     }
-    assert!(
-        leased.ends_with(&seen[&State::Leased]),
-        "{leased} is the leased job's name"
-    );
-    // The document's figure for the longest name is the leased one's real length.
-    let figure = format!("at most {longest} bytes (a leased name");
+    // The document's figure for the longest name is the real length of the longest.
+    let figure = format!("at most {longest} bytes");
     assert!(
         include_str!("../../DESIGN.md").contains(&figure),
         "DESIGN.md should say {figure:?}"
@@ -133,7 +153,15 @@ fn every_name_kind_matches_its_design_line_and_no_other() {
 #[test]
 fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
     let d = TempDir::new("design-layout");
-    let q = Queue::create(d.path(), fast(2)).unwrap();
+    // A tiny evidence limit, so compaction rotates the evidence log too.
+    let o = Options {
+        evidence: EvidenceLimits {
+            max_bytes: 64,
+            keep: 2,
+        },
+        ..fast(2)
+    };
+    let q = Queue::create(d.path(), o).unwrap();
     // Everything a queue can hold: jobs in every state, evidence, quarantine.
     q.enqueue(b"a").unwrap();
     q.enqueue(b"b").unwrap();
@@ -143,6 +171,7 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
     };
     q.enqueue_with(b"c", &delay).unwrap();
     q.claim().unwrap().unwrap().ack().unwrap();
+    q.compact(Duration::ZERO).unwrap();
     q.claim()
         .unwrap()
         .unwrap()
@@ -150,6 +179,7 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
         .unwrap();
     q.enqueue(b"d").unwrap();
     q.claim().unwrap().unwrap().ack().unwrap();
+    // The second compaction finds the log over its limit and rotates it first.
     q.compact(Duration::ZERO).unwrap();
     std::fs::write(d.path().join("ready/00/stray.txt"), b"foreign").unwrap();
     q.fsck(true).unwrap();

@@ -42,6 +42,7 @@ fn plain_claim_takes_a_due_delayed_job() {
     delayed(&q, b"later", Duration::from_secs(5));
     assert!(q.claim().unwrap().is_none(), "not due yet");
     q.clock().shift_wall(6_000_000_000);
+    q.clock().shift_boot(6_000_000_000);
     let l = q
         .claim()
         .unwrap()
@@ -474,7 +475,13 @@ fn a_job_seen_twice_in_one_pass_is_counted_once() {
     let q = Queue::create(d.path(), opts(1)).unwrap();
     let id = q.enqueue(b"x").unwrap();
     let ready = q.list(None).unwrap().remove(0);
-    let receipt = ready.name.next(steadq::Kind::Receipt { token: 7 }, false);
+    let receipt = ready.name.next(
+        steadq::Kind::Receipt {
+            token: 7,
+            acked_ns: None,
+        },
+        false,
+    );
     std::fs::hard_link(
         d.path().join(ready.rel_path(q.id())),
         d.path()
@@ -506,4 +513,176 @@ fn delayed_jobs_can_be_made_due_now() {
     assert!(
         q.make_due(Some(steadq::JobId(7))).unwrap_err().kind() == &steadq::ErrorKind::NoSuchJob
     );
+}
+
+/// Stamp the bucket directories under `delayed/` with `when`, as the kernel would have when
+/// the wall clock read that (the test clock's shift does not reach the filesystem).
+fn stamp_buckets(root: &std::path::Path, when: std::time::SystemTime) {
+    for b in std::fs::read_dir(root.join("delayed")).unwrap() {
+        let f = std::fs::File::open(b.unwrap().path()).unwrap();
+        f.set_modified(when).unwrap();
+    }
+}
+
+/// Within one boot a retry delay follows the boot clock: a wall clock a day ahead does not run
+/// it early, and one set a year ahead and then corrected does not strand it for a year.
+#[test]
+fn delays_follow_the_boot_clock_when_the_wall_clock_jumps() {
+    const SEC: i64 = 1_000_000_000;
+    const DAY: i64 = 86_400 * SEC;
+    let d = TempDir::new("walljump");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    q.enqueue(b"retry me").unwrap();
+    q.claim()
+        .unwrap()
+        .unwrap()
+        .nack(Duration::from_secs(60))
+        .unwrap();
+    q.clock().shift_wall(DAY);
+    assert_eq!(
+        q.recover().unwrap().due,
+        0,
+        "a day of wall clock is not 60 s"
+    );
+    assert!(q.claim().unwrap().is_none());
+    q.clock().shift_boot(61 * SEC);
+    let l = q.claim().unwrap().expect("due after 60 s of boot clock");
+    q.clock().shift_wall(-DAY);
+
+    // The wall clock is a year ahead when the retry is set; then NTP corrects it.
+    q.clock().shift_wall(365 * DAY);
+    l.nack(Duration::from_secs(60)).unwrap();
+    let ahead = std::time::UNIX_EPOCH + Duration::from_nanos(q.clock().wall_ns());
+    stamp_buckets(d.path(), ahead);
+    q.clock().shift_wall(-365 * DAY);
+    assert_eq!(q.recover().unwrap().due, 0, "not before its 60 s");
+    q.clock().shift_boot(61 * SEC);
+    assert_eq!(q.recover().unwrap().due, 1, "60 s later, not a year later");
+    assert_eq!(q.claim().unwrap().unwrap().attempt(), 3);
+}
+
+/// A delay set on another boot follows the wall clock (the boot clock restarted).
+#[test]
+fn a_delay_from_another_boot_follows_the_wall_clock() {
+    const SEC: i64 = 1_000_000_000;
+    let d = TempDir::new("otherboot");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    delayed(&q, b"later", Duration::from_secs(60));
+    let l = &q.list(Some(steadq::State::Delayed)).unwrap()[0];
+    let steadq::Kind::Delayed {
+        not_before_ns,
+        boot: Some(b),
+    } = l.name.kind
+    else {
+        panic!("a version-2 delayed name carries the boot: {:?}", l.name)
+    };
+    assert_eq!(b.boot_id, q.clock().boot_id());
+    // The same job as the previous boot left it: another boot id, a boot-clock time far off.
+    let mut other = l.name;
+    other.kind = steadq::Kind::Delayed {
+        not_before_ns,
+        boot: Some(steadq::BootDue {
+            boot_id: b.boot_id ^ 1,
+            not_before_boot_ns: u64::MAX / 2,
+        }),
+    };
+    let dir = d.path().join(&l.dir);
+    std::fs::rename(
+        dir.join(l.name.format(q.id()).as_str()),
+        dir.join(other.format(q.id()).as_str()),
+    )
+    .unwrap();
+    assert_eq!(q.recover().unwrap().due, 0);
+    q.clock().shift_wall(61 * SEC);
+    assert_eq!(q.recover().unwrap().due, 1, "the wall clock decides");
+}
+
+/// An ack whose rename finds the disk full is not done, and `try_ack` keeps the lease usable:
+/// renew, then ack again (before, the job stayed leased until expiry and ran again).
+#[test]
+fn try_ack_keeps_the_lease_when_the_disk_is_full() {
+    let d = TempDir::new("tryack");
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Rename,
+        nth: 1,
+        action: FaultAction::Fail(Errno::NOSPC),
+    }]);
+    let q = with_plan(&d, &plan, opts(2));
+    q.enqueue(b"job").unwrap();
+    let mut l = q.claim().unwrap().unwrap();
+    plan.arm();
+    let e = l.try_ack().unwrap_err();
+    assert_eq!(
+        (e.outcome(), e.errno()),
+        (Outcome::NotDone, Some(Errno::NOSPC.into()))
+    );
+    assert!(e.to_string().contains("disk full"), "{e}");
+    assert_eq!(counts(&q), [0, 1, 0, 0, 0]);
+    l.renew(Duration::from_secs(30)).unwrap();
+    let r = l.try_ack().unwrap();
+    assert_eq!((r.id, l.attempt()), (l.id(), 1));
+    drop(l);
+    assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
+}
+
+/// A command that succeeded but whose ack was not done (receipts/00 made immutable with
+/// `chattr +i` on a real ext4, by the command itself) does not run again: `work` keeps the
+/// lease, renews it and retries the ack until it is done.
+#[test]
+fn work_retries_an_ack_that_was_not_done() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP work_retries_an_ack_that_was_not_done: needs root, runs once");
+        return;
+    }
+    let base = TempDir::new("ackretry");
+    std::fs::create_dir_all(base.path()).unwrap();
+    let m = crate::filesystems::mount_ext4_with(base.path(), 16, &["-b", "4096"])
+        .expect("loop-mount ext4");
+    let q = m.dir.join("q");
+    let qs = q.to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "1"]).status.success());
+    let o = Command::new(BIN)
+        .args(["enqueue", qs, "--file", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rdir = q.join("receipts/00");
+    let ran = m.dir.join("ran");
+    let script = format!(
+        "chattr +i '{}' && echo run >> '{}'",
+        rdir.display(),
+        ran.display()
+    );
+    let child = Command::new(BIN)
+        .args([
+            "work", qs, "--once", "--lease", "2s", "--", "sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !ran.exists() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Past the lease: without the retry the job would have run again by now.
+    std::thread::sleep(Duration::from_secs(3));
+    crate::filesystems::sh("chattr", &["-i", rdir.to_str().unwrap()]).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("ack not done") && err.contains("acked (on try"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap(),
+        "run\n",
+        "the command ran once"
+    );
+    let queue = Queue::open(&q).unwrap();
+    let receipts = queue.list(Some(steadq::State::Acked)).unwrap();
+    assert_eq!((receipts.len(), receipts[0].name.attempt), (1, 1));
+    drop(queue);
+    drop(m);
 }

@@ -84,13 +84,22 @@ fn mount(fs: &str, base: &Path) -> Result<Mount, String> {
 /// A small ext4 image (`size_mb` MiB, at most `inodes` inodes) loop-mounted under `base`, for
 /// full-disk tests. Needs root.
 pub(crate) fn mount_small_ext4(base: &Path, size_mb: u64, inodes: u32) -> Result<Mount, String> {
+    mount_ext4_with(base, size_mb, &["-N", &inodes.to_string()])
+}
+
+/// An ext4 image of `size_mb` MiB made with extra `mkfs.ext4` arguments (say `-b 4096 -m 0`),
+/// loop-mounted under `base`. Needs root.
+pub(crate) fn mount_ext4_with(base: &Path, size_mb: u64, mkfs: &[&str]) -> Result<Mount, String> {
     let dir = base.join("mnt-small");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let img = base.join("small.img");
     let f = std::fs::File::create(&img).map_err(|e| e.to_string())?;
     f.set_len(size_mb << 20).map_err(|e| e.to_string())?;
     let i = img.to_str().unwrap();
-    sh("mkfs.ext4", &["-q", "-F", "-N", &inodes.to_string(), i])?;
+    let mut args = vec!["-q", "-F"];
+    args.extend_from_slice(mkfs);
+    args.push(i);
+    sh("mkfs.ext4", &args)?;
     sh("mount", &["-o", "loop", i, dir.to_str().unwrap()])?;
     Ok(Mount {
         dir,

@@ -87,11 +87,19 @@ fn legacy_identity_without_sum_opens() {
     let id = queue_with_jobs(d.path(), 2, 1);
     let file = d.path().join(IDENTITY_FILE);
     let text = std::fs::read_to_string(&file).unwrap();
-    let legacy = &text[..text.find("sum=").unwrap()];
-    assert_eq!(legacy.lines().count(), 5);
-    std::fs::write(&file, legacy).unwrap();
+    // What SteadQ 0.1 wrote: the five version-1 fields, no sum.
+    let legacy: String = text
+        .lines()
+        .take(5)
+        .map(|l| format!("{}\n", l.replace("version=2", "version=1")))
+        .collect();
+    assert!(
+        legacy.contains("version=1\n") && !legacy.contains("sum="),
+        "{legacy}"
+    );
+    std::fs::write(&file, &legacy).unwrap();
     let q = Queue::open(d.path()).unwrap();
-    assert_eq!(q.id(), id);
+    assert_eq!((q.id(), q.identity().version), (id, 1));
     assert_eq!(claim_all(&q), 1);
 }
 

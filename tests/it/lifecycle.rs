@@ -71,6 +71,7 @@ fn delayed_job_waits_until_due() {
     assert!(q.claim().unwrap().is_none());
     assert_eq!(q.recover().unwrap().due, 0);
     q.clock().shift_wall(11 * SEC);
+    q.clock().shift_boot(11 * SEC);
     let r = q.recover().unwrap();
     assert_eq!(r.due, 1);
     let l = q.claim().unwrap().unwrap();
@@ -99,6 +100,7 @@ fn nack_backs_off_then_dead_letters_after_max_attempts() {
     assert!(nb_ns > q.clock().wall_ns());
     assert_eq!(counts(&q), [0, 0, 1, 0, 0]);
     q.clock().shift_wall(6 * SEC);
+    q.clock().shift_boot(6 * SEC);
     assert_eq!(q.recover().unwrap().due, 1);
     let l = q.claim().unwrap().unwrap();
     assert_eq!(l.attempt(), 2);
@@ -367,14 +369,14 @@ fn open_refuses_what_is_not_a_queue_and_newer_formats() {
     let idf = d.path().join("q").join(IDENTITY_FILE);
     let text = std::fs::read_to_string(&idf)
         .unwrap()
-        .replace("version=1", "version=9");
+        .replace("version=2", "version=9");
     std::fs::write(&idf, text).unwrap();
     let e = Queue::open(d.path().join("q")).unwrap_err();
     assert_eq!(
         e.kind(),
         &ErrorKind::UnsupportedVersion {
             found: 9,
-            supported: 1
+            supported: 2
         }
     );
     assert!(e.to_string().contains("steadq.queue"), "{e}");
@@ -601,12 +603,12 @@ fn compact_keeps_evidence_and_removes_old_receipts() {
     let l = q.claim().unwrap().unwrap();
     l.ack().unwrap();
     assert_eq!(
-        q.compact(Duration::from_secs(3600)).unwrap(),
+        q.compact(Duration::from_secs(3600)).unwrap().removed,
         0,
         "receipts are new"
     );
     q.clock().shift_wall(7200 * SEC);
-    assert_eq!(q.compact(Duration::from_secs(3600)).unwrap(), 2);
+    assert_eq!(q.compact(Duration::from_secs(3600)).unwrap().removed, 2);
     assert_eq!(counts(&q), [0, 0, 0, 0, 0]);
     let ev = std::fs::read_to_string(d.path().join("evidence.log")).unwrap();
     let lines: Vec<&str> = ev.lines().collect();
@@ -735,6 +737,7 @@ fn stray_entries_named_like_buckets_or_temp_files_do_not_stop_recovery() {
     )
     .unwrap();
     q.clock().shift_wall(5 * SEC);
+    q.clock().shift_boot(5 * SEC);
     let r = q.recover().unwrap();
     assert_eq!((r.due, r.foreign), (1, 2));
     let f = q.fsck(false).unwrap();

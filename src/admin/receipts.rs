@@ -1,0 +1,471 @@
+//! Receipts and what they cost on disk: the receipt policy, the evidence log and its
+//! rotation, and compaction.
+//!
+//! An ack renames the job into `receipts/<shard>/`; that rename is the ack. What happens next
+//! is the queue's [`ReceiptPolicy`] (version 2; kept in the identity file): `job` keeps the
+//! whole file, `header` cuts it to its 128-byte header, `none` appends one evidence line and
+//! removes it. A cut receipt is still a receipt: its header names the job, the queue and the
+//! digests of the payload it had ([`crate::format::verify_receipt`]).
+//!
+//! `evidence.log` holds one line per receipt removed:
+//! `v1 <job id> <receipt name> <payload sha256> <envelope sha256> <ack unix ns>\n`. In a
+//! version-2 queue it rotates to `evidence.<16 hex: unix ns>.log` when the next append would
+//! pass [`EvidenceLimits::max_bytes`], and only the newest [`EvidenceLimits::keep`] rotated
+//! files are kept.
+
+use crate::disk::format::{hex32, verify_receipt, Header, HEADER_LEN};
+use crate::disk::name::{parse_hex, shard_name, JobName, Kind};
+use crate::disk::sys::{Call, Errno};
+use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::ops::state::State;
+use crate::queue::{publish_identity_replacing, Identity, Queue};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+/// The evidence file compaction appends to, in the queue root.
+pub const EVIDENCE_FILE: &str = "evidence.log";
+
+/// What an ack keeps (queue version 2; a version-1 queue always keeps the job).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReceiptPolicy {
+    /// Keep the whole job file as the receipt (the default; what version 1 does).
+    #[default]
+    Job,
+    /// Cut the receipt to its 128-byte header after the ack (the payload's blocks are freed;
+    /// the header keeps both digests).
+    Header,
+    /// Append one evidence line and remove the receipt after the ack.
+    None,
+}
+
+impl core::fmt::Display for ReceiptPolicy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            ReceiptPolicy::Job => "job",
+            ReceiptPolicy::Header => "header",
+            ReceiptPolicy::None => "none",
+        })
+    }
+}
+
+impl core::str::FromStr for ReceiptPolicy {
+    type Err = &'static str;
+    /// `job`, `header` or `none`.
+    fn from_str(s: &str) -> core::result::Result<Self, Self::Err> {
+        match s {
+            "job" => Ok(ReceiptPolicy::Job),
+            "header" => Ok(ReceiptPolicy::Header),
+            "none" => Ok(ReceiptPolicy::None),
+            _ => Err("receipt policy must be job, header or none"),
+        }
+    }
+}
+
+/// How large the evidence log may grow (queue version 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EvidenceLimits {
+    /// Rotate `evidence.log` before an append would take it past this many bytes (> 0).
+    pub max_bytes: u64,
+    /// Rotated files kept; older ones are removed at rotation.
+    pub keep: u32,
+}
+
+impl EvidenceLimits {
+    /// What a version-1 queue has: one log that never rotates.
+    pub const UNBOUNDED: EvidenceLimits = EvidenceLimits {
+        max_bytes: u64::MAX,
+        keep: 0,
+    };
+}
+
+impl Default for EvidenceLimits {
+    /// 16 MiB, keep 3: at most about 64 MiB of evidence.
+    fn default() -> Self {
+        EvidenceLimits {
+            max_bytes: 16 << 20,
+            keep: 3,
+        }
+    }
+}
+
+/// What [`Queue::compact`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Receipts removed (each has its evidence line).
+    pub removed: u32,
+    /// Receipts cut to their header first, because the evidence write found the disk full.
+    pub cut: u32,
+    /// Bytes of payload those cuts gave back (file sizes before minus after).
+    pub freed_bytes: u64,
+    /// Receipts that failed verification and were kept (logged).
+    pub kept_corrupt: u32,
+}
+
+/// Whether `name` is a rotated evidence file, `evidence.<16 hex>.log`.
+pub(crate) fn is_rotated_evidence(name: &str) -> bool {
+    name.strip_prefix("evidence.")
+        .and_then(|r| r.strip_suffix(".log"))
+        .is_some_and(|h| parse_hex(h.as_bytes(), 16).is_some())
+}
+
+/// One evidence line.
+fn evidence_line(name: &JobName, raw: &str, h: &Header, acked_ns: u64) -> String {
+    format!(
+        "v1 {} {} {} {} {}\n",
+        name.id,
+        raw,
+        hex32(&h.payload_sha256),
+        hex32(&h.envelope_sha256),
+        acked_ns
+    )
+}
+
+impl Queue {
+    /// This handle's receipt policy (read from the identity file when it was opened).
+    pub fn receipt_policy(&self) -> ReceiptPolicy {
+        self.ident.receipts
+    }
+
+    /// Change the receipt policy and, when given, the evidence limits of this version-2 queue:
+    /// the identity file is rewritten (temp file, fsync, rename over it, fsync of the root).
+    /// Handles already open keep their settings until reopened. Returns the new identity.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidArgument`] (not done) for a version-1 queue or a zero limit;
+    /// [`ErrorKind::Io`]: not done before the rename, indeterminate after it.
+    pub fn set_receipt_policy(
+        &self,
+        policy: ReceiptPolicy,
+        evidence: Option<EvidenceLimits>,
+    ) -> Result<Identity> {
+        if self.ident.version < 2 {
+            return Err(Error::not_done(
+                ErrorKind::InvalidArgument(
+                    "receipt policies need queue version 2 (this queue is version 1)",
+                ),
+                Some(self.root.clone()),
+            ));
+        }
+        let ident = Identity {
+            receipts: policy,
+            evidence: evidence.unwrap_or(self.ident.evidence),
+            ..self.ident
+        };
+        if ident.evidence.max_bytes == 0 {
+            return Err(Error::not_done(
+                ErrorKind::InvalidArgument("the evidence limit must be > 0"),
+                None,
+            ));
+        }
+        publish_identity_replacing(&self.sys, self.dirs.root.as_fd(), &self.root, &ident)?;
+        Ok(ident)
+    }
+
+    /// After an ack renamed the job to receipt `receipt` in `receipts/<shard>/` and made it
+    /// durable: apply the receipt policy. `header` is the job's 128-byte header. The ack is
+    /// done whatever happens here; a step that fails leaves a whole receipt (logged), which
+    /// compaction takes later.
+    pub(crate) fn after_ack(&self, shard: u16, receipt: &JobName, header: &[u8]) {
+        let dir = self.dirs.receipts[shard as usize].as_fd();
+        let raw = receipt.format(self.ident.id);
+        let rel = format!("receipts/{}/{raw}", shard_name(shard));
+        match self.ident.receipts {
+            ReceiptPolicy::Job => {}
+            ReceiptPolicy::Header => {
+                // No fsync: cut or not, after a crash it is a valid receipt.
+                if let Err((c, e)) = self.cut(dir, &raw, false) {
+                    log::warn!("{rel}: could not cut the receipt to its header ({c:?}: {e}); it stays whole");
+                }
+            }
+            ReceiptPolicy::None => {
+                let h = match verify_receipt(header, receipt.id.0, self.ident.id) {
+                    Ok(h) => h,
+                    Err(c) => {
+                        log::warn!("{rel}: header unreadable after the ack ({c}); receipt kept");
+                        return;
+                    }
+                };
+                let acked = match receipt.kind {
+                    Kind::Receipt {
+                        acked_ns: Some(a), ..
+                    } => a,
+                    _ => self.clock.wall_ns(),
+                };
+                let line = evidence_line(receipt, &raw, &h, acked);
+                if let Err(e) = self.append_evidence(&line, |_| Ok(false)) {
+                    log::warn!("{rel}: receipt kept: {e}");
+                    return;
+                }
+                if let Err(e) = self.sys.unlink(dir, &raw).and_then(|()| self.barrier(dir)) {
+                    log::warn!("{rel}: evidence written, receipt not removed: {e}");
+                }
+            }
+        }
+    }
+
+    /// Cut receipt `raw` in `dir` to its header; with `sync`, fsync it so the blocks are given
+    /// back before the caller goes on. Returns the bytes freed.
+    fn cut(
+        &self,
+        dir: BorrowedFd<'_>,
+        raw: &str,
+        sync: bool,
+    ) -> core::result::Result<u64, (Call, Errno)> {
+        let fd = self
+            .sys
+            .open_file_wo(dir, raw)
+            .map_err(|e| (Call::Open, e))?;
+        let (_, size) = self.sys.fstat(fd.as_fd()).map_err(|e| (Call::Stat, e))?;
+        if size <= HEADER_LEN as u64 {
+            return Ok(0);
+        }
+        self.sys
+            .truncate(fd.as_fd(), HEADER_LEN as u64)
+            .map_err(|e| (Call::Write, e))?;
+        if sync {
+            self.barrier_file(fd.as_fd())
+                .map_err(|e| (Call::Fsync, e))?;
+        }
+        Ok(size - HEADER_LEN as u64)
+    }
+
+    /// Append `lines` to `evidence.log` (rotating first when the queue's limit would be
+    /// passed) and fsync it. When the write finds the disk full (`ENOSPC`, `EDQUOT`), the
+    /// file is put back to its length before the write, `free()` is called, and if it
+    /// returns `true` (it freed space) the write is retried once. Only a write is retried;
+    /// a failed fsync is final.
+    ///
+    /// # Errors
+    /// Not done: the lines are not durable (they may be partly present after a failed fsync).
+    fn append_evidence(
+        &self,
+        lines: &str,
+        mut free: impl FnMut(&Queue) -> Result<bool>,
+    ) -> Result<()> {
+        self.append_evidence_once(lines, &mut free, true)
+    }
+
+    /// [`Queue::append_evidence`]; with `again`, one more try when the lines landed in a
+    /// file that was removed meanwhile.
+    fn append_evidence_once(
+        &self,
+        lines: &str,
+        free: &mut dyn FnMut(&Queue) -> Result<bool>,
+        again: bool,
+    ) -> Result<()> {
+        let _guard = self.evidence_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let ev = self.path(EVIDENCE_FILE);
+        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(ev.clone()));
+        let root = self.dirs.root.as_fd();
+        let mut fd = self
+            .sys
+            .open_append(root, EVIDENCE_FILE)
+            .map_err(|e| nd(Call::Open, e))?;
+        let (_, mut size) = self.sys.fstat(fd.as_fd()).map_err(|e| nd(Call::Stat, e))?;
+        let limits = self.ident.evidence;
+        if size > 0 && size.saturating_add(lines.len() as u64) > limits.max_bytes {
+            self.rotate_evidence()?;
+            fd = self
+                .sys
+                .open_append(root, EVIDENCE_FILE)
+                .map_err(|e| nd(Call::Open, e))?;
+            size = self.sys.fstat(fd.as_fd()).map_err(|e| nd(Call::Stat, e))?.1;
+        }
+        match self.sys.write_all(fd.as_fd(), lines.as_bytes()) {
+            Ok(()) => {}
+            Err(e @ (Errno::NOSPC | Errno::DQUOT)) => {
+                // Never leave half a line: put the file back as it was, then make room.
+                self.sys
+                    .truncate(fd.as_fd(), size)
+                    .map_err(|e| nd(Call::Write, e))?;
+                if !free(self)? {
+                    return Err(nd(Call::Write, e));
+                }
+                if let Err(e) = self.sys.write_all(fd.as_fd(), lines.as_bytes()) {
+                    let _ = self.sys.truncate(fd.as_fd(), size);
+                    return Err(nd(Call::Write, e));
+                }
+            }
+            Err(e) => {
+                let _ = self.sys.truncate(fd.as_fd(), size);
+                return Err(nd(Call::Write, e));
+            }
+        }
+        self.barrier_file(fd.as_fd())
+            .map_err(|e| nd(Call::Fsync, e))?;
+        // Another process may have rotated this file and removed it (keep = 0) between our
+        // open and write: lines in an unlinked file are lost, so write them again, once.
+        if self.sys.nlink(fd.as_fd()).map_err(|e| nd(Call::Stat, e))? == 0 {
+            if !again {
+                return Err(nd(Call::Write, Errno::NOENT));
+            }
+            drop(_guard);
+            return self.append_evidence_once(lines, &mut |_| Ok(false), false);
+        }
+        self.barrier(root).map_err(|e| nd(Call::FsyncDir, e))
+    }
+
+    /// Rename `evidence.log` to `evidence.<16 hex: unix ns>.log` (no-replace), make it
+    /// durable, then remove all but the newest `keep` rotated files.
+    fn rotate_evidence(&self) -> Result<()> {
+        let root = self.dirs.root.as_fd();
+        let to = format!("evidence.{:016x}.log", self.clock.wall_ns());
+        match self.sys.rename(root, EVIDENCE_FILE, root, &to) {
+            // Another process rotated it first (or the same nanosecond is taken): fine.
+            Ok(()) | Err(Errno::NOENT) | Err(Errno::EXIST) => {}
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Rename,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(EVIDENCE_FILE)),
+                ))
+            }
+        }
+        let mut rotated = self.rotated_evidence()?;
+        rotated.sort_unstable();
+        let excess = rotated
+            .len()
+            .saturating_sub(self.ident.evidence.keep as usize);
+        for old in &rotated[..excess] {
+            if let Err(e) = self.sys.unlink(root, old) {
+                log::warn!("could not remove old evidence {old}: {e}");
+            }
+        }
+        self.barrier(root)
+            .map_err(|e| Error::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.root.clone())))
+    }
+
+    /// Names of the rotated evidence files in the root (`evidence.<16 hex>.log`).
+    pub(crate) fn rotated_evidence(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.sys
+            .read_dir(self.dirs.root.as_fd(), |name, _, _| {
+                if let Some(n) = name.filter(|n| is_rotated_evidence(n)) {
+                    out.push(n.to_string());
+                }
+            })
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+        Ok(out)
+    }
+
+    /// Remove receipts acked more than `older_than` ago, first appending one line of evidence
+    /// per receipt to `evidence.log` and fsyncing it (see the module docs for the line). The
+    /// ack time is the one in a version-2 receipt's name; a version-1 receipt has none, and
+    /// its inode change time (which the rename into `receipts/` set) is used. A receipt that
+    /// fails verification is kept and reported in the log.
+    ///
+    /// On a full disk compaction frees before it appends: when the evidence write finds no
+    /// space, the receipts being compacted are cut to their headers (a cut receipt is still a
+    /// receipt) and synced, then the write is tried once more.
+    ///
+    /// # Errors
+    /// Not done if the evidence could not be written and synced (nothing removed; receipts
+    /// may have been cut); indeterminate if an unlink or the final directory fsync failed
+    /// (evidence is durable; a receipt may remain, and compacting again adds a second line
+    /// for it).
+    pub fn compact(&self, older_than: Duration) -> Result<CompactReport> {
+        let cutoff = self
+            .clock
+            .wall_ns()
+            .saturating_sub(older_than.as_nanos().min(u64::MAX as u128) as u64);
+        let mut report = CompactReport::default();
+        let mut lines = String::new();
+        let mut victims: Vec<(u16, JobName)> = Vec::new();
+        for l in self.list(Some(State::Acked))? {
+            let shard = l.name.id.shard(self.ident.shards);
+            let name = l.name.format(self.ident.id);
+            let acked = match l.name.kind {
+                Kind::Receipt {
+                    acked_ns: Some(a), ..
+                } => a,
+                _ => match self
+                    .sys
+                    .stat_nofollow(self.dirs.receipts[shard as usize].as_fd(), &name)
+                {
+                    Ok(m) => m.ctime_ns,
+                    Err(_) => continue,
+                },
+            };
+            if acked > cutoff {
+                continue;
+            }
+            match self.read_job(&l) {
+                Ok((h, _)) => {
+                    lines.push_str(&evidence_line(&l.name, &name, &h, acked));
+                    victims.push((shard, l.name));
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => {
+                    report.kept_corrupt += 1;
+                    log::warn!("not compacting {}: {e}", l.rel_path(self.ident.id))
+                }
+                Err(e) if e.is_lease_lost() => {} // removed meanwhile by another compactor
+                Err(e) => return Err(e),
+            }
+        }
+        if victims.is_empty() {
+            return Ok(report);
+        }
+        self.append_evidence(&lines, |q| {
+            for (s, n) in &victims {
+                let raw = n.format(q.ident.id);
+                match q.cut(q.dirs.receipts[*s as usize].as_fd(), &raw, true) {
+                    Ok(0) => {}
+                    Ok(freed) => {
+                        report.cut += 1;
+                        report.freed_bytes += freed;
+                    }
+                    Err((_, Errno::NOENT)) => {}
+                    Err((c, e)) => {
+                        let rel = format!("receipts/{}/{raw}", shard_name(*s));
+                        return Err(Error::io(c, e, Outcome::NotDone, Some(q.path(&rel))));
+                    }
+                }
+            }
+            Ok(report.cut > 0)
+        })?;
+        self.remove_receipts(&victims, &mut report)?;
+        Ok(report)
+    }
+
+    /// Unlink compacted receipts and fsync their directories (indeterminate on failure).
+    fn remove_receipts(
+        &self,
+        victims: &[(u16, JobName)],
+        report: &mut CompactReport,
+    ) -> Result<()> {
+        let mut shards: Vec<u16> = Vec::new();
+        for (s, n) in victims {
+            let raw = n.format(self.ident.id);
+            let dir: &OwnedFd = &self.dirs.receipts[*s as usize];
+            match self.sys.unlink(dir.as_fd(), &raw) {
+                Ok(()) => report.removed += 1,
+                Err(Errno::NOENT) => {} // another compactor removed it
+                Err(e) => {
+                    let rel = format!("receipts/{}/{raw}", shard_name(*s));
+                    return Err(Error::io(
+                        Call::Unlink,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path(&rel)),
+                    ));
+                }
+            }
+            if !shards.contains(s) {
+                shards.push(*s);
+            }
+        }
+        for s in shards {
+            self.barrier(self.dirs.receipts[s as usize].as_fd())
+                .map_err(|e| {
+                    Error::io(
+                        Call::FsyncDir,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path(&format!("receipts/{}", shard_name(s)))),
+                    )
+                })?;
+        }
+        Ok(())
+    }
+}

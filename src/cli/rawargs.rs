@@ -1,0 +1,99 @@
+//! Arguments that are not UTF-8 (a Latin-1 file name, say). argh parses `&str`, so each such
+//! argument is handed to it as a placeholder, and the original bytes are put back into the
+//! paths and the `work` command before they are used. The library takes any path.
+
+use super::args::{Cmd, DeadAction};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The arguments that were not UTF-8, by index into this table.
+static RAW: OnceLock<Vec<OsString>> = OnceLock::new();
+/// Placeholder prefix: a private-use character no one types, then the table index.
+const MARK: &str = "\u{10FFFD}steadq-raw-arg-";
+
+/// `args` as strings for argh: UTF-8 ones as they are, the others as placeholders (remembered
+/// for [`os`] and [`restore`]). Call once, before parsing.
+pub fn placeholders(args: impl IntoIterator<Item = OsString>) -> Vec<String> {
+    let mut raw = Vec::new();
+    let out = args
+        .into_iter()
+        .map(|a| {
+            a.into_string().unwrap_or_else(|bad| {
+                raw.push(bad);
+                format!("{MARK}{}", raw.len() - 1)
+            })
+        })
+        .collect();
+    let _ = RAW.set(raw);
+    out
+}
+
+/// The argument `s` stands for: the original bytes of a placeholder, else `s` itself.
+pub fn os(s: &str) -> OsString {
+    s.strip_prefix(MARK)
+        .and_then(|i| i.parse::<usize>().ok())
+        .and_then(|i| RAW.get()?.get(i).cloned())
+        .unwrap_or_else(|| s.into())
+}
+
+fn path(p: &mut PathBuf) {
+    if let Some(s) = p.to_str().filter(|s| s.starts_with(MARK)) {
+        *p = PathBuf::from(os(s));
+    }
+}
+
+/// Put the original bytes back into every path argument of `cmd`. (`work`'s command is
+/// restored where it is run, through [`os`].)
+pub fn restore(cmd: &mut Cmd) {
+    match cmd {
+        Cmd::Init(a) => path(&mut a.dir),
+        Cmd::Config(a) => path(&mut a.dir),
+        Cmd::Enqueue(a) => {
+            path(&mut a.dir);
+            a.file.iter_mut().for_each(path);
+        }
+        Cmd::Work(a) => path(&mut a.dir),
+        Cmd::Claim(a) => {
+            path(&mut a.dir);
+            a.payload_out.iter_mut().for_each(path);
+        }
+        Cmd::Renew(a) => path(&mut a.dir),
+        Cmd::Ack(a) => path(&mut a.dir),
+        Cmd::Nack(a) => path(&mut a.dir),
+        Cmd::Fail(a) => path(&mut a.dir),
+        Cmd::Status(a) => path(&mut a.dir),
+        Cmd::List(a) => path(&mut a.dir),
+        Cmd::Show(a) => path(&mut a.dir),
+        Cmd::Recover(a) => path(&mut a.dir),
+        Cmd::Fsck(a) => path(&mut a.dir),
+        Cmd::Dead(a) => match &mut a.action {
+            DeadAction::List(a) => path(&mut a.dir),
+            DeadAction::Requeue(a) => path(&mut a.dir),
+            DeadAction::Purge(a) => path(&mut a.dir),
+        },
+        Cmd::Compact(a) => path(&mut a.dir),
+        Cmd::Demo(a) => a.dir.iter_mut().for_each(path),
+        Cmd::Bench(a) => a.dir.iter_mut().for_each(path),
+        Cmd::DemoJob(a) => path(&mut a.results),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStringExt;
+
+    #[test]
+    fn placeholders_round_trip() {
+        let latin1 = OsString::from_vec(b"caf\xe9".to_vec());
+        let s = placeholders([OsString::from("init"), latin1.clone()]);
+        assert_eq!(s[0], "init");
+        assert!(s[1].starts_with(MARK));
+        assert_eq!(os(&s[1]), latin1);
+        assert_eq!(os("plain"), OsString::from("plain"));
+        let mut p = PathBuf::from(&s[1]);
+        path(&mut p);
+        assert_eq!(p.into_os_string(), latin1);
+    }
+}
