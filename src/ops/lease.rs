@@ -59,6 +59,10 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
     base.checked_mul(factor).unwrap_or(max).min(max)
 }
 
+/// Ready jobs a claim's listing of one shard collects before it stops reading (about one
+/// 32 KiB `getdents64` chunk of ready names): claims are oldest-first within that chunk.
+const CLAIM_CANDIDATES: usize = 256;
+
 fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
@@ -196,6 +200,7 @@ impl Queue {
             self.ident.shards,
             self.clock.boot_id(),
             self.clock.boot_ns(),
+            CLAIM_CANDIDATES,
             |raw, f| self.warn_foreign(s, raw, f),
         )
         .map_err(|e| {
@@ -223,7 +228,13 @@ impl Queue {
                 Err(e) => seen.fail(e),
             }
         }
-        Ok((ready, scan.next_expiry_boot_ns))
+        // A partial listing knows nothing of the rest of the shard.
+        let expiry = if scan.partial {
+            Some(0)
+        } else {
+            scan.next_expiry_boot_ns
+        };
+        Ok((ready, expiry))
     }
 
     /// Move expired lease `n` of shard `s` back to ready (`Some(new name)`) or, with no
