@@ -325,10 +325,20 @@ impl Queue {
             self.rename_job(&here, &name, &to, &leased, Op::Claim)
         };
         match moved {
-            Ok(()) => {}
-            Err(e) if e.is_lease_lost() => return Ok(None),
-            Err(e) => return Err(e),
+            Ok(()) => self.take_leased(shard, leased, &to),
+            Err(e) if e.is_lease_lost() => Ok(None),
+            Err(e) => Err(e),
         }
+    }
+
+    /// After the claim's rename: open the leased file, read and verify it once, and hand it
+    /// out, or dead-letter it (corrupt, too large). `Ok(None)`: dead-lettered.
+    fn take_leased(
+        &self,
+        shard: u16,
+        leased: JobName,
+        to: &crate::ops::transition::Place<'_>,
+    ) -> Result<Option<Lease>> {
         let rel = format!("{}/{}", to.rel, leased.format(self.ident.id));
         let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel)));
         let file = match self
