@@ -116,6 +116,20 @@ impl Queue {
     /// buckets), foreign ones included. Unexpected subdirectories of `delayed/` and `dead/`
     /// are reported as foreign entries of those directories.
     pub(crate) fn walk(&self, mut f: impl FnMut(Seen<'_>)) -> Result<()> {
+        self.walk_while(|s| {
+            f(s);
+            true
+        })
+    }
+
+    /// [`Queue::walk`] until `f` returns false: no further directory is read after that.
+    pub(crate) fn walk_while(&self, mut f: impl FnMut(Seen<'_>) -> bool) -> Result<()> {
+        let going = core::cell::Cell::new(true);
+        let mut f = |s: Seen<'_>| {
+            if going.get() {
+                going.set(f(s));
+            }
+        };
         let id = self.ident.id;
         let shards = self.ident.shards;
         let rd = |e: Errno, rel: &str| {
@@ -126,6 +140,9 @@ impl Queue {
             (State::Acked, &self.dirs.receipts, "receipts"),
         ] {
             for (s, fd) in fds.iter().enumerate() {
+                if !going.get() {
+                    return Ok(());
+                }
                 let rel = format!("{parent}/{}", shard_name(s as u16));
                 let fits = |n: &JobName| match area {
                     State::Acked => crate::disk::scan::fits_receipt_shard(n, s as u16, shards),
@@ -166,6 +183,9 @@ impl Queue {
                 .map_err(|e| rd(e, parent))?;
             buckets.sort();
             for b in buckets {
+                if !going.get() {
+                    return Ok(());
+                }
                 let rel = format!("{parent}/{b}");
                 let fd: OwnedFd = match self.sys.open_dir_beneath(parent_fd.as_fd(), &b) {
                     Ok(fd) => fd,
@@ -234,6 +254,37 @@ impl Queue {
         })?;
         out.sort_by(|a, b| (&a.dir, a.name.id).cmp(&(&b.dir, b.name.id)));
         Ok(out)
+    }
+
+    /// Visit jobs as the directories are read (no sorting, nothing held but, with `once`,
+    /// the ids seen: 16 bytes a job), calling `f` per job in `state` (or every state) until
+    /// it returns false. With `once` each job is visited once even if it moves during the
+    /// pass; without it memory stays flat at any depth and a job that moves may be visited
+    /// twice. The first job is visited after reading one directory chunk.
+    ///
+    /// # Errors
+    /// As [`Queue::list`].
+    pub fn list_each(
+        &self,
+        state: Option<State>,
+        once: bool,
+        mut f: impl FnMut(Listed) -> bool,
+    ) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        let mut going = true;
+        self.walk_while(|s| {
+            if let Some(n) = s.parsed.ok().filter(|n| !once || seen.insert(n.id)) {
+                let st = state_of(&n.kind);
+                if going && state.is_none_or(|w| w == st) {
+                    going = f(Listed {
+                        state: st,
+                        dir: s.dir_rel.to_string(),
+                        name: n,
+                    });
+                }
+            }
+            going
+        })
     }
 
     /// Counts, bytes and ages per state.

@@ -313,6 +313,10 @@ pub struct List {
     /// only this state: ready, leased, delayed, dead or acked
     #[argh(option, from_str_fn(parse_state))]
     pub state: Option<State>,
+    /// do not remember the ids printed (flat memory at any depth); a job that moves while
+    /// the directories are read may then be printed twice
+    #[argh(switch)]
+    pub stream: bool,
 }
 
 /// Show one job: state, name fields, header, digests and payload.

@@ -309,7 +309,8 @@ fn now(q: &Queue) -> encode::Now {
 
 pub fn cmd_list(a: List) -> Result<Exit, CliError> {
     let q = open(&a.dir)?;
-    for l in q.list(a.state)? {
+    let now = now(&q);
+    q.list_each(a.state, !a.stream, |l| {
         let n = &l.name;
         let line = format!(
             "{:<7} {} attempt {}/{} gen {} {} {}\n",
@@ -318,13 +319,12 @@ pub fn cmd_list(a: List) -> Result<Exit, CliError> {
             n.attempt,
             n.max_attempts,
             n.generation,
-            encode::describe(&now(&q), &n.kind),
+            encode::describe(&now, &n.kind),
             l.rel_path(q.id())
         );
-        if !stdout::write(line.as_bytes()) {
-            break; // a closed pipe (| head) is a clean exit; another error exits 2 in main
-        }
-    }
+        // A closed pipe (| head) is a clean exit; another error exits 2 in main.
+        stdout::write(line.as_bytes())
+    })?;
     Ok(Exit::Done)
 }
 
@@ -455,6 +455,7 @@ pub fn cmd_dead(a: Dead) -> Result<Exit, CliError> {
         DeadAction::List(l) => cmd_list(List {
             dir: l.dir,
             state: Some(State::Dead),
+            stream: false,
         }),
         DeadAction::Requeue(r) => dead_requeue(r),
         DeadAction::Purge(p) => {

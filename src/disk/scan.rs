@@ -96,6 +96,8 @@ pub(crate) struct ShardScan {
     pub next_expiry_boot_ns: Option<u64>,
     /// Foreign entries (not parsed, wrong place, bad tag, not a regular file).
     pub foreign: u32,
+    /// The listing stopped early, at the ready limit: the rest of the directory is unseen.
+    pub partial: bool,
 }
 
 /// Whether a lease held under `boot_id` with `CLOCK_BOOTTIME` deadline `deadline_ns` has
@@ -108,7 +110,10 @@ pub(crate) fn lease_expired(l: &crate::disk::name::LeaseFields, boot: u128, now_
 /// List `ready/<shard>/` once. A live lease is read without checking its tag (one SHA-256 per
 /// name would make an idle scan of 100,000 leases cost a core for a while); every name that
 /// is acted on (ready, expired) is parsed in full and its entry type checked.
-/// `on_foreign(raw, why)` is called per foreign entry.
+/// `on_foreign(raw, why)` is called per foreign entry. The listing stops once it holds
+/// `max_ready` ready jobs (`partial`): with a deep backlog a claim reads one directory chunk,
+/// not the whole shard; expired leases further on are recovered when a listing reaches them
+/// (or at once by [`crate::Queue::recover`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn scan_ready_shard(
     sys: &Sys,
@@ -118,6 +123,7 @@ pub(crate) fn scan_ready_shard(
     shards: u16,
     boot: u128,
     now_ns: u64,
+    max_ready: usize,
     mut on_foreign: impl FnMut(&str, Foreign),
 ) -> Result<ShardScan, Errno> {
     let mut out = ShardScan::default();
@@ -132,11 +138,15 @@ pub(crate) fn scan_ready_shard(
             }
         }
     };
-    sys.read_dir(dir, |name, raw, t| {
+    sys.read_dir_while(dir, |name, raw, t| {
+        if out.ready.len() >= max_ready {
+            out.partial = true;
+            return false;
+        }
         let Some(name) = name else {
             log::warn!("foreign entry with a non-UTF-8 name: {raw:?}");
             out.foreign += 1;
-            return;
+            return true;
         };
         if name.len() == LEASED_NAME_LEN {
             if let Ok((n, _)) = JobName::parse_untagged(name) {
@@ -147,7 +157,7 @@ pub(crate) fn scan_ready_shard(
                             out.next_expiry_boot_ns
                                 .map_or(l.boot_deadline_ns, |x| x.min(l.boot_deadline_ns)),
                         );
-                        return;
+                        return true;
                     }
                 }
             }
@@ -166,6 +176,7 @@ pub(crate) fn scan_ready_shard(
                 _ => {}
             }
         }
+        true
     })?;
     Ok(out)
 }

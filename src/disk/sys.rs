@@ -712,6 +712,19 @@ impl Sys {
         dir: BorrowedFd<'_>,
         mut f: impl FnMut(Option<&str>, &CStr, EntryType),
     ) -> R<()> {
+        self.read_dir_while(dir, |n, raw, t| {
+            f(n, raw, t);
+            true
+        })
+    }
+
+    /// [`Sys::read_dir`] that stops as soon as `f` returns false (a claim that has enough
+    /// candidates reads no further: one `getdents64` of [`DIR_BUF`] bytes at most).
+    pub fn read_dir_while(
+        &self,
+        dir: BorrowedFd<'_>,
+        mut f: impl FnMut(Option<&str>, &CStr, EntryType) -> bool,
+    ) -> R<()> {
         // A fresh descriptor for its own offset (threads list the same directory at once),
         // opened with known flags: no fcntl(F_GETFL) as rustix's Dir::read_from makes.
         let own = self.run_retry(Call::ReadDir, || {
@@ -737,7 +750,9 @@ impl Sys {
                 FileType::Unknown => EntryType::Unknown,
                 _ => EntryType::Other,
             };
-            f(std::str::from_utf8(bytes).ok(), raw, t);
+            if !f(std::str::from_utf8(bytes).ok(), raw, t) {
+                break;
+            }
         }
         Ok(())
     }

@@ -56,6 +56,8 @@ struct Epochs {
     /// The last barrier finished (barriers of one directory never overlap).
     finished: u64,
     running: bool,
+    /// Callers blocked in `wait` (no futex wake syscall when there are none).
+    waiters: u32,
     /// The latest barrier that failed, and how.
     last_failure: Option<(u64, Errno)>,
 }
@@ -78,7 +80,9 @@ impl DirSync {
                 };
             }
             if st.running {
+                st.waiters += 1;
                 st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+                st.waiters -= 1;
                 continue;
             }
             st.running = true;
@@ -93,7 +97,9 @@ impl DirSync {
             if let Err(e) = r {
                 st.last_failure = Some((mine, e));
             }
-            self.done.notify_all();
+            if st.waiters > 0 {
+                self.done.notify_all();
+            }
         }
     }
 }

@@ -60,6 +60,10 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
     base.checked_mul(factor).unwrap_or(max).min(max)
 }
 
+/// Ready jobs a claim's listing of one shard collects before it stops reading (about one
+/// 32 KiB `getdents64` chunk of ready names): claims are oldest-first within that chunk.
+const CLAIM_CANDIDATES: usize = 256;
+
 fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
@@ -210,6 +214,7 @@ impl Queue {
             self.ident.shards,
             self.clock.boot_id(),
             self.clock.boot_ns(),
+            CLAIM_CANDIDATES,
             |raw, f| self.warn_foreign(s, raw, f),
         )
         .map_err(|e| {
@@ -237,7 +242,13 @@ impl Queue {
                 Err(e) => seen.fail(e),
             }
         }
-        Ok((ready, scan.next_expiry_boot_ns))
+        // A partial listing knows nothing of the rest of the shard.
+        let expiry = if scan.partial {
+            Some(0)
+        } else {
+            scan.next_expiry_boot_ns
+        };
+        Ok((ready, expiry))
     }
 
     /// Move expired lease `n` of shard `s` back to ready (`Some(new name)`) or, with no
@@ -328,10 +339,20 @@ impl Queue {
             self.rename_job(&here, &name, &to, &leased, Op::Claim)
         };
         match moved {
-            Ok(()) => {}
-            Err(e) if e.is_lease_lost() => return Ok(None),
-            Err(e) => return Err(e),
+            Ok(()) => self.take_leased(shard, leased, &to),
+            Err(e) if e.is_lease_lost() => Ok(None),
+            Err(e) => Err(e),
         }
+    }
+
+    /// After the claim's rename: open the leased file, read and verify it once, and hand it
+    /// out, or dead-letter it (corrupt, too large). `Ok(None)`: dead-lettered.
+    fn take_leased(
+        &self,
+        shard: u16,
+        leased: JobName,
+        to: &crate::ops::transition::Place<'_>,
+    ) -> Result<Option<Lease>> {
         let rel = format!("{}/{}", to.rel, leased.format(self.ident.id));
         let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel)));
         let file = match self

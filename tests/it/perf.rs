@@ -118,3 +118,28 @@ fn batches_and_threads_share_barriers_and_every_job_is_claimed_once() {
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn list_each_streams_and_stops_when_asked() {
+    let d = TempDir::new("list-each");
+    let q = Queue::create(d.path(), fast(4)).unwrap();
+    let payloads: Vec<Vec<u8>> = (0..50u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+    q.enqueue_batch(&refs).unwrap();
+    let mut ids = Vec::new();
+    q.list_each(None, true, |l| {
+        ids.push(l.name.id);
+        true
+    })
+    .unwrap();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 50);
+    let mut n = 0;
+    q.list_each(Some(State::Ready), false, |_| {
+        n += 1;
+        n < 3
+    })
+    .unwrap();
+    assert_eq!(n, 3);
+}

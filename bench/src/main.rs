@@ -1,0 +1,225 @@
+//! steadq-bench: SteadQ beside its peers in one run, on the filesystem you point it at.
+//!
+//! ```text
+//! cargo run --release -p steadq-bench -- DIR [--duration 2s] [--rounds 3] [--workers 1,2,4,8]
+//!                                            [--batch 64] [--payload 64] [--out DIR]
+//! ```
+//!
+//! Every case runs `--rounds` times, interleaved (round 1 of every case, then round 2, ...),
+//! and the median is kept, so slow phases of a shared machine hit every system alike. The
+//! systems: SteadQ (this tree, through the library), the bare syscall protocol (the same
+//! renames and fsyncs, nothing else), SQLite (WAL, synchronous=FULL, bundled), and Redis
+//! (appendfsync always) when `redis-server` is installed. Results go to
+//! `bench/results/<unix time>/` (results.tsv, chart.svg), which git ignores.
+
+mod bare;
+mod redis;
+mod report;
+mod run;
+mod sqlite;
+
+use run::{timed, Res, Run};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One case: a system in a mode with a number of workers (threads or clients).
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub system: &'static str,
+    pub mode: &'static str,
+    pub workers: usize,
+}
+
+struct Args {
+    dir: PathBuf,
+    duration: Duration,
+    rounds: usize,
+    workers: Vec<usize>,
+    batch: usize,
+    payload: usize,
+    out: PathBuf,
+}
+
+fn parse_args() -> Res<Args> {
+    let mut it = std::env::args().skip(1);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let mut a = Args {
+        dir: std::env::temp_dir(),
+        duration: Duration::from_secs(2),
+        rounds: 3,
+        workers: vec![1, 2, 4, 8],
+        batch: 64,
+        payload: 64,
+        out: Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("results")
+            .join(secs.to_string()),
+    };
+    while let Some(x) = it.next() {
+        let mut val = || it.next().ok_or(format!("{x} needs a value"));
+        match x.as_str() {
+            "--duration" => {
+                a.duration = Duration::from_secs_f64(val()?.trim_end_matches('s').parse()?)
+            }
+            "--rounds" => a.rounds = val()?.parse()?,
+            "--workers" => {
+                a.workers = val()?
+                    .split(',')
+                    .map(|w| w.parse())
+                    .collect::<Result<_, _>>()?
+            }
+            "--batch" => a.batch = val()?.parse()?,
+            "--payload" => a.payload = val()?.parse()?,
+            "--out" => a.out = val()?.into(),
+            s if !s.starts_with('-') => a.dir = s.into(),
+            s => return Err(format!("unknown option {s}").into()),
+        }
+    }
+    Ok(a)
+}
+
+fn cases(a: &Args, redis: bool) -> Vec<Case> {
+    let mut v = Vec::new();
+    let c = |system, mode, workers| Case {
+        system,
+        mode,
+        workers,
+    };
+    for &w in &a.workers {
+        v.push(c("steadq", "strict", w));
+        v.push(c("bare", "strict", w));
+        v.push(c("sqlite", "full", w));
+        if redis {
+            v.push(c("redis", "always", w));
+        }
+    }
+    v.push(c("steadq", "batched", 1));
+    v.push(c("bare", "syncfs-batch", 1));
+    v.push(c("sqlite", "full-txn-batch", 1));
+    v.push(c("steadq", "none", 1));
+    v.push(c("bare", "none", 1));
+    v
+}
+
+fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>) -> Res<Run> {
+    let payload = vec![b'x'; a.payload];
+    let (p, b, d) = (&payload, a.batch, a.duration);
+    let _ = std::fs::remove_dir_all(dir);
+    let r = match (case.system, case.mode) {
+        ("steadq", m) => {
+            let durability = match m {
+                "strict" => steadq::Durability::Strict,
+                "batched" => steadq::Durability::Batched,
+                _ => steadq::Durability::None,
+            };
+            let q = steadq::Queue::create(
+                dir,
+                steadq::Options {
+                    durability,
+                    ..Default::default()
+                },
+            )?;
+            let batch = if m == "batched" { b } else { 1 };
+            timed(case.workers, d, |_| {
+                let q = q.clone();
+                Ok(move || steadq_step(&q, p, batch))
+            })?
+        }
+        ("bare", m) => {
+            let sync = match m {
+                "strict" => bare::Sync::Strict,
+                "syncfs-batch" => bare::Sync::SyncfsPer(b),
+                _ => bare::Sync::None,
+            };
+            timed(case.workers, d, |i| {
+                let mut w = bare::Bare::new(dir, i, sync)?;
+                Ok(move || w.step(p))
+            })?
+        }
+        ("sqlite", m) => {
+            std::fs::create_dir_all(dir)?;
+            drop(sqlite::open(&dir.join("q.db"))?);
+            let batch = if m == "full" { 1 } else { b };
+            timed(case.workers, d, |_| {
+                let mut c = sqlite::open(&dir.join("q.db"))?;
+                Ok(move || sqlite::step(&mut c, p, batch))
+            })?
+        }
+        _ => {
+            let port = redis_port.ok_or("no redis")?;
+            timed(case.workers, d, |i| {
+                let mut c = redis::Client::connect(port)?;
+                let mut n = 0u64;
+                Ok(move || {
+                    n += 1;
+                    let mut job = format!("{i}.{n}.").into_bytes();
+                    job.extend_from_slice(p);
+                    c.lifecycle(&job)
+                })
+            })?
+        }
+    };
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(r)
+}
+
+fn steadq_step(q: &steadq::Queue, payload: &[u8], batch: usize) -> Res<usize> {
+    let lease = Duration::from_secs(60);
+    if batch <= 1 {
+        q.enqueue(payload)?;
+        // Under contention another worker may take every job this one could see: its own
+        // job is then claimed by someone else later.
+        return Ok(match q.claim_for(lease)? {
+            Some(l) => l.ack().map(|_| 1)?,
+            None => 0,
+        });
+    }
+    let refs: Vec<&[u8]> = vec![payload; batch];
+    q.enqueue_batch(&refs)?;
+    let ls = q.claim_batch(batch, lease)?;
+    let n = ls.len();
+    q.ack_batch(ls)?;
+    Ok(n)
+}
+
+fn main() -> Res<()> {
+    let a = parse_args()?;
+    let base = a.dir.join(format!("steadq-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&base)?;
+    let server = redis::start(&base.join("redis"))?;
+    if server.is_none() {
+        eprintln!("redis-server not installed: Redis cases skipped");
+    }
+    let cases = cases(&a, server.is_some());
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); cases.len()];
+    for round in 0..a.rounds {
+        for (i, c) in cases.iter().enumerate() {
+            // Redis keeps its lists across cases; they are empty after each lifecycle.
+            let r = run_case(
+                c,
+                &base.join(format!("case{i}")),
+                &a,
+                server.as_ref().map(|s| s.port),
+            )?;
+            eprintln!(
+                "round {} {:<7} {:<15} {}w {:>9.0} jobs/s",
+                round + 1,
+                c.system,
+                c.mode,
+                c.workers,
+                r.rate()
+            );
+            runs[i].push(r);
+        }
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&base);
+    let medians: Vec<Run> = runs.into_iter().map(report::median).collect();
+    report::print(&cases, &medians, &a.dir, a.rounds);
+    std::fs::create_dir_all(&a.out)?;
+    std::fs::write(a.out.join("results.tsv"), report::tsv(&cases, &medians))?;
+    std::fs::write(a.out.join("chart.svg"), report::svg(&cases, &medians))?;
+    println!("wrote {}/results.tsv and chart.svg", a.out.display());
+    Ok(())
+}

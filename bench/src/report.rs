@@ -1,0 +1,212 @@
+//! Medians, the printed table with the ratios the issue asks for, the TSV and the SVG chart.
+
+use crate::run::Run;
+use crate::Case;
+use std::fmt::Write as _;
+
+/// The run with the median rate.
+pub fn median(mut runs: Vec<Run>) -> Run {
+    runs.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+    runs.swap_remove(runs.len() / 2)
+}
+
+fn find<'a>(
+    cases: &[Case],
+    runs: &'a [Run],
+    system: &str,
+    mode: &str,
+    w: usize,
+) -> Option<&'a Run> {
+    cases
+        .iter()
+        .position(|c| c.system == system && c.mode == mode && c.workers == w)
+        .map(|i| &runs[i])
+}
+
+/// A case by system, mode and workers.
+type Key = (&'static str, &'static str, usize);
+
+/// The figures of the issue's target table, as ratios of two cases of this run.
+pub fn ratios(cases: &[Case], runs: &[Run]) -> Vec<(String, f64)> {
+    let pairs: [(&str, Key, Key); 8] = [
+        (
+            "strict 1w / bare strict 1w",
+            ("steadq", "strict", 1),
+            ("bare", "strict", 1),
+        ),
+        (
+            "strict 1w / Redis always 1c",
+            ("steadq", "strict", 1),
+            ("redis", "always", 1),
+        ),
+        (
+            "strict 1w / SQLite FULL 1c",
+            ("steadq", "strict", 1),
+            ("sqlite", "full", 1),
+        ),
+        (
+            "strict 8w / bare strict 8w",
+            ("steadq", "strict", 8),
+            ("bare", "strict", 8),
+        ),
+        (
+            "strict 8w / SQLite FULL 8c",
+            ("steadq", "strict", 8),
+            ("sqlite", "full", 8),
+        ),
+        (
+            "batched 1w / bare syncfs per batch",
+            ("steadq", "batched", 1),
+            ("bare", "syncfs-batch", 1),
+        ),
+        (
+            "batched 1w / SQLite FULL 1c, per-job txns",
+            ("steadq", "batched", 1),
+            ("sqlite", "full", 1),
+        ),
+        (
+            "none 1w / bare none 1w",
+            ("steadq", "none", 1),
+            ("bare", "none", 1),
+        ),
+    ];
+    let mut out: Vec<(String, f64)> = pairs
+        .iter()
+        .filter_map(|(name, a, b)| {
+            let x = find(cases, runs, a.0, a.1, a.2)?;
+            let y = find(cases, runs, b.0, b.1, b.2)?;
+            Some((name.to_string(), x.rate() / y.rate()))
+        })
+        .collect();
+    if let (Some(x), Some(y)) = (
+        find(cases, runs, "steadq", "batched", 1),
+        find(cases, runs, "sqlite", "full-txn-batch", 1),
+    ) {
+        out.push((
+            "batched 1w / SQLite FULL 1c, one txn per batch".into(),
+            x.rate() / y.rate(),
+        ));
+    }
+    out
+}
+
+pub fn print(cases: &[Case], runs: &[Run], dir: &std::path::Path, rounds: usize) {
+    println!(
+        "steadq-bench in {} (median of {rounds} interleaved rounds)",
+        dir.display()
+    );
+    println!(
+        "{:<8} {:<15} {:>7} {:>10} {:>10} {:>10}",
+        "system", "mode", "workers", "jobs/s", "p50 us", "p99 us"
+    );
+    for (c, r) in cases.iter().zip(runs) {
+        println!(
+            "{:<8} {:<15} {:>7} {:>10.0} {:>10.1} {:>10.1}",
+            c.system,
+            c.mode,
+            c.workers,
+            r.rate(),
+            r.quantile_us(0.5),
+            r.quantile_us(0.99)
+        );
+    }
+    println!("\nratios (same run):");
+    for (name, x) in ratios(cases, runs) {
+        println!("  {name:<48} {x:>6.2}");
+    }
+}
+
+pub fn tsv(cases: &[Case], runs: &[Run]) -> String {
+    let mut s = String::from("system\tmode\tworkers\tjobs\tsecs\tjobs_per_s\tp50_us\tp99_us\n");
+    for (c, r) in cases.iter().zip(runs) {
+        let _ = writeln!(
+            s,
+            "{}\t{}\t{}\t{}\t{:.3}\t{:.1}\t{:.1}\t{:.1}",
+            c.system,
+            c.mode,
+            c.workers,
+            r.jobs,
+            r.secs,
+            r.rate(),
+            r.quantile_us(0.5),
+            r.quantile_us(0.99)
+        );
+    }
+    for (name, x) in ratios(cases, runs) {
+        let _ = writeln!(s, "ratio\t{name}\t\t\t\t{x:.3}\t\t");
+    }
+    s
+}
+
+/// A grouped bar chart: one group per (mode, workers), SteadQ beside each peer; log scale.
+pub fn svg(cases: &[Case], runs: &[Run]) -> String {
+    let colors = [
+        ("steadq", "#1f77b4"),
+        ("bare", "#7f7f7f"),
+        ("sqlite", "#2ca02c"),
+        ("redis", "#d62728"),
+    ];
+    let mut groups: Vec<String> = Vec::new();
+    for c in cases {
+        let g = group_of(c);
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    let max = runs
+        .iter()
+        .map(Run::rate)
+        .fold(1.0, f64::max)
+        .log10()
+        .ceil()
+        .max(1.0);
+    let (gw, h, top, left) = (110.0, 320.0, 30.0, 60.0);
+    let width = left + gw * groups.len() as f64 + 20.0;
+    let mut s = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{}' font-family='sans-serif' font-size='11'>\n",
+        h + top + 60.0
+    );
+    let _ = writeln!(s, "<text x='{left}' y='18' font-size='13'>jobs/s (log scale) per case; SteadQ beside each peer</text>");
+    let y = |v: f64| top + h - (v.max(1.0).log10() / max) * h;
+    for e in 0..=max as i32 {
+        let yy = y(10f64.powi(e));
+        let _ = writeln!(s, "<line x1='{left}' x2='{}' y1='{yy}' y2='{yy}' stroke='#ddd'/><text x='4' y='{}'>1e{e}</text>", width - 20.0, yy + 4.0);
+    }
+    for (gi, g) in groups.iter().enumerate() {
+        let x0 = left + gw * gi as f64;
+        let members: Vec<(&Case, &Run)> = cases
+            .iter()
+            .zip(runs)
+            .filter(|(c, _)| &group_of(c) == g)
+            .collect();
+        let bw = (gw - 20.0) / members.len().max(1) as f64;
+        for (k, (c, r)) in members.iter().enumerate() {
+            let col = colors
+                .iter()
+                .find(|(n, _)| *n == c.system)
+                .map_or("#000", |x| x.1);
+            let (bx, by) = (x0 + 10.0 + bw * k as f64, y(r.rate()));
+            let _ = writeln!(s, "<rect x='{bx:.1}' y='{by:.1}' width='{:.1}' height='{:.1}' fill='{col}'><title>{} {} {}w: {:.0} jobs/s</title></rect>", bw - 2.0, top + h - by, c.system, c.mode, c.workers, r.rate());
+        }
+        let _ = writeln!(
+            s,
+            "<text x='{}' y='{}' text-anchor='middle'>{g}</text>",
+            x0 + gw / 2.0,
+            top + h + 16.0
+        );
+    }
+    for (k, (n, col)) in colors.iter().enumerate() {
+        let lx = left + 90.0 * k as f64;
+        let _ = writeln!(s, "<rect x='{lx}' y='{}' width='10' height='10' fill='{col}'/><text x='{}' y='{}'>{n}</text>", top + h + 32.0, lx + 14.0, top + h + 41.0);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn group_of(c: &Case) -> String {
+    match c.mode {
+        "strict" | "full" | "always" => format!("strict {}w", c.workers),
+        "batched" | "syncfs-batch" | "full-txn-batch" => "batched 1w".into(),
+        _ => "none 1w".into(),
+    }
+}

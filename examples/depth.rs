@@ -1,0 +1,55 @@
+//! Depth figures at a large backlog (issue 11): `depth fill DIR N` enqueues N ready jobs
+//! (durability none, in batches), `depth claim DIR` times a new worker's first claim and
+//! prints its peak RSS. Time `steadq list DIR | head -1` and `steadq status DIR` alongside.
+
+use std::time::Instant;
+use steadq::{Durability, Options, Queue};
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let a: Vec<String> = std::env::args().skip(1).collect();
+    let (cmd, dir) = match (a.first(), a.get(1)) {
+        (Some(c), Some(d)) => (c.as_str(), d.as_str()),
+        _ => return Err("usage: depth fill DIR N | depth claim DIR".into()),
+    };
+    let opts = Options {
+        durability: Durability::None,
+        ..Options::default()
+    };
+    match cmd {
+        "fill" => {
+            let n: usize = a.get(2).ok_or("fill needs N")?.parse()?;
+            let q = Queue::create(dir, opts)?;
+            let payload = [b'x'; 64];
+            let t = Instant::now();
+            for done in (0..n).step_by(1000) {
+                let refs: Vec<&[u8]> = vec![&payload[..]; 1000.min(n - done)];
+                q.enqueue_batch(&refs)?;
+            }
+            println!("filled {n} jobs in {:.1} s", t.elapsed().as_secs_f64());
+        }
+        "claim" => {
+            let t = Instant::now();
+            let q = Queue::open_with(dir, opts)?;
+            let l = q.claim()?.ok_or("no job")?;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            l.release()?;
+            println!(
+                "first claim (open included): {ms:.1} ms, peak RSS {} KiB",
+                rss_kib()
+            );
+        }
+        c => return Err(format!("unknown command {c}").into()),
+    }
+    Ok(())
+}
