@@ -12,6 +12,50 @@ use crate::disk::format::Corruption;
 use crate::disk::sys::{Call, Errno};
 use std::path::PathBuf;
 
+/// An operating-system error number (errno), the way `std::io::Error` carries one: SteadQ's
+/// errors name the errno of the call that failed without exposing the syscall crate's type.
+///
+/// The numbers are Linux's (`errno(3)`); compare with `raw_os_error()` or through
+/// `std::io::Error::from`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OsErrno(i32);
+
+impl OsErrno {
+    /// The raw errno value, as `std::io::Error::raw_os_error` returns it.
+    pub fn raw_os_error(self) -> i32 {
+        self.0
+    }
+
+    /// `ENOSPC` (no space or no free inodes) or `EDQUOT` (quota exceeded).
+    pub fn is_disk_full(self) -> bool {
+        self == Errno::NOSPC.into() || self == Errno::DQUOT.into()
+    }
+}
+
+impl From<Errno> for OsErrno {
+    fn from(e: Errno) -> OsErrno {
+        OsErrno(e.raw_os_error())
+    }
+}
+
+impl From<OsErrno> for std::io::Error {
+    fn from(e: OsErrno) -> std::io::Error {
+        std::io::Error::from_raw_os_error(e.0)
+    }
+}
+
+impl core::fmt::Debug for OsErrno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "OsErrno({}: {})", self.0, std::io::Error::from(*self))
+    }
+}
+
+impl core::fmt::Display for OsErrno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(&std::io::Error::from(*self), f)
+    }
+}
+
 /// The outcome of a failed mutating call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -31,7 +75,7 @@ pub enum ErrorKind {
         /// Which call.
         call: Call,
         /// With which errno.
-        errno: Errno,
+        errno: OsErrno,
     },
     /// The lease's exact name is gone: it expired and was recovered, renewed elsewhere, or
     /// settled already. Nothing was changed.
@@ -65,7 +109,7 @@ pub enum ErrorKind {
     /// blocked (a seccomp profile, a sandbox), not unsupported by the filesystem.
     RenameRefused {
         /// The errno.
-        errno: Errno,
+        errno: OsErrno,
     },
     /// The filesystem's longest name (`statfs(2)` `f_namelen`) is shorter than the longest
     /// name SteadQ writes.
@@ -119,7 +163,8 @@ impl Error {
     }
 
     /// A failed system call.
-    pub fn io(call: Call, errno: Errno, outcome: Outcome, path: Option<PathBuf>) -> Error {
+    pub(crate) fn io(call: Call, errno: Errno, outcome: Outcome, path: Option<PathBuf>) -> Error {
+        let errno = errno.into();
         Error::new(ErrorKind::Io { call, errno }, outcome, path)
     }
 
@@ -139,7 +184,7 @@ impl Error {
     }
 
     /// The errno, for [`ErrorKind::Io`].
-    pub fn errno(&self) -> Option<Errno> {
+    pub fn errno(&self) -> Option<OsErrno> {
         match self.0.kind {
             ErrorKind::Io { errno, .. } => Some(errno),
             _ => None,
@@ -163,28 +208,64 @@ impl core::fmt::Display for Error {
             write!(f, "{}: ", p.display())?;
         }
         match &self.0.kind {
-            ErrorKind::Io { call, errno } if matches!(*errno, Errno::NOSPC | Errno::DQUOT) => {
-                let what = if *errno == Errno::NOSPC { "no space or no free inodes" } else { "quota exceeded" };
+            ErrorKind::Io { call, errno } if errno.is_disk_full() => {
+                let what = if *errno == Errno::NOSPC.into() {
+                    "no space or no free inodes"
+                } else {
+                    "quota exceeded"
+                };
                 write!(f, "{} failed: disk full ({what}); ", call.name())?;
                 f.write_str(match self.0.outcome {
                     Outcome::NotDone => "not done, nothing changed",
                     Outcome::Indeterminate => "it may have happened",
                 })?;
             }
-            ErrorKind::Io { call, errno } => write!(f, "{} failed: {}", call.name(), std::io::Error::from_raw_os_error(errno.raw_os_error()))?,
-            ErrorKind::LeaseLost => f.write_str("lease lost (expired and recovered, renewed elsewhere, or already settled)")?,
-            ErrorKind::NotAQueue => f.write_str("not a SteadQ queue (no steadq.queue file; run `steadq init`)")?,
-            ErrorKind::BadIdentity => f.write_str("the identity file steadq.queue is damaged (malformed, or its sum= line does not match); run `steadq init` on the queue directory to restore it from the job headers")?,
-            ErrorKind::IdentityLost { jobs, ids } => write!(f, "the identity file steadq.queue is missing or damaged and the {jobs} job files {}; init will not re-identify a queue that holds jobs (restore steadq.queue from a backup, or move the foreign jobs out)", if *ids == 0 { "have no readable header".to_string() } else { format!("name {ids} different queue ids") })?,
-            ErrorKind::UnsupportedVersion { found, supported } => write!(f, "queue format version {found} is newer than this steadq supports ({supported}); upgrade steadq")?,
-            ErrorKind::UnsupportedFilesystem { fs_type } => write!(f, "filesystem {fs_type} does not support renameat2(RENAME_NOREPLACE); SteadQ needs a local filesystem such as ext4, xfs, btrfs or tmpfs")?,
-            ErrorKind::RenameRefused { errno } => write!(f, "renameat2(RENAME_NOREPLACE) was refused by the system ({}): the call is blocked (a seccomp profile or sandbox?), not unsupported by the filesystem; allow renameat2", std::io::Error::from_raw_os_error(errno.raw_os_error()))?,
-            ErrorKind::NamesTooLong { allowed, needed } => write!(f, "filesystem allows names of {allowed} bytes; SteadQ needs {needed}")?,
-            ErrorKind::Incomplete => f.write_str("queue layout incomplete (an interrupted init?); run `steadq init` again")?,
-            ErrorKind::PayloadTooLarge { len, limit } => write!(f, "payload of {len} bytes exceeds the limit of {limit} bytes")?,
+            ErrorKind::Io { call, errno } => write!(f, "{} failed: {errno}", call.name())?,
+            ErrorKind::IdentityLost { jobs, ids } => {
+                write!(
+                    f,
+                    "the identity file steadq.queue is missing or damaged and the {jobs} job files "
+                )?;
+                match ids {
+                    0 => f.write_str("have no readable header")?,
+                    n => write!(f, "name {n} different queue ids")?,
+                }
+                f.write_str(
+                    "; init will not re-identify a queue that holds jobs (restore steadq.queue \
+                     from a backup, or move the foreign jobs out)",
+                )?;
+            }
+            ErrorKind::UnsupportedVersion { found, supported } => write!(
+                f,
+                "queue format version {found} is newer than this steadq supports \
+                 ({supported}); upgrade steadq"
+            )?,
+            ErrorKind::UnsupportedFilesystem { fs_type } => write!(
+                f,
+                "filesystem {fs_type} does not support renameat2(RENAME_NOREPLACE); SteadQ \
+                 needs a local filesystem such as ext4, xfs, btrfs or tmpfs"
+            )?,
+            ErrorKind::RenameRefused { errno } => write!(
+                f,
+                "renameat2(RENAME_NOREPLACE) was refused by the system ({errno}): the call is \
+                 blocked (a seccomp profile or sandbox?), not unsupported by the filesystem; \
+                 allow renameat2"
+            )?,
+            ErrorKind::NamesTooLong { allowed, needed } => write!(
+                f,
+                "filesystem allows names of {allowed} bytes; SteadQ needs {needed}"
+            )?,
+            ErrorKind::PayloadTooLarge { len, limit } => write!(
+                f,
+                "payload of {len} bytes exceeds the limit of {limit} bytes"
+            )?,
             ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c}); moved to dead/")?,
-            ErrorKind::NoSuchJob => f.write_str("no such job")?,
             ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}")?,
+            ErrorKind::LeaseLost => f.write_str(LEASE_LOST)?,
+            ErrorKind::NotAQueue => f.write_str(NOT_A_QUEUE)?,
+            ErrorKind::BadIdentity => f.write_str(BAD_IDENTITY)?,
+            ErrorKind::Incomplete => f.write_str(INCOMPLETE)?,
+            ErrorKind::NoSuchJob => f.write_str("no such job")?,
         }
         if self.0.outcome == Outcome::Indeterminate {
             f.write_str(" [outcome indeterminate: the operation may have happened]")?;
@@ -192,6 +273,14 @@ impl core::fmt::Display for Error {
         Ok(())
     }
 }
+
+const LEASE_LOST: &str =
+    "lease lost (expired and recovered, renewed elsewhere, or already settled)";
+const NOT_A_QUEUE: &str = "not a SteadQ queue (no steadq.queue file; run `steadq init`)";
+const BAD_IDENTITY: &str = "the identity file steadq.queue is damaged (malformed, or its sum= \
+    line does not match); run `steadq init` on the queue directory to restore it from the job \
+    headers";
+const INCOMPLETE: &str = "queue layout incomplete (an interrupted init?); run `steadq init` again";
 
 impl std::error::Error for Error {}
 

@@ -18,10 +18,10 @@
 //! # Ok::<(), steadq::Error>(())
 //! ```
 //!
-//! Where to look: names are parsed in [`name`] (and only in [`scan`] from directory
+//! Where to look: names are parsed in [`name`] (and only in `disk/scan.rs` from directory
 //! listings); the state table is [`state::TRANSITIONS`]; every rename happens in
 //! `ops/transition.rs` (`Queue::move_job`); every syscall, fsync included, goes through
-//! [`sys::Sys`]. `DESIGN.md` documents the bytes, the table and the crash cases.
+//! `disk/sys.rs` (`Sys`). `DESIGN.md` documents the bytes, the table and the crash cases.
 //!
 //! The layers, one folder each:
 //!
@@ -47,6 +47,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod admin;
 mod disk;
@@ -54,19 +55,24 @@ mod error;
 mod ops;
 mod queue;
 
-pub use disk::{format, name, scan, sys};
+pub use disk::{format, name};
+#[cfg(feature = "faults")]
+pub use disk::{scan, sys};
 pub use ops::state;
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
 pub use admin::receipts::{CompactReport, EvidenceLimits, ReceiptPolicy, EVIDENCE_FILE};
-pub use admin::view::{Listed, Status};
+pub use admin::view::{Listed, StateBytes, Status};
 pub use disk::clock::Clock;
 pub use disk::name::{delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason};
-pub use error::{Error, ErrorKind, Outcome, Result};
+pub use disk::scan::Foreign;
+pub use disk::sys::Call;
+pub use error::{Error, ErrorKind, OsErrno, Outcome, Result};
 pub use ops::enqueue::EnqueueOptions;
 pub use ops::lease::{backoff, Lease, Nacked, Receipt};
 pub use ops::recover::RecoverReport;
 pub use ops::state::State;
 pub use queue::{
-    Durability, Identity, Options, Queue, DEFAULT_MAX_PAYLOAD, IDENTITY_FILE, QUEUE_VERSION,
+    Durability, Identity, Options, Queue, DEFAULT_MAX_PAYLOAD, IDENTITY_FILE, MAX_LEASE,
+    QUEUE_VERSION,
 };

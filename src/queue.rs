@@ -15,11 +15,16 @@
 use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
 use crate::disk::clock::Clock;
 use crate::disk::name::{shard_name, JobId, JobName};
-use crate::disk::sys::{fs_name, Call, Errno, FaultPlan, Sys};
+use crate::disk::name::{TempKind, TempName};
+#[cfg(feature = "faults")]
+use crate::disk::sys::FaultPlan;
+use crate::disk::sys::{fs_name, Call, Errno, Sys};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+#[cfg(feature = "faults")]
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// The queue format version this build writes (and the newest it opens). Version 2 adds the
@@ -59,9 +64,12 @@ pub struct Options {
     pub max_attempts: u32,
     /// Default lease (visibility timeout). Default 30 s.
     pub lease: Duration,
-    /// Fault injection for tests and the crash lab.
+    /// Fault injection for tests and the crash lab (feature `faults`).
+    #[cfg(feature = "faults")]
     pub faults: Option<Arc<FaultPlan>>,
-    /// Publish with a named temp file even where `O_TMPFILE` works (tests of the fallback).
+    /// Publish with a named temp file even where `O_TMPFILE` works (tests of the fallback;
+    /// feature `faults`).
+    #[cfg(feature = "faults")]
     pub force_named_publish: bool,
     /// Format version for a new queue (1 or 2); ignored when opening. Default
     /// [`QUEUE_VERSION`]; 1 makes a queue that SteadQ builds before version 2 can open.
@@ -72,6 +80,70 @@ pub struct Options {
     /// Evidence log limits for a new version-2 queue; ignored when opening. Default 16 MiB,
     /// keep 3.
     pub evidence: EvidenceLimits,
+}
+
+/// The longest lease (visibility timeout) a claim or renew accepts: 7 days. A longer one
+/// would keep a crashed worker's job hidden for weeks.
+pub const MAX_LEASE: Duration = Duration::from_secs(7 * 86_400);
+
+/// The latest not-before time a delay may reach, ns since the Unix epoch: `i64::MAX`
+/// (2262-04-11T23:47:16Z), the end of the signed 64-bit nanosecond range that `SystemTime`
+/// arithmetic and the other tools reading these names can hold.
+pub(crate) const LATEST_DUE_NS: u64 = i64::MAX as u64;
+
+fn invalid(what: &'static str) -> Error {
+    Error::not_done(ErrorKind::InvalidArgument(what), None)
+}
+
+/// Check a lease: longer than zero, at most [`MAX_LEASE`].
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
+    if lease.is_zero() {
+        return Err(invalid("lease must be longer than zero"));
+    }
+    if lease > MAX_LEASE {
+        return Err(invalid("lease must be at most 7 days (MAX_LEASE)"));
+    }
+    Ok(())
+}
+
+/// The wall time `delay` after `now_ns`, refused past [`LATEST_DUE_NS`] (year 2262).
+pub(crate) fn due_after(now_ns: u64, delay: Duration) -> Result<u64> {
+    let d = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+    match now_ns.checked_add(d) {
+        Some(t) if t <= LATEST_DUE_NS => Ok(t),
+        _ => Err(invalid("delay reaches past the year 2262")),
+    }
+}
+
+impl Options {
+    /// Check every option, naming the one out of range. `Queue::create` and `Queue::open_with`
+    /// call it first, so a bad option changes nothing.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidArgument`] (not done): shards outside 1..=256, a zero delayed
+    /// bucket width, zero max attempts, a zero payload limit, a lease that is zero or longer
+    /// than [`MAX_LEASE`], a format version other than 1 or 2, or a zero evidence limit.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=256).contains(&self.shards) {
+            return Err(invalid("shards must be 1..=256"));
+        }
+        if self.delayed_bucket_ns == 0 {
+            return Err(invalid("delayed bucket width must be > 0"));
+        }
+        if self.max_attempts == 0 {
+            return Err(invalid("max attempts must be at least 1"));
+        }
+        if self.max_payload == 0 {
+            return Err(invalid("max payload must be at least 1 byte"));
+        }
+        if !(1..=QUEUE_VERSION).contains(&self.format_version) {
+            return Err(invalid("format version must be 1 or 2"));
+        }
+        if self.evidence.max_bytes == 0 {
+            return Err(invalid("the evidence limit must be > 0"));
+        }
+        check_lease(self.lease)
+    }
 }
 
 /// The default payload limit: 16 MiB (16,777,216 bytes). `Options::max_payload` and the
@@ -87,7 +159,9 @@ impl Default for Options {
             delayed_bucket_ns: 60_000_000_000,
             max_attempts: 5,
             lease: Duration::from_secs(30),
+            #[cfg(feature = "faults")]
             faults: None,
+            #[cfg(feature = "faults")]
             force_named_publish: false,
             format_version: QUEUE_VERSION,
             receipts: ReceiptPolicy::Job,
@@ -312,8 +386,13 @@ impl Queue {
         Queue::open_with(root, Options::default())
     }
 
-    /// Open with explicit options. Errors as [`Queue::open`].
+    /// Open with explicit options.
+    ///
+    /// # Errors
+    /// As [`Queue::open`], plus [`ErrorKind::InvalidArgument`] for an option out of range
+    /// ([`Options::validate`]).
     pub fn open_with(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
+        opts.validate()?;
         let root = root.as_ref().to_path_buf();
         let sys = make_sys(&opts);
         let rootfd = sys
@@ -338,31 +417,12 @@ impl Queue {
     /// file is first moved aside to `.steadq.queue.damaged.<32 hex>`.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidArgument`] for shards outside 1..=256;
+    /// [`ErrorKind::InvalidArgument`] for an option out of range (see [`Options::validate`]);
     /// [`ErrorKind::IdentityLost`] (not done) when the identity is missing or damaged and the
     /// job headers do not agree on one queue id; otherwise as [`Queue::open`]. Outcome:
     /// indeterminate once anything was created.
     pub fn create(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
-        if !(1..=256).contains(&opts.shards) {
-            return Err(Error::not_done(
-                ErrorKind::InvalidArgument("shards must be 1..=256"),
-                None,
-            ));
-        }
-        if opts.delayed_bucket_ns == 0 {
-            return Err(Error::not_done(
-                ErrorKind::InvalidArgument("delayed bucket width must be > 0"),
-                None,
-            ));
-        }
-        if !(1..=QUEUE_VERSION).contains(&opts.format_version) || opts.evidence.max_bytes == 0 {
-            return Err(Error::not_done(
-                ErrorKind::InvalidArgument(
-                    "format version must be 1 or 2 and the evidence limit > 0",
-                ),
-                None,
-            ));
-        }
+        opts.validate()?;
         let root = root.as_ref().to_path_buf();
         let sys = make_sys(&opts);
         let ind =
@@ -432,7 +492,7 @@ impl Queue {
                 } else {
                     ErrorKind::Io {
                         call: Call::Open,
-                        errno: e,
+                        errno: e.into(),
                     }
                 };
                 Error::not_done(kind, Some(root.join(rel)))
@@ -453,6 +513,7 @@ impl Queue {
         };
         let clock = Clock::new(&sys);
         probe_rename(&sys, dirs.tmp.as_fd(), &root, clock.boot_id())?;
+        #[cfg(feature = "faults")]
         if opts.force_named_publish {
             sys.force_named_publish();
         }
@@ -540,7 +601,8 @@ impl Queue {
         &self.clock
     }
 
-    /// The syscall layer (its fault plan, its publishing route).
+    /// The syscall layer (its fault plan, its publishing route; feature `faults`).
+    #[cfg(feature = "faults")]
     pub fn sys(&self) -> &Sys {
         &self.sys
     }
@@ -591,11 +653,17 @@ impl Queue {
     }
 }
 
+#[cfg(feature = "faults")]
 fn make_sys(opts: &Options) -> Sys {
     match &opts.faults {
         Some(p) => Sys::with_faults(p.clone()),
         None => Sys::new(),
     }
+}
+
+#[cfg(not(feature = "faults"))]
+fn make_sys(_: &Options) -> Sys {
+    Sys::new()
 }
 
 pub(crate) fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<Identity> {
@@ -879,7 +947,12 @@ fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()>
 /// `EPERM` or `ENOSYS` from `renameat2` of a file SteadQ just made: the call is blocked (a
 /// seccomp profile, a sandbox), which is not the filesystem's doing.
 fn rename_refused(errno: Errno, path: &Path) -> Error {
-    Error::not_done(ErrorKind::RenameRefused { errno }, Some(path.to_path_buf()))
+    Error::not_done(
+        ErrorKind::RenameRefused {
+            errno: errno.into(),
+        },
+        Some(path.to_path_buf()),
+    )
 }
 
 /// The longest name SteadQ writes: a leased job name. Temp and probe names
@@ -942,17 +1015,16 @@ fn ensure_dir(sys: &Sys, parent: BorrowedFd<'_>, name: &str, ppath: &Path) -> Re
 /// Check once per open that `renameat2(RENAME_NOREPLACE)` works here: a probe file in `tmp/`
 /// is renamed and removed. NFS and old FUSE answer `EINVAL` (see `rename(2)`).
 fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> Result<()> {
-    let a = format!(
-        "{boot_id:032x}.{:08x}.{:032x}.probe",
-        std::process::id(),
-        random_u128()
-    );
-    let b = format!(
-        "{boot_id:032x}.{:08x}.{:032x}.probe",
-        std::process::id(),
-        random_u128()
-    );
-    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(root.join("tmp").join(&a)));
+    let probe = || TempName::new(boot_id, TempKind::Probe, random_u128()).format();
+    let (a, b) = (probe(), probe());
+    let nd = |call, e| {
+        Error::io(
+            call,
+            e,
+            Outcome::NotDone,
+            Some(root.join("tmp").join(a.as_str())),
+        )
+    };
     match sys.create_file(tmp, &a) {
         Ok(fd) => drop(fd),
         // A reader without write access (a monitoring user), or a read-only mount: it cannot

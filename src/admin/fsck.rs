@@ -27,7 +27,7 @@ pub enum ProblemKind {
     /// A job file that fails verification.
     Corrupt(Corruption),
     /// The entry could not be read.
-    Unreadable(Errno),
+    Unreadable(crate::OsErrno),
     /// The same job id also exists at this other path (never quarantined automatically:
     /// which copy is right is the operator's call).
     Duplicate(String),
@@ -169,12 +169,7 @@ impl Queue {
         self.sys
             .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
                 rep.checked += 1;
-                let f: Vec<&str> = name.unwrap_or("").split('.').collect();
-                let named = f.len() == 4
-                    && crate::disk::name::parse_hex(f[0].as_bytes(), 32).is_some()
-                    && crate::disk::name::parse_hex(f[1].as_bytes(), 8).is_some()
-                    && crate::disk::name::parse_hex(f[2].as_bytes(), 32).is_some()
-                    && matches!(f[3], "tmp" | "probe");
+                let named = name.and_then(crate::disk::name::TempName::parse).is_some();
                 if !named
                     || !matches!(
                         t,
@@ -327,7 +322,7 @@ impl Queue {
                 Err(ProblemKind::Foreign(Foreign::NotRegular))
             }
             Err(Load::Corrupt(c)) => Err(ProblemKind::Corrupt(c)),
-            Err(Load::Io(_, e)) => Err(ProblemKind::Unreadable(e)),
+            Err(Load::Io(_, e)) => Err(ProblemKind::Unreadable(e.into())),
         }
     }
 

@@ -9,6 +9,7 @@ use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::state::{Op, State};
 use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
 
 /// One job found by [`Queue::list`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,12 +46,51 @@ pub struct Status {
     pub acked: u64,
     /// Foreign entries.
     pub foreign: u64,
-    /// Bytes in job files of each state: ready, leased, delayed, dead, receipts.
-    pub bytes: [u64; 5],
-    /// How long the longest-waiting ready job has been ready, ns: from the moment it became
+    /// Bytes in job files (header and payload, as `stat` reports their size) per state.
+    pub bytes: StateBytes,
+    /// How long the longest-waiting ready job has been ready: from the moment it became
     /// ready (its file's inode change time, which every rename sets), not from enqueue, so a
-    /// delayed or requeued job does not raise a false backlog alarm.
-    pub oldest_ready_age_ns: Option<u64>,
+    /// delayed or requeued job does not raise a false backlog alarm. `None`: nothing ready.
+    pub oldest_ready_age: Option<Duration>,
+}
+
+/// Bytes of job files in each state (each file's `st_size`: 128-byte header plus payload).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateBytes {
+    /// Ready jobs, bytes.
+    pub ready: u64,
+    /// Leased jobs, bytes.
+    pub leased: u64,
+    /// Delayed jobs, bytes.
+    pub delayed: u64,
+    /// Dead jobs, bytes.
+    pub dead: u64,
+    /// Receipts, bytes.
+    pub acked: u64,
+}
+
+impl StateBytes {
+    /// The bytes of one state.
+    pub fn get(&self, s: State) -> u64 {
+        match s {
+            State::Ready => self.ready,
+            State::Leased => self.leased,
+            State::Delayed => self.delayed,
+            State::Dead => self.dead,
+            State::Acked => self.acked,
+        }
+    }
+
+    fn add(&mut self, s: State, n: u64) {
+        let slot = match s {
+            State::Ready => &mut self.ready,
+            State::Leased => &mut self.leased,
+            State::Delayed => &mut self.delayed,
+            State::Dead => &mut self.dead,
+            State::Acked => &mut self.acked,
+        };
+        *slot += n;
+    }
 }
 
 /// Why [`Queue::load_job`] could not hand out a verified job.
@@ -69,16 +109,6 @@ pub(crate) struct Seen<'a> {
     pub dir: BorrowedFd<'a>,
     pub raw: &'a str,
     pub parsed: core::result::Result<JobName, Foreign>,
-}
-
-fn area_index(s: State) -> usize {
-    match s {
-        State::Ready => 0,
-        State::Leased => 1,
-        State::Delayed => 2,
-        State::Dead => 3,
-        State::Acked => 4,
-    }
 }
 
 impl Queue {
@@ -235,7 +265,7 @@ impl Queue {
             }
             let state = state_of(&n.kind);
             let meta = self.sys.stat_nofollow(s.dir, s.raw).ok();
-            st.bytes[area_index(state)] += meta.as_ref().map_or(0, |m| m.size);
+            st.bytes.add(state, meta.as_ref().map_or(0, |m| m.size));
             match n.kind {
                 Kind::Ready => {
                     st.ready += 1;
@@ -254,7 +284,8 @@ impl Queue {
                 Kind::Receipt { .. } => st.acked += 1,
             }
         })?;
-        st.oldest_ready_age_ns = oldest_ready_since.map(|t| now.saturating_sub(t));
+        st.oldest_ready_age =
+            oldest_ready_since.map(|t| Duration::from_nanos(now.saturating_sub(t)));
         Ok(st)
     }
 

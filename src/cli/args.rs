@@ -81,7 +81,7 @@ pub fn dur(s: &str) -> Result<Duration, String> {
 /// A lease: 1 s to 7 days. Longer leases would keep a crashed worker's job hidden for weeks.
 pub fn lease_dur(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
-    if d < Duration::from_secs(1) || d > Duration::from_secs(7 * 86400) {
+    if d < Duration::from_secs(1) || d > steadq::MAX_LEASE {
         return Err(format!("bad lease '{s}': use 1s to 7d"));
     }
     Ok(d)

@@ -252,7 +252,12 @@ pub fn cmd_nack(a: Nack) -> Result<Exit, CliError> {
     stdout::note_done("the job WAS nacked", "its new state");
     match n {
         steadq::Nacked::Ready => out!("ready"),
-        steadq::Nacked::Delayed(ns) => out!("delayed until unix {:.3}", ns as f64 / 1e9),
+        steadq::Nacked::Delayed(t) => out!(
+            "delayed until unix {:.3}",
+            t.duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64()
+        ),
         steadq::Nacked::Dead => out!("dead (attempts exhausted)"),
     }
     Ok(Exit::Done)

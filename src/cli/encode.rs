@@ -57,6 +57,11 @@ fn counts(s: &Status) -> [u64; 5] {
     [s.ready, s.leased, s.delayed, s.dead, s.acked]
 }
 
+fn bytes(s: &Status) -> [u64; 5] {
+    let b = &s.bytes;
+    [b.ready, b.leased, b.delayed, b.dead, b.acked]
+}
+
 /// `status --json`: one line, an object with counts, bytes per state and the oldest ready age.
 pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     let mut o = format!(
@@ -74,13 +79,13 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     );
     let bytes: Vec<String> = STATE_NAMES
         .iter()
-        .zip(s.bytes)
+        .zip(bytes(s))
         .map(|(n, b)| format!("\"{n}\":{b}"))
         .collect();
     o += &bytes.join(",");
     let age = s
-        .oldest_ready_age_ns
-        .map_or("null".into(), |n| format!("{:.3}", n as f64 / 1e9));
+        .oldest_ready_age
+        .map_or("null".into(), |d| format!("{:.3}", d.as_secs_f64()));
     let _ = write!(o, "}},\"oldest_ready_age_seconds\":{age}}}");
     o
 }
@@ -118,7 +123,7 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
     gauge(
         "steadq_bytes",
         "Bytes of job files in each state.",
-        &per_state(s.bytes),
+        &per_state(bytes(s)),
     );
     gauge(
         "steadq_expired_leases",
@@ -130,7 +135,7 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
         "Entries that are not valid jobs (see steadq fsck).",
         &[(None, s.foreign.to_string())],
     );
-    let age = s.oldest_ready_age_ns.map_or(0.0, |n| n as f64 / 1e9);
+    let age = s.oldest_ready_age.map_or(0.0, |d| d.as_secs_f64());
     gauge(
         "steadq_oldest_ready_age_seconds",
         "Age of the oldest ready job (0 when none).",
@@ -142,8 +147,8 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
 /// `status` for people: a line per state, expired leases, foreign entries, oldest ready job.
 pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     let mut o = format!("queue    {} ({:032x})\n", q.dir, q.id);
-    for (i, (n, c)) in STATE_NAMES.iter().zip(counts(s)).enumerate() {
-        let _ = writeln!(o, "{n:<8} {c:>8}  {:>12} bytes", s.bytes[i]);
+    for ((n, c), b) in STATE_NAMES.iter().zip(counts(s)).zip(bytes(s)) {
+        let _ = writeln!(o, "{n:<8} {c:>8}  {b:>12} bytes");
     }
     let _ = writeln!(
         o,
@@ -160,7 +165,8 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     let _ = writeln!(
         o,
         "oldest ready job: {}",
-        s.oldest_ready_age_ns.map_or("-".into(), fmt_age)
+        s.oldest_ready_age
+            .map_or("-".into(), |d| fmt_age(d.as_nanos() as u64))
     );
     o
 }
@@ -213,10 +219,16 @@ mod tests {
             delayed: 2,
             dead: 0,
             acked: 7,
-            bytes: [300, 100, 200, 0, 700],
+            bytes: steadq::StateBytes {
+                ready: 300,
+                leased: 100,
+                delayed: 200,
+                dead: 0,
+                acked: 700,
+            },
             expired_leases: 1,
             foreign: 2,
-            oldest_ready_age_ns: Some(1_500_000_000),
+            oldest_ready_age: Some(std::time::Duration::from_millis(1500)),
         }
     }
 

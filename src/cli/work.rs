@@ -250,7 +250,7 @@ enum Watch {
 }
 
 fn spawn_command(a: &Work, lease: &Lease<'_>) -> std::io::Result<Child> {
-    let parent = std::process::id() as libc::pid_t;
+    let parent = rustix::process::getpid();
     // Arguments that were not UTF-8 get their original bytes back.
     let mut cmd = Command::new(super::rawargs::os(&a.command[0]));
     cmd.args(a.command[1..].iter().map(|c| super::rawargs::os(c)))
@@ -261,17 +261,18 @@ fn spawn_command(a: &Work, lease: &Lease<'_>) -> std::io::Result<Child> {
         .stdin(Stdio::piped())
         // A terminal's Ctrl-C reaches steadq, which decides about the job.
         .process_group(0);
-    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2) and
-    // getppid(2), both async-signal-safe; it touches no memory of the parent.
+    // SAFETY: the closure runs in the child between fork and exec and only makes two raw
+    // system calls through rustix, prctl(2) and getppid(2), both async-signal-safe; it
+    // allocates nothing and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(move || {
             // If this worker dies (SIGKILL, OOM), its job's lease will expire and the job will
             // run elsewhere: the orphaned command must not go on running beside it.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != parent
-            {
-                return Err(std::io::Error::other(
-                    "worker exited before the command started",
-                ));
+            use rustix::process::{getppid, set_parent_process_death_signal, Signal};
+            set_parent_process_death_signal(Some(Signal::KILL))?;
+            if getppid() != Some(parent) {
+                // ESRCH: the worker (our parent) is gone before the command started.
+                return Err(rustix::io::Errno::SRCH.into());
             }
             Ok(())
         });
@@ -459,15 +460,11 @@ fn ack_until_settled(a: &Work, mut lease: Lease<'_>) -> Result<String, steadq::E
 fn describe_nack(n: Nacked, why: &str) -> String {
     match n {
         Nacked::Ready => format!("{why}: back to ready"),
-        Nacked::Delayed(ns) => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            format!(
-                "{why}: retry in {:.0}s",
-                ns.saturating_sub(now) as f64 / 1e9
-            )
+        Nacked::Delayed(t) => {
+            let wait = t
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            format!("{why}: retry in {:.0}s", wait.as_secs_f64())
         }
         Nacked::Dead => format!("{why}: attempts exhausted, dead-lettered"),
     }

@@ -66,12 +66,16 @@ impl Clock {
         )
     }
 
-    /// Move this queue's view of `CLOCK_BOOTTIME` by `ns` (tests: expire a lease without waiting).
+    /// Move this queue's view of `CLOCK_BOOTTIME` by `ns` (tests: expire a lease without
+    /// waiting; feature `faults`).
+    #[cfg(feature = "faults")]
     pub fn shift_boot(&self, ns: i64) {
         self.boot_offset_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    /// Move this queue's view of `CLOCK_REALTIME` by `ns` (tests: wall-clock jumps).
+    /// Move this queue's view of `CLOCK_REALTIME` by `ns` (tests: wall-clock jumps; feature
+    /// `faults`).
+    #[cfg(feature = "faults")]
     pub fn shift_wall(&self, ns: i64) {
         self.wall_offset_ns.fetch_add(ns, Ordering::Relaxed);
     }

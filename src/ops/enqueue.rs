@@ -13,7 +13,8 @@
 //! indeterminate.
 
 use crate::disk::format::encode_header;
-use crate::disk::name::{bucket_name, shard_name, JobId, JobName, Kind};
+use crate::disk::name::{bucket_name, shard_name, JobId, JobName};
+use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno, Publish};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::state::{self, Op, State};
@@ -92,8 +93,25 @@ impl Queue {
     }
 
     /// Enqueue with per-job options: a delayed job lands in `delayed/` and becomes ready when
-    /// [`Queue::recover`] (or a waiting claim) finds it due. Errors as [`Queue::enqueue`], plus
-    /// [`ErrorKind::InvalidArgument`] for zero max attempts.
+    /// [`Queue::recover`] (or any claim that finds nothing ready) finds it due.
+    ///
+    /// # Errors
+    /// As [`Queue::enqueue`], plus [`ErrorKind::InvalidArgument`] (not done) for zero max
+    /// attempts or a delay reaching past the year 2262.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use steadq::{EnqueueOptions, Queue, Options};
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-delay-{}", std::process::id()));
+    /// let q = Queue::create(&dir, Options::default())?;
+    /// let later = EnqueueOptions { delay: Some(Duration::from_secs(600)), max_attempts: Some(3) };
+    /// q.enqueue_with(b"send the daily report", &later)?;
+    /// assert!(q.claim()?.is_none(), "not due for ten minutes");
+    /// assert_eq!(q.status()?.delayed, 1);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
     pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId> {
         let p = self.prepare(payload, o)?;
         let w = self.write_job(&p, true)?;
@@ -195,13 +213,8 @@ impl Queue {
             }
             Some(d) => {
                 state::check(None, Op::EnqueueDelayed, State::Delayed);
-                name.kind = self.delayed_kind(now, d.as_nanos().min(u64::MAX as u128) as u64);
-                let Kind::Delayed {
-                    not_before_ns: nb, ..
-                } = name.kind
-                else {
-                    unreachable!("delayed_kind makes a delayed kind")
-                };
+                let nb = crate::queue::due_after(now, d)?;
+                name.kind = self.delayed_kind(nb, d);
                 let b = bucket_name(nb, self.ident.delayed_bucket_ns);
                 let rel = format!("delayed/{b}");
                 let fd = self
@@ -240,12 +253,9 @@ impl Queue {
                 Err(e) => return Err(nd(Call::Open, e, &p.rel_dir)),
             }
         }
-        let tmp = format!(
-            "{:032x}.{:08x}.{:032x}.tmp",
-            self.clock.boot_id(),
-            std::process::id(),
-            random()
-        );
+        let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
+            .format()
+            .to_string();
         let rel = format!("tmp/{tmp}");
         let fd = self
             .sys

@@ -36,8 +36,8 @@ pub struct Lease<'q> {
 pub enum Nacked {
     /// Back to ready at once (delay zero).
     Ready,
-    /// To `delayed/`, due at this unix time in ns.
-    Delayed(u64),
+    /// To `delayed/`, due at this wall-clock time (its bucket and name carry it in ns).
+    Delayed(std::time::SystemTime),
     /// To `dead/` with reason `exhausted`: no attempt left.
     Dead,
 }
@@ -78,8 +78,26 @@ impl Queue {
     /// Claim with a lease (visibility timeout) of `lease`. When no job is ready it first makes
     /// due delayed jobs and expired leases ready (the listing it already did shows the leases;
     /// delayed buckets are read only up to the current one) and tries again, so a plain
-    /// `claim` from cron never strands a job. Errors as [`Queue::claim`], plus
-    /// [`ErrorKind::InvalidArgument`] for a zero lease.
+    /// `claim` from cron never strands a job.
+    ///
+    /// # Errors
+    /// As [`Queue::claim`], plus [`ErrorKind::InvalidArgument`] (not done) for a lease that is
+    /// zero or longer than [`crate::MAX_LEASE`].
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-claim-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
+    /// q.enqueue(b"thumbnail a.jpg")?;
+    /// let mut lease = q.claim_for(Duration::from_secs(300))?.expect("a job is ready");
+    /// lease.renew(Duration::from_secs(300))?; // still working: push the deadline out
+    /// let receipt = lease.ack()?;
+    /// assert!(receipt.name.ends_with(".rct"));
+    /// assert_eq!(q.status()?.acked, 1);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
     pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease<'_>>> {
         self.claim_sweep(lease, &mut RecoverReport::default())
     }
@@ -91,12 +109,7 @@ impl Queue {
         lease: Duration,
         seen: &mut RecoverReport,
     ) -> Result<Option<Lease<'_>>> {
-        if lease.is_zero() {
-            return Err(Error::not_done(
-                ErrorKind::InvalidArgument("lease must be longer than zero"),
-                None,
-            ));
-        }
+        crate::queue::check_lease(lease)?;
         for round in 0..2 {
             if let Some(l) = self.claim_round(lease, seen)? {
                 return Ok(Some(l));
@@ -404,13 +417,15 @@ impl Queue {
         }
     }
 
-    /// The delayed kind for `delay_ns` from `wall_now_ns`: in a version-2 queue it also
-    /// carries this boot's id and boot-clock not-before (unless the boot id is unknown), so
-    /// within this boot a wall-clock jump changes nothing ([`crate::delay_due`]).
-    pub(crate) fn delayed_kind(&self, wall_now_ns: u64, delay_ns: u64) -> Kind {
+    /// The delayed kind for a delay of `delay` whose wall-clock not-before is `not_before_ns`
+    /// (checked by `due_after`): in a version-2 queue it also carries this boot's id and
+    /// boot-clock not-before (unless the boot id is unknown), so within this boot a wall-clock
+    /// jump changes nothing ([`crate::delay_due`]).
+    pub(crate) fn delayed_kind(&self, not_before_ns: u64, delay: Duration) -> Kind {
         let boot_id = self.clock.boot_id();
+        let delay_ns = delay.as_nanos().min(u64::MAX as u128) as u64;
         Kind::Delayed {
-            not_before_ns: wall_now_ns.saturating_add(delay_ns),
+            not_before_ns,
             boot: (self.ident.version >= 2 && boot_id != 0).then(|| BootDue {
                 boot_id,
                 not_before_boot_ns: self.clock.boot_ns().saturating_add(delay_ns),
@@ -618,8 +633,11 @@ impl<'q> Lease<'q> {
     /// [`ErrorKind::LeaseLost`] (not done) if the lease was recovered or settled elsewhere;
     /// [`ErrorKind::Io`]: not done before the rename; indeterminate when the barrier after
     /// the rename failed (the lease lives on under its new name, and this `Lease` uses it from
-    /// now on) or the rename returned `EIO` (this `Lease` follows whichever name exists).
+    /// now on) or the rename returned `EIO` (this `Lease` follows whichever name exists);
+    /// [`ErrorKind::InvalidArgument`] (not done, the lease kept as it was) for a lease that is
+    /// zero or longer than [`crate::MAX_LEASE`].
     pub fn renew(&mut self, lease: Duration) -> Result<()> {
+        crate::queue::check_lease(lease)?;
         let Kind::Leased(mut f) = self.name.kind else {
             unreachable!("a Lease always holds a leased name")
         };
@@ -722,7 +740,10 @@ impl<'q> Lease<'q> {
     /// attempt left the job is dead-lettered (reason `exhausted`).
     ///
     /// # Errors
-    /// As [`Lease::ack`] (without the re-verification).
+    /// As [`Lease::ack`] (without the re-verification), plus
+    /// [`ErrorKind::InvalidArgument`] (not done) for a delay reaching past the year 2262: the
+    /// job then stays leased under its name until its deadline (this guard does not release
+    /// it on drop).
     pub fn nack(mut self, delay: Duration) -> Result<Nacked> {
         if self.name.exhausted() {
             let dead = self.q.place_dead()?;
@@ -743,16 +764,24 @@ impl<'q> Lease<'q> {
             self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)?;
             return Ok(Nacked::Ready);
         }
-        let kind = self.q.delayed_kind(self.q.clock.wall_ns(), ns(delay));
-        let Kind::Delayed {
-            not_before_ns: nb, ..
-        } = kind
-        else {
-            unreachable!("delayed_kind makes a delayed kind")
+        let nb = match crate::queue::due_after(self.q.clock.wall_ns(), delay) {
+            Ok(nb) => nb,
+            Err(e) => {
+                // A bad argument moves nothing: the job stays leased under its name until its
+                // deadline (dropping this guard must not release it either).
+                self.settled = true;
+                return Err(e);
+            }
         };
         let to = self.q.place_delayed(nb)?;
-        self.settle(&to, self.name.next(kind, false), Op::Nack)?;
-        Ok(Nacked::Delayed(nb))
+        self.settle(
+            &to,
+            self.name.next(self.q.delayed_kind(nb, delay), false),
+            Op::Nack,
+        )?;
+        Ok(Nacked::Delayed(
+            std::time::UNIX_EPOCH + Duration::from_nanos(nb),
+        ))
     }
 
     /// Fail: dead-letter the job now with `reason` ([`Reason::FAILED`] for a generic one).

@@ -247,25 +247,15 @@ impl Queue {
                 let Some(name) = name else {
                     return r.foreign += 1;
                 };
-                let mut f = name.split('.');
-                let (Some(b), Some(p)) = (f.next(), f.next()) else {
+                let Some(t) = crate::disk::name::TempName::parse(name) else {
                     return r.foreign += 1;
                 };
-                match (
-                    crate::disk::name::parse_hex(b.as_bytes(), 32),
-                    crate::disk::name::parse_hex(p.as_bytes(), 8),
-                ) {
-                    (Some(b), Some(p)) => {
-                        let alive = b == boot
-                            && rustix::process::Pid::from_raw(p as i32).is_some_and(|pid| {
-                                rustix::process::test_kill_process(pid)
-                                    != Err(rustix::io::Errno::SRCH)
-                            });
-                        if !alive {
-                            dead.push(name.to_string());
-                        }
-                    }
-                    _ => r.foreign += 1,
+                let alive = t.boot_id == boot
+                    && rustix::process::Pid::from_raw(t.pid as i32).is_some_and(|pid| {
+                        rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH)
+                    });
+                if !alive {
+                    dead.push(name.to_string());
                 }
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("tmp"))))?;

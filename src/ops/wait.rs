@@ -64,6 +64,20 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::claim_for`].
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-wait-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
+    /// // Nothing ready: returns None after about 50 ms, without polling (inotify).
+    /// assert!(q.claim_wait(Duration::from_secs(30), Duration::from_millis(50))?.is_none());
+    /// q.enqueue(b"job")?;
+    /// let lease = q.claim_wait(Duration::from_secs(30), Duration::from_secs(5))?.unwrap();
+    /// lease.ack()?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
     pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease<'_>>> {
         self.claim_wait_until(lease, timeout, &AtomicBool::new(false))
     }

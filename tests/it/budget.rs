@@ -310,7 +310,7 @@ fn compaction_does_not_retry_after_a_failed_fsync() {
     let e = q.compact(Duration::from_secs(3600)).unwrap_err();
     assert_eq!(
         (e.outcome(), e.errno()),
-        (Outcome::NotDone, Some(Errno::IO))
+        (Outcome::NotDone, Some(Errno::IO.into()))
     );
     assert_eq!(plan.count(Call::Fsync), 1, "nothing after the failed fsync");
     assert_eq!(counts(&q)[4], 2, "both receipts kept");
@@ -466,7 +466,7 @@ fn try_ack_keeps_the_lease_when_the_receipts_dir_is_immutable() {
     crate::filesystems::sh("chattr", &["-i", rdir.to_str().unwrap()]).unwrap();
     assert_eq!(
         (e.outcome(), e.errno()),
-        (Outcome::NotDone, Some(Errno::PERM)),
+        (Outcome::NotDone, Some(Errno::PERM.into())),
         "{e}"
     );
     assert_eq!(counts(&q), [0, 1, 0, 0, 0]);

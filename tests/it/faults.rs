@@ -388,7 +388,7 @@ fn a_failed_claim_fsync_is_indeterminate_and_the_job_comes_back() {
     let e = q.claim_for(Duration::from_secs(1)).unwrap_err();
     assert_eq!(
         (e.outcome(), e.errno()),
-        (Outcome::Indeterminate, Some(Errno::IO))
+        (Outcome::Indeterminate, Some(Errno::IO.into()))
     );
     assert!(
         e.to_string().contains("ready/00") && e.to_string().contains("indeterminate"),
@@ -426,7 +426,7 @@ fn eio_from_the_rename_itself_is_indeterminate_other_errnos_not_done() {
         let l = q.claim().unwrap().unwrap();
         plan.arm();
         let e = l.ack().unwrap_err();
-        assert_eq!((e.outcome(), e.errno()), (want, Some(errno)));
+        assert_eq!((e.outcome(), e.errno()), (want, Some(errno.into())));
     }
 }
 

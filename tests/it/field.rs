@@ -455,7 +455,7 @@ fn oldest_ready_age_counts_from_when_the_job_became_ready() {
     delayed(&q, b"x", Duration::from_millis(1000));
     std::thread::sleep(Duration::from_millis(1600));
     assert_eq!(q.recover().unwrap().due, 1);
-    let age = q.status().unwrap().oldest_ready_age_ns.unwrap();
+    let age = q.status().unwrap().oldest_ready_age.unwrap().as_nanos() as u64;
     assert!(
         age < 1_000_000_000,
         "age {age} ns; the job has been ready for about 0 s"
@@ -609,7 +609,7 @@ fn try_ack_keeps_the_lease_when_the_disk_is_full() {
     let e = l.try_ack().unwrap_err();
     assert_eq!(
         (e.outcome(), e.errno()),
-        (Outcome::NotDone, Some(Errno::NOSPC))
+        (Outcome::NotDone, Some(Errno::NOSPC.into()))
     );
     assert!(e.to_string().contains("disk full"), "{e}");
     assert_eq!(counts(&q), [0, 1, 0, 0, 0]);

@@ -190,13 +190,23 @@ fn a_refused_rename_is_not_blamed_on_the_filesystem() {
         };
         // create: the identity's publishing rename.
         let e = Queue::create(d.path(), with.clone()).unwrap_err();
-        assert_eq!(*e.kind(), ErrorKind::RenameRefused { errno });
+        assert_eq!(
+            *e.kind(),
+            ErrorKind::RenameRefused {
+                errno: errno.into()
+            }
+        );
         assert!(e.to_string().contains("refused by the system"), "{e}");
         assert!(!d.path().join(IDENTITY_FILE).exists());
         // open: the rename probe.
         drop(Queue::create(d.path(), fast(1)).unwrap());
         let e = Queue::open_with(d.path(), with).unwrap_err();
-        assert_eq!(*e.kind(), ErrorKind::RenameRefused { errno });
+        assert_eq!(
+            *e.kind(),
+            ErrorKind::RenameRefused {
+                errno: errno.into()
+            }
+        );
         std::fs::remove_file(d.path().join(IDENTITY_FILE)).unwrap();
     }
 }

@@ -96,7 +96,8 @@ fn nack_backs_off_then_dead_letters_after_max_attempts() {
     let Nacked::Delayed(nb) = l.nack(Duration::from_secs(5)).unwrap() else {
         panic!("expected delayed")
     };
-    assert!(nb > q.clock().wall_ns());
+    let nb_ns = nb.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    assert!(nb_ns > q.clock().wall_ns());
     assert_eq!(counts(&q), [0, 0, 1, 0, 0]);
     q.clock().shift_wall(6 * SEC);
     q.clock().shift_boot(6 * SEC);
@@ -363,7 +364,7 @@ fn open_refuses_what_is_not_a_queue_and_newer_formats() {
         "{e}"
     );
     let e = Queue::open(d.path().join("missing")).unwrap_err();
-    assert_eq!(e.errno(), Some(sys::Errno::NOENT));
+    assert_eq!(e.errno(), Some(sys::Errno::NOENT.into()));
     assert!(e.to_string().contains("missing"), "{e}");
     let q = Queue::create(d.path().join("q"), opts(1)).unwrap();
     drop(q);
@@ -650,8 +651,8 @@ fn status_counts_and_ages() {
         ),
         (2, 1, 1, 0, 0, 0)
     );
-    assert_eq!(s.bytes[0], 2 * (128 + 1));
-    assert!(s.oldest_ready_age_ns.is_some());
+    assert_eq!(s.bytes.ready, 2 * (128 + 1));
+    assert!(s.oldest_ready_age.is_some());
     assert!(!h.is_empty());
 }
 
@@ -784,4 +785,101 @@ fn a_reader_without_write_access_can_still_look() {
     .unwrap();
     assert!(plan.fired());
     assert_eq!(q.status().unwrap().ready, 0);
+}
+
+#[test]
+fn out_of_range_options_are_refused_and_change_nothing() {
+    let d = TempDir::new("validate");
+    let bad = |o: Options, what: &str| {
+        let e = Queue::create(d.path(), o).map(|_| ()).unwrap_err();
+        assert_eq!(e.outcome(), Outcome::NotDone);
+        assert!(e.to_string().contains(what), "{e} lacks {what}");
+        assert!(!d.path().exists(), "a refused create made the directory");
+    };
+    bad(
+        Options {
+            shards: 0,
+            ..opts(4)
+        },
+        "shards",
+    );
+    bad(
+        Options {
+            max_attempts: 0,
+            ..opts(4)
+        },
+        "max attempts",
+    );
+    bad(
+        Options {
+            delayed_bucket_ns: 0,
+            ..opts(4)
+        },
+        "bucket",
+    );
+    bad(
+        Options {
+            lease: MAX_LEASE + Duration::from_secs(1),
+            ..opts(4)
+        },
+        "7 days",
+    );
+    bad(
+        Options {
+            lease: Duration::ZERO,
+            ..opts(4)
+        },
+        "longer than zero",
+    );
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    let e = Queue::open_with(
+        d.path(),
+        Options {
+            max_attempts: 0,
+            ..opts(4)
+        },
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)), "{e}");
+
+    // A claim or renew past the 7-day cap is refused, and the job stays where it was.
+    q.enqueue(b"x").unwrap();
+    let e = q.claim_for(MAX_LEASE * 2).map(|_| ()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)), "{e}");
+    assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
+    let mut l = q.claim().unwrap().unwrap();
+    let before = l.handle();
+    let e = l.renew(MAX_LEASE * 2).unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone);
+    assert_eq!(l.handle(), before, "a refused renew keeps the lease's name");
+
+    // A delay past 2262 is refused: enqueue adds nothing, nack leaves the lease leased.
+    let far = Duration::from_secs(300 * 365 * 86_400);
+    let e = q
+        .enqueue_with(
+            b"y",
+            &EnqueueOptions {
+                delay: Some(far),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("2262"), "{e}");
+    assert_eq!(counts(&q), [0, 1, 0, 0, 0]);
+    let e = l.nack(far).unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone);
+    assert!(e.to_string().contains("2262"), "{e}");
+    assert_eq!(
+        counts(&q),
+        [0, 1, 0, 0, 0],
+        "the refused nack neither moved nor released the job"
+    );
+}
+
+#[test]
+fn job_id_debug_and_display_agree() {
+    let id = JobId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+    assert_eq!(id.to_string(), "0123456789abcdef0011223344556677");
+    assert_eq!(format!("{id:?}"), "JobId(0123456789abcdef0011223344556677)");
 }

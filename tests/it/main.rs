@@ -6,6 +6,7 @@ mod budget;
 mod cli;
 mod common;
 mod contention;
+mod design;
 mod faults;
 mod field;
 mod filesystems;
