@@ -30,8 +30,8 @@
 //! src/error.rs          errors and the three outcomes (done, not done, indeterminate)
 //! src/queue.rs          the queue handle, identity file, layout, create/open
 //! src/disk/format.rs    the job envelope (128-byte header, SHA-256 digests, verify)
-//! src/disk/name.rs      job names, parsed once into JobName
-//! src/disk/scan.rs      directory listings turned into typed entries; expiry and due rules
+//! src/disk/name.rs      job names, parsed once into JobName; the delay due rule (delay_due)
+//! src/disk/scan.rs      directory listings turned into typed entries; the lease expiry rule
 //! src/disk/clock.rs     wall and boot clocks, the boot id
 //! src/disk/sys.rs       every syscall, and the fault plan that can fail any of them
 //! src/ops/state.rs      the state table shared with DESIGN.md

@@ -121,8 +121,8 @@ impl Options {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidArgument`] (not done): shards outside 1..=256, a zero delayed
-    /// bucket width, zero max attempts, a zero payload limit, or a lease that is zero or
-    /// longer than [`MAX_LEASE`].
+    /// bucket width, zero max attempts, a zero payload limit, a lease that is zero or longer
+    /// than [`MAX_LEASE`], a format version other than 1 or 2, or a zero evidence limit.
     pub fn validate(&self) -> Result<()> {
         if !(1..=256).contains(&self.shards) {
             return Err(invalid("shards must be 1..=256"));

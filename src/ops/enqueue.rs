@@ -13,7 +13,7 @@
 //! indeterminate.
 
 use crate::disk::format::encode_header;
-use crate::disk::name::{bucket_name, shard_name, JobId, JobName, Kind};
+use crate::disk::name::{bucket_name, shard_name, JobId, JobName};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno, Publish};
 use crate::error::{Error, ErrorKind, Outcome, Result};
@@ -213,15 +213,8 @@ impl Queue {
             }
             Some(d) => {
                 state::check(None, Op::EnqueueDelayed, State::Delayed);
-                // Refused past the year 2262 before anything is written.
-                crate::queue::due_after(now, d)?;
-                name.kind = self.delayed_kind(now, d.as_nanos().min(u64::MAX as u128) as u64);
-                let Kind::Delayed {
-                    not_before_ns: nb, ..
-                } = name.kind
-                else {
-                    unreachable!("delayed_kind makes a delayed kind")
-                };
+                let nb = crate::queue::due_after(now, d)?;
+                name.kind = self.delayed_kind(nb, d);
                 let b = bucket_name(nb, self.ident.delayed_bucket_ns);
                 let rel = format!("delayed/{b}");
                 let fd = self

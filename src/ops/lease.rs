@@ -525,13 +525,15 @@ impl Queue {
         }
     }
 
-    /// The delayed kind for `delay_ns` from `wall_now_ns`: in a version-2 queue it also
-    /// carries this boot's id and boot-clock not-before (unless the boot id is unknown), so
-    /// within this boot a wall-clock jump changes nothing ([`crate::delay_due`]).
-    pub(crate) fn delayed_kind(&self, wall_now_ns: u64, delay_ns: u64) -> Kind {
+    /// The delayed kind for a delay of `delay` whose wall-clock not-before is `not_before_ns`
+    /// (checked by `due_after`): in a version-2 queue it also carries this boot's id and
+    /// boot-clock not-before (unless the boot id is unknown), so within this boot a wall-clock
+    /// jump changes nothing ([`crate::delay_due`]).
+    pub(crate) fn delayed_kind(&self, not_before_ns: u64, delay: Duration) -> Kind {
         let boot_id = self.clock.boot_id();
+        let delay_ns = delay.as_nanos().min(u64::MAX as u128) as u64;
         Kind::Delayed {
-            not_before_ns: wall_now_ns.saturating_add(delay_ns),
+            not_before_ns,
             boot: (self.ident.version >= 2 && boot_id != 0).then(|| BootDue {
                 boot_id,
                 not_before_boot_ns: self.clock.boot_ns().saturating_add(delay_ns),
@@ -846,10 +848,13 @@ impl Lease {
                 return Err(e);
             }
         };
-        let kind = self.q.delayed_kind(self.q.clock.wall_ns(), ns(delay));
         let q = self.q.clone();
         let to = q.place_delayed(nb)?;
-        self.settle(&to, self.name.next(kind, false), Op::Nack)?;
+        self.settle(
+            &to,
+            self.name.next(self.q.delayed_kind(nb, delay), false),
+            Op::Nack,
+        )?;
         Ok(Nacked::Delayed(
             std::time::UNIX_EPOCH + Duration::from_nanos(nb),
         ))
