@@ -439,8 +439,8 @@ impl Queue {
             match self.move_job(&from, &l.name, &to, &new, Op::Requeue) {
                 Ok(()) => n += 1,
                 Err(e) if e.is_lease_lost() && id.is_none() => {}
-                Err(e) if n > 0 => return Err(e.with_outcome(Outcome::Indeterminate)),
-                Err(e) => return Err(e),
+                Err(e) if n > 0 => return Err(Error::from(e).with_outcome(Outcome::Indeterminate)),
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(n)
@@ -482,6 +482,7 @@ impl Queue {
                     &l.name.next(Kind::Ready, false),
                     Op::Due,
                 )
+                .map_err(Error::from)
             });
             match moved {
                 Ok(()) => r.due += 1,

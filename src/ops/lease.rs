@@ -12,6 +12,7 @@ use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::recover::RecoverReport;
 use crate::ops::state::{Op, State};
+use crate::ops::transition::MoveFailed;
 use crate::queue::{random, Queue};
 use rustix::fs::FileType;
 use std::os::fd::{AsFd, OwnedFd};
@@ -322,7 +323,7 @@ impl Queue {
             return match self.move_job(&here, &name, &dead, &to, Op::ClaimExhausted) {
                 Ok(()) => Ok(None),
                 Err(e) if e.is_lease_lost() => Ok(None),
-                Err(e) => Err(e),
+                Err(e) => Err(e.into()),
             };
         }
         let fields = LeaseFields {
@@ -341,7 +342,7 @@ impl Queue {
         match moved {
             Ok(()) => self.take_leased(shard, leased, &to),
             Err(e) if e.is_lease_lost() => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -453,13 +454,13 @@ impl Queue {
     fn dead_letter(&self, shard: u16, name: JobName, reason: Reason, op: Op) -> Result<()> {
         let from = self.place_ready(shard, State::Leased);
         let dead = self.place_dead()?;
-        self.move_job(
+        Ok(self.move_job(
             &from,
             &name,
             &dead,
             &name.next(Kind::Dead { reason }, false),
             op,
-        )
+        )?)
     }
 
     /// Take over a lease by its handle (the leased file name, as [`Lease::handle`] gives),
@@ -708,7 +709,7 @@ impl Lease {
         op: Op,
     ) -> Result<()> {
         self.settled = true;
-        self.q.move_job(&self.here(), &self.name, to, &new, op)
+        Ok(self.q.move_job(&self.here(), &self.name, to, &new, op)?)
     }
 
     /// Extend the lease to `lease` from now (generation + 1, same token).
@@ -732,20 +733,19 @@ impl Lease {
         let here = q.place_ready(self.shard, State::Leased);
         match self.q.rename_job(&here, &self.name, &here, &new, Op::Renew) {
             Ok(()) => {}
-            Err(e) if e.is_lease_lost() => {
-                self.settled = true;
-                return Err(e);
-            }
-            Err(e) => {
+            Err(MoveFailed::Unknown(e)) => {
                 // EIO from the rename: it may or may not have happened. Which name is live
                 // now is a fact the directory shows; the next renew or settle must use it.
                 let new_name = new.format(self.q.ident.id);
-                if e.outcome() == Outcome::Indeterminate
-                    && self.q.sys.stat_nofollow(here.dir.fd(), &new_name).is_ok()
-                {
+                if self.q.sys.stat_nofollow(here.dir.fd(), &new_name).is_ok() {
                     self.name = new;
                 }
                 return Err(e);
+            }
+            Err(m) => {
+                // Not done: the old name stands (or, lost, belongs to someone else now).
+                self.settled = m.is_lease_lost();
+                return Err(m.into());
             }
         }
         // Past the rename: the live name is the new one, whatever the barrier says.
@@ -791,9 +791,15 @@ impl Lease {
         let to = q.place_receipts(self.shard);
         match q.rename_job(&self.here(), &self.name, &to, &new, Op::Ack) {
             Ok(()) => self.settled = true,
-            Err(e) => {
-                self.settled = e.is_lease_lost() || e.outcome() != Outcome::NotDone;
+            // Cleanly not done: still ours, unless the name was gone.
+            Err(MoveFailed::NotDone(e)) => {
+                self.settled = e.is_lease_lost();
                 return Err(e);
+            }
+            // It may have moved: never release it or ack it again.
+            Err(m) => {
+                self.settled = true;
+                return Err(m.into());
             }
         }
         q.sync_place(&to)?;

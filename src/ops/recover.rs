@@ -223,7 +223,7 @@ impl Queue {
             match self.move_job(&from, n, &to, &n.next(Kind::Ready, false), Op::Due) {
                 Ok(()) => r.due += 1,
                 Err(e) if e.is_lease_lost() => {}
-                Err(e) => r.fail(e),
+                Err(e) => r.fail(e.into()),
             }
         }
         // Remove buckets at least one full width in the past once empty; a nack or delayed

@@ -5,6 +5,10 @@
 //! linearization point: an error from it is "not done" (`ENOENT`: the exact name is gone, so a
 //! lease is lost or another process moved the job first), except `EIO`, which is
 //! indeterminate. A failed fsync after it is indeterminate.
+//!
+//! The three ways a move can fail are a type, [`MoveFailed`], so a caller cannot confuse
+//! "nothing moved" with "moved, but the barrier failed" (the job now lives under its new
+//! name) or "the rename's result is unknown" (either name may exist).
 
 use crate::disk::name::{bucket_name, shard_name, JobName};
 use crate::disk::sys::{Call, Errno};
@@ -13,6 +17,49 @@ use crate::ops::enqueue::DirRef;
 use crate::ops::state::{self, Op, State};
 use crate::queue::{Queue, DEAD_BUCKET_NS};
 use std::os::fd::AsFd;
+
+/// How a move that did not complete ended. Each carries the public [`Error`] it becomes
+/// (`?` converts it), whose [`Outcome`] agrees with the variant.
+#[derive(Debug)]
+pub(crate) enum MoveFailed {
+    /// Nothing moved: a failure before the rename, or the rename failed cleanly (`ENOENT`,
+    /// the exact old name is gone: [`ErrorKind::LeaseLost`]). Outcome: not done.
+    NotDone(Error),
+    /// The rename happened and a barrier after it failed: the job lives under the new name,
+    /// which may not survive a crash. Outcome: indeterminate.
+    Renamed(Error),
+    /// The rename itself returned `EIO`: either name may exist now. Outcome: indeterminate.
+    Unknown(Error),
+}
+
+impl MoveFailed {
+    /// True when nothing moved because the exact old name was gone (a lost lease, or another
+    /// process moved the job first).
+    pub(crate) fn is_lease_lost(&self) -> bool {
+        matches!(self, MoveFailed::NotDone(e) if e.is_lease_lost())
+    }
+}
+
+impl core::fmt::Display for MoveFailed {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            MoveFailed::NotDone(e) | MoveFailed::Renamed(e) | MoveFailed::Unknown(e) => {
+                core::fmt::Display::fmt(e, f)
+            }
+        }
+    }
+}
+
+impl From<MoveFailed> for Error {
+    fn from(m: MoveFailed) -> Error {
+        match m {
+            MoveFailed::NotDone(e) | MoveFailed::Renamed(e) | MoveFailed::Unknown(e) => e,
+        }
+    }
+}
+
+/// What [`Queue::move_job`] and [`Queue::rename_job`] return.
+pub(crate) type Moved = core::result::Result<(), MoveFailed>;
 
 /// A directory a job can be in, with its path relative to the root (for messages).
 pub(crate) struct Place<'a> {
@@ -79,11 +126,11 @@ impl Queue {
         to: &Place<'_>,
         new: &JobName,
         op: Op,
-    ) -> Result<()> {
+    ) -> Moved {
         self.rename_job(from, old, to, new, op)?;
-        self.sync_place(to)?;
+        self.sync_place(to).map_err(MoveFailed::Renamed)?;
         if from.rel != to.rel {
-            self.sync_place(from)?;
+            self.sync_place(from).map_err(MoveFailed::Renamed)?;
         }
         Ok(())
     }
@@ -108,30 +155,30 @@ impl Queue {
         to: &Place<'_>,
         new: &JobName,
         op: Op,
-    ) -> Result<()> {
+    ) -> Moved {
         state::check(Some(from.state), op, to.state);
         debug_assert_eq!(new.generation, old.generation + 1);
+        debug_assert_eq!(
+            crate::disk::scan::state_of(&new.kind),
+            to.state,
+            "the new name's kind must be the target state's"
+        );
         let (a, b) = (old.format(self.ident.id), new.format(self.ident.id));
         match self.sys.rename(from.dir.fd(), &a, to.dir.fd(), &b) {
             Ok(()) => {}
             Err(Errno::NOENT) => {
-                return Err(Error::not_done(
+                return Err(MoveFailed::NotDone(Error::not_done(
                     ErrorKind::LeaseLost,
                     Some(self.path(&format!("{}/{a}", from.rel))),
-                ))
+                )))
             }
             Err(e) => {
-                let outcome = if e == Errno::IO {
-                    Outcome::Indeterminate
+                let path = Some(self.path(&format!("{}/{a}", from.rel)));
+                return Err(if e == Errno::IO {
+                    MoveFailed::Unknown(Error::io(Call::Rename, e, Outcome::Indeterminate, path))
                 } else {
-                    Outcome::NotDone
-                };
-                return Err(Error::io(
-                    Call::Rename,
-                    e,
-                    outcome,
-                    Some(self.path(&format!("{}/{a}", from.rel))),
-                ));
+                    MoveFailed::NotDone(Error::io(Call::Rename, e, Outcome::NotDone, path))
+                });
             }
         }
         Ok(())
