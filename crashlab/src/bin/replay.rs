@@ -44,8 +44,9 @@ enum Cmd {
 }
 
 #[derive(FromArgs)]
-/// Check the image at every flush/FUA point (mount, check command, umount, fsck). CMD and the
-/// fsck command are run by sh -c after substituting {mnt} {marks} {img} {fs} {state}.
+/// Check the image at every flush/FUA point (mount, check command, umount, fsck). The check
+/// and fsck commands are run by sh -c, with these words in braces replaced: mnt (the mount
+/// point), marks (the marks file), img (the state image), fs, state (its number).
 #[argh(subcommand, name = "check")]
 struct CheckArgs {
     /// filesystem type to mount (ext4, xfs, btrfs, ...)
