@@ -8,16 +8,19 @@
 //! and at each crash state hands the marks seen so far to the verifier as a file of
 //! `<seq> <op> <arg>` lines (one per mark, in log order).
 //!
-//! Interface (stable, so the placeholder workload can be swapped for SteadQ's):
+//! Interface between the rig and the binaries it runs (see crashlab/README.md):
 //! - workload: `WORKLOAD <mountpoint> <blockdev> <markbase> [args...]`, exit 0 on success;
 //! - verifier: `VERIFY --marks <FILE> <MOUNTPOINT>`, exit 0 = state OK, 1 = violation
 //!   (explained on stdout/stderr), anything else = the verifier itself failed (aborts the replay).
+//!
+//! The rig's are `steadq-workload` and `steadq-verify`; each parses its command line with argh
+//! ([`crate::args`]).
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Size and alignment of one in-band mark block.
 pub const MARK_BLOCK: usize = 4096;
@@ -229,83 +232,6 @@ impl MarkWriter {
     }
 }
 
-/// The arguments every workload gets: `<mountpoint> <blockdev> <markbase> [args...]`.
-#[derive(Debug, Clone)]
-pub struct WorkloadArgs {
-    pub mountpoint: PathBuf,
-    pub blockdev: PathBuf,
-    pub markbase: u64,
-    pub rest: Vec<String>,
-}
-
-impl WorkloadArgs {
-    pub fn parse(args: &[String]) -> Result<WorkloadArgs, String> {
-        if args.len() < 3 {
-            return Err("usage: WORKLOAD <mountpoint> <blockdev> <markbase> [args...]".into());
-        }
-        let markbase = parse_size(&args[2]).ok_or_else(|| format!("bad markbase {:?}", args[2]))?;
-        Ok(WorkloadArgs {
-            mountpoint: args[0].clone().into(),
-            blockdev: args[1].clone().into(),
-            markbase,
-            rest: args[3..].to_vec(),
-        })
-    }
-
-    /// From `std::env::args()`; prints usage and exits 2 on error.
-    pub fn from_env() -> WorkloadArgs {
-        let a: Vec<String> = std::env::args().skip(1).collect();
-        WorkloadArgs::parse(&a).unwrap_or_else(|e| {
-            eprintln!("{e}");
-            std::process::exit(2)
-        })
-    }
-}
-
-/// The arguments every verifier gets: `--marks <FILE> <MOUNTPOINT> [args...]`.
-#[derive(Debug, Clone)]
-pub struct VerifyArgs {
-    pub marks: PathBuf,
-    pub mountpoint: PathBuf,
-    pub rest: Vec<String>,
-}
-
-impl VerifyArgs {
-    pub fn parse(args: &[String]) -> Result<VerifyArgs, String> {
-        let usage = || "usage: VERIFY --marks <FILE> <MOUNTPOINT> [args...]".to_string();
-        let mut marks = None;
-        let mut pos = Vec::new();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            if a == "--marks" {
-                marks = Some(PathBuf::from(it.next().ok_or_else(usage)?));
-            } else if let Some(v) = a.strip_prefix("--marks=") {
-                marks = Some(PathBuf::from(v));
-            } else {
-                pos.push(a.clone());
-            }
-        }
-        let marks = marks.ok_or_else(usage)?;
-        if pos.is_empty() {
-            return Err(usage());
-        }
-        let mountpoint = PathBuf::from(pos.remove(0));
-        Ok(VerifyArgs {
-            marks,
-            mountpoint,
-            rest: pos,
-        })
-    }
-
-    pub fn from_env() -> VerifyArgs {
-        let a: Vec<String> = std::env::args().skip(1).collect();
-        VerifyArgs::parse(&a).unwrap_or_else(|e| {
-            eprintln!("{e}");
-            std::process::exit(2)
-        })
-    }
-}
-
 /// Parses `1234`, `0x400`, `448M`, `4K`, `1G` (binary units).
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
@@ -381,17 +307,10 @@ mod tests {
     }
 
     #[test]
-    fn args() {
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let w = WorkloadArgs::parse(&s(&["/mnt", "/dev/vda", "448M", "--jobs", "3"])).unwrap();
-        assert_eq!(w.markbase, 448 << 20);
-        assert_eq!(w.rest, s(&["--jobs", "3"]));
-        assert!(WorkloadArgs::parse(&s(&["/mnt", "/dev/vda"])).is_err());
-        let v = VerifyArgs::parse(&s(&["--marks", "/tmp/m", "/mnt"])).unwrap();
-        assert_eq!((v.marks, v.mountpoint), ("/tmp/m".into(), "/mnt".into()));
-        assert!(VerifyArgs::parse(&s(&["/mnt"])).is_err());
+    fn sizes() {
         assert_eq!(parse_size("0x1000"), Some(4096));
         assert_eq!(parse_size("4K"), Some(4096));
+        assert_eq!(parse_size("448M"), Some(448 << 20));
         assert_eq!(parse_size("12"), Some(12));
         assert_eq!(parse_size("x"), None);
     }

@@ -1,12 +1,14 @@
-//! Tests of the crashlab binaries that need neither root nor a VM: the placeholder verifier's
-//! rules on hand-made directory trees, and `replay apply`/`replay dump` on synthetic logs.
+//! Tests of the crashlab binaries that need neither root nor a VM: `steadq-verify` on queues
+//! changed by hand (each rule kept, then broken), and `replay apply`/`replay dump` on synthetic
+//! logs, and the usage errors of both.
 
 use crashlab::logwrites::{LogBuilder, FLUSH};
 use crashlab::marks::{write_marks, Mark};
-use crashlab::placeholder::{job_content, job_id};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
+use steadq::{Options, Queue, State};
 
 struct Tmp(PathBuf);
 impl Tmp {
@@ -23,26 +25,44 @@ impl Drop for Tmp {
     }
 }
 
-fn queue(root: &Path) {
-    for d in ["q/tmp", "q/new", "q/cur"] {
-        fs::create_dir_all(root.join(d)).unwrap();
+/// A SteadQ queue at `<t>/mnt/q` after a few operations, and the marks of those that returned
+/// done: two jobs enqueued, the first claimed and acked, the second claimed and nacked.
+fn queue_with_marks(t: &Tmp) -> (Queue, Vec<Mark>) {
+    fs::create_dir_all(t.0.join("mnt")).unwrap();
+    let q = Queue::create(t.0.join("mnt/q"), Options::default()).unwrap();
+    let mut marks = Vec::new();
+    let mut mark = |op: &str, arg: String| marks.push(Mark::new(marks.len() as u64, op, &arg));
+    let a = q.enqueue(b"first job").unwrap();
+    mark("enq", a.to_string());
+    let b = q.enqueue(&[7u8; 10_000]).unwrap();
+    mark("enq", b.to_string());
+    for settle_by_ack in [true, false] {
+        let l = q.claim_for(Duration::from_secs(600)).unwrap().unwrap();
+        let id = l.id().to_string();
+        mark("claim", format!("{id} {}", l.attempt()));
+        if settle_by_ack {
+            l.ack().unwrap();
+            mark("ack", id);
+        } else {
+            l.nack(Duration::ZERO).unwrap();
+            mark("nack", id);
+        }
     }
+    (q, marks)
 }
 
-fn put(root: &Path, dir: &str, j: u64) {
-    let id = job_id(j);
-    fs::write(root.join("q").join(dir).join(&id), job_content(&id, 65536)).unwrap();
+/// The one job file in `state`, as a path.
+fn job_file(q: &Queue, state: State) -> PathBuf {
+    let ls = q.list(Some(state)).unwrap();
+    assert_eq!(ls.len(), 1, "{ls:?}");
+    q.root().join(ls[0].rel_path(q.id()))
 }
 
-/// Runs crashlab-verify with marks given as (op, job) pairs after `setup`; returns the exit code.
-fn verify(t: &Tmp, ops: &[(&str, u64)]) -> (i32, String) {
-    let mut marks = vec![Mark::new(0, "setup", "")];
-    for (i, (op, j)) in ops.iter().enumerate() {
-        marks.push(Mark::new(i as u64 + 1, op, &job_id(*j)));
-    }
+/// Runs steadq-verify on `<t>/mnt` with `marks`; returns its exit code and stdout.
+fn verify(t: &Tmp, marks: &[Mark]) -> (i32, String) {
     let mf = t.0.join("marks");
-    write_marks(&mf, &marks).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_crashlab-verify"))
+    write_marks(&mf, marks).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_steadq-verify"))
         .arg("--marks")
         .arg(&mf)
         .arg(t.0.join("mnt"))
@@ -57,86 +77,114 @@ fn verify(t: &Tmp, ops: &[(&str, u64)]) -> (i32, String) {
 #[test]
 fn verifier_accepts_consistent_states() {
     let t = Tmp::new("ok");
-    let mnt = t.0.join("mnt");
-    queue(&mnt);
-    assert_eq!(verify(&t, &[]).0, 0);
-    put(&mnt, "new", 0); // enqueue of j0 in flight and already on disk
-    assert_eq!(verify(&t, &[]).0, 0);
-    assert_eq!(verify(&t, &[("enqueue", 0)]).0, 0);
-    fs::rename(mnt.join("q/new/j00000"), mnt.join("q/cur/j00000")).unwrap();
-    assert_eq!(verify(&t, &[("enqueue", 0)]).0, 0, "claim in flight");
-    assert_eq!(verify(&t, &[("enqueue", 0), ("claim", 0)]).0, 0);
-    fs::remove_file(mnt.join("q/cur/j00000")).unwrap();
-    assert_eq!(
-        verify(&t, &[("enqueue", 0), ("claim", 0)]).0,
-        0,
-        "ack in flight"
-    );
-    assert_eq!(verify(&t, &[("enqueue", 0), ("claim", 0), ("ack", 0)]).0, 0);
-    fs::write(mnt.join("q/tmp/j00001"), b"partial garbage").unwrap();
-    assert_eq!(
-        verify(&t, &[("enqueue", 0), ("claim", 0), ("ack", 0)]).0,
-        0,
-        "tmp/ ignored"
-    );
+    fs::create_dir_all(t.0.join("mnt")).unwrap();
+    assert_eq!(verify(&t, &[]).0, 0, "no queue yet, nothing marked");
+    let (_q, marks) = queue_with_marks(&t);
+    assert_eq!(verify(&t, &marks).0, 0);
+    // Any prefix of the marks: the later operations were in flight, and happened.
+    for n in 0..marks.len() {
+        assert_eq!(verify(&t, &marks[..n]).0, 0, "first {n} marks");
+    }
 }
 
 #[test]
-fn verifier_flags_violations() {
-    let t = Tmp::new("bad");
-    let mnt = t.0.join("mnt");
-    queue(&mnt);
-    // durable enqueue lost
-    let (rc, out) = verify(&t, &[("enqueue", 0)]);
-    assert_eq!(rc, 1);
-    assert!(
-        out.contains("j00000: marked New (durable) but found absent"),
-        "{out}"
-    );
-    // zero-length file published (the missing-fsync bug)
-    fs::write(mnt.join("q/new/j00000"), b"").unwrap();
-    let (rc, out) = verify(&t, &[("enqueue", 0)]);
-    assert_eq!(rc, 1);
-    assert!(out.contains("bad content: empty file"), "{out}");
-    // truncated content
-    let c = job_content("j00000", 65536);
-    fs::write(mnt.join("q/new/j00000"), &c[..c.len() / 2]).unwrap();
-    assert_eq!(verify(&t, &[("enqueue", 0)]).0, 1);
-    put(&mnt, "new", 0);
-    assert_eq!(verify(&t, &[("enqueue", 0)]).0, 0);
-    // in two places at once
-    put(&mnt, "cur", 0);
-    let (rc, out) = verify(&t, &[("enqueue", 0)]);
-    assert_eq!(rc, 1);
-    assert!(out.contains("in both"), "{out}");
-    fs::remove_file(mnt.join("q/cur/j00000")).unwrap();
-    // acked job reappears
-    assert_eq!(verify(&t, &[("enqueue", 0), ("claim", 0), ("ack", 0)]).0, 1);
-    // two jobs ahead of their marks
-    put(&mnt, "new", 1);
-    let (rc, out) = verify(&t, &[]);
-    assert_eq!(rc, 1);
-    assert!(out.contains("2 jobs ahead"), "{out}");
-    // unmarked job already claimed: two steps ahead
-    fs::remove_file(mnt.join("q/new/j00000")).unwrap();
-    fs::rename(mnt.join("q/new/j00001"), mnt.join("q/cur/j00001")).unwrap();
-    assert_eq!(verify(&t, &[]).0, 1);
-    fs::remove_file(mnt.join("q/cur/j00001")).unwrap();
-    // a stranger in the queue
-    fs::write(mnt.join("q/new/zzz"), b"x").unwrap();
-    assert_eq!(verify(&t, &[]).0, 1);
-    fs::remove_file(mnt.join("q/new/zzz")).unwrap();
-    // queue directory gone after setup was durable
-    fs::remove_dir(mnt.join("q/cur")).unwrap();
-    assert_eq!(verify(&t, &[]).0, 1);
+fn verifier_flags_a_lost_enqueue() {
+    let t = Tmp::new("lost");
+    let (q, marks) = queue_with_marks(&t);
+    fs::remove_file(job_file(&q, State::Ready)).unwrap();
+    let (rc, out) = verify(&t, &marks);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("returned done, but the job is gone"), "{out}");
 }
 
 #[test]
-fn verifier_rejects_inconsistent_marks_as_internal_error() {
-    let t = Tmp::new("marks");
-    queue(&t.0.join("mnt"));
-    assert_eq!(verify(&t, &[("claim", 0)]).0, 2, "claim before enqueue");
-    assert_eq!(verify(&t, &[("frobnicate", 0)]).0, 2, "unknown op");
+fn verifier_flags_a_torn_job_file() {
+    let t = Tmp::new("torn");
+    let (q, marks) = queue_with_marks(&t);
+    let p = job_file(&q, State::Ready);
+    let len = fs::metadata(&p).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let (rc, out) = verify(&t, &marks);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("VIOLATION"), "{out}");
+}
+
+#[test]
+fn verifier_flags_a_job_in_two_states() {
+    let t = Tmp::new("two");
+    let (q, marks) = queue_with_marks(&t);
+    let ready = job_file(&q, State::Ready);
+    let shard = ready.parent().unwrap().to_path_buf();
+    let other = fs::read_dir(q.root().join("ready"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|d| *d != shard)
+        .unwrap();
+    fs::copy(&ready, other.join(ready.file_name().unwrap())).unwrap();
+    let (rc, out) = verify(&t, &marks);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("VIOLATION"), "{out}");
+}
+
+#[test]
+fn verifier_flags_an_ack_undone() {
+    let t = Tmp::new("unack");
+    let (q, marks) = queue_with_marks(&t);
+    fs::remove_file(job_file(&q, State::Acked)).unwrap();
+    let (rc, out) = verify(&t, &marks);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("ack of"), "{out}");
+}
+
+#[test]
+fn verifier_flags_a_missing_queue_after_a_done_enqueue() {
+    let t = Tmp::new("noq");
+    let (_q, marks) = queue_with_marks(&t);
+    fs::remove_dir_all(t.0.join("mnt/q")).unwrap();
+    fs::create_dir_all(t.0.join("mnt")).unwrap();
+    let (rc, out) = verify(&t, &marks);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("no queue at"), "{out}");
+}
+
+#[test]
+fn verifier_failures_and_usage_errors_are_not_verdicts() {
+    let t = Tmp::new("usage");
+    let (_q, _) = queue_with_marks(&t);
+    // A mark that names no job: the marks are broken, not the state (2, which aborts a replay).
+    assert_eq!(verify(&t, &[Mark::new(0, "enq", "nonsense")]).0, 2);
+    let bin = env!("CARGO_BIN_EXE_steadq-verify");
+    let code = |args: &[&str]| Command::new(bin).args(args).output().unwrap().status.code();
+    assert_eq!(code(&["/nonexistent"]), Some(2), "no --marks");
+    assert_eq!(code(&["--marks", "/nonexistent/marks", "/tmp"]), Some(2));
+    assert_eq!(code(&["--help"]), Some(0));
+}
+
+#[test]
+fn replay_usage_errors_exit_2() {
+    let replay = env!("CARGO_BIN_EXE_replay");
+    let code = |args: &[&str]| {
+        Command::new(replay)
+            .args(args)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(code(&[]), Some(2), "no subcommand");
+    assert_eq!(code(&["frob"]), Some(2));
+    assert_eq!(
+        code(&["check", "--base", "b", "--log", "l", "--check", "true"]),
+        Some(2),
+        "no --fs"
+    );
+    assert_eq!(code(&["dump", "--log", "l", "--markbase", "lots"]), Some(2));
+    assert_eq!(code(&["check", "--help"]), Some(0));
 }
 
 #[test]
@@ -204,4 +252,40 @@ fn replay_apply_and_dump_on_a_synthetic_log() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3));
+}
+
+/// The kill soak's stop points come from the seed: two runs with the same seed stop every
+/// process at the same call (kind and N). A worker's call count before it gets there depends on
+/// the interleaving of the processes, so only the stop points are compared.
+#[test]
+fn soak_stops_at_the_same_calls_for_the_same_seed() {
+    let t = Tmp::new("soak");
+    let run = |n: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_soak"))
+            .args(["--cycles", "2", "--seed", "7", "--dir"])
+            .arg(t.0.join(n))
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{out}");
+        let stops: Vec<String> = out
+            .lines()
+            .filter_map(|l| l.split_once(" stops: "))
+            .flat_map(|(_, s)| {
+                s.split("; ")
+                    .map(|p| p.split(" [").next().unwrap().to_string())
+            })
+            .collect();
+        assert_eq!(stops.len(), 8, "{out}");
+        stops
+    };
+    let (a, b) = (run("a"), run("b"));
+    let producers = |v: &[String]| -> Vec<String> {
+        v.iter().filter(|s| s.starts_with('p')).cloned().collect()
+    };
+    assert_eq!(producers(&a), producers(&b));
+    // A worker stops at its planned call unless its backstop came first, which the
+    // interleaving decides; with seed 7 neither does.
+    assert!(a.iter().all(|s| !s.contains("backstop")), "{a:?}");
+    assert_eq!(a, b);
 }

@@ -1,21 +1,37 @@
 //! Verify one crash state of the SteadQ workload: `steadq-verify --marks FILE MOUNTPOINT`.
 //! Runs recovery (first crashed part-way, then whole) on `MOUNTPOINT/q` and checks every
 //! invariant of [`crashlab::invariants`] against the marks. Exit 0: OK; 1: violation (each
-//! printed); 2: the verifier itself failed.
+//! printed); 2: usage, or the verifier itself failed.
 
+use argh::FromArgs;
+use crashlab::args::{self, USAGE};
 use crashlab::invariants::{verify, Expect};
-use crashlab::marks::{read_marks, VerifyArgs};
+use crashlab::marks::read_marks;
+use std::path::PathBuf;
+use std::process::exit;
+
+#[derive(FromArgs)]
+/// Check one mounted crash state of the SteadQ workload against the marks of the operations
+/// that had returned done. Exit 0 OK, 1 violation, 2 usage or verifier failure.
+struct Args {
+    /// the marks file (`<seq> <op> <arg>` lines)
+    #[argh(option)]
+    marks: PathBuf,
+    /// the mounted crash state (the queue is <mountpoint>/q)
+    #[argh(positional)]
+    mountpoint: PathBuf,
+}
+
+fn broken(msg: String) -> ! {
+    eprintln!("steadq-verify: {msg}");
+    exit(USAGE)
+}
 
 fn main() {
-    let a = VerifyArgs::from_env();
-    let marks = read_marks(&a.marks).unwrap_or_else(|e| {
-        eprintln!("{}: {e}", a.marks.display());
-        std::process::exit(2)
-    });
-    let expect = Expect::from_marks(&marks).unwrap_or_else(|e| {
-        eprintln!("{e}");
-        std::process::exit(2)
-    });
+    let a: Args = args::from_env();
+    let marks =
+        read_marks(&a.marks).unwrap_or_else(|e| broken(format!("{}: {e}", a.marks.display())));
+    let expect = Expect::from_marks(&marks).unwrap_or_else(|e| broken(e));
     let dir = a.mountpoint.join("q");
     if !dir.join(steadq::IDENTITY_FILE).exists() {
         // The queue itself was not yet durable: fine only if nothing was marked done.
@@ -27,7 +43,7 @@ fn main() {
             expect.enqueued.len(),
             dir.display()
         );
-        std::process::exit(1);
+        exit(1);
     }
     // Vary where the first recovery crashes: after its 1st, 2nd or 3rd rename.
     let crash_at = Some(1 + (marks.len() % 3) as u32);
@@ -37,11 +53,8 @@ fn main() {
             for x in &v.violations {
                 println!("VIOLATION: {x}");
             }
-            std::process::exit(1);
+            exit(1);
         }
-        Err(e) => {
-            eprintln!("verifier failed: {e}");
-            std::process::exit(2);
-        }
+        Err(e) => broken(format!("verifier failed: {e}")),
     }
 }

@@ -8,112 +8,142 @@
 //! `--skip-file-fsync` is the NEGATIVE CONTROL: every fsync of a job file "succeeds" without
 //! being made (a lying barrier, `FaultAction::Skip`), so jobs are published before their data
 //! is durable. The rig must find violations with it, or it proves nothing.
+//!
+//! Exit status: 0 done (`CRASHLAB_WORKLOAD_OK` on the console), 1 an operation failed
+//! (`CRASHLAB_WORKLOAD_FAIL`), 2 usage.
 
-use crashlab::marks::{say, MarkWriter, WorkloadArgs};
+use argh::FromArgs;
+use crashlab::args::{self, size};
+use crashlab::marks::{say, MarkWriter};
+use std::path::PathBuf;
 use std::process::exit;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use steadq::sys::{Call, Fault, FaultAction, FaultPlan};
-use steadq::{Durability, Options, Queue, Reason};
+use steadq::{Durability, JobId, Options, Queue, Reason};
+
+#[derive(FromArgs)]
+/// The SteadQ crash workload: every operation that returned done is marked in-band on the
+/// block device, past the filesystem, at markbase.
+struct Args {
+    /// the mounted filesystem (the queue is created at <mountpoint>/q)
+    #[argh(positional)]
+    mountpoint: PathBuf,
+    /// the raw block device under it (marks are written there with O_DIRECT)
+    #[argh(positional)]
+    blockdev: PathBuf,
+    /// byte offset of the mark area (4096-aligned; 448M, 0x1c000000, ...)
+    #[argh(positional, from_str_fn(size))]
+    markbase: u64,
+    /// number of enqueue steps (default 40); every second one also claims and settles a job
+    #[argh(option, default = "40")]
+    jobs: u64,
+    /// batched durability, and every fourth enqueue a batch of two
+    #[argh(switch)]
+    batched: bool,
+    /// NEGATIVE CONTROL: every fsync of a job file reports success without being made
+    #[argh(switch)]
+    skip_file_fsync: bool,
+}
 
 fn fail(what: &str, e: impl std::fmt::Display) -> ! {
     say(&format!("CRASHLAB_WORKLOAD_FAIL {what}: {e}"));
     exit(1)
 }
 
-fn main() {
-    let args = WorkloadArgs::from_env();
-    let mut jobs = 40u64;
-    let mut batched = false;
-    let mut skip = false;
-    let mut it = args.rest.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--jobs" => {
-                jobs = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or_else(|| fail("args", "--jobs needs a number"))
-            }
-            "--batched" => batched = true,
-            "--skip-file-fsync" => skip = true,
-            "" => {}
-            other => fail("args", format!("unknown option {other:?}")),
-        }
+/// Writes one in-band mark, or ends the run.
+struct Marker(MarkWriter);
+
+impl Marker {
+    fn mark(&mut self, op: &str, arg: impl std::fmt::Display) {
+        self.0
+            .mark(op, &arg.to_string())
+            .unwrap_or_else(|e| fail("mark", e));
     }
-    let mut marks = MarkWriter::open(&args.blockdev, args.markbase)
-        .unwrap_or_else(|e| fail("open mark device", e));
-    // Armed after the queue exists: the bug under test is a job published before its data is
-    // durable, not a torn identity file.
+}
+
+/// Creates the queue at `<mountpoint>/q`; with the negative control, returns the armed plan
+/// that skips every file fsync from then on (a torn identity file is not the bug under test).
+fn create(a: &Args) -> Queue {
     let plan = FaultPlan::disarmed(vec![Fault {
         call: Call::Fsync,
         nth: 0,
         action: FaultAction::Skip,
     }]);
-    let faults = skip.then(|| plan.clone());
     let o = Options {
         shards: 2,
-        durability: if batched {
+        durability: if a.batched {
             Durability::Batched
         } else {
             Durability::Strict
         },
-        faults,
+        faults: a.skip_file_fsync.then(|| Arc::clone(&plan)),
         ..Options::default()
     };
-    let dir = args.mountpoint.join("q");
-    let q = Queue::create(&dir, o).unwrap_or_else(|e| fail("create", e));
+    let q = Queue::create(a.mountpoint.join("q"), o).unwrap_or_else(|e| fail("create", e));
     plan.arm();
-    let mut mark = |op: &str, arg: String| {
-        marks.mark(op, &arg).unwrap_or_else(|e| fail("mark", e));
+    q
+}
+
+/// Enqueue step `i`: payloads from 100 bytes to ~24 KiB, so some span several blocks.
+fn enqueue(q: &Queue, m: &mut Marker, i: u64, batched: bool) {
+    let size = 100 + (i * 7919 % 24_000) as usize;
+    let payload: Vec<u8> = (0..size).map(|j| (i as usize * 31 + j * 7) as u8).collect();
+    let ids: Vec<JobId> = if batched && i.is_multiple_of(4) {
+        q.enqueue_batch(&[&payload[..], &payload[..size / 2]])
+            .unwrap_or_else(|e| fail("enqueue_batch", e))
+    } else {
+        vec![q.enqueue(&payload).unwrap_or_else(|e| fail("enqueue", e))]
     };
-    let t = Instant::now();
-    let mut n = 0u64;
-    for i in 0..jobs {
-        // Payloads from 100 bytes to ~24 KiB, so some span several blocks.
-        let size = 100 + (i * 7919 % 24_000) as usize;
-        let payload: Vec<u8> = (0..size).map(|j| (i as usize * 31 + j * 7) as u8).collect();
-        if batched && i % 4 == 0 {
-            let refs: Vec<&[u8]> = vec![&payload[..], &payload[..size / 2]];
-            let ids = q
-                .enqueue_batch(&refs)
-                .unwrap_or_else(|e| fail("enqueue_batch", e));
-            for id in ids {
-                mark("enq", id.to_string());
-            }
-        } else {
-            let id = q.enqueue(&payload).unwrap_or_else(|e| fail("enqueue", e));
-            mark("enq", id.to_string());
+    for id in ids {
+        m.mark("enq", id);
+    }
+}
+
+/// Claims a job and settles it by ack, fail or nack, as step `i` says.
+fn claim_and_settle(q: &Queue, m: &mut Marker, i: u64) {
+    let Some(l) = q
+        .claim_for(Duration::from_secs(600))
+        .unwrap_or_else(|e| fail("claim", e))
+    else {
+        return;
+    };
+    let id = l.id().to_string();
+    m.mark("claim", format!("{id} {}", l.attempt()));
+    match i % 6 {
+        1 | 5 => {
+            l.ack().unwrap_or_else(|e| fail("ack", e));
+            m.mark("ack", id);
         }
-        n += 1;
+        3 if i % 12 == 3 => {
+            l.fail(Reason::FAILED).unwrap_or_else(|e| fail("fail", e));
+            m.mark("fail", id);
+        }
+        _ => {
+            l.nack(Duration::ZERO).unwrap_or_else(|e| fail("nack", e));
+            m.mark("nack", id);
+        }
+    }
+}
+
+fn main() {
+    let a: Args = args::from_env();
+    let mut m = Marker(
+        MarkWriter::open(&a.blockdev, a.markbase).unwrap_or_else(|e| fail("open mark device", e)),
+    );
+    let q = create(&a);
+    let t = Instant::now();
+    for i in 0..a.jobs {
+        enqueue(&q, &mut m, i, a.batched);
         if i % 2 == 1 {
-            let Some(l) = q
-                .claim_for(Duration::from_secs(600))
-                .unwrap_or_else(|e| fail("claim", e))
-            else {
-                continue;
-            };
-            let id = l.id().to_string();
-            mark("claim", format!("{id} {}", l.attempt()));
-            match i % 6 {
-                1 | 5 => {
-                    l.ack().unwrap_or_else(|e| fail("ack", e));
-                    mark("ack", id);
-                }
-                3 if i % 12 == 3 => {
-                    l.fail(Reason::FAILED).unwrap_or_else(|e| fail("fail", e));
-                    mark("fail", id);
-                }
-                _ => {
-                    l.nack(Duration::ZERO).unwrap_or_else(|e| fail("nack", e));
-                    mark("nack", id);
-                }
-            }
+            claim_and_settle(&q, &mut m, i);
         }
     }
     say(&format!(
-        "CRASHLAB_WORKLOAD_DONE {n} iterations in {:.2}s{}",
+        "CRASHLAB_WORKLOAD_OK {} iterations in {:.2}s{}",
+        a.jobs,
         t.elapsed().as_secs_f64(),
-        if skip {
+        if a.skip_file_fsync {
             " (negative control: file fsyncs skipped)"
         } else {
             ""
