@@ -1,0 +1,187 @@
+//! A small blocking HTTP/1.1 client over `std::net::TcpStream`: one connection per request
+//! (`Connection: close`), so what is known about a failed request is exact.
+//!
+//! A failure is [`Fail::NotSent`] only when the connection could not be opened, so no byte of
+//! the request left this process. Every later failure (write, read, timeout, torn or garbled
+//! response) is [`Fail::MaybeSent`]: the server may have acted on it.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// A parsed HTTP response.
+#[derive(Clone, Debug)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The body (chunked encoding removed).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first header called `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Why a request has no response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fail {
+    /// The connection was never opened: nothing was sent.
+    NotSent(String),
+    /// The request may have reached the server: connection lost, timed out or answered with
+    /// something that is not HTTP.
+    MaybeSent(String),
+}
+
+/// One request: `host` and `port` to connect to, the `Host` header value, the request target
+/// (path and query, already encoded), headers and body. `timeout` bounds the connect and each
+/// read and write.
+pub struct Request<'a> {
+    /// Method.
+    pub method: &'a str,
+    /// Host to connect to.
+    pub host: &'a str,
+    /// TCP port.
+    pub port: u16,
+    /// Request target, e.g. `/bucket/key?x=1`.
+    pub target: &'a str,
+    /// Headers besides Host, Content-Length and Connection.
+    pub headers: &'a [(String, String)],
+    /// Body (sent with Content-Length, also when empty for PUT).
+    pub body: &'a [u8],
+    /// Timeout for connect and for each read or write.
+    pub timeout: Duration,
+}
+
+/// Send `req` and read the whole response.
+///
+/// # Errors
+/// [`Fail::NotSent`] if no connection could be opened, else [`Fail::MaybeSent`].
+pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
+    let addr = (req.host, req.port)
+        .to_socket_addrs()
+        .map_err(|e| Fail::NotSent(format!("resolve {}: {e}", req.host)))?
+        .next()
+        .ok_or_else(|| Fail::NotSent(format!("no address for {}", req.host)))?;
+    let mut s = TcpStream::connect_timeout(&addr, req.timeout)
+        .map_err(|e| Fail::NotSent(format!("connect {addr}: {e}")))?;
+    let maybe = |what: &str, e: std::io::Error| Fail::MaybeSent(format!("{what}: {e}"));
+    s.set_read_timeout(Some(req.timeout))
+        .map_err(|e| maybe("socket", e))?;
+    s.set_write_timeout(Some(req.timeout))
+        .map_err(|e| maybe("socket", e))?;
+    let _ = s.set_nodelay(true);
+    let mut head = format!("{} {} HTTP/1.1\r\n", req.method, req.target);
+    if req.port == 80 {
+        head.push_str(&format!("host: {}\r\n", req.host));
+    } else {
+        head.push_str(&format!("host: {}:{}\r\n", req.host, req.port));
+    }
+    for (n, v) in req.headers {
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    head.push_str(&format!(
+        "content-length: {}\r\nconnection: close\r\n\r\n",
+        req.body.len()
+    ));
+    let mut out = head.into_bytes();
+    out.extend_from_slice(req.body);
+    s.write_all(&out).map_err(|e| maybe("send", e))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).map_err(|e| maybe("receive", e))?;
+    parse(&raw, req.method == "HEAD").ok_or_else(|| {
+        Fail::MaybeSent(format!(
+            "torn or bad response ({} bytes) to {} {}",
+            raw.len(),
+            req.method,
+            req.target
+        ))
+    })
+}
+
+fn find(h: &[u8], pat: &[u8]) -> Option<usize> {
+    h.windows(pat.len()).position(|w| w == pat)
+}
+
+/// Parse a whole response read to EOF; `None` if torn or not HTTP.
+pub fn parse(raw: &[u8], head_only: bool) -> Option<Response> {
+    let end = find(raw, b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next()?;
+    let mut parts = status_line.splitn(3, ' ');
+    if !parts.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let status: u16 = parts.next()?.parse().ok()?;
+    let mut headers = Vec::new();
+    for l in lines {
+        let (n, v) = l.split_once(':')?;
+        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let resp = Response {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    let rest = &raw[end + 4..];
+    if head_only || status == 204 || status == 304 {
+        return Some(resp);
+    }
+    let body = if resp
+        .header("transfer-encoding")
+        .is_some_and(|t| t.eq_ignore_ascii_case("chunked"))
+    {
+        dechunk(rest)?
+    } else if let Some(len) = resp.header("content-length") {
+        let len: usize = len.parse().ok()?;
+        rest.get(..len)?.to_vec()
+    } else {
+        rest.to_vec()
+    };
+    Some(Response { body, ..resp })
+}
+
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = find(b, b"\r\n")?;
+        let size = std::str::from_utf8(&b[..eol]).ok()?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        b = &b[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(..size)?);
+        b = b.get(size + 2..)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_length_and_chunked_bodies_and_refuses_torn_ones() {
+        let r = parse(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nETag: \"x\"\r\n\r\nabc",
+            false,
+        );
+        let r = r.unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"abc"[..]));
+        assert_eq!(r.header("etag"), Some("\"x\""));
+        let c =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n";
+        assert_eq!(parse(c, false).unwrap().body, b"abc");
+        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc", false).is_none());
+        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-", false).is_none());
+        assert!(parse(b"", false).is_none());
+    }
+}
