@@ -120,6 +120,14 @@ impl ServiceClock {
     }
 }
 
+impl ServiceClock {
+    /// An upper bound of the service's time now, unix ms: [`ServiceClock::now_ms`] plus the
+    /// `Date` resolution (1 s). A ready job is due when it may be due by this bound.
+    pub fn upper_ms(&self) -> i64 {
+        self.now_ms() + 1000
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

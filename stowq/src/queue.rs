@@ -490,7 +490,7 @@ impl Queue {
     /// the payload could not be read.
     pub fn claim(&self) -> Result<Option<Lease>> {
         for pass in 0..2 {
-            let now = self.client.clock.now_ms();
+            let now = self.client.clock.upper_ms();
             let mut cands = self.due_markers(State::Ready, Some(now))?;
             shuffle(&mut cands);
             for (key, m) in cands {
