@@ -235,6 +235,29 @@ impl Queue {
         &self.keys
     }
 
+    /// Take up lease `token` on generation `gen` of job `id` again (another process claimed
+    /// it, e.g. `stowq claim`): one GET checks that the generation is leased under `token`.
+    /// The payload is not fetched (empty).
+    ///
+    /// # Errors
+    /// Not done: [`ErrorKind::NotFound`] if that generation is not a lease with that token,
+    /// or transport or status errors.
+    pub fn resume_lease(&self, id: u128, gen: u64, token: &str) -> Result<Lease> {
+        let body = self.get(&self.keys.gen(id, gen))?;
+        let rec = body.as_deref().and_then(Record::decode);
+        match rec {
+            Some(r) if r.state == State::Leased && r.token == token => Ok(Lease {
+                id,
+                payload: Vec::new(),
+                attempt: r.attempt,
+                deadline_ms: r.due_ms,
+                token: r.token,
+                gen,
+            }),
+            _ => Err(Error::not_done(ErrorKind::NotFound)),
+        }
+    }
+
     /// Claims lost to another worker's create (412) so far.
     pub fn lost_races(&self) -> u64 {
         self.lost_races.load(Ordering::Relaxed)
@@ -260,6 +283,37 @@ impl Queue {
                         what: format!("GET {key}"),
                     };
                     if r.status < 500 {
+                        break;
+                    }
+                }
+                Err(f) => last = transport(&f),
+            }
+        }
+        Err(Error::not_done(last))
+    }
+
+    /// One listing page, retried on 5xx (moto answers 500 to some listings racing writes)
+    /// and on transport errors: a listing changes nothing.
+    fn list_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        token: Option<&str>,
+        max: u32,
+    ) -> Result<crate::s3::Page> {
+        let mut last = ErrorKind::Transport("no try".into());
+        for i in 0..self.options.tries.max(1) {
+            if i > 0 {
+                self.pause(i - 1);
+            }
+            match self.client.list(prefix, after, token, max) {
+                Ok(Ok(p)) => return Ok(p),
+                Ok(Err(status)) => {
+                    last = ErrorKind::Status {
+                        status,
+                        what: format!("LIST {prefix}"),
+                    };
+                    if status < 500 {
                         break;
                     }
                 }
@@ -434,19 +488,7 @@ impl Queue {
         out: &mut Vec<(String, Marker)>,
     ) -> Result<()> {
         while (out.len() as u32) < self.options.page {
-            let page = match self
-                .client
-                .list(base, after.as_deref(), None, self.options.page)
-            {
-                Ok(Ok(p)) => p,
-                Ok(Err(s)) => {
-                    return Err(Error::not_done(ErrorKind::Status {
-                        status: s,
-                        what: format!("LIST {base}"),
-                    }))
-                }
-                Err(f) => return Err(Error::not_done(transport(&f))),
-            };
+            let page = self.list_page(base, after.as_deref(), None, self.options.page)?;
             let more = page.next.is_some() || page.entries.len() as u32 >= self.options.page;
             after = page.entries.last().map(|e| e.key.clone());
             for e in page.entries {
@@ -700,16 +742,7 @@ impl Queue {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
-            let page = match self.client.list(&base, None, token.as_deref(), 1000) {
-                Ok(Ok(p)) => p,
-                Ok(Err(s)) => {
-                    return Err(Error::not_done(ErrorKind::Status {
-                        status: s,
-                        what: format!("LIST {base}"),
-                    }))
-                }
-                Err(f) => return Err(Error::not_done(transport(&f))),
-            };
+            let page = self.list_page(&base, None, token.as_deref(), 1000)?;
             for e in page.entries {
                 if let Some(m) = self.keys.parse_marker(&e.key) {
                     out.push((e.key, m));
@@ -779,16 +812,7 @@ impl Queue {
         let mut last = None;
         let mut token: Option<String> = None;
         loop {
-            let page = match self.client.list(&prefix, None, token.as_deref(), 1000) {
-                Ok(Ok(p)) => p,
-                Ok(Err(s)) => {
-                    return Err(Error::not_done(ErrorKind::Status {
-                        status: s,
-                        what: format!("LIST {prefix}"),
-                    }))
-                }
-                Err(f) => return Err(Error::not_done(transport(&f))),
-            };
+            let page = self.list_page(&prefix, None, token.as_deref(), 1000)?;
             for e in &page.entries {
                 if let Some((_, g)) = self.keys.parse_gen(&e.key) {
                     last = last.max(Some(g));
