@@ -131,7 +131,7 @@ pub fn report(line: &str) {
 }
 
 /// What the proxy does to one request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fault {
     /// Close the connection without forwarding the request.
     DropBefore,
