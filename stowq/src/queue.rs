@@ -465,14 +465,15 @@ impl Queue {
     /// Up to `options.page` index markers of `state` due by `until_ms` (all if `None`),
     /// starting at a random shard and wrapping around: markers sort by time within a shard,
     /// so the first one past `until_ms` ends that shard and the listing jumps to the next.
-    /// One LIST in the common case, two when the start shard is not the first.
+    /// One LIST in the common case; a second when nothing due came after the start shard.
     fn due_markers(&self, state: State, until_ms: Option<i64>) -> Result<Vec<(String, Marker)>> {
         let base = self.keys.index(state);
         let first = (random_u128() % 16) as usize;
         let start = format!("{base}{}/", SHARDS[first]);
         let mut out = Vec::new();
         self.collect(&base, Some(start.clone()), None, until_ms, &mut out)?;
-        if first > 0 {
+        // Wrap around only when the shards after the start held nothing due.
+        if first > 0 && out.is_empty() {
             self.collect(&base, None, Some(&start), until_ms, &mut out)?;
         }
         Ok(out)
