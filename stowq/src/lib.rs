@@ -24,7 +24,9 @@ pub mod sigv4;
 pub use config::Config;
 pub use error::{Error, ErrorKind};
 pub use keys::State;
-pub use queue::{Lease, Listed, Nacked, Options, Queue, Receipt, RecoverReport, Status};
+pub use queue::{
+    Lease, Listed, Nacked, Options, Queue, Receipt, RecoverReport, RepairReport, Status,
+};
 pub use steadq::Outcome;
 
 /// Split `s3://bucket/prefix` into bucket and prefix (prefix may be empty).

@@ -29,6 +29,7 @@ const USAGE: &str = "usage: stowq COMMAND s3://bucket/prefix [ARGS]
   list URL                         one line per job: id state generation attempt time_ms
   recover URL                      recover expired leases
   requeue URL [ID]                 dead jobs back to ready
+  repair URL                       make the index agree with the jobs after a crash
 Endpoint and credentials: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 AWS_REGION, AWS_PROFILE and ~/.aws/credentials. Exit: 0 done, 1 usage, 2 not done,
 3 no job ready, 4 indeterminate, 6 lease lost.";
@@ -201,6 +202,11 @@ fn run(all: &[String]) -> Result<(), Fail> {
             println!("ready {} dead {} stale {}", r.ready, r.dead, r.stale);
             Ok(())
         }
+        "repair" => {
+            let r = open(&url, opts, false)?.repair()?;
+            println!("put {} deleted {}", r.put, r.deleted);
+            Ok(())
+        }
         "requeue" => {
             let only = match args.first() {
                 Some(h) => Some(u128::from_str_radix(h, 16).map_err(|_| usage("bad job id"))?),
@@ -255,8 +261,17 @@ fn renewer(
             if stop.load(Ordering::Relaxed) {
                 return;
             }
-            if let Err(e) = q.renew(&mut l, q.options.lease_ms) {
-                eprintln!("stowq work: renew {:032x}: {e}", l.id);
+            match q.renew(&mut l, q.options.lease_ms) {
+                Ok(()) => {}
+                Err(e) if e.outcome == Outcome::Indeterminate => {
+                    // Settle it now: our own newer generation (same token) means it was done.
+                    if let Ok(n) = q.resume_lease(l.id, l.generation() + 1, &l.token) {
+                        *l = n;
+                    } else {
+                        eprintln!("stowq work: renew {:032x}: {e}", l.id);
+                    }
+                }
+                Err(e) => eprintln!("stowq work: renew {:032x}: {e}", l.id),
             }
         }
     })

@@ -7,6 +7,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::http::Fail;
 use crate::keys::{id_hex, Keys, Marker, Record, State, SHARDS};
 use crate::s3::Client;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use steadq::format;
@@ -105,6 +106,15 @@ pub struct RecoverReport {
     pub dead: u32,
     /// Stale markers removed (their job had moved on).
     pub stale: u32,
+}
+
+/// What a repair did to the index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Markers put for jobs whose newest generation had none.
+    pub put: u32,
+    /// Stale markers deleted.
+    pub deleted: u32,
 }
 
 /// Counts per state, from the index (hints: exact unless a crash left a marker behind).
@@ -445,7 +455,8 @@ impl Queue {
     /// Not done if the create surely did not happen; indeterminate if it may have.
     pub fn enqueue(&self, payload: &[u8]) -> Result<u128> {
         let now = self.client.clock.now_ms();
-        let id = ((now as u128) << 80) | (random_u128() >> 48);
+        // Random, not time-ordered: chains spread over the store's key-range partitions.
+        let id = random_u128();
         let created_ns = (now as u64).saturating_mul(1_000_000);
         let mut file = format::encode_header(id, self.queue_id, created_ns, payload).to_vec();
         file.extend_from_slice(payload);
@@ -735,6 +746,75 @@ impl Queue {
             return Err(Error::not_done(ErrorKind::NotFound));
         }
         Ok(n)
+    }
+
+    /// Make the index agree with the chains, after crash windows (see DESIGN.md): every job's
+    /// newest generation gets its marker, and markers of older generations, or of no job, are
+    /// deleted. Chains are never touched. Markers are listed before chains, so a marker
+    /// written meanwhile is never taken for stale.
+    ///
+    /// Cost: one LIST per 1,000 objects, plus one GET per job whose marker was missing.
+    ///
+    /// # Errors
+    /// As [`Queue::recover`] (the batch rule), though only hints change.
+    pub fn repair(&self) -> Result<RepairReport> {
+        let mut marks: BTreeMap<u128, Vec<(String, Marker)>> = BTreeMap::new();
+        for state in State::ALL {
+            for (k, m) in self.markers(state)? {
+                marks.entry(m.id).or_default().push((k, m));
+            }
+        }
+        let mut latest: BTreeMap<u128, (u64, i64)> = BTreeMap::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self.list_page(&self.keys.chains(), None, token.as_deref(), 1000)?;
+            for e in &page.entries {
+                if let Some((id, g)) = self.keys.parse_gen(&e.key) {
+                    let l = latest.entry(id).or_insert((g, e.modified_ms));
+                    l.0 = l.0.max(g);
+                }
+            }
+            match page.next {
+                Some(t) => token = Some(t),
+                None => break,
+            }
+        }
+        let mut rep = RepairReport::default();
+        let fail = |e: Error, rep: &RepairReport| batch(e, rep.put + rep.deleted);
+        for (id, (gen, modified)) in &latest {
+            let ms = marks.remove(id).unwrap_or_default();
+            for (k, _) in ms.iter().filter(|(_, m)| m.gen != *gen) {
+                if !self.hint(false, k) {
+                    return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));
+                }
+                rep.deleted += 1;
+            }
+            if ms.iter().any(|(_, m)| m.gen == *gen) {
+                continue;
+            }
+            let rec = if *gen == 0 {
+                ready0(*modified)
+            } else {
+                let key = self.keys.gen(*id, *gen);
+                let body = self.get(&key).map_err(|e| fail(e, &rep))?;
+                match body.as_deref().and_then(Record::decode) {
+                    Some(r) => r,
+                    None => continue, // not a record: left for a human, like fsck
+                }
+            };
+            let key = self.keys.marker(*id, *gen, &rec);
+            if !self.hint(true, &key) {
+                return Err(fail(Error::not_done(ErrorKind::Transport(key)), &rep));
+            }
+            rep.put += 1;
+        }
+        for (k, _) in marks.into_values().flatten() {
+            if !self.hint(false, &k) {
+                return Err(fail(Error::not_done(ErrorKind::Transport(k)), &rep));
+            }
+            rep.deleted += 1;
+        }
+        Ok(rep)
     }
 
     /// Every marker of `state`, in key order.

@@ -86,7 +86,7 @@ fn whole_lifecycle_against_moto() {
     let l3 = q.claim().unwrap().unwrap();
     assert_ne!(l3.id, l2.id, "the delayed job is not due yet");
     assert!(q.claim().unwrap().is_none(), "nothing else is due");
-    std::thread::sleep(Duration::from_millis(1_600));
+    std::thread::sleep(Duration::from_millis(3_100));
     let l2b = q.claim().unwrap().expect("due now");
     assert_eq!((l2b.id, l2b.attempt), (l2.id, 2));
 
@@ -175,4 +175,56 @@ fn conditional_writes_are_refused_when_unsigned_and_settled_when_signed() {
     .unwrap();
     assert_eq!(r.status, 403);
     assert_eq!(c.get("k").unwrap().body, b"1");
+}
+
+#[test]
+fn repair_restores_the_index_after_crash_windows() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "repair");
+    let q = queue(m.port, "repair", "r", Options::default());
+    // Enqueue died before its ready marker: no claim can find the job.
+    let a = q.enqueue(b"a").unwrap();
+    let st = q.list().unwrap();
+    let k = q.keys().index(State::Ready);
+    let page = q.client.list(&k, None, None, 10).unwrap().unwrap();
+    assert_eq!((st.len(), page.entries.len()), (1, 1));
+    assert_eq!(q.client.delete(&page.entries[0].key).unwrap().status, 204);
+    assert!(q.claim().unwrap().is_none());
+    // A claim of b died right after its create: leased, deadline passed, no leased marker,
+    // and the ready marker still there.
+    let b = q.enqueue(b"b").unwrap();
+    let rec = stowq::keys::Record {
+        state: State::Leased,
+        attempt: 1,
+        at_ms: 0,
+        due_ms: q.client.clock.now_ms() - 5_000,
+        token: "t".into(),
+        nonce: "n".into(),
+        reason: String::new(),
+    };
+    let r = q
+        .client
+        .put_if_absent(&q.keys().gen(b, 1), &rec.encode())
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(
+        q.claim().unwrap().is_none(),
+        "b's marker is stale, a has none"
+    );
+    assert_eq!(q.lost_races(), 1);
+    let rep = q.repair().unwrap();
+    assert_eq!((rep.put, rep.deleted), (2, 1));
+    assert_eq!(
+        q.repair().unwrap(),
+        stowq::RepairReport::default(),
+        "idempotent"
+    );
+    let st = q.status().unwrap();
+    assert_eq!((st.ready, st.expired), (1, 1));
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!(l.id, a);
+    q.ack(&l).unwrap();
+    // b's lease is recovered like any expired one.
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!((l.id, l.attempt, l.payload.as_slice()), (b, 2, &b"b"[..]));
 }
