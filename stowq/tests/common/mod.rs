@@ -29,9 +29,14 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// The Python that has moto: `STOWQ_PYTHON` (CI sets it to a venv's) or `python3`.
+fn python() -> String {
+    std::env::var("STOWQ_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
 /// Start moto, or: panic if `STEADQ_REQUIRE_S3=1`, else print a notice and return `None`.
 pub fn moto() -> Option<Moto> {
-    let has = Command::new("python3")
+    let has = Command::new(python())
         .args(["-c", "import moto.server, flask, werkzeug"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -48,7 +53,7 @@ pub fn moto() -> Option<Moto> {
     }
     for _ in 0..3 {
         let port = free_port();
-        let child = Command::new("python3")
+        let child = Command::new(python())
             .args([
                 "-m",
                 "moto.server",
@@ -60,7 +65,7 @@ pub fn moto() -> Option<Moto> {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("spawn python3 -m moto.server");
+            .expect("spawn python -m moto.server");
         let mut m = Moto { child, port };
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(60) {
@@ -175,8 +180,9 @@ pub struct Proxy {
     plan: Arc<Mutex<Plan>>,
 }
 
-/// Client timeout to use through the proxy, ms ([`Fault::SlowTimeout`] waits longer).
-pub const PROXY_TIMEOUT_MS: u64 = 400;
+/// Client timeout to use through the proxy, ms ([`Fault::SlowTimeout`] waits longer). Long
+/// enough that a loaded machine's slow moto does not add timeouts of its own.
+pub const PROXY_TIMEOUT_MS: u64 = 1500;
 
 impl Proxy {
     /// Start the proxy (threads live until the test process ends).
