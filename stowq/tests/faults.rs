@@ -198,7 +198,12 @@ fn case(c: &Ctx, n: usize, op: Op, fault: Option<(Fault, u32)>) -> (Said, String
             panic!("lease not usable after {what}: {e}");
         }
     }
-    (said, what)
+    // The index (hints) after the fault: how many markers a repair had to fix.
+    let fixed = d.repair().unwrap();
+    (
+        said,
+        format!("{what}; repair put {} deleted {}", fixed.put, fixed.deleted),
+    )
 }
 
 fn truth_id(d: &Queue) -> Option<u128> {
@@ -225,10 +230,12 @@ fn every_reported_outcome_matches_the_server() {
     let results: Arc<Mutex<Tally>> = Arc::default();
     let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let odd: Arc<Mutex<Vec<String>>> = Arc::default();
+    let repaired: Arc<Mutex<Vec<String>>> = Arc::default();
     let threads: Vec<_> = OPS
         .into_iter()
         .map(|op| {
             let (results, counter, odd) = (results.clone(), counter.clone(), odd.clone());
+            let repaired = repaired.clone();
             let port = m.port;
             std::thread::spawn(move || {
                 let c = Ctx {
@@ -250,6 +257,9 @@ fn every_reported_outcome_matches_the_server() {
                 for i in 0..n {
                     for f in Fault::ALL {
                         let (said, what) = case(&c, next(), op, Some((f, i)));
+                        if !what.ends_with("repair put 0 deleted 0") {
+                            repaired.lock().unwrap().push(what.clone());
+                        }
                         *results.lock().unwrap().entry((op, f, said)).or_default() += 1;
                         if f != Fault::Outage && said != Said::Done {
                             odd.lock().unwrap().push(what);
@@ -289,6 +299,17 @@ fn every_reported_outcome_matches_the_server() {
         ));
     }
     assert_eq!(total, done + not + ind);
+    let repaired = repaired.lock().unwrap();
+    report(&format!(
+        "stowq faults: {} of {total} cases left the index needing repair (all outages)",
+        repaired.len()
+    ));
+    for w in repaired.iter() {
+        assert!(
+            w.contains("Outage"),
+            "a single fault left the index wrong: {w}"
+        );
+    }
     // Single faults other than an outage are absorbed by retries and read-backs.
     let odd = odd.lock().unwrap();
     assert!(odd.is_empty(), "single faults not absorbed: {odd:#?}");
