@@ -94,9 +94,20 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
     let mut out = head.into_bytes();
     out.extend_from_slice(req.body);
     s.write_all(&out).map_err(|e| maybe("send", e))?;
+    let head_only = req.method == "HEAD";
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).map_err(|e| maybe("receive", e))?;
-    parse(&raw, req.method == "HEAD").ok_or_else(|| {
+    let mut buf = [0u8; 16 * 1024];
+    // Read until the response is complete (a server that keeps the connection open despite
+    // `Connection: close` costs nothing) or the server closes.
+    while !complete(&raw, head_only) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(maybe("receive", e)),
+        }
+    }
+    parse(&raw, head_only).ok_or_else(|| {
         Fail::MaybeSent(format!(
             "torn or bad response ({} bytes) to {} {}",
             raw.len(),
@@ -104,6 +115,29 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
             req.target
         ))
     })
+}
+
+/// Whether `raw` holds a whole response: headers, then a Content-Length body, or a chunked
+/// body's last chunk, or no body (HEAD, 204, 304). Without either, only EOF ends it.
+fn complete(raw: &[u8], head_only: bool) -> bool {
+    let Some(end) = find(raw, b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let status = head.split(' ').nth(1).unwrap_or("");
+    if head_only || status == "204" || status == "304" {
+        return true;
+    }
+    let body = &raw[end + 4..];
+    for line in head.split("\r\n").skip(1) {
+        let (n, v) = line.split_once(':').unwrap_or((line, ""));
+        match (n.trim(), v.trim()) {
+            ("content-length", v) => return v.parse().is_ok_and(|len: usize| body.len() >= len),
+            ("transfer-encoding", "chunked") => return body.ends_with(b"0\r\n\r\n"),
+            _ => {}
+        }
+    }
+    false
 }
 
 fn find(h: &[u8], pat: &[u8]) -> Option<usize> {
@@ -183,5 +217,19 @@ mod tests {
         assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc", false).is_none());
         assert!(parse(b"HTTP/1.1 200 OK\r\nContent-", false).is_none());
         assert!(parse(b"", false).is_none());
+        assert!(complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+            false
+        ));
+        assert!(!complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nab",
+            false
+        ));
+        assert!(complete(b"HTTP/1.1 204 No Content\r\n\r\n", false));
+        assert!(complete(c, false));
+        assert!(
+            !complete(b"HTTP/1.1 200 OK\r\n\r\nabc", false),
+            "no length: until EOF"
+        );
     }
 }

@@ -552,11 +552,10 @@ impl Queue {
                     return Ok(Some(lease));
                 }
             }
-            if pass == 0 {
-                let r = self.recover()?;
-                if r.ready == 0 {
-                    break;
-                }
+            // Nothing claimed: recover expired leases once and look again. A failed recovery
+            // is not this claim's outcome (it claimed nothing); `recover` reports its own.
+            if pass == 0 && !self.recover().is_ok_and(|r| r.ready > 0) {
+                break;
             }
         }
         Ok(None)
@@ -684,7 +683,7 @@ impl Queue {
 
     /// Recover expired leases: each leased marker whose deadline the service clock has passed
     /// gets its next generation, ready (or dead when out of attempts). A marker whose job has
-    /// moved on is stale and is deleted.
+    /// moved on is stale and is deleted. At most `options.page` expired leases per call.
     ///
     /// # Errors
     /// Not done if nothing was moved; indeterminate once a move was done or may have been
