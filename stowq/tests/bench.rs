@@ -10,10 +10,8 @@ use stowq::{s3::Client, Options, Queue};
 
 /// Claim and ack until empty with `workers` threads; returns (jobs/s, requests/job).
 fn stowq_run(port: u16, prefix: &str, workers: usize, jobs: usize) -> (f64, f64) {
-    let q = queue(port, "bench", prefix, Options::default());
-    for i in 0..jobs {
-        q.enqueue(format!("job {i}").as_bytes()).unwrap();
-    }
+    queue(port, "bench", prefix, Options::default()); // creates the identity
+    enqueue_parallel(port, "bench", prefix, jobs);
     let t0 = Instant::now();
     let hs: Vec<_> = (0..workers)
         .map(|_| {
@@ -80,7 +78,7 @@ fn bench_workers_against_moto_and_the_local_queue() {
     let jobs = env_num("STOWQ_BENCH_JOBS", 32) as usize;
     for workers in [1, 4, 16] {
         let (jps, rpj) = stowq_run(m.port, &format!("w{workers}"), workers, jobs);
-        let local = local_run(workers, jobs * 20);
+        let local = local_run(workers, jobs * 4);
         report(&format!(
             "stowq bench: {workers} worker(s), {jobs} jobs: {jps:.1} jobs/s, {rpj:.1} requests/job \
              (enqueue+claim+ack); local steadq {local:.0} jobs/s ({:.0}x)",

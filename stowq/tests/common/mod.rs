@@ -113,6 +113,32 @@ pub fn queue(port: u16, bucket: &str, prefix: &str, options: Options) -> Queue {
     Queue::create(Client::new(config(port, 10_000), bucket), prefix, options).expect("queue")
 }
 
+/// Enqueue `jobs` payloads `job <i>` with 8 threads; returns (id, payload) pairs.
+pub fn enqueue_parallel(
+    port: u16,
+    bucket: &str,
+    prefix: &str,
+    jobs: usize,
+) -> Vec<(u128, Vec<u8>)> {
+    let hs: Vec<_> = (0..8)
+        .map(|t| {
+            let (bucket, prefix) = (bucket.to_string(), prefix.to_string());
+            std::thread::spawn(move || {
+                let c = Client::new(config(port, 30_000), &bucket);
+                let q = Queue::open(c, &prefix, Options::default()).unwrap();
+                (t..jobs)
+                    .step_by(8)
+                    .map(|i| {
+                        let p = format!("job {i}").into_bytes();
+                        (q.enqueue(&p).unwrap(), p)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+}
+
 /// Env var as a number, or `default`.
 pub fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
