@@ -171,7 +171,7 @@ fn transport(f: &Fail) -> ErrorKind {
 }
 
 fn is_taken(status: u16) -> bool {
-    status == 412 || status == 409
+    status == 412
 }
 
 impl Queue {
@@ -369,6 +369,14 @@ impl Queue {
             }
             match self.client.put_if_absent(key, body) {
                 Ok(r) if r.status == 200 => return Ok(Create::Done),
+                // 409 (ConditionalRequestConflict): a conflicting write was in progress and
+                // ours was not applied; send again.
+                Ok(r) if r.status == 409 => {
+                    last = ErrorKind::Status {
+                        status: 409,
+                        what: format!("conditional PUT {key}"),
+                    };
+                }
                 Ok(r) if is_taken(r.status) && !maybe => return Ok(Create::Taken),
                 Ok(r) if is_taken(r.status) => return self.read_back(key, body),
                 Ok(r) => {

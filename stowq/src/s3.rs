@@ -183,8 +183,8 @@ impl Client {
         Ok(resp)
     }
 
-    /// `PUT` with `If-None-Match: *`: 200 created, 412 the key exists (409 from some servers
-    /// for a concurrent create, treated like 412 by callers).
+    /// `PUT` with `If-None-Match: *`: 200 created, 412 the key exists, 409 a conflicting
+    /// write was in progress (not applied; callers send again).
     ///
     /// # Errors
     /// [`Fail`] from the transport.
