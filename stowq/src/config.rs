@@ -11,6 +11,8 @@ pub struct Config {
     pub host: String,
     /// TCP port.
     pub port: u16,
+    /// `https://`: TLS (needs the `tls` feature).
+    pub tls: bool,
     /// Region used in the signature scope.
     pub region: String,
     /// Signing credentials.
@@ -19,27 +21,34 @@ pub struct Config {
     pub timeout: std::time::Duration,
 }
 
-/// Parse `http://host[:port][/]` into host and port. `https://` is refused: this build has no
-/// TLS, so it talks to local or private endpoints (moto, MinIO, Ceph RGW on a trusted network).
+/// Parse `http://host[:port][/]` or `https://...` into host, port and whether it is TLS.
+/// `https://` needs the `tls` feature; without it, it is refused here.
 ///
 /// # Errors
-/// A message naming the URL when it is not plain `http://`.
-pub fn parse_endpoint(url: &str) -> Result<(String, u16), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("endpoint {url:?}: only http:// is supported (this build has no TLS)")
-    })?;
+/// A message naming the URL when it is malformed or needs TLS this build lacks.
+pub fn parse_endpoint(url: &str) -> Result<(String, u16, bool), String> {
+    let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(r), _) => (r, false),
+        (_, Some(r)) if cfg!(feature = "tls") => (r, true),
+        (_, Some(_)) => {
+            return Err(format!(
+                "endpoint {url:?}: https needs stowq built with --features tls"
+            ))
+        }
+        _ => return Err(format!("endpoint {url:?}: expected http:// or https://")),
+    };
     let hostport = rest.trim_end_matches('/');
     if hostport.contains('/') || hostport.is_empty() {
-        return Err(format!("endpoint {url:?}: expected http://host[:port]"));
+        return Err(format!("endpoint {url:?}: expected http[s]://host[:port]"));
     }
     match hostport.rsplit_once(':') {
         Some((h, p)) => {
             let port = p
                 .parse()
                 .map_err(|_| format!("endpoint {url:?}: bad port"))?;
-            Ok((h.to_string(), port))
+            Ok((h.to_string(), port, tls))
         }
-        None => Ok((hostport.to_string(), 80)),
+        None => Ok((hostport.to_string(), if tls { 443 } else { 80 }, tls)),
     }
 }
 
@@ -87,8 +96,8 @@ fn env(name: &str) -> Option<String> {
 }
 
 impl Config {
-    /// Read the configuration: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (required: this
-    /// build has no TLS for AWS itself), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// Read the configuration: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (required without
+    /// the `tls` feature; with it the default is `https://s3.<region>.amazonaws.com`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
     /// `AWS_SESSION_TOKEN`, `AWS_REGION` or `AWS_DEFAULT_REGION`; missing values come from the
     /// profile `AWS_PROFILE` (default `default`) in `AWS_SHARED_CREDENTIALS_FILE` /
     /// `~/.aws/credentials` and `AWS_CONFIG_FILE` / `~/.aws/config`. Region defaults to
@@ -113,16 +122,20 @@ impl Config {
         let region = env("AWS_REGION")
             .or_else(|| get("AWS_DEFAULT_REGION", "region"))
             .unwrap_or_else(|| "us-east-1".into());
-        let url = env("AWS_ENDPOINT_URL_S3")
-            .or_else(|| get("AWS_ENDPOINT_URL", "endpoint_url"))
-            .ok_or("no endpoint: set AWS_ENDPOINT_URL=http://host:port (no TLS in this build)")?;
-        let (host, port) = parse_endpoint(&url)?;
+        let url =
+            match env("AWS_ENDPOINT_URL_S3").or_else(|| get("AWS_ENDPOINT_URL", "endpoint_url")) {
+                Some(u) => u,
+                None if cfg!(feature = "tls") => format!("https://s3.{region}.amazonaws.com"),
+                None => return Err("no endpoint: set AWS_ENDPOINT_URL=http://host:port".into()),
+            };
+        let (host, port, tls) = parse_endpoint(&url)?;
         let ms = env("STOWQ_TIMEOUT_MS")
             .and_then(|v| v.parse().ok())
             .unwrap_or(10_000);
         Ok(Config {
             host,
             port,
+            tls,
             region,
             credentials: Credentials {
                 access_key,
@@ -142,13 +155,19 @@ mod tests {
     fn endpoints_and_profiles_parse() {
         assert_eq!(
             parse_endpoint("http://127.0.0.1:9000/").unwrap(),
-            ("127.0.0.1".to_string(), 9000)
+            ("127.0.0.1".to_string(), 9000, false)
         );
         assert_eq!(
             parse_endpoint("http://minio").unwrap(),
-            ("minio".into(), 80)
+            ("minio".into(), 80, false)
         );
-        assert!(parse_endpoint("https://s3.amazonaws.com").is_err());
+        let https = parse_endpoint("https://s3.amazonaws.com");
+        if cfg!(feature = "tls") {
+            assert_eq!(https.unwrap(), ("s3.amazonaws.com".into(), 443, true));
+        } else {
+            assert!(https.unwrap_err().contains("--features tls"));
+        }
+        assert!(parse_endpoint("ftp://x").is_err());
         let ini = "[default]\naws_access_key_id = A\n[profile x]\nregion=eu-west-1\n[y]\nk=v\n";
         assert_eq!(
             ini_section(ini, "default"),

@@ -1,5 +1,6 @@
-//! A small blocking HTTP/1.1 client over `std::net::TcpStream`: one connection per request
-//! (`Connection: close`), so what is known about a failed request is exact.
+//! A small blocking HTTP/1.1 client over `std::net::TcpStream` (and rustls with the `tls`
+//! feature): one connection per request (`Connection: close`), so what is known about a
+//! failed request is exact.
 //!
 //! A failure is [`Fail::NotSent`] only when the connection could not be opened, so no byte of
 //! the request left this process. Every later failure (write, read, timeout, torn or garbled
@@ -33,7 +34,7 @@ impl Response {
 /// Why a request has no response.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fail {
-    /// The connection was never opened: nothing was sent.
+    /// The connection (or its TLS handshake) failed: no byte of the request was sent.
     NotSent(String),
     /// The request may have reached the server: connection lost, timed out or answered with
     /// something that is not HTTP.
@@ -58,12 +59,15 @@ pub struct Request<'a> {
     pub body: &'a [u8],
     /// Timeout for connect and for each read or write.
     pub timeout: Duration,
+    /// Speak TLS (needs the `tls` feature; refused as not sent without it).
+    pub tls: bool,
 }
 
 /// Send `req` and read the whole response.
 ///
 /// # Errors
-/// [`Fail::NotSent`] if no connection could be opened, else [`Fail::MaybeSent`].
+/// [`Fail::NotSent`] if no connection (or TLS session) could be opened, else
+/// [`Fail::MaybeSent`].
 pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
     let addr = (req.host, req.port)
         .to_socket_addrs()
@@ -72,14 +76,22 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
         .ok_or_else(|| Fail::NotSent(format!("no address for {}", req.host)))?;
     let mut s = TcpStream::connect_timeout(&addr, req.timeout)
         .map_err(|e| Fail::NotSent(format!("connect {addr}: {e}")))?;
-    let maybe = |what: &str, e: std::io::Error| Fail::MaybeSent(format!("{what}: {e}"));
-    s.set_read_timeout(Some(req.timeout))
-        .map_err(|e| maybe("socket", e))?;
-    s.set_write_timeout(Some(req.timeout))
-        .map_err(|e| maybe("socket", e))?;
+    let unsent = |e: std::io::Error| Fail::NotSent(format!("socket: {e}"));
+    s.set_read_timeout(Some(req.timeout)).map_err(unsent)?;
+    s.set_write_timeout(Some(req.timeout)).map_err(unsent)?;
     let _ = s.set_nodelay(true);
+    let mut out = head(req);
+    out.extend_from_slice(req.body);
+    if req.tls {
+        return tls::send_tls(req, s, &out);
+    }
+    exchange(&mut s, &out, req)
+}
+
+fn head(req: &Request<'_>) -> Vec<u8> {
     let mut head = format!("{} {} HTTP/1.1\r\n", req.method, req.target);
-    if req.port == 80 {
+    let default_port = if req.tls { 443 } else { 80 };
+    if req.port == default_port {
         head.push_str(&format!("host: {}\r\n", req.host));
     } else {
         head.push_str(&format!("host: {}:{}\r\n", req.host, req.port));
@@ -91,9 +103,14 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
         "content-length: {}\r\nconnection: close\r\n\r\n",
         req.body.len()
     ));
-    let mut out = head.into_bytes();
-    out.extend_from_slice(req.body);
-    s.write_all(&out).map_err(|e| maybe("send", e))?;
+    head.into_bytes()
+}
+
+/// Write the request and read the whole response on an open connection.
+fn exchange<S: Read + Write>(s: &mut S, out: &[u8], req: &Request<'_>) -> Result<Response, Fail> {
+    let maybe = |what: &str, e: std::io::Error| Fail::MaybeSent(format!("{what}: {e}"));
+    s.write_all(out).map_err(|e| maybe("send", e))?;
+    s.flush().map_err(|e| maybe("send", e))?;
     let head_only = req.method == "HEAD";
     let mut raw = Vec::new();
     let mut buf = [0u8; 16 * 1024];
@@ -104,6 +121,8 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A TLS peer that closes without close_notify: what was read is judged below.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
             Err(e) => return Err(maybe("receive", e)),
         }
     }
@@ -115,6 +134,70 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
             req.target
         ))
     })
+}
+
+#[cfg(feature = "tls")]
+mod tls {
+    use super::{Fail, Request, Response};
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    use std::net::TcpStream;
+    use std::sync::{Arc, OnceLock};
+
+    /// Mozilla's roots, plus the PEM certificates in `STOWQ_CA_FILE` if set.
+    fn config() -> Result<Arc<rustls::ClientConfig>, String> {
+        static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+        CONFIG
+            .get_or_init(|| {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                if let Ok(path) = std::env::var("STOWQ_CA_FILE") {
+                    let certs = CertificateDer::pem_file_iter(&path)
+                        .map_err(|e| format!("STOWQ_CA_FILE {path}: {e}"))?;
+                    for c in certs {
+                        let c = c.map_err(|e| format!("STOWQ_CA_FILE {path}: {e}"))?;
+                        roots
+                            .add(c)
+                            .map_err(|e| format!("STOWQ_CA_FILE {path}: {e}"))?;
+                    }
+                }
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let cfg = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                Ok(Arc::new(cfg))
+            })
+            .clone()
+    }
+
+    /// Handshake first (a failure there sent no request: not sent), then the exchange.
+    pub fn send_tls(req: &Request<'_>, mut tcp: TcpStream, out: &[u8]) -> Result<Response, Fail> {
+        let cfg = config().map_err(Fail::NotSent)?;
+        let name = ServerName::try_from(req.host.to_string())
+            .map_err(|e| Fail::NotSent(format!("TLS name {}: {e}", req.host)))?;
+        let mut conn = rustls::ClientConnection::new(cfg, name)
+            .map_err(|e| Fail::NotSent(format!("TLS: {e}")))?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp)
+                .map_err(|e| Fail::NotSent(format!("TLS handshake with {}: {e}", req.host)))?;
+        }
+        let mut s = rustls::StreamOwned::new(conn, tcp);
+        super::exchange(&mut s, out, req)
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+mod tls {
+    use super::{Fail, Request, Response};
+    use std::net::TcpStream;
+
+    /// Without the `tls` feature nothing is sent.
+    pub fn send_tls(_: &Request<'_>, _: TcpStream, _: &[u8]) -> Result<Response, Fail> {
+        Err(Fail::NotSent(
+            "https needs stowq built with --features tls".into(),
+        ))
+    }
 }
 
 /// Whether `raw` holds a whole response: headers, then a Content-Length body, or a chunked

@@ -139,7 +139,7 @@ impl Client {
         let query_s: Vec<String> = q.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let query_s = query_s.join("&");
         let c = &self.config;
-        let host = if c.port == 80 {
+        let host = if c.port == if c.tls { 443 } else { 80 } {
             c.host.clone()
         } else {
             format!("{}:{}", c.host, c.port)
@@ -176,6 +176,7 @@ impl Client {
             headers: &all,
             body,
             timeout: c.timeout,
+            tls: c.tls,
         })?;
         if let Some(d) = resp.header("date") {
             self.clock.observe(d);

@@ -171,6 +171,7 @@ fn conditional_writes_are_refused_when_unsigned_and_settled_when_signed() {
         headers: &[("if-none-match".into(), "*".into())],
         body: b"x",
         timeout: Duration::from_secs(10),
+        tls: false,
     })
     .unwrap();
     assert_eq!(r.status, 403);

@@ -36,6 +36,11 @@ fn python() -> String {
 
 /// Start moto, or: panic if `STEADQ_REQUIRE_S3=1`, else print a notice and return `None`.
 pub fn moto() -> Option<Moto> {
+    moto_with(&[])
+}
+
+/// As [`moto`], with extra server arguments (e.g. a TLS certificate).
+pub fn moto_with(extra: &[&str]) -> Option<Moto> {
     let has = Command::new(python())
         .args(["-c", "import moto.server, flask, werkzeug"])
         .stdout(Stdio::null())
@@ -62,6 +67,7 @@ pub fn moto() -> Option<Moto> {
                 "-p",
                 &port.to_string(),
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -87,6 +93,7 @@ pub fn config(port: u16, timeout_ms: u64) -> Config {
     Config {
         host: "127.0.0.1".into(),
         port,
+        tls: false,
         region: "us-east-1".into(),
         credentials: Credentials {
             access_key: "testing".into(),
