@@ -110,14 +110,14 @@ fn whole_lifecycle_against_moto() {
         Client::new(config(m.port, 10_000), "life"),
         "app/q1",
         Options {
-            lease_ms: 300,
+            lease_ms: 2_000,
             ..opts.clone()
         },
     )
     .unwrap();
     let l4 = short.claim().unwrap().unwrap();
     assert_eq!(short.recover().unwrap().ready, 0, "not expired yet");
-    std::thread::sleep(Duration::from_millis(1_400));
+    std::thread::sleep(Duration::from_millis(3_100));
     let st = q.status().unwrap();
     assert_eq!(st.expired, 1);
     let rep = q.recover().unwrap();
