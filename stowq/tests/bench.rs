@@ -1,6 +1,6 @@
 //! Benchmark: jobs/s (enqueued beforehand, then claimed and acked) with 1, 4 and 16 workers
 //! against moto on 127.0.0.1, requests per job, and the local SteadQ queue beside it.
-//! `STOWQ_BENCH_JOBS` (default 32) sets the jobs per run.
+//! `STOWQ_BENCH_JOBS` (default 24) sets the jobs per run.
 
 mod common;
 
@@ -75,7 +75,7 @@ fn local_run(workers: usize, jobs: usize) -> f64 {
 fn bench_workers_against_moto_and_the_local_queue() {
     let Some(m) = moto() else { return };
     bucket(m.port, "bench");
-    let jobs = env_num("STOWQ_BENCH_JOBS", 32) as usize;
+    let jobs = env_num("STOWQ_BENCH_JOBS", 24) as usize;
     for workers in [1, 4, 16] {
         let (jps, rpj) = stowq_run(m.port, &format!("w{workers}"), workers, jobs);
         let local = local_run(workers, jobs * 4);

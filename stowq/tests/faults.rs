@@ -232,8 +232,9 @@ type Tally = BTreeMap<(Op, Fault, Said), u32>;
 fn every_reported_outcome_matches_the_server() {
     let Some(m) = moto() else { return };
     bucket(m.port, "faults");
-    // Indexes past a clean run's count reach the requests that retries add.
-    let extra = env_num("STOWQ_FAULT_EXTRA", 1) as u32;
+    // Indexes past a clean run's count reach the requests that retries add (STOWQ_FAULT_EXTRA,
+    // 0 in CI for time; 1 adds about 56 cases).
+    let extra = env_num("STOWQ_FAULT_EXTRA", 0) as u32;
     assert!(extra <= 8, "STOWQ_FAULT_EXTRA: at most 8");
     let t0 = Instant::now();
     let results: Arc<Mutex<Tally>> = Arc::default();
