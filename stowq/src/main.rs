@@ -287,7 +287,17 @@ fn work(q: Queue, args: &mut Vec<String>, cmd: &[String]) -> Result<(), Fail> {
     let retry = num(args, "--retry-ms", 60_000)?.max(0) as u64;
     let q = Arc::new(q);
     loop {
-        let Some(l) = q.claim()? else {
+        let claimed = match q.claim() {
+            Ok(c) => c,
+            // A long-running worker outlives an outage: log, wait, look again.
+            Err(e) if !once => {
+                eprintln!("stowq work: claim: {e}");
+                std::thread::sleep(Duration::from_millis(poll));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(l) = claimed else {
             if once || idle_exit {
                 return Err(Fail(3, "no job ready".into()));
             }
@@ -303,13 +313,20 @@ fn work(q: Queue, args: &mut Vec<String>, cmd: &[String]) -> Result<(), Fail> {
 
 fn run_job(q: &Arc<Queue>, l: Lease, cmd: &[String], retry_ms: u64) -> Result<(), Fail> {
     let id = format!("{:032x}", l.id);
-    let mut child = Command::new(&cmd[0])
+    let spawned = Command::new(&cmd[0])
         .args(&cmd[1..])
         .env("STOWQ_JOB_ID", &id)
         .env("STOWQ_ATTEMPT", l.attempt.to_string())
         .stdin(Stdio::piped())
-        .spawn()
-        .map_err(|e| Fail(2, format!("{}: {e}", cmd[0])))?;
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            // The job is not at fault: give it back at once, then stop.
+            let _ = q.nack(&l, Duration::ZERO, "command could not start");
+            return Err(Fail(2, format!("{}: {e}", cmd[0])));
+        }
+    };
     let payload = l.payload.clone();
     let lease = Arc::new(Mutex::new(l));
     let stop = Arc::new(AtomicBool::new(false));
