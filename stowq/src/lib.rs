@@ -12,11 +12,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod admin;
 pub mod clock;
 pub mod config;
 pub mod error;
 pub mod http;
 pub mod keys;
+mod lifecycle;
 pub mod queue;
 pub mod s3;
 pub mod sigv4;

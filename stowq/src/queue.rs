@@ -1,16 +1,15 @@
-//! The queue operations. Each transition is one conditional create of the job's next
-//! generation (the linearization point), followed by index upkeep that is only a hint:
-//! the new marker is put first, the old one deleted after, so a job is never unindexed
-//! while its markers are healthy.
+//! The queue handle, its types, and the requests every operation is built from (the
+//! operations themselves are in `lifecycle.rs` and `admin.rs`). Each transition is one
+//! conditional create of the job's next generation ([`Queue::step`]: the linearization
+//! point), followed by index upkeep that is only a hint: the new marker is put first, the old
+//! one deleted after, so a job is never unindexed while its markers are healthy.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::Fail;
-use crate::keys::{id_hex, Keys, Marker, Record, State, SHARDS};
+use crate::keys::{id_hex, Keys, Record, State};
 use crate::s3::Client;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use steadq::format;
 
 /// Queue options.
 #[derive(Clone, Debug)]
@@ -46,9 +45,9 @@ pub struct Queue {
     pub client: Client,
     /// Options.
     pub options: Options,
-    keys: Keys,
-    queue_id: u128,
-    lost_races: AtomicU64,
+    pub(crate) keys: Keys,
+    pub(crate) queue_id: u128,
+    pub(crate) lost_races: AtomicU64,
 }
 
 /// A claimed job: the verified payload and what the next transition needs.
@@ -65,7 +64,7 @@ pub struct Lease {
     pub deadline_ms: i64,
     /// Lease token, 32 hex.
     pub token: String,
-    gen: u64,
+    pub(crate) gen: u64,
 }
 
 impl Lease {
@@ -150,27 +149,27 @@ pub struct Listed {
 }
 
 /// How a conditional create ended.
-enum Create {
+pub(crate) enum Create {
     /// Ours is in place.
     Done,
     /// Someone else's is: ours did not and will not happen.
     Taken,
 }
 
-fn random_u128() -> u128 {
+pub(crate) fn random_u128() -> u128 {
     let mut b = [0u8; 16];
     // getrandom only fails without an entropy source; ids would then collide, so stop.
     getrandom::fill(&mut b).expect("no system random source");
     u128::from_be_bytes(b)
 }
 
-fn transport(f: &Fail) -> ErrorKind {
+pub(crate) fn transport(f: &Fail) -> ErrorKind {
     match f {
         Fail::NotSent(m) | Fail::MaybeSent(m) => ErrorKind::Transport(m.clone()),
     }
 }
 
-fn is_taken(status: u16) -> bool {
+pub(crate) fn is_taken(status: u16) -> bool {
     status == 412
 }
 
@@ -273,12 +272,12 @@ impl Queue {
         self.lost_races.load(Ordering::Relaxed)
     }
 
-    fn pause(&self, attempt: u32) {
+    pub(crate) fn pause(&self, attempt: u32) {
         std::thread::sleep(self.options.backoff * (1 << attempt.min(6)));
     }
 
     /// GET with retries: `Ok(None)` on 404.
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let mut last = ErrorKind::Transport("no try".into());
         for i in 0..self.options.tries.max(1) {
             if i > 0 {
@@ -304,7 +303,7 @@ impl Queue {
 
     /// One listing page, retried on 5xx (moto answers 500 to some listings racing writes)
     /// and on transport errors: a listing changes nothing.
-    fn list_page(
+    pub(crate) fn list_page(
         &self,
         prefix: &str,
         after: Option<&str>,
@@ -334,7 +333,7 @@ impl Queue {
     }
 
     /// Idempotent index upkeep (PUT of an empty marker, or DELETE): true when answered 2xx.
-    fn hint(&self, put: bool, key: &str) -> bool {
+    pub(crate) fn hint(&self, put: bool, key: &str) -> bool {
         for i in 0..self.options.tries.max(1) {
             if i > 0 {
                 self.pause(i - 1);
@@ -360,7 +359,7 @@ impl Queue {
     /// `If-None-Match: *` up to `tries` times. After any send that may have been applied
     /// (lost response, timeout, 5xx), a 412 or a final failure is settled by reading the key
     /// back and comparing with `body` (which holds a random nonce).
-    fn create_once(&self, key: &str, body: &[u8]) -> Result<Create> {
+    pub(crate) fn create_once(&self, key: &str, body: &[u8]) -> Result<Create> {
         let mut maybe = false;
         let mut last = ErrorKind::Transport("no try".into());
         for i in 0..self.options.tries.max(1) {
@@ -411,7 +410,7 @@ impl Queue {
 
     /// After a send that may have been applied: our body in place is done, another's is taken.
     /// Absent, or unreadable, is indeterminate: our request may still be in flight.
-    fn read_back(&self, key: &str, body: &[u8]) -> Result<Create> {
+    pub(crate) fn read_back(&self, key: &str, body: &[u8]) -> Result<Create> {
         match self.get(key) {
             Ok(Some(b)) if b == body => Ok(Create::Done),
             Ok(Some(_)) => Ok(Create::Taken),
@@ -420,7 +419,7 @@ impl Queue {
         }
     }
 
-    fn new_record(
+    pub(crate) fn new_record(
         &self,
         state: State,
         attempt: u32,
@@ -441,7 +440,7 @@ impl Queue {
 
     /// Move job `id` from generation `gen` (indexed by `old_marker`) to `rec` at `gen + 1`.
     /// `Ok(false)`: someone else created `gen + 1` first.
-    fn step(&self, id: u128, gen: u64, old_marker: &str, rec: &Record) -> Result<bool> {
+    pub(crate) fn step(&self, id: u128, gen: u64, old_marker: &str, rec: &Record) -> Result<bool> {
         match self.create_once(&self.keys.gen(id, gen + 1), &rec.encode())? {
             Create::Taken => Ok(false),
             Create::Done => {
@@ -454,481 +453,10 @@ impl Queue {
             }
         }
     }
-
-    /// Enqueue `payload`; returns the job id.
-    ///
-    /// One conditional create of generation 0 (the envelope), then its ready marker.
-    ///
-    /// # Errors
-    /// Not done if the create surely did not happen; indeterminate if it may have.
-    pub fn enqueue(&self, payload: &[u8]) -> Result<u128> {
-        let now = self.client.clock.now_ms();
-        // Random, not time-ordered: chains spread over the store's key-range partitions.
-        let id = random_u128();
-        let created_ns = (now as u64).saturating_mul(1_000_000);
-        let mut file = format::encode_header(id, self.queue_id, created_ns, payload).to_vec();
-        file.extend_from_slice(payload);
-        match self.create_once(&self.keys.gen(id, 0), &file)? {
-            Create::Done => {
-                self.hint(true, &self.keys.marker(id, 0, &ready0(now)));
-                Ok(id)
-            }
-            // A random 80-bit collision, or someone else's object at our key.
-            Create::Taken => Err(Error::not_done(ErrorKind::Status {
-                status: 412,
-                what: "enqueue: key exists".into(),
-            })),
-        }
-    }
-
-    /// Up to `options.page` index markers of `state` due by `until_ms` (all if `None`),
-    /// starting at a random shard and wrapping around: markers sort by time within a shard,
-    /// so the first one past `until_ms` ends that shard and the listing jumps to the next.
-    /// One LIST in the common case; a second when nothing due came after the start shard.
-    fn due_markers(&self, state: State, until_ms: Option<i64>) -> Result<Vec<(String, Marker)>> {
-        let base = self.keys.index(state);
-        let first = (random_u128() % 16) as usize;
-        let start = format!("{base}{}/", SHARDS[first]);
-        let mut out = Vec::new();
-        self.collect(&base, Some(start.clone()), None, until_ms, &mut out)?;
-        // Wrap around only when the shards after the start held nothing due.
-        if first > 0 && out.is_empty() {
-            self.collect(&base, None, Some(&start), until_ms, &mut out)?;
-        }
-        Ok(out)
-    }
-
-    /// Append due markers listed under `base` after key `after` and before key `stop`.
-    fn collect(
-        &self,
-        base: &str,
-        mut after: Option<String>,
-        stop: Option<&str>,
-        until_ms: Option<i64>,
-        out: &mut Vec<(String, Marker)>,
-    ) -> Result<()> {
-        while (out.len() as u32) < self.options.page {
-            let page = self.list_page(base, after.as_deref(), None, self.options.page)?;
-            let more = page.next.is_some() || page.entries.len() as u32 >= self.options.page;
-            after = page.entries.last().map(|e| e.key.clone());
-            for e in page.entries {
-                if stop.is_some_and(|s| e.key.as_str() >= s) {
-                    return Ok(());
-                }
-                let Some(m) = self.keys.parse_marker(&e.key) else {
-                    continue;
-                };
-                if until_ms.is_some_and(|u| m.sort_ms > u) {
-                    // Not due, nor is the rest of this shard: jump to the next shard.
-                    let shard = e.key[base.len()..].chars().next().unwrap_or('f');
-                    after = Some(format!("{base}{shard}/~"));
-                    break;
-                }
-                out.push((e.key, m));
-            }
-            let jumped = after.as_deref().is_some_and(|a| a.ends_with('~'));
-            if !(more
-                || jumped
-                    && !after
-                        .as_deref()
-                        .is_some_and(|a| a.starts_with(&format!("{base}f/"))))
-            {
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    /// Claim one due job with a lease of `options.lease_ms`, or `Ok(None)` if none is ready
-    /// (after recovering expired leases once).
-    ///
-    /// Lists ready markers (one LIST in the common case), picks a random due one, and creates
-    /// its next generation (leased). A 412 is a lost race: another one is tried. The envelope
-    /// is then read and verified; a corrupt one is sent to dead and the claim goes on.
-    ///
-    /// # Errors
-    /// Not done when no create was done; indeterminate if a claim's create may have been
-    /// applied; [`ErrorKind::PayloadUnavailable`] (indeterminate) if the claim was done but
-    /// the payload could not be read.
-    pub fn claim(&self) -> Result<Option<Lease>> {
-        for pass in 0..2 {
-            let now = self.client.clock.upper_ms();
-            let mut cands = self.due_markers(State::Ready, Some(now))?;
-            shuffle(&mut cands);
-            for (key, m) in cands {
-                if let Some(lease) = self.try_claim(&key, &m)? {
-                    return Ok(Some(lease));
-                }
-            }
-            // Nothing claimed: recover expired leases once and look again. A failed recovery
-            // is not this claim's outcome (it claimed nothing); `recover` reports its own.
-            if pass == 0 && !self.recover().is_ok_and(|r| r.ready > 0) {
-                break;
-            }
-        }
-        Ok(None)
-    }
-
-    fn try_claim(&self, marker: &str, m: &Marker) -> Result<Option<Lease>> {
-        let now = self.client.clock.now_ms();
-        let token = id_hex(random_u128());
-        let deadline = now + self.options.lease_ms;
-        let rec = self.new_record(State::Leased, m.attempt + 1, deadline, &token, "");
-        if !self.step(m.id, m.gen, marker, &rec)? {
-            self.lost_races.fetch_add(1, Ordering::Relaxed);
-            return Ok(None);
-        }
-        let lease = Lease {
-            id: m.id,
-            payload: Vec::new(),
-            attempt: rec.attempt,
-            deadline_ms: deadline,
-            token,
-            gen: m.gen + 1,
-        };
-        let file = match self.get(&self.keys.gen(m.id, 0)) {
-            Ok(Some(f)) => f,
-            Ok(None) => Vec::new(),
-            Err(e) => {
-                return Err(Error::indeterminate(ErrorKind::PayloadUnavailable(
-                    e.to_string(),
-                )))
-            }
-        };
-        match format::verify(&file, m.id, self.queue_id) {
-            Ok(_) => Ok(Some(Lease {
-                payload: file[format::HEADER_LEN..].to_vec(),
-                ..lease
-            })),
-            Err(c) => {
-                // The worker never sees it: dead, with the reason.
-                let reason = format!("corrupt envelope: {c}");
-                self.fail(&lease, &reason)?;
-                Ok(None)
-            }
-        }
-    }
-
-    fn finish(&self, lease: &Lease, rec: &Record) -> Result<()> {
-        let old = self
-            .keys
-            .marker(lease.id, lease.gen, &self.leased_record(lease));
-        if self.step(lease.id, lease.gen, &old, rec)? {
-            Ok(())
-        } else {
-            Err(Error::not_done(ErrorKind::LeaseLost))
-        }
-    }
-
-    fn leased_record(&self, lease: &Lease) -> Record {
-        Record {
-            state: State::Leased,
-            attempt: lease.attempt,
-            at_ms: 0,
-            due_ms: lease.deadline_ms,
-            token: lease.token.clone(),
-            nonce: String::new(),
-            reason: String::new(),
-        }
-    }
-
-    /// Extend the lease to `lease_ms` from now (service clock); the lease moves to its new
-    /// generation only when done.
-    ///
-    /// # Errors
-    /// Not done ([`ErrorKind::LeaseLost`] if it was recovered or finished meanwhile);
-    /// indeterminate if the create may have been applied (then the lease object is stale:
-    /// stop work, as its next transition would be refused).
-    pub fn renew(&self, lease: &mut Lease, lease_ms: i64) -> Result<()> {
-        let deadline = self.client.clock.now_ms() + lease_ms;
-        let rec = self.new_record(State::Leased, lease.attempt, deadline, &lease.token, "");
-        self.finish(lease, &rec)?;
-        lease.gen += 1;
-        lease.deadline_ms = deadline;
-        Ok(())
-    }
-
-    /// Ack: the job is done; its done generation is the receipt.
-    ///
-    /// # Errors
-    /// As [`Queue::renew`].
-    pub fn ack(&self, lease: &Lease) -> Result<Receipt> {
-        let rec = self.new_record(State::Done, lease.attempt, 0, &lease.token, "");
-        self.finish(lease, &rec)?;
-        Ok(Receipt {
-            id: lease.id,
-            gen: lease.gen + 1,
-            at_ms: rec.at_ms,
-            attempt: lease.attempt,
-        })
-    }
-
-    /// Nack: ready again after `delay` (service clock), or dead when `max_attempts` claims
-    /// have been made.
-    ///
-    /// # Errors
-    /// As [`Queue::renew`].
-    pub fn nack(&self, lease: &Lease, delay: Duration, reason: &str) -> Result<Nacked> {
-        if lease.attempt >= self.options.max_attempts {
-            let why = format!("nacked after {} attempts: {reason}", lease.attempt);
-            self.fail(lease, &why)?;
-            return Ok(Nacked::Dead);
-        }
-        let due = self.client.clock.now_ms() + delay.as_millis() as i64;
-        let rec = self.new_record(State::Ready, lease.attempt, due, "", reason);
-        self.finish(lease, &rec)?;
-        Ok(Nacked::Ready(due))
-    }
-
-    /// Fail to dead-letter with `reason`.
-    ///
-    /// # Errors
-    /// As [`Queue::renew`].
-    pub fn fail(&self, lease: &Lease, reason: &str) -> Result<()> {
-        let rec = self.new_record(State::Dead, lease.attempt, 0, &lease.token, reason);
-        self.finish(lease, &rec)
-    }
-
-    /// Recover expired leases: each leased marker whose deadline the service clock has passed
-    /// gets its next generation, ready (or dead when out of attempts). A marker whose job has
-    /// moved on is stale and is deleted. At most `options.page` expired leases per call.
-    ///
-    /// # Errors
-    /// Not done if nothing was moved; indeterminate once a move was done or may have been
-    /// (the batch rule of the local queue).
-    pub fn recover(&self) -> Result<RecoverReport> {
-        let mut rep = RecoverReport::default();
-        let now = self.client.clock.now_ms();
-        let expired = self.due_markers(State::Leased, Some(now - 1))?;
-        for (key, m) in expired {
-            let out = if m.attempt >= self.options.max_attempts {
-                let why = format!("lease expired after {} attempts", m.attempt);
-                (
-                    State::Dead,
-                    self.new_record(State::Dead, m.attempt, 0, "", &why),
-                )
-            } else {
-                let why = "lease expired";
-                (
-                    State::Ready,
-                    self.new_record(State::Ready, m.attempt, now, "", why),
-                )
-            };
-            match self.step(m.id, m.gen, &key, &out.1) {
-                Ok(true) if out.0 == State::Dead => rep.dead += 1,
-                Ok(true) => rep.ready += 1,
-                Ok(false) => {
-                    if self.hint(false, &key) {
-                        rep.stale += 1;
-                    }
-                }
-                Err(e) => return Err(batch(e, rep.ready + rep.dead)),
-            }
-        }
-        Ok(rep)
-    }
-
-    /// Requeue dead jobs (all of them, or only `only`): each becomes ready with its attempt
-    /// count reset. Returns how many.
-    ///
-    /// # Errors
-    /// As [`Queue::recover`]; [`ErrorKind::NotFound`] (not done) if `only` is not dead.
-    pub fn requeue(&self, only: Option<u128>) -> Result<u32> {
-        let mut n = 0;
-        let dead = self.markers(State::Dead)?;
-        for (key, m) in dead {
-            if only.is_some_and(|id| id != m.id) {
-                continue;
-            }
-            let rec = self.new_record(State::Ready, 0, self.client.clock.now_ms(), "", "requeued");
-            match self.step(m.id, m.gen, &key, &rec) {
-                Ok(true) => n += 1,
-                Ok(false) => {
-                    self.hint(false, &key);
-                }
-                Err(e) => return Err(batch(e, n)),
-            }
-        }
-        if only.is_some() && n == 0 {
-            return Err(Error::not_done(ErrorKind::NotFound));
-        }
-        Ok(n)
-    }
-
-    /// Make the index agree with the chains, after crash windows (see DESIGN.md): every job's
-    /// newest generation gets its marker, and markers of older generations, or of no job, are
-    /// deleted. Chains are never touched. Markers are listed before chains, so a marker
-    /// written meanwhile is never taken for stale.
-    ///
-    /// Cost: one LIST per 1,000 objects, plus one GET per job whose marker was missing.
-    ///
-    /// # Errors
-    /// As [`Queue::recover`] (the batch rule), though only hints change.
-    pub fn repair(&self) -> Result<RepairReport> {
-        let mut marks: BTreeMap<u128, Vec<(String, Marker)>> = BTreeMap::new();
-        for state in State::ALL {
-            for (k, m) in self.markers(state)? {
-                marks.entry(m.id).or_default().push((k, m));
-            }
-        }
-        let mut latest: BTreeMap<u128, (u64, i64)> = BTreeMap::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self.list_page(&self.keys.chains(), None, token.as_deref(), 1000)?;
-            for e in &page.entries {
-                if let Some((id, g)) = self.keys.parse_gen(&e.key) {
-                    let l = latest.entry(id).or_insert((g, e.modified_ms));
-                    l.0 = l.0.max(g);
-                }
-            }
-            match page.next {
-                Some(t) => token = Some(t),
-                None => break,
-            }
-        }
-        let mut rep = RepairReport::default();
-        let fail = |e: Error, rep: &RepairReport| batch(e, rep.put + rep.deleted);
-        for (id, (gen, modified)) in &latest {
-            let ms = marks.remove(id).unwrap_or_default();
-            for (k, _) in ms.iter().filter(|(_, m)| m.gen != *gen) {
-                if !self.hint(false, k) {
-                    return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));
-                }
-                rep.deleted += 1;
-            }
-            if ms.iter().any(|(_, m)| m.gen == *gen) {
-                continue;
-            }
-            let rec = if *gen == 0 {
-                ready0(*modified)
-            } else {
-                let key = self.keys.gen(*id, *gen);
-                let body = self.get(&key).map_err(|e| fail(e, &rep))?;
-                match body.as_deref().and_then(Record::decode) {
-                    Some(r) => r,
-                    None => continue, // not a record: left for a human, like fsck
-                }
-            };
-            let key = self.keys.marker(*id, *gen, &rec);
-            if !self.hint(true, &key) {
-                return Err(fail(Error::not_done(ErrorKind::Transport(key)), &rep));
-            }
-            rep.put += 1;
-        }
-        for (k, _) in marks.into_values().flatten() {
-            if !self.hint(false, &k) {
-                return Err(fail(Error::not_done(ErrorKind::Transport(k)), &rep));
-            }
-            rep.deleted += 1;
-        }
-        Ok(rep)
-    }
-
-    /// Every marker of `state`, in key order.
-    fn markers(&self, state: State) -> Result<Vec<(String, Marker)>> {
-        let base = self.keys.index(state);
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self.list_page(&base, None, token.as_deref(), 1000)?;
-            for e in page.entries {
-                if let Some(m) = self.keys.parse_marker(&e.key) {
-                    out.push((e.key, m));
-                }
-            }
-            match page.next {
-                Some(t) => token = Some(t),
-                None => return Ok(out),
-            }
-        }
-    }
-
-    /// Every job the index knows, with its state (one LIST per 1,000 jobs).
-    ///
-    /// # Errors
-    /// Not done (it changes nothing): transport or status errors.
-    pub fn list(&self) -> Result<Vec<Listed>> {
-        let mut out = Vec::new();
-        for s in State::ALL {
-            for (_, m) in self.markers(s)? {
-                out.push(Listed {
-                    id: m.id,
-                    state: m.state,
-                    gen: m.gen,
-                    attempt: m.attempt,
-                    sort_ms: m.sort_ms,
-                });
-            }
-        }
-        // A crash between a marker put and the old marker's delete shows a job twice: keep
-        // the newest generation.
-        out.sort_by_key(|l| (l.id, std::cmp::Reverse(l.gen)));
-        out.dedup_by_key(|l| l.id);
-        Ok(out)
-    }
-
-    /// Counts per state.
-    ///
-    /// # Errors
-    /// As [`Queue::list`].
-    pub fn status(&self) -> Result<Status> {
-        let now = self.client.clock.now_ms();
-        let mut st = Status::default();
-        for l in self.list()? {
-            let c = match l.state {
-                State::Ready if l.sort_ms > now => &mut st.delayed,
-                State::Ready => &mut st.ready,
-                State::Leased if l.sort_ms < now => &mut st.expired,
-                State::Leased => &mut st.leased,
-                State::Done => &mut st.done,
-                State::Dead => &mut st.dead,
-            };
-            *c += 1;
-        }
-        Ok(st)
-    }
-
-    /// The true state of job `id`: its newest generation and that generation's record
-    /// (generation 0 reads as ready, attempt 0). `Ok(None)` if there is no such job. Costs a
-    /// LIST of the chain and a GET.
-    ///
-    /// # Errors
-    /// Not done (it changes nothing): transport or status errors, or a record that does not
-    /// parse ([`ErrorKind::Corrupt`] is not used for records; `Status` 200 with `what`).
-    pub fn inspect(&self, id: u128) -> Result<Option<(u64, Record)>> {
-        let prefix = format!("{}{}/", self.keys.chains(), id_hex(id));
-        let mut last = None;
-        let mut token: Option<String> = None;
-        loop {
-            let page = self.list_page(&prefix, None, token.as_deref(), 1000)?;
-            for e in &page.entries {
-                if let Some((_, g)) = self.keys.parse_gen(&e.key) {
-                    last = last.max(Some(g));
-                }
-            }
-            match page.next {
-                Some(t) => token = Some(t),
-                None => break,
-            }
-        }
-        let Some(gen) = last else { return Ok(None) };
-        if gen == 0 {
-            return Ok(Some((0, ready0(0))));
-        }
-        let key = self.keys.gen(id, gen);
-        let body = self.get(&key)?.unwrap_or_default();
-        let rec = Record::decode(&body).ok_or_else(|| {
-            Error::not_done(ErrorKind::Status {
-                status: 200,
-                what: format!("{key} is not a record"),
-            })
-        })?;
-        Ok(Some((gen, rec)))
-    }
 }
 
 /// Generation 0's implied record: ready, attempt 0, due at `created_ms`.
-fn ready0(created_ms: i64) -> Record {
+pub(crate) fn ready0(created_ms: i64) -> Record {
     Record {
         state: State::Ready,
         attempt: 0,
@@ -941,7 +469,7 @@ fn ready0(created_ms: i64) -> Record {
 }
 
 /// The batch rule: once a move was done, a later failure makes the whole call indeterminate.
-fn batch(e: Error, done: u32) -> Error {
+pub(crate) fn batch(e: Error, done: u32) -> Error {
     if done > 0 {
         Error::indeterminate(e.kind)
     } else {
@@ -949,7 +477,7 @@ fn batch(e: Error, done: u32) -> Error {
     }
 }
 
-fn shuffle<T>(v: &mut [T]) {
+pub(crate) fn shuffle<T>(v: &mut [T]) {
     for i in (1..v.len()).rev() {
         let j = (random_u128() % (i as u128 + 1)) as usize;
         v.swap(i, j);
