@@ -53,7 +53,11 @@ pub fn moto_with(extra: &[&str]) -> Option<Moto> {
         if std::env::var("STEADQ_REQUIRE_S3").as_deref() == Ok("1") {
             panic!("{msg} (STEADQ_REQUIRE_S3=1)");
         }
-        eprintln!("SKIPPED: {msg}; set STEADQ_REQUIRE_S3=1 to make this a failure");
+        // Shown with --nocapture, and in target/tmp/summary.txt (cargo hides a passing
+        // test's output).
+        report(&format!(
+            "SKIPPED: {msg}; set STEADQ_REQUIRE_S3=1 to make this a failure"
+        ));
         return None;
     }
     for _ in 0..3 {
