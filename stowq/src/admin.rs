@@ -41,6 +41,9 @@ impl Queue {
     ) -> Result<()> {
         while (out.len() as u32) < self.options.page {
             let page = self.list_page(base, after.as_deref(), None, self.options.page)?;
+            if page.entries.is_empty() {
+                return Ok(());
+            }
             let more = page.next.is_some() || page.entries.len() as u32 >= self.options.page;
             after = page.entries.last().map(|e| e.key.clone());
             for e in page.entries {
