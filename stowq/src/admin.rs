@@ -1,0 +1,313 @@
+//! Reading and upkeep of the index: listing due markers, recovery of expired leases,
+//! requeue, repair, list, status and the true state of one job.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::{id_hex, Marker, Record, State, SHARDS};
+use crate::queue::{
+    batch, random_u128, ready0, Listed, Queue, RecoverReport, RepairReport, Status,
+};
+use std::collections::BTreeMap;
+
+impl Queue {
+    /// Up to `options.page` index markers of `state` due by `until_ms` (all if `None`),
+    /// starting at a random shard and wrapping around: markers sort by time within a shard,
+    /// so the first one past `until_ms` ends that shard and the listing jumps to the next.
+    /// One LIST in the common case; a second when nothing due came after the start shard.
+    pub(crate) fn due_markers(
+        &self,
+        state: State,
+        until_ms: Option<i64>,
+    ) -> Result<Vec<(String, Marker)>> {
+        let base = self.keys.index(state);
+        let first = (random_u128() % 16) as usize;
+        let start = format!("{base}{}/", SHARDS[first]);
+        let mut out = Vec::new();
+        self.collect(&base, Some(start.clone()), None, until_ms, &mut out)?;
+        // Wrap around only when the shards after the start held nothing due.
+        if first > 0 && out.is_empty() {
+            self.collect(&base, None, Some(&start), until_ms, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Append due markers listed under `base` after key `after` and before key `stop`.
+    fn collect(
+        &self,
+        base: &str,
+        mut after: Option<String>,
+        stop: Option<&str>,
+        until_ms: Option<i64>,
+        out: &mut Vec<(String, Marker)>,
+    ) -> Result<()> {
+        while (out.len() as u32) < self.options.page {
+            let page = self.list_page(base, after.as_deref(), None, self.options.page)?;
+            if page.entries.is_empty() {
+                return Ok(());
+            }
+            let more = page.next.is_some() || page.entries.len() as u32 >= self.options.page;
+            after = page.entries.last().map(|e| e.key.clone());
+            for e in page.entries {
+                if stop.is_some_and(|s| e.key.as_str() >= s) {
+                    return Ok(());
+                }
+                let Some(m) = self.keys.parse_marker(&e.key) else {
+                    continue;
+                };
+                if until_ms.is_some_and(|u| m.sort_ms > u) {
+                    // Not due, nor is the rest of this shard: jump to the next shard.
+                    let shard = e.key[base.len()..].chars().next().unwrap_or('f');
+                    after = Some(format!("{base}{shard}/~"));
+                    break;
+                }
+                out.push((e.key, m));
+            }
+            let jumped = after.as_deref().is_some_and(|a| a.ends_with('~'));
+            if !(more
+                || jumped
+                    && !after
+                        .as_deref()
+                        .is_some_and(|a| a.starts_with(&format!("{base}f/"))))
+            {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Recover expired leases: each leased marker whose deadline the service clock has passed
+    /// gets its next generation, ready (or dead when out of attempts). A marker whose job has
+    /// moved on is stale and is deleted. At most `options.page` expired leases per call.
+    ///
+    /// # Errors
+    /// Not done if nothing was moved; indeterminate once a move was done or may have been
+    /// (the batch rule of the local queue).
+    pub fn recover(&self) -> Result<RecoverReport> {
+        let mut rep = RecoverReport::default();
+        let now = self.client.clock.now_ms();
+        let expired = self.due_markers(State::Leased, Some(now - 1))?;
+        for (key, m) in expired {
+            let out = if m.attempt >= self.options.max_attempts {
+                let why = format!("lease expired after {} attempts", m.attempt);
+                (
+                    State::Dead,
+                    self.new_record(State::Dead, m.attempt, 0, "", &why),
+                )
+            } else {
+                let why = "lease expired";
+                (
+                    State::Ready,
+                    self.new_record(State::Ready, m.attempt, now, "", why),
+                )
+            };
+            match self.step(m.id, m.gen, &key, &out.1) {
+                Ok(true) if out.0 == State::Dead => rep.dead += 1,
+                Ok(true) => rep.ready += 1,
+                Ok(false) => {
+                    if self.hint(false, &key) {
+                        rep.stale += 1;
+                    }
+                }
+                Err(e) => return Err(batch(e, rep.ready + rep.dead)),
+            }
+        }
+        Ok(rep)
+    }
+
+    /// Requeue dead jobs (all of them, or only `only`): each becomes ready with its attempt
+    /// count reset. Returns how many.
+    ///
+    /// # Errors
+    /// As [`Queue::recover`]; [`ErrorKind::NotFound`] (not done) if `only` is not dead.
+    pub fn requeue(&self, only: Option<u128>) -> Result<u32> {
+        let mut n = 0;
+        let dead = self.markers(State::Dead)?;
+        for (key, m) in dead {
+            if only.is_some_and(|id| id != m.id) {
+                continue;
+            }
+            let rec = self.new_record(State::Ready, 0, self.client.clock.now_ms(), "", "requeued");
+            match self.step(m.id, m.gen, &key, &rec) {
+                Ok(true) => n += 1,
+                Ok(false) => {
+                    self.hint(false, &key);
+                }
+                Err(e) => return Err(batch(e, n)),
+            }
+        }
+        if only.is_some() && n == 0 {
+            return Err(Error::not_done(ErrorKind::NotFound));
+        }
+        Ok(n)
+    }
+
+    /// Make the index agree with the chains, after crash windows (see DESIGN.md): every job's
+    /// newest generation gets its marker, and markers of older generations, or of no job, are
+    /// deleted. Chains are never touched. Markers are listed before chains, so a marker
+    /// written meanwhile is never taken for stale.
+    ///
+    /// Cost: one LIST per 1,000 objects, plus one GET per job whose marker was missing.
+    ///
+    /// # Errors
+    /// As [`Queue::recover`] (the batch rule), though only hints change.
+    pub fn repair(&self) -> Result<RepairReport> {
+        let mut marks: BTreeMap<u128, Vec<(String, Marker)>> = BTreeMap::new();
+        for state in State::ALL {
+            for (k, m) in self.markers(state)? {
+                marks.entry(m.id).or_default().push((k, m));
+            }
+        }
+        let mut latest: BTreeMap<u128, (u64, i64)> = BTreeMap::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self.list_page(&self.keys.chains(), None, token.as_deref(), 1000)?;
+            for e in &page.entries {
+                if let Some((id, g)) = self.keys.parse_gen(&e.key) {
+                    let l = latest.entry(id).or_insert((g, e.modified_ms));
+                    l.0 = l.0.max(g);
+                }
+            }
+            match page.next {
+                Some(t) => token = Some(t),
+                None => break,
+            }
+        }
+        let mut rep = RepairReport::default();
+        let fail = |e: Error, rep: &RepairReport| batch(e, rep.put + rep.deleted);
+        for (id, (gen, modified)) in &latest {
+            let ms = marks.remove(id).unwrap_or_default();
+            for (k, _) in ms.iter().filter(|(_, m)| m.gen != *gen) {
+                if !self.hint(false, k) {
+                    return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));
+                }
+                rep.deleted += 1;
+            }
+            if ms.iter().any(|(_, m)| m.gen == *gen) {
+                continue;
+            }
+            let rec = if *gen == 0 {
+                ready0(*modified)
+            } else {
+                let key = self.keys.gen(*id, *gen);
+                let body = self.get(&key).map_err(|e| fail(e, &rep))?;
+                match body.as_deref().and_then(Record::decode) {
+                    Some(r) => r,
+                    None => continue, // not a record: left for a human, like fsck
+                }
+            };
+            let key = self.keys.marker(*id, *gen, &rec);
+            if !self.hint(true, &key) {
+                return Err(fail(Error::not_done(ErrorKind::Transport(key)), &rep));
+            }
+            rep.put += 1;
+        }
+        for (k, _) in marks.into_values().flatten() {
+            if !self.hint(false, &k) {
+                return Err(fail(Error::not_done(ErrorKind::Transport(k)), &rep));
+            }
+            rep.deleted += 1;
+        }
+        Ok(rep)
+    }
+
+    /// Every marker of `state`, in key order.
+    pub(crate) fn markers(&self, state: State) -> Result<Vec<(String, Marker)>> {
+        let base = self.keys.index(state);
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self.list_page(&base, None, token.as_deref(), 1000)?;
+            for e in page.entries {
+                if let Some(m) = self.keys.parse_marker(&e.key) {
+                    out.push((e.key, m));
+                }
+            }
+            match page.next {
+                Some(t) => token = Some(t),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Every job the index knows, with its state (one LIST per 1,000 jobs).
+    ///
+    /// # Errors
+    /// Not done (it changes nothing): transport or status errors.
+    pub fn list(&self) -> Result<Vec<Listed>> {
+        let mut out = Vec::new();
+        for s in State::ALL {
+            for (_, m) in self.markers(s)? {
+                out.push(Listed {
+                    id: m.id,
+                    state: m.state,
+                    gen: m.gen,
+                    attempt: m.attempt,
+                    sort_ms: m.sort_ms,
+                });
+            }
+        }
+        // A crash between a marker put and the old marker's delete shows a job twice: keep
+        // the newest generation.
+        out.sort_by_key(|l| (l.id, std::cmp::Reverse(l.gen)));
+        out.dedup_by_key(|l| l.id);
+        Ok(out)
+    }
+
+    /// Counts per state.
+    ///
+    /// # Errors
+    /// As [`Queue::list`].
+    pub fn status(&self) -> Result<Status> {
+        let now = self.client.clock.now_ms();
+        let mut st = Status::default();
+        for l in self.list()? {
+            let c = match l.state {
+                State::Ready if l.sort_ms > now => &mut st.delayed,
+                State::Ready => &mut st.ready,
+                State::Leased if l.sort_ms < now => &mut st.expired,
+                State::Leased => &mut st.leased,
+                State::Done => &mut st.done,
+                State::Dead => &mut st.dead,
+            };
+            *c += 1;
+        }
+        Ok(st)
+    }
+
+    /// The true state of job `id`: its newest generation and that generation's record
+    /// (generation 0 reads as ready, attempt 0). `Ok(None)` if there is no such job. Costs a
+    /// LIST of the chain and a GET.
+    ///
+    /// # Errors
+    /// Not done (it changes nothing): transport or status errors, or a record that does not
+    /// parse ([`ErrorKind::Corrupt`] is not used for records; `Status` 200 with `what`).
+    pub fn inspect(&self, id: u128) -> Result<Option<(u64, Record)>> {
+        let prefix = format!("{}{}/", self.keys.chains(), id_hex(id));
+        let mut last = None;
+        let mut token: Option<String> = None;
+        loop {
+            let page = self.list_page(&prefix, None, token.as_deref(), 1000)?;
+            for e in &page.entries {
+                if let Some((_, g)) = self.keys.parse_gen(&e.key) {
+                    last = last.max(Some(g));
+                }
+            }
+            match page.next {
+                Some(t) => token = Some(t),
+                None => break,
+            }
+        }
+        let Some(gen) = last else { return Ok(None) };
+        if gen == 0 {
+            return Ok(Some((0, ready0(0))));
+        }
+        let key = self.keys.gen(id, gen);
+        let body = self.get(&key)?.unwrap_or_default();
+        let rec = Record::decode(&body).ok_or_else(|| {
+            Error::not_done(ErrorKind::Status {
+                status: 200,
+                what: format!("{key} is not a record"),
+            })
+        })?;
+        Ok(Some((gen, rec)))
+    }
+}

@@ -1,0 +1,318 @@
+//! A small blocking HTTP/1.1 client over `std::net::TcpStream` (and rustls with the `tls`
+//! feature): one connection per request (`Connection: close`), so what is known about a
+//! failed request is exact.
+//!
+//! A failure is [`Fail::NotSent`] only when the connection could not be opened, so no byte of
+//! the request left this process. Every later failure (write, read, timeout, torn or garbled
+//! response) is [`Fail::MaybeSent`]: the server may have acted on it.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// A parsed HTTP response.
+#[derive(Clone, Debug)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The body (chunked encoding removed).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first header called `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Why a request has no response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fail {
+    /// The connection (or its TLS handshake) failed: no byte of the request was sent.
+    NotSent(String),
+    /// The request may have reached the server: connection lost, timed out or answered with
+    /// something that is not HTTP.
+    MaybeSent(String),
+}
+
+/// One request: `host` and `port` to connect to, the `Host` header value, the request target
+/// (path and query, already encoded), headers and body. `timeout` bounds the connect and each
+/// read and write.
+pub struct Request<'a> {
+    /// Method.
+    pub method: &'a str,
+    /// Host to connect to.
+    pub host: &'a str,
+    /// TCP port.
+    pub port: u16,
+    /// Request target, e.g. `/bucket/key?x=1`.
+    pub target: &'a str,
+    /// Headers besides Host, Content-Length and Connection.
+    pub headers: &'a [(String, String)],
+    /// Body (sent with Content-Length, also when empty for PUT).
+    pub body: &'a [u8],
+    /// Timeout for connect and for each read or write.
+    pub timeout: Duration,
+    /// Speak TLS (needs the `tls` feature; refused as not sent without it).
+    pub tls: bool,
+}
+
+/// Send `req` and read the whole response.
+///
+/// # Errors
+/// [`Fail::NotSent`] if no connection (or TLS session) could be opened, else
+/// [`Fail::MaybeSent`].
+pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
+    let addr = (req.host, req.port)
+        .to_socket_addrs()
+        .map_err(|e| Fail::NotSent(format!("resolve {}: {e}", req.host)))?
+        .next()
+        .ok_or_else(|| Fail::NotSent(format!("no address for {}", req.host)))?;
+    let mut s = TcpStream::connect_timeout(&addr, req.timeout)
+        .map_err(|e| Fail::NotSent(format!("connect {addr}: {e}")))?;
+    let unsent = |e: std::io::Error| Fail::NotSent(format!("socket: {e}"));
+    s.set_read_timeout(Some(req.timeout)).map_err(unsent)?;
+    s.set_write_timeout(Some(req.timeout)).map_err(unsent)?;
+    let _ = s.set_nodelay(true);
+    let mut out = head(req);
+    out.extend_from_slice(req.body);
+    if req.tls {
+        return tls::send_tls(req, s, &out);
+    }
+    exchange(&mut s, &out, req)
+}
+
+fn head(req: &Request<'_>) -> Vec<u8> {
+    let mut head = format!("{} {} HTTP/1.1\r\n", req.method, req.target);
+    let default_port = if req.tls { 443 } else { 80 };
+    if req.port == default_port {
+        head.push_str(&format!("host: {}\r\n", req.host));
+    } else {
+        head.push_str(&format!("host: {}:{}\r\n", req.host, req.port));
+    }
+    for (n, v) in req.headers {
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    head.push_str(&format!(
+        "content-length: {}\r\nconnection: close\r\n\r\n",
+        req.body.len()
+    ));
+    head.into_bytes()
+}
+
+/// Write the request and read the whole response on an open connection.
+fn exchange<S: Read + Write>(s: &mut S, out: &[u8], req: &Request<'_>) -> Result<Response, Fail> {
+    let maybe = |what: &str, e: std::io::Error| Fail::MaybeSent(format!("{what}: {e}"));
+    s.write_all(out).map_err(|e| maybe("send", e))?;
+    s.flush().map_err(|e| maybe("send", e))?;
+    let head_only = req.method == "HEAD";
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    // Read until the response is complete (a server that keeps the connection open despite
+    // `Connection: close` costs nothing) or the server closes.
+    while !complete(&raw, head_only) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A TLS peer that closes without close_notify: what was read is judged below.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(maybe("receive", e)),
+        }
+    }
+    parse(&raw, head_only).ok_or_else(|| {
+        Fail::MaybeSent(format!(
+            "torn or bad response ({} bytes) to {} {}",
+            raw.len(),
+            req.method,
+            req.target
+        ))
+    })
+}
+
+#[cfg(feature = "tls")]
+mod tls {
+    use super::{Fail, Request, Response};
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    use std::net::TcpStream;
+    use std::sync::{Arc, OnceLock};
+
+    /// Mozilla's roots, plus the PEM certificates in `STOWQ_CA_FILE` if set.
+    fn config() -> Result<Arc<rustls::ClientConfig>, String> {
+        static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+        CONFIG
+            .get_or_init(|| {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                if let Ok(path) = std::env::var("STOWQ_CA_FILE") {
+                    let certs = CertificateDer::pem_file_iter(&path)
+                        .map_err(|e| format!("STOWQ_CA_FILE {path}: {e}"))?;
+                    for c in certs {
+                        let c = c.map_err(|e| format!("STOWQ_CA_FILE {path}: {e}"))?;
+                        roots
+                            .add(c)
+                            .map_err(|e| format!("STOWQ_CA_FILE {path}: {e}"))?;
+                    }
+                }
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let cfg = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                Ok(Arc::new(cfg))
+            })
+            .clone()
+    }
+
+    /// Handshake first (a failure there sent no request: not sent), then the exchange.
+    pub fn send_tls(req: &Request<'_>, mut tcp: TcpStream, out: &[u8]) -> Result<Response, Fail> {
+        let cfg = config().map_err(Fail::NotSent)?;
+        let name = ServerName::try_from(req.host.to_string())
+            .map_err(|e| Fail::NotSent(format!("TLS name {}: {e}", req.host)))?;
+        let mut conn = rustls::ClientConnection::new(cfg, name)
+            .map_err(|e| Fail::NotSent(format!("TLS: {e}")))?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp)
+                .map_err(|e| Fail::NotSent(format!("TLS handshake with {}: {e}", req.host)))?;
+        }
+        let mut s = rustls::StreamOwned::new(conn, tcp);
+        super::exchange(&mut s, out, req)
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+mod tls {
+    use super::{Fail, Request, Response};
+    use std::net::TcpStream;
+
+    /// Without the `tls` feature nothing is sent.
+    pub fn send_tls(_: &Request<'_>, _: TcpStream, _: &[u8]) -> Result<Response, Fail> {
+        Err(Fail::NotSent(
+            "https needs stowq built with --features tls".into(),
+        ))
+    }
+}
+
+/// Whether `raw` holds a whole response: headers, then a Content-Length body, or a chunked
+/// body's last chunk, or no body (HEAD, 204, 304). Without either, only EOF ends it.
+fn complete(raw: &[u8], head_only: bool) -> bool {
+    let Some(end) = find(raw, b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let status = head.split(' ').nth(1).unwrap_or("");
+    if head_only || status == "204" || status == "304" {
+        return true;
+    }
+    let body = &raw[end + 4..];
+    for line in head.split("\r\n").skip(1) {
+        let (n, v) = line.split_once(':').unwrap_or((line, ""));
+        match (n.trim(), v.trim()) {
+            ("content-length", v) => return v.parse().is_ok_and(|len: usize| body.len() >= len),
+            ("transfer-encoding", "chunked") => return body.ends_with(b"0\r\n\r\n"),
+            _ => {}
+        }
+    }
+    false
+}
+
+fn find(h: &[u8], pat: &[u8]) -> Option<usize> {
+    h.windows(pat.len()).position(|w| w == pat)
+}
+
+/// Parse a whole response read to EOF; `None` if torn or not HTTP.
+pub fn parse(raw: &[u8], head_only: bool) -> Option<Response> {
+    let end = find(raw, b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next()?;
+    let mut parts = status_line.splitn(3, ' ');
+    if !parts.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let status: u16 = parts.next()?.parse().ok()?;
+    let mut headers = Vec::new();
+    for l in lines {
+        let (n, v) = l.split_once(':')?;
+        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let resp = Response {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    let rest = &raw[end + 4..];
+    if head_only || status == 204 || status == 304 {
+        return Some(resp);
+    }
+    let body = if resp
+        .header("transfer-encoding")
+        .is_some_and(|t| t.eq_ignore_ascii_case("chunked"))
+    {
+        dechunk(rest)?
+    } else if let Some(len) = resp.header("content-length") {
+        let len: usize = len.parse().ok()?;
+        rest.get(..len)?.to_vec()
+    } else {
+        rest.to_vec()
+    };
+    Some(Response { body, ..resp })
+}
+
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = find(b, b"\r\n")?;
+        let size = std::str::from_utf8(&b[..eol]).ok()?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        b = &b[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(..size)?);
+        b = b.get(size + 2..)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_length_and_chunked_bodies_and_refuses_torn_ones() {
+        let r = parse(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nETag: \"x\"\r\n\r\nabc",
+            false,
+        );
+        let r = r.unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"abc"[..]));
+        assert_eq!(r.header("etag"), Some("\"x\""));
+        let c =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n";
+        assert_eq!(parse(c, false).unwrap().body, b"abc");
+        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc", false).is_none());
+        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-", false).is_none());
+        assert!(parse(b"", false).is_none());
+        assert!(complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+            false
+        ));
+        assert!(!complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nab",
+            false
+        ));
+        assert!(complete(b"HTTP/1.1 204 No Content\r\n\r\n", false));
+        assert!(complete(c, false));
+        assert!(
+            !complete(b"HTTP/1.1 200 OK\r\n\r\nabc", false),
+            "no length: until EOF"
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! The job lifecycle: enqueue, claim, renew, ack, nack and fail. Each is one conditional
+//! create of the job's next generation ([`Queue::step`] in `queue.rs`).
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::{id_hex, Marker, Record, State};
+use crate::queue::{random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use steadq::format;
+
+impl Queue {
+    /// Enqueue `payload`; returns the job id.
+    ///
+    /// One conditional create of generation 0 (the envelope), then its ready marker.
+    ///
+    /// # Errors
+    /// Not done if the create surely did not happen; indeterminate if it may have.
+    pub fn enqueue(&self, payload: &[u8]) -> Result<u128> {
+        let now = self.client.clock.now_ms();
+        // Random, not time-ordered: chains spread over the store's key-range partitions.
+        let id = random_u128();
+        let created_ns = (now as u64).saturating_mul(1_000_000);
+        let mut file = format::encode_header(id, self.queue_id, created_ns, payload).to_vec();
+        file.extend_from_slice(payload);
+        match self.create_once(&self.keys.gen(id, 0), &file)? {
+            Create::Done => {
+                self.hint(true, &self.keys.marker(id, 0, &ready0(now)));
+                Ok(id)
+            }
+            // A random 80-bit collision, or someone else's object at our key.
+            Create::Taken => Err(Error::not_done(ErrorKind::Status {
+                status: 412,
+                what: "enqueue: key exists".into(),
+            })),
+        }
+    }
+
+    /// Claim one due job with a lease of `options.lease_ms`, or `Ok(None)` if none is ready
+    /// (after recovering expired leases once).
+    ///
+    /// Lists ready markers (one LIST in the common case), picks a random due one, and creates
+    /// its next generation (leased). A 412 is a lost race: another one is tried. The envelope
+    /// is then read and verified; a corrupt one is sent to dead and the claim goes on.
+    ///
+    /// # Errors
+    /// Not done when no create was done; indeterminate if a claim's create may have been
+    /// applied; [`ErrorKind::PayloadUnavailable`] (indeterminate) if the claim was done but
+    /// the payload could not be read.
+    pub fn claim(&self) -> Result<Option<Lease>> {
+        for pass in 0..2 {
+            let now = self.client.clock.upper_ms();
+            let mut cands = self.due_markers(State::Ready, Some(now))?;
+            shuffle(&mut cands);
+            for (key, m) in cands {
+                if let Some(lease) = self.try_claim(&key, &m)? {
+                    return Ok(Some(lease));
+                }
+            }
+            // Nothing claimed: recover expired leases once and look again. A failed recovery
+            // is not this claim's outcome (it claimed nothing); `recover` reports its own.
+            if pass == 0 && !self.recover().is_ok_and(|r| r.ready > 0) {
+                break;
+            }
+        }
+        Ok(None)
+    }
+
+    fn try_claim(&self, marker: &str, m: &Marker) -> Result<Option<Lease>> {
+        let now = self.client.clock.now_ms();
+        let token = id_hex(random_u128());
+        let deadline = now + self.options.lease_ms;
+        let rec = self.new_record(State::Leased, m.attempt + 1, deadline, &token, "");
+        if !self.step(m.id, m.gen, marker, &rec)? {
+            self.lost_races.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let lease = Lease {
+            id: m.id,
+            payload: Vec::new(),
+            attempt: rec.attempt,
+            deadline_ms: deadline,
+            token,
+            gen: m.gen + 1,
+        };
+        let file = match self.get(&self.keys.gen(m.id, 0)) {
+            Ok(Some(f)) => f,
+            Ok(None) => Vec::new(),
+            Err(e) => {
+                return Err(Error::indeterminate(ErrorKind::PayloadUnavailable(
+                    e.to_string(),
+                )))
+            }
+        };
+        match format::verify(&file, m.id, self.queue_id) {
+            Ok(_) => Ok(Some(Lease {
+                payload: file[format::HEADER_LEN..].to_vec(),
+                ..lease
+            })),
+            Err(c) => {
+                // The worker never sees it: dead, with the reason.
+                let reason = format!("corrupt envelope: {c}");
+                self.fail(&lease, &reason)?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn finish(&self, lease: &Lease, rec: &Record) -> Result<()> {
+        let old = self
+            .keys
+            .marker(lease.id, lease.gen, &self.leased_record(lease));
+        if self.step(lease.id, lease.gen, &old, rec)? {
+            Ok(())
+        } else {
+            Err(Error::not_done(ErrorKind::LeaseLost))
+        }
+    }
+
+    fn leased_record(&self, lease: &Lease) -> Record {
+        Record {
+            state: State::Leased,
+            attempt: lease.attempt,
+            at_ms: 0,
+            due_ms: lease.deadline_ms,
+            token: lease.token.clone(),
+            nonce: String::new(),
+            reason: String::new(),
+        }
+    }
+
+    /// Extend the lease to `lease_ms` from now (service clock); the lease moves to its new
+    /// generation only when done.
+    ///
+    /// # Errors
+    /// Not done ([`ErrorKind::LeaseLost`] if it was recovered or finished meanwhile);
+    /// indeterminate if the create may have been applied (then the lease object is stale:
+    /// stop work, as its next transition would be refused).
+    pub fn renew(&self, lease: &mut Lease, lease_ms: i64) -> Result<()> {
+        let deadline = self.client.clock.now_ms() + lease_ms;
+        let rec = self.new_record(State::Leased, lease.attempt, deadline, &lease.token, "");
+        self.finish(lease, &rec)?;
+        lease.gen += 1;
+        lease.deadline_ms = deadline;
+        Ok(())
+    }
+
+    /// Ack: the job is done; its done generation is the receipt.
+    ///
+    /// # Errors
+    /// As [`Queue::renew`].
+    pub fn ack(&self, lease: &Lease) -> Result<Receipt> {
+        let rec = self.new_record(State::Done, lease.attempt, 0, &lease.token, "");
+        self.finish(lease, &rec)?;
+        Ok(Receipt {
+            id: lease.id,
+            gen: lease.gen + 1,
+            at_ms: rec.at_ms,
+            attempt: lease.attempt,
+        })
+    }
+
+    /// Nack: ready again after `delay` (service clock), or dead when `max_attempts` claims
+    /// have been made.
+    ///
+    /// # Errors
+    /// As [`Queue::renew`].
+    pub fn nack(&self, lease: &Lease, delay: Duration, reason: &str) -> Result<Nacked> {
+        if lease.attempt >= self.options.max_attempts {
+            let why = format!("nacked after {} attempts: {reason}", lease.attempt);
+            self.fail(lease, &why)?;
+            return Ok(Nacked::Dead);
+        }
+        let due = self.client.clock.now_ms() + delay.as_millis() as i64;
+        let rec = self.new_record(State::Ready, lease.attempt, due, "", reason);
+        self.finish(lease, &rec)?;
+        Ok(Nacked::Ready(due))
+    }
+
+    /// Fail to dead-letter with `reason`.
+    ///
+    /// # Errors
+    /// As [`Queue::renew`].
+    pub fn fail(&self, lease: &Lease, reason: &str) -> Result<()> {
+        let rec = self.new_record(State::Dead, lease.attempt, 0, &lease.token, reason);
+        self.finish(lease, &rec)
+    }
+}

@@ -1,0 +1,485 @@
+//! The queue handle, its types, and the requests every operation is built from (the
+//! operations themselves are in `lifecycle.rs` and `admin.rs`). Each transition is one
+//! conditional create of the job's next generation ([`Queue::step`]: the linearization
+//! point), followed by index upkeep that is only a hint: the new marker is put first, the old
+//! one deleted after, so a job is never unindexed while its markers are healthy.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::http::Fail;
+use crate::keys::{id_hex, Keys, Record, State};
+use crate::s3::Client;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Queue options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Lease length given by `claim`, ms of the service's clock.
+    pub lease_ms: i64,
+    /// Claims after which a nack or an expired lease sends the job to dead.
+    pub max_attempts: u32,
+    /// Sends of one request before giving up (at least 1).
+    pub tries: u32,
+    /// Pause before the second send; doubles each time.
+    pub backoff: Duration,
+    /// Keys asked for per listing page.
+    pub page: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            lease_ms: 30_000,
+            max_attempts: 5,
+            tries: 3,
+            backoff: Duration::from_millis(50),
+            page: 100,
+        }
+    }
+}
+
+/// A queue under one prefix of one bucket.
+#[derive(Debug)]
+pub struct Queue {
+    /// The S3 client (its clock and request counter are public).
+    pub client: Client,
+    /// Options.
+    pub options: Options,
+    pub(crate) keys: Keys,
+    pub(crate) queue_id: u128,
+    pub(crate) lost_races: AtomicU64,
+}
+
+/// A claimed job: the verified payload and what the next transition needs.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    /// Job id.
+    pub id: u128,
+    /// Verified payload (the envelope checked against its SHA-256 digests).
+    pub payload: Vec<u8>,
+    /// This claim's attempt number (1 for the first claim).
+    pub attempt: u32,
+    /// Lease deadline, unix ms of the service's clock. The holder should finish (or renew)
+    /// about 1 s before: its own reading of the service clock may lag by that much.
+    pub deadline_ms: i64,
+    /// Lease token, 32 hex.
+    pub token: String,
+    pub(crate) gen: u64,
+}
+
+impl Lease {
+    /// The generation this lease holds (the next transition creates `gen + 1`).
+    pub fn generation(&self) -> u64 {
+        self.gen
+    }
+}
+
+/// Proof of an ack: the done generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    /// Job id.
+    pub id: u128,
+    /// The done generation's number.
+    pub gen: u64,
+    /// Service time of the ack, unix ms.
+    pub at_ms: i64,
+    /// Attempt that succeeded.
+    pub attempt: u32,
+}
+
+/// Where a nack sent the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nacked {
+    /// Ready again, not before this service time (unix ms).
+    Ready(i64),
+    /// Out of attempts: dead.
+    Dead,
+}
+
+/// What a recovery pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoverReport {
+    /// Expired leases made ready.
+    pub ready: u32,
+    /// Expired leases out of attempts, sent to dead.
+    pub dead: u32,
+    /// Stale markers removed (their job had moved on).
+    pub stale: u32,
+}
+
+/// What a repair did to the index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Markers put for jobs whose newest generation had none.
+    pub put: u32,
+    /// Stale markers deleted.
+    pub deleted: u32,
+}
+
+/// Counts per state, from the index (hints: exact unless a crash left a marker behind).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// Ready and due.
+    pub ready: u64,
+    /// Ready but not yet due (nacked with a delay).
+    pub delayed: u64,
+    /// Leased, deadline not passed.
+    pub leased: u64,
+    /// Leased past the deadline (recoverable).
+    pub expired: u64,
+    /// Acked.
+    pub done: u64,
+    /// Dead-lettered.
+    pub dead: u64,
+}
+
+/// One job as the index lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// Job id.
+    pub id: u128,
+    /// State.
+    pub state: State,
+    /// Generation.
+    pub gen: u64,
+    /// Attempts.
+    pub attempt: u32,
+    /// Due, deadline or finish time, unix ms.
+    pub sort_ms: i64,
+}
+
+/// How a conditional create ended.
+pub(crate) enum Create {
+    /// Ours is in place.
+    Done,
+    /// Someone else's is: ours did not and will not happen.
+    Taken,
+}
+
+pub(crate) fn random_u128() -> u128 {
+    let mut b = [0u8; 16];
+    // getrandom only fails without an entropy source; ids would then collide, so stop.
+    getrandom::fill(&mut b).expect("no system random source");
+    u128::from_be_bytes(b)
+}
+
+pub(crate) fn transport(f: &Fail) -> ErrorKind {
+    match f {
+        Fail::NotSent(m) | Fail::MaybeSent(m) => ErrorKind::Transport(m.clone()),
+    }
+}
+
+pub(crate) fn is_taken(status: u16) -> bool {
+    status == 412
+}
+
+impl Queue {
+    /// Create the queue under `prefix` (or open it if it exists): its identity object is
+    /// created with `If-None-Match: *`, so concurrent creators agree on one queue id.
+    ///
+    /// # Errors
+    /// Not done when nothing was created; indeterminate if the identity's create may have been
+    /// applied but could not be read back.
+    pub fn create(client: Client, prefix: &str, options: Options) -> Result<Queue> {
+        let keys = Keys::new(prefix);
+        let mut q = Queue {
+            client,
+            options,
+            keys,
+            queue_id: 0,
+            lost_races: AtomicU64::new(0),
+        };
+        let id = random_u128();
+        let body = format!("stowq 1\nqueue {}\n", id_hex(id));
+        match q.create_once(&q.keys.identity(), body.as_bytes())? {
+            Create::Done => {
+                q.queue_id = id;
+                Ok(q)
+            }
+            Create::Taken => {
+                q.queue_id = q.read_identity()?;
+                Ok(q)
+            }
+        }
+    }
+
+    /// Open the queue under `prefix`.
+    ///
+    /// # Errors
+    /// Not done: [`ErrorKind::NotAQueue`] if the identity is missing or malformed, or a
+    /// transport or status error.
+    pub fn open(client: Client, prefix: &str, options: Options) -> Result<Queue> {
+        let mut q = Queue {
+            client,
+            options,
+            keys: Keys::new(prefix),
+            queue_id: 0,
+            lost_races: AtomicU64::new(0),
+        };
+        q.queue_id = q.read_identity()?;
+        Ok(q)
+    }
+
+    fn read_identity(&self) -> Result<u128> {
+        let key = self.keys.identity();
+        let body = self
+            .get(&key)?
+            .ok_or_else(|| Error::not_done(ErrorKind::NotAQueue(format!("no {key}"))))?;
+        let s = String::from_utf8_lossy(&body);
+        let hex = s
+            .strip_prefix("stowq 1\nqueue ")
+            .map(str::trim)
+            .ok_or_else(|| Error::not_done(ErrorKind::NotAQueue(format!("bad {key}"))))?;
+        u128::from_str_radix(hex, 16)
+            .map_err(|_| Error::not_done(ErrorKind::NotAQueue(format!("bad id in {key}"))))
+    }
+
+    /// The queue id written into every envelope.
+    pub fn queue_id(&self) -> u128 {
+        self.queue_id
+    }
+
+    /// The key layout.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Take up lease `token` on generation `gen` of job `id` again (another process claimed
+    /// it, e.g. `stowq claim`): one GET checks that the generation is leased under `token`.
+    /// The payload is not fetched (empty).
+    ///
+    /// # Errors
+    /// Not done: [`ErrorKind::NotFound`] if that generation is not a lease with that token,
+    /// or transport or status errors.
+    pub fn resume_lease(&self, id: u128, gen: u64, token: &str) -> Result<Lease> {
+        let body = self.get(&self.keys.gen(id, gen))?;
+        let rec = body.as_deref().and_then(Record::decode);
+        match rec {
+            Some(r) if r.state == State::Leased && r.token == token => Ok(Lease {
+                id,
+                payload: Vec::new(),
+                attempt: r.attempt,
+                deadline_ms: r.due_ms,
+                token: r.token,
+                gen,
+            }),
+            _ => Err(Error::not_done(ErrorKind::NotFound)),
+        }
+    }
+
+    /// Claims lost to another worker's create (412) so far.
+    pub fn lost_races(&self) -> u64 {
+        self.lost_races.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn pause(&self, attempt: u32) {
+        std::thread::sleep(self.options.backoff * (1 << attempt.min(6)));
+    }
+
+    /// GET with retries: `Ok(None)` on 404.
+    pub(crate) fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let mut last = ErrorKind::Transport("no try".into());
+        for i in 0..self.options.tries.max(1) {
+            if i > 0 {
+                self.pause(i - 1);
+            }
+            match self.client.get(key) {
+                Ok(r) if r.status == 200 => return Ok(Some(r.body)),
+                Ok(r) if r.status == 404 => return Ok(None),
+                Ok(r) => {
+                    last = ErrorKind::Status {
+                        status: r.status,
+                        what: format!("GET {key}"),
+                    };
+                    if r.status < 500 {
+                        break;
+                    }
+                }
+                Err(f) => last = transport(&f),
+            }
+        }
+        Err(Error::not_done(last))
+    }
+
+    /// One listing page, retried on 5xx (moto answers 500 to some listings racing writes)
+    /// and on transport errors: a listing changes nothing.
+    pub(crate) fn list_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        token: Option<&str>,
+        max: u32,
+    ) -> Result<crate::s3::Page> {
+        let mut last = ErrorKind::Transport("no try".into());
+        for i in 0..self.options.tries.max(1) {
+            if i > 0 {
+                self.pause(i - 1);
+            }
+            match self.client.list(prefix, after, token, max) {
+                Ok(Ok(p)) => return Ok(p),
+                Ok(Err(status)) => {
+                    last = ErrorKind::Status {
+                        status,
+                        what: format!("LIST {prefix}"),
+                    };
+                    if status < 500 {
+                        break;
+                    }
+                }
+                Err(f) => last = transport(&f),
+            }
+        }
+        Err(Error::not_done(last))
+    }
+
+    /// Idempotent index upkeep (PUT of an empty marker, or DELETE): true when answered 2xx.
+    pub(crate) fn hint(&self, put: bool, key: &str) -> bool {
+        for i in 0..self.options.tries.max(1) {
+            if i > 0 {
+                self.pause(i - 1);
+            }
+            let r = if put {
+                self.client.put(key, b"")
+            } else {
+                self.client.delete(key)
+            };
+            if let Ok(r) = r {
+                if (200..300).contains(&r.status) {
+                    return true;
+                }
+                if r.status < 500 {
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    /// The conditional create that linearizes a transition: sends `body` to `key` with
+    /// `If-None-Match: *` up to `tries` times. After any send that may have been applied
+    /// (lost response, timeout, 5xx), a 412 or a final failure is settled by reading the key
+    /// back and comparing with `body` (which holds a random nonce).
+    pub(crate) fn create_once(&self, key: &str, body: &[u8]) -> Result<Create> {
+        let mut maybe = false;
+        let mut last = ErrorKind::Transport("no try".into());
+        for i in 0..self.options.tries.max(1) {
+            if i > 0 {
+                self.pause(i - 1);
+            }
+            match self.client.put_if_absent(key, body) {
+                Ok(r) if r.status == 200 => return Ok(Create::Done),
+                // 409 (ConditionalRequestConflict): a conflicting write was in progress and
+                // ours was not applied; send again.
+                Ok(r) if r.status == 409 => {
+                    last = ErrorKind::Status {
+                        status: 409,
+                        what: format!("conditional PUT {key}"),
+                    };
+                }
+                Ok(r) if is_taken(r.status) && !maybe => return Ok(Create::Taken),
+                Ok(r) if is_taken(r.status) => return self.read_back(key, body),
+                Ok(r) => {
+                    last = ErrorKind::Status {
+                        status: r.status,
+                        what: format!("conditional PUT {key}"),
+                    };
+                    if r.status < 500 {
+                        // A definite refusal of this send; an earlier send may still count.
+                        break;
+                    }
+                    maybe = true;
+                }
+                Err(f @ Fail::NotSent(_)) => last = transport(&f),
+                Err(f @ Fail::MaybeSent(_)) => {
+                    last = transport(&f);
+                    maybe = true;
+                }
+            }
+        }
+        if !maybe {
+            return Err(Error::not_done(last));
+        }
+        self.read_back(key, body).map_err(|e| Error {
+            kind: match e.kind {
+                ErrorKind::NotFound => last,
+                k => k,
+            },
+            ..e
+        })
+    }
+
+    /// After a send that may have been applied: our body in place is done, another's is taken.
+    /// Absent, or unreadable, is indeterminate: our request may still be in flight.
+    pub(crate) fn read_back(&self, key: &str, body: &[u8]) -> Result<Create> {
+        match self.get(key) {
+            Ok(Some(b)) if b == body => Ok(Create::Done),
+            Ok(Some(_)) => Ok(Create::Taken),
+            Ok(None) => Err(Error::indeterminate(ErrorKind::NotFound)),
+            Err(e) => Err(Error::indeterminate(e.kind)),
+        }
+    }
+
+    pub(crate) fn new_record(
+        &self,
+        state: State,
+        attempt: u32,
+        due_ms: i64,
+        token: &str,
+        reason: &str,
+    ) -> Record {
+        Record {
+            state,
+            attempt,
+            at_ms: self.client.clock.now_ms(),
+            due_ms,
+            token: token.to_string(),
+            nonce: id_hex(random_u128()),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Move job `id` from generation `gen` (indexed by `old_marker`) to `rec` at `gen + 1`.
+    /// `Ok(false)`: someone else created `gen + 1` first.
+    pub(crate) fn step(&self, id: u128, gen: u64, old_marker: &str, rec: &Record) -> Result<bool> {
+        match self.create_once(&self.keys.gen(id, gen + 1), &rec.encode())? {
+            Create::Taken => Ok(false),
+            Create::Done => {
+                // New marker first, then the old one goes: if the put fails the old marker
+                // stays, and whoever finds it sees that gen + 1 exists and repairs.
+                if self.hint(true, &self.keys.marker(id, gen + 1, rec)) {
+                    self.hint(false, old_marker);
+                }
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// Generation 0's implied record: ready, attempt 0, due at `created_ms`.
+pub(crate) fn ready0(created_ms: i64) -> Record {
+    Record {
+        state: State::Ready,
+        attempt: 0,
+        at_ms: created_ms,
+        due_ms: created_ms,
+        token: String::new(),
+        nonce: String::new(),
+        reason: String::new(),
+    }
+}
+
+/// The batch rule: once a move was done, a later failure makes the whole call indeterminate.
+pub(crate) fn batch(e: Error, done: u32) -> Error {
+    if done > 0 {
+        Error::indeterminate(e.kind)
+    } else {
+        e
+    }
+}
+
+pub(crate) fn shuffle<T>(v: &mut [T]) {
+    for i in (1..v.len()).rev() {
+        let j = (random_u128() % (i as u128 + 1)) as usize;
+        v.swap(i, j);
+    }
+}

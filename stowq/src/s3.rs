@@ -1,0 +1,290 @@
+//! The few S3 requests StowQ makes, path-style, each signed: conditional create, plain put,
+//! get, delete, list (ListObjectsV2) and create bucket. No retries here; callers decide.
+
+use crate::clock::{amz_date, local_ms, ServiceClock};
+use crate::config::Config;
+use crate::http::{self, Fail, Response};
+use crate::sigv4::{sign, uri_encode, ToSign};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A signed S3 client for one bucket, with the service clock and a request counter.
+#[derive(Debug)]
+pub struct Client {
+    /// Endpoint, credentials, region, timeout.
+    pub config: Config,
+    /// Bucket name.
+    pub bucket: String,
+    /// The service's clock, from every response's `Date`.
+    pub clock: ServiceClock,
+    requests: AtomicU64,
+}
+
+/// One entry of a listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Full key.
+    pub key: String,
+    /// Last-Modified, unix ms (0 if the server gave none).
+    pub modified_ms: i64,
+}
+
+/// One page of a listing.
+#[derive(Clone, Debug, Default)]
+pub struct Page {
+    /// Entries in key order.
+    pub entries: Vec<Entry>,
+    /// Continuation token if more keys follow.
+    pub next: Option<String>,
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+fn tag<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let close = format!("</{name}>");
+    let a = xml.find(&open)? + open.len();
+    let b = xml[a..].find(&close)? + a;
+    Some(&xml[a..b])
+}
+
+/// Parse a ListObjectsV2 result; `None` if it is not one.
+pub fn parse_list(xml: &str) -> Option<Page> {
+    if !xml.contains("<ListBucketResult") {
+        return None;
+    }
+    let mut page = Page::default();
+    for part in xml.split("<Contents>").skip(1) {
+        let key = xml_unescape(tag(part, "Key")?);
+        let modified_ms = tag(part, "LastModified")
+            .and_then(parse_iso8601)
+            .unwrap_or(0);
+        page.entries.push(Entry { key, modified_ms });
+    }
+    if tag(xml, "IsTruncated") == Some("true") {
+        page.next = Some(xml_unescape(tag(xml, "NextContinuationToken")?));
+    }
+    Some(page)
+}
+
+/// Parse `2026-12-01T04:07:25.123Z` (fraction optional) to unix ms.
+pub fn parse_iso8601(s: &str) -> Option<i64> {
+    let (date, time) = s.trim_end_matches('Z').split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, dd) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, mi, se) = (t.next()??, t.next()??, t.next()??);
+    let frac = format!("{:0<3}", &frac[..frac.len().min(3)]);
+    let ms: i64 = frac.parse().ok()?;
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let http = format!(
+        "X, {dd:02} {} {y} {h:02}:{mi:02}:{se:02} GMT",
+        months.get((m - 1) as usize)?
+    );
+    Some(crate::clock::parse_http_date(&http)? + ms)
+}
+
+impl Client {
+    /// A client for `bucket` at the configured endpoint.
+    pub fn new(config: Config, bucket: &str) -> Client {
+        Client {
+            config,
+            bucket: bucket.to_string(),
+            clock: ServiceClock::default(),
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// Requests sent (or attempted) so far by this client.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Send one signed request for `key` (empty: the bucket itself) with `query` pairs
+    /// (unencoded) and extra headers (lowercase names).
+    ///
+    /// # Errors
+    /// [`Fail`] as [`http::send`] reports it.
+    pub fn request(
+        &self,
+        method: &str,
+        key: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, String)],
+        body: &[u8],
+    ) -> Result<Response, Fail> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let path = if key.is_empty() {
+            format!("/{}", uri_encode(&self.bucket, false))
+        } else {
+            format!(
+                "/{}/{}",
+                uri_encode(&self.bucket, false),
+                uri_encode(key, true)
+            )
+        };
+        let mut q: Vec<(String, String)> = query
+            .iter()
+            .map(|(k, v)| (uri_encode(k, false), uri_encode(v, false)))
+            .collect();
+        q.sort();
+        let query_s: Vec<String> = q.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let query_s = query_s.join("&");
+        let c = &self.config;
+        let host = if c.port == if c.tls { 443 } else { 80 } {
+            c.host.clone()
+        } else {
+            format!("{}:{}", c.host, c.port)
+        };
+        let ts = ToSign {
+            method,
+            path: &path,
+            query: &query_s,
+            host: &host,
+            headers,
+            body,
+        };
+        // Sign with the service's time when known: a skewed local clock must not make the
+        // server refuse the signature (S3 allows 15 minutes).
+        let mut all = sign(
+            &ts,
+            &c.credentials,
+            &c.region,
+            &amz_date(self.clock.now_ms()),
+        );
+        for (n, v) in headers {
+            all.push((n.to_string(), v.clone()));
+        }
+        let target = if query_s.is_empty() {
+            path
+        } else {
+            format!("{path}?{query_s}")
+        };
+        let resp = http::send(&http::Request {
+            method,
+            host: &c.host,
+            port: c.port,
+            target: &target,
+            headers: &all,
+            body,
+            timeout: c.timeout,
+            tls: c.tls,
+        })?;
+        if let Some(d) = resp.header("date") {
+            self.clock.observe(d);
+        }
+        Ok(resp)
+    }
+
+    /// `PUT` with `If-None-Match: *`: 200 created, 412 the key exists, 409 a conflicting
+    /// write was in progress (not applied; callers send again).
+    ///
+    /// # Errors
+    /// [`Fail`] from the transport.
+    pub fn put_if_absent(&self, key: &str, body: &[u8]) -> Result<Response, Fail> {
+        self.request("PUT", key, &[], &[("if-none-match", "*".into())], body)
+    }
+
+    /// Plain `PUT` (used only for index markers, which are hints).
+    ///
+    /// # Errors
+    /// [`Fail`] from the transport.
+    pub fn put(&self, key: &str, body: &[u8]) -> Result<Response, Fail> {
+        self.request("PUT", key, &[], &[], body)
+    }
+
+    /// `GET` of one object.
+    ///
+    /// # Errors
+    /// [`Fail`] from the transport.
+    pub fn get(&self, key: &str) -> Result<Response, Fail> {
+        self.request("GET", key, &[], &[], b"")
+    }
+
+    /// `DELETE` of one object (204 whether or not it existed).
+    ///
+    /// # Errors
+    /// [`Fail`] from the transport.
+    pub fn delete(&self, key: &str) -> Result<Response, Fail> {
+        self.request("DELETE", key, &[], &[], b"")
+    }
+
+    /// One ListObjectsV2 page of keys under `prefix`, after `start_after` (if any) or from a
+    /// continuation token, at most `max` keys. `Ok(Err(status))` if the server refused.
+    ///
+    /// # Errors
+    /// [`Fail`] from the transport, or `MaybeSent` if a 200 body is not a listing.
+    pub fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        token: Option<&str>,
+        max: u32,
+    ) -> Result<Result<Page, u16>, Fail> {
+        let max_s = max.to_string();
+        let mut q = vec![("list-type", "2"), ("prefix", prefix), ("max-keys", &max_s)];
+        if let Some(s) = start_after {
+            q.push(("start-after", s));
+        }
+        if let Some(t) = token {
+            q.push(("continuation-token", t));
+        }
+        let r = self.request("GET", "", &q, &[], b"")?;
+        if r.status != 200 {
+            return Ok(Err(r.status));
+        }
+        let xml = String::from_utf8_lossy(&r.body);
+        parse_list(&xml)
+            .map(Ok)
+            .ok_or_else(|| Fail::MaybeSent("listing body is not ListBucketResult".into()))
+    }
+
+    /// Create the bucket (200, or 409 if it exists already).
+    ///
+    /// # Errors
+    /// [`Fail`] from the transport.
+    pub fn create_bucket(&self) -> Result<Response, Fail> {
+        let body = if self.config.region == "us-east-1" {
+            String::new()
+        } else {
+            format!(
+                "<CreateBucketConfiguration><LocationConstraint>{}</LocationConstraint></CreateBucketConfiguration>",
+                self.config.region
+            )
+        };
+        self.request("PUT", "", &[], &[], body.as_bytes())
+    }
+
+    /// Local wall ms (for callers that want it beside the service's).
+    pub fn local_ms(&self) -> i64 {
+        local_ms()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listings_parse() {
+        let xml = "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>true</IsTruncated>\
+            <Contents><Key>a/b&amp;c</Key><LastModified>2026-12-01T04:07:25.5Z</LastModified></Contents>\
+            <Contents><Key>a/d</Key><LastModified>2026-12-01T04:07:25Z</LastModified></Contents>\
+            <NextContinuationToken>tok</NextContinuationToken></ListBucketResult>";
+        let p = parse_list(xml).unwrap();
+        assert_eq!(p.entries.len(), 2);
+        assert_eq!(p.entries[0].key, "a/b&c");
+        assert_eq!(p.entries[0].modified_ms, 1_796_098_045_500);
+        assert_eq!(p.entries[1].modified_ms, 1_796_098_045_000);
+        assert_eq!(p.next.as_deref(), Some("tok"));
+        assert!(parse_list("<Error/>").is_none());
+    }
+}

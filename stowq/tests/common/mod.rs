@@ -1,0 +1,334 @@
+//! Test harness: a real moto S3 server on 127.0.0.1 (started here, killed on drop) and a
+//! fault proxy between the client and it.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use stowq::sigv4::Credentials;
+use stowq::{s3::Client, Config, Options, Queue};
+
+/// A running moto server.
+pub struct Moto {
+    child: Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
+}
+
+/// The Python that has moto: `STOWQ_PYTHON` (CI sets it to a venv's) or `python3`.
+fn python() -> String {
+    std::env::var("STOWQ_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Start moto, or: panic if `STEADQ_REQUIRE_S3=1`, else print a notice and return `None`.
+pub fn moto() -> Option<Moto> {
+    moto_with(&[])
+}
+
+/// As [`moto`], with extra server arguments (e.g. a TLS certificate).
+pub fn moto_with(extra: &[&str]) -> Option<Moto> {
+    let has = Command::new(python())
+        .args(["-c", "import moto.server, flask, werkzeug"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has {
+        let msg = "moto's server mode is not installed (pip install 'moto[server]'): \
+                   the StowQ tests against a real S3-compatible server cannot run";
+        if std::env::var("STEADQ_REQUIRE_S3").as_deref() == Ok("1") {
+            panic!("{msg} (STEADQ_REQUIRE_S3=1)");
+        }
+        // Shown with --nocapture, and in target/tmp/summary.txt (cargo hides a passing
+        // test's output).
+        report(&format!(
+            "SKIPPED: {msg}; set STEADQ_REQUIRE_S3=1 to make this a failure"
+        ));
+        return None;
+    }
+    for _ in 0..3 {
+        let port = free_port();
+        let child = Command::new(python())
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn python -m moto.server");
+        let mut m = Moto { child, port };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(60) {
+            if let Ok(Some(_)) = m.child.try_wait() {
+                break; // port taken meanwhile, or moto broken: try again
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(m);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = m.child.kill();
+    }
+    panic!("moto did not start on 127.0.0.1");
+}
+
+/// Client config for 127.0.0.1:`port`.
+pub fn config(port: u16, timeout_ms: u64) -> Config {
+    Config {
+        host: "127.0.0.1".into(),
+        port,
+        tls: false,
+        region: "us-east-1".into(),
+        credentials: Credentials {
+            access_key: "testing".into(),
+            secret_key: "testing".into(),
+            session_token: None,
+        },
+        timeout: Duration::from_millis(timeout_ms),
+    }
+}
+
+/// Create `bucket` on moto at `port`.
+pub fn bucket(port: u16, bucket: &str) {
+    let c = Client::new(config(port, 10_000), bucket);
+    let r = c.create_bucket().expect("create bucket");
+    assert!(
+        r.status == 200 || r.status == 409,
+        "create bucket: {}",
+        r.status
+    );
+}
+
+/// A queue under `prefix` of `bucket`, reached through `port`.
+pub fn queue(port: u16, bucket: &str, prefix: &str, options: Options) -> Queue {
+    Queue::create(Client::new(config(port, 10_000), bucket), prefix, options).expect("queue")
+}
+
+/// Enqueue `jobs` payloads `job <i>` with 8 threads; returns (id, payload) pairs.
+pub fn enqueue_parallel(
+    port: u16,
+    bucket: &str,
+    prefix: &str,
+    jobs: usize,
+) -> Vec<(u128, Vec<u8>)> {
+    let hs: Vec<_> = (0..8)
+        .map(|t| {
+            let (bucket, prefix) = (bucket.to_string(), prefix.to_string());
+            std::thread::spawn(move || {
+                let c = Client::new(config(port, 30_000), &bucket);
+                let q = Queue::open(c, &prefix, Options::default()).unwrap();
+                (t..jobs)
+                    .step_by(8)
+                    .map(|i| {
+                        let p = format!("job {i}").into_bytes();
+                        (q.enqueue(&p).unwrap(), p)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+}
+
+/// Env var as a number, or `default`.
+pub fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Append a line to `target/tmp/summary.txt` (CI prints it) and to stderr.
+pub fn report(line: &str) {
+    eprintln!("{line}");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp");
+    let _ = std::fs::create_dir_all(&dir);
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("summary.txt"))
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// What the proxy does to one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// Close the connection without forwarding the request.
+    DropBefore,
+    /// Forward, read the server's answer, close without replying.
+    DropAfter,
+    /// Answer 500 without forwarding.
+    Error500,
+    /// Forward, discard the server's answer, answer 503.
+    Error503After,
+    /// Forward and answer 150 ms late (within the client's timeout).
+    Slow,
+    /// Forward and answer after the client's timeout.
+    SlowTimeout,
+    /// This request and every later one are dropped before forwarding, until disarmed.
+    Outage,
+}
+
+impl Fault {
+    /// Every kind.
+    pub const ALL: [Fault; 7] = [
+        Fault::DropBefore,
+        Fault::DropAfter,
+        Fault::Error500,
+        Fault::Error503After,
+        Fault::Slow,
+        Fault::SlowTimeout,
+        Fault::Outage,
+    ];
+}
+
+#[derive(Default)]
+struct Plan {
+    seen: u32,
+    fault: Option<(Fault, u32)>,
+}
+
+/// A fault proxy on 127.0.0.1 in front of `upstream`.
+pub struct Proxy {
+    /// Its port.
+    pub port: u16,
+    plan: Arc<Mutex<Plan>>,
+}
+
+/// Client timeout to use through the proxy, ms ([`Fault::SlowTimeout`] waits longer). Long
+/// enough that a loaded machine's slow moto does not add timeouts of its own.
+pub const PROXY_TIMEOUT_MS: u64 = 1500;
+
+impl Proxy {
+    /// Start the proxy (threads live until the test process ends).
+    pub fn start(upstream: u16) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let plan = Arc::new(Mutex::new(Plan::default()));
+        let p2 = plan.clone();
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                let plan = p2.clone();
+                std::thread::spawn(move || serve(c, upstream, &plan));
+            }
+        });
+        Proxy { port, plan }
+    }
+
+    /// Apply `fault` to the `index`th request from now (0-based); `None` forwards all.
+    pub fn arm(&self, fault: Option<(Fault, u32)>) {
+        let mut p = self.plan.lock().unwrap();
+        p.seen = 0;
+        p.fault = fault;
+    }
+
+    /// Requests seen since the last `arm`.
+    pub fn seen(&self) -> u32 {
+        self.plan.lock().unwrap().seen
+    }
+}
+
+fn read_request(c: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                return Some(buf);
+            }
+        }
+        let n = c.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn forward(req: &[u8], upstream: u16) -> Option<Vec<u8>> {
+    let mut s = TcpStream::connect(("127.0.0.1", upstream)).ok()?;
+    s.write_all(req).ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+fn error_reply(status: u16) -> Vec<u8> {
+    let body = format!("<Error><Code>Injected{status}</Code></Error>");
+    format!(
+        "HTTP/1.1 {status} Injected\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
+    let Some(req) = read_request(&mut c) else {
+        return;
+    };
+    let action = {
+        let mut p = plan.lock().unwrap();
+        let i = p.seen;
+        p.seen += 1;
+        match p.fault {
+            Some((Fault::Outage, at)) if i >= at => Some(Fault::Outage),
+            Some((f, at)) if i == at => Some(f),
+            _ => None,
+        }
+    };
+    let reply = match action {
+        None => forward(&req, upstream),
+        Some(Fault::DropBefore | Fault::Outage) => None,
+        Some(Fault::DropAfter) => {
+            let _ = forward(&req, upstream);
+            None
+        }
+        Some(Fault::Error500) => Some(error_reply(500)),
+        Some(Fault::Error503After) => {
+            let _ = forward(&req, upstream);
+            Some(error_reply(503))
+        }
+        Some(Fault::Slow) => {
+            let r = forward(&req, upstream);
+            std::thread::sleep(Duration::from_millis(150));
+            r
+        }
+        Some(Fault::SlowTimeout) => {
+            let r = forward(&req, upstream);
+            std::thread::sleep(Duration::from_millis(PROXY_TIMEOUT_MS + 300));
+            r
+        }
+    };
+    if let Some(r) = reply {
+        let _ = c.write_all(&r);
+    }
+    let _ = c.shutdown(std::net::Shutdown::Both);
+}
