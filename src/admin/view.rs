@@ -435,7 +435,7 @@ impl Queue {
             let s = l.name.id.shard(self.ident.shards);
             let to = self.place_ready(s, State::Ready);
             let mut new = l.name.next(Kind::Ready, false);
-            new.attempt = 0;
+            new.attempt = crate::ops::state::attempt_after(Op::Requeue, l.name.attempt);
             match self.move_job(&from, &l.name, &to, &new, Op::Requeue) {
                 Ok(()) => n += 1,
                 Err(e) if e.is_lease_lost() && id.is_none() => {}

@@ -97,14 +97,52 @@ pub fn check(from: Option<State>, op: Op, to: State) {
     );
 }
 
-/// The table as Markdown rows, for the docs and for the doc-matches-code test.
+/// What an operation does to a job's attempt count (claims so far).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// Unchanged.
+    Keep,
+    /// Plus one: a claim uses an attempt.
+    Add,
+    /// Back to zero: an operator's requeue gives the job its attempts again.
+    Reset,
+}
+
+impl Op {
+    /// The attempt rule: only a claim adds one, only a requeue resets; every other move
+    /// keeps the count. Every rename asserts it ([`attempt_after`]).
+    pub fn attempt(self) -> Attempt {
+        match self {
+            Op::Claim => Attempt::Add,
+            Op::Requeue => Attempt::Reset,
+            _ => Attempt::Keep,
+        }
+    }
+}
+
+/// The attempt count after `op` moves a job that had `attempt`.
+pub fn attempt_after(op: Op, attempt: u32) -> u32 {
+    match op.attempt() {
+        Attempt::Keep => attempt,
+        Attempt::Add => attempt + 1,
+        Attempt::Reset => 0,
+    }
+}
+
+/// The table as Markdown rows (with each op's attempt rule), for the docs and for the
+/// doc-matches-code test.
 pub fn table_markdown() -> String {
-    let mut s = String::from("| from | op | to |\n|---|---|---|\n");
+    let mut s = String::from("| from | op | to | attempt |\n|---|---|---|---|\n");
     for (f, o, t) in TRANSITIONS {
         let f = f
             .map(|f| format!("{f:?}"))
             .unwrap_or_else(|| "(new)".into());
-        s.push_str(&format!("| {f} | {o:?} | {t:?} |\n"));
+        let a = match o.attempt() {
+            Attempt::Keep => "=",
+            Attempt::Add => "+1",
+            Attempt::Reset => "0",
+        };
+        s.push_str(&format!("| {f} | {o:?} | {t:?} | {a} |\n"));
     }
     s
 }

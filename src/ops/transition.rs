@@ -159,6 +159,11 @@ impl Queue {
         state::check(Some(from.state), op, to.state);
         debug_assert_eq!(new.generation, old.generation + 1);
         debug_assert_eq!(
+            new.attempt,
+            state::attempt_after(op, old.attempt),
+            "{op:?} breaks the attempt rule of the transition table"
+        );
+        debug_assert_eq!(
             crate::disk::scan::state_of(&new.kind),
             to.state,
             "the new name's kind must be the target state's"
