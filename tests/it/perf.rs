@@ -37,8 +37,7 @@ fn twenty_thousand_leases_hold_no_file_descriptors() {
     }
     let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
     let before = fds();
-    // Leases of an hour: on a loaded machine 20,000 claims can take longer than the default
-    // 30 s, and the first leases would expire and be claimed again.
+    // Leases long enough to outlive a slow (debug, loaded) run of this test.
     let hour = std::time::Duration::from_secs(3600);
     let leases: Vec<Lease> = (0..n)
         .map(|_| q.claim_for(hour).unwrap().unwrap())
