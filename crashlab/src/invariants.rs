@@ -15,7 +15,7 @@ use crate::marks::Mark;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use steadq::sys::{Call, Fault, FaultAction, FaultPlan};
-use steadq::{JobId, Kind, Options, Queue, Reason, State};
+use steadq::{JobId, JobName, Kind, Options, Queue, Reason, State};
 
 /// What the marks say happened.
 #[derive(Debug, Default)]
@@ -26,6 +26,8 @@ pub struct Expect {
     pub acked: HashSet<JobId>,
     /// Highest attempt of a claim that returned done, per job.
     pub claimed: HashMap<JobId, u32>,
+    /// Payload digests of done enqueues, where the records carry them (the power-cut rig).
+    pub digests: HashMap<JobId, String>,
 }
 
 impl Expect {
@@ -130,75 +132,165 @@ pub fn verify(
         ));
     }
     let fsck = q.fsck(false).map_err(|e| format!("fsck: {e}"))?;
-    for p in &fsck.problems {
-        if !p.path.starts_with("quarantine/") {
-            v.violations.push(format!("fsck: {p}"));
+    let snap = Snapshot::of_queue(&q).map_err(|e| format!("snapshot: {e}"))?;
+    v.jobs = snap.jobs.len();
+    v.violations.extend(
+        fsck.problems
+            .iter()
+            .filter_map(|p| (!p.path.starts_with("quarantine/")).then(|| format!("fsck: {p}"))),
+    );
+    v.violations.extend(check(&snap, expect));
+    Ok(v)
+}
+
+/// One job file found after recovery: where, its parsed name and its payload's digest
+/// (`None`: the file does not verify).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// Path relative to the queue root.
+    pub rel: String,
+    /// The parsed name.
+    pub name: JobName,
+    /// SHA-256 of the payload, lower-case hex; `None` if the file does not verify.
+    pub digest: Option<String>,
+}
+
+/// A queue's state after recovery, from a local directory ([`Snapshot::of_queue`]) or from a
+/// device's report (the power-cut rig). [`check`] runs the invariants on it.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Every job file.
+    pub jobs: Vec<Found>,
+    /// Ids the evidence log names (receipts compacted away).
+    pub compacted: HashSet<JobId>,
+}
+
+/// SHA-256 of `payload`, lower-case hex: the digest records and reports carry.
+pub fn digest(payload: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(payload)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The state a name puts a job in.
+pub fn state_of(name: &JobName) -> State {
+    match name.kind {
+        Kind::Ready => State::Ready,
+        Kind::Leased(_) => State::Leased,
+        Kind::Delayed { .. } => State::Delayed,
+        Kind::Dead { .. } => State::Dead,
+        Kind::Receipt { .. } => State::Acked,
+    }
+}
+
+impl Snapshot {
+    /// Every job of `q` with its digest, and the ids in its evidence log.
+    pub fn of_queue(q: &Queue) -> Result<Snapshot, String> {
+        let mut s = Snapshot::default();
+        for l in q.list(None).map_err(|e| format!("list: {e}"))? {
+            s.jobs.push(Found {
+                rel: l.rel_path(q.id()),
+                name: l.name,
+                digest: q.read_job(&l).ok().map(|(_, p)| digest(&p)),
+            });
+        }
+        s.compacted = compacted(q.root());
+        Ok(s)
+    }
+}
+
+/// The crash invariants on a recovered queue's snapshot; one line per violation.
+///
+/// 1. every enqueue that returned done is there once (or acked and compacted), verifies, is
+///    not dead as corrupt, and has the payload it was enqueued with (when the digest is known);
+/// 2. every ack that returned done is a receipt, and the job is nowhere else;
+/// 3. no job is in two places, and no lease survives recovery;
+/// 4. attempts never go down.
+pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut by_id: HashMap<JobId, Vec<&Found>> = HashMap::new();
+    for f in &snap.jobs {
+        by_id.entry(f.name.id).or_default().push(f);
+    }
+    let mut ids: Vec<&JobId> = by_id.keys().collect();
+    ids.sort_by_key(|id| id.to_string());
+    for id in ids {
+        let fs = &by_id[id];
+        if fs.len() > 1 {
+            let places: Vec<&str> = fs.iter().map(|f| f.rel.as_str()).collect();
+            out.push(format!("job {id} in {} places: {places:?}", fs.len()));
+        }
+        if fs.iter().any(|f| state_of(&f.name) == State::Leased) {
+            out.push(format!("job {id} still leased after recovery"));
         }
     }
-    let all = q.list(None).map_err(|e| format!("list: {e}"))?;
-    v.jobs = all.len();
-    let mut by_id: HashMap<JobId, Vec<&steadq::Listed>> = HashMap::new();
-    for l in &all {
-        by_id.entry(l.name.id).or_default().push(l);
-    }
-    for (id, ls) in &by_id {
-        if ls.len() > 1 {
-            let states: Vec<String> = ls.iter().map(|l| l.rel_path(q.id())).collect();
-            v.violations
-                .push(format!("job {id} in {} places: {states:?}", ls.len()));
-        }
-        if ls.iter().any(|l| l.state == State::Leased) {
-            v.violations
-                .push(format!("job {id} still leased after recovery"));
-        }
-    }
-    for id in &expect.enqueued {
+    for id in sorted(&expect.enqueued) {
         match by_id.get(id).map(|v| v.as_slice()) {
             None | Some([]) => {
-                if !expect.acked.contains(id) || !was_compacted(dir, id) {
-                    v.violations.push(format!(
+                if !expect.acked.contains(id) || !snap.compacted.contains(id) {
+                    out.push(format!(
                         "enqueue of {id} returned done, but the job is gone"
                     ));
                 }
             }
-            Some([l, ..]) => {
-                if matches!(l.name.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) {
-                    v.violations.push(format!(
+            Some([f, ..]) => {
+                if matches!(f.name.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) {
+                    out.push(format!(
                         "enqueue of {id} returned done, but its file is corrupt ({})",
-                        l.rel_path(q.id())
+                        f.rel
                     ));
-                } else if let Err(e) = q.read_job(l) {
-                    v.violations.push(format!("job {id}: {e}"));
+                } else if f.digest.is_none() {
+                    out.push(format!("job {id}: {} does not verify", f.rel));
+                } else if let Some(want) = expect.digests.get(id) {
+                    if f.digest.as_ref() != Some(want) {
+                        out.push(format!(
+                            "job {id}: payload digest differs from the enqueued one"
+                        ));
+                    }
                 }
             }
         }
     }
-    for id in &expect.acked {
+    for id in sorted(&expect.acked) {
         match by_id.get(id).map(|v| v.as_slice()) {
-            Some([l]) if l.state == State::Acked => {}
-            other => v.violations.push(format!(
+            Some([f]) if state_of(&f.name) == State::Acked => {}
+            None if snap.compacted.contains(id) => {}
+            other => out.push(format!(
                 "ack of {id} returned done, but the job is {:?}",
-                other.map(|ls| ls.iter().map(|l| l.state).collect::<Vec<_>>())
+                other.map(|fs| fs.iter().map(|f| state_of(&f.name)).collect::<Vec<_>>())
             )),
         }
     }
-    for (id, &a) in &expect.claimed {
-        if let Some([l, ..]) = by_id.get(id).map(|v| v.as_slice()) {
+    let mut claimed: Vec<(&JobId, &u32)> = expect.claimed.iter().collect();
+    claimed.sort_by_key(|(id, _)| id.to_string());
+    for (id, &a) in claimed {
+        if let Some([f, ..]) = by_id.get(id).map(|v| v.as_slice()) {
             // Requeue (dead -> ready) is the only op that lowers attempts; workloads do not use it.
-            if l.name.attempt < a {
-                v.violations.push(format!(
+            if f.name.attempt < a {
+                out.push(format!(
                     "job {id}: attempt went down from {a} to {}",
-                    l.name.attempt
+                    f.name.attempt
                 ));
             }
         }
     }
-    Ok(v)
+    out
 }
 
-fn was_compacted(dir: &Path, id: &JobId) -> bool {
-    std::fs::read_to_string(dir.join(steadq::EVIDENCE_FILE)).is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.split(' ').nth(1) == Some(&id.to_string()))
-    })
+fn sorted(ids: &HashSet<JobId>) -> Vec<&JobId> {
+    let mut v: Vec<&JobId> = ids.iter().collect();
+    v.sort_by_key(|id| id.to_string());
+    v
+}
+
+fn compacted(dir: &Path) -> HashSet<JobId> {
+    std::fs::read_to_string(dir.join(steadq::EVIDENCE_FILE))
+        .map(|s| {
+            s.lines()
+                .filter_map(|l| l.split(' ').nth(1).and_then(JobId::parse))
+                .collect()
+        })
+        .unwrap_or_default()
 }
