@@ -294,3 +294,174 @@ fn compacted(dir: &Path) -> HashSet<JobId> {
         })
         .unwrap_or_default()
 }
+
+/// Each invariant on a hand-made queue tree: one tree that keeps it, one that breaks it.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    struct Tree(PathBuf, Queue);
+
+    impl Tree {
+        fn new(name: &str) -> Tree {
+            let p =
+                std::env::temp_dir().join(format!("crashlab-inv-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            let q = Queue::create(&p, Options::default()).unwrap();
+            Tree(p, q)
+        }
+        fn path_of(&self, id: JobId) -> PathBuf {
+            let l = self.1.find(id).unwrap();
+            self.0.join(l.rel_path(self.1.id()))
+        }
+        fn verify(&self, e: &Expect) -> Vec<String> {
+            verify(&self.0, e, None).unwrap().violations
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn enq(t: &Tree, e: &mut Expect, payload: &[u8]) -> JobId {
+        let id = t.1.enqueue(payload).unwrap();
+        e.enqueued.insert(id);
+        e.digests.insert(id, digest(payload));
+        id
+    }
+
+    fn has(v: &[String], text: &str) -> bool {
+        v.iter().any(|x| x.contains(text))
+    }
+
+    #[test]
+    fn every_done_enqueue_is_there_and_verifies() {
+        let t = Tree::new("enq");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"first");
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+        // Broken: the file is gone.
+        std::fs::remove_file(t.path_of(a)).unwrap();
+        let v = t.verify(&e);
+        assert!(has(&v, "returned done, but the job is gone"), "{v:?}");
+        // Broken: a file whose payload changed (same length, so only the checksum tells).
+        let t = Tree::new("enq2");
+        let mut e = Expect::default();
+        let b = enq(&t, &mut e, b"second");
+        let p = t.path_of(b);
+        let mut bytes = std::fs::read(&p).unwrap();
+        *bytes.last_mut().unwrap() ^= 0xff;
+        std::fs::write(&p, bytes).unwrap();
+        assert!(!t.verify(&e).is_empty());
+    }
+
+    #[test]
+    fn a_reported_payload_must_match_the_enqueued_digest() {
+        let t = Tree::new("digest");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"payload");
+        assert!(t.verify(&e).is_empty());
+        e.digests.insert(a, digest(b"another payload"));
+        let v = t.verify(&e);
+        assert!(has(&v, "payload digest differs"), "{v:?}");
+    }
+
+    #[test]
+    fn every_done_ack_is_a_receipt() {
+        let t = Tree::new("ack");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"acked");
+        let b = enq(&t, &mut e, b"not acked");
+        let l = t.1.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        assert_eq!(l.id(), a);
+        l.ack().unwrap();
+        e.acked.insert(a);
+        assert!(t.verify(&e).is_empty());
+        // Broken: an ack said done for a job that is still ready (its rename was lost).
+        e.acked.insert(b);
+        let v = t.verify(&e);
+        assert!(
+            has(
+                &v,
+                &format!("ack of {b} returned done, but the job is Some([Ready])")
+            ),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn no_job_is_in_two_places() {
+        let t = Tree::new("two");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"once");
+        let ready = t.path_of(a);
+        let l = t.1.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        l.ack().unwrap();
+        e.acked.insert(a);
+        assert!(t.verify(&e).is_empty());
+        // Broken: the receipt and the ready file both exist (a copy, as a torn move would leave).
+        let receipt = t.path_of(a);
+        let snap = Snapshot::of_queue(&t.1).unwrap();
+        std::fs::copy(&receipt, &ready).unwrap();
+        // A local queue lists the job once; fsck sees the second entry.
+        let v = t.verify(&e);
+        assert!(has(&v, "the same job id is also at"), "{v:?}");
+        // A device's report lists every entry: the snapshot holds both.
+        let mut two = snap.clone();
+        two.jobs.push(Found {
+            rel: "ready/00/copy".into(),
+            ..snap.jobs[0].clone()
+        });
+        assert!(check(&snap, &e).is_empty());
+        let v = check(&two, &e);
+        assert!(has(&v, &format!("job {a} in 2 places")), "{v:?}");
+    }
+
+    #[test]
+    fn attempts_never_go_down() {
+        let t = Tree::new("attempt");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"retried");
+        let l = t.1.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        e.claimed.insert(a, l.attempt());
+        l.nack(Duration::ZERO).unwrap();
+        assert_eq!(e.claimed[&a], 1);
+        assert!(t.verify(&e).is_empty());
+        // Broken: a claim with attempt 2 returned done, but the job says 1.
+        e.claimed.insert(a, 2);
+        let v = t.verify(&e);
+        assert!(has(&v, "attempt went down from 2 to 1"), "{v:?}");
+    }
+
+    #[test]
+    fn fsck_must_be_clean() {
+        let t = Tree::new("fsck");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"job");
+        assert!(t.verify(&e).is_empty());
+        // Broken: a stray file in a shard directory.
+        let shard = t.path_of(a).parent().unwrap().to_path_buf();
+        std::fs::write(shard.join("stray"), b"x").unwrap();
+        let v = t.verify(&e);
+        assert!(v.iter().any(|x| x.starts_with("fsck: ")), "{v:?}");
+    }
+
+    #[test]
+    fn a_snapshot_with_a_lease_after_recovery_is_a_violation() {
+        let t = Tree::new("lease");
+        let mut e = Expect::default();
+        enq(&t, &mut e, b"leased");
+        let _l = t.1.claim_for(Duration::from_secs(600)).unwrap().unwrap();
+        let s = Snapshot::of_queue(&t.1).unwrap();
+        assert_eq!(s.jobs.len(), 1);
+        let v = check(&s, &e);
+        assert!(has(&v, "still leased after recovery"), "{v:?}");
+        // The same tree after recovery (verify expires every lease first) keeps it.
+        drop(_l);
+        assert!(t.verify(&e).is_empty());
+    }
+}
