@@ -104,7 +104,7 @@ cargo build -q --release -p crashlab --bin powercut
 . "$HERE/guest/kernel.sh"
 crashlab_kernel "$CACHE"
 KEY=$( (cat "$HERE/guest/init" "$CACHE/bin/$AGENT" "$TARGET_DIR/$MUSL/release/steadq" /bin/busybox; ls -l "$KDIR/mods") | sha256sum | cut -c1-16)
-INITRD=$CACHE/powercut-initrd-$KEY.gz
+INITRD=$CACHE/powercut-initrd-$FS-$KEY.gz
 if [ ! -f "$INITRD" ]; then
   R=$(mktemp -d)
   mkdir -p "$R/bin" "$R/mods"
@@ -112,11 +112,15 @@ if [ ! -f "$INITRD" ]; then
   cp "$HERE/guest/init" "$R/init"; chmod 755 "$R/init"
   cp "$CACHE/bin/$AGENT" "$R/workload"
   cp "$TARGET_DIR/$MUSL/release/steadq" "$R/steadq"
-  cp "$KDIR/mods"/* "$R/mods/"
+  # only this filesystem's modules (and virtio, net): a smaller initramfs boots faster
+  for set in common "$FS" net; do
+    cp "$KDIR/mods/$set.order" "$R/mods/"
+    while read -r m; do cp "$KDIR/mods/$m.ko" "$R/mods/"; done < "$KDIR/mods/$set.order"
+  done
   (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > "$INITRD.tmp"
   mv "$INITRD.tmp" "$INITRD"; rm -rf "$R"
-  # keep the two newest (normal and broken agent)
-  ls -t "$CACHE"/powercut-initrd-*.gz | tail -n +3 | xargs -r rm -f
+  # keep the two newest per filesystem (normal and broken agent)
+  ls -t "$CACHE"/powercut-initrd-"$FS"-*.gz | tail -n +3 | xargs -r rm -f
 fi
 
 # ---- a fresh disk image ------------------------------------------------------------------------

@@ -27,6 +27,8 @@ pub struct Row {
     /// Writes after the last flush, and how many of them the disk kept.
     pub unflushed: u64,
     pub kept: u64,
+    /// Entries in the boot's write log (writes and flushes).
+    pub log_entries: u64,
 }
 
 impl Row {
