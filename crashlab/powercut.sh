@@ -76,6 +76,10 @@ T0=$(date +%s)
 # ---- packages ----------------------------------------------------------------------------------
 PKGS="qemu-system-x86 busybox-static cpio kmod e2fsprogs"
 [ "$FS" = f2fs ] && PKGS="$PKGS f2fs-tools"
+mkdir -p "$CACHE"
+# apt and the kernel cache are shared by runs started side by side (CI runs ext4 and f2fs at once)
+exec 9>"$CACHE/.lock"
+flock 9
 missing=
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -103,6 +107,7 @@ cargo build -q --release -p crashlab --bin powercut
 # shellcheck source=guest/kernel.sh
 . "$HERE/guest/kernel.sh"
 crashlab_kernel "$CACHE"
+flock -u 9
 KEY=$( (cat "$HERE/guest/init" "$CACHE/bin/$AGENT" "$TARGET_DIR/$MUSL/release/steadq" /bin/busybox; ls -l "$KDIR/mods") | sha256sum | cut -c1-16)
 INITRD=$CACHE/powercut-initrd-$FS-$KEY.gz
 if [ ! -f "$INITRD" ]; then
