@@ -137,7 +137,8 @@ pub fn verify(
     v.violations.extend(
         fsck.problems
             .iter()
-            .filter_map(|p| (!p.path.starts_with("quarantine/")).then(|| format!("fsck: {p}"))),
+            .filter(|p| !p.path.starts_with("quarantine/"))
+            .map(|p| format!("fsck: {p}")),
     );
     v.violations.extend(check(&snap, expect));
     Ok(v)

@@ -332,7 +332,7 @@ mod tests {
         // The writer was killed after the flush updated the count to 2 entries, and in the
         // middle of a fourth entry's data.
         let mut log = lb.build(Some(2));
-        log.extend_from_slice(&log[512..1024].to_vec());
+        log.extend_from_within(512..1024);
         log.truncate(log.len() - 100);
         assert_eq!(all(&log).unwrap().1.len(), 2);
         let e: Vec<Entry> = LogReader::new(&log[..])

@@ -21,6 +21,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{exit, Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 #[derive(FromArgs)]
@@ -118,8 +119,20 @@ struct Real {
     expect_caught: bool,
 }
 
+/// The running guest, killed by [`die`] too (`exit` runs no destructors).
+static GUEST: Mutex<Option<Child>> = Mutex::new(None);
+
+fn kill_guest() {
+    let mut g = GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(mut c) = g.take() {
+        let _ = c.kill(); // SIGKILL: the power cut
+        let _ = c.wait();
+    }
+}
+
 fn die(e: impl std::fmt::Display) -> ! {
     eprintln!("powercut: ERROR: {e}");
+    kill_guest();
     exit(2)
 }
 
@@ -172,7 +185,6 @@ struct Qemu {
     disk: PathBuf,
     pre: PathBuf,
     log: PathBuf,
-    child: Option<Child>,
 }
 
 impl Qemu {
@@ -237,7 +249,7 @@ impl Device for Qemu {
             .arg(&self.a.initrd)
             .arg("-append")
             .arg(format!(
-                "console=ttyS0 panic=-1 quiet crashlab.fs={} crashlab.mode=agent crashlab.args={args}",
+                "console=ttyS0 panic=-1 quiet no_timer_check crashlab.fs={} crashlab.mode=agent crashlab.args={args}",
                 self.a.fs
             ))
             .arg("-drive")
@@ -253,10 +265,12 @@ impl Device for Qemu {
             .stderr(console)
             .spawn()
             .unwrap_or_else(|e| die(format!("qemu-system-x86_64: {e}")));
-        self.child = Some(child);
+        *GUEST.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
         let deadline = Instant::now() + Duration::from_secs(self.a.boot_timeout);
-        let c = self.child.as_mut().expect("just set");
-        let s = accept(&l, deadline, || matches!(c.try_wait(), Ok(None)));
+        let s = accept(&l, deadline, || {
+            let mut g = GUEST.lock().unwrap_or_else(|p| p.into_inner());
+            g.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        });
         Box::new(s)
     }
 
@@ -269,10 +283,7 @@ impl Device for Qemu {
     }
 
     fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill(); // SIGKILL: the power cut
-            let _ = c.wait();
-        }
+        kill_guest();
     }
 }
 
@@ -336,6 +347,7 @@ struct Run {
     window: (u64, u64),
     expect_caught: bool,
     out: PathBuf,
+    boot_timeout: Duration,
 }
 
 /// What the next read from the agent gave.
@@ -373,6 +385,7 @@ fn parse_window(w: &str) -> (u64, u64) {
 }
 
 fn run(r: Run, dev: &mut dyn Device) -> i32 {
+    let boot_timeout = r.boot_timeout;
     std::fs::create_dir_all(&r.out).unwrap_or_else(|e| die(e));
     let path = r.out.join("records.log");
     let mut rec = Records {
@@ -394,14 +407,20 @@ fn run(r: Run, dev: &mut dyn Device) -> i32 {
         let mut s = dev.start(boot);
         let mut buf = LineBuf::default();
         let mut report = Report::default();
+        let deadline = t_boot + boot_timeout;
         loop {
-            match next(&mut *s, &mut buf, Some(Duration::from_secs(120))) {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match next(&mut *s, &mut buf, Some(wait)) {
                 Got::Line(l) => match report.feed(&l) {
                     Ok(true) => break,
                     Ok(false) => {}
                     Err(e) => die(format!("boot {boot}: {e}")),
                 },
-                _ => die(format!("boot {boot}: the report did not arrive whole")),
+                Got::Timeout => die(format!(
+                    "boot {boot}: no whole report within {} s (see its console log)",
+                    boot_timeout.as_secs()
+                )),
+                Got::Eof => die(format!("boot {boot}: the device hung up during its report")),
             }
         }
         rec.append(&format!("# boot {boot} {}", report.boot.line()));
@@ -565,13 +584,13 @@ fn main() {
                 window: parse_window(&v.window),
                 expect_caught: v.expect_caught,
                 out: v.out.clone(),
+                boot_timeout: Duration::from_secs(v.boot_timeout),
             };
             let mut q = Qemu {
                 pre: v.out.join("pre.img"),
                 log: v.out.join("writes.log"),
                 disk,
                 a: v,
-                child: None,
             };
             run(r, &mut q)
         }
@@ -590,6 +609,7 @@ fn main() {
                 window: parse_window(&b.window),
                 expect_caught: b.expect_caught,
                 out: b.out.clone(),
+                boot_timeout: Duration::from_secs(b.boot_timeout),
             };
             let mut d = Board {
                 relay,
