@@ -193,6 +193,14 @@ impl Qemu {
     }
 }
 
+/// The guest kernel's command line. `no_timer_check`: under a loaded host the TCG guest hung at
+/// boot after "MP-BIOS bug: 8254 timer not connected to IO-APIC".
+fn cmdline(fs: &str, agent_args: &str) -> String {
+    format!(
+        "console=ttyS0 panic=-1 quiet no_timer_check crashlab.fs={fs} crashlab.mode=agent crashlab.args={agent_args}"
+    )
+}
+
 fn cp_sparse(from: &Path, to: &Path) {
     let ok = Command::new("cp")
         .arg("--sparse=always")
@@ -248,10 +256,7 @@ impl Device for Qemu {
             .arg("-initrd")
             .arg(&self.a.initrd)
             .arg("-append")
-            .arg(format!(
-                "console=ttyS0 panic=-1 quiet no_timer_check crashlab.fs={} crashlab.mode=agent crashlab.args={args}",
-                self.a.fs
-            ))
+            .arg(cmdline(&self.a.fs, &args))
             .arg("-drive")
             .arg(format!(
                 "if=none,id=d0,driver=blklogwrites,file.driver=file,file.filename={},log.driver=file,log.filename={}",
@@ -376,6 +381,31 @@ fn next(s: &mut dyn Stream, buf: &mut LineBuf, wait: Option<Duration>) -> Got {
     }
 }
 
+/// What a read that timed out means for the cut.
+#[derive(Debug, PartialEq, Eq)]
+enum OnTimeout {
+    /// A cut by time: its moment came.
+    Cut,
+    /// An after-ack cut whose moment came: wait for the next ack.
+    Wait,
+    /// An after-ack cut that waited its whole limit past the moment.
+    GiveUp,
+}
+
+/// `past_moment`: the read was the limited wait after the moment (not the wait up to it).
+fn on_timeout(after_ack: bool, past_moment: bool) -> OnTimeout {
+    match (after_ack, past_moment) {
+        (false, _) => OnTimeout::Cut,
+        (true, false) => OnTimeout::Wait,
+        (true, true) => OnTimeout::GiveUp,
+    }
+}
+
+/// Whether this confirmed record triggers an after-ack cut (before the device hears `ok`).
+fn cut_on_record(after_ack: bool, what: &str, past_moment: bool) -> bool {
+    after_ack && past_moment && what == "ack"
+}
+
 fn parse_window(w: &str) -> (u64, u64) {
     let (a, b) = w.split_once('-').unwrap_or((w, w));
     match (a.parse(), b.parse()) {
@@ -465,12 +495,14 @@ fn run(r: Run, dev: &mut dyn Device) -> i32 {
                     Some(left)
                 };
                 match next(&mut *s, &mut buf, wait) {
-                    Got::Timeout if !after_ack => {
-                        row.cut_kind = "time".into();
-                        break;
-                    }
-                    Got::Timeout if left.is_zero() => die(format!("boot {boot}: no ack in 60 s")),
-                    Got::Timeout => {} // the moment came: now wait for the next ack
+                    Got::Timeout => match on_timeout(after_ack, left.is_zero()) {
+                        OnTimeout::Cut => {
+                            row.cut_kind = "time".into();
+                            break;
+                        }
+                        OnTimeout::Wait => {}
+                        OnTimeout::GiveUp => die(format!("boot {boot}: no ack in 60 s")),
+                    },
                     Got::Eof => die(format!(
                         "boot {boot}: the device hung up before the cut (see its console log)"
                     )),
@@ -481,7 +513,7 @@ fn run(r: Run, dev: &mut dyn Device) -> i32 {
                         };
                         rec.append(&l);
                         row.confirmed += 1;
-                        if after_ack && op.what == "ack" && t0.elapsed() >= cut_at {
+                        if cut_on_record(after_ack, &op.what, t0.elapsed() >= cut_at) {
                             row.cut_kind = "ack".into();
                             break; // cut before the device hears its ok
                         }
@@ -622,4 +654,49 @@ fn main() {
         }
     };
     exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_after_ack_cut_waits_for_an_ack_past_its_moment() {
+        // The bug: the read up to the moment timed out and the cut fell by time, so the
+        // broken build went 4 cuts uncaught.
+        assert_eq!(on_timeout(true, false), OnTimeout::Wait);
+        assert_eq!(on_timeout(true, true), OnTimeout::GiveUp);
+        assert_eq!(on_timeout(false, false), OnTimeout::Cut);
+        assert!(!cut_on_record(true, "ack", false), "not before the moment");
+        assert!(!cut_on_record(true, "enq", true), "only an ack");
+        assert!(cut_on_record(true, "ack", true));
+        assert!(
+            !cut_on_record(false, "ack", true),
+            "a cut by time ignores acks"
+        );
+    }
+
+    #[test]
+    fn the_guest_skips_the_timer_check_and_runs_the_agent() {
+        let c = cmdline("f2fs", "--queue,/mnt/q");
+        assert!(c.split(' ').any(|w| w == "no_timer_check"), "{c}");
+        assert!(c.contains("crashlab.fs=f2fs crashlab.mode=agent crashlab.args=--queue,/mnt/q"));
+    }
+
+    #[test]
+    fn kill_guest_kills_and_reaps_the_running_guest() {
+        // The bug: die() called exit(), which runs no destructor, and QEMU kept running.
+        let c = Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = c.id();
+        *GUEST.lock().unwrap() = Some(c);
+        kill_guest();
+        assert!(GUEST.lock().unwrap().is_none());
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "reaped");
+    }
+
+    #[test]
+    fn windows() {
+        assert_eq!(parse_window("1000-3000"), (1000, 3000));
+        assert_eq!(parse_window("500"), (500, 500));
+    }
 }
