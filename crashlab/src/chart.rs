@@ -89,7 +89,7 @@ pub fn svg(title: &str, rows: &[Row]) -> String {
         s,
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">
 <rect width="{w}" height="{h}" fill="white"/>
-<text x="{l}" y="20" font-size="13">{title}</text>
+<text x="{cx}" y="16" font-size="13" text-anchor="middle">{title}</text>
 <line x1="{l}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="black"/>
 <line x1="{l}" y1="{t}" x2="{l}" y2="{y0}" stroke="black"/>
 <line x1="{x1}" y1="{t}" x2="{x1}" y2="{y0}" stroke="black"/>
