@@ -15,7 +15,7 @@ use crate::marks::Mark;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use steadq::sys::{Call, Fault, FaultAction, FaultPlan};
-use steadq::{JobId, Kind, Options, Queue, Reason, State};
+use steadq::{JobId, JobName, Kind, Options, Queue, Reason, State};
 
 /// What the marks say happened.
 #[derive(Debug, Default)]
@@ -26,6 +26,8 @@ pub struct Expect {
     pub acked: HashSet<JobId>,
     /// Highest attempt of a claim that returned done, per job.
     pub claimed: HashMap<JobId, u32>,
+    /// Payload digests of done enqueues, where the records carry them (the power-cut rig).
+    pub digests: HashMap<JobId, String>,
 }
 
 impl Expect {
@@ -130,75 +132,339 @@ pub fn verify(
         ));
     }
     let fsck = q.fsck(false).map_err(|e| format!("fsck: {e}"))?;
-    for p in &fsck.problems {
-        if !p.path.starts_with("quarantine/") {
-            v.violations.push(format!("fsck: {p}"));
+    let snap = Snapshot::of_queue(&q).map_err(|e| format!("snapshot: {e}"))?;
+    v.jobs = snap.jobs.len();
+    v.violations.extend(
+        fsck.problems
+            .iter()
+            .filter(|p| !p.path.starts_with("quarantine/"))
+            .map(|p| format!("fsck: {p}")),
+    );
+    v.violations.extend(check(&snap, expect));
+    Ok(v)
+}
+
+/// One job file found after recovery: where, its parsed name and its payload's digest
+/// (`None`: the file does not verify).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// Path relative to the queue root.
+    pub rel: String,
+    /// The parsed name.
+    pub name: JobName,
+    /// SHA-256 of the payload, lower-case hex; `None` if the file does not verify.
+    pub digest: Option<String>,
+}
+
+/// A queue's state after recovery, from a local directory ([`Snapshot::of_queue`]) or from a
+/// device's report (the power-cut rig). [`check`] runs the invariants on it.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Every job file.
+    pub jobs: Vec<Found>,
+    /// Ids the evidence log names (receipts compacted away).
+    pub compacted: HashSet<JobId>,
+}
+
+/// SHA-256 of `payload`, lower-case hex: the digest records and reports carry.
+pub fn digest(payload: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(payload)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The state a name puts a job in.
+pub fn state_of(name: &JobName) -> State {
+    match name.kind {
+        Kind::Ready => State::Ready,
+        Kind::Leased(_) => State::Leased,
+        Kind::Delayed { .. } => State::Delayed,
+        Kind::Dead { .. } => State::Dead,
+        Kind::Receipt { .. } => State::Acked,
+    }
+}
+
+impl Snapshot {
+    /// Every job of `q` with its digest, and the ids in its evidence log.
+    pub fn of_queue(q: &Queue) -> Result<Snapshot, String> {
+        let mut s = Snapshot::default();
+        for l in q.list(None).map_err(|e| format!("list: {e}"))? {
+            s.jobs.push(Found {
+                rel: l.rel_path(q.id()),
+                name: l.name,
+                digest: q.read_job(&l).ok().map(|(_, p)| digest(&p)),
+            });
+        }
+        s.compacted = compacted(q.root());
+        Ok(s)
+    }
+}
+
+/// The crash invariants on a recovered queue's snapshot; one line per violation.
+///
+/// 1. every enqueue that returned done is there once (or acked and compacted), verifies, is
+///    not dead as corrupt, and has the payload it was enqueued with (when the digest is known);
+/// 2. every ack that returned done is a receipt, and the job is nowhere else;
+/// 3. no job is in two places, and no lease survives recovery;
+/// 4. attempts never go down.
+pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut by_id: HashMap<JobId, Vec<&Found>> = HashMap::new();
+    for f in &snap.jobs {
+        by_id.entry(f.name.id).or_default().push(f);
+    }
+    let mut ids: Vec<&JobId> = by_id.keys().collect();
+    ids.sort_by_key(|id| id.to_string());
+    for id in ids {
+        let fs = &by_id[id];
+        if fs.len() > 1 {
+            let places: Vec<&str> = fs.iter().map(|f| f.rel.as_str()).collect();
+            out.push(format!("job {id} in {} places: {places:?}", fs.len()));
+        }
+        if fs.iter().any(|f| state_of(&f.name) == State::Leased) {
+            out.push(format!("job {id} still leased after recovery"));
         }
     }
-    let all = q.list(None).map_err(|e| format!("list: {e}"))?;
-    v.jobs = all.len();
-    let mut by_id: HashMap<JobId, Vec<&steadq::Listed>> = HashMap::new();
-    for l in &all {
-        by_id.entry(l.name.id).or_default().push(l);
-    }
-    for (id, ls) in &by_id {
-        if ls.len() > 1 {
-            let states: Vec<String> = ls.iter().map(|l| l.rel_path(q.id())).collect();
-            v.violations
-                .push(format!("job {id} in {} places: {states:?}", ls.len()));
-        }
-        if ls.iter().any(|l| l.state == State::Leased) {
-            v.violations
-                .push(format!("job {id} still leased after recovery"));
-        }
-    }
-    for id in &expect.enqueued {
+    for id in sorted(&expect.enqueued) {
         match by_id.get(id).map(|v| v.as_slice()) {
             None | Some([]) => {
-                if !expect.acked.contains(id) || !was_compacted(dir, id) {
-                    v.violations.push(format!(
+                if !expect.acked.contains(id) || !snap.compacted.contains(id) {
+                    out.push(format!(
                         "enqueue of {id} returned done, but the job is gone"
                     ));
                 }
             }
-            Some([l, ..]) => {
-                if matches!(l.name.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) {
-                    v.violations.push(format!(
+            Some([f, ..]) => {
+                if matches!(f.name.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) {
+                    out.push(format!(
                         "enqueue of {id} returned done, but its file is corrupt ({})",
-                        l.rel_path(q.id())
+                        f.rel
                     ));
-                } else if let Err(e) = q.read_job(l) {
-                    v.violations.push(format!("job {id}: {e}"));
+                } else if f.digest.is_none() {
+                    out.push(format!("job {id}: {} does not verify", f.rel));
+                } else if let Some(want) = expect.digests.get(id) {
+                    if f.digest.as_ref() != Some(want) {
+                        out.push(format!(
+                            "job {id}: payload digest differs from the enqueued one"
+                        ));
+                    }
                 }
             }
         }
     }
-    for id in &expect.acked {
+    for id in sorted(&expect.acked) {
         match by_id.get(id).map(|v| v.as_slice()) {
-            Some([l]) if l.state == State::Acked => {}
-            other => v.violations.push(format!(
+            Some([f]) if state_of(&f.name) == State::Acked => {}
+            None if snap.compacted.contains(id) => {}
+            other => out.push(format!(
                 "ack of {id} returned done, but the job is {:?}",
-                other.map(|ls| ls.iter().map(|l| l.state).collect::<Vec<_>>())
+                other.map(|fs| fs.iter().map(|f| state_of(&f.name)).collect::<Vec<_>>())
             )),
         }
     }
-    for (id, &a) in &expect.claimed {
-        if let Some([l, ..]) = by_id.get(id).map(|v| v.as_slice()) {
+    let mut claimed: Vec<(&JobId, &u32)> = expect.claimed.iter().collect();
+    claimed.sort_by_key(|(id, _)| id.to_string());
+    for (id, &a) in claimed {
+        if let Some([f, ..]) = by_id.get(id).map(|v| v.as_slice()) {
             // Requeue (dead -> ready) is the only op that lowers attempts; workloads do not use it.
-            if l.name.attempt < a {
-                v.violations.push(format!(
+            if f.name.attempt < a {
+                out.push(format!(
                     "job {id}: attempt went down from {a} to {}",
-                    l.name.attempt
+                    f.name.attempt
                 ));
             }
         }
     }
-    Ok(v)
+    out
 }
 
-fn was_compacted(dir: &Path, id: &JobId) -> bool {
-    std::fs::read_to_string(dir.join(steadq::EVIDENCE_FILE)).is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.split(' ').nth(1) == Some(&id.to_string()))
-    })
+fn sorted(ids: &HashSet<JobId>) -> Vec<&JobId> {
+    let mut v: Vec<&JobId> = ids.iter().collect();
+    v.sort_by_key(|id| id.to_string());
+    v
+}
+
+fn compacted(dir: &Path) -> HashSet<JobId> {
+    std::fs::read_to_string(dir.join(steadq::EVIDENCE_FILE))
+        .map(|s| {
+            s.lines()
+                .filter_map(|l| l.split(' ').nth(1).and_then(JobId::parse))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Each invariant on a hand-made queue tree: one tree that keeps it, one that breaks it.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    struct Tree(PathBuf, Queue);
+
+    impl Tree {
+        fn new(name: &str) -> Tree {
+            let p =
+                std::env::temp_dir().join(format!("crashlab-inv-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            let q = Queue::create(&p, Options::default()).unwrap();
+            Tree(p, q)
+        }
+        fn path_of(&self, id: JobId) -> PathBuf {
+            let l = self.1.find(id).unwrap();
+            self.0.join(l.rel_path(self.1.id()))
+        }
+        fn verify(&self, e: &Expect) -> Vec<String> {
+            verify(&self.0, e, None).unwrap().violations
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn enq(t: &Tree, e: &mut Expect, payload: &[u8]) -> JobId {
+        let id = t.1.enqueue(payload).unwrap();
+        e.enqueued.insert(id);
+        e.digests.insert(id, digest(payload));
+        id
+    }
+
+    fn has(v: &[String], text: &str) -> bool {
+        v.iter().any(|x| x.contains(text))
+    }
+
+    #[test]
+    fn every_done_enqueue_is_there_and_verifies() {
+        let t = Tree::new("enq");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"first");
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+        // Broken: the file is gone.
+        std::fs::remove_file(t.path_of(a)).unwrap();
+        let v = t.verify(&e);
+        assert!(has(&v, "returned done, but the job is gone"), "{v:?}");
+        // Broken: a file whose payload changed (same length, so only the checksum tells).
+        let t = Tree::new("enq2");
+        let mut e = Expect::default();
+        let b = enq(&t, &mut e, b"second");
+        let p = t.path_of(b);
+        let mut bytes = std::fs::read(&p).unwrap();
+        *bytes.last_mut().unwrap() ^= 0xff;
+        std::fs::write(&p, bytes).unwrap();
+        assert!(!t.verify(&e).is_empty());
+    }
+
+    #[test]
+    fn a_reported_payload_must_match_the_enqueued_digest() {
+        let t = Tree::new("digest");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"payload");
+        assert!(t.verify(&e).is_empty());
+        e.digests.insert(a, digest(b"another payload"));
+        let v = t.verify(&e);
+        assert!(has(&v, "payload digest differs"), "{v:?}");
+    }
+
+    #[test]
+    fn every_done_ack_is_a_receipt() {
+        let t = Tree::new("ack");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"acked");
+        let b = enq(&t, &mut e, b"not acked");
+        let l = t.1.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        // Either may be claimed first (oldest-first holds only within a shard).
+        let (a, b) = if l.id() == a { (a, b) } else { (b, a) };
+        assert_eq!(l.id(), a);
+        l.ack().unwrap();
+        e.acked.insert(a);
+        assert!(t.verify(&e).is_empty());
+        // Broken: an ack said done for a job that is still ready (its rename was lost).
+        e.acked.insert(b);
+        let v = t.verify(&e);
+        assert!(
+            has(
+                &v,
+                &format!("ack of {b} returned done, but the job is Some([Ready])")
+            ),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn no_job_is_in_two_places() {
+        let t = Tree::new("two");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"once");
+        let ready = t.path_of(a);
+        let l = t.1.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        l.ack().unwrap();
+        e.acked.insert(a);
+        assert!(t.verify(&e).is_empty());
+        // Broken: the receipt and the ready file both exist (a copy, as a torn move would leave).
+        let receipt = t.path_of(a);
+        let snap = Snapshot::of_queue(&t.1).unwrap();
+        std::fs::copy(&receipt, &ready).unwrap();
+        // A local queue lists the job once; fsck sees the second entry.
+        let v = t.verify(&e);
+        assert!(has(&v, "the same job id is also at"), "{v:?}");
+        // A device's report lists every entry: the snapshot holds both.
+        let mut two = snap.clone();
+        two.jobs.push(Found {
+            rel: "ready/00/copy".into(),
+            ..snap.jobs[0].clone()
+        });
+        assert!(check(&snap, &e).is_empty());
+        let v = check(&two, &e);
+        assert!(has(&v, &format!("job {a} in 2 places")), "{v:?}");
+    }
+
+    #[test]
+    fn attempts_never_go_down() {
+        let t = Tree::new("attempt");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"retried");
+        let l = t.1.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        e.claimed.insert(a, l.attempt());
+        l.nack(Duration::ZERO).unwrap();
+        assert_eq!(e.claimed[&a], 1);
+        assert!(t.verify(&e).is_empty());
+        // Broken: a claim with attempt 2 returned done, but the job says 1.
+        e.claimed.insert(a, 2);
+        let v = t.verify(&e);
+        assert!(has(&v, "attempt went down from 2 to 1"), "{v:?}");
+    }
+
+    #[test]
+    fn fsck_must_be_clean() {
+        let t = Tree::new("fsck");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"job");
+        assert!(t.verify(&e).is_empty());
+        // Broken: a stray file in a shard directory.
+        let shard = t.path_of(a).parent().unwrap().to_path_buf();
+        std::fs::write(shard.join("stray"), b"x").unwrap();
+        let v = t.verify(&e);
+        assert!(v.iter().any(|x| x.starts_with("fsck: ")), "{v:?}");
+    }
+
+    #[test]
+    fn a_snapshot_with_a_lease_after_recovery_is_a_violation() {
+        let t = Tree::new("lease");
+        let mut e = Expect::default();
+        enq(&t, &mut e, b"leased");
+        let _l = t.1.claim_for(Duration::from_secs(600)).unwrap().unwrap();
+        let s = Snapshot::of_queue(&t.1).unwrap();
+        assert_eq!(s.jobs.len(), 1);
+        let v = check(&s, &e);
+        assert!(has(&v, "still leased after recovery"), "{v:?}");
+        // The same tree after recovery (verify expires every lease first) keeps it.
+        drop(_l);
+        assert!(t.verify(&e).is_empty());
+    }
 }

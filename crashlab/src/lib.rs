@@ -6,10 +6,19 @@
 //! - [`invariants`]: the crash invariants, shared by the soak and the rig's verifier;
 //! - [`args`]: the binaries' command lines (argh, usage errors exit 2).
 //!
+//! - power-cut rig: [`record`] (the agent's wire records), [`diskmodel`] (the virtual board's
+//!   disk at a cut), [`relay`] (GPIO relay via `gpioset`), [`chart`] (CSV, summary, SVG);
+//! - [`invariants`]: the crash invariants, shared by the soak and both rigs; [`rng`].
+//!
 //! Binaries: `replay` (host), `steadq-workload` (guest), `steadq-verify` (host, per state),
-//! `soak` (the kill soak).
+//! `soak` (the kill soak), `powercut-agent` (device), `powercut` (controller).
 pub mod apply;
 pub mod args;
+pub mod chart;
+pub mod diskmodel;
 pub mod invariants;
 pub mod logwrites;
 pub mod marks;
+pub mod record;
+pub mod relay;
+pub mod rng;

@@ -126,6 +126,7 @@ pub struct LogReader<R: Read> {
     sup: Super,
     next: u64,
     sector_buf: Vec<u8>,
+    to_eof: bool,
 }
 
 impl<R: Read> LogReader<R> {
@@ -160,6 +161,7 @@ impl<R: Read> LogReader<R> {
             },
             next: 0,
             sector_buf: vec![0u8; sectorsize as usize],
+            to_eof: false,
         })
     }
 
@@ -171,15 +173,36 @@ impl<R: Read> LogReader<R> {
         self.sup.sectorsize as u64
     }
 
+    /// Read past the super block's entry count, up to the end of the log: a log whose writer
+    /// was killed (QEMU at a power cut) holds entries its super block does not count yet. The
+    /// first entry that is truncated or all zeros ends the log.
+    pub fn to_eof(mut self) -> Self {
+        self.to_eof = true;
+        self
+    }
+
     pub fn next_entry(&mut self) -> io::Result<Option<Entry>> {
+        if self.to_eof {
+            return match self.next_entry_counted() {
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(None),
+                r => r,
+            };
+        }
         if self.next >= self.sup.nr_entries {
             return Ok(None);
         }
+        self.next_entry_counted()
+    }
+
+    fn next_entry_counted(&mut self) -> io::Result<Option<Entry>> {
         let index = self.next;
         let ss = self.sup.sectorsize as usize;
         self.r
             .read_exact(&mut self.sector_buf)
             .map_err(|e| bad(format!("log truncated at entry {index} header: {e}")))?;
+        if self.to_eof && self.sector_buf.iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
         let h = &self.sector_buf;
         let sector = le64(h, 0);
         let nr_sectors = le64(h, 8);
@@ -300,6 +323,29 @@ mod tests {
         let sup = r.super_block();
         let entries = r.by_ref().collect::<io::Result<Vec<_>>>()?;
         Ok((sup, entries))
+    }
+
+    #[test]
+    fn to_eof_reads_entries_the_super_block_does_not_count_and_stops_at_a_torn_one() {
+        let mut lb = LogBuilder::new(512);
+        lb.write(8, &[1; 512], 0).flush().write(9, &[2; 1024], 0);
+        // The writer was killed after the flush updated the count to 2 entries, and in the
+        // middle of a fourth entry's data.
+        let mut log = lb.build(Some(2));
+        log.extend_from_within(512..1024);
+        log.truncate(log.len() - 100);
+        assert_eq!(all(&log).unwrap().1.len(), 2);
+        let e: Vec<Entry> = LogReader::new(&log[..])
+            .unwrap()
+            .to_eof()
+            .collect::<io::Result<_>>()
+            .unwrap();
+        assert_eq!(e.len(), 3);
+        assert_eq!((e[2].sector, e[2].data.len()), (9, 1024));
+        // A zeroed tail (a preallocated file) ends the log too.
+        let mut z = lb.build(Some(0));
+        z.extend_from_slice(&[0u8; 2048]);
+        assert_eq!(LogReader::new(&z[..]).unwrap().to_eof().count(), 3);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use argh::FromArgs;
 use crashlab::args;
 use crashlab::invariants::{verify, Expect};
 use crashlab::marks::Mark;
+use crashlab::rng::Rng;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{exit, Child, Command};
@@ -73,22 +74,6 @@ fn role(s: &str) -> Result<Role, String> {
         "producer" => Ok(Role::Producer),
         "worker" => Ok(Role::Worker),
         other => Err(format!("producer or worker, not {other:?}")),
-    }
-}
-
-/// SplitMix64: small, seedable, good enough to pick stop points and actions.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
 

@@ -1,0 +1,148 @@
+#!/bin/bash
+# crashlab power-cut rig. See crashlab/README.md ("Power cuts").
+#
+#   powercut.sh virtual --fs ext4|f2fs --cycles N [--seed S] [--break ack-barriers]
+#                       [--window LO-HI] [--transport tcp|serial]
+#   powercut.sh real --board boards/pi-4.toml --cycles N [--seed S] [powercut real options]
+#
+# virtual: a fresh Debian 12 host, as root. Installs its apt packages, builds the static agent
+# and steadq (and, with --break ack-barriers, the agent with acks that skip their barriers),
+# fetches Debian's kernel once (crashlab/guest/kernel.sh, shared with rig.sh), builds the
+# initramfs (crashlab/guest/init, shared with rig.sh), makes the disk image, then runs the
+# controller: boot, report, verify, work, cut, N times, and a last boot to verify the last cut.
+# Last line: `powercut fs=FS cycles=N confirmed=M violations=V`; exit 0 only when V is 0
+# (with --break: only when the broken build was caught).
+# Knobs (environment): CRASHLAB_CACHE=/var/cache/crashlab (kernel, initramfs),
+#   CRASHLAB_POWERCUT_WORK=/dev/shm/crashlab-powercut (disk images, records, CSV, chart),
+#   CRASHLAB_SKIP_APT=1.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HERE=$REPO/crashlab
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+CACHE=${CRASHLAB_CACHE:-/var/cache/crashlab}
+MUSL=x86_64-unknown-linux-musl
+log() { echo "powercut: $*" >&2; }
+die() { echo "powercut: ERROR: $*" >&2; exit 2; }
+usage() { sed -n 4,6p "$0" | sed 's/^# //' >&2; exit 2; }
+
+MODE=${1:-}; shift || true
+case $MODE in
+  virtual) ;;
+  real)
+    (cd "$REPO" && cargo build -q --release -p crashlab --bin powercut)
+    # Power back on however this ends: the controller restores the relay on exit and error; on
+    # Ctrl-C or a kill, this trap drives the line to "power on" (wire the relay's NC contact so
+    # that a released line leaves the device powered, too).
+    BOARD=; CUT_LEVEL=1; a=("$@")
+    for i in "${!a[@]}"; do
+      [ "${a[$i]}" = --board ] && BOARD=${a[$((i+1))]}
+      [ "${a[$i]}" = --cut-level ] && CUT_LEVEL=${a[$((i+1))]}
+    done
+    [ -n "$BOARD" ] || die "real needs --board boards/<board>.toml"
+    CHIP=$(sed -n 's/^gpio_chip *= *"\(.*\)"/\1/p' "$BOARD"); LINE=$(sed -n 's/^gpio_line *= *//p' "$BOARD")
+    restore() {
+      local on=$((1 - CUT_LEVEL))
+      if gpioset --version | grep -q ' v2'; then timeout 1 gpioset --chip "$CHIP" "$LINE=$on" || true
+      else gpioset "$CHIP" "$LINE=$on" || true; fi
+    }
+    trap restore EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    rc=0; "$TARGET_DIR/release/powercut" real "$@" || rc=$?
+    exit $rc ;;
+  *) usage ;;
+esac
+
+FS=; CYCLES=; SEED=$(date +%s); BREAK=; WINDOW=1000-3000; TRANSPORT=tcp
+while [ $# -gt 0 ]; do
+  case $1 in
+    --fs) FS=$2; shift 2 ;;
+    --cycles) CYCLES=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    --break) BREAK=$2; shift 2 ;;
+    --window) WINDOW=$2; shift 2 ;;
+    --transport) TRANSPORT=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
+case $FS in ext4|f2fs) ;; *) die "--fs must be ext4 or f2fs" ;; esac
+[ -n "$CYCLES" ] || usage
+case $BREAK in ""|ack-barriers) ;; *) die "--break takes ack-barriers" ;; esac
+[ "$(id -u)" = 0 ] || die "must run as root (mkfs on images, apt)"
+WORK=${CRASHLAB_POWERCUT_WORK:-/dev/shm/crashlab-powercut}
+T0=$(date +%s)
+
+# ---- packages ----------------------------------------------------------------------------------
+PKGS="qemu-system-x86 busybox-static cpio kmod e2fsprogs"
+[ "$FS" = f2fs ] && PKGS="$PKGS f2fs-tools"
+mkdir -p "$CACHE"
+# apt and the kernel cache are shared by runs started side by side (CI runs ext4 and f2fs at once)
+exec 9>"$CACHE/.lock"
+flock 9
+missing=
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  [ -z "${CRASHLAB_SKIP_APT:-}" ] || die "missing packages:$missing"
+  log "installing$missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# ---- static agent and steadq for the guest, controller for the host ---------------------------
+rustup target list --installed 2>/dev/null | grep -qx $MUSL || rustup target add $MUSL
+FEAT=; AGENT=powercut-agent
+if [ -n "$BREAK" ]; then FEAT="--features break-ack-barriers"; AGENT=powercut-agent-broken; fi
+cd "$REPO"
+# shellcheck disable=SC2086
+cargo build -q --release -p crashlab --target $MUSL --bin powercut-agent $FEAT
+mkdir -p "$CACHE/bin"
+cp "$TARGET_DIR/$MUSL/release/powercut-agent" "$CACHE/bin/$AGENT"
+cargo build -q --release -p steadq --target $MUSL --bin steadq
+cargo build -q --release -p crashlab --bin powercut
+
+# ---- kernel (shared with rig.sh) and initramfs ------------------------------------------------
+# shellcheck source=guest/kernel.sh
+. "$HERE/guest/kernel.sh"
+crashlab_kernel "$CACHE"
+flock -u 9
+KEY=$( (cat "$HERE/guest/init" "$CACHE/bin/$AGENT" "$TARGET_DIR/$MUSL/release/steadq" /bin/busybox; ls -l "$KDIR/mods") | sha256sum | cut -c1-16)
+INITRD=$CACHE/powercut-initrd-$FS-$KEY.gz
+if [ ! -f "$INITRD" ]; then
+  R=$(mktemp -d)
+  mkdir -p "$R/bin" "$R/mods"
+  cp /bin/busybox "$R/bin/busybox"
+  cp "$HERE/guest/init" "$R/init"; chmod 755 "$R/init"
+  cp "$CACHE/bin/$AGENT" "$R/workload"
+  cp "$TARGET_DIR/$MUSL/release/steadq" "$R/steadq"
+  # only this filesystem's modules (and virtio, net): a smaller initramfs boots faster
+  for set in common "$FS" net; do
+    cp "$KDIR/mods/$set.order" "$R/mods/"
+    while read -r m; do cp "$KDIR/mods/$m.ko" "$R/mods/"; done < "$KDIR/mods/$set.order"
+  done
+  (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > "$INITRD.tmp"
+  mv "$INITRD.tmp" "$INITRD"; rm -rf "$R"
+  # keep the two newest per filesystem (normal and broken agent)
+  ls -t "$CACHE"/powercut-initrd-"$FS"-*.gz | tail -n +3 | xargs -r rm -f
+fi
+
+# ---- a fresh disk image ------------------------------------------------------------------------
+RUN=$WORK/$FS${BREAK:+-broken-$BREAK}
+rm -rf "$RUN"; mkdir -p "$RUN"
+truncate -s 256M "$RUN/fresh.img"
+case $FS in
+  ext4) mkfs.ext4 -q -F "$RUN/fresh.img" ;;
+  f2fs) mkfs.f2fs -q -f "$RUN/fresh.img" >/dev/null ;;
+esac
+log "fs=$FS cycles=$CYCLES seed=$SEED window=${WINDOW}ms transport=$TRANSPORT${BREAK:+ BROKEN BUILD: $BREAK}; kernel $KPKG; setup $(( $(date +%s) - T0 ))s; output in $RUN"
+
+EXTRA=()
+[ -n "$BREAK" ] && EXTRA=(--expect-caught)
+rc=0
+"$TARGET_DIR/release/powercut" virtual --fs "$FS" --cycles "$CYCLES" --seed "$SEED" \
+  --window "$WINDOW" --transport "$TRANSPORT" --out "$RUN" --kernel "$KDIR/vmlinuz" \
+  --initrd "$INITRD" --image "$RUN/fresh.img" "${EXTRA[@]}" || rc=$?
+rm -f "$RUN/fresh.img" "$RUN/pre.img"
+exit $rc

@@ -1,0 +1,702 @@
+//! The power-cut rig's controller: powers the device, observes its records, verifies every
+//! boot, cuts the power at a seeded moment, repeats. `powercut virtual ...` drives a QEMU guest
+//! (crashlab/powercut.sh sets it up); `powercut real ...` drives a relay on a GPIO line.
+//!
+//! Per boot: the device's report is checked against every operation confirmed so far with the
+//! crash invariants (`crashlab::invariants::check`) and fsck's problems; one line is printed.
+//! Then the cut: at a seeded moment in the window after the workload started, or (half the
+//! cuts, and every cut with `--expect-caught`) right after the first ack confirmed past that
+//! moment, before the device gets its `ok`. Outputs in `--out`: records.log (the observer's
+//! durable records), cycles.csv, chart.svg, summary.txt.
+
+use argh::FromArgs;
+use crashlab::chart::{self, Row};
+use crashlab::diskmodel;
+use crashlab::invariants::check;
+use crashlab::record::{expect_from, LineBuf, Op, Report};
+use crashlab::relay::{board_gpio, Relay};
+use crashlab::rng::Rng;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{exit, Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(FromArgs)]
+/// SteadQ power-cut rig controller.
+struct Args {
+    #[argh(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum Cmd {
+    Virtual(Virtual),
+    Real(Real),
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand, name = "virtual")]
+/// QEMU guest as the device: kill -9 at the cut, the disk keeps what a volatile cache would.
+struct Virtual {
+    /// filesystem of the disk image (label only; the image is made by powercut.sh)
+    #[argh(option)]
+    fs: String,
+    /// power cuts (boots = cuts + 1)
+    #[argh(option)]
+    cycles: u32,
+    /// seed for cut moments, cut kinds and kept writes
+    #[argh(option, default = "1")]
+    seed: u64,
+    /// cut window after the workload starts, ms (default 1000-3000)
+    #[argh(option, default = "String::from(\"1000-3000\")")]
+    window: String,
+    /// the run is a negative control: succeed only if a violation is found
+    #[argh(switch)]
+    expect_caught: bool,
+    /// output directory (records, CSV, chart, summary, console logs, disk image)
+    #[argh(option)]
+    out: PathBuf,
+    /// guest kernel
+    #[argh(option)]
+    kernel: PathBuf,
+    /// guest initramfs (init, modules, agent, steadq)
+    #[argh(option)]
+    initrd: PathBuf,
+    /// fresh disk image (copied to OUT/disk.img)
+    #[argh(option)]
+    image: PathBuf,
+    /// percent of the writes after the last flush the disk keeps, each chosen at random
+    #[argh(option, default = "50")]
+    keep_percent: u64,
+    /// transport: tcp (virtio-net, user-mode networking to 127.0.0.1) or serial (ttyS1)
+    #[argh(option, default = "String::from(\"tcp\")")]
+    transport: String,
+    /// seconds a boot may take to report
+    #[argh(option, default = "240")]
+    boot_timeout: u64,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand, name = "real")]
+/// A real board behind a relay on a GPIO line of this controller.
+struct Real {
+    /// board file (boards/*.toml): gpio_chip and gpio_line
+    #[argh(option)]
+    board: PathBuf,
+    /// line level that cuts the power (default 1: relay energized opens its NC contact)
+    #[argh(option, default = "1")]
+    cut_level: u8,
+    /// power cuts
+    #[argh(option)]
+    cycles: u32,
+    /// seed
+    #[argh(option, default = "1")]
+    seed: u64,
+    /// cut window after the workload starts, ms (default 2000-20000)
+    #[argh(option, default = "String::from(\"2000-20000\")")]
+    window: String,
+    /// power stays off this long, ms (default 3000: the board's capacitors drain)
+    #[argh(option, default = "3000")]
+    hold_off_ms: u64,
+    /// listen for the agent here (default 0.0.0.0:7010)
+    #[argh(option, default = "String::from(\"0.0.0.0:7010\")")]
+    listen: String,
+    /// serial line to the agent instead of TCP (e.g. /dev/ttyUSB0, set raw beforehand)
+    #[argh(option)]
+    serial: Option<PathBuf>,
+    /// output directory
+    #[argh(option)]
+    out: PathBuf,
+    /// seconds a boot may take to report
+    #[argh(option, default = "300")]
+    boot_timeout: u64,
+    /// the run is a negative control
+    #[argh(switch)]
+    expect_caught: bool,
+}
+
+/// The running guest, killed by [`die`] too (`exit` runs no destructors).
+static GUEST: Mutex<Option<Child>> = Mutex::new(None);
+
+fn kill_guest() {
+    let mut g = GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(mut c) = g.take() {
+        let _ = c.kill(); // SIGKILL: the power cut
+        let _ = c.wait();
+    }
+}
+
+fn die(e: impl std::fmt::Display) -> ! {
+    eprintln!("powercut: ERROR: {e}");
+    kill_guest();
+    exit(2)
+}
+
+/// A byte stream from the agent with read timeouts.
+trait Stream: Read + Write + Send {
+    fn timeout(&mut self, d: Option<Duration>);
+}
+impl Stream for TcpStream {
+    fn timeout(&mut self, d: Option<Duration>) {
+        let _ = self.set_read_timeout(d);
+    }
+}
+impl Stream for File {
+    fn timeout(&mut self, _: Option<Duration>) {}
+}
+
+/// The device: how to power it, reach it, and cut it.
+trait Device {
+    /// Power on (or boot) and return the agent's stream.
+    fn start(&mut self, boot: u32) -> Box<dyn Stream>;
+    /// Cut the power now; returns (writes after the last flush, writes kept) where known.
+    fn cut(&mut self, rng: &mut Rng) -> diskmodel::Cut;
+    /// Power off without a cut (after the last boot's report).
+    fn stop(&mut self);
+}
+
+/// Accept one connection before `deadline`, watching `alive` (false: the device died).
+fn accept(l: &TcpListener, deadline: Instant, mut alive: impl FnMut() -> bool) -> TcpStream {
+    l.set_nonblocking(true).unwrap_or_else(|e| die(e));
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).unwrap_or_else(|e| die(e));
+                let _ = s.set_nodelay(true);
+                return s;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() > deadline || !alive() {
+                    die("the device did not connect in time (see its console log)");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => die(e),
+        }
+    }
+}
+
+struct Qemu {
+    a: Virtual,
+    disk: PathBuf,
+    pre: PathBuf,
+    log: PathBuf,
+}
+
+impl Qemu {
+    fn console(&self, boot: u32) -> PathBuf {
+        self.a.out.join(format!("console-{boot:04}.log"))
+    }
+}
+
+/// The guest kernel's command line. `no_timer_check`: under a loaded host the TCG guest hung at
+/// boot after "MP-BIOS bug: 8254 timer not connected to IO-APIC".
+fn cmdline(fs: &str, agent_args: &str) -> String {
+    format!(
+        "console=ttyS0 panic=-1 quiet no_timer_check crashlab.fs={fs} crashlab.mode=agent crashlab.args={agent_args}"
+    )
+}
+
+fn cp_sparse(from: &Path, to: &Path) {
+    let ok = Command::new("cp")
+        .arg("--sparse=always")
+        .arg(from)
+        .arg(to)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        die(format!("cp {} {}", from.display(), to.display()));
+    }
+}
+
+impl Device for Qemu {
+    fn start(&mut self, boot: u32) -> Box<dyn Stream> {
+        cp_sparse(&self.disk, &self.pre);
+        File::create(&self.log).unwrap_or_else(|e| die(e));
+        let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| die(e));
+        let port = l.local_addr().unwrap_or_else(|e| die(e)).port();
+        let (connect, net): (&str, Vec<String>) = match self.a.transport.as_str() {
+            "tcp" => (
+                "tcp:10.0.2.100:7000",
+                vec![
+                    "-netdev".into(),
+                    format!(
+                        "user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:7000-tcp:127.0.0.1:{port}"
+                    ),
+                    "-device".into(),
+                    "virtio-net-pci,netdev=n0,romfile=".into(),
+                ],
+            ),
+            "serial" => (
+                "serial:/dev/ttyS1",
+                vec![
+                    "-serial".into(),
+                    "mon:stdio".into(),
+                    "-serial".into(),
+                    format!("tcp:127.0.0.1:{port}"),
+                    "-net".into(),
+                    "none".into(),
+                ],
+            ),
+            t => die(format!("unknown transport {t:?}")),
+        };
+        let args = format!("--queue,/mnt/q,--connect,{connect},--steadq,/steadq");
+        let console = File::create(self.console(boot)).unwrap_or_else(|e| die(e));
+        let child = Command::new("qemu-system-x86_64")
+            // -cpu max: RDRAND seeds the guest's RNG at once (getrandom would otherwise wait for
+            // entropy for seconds under TCG) and SSE4.2 lets crc32c-intel load.
+            .args(["-accel", "tcg", "-cpu", "max", "-m", "512", "-smp", "1", "-nographic"])
+            .arg("-no-reboot")
+            .arg("-kernel")
+            .arg(&self.a.kernel)
+            .arg("-initrd")
+            .arg(&self.a.initrd)
+            .arg("-append")
+            .arg(cmdline(&self.a.fs, &args))
+            .arg("-drive")
+            .arg(format!(
+                "if=none,id=d0,driver=blklogwrites,file.driver=file,file.filename={},log.driver=file,log.filename={}",
+                self.disk.display(),
+                self.log.display()
+            ))
+            .args(["-device", "virtio-blk-pci,drive=d0"])
+            .args(net)
+            .stdin(Stdio::null())
+            .stdout(console.try_clone().unwrap_or_else(|e| die(e)))
+            .stderr(console)
+            .spawn()
+            .unwrap_or_else(|e| die(format!("qemu-system-x86_64: {e}")));
+        *GUEST.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(self.a.boot_timeout);
+        let s = accept(&l, deadline, || {
+            let mut g = GUEST.lock().unwrap_or_else(|p| p.into_inner());
+            g.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        });
+        Box::new(s)
+    }
+
+    fn cut(&mut self, rng: &mut Rng) -> diskmodel::Cut {
+        self.stop();
+        let c = diskmodel::cut(&self.pre, &self.log, rng, self.a.keep_percent)
+            .unwrap_or_else(|e| die(format!("disk model: {e}")));
+        std::fs::rename(&self.pre, &self.disk).unwrap_or_else(|e| die(e));
+        c
+    }
+
+    fn stop(&mut self) {
+        kill_guest();
+    }
+}
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Board {
+    relay: Relay,
+    listen: Option<TcpListener>,
+    serial: Option<PathBuf>,
+    hold_off: Duration,
+    boot_timeout: Duration,
+}
+
+impl Device for Board {
+    fn start(&mut self, _boot: u32) -> Box<dyn Stream> {
+        self.relay.power(true).unwrap_or_else(|e| die(e));
+        if let Some(p) = &self.serial {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .unwrap_or_else(|e| die(e));
+            return Box::new(f);
+        }
+        let l = self.listen.as_ref().expect("tcp or serial");
+        Box::new(accept(l, Instant::now() + self.boot_timeout, || true))
+    }
+
+    fn cut(&mut self, _rng: &mut Rng) -> diskmodel::Cut {
+        self.relay.power(false).unwrap_or_else(|e| die(e));
+        std::thread::sleep(self.hold_off);
+        diskmodel::Cut::default()
+    }
+
+    fn stop(&mut self) {}
+}
+
+/// The observer's records file: appended, fsynced before the device gets its `ok`.
+struct Records {
+    f: File,
+    path: PathBuf,
+}
+
+impl Records {
+    fn append(&mut self, line: &str) {
+        self.f
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| self.f.sync_data())
+            .unwrap_or_else(|e| die(format!("records: {e}")));
+    }
+}
+
+struct Run {
+    fs: String,
+    cycles: u32,
+    seed: u64,
+    window: (u64, u64),
+    expect_caught: bool,
+    out: PathBuf,
+    boot_timeout: Duration,
+}
+
+/// What the next read from the agent gave.
+enum Got {
+    Line(String),
+    Timeout,
+    Eof,
+}
+
+fn next(s: &mut dyn Stream, buf: &mut LineBuf, wait: Option<Duration>) -> Got {
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(l) = buf.next_line() {
+            return Got::Line(l);
+        }
+        s.timeout(wait.map(|w| w.max(Duration::from_millis(1))));
+        match s.read(&mut chunk) {
+            Ok(0) => return Got::Eof,
+            Ok(n) => buf.push(&chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Got::Timeout
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return Got::Eof,
+        }
+    }
+}
+
+/// What a read that timed out means for the cut.
+#[derive(Debug, PartialEq, Eq)]
+enum OnTimeout {
+    /// A cut by time: its moment came.
+    Cut,
+    /// An after-ack cut whose moment came: wait for the next ack.
+    Wait,
+    /// An after-ack cut that waited its whole limit past the moment.
+    GiveUp,
+}
+
+/// `past_moment`: the read was the limited wait after the moment (not the wait up to it).
+fn on_timeout(after_ack: bool, past_moment: bool) -> OnTimeout {
+    match (after_ack, past_moment) {
+        (false, _) => OnTimeout::Cut,
+        (true, false) => OnTimeout::Wait,
+        (true, true) => OnTimeout::GiveUp,
+    }
+}
+
+/// Whether this confirmed record triggers an after-ack cut (before the device hears `ok`).
+fn cut_on_record(after_ack: bool, what: &str, past_moment: bool) -> bool {
+    after_ack && past_moment && what == "ack"
+}
+
+fn parse_window(w: &str) -> (u64, u64) {
+    let (a, b) = w.split_once('-').unwrap_or((w, w));
+    match (a.parse(), b.parse()) {
+        (Ok(a), Ok(b)) if a <= b => (a, b),
+        _ => die(format!("bad window {w:?} (want LO-HI in ms)")),
+    }
+}
+
+fn run(r: Run, dev: &mut dyn Device) -> i32 {
+    let boot_timeout = r.boot_timeout;
+    std::fs::create_dir_all(&r.out).unwrap_or_else(|e| die(e));
+    let path = r.out.join("records.log");
+    let mut rec = Records {
+        f: OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| die(e)),
+        path,
+    };
+    let mut rng = Rng(r.seed);
+    let mut rows: Vec<Row> = Vec::new();
+    let mut confirmed = 0u64;
+    let mut caught_at = None;
+    let t_run = Instant::now();
+    for boot in 0..=r.cycles {
+        let t_boot = Instant::now();
+        let mut s = dev.start(boot);
+        let mut buf = LineBuf::default();
+        let mut report = Report::default();
+        let deadline = t_boot + boot_timeout;
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match next(&mut *s, &mut buf, Some(wait)) {
+                Got::Line(l) => match report.feed(&l) {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) => die(format!("boot {boot}: {e}")),
+                },
+                Got::Timeout => die(format!(
+                    "boot {boot}: no whole report within {} s (see its console log)",
+                    boot_timeout.as_secs()
+                )),
+                Got::Eof => die(format!("boot {boot}: the device hung up during its report")),
+            }
+        }
+        rec.append(&format!("# boot {boot} {}", report.boot.line()));
+        let records = std::fs::read_to_string(&rec.path).unwrap_or_else(|e| die(e));
+        let expect = expect_from(&records).unwrap_or_else(|e| die(e));
+        let mut v = check(&report.snapshot(), &expect);
+        v.extend(
+            report
+                .fsck
+                .iter()
+                .filter(|p| !p.starts_with("quarantine/"))
+                .map(|p| format!("fsck: {p}")),
+        );
+        let mut row = Row {
+            boot,
+            mount_ms: report.boot.mount_ms,
+            recover_ms: report.boot.recover_ms,
+            moved: report.boot.moved,
+            jobs: report.jobs() as u64,
+            violations: v.len() as u64,
+            ..Row::default()
+        };
+        for x in v.iter().take(5) {
+            println!("  VIOLATION boot {boot}: {x}");
+        }
+        if !v.is_empty() && caught_at.is_none() {
+            caught_at = Some(boot);
+        }
+        let stop = boot == r.cycles || (r.expect_caught && caught_at.is_some());
+        if stop {
+            dev.stop();
+        } else {
+            s.write_all(b"ok report\n").unwrap_or_else(|e| die(e));
+            let cut_at = Duration::from_millis(rng.between(r.window.0, r.window.1));
+            let after_ack = r.expect_caught || rng.chance(50);
+            let t0 = Instant::now();
+            loop {
+                let left = cut_at.saturating_sub(t0.elapsed());
+                let wait = if left.is_zero() && after_ack {
+                    Some(Duration::from_secs(60))
+                } else {
+                    Some(left)
+                };
+                match next(&mut *s, &mut buf, wait) {
+                    Got::Timeout => match on_timeout(after_ack, left.is_zero()) {
+                        OnTimeout::Cut => {
+                            row.cut_kind = "time".into();
+                            break;
+                        }
+                        OnTimeout::Wait => {}
+                        OnTimeout::GiveUp => die(format!("boot {boot}: no ack in 60 s")),
+                    },
+                    Got::Eof => die(format!(
+                        "boot {boot}: the device hung up before the cut (see its console log)"
+                    )),
+                    Got::Line(l) => {
+                        let op = match Op::parse(&l) {
+                            Ok(Some(op)) => op,
+                            _ => die(format!("boot {boot}: unexpected record {l:?}")),
+                        };
+                        rec.append(&l);
+                        row.confirmed += 1;
+                        if cut_on_record(after_ack, &op.what, t0.elapsed() >= cut_at) {
+                            row.cut_kind = "ack".into();
+                            break; // cut before the device hears its ok
+                        }
+                        s.write_all(format!("ok {}\n", op.seq).as_bytes())
+                            .unwrap_or_else(|e| die(e));
+                    }
+                }
+            }
+            row.cut_ms = t0.elapsed().as_millis() as u64;
+            let c = dev.cut(&mut rng);
+            (row.unflushed, row.kept, row.log_entries) = (c.after, c.kept, c.entries);
+            confirmed += row.confirmed;
+        }
+        println!(
+            "boot {boot:>4}: mount {:>4} ms, recover {:>4} ms, moved {:>3}, jobs {:>5}, violations {} | {}",
+            row.mount_ms,
+            row.recover_ms,
+            row.moved,
+            row.jobs,
+            row.violations,
+            if stop {
+                format!("stop ({:.1} s)", t_boot.elapsed().as_secs_f64())
+            } else {
+                format!(
+                    "{} confirmed, cut {} at {:.2} s, {} log entries, kept {}/{} writes after the last flush ({:.1} s)",
+                    row.confirmed,
+                    if row.cut_kind == "ack" { "after an ack" } else { "by time" },
+                    row.cut_ms as f64 / 1000.0,
+                    row.log_entries,
+                    row.kept,
+                    row.unflushed,
+                    t_boot.elapsed().as_secs_f64()
+                )
+            }
+        );
+        rows.push(row);
+        if stop {
+            break;
+        }
+    }
+    let cuts = rows.len() as u32 - 1;
+    let violations: u64 = rows.iter().map(|r| r.violations).sum();
+    let (med, max) = chart::recovery(&rows);
+    let secs = t_run.elapsed().as_secs_f64();
+    let mut summary = format!(
+        "fs {}: {} cuts, {} boots, {} confirmed operations, {} violations; recovery at boot (mount + steadq) median {} ms, max {} ms; {:.0} s, {:.1} s per cycle; seed {}\n",
+        r.fs,
+        cuts,
+        rows.len(),
+        confirmed,
+        violations,
+        med,
+        max,
+        secs,
+        secs / rows.len() as f64,
+        r.seed
+    );
+    if r.expect_caught {
+        summary += &match caught_at {
+            Some(b) => format!("negative control CAUGHT at cut {b}\n"),
+            None => format!("negative control NOT CAUGHT in {cuts} cuts\n"),
+        };
+    }
+    let write = |name: &str, text: String| {
+        std::fs::write(r.out.join(name), text).unwrap_or_else(|e| die(e));
+    };
+    write("cycles.csv", chart::csv(&rows));
+    write(
+        "chart.svg",
+        chart::svg(
+            &format!("SteadQ power cuts, {} (seed {})", r.fs, r.seed),
+            &rows,
+        ),
+    );
+    write("summary.txt", summary.clone());
+    print!("{summary}");
+    println!(
+        "powercut fs={} cycles={cuts} confirmed={confirmed} violations={violations}",
+        r.fs
+    );
+    let ok = if r.expect_caught {
+        caught_at.is_some()
+    } else {
+        violations == 0
+    };
+    i32::from(!ok)
+}
+
+fn main() {
+    let a: Args = argh::from_env();
+    let code = match a.cmd {
+        Cmd::Virtual(v) => {
+            std::fs::create_dir_all(&v.out).unwrap_or_else(|e| die(e));
+            let disk = v.out.join("disk.img");
+            cp_sparse(&v.image, &disk);
+            let r = Run {
+                fs: v.fs.clone(),
+                cycles: v.cycles,
+                seed: v.seed,
+                window: parse_window(&v.window),
+                expect_caught: v.expect_caught,
+                out: v.out.clone(),
+                boot_timeout: Duration::from_secs(v.boot_timeout),
+            };
+            let mut q = Qemu {
+                pre: v.out.join("pre.img"),
+                log: v.out.join("writes.log"),
+                disk,
+                a: v,
+            };
+            run(r, &mut q)
+        }
+        Cmd::Real(b) => {
+            let text = std::fs::read_to_string(&b.board).unwrap_or_else(|e| die(e));
+            let gpio = board_gpio(&text).unwrap_or_else(|e| die(e));
+            let relay = Relay::new(gpio, b.cut_level).unwrap_or_else(|e| die(e));
+            let listen = match &b.serial {
+                Some(_) => None,
+                None => Some(TcpListener::bind(&b.listen).unwrap_or_else(|e| die(e))),
+            };
+            let r = Run {
+                fs: "device".into(),
+                cycles: b.cycles,
+                seed: b.seed,
+                window: parse_window(&b.window),
+                expect_caught: b.expect_caught,
+                out: b.out.clone(),
+                boot_timeout: Duration::from_secs(b.boot_timeout),
+            };
+            let mut d = Board {
+                relay,
+                listen,
+                serial: b.serial.clone(),
+                hold_off: Duration::from_millis(b.hold_off_ms),
+                boot_timeout: Duration::from_secs(b.boot_timeout),
+            };
+            run(r, &mut d)
+        }
+    };
+    exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_after_ack_cut_waits_for_an_ack_past_its_moment() {
+        // The bug: the read up to the moment timed out and the cut fell by time, so the
+        // broken build went 4 cuts uncaught.
+        assert_eq!(on_timeout(true, false), OnTimeout::Wait);
+        assert_eq!(on_timeout(true, true), OnTimeout::GiveUp);
+        assert_eq!(on_timeout(false, false), OnTimeout::Cut);
+        assert!(!cut_on_record(true, "ack", false), "not before the moment");
+        assert!(!cut_on_record(true, "enq", true), "only an ack");
+        assert!(cut_on_record(true, "ack", true));
+        assert!(
+            !cut_on_record(false, "ack", true),
+            "a cut by time ignores acks"
+        );
+    }
+
+    #[test]
+    fn the_guest_skips_the_timer_check_and_runs_the_agent() {
+        let c = cmdline("f2fs", "--queue,/mnt/q");
+        assert!(c.split(' ').any(|w| w == "no_timer_check"), "{c}");
+        assert!(c.contains("crashlab.fs=f2fs crashlab.mode=agent crashlab.args=--queue,/mnt/q"));
+    }
+
+    #[test]
+    fn kill_guest_kills_and_reaps_the_running_guest() {
+        // The bug: die() called exit(), which runs no destructor, and QEMU kept running.
+        let c = Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = c.id();
+        *GUEST.lock().unwrap() = Some(c);
+        kill_guest();
+        assert!(GUEST.lock().unwrap().is_none());
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "reaped");
+    }
+
+    #[test]
+    fn windows() {
+        assert_eq!(parse_window("1000-3000"), (1000, 3000));
+        assert_eq!(parse_window("500"), (500, 500));
+    }
+}

@@ -1,0 +1,296 @@
+//! The power-cut rig's wire records: one text line each, from the device agent to the
+//! controller, over TCP or a serial line.
+//!
+//! At every boot the agent sends its report, then one record per operation that returned done:
+//! ```text
+//! boot <queue id hex> mount_ms=<n> recover_ms=<n> moved=<n>
+//! entry <path under the queue root> <payload sha256 | bad | ->   (every entry; `-`: not a job)
+//! fsck <problem>
+//! report <entries>                                             (ends the report)
+//! op <seq> enq <id> <payload sha256>
+//! op <seq> claim <id> <attempt>
+//! op <seq> ack <id> | nack <id> | fail <id>
+//! ```
+//! The controller answers `report` and every `op` with `ok <seq>` only after the line is in
+//! its records file and fsynced: the agent goes on only then, so a confirmed operation is one
+//! the controller will check after every later boot.
+
+use crate::invariants::{Expect, Found, Snapshot};
+use std::io::{self, BufRead};
+use steadq::{JobId, JobName};
+
+/// Reads complete lines only: a record torn by the cut (the stream ended mid-line) is
+/// dropped, never parsed. `Ok(None)` at the end of the stream.
+pub fn read_record(r: &mut impl BufRead) -> io::Result<Option<String>> {
+    let mut buf = Vec::new();
+    let n = r.read_until(b'\n', &mut buf)?;
+    if n == 0 || buf.last() != Some(&b'\n') {
+        return Ok(None);
+    }
+    buf.pop();
+    if buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    String::from_utf8(buf)
+        .map(Some)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "record is not UTF-8"))
+}
+
+/// Splits a byte stream read in chunks (with timeouts in between) into complete lines. What
+/// is left without a newline when the stream ends is a torn record: [`LineBuf::torn`] says how
+/// long it was, and it is never returned as a line.
+#[derive(Debug, Default)]
+pub struct LineBuf {
+    pending: Vec<u8>,
+}
+
+impl LineBuf {
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+    }
+
+    /// The next complete line, if one has arrived.
+    pub fn next_line(&mut self) -> Option<String> {
+        let at = self.pending.iter().position(|&b| b == b'\n')?;
+        let mut line: Vec<u8> = self.pending.drain(..=at).collect();
+        line.pop();
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        Some(String::from_utf8_lossy(&line).into_owned())
+    }
+
+    /// Bytes of an incomplete last line.
+    pub fn torn(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// The `boot` line's figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Boot {
+    pub queue_id: u128,
+    pub mount_ms: u64,
+    pub recover_ms: u64,
+    pub moved: u64,
+}
+
+impl Boot {
+    pub fn line(&self) -> String {
+        format!(
+            "boot {:032x} mount_ms={} recover_ms={} moved={}",
+            self.queue_id, self.mount_ms, self.recover_ms, self.moved
+        )
+    }
+
+    pub fn parse(line: &str) -> Option<Boot> {
+        let mut f = line.strip_prefix("boot ")?.split(' ');
+        let queue_id = u128::from_str_radix(f.next()?, 16).ok()?;
+        let mut b = Boot {
+            queue_id,
+            ..Boot::default()
+        };
+        for kv in f {
+            let (k, v) = kv.split_once('=')?;
+            let v: u64 = v.parse().ok()?;
+            match k {
+                "mount_ms" => b.mount_ms = v,
+                "recover_ms" => b.recover_ms = v,
+                "moved" => b.moved = v,
+                _ => {}
+            }
+        }
+        Some(b)
+    }
+}
+
+/// A device's boot report, collected line by line.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub boot: Boot,
+    pub entries: Vec<(String, String)>,
+    pub fsck: Vec<String>,
+}
+
+impl Report {
+    /// Feed one line; returns true when it was `report N` and N matches the entries seen.
+    pub fn feed(&mut self, line: &str) -> Result<bool, String> {
+        if let Some(b) = Boot::parse(line) {
+            self.boot = b;
+        } else if let Some(rest) = line.strip_prefix("entry ") {
+            let (path, d) = rest.rsplit_once(' ').ok_or(format!("bad entry {line:?}"))?;
+            self.entries.push((path.to_string(), d.to_string()));
+        } else if let Some(p) = line.strip_prefix("fsck ") {
+            self.fsck.push(p.to_string());
+        } else if let Some(n) = line.strip_prefix("report ") {
+            let n: usize = n.parse().map_err(|_| format!("bad {line:?}"))?;
+            if n != self.entries.len() {
+                return Err(format!(
+                    "report says {n} entries, {} arrived",
+                    self.entries.len()
+                ));
+            }
+            return Ok(true);
+        } else {
+            return Err(format!("unexpected line in a report: {line:?}"));
+        }
+        Ok(false)
+    }
+
+    /// The reported jobs: every entry under a job directory whose name parses for this queue.
+    /// Entries that do not parse are left to fsck (which the agent ran and reported).
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::default();
+        for (path, d) in &self.entries {
+            let top = path.split('/').next().unwrap_or("");
+            if !matches!(top, "ready" | "delayed" | "dead" | "receipts") {
+                continue;
+            }
+            let file = path.rsplit('/').next().unwrap_or("");
+            if let Ok(name) = JobName::parse(file, self.boot.queue_id) {
+                s.jobs.push(Found {
+                    rel: path.clone(),
+                    name,
+                    digest: (d.len() == 64).then(|| d.clone()),
+                });
+            }
+        }
+        s
+    }
+
+    /// Number of job files among the entries.
+    pub fn jobs(&self) -> usize {
+        self.snapshot().jobs.len()
+    }
+}
+
+/// One confirmed operation: `op <seq> <what> <id> [arg]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Op {
+    pub seq: u64,
+    pub what: String,
+    pub id: JobId,
+    pub arg: String,
+}
+
+impl Op {
+    pub fn line(&self) -> String {
+        if self.arg.is_empty() {
+            format!("op {} {} {}", self.seq, self.what, self.id)
+        } else {
+            format!("op {} {} {} {}", self.seq, self.what, self.id, self.arg)
+        }
+    }
+
+    pub fn parse(line: &str) -> Result<Option<Op>, String> {
+        let Some(rest) = line.strip_prefix("op ") else {
+            return Ok(None);
+        };
+        let mut f = rest.splitn(4, ' ');
+        let bad = || format!("bad op record {line:?}");
+        let seq = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+        let what = f.next().ok_or_else(bad)?.to_string();
+        let id = f.next().and_then(JobId::parse).ok_or_else(bad)?;
+        let arg = f.next().unwrap_or("").to_string();
+        if !matches!(what.as_str(), "enq" | "claim" | "ack" | "nack" | "fail") {
+            return Err(bad());
+        }
+        Ok(Some(Op { seq, what, id, arg }))
+    }
+}
+
+/// What every confirmed operation in `records` (the observer's file) says must hold.
+pub fn expect_from(records: &str) -> Result<Expect, String> {
+    let mut e = Expect::default();
+    for line in records.lines() {
+        let Some(op) = Op::parse(line)? else { continue };
+        match op.what.as_str() {
+            "enq" => {
+                e.enqueued.insert(op.id);
+                if op.arg.len() == 64 {
+                    e.digests.insert(op.id, op.arg);
+                }
+            }
+            "ack" => {
+                e.acked.insert(op.id);
+            }
+            "claim" => {
+                let a: u32 = op
+                    .arg
+                    .parse()
+                    .map_err(|_| format!("bad attempt in {line:?}"))?;
+                let slot = e.claimed.entry(op.id).or_default();
+                *slot = (*slot).max(a);
+            }
+            _ => {}
+        }
+    }
+    Ok(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_last_record_is_dropped() {
+        let id = JobId::new(1_700_000_000_000, 42);
+        let whole = format!("op 1 enq {id} {}\nop 2 ack {id}\nop 3 cla", "ab".repeat(32));
+        let mut r = whole.as_bytes();
+        let a = read_record(&mut r).unwrap().unwrap();
+        let b = read_record(&mut r).unwrap().unwrap();
+        assert_eq!(
+            read_record(&mut r).unwrap(),
+            None,
+            "the torn line is dropped"
+        );
+        assert_eq!(Op::parse(&a).unwrap().unwrap().what, "enq");
+        assert_eq!(
+            Op::parse(&b).unwrap().unwrap().line(),
+            format!("op 2 ack {id}")
+        );
+        // A torn line that was parsed would have been an error.
+        assert!(Op::parse("op 3 cla").is_err());
+    }
+
+    #[test]
+    fn a_line_split_across_reads_is_whole_and_a_torn_tail_is_never_a_line() {
+        let mut b = LineBuf::default();
+        b.push(b"op 1 ack 00");
+        assert_eq!(b.next_line(), None);
+        b.push(b"ff\r\nop 2 enq 12");
+        assert_eq!(b.next_line().as_deref(), Some("op 1 ack 00ff"));
+        assert_eq!(b.next_line(), None);
+        assert_eq!(b.torn(), "op 2 enq 12".len());
+    }
+
+    #[test]
+    fn expect_keeps_digests_and_the_highest_attempt() {
+        let id = JobId::new(1_700_000_000_000, 7);
+        let d = "cd".repeat(32);
+        let recs = format!(
+            "boot 00 mount_ms=1\nop 1 enq {id} {d}\nop 2 claim {id} 2\nop 3 claim {id} 1\nop 4 ack {id}\n"
+        );
+        let e = expect_from(&recs).unwrap();
+        assert!(e.enqueued.contains(&id) && e.acked.contains(&id));
+        assert_eq!(e.claimed[&id], 2);
+        assert_eq!(e.digests[&id], d);
+    }
+
+    #[test]
+    fn a_report_must_be_complete() {
+        let mut r = Report::default();
+        assert!(!r
+            .feed("boot 0000000000000000000000000000002a mount_ms=120 recover_ms=30 moved=2")
+            .unwrap());
+        assert!(!r.feed("entry steadq.queue -").unwrap());
+        assert!(r.feed("report 2").is_err());
+        assert!(r.feed("report 1").unwrap());
+        assert_eq!(r.boot.queue_id, 42);
+        assert_eq!(
+            (r.boot.mount_ms, r.boot.recover_ms, r.boot.moved),
+            (120, 30, 2)
+        );
+        assert_eq!(r.jobs(), 0);
+    }
+}
