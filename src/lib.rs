@@ -40,6 +40,8 @@
 //! src/ops/lease.rs      claim and the lease guard (renew, ack, nack, fail, release)
 //! src/ops/recover.rs    recovery of expired leases, due delayed jobs, stale temp files
 //! src/ops/wait.rs       the blocking claim on inotify and timers
+//! src/ops/capacity.rs   capacity limits (steadq.limits), the inotify tally, enqueue_wait
+//! src/ops/keys.rs       idempotency keys (keys/<sha256>), enqueue_unique, compact_keys
 //! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
 //! src/admin/fsck.rs     fsck and quarantine
 //! src/cli/              the `steadq` binary (feature `cli`)
@@ -66,7 +68,9 @@ pub use disk::name::{JobId, JobName, Kind, Reason};
 pub use disk::scan::Foreign;
 pub use disk::sys::Call;
 pub use error::{Error, ErrorKind, OsErrno, Outcome, Result};
+pub use ops::capacity::{CapacityUse, Limits, LIMITS_FILE};
 pub use ops::enqueue::EnqueueOptions;
+pub use ops::keys::{Enqueued, Key, KEYS_DIR, KEY_ORPHAN_AFTER, TOMBSTONE_KEEP};
 pub use ops::lease::{backoff, Lease, Nacked, Receipt};
 pub use ops::recover::RecoverReport;
 pub use ops::state::State;

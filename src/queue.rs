@@ -294,6 +294,8 @@ pub struct Queue {
     pub(crate) clock: Clock,
     pub(crate) cursor: Mutex<Cursor>,
     pub(crate) warned_foreign: std::sync::atomic::AtomicBool,
+    /// Capacity tally and reservations (ops/capacity.rs).
+    pub(crate) cap: crate::ops::capacity::CapState,
 }
 
 fn random_u128() -> u128 {
@@ -464,6 +466,7 @@ impl Queue {
                 candidates: Vec::new(),
             }),
             warned_foreign: Default::default(),
+            cap: Default::default(),
         })
     }
 

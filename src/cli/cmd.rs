@@ -46,6 +46,14 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
             ..defaults
         },
     )?;
+    if a.max_jobs.is_some() || a.max_bytes.is_some() {
+        // Hook: capacity limits; a flag not given keeps its current value.
+        let mut l = q.limits()?;
+        l.max_jobs = a.max_jobs.unwrap_or(l.max_jobs);
+        l.max_bytes = a.max_bytes.unwrap_or(l.max_bytes);
+        q.set_limits(l)?;
+        eprintln!("capacity limits set: {l:?}");
+    }
     let have = q.identity().shards;
     // Without --shards (the systemd unit runs init before every start) any count is fine.
     if let Some(want) = a.shards.filter(|&w| w != have) {
@@ -86,15 +94,36 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
             ..Options::default()
         },
     )?;
-    let id = q.enqueue_with(
-        &payload,
-        &EnqueueOptions {
-            max_attempts: a.max_attempts,
-            delay: a.delay,
-        },
-    )?;
-    stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");
-    out!("{id}");
+    let key = match a.key.as_deref() {
+        Some(k) => Some(steadq::Key::new(k).ok_or_else(|| {
+            CliError::usage(format!(
+                "bad --key '{k}': 1 to 128 bytes of A-Z a-z 0-9 . _ : -"
+            ))
+        })?),
+        None => None,
+    };
+    let o = EnqueueOptions {
+        max_attempts: a.max_attempts,
+        delay: a.delay,
+        key,
+    };
+    let r = match a.wait {
+        Some(w) => q.enqueue_wait(&payload, &o, w)?,
+        None => q.enqueue_unique(&payload, &o)?,
+    };
+    match r {
+        steadq::Enqueued::New(id) => {
+            stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");
+            out!("{id}");
+        }
+        steadq::Enqueued::Duplicate(id) => {
+            eprintln!(
+                "duplicate: key {} already names job {id}; nothing enqueued",
+                a.key.as_deref().unwrap_or("")
+            );
+            out!("{id}");
+        }
+    }
     Ok(Exit::Done)
 }
 
@@ -449,6 +478,10 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
 pub fn cmd_compact(a: Compact) -> Result<Exit, CliError> {
     let q = open(&a.dir)?;
     let n = q.compact(a.older_than)?;
+    let k = q.compact_keys(a.older_than)?; // hook: expired idempotency keys
+    if k > 0 {
+        eprintln!("{k} idempotency keys expired");
+    }
     stdout::note_done(format!("{n} receipts WERE compacted"), "the report");
     out!(
         "compacted {n} receipts into {}",

@@ -476,6 +476,20 @@ impl Sys {
         })
     }
 
+    /// `renameat2(2)` *without* `RENAME_NOREPLACE`: replaces `to` atomically. Only for a
+    /// settings file (`steadq.limits`), never for a job.
+    pub fn rename_replace(
+        &self,
+        from_dir: BorrowedFd<'_>,
+        from: &str,
+        to_dir: BorrowedFd<'_>,
+        to: &str,
+    ) -> R<()> {
+        self.run(Call::Rename, || {
+            rustix::fs::renameat(from_dir, from, to_dir, to)
+        })
+    }
+
     /// Give the `O_TMPFILE` `file` the name `to` in `dir`. `linkat(2)` never replaces: `EEXIST`
     /// if `to` exists. Tries `AT_EMPTY_PATH` (needs `CAP_DAC_READ_SEARCH` before Linux 6.10),
     /// then `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW`, and remembers which worked. `ENOTSUP`

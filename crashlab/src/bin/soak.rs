@@ -82,6 +82,7 @@ fn producer(dir: &Path, marks: &Path, seed: u64) {
         let o = EnqueueOptions {
             max_attempts: Some(1 + rng.below(3) as u32),
             delay: (rng.below(5) == 0).then(|| Duration::from_millis(rng.below(200))),
+            ..Default::default()
         };
         let payload = format!(
             "soak job {seed:x}-{i} {}",
