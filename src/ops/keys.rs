@@ -180,6 +180,31 @@ fn pidns() -> u64 {
         .unwrap_or(0)
 }
 
+/// (queue id, job id) of the keyed enqueues of this process between key and job.
+fn in_flight() -> std::sync::MutexGuard<'static, std::collections::HashSet<(u128, u128)>> {
+    static SET: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<(u128, u128)>>> =
+        std::sync::OnceLock::new();
+    SET.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Marks a keyed enqueue of this process as in flight until dropped.
+struct InFlight(u128, u128);
+
+impl InFlight {
+    fn new(queue: u128, id: JobId) -> InFlight {
+        in_flight().insert((queue, id.0));
+        InFlight(queue, id.0)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        in_flight().remove(&(self.0, self.1));
+    }
+}
+
 /// What a taken key tells.
 enum Taken {
     /// Its job exists (or existed): a duplicate.
@@ -262,6 +287,7 @@ impl Queue {
                 std::process::id(),
                 pidns()
             );
+            let _flight = InFlight::new(self.ident.id, id);
             if !self.link_key(keys.as_fd(), &entry, text.as_bytes())? {
                 continue; // EEXIST: taken meanwhile; look at it
             }
@@ -438,10 +464,14 @@ impl Queue {
         }
     }
 
-    /// Is the creator of `e` a live process of this boot and pid namespace?
+    /// Is the creator of `e` a live process of this boot and pid namespace, still enqueueing
+    /// with this key? (This process counts only while one of its enqueues holds the key.)
     fn creator_alive(&self, e: &Entry) -> bool {
         if e.boot != self.clock.boot_id() || e.pidns == 0 || e.pidns != pidns() {
             return false;
+        }
+        if e.pid as u32 == std::process::id() {
+            return in_flight().contains(&(self.ident.id, e.id.0));
         }
         let Some(pid) = rustix::process::Pid::from_raw(e.pid) else {
             return false;

@@ -2,6 +2,7 @@
 //! under `$STEADQ_TEST_DIR` (default: the system temp dir), so the `filesystems` test can run
 //! the whole suite again on loop-mounted ext4, xfs, btrfs and tmpfs.
 
+mod capacity;
 mod cli;
 mod common;
 mod contention;
@@ -11,4 +12,5 @@ mod field;
 mod filesystems;
 mod hostile;
 mod identity;
+mod keys;
 mod lifecycle;
