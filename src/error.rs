@@ -151,6 +151,9 @@ pub enum ErrorKind {
     BadLimits,
     /// An idempotency key entry in `keys/` is unreadable or names another key.
     BadKeyEntry,
+    /// A typed payload could not be encoded, or a claimed one decoded (`TypedQueue`,
+    /// feature `serde`); the text says why.
+    Decode(String),
 }
 
 /// A SteadQ error: what, where (a path when there is one) and the [`Outcome`].
@@ -302,6 +305,7 @@ impl core::fmt::Display for Error {
                 "the limits file steadq.limits is damaged (malformed, or its sum= line does not \
                  match); set the limits again",
             )?,
+            ErrorKind::Decode(what) => write!(f, "typed payload: {what}")?,
             ErrorKind::BadKeyEntry => {
                 f.write_str("idempotency key entry is damaged or names another key")?
             }

@@ -44,6 +44,8 @@
 //! src/ops/keys.rs       idempotency keys (keys/<sha256>), enqueue_unique, compact_keys
 //! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
 //! src/admin/fsck.rs     fsck and quarantine
+//! src/typed.rs         TypedQueue<T>: serde values with postcard (feature `serde`)
+//! src/asyncq.rs        AsyncQueue: async enqueue and claim on tokio's reactor (feature `tokio`)
 //! src/cli/              the `steadq` binary (feature `cli`)
 //! ```
 
@@ -51,10 +53,14 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+#[cfg(feature = "tokio")]
+mod asyncq;
 mod disk;
 mod error;
 mod ops;
 mod queue;
+#[cfg(feature = "serde")]
+mod typed;
 
 pub use disk::{format, name};
 #[cfg(feature = "faults")]
@@ -63,6 +69,8 @@ pub use ops::state;
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
 pub use admin::view::{Listed, StateBytes, Status, EVIDENCE_FILE};
+#[cfg(feature = "tokio")]
+pub use asyncq::AsyncQueue;
 pub use disk::clock::Clock;
 pub use disk::name::{JobId, JobName, Kind, Reason};
 pub use disk::scan::Foreign;
@@ -78,3 +86,5 @@ pub use queue::{
     Durability, Identity, Options, Queue, DEFAULT_MAX_PAYLOAD, IDENTITY_FILE, MAX_LEASE,
     QUEUE_VERSION,
 };
+#[cfg(feature = "serde")]
+pub use typed::{TypedLease, TypedQueue};

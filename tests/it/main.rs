@@ -14,3 +14,4 @@ mod hostile;
 mod identity;
 mod keys;
 mod lifecycle;
+mod typed_async;
