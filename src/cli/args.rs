@@ -418,7 +418,8 @@ pub struct DeadPurge {
     pub dir: PathBuf,
 }
 
-/// Remove old receipts, keeping verifiable evidence in evidence.log (append-only, fsynced).
+/// Remove old receipts, keeping verifiable evidence in evidence.log (append-only, fsynced);
+/// also expire idempotency keys older than --older-than whose job is settled.
 #[derive(FromArgs)]
 #[argh(
     subcommand,
@@ -429,7 +430,7 @@ pub struct Compact {
     /// queue directory
     #[argh(positional)]
     pub dir: PathBuf,
-    /// remove receipts acked longer ago than this (e.g. 7d)
+    /// remove receipts acked (and keys made) longer ago than this (e.g. 7d)
     #[argh(option, from_str_fn(dur))]
     pub older_than: Duration,
 }

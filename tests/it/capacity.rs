@@ -299,3 +299,59 @@ fn cli_limits_exit_7_and_wait() {
         Some(1)
     );
 }
+
+/// The cost of the check on a big queue (ignored by default: it writes `STEADQ_SCALE_JOBS`
+/// jobs, default 100,000, ~400 MB on ext4). Run:
+/// `cargo test --release --test it capacity::check_cost_at_scale -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn check_cost_at_scale() {
+    let n: u64 = std::env::var("STEADQ_SCALE_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let d = TempDir::new("cap-scale");
+    let q = Queue::create(d.path(), fast(8)).unwrap();
+    for _ in 0..n {
+        q.enqueue(b"j").unwrap();
+    }
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed()
+    };
+    let per = |q: &Queue, k: u32| {
+        let t = Instant::now();
+        for _ in 0..k {
+            q.enqueue(b"j").unwrap();
+        }
+        t.elapsed() / k
+    };
+    let plain = per(&q, 2000);
+    q.set_limits(jobs(10 * n)).unwrap();
+    let q1 = Queue::open_with(d.path(), fast(8)).unwrap();
+    let build = time(&mut || {
+        q1.capacity_use().unwrap();
+    });
+    let checked = per(&q1, 2000);
+    q.set_limits(Limits {
+        max_jobs: Some(10 * n),
+        max_bytes: Some(u64::MAX / 2),
+    })
+    .unwrap();
+    let q2 = Queue::open_with(d.path(), fast(8)).unwrap();
+    let build_b = time(&mut || {
+        q2.capacity_use().unwrap();
+    });
+    let checked_b = per(&q2, 2000);
+    summary(&format!(
+        "capacity check at {n} jobs: first check of a handle {} ms (count only) / {} ms \
+         (bytes: one fstatat per job); then per enqueue {} us checked (count), {} us (bytes) \
+         vs {} us without limits",
+        build.as_millis(),
+        build_b.as_millis(),
+        checked.as_micros(),
+        checked_b.as_micros(),
+        plain.as_micros()
+    ));
+}
