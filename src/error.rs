@@ -134,6 +134,26 @@ pub enum ErrorKind {
     NoSuchJob,
     /// An argument is out of range; the text says which.
     InvalidArgument(&'static str),
+    /// The queue is at its capacity limit (`steadq.limits`): the enqueue was not done. The
+    /// figures are what the check counted (ready + leased + delayed, and this handle's
+    /// enqueues in flight).
+    QueueFull {
+        /// Jobs counted.
+        jobs: u64,
+        /// Bytes of job files counted (0 when no byte limit is set).
+        bytes: u64,
+        /// The job limit, if any.
+        max_jobs: Option<u64>,
+        /// The byte limit, if any.
+        max_bytes: Option<u64>,
+    },
+    /// The limits file `steadq.limits` is damaged (syntax or checksum).
+    BadLimits,
+    /// An idempotency key entry in `keys/` is unreadable or names another key.
+    BadKeyEntry,
+    /// A typed payload could not be encoded, or a claimed one decoded (`TypedQueue`,
+    /// feature `serde`); the text says why.
+    Decode(String),
 }
 
 /// A SteadQ error: what, where (a path when there is one) and the [`Outcome`].
@@ -266,6 +286,29 @@ impl core::fmt::Display for Error {
             ErrorKind::BadIdentity => f.write_str(BAD_IDENTITY)?,
             ErrorKind::Incomplete => f.write_str(INCOMPLETE)?,
             ErrorKind::NoSuchJob => f.write_str("no such job")?,
+            ErrorKind::QueueFull {
+                jobs,
+                bytes,
+                max_jobs,
+                max_bytes,
+            } => {
+                write!(f, "queue full: {jobs} jobs")?;
+                if let Some(m) = max_jobs {
+                    write!(f, " (limit {m})")?;
+                }
+                if let Some(m) = max_bytes {
+                    write!(f, ", {bytes} bytes (limit {m})")?;
+                }
+                f.write_str("; not done, nothing changed")?;
+            }
+            ErrorKind::BadLimits => f.write_str(
+                "the limits file steadq.limits is damaged (malformed, or its sum= line does not \
+                 match); set the limits again",
+            )?,
+            ErrorKind::Decode(what) => write!(f, "typed payload: {what}")?,
+            ErrorKind::BadKeyEntry => {
+                f.write_str("idempotency key entry is damaged or names another key")?
+            }
         }
         if self.0.outcome == Outcome::Indeterminate {
             f.write_str(" [outcome indeterminate: the operation may have happened]")?;

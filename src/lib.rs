@@ -42,9 +42,13 @@
 //! src/ops/recover.rs    recovery of expired leases, due delayed jobs, stale temp files
 //! src/ops/shards.rs     which ready shards a handle knows empty (inotify), so claims skip them
 //! src/ops/wait.rs       the blocking claim on inotify and timers
+//! src/ops/capacity.rs   capacity limits (steadq.limits), the inotify tally, enqueue_wait
+//! src/ops/keys.rs       idempotency keys (keys/<sha256>), enqueue_unique, compact_keys
 //! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
 //! src/admin/fsck.rs     fsck and quarantine
 //! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
+//! src/typed.rs         TypedQueue<T>: serde values with postcard (feature `serde`)
+//! src/asyncq.rs        AsyncQueue: async enqueue and claim on tokio's reactor (feature `tokio`)
 //! src/cli/              the `steadq` binary (feature `cli`)
 //! ```
 
@@ -52,10 +56,14 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+#[cfg(feature = "tokio")]
+mod asyncq;
 mod disk;
 mod error;
 mod ops;
 mod queue;
+#[cfg(feature = "serde")]
+mod typed;
 
 pub use disk::{format, name};
 #[cfg(feature = "faults")]
@@ -65,12 +73,16 @@ pub use ops::state;
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
 pub use admin::receipts::{CompactReport, EvidenceLimits, ReceiptPolicy, EVIDENCE_FILE};
 pub use admin::view::{Listed, StateBytes, Status};
+#[cfg(feature = "tokio")]
+pub use asyncq::AsyncQueue;
 pub use disk::clock::Clock;
 pub use disk::name::{delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason};
 pub use disk::scan::Foreign;
 pub use disk::sys::Call;
 pub use error::{Error, ErrorKind, OsErrno, Outcome, Result};
+pub use ops::capacity::{CapacityUse, Limits, LIMITS_FILE};
 pub use ops::enqueue::EnqueueOptions;
+pub use ops::keys::{Enqueued, Key, KEYS_DIR, KEY_ORPHAN_AFTER, TOMBSTONE_KEEP};
 pub use ops::lease::{backoff, Lease, Nacked, Receipt};
 pub use ops::recover::RecoverReport;
 pub use ops::state::State;
@@ -78,3 +90,5 @@ pub use queue::{
     Durability, Identity, Options, Queue, DEFAULT_MAX_PAYLOAD, IDENTITY_FILE, MAX_LEASE,
     QUEUE_VERSION,
 };
+#[cfg(feature = "serde")]
+pub use typed::{TypedLease, TypedQueue};

@@ -381,6 +381,8 @@ pub struct Shared {
     pub(crate) shards: crate::ops::shards::Shards,
     pub(crate) group: crate::ops::group::Group,
     pub(crate) warned_foreign: std::sync::atomic::AtomicBool,
+    /// Capacity tally and reservations (ops/capacity.rs).
+    pub(crate) cap: crate::ops::capacity::CapState,
 }
 
 fn random_u128() -> u128 {
@@ -589,6 +591,7 @@ impl Queue {
                 group,
                 warned_foreign: Default::default(),
                 evidence_lock: Mutex::new(()),
+                cap: Default::default(),
             }),
         })
     }
@@ -829,7 +832,7 @@ pub(crate) fn publish_identity_replacing(
         .map_err(|e| nd(Call::Write, e))
         .and_then(|()| sys.fsync(fd.as_fd()).map_err(|e| nd(Call::Fsync, e)))
         .and_then(|()| {
-            sys.rename_replace(root, &tmp, IDENTITY_FILE)
+            sys.rename_replace(root, &tmp, root, IDENTITY_FILE)
                 .map_err(|e| nd(Call::Rename, e))
         });
     if let Err(e) = result {

@@ -126,6 +126,8 @@ impl Queue {
             "receipts",
             "quarantine",
             EVIDENCE_FILE,
+            crate::ops::keys::KEYS_DIR,        // hook: idempotency keys
+            crate::ops::capacity::LIMITS_FILE, // hook: capacity limits
         ];
         self.sys
             .read_dir(self.dirs.root.as_fd(), |name, _, _| {

@@ -52,6 +52,23 @@ pub struct Status {
     /// ready (its file's inode change time, which every rename sets), not from enqueue, so a
     /// delayed or requeued job does not raise a false backlog alarm. `None`: nothing ready.
     pub oldest_ready_age: Option<Duration>,
+    /// The capacity limits in force (`steadq.limits`; none when unset or unreadable). Use:
+    /// [`Status::capacity_jobs`] and [`Status::capacity_bytes`].
+    pub limits: crate::ops::capacity::Limits,
+    /// Live idempotency keys (entries of `keys/`, tombstones excluded).
+    pub live_keys: u64,
+}
+
+impl Status {
+    /// Jobs that count against the capacity limit: ready + leased + delayed.
+    pub fn capacity_jobs(&self) -> u64 {
+        self.ready + self.leased + self.delayed
+    }
+
+    /// Bytes that count against the capacity limit: those of ready, leased and delayed jobs.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.bytes.ready + self.bytes.leased + self.bytes.delayed
+    }
 }
 
 /// Bytes of job files in each state (each file's `st_size`: 128-byte header plus payload).
@@ -337,6 +354,7 @@ impl Queue {
         })?;
         st.oldest_ready_age =
             oldest_ready_since.map(|t| Duration::from_nanos(now.saturating_sub(t)));
+        self.status_hook(&mut st); // hook: ops/capacity.rs (limits, live keys)
         Ok(st)
     }
 

@@ -17,7 +17,8 @@ use steadq::State;
     error_code(3, "nothing to do: no job ready"),
     error_code(4, "indeterminate: the operation may have happened"),
     error_code(5, "fsck found problems"),
-    error_code(6, "lease lost: the lease was recovered, renewed or settled elsewhere")
+    error_code(6, "lease lost: the lease was recovered, renewed or settled elsewhere"),
+    error_code(7, "queue full: at its capacity limit, not done")
 )]
 pub struct Top {
     #[argh(subcommand)]
@@ -107,7 +108,9 @@ fn parse_state(s: &str) -> Result<State, String> {
 #[argh(
     subcommand,
     name = "init",
-    example = "steadq init /var/lib/jobs --shards 16"
+    example = "steadq init /var/lib/jobs --shards 16",
+    example = "steadq init /var/lib/jobs --max-jobs 10000 --max-bytes 1073741824",
+    example = "steadq init /var/lib/jobs --max-jobs none   # remove the job limit"
 )]
 pub struct Init {
     /// queue directory (its parent must exist)
@@ -125,6 +128,23 @@ pub struct Init {
     /// rotated evidence files to keep, for a new queue (default 3)
     #[argh(option)]
     pub evidence_keep: Option<u32>,
+    /// capacity: most ready+leased+delayed jobs, or "none"; also changes an existing queue
+    #[argh(option, from_str_fn(limit))]
+    pub max_jobs: Option<Option<u64>>,
+    /// capacity: most bytes of ready+leased+delayed job files, or "none"
+    #[argh(option, from_str_fn(limit))]
+    pub max_bytes: Option<Option<u64>>,
+}
+
+/// A capacity limit: a number, or `none` for no limit.
+pub fn limit(s: &str) -> Result<Option<u64>, String> {
+    match s {
+        "none" => Ok(None),
+        _ => s
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("bad limit '{s}': a whole number, or none")),
+    }
 }
 
 /// Parse a receipt policy: job, header or none.
@@ -162,7 +182,8 @@ pub struct Config {
     subcommand,
     name = "enqueue",
     example = "echo 'resize img_001.jpg' | steadq enqueue /var/lib/jobs",
-    example = "steadq enqueue /var/lib/jobs --file job.json --max-attempts 3 --delay 10m"
+    example = "steadq enqueue /var/lib/jobs --file job.json --max-attempts 3 --delay 10m",
+    example = "steadq enqueue /var/lib/jobs --key order-1234 --wait 30s < order.json"
 )]
 pub struct Enqueue {
     /// queue directory
@@ -180,6 +201,12 @@ pub struct Enqueue {
     /// largest payload accepted, bytes (default 16 MiB)
     #[argh(option, default = "steadq::DEFAULT_MAX_PAYLOAD")]
     pub max_payload: u64,
+    /// idempotency key (1..=128 of A-Z a-z 0-9 . _ : -): a duplicate prints the existing id
+    #[argh(option)]
+    pub key: Option<String>,
+    /// when the queue is full, wait this long for room (inotify, no polling), e.g. 30s
+    #[argh(option, from_str_fn(dur))]
+    pub wait: Option<Duration>,
 }
 
 /// Claim one job; print its lease handle (for renew/ack/nack/fail).
@@ -434,7 +461,8 @@ pub struct DeadPurge {
     pub dir: PathBuf,
 }
 
-/// Remove old receipts, keeping verifiable evidence in evidence.log (append-only, fsynced).
+/// Remove old receipts, keeping verifiable evidence in evidence.log (append-only, fsynced);
+/// also expire idempotency keys older than --older-than whose job is settled.
 #[derive(FromArgs)]
 #[argh(
     subcommand,
@@ -445,7 +473,7 @@ pub struct Compact {
     /// queue directory
     #[argh(positional)]
     pub dir: PathBuf,
-    /// remove receipts acked longer ago than this (e.g. 7d)
+    /// remove receipts acked (and keys made) longer ago than this (e.g. 7d)
     #[argh(option, from_str_fn(dur))]
     pub older_than: Duration,
 }

@@ -74,6 +74,14 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
             a.dir.display()
         )));
     }
+    // Capacity limits last, once nothing else can refuse: a flag not given keeps its value.
+    if a.max_jobs.is_some() || a.max_bytes.is_some() {
+        let mut l = q.limits()?;
+        l.max_jobs = a.max_jobs.unwrap_or(l.max_jobs);
+        l.max_bytes = a.max_bytes.unwrap_or(l.max_bytes);
+        q.set_limits(l)?;
+        eprintln!("capacity limits set: {l:?}");
+    }
     stdout::note_done(
         format!(
             "the queue {} WAS created (or already existed)",
@@ -136,15 +144,36 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
             ..Options::default()
         },
     )?;
-    let id = q.enqueue_with(
-        &payload,
-        &EnqueueOptions {
-            max_attempts: a.max_attempts,
-            delay: a.delay,
-        },
-    )?;
-    stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");
-    out!("{id}");
+    let key = match a.key.as_deref() {
+        Some(k) => Some(steadq::Key::new(k).ok_or_else(|| {
+            CliError::usage(format!(
+                "bad --key '{k}': 1 to 128 bytes of A-Z a-z 0-9 . _ : -"
+            ))
+        })?),
+        None => None,
+    };
+    let o = EnqueueOptions {
+        max_attempts: a.max_attempts,
+        delay: a.delay,
+        key,
+    };
+    let r = match a.wait {
+        Some(w) => q.enqueue_wait(&payload, &o, w)?,
+        None => q.enqueue_unique(&payload, &o)?,
+    };
+    match r {
+        steadq::Enqueued::New(id) => {
+            stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");
+            out!("{id}");
+        }
+        steadq::Enqueued::Duplicate(id) => {
+            eprintln!(
+                "duplicate: key {} already names job {id}; nothing enqueued",
+                a.key.as_deref().unwrap_or("")
+            );
+            out!("{id}");
+        }
+    }
     Ok(Exit::Done)
 }
 
@@ -501,6 +530,10 @@ pub fn cmd_compact(a: Compact) -> Result<Exit, CliError> {
     let q = open(&a.dir)?;
     let r = q.compact(a.older_than)?;
     let n = r.removed;
+    let k = q.compact_keys(a.older_than)?; // expired idempotency keys
+    if k > 0 {
+        eprintln!("{k} idempotency keys expired");
+    }
     stdout::note_done(format!("{n} receipts WERE compacted"), "the report");
     out!(
         "compacted {n} receipts into {}",

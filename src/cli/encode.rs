@@ -86,7 +86,17 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     let age = s
         .oldest_ready_age
         .map_or("null".into(), |d| format!("{:.3}", d.as_secs_f64()));
-    let _ = write!(o, "}},\"oldest_ready_age_seconds\":{age}}}");
+    let _ = write!(o, "}},\"oldest_ready_age_seconds\":{age}");
+    let lim = |v: Option<u64>| v.map_or("null".into(), |v| v.to_string());
+    let _ = write!(
+        o,
+        ",\"capacity\":{{\"jobs\":{},\"bytes\":{},\"max_jobs\":{},\"max_bytes\":{}}},\"live_keys\":{}}}",
+        s.capacity_jobs(),
+        s.capacity_bytes(),
+        lim(s.limits.max_jobs),
+        lim(s.limits.max_bytes),
+        s.live_keys
+    );
     o
 }
 
@@ -141,6 +151,26 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
         "Age of the oldest ready job (0 when none).",
         &[(None, format!("{age:.3}"))],
     );
+    // Capacity limits (only those set) and keys.
+    if let Some(m) = s.limits.max_jobs {
+        gauge(
+            "steadq_capacity_max_jobs",
+            "Capacity limit on ready + leased + delayed jobs.",
+            &[(None, m.to_string())],
+        );
+    }
+    if let Some(m) = s.limits.max_bytes {
+        gauge(
+            "steadq_capacity_max_bytes",
+            "Capacity limit on bytes of ready + leased + delayed jobs.",
+            &[(None, m.to_string())],
+        );
+    }
+    gauge(
+        "steadq_live_keys",
+        "Live idempotency keys.",
+        &[(None, s.live_keys.to_string())],
+    );
     o
 }
 
@@ -161,6 +191,20 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
             "foreign  {:>8}  entries that are not jobs (run `steadq fsck`)",
             s.foreign
         );
+    }
+    if !s.limits.is_unlimited() {
+        let lim = |v: Option<u64>| v.map_or("no limit".into(), |v| format!("limit {v}"));
+        let _ = writeln!(
+            o,
+            "capacity {:>8}  jobs ({}), {} bytes ({})",
+            s.capacity_jobs(),
+            lim(s.limits.max_jobs),
+            s.capacity_bytes(),
+            lim(s.limits.max_bytes)
+        );
+    }
+    if s.live_keys > 0 {
+        let _ = writeln!(o, "keys     {:>8}  live idempotency keys", s.live_keys);
     }
     let _ = writeln!(
         o,
@@ -229,6 +273,11 @@ mod tests {
             expired_leases: 1,
             foreign: 2,
             oldest_ready_age: Some(std::time::Duration::from_millis(1500)),
+            limits: steadq::Limits {
+                max_jobs: Some(10),
+                max_bytes: None,
+            },
+            live_keys: 4,
         }
     }
 
@@ -250,11 +299,12 @@ mod tests {
                 r#"{"queue":"/var/lib/\"jobs\"","queue_id":"000000000000000000000000000000ab","#,
                 r#""ready":3,"leased":1,"delayed":2,"dead":0,"acked":7,"expired_leases":1,"foreign":2,"#,
                 r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700},"#,
-                r#""oldest_ready_age_seconds":1.500}"#
+                r#""oldest_ready_age_seconds":1.500,"#,
+                r#""capacity":{"jobs":6,"bytes":600,"max_jobs":10,"max_bytes":null},"live_keys":4}"#
             )
         );
         let none = Status::default();
-        assert!(status_json(&Q, &none).ends_with(r#""oldest_ready_age_seconds":null}"#));
+        assert!(status_json(&Q, &none).contains(r#""oldest_ready_age_seconds":null,"#));
     }
 
     #[test]
@@ -265,9 +315,12 @@ mod tests {
         assert!(p.contains("steadq_bytes{queue=\"/var/lib/\\\"jobs\\\"\",state=\"ready\"} 300\n"));
         assert!(p.contains("steadq_foreign_entries{queue=\"/var/lib/\\\"jobs\\\"\"} 2\n"));
         assert!(
-            p.ends_with("steadq_oldest_ready_age_seconds{queue=\"/var/lib/\\\"jobs\\\"\"} 1.500\n")
+            p.contains("steadq_oldest_ready_age_seconds{queue=\"/var/lib/\\\"jobs\\\"\"} 1.500\n")
         );
-        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 5);
+        assert!(p.contains("steadq_capacity_max_jobs{queue=\"/var/lib/\\\"jobs\\\"\"} 10\n"));
+        assert!(p.ends_with("steadq_live_keys{queue=\"/var/lib/\\\"jobs\\\"\"} 4\n"));
+        assert!(!p.contains("max_bytes"));
+        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 7);
     }
 
     #[test]
@@ -279,8 +332,13 @@ mod tests {
         );
         assert!(t.contains("foreign         2"));
         assert!(t.ends_with("oldest ready job: 1s\n"));
+        assert!(
+            t.contains("\ncapacity        6  jobs (limit 10), 600 bytes (no limit)\n"),
+            "{t}"
+        );
+        assert!(t.contains("\nkeys            4  live idempotency keys\n"));
         let quiet = status_text(&Q, &Status::default());
-        assert!(!quiet.contains("foreign"));
+        assert!(!quiet.contains("foreign") && !quiet.contains("capacity"));
         assert!(quiet.ends_with("oldest ready job: -\n"));
     }
 

@@ -20,12 +20,14 @@ pub enum Exit {
     Problems = 5,
     /// 6: lease lost: recovered, renewed or settled elsewhere.
     LeaseLost = 6,
+    /// 7: queue full: at its capacity limit (`steadq.limits`); not done.
+    Full = 7,
 }
 
 impl Exit {
     /// Every exit code, in order.
     #[cfg(test)]
-    pub const ALL: [Exit; 7] = [
+    pub const ALL: [Exit; 8] = [
         Exit::Done,
         Exit::Usage,
         Exit::NotDone,
@@ -33,6 +35,7 @@ impl Exit {
         Exit::Indeterminate,
         Exit::Problems,
         Exit::LeaseLost,
+        Exit::Full,
     ];
 
     /// The process exit code.
@@ -51,12 +54,16 @@ impl Exit {
             Exit::Indeterminate => "indeterminate: the operation may have happened",
             Exit::Problems => "fsck found problems",
             Exit::LeaseLost => "lease lost: the lease was recovered, renewed or settled elsewhere",
+            Exit::Full => "queue full: at its capacity limit, not done",
         }
     }
 
-    /// The exit code a library error maps to: lease lost 6, indeterminate 4, else 2.
+    /// The exit code a library error maps to: lease lost 6, queue full 7, indeterminate 4,
+    /// else 2.
     pub fn of(e: &Error) -> Exit {
-        if e.is_lease_lost() {
+        if matches!(e.kind(), steadq::ErrorKind::QueueFull { .. }) {
+            Exit::Full
+        } else if e.is_lease_lost() {
             Exit::LeaseLost
         } else if e.outcome() == Outcome::Indeterminate {
             Exit::Indeterminate

@@ -537,11 +537,17 @@ impl Sys {
         })
     }
 
-    /// `renameat(2)` that replaces `to` if it exists (only for files SteadQ owns outright: the
-    /// identity file on a settings change). Counted as a [`Call::Rename`].
-    pub fn rename_replace(&self, dir: BorrowedFd<'_>, from: &str, to: &str) -> R<()> {
+    /// `renameat2(2)` *without* `RENAME_NOREPLACE`: replaces `to` atomically. Only for a
+    /// settings file (`steadq.limits`), never for a job.
+    pub fn rename_replace(
+        &self,
+        from_dir: BorrowedFd<'_>,
+        from: &str,
+        to_dir: BorrowedFd<'_>,
+        to: &str,
+    ) -> R<()> {
         self.run(Call::Rename, || {
-            rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::empty())
+            rustix::fs::renameat(from_dir, from, to_dir, to)
         })
     }
 

@@ -29,6 +29,9 @@ pub struct EnqueueOptions {
     pub max_attempts: Option<u32>,
     /// Do not hand the job out before this much time has passed (wall clock).
     pub delay: Option<Duration>,
+    /// Idempotency key: at most one job per key (see [`Queue::enqueue_unique`], which also
+    /// says whether the enqueue was a duplicate).
+    pub key: Option<crate::ops::keys::Key>,
 }
 
 /// A directory either held by the queue or opened for one operation (a bucket).
@@ -105,7 +108,7 @@ impl Queue {
     /// use steadq::{EnqueueOptions, Queue, Options};
     /// # let dir = std::env::temp_dir().join(format!("steadq-doc-delay-{}", std::process::id()));
     /// let q = Queue::create(&dir, Options::default())?;
-    /// let later = EnqueueOptions { delay: Some(Duration::from_secs(600)), max_attempts: Some(3) };
+    /// let later = EnqueueOptions { delay: Some(Duration::from_secs(600)), max_attempts: Some(3), key: None };
     /// q.enqueue_with(b"send the daily report", &later)?;
     /// assert!(q.claim()?.is_none(), "not due for ten minutes");
     /// assert_eq!(q.status()?.delayed, 1);
@@ -113,7 +116,22 @@ impl Queue {
     /// # Ok::<(), steadq::Error>(())
     /// ```
     pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId> {
-        let p = self.prepare(payload, o)?;
+        // Hook (ops/keys.rs, ops/capacity.rs): keys and the capacity check.
+        if o.key.is_some() {
+            return self.enqueue_unique(payload, o).map(|e| e.id());
+        }
+        let _room = self.admit(1, payload.len() as u64)?;
+        self.enqueue_as(None, payload, o)
+    }
+
+    /// [`Queue::enqueue_with`] without key or capacity check, with the id `id` when given.
+    pub(crate) fn enqueue_as(
+        &self,
+        id: Option<JobId>,
+        payload: &[u8],
+        o: &EnqueueOptions,
+    ) -> Result<JobId> {
+        let p = self.prepare(payload, o, id)?;
         let w = self.write_job(&p, true)?;
         self.publish(&p, w, self.opts.durability != Durability::None)?;
         self.dir_barrier(&p.dir).map_err(|e| {
@@ -135,10 +153,12 @@ impl Queue {
     /// As [`Queue::enqueue`]; once any job of the batch was published the outcome is
     /// indeterminate for the batch (each job is either fully present or absent).
     pub fn enqueue_batch(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>> {
+        let total: u64 = payloads.iter().map(|p| p.len() as u64).sum();
+        let _room = self.admit(payloads.len() as u64, total)?; // hook: ops/capacity.rs
         if self.opts.durability != Durability::Batched {
             let mut ids = Vec::with_capacity(payloads.len());
             for (i, p) in payloads.iter().enumerate() {
-                match self.enqueue(p) {
+                match self.enqueue_as(None, p, &EnqueueOptions::default()) {
                     Ok(id) => ids.push(id),
                     Err(e) if i > 0 => return Err(e.with_outcome(Outcome::Indeterminate)),
                     Err(e) => return Err(e),
@@ -149,7 +169,7 @@ impl Queue {
         let o = EnqueueOptions::default();
         let prepared: Vec<Prepared<'_>> = payloads
             .iter()
-            .map(|p| self.prepare(p, &o))
+            .map(|p| self.prepare(p, &o, None))
             .collect::<Result<_>>()?;
         let mut written = Vec::with_capacity(prepared.len());
         for p in &prepared {
@@ -180,7 +200,12 @@ impl Queue {
         Ok(prepared.iter().map(|p| p.name.id).collect())
     }
 
-    fn prepare<'a>(&'a self, payload: &'a [u8], o: &EnqueueOptions) -> Result<Prepared<'a>> {
+    fn prepare<'a>(
+        &'a self,
+        payload: &'a [u8],
+        o: &EnqueueOptions,
+        id: Option<JobId>,
+    ) -> Result<Prepared<'a>> {
         let limit = self.opts.max_payload;
         if payload.len() as u64 > limit {
             return Err(Error::not_done(
@@ -199,7 +224,7 @@ impl Queue {
             ));
         }
         let now = self.clock.wall_ns();
-        let id = JobId::new(now / 1_000_000, random());
+        let id = id.unwrap_or_else(|| JobId::new(now / 1_000_000, random()));
         let header = encode_header(id.0, self.ident.id, now, payload);
         let mut name = JobName::new_ready(id, max);
         let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {

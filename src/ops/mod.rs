@@ -3,8 +3,10 @@
 //! [`state::TRANSITIONS`] is the table DESIGN.md shows; `transition.rs` is where a rename
 //! happens; enqueue, claim/lease, recovery and the blocking wait each own one file.
 
+pub(crate) mod capacity;
 pub(crate) mod enqueue;
 pub(crate) mod group;
+pub(crate) mod keys;
 pub(crate) mod lease;
 pub(crate) mod recover;
 pub(crate) mod shards;

@@ -191,6 +191,24 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
     q.enqueue(b"e").unwrap();
     q.claim().unwrap().unwrap().ack().unwrap();
     q.compact(Duration::ZERO).unwrap();
+    // Capacity limits, a live key and a retired one (its tombstone).
+    q.set_limits(Limits {
+        max_jobs: Some(100),
+        max_bytes: None,
+    })
+    .unwrap();
+    let key = |k: &str| EnqueueOptions {
+        key: Key::new(k),
+        ..Default::default()
+    };
+    q.enqueue_unique(b"e", &key("order-1")).unwrap();
+    q.enqueue_unique(b"f", &key("order-2")).unwrap();
+    while let Some(l) = q.claim().unwrap() {
+        l.ack().unwrap();
+    }
+    q.enqueue_unique(b"g", &key("order-3")).unwrap();
+    q.compact_keys(Duration::ZERO).unwrap();
+    assert_eq!(q.live_keys().unwrap(), 1);
     std::fs::write(d.path().join("ready/00/stray.txt"), b"foreign").unwrap();
     q.fsck(true).unwrap();
 

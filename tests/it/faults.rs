@@ -14,7 +14,7 @@ use steadq::*;
 
 const SEC: i64 = 1_000_000_000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Op {
     Enqueue,
     EnqueueNamed,
@@ -33,9 +33,13 @@ enum Op {
     RecoverDue,
     Requeue,
     Compact,
+    /// An enqueue with an idempotency key (key entry first, then the job).
+    EnqueueKeyed,
+    /// An enqueue into a queue with capacity limits (limits file read, tally built).
+    EnqueueCapped,
 }
 
-const OPS: [Op; 17] = [
+const OPS: [Op; 19] = [
     Op::Enqueue,
     Op::EnqueueNamed,
     Op::EnqueueDelayed,
@@ -53,7 +57,16 @@ const OPS: [Op; 17] = [
     Op::RecoverDue,
     Op::Requeue,
     Op::Compact,
+    Op::EnqueueKeyed,
+    Op::EnqueueCapped,
 ];
+
+fn keyed() -> EnqueueOptions {
+    EnqueueOptions {
+        key: Key::new("fault-key"),
+        ..Default::default()
+    }
+}
 
 /// Run `op` once against a fresh queue with `faults`; return (result, did-it-happen, plan).
 fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir) {
@@ -73,7 +86,17 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
     .unwrap();
     let max = if op == Op::NackExhausted { 1 } else { 5 };
     match op {
-        Op::Enqueue | Op::EnqueueNamed | Op::EnqueueDelayed | Op::EnqueueBatch => {}
+        Op::Enqueue
+        | Op::EnqueueNamed
+        | Op::EnqueueDelayed
+        | Op::EnqueueBatch
+        | Op::EnqueueKeyed => {}
+        Op::EnqueueCapped => setup
+            .set_limits(Limits {
+                max_jobs: Some(5),
+                max_bytes: Some(1 << 20),
+            })
+            .unwrap(),
         Op::RecoverDue => {
             setup
                 .enqueue_with(
@@ -158,6 +181,10 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
             )
             .map(drop),
         Op::EnqueueBatch => q.enqueue_batch(&[b"one", b"two", b"three"]).map(drop),
+        Op::EnqueueKeyed => q
+            .enqueue_unique(b"payload", &keyed())
+            .map(|r| assert!(!r.is_duplicate())),
+        Op::EnqueueCapped => q.enqueue(b"payload").map(drop),
         // "No job" is the claim's "not done".
         Op::Claim => q.claim().and_then(|l| match l {
             Some(l) => {
@@ -208,7 +235,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
     let clean = Queue::open(d.path()).unwrap();
     let all = clean.list(None).unwrap();
     let happened = match op {
-        Op::Enqueue | Op::EnqueueNamed => all.len() == 1,
+        Op::Enqueue | Op::EnqueueNamed | Op::EnqueueKeyed | Op::EnqueueCapped => all.len() == 1,
         Op::EnqueueDelayed => all.len() == 1 && all[0].state == State::Delayed,
         Op::EnqueueBatch => all.len() == 3,
         Op::Claim => all[0].name.attempt == 1,
@@ -233,6 +260,16 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
             matches!(&res, Err(e) if e.outcome() == Outcome::Indeterminate),
             "partial batch with {res:?}"
         );
+    }
+    if op == Op::EnqueueKeyed {
+        // A keyed job never exists without its key; a retry names it, or enqueues anew.
+        let live_keys = clean.live_keys().unwrap();
+        if happened {
+            assert_eq!(live_keys, 1, "a keyed job without its key: {res:?}");
+        }
+        let retry = clean.enqueue_unique(b"payload", &keyed()).unwrap();
+        assert_eq!(retry.is_duplicate(), happened, "{res:?} then {retry:?}");
+        assert_eq!(clean.list(None).unwrap().len(), 1, "one job per key");
     }
     drop(lease_handle);
     (res, happened, plan, d)
@@ -302,6 +339,7 @@ fn errnos_for(call: Call) -> Vec<Errno> {
 fn fault_matrix_reports_the_true_outcome() {
     let mut cases = 0u32;
     let mut by_outcome: HashMap<&'static str, u32> = HashMap::new();
+    let mut by_op: HashMap<(Op, &'static str), u32> = HashMap::new();
     for op in OPS {
         // A clean run counts the calls the operation makes.
         let (res, happened, plan, _d) = run(op, vec![]);
@@ -348,6 +386,7 @@ fn fault_matrix_reports_the_true_outcome() {
                         Err(_) => "indeterminate",
                     };
                     *by_outcome.entry(label).or_default() += 1;
+                    *by_op.entry((op, label)).or_default() += 1;
                     check_invariants(&d, &ctx);
                 }
             }
@@ -359,6 +398,16 @@ fn fault_matrix_reports_the_true_outcome() {
         "fault matrix: {cases} cases over {} operations, every outcome true, invariants held after each; outcomes {o:?}",
         OPS.len()
     ));
+    for op in [Op::EnqueueKeyed, Op::EnqueueCapped] {
+        let n = |l| by_op.get(&(op, l)).copied().unwrap_or(0);
+        summary(&format!(
+            "fault matrix, {op:?}: {} done, {} not done, {} indeterminate (each checked \
+             against the directory)",
+            n("done"),
+            n("not done"),
+            n("indeterminate")
+        ));
+    }
     assert!(cases > 500, "only {cases} cases");
     assert!(
         by_outcome.get("indeterminate").copied().unwrap_or(0) > 0

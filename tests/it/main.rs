@@ -3,6 +3,7 @@
 //! the whole suite again on loop-mounted ext4, xfs, btrfs and tmpfs.
 
 mod budget;
+mod capacity;
 mod cli;
 mod common;
 mod contention;
@@ -12,5 +13,7 @@ mod field;
 mod filesystems;
 mod hostile;
 mod identity;
+mod keys;
 mod lifecycle;
 mod perf;
+mod typed_async;

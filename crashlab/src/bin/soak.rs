@@ -198,6 +198,7 @@ impl Proc {
             let o = EnqueueOptions {
                 max_attempts: Some(1 + rng.below(3) as u32),
                 delay: (rng.below(5) == 0).then(|| Duration::from_millis(rng.below(200))),
+                ..Default::default()
             };
             let payload = format!("soak job {i} {}", "x".repeat(rng.below(3000) as usize));
             let r = self.q.enqueue_with(payload.as_bytes(), &o);

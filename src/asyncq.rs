@@ -1,0 +1,171 @@
+//! Async enqueue and claim for tokio (feature `tokio`).
+//!
+//! Waiting is done on an inotify fd (from rustix) registered with tokio's reactor through
+//! [`tokio::io::unix::AsyncFd`], plus a tokio timer for the next known deadline (a delayed job
+//! falling due, a lease expiring) and the caller's timeout: no thread per waiter, no polling.
+//! Any number of waiting claims share the runtime's threads.
+//!
+//! The filesystem calls themselves (a link or a rename and its fsyncs, usually well under a
+//! few milliseconds on a local disk) run inline on the calling task, the way a blocking
+//! `std::fs` call would; this keeps [`crate::Lease`] borrowing the queue as in the sync API.
+//! On a slow medium, call from `tokio::task::spawn_blocking` or `block_in_place` instead.
+
+use crate::disk::name::shard_name;
+use crate::ops::capacity::drain;
+use crate::ops::recover::RecoverReport;
+use crate::{EnqueueOptions, Enqueued, ErrorKind, Lease, Queue, Result};
+use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+
+/// A queue with async enqueue and claim (feature `tokio`). Must be used inside a tokio
+/// runtime with I/O and time enabled (`#[tokio::main]`, `Builder::enable_all`).
+#[derive(Debug)]
+pub struct AsyncQueue {
+    q: Queue,
+}
+
+/// An inotify fd on tokio's reactor; `None` when inotify is unavailable (then the waits
+/// below sleep on timers only, at most 1 s at a time).
+///
+/// `AsyncFd::new` is deprecated in tokio 1.5x in favour of the `unsafe` `AsyncFd::register`
+/// (this crate forbids `unsafe`). Its safety condition, that the fd stays open and the same
+/// for the `AsyncFd`'s whole life, holds by construction: the `AsyncFd` owns the `OwnedFd`,
+/// which nothing else can close.
+#[allow(deprecated)]
+fn reactor_fd(fd: Option<OwnedFd>) -> Option<AsyncFd<OwnedFd>> {
+    fd.and_then(|fd| AsyncFd::new(fd).ok())
+}
+
+/// Wait until `fd` is readable or `max` passes; drain it.
+async fn wait_on(fd: &Option<AsyncFd<OwnedFd>>, max: Duration) {
+    match fd {
+        Some(afd) => {
+            if let Ok(Ok(mut g)) = tokio::time::timeout(max, afd.readable()).await {
+                drain(afd.get_ref());
+                g.clear_ready();
+            }
+        }
+        None => tokio::time::sleep(max.min(Duration::from_secs(1))).await,
+    }
+}
+
+impl AsyncQueue {
+    /// Wrap an open queue.
+    pub fn new(q: Queue) -> AsyncQueue {
+        AsyncQueue { q }
+    }
+
+    /// The queue (its sync API: status, recovery, limits).
+    pub fn queue(&self) -> &Queue {
+        &self.q
+    }
+
+    /// Unwrap.
+    pub fn into_inner(self) -> Queue {
+        self.q
+    }
+
+    /// Enqueue (with an optional idempotency key), as [`Queue::enqueue_unique`].
+    ///
+    /// # Errors
+    /// As [`Queue::enqueue_unique`]; a full queue is [`ErrorKind::QueueFull`] at once (use
+    /// [`AsyncQueue::enqueue_wait`] to wait for room).
+    pub async fn enqueue(&self, payload: &[u8], o: &EnqueueOptions) -> Result<Enqueued> {
+        self.q.enqueue_unique(payload, o)
+    }
+
+    /// Enqueue, waiting up to `timeout` for room when the queue is at its capacity limit:
+    /// the task sleeps on inotify (a job leaving a ready shard, the limits file replaced)
+    /// through tokio's reactor.
+    ///
+    /// # Errors
+    /// [`ErrorKind::QueueFull`] (not done) when there was no room before `timeout`;
+    /// otherwise as [`Queue::enqueue_unique`].
+    pub async fn enqueue_wait(
+        &self,
+        payload: &[u8],
+        o: &EnqueueOptions,
+        timeout: Duration,
+    ) -> Result<Enqueued> {
+        let start = Instant::now();
+        let fd = reactor_fd(self.q.room_watch());
+        loop {
+            match self.q.enqueue_unique(payload, o) {
+                Err(e) if matches!(e.kind(), ErrorKind::QueueFull { .. }) => {
+                    let left = timeout.saturating_sub(start.elapsed());
+                    if left.is_zero() {
+                        return Err(e);
+                    }
+                    wait_on(&fd, left).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Claim a job with lease `lease`, waiting up to `timeout` for one. `Ok(None)` on
+    /// timeout. While waiting it makes due delayed jobs and expired leases ready, as
+    /// [`Queue::claim_wait`] does; it wakes on inotify events in the ready shards, `delayed/`
+    /// and the current delayed buckets, and on a timer for the next known deadline.
+    ///
+    /// # Errors
+    /// As [`Queue::claim_for`].
+    pub async fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease>> {
+        let start = Instant::now();
+        let fd = reactor_fd(self.claim_watch());
+        loop {
+            let mut seen = RecoverReport::default();
+            if let Some(l) = self.q.claim_sweep(lease, &mut seen)? {
+                return Ok(Some(l));
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            if let Some(afd) = &fd {
+                self.watch_buckets(afd.get_ref());
+            }
+            let c = self.q.clock();
+            let due = seen
+                .next_due_wall_ns
+                .map_or(u64::MAX, |d| d.saturating_sub(c.wall_ns()));
+            let exp = seen
+                .next_expiry_boot_ns
+                .map_or(u64::MAX, |d| d.saturating_sub(c.boot_ns()));
+            let next = Duration::from_nanos(due.min(exp));
+            wait_on(&fd, left.min(next)).await;
+        }
+    }
+
+    /// Claim without waiting (`Ok(None)`: no job ready), as [`Queue::claim_for`].
+    ///
+    /// # Errors
+    /// As [`Queue::claim_for`].
+    pub async fn claim(&self, lease: Duration) -> Result<Option<Lease>> {
+        self.q.claim_for(lease)
+    }
+
+    /// An inotify fd watching the ready shards and `delayed/` for new names.
+    fn claim_watch(&self) -> Option<OwnedFd> {
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+        let flags = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR;
+        for s in 0..self.q.ident.shards {
+            let p = self.q.root.join(format!("ready/{}", shard_name(s)));
+            inotify::add_watch(&fd, p, flags).ok()?;
+        }
+        inotify::add_watch(&fd, self.q.root.join("delayed"), flags).ok()?;
+        Some(fd)
+    }
+
+    /// Watch the delayed buckets around now (where short delays and nacks land).
+    fn watch_buckets(&self, fd: &OwnedFd) {
+        let width = self.q.ident.delayed_bucket_ns;
+        let current = self.q.clock().wall_ns() / width;
+        let flags = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR;
+        for b in current.saturating_sub(1)..=current.saturating_add(1) {
+            let _ = inotify::add_watch(fd, self.q.root.join(format!("delayed/{b:016x}")), flags);
+        }
+    }
+}

@@ -1,0 +1,658 @@
+//! Capacity limits and backpressure: at most `max_jobs` jobs and `max_bytes` bytes of job
+//! files in ready, leased and delayed together.
+//!
+//! **Where the limits live.** In a sidecar file, `<root>/steadq.limits`, not in the identity
+//! file: the identity is published once with a no-replace rename and never rewritten (losing it
+//! makes `init` re-identify the queue from job headers), while limits change at run time. The
+//! sidecar has its own checksum, is replaced atomically (temp file in `tmp/`, fsync, `rename`,
+//! fsync of the root) and is read on every checked enqueue (one small read), so a change is
+//! seen by every producer at its next enqueue. No sidecar: no limit, and an enqueue pays one
+//! failed `openat`. Old queues open unchanged; old SteadQ builds ignore the file.
+//!
+//! ```text
+//! steadq-limits
+//! version=1
+//! max_jobs=<decimal or "none">
+//! max_bytes=<decimal or "none">
+//! sum=<16 hex: first 8 bytes of SHA-256 of every byte before this line>
+//! ```
+//!
+//! **How the count stays cheap.** Each queue handle keeps a tally (built at its first checked
+//! enqueue) of the ready, leased and delayed jobs: one listing of the ready shards and delayed
+//! buckets (plus one `fstatat` per job when a byte limit is set), then inotify (`inotify(7)`)
+//! on those directories keeps it current from event names alone: a job name created or moved
+//! into a watched directory adds the job, one moved out or removed takes it away, keyed by
+//! (job id, directory) so that events already reflected in the first listing change nothing.
+//! A checked enqueue then reads only the events queued since the last one. Memory: about
+//! 50 bytes per counted job. An event queue overflow rebuilds the tally; where inotify is
+//! missing or its watch limit is reached, every checked enqueue counts by listing (correct,
+//! slow, logged once).
+//!
+//! **How strict.** The kernel queues an inotify event inside the `linkat`/`renameat2` call, so
+//! a check sees every job whose publication finished before it started. Enqueues through one
+//! handle (any number of threads) also reserve their job until it is published. So with `P`
+//! handles (processes, or handles in one process) enqueueing at the same moment, a queue holds
+//! at most `max_jobs + P - 1` jobs and `max_bytes + (P - 1) * (128 + max payload)` bytes:
+//! each of the others can have one enqueue between its check and its link.
+//! `tests/it/capacity.rs` measures it with 8 producers.
+
+use crate::disk::name::{parse_hex, shard_name, JobName, Kind};
+use crate::disk::sys::{Call, Errno};
+use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::queue::{random, Queue};
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The limits sidecar's name in the queue root.
+pub const LIMITS_FILE: &str = "steadq.limits";
+
+/// A queue's capacity limits over ready + leased + delayed jobs. `None` is no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Most jobs (ready, leased and delayed together).
+    pub max_jobs: Option<u64>,
+    /// Most bytes of job files (128-byte header plus payload each) in those states.
+    pub max_bytes: Option<u64>,
+}
+
+fn limits_sum(body: &[u8]) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d: [u8; 32] = Sha256::digest(body).into();
+    u64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+impl Limits {
+    /// True when neither limit is set.
+    pub fn is_unlimited(&self) -> bool {
+        self.max_jobs.is_none() && self.max_bytes.is_none()
+    }
+
+    fn encode(&self) -> String {
+        let f = |v: Option<u64>| v.map_or("none".to_string(), |v| v.to_string());
+        let body = format!(
+            "steadq-limits\nversion=1\nmax_jobs={}\nmax_bytes={}\n",
+            f(self.max_jobs),
+            f(self.max_bytes)
+        );
+        let sum = limits_sum(body.as_bytes());
+        format!("{body}sum={sum:016x}\n")
+    }
+
+    fn decode(text: &str) -> Option<Limits> {
+        let at = text.find("sum=")?;
+        let (body, sum) = text.split_at(at);
+        let sum = sum.strip_prefix("sum=")?.strip_suffix('\n')?;
+        if sum.len() != 16 || u64::from_str_radix(sum, 16).ok()? != limits_sum(body.as_bytes()) {
+            return None;
+        }
+        let mut l = body.lines();
+        if l.next()? != "steadq-limits" || l.next()? != "version=1" {
+            return None;
+        }
+        let mut val = |k: &str| -> Option<Option<u64>> {
+            match l.next()?.strip_prefix(k)?.strip_prefix('=')? {
+                "none" => Some(None),
+                v => v.parse().ok().map(Some),
+            }
+        };
+        let max_jobs = val("max_jobs")?;
+        let max_bytes = val("max_bytes")?;
+        l.next().is_none().then_some(Limits {
+            max_jobs,
+            max_bytes,
+        })
+    }
+}
+
+/// Per-handle state: the tally and the in-flight reservations.
+#[derive(Debug, Default)]
+pub(crate) struct CapState {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    tally: Option<Tally>,
+    /// Inotify unavailable: count by listing at every check.
+    no_inotify: bool,
+    reserved_jobs: u64,
+    reserved_bytes: u64,
+}
+
+/// A watched directory.
+#[derive(Debug)]
+struct WDir {
+    fd: OwnedFd,
+    delayed_root: bool,
+}
+
+/// The live count of ready + leased + delayed jobs, kept by inotify.
+#[derive(Debug)]
+struct Tally {
+    ino: OwnedFd,
+    dirs: HashMap<i32, WDir>,
+    /// job id -> (file size or 0 when not known, watch descriptor of its directory).
+    jobs: HashMap<u128, (u64, i32)>,
+    bytes: u64,
+    sizes: bool,
+}
+
+/// A reservation for jobs being enqueued through this handle; released on drop.
+pub(crate) struct Room<'q> {
+    q: &'q Queue,
+    jobs: u64,
+    bytes: u64,
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        let mut g = self.q.cap.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.reserved_jobs -= self.jobs;
+        g.reserved_bytes -= self.bytes;
+    }
+}
+
+/// How much of its capacity a queue uses, from [`Queue::capacity_use`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CapacityUse {
+    /// Ready + leased + delayed jobs.
+    pub jobs: u64,
+    /// Bytes of their job files (0 when no byte limit is set: sizes are then not read).
+    pub bytes: u64,
+    /// The limits in force.
+    pub limits: Limits,
+}
+
+const WATCH: WatchFlags = WatchFlags::CREATE
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::DONT_FOLLOW)
+    .union(WatchFlags::ONLYDIR);
+
+impl Queue {
+    /// The capacity limits in force (`steadq.limits`; none when the file is missing).
+    ///
+    /// # Errors
+    /// [`ErrorKind::BadLimits`] (not done) when the file is damaged (checksum or syntax);
+    /// [`ErrorKind::Io`] when it cannot be read.
+    pub fn limits(&self) -> Result<Limits> {
+        let p = self.path(LIMITS_FILE);
+        let fd = match self.sys.open_file_ro(self.dirs.root.as_fd(), LIMITS_FILE) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(Limits::default()),
+            Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(p))),
+        };
+        let mut buf = Vec::new();
+        self.sys
+            .read_all(fd.as_fd(), 4096, &mut buf)
+            .map_err(|e| Error::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
+        std::str::from_utf8(&buf)
+            .ok()
+            .and_then(Limits::decode)
+            .ok_or_else(|| Error::not_done(ErrorKind::BadLimits, Some(p)))
+    }
+
+    /// Set (or with [`Limits::default`], remove the effect of) the capacity limits. Jobs
+    /// already over a new, lower limit stay; enqueues are refused until there is room.
+    ///
+    /// The file is written to `tmp/`, fsynced, renamed over `steadq.limits` (the
+    /// linearization point) and the root fsynced.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
+    /// if the rename fails with `EIO` or the root's fsync fails.
+    pub fn set_limits(&self, limits: Limits) -> Result<()> {
+        let tmp = crate::disk::name::TempName::new(
+            self.clock.boot_id(),
+            crate::disk::name::TempKind::Job,
+            random(),
+        )
+        .format()
+        .to_string();
+        let rel = format!("tmp/{tmp}");
+        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let t = self.dirs.tmp.as_fd();
+        let fd = self
+            .sys
+            .create_file(t, &tmp)
+            .map_err(|e| nd(Call::Open, e))?;
+        let undo = |e: Error| {
+            let _ = self.sys.unlink(t, &tmp);
+            e
+        };
+        self.sys
+            .write_all(fd.as_fd(), limits.encode().as_bytes())
+            .map_err(|e| undo(nd(Call::Write, e)))?;
+        self.barrier_file(fd.as_fd())
+            .map_err(|e| undo(nd(Call::Fsync, e)))?;
+        if let Err(e) = self
+            .sys
+            .rename_replace(t, &tmp, self.dirs.root.as_fd(), LIMITS_FILE)
+        {
+            let outcome = if e == Errno::IO {
+                Outcome::Indeterminate
+            } else {
+                let _ = self.sys.unlink(t, &tmp);
+                Outcome::NotDone
+            };
+            return Err(Error::io(
+                Call::Rename,
+                e,
+                outcome,
+                Some(self.path(LIMITS_FILE)),
+            ));
+        }
+        self.barrier(self.dirs.root.as_fd()).map_err(|e| {
+            Error::io(
+                Call::FsyncDir,
+                e,
+                Outcome::Indeterminate,
+                Some(self.root.clone()),
+            )
+        })
+    }
+
+    /// How many jobs and bytes count against the limits now (through this handle's tally, so
+    /// the first call lists the queue once; see the module docs).
+    ///
+    /// # Errors
+    /// As [`Queue::limits`]; [`ErrorKind::Io`] (not done) if a directory cannot be listed.
+    pub fn capacity_use(&self) -> Result<CapacityUse> {
+        let limits = self.limits()?;
+        let mut g = self.cap.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (jobs, bytes) = self.tally_now(&mut g, limits.max_bytes.is_some())?;
+        Ok(CapacityUse {
+            jobs,
+            bytes,
+            limits,
+        })
+    }
+
+    /// Fill the capacity and key fields of a status (a damaged limits file or an unreadable
+    /// `keys/` is logged, not fatal: status must work on a damaged queue).
+    pub(crate) fn status_hook(&self, st: &mut crate::Status) {
+        st.limits = self.limits().unwrap_or_else(|e| {
+            log::warn!("{e}");
+            Limits::default()
+        });
+        st.live_keys = self.live_keys().unwrap_or_else(|e| {
+            log::warn!("{e}");
+            0
+        });
+    }
+
+    /// Check room for `jobs` more jobs of `bytes` payload bytes in all and reserve it until the
+    /// returned guard drops (after the publication). `None`: the queue has no limits.
+    pub(crate) fn admit(&self, jobs: u64, payload_bytes: u64) -> Result<Option<Room<'_>>> {
+        let limits = self.limits()?;
+        if limits.is_unlimited() {
+            return Ok(None);
+        }
+        let bytes = payload_bytes + jobs * crate::disk::format::HEADER_LEN as u64;
+        let mut g = self.cap.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (have_jobs, have_bytes) = self.tally_now(&mut g, limits.max_bytes.is_some())?;
+        let used_jobs = have_jobs + g.reserved_jobs;
+        let used_bytes = have_bytes + g.reserved_bytes;
+        let over_jobs = limits.max_jobs.is_some_and(|m| used_jobs + jobs > m);
+        let over_bytes = limits.max_bytes.is_some_and(|m| used_bytes + bytes > m);
+        if over_jobs || over_bytes {
+            return Err(Error::not_done(
+                ErrorKind::QueueFull {
+                    jobs: used_jobs,
+                    bytes: used_bytes,
+                    max_jobs: limits.max_jobs,
+                    max_bytes: limits.max_bytes,
+                },
+                Some(self.root.clone()),
+            ));
+        }
+        g.reserved_jobs += jobs;
+        g.reserved_bytes += bytes;
+        Ok(Some(Room {
+            q: self,
+            jobs,
+            bytes,
+        }))
+    }
+
+    /// (jobs, bytes) now: the tally brought up to date, built (or rebuilt) when needed.
+    fn tally_now(&self, g: &mut Inner, sizes: bool) -> Result<(u64, u64)> {
+        if g.no_inotify {
+            return self.count_by_listing(sizes);
+        }
+        if g.tally.as_ref().is_some_and(|t| sizes && !t.sizes) {
+            g.tally = None;
+        }
+        if g.tally.is_none() {
+            match inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK) {
+                Ok(ino) => {
+                    let mut t = Tally {
+                        ino,
+                        dirs: HashMap::new(),
+                        jobs: HashMap::new(),
+                        bytes: 0,
+                        sizes,
+                    };
+                    match self.tally_build(&mut t) {
+                        Ok(true) => g.tally = Some(t),
+                        Ok(false) => {
+                            log::warn!(
+                                "{}: inotify watches unavailable; capacity checks list the queue",
+                                self.root.display()
+                            );
+                            g.no_inotify = true;
+                            return self.count_by_listing(sizes);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(_) => {
+                    g.no_inotify = true;
+                    return self.count_by_listing(sizes);
+                }
+            }
+        }
+        let t = g.tally.as_mut().expect("built above");
+        if !self.tally_drain(t)? {
+            g.tally = None;
+            return self.tally_now(g, sizes);
+        }
+        Ok((t.jobs.len() as u64, t.bytes))
+    }
+
+    /// Watch and list every ready shard, `delayed/` and each bucket. `Ok(false)`: a watch
+    /// could not be added.
+    fn tally_build(&self, t: &mut Tally) -> Result<bool> {
+        for s in 0..self.ident.shards {
+            let rel = format!("ready/{}", shard_name(s));
+            if !self.tally_watch(t, &rel, false)? {
+                return Ok(false);
+            }
+        }
+        if !self.tally_watch(t, "delayed", true)? {
+            return Ok(false);
+        }
+        let mut buckets = Vec::new();
+        self.sys
+            .read_dir(self.dirs.delayed.as_fd(), |n, _, _| {
+                if let Some(n) = n.filter(|n| parse_hex(n.as_bytes(), 16).is_some()) {
+                    buckets.push(n.to_string());
+                }
+            })
+            .map_err(|e| {
+                Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path("delayed")),
+                )
+            })?;
+        for b in buckets {
+            if !self.tally_watch(t, &format!("delayed/{b}"), false)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Watch `rel` (before listing it, so nothing is missed), then count its jobs.
+    fn tally_watch(&self, t: &mut Tally, rel: &str, delayed_root: bool) -> Result<bool> {
+        let wd = match inotify::add_watch(&t.ino, self.root.join(rel), WATCH) {
+            Ok(wd) => wd,
+            Err(Errno::NOENT) => return Ok(true), // a bucket removed meanwhile
+            Err(_) => return Ok(false),
+        };
+        let fd = match self.sys.open_dir_beneath(self.dirs.root.as_fd(), rel) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(true),
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(rel)),
+                ))
+            }
+        };
+        if !delayed_root {
+            let mut names = Vec::new();
+            self.sys
+                .read_dir(fd.as_fd(), |n, _, _| {
+                    if let Some(n) = n {
+                        names.push(n.to_string());
+                    }
+                })
+                .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel))))?;
+            t.dirs.insert(wd, WDir { fd, delayed_root });
+            for n in names {
+                self.tally_plus(t, wd, &n);
+            }
+        } else {
+            t.dirs.insert(wd, WDir { fd, delayed_root });
+        }
+        Ok(true)
+    }
+
+    fn tally_plus(&self, t: &mut Tally, wd: i32, name: &str) {
+        let Some(id) = counted_id(name) else { return };
+        let known = t.jobs.get(&id).map_or(0, |&(s, _)| s);
+        let size = if known > 0 || !t.sizes {
+            known
+        } else {
+            t.dirs
+                .get(&wd)
+                .and_then(|d| self.sys.stat_nofollow(d.fd.as_fd(), name).ok())
+                .map_or(0, |m| m.size)
+        };
+        if let Some((old, _)) = t.jobs.insert(id, (size, wd)) {
+            t.bytes -= old;
+        }
+        t.bytes += size;
+    }
+
+    fn tally_minus(t: &mut Tally, wd: i32, name: &str) {
+        let Some(id) = counted_id(name) else { return };
+        if let Some(&(size, at)) = t.jobs.get(&id) {
+            if at == wd {
+                t.jobs.remove(&id);
+                t.bytes -= size;
+            }
+        }
+    }
+
+    /// Apply the queued events. `Ok(false)`: the event queue overflowed (rebuild).
+    fn tally_drain(&self, t: &mut Tally) -> Result<bool> {
+        loop {
+            let mut evs: Vec<(i32, ReadFlags, String)> = Vec::new();
+            {
+                let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 8192];
+                let mut r = inotify::Reader::new(t.ino.as_fd(), &mut buf);
+                while let Ok(ev) = r.next() {
+                    let name = ev
+                        .file_name()
+                        .and_then(|n| n.to_str().ok())
+                        .unwrap_or("")
+                        .to_string();
+                    evs.push((ev.wd(), ev.events(), name));
+                    if evs.len() >= 4096 {
+                        break;
+                    }
+                }
+            }
+            if evs.is_empty() {
+                return Ok(true);
+            }
+            for (wd, fl, name) in evs {
+                if fl.contains(ReadFlags::QUEUE_OVERFLOW) {
+                    return Ok(false);
+                }
+                if fl.contains(ReadFlags::IGNORED) {
+                    t.dirs.remove(&wd);
+                    continue;
+                }
+                let Some(dir) = t.dirs.get(&wd) else { continue };
+                if dir.delayed_root {
+                    let new_dir = fl.contains(ReadFlags::ISDIR)
+                        && fl.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO)
+                        && parse_hex(name.as_bytes(), 16).is_some();
+                    if new_dir && !self.tally_watch(t, &format!("delayed/{name}"), false)? {
+                        return Ok(false);
+                    }
+                } else if fl.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
+                    self.tally_plus(t, wd, &name);
+                } else if fl.intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM) {
+                    Queue::tally_minus(t, wd, &name);
+                }
+            }
+        }
+    }
+
+    /// Count by listing every ready shard and delayed bucket (no inotify).
+    fn count_by_listing(&self, sizes: bool) -> Result<(u64, u64)> {
+        let (mut jobs, mut bytes) = (0u64, 0u64);
+        self.walk(|s| {
+            if let Ok(n) = s.parsed {
+                if matches!(n.kind, Kind::Ready | Kind::Leased(_) | Kind::Delayed { .. }) {
+                    jobs += 1;
+                    if sizes {
+                        bytes += self.sys.stat_nofollow(s.dir, s.raw).map_or(0, |m| m.size);
+                    }
+                }
+            }
+        })?;
+        Ok((jobs, bytes))
+    }
+
+    /// An inotify fd that becomes readable when room may have appeared: a job leaving a ready
+    /// shard (ack, fail, dead-letter) or removed from one, or the limits file replaced. Made
+    /// before the check it guards, so no wake-up is lost. `None`: inotify unavailable.
+    pub(crate) fn room_watch(&self) -> Option<OwnedFd> {
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+        let out = WatchFlags::MOVED_FROM | WatchFlags::DELETE | WatchFlags::ONLYDIR;
+        for s in 0..self.ident.shards {
+            let p = self.root.join(format!("ready/{}", shard_name(s)));
+            inotify::add_watch(&fd, p, out).ok()?;
+        }
+        inotify::add_watch(
+            &fd,
+            &self.root,
+            WatchFlags::MOVED_TO | WatchFlags::CREATE | WatchFlags::ONLYDIR,
+        )
+        .ok()?;
+        Some(fd)
+    }
+
+    /// [`Queue::enqueue_with`] that waits, up to `timeout`, for room when the queue is full:
+    /// it sleeps on inotify (a job leaving `ready/`, or `steadq.limits` replaced) and tries
+    /// again; no polling. Keys ([`crate::EnqueueOptions::key`]) work as in
+    /// [`Queue::enqueue_unique`], whose result it returns.
+    ///
+    /// # Errors
+    /// [`ErrorKind::QueueFull`] (not done) when there was no room before `timeout`; otherwise
+    /// as [`Queue::enqueue_with`].
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use steadq::{Limits, EnqueueOptions};
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-full-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, Default::default())?;
+    /// q.set_limits(Limits { max_jobs: Some(1), max_bytes: None })?;
+    /// q.enqueue(b"one")?;
+    /// let e = q.enqueue(b"two").unwrap_err();
+    /// assert!(matches!(e.kind(), steadq::ErrorKind::QueueFull { .. }));
+    /// let o = EnqueueOptions::default();
+    /// assert!(q.enqueue_wait(b"two", &o, Duration::from_millis(50)).is_err()); // still full
+    /// q.claim()?.unwrap().ack()?;
+    /// q.enqueue_wait(b"two", &o, Duration::from_secs(5))?; // room now
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
+    pub fn enqueue_wait(
+        &self,
+        payload: &[u8],
+        o: &crate::EnqueueOptions,
+        timeout: Duration,
+    ) -> Result<crate::Enqueued> {
+        let start = std::time::Instant::now();
+        let watch = self.room_watch();
+        loop {
+            match self.enqueue_unique(payload, o) {
+                Err(e) if matches!(e.kind(), ErrorKind::QueueFull { .. }) => {
+                    let left = timeout.saturating_sub(start.elapsed());
+                    if left.is_zero() {
+                        return Err(e);
+                    }
+                    match &watch {
+                        Some(fd) => wait_readable(fd, left),
+                        // No inotify: sleep a little (the only polling, and only here).
+                        None => std::thread::sleep(left.min(Duration::from_millis(200))),
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
+/// Sleep until `fd` is readable or `max` passes, then drain it.
+pub(crate) fn wait_readable(fd: &OwnedFd, max: Duration) {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let ts = rustix::time::Timespec {
+        tv_sec: max.as_secs() as _,
+        tv_nsec: max.subsec_nanos() as _,
+    };
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    let _ = poll(&mut fds, Some(&ts));
+    drain(fd);
+}
+
+/// Read and drop every queued event of inotify fd `fd` (non-blocking).
+pub(crate) fn drain(fd: &OwnedFd) {
+    let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
+    let mut r = inotify::Reader::new(fd.as_fd(), &mut buf);
+    while r.next().is_ok() {}
+}
+
+/// The job id of a name that counts (a ready, leased or delayed job), else `None`.
+fn counted_id(name: &str) -> Option<u128> {
+    match JobName::parse_untagged(name) {
+        Ok((n, _)) if matches!(n.kind, Kind::Ready | Kind::Leased(_) | Kind::Delayed { .. }) => {
+            Some(n.id.0)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_round_trip_and_damage_is_caught() {
+        for l in [
+            Limits::default(),
+            Limits {
+                max_jobs: Some(10),
+                max_bytes: None,
+            },
+            Limits {
+                max_jobs: None,
+                max_bytes: Some(1 << 30),
+            },
+        ] {
+            assert_eq!(Limits::decode(&l.encode()), Some(l));
+        }
+        let t = Limits {
+            max_jobs: Some(10),
+            max_bytes: None,
+        }
+        .encode();
+        assert_eq!(Limits::decode(&t.replace("=10", "=11")), None);
+        assert_eq!(Limits::decode("steadq-limits\n"), None);
+    }
+}

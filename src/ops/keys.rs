@@ -1,0 +1,719 @@
+//! Idempotency keys: at most one job per key while the key lives.
+//!
+//! A key is 1..=128 bytes of `[A-Za-z0-9._:-]`. Its entry is the file
+//! `keys/<64 hex>`, the hex being SHA-256(`"steadq-key-v1"`, `0x00`, queue id as 16 bytes
+//! big-endian, the key). The entry is written unnamed (`O_TMPFILE` in `keys/`), fsynced, and
+//! given its name with `linkat`, which never replaces: **`EEXIST` means the key is taken** and
+//! the enqueue is a duplicate. It is made durable (fsync of the file and of `keys/`) *before*
+//! the job is published, so a job with a key never exists without its key entry. Its text:
+//!
+//! ```text
+//! steadq-key 1
+//! key=<the key>
+//! id=<32 hex: the job id chosen before publishing>
+//! name=<the job's first name, relative to the root, or "-" for a delayed job>
+//! creator=<boot id 32 hex> <pid> <pid namespace inode, 0 if unknown>
+//! ```
+//!
+//! A duplicate finds the job by its first name (one `fstatat`), else by listing the queue.
+//! A key whose job does not exist was left by an enqueue that failed or died before
+//! publishing, or is being published right now. While its creator process is alive (same boot
+//! and pid namespace, `pidfd_open(2)` answers) and the key is younger than [`KEY_ORPHAN_AFTER`],
+//! a duplicate waits on inotify for the job to appear (and on the creator's pidfd for its
+//! exit). Once the creator is gone (or the key is older), the key is an **orphan**: it is
+//! retired by renaming it, without replacing, to `keys/<64 hex>.<job id>.gone` (a tombstone;
+//! of two processes retiring the same orphan exactly one rename succeeds, and a stale retire
+//! of a newer key fails with `EEXIST` on the tombstone) and the enqueue starts again.
+//!
+//! Retention: [`Queue::compact_keys`] retires keys older than the retention window whose job
+//! is no longer live (acked, dead or gone), retires orphans, and removes tombstones older than
+//! an hour. So a key deduplicates from its enqueue until its job is settled *and* the
+//! retention window has passed.
+
+use crate::disk::name::{JobId, JobName};
+use crate::disk::sys::{Call, Errno};
+use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::ops::enqueue::EnqueueOptions;
+use crate::ops::state::State;
+use crate::queue::{random, Queue};
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+/// The directory of key entries in the queue root.
+pub const KEYS_DIR: &str = "keys";
+/// A key whose job never appeared is an orphan after this long even if its creator seems
+/// alive (a reused pid): 10 minutes.
+pub const KEY_ORPHAN_AFTER: Duration = Duration::from_secs(600);
+/// Tombstones of retired keys are kept this long (1 hour) before `compact_keys` removes them.
+pub const TOMBSTONE_KEEP: Duration = Duration::from_secs(3600);
+
+/// An idempotency key: 1..=128 bytes of `[A-Za-z0-9._:-]`. `Copy`, so
+/// [`EnqueueOptions`] stays `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    len: u8,
+    bytes: [u8; 128],
+}
+
+impl Key {
+    /// The longest key, bytes.
+    pub const MAX_LEN: usize = 128;
+
+    /// A key, or `None` when `s` is empty, longer than 128 bytes, or has a byte outside
+    /// `[A-Za-z0-9._:-]`.
+    pub fn new(s: &str) -> Option<Key> {
+        let b = s.as_bytes();
+        let ok = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-');
+        if b.is_empty() || b.len() > Key::MAX_LEN || !b.iter().all(ok) {
+            return None;
+        }
+        let mut bytes = [0u8; 128];
+        bytes[..b.len()].copy_from_slice(b);
+        Some(Key {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The key text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len as usize]).expect("checked ASCII")
+    }
+
+    /// The entry name for this key in queue `queue_id`: 64 lowercase hex digits of SHA-256.
+    pub fn entry_name(&self, queue_id: u128) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(b"steadq-key-v1\0");
+        h.update(queue_id.to_be_bytes());
+        h.update(self.as_str().as_bytes());
+        let d: [u8; 32] = h.finalize().into();
+        crate::disk::format::hex32(&d).as_str().to_string()
+    }
+}
+
+impl core::fmt::Debug for Key {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Key({:?})", self.as_str())
+    }
+}
+
+impl core::fmt::Display for Key {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an enqueue with a key did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new job was enqueued (done).
+    New(JobId),
+    /// The key was taken: nothing was enqueued; this is the job the key names (live, or
+    /// settled within the retention window).
+    Duplicate(JobId),
+}
+
+impl Enqueued {
+    /// The job id, new or existing.
+    pub fn id(self) -> JobId {
+        match self {
+            Enqueued::New(i) | Enqueued::Duplicate(i) => i,
+        }
+    }
+
+    /// True for [`Enqueued::Duplicate`].
+    pub fn is_duplicate(self) -> bool {
+        matches!(self, Enqueued::Duplicate(_))
+    }
+}
+
+/// A key entry as read back.
+#[derive(Debug)]
+struct Entry {
+    key: String,
+    id: JobId,
+    name: Option<String>,
+    boot: u128,
+    pid: i32,
+    pidns: u64,
+    /// ctime of the entry, unix ns.
+    ctime_ns: u64,
+}
+
+impl Entry {
+    fn decode(text: &str, ctime_ns: u64) -> Option<Entry> {
+        let mut l = text.lines();
+        if l.next()? != "steadq-key 1" {
+            return None;
+        }
+        let key = l.next()?.strip_prefix("key=")?.to_string();
+        let id = JobId::parse(l.next()?.strip_prefix("id=")?)?;
+        let name = match l.next()?.strip_prefix("name=")? {
+            "-" => None,
+            n => Some(n.to_string()),
+        };
+        let mut c = l.next()?.strip_prefix("creator=")?.split(' ');
+        let boot = u128::from_str_radix(c.next()?, 16).ok()?;
+        let pid = c.next()?.parse().ok()?;
+        let pidns = c.next()?.parse().ok()?;
+        Some(Entry {
+            key,
+            id,
+            name,
+            boot,
+            pid,
+            pidns,
+            ctime_ns,
+        })
+    }
+}
+
+/// This process's pid namespace inode (`/proc/self/ns/pid`), 0 if unknown.
+fn pidns() -> u64 {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|p| {
+            let s = p.to_string_lossy().into_owned();
+            s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// (queue id, job id) of the keyed enqueues of this process between key and job.
+fn in_flight() -> std::sync::MutexGuard<'static, std::collections::HashSet<(u128, u128)>> {
+    static SET: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<(u128, u128)>>> =
+        std::sync::OnceLock::new();
+    SET.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Marks a keyed enqueue of this process as in flight until dropped.
+struct InFlight(u128, u128);
+
+impl InFlight {
+    fn new(queue: u128, id: JobId) -> InFlight {
+        in_flight().insert((queue, id.0));
+        InFlight(queue, id.0)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        in_flight().remove(&(self.0, self.1));
+    }
+}
+
+/// What a taken key tells.
+enum Taken {
+    /// Its job exists (or existed): a duplicate.
+    Job(JobId),
+    /// No job, and the creator may still publish it: wait.
+    Pending(Entry),
+    /// No job and no creator: retire it.
+    Orphan(Entry),
+    /// The entry vanished meanwhile: try again.
+    Gone,
+}
+
+fn ind(c: Call, e: Errno, p: std::path::PathBuf) -> Error {
+    Error::io(c, e, Outcome::Indeterminate, Some(p))
+}
+
+impl Queue {
+    /// Enqueue with an idempotency key ([`EnqueueOptions::key`]): a new job, or, when the key
+    /// is taken, the job it names without enqueueing anything. Works across processes and
+    /// crashes; see the module docs of `ops/keys.rs` (and DESIGN.md) for the rules. Without a
+    /// key it is [`Queue::enqueue_with`] returning [`Enqueued::New`].
+    ///
+    /// A duplicate whose first enqueue is still publishing (another process between its key
+    /// and its job) waits for it, on inotify, for as long as that process lives (at most
+    /// [`KEY_ORPHAN_AFTER`]).
+    ///
+    /// # Errors
+    /// As [`Queue::enqueue_with`] ([`ErrorKind::QueueFull`] included: a duplicate is
+    /// answered even when the queue is full). A not-done error leaves no key behind that
+    /// blocks a retry (an entry left by a failed cleanup is an orphan, retired by the retry).
+    /// Indeterminate: the job may exist; a retry with the same key answers which.
+    ///
+    /// # Examples
+    /// ```
+    /// use steadq::{EnqueueOptions, Enqueued, Key};
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-key-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, Default::default())?;
+    /// let o = EnqueueOptions { key: Key::new("order-1234"), ..Default::default() };
+    /// let first = q.enqueue_unique(b"charge order 1234", &o)?;
+    /// let again = q.enqueue_unique(b"charge order 1234", &o)?;
+    /// assert_eq!(again, Enqueued::Duplicate(first.id()));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
+    pub fn enqueue_unique(&self, payload: &[u8], o: &EnqueueOptions) -> Result<Enqueued> {
+        let Some(key) = o.key else {
+            let _room = self.admit(1, payload.len() as u64)?;
+            return self.enqueue_as(None, payload, o).map(Enqueued::New);
+        };
+        let entry = key.entry_name(self.ident.id);
+        let keys = self.keys_dir()?;
+        loop {
+            match self.key_taken(keys.as_fd(), &entry, &key)? {
+                None => {}
+                Some(Taken::Job(id)) => return Ok(Enqueued::Duplicate(id)),
+                Some(Taken::Gone) => continue,
+                Some(Taken::Pending(e)) => {
+                    self.wait_for_job(&e);
+                    continue;
+                }
+                Some(Taken::Orphan(e)) => {
+                    self.retire_key(keys.as_fd(), &entry, e.id)?;
+                    continue;
+                }
+            }
+            let _room = self.admit(1, payload.len() as u64)?;
+            let id = JobId::new(self.clock.wall_ns() / 1_000_000, random());
+            let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
+            let first = match o.delay.filter(|d| !d.is_zero()) {
+                None => format!(
+                    "ready/{}/{}",
+                    crate::disk::name::shard_name(id.shard(self.ident.shards)),
+                    JobName::new_ready(id, max).format(self.ident.id)
+                ),
+                Some(_) => "-".to_string(),
+            };
+            let text = format!(
+                "steadq-key 1\nkey={key}\nid={id}\nname={first}\ncreator={:032x} {} {}\n",
+                self.clock.boot_id(),
+                std::process::id(),
+                pidns()
+            );
+            let _flight = InFlight::new(self.ident.id, id);
+            if !self.link_key(keys.as_fd(), &entry, text.as_bytes())? {
+                continue; // EEXIST: taken meanwhile; look at it
+            }
+            let o2 = EnqueueOptions { key: None, ..*o };
+            return match self.enqueue_as(Some(id), payload, &o2) {
+                Ok(id) => Ok(Enqueued::New(id)),
+                Err(e) if e.outcome() == Outcome::NotDone => {
+                    // No job: take the key back (a failure leaves an orphan, retired later).
+                    let _ = self.retire_key(keys.as_fd(), &entry, id);
+                    Err(e)
+                }
+                Err(e) => Err(e),
+            };
+        }
+    }
+
+    /// `keys/`, made (and made durable in the root) on first use.
+    fn keys_dir(&self) -> Result<OwnedFd> {
+        let root = self.dirs.root.as_fd();
+        match self.sys.open_dir_beneath(root, KEYS_DIR) {
+            Ok(fd) => return Ok(fd),
+            Err(Errno::NOENT) => {}
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(KEYS_DIR)),
+                ))
+            }
+        }
+        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(KEYS_DIR)));
+        match self.sys.mkdir(root, KEYS_DIR) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(nd(Call::Mkdir, e)),
+        }
+        // Until the root is synced the directory may vanish in a crash, with any key in it:
+        // no job has been published yet, so that is still "not done".
+        self.barrier(root).map_err(|e| nd(Call::FsyncDir, e))?;
+        self.sys
+            .open_dir_beneath(root, KEYS_DIR)
+            .map_err(|e| nd(Call::Open, e))
+    }
+
+    /// Publish a key entry. `Ok(false)`: the name is taken (`EEXIST`). Every failure is not
+    /// done for the enqueue (no job was published), even after the link: an entry that
+    /// survives without a job is an orphan.
+    fn link_key(
+        &self,
+        keys: std::os::fd::BorrowedFd<'_>,
+        entry: &str,
+        text: &[u8],
+    ) -> Result<bool> {
+        let rel = format!("{KEYS_DIR}/{entry}");
+        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let fd = match self.sys.open_tmpfile(keys) {
+            Ok(fd) => Some(fd),
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => None,
+            Err(e) => return Err(nd(Call::Open, e)),
+        };
+        let linked = match fd {
+            Some(fd) => {
+                self.sys
+                    .write_all(fd.as_fd(), text)
+                    .map_err(|e| nd(Call::Write, e))?;
+                self.barrier_file(fd.as_fd())
+                    .map_err(|e| nd(Call::Fsync, e))?;
+                match self.sys.link_tmpfile(fd.as_fd(), keys, entry) {
+                    Ok(()) => {
+                        self.barrier_file(fd.as_fd())
+                            .map_err(|e| self.unlink_key(keys, entry, nd(Call::Fsync, e)))?;
+                        true
+                    }
+                    Err(Errno::EXIST) => false,
+                    Err(Errno::NOTSUP) => self.link_key_named(keys, entry, text)?,
+                    Err(e) => return Err(nd(Call::Link, e)),
+                }
+            }
+            None => self.link_key_named(keys, entry, text)?,
+        };
+        if linked {
+            self.barrier(keys)
+                .map_err(|e| self.unlink_key(keys, entry, nd(Call::FsyncDir, e)))?;
+        }
+        Ok(linked)
+    }
+
+    /// Best-effort removal of our own key entry after a failure before the job existed.
+    fn unlink_key(&self, keys: std::os::fd::BorrowedFd<'_>, entry: &str, e: Error) -> Error {
+        let _ = self.sys.unlink(keys, entry);
+        e
+    }
+
+    /// The fallback route: a named temp file in `tmp/`, renamed without replacing.
+    fn link_key_named(
+        &self,
+        keys: std::os::fd::BorrowedFd<'_>,
+        entry: &str,
+        text: &[u8],
+    ) -> Result<bool> {
+        let tmp = crate::disk::name::TempName::new(
+            self.clock.boot_id(),
+            crate::disk::name::TempKind::Job,
+            random(),
+        )
+        .format()
+        .to_string();
+        let rel = format!("tmp/{tmp}");
+        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let t = self.dirs.tmp.as_fd();
+        let fd = self
+            .sys
+            .create_file(t, &tmp)
+            .map_err(|e| nd(Call::Open, e))?;
+        let r = self
+            .sys
+            .write_all(fd.as_fd(), text)
+            .map_err(|e| nd(Call::Write, e))
+            .and_then(|()| {
+                self.barrier_file(fd.as_fd())
+                    .map_err(|e| nd(Call::Fsync, e))
+            });
+        let r = r.and_then(|()| match self.sys.rename(t, &tmp, keys, entry) {
+            Ok(()) => Ok(true),
+            Err(Errno::EXIST) => Ok(false),
+            Err(e) => Err(nd(Call::Rename, e)),
+        });
+        if !matches!(r, Ok(true)) {
+            let _ = self.sys.unlink(t, &tmp);
+        }
+        r
+    }
+
+    /// Read the entry `entry`; `None` when there is none.
+    fn key_taken(
+        &self,
+        keys: std::os::fd::BorrowedFd<'_>,
+        entry: &str,
+        key: &Key,
+    ) -> Result<Option<Taken>> {
+        let rel = format!("{KEYS_DIR}/{entry}");
+        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let fd = match self.sys.open_file_ro(keys, entry) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(nd(Call::Open, e)),
+        };
+        let meta = self
+            .sys
+            .stat_nofollow(keys, entry)
+            .map_err(|e| nd(Call::Stat, e))?;
+        let mut buf = Vec::new();
+        self.sys
+            .read_all(fd.as_fd(), 4096, &mut buf)
+            .map_err(|e| nd(Call::Read, e))?;
+        let e = std::str::from_utf8(&buf)
+            .ok()
+            .and_then(|t| Entry::decode(t, meta.ctime_ns))
+            .filter(|e| e.key == key.as_str())
+            .ok_or_else(|| Error::not_done(ErrorKind::BadKeyEntry, Some(self.path(&rel))))?;
+        if self.job_exists(&e)? {
+            return Ok(Some(Taken::Job(e.id)));
+        }
+        // No job. Look again: the entry may have been retired and replaced meanwhile.
+        match self.sys.stat_nofollow(keys, entry) {
+            Err(Errno::NOENT) => return Ok(Some(Taken::Gone)),
+            Ok(m) if m.ctime_ns != meta.ctime_ns => return Ok(Some(Taken::Gone)),
+            _ => {}
+        }
+        let age = self.clock.wall_ns().saturating_sub(e.ctime_ns);
+        if age < KEY_ORPHAN_AFTER.as_nanos() as u64 && self.creator_alive(&e) {
+            Ok(Some(Taken::Pending(e)))
+        } else {
+            Ok(Some(Taken::Orphan(e)))
+        }
+    }
+
+    /// Is the creator of `e` a live process of this boot and pid namespace, still enqueueing
+    /// with this key? (This process counts only while one of its enqueues holds the key.)
+    fn creator_alive(&self, e: &Entry) -> bool {
+        if e.boot != self.clock.boot_id() || e.pidns == 0 || e.pidns != pidns() {
+            return false;
+        }
+        if e.pid as u32 == std::process::id() {
+            return in_flight().contains(&(self.ident.id, e.id.0));
+        }
+        let Some(pid) = rustix::process::Pid::from_raw(e.pid) else {
+            return false;
+        };
+        !matches!(rustix::process::test_kill_process(pid), Err(Errno::SRCH))
+    }
+
+    /// Does the job of `e` exist in any state (receipts included)?
+    fn job_exists(&self, e: &Entry) -> Result<bool> {
+        if let Some(n) = &e.name {
+            if self.sys.stat_nofollow(self.dirs.root.as_fd(), n).is_ok() {
+                return Ok(true);
+            }
+        }
+        match self.find(e.id) {
+            Ok(_) => Ok(true),
+            Err(err) if *err.kind() == ErrorKind::NoSuchJob => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Wait for the job of a pending key: inotify on its first directory (any name starting
+    /// with its id) and the creator's pidfd (its exit), up to the orphan age. One wake-up
+    /// and the caller looks again.
+    fn wait_for_job(&self, e: &Entry) {
+        use rustix::event::{poll, PollFd, PollFlags};
+        use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+        let age = self.clock.wall_ns().saturating_sub(e.ctime_ns);
+        let left = (KEY_ORPHAN_AFTER.as_nanos() as u64).saturating_sub(age);
+        let dir = e
+            .name
+            .as_deref()
+            .and_then(|n| n.rsplit_once('/'))
+            .map(|(d, _)| d);
+        let ino = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok();
+        if let (Some(fd), Some(d)) = (&ino, dir) {
+            let _ = inotify::add_watch(
+                fd,
+                self.root.join(d),
+                WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR,
+            );
+        } else if let Some(fd) = &ino {
+            let _ = inotify::add_watch(
+                fd,
+                self.root.join("delayed"),
+                WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR,
+            );
+        }
+        // The job may have appeared before the watch: check once more.
+        if self.job_exists(e).unwrap_or(true) {
+            return;
+        }
+        let pidfd = rustix::process::Pid::from_raw(e.pid).and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
+        // Without a pidfd (old kernel), look at the creator again every second.
+        let cap = if pidfd.is_some() {
+            left
+        } else {
+            left.min(1_000_000_000)
+        };
+        let ts = rustix::time::Timespec {
+            tv_sec: (cap / 1_000_000_000) as _,
+            tv_nsec: (cap % 1_000_000_000) as _,
+        };
+        let mut fds: Vec<PollFd<'_>> = Vec::new();
+        if let Some(fd) = &ino {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+        }
+        if let Some(p) = &pidfd {
+            fds.push(PollFd::new(p, PollFlags::IN));
+        }
+        let _ = poll(&mut fds, Some(&ts));
+    }
+
+    /// Retire the entry `entry` whose job is `id`: rename it, without replacing, to its
+    /// tombstone `keys/<entry>.<id>.gone`, then fsync `keys/`. `Ok` also when someone else
+    /// retired it first.
+    fn retire_key(&self, keys: std::os::fd::BorrowedFd<'_>, entry: &str, id: JobId) -> Result<()> {
+        let tomb = format!("{entry}.{id}.gone");
+        match self.sys.rename(keys, entry, keys, &tomb) {
+            Ok(()) => {}
+            Err(Errno::NOENT | Errno::EXIST) => return Ok(()),
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Rename,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&format!("{KEYS_DIR}/{entry}"))),
+                ))
+            }
+        }
+        self.barrier(keys)
+            .map_err(|e| ind(Call::FsyncDir, e, self.path(KEYS_DIR)))
+    }
+
+    /// Live keys: entries of `keys/` that are 64 hex digits (tombstones excluded). 0 when the
+    /// queue has no `keys/`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`] (not done) if `keys/` cannot be listed.
+    pub fn live_keys(&self) -> Result<u64> {
+        let Ok(keys) = self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        self.sys
+            .read_dir(keys.as_fd(), |name, _, _| {
+                if name.is_some_and(is_entry_name) {
+                    n += 1;
+                }
+            })
+            .map_err(|e| {
+                Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(KEYS_DIR)),
+                )
+            })?;
+        Ok(n)
+    }
+
+    /// Expire keys: retire every key older than `retention` whose job is no longer live
+    /// (acked, dead or gone), retire orphans (no job, creator gone), and remove tombstones
+    /// older than [`TOMBSTONE_KEEP`]. Lists the whole queue once. Returns the keys retired.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`]: not done if nothing was removed yet, indeterminate after.
+    pub fn compact_keys(&self, retention: Duration) -> Result<u32> {
+        let Ok(keys) = self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) else {
+            return Ok(0);
+        };
+        let mut live = std::collections::HashSet::new();
+        let mut all = std::collections::HashSet::new();
+        for l in self.list(None)? {
+            all.insert(l.name.id);
+            if matches!(l.state, State::Ready | State::Leased | State::Delayed) {
+                live.insert(l.name.id);
+            }
+        }
+        let mut names = Vec::new();
+        self.sys
+            .read_dir(keys.as_fd(), |n, _, _| {
+                if let Some(n) = n {
+                    names.push(n.to_string());
+                }
+            })
+            .map_err(|e| {
+                Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(KEYS_DIR)),
+                )
+            })?;
+        let now = self.clock.wall_ns();
+        let mut retired = 0u32;
+        let mut removed_any = false;
+        for n in names {
+            let Ok(meta) = self.sys.stat_nofollow(keys.as_fd(), &n) else {
+                continue;
+            };
+            let age = now.saturating_sub(meta.ctime_ns);
+            if is_entry_name(&n) {
+                let mut buf = Vec::new();
+                let Some(e) = self
+                    .sys
+                    .open_file_ro(keys.as_fd(), &n)
+                    .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf))
+                    .ok()
+                    .and_then(|()| std::str::from_utf8(&buf).ok())
+                    .and_then(|t| Entry::decode(t, meta.ctime_ns))
+                else {
+                    continue;
+                };
+                let expired = age >= retention.as_nanos() as u64 && !live.contains(&e.id);
+                let orphan = !all.contains(&e.id)
+                    && (age >= KEY_ORPHAN_AFTER.as_nanos() as u64 || !self.creator_alive(&e))
+                    && !self.job_exists(&e).unwrap_or(true);
+                if expired || orphan {
+                    self.retire_key(keys.as_fd(), &n, e.id).map_err(|err| {
+                        if removed_any {
+                            err.with_outcome(Outcome::Indeterminate)
+                        } else {
+                            err
+                        }
+                    })?;
+                    removed_any = true;
+                    retired += 1;
+                }
+            } else if n.ends_with(".gone") && age >= TOMBSTONE_KEEP.as_nanos() as u64 {
+                match self.sys.unlink(keys.as_fd(), &n) {
+                    Ok(()) | Err(Errno::NOENT) => removed_any = true,
+                    Err(e) => {
+                        let o = if removed_any {
+                            Outcome::Indeterminate
+                        } else {
+                            Outcome::NotDone
+                        };
+                        return Err(Error::io(
+                            Call::Unlink,
+                            e,
+                            o,
+                            Some(self.path(&format!("{KEYS_DIR}/{n}"))),
+                        ));
+                    }
+                }
+            }
+        }
+        if removed_any {
+            self.barrier(keys.as_fd())
+                .map_err(|e| ind(Call::FsyncDir, e, self.path(KEYS_DIR)))?;
+        }
+        Ok(retired)
+    }
+}
+
+/// A live key entry's name: 64 lowercase hex digits.
+fn is_entry_name(n: &str) -> bool {
+    n.len() == 64 && n.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_bounded_and_hashed() {
+        assert!(Key::new("").is_none());
+        assert!(Key::new(&"a".repeat(129)).is_none());
+        assert!(Key::new("a b").is_none());
+        assert!(Key::new("order/1").is_none());
+        let k = Key::new(&"Az09._:-".repeat(16)).unwrap();
+        assert_eq!(k.as_str().len(), 128);
+        let a = Key::new("order-1").unwrap();
+        assert_eq!(a.entry_name(1).len(), 64);
+        assert_ne!(a.entry_name(1), a.entry_name(2));
+        assert!(is_entry_name(&a.entry_name(1)));
+        let text = "steadq-key 1\nkey=k\nid=0123456789abcdef0123456789abcdef\nname=-\ncreator=ff 12 4026531836\n";
+        let e = Entry::decode(text, 5).unwrap();
+        assert_eq!((e.key.as_str(), e.pid, e.name), ("k", 12, None));
+    }
+}

@@ -1,0 +1,157 @@
+//! Typed queues (feature `serde`): values in, values out, encoded with `postcard`.
+//!
+//! Why postcard: a compact, documented wire format (varint integers, no field names, no
+//! padding: a `(u32, String)` of a 10-byte string is 12 bytes) that is stable across its 1.x
+//! releases, small in code, and maintained; bincode's 1.x format is larger (fixed-width
+//! integers by default) and its 2.x changed both API and format. Like any serde codec without
+//! field names, a struct's fields must keep their order: add new fields at the end and as
+//! `Option`s read by new workers only, or version the type.
+//!
+//! A job's bytes are the plain postcard encoding of the value; the file envelope (header and
+//! SHA-256 digests) is the same as for any job, so `steadq show` and `fsck` work unchanged.
+
+use crate::{EnqueueOptions, Enqueued, Error, ErrorKind, JobId, Lease, Nacked, Queue, Reason};
+use crate::{Outcome, Receipt, Result};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+/// A queue of `T` values: [`Queue`] with a codec (postcard). Every call has the meaning,
+/// outcomes and errors of the [`Queue`] call it wraps, plus [`ErrorKind::Decode`].
+#[derive(Debug)]
+pub struct TypedQueue<T> {
+    q: Queue,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// A claimed typed job: the decoded value and its lease. Settle it as a [`Lease`]; dropping
+/// it unsettled releases the job.
+#[derive(Debug)]
+pub struct TypedLease<T> {
+    lease: Lease,
+    value: T,
+}
+
+fn decode_error(what: String) -> Error {
+    Error::new(ErrorKind::Decode(what), Outcome::NotDone, None)
+}
+
+impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
+    /// Wrap an open queue.
+    pub fn new(q: Queue) -> TypedQueue<T> {
+        TypedQueue { q, _t: PhantomData }
+    }
+
+    /// The untyped queue (status, recovery, limits).
+    pub fn queue(&self) -> &Queue {
+        &self.q
+    }
+
+    /// Unwrap.
+    pub fn into_inner(self) -> Queue {
+        self.q
+    }
+
+    /// Encode `v` (postcard) and enqueue it. Returns the job id once durable.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Decode`] (not done) if `v` cannot be encoded; otherwise as
+    /// [`Queue::enqueue`].
+    pub fn enqueue(&self, v: &T) -> Result<JobId> {
+        self.enqueue_with(v, &EnqueueOptions::default())
+            .map(Enqueued::id)
+    }
+
+    /// Encode `v` and enqueue it with options (delay, max attempts, idempotency key).
+    ///
+    /// # Errors
+    /// As [`TypedQueue::enqueue`] and [`Queue::enqueue_unique`].
+    pub fn enqueue_with(&self, v: &T, o: &EnqueueOptions) -> Result<Enqueued> {
+        let bytes = postcard::to_stdvec(v).map_err(|e| decode_error(e.to_string()))?;
+        self.q.enqueue_unique(&bytes, o)
+    }
+
+    /// Claim a job and decode it. `Ok(None)` when no job is ready. A payload that does not
+    /// decode as `T` is dead-lettered with reason `decode` (it would fail on every attempt)
+    /// and reported as [`ErrorKind::Decode`].
+    ///
+    /// # Errors
+    /// [`ErrorKind::Decode`]: the claim was done and the job is now dead (if moving it to
+    /// `dead/` failed, that error is returned instead, with its outcome); otherwise as
+    /// [`Queue::claim_for`].
+    pub fn claim_for(&self, lease: Duration) -> Result<Option<TypedLease<T>>> {
+        self.q.claim_for(lease)?.map(decode).transpose()
+    }
+
+    /// Claim, waiting up to `timeout` for a job (inotify, as [`Queue::claim_wait`]).
+    ///
+    /// # Errors
+    /// As [`TypedQueue::claim_for`].
+    pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<TypedLease<T>>> {
+        self.q.claim_wait(lease, timeout)?.map(decode).transpose()
+    }
+}
+
+/// Decode a claimed job, dead-lettering it when it is not a `T`.
+pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>> {
+    match postcard::from_bytes::<T>(lease.payload()) {
+        Ok(value) => Ok(TypedLease { lease, value }),
+        Err(e) => {
+            let what = format!("job {}: {e}", lease.id());
+            lease
+                .fail(Reason::new("decode").expect("a valid reason"))
+                .map_err(|f| {
+                    log::warn!("{what}; dead-lettering it failed: {f}");
+                    f
+                })?;
+            Err(decode_error(what))
+        }
+    }
+}
+
+impl<T> TypedLease<T> {
+    /// The decoded value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The lease (id, attempt, renew).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The lease, mutable (for [`Lease::renew`]).
+    pub fn lease_mut(&mut self) -> &mut Lease {
+        &mut self.lease
+    }
+
+    /// Split into the value and the lease.
+    pub fn into_parts(self) -> (T, Lease) {
+        (self.value, self.lease)
+    }
+
+    /// [`Lease::ack`].
+    ///
+    /// # Errors
+    /// As [`Lease::ack`].
+    pub fn ack(self) -> Result<Receipt> {
+        self.lease.ack()
+    }
+
+    /// [`Lease::nack`].
+    ///
+    /// # Errors
+    /// As [`Lease::nack`].
+    pub fn nack(self, delay: Duration) -> Result<Nacked> {
+        self.lease.nack(delay)
+    }
+
+    /// [`Lease::fail`].
+    ///
+    /// # Errors
+    /// As [`Lease::fail`].
+    pub fn fail(self, reason: Reason) -> Result<()> {
+        self.lease.fail(reason)
+    }
+}

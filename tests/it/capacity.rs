@@ -1,0 +1,357 @@
+//! Capacity limits and backpressure (`steadq.limits`, `src/ops/capacity.rs`): the limit is
+//! refused with its own error and exit code, a waiting enqueue wakes on inotify when room
+//! appears, the per-handle tally follows other processes' changes, and the overshoot with 8
+//! concurrent producers stays within the documented bound (`P - 1` jobs).
+
+use crate::common::*;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+use steadq::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_steadq");
+
+fn jobs(n: u64) -> Limits {
+    Limits {
+        max_jobs: Some(n),
+        max_bytes: None,
+    }
+}
+
+#[test]
+fn over_the_limit_is_not_done_with_its_own_kind() {
+    let d = TempDir::new("cap-full");
+    let q = Queue::create(d.path(), fast(2)).unwrap();
+    assert_eq!(q.limits().unwrap(), Limits::default(), "no file: no limit");
+    q.set_limits(jobs(3)).unwrap();
+    for _ in 0..3 {
+        q.enqueue(b"x").unwrap();
+    }
+    let e = q.enqueue(b"x").unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone);
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::QueueFull {
+                jobs: 3,
+                max_jobs: Some(3),
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("queue full: 3 jobs (limit 3)"),
+        "{e}"
+    );
+    assert_eq!(q.list(None).unwrap().len(), 3, "nothing changed");
+    // Delayed and leased jobs count; dead jobs and receipts do not.
+    let l = q.claim().unwrap().unwrap();
+    assert!(q.enqueue(b"x").is_err(), "a leased job counts");
+    l.fail(Reason::FAILED).unwrap();
+    let id = q
+        .enqueue_with(
+            b"later",
+            &EnqueueOptions {
+                delay: Some(Duration::from_secs(3600)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(q.enqueue(b"x").is_err(), "a delayed job counts");
+    assert_eq!(q.capacity_use().unwrap().jobs, 3);
+    let _ = id;
+    // A batch that does not fit is refused whole.
+    q.claim().unwrap().unwrap().ack().unwrap();
+    assert!(q.enqueue_batch(&[b"a", b"b"]).is_err());
+    q.enqueue_batch(&[b"a"]).unwrap();
+    // Byte limit: header (128) + payload per job.
+    q.set_limits(Limits {
+        max_jobs: None,
+        max_bytes: Some(3 * 129 + 200),
+    })
+    .unwrap();
+    let u = q.capacity_use().unwrap();
+    assert_eq!((u.jobs, u.bytes), (3, 128 + 5 + 2 * 129), "{u:?}");
+    q.enqueue(&[0u8; 60]).unwrap();
+    let e = q.enqueue(&[0u8; 60]).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::QueueFull { .. }), "{e}");
+    // Status shows it.
+    let s = q.status().unwrap();
+    assert_eq!(s.limits.max_bytes, Some(3 * 129 + 200));
+    assert_eq!(s.capacity_jobs(), 4);
+    // Limits removed: unlimited again.
+    q.set_limits(Limits::default()).unwrap();
+    q.enqueue(b"x").unwrap();
+    // A damaged limits file is refused, not ignored.
+    std::fs::write(d.path().join(LIMITS_FILE), "steadq-limits\nversion=1\n").unwrap();
+    assert_eq!(*q.enqueue(b"x").unwrap_err().kind(), ErrorKind::BadLimits);
+    assert!(q.fsck(false).unwrap().clean(), "steadq.limits belongs");
+}
+
+#[test]
+fn a_waiting_enqueue_wakes_when_room_appears() {
+    let d = TempDir::new("cap-wait");
+    let q = Queue::create(d.path(), fast(2)).unwrap();
+    q.set_limits(jobs(1)).unwrap();
+    q.enqueue(b"first").unwrap();
+    let t = Instant::now();
+    let e = q
+        .enqueue_wait(b"x", &EnqueueOptions::default(), Duration::from_millis(300))
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::QueueFull { .. }));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    let path = d.path().to_path_buf();
+    let acker = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        let q = Queue::open(&path).unwrap();
+        q.claim().unwrap().unwrap().ack().unwrap();
+        Instant::now()
+    });
+    let r = q
+        .enqueue_wait(
+            b"second",
+            &EnqueueOptions::default(),
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    let done = Instant::now();
+    let acked = acker.join().unwrap();
+    assert!(!r.is_duplicate());
+    let lag = done.duration_since(acked);
+    summary(&format!(
+        "capacity: a waiting enqueue got room {} ms after the ack (inotify)",
+        lag.as_millis()
+    ));
+    assert!(lag < Duration::from_secs(2), "woke {lag:?} after the ack");
+    // Raising the limit wakes it too.
+    let path = d.path().to_path_buf();
+    let raiser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        Queue::open(&path).unwrap().set_limits(jobs(5)).unwrap();
+    });
+    q.enqueue_wait(
+        b"third",
+        &EnqueueOptions::default(),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    raiser.join().unwrap();
+}
+
+#[test]
+fn the_tally_follows_other_handles() {
+    let d = TempDir::new("cap-tally");
+    let q = Queue::create(d.path(), fast(4)).unwrap();
+    q.enqueue(b"before").unwrap();
+    q.set_limits(Limits {
+        max_jobs: Some(1000),
+        max_bytes: Some(1 << 30),
+    })
+    .unwrap();
+    let other = Queue::open_with(d.path(), fast(4)).unwrap();
+    let check = |what: &str| {
+        let u = q.capacity_use().unwrap();
+        let s = q.status().unwrap();
+        assert_eq!(
+            (u.jobs, u.bytes),
+            (s.capacity_jobs(), s.capacity_bytes()),
+            "after {what}"
+        );
+    };
+    check("build");
+    for i in 0..20 {
+        other.enqueue(format!("job {i}").as_bytes()).unwrap();
+    }
+    check("enqueues");
+    let a = other.claim().unwrap().unwrap();
+    let b = other.claim().unwrap().unwrap();
+    let c = other.claim().unwrap().unwrap();
+    check("claims");
+    a.ack().unwrap();
+    b.nack(Duration::from_secs(3600)).unwrap();
+    c.fail(Reason::FAILED).unwrap();
+    check("ack, nack to a new bucket, fail");
+    other
+        .enqueue_with(
+            b"delayed",
+            &EnqueueOptions {
+                delay: Some(Duration::from_secs(7200)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    other.requeue_dead(None).unwrap();
+    other.clock().shift_wall(3 * 3600 * 1_000_000_000);
+    other.recover().unwrap();
+    check("requeue, due");
+    while let Some(l) = other.claim().unwrap() {
+        l.ack().unwrap();
+    }
+    check("drained");
+    assert_eq!(q.capacity_use().unwrap().jobs, 0);
+}
+
+/// 8 producers, each with its own handle (its own tally, as a process has), race to fill a
+/// queue; the documented bound is `max_jobs + P - 1`.
+#[test]
+fn overshoot_with_8_producers_stays_within_the_bound() {
+    const P: usize = 8;
+    const LIMIT: u64 = 40;
+    let mut worst = 0u64;
+    let mut total = 0u64;
+    let rounds = 12;
+    for round in 0..rounds {
+        let d = TempDir::new("cap-race");
+        let q = Queue::create(d.path(), opts(4)).unwrap();
+        q.set_limits(jobs(LIMIT)).unwrap();
+        // Strict durability in half the rounds: fsyncs widen the window between check and link.
+        let durability = if round % 2 == 0 {
+            Durability::Strict
+        } else {
+            Durability::None
+        };
+        let barrier = Arc::new(Barrier::new(P));
+        let handles: Vec<_> = (0..P)
+            .map(|_| {
+                let path = d.path().to_path_buf();
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    let q = Queue::open_with(
+                        &path,
+                        Options {
+                            durability,
+                            ..Options::default()
+                        },
+                    )
+                    .unwrap();
+                    q.capacity_use().unwrap(); // build the tally before the race
+                    barrier.wait();
+                    let mut n = 0u64;
+                    loop {
+                        match q.enqueue(b"race") {
+                            Ok(_) => n += 1,
+                            Err(e) if matches!(e.kind(), ErrorKind::QueueFull { .. }) => break,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    n
+                })
+            })
+            .collect();
+        let sum: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        let on_disk = q.list(None).unwrap().len() as u64;
+        assert_eq!(sum, on_disk, "every done enqueue is on disk");
+        let over = on_disk.saturating_sub(LIMIT);
+        worst = worst.max(over);
+        total += over;
+    }
+    summary(&format!(
+        "capacity overshoot with {P} concurrent producers (separate handles), limit {LIMIT}, \
+         {rounds} rounds: worst {worst} jobs over, mean {:.2}; documented bound P-1 = {}",
+        total as f64 / rounds as f64,
+        P - 1
+    ));
+    assert!(worst <= (P - 1) as u64, "overshoot {worst} > {}", P - 1);
+}
+
+#[test]
+fn cli_limits_exit_7_and_wait() {
+    let d = TempDir::new("cap-cli");
+    let dir = d.path().to_str().unwrap();
+    let run = |args: &[&str], input: &[u8]| {
+        let mut c = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(input).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    assert!(run(&["init", dir, "--max-jobs", "1"], b"").status.success());
+    assert!(run(&["enqueue", dir], b"one").status.success());
+    let full = run(&["enqueue", dir], b"two");
+    assert_eq!(full.status.code(), Some(7));
+    let err = String::from_utf8_lossy(&full.stderr);
+    assert!(err.contains("queue full"), "{err}");
+    let waited = run(&["enqueue", dir, "--wait", "200ms"], b"two");
+    assert_eq!(waited.status.code(), Some(7));
+    let st = run(&["status", dir, "--json"], b"");
+    let json = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        json.contains(r#""capacity":{"jobs":1,"bytes":131,"max_jobs":1,"max_bytes":null}"#),
+        "{json}"
+    );
+    // Raised on the existing queue by init; the waiting enqueue then goes through.
+    assert!(run(&["init", dir, "--max-jobs", "none"], b"")
+        .status
+        .success());
+    assert!(run(&["enqueue", dir, "--wait", "1s"], b"two")
+        .status
+        .success());
+    let text = String::from_utf8_lossy(&run(&["status", dir], b"").stdout).into_owned();
+    assert!(!text.contains("capacity"), "no limit left: {text}");
+    assert_eq!(
+        run(&["init", dir, "--max-jobs", "x"], b"").status.code(),
+        Some(1)
+    );
+}
+
+/// The cost of the check on a big queue (ignored by default: it writes `STEADQ_SCALE_JOBS`
+/// jobs, default 100,000, ~400 MB on ext4). Run:
+/// `cargo test --release --test it capacity::check_cost_at_scale -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn check_cost_at_scale() {
+    let n: u64 = std::env::var("STEADQ_SCALE_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let d = TempDir::new("cap-scale");
+    let q = Queue::create(d.path(), fast(8)).unwrap();
+    for _ in 0..n {
+        q.enqueue(b"j").unwrap();
+    }
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed()
+    };
+    let per = |q: &Queue, k: u32| {
+        let t = Instant::now();
+        for _ in 0..k {
+            q.enqueue(b"j").unwrap();
+        }
+        t.elapsed() / k
+    };
+    let plain = per(&q, 2000);
+    q.set_limits(jobs(10 * n)).unwrap();
+    let q1 = Queue::open_with(d.path(), fast(8)).unwrap();
+    let build = time(&mut || {
+        q1.capacity_use().unwrap();
+    });
+    let checked = per(&q1, 2000);
+    q.set_limits(Limits {
+        max_jobs: Some(10 * n),
+        max_bytes: Some(u64::MAX / 2),
+    })
+    .unwrap();
+    let q2 = Queue::open_with(d.path(), fast(8)).unwrap();
+    let build_b = time(&mut || {
+        q2.capacity_use().unwrap();
+    });
+    let checked_b = per(&q2, 2000);
+    summary(&format!(
+        "capacity check at {n} jobs: first check of a handle {} ms (count only) / {} ms \
+         (bytes: one fstatat per job); then per enqueue {} us checked (count), {} us (bytes) \
+         vs {} us without limits",
+        build.as_millis(),
+        build_b.as_millis(),
+        checked.as_micros(),
+        checked_b.as_micros(),
+        plain.as_micros()
+    ));
+}

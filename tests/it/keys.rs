@@ -1,0 +1,264 @@
+//! Idempotency keys (`keys/<sha256>`, `src/ops/keys.rs`): one job per key, duplicates named,
+//! across processes and across crashes (a key left without its job is retired, not obeyed).
+
+use crate::common::*;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use steadq::sys::{Call, Fault, FaultAction, FaultPlan};
+use steadq::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_steadq");
+
+fn keyed(k: &str) -> EnqueueOptions {
+    EnqueueOptions {
+        key: Key::new(k),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn one_job_per_key_and_duplicates_name_it() {
+    let d = TempDir::new("keys-one");
+    let q = Queue::create(d.path(), fast(2)).unwrap();
+    let first = q.enqueue_unique(b"charge 1", &keyed("order-1")).unwrap();
+    assert!(!first.is_duplicate());
+    let again = q.enqueue_unique(b"charge 1", &keyed("order-1")).unwrap();
+    assert_eq!(again, Enqueued::Duplicate(first.id()));
+    // enqueue_with with a key returns the same id.
+    assert_eq!(q.enqueue_with(b"x", &keyed("order-1")).unwrap(), first.id());
+    let other = q.enqueue_unique(b"charge 2", &keyed("order-2")).unwrap();
+    assert_ne!(other.id(), first.id());
+    assert_eq!(q.live_keys().unwrap(), 2);
+    assert_eq!(q.status().unwrap().live_keys, 2);
+    // Claimed, then acked: still a duplicate within the retention window.
+    while let Some(l) = q.claim().unwrap() {
+        l.ack().unwrap();
+    }
+    assert_eq!(
+        q.enqueue_unique(b"charge 1", &keyed("order-1")).unwrap(),
+        Enqueued::Duplicate(first.id())
+    );
+    // A delayed keyed job.
+    let later = EnqueueOptions {
+        delay: Some(Duration::from_secs(600)),
+        ..keyed("report-7")
+    };
+    let r = q.enqueue_unique(b"r", &later).unwrap();
+    assert_eq!(
+        q.enqueue_unique(b"r", &later).unwrap(),
+        Enqueued::Duplicate(r.id())
+    );
+    // Retention: nothing younger than a day goes; with zero retention the settled keys go,
+    // the key of the live (delayed) job stays.
+    assert_eq!(q.compact_keys(Duration::from_secs(86_400)).unwrap(), 0);
+    assert_eq!(q.compact_keys(Duration::ZERO).unwrap(), 2);
+    assert_eq!(q.live_keys().unwrap(), 1);
+    let n = q.enqueue_unique(b"charge 1", &keyed("order-1")).unwrap();
+    assert!(!n.is_duplicate(), "an expired key enqueues anew");
+    assert!(q.fsck(false).unwrap().clean(), "keys/ belongs");
+    // Tombstones are listed with ls and removed after an hour.
+    let gone = std::fs::read_dir(d.path().join(KEYS_DIR))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".gone")
+        })
+        .count();
+    assert_eq!(gone, 2);
+    q.clock().shift_wall(2 * 3600 * 1_000_000_000);
+    q.compact_keys(Duration::from_secs(365 * 86_400)).unwrap();
+    assert_eq!(
+        std::fs::read_dir(d.path().join(KEYS_DIR)).unwrap().count(),
+        2
+    );
+}
+
+#[test]
+fn keys_are_checked() {
+    assert!(Key::new("").is_none());
+    assert!(Key::new(&"k".repeat(129)).is_none());
+    assert!(Key::new("a/b").is_none());
+    assert!(Key::new(&"k".repeat(128)).is_some());
+}
+
+/// 8 processes (the CLI) race to enqueue each of 6 keys: one job per key, every process
+/// printing that job's id, the others told "duplicate" on stderr with exit 0.
+#[test]
+fn keys_dedup_across_processes() {
+    let d = TempDir::new("keys-procs");
+    let dir = d.path().to_str().unwrap().to_string();
+    Queue::create(d.path(), opts(4)).unwrap();
+    let keys = ["a", "b", "c", "d", "e", "f"];
+    let mut kids = Vec::new();
+    for p in 0..8 {
+        for k in keys {
+            let c = Command::new(BIN)
+                .args(["enqueue", &dir, "--key", k])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            kids.push((k, p, c));
+        }
+    }
+    let mut ids: std::collections::HashMap<&str, Vec<String>> = Default::default();
+    let mut dups = 0;
+    for (k, p, mut c) in kids {
+        use std::io::Write;
+        let _ = c
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{k} from {p}").as_bytes());
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{:?}", out);
+        if String::from_utf8_lossy(&out.stderr).contains("duplicate") {
+            dups += 1;
+        }
+        ids.entry(k)
+            .or_default()
+            .push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    }
+    let q = Queue::open(d.path()).unwrap();
+    assert_eq!(q.list(None).unwrap().len(), keys.len(), "one job per key");
+    for (k, v) in &ids {
+        assert!(v.iter().all(|i| i == &v[0]), "key {k}: {v:?}");
+    }
+    assert_eq!(dups, 8 * keys.len() - keys.len());
+    summary(&format!(
+        "keys: 8 processes x {} keys -> {} jobs, {dups} duplicates answered with the first id",
+        keys.len(),
+        keys.len()
+    ));
+}
+
+/// A crash (a simulated stop) at every call of a keyed enqueue, then a retry from a fresh
+/// handle: the retry enqueues when no job was published and names the job when one was;
+/// never two jobs, never a key that blocks.
+#[test]
+fn a_crash_at_any_step_then_a_retry_gives_one_job() {
+    let (mut published, mut not) = (0, 0);
+    let calls = {
+        let d = TempDir::new("keys-trace");
+        drop(Queue::create(d.path(), opts(1)).unwrap());
+        let plan = FaultPlan::new(vec![]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..opts(1)
+            },
+        )
+        .unwrap();
+        plan.reset_counts();
+        q.enqueue_unique(b"p", &keyed("k")).unwrap();
+        plan.trace()
+    };
+    let mut seen: std::collections::HashMap<Call, u32> = Default::default();
+    for call in calls {
+        let n = seen.entry(call).or_default();
+        *n += 1;
+        let d = TempDir::new("keys-crash");
+        drop(Queue::create(d.path(), opts(1)).unwrap());
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call,
+            nth: *n,
+            action: FaultAction::StopAfter,
+        }]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..opts(1)
+            },
+        )
+        .unwrap();
+        plan.arm();
+        let res = q.enqueue_unique(b"p", &keyed("k"));
+        drop(q);
+        let fresh = Queue::open(d.path()).unwrap();
+        let before = fresh.list(None).unwrap();
+        let retry = fresh.enqueue_unique(b"p", &keyed("k")).unwrap();
+        let after = fresh.list(None).unwrap();
+        assert_eq!(after.len(), 1, "{call:?}#{n}: {res:?} then {retry:?}");
+        match before.as_slice() {
+            [] => {
+                assert!(!retry.is_duplicate(), "{call:?}#{n}");
+                assert!(
+                    !matches!(res, Ok(Enqueued::New(_))),
+                    "{call:?}#{n}: done but no job"
+                );
+                not += 1;
+            }
+            [job] => {
+                assert_eq!(retry, Enqueued::Duplicate(job.name.id), "{call:?}#{n}");
+                if let Err(e) = &res {
+                    assert_eq!(e.outcome(), Outcome::Indeterminate, "{call:?}#{n}: {e}");
+                }
+                published += 1;
+            }
+            more => panic!("{call:?}#{n}: two jobs {more:?}"),
+        }
+        assert!(fresh.fsck(false).unwrap().clean());
+    }
+    summary(&format!(
+        "keys: a stop after each of the calls of a keyed enqueue, then a retry: {published} \
+         stops after the job's link -> the retry named it; {not} before -> the retry enqueued; \
+         never two jobs"
+    ));
+}
+
+/// A key left by a producer that died before publishing (its pid is gone) is an orphan: the
+/// next enqueue retires it at once; a key whose creator lives makes a duplicate wait.
+#[test]
+fn an_orphan_key_of_a_dead_process_is_retired() {
+    let d = TempDir::new("keys-orphan");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    let k = Key::new("job-9").unwrap();
+    let dead = Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    let mut dead = dead;
+    dead.wait().unwrap();
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let ns = ns.to_string_lossy();
+    let ns = ns.trim_start_matches("pid:[").trim_end_matches(']');
+    std::fs::create_dir_all(d.path().join(KEYS_DIR)).unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .replace('-', "");
+    std::fs::write(
+        d.path().join(KEYS_DIR).join(k.entry_name(q.id())),
+        format!(
+            "steadq-key 1\nkey=job-9\nid=0123456789abcdef0123456789abcdef\nname=-\ncreator={boot} {pid} {ns}\n"
+        ),
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let r = q
+        .enqueue_unique(
+            b"x",
+            &EnqueueOptions {
+                key: Some(k),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(!r.is_duplicate());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "no wait for a dead creator"
+    );
+    assert!(d
+        .path()
+        .join(KEYS_DIR)
+        .join(format!(
+            "{}.0123456789abcdef0123456789abcdef.gone",
+            k.entry_name(q.id())
+        ))
+        .exists());
+}

@@ -1,0 +1,172 @@
+//! The optional features: `serde` (TypedQueue with postcard) and `tokio` (AsyncQueue on
+//! tokio's reactor). Run with `cargo test --features serde,tokio --test it typed_async::`.
+
+#[cfg(feature = "serde")]
+mod typed {
+    use crate::common::*;
+    use std::time::Duration;
+    use steadq::*;
+
+    type Job = (String, u32, Vec<u8>);
+
+    #[test]
+    fn typed_values_round_trip_compactly() {
+        let d = TempDir::new("typed");
+        let q: TypedQueue<Job> = TypedQueue::new(Queue::create(d.path(), fast(2)).unwrap());
+        let v: Job = ("resize".into(), 42, vec![1, 2, 3]);
+        let id = q.enqueue(&v).unwrap();
+        // postcard: 1 length byte + 6, one varint byte for 42, 1 + 3.
+        let l = q.queue().list(None).unwrap();
+        let (_, payload) = q.queue().read_job(&l[0]).unwrap();
+        assert_eq!(payload.len(), 12, "{payload:?}");
+        let lease = q.claim_for(Duration::from_secs(30)).unwrap().unwrap();
+        assert_eq!((lease.lease().id(), lease.value()), (id, &v));
+        lease.ack().unwrap();
+        // Keys work through the typed API.
+        let o = EnqueueOptions {
+            key: Key::new("k1"),
+            ..Default::default()
+        };
+        let a = q.enqueue_with(&v, &o).unwrap();
+        assert_eq!(q.enqueue_with(&v, &o).unwrap(), Enqueued::Duplicate(a.id()));
+        q.claim_wait(Duration::from_secs(30), Duration::from_secs(1))
+            .unwrap()
+            .unwrap()
+            .ack()
+            .unwrap();
+    }
+
+    #[test]
+    fn an_undecodable_payload_is_dead_lettered_and_reported() {
+        let d = TempDir::new("typed-bad");
+        let raw = Queue::create(d.path(), fast(1)).unwrap();
+        raw.enqueue(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).unwrap();
+        let q: TypedQueue<Job> = TypedQueue::new(raw);
+        let e = q.claim_for(Duration::from_secs(30)).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::Decode(_)), "{e}");
+        assert_eq!(counts(q.queue()), [0, 0, 0, 1, 0], "dead, reason decode");
+        let dead = q.queue().list(Some(State::Dead)).unwrap();
+        assert!(matches!(dead[0].name.kind, Kind::Dead { .. }));
+        assert!(q.claim_for(Duration::from_secs(30)).unwrap().is_none());
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod asynq {
+    use crate::common::*;
+    use std::time::{Duration, Instant};
+    use steadq::*;
+
+    #[tokio::test]
+    async fn async_claim_wakes_on_inotify_and_times_out() {
+        let d = TempDir::new("async-claim");
+        let q = AsyncQueue::new(Queue::create(d.path(), fast(2)).unwrap());
+        let t = Instant::now();
+        assert!(q
+            .claim_wait(Duration::from_secs(30), Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none());
+        assert!(t.elapsed() >= Duration::from_millis(200));
+        let path = d.path().to_path_buf();
+        let producer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let p = Queue::open(&path).unwrap();
+            let sent = Instant::now();
+            p.enqueue(b"hello").unwrap();
+            sent
+        });
+        let l = q
+            .claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+            .await
+            .unwrap()
+            .expect("a job");
+        let got = Instant::now();
+        let sent = producer.join().unwrap();
+        assert_eq!(l.payload(), b"hello");
+        l.ack().unwrap();
+        let lag = got.duration_since(sent);
+        summary(&format!(
+            "async claim (tokio, AsyncFd on inotify): job claimed {} ms after its enqueue",
+            lag.as_millis()
+        ));
+        assert!(lag < Duration::from_secs(2), "{lag:?}");
+    }
+
+    /// Many waiting claims on a current-thread runtime: one thread, no thread per waiter.
+    #[tokio::test(flavor = "current_thread")]
+    async fn many_waiters_share_one_thread_and_a_delayed_job_wakes_one() {
+        let d = TempDir::new("async-many");
+        let q = Queue::create(d.path(), fast(2)).unwrap();
+        q.enqueue_with(
+            b"soon",
+            &EnqueueOptions {
+                delay: Some(Duration::from_millis(300)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let q = AsyncQueue::new(q);
+        let waits = (0..16).map(|_| q.claim_wait(Duration::from_secs(30), Duration::from_secs(3)));
+        let t = Instant::now();
+        let got = futures_join(waits).await;
+        let claimed: Vec<_> = got.into_iter().filter_map(|r| r.unwrap()).collect();
+        assert_eq!(claimed.len(), 1, "the delayed job went to one waiter");
+        assert!(t.elapsed() < Duration::from_secs(4));
+        for l in claimed {
+            l.ack().unwrap();
+        }
+    }
+
+    /// Join futures without a futures crate: poll them all on this task.
+    async fn futures_join<F: std::future::Future>(fs: impl Iterator<Item = F>) -> Vec<F::Output> {
+        let mut fs: Vec<_> = fs.map(Box::pin).collect();
+        let mut out: Vec<Option<F::Output>> = fs.iter().map(|_| None).collect();
+        std::future::poll_fn(|cx| {
+            let mut pending = false;
+            for (f, o) in fs.iter_mut().zip(out.iter_mut()) {
+                if o.is_none() {
+                    match f.as_mut().poll(cx) {
+                        std::task::Poll::Ready(v) => *o = Some(v),
+                        std::task::Poll::Pending => pending = true,
+                    }
+                }
+            }
+            if pending {
+                std::task::Poll::Pending
+            } else {
+                std::task::Poll::Ready(())
+            }
+        })
+        .await;
+        out.into_iter().map(|o| o.unwrap()).collect()
+    }
+
+    #[tokio::test]
+    async fn async_enqueue_waits_for_room() {
+        let d = TempDir::new("async-room");
+        let q = Queue::create(d.path(), fast(1)).unwrap();
+        q.set_limits(Limits {
+            max_jobs: Some(1),
+            max_bytes: None,
+        })
+        .unwrap();
+        let q = AsyncQueue::new(q);
+        let o = EnqueueOptions::default();
+        q.enqueue(b"one", &o).await.unwrap();
+        let e = q.enqueue(b"two", &o).await.unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::QueueFull { .. }));
+        let path = d.path().to_path_buf();
+        let acker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let c = Queue::open(&path).unwrap();
+            c.claim().unwrap().unwrap().ack().unwrap();
+        });
+        let r = q
+            .enqueue_wait(b"two", &o, Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert!(!r.is_duplicate());
+        acker.join().unwrap();
+    }
+}
