@@ -1,6 +1,8 @@
 //! Depth figures at a large backlog (issue 11): `depth fill DIR N` enqueues N ready jobs
 //! (durability none, in batches), `depth claim DIR` times a new worker's first claim and
-//! prints its peak RSS. Time `steadq list DIR | head -1` and `steadq status DIR` alongside.
+//! prints its peak RSS, `depth lease DIR N` claims N jobs with an hour's lease and leaves
+//! them leased (the idle-cost figure: an idle `steadq work` and a CLI `claim` beside N leased
+//! jobs). Time `steadq list DIR | head -1` and `steadq status DIR` alongside.
 
 use std::time::Instant;
 use steadq::{Durability, Options, Queue};
@@ -20,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, dir) = match (a.first(), a.get(1)) {
         (Some(c), Some(d)) => (c.as_str(), d.as_str()),
-        _ => return Err("usage: depth fill DIR N | depth claim DIR".into()),
+        _ => return Err("usage: depth fill DIR N | depth claim DIR | depth lease DIR N".into()),
     };
     let opts = Options {
         durability: Durability::None,
@@ -48,6 +50,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "first claim (open included): {ms:.1} ms, peak RSS {} KiB",
                 rss_kib()
             );
+        }
+        "lease" => {
+            let n: usize = a.get(2).ok_or("lease needs N")?.parse()?;
+            let q = Queue::open_with(dir, opts)?;
+            let hour = std::time::Duration::from_secs(3600);
+            let t = Instant::now();
+            for l in q.claim_batch(n, hour)? {
+                let _ = l.into_handle(); // stays leased: nobody releases it
+            }
+            println!("leased {n} jobs in {:.1} s", t.elapsed().as_secs_f64());
         }
         c => return Err(format!("unknown command {c}").into()),
     }
