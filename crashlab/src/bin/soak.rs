@@ -85,7 +85,7 @@ fn stop_points(role: Role, rng: &mut Rng) -> [Fault; 2] {
         Role::Producer => (
             &[Call::Open, Call::Write, Call::Link],
             120,
-            stop(Call::Open, 150),
+            stop(Call::Open, 400),
         ),
         Role::Worker => (
             &[Call::ReadDir, Call::Rename, Call::Open, Call::Read],
