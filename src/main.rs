@@ -15,6 +15,17 @@ macro_rules! out {
     }};
 }
 
+/// `eprintln!` that ignores a failed write: std's panics when stderr cannot be written
+/// (`2>/dev/full`, a log pipe whose reader exited), and with `panic = "abort"` that killed
+/// the process (exit 134), `work`'s running commands with it. Shadows std's macro in this
+/// crate.
+macro_rules! eprintln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod cli;
 
 use argh::FromArgs;
@@ -65,14 +76,15 @@ fn main() {
             e.exit().code()
         }
     };
-    // Output that could not be written is not success (exit 2); any other code stands.
+    // Output that could not be written is not success: 8 when the command was done anyway
+    // (a retry would do it twice), 2 when it changed nothing; any other code stands.
     let code = match cli::stdout::failure() {
         Some(msg) => {
             eprintln!("steadq: {msg}");
-            if code == 0 {
-                2
-            } else {
-                code
+            match code {
+                0 if cli::stdout::was_done() => Exit::DoneOutputLost.code(),
+                0 => Exit::NotDone.code(),
+                c => c,
             }
         }
         None => code,

@@ -449,7 +449,12 @@ impl Queue {
         let mut n = 0;
         for l in dead {
             let bucket = l.dir.trim_start_matches("dead/");
-            let from = self.place_bucket(true, bucket)?;
+            let from = match self.source_bucket(true, bucket) {
+                Ok(p) => p,
+                Err(e) if e.is_lease_lost() && id.is_none() => continue,
+                Err(e) if n > 0 => return Err(e.with_outcome(Outcome::Indeterminate)),
+                Err(e) => return Err(e),
+            };
             let s = l.name.id.shard(self.ident.shards);
             let to = self.place_ready(s, State::Ready);
             let mut new = l.name.next(Kind::Ready, false);
@@ -491,7 +496,7 @@ impl Queue {
         let mut r = crate::RecoverReport::default();
         for l in delayed {
             let bucket = l.dir.trim_start_matches("delayed/");
-            let moved = self.place_bucket(false, bucket).and_then(|from| {
+            let moved = self.source_bucket(false, bucket).and_then(|from| {
                 let to = self.place_ready(l.name.id.shard(self.ident.shards), State::Ready);
                 self.move_job(
                     &from,
@@ -517,15 +522,29 @@ impl Queue {
     /// Delete every dead job (not a state transition: the job is gone). Returns how many.
     ///
     /// # Errors
-    /// The first failing unlink or fsync; jobs deleted before it stay deleted (an fsync
-    /// failure is indeterminate).
+    /// The first failing unlink or fsync. Not done when nothing was deleted yet;
+    /// indeterminate once a job was (the batch rule of [`Queue::requeue_dead`] and
+    /// [`Queue::recover`]), and for any failed fsync. Never creates a directory.
     pub fn purge_dead(&self) -> Result<u32> {
         let dead = self.list(Some(State::Dead))?;
         let mut n = 0;
         let mut dirs: Vec<String> = Vec::new();
+        // The batch rule (as requeue and recovery): a failure before anything was deleted is
+        // not done; after a deletion it is indeterminate (part of the batch happened).
+        let partial = |n: u32| {
+            if n > 0 {
+                Outcome::Indeterminate
+            } else {
+                Outcome::NotDone
+            }
+        };
         for l in &dead {
             let bucket = l.dir.trim_start_matches("dead/");
-            let place = self.place_bucket(true, bucket)?;
+            let place = match self.source_bucket(true, bucket) {
+                Ok(p) => p,
+                Err(e) if e.is_lease_lost() => continue,
+                Err(e) => return Err(e.with_outcome(partial(n))),
+            };
             let rel = l.rel_path(self.ident.id);
             match self
                 .sys
@@ -537,7 +556,7 @@ impl Queue {
                     return Err(Error::io(
                         Call::Unlink,
                         e,
-                        Outcome::NotDone,
+                        partial(n),
                         Some(self.path(&rel)),
                     ))
                 }
@@ -548,7 +567,11 @@ impl Queue {
         }
         for d in dirs {
             let bucket = d.trim_start_matches("dead/").to_string();
-            let place = self.place_bucket(true, &bucket)?;
+            let place = match self.source_bucket(true, &bucket) {
+                Ok(p) => p,
+                Err(e) if e.is_lease_lost() => continue,
+                Err(e) => return Err(e.with_outcome(partial(n))),
+            };
             self.barrier(place.dir.fd()).map_err(|e| {
                 Error::io(
                     Call::FsyncDir,

@@ -18,7 +18,8 @@ use steadq::State;
     error_code(4, "indeterminate: the operation may have happened"),
     error_code(5, "fsck found problems"),
     error_code(6, "lease lost: the lease was recovered, renewed or settled elsewhere"),
-    error_code(7, "queue full: at its capacity limit, not done")
+    error_code(7, "queue full: at its capacity limit, not done"),
+    error_code(8, "done, but its output could not be written (see stderr)")
 )]
 pub struct Top {
     #[argh(subcommand)]

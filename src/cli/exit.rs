@@ -22,12 +22,15 @@ pub enum Exit {
     LeaseLost = 6,
     /// 7: queue full: at its capacity limit (`steadq.limits`); not done.
     Full = 7,
+    /// 8: done, but its output (a job id, a lease handle, a receipt name) could not be
+    /// written to stdout; stderr says what was done. Never retry on it blindly: it happened.
+    DoneOutputLost = 8,
 }
 
 impl Exit {
     /// Every exit code, in order.
     #[cfg(test)]
-    pub const ALL: [Exit; 8] = [
+    pub const ALL: [Exit; 9] = [
         Exit::Done,
         Exit::Usage,
         Exit::NotDone,
@@ -36,6 +39,7 @@ impl Exit {
         Exit::Problems,
         Exit::LeaseLost,
         Exit::Full,
+        Exit::DoneOutputLost,
     ];
 
     /// The process exit code.
@@ -55,6 +59,7 @@ impl Exit {
             Exit::Problems => "fsck found problems",
             Exit::LeaseLost => "lease lost: the lease was recovered, renewed or settled elsewhere",
             Exit::Full => "queue full: at its capacity limit, not done",
+            Exit::DoneOutputLost => "done, but its output could not be written (see stderr)",
         }
     }
 

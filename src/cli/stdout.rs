@@ -1,7 +1,8 @@
 //! Every byte `steadq` prints on stdout goes through [`write`]: it flushes and checks, so
 //! output that could not be written is never reported as success. A closed pipe (EPIPE:
 //! `steadq list | head`) stays quiet; any other error (ENOSPC on a full disk, EIO) makes the
-//! command exit 2 with a message on stderr that says what was done all the same.
+//! command exit 8 with a message on stderr that says what was done all the same when it was
+//! done (it noted so with [`note_done`]), or exit 2 when it changed nothing.
 
 use std::io::Write;
 use std::sync::Mutex;
@@ -68,6 +69,12 @@ pub fn failure() -> Option<String> {
         Some((done, what)) => format!("{done} but {what} could not be written to stdout: {e}"),
         None => format!("the output could not be written to stdout: {e}"),
     })
+}
+
+/// Whether the command recorded that it was done ([`note_done`]): a lost output then exits
+/// 8, not 2 ("not done" would invite a retry that does it twice).
+pub fn was_done() -> bool {
+    state().done.is_some()
 }
 
 /// Take the write error (the caller reports it; `main` then does not).

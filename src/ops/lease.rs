@@ -819,11 +819,15 @@ impl Lease {
     /// attempt left the job is dead-lettered (reason `exhausted`).
     ///
     /// # Errors
-    /// As [`Lease::ack`] (without the re-verification), plus
-    /// [`ErrorKind::InvalidArgument`] (not done) for a delay reaching past the year 2262: the
-    /// job then stays leased under its name until its deadline (this guard does not release
-    /// it on drop).
+    /// As [`Lease::ack`], plus [`ErrorKind::InvalidArgument`] (not done) for a delay
+    /// reaching past the year 2262. On any not-done error (a bucket directory that cannot be
+    /// made on a full disk included) the job stays leased under its name until its deadline:
+    /// this guard does not release it on drop.
     pub fn nack(mut self, delay: Duration) -> Result<Nacked> {
+        // Whatever fails from here (a bucket that cannot be made on a full disk, a bad delay,
+        // the rename) leaves the job leased under its name until its deadline: a failed nack
+        // that reports "not done" must not have released the job on drop.
+        self.settled = true;
         if self.name.exhausted() {
             let q = self.q.clone();
             let dead = q.place_dead()?;
@@ -871,6 +875,8 @@ impl Lease {
     /// # Errors
     /// As [`Lease::nack`].
     pub fn fail(mut self, reason: Reason) -> Result<()> {
+        // As in `nack`: a failure leaves the job leased, never released by drop.
+        self.settled = true;
         let q = self.q.clone();
         let dead = q.place_dead()?;
         self.settle(

@@ -114,6 +114,37 @@ impl Queue {
         })
     }
 
+    /// A bucket a job was listed in, opened without creating it (a source is never made as
+    /// a side effect). A bucket that is gone means the job moved meanwhile:
+    /// [`ErrorKind::LeaseLost`], not done.
+    pub(crate) fn source_bucket(&self, dead: bool, bucket: &str) -> Result<Place<'_>> {
+        let rel = format!("{}/{bucket}", if dead { "dead" } else { "delayed" });
+        let parent = if dead {
+            &self.dirs.dead
+        } else {
+            &self.dirs.delayed
+        };
+        let fd = match self.sys.open_dir_beneath(parent.as_fd(), bucket) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => {
+                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))))
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&rel)),
+                ))
+            }
+        };
+        Ok(Place {
+            dir: DirRef::Opened(fd),
+            rel,
+            state: if dead { State::Dead } else { State::Delayed },
+        })
+    }
+
     /// Move job `old` from `from` to `new` in `to` by `op`; see the module docs for outcomes.
     ///
     /// # Errors

@@ -182,7 +182,9 @@ fn the_tally_follows_other_handles() {
         )
         .unwrap();
     other.requeue_dead(None).unwrap();
+    // Delays follow the boot clock within a boot (version 2): move both clocks on.
     other.clock().shift_wall(3 * 3600 * 1_000_000_000);
+    other.clock().shift_boot(3 * 3600 * 1_000_000_000);
     other.recover().unwrap();
     check("requeue, due");
     while let Some(l) = other.claim().unwrap() {

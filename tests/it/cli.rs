@@ -810,8 +810,9 @@ fn a_full_stdout_is_a_failure_that_says_what_was_done() {
         err.contains("stdout") && err.contains("No space left on device"),
         "{err}"
     );
+    // Done, but the id was lost: 8, not 2 ("not done" would invite a second enqueue).
     let o = steadq_to_full(&["enqueue", p(q)], b"x");
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o.stderr));
     let err = text(&o.stderr);
     let l = Queue::open(q).unwrap().list(None).unwrap();
     assert_eq!(l.len(), 1, "the job still exists");
@@ -1180,4 +1181,37 @@ fn init_and_config_set_the_receipt_policy() {
     );
     let ev = std::fs::read_to_string(q.join(steadq::EVIDENCE_FILE)).unwrap();
     assert_eq!(ev.lines().count(), 1);
+}
+
+/// stderr that cannot be written (`2>/dev/full`, a log pipe whose reader is gone) must not
+/// abort steadq (it did: exit 134 from a panicking `eprintln!` under panic = "abort").
+#[test]
+fn an_unwritable_stderr_does_not_abort() {
+    let d = TempDir::new("cli-stderr-full");
+    let q = d.path();
+    assert!(steadq(&["init", p(q)]).status.success());
+    let run = |args: &[&str], out_full: bool| {
+        let full = || std::fs::File::create("/dev/full").unwrap();
+        let mut c = Command::new(BIN);
+        c.args(args).stdin(Stdio::null()).stderr(full());
+        if out_full {
+            c.stdout(full());
+        } else {
+            c.stdout(Stdio::null());
+        }
+        c.status().unwrap().code()
+    };
+    assert_eq!(run(&["status", "/nonexistent-queue"], false), Some(2));
+    assert_eq!(run(&["bogus"], false), Some(1));
+    assert_eq!(run(&["claim", p(q)], false), Some(3));
+    let f = q.with_extension("payload");
+    std::fs::write(&f, b"x").unwrap();
+    let code = run(&["enqueue", p(q), "--file", f.to_str().unwrap()], true);
+    assert_eq!(
+        code,
+        Some(8),
+        "done, output lost, stderr lost: still exit 8"
+    );
+    assert_eq!(Queue::open(q).unwrap().list(None).unwrap().len(), 1);
+    let _ = std::fs::remove_file(f);
 }

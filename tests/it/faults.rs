@@ -507,3 +507,53 @@ fn a_skip_fault_lies_about_every_matching_barrier() {
     );
     assert_eq!(q.list(None).unwrap().len(), 3);
 }
+
+/// Purge, requeue and make_due follow one rule for a batch that fails part-way (not done
+/// before the first change, indeterminate after it) and never create a directory as a side
+/// effect (they used to `mkdir` every source bucket; purge reported "not done" after deleting).
+#[test]
+fn purge_and_requeue_follow_the_batch_rule_and_create_nothing() {
+    let d = TempDir::new("batch-rule");
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Unlink,
+        nth: 2,
+        action: FaultAction::Fail(Errno::IO),
+    }]);
+    let q = Queue::create(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..opts(1)
+        },
+    )
+    .unwrap();
+    for i in 0..3u8 {
+        q.enqueue(&[i]).unwrap();
+        let l = q.claim().unwrap().unwrap();
+        l.fail(Reason::new("x").unwrap()).unwrap();
+    }
+    let delay = EnqueueOptions {
+        delay: Some(Duration::from_secs(600)),
+        ..Default::default()
+    };
+    q.enqueue_with(b"later", &delay).unwrap();
+    plan.reset_counts();
+    plan.arm();
+    // The second unlink fails: one job was deleted first, so the outcome is indeterminate.
+    let e = q.purge_dead().unwrap_err();
+    assert_eq!(e.outcome(), Outcome::Indeterminate, "{e}");
+    assert_eq!(
+        counts(&q)[3],
+        2,
+        "one dead job was purged before the failure"
+    );
+    // Requeue and make_due move jobs out of existing buckets without making any.
+    assert_eq!(q.requeue_dead(None).unwrap(), 2);
+    assert_eq!(q.make_due(None).unwrap(), 1);
+    assert_eq!(
+        plan.count(Call::Mkdir),
+        0,
+        "no directory made by purge, requeue or make_due"
+    );
+    assert_eq!(counts(&q), [3, 0, 0, 0, 0]);
+}

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
-use steadq::{EnqueueOptions, Options, Outcome, Queue};
+use steadq::{EnqueueOptions, Options, Outcome, Queue, Reason};
 
 const BIN: &str = env!("CARGO_BIN_EXE_steadq");
 
@@ -685,4 +685,39 @@ fn work_retries_an_ack_that_was_not_done() {
     assert_eq!((receipts.len(), receipts[0].name.attempt), (1, 1));
     drop(queue);
     drop(m);
+}
+
+/// A nack or fail that cannot make its bucket (a full disk) is not done, and leaves the job
+/// leased under its name: the guard must not release it on the way out (it used to, while
+/// reporting "nothing changed").
+#[test]
+fn a_nack_or_fail_that_is_not_done_keeps_the_lease() {
+    for fail in [false, true] {
+        let d = TempDir::new("nack-full");
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::Mkdir,
+            nth: 1,
+            action: FaultAction::Fail(Errno::NOSPC),
+        }]);
+        let q = with_plan(&d, &plan, opts(1));
+        q.enqueue(b"x").unwrap();
+        let l = q.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        let handle = l.handle();
+        plan.arm();
+        let e = if fail {
+            l.fail(Reason::new("bad").unwrap()).unwrap_err()
+        } else {
+            l.nack(Duration::from_secs(600)).unwrap_err()
+        };
+        assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+        assert!(e.to_string().contains("disk full"), "{e}");
+        assert_eq!(
+            counts(&q),
+            [0, 1, 0, 0, 0],
+            "fail={fail}: the job must stay leased"
+        );
+        // The lease still holds: its handle acks.
+        q.lease_from_handle(&handle).unwrap().ack().unwrap();
+        assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
+    }
 }
