@@ -17,7 +17,7 @@ use crate::disk::scan::Foreign;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::queue::{header_queue_id, Queue, IDENTITY_FILE};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// What is wrong with an entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -331,33 +331,13 @@ impl Queue {
     /// Move `dir/name` to `quarantine/dir/name`. False if it vanished meanwhile.
     fn quarantine(&self, dir: &str, name: &str) -> Result<bool> {
         let root = self.dirs.root.as_fd();
-        let mut qdir = String::from("quarantine");
-        for part in std::iter::once("").chain(dir.split('/')) {
-            if !part.is_empty() {
-                qdir.push('/');
-                qdir.push_str(part);
-            }
-            match self.sys.mkdir(root, &qdir) {
-                Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => {
-                    return Err(Error::io(
-                        Call::Mkdir,
-                        e,
-                        Outcome::NotDone,
-                        Some(self.path(&qdir)),
-                    ))
-                }
-            }
-        }
         let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
+        let to = self.quarantine_dir(dir)?;
+        let qdir = format!("quarantine/{dir}");
         let from = self
             .sys
             .open_dir_beneath(root, dir)
             .map_err(|e| nd(Call::Open, e, dir))?;
-        let to = self
-            .sys
-            .open_dir_beneath(root, &qdir)
-            .map_err(|e| nd(Call::Open, e, &qdir))?;
         match self.sys.rename(from.as_fd(), name, to.as_fd(), name) {
             Ok(()) => {}
             Err(Errno::NOENT) => return Ok(false),
@@ -374,6 +354,44 @@ impl Queue {
         self.barrier(to.as_fd()).map_err(|e| ind(e, &qdir))?;
         self.barrier(from.as_fd()).map_err(|e| ind(e, dir))?;
         Ok(true)
+    }
+}
+
+impl Queue {
+    /// `quarantine/<dir>`, made one level at a time beneath the root: each level is opened
+    /// without following a symlink (a planted `quarantine/ready -> /etc` is refused, not
+    /// followed), and each directory this makes is made durable by an fsync of its parent
+    /// before anything is moved into it.
+    fn quarantine_dir(&self, dir: &str) -> Result<OwnedFd> {
+        let mut rel = String::new();
+        let mut parent = self
+            .sys
+            .open_dir_beneath(self.dirs.root.as_fd(), ".")
+            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path("."))))?;
+        for part in std::iter::once("quarantine").chain(dir.split('/').filter(|p| !p.is_empty())) {
+            if !rel.is_empty() {
+                rel.push('/');
+            }
+            rel.push_str(part);
+            let at = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+            match self.sys.mkdir(parent.as_fd(), part) {
+                Ok(()) => self.barrier(parent.as_fd()).map_err(|e| {
+                    Error::io(
+                        Call::FsyncDir,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path(&rel)),
+                    )
+                })?,
+                Err(Errno::EXIST) => {}
+                Err(e) => return Err(at(Call::Mkdir, e)),
+            }
+            parent = self
+                .sys
+                .open_dir_beneath(parent.as_fd(), part)
+                .map_err(|e| at(Call::Open, e))?;
+        }
+        Ok(parent)
     }
 }
 

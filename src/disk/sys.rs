@@ -85,6 +85,9 @@ impl Call {
     }
 }
 
+/// The most calls a [`FaultPlan`] keeps in its trace (64 Ki); later calls are counted only.
+pub const TRACE_MAX: usize = 1 << 16;
+
 /// What a [`Fault`] does to the call it matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultAction {
@@ -195,7 +198,11 @@ impl FaultPlan {
         }
         let n = self.counts[call.index()].fetch_add(1, Ordering::SeqCst) + 1;
         if let Ok(mut t) = self.trace.lock() {
-            t.push(call);
+            // Bounded: a long-lived plan (a soak child, a crash-lab agent) must not grow
+            // without limit; the first TRACE_MAX calls are what tests look at.
+            if t.len() < TRACE_MAX {
+                t.push(call);
+            }
         }
         if self.disarmed.load(Ordering::SeqCst) {
             return Decision::Proceed;
@@ -784,5 +791,20 @@ pub fn fs_name(magic: i64) -> &'static str {
         0x2468 | 0x2478 => "ubifs/jffs2",
         0x6165_676C => "pstore",
         _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod trace_tests {
+    use super::*;
+
+    #[test]
+    fn the_trace_is_bounded_while_counts_go_on() {
+        let plan = FaultPlan::new(Vec::new());
+        for _ in 0..TRACE_MAX + 5 {
+            let _ = plan.decide(Call::Open);
+        }
+        assert_eq!(plan.trace().len(), TRACE_MAX);
+        assert_eq!(plan.count(Call::Open), (TRACE_MAX + 5) as u32);
     }
 }

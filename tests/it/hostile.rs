@@ -168,3 +168,35 @@ fn fsck_reports_one_job_in_two_states() {
         .to_string()
         .contains("the same job id is also at"));
 }
+
+/// `fsck --quarantine` makes `quarantine/<dir>` one level at a time and never follows a
+/// symlink planted there (it used to `mkdir` the whole path, following `quarantine/ready ->`
+/// anywhere, and fsynced nothing it made).
+#[test]
+fn quarantine_does_not_follow_a_planted_symlink() {
+    let d = TempDir::new("quarantine-symlink");
+    let outside = d.path().with_extension("outside");
+    let _ = std::fs::remove_dir_all(&outside);
+    std::fs::create_dir_all(&outside).unwrap();
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    std::fs::write(d.path().join("ready/00/stray.txt"), b"foreign").unwrap();
+    std::fs::create_dir(d.path().join("quarantine")).unwrap();
+    std::os::unix::fs::symlink(&outside, d.path().join("quarantine/ready")).unwrap();
+    let e = q.fsck(true).unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing was made or moved through the symlink"
+    );
+    assert!(
+        d.path().join("ready/00/stray.txt").exists(),
+        "the stray entry stays put"
+    );
+    // Without the symlink the same quarantine works and keeps the entry's path.
+    std::fs::remove_file(d.path().join("quarantine/ready")).unwrap();
+    let r = q.fsck(true).unwrap();
+    assert_eq!(r.problems.len(), 1);
+    assert!(d.path().join("quarantine/ready/00/stray.txt").exists());
+    let _ = std::fs::remove_dir_all(&outside);
+}
