@@ -162,6 +162,11 @@ impl FaultPlan {
         self.disarmed.store(false, Ordering::SeqCst);
     }
 
+    /// Stop injecting: every later call proceeds (and is still counted).
+    pub fn disarm(&self) {
+        self.disarmed.store(true, Ordering::SeqCst);
+    }
+
     /// Calls of `call` kind made so far.
     pub fn count(&self, call: Call) -> u32 {
         self.counts[call.index()].load(Ordering::SeqCst)

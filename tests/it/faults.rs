@@ -230,8 +230,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
             }
         }),
     };
-    // Keep a surviving lease from releasing itself on drop: the truth is read first.
-    let lease_handle = lease.take().map(|l| l.into_handle());
+    // Keep a surviving lease from releasing itself on drop until the truth is read.
     let clean = Queue::open(d.path()).unwrap();
     let all = clean.list(None).unwrap();
     let happened = match op {
@@ -271,7 +270,19 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
         assert_eq!(retry.is_duplicate(), happened, "{res:?} then {retry:?}");
         assert_eq!(clean.list(None).unwrap().len(), 1, "one job per key");
     }
-    drop(lease_handle);
+    // Reuse: a lease that outlived a failed renew (not lost, not a simulated crash) must
+    // renew again, whichever name the failure left live: the Lease follows its name by the
+    // move's outcome (a rename whose barrier failed lives under the new name). The defect
+    // this catches: a renew that kept the old name after its barrier failed, so the next
+    // renew reported the lease lost and `work` killed a command whose lease was valid.
+    if let (Op::Renew, Err(e), Some(l)) = (op, &res, lease.as_mut()) {
+        if !e.is_lease_lost() && !plan.stopped() {
+            plan.disarm();
+            l.renew(Duration::from_secs(60))
+                .unwrap_or_else(|e2| panic!("renew after the failed renew ({e}): {e2}"));
+        }
+    }
+    drop(lease.take().map(|l| l.into_handle()));
     (res, happened, plan, d)
 }
 
