@@ -37,6 +37,7 @@
 //! `tests/it/capacity.rs` measures it with 8 producers.
 
 use crate::disk::name::{parse_hex, shard_name, JobName, Kind};
+use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::queue::{random, Queue};
@@ -206,29 +207,8 @@ impl Queue {
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
     pub fn set_limits(&self, limits: Limits) -> Result<()> {
-        let tmp = crate::disk::name::TempName::new(
-            self.clock.boot_id(),
-            crate::disk::name::TempKind::Job,
-            random(),
-        )
-        .format()
-        .to_string();
-        let rel = format!("tmp/{tmp}");
-        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let tmp = self.durable_temp_file(limits.encode().as_bytes())?;
         let t = self.dirs.tmp.as_fd();
-        let fd = self
-            .sys
-            .create_file(t, &tmp)
-            .map_err(|e| nd(Call::Open, e))?;
-        let undo = |e: Error| {
-            let _ = self.sys.unlink(t, &tmp);
-            e
-        };
-        self.sys
-            .write_all(fd.as_fd(), limits.encode().as_bytes())
-            .map_err(|e| undo(nd(Call::Write, e)))?;
-        self.barrier_file(fd.as_fd())
-            .map_err(|e| undo(nd(Call::Fsync, e)))?;
         if let Err(e) = self
             .sys
             .rename_replace(t, &tmp, self.dirs.root.as_fd(), LIMITS_FILE)
@@ -254,6 +234,41 @@ impl Queue {
                 Some(self.root.clone()),
             )
         })
+    }
+
+    /// A new file in `tmp/` holding `bytes`, fsynced (a settings file or a key entry on the
+    /// named route, about to be renamed into place); its name. On failure it is removed and
+    /// the error is not done.
+    pub(crate) fn durable_temp_file(&self, bytes: &[u8]) -> Result<String> {
+        let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
+            .format()
+            .to_string();
+        let nd = |c, e| {
+            Error::io(
+                c,
+                e,
+                Outcome::NotDone,
+                Some(self.path(&format!("tmp/{tmp}"))),
+            )
+        };
+        let t = self.dirs.tmp.as_fd();
+        let fd = self
+            .sys
+            .create_file(t, &tmp)
+            .map_err(|e| nd(Call::Open, e))?;
+        let written = self
+            .sys
+            .write_all(fd.as_fd(), bytes)
+            .map_err(|e| nd(Call::Write, e))
+            .and_then(|()| {
+                self.barrier_file(fd.as_fd())
+                    .map_err(|e| nd(Call::Fsync, e))
+            });
+        if let Err(e) = written {
+            let _ = self.sys.unlink(t, &tmp);
+            return Err(e);
+        }
+        Ok(tmp)
     }
 
     /// How many jobs and bytes count against the limits now (through this handle's tally, so

@@ -388,33 +388,15 @@ impl Queue {
         entry: &str,
         text: &[u8],
     ) -> Result<bool> {
-        let tmp = crate::disk::name::TempName::new(
-            self.clock.boot_id(),
-            crate::disk::name::TempKind::Job,
-            random(),
-        )
-        .format()
-        .to_string();
+        let tmp = self.durable_temp_file(text)?;
         let rel = format!("tmp/{tmp}");
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         let t = self.dirs.tmp.as_fd();
-        let fd = self
-            .sys
-            .create_file(t, &tmp)
-            .map_err(|e| nd(Call::Open, e))?;
-        let r = self
-            .sys
-            .write_all(fd.as_fd(), text)
-            .map_err(|e| nd(Call::Write, e))
-            .and_then(|()| {
-                self.barrier_file(fd.as_fd())
-                    .map_err(|e| nd(Call::Fsync, e))
-            });
-        let r = r.and_then(|()| match self.sys.rename(t, &tmp, keys, entry) {
+        let r = match self.sys.rename(t, &tmp, keys, entry) {
             Ok(()) => Ok(true),
             Err(Errno::EXIST) => Ok(false),
             Err(e) => Err(nd(Call::Rename, e)),
-        });
+        };
         if !matches!(r, Ok(true)) {
             let _ = self.sys.unlink(t, &tmp);
         }
