@@ -181,8 +181,16 @@ impl Queue {
                 }
                 Err(s) => {
                     refills += 1;
-                    let Err(generation) = self.shards.skip(s, self.clock.boot_ns()) else {
-                        continue; // known empty: no listing
+                    let generation = match self.shards.skip(s, self.clock.boot_ns()) {
+                        Ok(until) => {
+                            // Known empty: no listing; a waiting claim wakes at `until`.
+                            if until != u64::MAX {
+                                seen.next_expiry_boot_ns =
+                                    Some(seen.next_expiry_boot_ns.map_or(until, |y| y.min(until)));
+                            }
+                            continue;
+                        }
+                        Err(generation) => generation,
                     };
                     let failed = seen.failed;
                     let (found, expiry) = self.sweep_shard(s, seen)?;

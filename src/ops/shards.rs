@@ -80,12 +80,13 @@ impl Shards {
         }
     }
 
-    /// `Ok(())` when shard `s` is known empty at `boot_ns` (`CLOCK_BOOTTIME`): skip it.
-    /// Otherwise its generation, to hand to [`Shards::listed`] after listing it.
-    pub(crate) fn skip(&self, s: u16, boot_ns: u64) -> Result<(), u64> {
+    /// `Ok(until)` when shard `s` is known empty at `boot_ns` (`CLOCK_BOOTTIME`): skip it,
+    /// and list it again at `until` (a waiting claim must wake then). Otherwise its
+    /// generation, to hand to [`Shards::listed`] after listing it.
+    pub(crate) fn skip(&self, s: u16, boot_ns: u64) -> Result<u64, u64> {
         let k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         match (k.empty_until.get(s as usize), k.generation.get(s as usize)) {
-            (Some(Some(t)), _) if boot_ns < *t => Ok(()),
+            (Some(Some(t)), _) if boot_ns < *t => Ok(*t),
             (_, g) => Err(g.copied().unwrap_or(0)),
         }
     }
@@ -134,8 +135,12 @@ impl Known {
                     if !lease_expired(&l, boot, now) {
                         if let Some(Some(t)) = self.empty_until.get_mut(s) {
                             *t = (*t).min(l.boot_deadline_ns);
+                            return;
                         }
-                        return;
+                        // Not known empty: a listing may be under way that missed this
+                        // lease. Bump the generation so it cannot conclude "empty until
+                        // forever" without it (a killed holder's lease was then never
+                        // recovered by a waiting worker).
                     }
                 }
             }
@@ -165,4 +170,45 @@ fn watch(q: &Queue) -> Option<Watch> {
         }
     }
     Some(Watch { fd, wds })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::name::{JobId, LeaseFields};
+
+    /// A lease that appears while a listing of a shard not known empty is under way must
+    /// stop that listing from marking the shard empty: a `steadq work` under qemu-user sat
+    /// forever beside the expired lease of a killed worker that way.
+    #[test]
+    fn a_lease_seen_during_a_listing_keeps_the_shard_listed() {
+        let dir = std::env::temp_dir().join(format!("steadq-shards-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let q = Queue::create(&dir, crate::Options::default()).unwrap();
+        let lease = LeaseFields {
+            boot_id: q.clock.boot_id(),
+            boot_deadline_ns: q.clock.boot_ns() + 60_000_000_000,
+            wall_deadline_ns: q.clock.wall_ns() + 60_000_000_000,
+            token: 7,
+        };
+        let leased = JobName::new_ready(JobId::new(1_700_000_000_000, 9), 5)
+            .next(Kind::Leased(lease), true)
+            .format(q.ident.id)
+            .to_string();
+        let mut k = Known {
+            generation: vec![0],
+            empty_until: vec![None],
+            listed_at: vec![None],
+        };
+        // A listing started at generation 0; the lease event arrives before it ends.
+        k.learn(&q, 0, &leased);
+        assert_eq!(k.generation[0], 1, "the listing's 'empty' must be refused");
+        // A shard known empty only brings its recheck forward to the lease's deadline.
+        k.empty_until[0] = Some(u64::MAX);
+        k.learn(&q, 0, &leased);
+        assert_eq!(k.generation[0], 1);
+        assert_eq!(k.empty_until[0], Some(lease.boot_deadline_ns));
+        drop(q);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
