@@ -769,23 +769,40 @@ pub(crate) fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Res
     Identity::decode(text).map_err(|k| Error::not_done(k, Some(p)))
 }
 
+/// `.steadq.queue.<32 hex>` in the root holding `ident`, written and fsynced, about to be
+/// renamed over (or onto) `steadq.queue`; its name. On failure it is removed: not done.
+fn identity_temp_file(
+    sys: &Sys,
+    root: BorrowedFd<'_>,
+    path: &Path,
+    ident: &Identity,
+) -> Result<String> {
+    let tmp = format!(".{IDENTITY_FILE}.{:032x}", random_u128());
+    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
+    let fd = sys.create_file(root, &tmp).map_err(|e| nd(Call::Open, e))?;
+    let written = sys
+        .write_all(fd.as_fd(), ident.encode().as_bytes())
+        .map_err(|e| nd(Call::Write, e))
+        .and_then(|()| sys.fsync(fd.as_fd()).map_err(|e| nd(Call::Fsync, e)));
+    if let Err(e) = written {
+        let _ = sys.unlink(root, &tmp);
+        return Err(e);
+    }
+    Ok(tmp)
+}
+
 pub(crate) fn publish_identity(
     sys: &Sys,
     root: BorrowedFd<'_>,
     path: &Path,
     ident: &Identity,
 ) -> Result<()> {
-    let tmp = format!(".{IDENTITY_FILE}.{:032x}", random_u128());
+    let tmp = identity_temp_file(sys, root, path, ident)?;
     let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
-    let fd = sys.create_file(root, &tmp).map_err(|e| nd(Call::Open, e))?;
     let cleanup = |e: Error| {
         let _ = sys.unlink(root, &tmp);
         e
     };
-    sys.write_all(fd.as_fd(), ident.encode().as_bytes())
-        .map_err(|e| cleanup(nd(Call::Write, e)))?;
-    sys.fsync(fd.as_fd())
-        .map_err(|e| cleanup(nd(Call::Fsync, e)))?;
     match sys.rename(root, &tmp, root, IDENTITY_FILE) {
         Ok(()) => {}
         Err(Errno::EXIST) => {
@@ -824,17 +841,10 @@ pub(crate) fn publish_identity_replacing(
     path: &Path,
     ident: &Identity,
 ) -> Result<()> {
-    let tmp = format!(".{IDENTITY_FILE}.{:032x}", random_u128());
-    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
-    let fd = sys.create_file(root, &tmp).map_err(|e| nd(Call::Open, e))?;
+    let tmp = identity_temp_file(sys, root, path, ident)?;
     let result = sys
-        .write_all(fd.as_fd(), ident.encode().as_bytes())
-        .map_err(|e| nd(Call::Write, e))
-        .and_then(|()| sys.fsync(fd.as_fd()).map_err(|e| nd(Call::Fsync, e)))
-        .and_then(|()| {
-            sys.rename_replace(root, &tmp, root, IDENTITY_FILE)
-                .map_err(|e| nd(Call::Rename, e))
-        });
+        .rename_replace(root, &tmp, root, IDENTITY_FILE)
+        .map_err(|e| Error::io(Call::Rename, e, Outcome::NotDone, Some(path.join(&tmp))));
     if let Err(e) = result {
         let _ = sys.unlink(root, &tmp);
         return Err(e);

@@ -549,8 +549,8 @@ impl Sys {
         })
     }
 
-    /// `renameat2(2)` *without* `RENAME_NOREPLACE`: replaces `to` atomically. Only for a
-    /// settings file (`steadq.limits`), never for a job.
+    /// `renameat2(2)` *without* `RENAME_NOREPLACE`: replaces `to` atomically. Only for the
+    /// settings files (`steadq.queue` on a settings change, `steadq.limits`), never for a job.
     pub fn rename_replace(
         &self,
         from_dir: BorrowedFd<'_>,
