@@ -1,15 +1,20 @@
 //! Errors and the three outcomes.
 //!
 //! Every mutating call returns `Ok` only when it is **done**: past its linearization point
-//! (the rename or link) and every durability barrier its policy asks for. An `Err` carries an
-//! [`Outcome`]: **not done** (nothing changed that matters: the failure came before the
-//! linearization point, or the rename itself failed cleanly) or **indeterminate** (the change
-//! may or may not have happened, or may not survive a crash: a barrier failed after the
-//! rename, or the rename failed with `EIO`). SteadQ never guesses and never retries an fsync
-//! into "done".
+//! (the rename or link) and every durability barrier its policy asks for. Its `Err` is a type
+//! whose variants are the outcomes it can have: **not done** (nothing changed that matters:
+//! the failure came before the linearization point, or the rename itself failed cleanly) or
+//! **indeterminate** (the change may or may not have happened, or may not survive a crash: a
+//! barrier failed after the rename, or the rename failed with `EIO`), and where an operation
+//! has more to say, its own variants ([`Failure`], [`EnqueueError`], [`RenewError`],
+//! [`SettleError`]). A read-only call returns a plain [`Error`] (what and where), which has
+//! no outcome: it changed nothing. SteadQ never guesses and never retries an fsync into
+//! "done".
 
 use crate::disk::format::Corruption;
+use crate::disk::name::JobId;
 use crate::disk::sys::{Call, Errno};
+use crate::ops::lease::Lease;
 use std::path::PathBuf;
 
 /// An operating-system error number (errno), the way `std::io::Error` carries one: SteadQ's
@@ -56,7 +61,8 @@ impl core::fmt::Display for OsErrno {
     }
 }
 
-/// The outcome of a failed mutating call.
+/// The outcome of a failed mutating call, as [`Failure::outcome`] and the other outcome
+/// types' `outcome()` give it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Nothing was changed (or what was changed is invisible to every reader, like an unnamed
@@ -156,15 +162,21 @@ pub enum ErrorKind {
     Decode(String),
 }
 
-/// A SteadQ error: what, where (a path when there is one) and the [`Outcome`].
+/// A SteadQ error: what went wrong and where (a path when there is one), with the errno of
+/// a failed system call. A read-only call returns it as is; a mutating call wraps it in a
+/// type that gives the outcome ([`Failure`] and the per-operation types).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error(Box<Inner>);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Inner {
     kind: ErrorKind,
+    /// Inside the crate, the outcome travels with the error until the public boundary turns
+    /// it into a variant of the operation's error type.
     outcome: Outcome,
     path: Option<PathBuf>,
+    /// The job an indeterminate enqueue may have made ([`EnqueueError::Indeterminate`]).
+    job: Option<JobId>,
 }
 
 impl Error {
@@ -174,6 +186,7 @@ impl Error {
             kind,
             outcome,
             path,
+            job: None,
         }))
     }
 
@@ -193,7 +206,7 @@ impl Error {
         &self.0.kind
     }
 
-    /// Not done, or indeterminate.
+    /// Not done, or indeterminate (inside the crate; the public types say it by variant).
     pub fn outcome(&self) -> Outcome {
         self.0.outcome
     }
@@ -218,6 +231,12 @@ impl Error {
 
     pub(crate) fn with_outcome(mut self, outcome: Outcome) -> Error {
         self.0.outcome = outcome;
+        self
+    }
+
+    /// Name the job an indeterminate enqueue may have made.
+    pub(crate) fn with_job(mut self, id: JobId) -> Error {
+        self.0.job = Some(id);
         self
     }
 }
@@ -327,5 +346,369 @@ const INCOMPLETE: &str = "queue layout incomplete (an interrupted init?); run `s
 
 impl std::error::Error for Error {}
 
-/// Shorthand.
-pub type Result<T> = core::result::Result<T, Error>;
+/// Shorthand: `Result<T>` for a read-only call, `Result<T, Failure>` (or another outcome type)
+/// for a mutating one.
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// Display `e` as the failure of outcome `o` (the indeterminate note follows the variant,
+/// also for a variant built outside the crate).
+fn display_as(e: &Error, o: Outcome, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    if e.outcome() == o {
+        core::fmt::Display::fmt(e, f)
+    } else {
+        core::fmt::Display::fmt(&e.clone().with_outcome(o), f)
+    }
+}
+
+/// The accessors every outcome type shares: the [`Error`] inside and what it says.
+macro_rules! error_accessors {
+    () => {
+        /// What went wrong ([`Error::kind`] of the error inside).
+        pub fn kind(&self) -> &ErrorKind {
+            self.error().kind()
+        }
+
+        /// The file or directory involved, if any.
+        pub fn path(&self) -> Option<&std::path::Path> {
+            self.error().path()
+        }
+
+        /// The errno, for [`ErrorKind::Io`].
+        pub fn errno(&self) -> Option<OsErrno> {
+            self.error().errno()
+        }
+
+        /// The error inside, without its outcome.
+        pub fn into_error(self) -> Error {
+            self.into_parts().1
+        }
+    };
+}
+
+/// How a mutating call failed, for the calls whose only outcomes are the two: not done or
+/// indeterminate (`create`, claims, `recover`, `set_limits`, the dead-letter and receipt
+/// administration, `fsck_quarantine`). `?` turns an [`Error`] from a read-only call into
+/// [`Failure::NotDone`], and every other outcome type into a `Failure`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Not done: nothing changed that matters (the failure came before the linearization
+    /// point, or the rename itself failed cleanly).
+    NotDone(Error),
+    /// Indeterminate: it may have happened, or may not survive a crash (a barrier failed
+    /// after the rename, the rename returned `EIO`, or a batch failed after part of it was
+    /// done). Look at the queue to learn which.
+    Indeterminate(Error),
+}
+
+impl Failure {
+    /// Not done, or indeterminate.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Failure::NotDone(_) => Outcome::NotDone,
+            Failure::Indeterminate(_) => Outcome::Indeterminate,
+        }
+    }
+
+    /// The error: what went wrong, and where.
+    pub fn error(&self) -> &Error {
+        match self {
+            Failure::NotDone(e) | Failure::Indeterminate(e) => e,
+        }
+    }
+
+    /// True for [`ErrorKind::LeaseLost`] (always not done).
+    pub fn is_lease_lost(&self) -> bool {
+        self.error().is_lease_lost()
+    }
+
+    fn into_parts(self) -> (Outcome, Error) {
+        match self {
+            Failure::NotDone(e) => (Outcome::NotDone, e),
+            Failure::Indeterminate(e) => (Outcome::Indeterminate, e),
+        }
+    }
+
+    error_accessors!();
+}
+
+impl From<Error> for Failure {
+    /// The outcome the error carries inside the crate; an error of a read-only call is
+    /// always [`Failure::NotDone`].
+    fn from(e: Error) -> Failure {
+        match e.outcome() {
+            Outcome::NotDone => Failure::NotDone(e),
+            Outcome::Indeterminate => Failure::Indeterminate(e),
+        }
+    }
+}
+
+impl core::fmt::Display for Failure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        display_as(self.error(), self.outcome(), f)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// How an enqueue failed (`Queue::enqueue`, `enqueue_with`, `enqueue_unique`,
+/// `enqueue_wait`, and their typed and async forms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnqueueError {
+    /// Not done: no job was made ([`ErrorKind::QueueFull`], [`ErrorKind::PayloadTooLarge`],
+    /// a bad argument, or a failure before the job got its name). A retry is safe.
+    NotDone(Error),
+    /// Indeterminate: the job `id` may exist (its name was linked, or the link returned
+    /// `EIO`, and a barrier after it failed): [`crate::Queue::find`] with `id` tells whether
+    /// it is there now, and a job that is there may still not survive a crash. With a key,
+    /// enqueueing again with the same key answers which.
+    Indeterminate {
+        /// The id of the job this enqueue may have made.
+        id: JobId,
+        /// What went wrong, and where.
+        error: Error,
+    },
+}
+
+impl EnqueueError {
+    /// At the public boundary: an enqueue's internal error. Only the publish step of
+    /// `enqueue_as` is indeterminate, and it names its job.
+    pub(crate) fn from_internal(e: Error) -> EnqueueError {
+        match (e.outcome(), e.0.job) {
+            (Outcome::NotDone, _) => EnqueueError::NotDone(e),
+            (Outcome::Indeterminate, Some(id)) => EnqueueError::Indeterminate { id, error: e },
+            (Outcome::Indeterminate, None) => {
+                unreachable!("an indeterminate enqueue names its job (ops/enqueue.rs enqueue_as)")
+            }
+        }
+    }
+
+    /// Not done, or indeterminate.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            EnqueueError::NotDone(_) => Outcome::NotDone,
+            EnqueueError::Indeterminate { .. } => Outcome::Indeterminate,
+        }
+    }
+
+    /// The error: what went wrong, and where.
+    pub fn error(&self) -> &Error {
+        match self {
+            EnqueueError::NotDone(e) | EnqueueError::Indeterminate { error: e, .. } => e,
+        }
+    }
+
+    /// The id of the job an indeterminate enqueue may have made; `None` when not done.
+    pub fn id(&self) -> Option<JobId> {
+        match self {
+            EnqueueError::NotDone(_) => None,
+            EnqueueError::Indeterminate { id, .. } => Some(*id),
+        }
+    }
+
+    fn into_parts(self) -> (Outcome, Error) {
+        match self {
+            EnqueueError::NotDone(e) => (Outcome::NotDone, e),
+            EnqueueError::Indeterminate { error, .. } => (Outcome::Indeterminate, error),
+        }
+    }
+
+    error_accessors!();
+}
+
+impl From<EnqueueError> for Failure {
+    fn from(e: EnqueueError) -> Failure {
+        match e {
+            EnqueueError::NotDone(e) => Failure::NotDone(e),
+            EnqueueError::Indeterminate { error, .. } => Failure::Indeterminate(error),
+        }
+    }
+}
+
+impl core::fmt::Display for EnqueueError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        display_as(self.error(), self.outcome(), f)?;
+        match self {
+            EnqueueError::Indeterminate { id, .. } => write!(f, " (job {id})"),
+            EnqueueError::NotDone(_) => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for EnqueueError {}
+
+/// How [`Lease::renew`] failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RenewError {
+    /// Not done: the lease keeps its old deadline and stays usable (a bad duration, or the
+    /// rename failed cleanly).
+    NotDone(Error),
+    /// The lease's exact name was gone: it expired and was recovered, or was settled or
+    /// renewed elsewhere. Nothing changed; the job is no longer this lease's.
+    LeaseLost(Error),
+    /// Indeterminate: the rename happened but its barrier failed (the lease holds its new
+    /// name, which may not survive a crash), or the rename returned `EIO` (the lease follows
+    /// whichever name exists). The lease stays usable: a next renew or settle says more.
+    Indeterminate(Error),
+}
+
+impl RenewError {
+    /// At the public boundary: a renew's internal error.
+    pub(crate) fn from_internal(e: Error) -> RenewError {
+        match e.outcome() {
+            _ if e.is_lease_lost() => RenewError::LeaseLost(e),
+            Outcome::NotDone => RenewError::NotDone(e),
+            Outcome::Indeterminate => RenewError::Indeterminate(e),
+        }
+    }
+
+    /// Not done (a lost lease included), or indeterminate.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            RenewError::NotDone(_) | RenewError::LeaseLost(_) => Outcome::NotDone,
+            RenewError::Indeterminate(_) => Outcome::Indeterminate,
+        }
+    }
+
+    /// The error: what went wrong, and where.
+    pub fn error(&self) -> &Error {
+        match self {
+            RenewError::NotDone(e) | RenewError::LeaseLost(e) | RenewError::Indeterminate(e) => e,
+        }
+    }
+
+    /// True for [`RenewError::LeaseLost`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, RenewError::LeaseLost(_))
+    }
+
+    fn into_parts(self) -> (Outcome, Error) {
+        let o = self.outcome();
+        match self {
+            RenewError::NotDone(e) | RenewError::LeaseLost(e) | RenewError::Indeterminate(e) => {
+                (o, e)
+            }
+        }
+    }
+
+    error_accessors!();
+}
+
+impl From<RenewError> for Failure {
+    fn from(e: RenewError) -> Failure {
+        match e.into_parts() {
+            (Outcome::NotDone, e) => Failure::NotDone(e),
+            (Outcome::Indeterminate, e) => Failure::Indeterminate(e),
+        }
+    }
+}
+
+impl core::fmt::Display for RenewError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        display_as(self.error(), self.outcome(), f)
+    }
+}
+
+impl std::error::Error for RenewError {}
+
+/// How a settling call of a lease failed: [`Lease::ack`], [`Lease::nack`], [`Lease::fail`],
+/// [`Lease::release`] (and [`crate::TypedLease`]'s).
+#[derive(Debug)]
+pub enum SettleError {
+    /// Not done: the job is still leased by this lease, under its name, and the lease is
+    /// handed back: settle it again (a second `ack` after the disk has room), renew it, or
+    /// drop it (which releases the job to ready, as dropping any lease does). Converting
+    /// this variant into a [`Failure`] (`?`) keeps the job leased until its deadline
+    /// instead, as [`Lease::into_handle`] does.
+    NotDone {
+        /// The lease, still holding the job.
+        lease: Lease,
+        /// What went wrong, and where.
+        error: Error,
+    },
+    /// The lease's exact name was gone: it expired and was recovered, or was settled or
+    /// renewed elsewhere. Nothing changed.
+    LeaseLost(Error),
+    /// Indeterminate: the rename happened but a barrier after it failed, or the rename
+    /// returned `EIO`. The job may be settled; it is never released or settled again by
+    /// this lease.
+    Indeterminate(Error),
+}
+
+impl SettleError {
+    /// At the public boundary: a settling call's internal error, with the lease it was made
+    /// on. Not done (and not lost) hands the lease back as a live guard.
+    pub(crate) fn new(e: Error, mut lease: Lease) -> SettleError {
+        match e.outcome() {
+            _ if e.is_lease_lost() => SettleError::LeaseLost(e),
+            Outcome::NotDone => {
+                lease.rearm();
+                SettleError::NotDone { lease, error: e }
+            }
+            Outcome::Indeterminate => SettleError::Indeterminate(e),
+        }
+    }
+
+    /// Not done (a lost lease included), or indeterminate.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            SettleError::NotDone { .. } | SettleError::LeaseLost(_) => Outcome::NotDone,
+            SettleError::Indeterminate(_) => Outcome::Indeterminate,
+        }
+    }
+
+    /// The error: what went wrong, and where.
+    pub fn error(&self) -> &Error {
+        match self {
+            SettleError::NotDone { error: e, .. }
+            | SettleError::LeaseLost(e)
+            | SettleError::Indeterminate(e) => e,
+        }
+    }
+
+    /// True for [`SettleError::LeaseLost`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, SettleError::LeaseLost(_))
+    }
+
+    /// The lease handed back by [`SettleError::NotDone`] (`None` for the other variants).
+    pub fn into_lease(self) -> Option<Lease> {
+        match self {
+            SettleError::NotDone { lease, .. } => Some(lease),
+            _ => None,
+        }
+    }
+
+    /// The outcome and the error; a lease handed back is detached (the job stays leased
+    /// until its deadline).
+    fn into_parts(self) -> (Outcome, Error) {
+        let o = self.outcome();
+        match self {
+            SettleError::NotDone { lease, error } => {
+                let _ = lease.into_handle();
+                (o, error)
+            }
+            SettleError::LeaseLost(e) | SettleError::Indeterminate(e) => (o, e),
+        }
+    }
+
+    error_accessors!();
+}
+
+impl From<SettleError> for Failure {
+    /// A lease handed back by [`SettleError::NotDone`] is detached, not released: the job
+    /// stays leased under its name until its deadline, so the conversion changes nothing.
+    fn from(e: SettleError) -> Failure {
+        match e.into_parts() {
+            (Outcome::NotDone, e) => Failure::NotDone(e),
+            (Outcome::Indeterminate, e) => Failure::Indeterminate(e),
+        }
+    }
+}
+
+impl core::fmt::Display for SettleError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        display_as(self.error(), self.outcome(), f)
+    }
+}
+
+impl std::error::Error for SettleError {}

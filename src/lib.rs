@@ -79,7 +79,9 @@ pub use disk::clock::Clock;
 pub use disk::name::{delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason};
 pub use disk::scan::Foreign;
 pub use disk::sys::Call;
-pub use error::{Error, ErrorKind, OsErrno, Outcome, Result};
+pub use error::{
+    EnqueueError, Error, ErrorKind, Failure, OsErrno, Outcome, RenewError, Result, SettleError,
+};
 pub use ops::capacity::{CapacityUse, Limits, LIMITS_FILE};
 pub use ops::enqueue::EnqueueOptions;
 pub use ops::keys::{Enqueued, Key, KEYS_DIR, KEY_ORPHAN_AFTER, TOMBSTONE_KEEP};

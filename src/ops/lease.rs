@@ -703,6 +703,12 @@ impl Lease {
         self.handle()
     }
 
+    /// Make this guard release its job on drop again (a settling call that was not done
+    /// hands it back through [`crate::SettleError::NotDone`]).
+    pub(crate) fn rearm(&mut self) {
+        self.settled = false;
+    }
+
     fn here(&self) -> crate::ops::transition::Place<'_> {
         self.q.place_ready(self.shard, State::Leased)
     }
