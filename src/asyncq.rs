@@ -13,7 +13,7 @@
 use crate::disk::name::shard_name;
 use crate::ops::capacity::drain;
 use crate::ops::recover::RecoverReport;
-use crate::{EnqueueOptions, Enqueued, ErrorKind, Lease, Queue, Result};
+use crate::{EnqueueError, EnqueueOptions, Enqueued, ErrorKind, Failure, Lease, Queue, Result};
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
@@ -72,7 +72,11 @@ impl AsyncQueue {
     /// # Errors
     /// As [`Queue::enqueue_unique`]; a full queue is [`ErrorKind::QueueFull`] at once (use
     /// [`AsyncQueue::enqueue_wait`] to wait for room).
-    pub async fn enqueue(&self, payload: &[u8], o: &EnqueueOptions) -> Result<Enqueued> {
+    pub async fn enqueue(
+        &self,
+        payload: &[u8],
+        o: &EnqueueOptions,
+    ) -> Result<Enqueued, EnqueueError> {
         self.q.enqueue_unique(payload, o)
     }
 
@@ -88,7 +92,7 @@ impl AsyncQueue {
         payload: &[u8],
         o: &EnqueueOptions,
         timeout: Duration,
-    ) -> Result<Enqueued> {
+    ) -> Result<Enqueued, EnqueueError> {
         let start = Instant::now();
         let fd = reactor_fd(self.q.room_watch());
         loop {
@@ -112,7 +116,11 @@ impl AsyncQueue {
     ///
     /// # Errors
     /// As [`Queue::claim_for`].
-    pub async fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease>> {
+    pub async fn claim_wait(
+        &self,
+        lease: Duration,
+        timeout: Duration,
+    ) -> Result<Option<Lease>, Failure> {
         let start = Instant::now();
         let fd = reactor_fd(self.claim_watch());
         loop {
@@ -143,7 +151,7 @@ impl AsyncQueue {
     ///
     /// # Errors
     /// As [`Queue::claim_for`].
-    pub async fn claim(&self, lease: Duration) -> Result<Option<Lease>> {
+    pub async fn claim(&self, lease: Duration) -> Result<Option<Lease>, Failure> {
         self.q.claim_for(lease)
     }
 

@@ -180,25 +180,26 @@ struct Inner {
 }
 
 impl Error {
-    /// A new error.
-    pub fn new(kind: ErrorKind, outcome: Outcome, path: Option<PathBuf>) -> Error {
+    /// A new error: `kind`, about `path`. It has no outcome; wrapped in a [`Failure`] (or
+    /// converted with `?`) it is [`Failure::NotDone`] unless wrapped as indeterminate.
+    pub fn new(kind: ErrorKind, path: Option<PathBuf>) -> Error {
         Error(Box::new(Inner {
             kind,
-            outcome,
+            outcome: Outcome::NotDone,
             path,
             job: None,
         }))
     }
 
     /// A "not done" error.
-    pub fn not_done(kind: ErrorKind, path: Option<PathBuf>) -> Error {
-        Error::new(kind, Outcome::NotDone, path)
+    pub(crate) fn not_done(kind: ErrorKind, path: Option<PathBuf>) -> Error {
+        Error::new(kind, path)
     }
 
     /// A failed system call.
     pub(crate) fn io(call: Call, errno: Errno, outcome: Outcome, path: Option<PathBuf>) -> Error {
         let errno = errno.into();
-        Error::new(ErrorKind::Io { call, errno }, outcome, path)
+        Error::new(ErrorKind::Io { call, errno }, path).with_outcome(outcome)
     }
 
     /// What went wrong.
@@ -207,7 +208,7 @@ impl Error {
     }
 
     /// Not done, or indeterminate (inside the crate; the public types say it by variant).
-    pub fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         self.0.outcome
     }
 

@@ -15,7 +15,7 @@
 //!     lease.ack()?; // or lease.nack(delay), lease.fail(reason); dropping releases it
 //! }
 //! # std::fs::remove_dir_all(&dir).unwrap();
-//! # Ok::<(), steadq::Error>(())
+//! # Ok::<(), steadq::Failure>(())
 //! ```
 //!
 //! Where to look: names are parsed in [`name`] (and only in `disk/scan.rs` from directory

@@ -471,7 +471,7 @@ impl Queue {
     /// [`ErrorKind::IdentityLost`] (not done) when the identity is missing or damaged and the
     /// job headers do not agree on one queue id; otherwise as [`Queue::open`]. Outcome:
     /// indeterminate once anything was created.
-    pub fn create(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
+    pub fn create(root: impl AsRef<Path>, opts: Options) -> Result<Queue, crate::Failure> {
         opts.validate()?;
         let root = root.as_ref().to_path_buf();
         let sys = make_sys(&opts);
@@ -490,7 +490,7 @@ impl Queue {
                     .map_err(|e| ind(Call::FsyncDir, e, parent))?;
             }
             Err(Errno::EXIST) => {}
-            Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(root))),
+            Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(root)).into()),
         }
         let rootfd = sys
             .open_dir_path(&root)
@@ -502,7 +502,7 @@ impl Queue {
                 let damaged = *e.kind() == ErrorKind::BadIdentity;
                 establish_identity(&sys, rootfd.as_fd(), &root, &opts, damaged)?
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         // Make every directory (idempotent), each made durable in its parent.
         let mut top = vec!["tmp", "ready", "delayed", "dead", "receipts"];
@@ -525,7 +525,7 @@ impl Queue {
         }
         sys.fsync_dir(rootfd.as_fd())
             .map_err(|e| ind(Call::FsyncDir, e, &root))?;
-        Queue::assemble(root, sys, rootfd, ident, opts)
+        Ok(Queue::assemble(root, sys, rootfd, ident, opts)?)
     }
 
     fn assemble(

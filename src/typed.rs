@@ -10,8 +10,8 @@
 //! A job's bytes are the plain postcard encoding of the value; the file envelope (header and
 //! SHA-256 digests) is the same as for any job, so `steadq show` and `fsck` work unchanged.
 
+use crate::{EnqueueError, Failure, Receipt, Result, SettleError};
 use crate::{EnqueueOptions, Enqueued, Error, ErrorKind, JobId, Lease, Nacked, Queue, Reason};
-use crate::{Outcome, Receipt, Result};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::marker::PhantomData;
@@ -34,7 +34,7 @@ pub struct TypedLease<T> {
 }
 
 fn decode_error(what: String) -> Error {
-    Error::new(ErrorKind::Decode(what), Outcome::NotDone, None)
+    Error::new(ErrorKind::Decode(what), None)
 }
 
 impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
@@ -58,7 +58,7 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
     /// # Errors
     /// [`ErrorKind::Decode`] (not done) if `v` cannot be encoded; otherwise as
     /// [`Queue::enqueue`].
-    pub fn enqueue(&self, v: &T) -> Result<JobId> {
+    pub fn enqueue(&self, v: &T) -> Result<JobId, EnqueueError> {
         self.enqueue_with(v, &EnqueueOptions::default())
             .map(Enqueued::id)
     }
@@ -67,8 +67,9 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
     ///
     /// # Errors
     /// As [`TypedQueue::enqueue`] and [`Queue::enqueue_unique`].
-    pub fn enqueue_with(&self, v: &T, o: &EnqueueOptions) -> Result<Enqueued> {
-        let bytes = postcard::to_stdvec(v).map_err(|e| decode_error(e.to_string()))?;
+    pub fn enqueue_with(&self, v: &T, o: &EnqueueOptions) -> Result<Enqueued, EnqueueError> {
+        let bytes = postcard::to_stdvec(v)
+            .map_err(|e| EnqueueError::NotDone(decode_error(e.to_string())))?;
         self.q.enqueue_unique(&bytes, o)
     }
 
@@ -80,7 +81,7 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
     /// [`ErrorKind::Decode`]: the claim was done and the job is now dead (if moving it to
     /// `dead/` failed, that error is returned instead, with its outcome); otherwise as
     /// [`Queue::claim_for`].
-    pub fn claim_for(&self, lease: Duration) -> Result<Option<TypedLease<T>>> {
+    pub fn claim_for(&self, lease: Duration) -> Result<Option<TypedLease<T>>, Failure> {
         self.q.claim_for(lease)?.map(decode).transpose()
     }
 
@@ -88,13 +89,17 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
     ///
     /// # Errors
     /// As [`TypedQueue::claim_for`].
-    pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<TypedLease<T>>> {
+    pub fn claim_wait(
+        &self,
+        lease: Duration,
+        timeout: Duration,
+    ) -> Result<Option<TypedLease<T>>, Failure> {
         self.q.claim_wait(lease, timeout)?.map(decode).transpose()
     }
 }
 
 /// Decode a claimed job, dead-lettering it when it is not a `T`.
-pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>> {
+pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>, Failure> {
     match postcard::from_bytes::<T>(lease.payload()) {
         Ok(value) => Ok(TypedLease { lease, value }),
         Err(e) => {
@@ -105,7 +110,7 @@ pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>>
                     log::warn!("{what}; dead-lettering it failed: {f}");
                     f
                 })?;
-            Err(decode_error(what))
+            Err(decode_error(what).into())
         }
     }
 }
@@ -134,8 +139,8 @@ impl<T> TypedLease<T> {
     /// [`Lease::ack`].
     ///
     /// # Errors
-    /// As [`Lease::ack`].
-    pub fn ack(self) -> Result<Receipt> {
+    /// As [`Lease::ack`]; a not-done ack hands back the [`Lease`] (not the value).
+    pub fn ack(self) -> Result<Receipt, SettleError> {
         self.lease.ack()
     }
 
@@ -143,7 +148,7 @@ impl<T> TypedLease<T> {
     ///
     /// # Errors
     /// As [`Lease::nack`].
-    pub fn nack(self, delay: Duration) -> Result<Nacked> {
+    pub fn nack(self, delay: Duration) -> Result<Nacked, SettleError> {
         self.lease.nack(delay)
     }
 
@@ -151,7 +156,7 @@ impl<T> TypedLease<T> {
     ///
     /// # Errors
     /// As [`Lease::fail`].
-    pub fn fail(self, reason: Reason) -> Result<()> {
+    pub fn fail(self, reason: Reason) -> Result<(), SettleError> {
         self.lease.fail(reason)
     }
 }

@@ -131,7 +131,7 @@ pub fn verify(
             again.moved()
         ));
     }
-    let fsck = q.fsck(false).map_err(|e| format!("fsck: {e}"))?;
+    let fsck = q.fsck().map_err(|e| format!("fsck: {e}"))?;
     let snap = Snapshot::of_queue(&q).map_err(|e| format!("snapshot: {e}"))?;
     v.jobs = snap.jobs.len();
     v.violations.extend(

@@ -107,13 +107,29 @@ impl FsckReport {
 }
 
 impl Queue {
-    /// Check every entry. With `quarantine`, move each bad entry to `quarantine/<its path>`
-    /// (renamed without replacing; never followed).
+    /// Check every entry, changing nothing ([`Queue::fsck_quarantine`] also moves the bad
+    /// ones aside).
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Io`] if a directory cannot be listed, or a quarantine move fails (moves
-    /// before it are done).
-    pub fn fsck(&self, quarantine: bool) -> Result<FsckReport> {
+    /// [`crate::ErrorKind::Io`] if a directory cannot be listed. Nothing was changed.
+    pub fn fsck(&self) -> Result<FsckReport> {
+        self.fsck_with(false)
+    }
+
+    /// Check every entry and move each bad entry to `quarantine/<its path>` (renamed without
+    /// replacing; never followed).
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Io`] if a directory cannot be listed (not done), or a quarantine
+    /// move fails: not done, or indeterminate when the move may have happened or moves
+    /// before it are done (they stay done).
+    pub fn fsck_quarantine(&self) -> Result<FsckReport, crate::Failure> {
+        Ok(self.fsck_with(true)?)
+    }
+
+    /// [`Queue::fsck`], and with `quarantine` [`Queue::fsck_quarantine`], with the crate's
+    /// error.
+    pub(crate) fn fsck_with(&self, quarantine: bool) -> Result<FsckReport> {
         let mut rep = FsckReport::default();
         let mut bad: Vec<(String, String, ProblemKind)> = Vec::new(); // (dir, name, kind)
                                                                       // Root level: only the known names belong.
@@ -257,7 +273,14 @@ impl Queue {
             } else {
                 format!("{dir}/{name}")
             };
-            let quarantined = quarantine && !dir.is_empty() && self.quarantine(&dir, &name)?;
+            // The batch rule: once an entry was moved, a failure is indeterminate.
+            let moved = rep.problems.iter().any(|p| p.quarantined);
+            let quarantined = quarantine
+                && !dir.is_empty()
+                && self.quarantine(&dir, &name).map_err(|e| match moved {
+                    true => e.with_outcome(crate::Outcome::Indeterminate),
+                    false => e,
+                })?;
             rep.problems.push(Problem {
                 path,
                 kind,

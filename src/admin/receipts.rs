@@ -137,14 +137,15 @@ impl Queue {
         &self,
         policy: ReceiptPolicy,
         evidence: Option<EvidenceLimits>,
-    ) -> Result<Identity> {
+    ) -> Result<Identity, crate::Failure> {
         if self.ident.version < 2 {
             return Err(Error::not_done(
                 ErrorKind::InvalidArgument(
                     "receipt policies need queue version 2 (this queue is version 1)",
                 ),
                 Some(self.root.clone()),
-            ));
+            )
+            .into());
         }
         let ident = Identity {
             receipts: policy,
@@ -155,7 +156,8 @@ impl Queue {
             return Err(Error::not_done(
                 ErrorKind::InvalidArgument("the evidence limit must be > 0"),
                 None,
-            ));
+            )
+            .into());
         }
         publish_identity_replacing(&self.sys, self.dirs.root.as_fd(), &self.root, &ident)?;
         Ok(ident)
@@ -364,7 +366,7 @@ impl Queue {
     /// may have been cut); indeterminate if an unlink or the final directory fsync failed
     /// (evidence is durable; a receipt may remain, and compacting again adds a second line
     /// for it).
-    pub fn compact(&self, older_than: Duration) -> Result<CompactReport> {
+    pub fn compact(&self, older_than: Duration) -> Result<CompactReport, crate::Failure> {
         let cutoff = self
             .clock
             .wall_ns()
@@ -400,7 +402,7 @@ impl Queue {
                     log::warn!("not compacting {}: {e}", l.rel_path(self.ident.id))
                 }
                 Err(e) if e.is_lease_lost() => {} // removed meanwhile by another compactor
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         if victims.is_empty() {

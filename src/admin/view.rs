@@ -444,7 +444,7 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error,
     /// indeterminate if an earlier move of the same call was done.
-    pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32> {
+    pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32, crate::Failure> {
         let dead = self.jobs_in(State::Dead, id)?;
         let mut n = 0;
         for l in dead {
@@ -452,8 +452,8 @@ impl Queue {
             let from = match self.source_bucket(true, bucket) {
                 Ok(p) => p,
                 Err(e) if e.is_lease_lost() && id.is_none() => continue,
-                Err(e) if n > 0 => return Err(e.with_outcome(Outcome::Indeterminate)),
-                Err(e) => return Err(e),
+                Err(e) if n > 0 => return Err(e.with_outcome(Outcome::Indeterminate).into()),
+                Err(e) => return Err(e.into()),
             };
             let s = l.name.id.shard(self.ident.shards);
             let to = self.place_ready(s, State::Ready);
@@ -462,8 +462,10 @@ impl Queue {
             match self.move_job(&from, &l.name, &to, &new, Op::Requeue) {
                 Ok(()) => n += 1,
                 Err(e) if e.is_lease_lost() && id.is_none() => {}
-                Err(e) if n > 0 => return Err(Error::from(e).with_outcome(Outcome::Indeterminate)),
-                Err(e) => return Err(e.into()),
+                Err(e) if n > 0 => {
+                    return Err(Error::from(e).with_outcome(Outcome::Indeterminate).into())
+                }
+                Err(e) => return Err(Error::from(e).into()),
             }
         }
         Ok(n)
@@ -491,7 +493,7 @@ impl Queue {
     /// [`ErrorKind::NoSuchJob`] if `id` is not delayed; otherwise the first failing move,
     /// after trying every job: not done if nothing moved, indeterminate if anything did (the
     /// rule of [`Queue::recover`]).
-    pub fn make_due(&self, id: Option<JobId>) -> Result<u32> {
+    pub fn make_due(&self, id: Option<JobId>) -> Result<u32, crate::Failure> {
         let delayed = self.jobs_in(State::Delayed, id)?;
         let mut r = crate::RecoverReport::default();
         for l in delayed {
@@ -514,7 +516,7 @@ impl Queue {
             }
         }
         match r.first_error.take() {
-            Some(e) => Err(crate::ops::recover::partial(e, &r)),
+            Some(e) => Err(crate::ops::recover::partial(e.into_error(), &r).into()),
             None => Ok(r.due),
         }
     }
@@ -525,7 +527,7 @@ impl Queue {
     /// The first failing unlink or fsync. Not done when nothing was deleted yet;
     /// indeterminate once a job was (the batch rule of [`Queue::requeue_dead`] and
     /// [`Queue::recover`]), and for any failed fsync. Never creates a directory.
-    pub fn purge_dead(&self) -> Result<u32> {
+    pub fn purge_dead(&self) -> Result<u32, crate::Failure> {
         let dead = self.list(Some(State::Dead))?;
         let mut n = 0;
         let mut dirs: Vec<String> = Vec::new();
@@ -543,7 +545,7 @@ impl Queue {
             let place = match self.source_bucket(true, bucket) {
                 Ok(p) => p,
                 Err(e) if e.is_lease_lost() => continue,
-                Err(e) => return Err(e.with_outcome(partial(n))),
+                Err(e) => return Err(e.with_outcome(partial(n)).into()),
             };
             let rel = l.rel_path(self.ident.id);
             match self
@@ -553,12 +555,9 @@ impl Queue {
                 Ok(()) => n += 1,
                 Err(Errno::NOENT) => {}
                 Err(e) => {
-                    return Err(Error::io(
-                        Call::Unlink,
-                        e,
-                        partial(n),
-                        Some(self.path(&rel)),
-                    ))
+                    return Err(
+                        Error::io(Call::Unlink, e, partial(n), Some(self.path(&rel))).into(),
+                    )
                 }
             }
             if !dirs.contains(&l.dir) {
@@ -570,7 +569,7 @@ impl Queue {
             let place = match self.source_bucket(true, &bucket) {
                 Ok(p) => p,
                 Err(e) if e.is_lease_lost() => continue,
-                Err(e) => return Err(e.with_outcome(partial(n))),
+                Err(e) => return Err(e.with_outcome(partial(n)).into()),
             };
             self.barrier(place.dir.fd()).map_err(|e| {
                 Error::io(

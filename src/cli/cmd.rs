@@ -457,7 +457,11 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
 
 pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
     let q = open(&a.dir)?;
-    let r = q.fsck(a.quarantine)?;
+    let r = if a.quarantine {
+        q.fsck_quarantine()?
+    } else {
+        q.fsck()?
+    };
     if a.quarantine {
         stdout::note_done("fsck --quarantine WAS done", "its list of problems");
     }

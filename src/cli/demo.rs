@@ -318,7 +318,7 @@ fn summary(
     let lines = std::fs::read_to_string(results)
         .map(|s| s.lines().count())
         .unwrap_or(0);
-    let f = q.fsck(false)?;
+    let f = q.fsck()?;
     out!("== summary");
     out!("jobs              {total}");
     out!(

@@ -1,7 +1,7 @@
 //! The exit-code table: one enum that `--help` (argh's `error_code` lines), the conversion
 //! from library errors and README's table all follow. A test checks the three agree.
 
-use steadq::{Error, Outcome};
+use steadq::Failure;
 
 /// How a `steadq` command ended, as its process exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,17 +63,16 @@ impl Exit {
         }
     }
 
-    /// The exit code a library error maps to: lease lost 6, queue full 7, indeterminate 4,
-    /// else 2.
-    pub fn of(e: &Error) -> Exit {
-        if matches!(e.kind(), steadq::ErrorKind::QueueFull { .. }) {
-            Exit::Full
-        } else if e.is_lease_lost() {
-            Exit::LeaseLost
-        } else if e.outcome() == Outcome::Indeterminate {
-            Exit::Indeterminate
-        } else {
-            Exit::NotDone
+    /// The exit code a library failure maps to: lease lost 6, queue full 7, indeterminate 4,
+    /// else 2 (the outcome is the variant; a read-only call's error is not done).
+    pub fn of(e: &Failure) -> Exit {
+        match e {
+            Failure::Indeterminate(_) => Exit::Indeterminate,
+            Failure::NotDone(e) if matches!(e.kind(), steadq::ErrorKind::QueueFull { .. }) => {
+                Exit::Full
+            }
+            Failure::NotDone(e) if e.is_lease_lost() => Exit::LeaseLost,
+            Failure::NotDone(_) => Exit::NotDone,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use steadq::{backoff, Lease, Nacked, Reason};
+use steadq::{backoff, Failure, Lease, Nacked, Reason, SettleError};
 
 /// The command's "retry later" exit code (EX_TEMPFAIL, sysexits.h).
 pub const EX_TEMPFAIL: i32 = 75;
@@ -246,7 +246,7 @@ enum Watch {
     /// The worker was stopped and --grace ran out: the command was stopped.
     Stopped,
     /// The lease was lost: the command was stopped.
-    LeaseLost(steadq::Error),
+    LeaseLost(steadq::RenewError),
 }
 
 fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
@@ -391,15 +391,22 @@ fn settle(
     });
     let result = match code {
         Some(0) => ack_until_settled(a, lease),
+        // A settle that is not done leaves the job leased until its deadline (the lease is
+        // detached by the conversion into a Failure, not released).
         Some(EX_DATAERR) => lease
             .fail(Reason::new("dataerr").expect("valid reason"))
-            .map(|_| "dead-lettered (exit 65: bad input)".to_string()),
+            .map(|_| "dead-lettered (exit 65: bad input)".to_string())
+            .map_err(Failure::from),
         Some(EX_TEMPFAIL) => lease
             .nack(a.retry_delay)
-            .map(|n| describe_nack(n, "retry later")),
+            .map(|n| describe_nack(n, "retry later"))
+            .map_err(Failure::from),
         _ => {
             let delay = backoff(attempt, a.backoff, a.max_backoff);
-            lease.nack(delay).map(|n| describe_nack(n, "failed"))
+            lease
+                .nack(delay)
+                .map(|n| describe_nack(n, "failed"))
+                .map_err(Failure::from)
         }
     };
     match result {
@@ -420,22 +427,25 @@ const ACK_RETRY_MAX: Duration = Duration::from_secs(30);
 /// immutable directory) does not let the job run again: the lease is kept and renewed, and the
 /// ack retried after 1 s, doubling to 30 s, until it is done, the lease is lost, or the worker
 /// is stopped (then the lease is left to expire, as after any failed ack).
-fn ack_until_settled(a: &Work, mut lease: Lease) -> Result<String, steadq::Error> {
+fn ack_until_settled(a: &Work, lease: Lease) -> Result<String, Failure> {
     let mut wait = ACK_RETRY_FIRST;
     let mut tries = 1u32;
+    let mut lease = lease;
     loop {
-        let e = match lease.try_ack() {
+        let e = match lease.ack() {
             Ok(_) if tries == 1 => return Ok("acked".to_string()),
             Ok(_) => return Ok(format!("acked (on try {tries})")),
-            Err(e) => e,
+            // Cleanly not done: the ack hands the lease back; keep it and try again.
+            Err(SettleError::NotDone { lease: l, error })
+                if !matches!(error.kind(), steadq::ErrorKind::Corrupt(_)) && !stop_requested() =>
+            {
+                lease = l;
+                error
+            }
+            // Lost, indeterminate, or stopping: a lease handed back is detached (left to
+            // expire) by the conversion, never released.
+            Err(e) => return Err(e.into()),
         };
-        let retry = e.outcome() == steadq::Outcome::NotDone
-            && !e.is_lease_lost()
-            && !matches!(e.kind(), steadq::ErrorKind::Corrupt(_));
-        if !retry || stop_requested() {
-            drop(lease.into_handle());
-            return Err(e);
-        }
         eprintln!(
             "job {}: ack not done ({e}); keeping the lease, trying again in {}s",
             lease.id(),

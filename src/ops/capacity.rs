@@ -206,7 +206,7 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
-    pub fn set_limits(&self, limits: Limits) -> Result<()> {
+    pub fn set_limits(&self, limits: Limits) -> Result<(), crate::Failure> {
         let tmp = self.durable_temp_file(limits.encode().as_bytes())?;
         let t = self.dirs.tmp.as_fd();
         if let Err(e) = self
@@ -219,12 +219,7 @@ impl Queue {
                 let _ = self.sys.unlink(t, &tmp);
                 Outcome::NotDone
             };
-            return Err(Error::io(
-                Call::Rename,
-                e,
-                outcome,
-                Some(self.path(LIMITS_FILE)),
-            ));
+            return Err(Error::io(Call::Rename, e, outcome, Some(self.path(LIMITS_FILE))).into());
         }
         self.barrier(self.dirs.root.as_fd()).map_err(|e| {
             Error::io(
@@ -233,7 +228,8 @@ impl Queue {
                 Outcome::Indeterminate,
                 Some(self.root.clone()),
             )
-        })
+        })?;
+        Ok(())
     }
 
     /// A new file in `tmp/` holding `bytes`, fsynced (a settings file or a key entry on the
@@ -585,14 +581,14 @@ impl Queue {
     /// q.claim()?.unwrap().ack()?;
     /// q.enqueue_wait(b"two", &o, Duration::from_secs(5))?; // room now
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
+    /// # Ok::<(), steadq::Failure>(())
     /// ```
     pub fn enqueue_wait(
         &self,
         payload: &[u8],
         o: &crate::EnqueueOptions,
         timeout: Duration,
-    ) -> Result<crate::Enqueued> {
+    ) -> Result<crate::Enqueued, crate::EnqueueError> {
         let start = std::time::Instant::now();
         let watch = self.room_watch();
         loop {

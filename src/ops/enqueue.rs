@@ -16,7 +16,7 @@ use crate::disk::format::encode_header;
 use crate::disk::name::{bucket_name, shard_name, JobId, JobName};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno, Publish};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{EnqueueError, Error, ErrorKind, Failure, Outcome, Result};
 use crate::ops::state::{self, Op, State};
 use crate::queue::{random, Durability, Queue};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -89,9 +89,9 @@ impl Queue {
     /// assert_eq!((lease.id(), lease.payload()), (id, &b"resize photo 17"[..]));
     /// lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
+    /// # Ok::<(), steadq::Failure>(())
     /// ```
-    pub fn enqueue(&self, payload: &[u8]) -> Result<JobId> {
+    pub fn enqueue(&self, payload: &[u8]) -> Result<JobId, EnqueueError> {
         self.enqueue_with(payload, &EnqueueOptions::default())
     }
 
@@ -113,15 +113,18 @@ impl Queue {
     /// assert!(q.claim()?.is_none(), "not due for ten minutes");
     /// assert_eq!(q.status()?.delayed, 1);
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
+    /// # Ok::<(), steadq::Failure>(())
     /// ```
-    pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId> {
+    pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId, EnqueueError> {
         // Hook (ops/keys.rs, ops/capacity.rs): keys and the capacity check.
         if o.key.is_some() {
             return self.enqueue_unique(payload, o).map(|e| e.id());
         }
-        let _room = self.admit(1, payload.len() as u64)?;
+        let _room = self
+            .admit(1, payload.len() as u64)
+            .map_err(EnqueueError::from_internal)?;
         self.enqueue_as(None, payload, o)
+            .map_err(EnqueueError::from_internal)
     }
 
     /// [`Queue::enqueue_with`] without key or capacity check, with the id `id` when given.
@@ -133,7 +136,9 @@ impl Queue {
     ) -> Result<JobId> {
         let p = self.prepare(payload, o, id)?;
         let w = self.write_job(&p, true)?;
-        self.publish(&p, w, self.opts.durability != Durability::None)?;
+        // From the link on, a failure names the job it may have made.
+        self.publish(&p, w, self.opts.durability != Durability::None)
+            .map_err(|e| e.with_job(p.name.id))?;
         self.dir_barrier(&p.dir).map_err(|e| {
             Error::io(
                 Call::FsyncDir,
@@ -141,6 +146,7 @@ impl Queue {
                 Outcome::Indeterminate,
                 Some(self.path(&p.rel_dir)),
             )
+            .with_job(p.name.id)
         })?;
         Ok(p.name.id)
     }
@@ -152,7 +158,7 @@ impl Queue {
     /// # Errors
     /// As [`Queue::enqueue`]; once any job of the batch was published the outcome is
     /// indeterminate for the batch (each job is either fully present or absent).
-    pub fn enqueue_batch(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>> {
+    pub fn enqueue_batch(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>, Failure> {
         let total: u64 = payloads.iter().map(|p| p.len() as u64).sum();
         let _room = self.admit(payloads.len() as u64, total)?; // hook: ops/capacity.rs
         if self.opts.durability != Durability::Batched {
@@ -160,8 +166,8 @@ impl Queue {
             for (i, p) in payloads.iter().enumerate() {
                 match self.enqueue_as(None, p, &EnqueueOptions::default()) {
                     Ok(id) => ids.push(id),
-                    Err(e) if i > 0 => return Err(e.with_outcome(Outcome::Indeterminate)),
-                    Err(e) => return Err(e),
+                    Err(e) if i > 0 => return Err(e.with_outcome(Outcome::Indeterminate).into()),
+                    Err(e) => return Err(e.into()),
                 }
             }
             return Ok(ids);

@@ -32,7 +32,7 @@
 
 use crate::disk::name::{JobId, JobName};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{EnqueueError, Error, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::EnqueueOptions;
 use crate::ops::state::State;
 use crate::queue::{random, Queue};
@@ -247,9 +247,19 @@ impl Queue {
     /// let again = q.enqueue_unique(b"charge order 1234", &o)?;
     /// assert_eq!(again, Enqueued::Duplicate(first.id()));
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
+    /// # Ok::<(), steadq::Failure>(())
     /// ```
-    pub fn enqueue_unique(&self, payload: &[u8], o: &EnqueueOptions) -> Result<Enqueued> {
+    pub fn enqueue_unique(
+        &self,
+        payload: &[u8],
+        o: &EnqueueOptions,
+    ) -> Result<Enqueued, EnqueueError> {
+        self.enqueue_unique_as(payload, o)
+            .map_err(EnqueueError::from_internal)
+    }
+
+    /// [`Queue::enqueue_unique`] with the crate's error (its outcome not yet a type).
+    fn enqueue_unique_as(&self, payload: &[u8], o: &EnqueueOptions) -> Result<Enqueued> {
         let Some(key) = o.key else {
             let _room = self.admit(1, payload.len() as u64)?;
             return self.enqueue_as(None, payload, o).map(Enqueued::New);
@@ -584,7 +594,7 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::Io`]: not done if nothing was removed yet, indeterminate after.
-    pub fn compact_keys(&self, retention: Duration) -> Result<u32> {
+    pub fn compact_keys(&self, retention: Duration) -> Result<u32, crate::Failure> {
         let Ok(keys) = self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) else {
             return Ok(0);
         };
@@ -660,7 +670,8 @@ impl Queue {
                             e,
                             o,
                             Some(self.path(&format!("{KEYS_DIR}/{n}"))),
-                        ));
+                        )
+                        .into());
                     }
                 }
             }

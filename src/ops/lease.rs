@@ -9,7 +9,7 @@
 use crate::disk::format::{verify, Corruption, HEADER_LEN};
 use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, Reason};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{Error, ErrorKind, Failure, Outcome, RenewError, Result, SettleError};
 use crate::ops::recover::RecoverReport;
 use crate::ops::state::{Op, State};
 use crate::ops::transition::MoveFailed;
@@ -75,7 +75,7 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Io`]: not done before the claim's rename; indeterminate after it (the job
     /// is then leased in this process's name and comes back when the lease expires).
-    pub fn claim(&self) -> Result<Option<Lease>> {
+    pub fn claim(&self) -> Result<Option<Lease>, Failure> {
         self.claim_for(self.opts.lease)
     }
 
@@ -100,10 +100,10 @@ impl Queue {
     /// assert!(receipt.name.ends_with(".rct"));
     /// assert_eq!(q.status()?.acked, 1);
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
+    /// # Ok::<(), steadq::Failure>(())
     /// ```
-    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>> {
-        self.claim_sweep(lease, &mut RecoverReport::default())
+    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Failure> {
+        Ok(self.claim_sweep(lease, &mut RecoverReport::default())?)
     }
 
     /// [`Queue::claim_for`], collecting what the listings saw (next due time, next lease
@@ -478,7 +478,7 @@ impl Queue {
     /// [`ErrorKind::InvalidArgument`] if `handle` is not a leased name of this queue;
     /// [`ErrorKind::LeaseLost`] if that exact lease no longer exists; [`ErrorKind::Corrupt`]
     /// if its file fails verification (it is then dead-lettered). Not done in every case.
-    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease> {
+    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease, Failure> {
         let name = JobName::parse(handle, self.ident.id)
             .ok()
             .filter(|n| matches!(n.kind, Kind::Leased(_)))
@@ -494,15 +494,12 @@ impl Queue {
         let file = match self.sys.open_file_ro(dir, handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {
-                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))))
+                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
             }
             Err(e) => {
-                return Err(Error::io(
-                    Call::Open,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(&rel)),
-                ))
+                return Err(
+                    Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel))).into(),
+                )
             }
         };
         match self.load_verified(file, &name) {
@@ -515,12 +512,11 @@ impl Queue {
             }),
             Err(Ok(c)) => {
                 self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;
-                Err(Error::not_done(
-                    ErrorKind::Corrupt(c),
-                    Some(self.path(&rel)),
-                ))
+                Err(Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel))).into())
             }
-            Err(Err((c, e))) => Err(Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)))),
+            Err(Err((c, e))) => {
+                Err(Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))).into())
+            }
         }
     }
 }
@@ -560,7 +556,7 @@ impl Queue {
     /// As [`Queue::claim_for`]. When a barrier fails, the outcome is indeterminate for the
     /// whole batch, and the leases already taken are released as they drop (each comes back
     /// by itself at its lease's end if the release fails too).
-    pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>> {
+    pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>, Failure> {
         let mut out: Vec<Lease> = Vec::with_capacity(max.min(1024));
         let mut seen = RecoverReport::default();
         let mut shards: Vec<u16> = Vec::new();
@@ -578,8 +574,8 @@ impl Queue {
                     out.push(l);
                 }
                 Ok(None) => break,
-                Err(e) if out.is_empty() => return Err(e),
-                Err(e) => return Err(e.with_outcome(Outcome::Indeterminate)),
+                Err(e) if out.is_empty() => return Err(e.into()),
+                Err(e) => return Err(e.with_outcome(Outcome::Indeterminate).into()),
             }
         }
         for s in shards {
@@ -596,7 +592,7 @@ impl Queue {
     /// # Errors
     /// As [`Lease::ack`]; once any ack of the batch was renamed the outcome is indeterminate
     /// for the batch. Leases not yet renamed when one fails are released as they drop.
-    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>> {
+    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>, Failure> {
         let mut out = Vec::with_capacity(leases.len());
         let mut shards: Vec<u16> = Vec::new();
         let mut leases = leases.into_iter();
@@ -621,9 +617,9 @@ impl Queue {
                     // The rest stay leased and are released by drop.
                     drop(leases);
                     return Err(if out.is_empty() {
-                        e
+                        e.into()
                     } else {
-                        e.with_outcome(Outcome::Indeterminate)
+                        e.with_outcome(Outcome::Indeterminate).into()
                     });
                 }
             }
@@ -735,8 +731,8 @@ impl Lease {
     /// now on) or the rename returned `EIO` (this `Lease` follows whichever name exists);
     /// [`ErrorKind::InvalidArgument`] (not done, the lease kept as it was) for a lease that is
     /// zero or longer than [`crate::MAX_LEASE`].
-    pub fn renew(&mut self, lease: Duration) -> Result<()> {
-        crate::queue::check_lease(lease)?;
+    pub fn renew(&mut self, lease: Duration) -> Result<(), RenewError> {
+        crate::queue::check_lease(lease).map_err(RenewError::from_internal)?;
         let Kind::Leased(mut f) = self.name.kind else {
             unreachable!("a Lease always holds a leased name")
         };
@@ -754,17 +750,17 @@ impl Lease {
                 if self.q.sys.stat_nofollow(here.dir.fd(), &new_name).is_ok() {
                     self.name = new;
                 }
-                return Err(e);
+                return Err(RenewError::from_internal(e));
             }
             Err(m) => {
                 // Not done: the old name stands (or, lost, belongs to someone else now).
                 self.settled = m.is_lease_lost();
-                return Err(m.into());
+                return Err(RenewError::from_internal(m.into()));
             }
         }
         // Past the rename: the live name is the new one, whatever the barrier says.
         self.name = new;
-        self.q.sync_place(&here)
+        self.q.sync_place(&here).map_err(RenewError::from_internal)
     }
 
     /// Ack: rename the job into `receipts/<shard>/` and make that durable; then apply the
@@ -779,22 +775,8 @@ impl Lease {
     /// when the rename failed cleanly (the lease stays until it expires; [`Lease::try_ack`]
     /// keeps it usable instead), indeterminate after the rename (its barrier failed, or the
     /// rename returned `EIO`).
-    pub fn ack(mut self) -> Result<Receipt> {
-        let r = self.ack_verified();
-        // A failed rename leaves the lease in place until it expires (see the type's docs).
-        self.settled = true;
-        r
-    }
-
-    /// Ack, keeping this lease usable when the ack is cleanly not done: the rename failed (a
-    /// full disk, a directory made immutable) and the job is still leased by this lease, so
-    /// it can renew and try again, or be settled otherwise. After `Ok`, any other error, or a
-    /// lost lease, the lease is settled.
-    ///
-    /// # Errors
-    /// As [`Lease::ack`]; on a not-done [`ErrorKind::Io`] the job stays leased by this lease.
-    pub fn try_ack(&mut self) -> Result<Receipt> {
-        self.ack_verified()
+    pub fn ack(mut self) -> Result<Receipt, SettleError> {
+        self.ack_verified().map_err(|e| SettleError::new(e, self))
     }
 
     /// The rename into receipts, its barriers and the receipt policy; `settled` is set
@@ -837,7 +819,13 @@ impl Lease {
     /// reaching past the year 2262. On any not-done error (a bucket directory that cannot be
     /// made on a full disk included) the job stays leased under its name until its deadline:
     /// this guard does not release it on drop.
-    pub fn nack(mut self, delay: Duration) -> Result<Nacked> {
+    pub fn nack(mut self, delay: Duration) -> Result<Nacked, SettleError> {
+        self.nack_in_place(delay)
+            .map_err(|e| SettleError::new(e, self))
+    }
+
+    /// [`Lease::nack`] with the crate's error; the caller hands the lease back on failure.
+    fn nack_in_place(&mut self, delay: Duration) -> Result<Nacked> {
         // Whatever fails from here (a bucket that cannot be made on a full disk, a bad delay,
         // the rename) leaves the job leased under its name until its deadline: a failed nack
         // that reports "not done" must not have released the job on drop.
@@ -888,7 +876,13 @@ impl Lease {
     ///
     /// # Errors
     /// As [`Lease::nack`].
-    pub fn fail(mut self, reason: Reason) -> Result<()> {
+    pub fn fail(mut self, reason: Reason) -> Result<(), SettleError> {
+        self.fail_in_place(reason)
+            .map_err(|e| SettleError::new(e, self))
+    }
+
+    /// [`Lease::fail`] with the crate's error; the caller hands the lease back on failure.
+    fn fail_in_place(&mut self, reason: Reason) -> Result<()> {
         // As in `nack`: a failure leaves the job leased, never released by drop.
         self.settled = true;
         let q = self.q.clone();
@@ -904,7 +898,13 @@ impl Lease {
     ///
     /// # Errors
     /// As [`Lease::nack`].
-    pub fn release(mut self) -> Result<()> {
+    pub fn release(mut self) -> Result<(), SettleError> {
+        self.release_in_place()
+            .map_err(|e| SettleError::new(e, self))
+    }
+
+    /// [`Lease::release`] with the crate's error; the caller hands the lease back on failure.
+    fn release_in_place(&mut self) -> Result<()> {
         let q = self.q.clone();
         let to = q.place_ready(self.shard, State::Ready);
         self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)

@@ -41,7 +41,7 @@ pub struct RecoverReport {
     /// on with the rest. Each was logged; the first is in `first_error`.
     pub failed: u32,
     /// The first failure, with its outcome (indeterminate when its rename may have happened).
-    pub first_error: Option<crate::Error>,
+    pub first_error: Option<crate::Failure>,
 }
 
 impl RecoverReport {
@@ -55,7 +55,7 @@ impl RecoverReport {
         log::warn!("recover: {e}");
         self.failed += 1;
         if self.first_error.is_none() {
-            self.first_error = Some(e);
+            self.first_error = Some(e.into());
         }
     }
 }
@@ -75,11 +75,11 @@ impl Queue {
     /// (the moves before and after the failure are done) or if the failing move itself is
     /// indeterminate. A move that loses a race (`ENOENT`) is not an error. Use
     /// [`Queue::recover_report`] to get the counts alongside the failure.
-    pub fn recover(&self) -> Result<RecoverReport> {
+    pub fn recover(&self) -> Result<RecoverReport, crate::Failure> {
         let mut r = self.recover_report();
         match r.first_error.take() {
             None => Ok(r),
-            Some(e) => Err(partial(e, &r)),
+            Some(e) => Err(partial(e.into_error(), &r).into()),
         }
     }
 
@@ -99,7 +99,7 @@ impl Queue {
             r.fail(e);
         }
         if let Some(e) = r.first_error.take() {
-            r.first_error = Some(partial(e, &r));
+            r.first_error = Some(partial(e.into_error(), &r).into());
         }
         r
     }

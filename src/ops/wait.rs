@@ -76,9 +76,13 @@ impl Queue {
     /// let lease = q.claim_wait(Duration::from_secs(30), Duration::from_secs(5))?.unwrap();
     /// lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
+    /// # Ok::<(), steadq::Failure>(())
     /// ```
-    pub fn claim_wait(&self, lease: Duration, timeout: Duration) -> Result<Option<Lease>> {
+    pub fn claim_wait(
+        &self,
+        lease: Duration,
+        timeout: Duration,
+    ) -> Result<Option<Lease>, crate::Failure> {
         self.claim_wait_until(lease, timeout, &AtomicBool::new(false))
     }
 
@@ -92,7 +96,7 @@ impl Queue {
         lease: Duration,
         timeout: Duration,
         stop: &AtomicBool,
-    ) -> Result<Option<Lease>> {
+    ) -> Result<Option<Lease>, crate::Failure> {
         let deadline = self
             .clock
             .boot_ns()

@@ -60,7 +60,7 @@ fn policy_header_cuts_each_receipt_to_its_header() {
         ack_one(&q, &[7u8; 10_000]);
     }
     assert_eq!(receipt_sizes(d.path()), vec![128, 128, 128]);
-    assert!(q.fsck(false).unwrap().clean(), "a cut receipt is a receipt");
+    assert!(q.fsck().unwrap().clean(), "a cut receipt is a receipt");
     let listed = q.list(Some(State::Acked)).unwrap();
     let (h, payload) = q.read_job(&listed[0]).unwrap();
     assert_eq!((h.payload_len, payload.len()), (10_000, 0));
@@ -97,7 +97,7 @@ fn policy_none_keeps_only_an_evidence_line_per_ack() {
         assert_eq!((f[3].len(), f[4].len()), (64, 64), "{line}");
         assert!(f[2].contains(".r") && f[2].ends_with(".rct"), "{line}");
     }
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q.fsck().unwrap().clean());
 }
 
 #[test]
@@ -138,7 +138,7 @@ fn evidence_rotates_within_its_limit() {
         lines.len()
     );
     assert!(lines.iter().all(|l| l.split(' ').count() == 6));
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q.fsck().unwrap().clean());
 }
 
 #[test]
@@ -209,7 +209,7 @@ fn a_version_1_queue_keeps_working() {
     q.clock().shift_wall(7200 * SEC);
     assert_eq!(q.compact(Duration::from_secs(3600)).unwrap().removed, 1);
     assert!(receipt_sizes(d.path()).is_empty());
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q.fsck().unwrap().clean());
     let ident2 = std::fs::read_to_string(d.path().join(IDENTITY_FILE)).unwrap();
     assert_eq!(ident, ident2, "the identity file was not rewritten");
 }
@@ -275,7 +275,7 @@ fn compaction_frees_space_before_appending_when_the_write_finds_no_space() {
         }
     );
     assert_eq!(evidence(d.path()).len(), 3);
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q.fsck().unwrap().clean());
 }
 
 /// A failed fsync of the cut receipts is final: no retry, nothing removed, not done.
@@ -315,7 +315,7 @@ fn compaction_does_not_retry_after_a_failed_fsync() {
     assert_eq!(plan.count(Call::Fsync), 1, "nothing after the failed fsync");
     assert_eq!(counts(&q)[4], 2, "both receipts kept");
     assert!(evidence(d.path()).is_empty());
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q.fsck().unwrap().clean());
 }
 
 fn loop_tests_skip(name: &str) -> bool {
@@ -368,7 +368,7 @@ fn compaction_frees_space_before_appending_on_a_full_disk() {
     ));
     assert_eq!((r.cut, r.freed_bytes, r.removed), (8, 8 * 512 * 1024, 8));
     assert_eq!(evidence(&root).len(), 8);
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q.fsck().unwrap().clean());
     drop(q);
     drop(m);
 }
@@ -448,8 +448,8 @@ fn footprint_per_job_under_each_policy() {
 /// The lease survives an ack that was not done, here because `receipts/<shard>` was made
 /// immutable (`chattr +i`, real ext4): the ack can be retried after a renew.
 #[test]
-fn try_ack_keeps_the_lease_when_the_receipts_dir_is_immutable() {
-    if loop_tests_skip("try_ack_keeps_the_lease_when_the_receipts_dir_is_immutable") {
+fn a_not_done_ack_hands_the_lease_back_when_the_receipts_dir_is_immutable() {
+    if loop_tests_skip("a_not_done_ack_hands_the_lease_back_when_the_receipts_dir_is_immutable") {
         return;
     }
     let base = TempDir::new("immutable");
@@ -459,10 +459,10 @@ fn try_ack_keeps_the_lease_when_the_receipts_dir_is_immutable() {
     let root = m.dir.join("q");
     let q = Queue::create(&root, opts(1)).unwrap();
     q.enqueue(b"job").unwrap();
-    let mut l = q.claim().unwrap().unwrap();
+    let l = q.claim().unwrap().unwrap();
     let rdir = root.join("receipts/00");
     crate::filesystems::sh("chattr", &["+i", rdir.to_str().unwrap()]).unwrap();
-    let e = l.try_ack().unwrap_err();
+    let e = l.ack().unwrap_err();
     crate::filesystems::sh("chattr", &["-i", rdir.to_str().unwrap()]).unwrap();
     assert_eq!(
         (e.outcome(), e.errno()),
@@ -470,10 +470,10 @@ fn try_ack_keeps_the_lease_when_the_receipts_dir_is_immutable() {
         "{e}"
     );
     assert_eq!(counts(&q), [0, 1, 0, 0, 0]);
+    let mut l = e.into_lease().expect("a not-done ack hands the lease back");
     l.renew(Duration::from_secs(30)).unwrap();
-    l.try_ack().unwrap();
+    l.ack().unwrap();
     assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
-    drop(l);
     drop(q);
     drop(m);
 }

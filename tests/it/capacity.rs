@@ -86,7 +86,7 @@ fn over_the_limit_is_not_done_with_its_own_kind() {
     // A damaged limits file is refused, not ignored.
     std::fs::write(d.path().join(LIMITS_FILE), "steadq-limits\nversion=1\n").unwrap();
     assert_eq!(*q.enqueue(b"x").unwrap_err().kind(), ErrorKind::BadLimits);
-    assert!(q.fsck(false).unwrap().clean(), "steadq.limits belongs");
+    assert!(q.fsck().unwrap().clean(), "steadq.limits belongs");
 }
 
 #[test]

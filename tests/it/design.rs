@@ -210,7 +210,7 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
     q.compact_keys(Duration::ZERO).unwrap();
     assert_eq!(q.live_keys().unwrap(), 1);
     std::fs::write(d.path().join("ready/00/stray.txt"), b"foreign").unwrap();
-    q.fsck(true).unwrap();
+    q.fsck_quarantine().unwrap();
 
     let lines = design_block("## Layout");
     let patterns: Vec<String> = lines

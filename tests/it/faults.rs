@@ -68,8 +68,29 @@ fn keyed() -> EnqueueOptions {
     }
 }
 
+/// "Nothing moved" where the operation itself says `Ok` (no job to claim, a pass that moved
+/// nothing): the "not done" of the move under test.
+fn nothing() -> Failure {
+    Failure::NotDone(Error::new(ErrorKind::NoSuchJob, None))
+}
+
+/// A settling call's result as a `Failure`, keeping a lease it handed back (not done).
+fn settled<T>(r: Result<T, SettleError>, back: &mut Option<Lease>) -> Result<(), Failure> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(SettleError::NotDone { lease, error }) => {
+            *back = Some(lease);
+            Err(Failure::NotDone(error))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Run `op` once against a fresh queue with `faults`; return (result, did-it-happen, plan).
-fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir) {
+/// Each operation's own outcome type is checked against the directory here (an indeterminate
+/// enqueue names the only job that may exist; a not-done settle hands back a lease that still
+/// holds the job and settles it once the fault is gone), then folded into a `Failure`.
+fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>, TempDir) {
     let d = TempDir::new("fault");
     let receipts = match op {
         Op::AckHeader => ReceiptPolicy::Header,
@@ -169,10 +190,19 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
         q.clock().shift_boot(10 * SEC);
     }
     plan.arm();
-    let res: Result<()> = match op {
-        Op::Enqueue | Op::EnqueueNamed => q.enqueue(b"payload").map(drop),
-        Op::EnqueueDelayed => q
-            .enqueue_with(
+    // The job an indeterminate enqueue names; the lease a not-done settle hands back.
+    let mut maybe_job: Option<JobId> = None;
+    let mut back: Option<Lease> = None;
+    let mut named = |r: Result<(), EnqueueError>| {
+        r.map_err(|e| {
+            maybe_job = e.id();
+            Failure::from(e)
+        })
+    };
+    let res: Result<(), Failure> = match op {
+        Op::Enqueue | Op::EnqueueNamed => named(q.enqueue(b"payload").map(drop)),
+        Op::EnqueueDelayed => named(
+            q.enqueue_with(
                 b"payload",
                 &EnqueueOptions {
                     delay: Some(Duration::from_secs(60)),
@@ -180,53 +210,65 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
                 },
             )
             .map(drop),
+        ),
         Op::EnqueueBatch => q.enqueue_batch(&[b"one", b"two", b"three"]).map(drop),
-        Op::EnqueueKeyed => q
-            .enqueue_unique(b"payload", &keyed())
-            .map(|r| assert!(!r.is_duplicate())),
-        Op::EnqueueCapped => q.enqueue(b"payload").map(drop),
+        Op::EnqueueKeyed => named(
+            q.enqueue_unique(b"payload", &keyed())
+                .map(|r| assert!(!r.is_duplicate())),
+        ),
+        Op::EnqueueCapped => named(q.enqueue(b"payload").map(drop)),
         // "No job" is the claim's "not done".
         Op::Claim => q.claim().and_then(|l| match l {
             Some(l) => {
                 drop(l.into_handle());
                 Ok(())
             }
-            None => Err(Error::not_done(ErrorKind::NoSuchJob, None)),
+            None => Err(nothing()),
         }),
-        Op::Renew => lease.as_mut().unwrap().renew(Duration::from_secs(60)),
-        Op::Ack | Op::AckHeader | Op::AckNone => lease.take().unwrap().ack().map(drop),
-        Op::Nack => lease
-            .take()
-            .unwrap()
-            .nack(Duration::from_secs(30))
-            .map(|n| assert!(matches!(n, Nacked::Delayed(_)))),
-        Op::NackExhausted => lease
-            .take()
-            .unwrap()
-            .nack(Duration::from_secs(30))
-            .map(|n| assert_eq!(n, Nacked::Dead)),
-        Op::Fail => lease.take().unwrap().fail(Reason::FAILED),
-        Op::Release => lease.take().unwrap().release(),
+        Op::Renew => match lease.as_mut().unwrap().renew(Duration::from_secs(60)) {
+            // A lost lease is its own variant, and it is always "not done".
+            Err(e @ RenewError::LeaseLost(_)) => {
+                assert!(e.is_lease_lost() && e.outcome() == Outcome::NotDone);
+                Err(e.into())
+            }
+            r => r.map_err(Failure::from),
+        },
+        Op::Ack | Op::AckHeader | Op::AckNone => settled(lease.take().unwrap().ack(), &mut back),
+        Op::Nack => settled(
+            lease
+                .take()
+                .unwrap()
+                .nack(Duration::from_secs(30))
+                .map(|n| assert!(matches!(n, Nacked::Delayed(_)))),
+            &mut back,
+        ),
+        Op::NackExhausted => settled(
+            lease
+                .take()
+                .unwrap()
+                .nack(Duration::from_secs(30))
+                .map(|n| assert_eq!(n, Nacked::Dead)),
+            &mut back,
+        ),
+        Op::Fail => settled(lease.take().unwrap().fail(Reason::FAILED), &mut back),
+        Op::Release => settled(lease.take().unwrap().release(), &mut back),
         // A pass that moved nothing reports "not done" for the move under test.
         Op::RecoverExpired | Op::RecoverDue => q.recover().and_then(|r| {
             if r.moved() == 1 {
                 Ok(())
             } else {
-                Err(Error::not_done(ErrorKind::NoSuchJob, None))
+                Err(nothing())
             }
         }),
-        Op::Requeue => q.requeue_dead(None).and_then(|n| {
-            if n == 1 {
-                Ok(())
-            } else {
-                Err(Error::not_done(ErrorKind::NoSuchJob, None))
-            }
-        }),
+        Op::Requeue => {
+            q.requeue_dead(None)
+                .and_then(|n| if n == 1 { Ok(()) } else { Err(nothing()) })
+        }
         Op::Compact => q.compact(Duration::from_secs(1)).and_then(|r| {
             if r.removed == 1 {
                 Ok(())
             } else {
-                Err(Error::not_done(ErrorKind::NoSuchJob, None))
+                Err(nothing())
             }
         }),
     };
@@ -253,6 +295,21 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
         }
         Op::Compact => all.is_empty(),
     };
+    if let Some(id) = maybe_job {
+        // Indeterminate, with the job it may have made: that job or none, never another.
+        assert!(
+            all.is_empty() || all.len() == 1 && all[0].name.id == id,
+            "indeterminate enqueue of {id} left {all:?}"
+        );
+        assert!(matches!(&res, Err(Failure::Indeterminate(_))), "{res:?}");
+    }
+    if let Some(l) = back.as_ref() {
+        // Not done, and the lease handed back still holds the job under its exact name.
+        assert!(
+            all.len() == 1 && all[0].state == State::Leased && all[0].name == *l.name(),
+            "a lease handed back by a not-done {op:?} does not hold its job: {all:?}"
+        );
+    }
     if op == Op::EnqueueBatch && !all.is_empty() && all.len() != 3 {
         // A partial batch is allowed only when the outcome admits it.
         assert!(
@@ -280,6 +337,23 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
             plan.disarm();
             l.renew(Duration::from_secs(60))
                 .unwrap_or_else(|e2| panic!("renew after the failed renew ({e}): {e2}"));
+        }
+    }
+    // Reuse: the lease a not-done settle handed back settles the job once the fault is gone.
+    if let Some(l) = back.take() {
+        if !plan.stopped() {
+            plan.disarm();
+            let again = match op {
+                Op::Ack | Op::AckHeader | Op::AckNone => l.ack().map(drop),
+                Op::Nack | Op::NackExhausted => l.nack(Duration::from_secs(30)).map(drop),
+                Op::Fail => l.fail(Reason::FAILED),
+                _ => l.release(),
+            };
+            if let Err(e2) = again {
+                panic!("{op:?} again with the lease handed back ({res:?}): {e2}");
+            }
+        } else {
+            drop(l.into_handle());
         }
     }
     drop(lease.take().map(|l| l.into_handle()));
@@ -315,7 +389,7 @@ fn check_invariants(d: &TempDir, ctx: &str) {
         .unwrap_or_else(|e| panic!("{ctx}: recover failed: {e}"));
     let again = q.recover().unwrap();
     assert_eq!(again.moved(), 0, "{ctx}: recovery not idempotent");
-    let f = q.fsck(false).unwrap();
+    let f = q.fsck().unwrap();
     assert!(f.clean(), "{ctx}: fsck: {:?}", f.problems);
     let all = q.list(None).unwrap();
     let mut ids: Vec<JobId> = all.iter().map(|l| l.name.id).collect();

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
-use steadq::{EnqueueOptions, Options, Outcome, Queue, Reason};
+use steadq::{EnqueueOptions, Options, Outcome, Queue, Reason, SettleError};
 
 const BIN: &str = env!("CARGO_BIN_EXE_steadq");
 
@@ -597,10 +597,11 @@ fn a_delay_from_another_boot_follows_the_wall_clock() {
     assert_eq!(q.recover().unwrap().due, 1, "the wall clock decides");
 }
 
-/// An ack whose rename finds the disk full is not done, and `try_ack` keeps the lease usable:
-/// renew, then ack again (before, the job stayed leased until expiry and ran again).
+/// An ack whose rename finds the disk full is not done, and the error hands the lease back
+/// (`SettleError::NotDone`): renew, then ack again (before `try_ack`, the job stayed leased
+/// until expiry and ran again).
 #[test]
-fn try_ack_keeps_the_lease_when_the_disk_is_full() {
+fn a_not_done_ack_hands_the_lease_back_when_the_disk_is_full() {
     let d = TempDir::new("tryack");
     let plan = FaultPlan::disarmed(vec![Fault {
         call: Call::Rename,
@@ -609,19 +610,24 @@ fn try_ack_keeps_the_lease_when_the_disk_is_full() {
     }]);
     let q = with_plan(&d, &plan, opts(2));
     q.enqueue(b"job").unwrap();
-    let mut l = q.claim().unwrap().unwrap();
+    let l = q.claim().unwrap().unwrap();
+    let (id, handle) = (l.id(), l.handle());
     plan.arm();
-    let e = l.try_ack().unwrap_err();
+    let e = l.ack().unwrap_err();
     assert_eq!(
         (e.outcome(), e.errno()),
         (Outcome::NotDone, Some(Errno::NOSPC.into()))
     );
     assert!(e.to_string().contains("disk full"), "{e}");
     assert_eq!(counts(&q), [0, 1, 0, 0, 0]);
-    l.renew(Duration::from_secs(30)).unwrap();
-    let r = l.try_ack().unwrap();
-    assert_eq!((r.id, l.attempt()), (l.id(), 1));
-    drop(l);
+    let SettleError::NotDone { mut lease, .. } = e else {
+        panic!("not the not-done variant: {e:?}")
+    };
+    assert_eq!((lease.id(), lease.handle()), (id, handle), "the same lease");
+    lease.renew(Duration::from_secs(30)).unwrap();
+    let attempt = lease.attempt();
+    let r = lease.ack().unwrap();
+    assert_eq!((r.id, attempt), (id, 1));
     assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
 }
 

@@ -70,13 +70,13 @@ fn symlink_fifo_zero_filled_and_truncated_files_are_never_processed() {
         }));
     assert!(dead.iter().any(|l| l.name.id == trunc_id));
     // fsck reports the foreign entries, and quarantines them on request.
-    let rep = q.fsck(false).unwrap();
+    let rep = q.fsck().unwrap();
     let paths: Vec<&str> = rep.problems.iter().map(|p| p.path.as_str()).collect();
     assert_eq!(rep.problems.len(), 4, "{paths:?}");
     assert!(paths.iter().any(|p| p.ends_with("notes.txt")));
-    let rep = q.fsck(true).unwrap();
+    let rep = q.fsck_quarantine().unwrap();
     assert!(rep.problems.iter().all(|p| p.quarantined));
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q.fsck().unwrap().clean());
     assert!(std::fs::symlink_metadata(
         d.path()
             .join("quarantine/ready/00")
@@ -126,7 +126,7 @@ fn a_job_from_another_queue_is_foreign() {
         b.claim().unwrap().is_none(),
         "tag made for queue a does not match queue b"
     );
-    let rep = b.fsck(false).unwrap();
+    let rep = b.fsck().unwrap();
     assert_eq!(rep.problems.len(), 1);
     assert_eq!(
         rep.problems[0].kind,
@@ -157,7 +157,7 @@ fn fsck_reports_one_job_in_two_states() {
             .join(dead.format(q.id()).as_str()),
     )
     .unwrap();
-    let rep = q.fsck(false).unwrap();
+    let rep = q.fsck().unwrap();
     assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
     assert!(
         matches!(rep.problems[0].kind, ProblemKind::Duplicate(_)),
@@ -182,7 +182,7 @@ fn quarantine_does_not_follow_a_planted_symlink() {
     std::fs::write(d.path().join("ready/00/stray.txt"), b"foreign").unwrap();
     std::fs::create_dir(d.path().join("quarantine")).unwrap();
     std::os::unix::fs::symlink(&outside, d.path().join("quarantine/ready")).unwrap();
-    let e = q.fsck(true).unwrap_err();
+    let e = q.fsck_quarantine().unwrap_err();
     assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
     assert_eq!(
         std::fs::read_dir(&outside).unwrap().count(),
@@ -195,7 +195,7 @@ fn quarantine_does_not_follow_a_planted_symlink() {
     );
     // Without the symlink the same quarantine works and keeps the entry's path.
     std::fs::remove_file(d.path().join("quarantine/ready")).unwrap();
-    let r = q.fsck(true).unwrap();
+    let r = q.fsck_quarantine().unwrap();
     assert_eq!(r.problems.len(), 1);
     assert!(d.path().join("quarantine/ready/00/stray.txt").exists());
     let _ = std::fs::remove_dir_all(&outside);

@@ -42,7 +42,7 @@ fn removed_identity_is_restored_from_job_headers() {
     assert_eq!(q.id(), id);
     assert_eq!(q.identity().shards, 4);
     assert_eq!(claim_all(&q), 5);
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q.fsck().unwrap().clean());
 }
 
 #[test]
@@ -155,7 +155,7 @@ fn fsck_blames_a_wrong_identity_once_and_quarantines_nothing() {
     std::fs::copy(b.path().join(IDENTITY_FILE), a.path().join(IDENTITY_FILE)).unwrap();
     let q = Queue::open(a.path()).unwrap();
     assert_eq!(q.id(), id_b);
-    let rep = q.fsck(true).unwrap();
+    let rep = q.fsck_quarantine().unwrap();
     assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
     let p = &rep.problems[0];
     assert_eq!(p.path, IDENTITY_FILE);

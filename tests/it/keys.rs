@@ -55,7 +55,7 @@ fn one_job_per_key_and_duplicates_name_it() {
     assert_eq!(q.live_keys().unwrap(), 1);
     let n = q.enqueue_unique(b"charge 1", &keyed("order-1")).unwrap();
     assert!(!n.is_duplicate(), "an expired key enqueues anew");
-    assert!(q.fsck(false).unwrap().clean(), "keys/ belongs");
+    assert!(q.fsck().unwrap().clean(), "keys/ belongs");
     // Tombstones are listed with ls and removed after an hour.
     let gone = std::fs::read_dir(d.path().join(KEYS_DIR))
         .unwrap()
@@ -203,7 +203,7 @@ fn a_crash_at_any_step_then_a_retry_gives_one_job() {
             }
             more => panic!("{call:?}#{n}: two jobs {more:?}"),
         }
-        assert!(fresh.fsck(false).unwrap().clean());
+        assert!(fresh.fsck().unwrap().clean());
     }
     summary(&format!(
         "keys: a stop after each of the calls of a keyed enqueue, then a retry: {published} \

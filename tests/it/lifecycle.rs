@@ -307,7 +307,7 @@ fn a_flipped_payload_byte_is_never_handed_out() {
             }
         )
     );
-    let f = q.fsck(false).unwrap();
+    let f = q.fsck().unwrap();
     assert!(f.clean(), "{:?}", f.problems);
     assert_eq!(f.dead_corrupt, 1);
 }
@@ -621,7 +621,7 @@ fn compact_keeps_evidence_and_removes_old_receipts() {
         f[3],
         "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
     );
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q.fsck().unwrap().clean());
 }
 
 #[test]
@@ -711,7 +711,7 @@ fn a_job_larger_than_the_workers_limit_is_dead_lettered_as_toolarge_not_corrupt(
         }
     );
     // It is intact: a worker with a higher limit can requeue and run it.
-    assert!(producer.fsck(false).unwrap().clean());
+    assert!(producer.fsck().unwrap().clean());
     producer.requeue_dead(Some(big)).unwrap();
     let l = producer.claim().unwrap().unwrap();
     assert_eq!(l.payload().len(), 5000);
@@ -740,10 +740,15 @@ fn stray_entries_named_like_buckets_or_temp_files_do_not_stop_recovery() {
     q.clock().shift_boot(5 * SEC);
     let r = q.recover().unwrap();
     assert_eq!((r.due, r.foreign), (1, 2));
-    let f = q.fsck(false).unwrap();
+    let f = q.fsck().unwrap();
     assert_eq!(f.problems.len(), 2, "{:?}", f.problems);
-    assert!(q.fsck(true).unwrap().problems.iter().all(|p| p.quarantined));
-    assert!(q.fsck(false).unwrap().clean());
+    assert!(q
+        .fsck_quarantine()
+        .unwrap()
+        .problems
+        .iter()
+        .all(|p| p.quarantined));
+    assert!(q.fsck().unwrap().clean());
 }
 
 #[test]

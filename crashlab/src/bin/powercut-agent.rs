@@ -181,7 +181,7 @@ fn report(link: &mut Link, q: &Queue, boot: &Boot) {
         let d = digests.get(e).map_or("-", String::as_str);
         link.say(&format!("entry {e} {d}"));
     }
-    for p in q.fsck(false).unwrap_or_else(|e| die("fsck", e)).problems {
+    for p in q.fsck().unwrap_or_else(|e| die("fsck", e)).problems {
         link.say(&format!("fsck {p}"));
     }
     link.confirm(&format!("report {}", entries.len()));
