@@ -621,8 +621,8 @@ pub enum SettleError {
     /// this variant into a [`Failure`] (`?`) keeps the job leased until its deadline
     /// instead, as [`Lease::into_handle`] does.
     NotDone {
-        /// The lease, still holding the job.
-        lease: Lease,
+        /// The lease, still holding the job (boxed: a lease is large, an error should not be).
+        lease: Box<Lease>,
         /// What went wrong, and where.
         error: Error,
     },
@@ -643,7 +643,10 @@ impl SettleError {
             _ if e.is_lease_lost() => SettleError::LeaseLost(e),
             Outcome::NotDone => {
                 lease.rearm();
-                SettleError::NotDone { lease, error: e }
+                SettleError::NotDone {
+                    lease: Box::new(lease),
+                    error: e,
+                }
             }
             Outcome::Indeterminate => SettleError::Indeterminate(e),
         }
@@ -674,7 +677,7 @@ impl SettleError {
     /// The lease handed back by [`SettleError::NotDone`] (`None` for the other variants).
     pub fn into_lease(self) -> Option<Lease> {
         match self {
-            SettleError::NotDone { lease, .. } => Some(lease),
+            SettleError::NotDone { lease, .. } => Some(*lease),
             _ => None,
         }
     }

@@ -18,6 +18,28 @@
 //! # Ok::<(), steadq::Failure>(())
 //! ```
 //!
+//! # Outcomes are types
+//!
+//! A mutating call returns `Ok` only when it is **done**. Its error type says what else it
+//! can have been, one variant per outcome: **not done** (nothing changed), **indeterminate**
+//! (it may have happened, or may not survive a crash: look before redoing it), and where an
+//! operation has more to say, its own variants. A read-only call returns [`Error`] (what,
+//! where, the errno), which has no outcome: it changed nothing. `?` turns every one of them
+//! into a [`Failure`], so a function that makes several calls can return
+//! `Result<T, steadq::Failure>`.
+//!
+//! | operation | error type | possible outcomes |
+//! |---|---|---|
+//! | `Queue::open`, `open_with`, `status`, `list`, `list_each`, `find`, `read_job`, `limits`, `capacity_use`, `live_keys`, `fsck`, `Options::validate` | [`Error`] | none: read-only |
+//! | `enqueue`, `enqueue_with`, `enqueue_unique`, `enqueue_wait` (and `TypedQueue`, `AsyncQueue` enqueues) | [`EnqueueError`] | `NotDone` (no job made); `Indeterminate { id, .. }`: the job `id` may exist, [`Queue::find`] tells |
+//! | `Lease::renew` | [`RenewError`] | `NotDone` (the lease is as it was); `LeaseLost`; `Indeterminate` (the lease follows whichever name exists) |
+//! | `Lease::ack`, `nack`, `fail`, `release` (and `TypedLease`'s) | [`SettleError`] | `NotDone { lease, .. }`: the lease is handed back, still holding the job; `LeaseLost`; `Indeterminate` |
+//! | `Queue::create`, `claim`, `claim_for`, `claim_wait`, `claim_wait_until`, `claim_batch`, `lease_from_handle` (it dead-letters a corrupt job), `ack_batch`, `enqueue_batch`, `recover`, `requeue_dead`, `make_due`, `purge_dead`, `fsck_quarantine`, `set_limits`, `set_receipt_policy`, `compact`, `compact_keys` | [`Failure`] | `NotDone`; `Indeterminate` (a batch that failed after part of it was done included) |
+//!
+//! [`RecoverReport::first_error`] is a [`Failure`] too. What went wrong is the
+//! [`ErrorKind`] of the error inside (`kind()` on every type); a lost lease is
+//! [`ErrorKind::LeaseLost`], always not done.
+//!
 //! Where to look: names are parsed in [`name`] (and only in `disk/scan.rs` from directory
 //! listings); the state table is [`state::TRANSITIONS`]; every rename happens in
 //! `ops/transition.rs` (`Queue::move_job`); every syscall, fsync included, goes through
@@ -27,7 +49,7 @@
 //!
 //! ```text
 //! src/lib.rs            the crate: layers, public re-exports
-//! src/error.rs          errors and the three outcomes (done, not done, indeterminate)
+//! src/error.rs          Error (what, where) and the outcome types (Failure, EnqueueError, ...)
 //! src/queue.rs          the queue handle, identity file, layout, create/open
 //! src/disk/format.rs    the job envelope (128-byte header, SHA-256 digests, verify)
 //! src/disk/name.rs      job names, parsed once into JobName; the delay due rule (delay_due)

@@ -439,7 +439,7 @@ fn ack_until_settled(a: &Work, lease: Lease) -> Result<String, Failure> {
             Err(SettleError::NotDone { lease: l, error })
                 if !matches!(error.kind(), steadq::ErrorKind::Corrupt(_)) && !stop_requested() =>
             {
-                lease = l;
+                lease = *l;
                 error
             }
             // Lost, indeterminate, or stopping: a lease handed back is detached (left to

@@ -20,8 +20,10 @@ use std::time::Duration;
 
 /// A claimed job. Settle it with [`Lease::ack`], [`Lease::nack`] or [`Lease::fail`];
 /// dropping it unsettled releases the job back to ready at once (the attempt stays counted).
-/// If a settling call fails, the guard does not release on drop: the error's outcome is the
-/// whole story, and a lease left in place expires and is recovered.
+/// A settling call that fails never releases the job itself: not done, it hands this lease
+/// back in [`SettleError::NotDone`] (settle it again, or drop it to release the job);
+/// otherwise the job is gone from this lease (lost, or indeterminate: never released or
+/// settled again by it, and a lease left in place expires and is recovered).
 #[derive(Debug)]
 pub struct Lease {
     q: Queue,
@@ -711,7 +713,8 @@ impl Lease {
 
     /// Run a settling move. Whatever the result, drop will not release afterwards: a failed
     /// ack, nack, fail or release reports its own outcome, and a lease it left in place
-    /// expires and is recovered like any other.
+    /// expires and is recovered like any other (unless a not-done failure hands the lease
+    /// back, re-armed: `SettleError::new`).
     fn settle(
         &mut self,
         to: &crate::ops::transition::Place<'_>,
@@ -725,12 +728,13 @@ impl Lease {
     /// Extend the lease to `lease` from now (generation + 1, same token).
     ///
     /// # Errors
-    /// [`ErrorKind::LeaseLost`] (not done) if the lease was recovered or settled elsewhere;
-    /// [`ErrorKind::Io`]: not done before the rename; indeterminate when the barrier after
+    /// [`RenewError::LeaseLost`] if the lease was recovered or settled elsewhere;
+    /// [`RenewError::NotDone`] or [`RenewError::Indeterminate`] with [`ErrorKind::Io`]:
+    /// not done before the rename; indeterminate when the barrier after
     /// the rename failed (the lease lives on under its new name, and this `Lease` uses it from
     /// now on) or the rename returned `EIO` (this `Lease` follows whichever name exists);
-    /// [`ErrorKind::InvalidArgument`] (not done, the lease kept as it was) for a lease that is
-    /// zero or longer than [`crate::MAX_LEASE`].
+    /// [`ErrorKind::InvalidArgument`] ([`RenewError::NotDone`], the lease kept as it was) for
+    /// a lease that is zero or longer than [`crate::MAX_LEASE`].
     pub fn renew(&mut self, lease: Duration) -> Result<(), RenewError> {
         crate::queue::check_lease(lease).map_err(RenewError::from_internal)?;
         let Kind::Leased(mut f) = self.name.kind else {
@@ -771,9 +775,10 @@ impl Lease {
     /// here).
     ///
     /// # Errors
-    /// [`ErrorKind::LeaseLost`] (not done, no receipt written); [`ErrorKind::Io`]: not done
-    /// when the rename failed cleanly (the lease stays until it expires; [`Lease::try_ack`]
-    /// keeps it usable instead), indeterminate after the rename (its barrier failed, or the
+    /// [`SettleError::LeaseLost`] (no receipt written); [`SettleError::NotDone`] with
+    /// [`ErrorKind::Io`] when the rename failed cleanly (a full disk, an immutable
+    /// directory): the job is still leased and the lease is handed back, to renew and ack
+    /// again; [`SettleError::Indeterminate`] after the rename (its barrier failed, or the
     /// rename returned `EIO`).
     pub fn ack(mut self) -> Result<Receipt, SettleError> {
         self.ack_verified().map_err(|e| SettleError::new(e, self))
@@ -817,8 +822,9 @@ impl Lease {
     /// # Errors
     /// As [`Lease::ack`], plus [`ErrorKind::InvalidArgument`] (not done) for a delay
     /// reaching past the year 2262. On any not-done error (a bucket directory that cannot be
-    /// made on a full disk included) the job stays leased under its name until its deadline:
-    /// this guard does not release it on drop.
+    /// made on a full disk included) the job stays leased under its name and the lease is
+    /// handed back ([`SettleError::NotDone`]): dropping it releases the job, converting the
+    /// error into a [`Failure`] leaves the job leased until its deadline.
     pub fn nack(mut self, delay: Duration) -> Result<Nacked, SettleError> {
         self.nack_in_place(delay)
             .map_err(|e| SettleError::new(e, self))

@@ -7,12 +7,18 @@
 
 use crate::common::*;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
 use steadq::*;
 
 const SEC: i64 = 1_000_000_000;
+
+/// Cases where an indeterminate enqueue's job id was checked against the directory, and where
+/// a lease handed back by a not-done settle was checked and settled again.
+static IDS_CHECKED: AtomicU32 = AtomicU32::new(0);
+static LEASES_BACK: AtomicU32 = AtomicU32::new(0);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Op {
@@ -79,7 +85,7 @@ fn settled<T>(r: Result<T, SettleError>, back: &mut Option<Lease>) -> Result<(),
     match r {
         Ok(_) => Ok(()),
         Err(SettleError::NotDone { lease, error }) => {
-            *back = Some(lease);
+            *back = Some(*lease);
             Err(Failure::NotDone(error))
         }
         Err(e) => Err(e.into()),
@@ -260,10 +266,9 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                 Err(nothing())
             }
         }),
-        Op::Requeue => {
-            q.requeue_dead(None)
-                .and_then(|n| if n == 1 { Ok(()) } else { Err(nothing()) })
-        }
+        Op::Requeue => q
+            .requeue_dead(None)
+            .and_then(|n| if n == 1 { Ok(()) } else { Err(nothing()) }),
         Op::Compact => q.compact(Duration::from_secs(1)).and_then(|r| {
             if r.removed == 1 {
                 Ok(())
@@ -302,6 +307,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
             "indeterminate enqueue of {id} left {all:?}"
         );
         assert!(matches!(&res, Err(Failure::Indeterminate(_))), "{res:?}");
+        IDS_CHECKED.fetch_add(1, Ordering::Relaxed);
     }
     if let Some(l) = back.as_ref() {
         // Not done, and the lease handed back still holds the job under its exact name.
@@ -352,6 +358,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
             if let Err(e2) = again {
                 panic!("{op:?} again with the lease handed back ({res:?}): {e2}");
             }
+            LEASES_BACK.fetch_add(1, Ordering::Relaxed);
         } else {
             drop(l.into_handle());
         }
@@ -493,6 +500,18 @@ fn fault_matrix_reports_the_true_outcome() {
             n("indeterminate")
         ));
     }
+    let (ids, back) = (
+        IDS_CHECKED.load(Ordering::Relaxed),
+        LEASES_BACK.load(Ordering::Relaxed),
+    );
+    summary(&format!(
+        "fault matrix: {ids} indeterminate enqueues named their job (that job or none found); \
+         {back} not-done settles handed back a lease that held the job and settled it again"
+    ));
+    assert!(
+        ids > 0 && back > 0,
+        "the typed outcomes were not exercised: {ids}, {back}"
+    );
     assert!(cases > 500, "only {cases} cases");
     assert!(
         by_outcome.get("indeterminate").copied().unwrap_or(0) > 0
@@ -641,4 +660,125 @@ fn purge_and_requeue_follow_the_batch_rule_and_create_nothing() {
         "no directory made by purge, requeue or make_due"
     );
     assert_eq!(counts(&q), [3, 0, 0, 0, 0]);
+}
+
+/// The outcome types carry the truth: an enqueue made indeterminate names the job it may
+/// have made, and the directory then holds that job or none (never another, never guessed),
+/// both when the link happened (a failed directory fsync after it) and when it did not (the
+/// link itself returned `EIO`).
+#[test]
+fn an_indeterminate_enqueue_names_its_job_present_or_absent() {
+    for (call, present) in [(Call::FsyncDir, true), (Call::Link, false)] {
+        let d = TempDir::new("enqid");
+        drop(Queue::create(d.path(), opts(1)).unwrap());
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call,
+            nth: 1,
+            action: FaultAction::Fail(Errno::IO),
+        }]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        plan.arm();
+        let e = q.enqueue(b"maybe").unwrap_err();
+        assert!(plan.fired(), "{call:?}");
+        let EnqueueError::Indeterminate { id, ref error } = e else {
+            panic!("{call:?}: not indeterminate: {e:?}")
+        };
+        assert_eq!((e.id(), error.errno()), (Some(id), Some(Errno::IO.into())));
+        assert!(e.to_string().contains(&id.to_string()), "{e}");
+        let clean = Queue::open(d.path()).unwrap();
+        match clean.find(id) {
+            Ok(l) => {
+                assert!(present, "{call:?}: {l:?}");
+                assert_eq!(clean.read_job(&l).unwrap().1, b"maybe");
+            }
+            Err(e) => {
+                assert!(!present, "{call:?}: {e}");
+                assert_eq!(e.kind(), &ErrorKind::NoSuchJob);
+            }
+        }
+        assert_eq!(clean.list(None).unwrap().len(), usize::from(present));
+    }
+}
+
+/// A not-done nack (its delayed bucket cannot be made: the disk is full) hands the lease back,
+/// still holding the job under its name: dropping it releases the job as dropping any lease
+/// does, while converting the error into a `Failure` (`?`) detaches it, so the job stays
+/// leased until its deadline and the handle still settles it.
+#[test]
+fn a_not_done_nack_hands_the_lease_back_and_the_conversion_keeps_it_leased() {
+    for drop_it in [true, false] {
+        let d = TempDir::new("nackback");
+        drop(Queue::create(d.path(), opts(1)).unwrap());
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::Mkdir,
+            nth: 1,
+            action: FaultAction::Fail(Errno::NOSPC),
+        }]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        q.enqueue(b"x").unwrap();
+        let l = q.claim().unwrap().unwrap();
+        let handle = l.handle();
+        plan.arm();
+        let e = l.nack(Duration::from_secs(600)).unwrap_err();
+        assert!(plan.fired());
+        assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+        let leased = |q: &Queue| q.status().unwrap().leased;
+        assert_eq!(leased(&q), 1, "not done: still leased");
+        if drop_it {
+            let lease = e.into_lease().expect("handed back");
+            assert_eq!(lease.handle(), handle);
+            drop(lease);
+            assert_eq!(
+                (leased(&q), q.status().unwrap().ready),
+                (0, 1),
+                "drop released it"
+            );
+        } else {
+            let f = Failure::from(e);
+            assert!(matches!(f, Failure::NotDone(_)), "{f:?}");
+            assert_eq!(leased(&q), 1, "the conversion changed nothing");
+            plan.disarm();
+            let again = q.lease_from_handle(&handle).unwrap();
+            assert!(matches!(
+                again.nack(Duration::from_secs(600)),
+                Ok(Nacked::Delayed(_))
+            ));
+        }
+    }
+}
+
+/// A lease recovered by another handle: renew and ack say so by variant, not done.
+#[test]
+fn a_lost_lease_is_its_own_variant_for_renew_and_ack() {
+    let d = TempDir::new("lostvariant");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"x").unwrap();
+    let mut l = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let other = Queue::open(d.path()).unwrap();
+    other.clock().shift_boot(2 * SEC);
+    assert_eq!(other.recover().unwrap().expired, 1);
+    let e = l.renew(Duration::from_secs(30)).unwrap_err();
+    assert!(matches!(e, RenewError::LeaseLost(_)), "{e:?}");
+    assert_eq!(e.outcome(), Outcome::NotDone);
+    let e = l.ack().unwrap_err();
+    assert!(matches!(e, SettleError::LeaseLost(_)), "{e:?}");
+    assert_eq!(
+        q.status().unwrap().ready,
+        1,
+        "the job is back in ready, untouched"
+    );
 }
