@@ -82,6 +82,33 @@ mod tests {
     use super::*;
     use crate::cli::args::Top;
     use argh::FromArgs;
+    use steadq::{Error, ErrorKind};
+
+    #[test]
+    fn exit_codes_follow_the_outcome_type() {
+        let e = |k| Error::new(k, None);
+        let full = ErrorKind::QueueFull {
+            jobs: 1,
+            bytes: 0,
+            max_jobs: Some(1),
+            max_bytes: None,
+        };
+        for (f, want) in [
+            (Failure::NotDone(e(ErrorKind::NoSuchJob)), Exit::NotDone),
+            (Failure::NotDone(e(ErrorKind::LeaseLost)), Exit::LeaseLost),
+            (Failure::NotDone(e(full)), Exit::Full),
+            (
+                Failure::Indeterminate(e(ErrorKind::NoSuchJob)),
+                Exit::Indeterminate,
+            ),
+        ] {
+            assert_eq!(Exit::of(&f), want, "{f}");
+        }
+        // The indeterminate note follows the variant, even for an error built outside.
+        let f = Failure::Indeterminate(e(ErrorKind::NoSuchJob));
+        assert!(f.to_string().contains("indeterminate"), "{f}");
+        assert!(!f.into_error().to_string().contains("indeterminate"));
+    }
 
     #[test]
     fn help_and_readme_follow_the_table() {
