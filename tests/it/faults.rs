@@ -782,3 +782,37 @@ fn a_lost_lease_is_its_own_variant_for_renew_and_ack() {
         "the job is back in ready, untouched"
     );
 }
+
+/// `fsck_quarantine` follows the batch rule: a move that fails after another entry was
+/// quarantined is indeterminate (the pass changed the queue), not "not done" as it was.
+#[test]
+fn a_quarantine_failing_after_a_move_is_indeterminate() {
+    for (nth, want) in [(1, Outcome::NotDone), (2, Outcome::Indeterminate)] {
+        let d = TempDir::new("quarantine-batch");
+        drop(Queue::create(d.path(), opts(1)).unwrap());
+        for n in ["a.txt", "b.txt"] {
+            std::fs::write(d.path().join("ready/00").join(n), b"foreign").unwrap();
+        }
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::Rename,
+            nth,
+            action: FaultAction::Fail(Errno::NOSPC),
+        }]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        plan.arm();
+        let e = q.fsck_quarantine().unwrap_err();
+        assert!(plan.fired());
+        assert_eq!(e.outcome(), want, "rename #{nth}: {e}");
+        let moved = std::fs::read_dir(d.path().join("quarantine/ready/00"))
+            .map(|r| r.count())
+            .unwrap_or(0);
+        assert_eq!(moved, nth as usize - 1, "rename #{nth}");
+    }
+}
