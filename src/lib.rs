@@ -11,7 +11,7 @@
 //! let q = steadq::Queue::create(&dir, steadq::Options::default())?;
 //! q.enqueue(b"transcode clip-42.mov")?;
 //! if let Some(lease) = q.claim_for(Duration::from_secs(60))? {
-//!     assert_eq!(lease.payload(), b"transcode clip-42.mov");
+//!     assert_eq!(lease.payload()?, b"transcode clip-42.mov");
 //!     lease.ack()?; // or lease.nack(delay), lease.fail(reason); dropping releases it
 //! }
 //! # std::fs::remove_dir_all(&dir).unwrap();
@@ -40,6 +40,11 @@
 //! [`ErrorKind`] of the error inside (`kind()` on every type); a lost lease is
 //! [`ErrorKind::LeaseLost`], always not done.
 //!
+//! Memory: a claim verifies a job file in 64 KiB chunks, so it costs O(64 KiB) whatever the
+//! payload's size; [`Lease::payload`] costs the payload once (a job file of up to 64 KiB was
+//! kept from the claim's one read); [`Lease::reader`] streams it, O(1) beyond the caller's
+//! buffer, checking its digest again (read it to the end before acting).
+//!
 //! Where to look: names are parsed in [`name`] (and only in `disk/scan.rs` from directory
 //! listings); the state table is [`state::TRANSITIONS`]; every rename happens in
 //! `ops/transition.rs` (`Queue::move_job`); every syscall, fsync included, goes through
@@ -61,6 +66,7 @@
 //! src/ops/group.rs      group commit: threads of a process share directory fsyncs
 //! src/ops/enqueue.rs    enqueue (O_TMPFILE + linkat, or a named temp file + rename)
 //! src/ops/lease.rs      claim and the lease guard (renew, ack, nack, fail, release)
+//! src/ops/payload.rs    claim verification in 64 KiB chunks; PayloadReader (Lease::reader)
 //! src/ops/recover.rs    recovery of expired leases, due delayed jobs, stale temp files
 //! src/ops/shards.rs     which ready shards a handle knows empty (inotify), so claims skip them
 //! src/ops/wait.rs       the blocking claim on inotify and timers
@@ -108,6 +114,7 @@ pub use ops::capacity::{CapacityUse, Limits, LIMITS_FILE};
 pub use ops::enqueue::EnqueueOptions;
 pub use ops::keys::{Enqueued, Key, KEYS_DIR, KEY_ORPHAN_AFTER, TOMBSTONE_KEEP};
 pub use ops::lease::{backoff, Lease, Nacked, Receipt};
+pub use ops::payload::PayloadReader;
 pub use ops::recover::RecoverReport;
 pub use ops::state::State;
 pub use queue::{

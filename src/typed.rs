@@ -79,8 +79,9 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
     ///
     /// # Errors
     /// [`ErrorKind::Decode`]: the claim was done and the job is now dead (if moving it to
-    /// `dead/` failed, that error is returned instead, with its outcome); otherwise as
-    /// [`Queue::claim_for`].
+    /// `dead/` failed, that error is returned instead, with its outcome); the errors of
+    /// [`Lease::payload`] for a payload larger than 64 KiB (the job is released); otherwise
+    /// as [`Queue::claim_for`].
     pub fn claim_for(&self, lease: Duration) -> Result<Option<TypedLease<T>>, Failure> {
         self.q.claim_for(lease)?.map(decode).transpose()
     }
@@ -98,9 +99,12 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
     }
 }
 
-/// Decode a claimed job, dead-lettering it when it is not a `T`.
+/// Decode a claimed job, dead-lettering it when it is not a `T`. The payload is decoded from
+/// memory ([`Lease::payload`]: a large one is loaded once); when loading it fails the error is
+/// returned and the job released (a file changed since the claim is dead-lettered by the
+/// next claim's check).
 pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>, Failure> {
-    match postcard::from_bytes::<T>(lease.payload()) {
+    match postcard::from_bytes::<T>(lease.payload()?) {
         Ok(value) => Ok(TypedLease { lease, value }),
         Err(e) => {
             let what = format!("job {}: {e}", lease.id());

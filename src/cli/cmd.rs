@@ -210,17 +210,87 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         return Ok(Exit::NoJob);
     };
     if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
-        if let Err(e) = f.write_all(lease.payload()).and_then(|()| f.sync_all()) {
-            let released = match lease.release() {
-                Ok(()) => "the job was released to ready".to_string(),
-                Err(r) => format!("releasing the job failed too: {r}"),
-            };
-            return Err(CliError::new(
-                Exit::Indeterminate,
-                format!("{}: {e}; {released}", p.display()),
-            ));
+        match write_payload(&lease, f) {
+            Ok(()) => {}
+            Err(PayloadOut::Corrupt(e)) => return Err(claimed_corrupt(lease, f, p, &e)),
+            Err(PayloadOut::Failed(e)) => {
+                let released = match lease.release() {
+                    Ok(()) => "the job was released to ready".to_string(),
+                    Err(r) => format!("releasing the job failed too: {r}"),
+                };
+                return Err(CliError::new(
+                    Exit::Indeterminate,
+                    format!("{}: {e}; {released}", p.display()),
+                ));
+            }
         }
     }
+    print_handle(lease)
+}
+
+/// Why `claim --payload-out` could not write the payload.
+enum PayloadOut {
+    /// The job file no longer matches the digest the claim verified (InvalidData).
+    Corrupt(std::io::Error),
+    /// Reading, writing or syncing failed otherwise (the error names which).
+    Failed(String),
+}
+
+/// Stream the lease's payload into `f` in 64 KiB chunks (never the whole payload in memory),
+/// checking its digest as it goes, and fsync `f`.
+fn write_payload(lease: &steadq::Lease, f: &mut std::fs::File) -> Result<(), PayloadOut> {
+    let mut r = lease
+        .reader()
+        .map_err(|e| PayloadOut::Failed(e.to_string()))?;
+    let mut buf = vec![0u8; (lease.payload_len() as usize).clamp(1, 64 * 1024)];
+    loop {
+        let n = match std::io::Read::read(&mut r, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(PayloadOut::Corrupt(e))
+            }
+            Err(e) => return Err(PayloadOut::Failed(format!("reading the payload: {e}"))),
+        };
+        f.write_all(&buf[..n])
+            .map_err(|e| PayloadOut::Failed(e.to_string()))?;
+    }
+    f.sync_all().map_err(|e| PayloadOut::Failed(e.to_string()))
+}
+
+/// The payload stream of a claimed job failed its digest: empty the payload file (it holds
+/// bytes that cannot be trusted), dead-letter the job (reason `corrupt`) and say so. No lease
+/// is handed out.
+fn claimed_corrupt(
+    lease: steadq::Lease,
+    f: &std::fs::File,
+    p: &std::path::Path,
+    e: &std::io::Error,
+) -> CliError {
+    let id = lease.id();
+    let emptied = match f.set_len(0) {
+        Ok(()) => "emptied".to_string(),
+        Err(t) => format!("emptying it failed ({t}): do not use it"),
+    };
+    let (exit, what) = match lease.fail(steadq::Reason::CORRUPT) {
+        Ok(()) => (Exit::NotDone, "dead-lettered (reason corrupt)".to_string()),
+        Err(r) => {
+            let what = format!("dead-lettering it failed: {r}");
+            (CliError::from(r).exit(), what)
+        }
+    };
+    CliError::new(
+        exit,
+        format!(
+            "job {id}: its payload failed verification while copied to {} ({e}); that file {emptied}; the job was {what}; no lease handed out",
+            p.display()
+        ),
+    )
+}
+
+/// Print a claimed lease's handle and keep the lease (release it when nobody got the handle).
+fn print_handle(lease: steadq::Lease) -> Result<Exit, CliError> {
     let handle = lease.handle();
     let text = format!("{handle}\n").into_bytes();
     let attempt = lease.attempt();

@@ -8,7 +8,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use steadq::{backoff, Failure, Lease, Nacked, Reason, SettleError};
+use steadq::{backoff, Failure, Lease, Nacked, PayloadReader, Reason, SettleError};
 
 /// The command's "retry later" exit code (EX_TEMPFAIL, sysexits.h).
 pub const EX_TEMPFAIL: i32 = 75;
@@ -175,17 +175,26 @@ fn watch_queue(
     }
 }
 
-/// The payload on its way to the command's stdin: written from the watch loop through a
-/// non-blocking pipe, so a command that stops reading (or leaves a background child holding
-/// the pipe) never blocks the worker.
+/// Bytes the feed reads from the payload at a time: a worker's memory for a job's payload.
+const FEED_CHUNK: usize = 64 * 1024;
+
+/// The payload on its way to the command's stdin, streamed from the lease's reader in chunks
+/// of [`FEED_CHUNK`] (never the whole payload in memory): written from the watch loop through
+/// a non-blocking pipe, so a command that stops reading (or leaves a background child holding
+/// the pipe) never blocks the worker. The reader checks the payload's digest as it goes.
 struct Feed {
     pipe: Option<ChildStdin>,
-    payload: Vec<u8>,
-    done: usize,
+    /// `None` once the reader reached its verified end or failed.
+    src: Option<PayloadReader>,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The reader's error: the payload cannot be trusted (InvalidData: the file changed).
+    failed: Option<std::io::Error>,
 }
 
 impl Feed {
-    fn new(pipe: Option<ChildStdin>, payload: Vec<u8>) -> Feed {
+    fn new(pipe: Option<ChildStdin>, src: PayloadReader, len: u64) -> Feed {
         let pipe = pipe.filter(|p| {
             let r = rustix::fs::fcntl_getfl(p)
                 .and_then(|fl| rustix::fs::fcntl_setfl(p, fl | rustix::fs::OFlags::NONBLOCK));
@@ -194,30 +203,60 @@ impl Feed {
             }
             r.is_ok()
         });
+        let size = usize::try_from(len).map_or(FEED_CHUNK, |l| l.clamp(1, FEED_CHUNK));
         let mut f = Feed {
             pipe,
-            payload,
-            done: 0,
+            src: Some(src),
+            buf: vec![0; size],
+            start: 0,
+            end: 0,
+            failed: None,
         };
-        if f.payload.is_empty() {
+        if len == 0 {
+            f.refill();
             f.close();
         }
         f
     }
 
-    /// Write what the pipe takes now. Returns whether any byte went in. The pipe is closed
-    /// once the whole payload is written (the command sees end of file) or the command
-    /// closed its end (EPIPE: it does not read stdin).
+    /// Read the next chunk into the empty buffer. Returns false at the end or on a failure
+    /// (recorded in `failed`).
+    fn refill(&mut self) -> bool {
+        let Some(r) = self.src.as_mut() else {
+            return false;
+        };
+        loop {
+            match std::io::Read::read(r, &mut self.buf) {
+                Ok(0) => {}
+                Ok(n) => {
+                    (self.start, self.end) = (0, n);
+                    return true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => self.failed = Some(e),
+            }
+            self.src = None;
+            return false;
+        }
+    }
+
+    /// Write what the pipe takes now, reading the payload as it goes. Returns whether any
+    /// byte went in. The pipe is closed once the whole payload is written and verified (the
+    /// command sees end of file), when reading it failed, or when the command closed its end
+    /// (EPIPE: it does not read stdin).
     fn pump(&mut self) -> bool {
         let mut progress = false;
-        while let Some(p) = self.pipe.as_mut() {
-            match p.write(&self.payload[self.done..]) {
+        while self.pipe.is_some() {
+            if self.start == self.end && !self.refill() {
+                self.close();
+                break;
+            }
+            let Some(p) = self.pipe.as_mut() else { break };
+            match p.write(&self.buf[self.start..self.end]) {
+                Ok(0) => self.close(),
                 Ok(n) => {
-                    progress |= n > 0;
-                    self.done += n;
-                    if self.done == self.payload.len() || n == 0 {
-                        self.close();
-                    }
+                    progress = true;
+                    self.start += n;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -230,6 +269,20 @@ impl Feed {
             }
         }
         progress
+    }
+
+    /// Whether reading the payload failed (the command must not be trusted with it).
+    fn failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// Close the pipe and say whether the payload was sound: with `drain`, the part the
+    /// command did not take is read to its end first, so everything it was given is checked
+    /// against the digest (a job is acked only then).
+    fn verdict(&mut self, drain: bool) -> Result<(), std::io::Error> {
+        self.close();
+        while drain && self.refill() {}
+        self.failed.take().map_or(Ok(()), Err)
     }
 
     fn close(&mut self) {
@@ -247,6 +300,9 @@ enum Watch {
     Stopped,
     /// The lease was lost: the command was stopped.
     LeaseLost(steadq::RenewError),
+    /// Reading the payload failed (the job file changed since the claim, or a read error):
+    /// the command was stopped.
+    BadPayload,
 }
 
 fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
@@ -299,6 +355,11 @@ fn watch(a: &Work, lease: &mut Lease, child: &mut Child, feed: &mut Feed) -> Wat
         if feed.pump() {
             nap = Duration::from_micros(200); // it reads: come back soon with more
         }
+        if feed.failed() {
+            // Its input cannot be trusted: stop it before it acts on more of it.
+            stop_child(child);
+            return Watch::BadPayload;
+        }
         if a.timeout.is_some_and(|t| started.elapsed() >= t) {
             let _ = lease.renew(a.lease); // stopping takes up to 2 s
             feed.close();
@@ -333,6 +394,19 @@ fn watch(a: &Work, lease: &mut Lease, child: &mut Child, feed: &mut Feed) -> Wat
 fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
     let started = Instant::now();
     let id = lease.id();
+    let reader = match lease.reader() {
+        Ok(r) => r,
+        Err(e) => {
+            // Nothing ran: give the job back (a lost lease is someone else's now).
+            let what = match lease.release() {
+                Ok(()) => "released to ready".to_string(),
+                Err(r) if e.is_lease_lost() || r.is_lease_lost() => "lease lost".to_string(),
+                Err(r) => format!("releasing it failed too: {r}"),
+            };
+            eprintln!("job {id}: cannot read its payload ({e}); {what}");
+            return JobEnd::Continue;
+        }
+    };
     let mut child = match spawn_command(a, &lease) {
         Ok(c) => c,
         Err(e) => {
@@ -344,9 +418,23 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
             )));
         }
     };
-    let mut feed = Feed::new(child.stdin.take(), lease.payload().to_vec());
+    let mut feed = Feed::new(child.stdin.take(), reader, lease.payload_len());
     let (status, what) = match watch(a, &mut lease, &mut child, &mut feed) {
-        Watch::Exited(st) => (st, None),
+        Watch::Exited(st) => {
+            // Acking needs the whole payload checked, also the part the command left unread.
+            let drain = st.and_then(|s| s.code()) == Some(0);
+            if let Err(e) = feed.verdict(drain) {
+                settle_unread(a, lease, &e, started);
+                return JobEnd::Continue;
+            }
+            (st, None)
+        }
+        Watch::BadPayload => {
+            if let Err(e) = feed.verdict(false) {
+                settle_unread(a, lease, &e, started);
+            }
+            return JobEnd::Continue;
+        }
         Watch::TimedOut => {
             let t = a.timeout.unwrap_or_default().as_secs_f64();
             (
@@ -371,6 +459,31 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
     drop(feed);
     settle(a, lease, status, what, started);
     JobEnd::Continue
+}
+
+/// Settle a job whose payload could not be read soundly, whatever its command did: never an
+/// ack. A payload that no longer matches its digest (InvalidData: the job file changed since
+/// the claim) is dead-lettered with reason `corrupt`; after another read error the job is
+/// retried with backoff, as after a failed command.
+fn settle_unread(a: &Work, lease: Lease, e: &std::io::Error, started: Instant) {
+    let (id, attempt, max) = (lease.id(), lease.attempt(), lease.max_attempts());
+    let ms = started.elapsed().as_millis();
+    let result = if e.kind() == std::io::ErrorKind::InvalidData {
+        lease
+            .fail(Reason::CORRUPT)
+            .map(|()| "dead-lettered (reason corrupt)".to_string())
+    } else {
+        let delay = backoff(attempt, a.backoff, a.max_backoff);
+        lease.nack(delay).map(|n| describe_nack(n, "failed"))
+    };
+    match result {
+        Ok(msg) => eprintln!(
+            "job {id} attempt {attempt}/{max}: reading its payload failed ({e}); not acked, {msg} ({ms} ms)"
+        ),
+        Err(s) => eprintln!(
+            "job {id} attempt {attempt}/{max}: reading its payload failed ({e}); not acked, and settling failed: {s}"
+        ),
+    }
 }
 
 /// Settle by the command's exit status (None: timed out, killed or lost: a failure).

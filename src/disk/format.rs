@@ -17,7 +17,8 @@
 //!
 //! Verification checks, in order: total length, magic, version, header length, flags, job id
 //! against the name, queue id, payload length against the file length, the payload digest and
-//! the envelope digest. Any failure is a [`Corruption`].
+//! the envelope digest. Any failure is a [`Corruption`]. [`Verifier`] makes the same checks
+//! on a file read in pieces (memory does not grow with the payload).
 
 use sha2::{Digest, Sha256};
 
@@ -40,7 +41,7 @@ const OFF_ENVELOPE_SHA: usize = OFF_PAYLOAD_SHA + 32;
 const _: () = assert!(OFF_ENVELOPE_SHA + 32 == HEADER_LEN);
 
 /// The decoded header of a verified job file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Header {
     /// Job id (the same as in the name).
     pub id: u128,
@@ -120,6 +121,7 @@ pub fn encode_header(
     h
 }
 
+/// The envelope digest of header `h` (its first 96 bytes) and `payload`.
 fn envelope(h: &[u8], payload: &[u8]) -> [u8; 32] {
     let mut d = Sha256::new();
     d.update(&h[..OFF_ENVELOPE_SHA]);
@@ -144,19 +146,120 @@ fn u128_at(b: &[u8], off: usize) -> u128 {
 /// # Errors
 /// The first [`Corruption`] found, in the order the module docs list.
 pub fn verify(file: &[u8], id: u128, queue_id: u128) -> Result<Header, Corruption> {
-    let header = verify_header(file, id, queue_id)?;
-    if header.payload_len != (file.len() - HEADER_LEN) as u64 {
-        return Err(Corruption::Length);
+    let mut v = Verifier::new(file, file.len() as u64, id, queue_id)?;
+    v.update(&file[HEADER_LEN..]);
+    v.finish()
+}
+
+/// [`verify`] for a job file read in pieces, so memory does not grow with the payload: two
+/// SHA-256 states (about 250 bytes) and the decoded header. [`Verifier::new`] checks the
+/// header against the file's length, [`Verifier::update`] takes the payload bytes in order,
+/// [`Verifier::finish`] checks the count and both digests. The checks and their order are
+/// [`verify`]'s.
+#[derive(Clone, Debug)]
+pub struct Verifier {
+    header: Header,
+    payload: Sha256,
+    envelope: Sha256,
+    seen: u64,
+}
+
+impl Verifier {
+    /// Start verifying a job file of `file_len` bytes (its `fstat` size) for job `id` of
+    /// queue `queue_id`; `head` holds the file's first bytes, at least [`HEADER_LEN`] of them
+    /// unless the file is shorter (bytes past the header are not taken: pass them to
+    /// [`Verifier::update`]).
+    ///
+    /// # Errors
+    /// The header's [`Corruption`]s ([`Corruption::Truncated`] to
+    /// [`Corruption::QueueId`]), then [`Corruption::Length`] when the declared payload length
+    /// disagrees with `file_len`.
+    pub fn new(head: &[u8], file_len: u64, id: u128, queue_id: u128) -> Result<Self, Corruption> {
+        if file_len < HEADER_LEN as u64 {
+            return Err(Corruption::Truncated);
+        }
+        let header = verify_header(head, id, queue_id)?;
+        if header.payload_len != file_len - HEADER_LEN as u64 {
+            return Err(Corruption::Length);
+        }
+        let mut envelope = Sha256::new();
+        envelope.update(&head[..OFF_ENVELOPE_SHA]);
+        Ok(Verifier {
+            header,
+            payload: Sha256::new(),
+            envelope,
+            seen: 0,
+        })
     }
-    let payload = &file[HEADER_LEN..];
-    let p: [u8; 32] = Sha256::digest(payload).into();
-    if p != header.payload_sha256 {
-        return Err(Corruption::PayloadDigest);
+
+    /// The header, checked up to the queue id and the length (its digests are checked by
+    /// [`Verifier::finish`]).
+    pub fn header(&self) -> &Header {
+        &self.header
     }
-    if envelope(file, payload) != header.envelope_sha256 {
-        return Err(Corruption::EnvelopeDigest);
+
+    /// Take the next payload bytes.
+    pub fn update(&mut self, payload: &[u8]) {
+        self.payload.update(payload);
+        self.envelope.update(payload);
+        self.seen = self.seen.saturating_add(payload.len() as u64);
     }
-    Ok(header)
+
+    /// Check the payload bytes taken against the header's length and both digests.
+    ///
+    /// # Errors
+    /// [`Corruption::Length`] when more or fewer bytes than declared were taken, then
+    /// [`Corruption::PayloadDigest`], then [`Corruption::EnvelopeDigest`].
+    pub fn finish(self) -> Result<Header, Corruption> {
+        if self.seen != self.header.payload_len {
+            return Err(Corruption::Length);
+        }
+        let p: [u8; 32] = self.payload.finalize().into();
+        if p != self.header.payload_sha256 {
+            return Err(Corruption::PayloadDigest);
+        }
+        let e: [u8; 32] = self.envelope.finalize().into();
+        if e != self.header.envelope_sha256 {
+            return Err(Corruption::EnvelopeDigest);
+        }
+        Ok(self.header)
+    }
+}
+
+/// SHA-256 of a payload read in pieces, checked against the digest a verified header gave:
+/// what a payload reader uses to notice a job file changed after its claim.
+#[derive(Clone, Debug)]
+pub struct PayloadCheck {
+    digest: Sha256,
+    expected: [u8; 32],
+    left: u64,
+}
+
+impl PayloadCheck {
+    /// Expect the payload `header` describes (its length and payload digest).
+    pub fn new(header: &Header) -> PayloadCheck {
+        PayloadCheck {
+            digest: Sha256::new(),
+            expected: header.payload_sha256,
+            left: header.payload_len,
+        }
+    }
+
+    /// Payload bytes not taken yet.
+    pub fn left(&self) -> u64 {
+        self.left
+    }
+
+    /// Take the next payload bytes (at most [`PayloadCheck::left`] of them count).
+    pub fn update(&mut self, payload: &[u8]) {
+        self.digest.update(payload);
+        self.left = self.left.saturating_sub(payload.len() as u64);
+    }
+
+    /// Whether the bytes taken are the whole payload, unchanged.
+    pub fn matches(self) -> bool {
+        self.left == 0 && <[u8; 32]>::from(self.digest.finalize()) == self.expected
+    }
 }
 
 /// Verify a receipt: a whole job file as [`verify`], or a receipt cut to its header (exactly
@@ -252,6 +355,57 @@ mod tests {
                 assert!(verify(&g, 7, 9).is_err(), "byte {i} bit {bit}");
             }
         }
+    }
+
+    /// `f` verified in pieces of `step` payload bytes, as a claim reads a large file.
+    fn verify_in_pieces(f: &[u8], step: usize) -> Result<Header, Corruption> {
+        let mut v = Verifier::new(&f[..HEADER_LEN.min(f.len())], f.len() as u64, 7, 9)?;
+        for piece in f[HEADER_LEN..].chunks(step) {
+            v.update(piece);
+        }
+        v.finish()
+    }
+
+    #[test]
+    fn verifying_in_pieces_agrees_with_verify() {
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let f = file(&payload);
+        for step in [1, 7, 64, 999, 1000] {
+            assert_eq!(verify_in_pieces(&f, step), verify(&f, 7, 9), "step {step}");
+        }
+        for i in [0, 9, 60, 100, 127, 128, 500, f.len() - 1] {
+            let mut g = f.clone();
+            g[i] ^= 0x10;
+            assert_eq!(verify_in_pieces(&g, 64), verify(&g, 7, 9), "byte {i}");
+            assert!(verify_in_pieces(&g, 64).is_err(), "byte {i}");
+        }
+        assert_eq!(verify_in_pieces(&f[..100], 64), Err(Corruption::Truncated));
+        // A verifier fed fewer or more bytes than the header declares says Length.
+        let mut v = Verifier::new(&f, f.len() as u64, 7, 9).unwrap();
+        v.update(&payload[..999]);
+        assert_eq!(v.finish(), Err(Corruption::Length));
+        let mut v = Verifier::new(&f, f.len() as u64, 7, 9).unwrap();
+        v.update(&payload);
+        v.update(b"x");
+        assert_eq!(v.finish(), Err(Corruption::Length));
+    }
+
+    #[test]
+    fn payload_check_matches_only_the_whole_unchanged_payload() {
+        let f = file(b"some payload bytes");
+        let h = verify(&f, 7, 9).unwrap();
+        let mut c = PayloadCheck::new(&h);
+        c.update(b"some payload");
+        assert_eq!(c.left(), 6);
+        c.update(b" bytes");
+        assert!(c.matches());
+        let mut c = PayloadCheck::new(&h);
+        c.update(b"some payload byteZ");
+        assert_eq!(c.left(), 0);
+        assert!(!c.matches());
+        let mut c = PayloadCheck::new(&h);
+        c.update(b"some payload byte");
+        assert!(!c.matches());
     }
 
     #[test]

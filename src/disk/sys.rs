@@ -476,17 +476,27 @@ impl Sys {
     /// Read exactly `buf.len()` bytes from offset 0 of `fd`: `pread(2)` in a loop (one call
     /// for a job file whose size `fstat` gave). A file shorter than `buf` is `ENODATA`.
     pub fn read_exact_at0(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> R<()> {
+        self.read_exact_at(fd, buf, 0)
+    }
+
+    /// Read exactly `buf.len()` bytes from byte `offset` of `fd`: `pread(2)` in a loop (one
+    /// call for a regular file that holds them). Ending before `buf` is full is `ENODATA`.
+    pub fn read_exact_at(&self, fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> R<()> {
         let mut off = 0usize;
         while off < buf.len() {
-            let n = self.run_retry(Call::Read, || {
-                rustix::io::pread(fd, &mut buf[off..], off as u64)
-            })?;
+            let n = self.read_at(fd, &mut buf[off..], offset + off as u64)?;
             if n == 0 {
                 return Err(Errno::NODATA);
             }
             off += n;
         }
         Ok(())
+    }
+
+    /// One `pread(2)` into `buf` from byte `offset` of `fd` (retried on `EINTR`): the bytes
+    /// read, 0 at end of file.
+    pub fn read_at(&self, fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> R<usize> {
+        self.run_retry(Call::Read, || rustix::io::pread(fd, &mut *buf, offset))
     }
 
     /// Write all of `data` at the current offset. `write(2)` in a loop; a zero-length write is

@@ -86,7 +86,7 @@ impl Queue {
     /// let q = steadq::Queue::create(&dir, Default::default())?;
     /// let id = q.enqueue(b"resize photo 17")?;
     /// let lease = q.claim()?.expect("one job is ready");
-    /// assert_eq!((lease.id(), lease.payload()), (id, &b"resize photo 17"[..]));
+    /// assert_eq!((lease.id(), lease.payload()?), (id, &b"resize photo 17"[..]));
     /// lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), steadq::Failure>(())

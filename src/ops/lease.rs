@@ -6,16 +6,18 @@
 //! handed out. Every later operation starts from the lease's exact name, so a lease that was
 //! recovered, renewed elsewhere or settled gets [`ErrorKind::LeaseLost`] and changes nothing.
 
-use crate::disk::format::{verify, Corruption, HEADER_LEN};
+use crate::disk::format::{Corruption, Header, HEADER_LEN};
 use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, Reason};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Failure, Outcome, RenewError, Result, SettleError};
+use crate::ops::payload::{check_file, Checked, LoadFailed, PayloadReader, StreamFailed};
 use crate::ops::recover::RecoverReport;
 use crate::ops::state::{Op, State};
 use crate::ops::transition::MoveFailed;
 use crate::queue::{random, Queue};
 use rustix::fs::FileType;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// A claimed job. Settle it with [`Lease::ack`], [`Lease::nack`] or [`Lease::fail`];
@@ -24,12 +26,23 @@ use std::time::Duration;
 /// back in [`SettleError::NotDone`] (settle it again, or drop it to release the job);
 /// otherwise the job is gone from this lease (lost, or indeterminate: never released or
 /// settled again by it, and a lease left in place expires and is recovered).
+///
+/// Memory: the claim verified the job file reading it in 64 KiB chunks, so a lease costs
+/// O(64 KiB) whatever the payload's size, and holds no descriptor. A job file of up to
+/// 64 KiB (header included) is kept from that one read; a larger payload is read again when
+/// asked for: [`Lease::reader`] streams it (O(1) beyond the caller's buffer),
+/// [`Lease::payload`] loads it once (its size) and keeps it.
 #[derive(Debug)]
 pub struct Lease {
     q: Queue,
     shard: u16,
     name: JobName,
-    data: Vec<u8>,
+    /// The job file's header, verified at claim.
+    raw: [u8; HEADER_LEN],
+    header: Header,
+    /// The whole job file, once in memory: from the claim's read when it fit one chunk, else
+    /// from the first [`Lease::payload`].
+    file: OnceLock<Arc<Vec<u8>>>,
     settled: bool,
 }
 
@@ -377,19 +390,12 @@ impl Queue {
             }
             Err(e) => return Err(ind(Call::Open, e)),
         };
-        let mut lease = Lease {
-            q: self.clone(),
-            shard,
-            name: leased,
-            data: Vec::new(),
-            settled: false,
-        };
         // The descriptor is closed here: a lease holds none.
-        match self.load_verified(file, &leased) {
-            Ok(data) => {
-                lease.data = data;
-                Ok(Some(lease))
-            }
+        let checked = self.load_verified(file, &leased);
+        // Until `Ok`, dropping `lease` releases the job back to ready.
+        let mut lease = Lease::new(self.clone(), shard, leased, checked.as_ref().ok());
+        match checked {
+            Ok(_) => Ok(Some(lease)),
             Err(Ok(c)) => {
                 lease.settled = true;
                 log::warn!(
@@ -416,15 +422,15 @@ impl Queue {
         }
     }
 
-    /// Read job file `file` (named `name`) once, into a buffer of exactly its size, and
-    /// verify both digests: the memory a claim costs is the file's size (128 bytes plus the
-    /// payload), once. `Err(Ok(_))`: corrupt; `Err(Err((Read, EFBIG)))`: a consistent file
-    /// larger than `Options::max_payload` allows.
+    /// Read job file `file` (named `name`) once, in chunks of 64 KiB, and verify both
+    /// digests: a claim costs O(64 KiB) of memory whatever the payload's size. A file of up
+    /// to one chunk is read with one `pread(2)` and kept. `Err(Ok(_))`: corrupt;
+    /// `Err(Err((Read, EFBIG)))`: a consistent file larger than `Options::max_payload` allows.
     fn load_verified(
         &self,
         file: OwnedFd,
         name: &JobName,
-    ) -> core::result::Result<Vec<u8>, core::result::Result<Corruption, (Call, Errno)>> {
+    ) -> core::result::Result<Checked, LoadFailed> {
         let fd = file.as_fd();
         let size = match self.sys.fstat(fd) {
             Ok((FileType::RegularFile, size)) => size,
@@ -449,15 +455,7 @@ impl Queue {
                 Ok(Corruption::Length)
             });
         }
-        let mut data = vec![0u8; size as usize];
-        match self.sys.read_exact_at0(fd, &mut data) {
-            Ok(()) => {}
-            // Shorter than fstat said: job files never change, so it was damaged.
-            Err(Errno::NODATA) => return Err(Ok(Corruption::Length)),
-            Err(e) => return Err(Err((Call::Read, e))),
-        }
-        verify(&data, name.id.0, self.ident.id).map_err(Ok)?;
-        Ok(data)
+        check_file(&self.sys, fd, size, name.id.0, self.ident.id)
     }
 
     /// Move leased job `name` in `shard` to `dead/` with `reason`.
@@ -505,13 +503,7 @@ impl Queue {
             }
         };
         match self.load_verified(file, &name) {
-            Ok(data) => Ok(Lease {
-                q: self.clone(),
-                shard,
-                name,
-                data,
-                settled: false,
-            }),
+            Ok(c) => Ok(Lease::new(self.clone(), shard, name, Some(&c))),
             Err(Ok(c)) => {
                 self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 Err(Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel))).into())
@@ -603,8 +595,7 @@ impl Queue {
         while let Some(mut l) = leases.next() {
             let r = l.ack_rename().map(|(r, new)| {
                 if self.ident.receipts != crate::ReceiptPolicy::Job {
-                    let h = l.data[..HEADER_LEN.min(l.data.len())].to_vec();
-                    after.push((l.shard, new, h));
+                    after.push((l.shard, new, l.raw.to_vec()));
                 }
                 r
             });
@@ -638,6 +629,28 @@ impl Queue {
 }
 
 impl Lease {
+    /// The guard for leased job `name` in `shard`, whose file the claim checked (`None`: the
+    /// check failed; the guard only releases or dead-letters it then).
+    fn new(q: Queue, shard: u16, name: JobName, checked: Option<&Checked>) -> Lease {
+        let (raw, header, file) = match checked {
+            Some(c) => (c.raw, c.header, c.file.clone()),
+            None => ([0; HEADER_LEN], Header::default(), None),
+        };
+        let lease = Lease {
+            q,
+            shard,
+            name,
+            raw,
+            header,
+            file: OnceLock::new(),
+            settled: false,
+        };
+        if let Some(f) = file {
+            let _ = lease.file.set(f);
+        }
+        lease
+    }
+
     /// Rename into receipts without barriers (for [`Queue::ack_batch`]).
     fn ack_rename(&mut self) -> Result<(Receipt, JobName)> {
         self.settled = true;
@@ -661,9 +674,138 @@ impl Lease {
         self.name.id
     }
 
-    /// The payload, verified against both digests.
-    pub fn payload(&self) -> &[u8] {
-        &self.data[HEADER_LEN.min(self.data.len())..]
+    /// The payload, verified against both digests, in memory.
+    ///
+    /// Memory: a job file of up to 64 KiB (header included) was kept from the claim's read,
+    /// and this costs nothing more. A larger payload is read from the job file on the first
+    /// call, checked against the payload digest the claim verified, and kept until the lease
+    /// drops: the payload's size, once. To process a large payload without holding it, use
+    /// [`Lease::reader`].
+    ///
+    /// # Errors
+    /// Only on the first call for a payload larger than the claim kept, all not done (the job
+    /// stays leased by this lease): [`ErrorKind::LeaseLost`] when its file is no longer under
+    /// this lease's name (recovered after the lease expired, or settled);
+    /// [`ErrorKind::Io`] for a failed `open(2)` or `pread(2)`, and with `EBADMSG` when the
+    /// file no longer holds the payload the claim verified (changed or damaged since): fail
+    /// the job ([`Reason::CORRUPT`]), or release it and the next claim dead-letters it.
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-payload-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
+    /// q.enqueue(b"resize photo 17")?;
+    /// let lease = q.claim()?.expect("a job is ready");
+    /// assert_eq!(lease.payload()?, b"resize photo 17");
+    /// lease.ack()?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
+    pub fn payload(&self) -> Result<&[u8]> {
+        if let Some(f) = self.file.get() {
+            return Ok(&f[HEADER_LEN..]);
+        }
+        let len = usize::try_from(self.header.payload_len)
+            .ok()
+            .and_then(|n| n.checked_add(HEADER_LEN))
+            .ok_or_else(|| self.read_error(None, StreamFailed::Errno(Errno::FBIG)))?;
+        let mut r = self.reader()?;
+        let mut file = vec![0u8; len];
+        file[..HEADER_LEN].copy_from_slice(&self.raw);
+        let mut at = HEADER_LEN;
+        loop {
+            // The read that fills the buffer checks the digest; one more must return 0.
+            match r.next(&mut file[at..]) {
+                Ok(0) => break,
+                Ok(n) => at += n,
+                Err(e) => return Err(self.read_error(r.path(), e)),
+            }
+        }
+        if at != len {
+            return Err(self.read_error(r.path(), StreamFailed::Changed("short")));
+        }
+        let f = self.file.get_or_init(|| Arc::new(file));
+        Ok(&f[HEADER_LEN..])
+    }
+
+    /// The payload's length, bytes (from the header the claim verified; no I/O).
+    pub fn payload_len(&self) -> u64 {
+        self.header.payload_len
+    }
+
+    /// The payload as a stream: a [`PayloadReader`] ([`std::io::Read`]) that does not borrow
+    /// this lease (it may move to another thread while the lease is renewed).
+    ///
+    /// A payload in memory (a job file of up to 64 KiB, or one [`Lease::payload`] loaded) is
+    /// read from there, with no I/O. A larger one is read from the job file (opened now under
+    /// the lease's current name, `O_NOFOLLOW`) with its SHA-256 computed again as it goes:
+    /// memory stays O(1) beyond the caller's buffer. If the file no longer holds the payload
+    /// the claim verified, the read reaching its end fails with
+    /// [`std::io::ErrorKind::InvalidData`] (and returns none of the last bytes); **read until
+    /// a read returns `Ok(0)` before acting on the payload**, and do not ack a job whose
+    /// stream failed: fail it ([`Reason::CORRUPT`]) or release it (the next claim verifies it
+    /// again and dead-letters it if it is corrupt).
+    ///
+    /// # Errors
+    /// Not done in every case, the job still leased by this lease:
+    /// [`ErrorKind::LeaseLost`] when the job file is no longer under this lease's name;
+    /// [`ErrorKind::Io`] when `open(2)` fails.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::io::Read;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-reader-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
+    /// q.enqueue(&vec![7u8; 1 << 20])?; // 1 MiB: streamed from the file, not kept
+    /// let lease = q.claim()?.expect("a job is ready");
+    /// let mut r = lease.reader()?;
+    /// let (mut buf, mut sum) = ([0u8; 8192], 0u64);
+    /// loop {
+    ///     let n = r.read(&mut buf)?; // InvalidData if the file changed since the claim
+    ///     if n == 0 {
+    ///         break; // the whole payload was read and matched its digest
+    ///     }
+    ///     sum += buf[..n].iter().map(|&b| u64::from(b)).sum::<u64>();
+    /// }
+    /// assert_eq!(sum, 7 << 20);
+    /// lease.ack()?;
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn reader(&self) -> Result<PayloadReader> {
+        if let Some(f) = self.file.get() {
+            return Ok(PayloadReader::memory(f.clone()));
+        }
+        let here = self.here();
+        let name = self.name.format(self.q.ident.id);
+        let path = self.q.path(&format!("{}/{name}", here.rel));
+        match self.q.sys.open_file_ro(here.dir.fd(), &name) {
+            Ok(fd) => Ok(PayloadReader::file(self.q.clone(), fd, &self.header, path)),
+            Err(Errno::NOENT) => Err(Error::not_done(ErrorKind::LeaseLost, Some(path))),
+            Err(e) => Err(Error::io(Call::Open, e, Outcome::NotDone, Some(path))),
+        }
+    }
+
+    /// A failed read of the payload as an error (not done): `EBADMSG` when the file changed.
+    fn read_error(&self, path: Option<&std::path::Path>, e: StreamFailed) -> Error {
+        let errno = match e {
+            StreamFailed::Errno(e) => e,
+            StreamFailed::Changed(why) => {
+                log::warn!(
+                    "job {}: payload changed since its claim ({why})",
+                    self.name.id
+                );
+                Errno::BADMSG
+            }
+        };
+        Error::io(
+            Call::Read,
+            errno,
+            Outcome::NotDone,
+            path.map(|p| p.to_path_buf()),
+        )
     }
 
     /// This claim's attempt number (1 for the first claim).
@@ -805,11 +947,7 @@ impl Lease {
         }
         q.sync_place(&to)?;
         q.sync_place(&self.here())?;
-        q.after_ack(
-            self.shard,
-            &new,
-            &self.data[..HEADER_LEN.min(self.data.len())],
-        );
+        q.after_ack(self.shard, &new, &self.raw);
         Ok(Receipt {
             id: self.name.id,
             name: new.format(self.q.ident.id).to_string(),

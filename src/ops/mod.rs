@@ -8,6 +8,7 @@ pub(crate) mod enqueue;
 pub(crate) mod group;
 pub(crate) mod keys;
 pub(crate) mod lease;
+pub(crate) mod payload;
 pub(crate) mod recover;
 pub(crate) mod shards;
 pub mod state;

@@ -57,7 +57,7 @@ fn contention_child() {
                     .unwrap()
                 {
                     Some(l) => {
-                        let p = String::from_utf8(l.payload().to_vec()).unwrap();
+                        let p = String::from_utf8(l.payload().unwrap().to_vec()).unwrap();
                         l.ack().unwrap();
                         acked.push_str(&p);
                         acked.push('\n');

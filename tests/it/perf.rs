@@ -13,7 +13,7 @@ fn a_lease_moves_to_another_thread_and_outlives_its_handle() {
     let lease = q.claim().unwrap().unwrap();
     drop(q); // the lease holds its own clone of the queue
     let r = std::thread::spawn(move || {
-        assert_eq!(lease.payload(), b"move me");
+        assert_eq!(lease.payload().unwrap(), b"move me");
         lease.ack().unwrap()
     })
     .join()

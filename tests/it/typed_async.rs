@@ -83,7 +83,7 @@ mod asynq {
             .expect("a job");
         let got = Instant::now();
         let sent = producer.join().unwrap();
-        assert_eq!(l.payload(), b"hello");
+        assert_eq!(l.payload().unwrap(), b"hello");
         l.ack().unwrap();
         let lag = got.duration_since(sent);
         summary(&format!(
