@@ -834,7 +834,8 @@ pub(crate) fn publish_identity(
 /// over the old file, fsync of the root.
 ///
 /// # Errors
-/// [`ErrorKind::Io`]: not done before the rename, indeterminate after it.
+/// [`ErrorKind::Io`]: not done before the rename (the temp file is removed); indeterminate
+/// if the rename itself fails with `EIO` (it may have happened) or the root's fsync fails.
 pub(crate) fn publish_identity_replacing(
     sys: &Sys,
     root: BorrowedFd<'_>,
@@ -842,12 +843,16 @@ pub(crate) fn publish_identity_replacing(
     ident: &Identity,
 ) -> Result<()> {
     let tmp = identity_temp_file(sys, root, path, ident)?;
-    let result = sys
-        .rename_replace(root, &tmp, root, IDENTITY_FILE)
-        .map_err(|e| Error::io(Call::Rename, e, Outcome::NotDone, Some(path.join(&tmp))));
-    if let Err(e) = result {
+    if let Err(e) = sys.rename_replace(root, &tmp, root, IDENTITY_FILE) {
+        // Removing the temp name is safe either way: a rename that happened took it away.
         let _ = sys.unlink(root, &tmp);
-        return Err(e);
+        return Err(if e == Errno::IO {
+            // EIO from the rename itself: the new identity may be in place.
+            let at = Some(path.join(IDENTITY_FILE));
+            Error::io(Call::Rename, e, Outcome::Indeterminate, at)
+        } else {
+            Error::io(Call::Rename, e, Outcome::NotDone, Some(path.join(&tmp)))
+        });
     }
     sys.fsync_dir(root).map_err(|e| {
         Error::io(

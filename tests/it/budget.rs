@@ -477,3 +477,48 @@ fn try_ack_keeps_the_lease_when_the_receipts_dir_is_immutable() {
     drop(q);
     drop(m);
 }
+
+/// A settings change whose rename fails: `EIO` from the rename itself may have happened, so
+/// the outcome is indeterminate (the identity file and the limits file alike); any other errno
+/// is not done, and the old settings stay.
+#[test]
+fn a_settings_rename_that_fails_with_eio_is_indeterminate() {
+    let d = TempDir::new("settings-eio");
+    drop(with_policy(&d, ReceiptPolicy::Job));
+    let before = std::fs::read_to_string(d.path().join(IDENTITY_FILE)).unwrap();
+    for (errno, outcome) in [
+        (Errno::IO, Outcome::Indeterminate),
+        (Errno::NOSPC, Outcome::NotDone),
+    ] {
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::Rename,
+            nth: 1,
+            action: FaultAction::Fail(errno),
+        }]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        plan.arm();
+        let e = q
+            .set_receipt_policy(ReceiptPolicy::Header, None)
+            .unwrap_err();
+        assert_eq!((e.outcome(), e.errno()), (outcome, Some(errno.into())));
+        plan.arm();
+        let e = q.set_limits(Limits::default()).unwrap_err();
+        assert_eq!((e.outcome(), e.errno()), (outcome, Some(errno.into())));
+        // The injected failure renamed nothing: the old identity stays, no temp file is left.
+        let now = std::fs::read_to_string(d.path().join(IDENTITY_FILE)).unwrap();
+        assert_eq!(now, before);
+        let root: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(root.is_empty(), "{root:?}");
+    }
+}
