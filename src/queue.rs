@@ -381,6 +381,10 @@ pub struct Shared {
     pub(crate) shards: crate::ops::shards::Shards,
     pub(crate) group: crate::ops::group::Group,
     pub(crate) warned_foreign: std::sync::atomic::AtomicBool,
+    /// Per ready shard: this handle could not read it at its last listing (`chmod 000`).
+    pub(crate) unreadable: Vec<std::sync::atomic::AtomicBool>,
+    /// Per ready shard: its unreadability was logged (once per handle).
+    pub(crate) warned_unreadable: Vec<std::sync::atomic::AtomicBool>,
     /// Capacity tally and reservations (ops/capacity.rs).
     pub(crate) cap: crate::ops::capacity::CapState,
 }
@@ -553,9 +557,22 @@ impl Queue {
                 .map(|s| open(&format!("{parent}/{}", shard_name(s))))
                 .collect()
         };
+        // A ready shard this user cannot read is held by name only (`O_PATH`): claims skip
+        // it and report it (`Queue::list_ready_shard`) instead of refusing the whole queue.
+        let ready = (0..ident.shards)
+            .map(|s| {
+                let rel = format!("ready/{}", shard_name(s));
+                match sys.open_dir_beneath(rootfd.as_fd(), &rel) {
+                    Err(Errno::ACCESS) => sys
+                        .open_dir_path_only(rootfd.as_fd(), &rel)
+                        .or_else(|_| open(&rel)),
+                    _ => open(&rel),
+                }
+            })
+            .collect::<Result<Vec<OwnedFd>>>()?;
         let dirs = Dirs {
             tmp: open("tmp")?,
-            ready: shard_dirs("ready")?,
+            ready,
             receipts: shard_dirs("receipts")?,
             delayed: open("delayed")?,
             dead: open("dead")?,
@@ -575,6 +592,7 @@ impl Queue {
                 .chain(&dirs.receipts)
                 .map(|f| f.as_raw_fd()),
         );
+        let flags = || (0..ident.shards).map(|_| Default::default()).collect();
         Ok(Queue {
             shared: std::sync::Arc::new(Shared {
                 root,
@@ -590,6 +608,8 @@ impl Queue {
                 shards: Default::default(),
                 group,
                 warned_foreign: Default::default(),
+                unreadable: flags(),
+                warned_unreadable: flags(),
                 evidence_lock: Mutex::new(()),
                 cap: Default::default(),
             }),
@@ -693,6 +713,57 @@ impl Queue {
             },
             crate::ops::enqueue::DirRef::Opened(_) => self.sys.fsync_dir(fd),
         }
+    }
+
+    /// Run `list` on the directory of ready shard `s`: `Ok(None)` when this user cannot read
+    /// it (`EACCES`, `EPERM`; a shard made unreadable by `chmod 000`). A shard whose held
+    /// handle cannot list it (`O_PATH`, see `assemble`) is opened again each time, so a
+    /// repaired permission is seen at once. The first unreadable listing of each shard is
+    /// logged as a warning (once per handle); [`Queue::status`] counts the shards that were
+    /// unreadable at their last listing.
+    ///
+    /// # Errors
+    /// Any other errno of the listing or of the second open.
+    pub(crate) fn list_ready_shard<T>(
+        &self,
+        s: u16,
+        mut list: impl FnMut(BorrowedFd<'_>) -> core::result::Result<T, Errno>,
+    ) -> core::result::Result<Option<T>, Errno> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let i = s as usize;
+        match list(self.dirs.ready[i].as_fd()) {
+            Err(Errno::BADF | Errno::ACCESS) => {}
+            r => {
+                self.unreadable[i].store(false, Relaxed);
+                return r.map(Some);
+            }
+        }
+        let rel = format!("ready/{}", shard_name(s));
+        match self.sys.open_dir_beneath(self.dirs.root.as_fd(), &rel) {
+            Ok(fd) => {
+                self.unreadable[i].store(false, Relaxed);
+                list(fd.as_fd()).map(Some)
+            }
+            Err(e @ (Errno::ACCESS | Errno::PERM)) => {
+                self.unreadable[i].store(true, Relaxed);
+                if !self.warned_unreadable[i].swap(true, Relaxed) {
+                    log::warn!(
+                        "{}: cannot read this shard ({e}); its jobs are skipped until it is \
+                         readable again (status counts it)",
+                        self.path(&rel).display()
+                    );
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ready shards that could not be read at their last listing by this handle.
+    pub(crate) fn unreadable_shards(&self) -> u64 {
+        let n = self.unreadable.iter();
+        n.filter(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+            .count() as u64
     }
 
     /// fsync directory `fd` unless the policy is `None`.

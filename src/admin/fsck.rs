@@ -115,8 +115,27 @@ impl Queue {
     /// before it are done).
     pub fn fsck(&self, quarantine: bool) -> Result<FsckReport> {
         let mut rep = FsckReport::default();
-        let mut bad: Vec<(String, String, ProblemKind)> = Vec::new(); // (dir, name, kind)
-                                                                      // Root level: only the known names belong.
+        let mut bad = Bad::new();
+        self.check_root(&mut rep, &mut bad)?;
+        self.check_shard_parents(&mut bad)?;
+        self.check_tmp(&mut rep, &mut bad)?;
+        let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
+        // A ready shard this user cannot read was skipped by the walk: say so.
+        for s in 0..self.ident.shards {
+            if self.unreadable[s as usize].load(std::sync::atomic::Ordering::Relaxed) {
+                rep.problems.push(Problem {
+                    path: format!("ready/{}", crate::disk::name::shard_name(s)),
+                    kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
+                    quarantined: false,
+                });
+            }
+        }
+        self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
+        Ok(rep)
+    }
+
+    /// Root level: only the known names belong.
+    fn check_root(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let known = [
             IDENTITY_FILE,
             "tmp",
@@ -144,7 +163,11 @@ impl Queue {
                     )),
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))
+    }
+
+    /// `ready/` and `receipts/` hold only the shard directories `00`..the shard count.
+    fn check_shard_parents(&self, bad: &mut Bad) -> Result<()> {
         for (parent, fd) in [
             ("ready", self.dirs_parent("ready")?),
             ("receipts", self.dirs_parent("receipts")?),
@@ -167,7 +190,11 @@ impl Queue {
                     Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
         }
-        // Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
+        Ok(())
+    }
+
+    /// Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
+    fn check_tmp(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         self.sys
             .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
                 rep.checked += 1;
@@ -185,8 +212,13 @@ impl Queue {
                     ));
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("tmp"))))?;
-        // One job id in two places (say, a hard link planted in another state's directory).
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("tmp"))))
+    }
+
+    /// Every entry of the job areas: name, place, file type and digests; one job id in two
+    /// places (say, a hard link planted in another state's directory) is a duplicate. Returns
+    /// the entries seen.
+    fn check_jobs(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<u64> {
         let mut seen: std::collections::HashMap<u128, String> = std::collections::HashMap::new();
         let mut dups: Vec<(String, String)> = Vec::new();
         let mut jobs_seen = 0u64;
@@ -202,13 +234,18 @@ impl Queue {
                     }
                 }
             }
+            let at = || (s.dir_rel.to_string(), s.raw.to_string());
             match s.parsed {
-                Err(f) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), ProblemKind::Foreign(f))),
+                Err(f) => bad.push((at().0, at().1, ProblemKind::Foreign(f))),
                 Ok(n) => match self.check_file(s.dir, s.raw, &n) {
                     Ok(true) => rep.verified += 1,
                     Ok(false) => {}
-                    Err(ProblemKind::Corrupt(_)) if matches!(n.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) => rep.dead_corrupt += 1,
-                    Err(k) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), k)),
+                    Err(ProblemKind::Corrupt(_))
+                        if matches!(n.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) =>
+                    {
+                        rep.dead_corrupt += 1
+                    }
+                    Err(k) => bad.push((at().0, at().1, k)),
                 },
             }
         })?;
@@ -227,8 +264,7 @@ impl Queue {
                 quarantined: false,
             });
         }
-        self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
-        Ok(rep)
+        Ok(jobs_seen)
     }
 
     /// Add the bad entries to `rep`, quarantining them if asked; one problem on the identity
@@ -394,6 +430,9 @@ impl Queue {
         Ok(parent)
     }
 }
+
+/// Bad entries found so far: (directory relative to the root, name, what is wrong).
+type Bad = Vec<(String, String, ProblemKind)>;
 
 fn is_tag_mismatch(k: &ProblemKind) -> bool {
     *k == ProblemKind::Foreign(Foreign::Name(NameError::Tag))

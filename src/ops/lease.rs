@@ -65,6 +65,9 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
 /// 32 KiB `getdents64` chunk of ready names): claims are oldest-first within that chunk.
 const CLAIM_CANDIDATES: usize = 256;
 
+/// How long claims skip a ready shard this user cannot read before trying it again.
+const UNREADABLE_RECHECK: Duration = Duration::from_secs(10);
+
 fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
@@ -215,25 +218,32 @@ impl Queue {
         s: u16,
         seen: &mut RecoverReport,
     ) -> Result<(Vec<JobName>, Option<u64>)> {
-        let scan = crate::disk::scan::scan_ready_shard(
-            &self.sys,
-            self.dirs.ready[s as usize].as_fd(),
-            self.ident.id,
-            s,
-            self.ident.shards,
-            self.clock.boot_id(),
-            self.clock.boot_ns(),
-            CLAIM_CANDIDATES,
-            |raw, f| self.warn_foreign(s, raw, f),
-        )
-        .map_err(|e| {
-            Error::io(
-                Call::ReadDir,
-                e,
-                Outcome::NotDone,
-                Some(self.path(&format!("ready/{}", crate::disk::name::shard_name(s)))),
+        let listed = self.list_ready_shard(s, |dir| {
+            crate::disk::scan::scan_ready_shard(
+                &self.sys,
+                dir,
+                self.ident.id,
+                s,
+                self.ident.shards,
+                self.clock.boot_id(),
+                self.clock.boot_ns(),
+                CLAIM_CANDIDATES,
+                |raw, f| self.warn_foreign(s, raw, f),
             )
-        })?;
+        });
+        let scan = match listed {
+            Ok(Some(scan)) => scan,
+            Ok(None) => return Ok(self.unreadable_shard(seen)),
+            Err(e) => {
+                let rel = format!("ready/{}", crate::disk::name::shard_name(s));
+                return Err(Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&rel)),
+                ));
+            }
+        };
         seen.live_leases += scan.live;
         seen.foreign += scan.foreign;
         if let Some(x) = scan.next_expiry_boot_ns {
@@ -258,6 +268,15 @@ impl Queue {
             scan.next_expiry_boot_ns
         };
         Ok((ready, expiry))
+    }
+
+    /// A shard this user cannot read (logged by `list_ready_shard`): no candidates, and
+    /// known empty until a recheck [`UNREADABLE_RECHECK`] from now, when a waiting claim
+    /// wakes to try it again.
+    fn unreadable_shard(&self, seen: &mut RecoverReport) -> (Vec<JobName>, Option<u64>) {
+        let at = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
+        seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(at, |y| y.min(at)));
+        (Vec::new(), Some(at))
     }
 
     /// Move expired lease `n` of shard `s` back to ready (`Some(new name)`) or, with no
