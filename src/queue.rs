@@ -381,6 +381,8 @@ pub struct Shared {
     pub(crate) shards: crate::ops::shards::Shards,
     pub(crate) group: crate::ops::group::Group,
     pub(crate) warned_foreign: std::sync::atomic::AtomicBool,
+    /// Jobs this handle's claims moved to dead (corrupt, too large, out of attempts).
+    pub(crate) claim_dead: std::sync::atomic::AtomicU64,
     /// Per ready shard: this handle could not read it at its last listing (`chmod 000`).
     pub(crate) unreadable: Vec<std::sync::atomic::AtomicBool>,
     /// Per ready shard: its unreadability was logged (once per handle).
@@ -608,6 +610,7 @@ impl Queue {
                 shards: Default::default(),
                 group,
                 warned_foreign: Default::default(),
+                claim_dead: Default::default(),
                 unreadable: flags(),
                 warned_unreadable: flags(),
                 evidence_lock: Mutex::new(()),
@@ -671,6 +674,14 @@ impl Queue {
     /// The queue id (128 bits).
     pub fn id(&self) -> u128 {
         self.ident.id
+    }
+
+    /// Jobs the claims of this handle (and its clones) moved to dead since it was opened,
+    /// instead of handing them out: corrupt, larger than [`Options::max_payload`] (reason
+    /// `toolarge`) or out of attempts. A claim that returns `Ok(None)` after such a move did
+    /// handle a job: `steadq work --once` exits 0 then, not 3.
+    pub fn claims_dead_lettered(&self) -> u64 {
+        self.claim_dead.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The options this handle was opened with.

@@ -348,7 +348,11 @@ impl Queue {
                 false,
             );
             return match self.move_job(&here, &name, &dead, &to, Op::ClaimExhausted) {
-                Ok(()) => Ok(None),
+                Ok(()) => {
+                    self.claim_dead
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(None)
+                }
                 Err(e) if e.is_lease_lost() => Ok(None),
                 Err(e) => Err(e.into()),
             };
@@ -481,13 +485,16 @@ impl Queue {
     fn dead_letter(&self, shard: u16, name: JobName, reason: Reason, op: Op) -> Result<()> {
         let from = self.place_ready(shard, State::Leased);
         let dead = self.place_dead()?;
-        Ok(self.move_job(
+        self.move_job(
             &from,
             &name,
             &dead,
             &name.next(Kind::Dead { reason }, false),
             op,
-        )?)
+        )?;
+        self.claim_dead
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Take over a lease by its handle (the leased file name, as [`Lease::handle`] gives),
