@@ -541,45 +541,7 @@ impl Queue {
         ident: Identity,
         opts: Options,
     ) -> Result<Queue> {
-        let open = |rel: &str| {
-            sys.open_dir_beneath(rootfd.as_fd(), rel).map_err(|e| {
-                let kind = if e == Errno::NOENT {
-                    ErrorKind::Incomplete
-                } else {
-                    ErrorKind::Io {
-                        call: Call::Open,
-                        errno: e.into(),
-                    }
-                };
-                Error::not_done(kind, Some(root.join(rel)))
-            })
-        };
-        let shard_dirs = |parent: &str| -> Result<Vec<OwnedFd>> {
-            (0..ident.shards)
-                .map(|s| open(&format!("{parent}/{}", shard_name(s))))
-                .collect()
-        };
-        // A ready shard this user cannot read is held by name only (`O_PATH`): claims skip
-        // it and report it (`Queue::list_ready_shard`) instead of refusing the whole queue.
-        let ready = (0..ident.shards)
-            .map(|s| {
-                let rel = format!("ready/{}", shard_name(s));
-                match sys.open_dir_beneath(rootfd.as_fd(), &rel) {
-                    Err(Errno::ACCESS) => sys
-                        .open_dir_path_only(rootfd.as_fd(), &rel)
-                        .or_else(|_| open(&rel)),
-                    _ => open(&rel),
-                }
-            })
-            .collect::<Result<Vec<OwnedFd>>>()?;
-        let dirs = Dirs {
-            tmp: open("tmp")?,
-            ready,
-            receipts: shard_dirs("receipts")?,
-            delayed: open("delayed")?,
-            dead: open("dead")?,
-            root: rootfd,
-        };
+        let dirs = open_dirs(&sys, rootfd, &root, ident.shards)?;
         let clock = Clock::new(&sys);
         probe_rename(&sys, dirs.tmp.as_fd(), &root, clock.boot_id())?;
         #[cfg(feature = "faults")]
@@ -816,6 +778,54 @@ impl Queue {
             .open_dir_beneath(parent.as_fd(), name)
             .map_err(|e| (Call::Open, e))
     }
+}
+
+/// Open every directory of the layout beneath `rootfd` (which the result holds as `root`).
+///
+/// # Errors
+/// Not done: [`ErrorKind::Incomplete`] for a missing directory (an interrupted create), or
+/// [`ErrorKind::Io`] naming it.
+fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, shards: u16) -> Result<Dirs> {
+    let open = |rel: &str| {
+        sys.open_dir_beneath(rootfd.as_fd(), rel).map_err(|e| {
+            let kind = if e == Errno::NOENT {
+                ErrorKind::Incomplete
+            } else {
+                ErrorKind::Io {
+                    call: Call::Open,
+                    errno: e.into(),
+                }
+            };
+            Error::not_done(kind, Some(root.join(rel)))
+        })
+    };
+    let shard_dirs = |parent: &str| -> Result<Vec<OwnedFd>> {
+        (0..shards)
+            .map(|s| open(&format!("{parent}/{}", shard_name(s))))
+            .collect()
+    };
+    // A ready shard this user cannot read is held by name only (`O_PATH`): claims skip
+    // it and report it (`Queue::list_ready_shard`) instead of refusing the whole queue.
+    let ready = (0..shards)
+        .map(|s| {
+            let rel = format!("ready/{}", shard_name(s));
+            match sys.open_dir_beneath(rootfd.as_fd(), &rel) {
+                Err(Errno::ACCESS) => sys
+                    .open_dir_path_only(rootfd.as_fd(), &rel)
+                    .or_else(|_| open(&rel)),
+                _ => open(&rel),
+            }
+        })
+        .collect::<Result<Vec<OwnedFd>>>()?;
+    let dirs = Dirs {
+        tmp: open("tmp")?,
+        ready,
+        receipts: shard_dirs("receipts")?,
+        delayed: open("delayed")?,
+        dead: open("dead")?,
+        root: rootfd,
+    };
+    Ok(dirs)
 }
 
 #[cfg(feature = "faults")]
