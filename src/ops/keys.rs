@@ -36,7 +36,8 @@ use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::EnqueueOptions;
 use crate::ops::state::State;
 use crate::queue::{random, Queue};
-use std::os::fd::{AsFd, OwnedFd};
+use std::collections::HashSet;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 /// The directory of key entries in the queue root.
@@ -588,29 +589,8 @@ impl Queue {
         let Ok(keys) = self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) else {
             return Ok(0);
         };
-        let mut live = std::collections::HashSet::new();
-        let mut all = std::collections::HashSet::new();
-        for l in self.list(None)? {
-            all.insert(l.name.id);
-            if matches!(l.state, State::Ready | State::Leased | State::Delayed) {
-                live.insert(l.name.id);
-            }
-        }
-        let mut names = Vec::new();
-        self.sys
-            .read_dir(keys.as_fd(), |n, _, _| {
-                if let Some(n) = n {
-                    names.push(n.to_string());
-                }
-            })
-            .map_err(|e| {
-                Error::io(
-                    Call::ReadDir,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(KEYS_DIR)),
-                )
-            })?;
+        let (live, all) = self.job_ids()?;
+        let names = self.key_names(keys.as_fd())?;
         let now = self.clock.wall_ns();
         let mut retired = 0u32;
         let mut removed_any = false;
@@ -620,15 +600,7 @@ impl Queue {
             };
             let age = now.saturating_sub(meta.ctime_ns);
             if is_entry_name(&n) {
-                let mut buf = Vec::new();
-                let Some(e) = self
-                    .sys
-                    .open_file_ro(keys.as_fd(), &n)
-                    .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf))
-                    .ok()
-                    .and_then(|()| std::str::from_utf8(&buf).ok())
-                    .and_then(|t| Entry::decode(t, meta.ctime_ns))
-                else {
+                let Some(e) = self.read_key_entry(keys.as_fd(), &n, meta.ctime_ns) else {
                     continue;
                 };
                 let expired = age >= retention.as_nanos() as u64 && !live.contains(&e.id);
@@ -670,6 +642,43 @@ impl Queue {
                 .map_err(|e| ind(Call::FsyncDir, e, self.path(KEYS_DIR)))?;
         }
         Ok(retired)
+    }
+
+    /// The ids of every job (`all`), and of those that are ready, leased or delayed
+    /// (`live`): (live, all).
+    fn job_ids(&self) -> Result<(HashSet<JobId>, HashSet<JobId>)> {
+        let (mut live, mut all) = (HashSet::new(), HashSet::new());
+        for l in self.list(None)? {
+            all.insert(l.name.id);
+            if matches!(l.state, State::Ready | State::Leased | State::Delayed) {
+                live.insert(l.name.id);
+            }
+        }
+        Ok((live, all))
+    }
+
+    /// The names in `keys/` (UTF-8 ones; SteadQ writes no other).
+    fn key_names(&self, keys: BorrowedFd<'_>) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        self.sys
+            .read_dir(keys, |n, _, _| names.extend(n.map(str::to_string)))
+            .map_err(|e| {
+                let at = Some(self.path(KEYS_DIR));
+                Error::io(Call::ReadDir, e, Outcome::NotDone, at)
+            })?;
+        Ok(names)
+    }
+
+    /// Key entry `name` of `keys/` (changed at `ctime_ns`), or `None` when it cannot be read
+    /// or decoded (compaction then leaves it alone).
+    fn read_key_entry(&self, keys: BorrowedFd<'_>, name: &str, ctime_ns: u64) -> Option<Entry> {
+        let mut buf = Vec::new();
+        self.sys
+            .open_file_ro(keys, name)
+            .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf))
+            .ok()
+            .and_then(|()| std::str::from_utf8(&buf).ok())
+            .and_then(|t| Entry::decode(t, ctime_ns))
     }
 }
 
