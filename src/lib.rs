@@ -65,7 +65,7 @@ mod queue;
 #[cfg(feature = "serde")]
 mod typed;
 
-pub use disk::{format, name};
+pub use disk::{format, layout, name};
 #[cfg(feature = "faults")]
 pub use disk::{scan, sys};
 pub use ops::state;

@@ -15,6 +15,10 @@
 use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
 use crate::disk::clock::Clock;
 pub use crate::disk::identity::Identity;
+use crate::disk::layout::{
+    ready_shard, receipts_shard, CREATED_DIRS, DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR,
+    TMP_DIR,
+};
 use crate::disk::name::{shard_name, JobName};
 use crate::disk::name::{TempKind, TempName};
 #[cfg(feature = "faults")]
@@ -32,10 +36,7 @@ use std::time::Duration;
 /// receipt policy and evidence limits to the identity file, the ack time to receipt names and
 /// the boot clock to delayed names; version-1 queues open and keep their format.
 pub const QUEUE_VERSION: u32 = 2;
-/// The identity file's name in the queue root.
-pub const IDENTITY_FILE: &str = "steadq.queue";
-/// Width of a dead-letter bucket: one day, in ns.
-pub const DEAD_BUCKET_NS: u64 = 86_400 * 1_000_000_000;
+pub use crate::disk::layout::IDENTITY_FILE;
 
 /// Which durability barriers a queue issues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -353,12 +354,10 @@ impl Queue {
             Err(e) => return Err(e),
         };
         // Make every directory (idempotent), each made durable in its parent.
-        let mut top = vec!["tmp", "ready", "delayed", "dead", "receipts"];
-        top.sort_unstable();
-        for d in top {
+        for d in CREATED_DIRS {
             ensure_dir(&sys, rootfd.as_fd(), d, &root)?;
         }
-        for parent in ["ready", "receipts"] {
+        for parent in [READY_DIR, RECEIPTS_DIR] {
             let pfd = sys
                 .open_dir_beneath(rootfd.as_fd(), parent)
                 .map_err(|e| ind(Call::Open, e, &root.join(parent)))?;
@@ -451,14 +450,13 @@ impl Queue {
         let d = &self.dirs;
         let mut held: Vec<(&OwnedFd, String)> = vec![
             (&d.root, ".".into()),
-            (&d.tmp, "tmp".into()),
-            (&d.delayed, "delayed".into()),
-            (&d.dead, "dead".into()),
+            (&d.tmp, TMP_DIR.into()),
+            (&d.delayed, DELAYED_DIR.into()),
+            (&d.dead, DEAD_DIR.into()),
         ];
         for s in 0..self.ident.shards {
-            let name = shard_name(s);
-            held.push((&d.ready[s as usize], format!("ready/{name}")));
-            held.push((&d.receipts[s as usize], format!("receipts/{name}")));
+            held.push((&d.ready[s as usize], ready_shard(s)));
+            held.push((&d.receipts[s as usize], receipts_shard(s)));
         }
         held.into_iter()
             .find(|(fd, rel)| !same(fd, rel))
@@ -553,7 +551,7 @@ impl Queue {
                 return r.map(Some);
             }
         }
-        let rel = format!("ready/{}", shard_name(s));
+        let rel = ready_shard(s);
         match self.sys.open_dir_beneath(self.dirs.root.as_fd(), &rel) {
             Ok(fd) => {
                 self.unreadable[i].store(false, Relaxed);
@@ -641,16 +639,11 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, shards: u16) -> Result<Dir
             Error::not_done(kind, Some(root.join(rel)))
         })
     };
-    let shard_dirs = |parent: &str| -> Result<Vec<OwnedFd>> {
-        (0..shards)
-            .map(|s| open(&format!("{parent}/{}", shard_name(s))))
-            .collect()
-    };
     // A ready shard this user cannot read is held by name only (`O_PATH`): claims skip
     // it and report it (`Queue::list_ready_shard`) instead of refusing the whole queue.
     let ready = (0..shards)
         .map(|s| {
-            let rel = format!("ready/{}", shard_name(s));
+            let rel = ready_shard(s);
             match sys.open_dir_beneath(rootfd.as_fd(), &rel) {
                 Err(Errno::ACCESS) => sys
                     .open_dir_path_only(rootfd.as_fd(), &rel)
@@ -660,11 +653,13 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, shards: u16) -> Result<Dir
         })
         .collect::<Result<Vec<OwnedFd>>>()?;
     let dirs = Dirs {
-        tmp: open("tmp")?,
+        tmp: open(TMP_DIR)?,
         ready,
-        receipts: shard_dirs("receipts")?,
-        delayed: open("delayed")?,
-        dead: open("dead")?,
+        receipts: (0..shards)
+            .map(|s| open(&receipts_shard(s)))
+            .collect::<Result<_>>()?,
+        delayed: open(DELAYED_DIR)?,
+        dead: open(DEAD_DIR)?,
         root: rootfd,
     };
     Ok(dirs)
@@ -856,7 +851,7 @@ fn list_names(sys: &Sys, dir: BorrowedFd<'_>, keep: impl Fn(&str) -> bool) -> Ve
 fn survey_jobs(sys: &Sys, root: BorrowedFd<'_>) -> Survey {
     let mut jobs = 0u32;
     let mut ids: std::collections::BTreeMap<u128, u32> = Default::default();
-    for parent in ["ready", "receipts", "delayed", "dead"] {
+    for parent in [READY_DIR, RECEIPTS_DIR, DELAYED_DIR, DEAD_DIR] {
         let Ok(pfd) = sys.open_dir_beneath(root, parent) else {
             continue;
         };
@@ -888,7 +883,7 @@ fn survey_jobs(sys: &Sys, root: BorrowedFd<'_>) -> Survey {
 
 /// The shard count of an existing layout: the `ready/<ss>` directories (2 hex digits).
 fn layout_shards(sys: &Sys, root: BorrowedFd<'_>) -> Option<u16> {
-    let pfd = sys.open_dir_beneath(root, "ready").ok()?;
+    let pfd = sys.open_dir_beneath(root, READY_DIR).ok()?;
     let n = list_names(sys, pfd.as_fd(), |n| {
         n.len() == 2 && crate::disk::name::parse_hex(n.as_bytes(), 2).is_some()
     })
@@ -1054,7 +1049,7 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
             call,
             e,
             Outcome::NotDone,
-            Some(root.join("tmp").join(a.as_str())),
+            Some(root.join(TMP_DIR).join(a.as_str())),
         )
     };
     match sys.create_file(tmp, &a) {
@@ -1065,7 +1060,10 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
         // repair (status, list, fsck, recover, dead purge, compact); a writer on a full disk
         // fails at its own write, with "disk full".
         Err(e @ (Errno::ACCESS | Errno::PERM | Errno::ROFS | Errno::NOSPC | Errno::DQUOT)) => {
-            log::debug!("{}: rename probe skipped ({e})", root.join("tmp").display());
+            log::debug!(
+                "{}: rename probe skipped ({e})",
+                root.join(TMP_DIR).display()
+            );
             return Ok(());
         }
         Err(e) => return Err(nd(Call::Open, e)),

@@ -8,9 +8,12 @@
 //! Dead jobs with reason `corrupt` are where corrupt jobs belong: they are counted, not
 //! reported.
 
-use crate::admin::receipts::{is_rotated_evidence, EVIDENCE_FILE};
+use crate::admin::receipts::is_rotated_evidence;
 use crate::admin::view::Load;
 use crate::disk::format::Corruption;
+use crate::disk::layout::{
+    ready_shard, QUARANTINE_DIR, READY_DIR, RECEIPTS_DIR, ROOT_ENTRIES, TMP_DIR,
+};
 use crate::disk::name::NameError;
 use crate::disk::name::{JobName, Kind, Reason};
 use crate::disk::scan::Foreign;
@@ -124,7 +127,7 @@ impl Queue {
         for s in 0..self.ident.shards {
             if self.unreadable[s as usize].load(std::sync::atomic::Ordering::Relaxed) {
                 rep.problems.push(Problem {
-                    path: format!("ready/{}", crate::disk::name::shard_name(s)),
+                    path: ready_shard(s),
                     kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
                     quarantined: false,
                 });
@@ -136,18 +139,7 @@ impl Queue {
 
     /// Root level: only the known names belong.
     fn check_root(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
-        let known = [
-            IDENTITY_FILE,
-            "tmp",
-            "ready",
-            "delayed",
-            "dead",
-            "receipts",
-            "quarantine",
-            EVIDENCE_FILE,
-            crate::ops::keys::KEYS_DIR,        // hook: idempotency keys
-            crate::ops::capacity::LIMITS_FILE, // hook: capacity limits
-        ];
+        let known = ROOT_ENTRIES;
         self.sys
             .read_dir(self.dirs.root.as_fd(), |name, _, _| {
                 rep.checked += 1;
@@ -169,8 +161,8 @@ impl Queue {
     /// `ready/` and `receipts/` hold only the shard directories `00`..the shard count.
     fn check_shard_parents(&self, bad: &mut Bad) -> Result<()> {
         for (parent, fd) in [
-            ("ready", self.dirs_parent("ready")?),
-            ("receipts", self.dirs_parent("receipts")?),
+            (READY_DIR, self.dirs_parent(READY_DIR)?),
+            (RECEIPTS_DIR, self.dirs_parent(RECEIPTS_DIR)?),
         ] {
             let shards = self.ident.shards;
             self.sys
@@ -206,13 +198,13 @@ impl Queue {
                     )
                 {
                     bad.push((
-                        "tmp".into(),
+                        TMP_DIR.into(),
                         name.unwrap_or("?").to_string(),
                         ProblemKind::Foreign(Foreign::WrongPlace),
                     ));
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("tmp"))))
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))
     }
 
     /// Every entry of the job areas: name, place, file type and digests; one job id in two
@@ -369,7 +361,7 @@ impl Queue {
         let root = self.dirs.root.as_fd();
         let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
         let to = self.quarantine_dir(dir)?;
-        let qdir = format!("quarantine/{dir}");
+        let qdir = format!("{QUARANTINE_DIR}/{dir}");
         let from = self
             .sys
             .open_dir_beneath(root, dir)
@@ -404,7 +396,8 @@ impl Queue {
             .sys
             .open_dir_beneath(self.dirs.root.as_fd(), ".")
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path("."))))?;
-        for part in std::iter::once("quarantine").chain(dir.split('/').filter(|p| !p.is_empty())) {
+        for part in std::iter::once(QUARANTINE_DIR).chain(dir.split('/').filter(|p| !p.is_empty()))
+        {
             if !rel.is_empty() {
                 rel.push('/');
             }

@@ -14,7 +14,8 @@
 //! files are kept.
 
 use crate::disk::format::{hex32, verify_receipt, Header, HEADER_LEN};
-use crate::disk::name::{parse_hex, shard_name, JobName, Kind};
+use crate::disk::layout::receipts_shard;
+use crate::disk::name::{parse_hex, JobName, Kind};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::state::State;
@@ -23,7 +24,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 /// The evidence file compaction appends to, in the queue root.
-pub const EVIDENCE_FILE: &str = "evidence.log";
+pub use crate::disk::layout::EVIDENCE_FILE;
 
 /// What an ack keeps (queue version 2; a version-1 queue always keeps the job).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -168,7 +169,7 @@ impl Queue {
     pub(crate) fn after_ack(&self, shard: u16, receipt: &JobName, header: &[u8]) {
         let dir = self.dirs.receipts[shard as usize].as_fd();
         let raw = receipt.format(self.ident.id);
-        let rel = format!("receipts/{}/{raw}", shard_name(shard));
+        let rel = format!("{}/{raw}", receipts_shard(shard));
         match self.ident.receipts {
             ReceiptPolicy::Job => {}
             ReceiptPolicy::Header => {
@@ -417,7 +418,7 @@ impl Queue {
                     }
                     Err((_, Errno::NOENT)) => {}
                     Err((c, e)) => {
-                        let rel = format!("receipts/{}/{raw}", shard_name(*s));
+                        let rel = format!("{}/{raw}", receipts_shard(*s));
                         return Err(Error::io(c, e, Outcome::NotDone, Some(q.path(&rel))));
                     }
                 }
@@ -442,7 +443,7 @@ impl Queue {
                 Ok(()) => report.removed += 1,
                 Err(Errno::NOENT) => {} // another compactor removed it
                 Err(e) => {
-                    let rel = format!("receipts/{}/{raw}", shard_name(*s));
+                    let rel = format!("{}/{raw}", receipts_shard(*s));
                     return Err(Error::io(
                         Call::Unlink,
                         e,
@@ -462,7 +463,7 @@ impl Queue {
                         Call::FsyncDir,
                         e,
                         Outcome::Indeterminate,
-                        Some(self.path(&format!("receipts/{}", shard_name(s)))),
+                        Some(self.path(&receipts_shard(s))),
                     )
                 })?;
         }

@@ -30,6 +30,7 @@
 //! an hour. So a key deduplicates from its enqueue until its job is settled *and* the
 //! retention window has passed.
 
+use crate::disk::layout::{ready_shard, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
@@ -41,7 +42,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 /// The directory of key entries in the queue root.
-pub const KEYS_DIR: &str = "keys";
+pub use crate::disk::layout::KEYS_DIR;
 /// A key whose job never appeared is an orphan after this long even if its creator seems
 /// alive (a reused pid): 10 minutes.
 pub const KEY_ORPHAN_AFTER: Duration = Duration::from_secs(600);
@@ -276,8 +277,8 @@ impl Queue {
             let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
             let first = match o.delay.filter(|d| !d.is_zero()) {
                 None => format!(
-                    "ready/{}/{}",
-                    crate::disk::name::shard_name(id.shard(self.ident.shards)),
+                    "{}/{}",
+                    ready_shard(id.shard(self.ident.shards)),
                     JobName::new_ready(id, max).format(self.ident.id)
                 ),
                 Some(_) => "-".to_string(),
@@ -390,7 +391,7 @@ impl Queue {
         text: &[u8],
     ) -> Result<bool> {
         let tmp = self.durable_temp_file(text)?;
-        let rel = format!("tmp/{tmp}");
+        let rel = format!("{TMP_DIR}/{tmp}");
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         let t = self.dirs.tmp.as_fd();
         let r = match self.sys.rename(t, &tmp, keys, entry) {
@@ -500,7 +501,7 @@ impl Queue {
         } else if let Some(fd) = &ino {
             let _ = inotify::add_watch(
                 fd,
-                self.root.join("delayed"),
+                self.root.join(DELAYED_DIR),
                 WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR,
             );
         }

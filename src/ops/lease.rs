@@ -7,6 +7,7 @@
 //! recovered, renewed elsewhere or settled gets [`ErrorKind::LeaseLost`] and changes nothing.
 
 use crate::disk::format::{verify, Corruption, HEADER_LEN};
+use crate::disk::layout::ready_shard;
 use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, Reason};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
@@ -235,7 +236,7 @@ impl Queue {
             Ok(Some(scan)) => scan,
             Ok(None) => return Ok(self.unreadable_shard(seen)),
             Err(e) => {
-                let rel = format!("ready/{}", crate::disk::name::shard_name(s));
+                let rel = ready_shard(s);
                 return Err(Error::io(
                     Call::ReadDir,
                     e,
@@ -316,7 +317,7 @@ impl Queue {
     /// Warn about a foreign entry in `ready/<s>/` once per handle, then at debug level
     /// (`status` counts them and `fsck` lists them).
     fn warn_foreign(&self, s: u16, raw: &str, f: crate::disk::scan::Foreign) {
-        let p = self.path(&format!("ready/{}/{raw}", crate::disk::name::shard_name(s)));
+        let p = self.path(&format!("{}/{raw}", ready_shard(s)));
         if !self
             .warned_foreign
             .swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -516,7 +517,7 @@ impl Queue {
             })?;
         let shard = name.id.shard(self.ident.shards);
         let dir = self.dirs.ready[shard as usize].as_fd();
-        let rel = format!("ready/{}/{handle}", crate::disk::name::shard_name(shard));
+        let rel = format!("{}/{handle}", ready_shard(shard));
         let file = match self.sys.open_file_ro(dir, handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {
