@@ -11,7 +11,6 @@
 //! On a slow medium, call from `tokio::task::spawn_blocking` or `block_in_place` instead.
 
 use crate::disk::layout::{bucket_dir, ready_shard, DELAYED_DIR};
-use crate::disk::name::shard_name;
 use crate::ops::capacity::drain;
 use crate::ops::recover::RecoverReport;
 use crate::{EnqueueOptions, Enqueued, ErrorKind, Lease, Queue, Result};

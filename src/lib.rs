@@ -71,7 +71,9 @@ pub use disk::{scan, sys};
 pub use ops::state;
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
-pub use admin::receipts::{CompactReport, EvidenceLimits, ReceiptPolicy, EVIDENCE_FILE};
+pub use admin::receipts::{
+    CompactReport, EvidenceLimits, EvidenceLine, ReceiptPolicy, EVIDENCE_FILE,
+};
 pub use admin::view::{Listed, StateBytes, Status};
 #[cfg(feature = "tokio")]
 pub use asyncq::AsyncQueue;

@@ -37,6 +37,10 @@ fn evidence(root: &Path) -> Vec<String> {
     for n in names {
         let text = std::fs::read_to_string(root.join(&n)).unwrap();
         assert!(text.is_empty() || text.ends_with('\n'), "{n}: a torn line");
+        for l in text.lines() {
+            let e = EvidenceLine::parse(l).unwrap_or_else(|| panic!("{n}: not a v1 line: {l}"));
+            assert_eq!(e.encode(), format!("{l}\n"), "{n}: round trip");
+        }
         out.extend(text.lines().map(str::to_string));
     }
     out

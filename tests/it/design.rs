@@ -276,8 +276,7 @@ fn the_layout_constants_are_the_layout_block() {
         let rest = path.strip_prefix("<root>/").expect("a <root>/ line");
         rest.split(['/', '<']).next().unwrap_or("").to_string()
     };
-    let documented: std::collections::BTreeSet<String> =
-        lines.iter().map(|l| entry(l)).collect();
+    let documented: std::collections::BTreeSet<String> = lines.iter().map(|l| entry(l)).collect();
     // `evidence.<hex16>.log` is rotated evidence, the one root name that is a pattern.
     let mut named: std::collections::BTreeSet<String> =
         layout::ROOT_ENTRIES.iter().map(|n| n.to_string()).collect();
