@@ -28,7 +28,9 @@
 //! ```text
 //! src/lib.rs            the crate: layers, public re-exports
 //! src/error.rs          errors and the three outcomes (done, not done, indeterminate)
-//! src/queue.rs          the queue handle, identity file, layout, create/open
+//! src/queue.rs          the queue handle: create/open, reading and publishing the identity
+//! src/disk/layout.rs    the root layout: every root name once; shard and bucket names
+//! src/disk/identity.rs  the identity file's text (steadq.queue), encoded and decoded
 //! src/disk/format.rs    the job envelope (128-byte header, SHA-256 digests, verify)
 //! src/disk/name.rs      job names, parsed once into JobName; the delay due rule (delay_due)
 //! src/disk/scan.rs      directory listings turned into typed entries; the lease expiry rule
