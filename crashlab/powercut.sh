@@ -80,16 +80,10 @@ mkdir -p "$CACHE"
 # apt and the kernel cache are shared by runs started side by side (CI runs ext4 and f2fs at once)
 exec 9>"$CACHE/.lock"
 flock 9
-missing=
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  [ -z "${CRASHLAB_SKIP_APT:-}" ] || die "missing packages:$missing"
-  log "installing$missing"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+# shellcheck source=guest/packages.sh
+. "$HERE/guest/packages.sh"
+# shellcheck disable=SC2086
+crashlab_packages $PKGS
 
 # ---- static agent and steadq for the guest, controller for the host ---------------------------
 rustup target list --installed 2>/dev/null | grep -qx $MUSL || rustup target add $MUSL

@@ -93,16 +93,10 @@ trap 'exit 143' TERM
 # ---- 1. host packages --------------------------------------------------------------------------
 PKGS="qemu-system-x86 busybox-static xfsprogs btrfs-progs cpio kmod e2fsprogs"
 t=$(now)
-missing=
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  [ -z "${CRASHLAB_SKIP_APT:-}" ] || die "missing packages:$missing"
-  log "installing$missing"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+# shellcheck source=guest/packages.sh
+. "$HERE/guest/packages.sh"
+# shellcheck disable=SC2086
+crashlab_packages $PKGS
 T_APT=$(secs "$t" "$(now)")
 
 # ---- 2. build the workload, verifier and replay (static, so the guest can run them) -----------

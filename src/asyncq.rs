@@ -10,7 +10,7 @@
 //! `std::fs` call would; this keeps [`crate::Lease`] borrowing the queue as in the sync API.
 //! On a slow medium, call from `tokio::task::spawn_blocking` or `block_in_place` instead.
 
-use crate::disk::name::shard_name;
+use crate::disk::layout::{bucket_dir, ready_shard, DELAYED_DIR};
 use crate::ops::capacity::drain;
 use crate::ops::recover::RecoverReport;
 use crate::{EnqueueError, EnqueueOptions, Enqueued, ErrorKind, Failure, Lease, Queue, Result};
@@ -160,10 +160,10 @@ impl AsyncQueue {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         let flags = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR;
         for s in 0..self.q.ident.shards {
-            let p = self.q.root.join(format!("ready/{}", shard_name(s)));
+            let p = self.q.root.join(ready_shard(s));
             inotify::add_watch(&fd, p, flags).ok()?;
         }
-        inotify::add_watch(&fd, self.q.root.join("delayed"), flags).ok()?;
+        inotify::add_watch(&fd, self.q.root.join(DELAYED_DIR), flags).ok()?;
         Some(fd)
     }
 
@@ -173,7 +173,11 @@ impl AsyncQueue {
         let current = self.q.clock().wall_ns() / width;
         let flags = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR;
         for b in current.saturating_sub(1)..=current.saturating_add(1) {
-            let _ = inotify::add_watch(fd, self.q.root.join(format!("delayed/{b:016x}")), flags);
+            let _ = inotify::add_watch(
+                fd,
+                self.q.root.join(format!("{DELAYED_DIR}/{}", bucket_dir(b))),
+                flags,
+            );
         }
     }
 }

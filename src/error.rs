@@ -248,64 +248,8 @@ impl core::fmt::Display for Error {
             write!(f, "{}: ", p.display())?;
         }
         match &self.0.kind {
-            ErrorKind::Io { call, errno } if errno.is_disk_full() => {
-                let what = if *errno == Errno::NOSPC.into() {
-                    "no space or no free inodes"
-                } else {
-                    "quota exceeded"
-                };
-                write!(f, "{} failed: disk full ({what}); ", call.name())?;
-                f.write_str(match self.0.outcome {
-                    Outcome::NotDone => "not done, nothing changed",
-                    Outcome::Indeterminate => "it may have happened",
-                })?;
-            }
-            ErrorKind::Io { call, errno } => write!(f, "{} failed: {errno}", call.name())?,
-            ErrorKind::IdentityLost { jobs, ids } => {
-                write!(
-                    f,
-                    "the identity file steadq.queue is missing or damaged and the {jobs} job files "
-                )?;
-                match ids {
-                    0 => f.write_str("have no readable header")?,
-                    n => write!(f, "name {n} different queue ids")?,
-                }
-                f.write_str(
-                    "; init will not re-identify a queue that holds jobs (restore steadq.queue \
-                     from a backup, or move the foreign jobs out)",
-                )?;
-            }
-            ErrorKind::UnsupportedVersion { found, supported } => write!(
-                f,
-                "queue format version {found} is newer than this steadq supports \
-                 ({supported}); upgrade steadq"
-            )?,
-            ErrorKind::UnsupportedFilesystem { fs_type } => write!(
-                f,
-                "filesystem {fs_type} does not support renameat2(RENAME_NOREPLACE); SteadQ \
-                 needs a local filesystem such as ext4, xfs, btrfs or tmpfs"
-            )?,
-            ErrorKind::RenameRefused { errno } => write!(
-                f,
-                "renameat2(RENAME_NOREPLACE) was refused by the system ({errno}): the call is \
-                 blocked (a seccomp profile or sandbox?), not unsupported by the filesystem; \
-                 allow renameat2"
-            )?,
-            ErrorKind::NamesTooLong { allowed, needed } => write!(
-                f,
-                "filesystem allows names of {allowed} bytes; SteadQ needs {needed}"
-            )?,
-            ErrorKind::PayloadTooLarge { len, limit } => write!(
-                f,
-                "payload of {len} bytes exceeds the limit of {limit} bytes"
-            )?,
-            ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c}); moved to dead/")?,
-            ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}")?,
-            ErrorKind::LeaseLost => f.write_str(LEASE_LOST)?,
-            ErrorKind::NotAQueue => f.write_str(NOT_A_QUEUE)?,
-            ErrorKind::BadIdentity => f.write_str(BAD_IDENTITY)?,
-            ErrorKind::Incomplete => f.write_str(INCOMPLETE)?,
-            ErrorKind::NoSuchJob => f.write_str("no such job")?,
+            ErrorKind::Io { call, errno } => fmt_io(f, *call, *errno, self.0.outcome)?,
+            ErrorKind::IdentityLost { jobs, ids } => fmt_identity_lost(f, *jobs, *ids)?,
             ErrorKind::QueueFull {
                 jobs,
                 bytes,
@@ -321,19 +265,99 @@ impl core::fmt::Display for Error {
                 }
                 f.write_str("; not done, nothing changed")?;
             }
-            ErrorKind::BadLimits => f.write_str(
-                "the limits file steadq.limits is damaged (malformed, or its sum= line does not \
-                 match); set the limits again",
-            )?,
-            ErrorKind::Decode(what) => write!(f, "typed payload: {what}")?,
-            ErrorKind::BadKeyEntry => {
-                f.write_str("idempotency key entry is damaged or names another key")?
-            }
+            kind => fmt_message(f, kind)?,
         }
         if self.0.outcome == Outcome::Indeterminate {
             f.write_str(" [outcome indeterminate: the operation may have happened]")?;
         }
         Ok(())
+    }
+}
+
+/// [`ErrorKind::Io`]: the call and errno; a full disk says so in words, with the outcome.
+fn fmt_io(
+    f: &mut core::fmt::Formatter<'_>,
+    call: crate::disk::sys::Call,
+    errno: OsErrno,
+    outcome: Outcome,
+) -> core::fmt::Result {
+    if !errno.is_disk_full() {
+        return write!(f, "{} failed: {errno}", call.name());
+    }
+    let what = if errno == Errno::NOSPC.into() {
+        "no space or no free inodes"
+    } else {
+        "quota exceeded"
+    };
+    write!(f, "{} failed: disk full ({what}); ", call.name())?;
+    f.write_str(match outcome {
+        Outcome::NotDone => "not done, nothing changed",
+        Outcome::Indeterminate => "it may have happened",
+    })
+}
+
+/// [`ErrorKind::IdentityLost`].
+fn fmt_identity_lost(f: &mut core::fmt::Formatter<'_>, jobs: u32, ids: u32) -> core::fmt::Result {
+    write!(
+        f,
+        "the identity file steadq.queue is missing or damaged and the {jobs} job files "
+    )?;
+    match ids {
+        0 => f.write_str("have no readable header")?,
+        n => write!(f, "name {n} different queue ids")?,
+    }
+    f.write_str(
+        "; init will not re-identify a queue that holds jobs (restore steadq.queue \
+         from a backup, or move the foreign jobs out)",
+    )
+}
+
+/// Every kind whose message needs no more than its own fields (those with more are written by
+/// `Error::fmt` itself).
+fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt::Result {
+    match kind {
+        ErrorKind::Io { .. } | ErrorKind::IdentityLost { .. } | ErrorKind::QueueFull { .. } => {
+            Ok(())
+        }
+        ErrorKind::UnsupportedVersion { found, supported } => write!(
+            f,
+            "queue format version {found} is newer than this steadq supports \
+             ({supported}); upgrade steadq"
+        ),
+        ErrorKind::UnsupportedFilesystem { fs_type } => write!(
+            f,
+            "filesystem {fs_type} does not support renameat2(RENAME_NOREPLACE); SteadQ \
+             needs a local filesystem such as ext4, xfs, btrfs or tmpfs"
+        ),
+        ErrorKind::RenameRefused { errno } => write!(
+            f,
+            "renameat2(RENAME_NOREPLACE) was refused by the system ({errno}): the call is \
+             blocked (a seccomp profile or sandbox?), not unsupported by the filesystem; \
+             allow renameat2"
+        ),
+        ErrorKind::NamesTooLong { allowed, needed } => write!(
+            f,
+            "filesystem allows names of {allowed} bytes; SteadQ needs {needed}"
+        ),
+        ErrorKind::PayloadTooLarge { len, limit } => write!(
+            f,
+            "payload of {len} bytes exceeds the limit of {limit} bytes"
+        ),
+        ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c}); moved to dead/"),
+        ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+        ErrorKind::LeaseLost => f.write_str(LEASE_LOST),
+        ErrorKind::NotAQueue => f.write_str(NOT_A_QUEUE),
+        ErrorKind::BadIdentity => f.write_str(BAD_IDENTITY),
+        ErrorKind::Incomplete => f.write_str(INCOMPLETE),
+        ErrorKind::NoSuchJob => f.write_str("no such job"),
+        ErrorKind::BadLimits => f.write_str(
+            "the limits file steadq.limits is damaged (malformed, or its sum= line does not \
+             match); set the limits again",
+        ),
+        ErrorKind::Decode(what) => write!(f, "typed payload: {what}"),
+        ErrorKind::BadKeyEntry => {
+            f.write_str("idempotency key entry is damaged or names another key")
+        }
     }
 }
 

@@ -55,7 +55,9 @@
 //! ```text
 //! src/lib.rs            the crate: layers, public re-exports
 //! src/error.rs          Error (what, where) and the outcome types (Failure, EnqueueError, ...)
-//! src/queue.rs          the queue handle, identity file, layout, create/open
+//! src/queue.rs          the queue handle: create/open, reading and publishing the identity
+//! src/disk/layout.rs    the root layout: every root name once; shard and bucket names
+//! src/disk/identity.rs  the identity file's text (steadq.queue), encoded and decoded
 //! src/disk/format.rs    the job envelope (128-byte header, SHA-256 digests, verify)
 //! src/disk/name.rs      job names, parsed once into JobName; the delay due rule (delay_due)
 //! src/disk/scan.rs      directory listings turned into typed entries; the lease expiry rule
@@ -93,13 +95,15 @@ mod queue;
 #[cfg(feature = "serde")]
 mod typed;
 
-pub use disk::{format, name};
+pub use disk::{format, layout, name};
 #[cfg(feature = "faults")]
 pub use disk::{scan, sys};
 pub use ops::state;
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
-pub use admin::receipts::{CompactReport, EvidenceLimits, ReceiptPolicy, EVIDENCE_FILE};
+pub use admin::receipts::{
+    CompactReport, EvidenceLimits, EvidenceLine, ReceiptPolicy, EVIDENCE_FILE,
+};
 pub use admin::view::{Listed, StateBytes, Status};
 #[cfg(feature = "tokio")]
 pub use asyncq::AsyncQueue;

@@ -8,9 +8,12 @@
 //! Dead jobs with reason `corrupt` are where corrupt jobs belong: they are counted, not
 //! reported.
 
-use crate::admin::receipts::{is_rotated_evidence, EVIDENCE_FILE};
+use crate::admin::receipts::is_rotated_evidence;
 use crate::admin::view::Load;
 use crate::disk::format::Corruption;
+use crate::disk::layout::{
+    ready_shard, QUARANTINE_DIR, READY_DIR, RECEIPTS_DIR, ROOT_ENTRIES, TMP_DIR,
+};
 use crate::disk::name::NameError;
 use crate::disk::name::{JobName, Kind, Reason};
 use crate::disk::scan::Foreign;
@@ -131,20 +134,28 @@ impl Queue {
     /// error.
     pub(crate) fn fsck_with(&self, quarantine: bool) -> Result<FsckReport> {
         let mut rep = FsckReport::default();
-        let mut bad: Vec<(String, String, ProblemKind)> = Vec::new(); // (dir, name, kind)
-                                                                      // Root level: only the known names belong.
-        let known = [
-            IDENTITY_FILE,
-            "tmp",
-            "ready",
-            "delayed",
-            "dead",
-            "receipts",
-            "quarantine",
-            EVIDENCE_FILE,
-            crate::ops::keys::KEYS_DIR,        // hook: idempotency keys
-            crate::ops::capacity::LIMITS_FILE, // hook: capacity limits
-        ];
+        let mut bad = Bad::new();
+        self.check_root(&mut rep, &mut bad)?;
+        self.check_shard_parents(&mut bad)?;
+        self.check_tmp(&mut rep, &mut bad)?;
+        let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
+        // A ready shard this user cannot read was skipped by the walk: say so.
+        for s in 0..self.ident.shards {
+            if self.unreadable[s as usize].load(std::sync::atomic::Ordering::Relaxed) {
+                rep.problems.push(Problem {
+                    path: ready_shard(s),
+                    kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
+                    quarantined: false,
+                });
+            }
+        }
+        self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
+        Ok(rep)
+    }
+
+    /// Root level: only the known names belong.
+    fn check_root(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
+        let known = ROOT_ENTRIES;
         self.sys
             .read_dir(self.dirs.root.as_fd(), |name, _, _| {
                 rep.checked += 1;
@@ -160,10 +171,14 @@ impl Queue {
                     )),
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))
+    }
+
+    /// `ready/` and `receipts/` hold only the shard directories `00`..the shard count.
+    fn check_shard_parents(&self, bad: &mut Bad) -> Result<()> {
         for (parent, fd) in [
-            ("ready", self.dirs_parent("ready")?),
-            ("receipts", self.dirs_parent("receipts")?),
+            (READY_DIR, self.dirs_parent(READY_DIR)?),
+            (RECEIPTS_DIR, self.dirs_parent(RECEIPTS_DIR)?),
         ] {
             let shards = self.ident.shards;
             self.sys
@@ -183,7 +198,11 @@ impl Queue {
                     Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
         }
-        // Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
+        Ok(())
+    }
+
+    /// Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
+    fn check_tmp(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         self.sys
             .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
                 rep.checked += 1;
@@ -195,14 +214,19 @@ impl Queue {
                     )
                 {
                     bad.push((
-                        "tmp".into(),
+                        TMP_DIR.into(),
                         name.unwrap_or("?").to_string(),
                         ProblemKind::Foreign(Foreign::WrongPlace),
                     ));
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("tmp"))))?;
-        // One job id in two places (say, a hard link planted in another state's directory).
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))
+    }
+
+    /// Every entry of the job areas: name, place, file type and digests; one job id in two
+    /// places (say, a hard link planted in another state's directory) is a duplicate. Returns
+    /// the entries seen.
+    fn check_jobs(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<u64> {
         let mut seen: std::collections::HashMap<u128, String> = std::collections::HashMap::new();
         let mut dups: Vec<(String, String)> = Vec::new();
         let mut jobs_seen = 0u64;
@@ -218,13 +242,18 @@ impl Queue {
                     }
                 }
             }
+            let at = || (s.dir_rel.to_string(), s.raw.to_string());
             match s.parsed {
-                Err(f) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), ProblemKind::Foreign(f))),
+                Err(f) => bad.push((at().0, at().1, ProblemKind::Foreign(f))),
                 Ok(n) => match self.check_file(s.dir, s.raw, &n) {
                     Ok(true) => rep.verified += 1,
                     Ok(false) => {}
-                    Err(ProblemKind::Corrupt(_)) if matches!(n.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) => rep.dead_corrupt += 1,
-                    Err(k) => bad.push((s.dir_rel.to_string(), s.raw.to_string(), k)),
+                    Err(ProblemKind::Corrupt(_))
+                        if matches!(n.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) =>
+                    {
+                        rep.dead_corrupt += 1
+                    }
+                    Err(k) => bad.push((at().0, at().1, k)),
                 },
             }
         })?;
@@ -243,8 +272,7 @@ impl Queue {
                 quarantined: false,
             });
         }
-        self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
-        Ok(rep)
+        Ok(jobs_seen)
     }
 
     /// Add the bad entries to `rep`, quarantining them if asked; one problem on the identity
@@ -356,7 +384,7 @@ impl Queue {
         let root = self.dirs.root.as_fd();
         let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
         let to = self.quarantine_dir(dir)?;
-        let qdir = format!("quarantine/{dir}");
+        let qdir = format!("{QUARANTINE_DIR}/{dir}");
         let from = self
             .sys
             .open_dir_beneath(root, dir)
@@ -391,7 +419,8 @@ impl Queue {
             .sys
             .open_dir_beneath(self.dirs.root.as_fd(), ".")
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path("."))))?;
-        for part in std::iter::once("quarantine").chain(dir.split('/').filter(|p| !p.is_empty())) {
+        for part in std::iter::once(QUARANTINE_DIR).chain(dir.split('/').filter(|p| !p.is_empty()))
+        {
             if !rel.is_empty() {
                 rel.push('/');
             }
@@ -417,6 +446,9 @@ impl Queue {
         Ok(parent)
     }
 }
+
+/// Bad entries found so far: (directory relative to the root, name, what is wrong).
+type Bad = Vec<(String, String, ProblemKind)>;
 
 fn is_tag_mismatch(k: &ProblemKind) -> bool {
     *k == ProblemKind::Foreign(Foreign::Name(NameError::Tag))

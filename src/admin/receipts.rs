@@ -14,7 +14,8 @@
 //! files are kept.
 
 use crate::disk::format::{hex32, verify_receipt, Header, HEADER_LEN};
-use crate::disk::name::{parse_hex, shard_name, JobName, Kind};
+use crate::disk::layout::receipts_shard;
+use crate::disk::name::{parse_hex, JobId, JobName, Kind};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::state::State;
@@ -23,7 +24,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 /// The evidence file compaction appends to, in the queue root.
-pub const EVIDENCE_FILE: &str = "evidence.log";
+pub use crate::disk::layout::EVIDENCE_FILE;
 
 /// What an ack keeps (queue version 2; a version-1 queue always keeps the job).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,6 +102,11 @@ pub struct CompactReport {
     pub kept_corrupt: u32,
 }
 
+/// The name of the evidence file rotated at `unix_ns`: `evidence.<16 hex>.log`.
+pub(crate) fn rotated_evidence_name(unix_ns: u64) -> String {
+    format!("evidence.{unix_ns:016x}.log")
+}
+
 /// Whether `name` is a rotated evidence file, `evidence.<16 hex>.log`.
 pub(crate) fn is_rotated_evidence(name: &str) -> bool {
     name.strip_prefix("evidence.")
@@ -108,16 +114,85 @@ pub(crate) fn is_rotated_evidence(name: &str) -> bool {
         .is_some_and(|h| parse_hex(h.as_bytes(), 16).is_some())
 }
 
-/// One evidence line.
-fn evidence_line(name: &JobName, raw: &str, h: &Header, acked_ns: u64) -> String {
-    format!(
-        "v1 {} {} {} {} {}\n",
-        name.id,
-        raw,
-        hex32(&h.payload_sha256),
-        hex32(&h.envelope_sha256),
-        acked_ns
-    )
+/// One line of the evidence log, encoded and decoded side by side:
+/// `v1 <job id> <receipt name> <payload sha256> <envelope sha256> <ack unix ns>\n`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvidenceLine {
+    /// The job.
+    pub id: JobId,
+    /// The receipt's file name (in `receipts/<shard>/`).
+    pub receipt: String,
+    /// SHA-256 of the payload (from the receipt's header).
+    pub payload_sha256: [u8; 32],
+    /// SHA-256 of the envelope (from the receipt's header).
+    pub envelope_sha256: [u8; 32],
+    /// When the job was acked, unix ns.
+    pub acked_ns: u64,
+}
+
+impl EvidenceLine {
+    /// The line for receipt `raw` (parsed: `name`) with header `h`, acked at `acked_ns`.
+    fn new(name: &JobName, raw: &str, h: &Header, acked_ns: u64) -> EvidenceLine {
+        EvidenceLine {
+            id: name.id,
+            receipt: raw.to_string(),
+            payload_sha256: h.payload_sha256,
+            envelope_sha256: h.envelope_sha256,
+            acked_ns,
+        }
+    }
+
+    /// The line as written, newline included.
+    pub fn encode(&self) -> String {
+        format!(
+            "v1 {} {} {} {} {}\n",
+            self.id,
+            self.receipt,
+            hex32(&self.payload_sha256),
+            hex32(&self.envelope_sha256),
+            self.acked_ns
+        )
+    }
+
+    /// Parse one line (with or without its newline); `None` when it is not a whole `v1`
+    /// line (a torn last line after a crash, say).
+    pub fn parse(line: &str) -> Option<EvidenceLine> {
+        let mut f = line.strip_suffix('\n').unwrap_or(line).split(' ');
+        if f.next()? != "v1" {
+            return None;
+        }
+        let id = JobId::parse(f.next()?)?;
+        let receipt = f.next().filter(|r| r.ends_with(".rct"))?.to_string();
+        let payload_sha256 = unhex32(f.next()?)?;
+        let envelope_sha256 = unhex32(f.next()?)?;
+        let acked = f.next()?;
+        let acked_ns = acked
+            .parse()
+            .ok()
+            .filter(|_| acked.bytes().all(|b| b.is_ascii_digit()))?;
+        if f.next().is_some() {
+            return None;
+        }
+        Some(EvidenceLine {
+            id,
+            receipt,
+            payload_sha256,
+            envelope_sha256,
+            acked_ns,
+        })
+    }
+}
+
+/// 64 lowercase hex digits as 32 bytes.
+fn unhex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (o, pair) in out.iter_mut().zip(s.as_bytes().chunks_exact(2)) {
+        *o = parse_hex(pair, 2)? as u8;
+    }
+    Some(out)
 }
 
 impl Queue {
@@ -170,7 +245,7 @@ impl Queue {
     pub(crate) fn after_ack(&self, shard: u16, receipt: &JobName, header: &[u8]) {
         let dir = self.dirs.receipts[shard as usize].as_fd();
         let raw = receipt.format(self.ident.id);
-        let rel = format!("receipts/{}/{raw}", shard_name(shard));
+        let rel = format!("{}/{raw}", receipts_shard(shard));
         match self.ident.receipts {
             ReceiptPolicy::Job => {}
             ReceiptPolicy::Header => {
@@ -193,7 +268,7 @@ impl Queue {
                     } => a,
                     _ => self.clock.wall_ns(),
                 };
-                let line = evidence_line(receipt, &raw, &h, acked);
+                let line = EvidenceLine::new(receipt, &raw, &h, acked).encode();
                 if let Err(e) = self.append_evidence(&line, |_| Ok(false)) {
                     log::warn!("{rel}: receipt kept: {e}");
                     return;
@@ -311,7 +386,7 @@ impl Queue {
     /// durable, then remove all but the newest `keep` rotated files.
     fn rotate_evidence(&self) -> Result<()> {
         let root = self.dirs.root.as_fd();
-        let to = format!("evidence.{:016x}.log", self.clock.wall_ns());
+        let to = rotated_evidence_name(self.clock.wall_ns());
         match self.sys.rename(root, EVIDENCE_FILE, root, &to) {
             // Another process rotated it first (or the same nanosecond is taken): fine.
             Ok(()) | Err(Errno::NOENT) | Err(Errno::EXIST) => {}
@@ -394,7 +469,7 @@ impl Queue {
             }
             match self.read_job(&l) {
                 Ok((h, _)) => {
-                    lines.push_str(&evidence_line(&l.name, &name, &h, acked));
+                    lines.push_str(&EvidenceLine::new(&l.name, &name, &h, acked).encode());
                     victims.push((shard, l.name));
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => {
@@ -419,7 +494,7 @@ impl Queue {
                     }
                     Err((_, Errno::NOENT)) => {}
                     Err((c, e)) => {
-                        let rel = format!("receipts/{}/{raw}", shard_name(*s));
+                        let rel = format!("{}/{raw}", receipts_shard(*s));
                         return Err(Error::io(c, e, Outcome::NotDone, Some(q.path(&rel))));
                     }
                 }
@@ -444,7 +519,7 @@ impl Queue {
                 Ok(()) => report.removed += 1,
                 Err(Errno::NOENT) => {} // another compactor removed it
                 Err(e) => {
-                    let rel = format!("receipts/{}/{raw}", shard_name(*s));
+                    let rel = format!("{}/{raw}", receipts_shard(*s));
                     return Err(Error::io(
                         Call::Unlink,
                         e,
@@ -464,10 +539,44 @@ impl Queue {
                         Call::FsyncDir,
                         e,
                         Outcome::Indeterminate,
-                        Some(self.path(&format!("receipts/{}", shard_name(s)))),
+                        Some(self.path(&receipts_shard(s))),
                     )
                 })?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evidence_lines_and_rotated_names_round_trip() {
+        let e = EvidenceLine {
+            id: JobId(0x0123_4567_89ab_cdef_0011_2233_4455_6677),
+            receipt: "r.rct".into(),
+            payload_sha256: [0xab; 32],
+            envelope_sha256: [7; 32],
+            acked_ns: 1_700_000_000_123_456_789,
+        };
+        let line = e.encode();
+        assert!(line.starts_with("v1 0123456789abcdef0011223344556677 r.rct abab"));
+        assert!(line.ends_with(" 1700000000123456789\n"));
+        assert_eq!(EvidenceLine::parse(&line), Some(e.clone()));
+        assert_eq!(EvidenceLine::parse(line.trim_end()), Some(e));
+        // A torn line, another version, junk after the fields, a bad digest.
+        for bad in [
+            &line[..line.len() / 2],
+            &line.replacen("v1", "v2", 1),
+            &line.replace('\n', " x\n"),
+            &line.replacen("abab", "abaX", 1),
+        ] {
+            assert_eq!(EvidenceLine::parse(bad), None, "{bad}");
+        }
+        let name = rotated_evidence_name(0x1234);
+        assert_eq!(name, "evidence.0000000000001234.log");
+        assert!(is_rotated_evidence(&name));
+        assert!(!is_rotated_evidence("evidence.log"));
     }
 }

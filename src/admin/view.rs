@@ -57,6 +57,9 @@ pub struct Status {
     pub limits: crate::ops::capacity::Limits,
     /// Live idempotency keys (entries of `keys/`, tombstones excluded).
     pub live_keys: u64,
+    /// Ready shards this user could not read (`EACCES`: a shard made unreadable by
+    /// `chmod 000`); their jobs are missing from the counts above, and claims skip them.
+    pub unreadable_shards: u64,
 }
 
 impl Status {
@@ -165,14 +168,21 @@ impl Queue {
                     State::Acked => crate::disk::scan::fits_receipt_shard(n, s as u16, shards),
                     _ => crate::disk::scan::fits_ready_shard(n, s as u16, shards),
                 };
-                scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| {
-                    f(Seen {
-                        dir_rel: &rel,
-                        dir: fd.as_fd(),
-                        raw,
-                        parsed,
+                let mut one = |dir: BorrowedFd<'_>| {
+                    scan(&self.sys, dir, id, fits, |raw, parsed| {
+                        f(Seen {
+                            dir_rel: &rel,
+                            dir,
+                            raw,
+                            parsed,
+                        })
                     })
-                })
+                };
+                // A ready shard this user cannot read is skipped (warned, counted by status).
+                match area {
+                    State::Ready => self.list_ready_shard(s as u16, &mut one).map(drop),
+                    _ => one(fd.as_fd()),
+                }
                 .map_err(|e| rd(e, &rel))?;
             }
         }
@@ -354,6 +364,7 @@ impl Queue {
         })?;
         st.oldest_ready_age =
             oldest_ready_since.map(|t| Duration::from_nanos(now.saturating_sub(t)));
+        st.unreadable_shards = self.unreadable_shards();
         self.status_hook(&mut st); // hook: ops/capacity.rs (limits, live keys)
         Ok(st)
     }

@@ -74,8 +74,8 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     }
     let _ = write!(
         o,
-        ",\"expired_leases\":{},\"foreign\":{},\"bytes\":{{",
-        s.expired_leases, s.foreign
+        ",\"expired_leases\":{},\"foreign\":{},\"unreadable_shards\":{},\"bytes\":{{",
+        s.expired_leases, s.foreign, s.unreadable_shards
     );
     let bytes: Vec<String> = STATE_NAMES
         .iter()
@@ -145,6 +145,11 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
         "Entries that are not valid jobs (see steadq fsck).",
         &[(None, s.foreign.to_string())],
     );
+    gauge(
+        "steadq_unreadable_shards",
+        "Ready shards this user cannot read; their jobs are not counted or claimed.",
+        &[(None, s.unreadable_shards.to_string())],
+    );
     let age = s.oldest_ready_age.map_or(0.0, |d| d.as_secs_f64());
     gauge(
         "steadq_oldest_ready_age_seconds",
@@ -190,6 +195,14 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
             o,
             "foreign  {:>8}  entries that are not jobs (run `steadq fsck`)",
             s.foreign
+        );
+    }
+    if s.unreadable_shards > 0 {
+        let _ = writeln!(
+            o,
+            "unread   {:>8}  ready shards this user cannot read: their jobs are not counted \
+             or claimed",
+            s.unreadable_shards
         );
     }
     if !s.limits.is_unlimited() {
@@ -278,6 +291,7 @@ mod tests {
                 max_bytes: None,
             },
             live_keys: 4,
+            unreadable_shards: 0,
         }
     }
 
@@ -298,6 +312,7 @@ mod tests {
             concat!(
                 r#"{"queue":"/var/lib/\"jobs\"","queue_id":"000000000000000000000000000000ab","#,
                 r#""ready":3,"leased":1,"delayed":2,"dead":0,"acked":7,"expired_leases":1,"foreign":2,"#,
+                r#""unreadable_shards":0,"#,
                 r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700},"#,
                 r#""oldest_ready_age_seconds":1.500,"#,
                 r#""capacity":{"jobs":6,"bytes":600,"max_jobs":10,"max_bytes":null},"live_keys":4}"#
@@ -320,7 +335,8 @@ mod tests {
         assert!(p.contains("steadq_capacity_max_jobs{queue=\"/var/lib/\\\"jobs\\\"\"} 10\n"));
         assert!(p.ends_with("steadq_live_keys{queue=\"/var/lib/\\\"jobs\\\"\"} 4\n"));
         assert!(!p.contains("max_bytes"));
-        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 7);
+        assert!(p.contains("steadq_unreadable_shards{queue=\"/var/lib/\\\"jobs\\\"\"} 0\n"));
+        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 8);
     }
 
     #[test]

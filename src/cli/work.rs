@@ -90,7 +90,14 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     )?;
     install_handlers();
     if a.once {
+        let before = q.claims_dead_lettered();
         return match q.claim_for(a.lease)? {
+            // The claim handled jobs by dead-lettering them (logged with their reasons).
+            None if q.claims_dead_lettered() > before => {
+                let n = q.claims_dead_lettered() - before;
+                eprintln!("{n} job(s) dead-lettered (see above); no other job ready");
+                Ok(Exit::Done)
+            }
             None => {
                 eprintln!("no job ready in {}", a.dir.display());
                 Ok(Exit::NoJob)

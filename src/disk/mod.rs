@@ -6,6 +6,8 @@
 
 pub(crate) mod clock;
 pub mod format;
+pub(crate) mod identity;
+pub mod layout;
 pub mod name;
 pub mod scan;
 pub mod sys;

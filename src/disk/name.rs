@@ -529,19 +529,7 @@ impl TempName {
     }
 }
 
-/// The 16-hex name of a time bucket directory: `index = unix_ns / width_ns`.
-pub fn bucket_name(unix_ns: u64, width_ns: u64) -> heapless::String<16> {
-    let mut s = heapless::String::new();
-    let _ = write!(s, "{:016x}", unix_ns / width_ns.max(1));
-    s
-}
-
-/// The 2-hex name of shard directory `shard` (shards are 1..=256).
-pub fn shard_name(shard: u16) -> heapless::String<4> {
-    let mut s = heapless::String::new();
-    let _ = write!(s, "{:02x}", shard);
-    s
-}
+pub use crate::disk::layout::{bucket_name, shard_name};
 
 #[cfg(test)]
 mod tests {

@@ -342,6 +342,19 @@ impl Sys {
     /// `openat(2)` one component at a time with `O_NOFOLLOW`.
     pub fn open_dir_beneath(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        self.open_dir_beneath_with(dir, name, flags)
+    }
+
+    /// [`Sys::open_dir_beneath`] with `O_PATH`: a handle that names the directory without
+    /// needing read permission on it (a shard made unreadable by `chmod 000`). It serves as
+    /// the directory of `*at` calls, which check their own permissions; listing it fails
+    /// with `EBADF`.
+    pub fn open_dir_path_only(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        self.open_dir_beneath_with(dir, name, flags)
+    }
+
+    fn open_dir_beneath_with(&self, dir: BorrowedFd<'_>, name: &str, flags: OFlags) -> R<OwnedFd> {
         if !self.no_openat2.load(Ordering::Relaxed) {
             let how =
                 ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;

@@ -36,7 +36,8 @@
 //! each of the others can have one enqueue between its check and its link.
 //! `tests/it/capacity.rs` measures it with 8 producers.
 
-use crate::disk::name::{parse_hex, shard_name, JobName, Kind};
+use crate::disk::layout::{parse_bucket, ready_shard, DELAYED_DIR, TMP_DIR};
+use crate::disk::name::{JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
@@ -48,7 +49,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The limits sidecar's name in the queue root.
-pub const LIMITS_FILE: &str = "steadq.limits";
+pub use crate::disk::layout::LIMITS_FILE;
 
 /// A queue's capacity limits over ready + leased + delayed jobs. `None` is no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -244,7 +245,7 @@ impl Queue {
                 c,
                 e,
                 Outcome::NotDone,
-                Some(self.path(&format!("tmp/{tmp}"))),
+                Some(self.path(&format!("{TMP_DIR}/{tmp}"))),
             )
         };
         let t = self.dirs.tmp.as_fd();
@@ -379,18 +380,18 @@ impl Queue {
     /// could not be added.
     fn tally_build(&self, t: &mut Tally) -> Result<bool> {
         for s in 0..self.ident.shards {
-            let rel = format!("ready/{}", shard_name(s));
+            let rel = ready_shard(s);
             if !self.tally_watch(t, &rel, false)? {
                 return Ok(false);
             }
         }
-        if !self.tally_watch(t, "delayed", true)? {
+        if !self.tally_watch(t, DELAYED_DIR, true)? {
             return Ok(false);
         }
         let mut buckets = Vec::new();
         self.sys
             .read_dir(self.dirs.delayed.as_fd(), |n, _, _| {
-                if let Some(n) = n.filter(|n| parse_hex(n.as_bytes(), 16).is_some()) {
+                if let Some(n) = n.filter(|n| parse_bucket(n).is_some()) {
                     buckets.push(n.to_string());
                 }
             })
@@ -399,11 +400,11 @@ impl Queue {
                     Call::ReadDir,
                     e,
                     Outcome::NotDone,
-                    Some(self.path("delayed")),
+                    Some(self.path(DELAYED_DIR)),
                 )
             })?;
         for b in buckets {
-            if !self.tally_watch(t, &format!("delayed/{b}"), false)? {
+            if !self.tally_watch(t, &format!("{DELAYED_DIR}/{b}"), false)? {
                 return Ok(false);
             }
         }
@@ -509,8 +510,8 @@ impl Queue {
                 if dir.delayed_root {
                     let new_dir = fl.contains(ReadFlags::ISDIR)
                         && fl.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO)
-                        && parse_hex(name.as_bytes(), 16).is_some();
-                    if new_dir && !self.tally_watch(t, &format!("delayed/{name}"), false)? {
+                        && parse_bucket(&name).is_some();
+                    if new_dir && !self.tally_watch(t, &format!("{DELAYED_DIR}/{name}"), false)? {
                         return Ok(false);
                     }
                 } else if fl.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
@@ -545,7 +546,7 @@ impl Queue {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         let out = WatchFlags::MOVED_FROM | WatchFlags::DELETE | WatchFlags::ONLYDIR;
         for s in 0..self.ident.shards {
-            let p = self.root.join(format!("ready/{}", shard_name(s)));
+            let p = self.root.join(ready_shard(s));
             inotify::add_watch(&fd, p, out).ok()?;
         }
         inotify::add_watch(

@@ -13,7 +13,8 @@
 //! indeterminate.
 
 use crate::disk::format::encode_header;
-use crate::disk::name::{bucket_name, shard_name, JobId, JobName};
+use crate::disk::layout::{delayed_bucket, ready_shard, DELAYED_DIR, TMP_DIR};
+use crate::disk::name::{JobId, JobName};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno, Publish};
 use crate::error::{EnqueueError, Error, ErrorKind, Failure, Outcome, Result};
@@ -239,15 +240,15 @@ impl Queue {
                 let s = id.shard(self.ident.shards);
                 (
                     DirRef::Held(self.dirs.ready[s as usize].as_fd()),
-                    format!("ready/{}", shard_name(s)),
+                    ready_shard(s),
                 )
             }
             Some(d) => {
                 state::check(None, Op::EnqueueDelayed, State::Delayed);
                 let nb = crate::queue::due_after(now, d)?;
                 name.kind = self.delayed_kind(nb, d);
-                let b = bucket_name(nb, self.ident.delayed_bucket_ns);
-                let rel = format!("delayed/{b}");
+                let b = delayed_bucket(nb, self.ident.delayed_bucket_ns);
+                let rel = format!("{DELAYED_DIR}/{b}");
                 let fd = self
                     .bucket_dir(false, &b)
                     .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
@@ -287,7 +288,7 @@ impl Queue {
         let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
             .format()
             .to_string();
-        let rel = format!("tmp/{tmp}");
+        let rel = format!("{TMP_DIR}/{tmp}");
         let fd = self
             .sys
             .create_file(self.dirs.tmp.as_fd(), &tmp)
@@ -369,7 +370,7 @@ impl Queue {
                             Call::FsyncDir,
                             e,
                             Outcome::Indeterminate,
-                            Some(self.path("tmp")),
+                            Some(self.path(TMP_DIR)),
                         )
                     })
             }

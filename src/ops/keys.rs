@@ -30,17 +30,19 @@
 //! an hour. So a key deduplicates from its enqueue until its job is settled *and* the
 //! retention window has passed.
 
+use crate::disk::layout::{ready_shard, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{EnqueueError, Error, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::EnqueueOptions;
 use crate::ops::state::State;
 use crate::queue::{random, Queue};
-use std::os::fd::{AsFd, OwnedFd};
+use std::collections::HashSet;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 /// The directory of key entries in the queue root.
-pub const KEYS_DIR: &str = "keys";
+pub use crate::disk::layout::KEYS_DIR;
 /// A key whose job never appeared is an orphan after this long even if its creator seems
 /// alive (a reused pid): 10 minutes.
 pub const KEY_ORPHAN_AFTER: Duration = Duration::from_secs(600);
@@ -285,8 +287,8 @@ impl Queue {
             let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
             let first = match o.delay.filter(|d| !d.is_zero()) {
                 None => format!(
-                    "ready/{}/{}",
-                    crate::disk::name::shard_name(id.shard(self.ident.shards)),
+                    "{}/{}",
+                    ready_shard(id.shard(self.ident.shards)),
                     JobName::new_ready(id, max).format(self.ident.id)
                 ),
                 Some(_) => "-".to_string(),
@@ -399,7 +401,7 @@ impl Queue {
         text: &[u8],
     ) -> Result<bool> {
         let tmp = self.durable_temp_file(text)?;
-        let rel = format!("tmp/{tmp}");
+        let rel = format!("{TMP_DIR}/{tmp}");
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         let t = self.dirs.tmp.as_fd();
         let r = match self.sys.rename(t, &tmp, keys, entry) {
@@ -509,7 +511,7 @@ impl Queue {
         } else if let Some(fd) = &ino {
             let _ = inotify::add_watch(
                 fd,
-                self.root.join("delayed"),
+                self.root.join(DELAYED_DIR),
                 WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR,
             );
         }
@@ -598,29 +600,8 @@ impl Queue {
         let Ok(keys) = self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) else {
             return Ok(0);
         };
-        let mut live = std::collections::HashSet::new();
-        let mut all = std::collections::HashSet::new();
-        for l in self.list(None)? {
-            all.insert(l.name.id);
-            if matches!(l.state, State::Ready | State::Leased | State::Delayed) {
-                live.insert(l.name.id);
-            }
-        }
-        let mut names = Vec::new();
-        self.sys
-            .read_dir(keys.as_fd(), |n, _, _| {
-                if let Some(n) = n {
-                    names.push(n.to_string());
-                }
-            })
-            .map_err(|e| {
-                Error::io(
-                    Call::ReadDir,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(KEYS_DIR)),
-                )
-            })?;
+        let (live, all) = self.job_ids()?;
+        let names = self.key_names(keys.as_fd())?;
         let now = self.clock.wall_ns();
         let mut retired = 0u32;
         let mut removed_any = false;
@@ -630,15 +611,7 @@ impl Queue {
             };
             let age = now.saturating_sub(meta.ctime_ns);
             if is_entry_name(&n) {
-                let mut buf = Vec::new();
-                let Some(e) = self
-                    .sys
-                    .open_file_ro(keys.as_fd(), &n)
-                    .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf))
-                    .ok()
-                    .and_then(|()| std::str::from_utf8(&buf).ok())
-                    .and_then(|t| Entry::decode(t, meta.ctime_ns))
-                else {
+                let Some(e) = self.read_key_entry(keys.as_fd(), &n, meta.ctime_ns) else {
                     continue;
                 };
                 let expired = age >= retention.as_nanos() as u64 && !live.contains(&e.id);
@@ -681,6 +654,43 @@ impl Queue {
                 .map_err(|e| ind(Call::FsyncDir, e, self.path(KEYS_DIR)))?;
         }
         Ok(retired)
+    }
+
+    /// The ids of every job (`all`), and of those that are ready, leased or delayed
+    /// (`live`): (live, all).
+    fn job_ids(&self) -> Result<(HashSet<JobId>, HashSet<JobId>)> {
+        let (mut live, mut all) = (HashSet::new(), HashSet::new());
+        for l in self.list(None)? {
+            all.insert(l.name.id);
+            if matches!(l.state, State::Ready | State::Leased | State::Delayed) {
+                live.insert(l.name.id);
+            }
+        }
+        Ok((live, all))
+    }
+
+    /// The names in `keys/` (UTF-8 ones; SteadQ writes no other).
+    fn key_names(&self, keys: BorrowedFd<'_>) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        self.sys
+            .read_dir(keys, |n, _, _| names.extend(n.map(str::to_string)))
+            .map_err(|e| {
+                let at = Some(self.path(KEYS_DIR));
+                Error::io(Call::ReadDir, e, Outcome::NotDone, at)
+            })?;
+        Ok(names)
+    }
+
+    /// Key entry `name` of `keys/` (changed at `ctime_ns`), or `None` when it cannot be read
+    /// or decoded (compaction then leaves it alone).
+    fn read_key_entry(&self, keys: BorrowedFd<'_>, name: &str, ctime_ns: u64) -> Option<Entry> {
+        let mut buf = Vec::new();
+        self.sys
+            .open_file_ro(keys, name)
+            .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf))
+            .ok()
+            .and_then(|()| std::str::from_utf8(&buf).ok())
+            .and_then(|t| Entry::decode(t, ctime_ns))
     }
 }
 

@@ -7,6 +7,7 @@
 //! recovered, renewed elsewhere or settled gets [`ErrorKind::LeaseLost`] and changes nothing.
 
 use crate::disk::format::{Corruption, Header, HEADER_LEN};
+use crate::disk::layout::ready_shard;
 use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, Reason};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Failure, Outcome, RenewError, Result, SettleError};
@@ -79,6 +80,9 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
 /// Ready jobs a claim's listing of one shard collects before it stops reading (about one
 /// 32 KiB `getdents64` chunk of ready names): claims are oldest-first within that chunk.
 const CLAIM_CANDIDATES: usize = 256;
+
+/// How long claims skip a ready shard this user cannot read before trying it again.
+const UNREADABLE_RECHECK: Duration = Duration::from_secs(10);
 
 fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
@@ -230,25 +234,32 @@ impl Queue {
         s: u16,
         seen: &mut RecoverReport,
     ) -> Result<(Vec<JobName>, Option<u64>)> {
-        let scan = crate::disk::scan::scan_ready_shard(
-            &self.sys,
-            self.dirs.ready[s as usize].as_fd(),
-            self.ident.id,
-            s,
-            self.ident.shards,
-            self.clock.boot_id(),
-            self.clock.boot_ns(),
-            CLAIM_CANDIDATES,
-            |raw, f| self.warn_foreign(s, raw, f),
-        )
-        .map_err(|e| {
-            Error::io(
-                Call::ReadDir,
-                e,
-                Outcome::NotDone,
-                Some(self.path(&format!("ready/{}", crate::disk::name::shard_name(s)))),
+        let listed = self.list_ready_shard(s, |dir| {
+            crate::disk::scan::scan_ready_shard(
+                &self.sys,
+                dir,
+                self.ident.id,
+                s,
+                self.ident.shards,
+                self.clock.boot_id(),
+                self.clock.boot_ns(),
+                CLAIM_CANDIDATES,
+                |raw, f| self.warn_foreign(s, raw, f),
             )
-        })?;
+        });
+        let scan = match listed {
+            Ok(Some(scan)) => scan,
+            Ok(None) => return Ok(self.unreadable_shard(seen)),
+            Err(e) => {
+                let rel = ready_shard(s);
+                return Err(Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&rel)),
+                ));
+            }
+        };
         seen.live_leases += scan.live;
         seen.foreign += scan.foreign;
         if let Some(x) = scan.next_expiry_boot_ns {
@@ -273,6 +284,15 @@ impl Queue {
             scan.next_expiry_boot_ns
         };
         Ok((ready, expiry))
+    }
+
+    /// A shard this user cannot read (logged by `list_ready_shard`): no candidates, and
+    /// known empty until a recheck [`UNREADABLE_RECHECK`] from now, when a waiting claim
+    /// wakes to try it again.
+    fn unreadable_shard(&self, seen: &mut RecoverReport) -> (Vec<JobName>, Option<u64>) {
+        let at = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
+        seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(at, |y| y.min(at)));
+        (Vec::new(), Some(at))
     }
 
     /// Move expired lease `n` of shard `s` back to ready (`Some(new name)`) or, with no
@@ -312,7 +332,7 @@ impl Queue {
     /// Warn about a foreign entry in `ready/<s>/` once per handle, then at debug level
     /// (`status` counts them and `fsck` lists them).
     fn warn_foreign(&self, s: u16, raw: &str, f: crate::disk::scan::Foreign) {
-        let p = self.path(&format!("ready/{}/{raw}", crate::disk::name::shard_name(s)));
+        let p = self.path(&format!("{}/{raw}", ready_shard(s)));
         if !self
             .warned_foreign
             .swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -344,7 +364,11 @@ impl Queue {
                 false,
             );
             return match self.move_job(&here, &name, &dead, &to, Op::ClaimExhausted) {
-                Ok(()) => Ok(None),
+                Ok(()) => {
+                    self.claim_dead
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(None)
+                }
                 Err(e) if e.is_lease_lost() => Ok(None),
                 Err(e) => Err(e.into()),
             };
@@ -462,13 +486,16 @@ impl Queue {
     fn dead_letter(&self, shard: u16, name: JobName, reason: Reason, op: Op) -> Result<()> {
         let from = self.place_ready(shard, State::Leased);
         let dead = self.place_dead()?;
-        Ok(self.move_job(
+        self.move_job(
             &from,
             &name,
             &dead,
             &name.next(Kind::Dead { reason }, false),
             op,
-        )?)
+        )?;
+        self.claim_dead
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Take over a lease by its handle (the leased file name, as [`Lease::handle`] gives),
@@ -490,7 +517,7 @@ impl Queue {
             })?;
         let shard = name.id.shard(self.ident.shards);
         let dir = self.dirs.ready[shard as usize].as_fd();
-        let rel = format!("ready/{}/{handle}", crate::disk::name::shard_name(shard));
+        let rel = format!("{}/{handle}", ready_shard(shard));
         let file = match self.sys.open_file_ro(dir, handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {

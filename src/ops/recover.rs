@@ -7,6 +7,7 @@
 //! at once: of two recoverers one rename wins, the other sees `ENOENT` and skips. Running it
 //! twice in a row moves nothing the second time.
 
+use crate::disk::layout::{bucket_dir, parse_bucket, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{delay_due, due_wall_ns, JobName, Kind};
 use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Error, Outcome, Result};
@@ -116,11 +117,9 @@ impl Queue {
         let mut buckets: Vec<u64> = Vec::new();
         self.sys
             .read_dir(self.dirs.delayed.as_fd(), |name, _, t| {
-                match name.and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 16)) {
+                match name.and_then(parse_bucket) {
                     // A file or symlink named like a bucket is foreign, never a reason to stop.
-                    Some(b) if matches!(t, EntryType::Dir | EntryType::Unknown) => {
-                        buckets.push(b as u64)
-                    }
+                    Some(b) if matches!(t, EntryType::Dir | EntryType::Unknown) => buckets.push(b),
                     _ => r.foreign += 1,
                 }
             })
@@ -129,7 +128,7 @@ impl Queue {
                     Call::ReadDir,
                     e,
                     Outcome::NotDone,
-                    Some(self.path("delayed")),
+                    Some(self.path(DELAYED_DIR)),
                 )
             })?;
         buckets.sort_unstable();
@@ -148,7 +147,7 @@ impl Queue {
     /// Whether later bucket `b` was last changed after `now` (wall clock, unix ns).
     fn bucket_from_the_future(&self, b: u64, now: u64) -> bool {
         self.sys
-            .stat_nofollow(self.dirs.delayed.as_fd(), &format!("{b:016x}"))
+            .stat_nofollow(self.dirs.delayed.as_fd(), &bucket_dir(b))
             .is_ok_and(|m| m.mtime_ns > now)
     }
 
@@ -157,8 +156,8 @@ impl Queue {
     /// moved is parsed in full.
     fn recover_bucket(&self, b: u64, now: u64, current: u64, r: &mut RecoverReport) -> Result<()> {
         let width = self.ident.delayed_bucket_ns;
-        let bname = format!("{b:016x}");
-        let rel = format!("delayed/{bname}");
+        let bname = bucket_dir(b);
+        let rel = format!("{DELAYED_DIR}/{bname}");
         let from = match self.sys.open_dir_beneath(self.dirs.delayed.as_fd(), &bname) {
             Ok(fd) => Place {
                 dir: DirRef::Opened(fd),
@@ -258,7 +257,7 @@ impl Queue {
                     dead.push(name.to_string());
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("tmp"))))?;
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))?;
         for name in dead {
             match self.sys.unlink(self.dirs.tmp.as_fd(), &name) {
                 Ok(()) => r.temp_removed += 1,
@@ -270,7 +269,7 @@ impl Queue {
                     Call::Unlink,
                     e,
                     Outcome::NotDone,
-                    Some(self.path(&format!("tmp/{name}"))),
+                    Some(self.path(&format!("{TMP_DIR}/{name}"))),
                 )),
             }
         }

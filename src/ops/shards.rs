@@ -16,7 +16,8 @@
 //! per-user instance or watch limit reached) nothing is ever known empty: every claim lists
 //! as before. The knowledge is only ever a reason to skip a listing, never to skip a job.
 
-use crate::disk::name::{shard_name, JobName, Kind};
+use crate::disk::layout::ready_shard;
+use crate::disk::name::{JobName, Kind};
 use crate::disk::scan::{lease_expired, LEASED_NAME_LEN};
 use crate::queue::Queue;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
@@ -157,7 +158,7 @@ fn watch(q: &Queue) -> Option<Watch> {
         WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::DONT_FOLLOW | WatchFlags::ONLYDIR;
     let mut wds = Vec::with_capacity(q.ident.shards as usize);
     for s in 0..q.ident.shards {
-        let p = q.root.join(format!("ready/{}", shard_name(s)));
+        let p = q.root.join(ready_shard(s));
         match inotify::add_watch(&fd, &p, flags) {
             Ok(wd) => wds.push(wd),
             Err(e) => {

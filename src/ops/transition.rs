@@ -10,12 +10,15 @@
 //! "nothing moved" with "moved, but the barrier failed" (the job now lives under its new
 //! name) or "the rename's result is unknown" (either name may exist).
 
-use crate::disk::name::{bucket_name, shard_name, JobName};
+use crate::disk::layout::{
+    dead_bucket, delayed_bucket, ready_shard, receipts_shard, DEAD_DIR, DELAYED_DIR,
+};
+use crate::disk::name::JobName;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::DirRef;
 use crate::ops::state::{self, Op, State};
-use crate::queue::{Queue, DEAD_BUCKET_NS};
+use crate::queue::Queue;
 use std::os::fd::AsFd;
 
 /// How a move that did not complete ended. Each carries the public [`Error`] it becomes
@@ -72,7 +75,7 @@ impl Queue {
     pub(crate) fn place_ready(&self, shard: u16, state: State) -> Place<'_> {
         Place {
             dir: DirRef::Held(self.dirs.ready[shard as usize].as_fd()),
-            rel: format!("ready/{}", shard_name(shard)),
+            rel: ready_shard(shard),
             state,
         }
     }
@@ -80,7 +83,7 @@ impl Queue {
     pub(crate) fn place_receipts(&self, shard: u16) -> Place<'_> {
         Place {
             dir: DirRef::Held(self.dirs.receipts[shard as usize].as_fd()),
-            rel: format!("receipts/{}", shard_name(shard)),
+            rel: receipts_shard(shard),
             state: State::Acked,
         }
     }
@@ -89,21 +92,18 @@ impl Queue {
     pub(crate) fn place_delayed(&self, not_before_ns: u64) -> Result<Place<'_>> {
         self.place_bucket(
             false,
-            bucket_name(not_before_ns, self.ident.delayed_bucket_ns).as_str(),
+            delayed_bucket(not_before_ns, self.ident.delayed_bucket_ns).as_str(),
         )
     }
 
     /// Today's dead-letter bucket, created if needed.
     pub(crate) fn place_dead(&self) -> Result<Place<'_>> {
-        self.place_bucket(
-            true,
-            bucket_name(self.clock.wall_ns(), DEAD_BUCKET_NS).as_str(),
-        )
+        self.place_bucket(true, dead_bucket(self.clock.wall_ns()).as_str())
     }
 
     /// An existing bucket (`dead` or `delayed`) by name, or a new one.
     pub(crate) fn place_bucket(&self, dead: bool, bucket: &str) -> Result<Place<'_>> {
-        let rel = format!("{}/{bucket}", if dead { "dead" } else { "delayed" });
+        let rel = format!("{}/{bucket}", if dead { DEAD_DIR } else { DELAYED_DIR });
         let fd = self
             .bucket_dir(dead, bucket)
             .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
@@ -118,7 +118,7 @@ impl Queue {
     /// a side effect). A bucket that is gone means the job moved meanwhile:
     /// [`ErrorKind::LeaseLost`], not done.
     pub(crate) fn source_bucket(&self, dead: bool, bucket: &str) -> Result<Place<'_>> {
-        let rel = format!("{}/{bucket}", if dead { "dead" } else { "delayed" });
+        let rel = format!("{}/{bucket}", if dead { DEAD_DIR } else { DELAYED_DIR });
         let parent = if dead {
             &self.dirs.dead
         } else {

@@ -13,7 +13,8 @@
 //! nothing else. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, or the watch limit is
 //! reached) it polls, backing off from 50 ms to 1 s.
 
-use crate::disk::name::{due_wall_ns, parse_hex, JobName, Kind};
+use crate::disk::layout::{bucket_dir, bucket_start, parse_bucket, ready_shard, DELAYED_DIR};
+use crate::disk::name::{due_wall_ns, JobName, Kind};
 use crate::disk::scan::{lease_expired, LEASED_NAME_LEN, READY_NAME_LEN};
 use crate::error::Result;
 use crate::ops::lease::Lease;
@@ -165,12 +166,12 @@ impl Queue {
             wds: Vec::new(),
         };
         for s in 0..self.ident.shards {
-            let rel = format!("ready/{}", crate::disk::name::shard_name(s));
+            let rel = ready_shard(s);
             if !self.add_watch(&mut w, &rel, Watched::ReadyShard) {
                 return None;
             }
         }
-        if !self.add_watch(&mut w, "delayed", Watched::DelayedRoot) {
+        if !self.add_watch(&mut w, DELAYED_DIR, Watched::DelayedRoot) {
             return None;
         }
         Some(w)
@@ -208,7 +209,7 @@ impl Queue {
             if n >= MAX_BUCKET_WATCHES {
                 break;
             }
-            let rel = format!("delayed/{b:016x}");
+            let rel = format!("{DELAYED_DIR}/{}", bucket_dir(b));
             if self.root.join(&rel).is_dir() && self.add_watch(w, &rel, Watched::Bucket) {
                 n += 1;
             }
@@ -253,10 +254,10 @@ impl Queue {
                     }
                 }
                 Some(Watched::DelayedRoot) => {
-                    if let Some(b) = parse_hex(name.as_bytes(), 16) {
-                        let start = (b as u64).saturating_mul(self.ident.delayed_bucket_ns);
+                    if let Some(b) = parse_bucket(name) {
+                        let start = bucket_start(b, self.ident.delayed_bucket_ns);
                         k.next_due_wall_ns = min_opt(k.next_due_wall_ns, start);
-                        new_buckets.push(format!("delayed/{name}"));
+                        new_buckets.push(format!("{DELAYED_DIR}/{name}"));
                     }
                 }
                 None => {}

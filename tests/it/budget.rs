@@ -37,6 +37,10 @@ fn evidence(root: &Path) -> Vec<String> {
     for n in names {
         let text = std::fs::read_to_string(root.join(&n)).unwrap();
         assert!(text.is_empty() || text.ends_with('\n'), "{n}: a torn line");
+        for l in text.lines() {
+            let e = EvidenceLine::parse(l).unwrap_or_else(|| panic!("{n}: not a v1 line: {l}"));
+            assert_eq!(e.encode(), format!("{l}\n"), "{n}: round trip");
+        }
         out.extend(text.lines().map(str::to_string));
     }
     out
@@ -476,4 +480,49 @@ fn a_not_done_ack_hands_the_lease_back_when_the_receipts_dir_is_immutable() {
     assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
     drop(q);
     drop(m);
+}
+
+/// A settings change whose rename fails: `EIO` from the rename itself may have happened, so
+/// the outcome is indeterminate (the identity file and the limits file alike); any other errno
+/// is not done, and the old settings stay.
+#[test]
+fn a_settings_rename_that_fails_with_eio_is_indeterminate() {
+    let d = TempDir::new("settings-eio");
+    drop(with_policy(&d, ReceiptPolicy::Job));
+    let before = std::fs::read_to_string(d.path().join(IDENTITY_FILE)).unwrap();
+    for (errno, outcome) in [
+        (Errno::IO, Outcome::Indeterminate),
+        (Errno::NOSPC, Outcome::NotDone),
+    ] {
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::Rename,
+            nth: 1,
+            action: FaultAction::Fail(errno),
+        }]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        plan.arm();
+        let e = q
+            .set_receipt_policy(ReceiptPolicy::Header, None)
+            .unwrap_err();
+        assert_eq!((e.outcome(), e.errno()), (outcome, Some(errno.into())));
+        plan.arm();
+        let e = q.set_limits(Limits::default()).unwrap_err();
+        assert_eq!((e.outcome(), e.errno()), (outcome, Some(errno.into())));
+        // The injected failure renamed nothing: the old identity stays, no temp file is left.
+        let now = std::fs::read_to_string(d.path().join(IDENTITY_FILE)).unwrap();
+        assert_eq!(now, before);
+        let root: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(root.is_empty(), "{root:?}");
+    }
 }

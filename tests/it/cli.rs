@@ -1215,3 +1215,46 @@ fn an_unwritable_stderr_does_not_abort() {
     assert_eq!(Queue::open(q).unwrap().list(None).unwrap().len(), 1);
     let _ = std::fs::remove_file(f);
 }
+
+/// `work --once` whose claim dead-letters a job larger than its `--max-payload` handled that
+/// job: exit 0 (it exited 3, "no job ready", which ends a drain loop as if nothing happened),
+/// the job is dead with reason `toolarge` and the command never ran. With nothing left it
+/// exits 3; a plain `claim` in the same case exits 3 (no handle to print).
+#[test]
+fn work_once_that_dead_letters_a_too_large_job_exits_0() {
+    let d = TempDir::new("cli-toolarge");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+    let marker = d.path().join("ran");
+    let work = || {
+        steadq(&[
+            "work",
+            p(q),
+            "--once",
+            "--max-payload",
+            "10",
+            "--",
+            "sh",
+            "-c",
+            &format!("cat >/dev/null; touch {}", p(&marker)),
+        ])
+    };
+    assert!(steadq_in(&["enqueue", p(q)], &[7u8; 11]).status.success());
+    let o = work();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("1 job(s) dead-lettered"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!marker.exists(), "the command ran");
+    let dead = Queue::open(q).unwrap().list(Some(State::Dead)).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert!(
+        matches!(dead[0].name.kind, steadq::Kind::Dead { reason } if reason.as_str() == "toolarge")
+    );
+    assert_eq!(work().status.code(), Some(3));
+    assert!(steadq_in(&["enqueue", p(q)], &[7u8; 11]).status.success());
+    let o = steadq(&["claim", p(q), "--max-payload", "10"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+}

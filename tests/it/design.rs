@@ -264,3 +264,42 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
         );
     }
 }
+
+/// The root layout's names are defined once (`steadq::layout`), and each is the name on a
+/// line of DESIGN.md's Layout block, and every Layout line names one of them (a directory
+/// with a trailing `/`); the bucket names follow `<bbbb16>` as the block says.
+#[test]
+fn the_layout_constants_are_the_layout_block() {
+    let lines = design_block("## Layout");
+    let entry = |l: &str| -> String {
+        let path = l.split_whitespace().next().unwrap_or("");
+        let rest = path.strip_prefix("<root>/").expect("a <root>/ line");
+        rest.split(['/', '<']).next().unwrap_or("").to_string()
+    };
+    let documented: std::collections::BTreeSet<String> = lines.iter().map(|l| entry(l)).collect();
+    // `evidence.<hex16>.log` is rotated evidence, the one root name that is a pattern.
+    let mut named: std::collections::BTreeSet<String> =
+        layout::ROOT_ENTRIES.iter().map(|n| n.to_string()).collect();
+    named.insert("evidence.".into());
+    assert_eq!(documented, named);
+    for (dir, constant) in [
+        ("tmp/", layout::TMP_DIR),
+        ("ready/<ss>/", layout::READY_DIR),
+        ("delayed/<bbbb16>/", layout::DELAYED_DIR),
+        ("dead/<bbbb16>/", layout::DEAD_DIR),
+        ("receipts/<ss>/", layout::RECEIPTS_DIR),
+        ("keys/<key64>", layout::KEYS_DIR),
+    ] {
+        let line = format!("<root>/{dir}");
+        assert!(
+            lines.iter().any(|l| l.starts_with(&line)),
+            "DESIGN.md lacks {line}"
+        );
+        assert!(dir.starts_with(constant), "{dir} vs {constant}");
+    }
+    let b = layout::bucket_name(7 * layout::DEAD_BUCKET_NS + 1, layout::DEAD_BUCKET_NS);
+    assert_eq!((b.len(), b.as_str()), (16, "0000000000000007"));
+    assert!(lines
+        .iter()
+        .any(|l| l.starts_with("<root>/dead/<bbbb16>/") && l.contains("/ 86400 s")));
+}

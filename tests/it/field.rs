@@ -727,3 +727,66 @@ fn a_nack_or_fail_that_is_not_done_keeps_the_lease() {
         assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
     }
 }
+
+/// A ready shard made unreadable (`chmod 000 ready/01`) for the user running steadq: status,
+/// claim and work report it and serve the other shard, instead of refusing the whole queue
+/// (exit 2, "open failed: Permission denied").
+#[test]
+fn an_unreadable_shard_is_reported_and_skipped() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP an_unreadable_shard_is_reported_and_skipped: needs root, runs once");
+        return;
+    }
+    // Outside the test's temp dir tree, which `nobody` may not traverse.
+    let base = std::path::PathBuf::from(format!("/tmp/steadq-unread-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let bin = base.join("steadq");
+    std::fs::copy(BIN, &bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (bin, q) = (bin.to_str().unwrap(), base.join("q"));
+    let qs = q.to_str().unwrap();
+    let nobody = |script: &str| {
+        let out = Command::new("su")
+            .args(["-s", "/bin/sh", "nobody", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, _, err) = nobody(&format!(
+        "{bin} init {qs} --shards 2 && for i in $(seq 20); do echo j$i | {bin} enqueue {qs}; done"
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    let jobs = |s: &str| std::fs::read_dir(q.join("ready").join(s)).unwrap().count();
+    let (readable, hidden) = (jobs("00"), jobs("01"));
+    assert_eq!(readable + hidden, 20);
+    assert!(readable > 0 && hidden > 0, "{readable} + {hidden}");
+    std::fs::set_permissions(q.join("ready/01"), std::fs::Permissions::from_mode(0o000)).unwrap();
+
+    let (code, out, err) = nobody(&format!("{bin} status {qs} --json"));
+    assert_eq!(code, Some(0), "status: {err}");
+    assert!(out.contains("\"unreadable_shards\":1,"), "{out}");
+    assert!(out.contains(&format!("\"ready\":{readable},")), "{out}");
+    // Every job of the readable shard is claimed and run, then there is no job (exit 3).
+    let (code, _, err) = nobody(&format!(
+        "for i in $(seq {readable}); do {bin} work --once {qs} -- cat >/dev/null || exit 9; done; \
+         {bin} claim {qs}"
+    ));
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("ready/01: cannot read this shard"), "{err}");
+    assert_eq!(jobs("00"), 0);
+    // fsck does not call the queue clean while it could not look at a shard.
+    let (code, out, err) = nobody(&format!("{bin} fsck {qs}"));
+    assert_eq!(code, Some(5), "fsck: {out}{err}");
+    assert!(out.contains("ready/01: unreadable"), "{out}");
+    std::fs::set_permissions(q.join("ready/01"), std::fs::Permissions::from_mode(0o775)).unwrap();
+    let st = Queue::open(&q).unwrap().status().unwrap();
+    assert_eq!(
+        (st.ready, st.acked, st.unreadable_shards),
+        (hidden as u64, readable as u64, 0)
+    );
+    std::fs::remove_dir_all(&base).unwrap();
+}

@@ -415,7 +415,6 @@ fn parse_window(w: &str) -> (u64, u64) {
 }
 
 fn run(r: Run, dev: &mut dyn Device) -> i32 {
-    let boot_timeout = r.boot_timeout;
     std::fs::create_dir_all(&r.out).unwrap_or_else(|e| die(e));
     let path = r.out.join("records.log");
     let mut rec = Records {
@@ -429,54 +428,15 @@ fn run(r: Run, dev: &mut dyn Device) -> i32 {
     };
     let mut rng = Rng(r.seed);
     let mut rows: Vec<Row> = Vec::new();
-    let mut confirmed = 0u64;
     let mut caught_at = None;
     let t_run = Instant::now();
     for boot in 0..=r.cycles {
         let t_boot = Instant::now();
         let mut s = dev.start(boot);
         let mut buf = LineBuf::default();
-        let mut report = Report::default();
-        let deadline = t_boot + boot_timeout;
-        loop {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match next(&mut *s, &mut buf, Some(wait)) {
-                Got::Line(l) => match report.feed(&l) {
-                    Ok(true) => break,
-                    Ok(false) => {}
-                    Err(e) => die(format!("boot {boot}: {e}")),
-                },
-                Got::Timeout => die(format!(
-                    "boot {boot}: no whole report within {} s (see its console log)",
-                    boot_timeout.as_secs()
-                )),
-                Got::Eof => die(format!("boot {boot}: the device hung up during its report")),
-            }
-        }
-        rec.append(&format!("# boot {boot} {}", report.boot.line()));
-        let records = std::fs::read_to_string(&rec.path).unwrap_or_else(|e| die(e));
-        let expect = expect_from(&records).unwrap_or_else(|e| die(e));
-        let mut v = check(&report.snapshot(), &expect);
-        v.extend(
-            report
-                .fsck
-                .iter()
-                .filter(|p| !p.starts_with("quarantine/"))
-                .map(|p| format!("fsck: {p}")),
-        );
-        let mut row = Row {
-            boot,
-            mount_ms: report.boot.mount_ms,
-            recover_ms: report.boot.recover_ms,
-            moved: report.boot.moved,
-            jobs: report.jobs() as u64,
-            violations: v.len() as u64,
-            ..Row::default()
-        };
-        for x in v.iter().take(5) {
-            println!("  VIOLATION boot {boot}: {x}");
-        }
-        if !v.is_empty() && caught_at.is_none() {
+        let report = read_report(&mut *s, &mut buf, boot, r.boot_timeout);
+        let mut row = check_boot(&mut rec, &report, boot);
+        if row.violations > 0 && caught_at.is_none() {
             caught_at = Some(boot);
         }
         let stop = boot == r.cycles || (r.expect_caught && caught_at.is_some());
@@ -484,79 +444,157 @@ fn run(r: Run, dev: &mut dyn Device) -> i32 {
             dev.stop();
         } else {
             s.write_all(b"ok report\n").unwrap_or_else(|e| die(e));
+            // Drawn in this order (the moment, then the kind): a seed replays its cuts.
             let cut_at = Duration::from_millis(rng.between(r.window.0, r.window.1));
             let after_ack = r.expect_caught || rng.chance(50);
-            let t0 = Instant::now();
-            loop {
-                let left = cut_at.saturating_sub(t0.elapsed());
-                let wait = if left.is_zero() && after_ack {
-                    Some(Duration::from_secs(60))
-                } else {
-                    Some(left)
-                };
-                match next(&mut *s, &mut buf, wait) {
-                    Got::Timeout => match on_timeout(after_ack, left.is_zero()) {
-                        OnTimeout::Cut => {
-                            row.cut_kind = "time".into();
-                            break;
-                        }
-                        OnTimeout::Wait => {}
-                        OnTimeout::GiveUp => die(format!("boot {boot}: no ack in 60 s")),
-                    },
-                    Got::Eof => die(format!(
-                        "boot {boot}: the device hung up before the cut (see its console log)"
-                    )),
-                    Got::Line(l) => {
-                        let op = match Op::parse(&l) {
-                            Ok(Some(op)) => op,
-                            _ => die(format!("boot {boot}: unexpected record {l:?}")),
-                        };
-                        rec.append(&l);
-                        row.confirmed += 1;
-                        if cut_on_record(after_ack, &op.what, t0.elapsed() >= cut_at) {
-                            row.cut_kind = "ack".into();
-                            break; // cut before the device hears its ok
-                        }
-                        s.write_all(format!("ok {}\n", op.seq).as_bytes())
-                            .unwrap_or_else(|e| die(e));
-                    }
-                }
-            }
-            row.cut_ms = t0.elapsed().as_millis() as u64;
+            run_until_cut(&mut *s, &mut buf, &mut rec, cut_at, after_ack, &mut row);
             let c = dev.cut(&mut rng);
             (row.unflushed, row.kept, row.log_entries) = (c.after, c.kept, c.entries);
-            confirmed += row.confirmed;
         }
-        println!(
-            "boot {boot:>4}: mount {:>4} ms, recover {:>4} ms, moved {:>3}, jobs {:>5}, violations {} | {}",
-            row.mount_ms,
-            row.recover_ms,
-            row.moved,
-            row.jobs,
-            row.violations,
-            if stop {
-                format!("stop ({:.1} s)", t_boot.elapsed().as_secs_f64())
-            } else {
-                format!(
-                    "{} confirmed, cut {} at {:.2} s, {} log entries, kept {}/{} writes after the last flush ({:.1} s)",
-                    row.confirmed,
-                    if row.cut_kind == "ack" { "after an ack" } else { "by time" },
-                    row.cut_ms as f64 / 1000.0,
-                    row.log_entries,
-                    row.kept,
-                    row.unflushed,
-                    t_boot.elapsed().as_secs_f64()
-                )
-            }
-        );
+        print_row(&row, stop, t_boot);
         rows.push(row);
         if stop {
             break;
         }
     }
+    summarize(&r, &rows, caught_at, t_run)
+}
+
+/// Read the device's whole boot report (recovery figures, snapshot, fsck) within
+/// `boot_timeout` of now.
+fn read_report(s: &mut dyn Stream, buf: &mut LineBuf, boot: u32, boot_timeout: Duration) -> Report {
+    let mut report = Report::default();
+    let deadline = Instant::now() + boot_timeout;
+    loop {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match next(s, buf, Some(wait)) {
+            Got::Line(l) => match report.feed(&l) {
+                Ok(true) => return report,
+                Ok(false) => {}
+                Err(e) => die(format!("boot {boot}: {e}")),
+            },
+            Got::Timeout => die(format!(
+                "boot {boot}: no whole report within {} s (see its console log)",
+                boot_timeout.as_secs()
+            )),
+            Got::Eof => die(format!("boot {boot}: the device hung up during its report")),
+        }
+    }
+}
+
+/// Check boot `boot`'s report against every operation confirmed before it (the invariants
+/// and fsck outside quarantine); its row, with the violations counted (the first 5 printed).
+fn check_boot(rec: &mut Records, report: &Report, boot: u32) -> Row {
+    rec.append(&format!("# boot {boot} {}", report.boot.line()));
+    let records = std::fs::read_to_string(&rec.path).unwrap_or_else(|e| die(e));
+    let expect = expect_from(&records).unwrap_or_else(|e| die(e));
+    let mut v = check(&report.snapshot(), &expect);
+    v.extend(
+        report
+            .fsck
+            .iter()
+            .filter(|p| !p.starts_with("quarantine/"))
+            .map(|p| format!("fsck: {p}")),
+    );
+    for x in v.iter().take(5) {
+        println!("  VIOLATION boot {boot}: {x}");
+    }
+    Row {
+        boot,
+        mount_ms: report.boot.mount_ms,
+        recover_ms: report.boot.recover_ms,
+        moved: report.boot.moved,
+        jobs: report.jobs() as u64,
+        violations: v.len() as u64,
+        ..Row::default()
+    }
+}
+
+/// Confirm the device's operations (each recorded before its `ok`) until the cut: by time
+/// at `cut_at` from now, or (`after_ack`) at the first ack past that moment,
+/// before the device hears its `ok`. Fills the row's confirmed count, cut kind and time.
+fn run_until_cut(
+    s: &mut dyn Stream,
+    buf: &mut LineBuf,
+    rec: &mut Records,
+    cut_at: Duration,
+    after_ack: bool,
+    row: &mut Row,
+) {
+    let boot = row.boot;
+    let t0 = Instant::now();
+    loop {
+        let left = cut_at.saturating_sub(t0.elapsed());
+        let wait = if left.is_zero() && after_ack {
+            Some(Duration::from_secs(60))
+        } else {
+            Some(left)
+        };
+        match next(s, buf, wait) {
+            Got::Timeout => match on_timeout(after_ack, left.is_zero()) {
+                OnTimeout::Cut => {
+                    row.cut_kind = "time".into();
+                    break;
+                }
+                OnTimeout::Wait => {}
+                OnTimeout::GiveUp => die(format!("boot {boot}: no ack in 60 s")),
+            },
+            Got::Eof => die(format!(
+                "boot {boot}: the device hung up before the cut (see its console log)"
+            )),
+            Got::Line(l) => {
+                let op = match Op::parse(&l) {
+                    Ok(Some(op)) => op,
+                    _ => die(format!("boot {boot}: unexpected record {l:?}")),
+                };
+                rec.append(&l);
+                row.confirmed += 1;
+                if cut_on_record(after_ack, &op.what, t0.elapsed() >= cut_at) {
+                    row.cut_kind = "ack".into();
+                    break; // cut before the device hears its ok
+                }
+                s.write_all(format!("ok {}\n", op.seq).as_bytes())
+                    .unwrap_or_else(|e| die(e));
+            }
+        }
+    }
+    row.cut_ms = t0.elapsed().as_millis() as u64;
+}
+
+/// One line per boot: recovery figures, then the cut (or `stop` after the last boot).
+fn print_row(row: &Row, stop: bool, t_boot: Instant) {
+    println!(
+        "boot {:>4}: mount {:>4} ms, recover {:>4} ms, moved {:>3}, jobs {:>5}, violations {} | {}",
+        row.boot,
+        row.mount_ms,
+        row.recover_ms,
+        row.moved,
+        row.jobs,
+        row.violations,
+        if stop {
+            format!("stop ({:.1} s)", t_boot.elapsed().as_secs_f64())
+        } else {
+            format!(
+                "{} confirmed, cut {} at {:.2} s, {} log entries, kept {}/{} writes after the last flush ({:.1} s)",
+                row.confirmed,
+                if row.cut_kind == "ack" { "after an ack" } else { "by time" },
+                row.cut_ms as f64 / 1000.0,
+                row.log_entries,
+                row.kept,
+                row.unflushed,
+                t_boot.elapsed().as_secs_f64()
+            )
+        }
+    );
+}
+
+/// Write `cycles.csv`, `chart.svg` and `summary.txt`, print the summary; the exit code (0:
+/// no violation, or with `--expect-caught` the broken build was caught).
+fn summarize(r: &Run, rows: &[Row], caught_at: Option<u32>, t_run: Instant) -> i32 {
     let cuts = rows.len() as u32 - 1;
+    let confirmed: u64 = rows.iter().map(|r| r.confirmed).sum();
     let violations: u64 = rows.iter().map(|r| r.violations).sum();
-    let (med, max) = chart::recovery(&rows);
+    let (med, max) = chart::recovery(rows);
     let secs = t_run.elapsed().as_secs_f64();
     let mut summary = format!(
         "fs {}: {} cuts, {} boots, {} confirmed operations, {} violations; recovery at boot (mount + steadq) median {} ms, max {} ms; {:.0} s, {:.1} s per cycle; seed {}\n",
@@ -580,12 +618,12 @@ fn run(r: Run, dev: &mut dyn Device) -> i32 {
     let write = |name: &str, text: String| {
         std::fs::write(r.out.join(name), text).unwrap_or_else(|e| die(e));
     };
-    write("cycles.csv", chart::csv(&rows));
+    write("cycles.csv", chart::csv(rows));
     write(
         "chart.svg",
         chart::svg(
             &format!("SteadQ power cuts, {} (seed {})", r.fs, r.seed),
-            &rows,
+            rows,
         ),
     );
     write("summary.txt", summary.clone());

@@ -1,0 +1,253 @@
+//! The identity file `steadq.queue`: its text, encoded and decoded side by side. Reading,
+//! publishing and replacing the file are the queue's (`src/queue.rs`); this module only turns
+//! an [`Identity`] into bytes and back.
+
+use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
+use crate::disk::name::JobId;
+use crate::error::ErrorKind;
+use crate::queue::QUEUE_VERSION;
+
+/// The identity of a queue, from `steadq.queue`:
+///
+/// ```text
+/// steadq-queue
+/// version=1
+/// id=<32 hex: 128 random bits>
+/// shards=<1..=256>
+/// delayed_bucket_ns=<decimal ns>
+/// receipts=<job|header|none>          (version 2 only)
+/// evidence_max=<decimal bytes>        (version 2 only)
+/// evidence_keep=<decimal count>       (version 2 only)
+/// sum=<16 hex: first 8 bytes of SHA-256 of all the bytes before this line>
+/// ```
+///
+/// The sum line is always written; a file without it (SteadQ 0.1 before the sum existed)
+/// still opens. A sum that does not match is [`ErrorKind::BadIdentity`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Format version.
+    pub version: u32,
+    /// Queue id.
+    pub id: u128,
+    /// Shard count.
+    pub shards: u16,
+    /// Delayed-bucket width, ns.
+    pub delayed_bucket_ns: u64,
+    /// What an ack keeps (version 1: always [`ReceiptPolicy::Job`]).
+    pub receipts: ReceiptPolicy,
+    /// Evidence log rotation (version 1: one `evidence.log` that never rotates).
+    pub evidence: EvidenceLimits,
+}
+
+/// The identity checksum: the first 8 bytes (big-endian) of SHA-256 of `body`.
+fn identity_sum(body: &[u8]) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d: [u8; 32] = Sha256::digest(body).into();
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&d[..8]);
+    u64::from_be_bytes(a)
+}
+
+/// Split `text` into the body and the value of its last line when that is `sum=<16 hex>`;
+/// `None` for a file without a sum line (written by SteadQ 0.1 before the sum existed).
+fn split_sum(text: &str) -> Option<(&str, Option<u64>)> {
+    let trimmed = text.strip_suffix('\n')?;
+    let start = trimmed.rfind('\n').map_or(0, |i| i + 1);
+    let Some(hex) = trimmed[start..].strip_prefix("sum=") else {
+        return Some((text, None));
+    };
+    let ok = hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let sum = u64::from_str_radix(hex, 16).ok().filter(|_| ok);
+    // A malformed sum line is damage: report it as a sum that cannot match.
+    Some((
+        &text[..start],
+        Some(sum.unwrap_or(!identity_sum(&text.as_bytes()[..start]))),
+    ))
+}
+
+impl Identity {
+    /// A version-1 identity cannot carry a policy: it acts as `job` with one unrotated log.
+    pub(crate) fn settled(mut self) -> Identity {
+        if self.version < 2 {
+            self.receipts = ReceiptPolicy::Job;
+            self.evidence = EvidenceLimits::UNBOUNDED;
+        }
+        self
+    }
+
+    /// The file's text, sum line included.
+    pub(crate) fn encode(&self) -> String {
+        let mut body = format!(
+            "steadq-queue\nversion={}\nid={:032x}\nshards={}\ndelayed_bucket_ns={}\n",
+            self.version, self.id, self.shards, self.delayed_bucket_ns
+        );
+        if self.version >= 2 {
+            body.push_str(&format!(
+                "receipts={}\nevidence_max={}\nevidence_keep={}\n",
+                self.receipts, self.evidence.max_bytes, self.evidence.keep
+            ));
+        }
+        let sum = identity_sum(body.as_bytes());
+        format!("{body}sum={sum:016x}\n")
+    }
+
+    /// Parse the file's text (with or without its sum line).
+    ///
+    /// # Errors
+    /// [`ErrorKind::BadIdentity`] for anything malformed or a sum that does not match;
+    /// [`ErrorKind::UnsupportedVersion`] for a newer format.
+    pub(crate) fn decode(text: &str) -> core::result::Result<Identity, ErrorKind> {
+        let (body, sum) = split_sum(text).ok_or(ErrorKind::BadIdentity)?;
+        let ident = Identity::decode_body(body);
+        // A newer format may sum differently: say "upgrade", not "damaged".
+        if matches!(ident, Err(ErrorKind::UnsupportedVersion { .. })) {
+            return ident;
+        }
+        if sum.is_some_and(|s| s != identity_sum(body.as_bytes())) {
+            return Err(ErrorKind::BadIdentity);
+        }
+        ident
+    }
+
+    /// The five lines (version 1) or eight (version 2) before the optional sum line; nothing
+    /// else may follow them.
+    fn decode_body(body: &str) -> core::result::Result<Identity, ErrorKind> {
+        let mut lines = body.lines();
+        if lines.next() != Some("steadq-queue") {
+            return Err(ErrorKind::BadIdentity);
+        }
+        let mut field = |key: &str| -> core::result::Result<&str, ErrorKind> {
+            lines
+                .next()
+                .and_then(|l| l.strip_prefix(key))
+                .and_then(|l| l.strip_prefix('='))
+                .ok_or(ErrorKind::BadIdentity)
+        };
+        let version: u32 = field("version")?
+            .parse()
+            .map_err(|_| ErrorKind::BadIdentity)?;
+        if version == 0 {
+            return Err(ErrorKind::BadIdentity);
+        }
+        if version > QUEUE_VERSION {
+            return Err(ErrorKind::UnsupportedVersion {
+                found: version,
+                supported: QUEUE_VERSION,
+            });
+        }
+        let id = JobId::parse(field("id")?).ok_or(ErrorKind::BadIdentity)?.0;
+        let shards: u16 = field("shards")?
+            .parse()
+            .map_err(|_| ErrorKind::BadIdentity)?;
+        let delayed_bucket_ns: u64 = field("delayed_bucket_ns")?
+            .parse()
+            .map_err(|_| ErrorKind::BadIdentity)?;
+        let (mut receipts, mut evidence) = (ReceiptPolicy::Job, EvidenceLimits::UNBOUNDED);
+        if version >= 2 {
+            receipts = field("receipts")?
+                .parse()
+                .map_err(|_| ErrorKind::BadIdentity)?;
+            evidence.max_bytes = field("evidence_max")?
+                .parse()
+                .map_err(|_| ErrorKind::BadIdentity)?;
+            evidence.keep = field("evidence_keep")?
+                .parse()
+                .map_err(|_| ErrorKind::BadIdentity)?;
+        }
+        if !(1..=256).contains(&shards)
+            || delayed_bucket_ns == 0
+            || evidence.max_bytes == 0
+            || lines.next().is_some()
+        {
+            return Err(ErrorKind::BadIdentity);
+        }
+        Ok(Identity {
+            version,
+            id,
+            shards,
+            delayed_bucket_ns,
+            receipts,
+            evidence,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_round_trips_and_rejects_newer() {
+        let i = Identity {
+            version: 1,
+            id: 0xabc,
+            shards: 16,
+            delayed_bucket_ns: 60_000_000_000,
+            receipts: ReceiptPolicy::Job,
+            evidence: EvidenceLimits::UNBOUNDED,
+        };
+        assert_eq!(Identity::decode(&i.encode()), Ok(i));
+        let v2 = Identity {
+            version: 2,
+            receipts: ReceiptPolicy::Header,
+            evidence: EvidenceLimits {
+                max_bytes: 4096,
+                keep: 2,
+            },
+            ..i
+        };
+        assert!(v2
+            .encode()
+            .contains("\nreceipts=header\nevidence_max=4096\nevidence_keep=2\n"));
+        assert_eq!(Identity::decode(&v2.encode()), Ok(v2));
+        // A version-2 identity without its extra lines is damaged.
+        let short = i.encode().replace("version=1", "version=2");
+        assert_eq!(Identity::decode(&short), Err(ErrorKind::BadIdentity));
+        let newer = i.encode().replace("version=1", "version=3");
+        assert_eq!(
+            Identity::decode(&newer),
+            Err(ErrorKind::UnsupportedVersion {
+                found: 3,
+                supported: 2
+            })
+        );
+        assert_eq!(
+            Identity::decode("steadq-queue\n"),
+            Err(ErrorKind::BadIdentity)
+        );
+        let v0 = i.encode().replace("version=1", "version=0");
+        assert_eq!(Identity::decode(&v0), Err(ErrorKind::BadIdentity));
+        let zero = i.encode().replace("shards=16", "shards=0");
+        assert_eq!(Identity::decode(&zero), Err(ErrorKind::BadIdentity));
+    }
+
+    #[test]
+    fn identity_sum_is_checked_and_optional() {
+        let i = Identity {
+            version: 1,
+            id: 0x1234_5678_9abc_def0_1122_3344_5566_7788,
+            shards: 8,
+            delayed_bucket_ns: 60_000_000_000,
+            receipts: ReceiptPolicy::Job,
+            evidence: EvidenceLimits::UNBOUNDED,
+        };
+        let text = i.encode();
+        let (body, sum) = split_sum(&text).unwrap();
+        assert_eq!(sum, Some(identity_sum(body.as_bytes())));
+        assert_eq!(body.lines().count(), 5);
+        // Legacy: the body alone.
+        assert_eq!(Identity::decode(body), Ok(i));
+        // One changed hex digit of the id: only the sum tells.
+        let flipped = text.replace("id=1234", "id=1235");
+        assert_eq!(Identity::decode(&flipped), Err(ErrorKind::BadIdentity));
+        // A malformed sum line, a sum of the wrong length, junk after the fields.
+        for bad in [
+            text.replace("sum=", "sum=x"),
+            text.replace("\nsum=", "\nsum=0"),
+            text.replace("\nsum=", "\nsun="),
+            format!("{body}junk\n"),
+        ] {
+            assert_eq!(Identity::decode(&bad), Err(ErrorKind::BadIdentity), "{bad}");
+        }
+    }
+}
