@@ -62,6 +62,8 @@ mod disk;
 mod error;
 mod ops;
 mod queue;
+#[cfg(feature = "s3")]
+pub mod s3;
 #[cfg(feature = "serde")]
 mod typed;
 

@@ -1,12 +1,12 @@
 //! The job lifecycle: enqueue, claim, renew, ack, nack and fail. Each is one conditional
 //! create of the job's next generation ([`Queue::step`] in `queue.rs`).
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{id_hex, Marker, Record, State};
-use crate::queue::{random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt};
+use crate::format;
+use crate::s3::error::{Error, ErrorKind, Result};
+use crate::s3::keys::{id_hex, Marker, Record, State};
+use crate::s3::queue::{random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use steadq::format;
 
 impl Queue {
     /// Enqueue `payload`; returns the job id.
@@ -81,10 +81,19 @@ impl Queue {
             deadline_ms: deadline,
             token,
             gen: m.gen + 1,
+            base_at_ms: rec.at_ms,
         };
         let file = match self.get(&self.keys.gen(m.id, 0)) {
             Ok(Some(f)) => f,
-            Ok(None) => Vec::new(),
+            // Only compaction deletes an envelope, from generation 0 up: our create met a
+            // finished chain being compacted (through a stale ready marker). It is a stray
+            // below the chain's newest generation: delete it, and count a lost race.
+            Ok(None) => {
+                self.hint(false, &self.keys.marker(m.id, m.gen + 1, &rec));
+                self.hint(false, &self.keys.gen(m.id, m.gen + 1));
+                self.lost_races.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
             Err(e) => {
                 return Err(Error::indeterminate(ErrorKind::PayloadUnavailable(
                     e.to_string(),
@@ -109,7 +118,10 @@ impl Queue {
         let old = self
             .keys
             .marker(lease.id, lease.gen, &self.leased_record(lease));
-        if self.step(lease.id, lease.gen, &old, rec)? {
+        if self.step(lease.id, lease.gen, &old, rec)?
+            && (!self.may_be_compacted(lease.base_at_ms)
+                || self.chain_alive(lease.id, lease.gen + 1, rec)?)
+        {
             Ok(())
         } else {
             Err(Error::not_done(ErrorKind::LeaseLost))
@@ -141,6 +153,7 @@ impl Queue {
         self.finish(lease, &rec)?;
         lease.gen += 1;
         lease.deadline_ms = deadline;
+        lease.base_at_ms = rec.at_ms;
         Ok(())
     }
 
