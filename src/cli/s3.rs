@@ -505,3 +505,30 @@ mod with_s3 {
         }
     }
 }
+
+#[cfg(all(test, not(feature = "s3")))]
+mod tests {
+    use super::super::args::{self, Cmd};
+    use super::super::exit::Exit;
+    use super::*;
+
+    fn status(dir: &str) -> Cmd {
+        Cmd::Status(args::Status {
+            dir: dir.into(),
+            json: false,
+            prometheus: false,
+        })
+    }
+
+    #[test]
+    fn an_s3_queue_is_refused_by_name_without_the_feature() {
+        assert_eq!(s3_queue(&status("/var/lib/jobs")), None);
+        assert_eq!(s3_queue(&status("s3:relative")), None);
+        let cmd = status("s3://bucket/jobs");
+        assert_eq!(s3_queue(&cmd), Some("s3://bucket/jobs"));
+        let e = run(cmd).unwrap_err();
+        assert_eq!(e.exit(), Exit::NotDone);
+        assert!(e.to_string().contains("\"s3://bucket/jobs\""), "{e}");
+        assert!(e.to_string().contains("--features s3"), "{e}");
+    }
+}

@@ -11,6 +11,7 @@ mod compact;
 mod faults;
 mod lifecycle;
 mod race;
+mod scale;
 mod sigkill;
 #[cfg(feature = "tls")]
 mod tls;
