@@ -463,7 +463,7 @@ mod with_s3 {
     /// One worker thread: claim, run, settle; back off while idle.
     fn work_loop(q: &Arc<Queue>, a: &args::Work) -> Result<Exit, CliError> {
         let mut idle = 0u32;
-        while !super::super::work::stop_requested() {
+        while !stopping() {
             let claimed = match q.claim() {
                 Ok(c) => c,
                 // A long-running worker outlives an outage: log, back off, look again.
@@ -482,7 +482,7 @@ mod with_s3 {
                 continue;
             };
             idle = 0;
-            let what = run_job(q, l, a)?;
+            let what = run_job(q, l, a).inspect_err(|_| FAILED.store(true, Ordering::Relaxed))?;
             if !a.quiet {
                 eprintln!("steadq work: {what}");
             }
@@ -493,10 +493,18 @@ mod with_s3 {
         Ok(Exit::Done)
     }
 
-    /// Sleep `d`, waking early on SIGTERM or SIGINT.
+    /// A worker thread could not run its command: the others stop too.
+    static FAILED: AtomicBool = AtomicBool::new(false);
+
+    /// SIGTERM or SIGINT arrived, or a worker thread failed.
+    fn stopping() -> bool {
+        super::super::work::stop_requested() || FAILED.load(Ordering::Relaxed)
+    }
+
+    /// Sleep `d`, waking early when [`stopping`].
     fn pause(d: Duration) {
         let until = Instant::now() + d;
-        while !super::super::work::stop_requested() {
+        while !stopping() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;
