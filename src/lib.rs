@@ -49,7 +49,8 @@
 //! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
 //! src/typed.rs         TypedQueue<T>: serde values with postcard (feature `serde`)
 //! src/asyncq.rs        AsyncQueue: async enqueue and claim on tokio's reactor (feature `tokio`)
-//! src/cli/              the `steadq` binary (feature `cli`)
+//! src/s3/               StowQ: the lifecycle on S3-compatible object storage (feature `s3`)
+//! src/cli/              the `steadq` binary (feature `cli`; `s3://` queues with `s3`)
 //! ```
 
 #![deny(missing_docs)]

@@ -70,13 +70,16 @@ fn whole_lifecycle_against_moto() {
         (3, State::Done, l1.token.as_str())
     );
 
-    // Nack with a delay: not claimable until due (on the service clock).
+    // Nack with a delay: not claimable until due (on the service clock). 6 s: the claims and
+    // the status between must finish before it even when moto is slow (the s3 tests share
+    // one test binary and run side by side).
     let l2 = q.claim().unwrap().unwrap();
+    let t_nack = std::time::Instant::now();
     match q
-        .nack(&l2, Duration::from_millis(1_500), "try later")
+        .nack(&l2, Duration::from_millis(6_000), "try later")
         .unwrap()
     {
-        Nacked::Ready(due) => assert!(due >= l2.deadline_ms - 5_000 + 1_500 - 50),
+        Nacked::Ready(due) => assert!(due >= l2.deadline_ms - 5_000 + 6_000 - 50),
         Nacked::Dead => panic!("attempt 1 of 2 must not be dead"),
     }
     let st = q.status().unwrap();
@@ -84,7 +87,8 @@ fn whole_lifecycle_against_moto() {
     let l3 = q.claim().unwrap().unwrap();
     assert_ne!(l3.id, l2.id, "the delayed job is not due yet");
     assert!(q.claim().unwrap().is_none(), "nothing else is due");
-    std::thread::sleep(Duration::from_millis(3_100));
+    // Due by the upper bound of the service clock (now + 1 s), so at most 1 s early.
+    std::thread::sleep(Duration::from_millis(7_100).saturating_sub(t_nack.elapsed()));
     let l2b = q.claim().unwrap().expect("due now");
     assert_eq!((l2b.id, l2b.attempt), (l2.id, 2));
 
