@@ -85,15 +85,21 @@ impl Queue {
         };
         let file = match self.get(&self.keys.gen(m.id, 0)) {
             Ok(Some(f)) => f,
-            // Only compaction deletes an envelope, from generation 0 up: our create met a
-            // finished chain being compacted (through a stale ready marker). It is a stray
-            // below the chain's newest generation: delete it, and count a lost race.
-            Ok(None) => {
-                self.hint(false, &self.keys.marker(m.id, m.gen + 1, &rec));
-                self.hint(false, &self.keys.gen(m.id, m.gen + 1));
-                self.lost_races.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
-            }
+            // No envelope. With a newer generation above ours, our create met a finished chain
+            // being compacted (through a stale ready marker): it was a stray, now deleted; a
+            // lost race. Otherwise the envelope was lost: corrupt, to dead below.
+            Ok(None) => match self.unless_stray(m.id, m.gen + 1, &rec) {
+                Ok(false) => {
+                    self.lost_races.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+                Ok(true) => Vec::new(),
+                Err(e) => {
+                    return Err(Error::indeterminate(ErrorKind::PayloadUnavailable(
+                        e.to_string(),
+                    )))
+                }
+            },
             Err(e) => {
                 return Err(Error::indeterminate(ErrorKind::PayloadUnavailable(
                     e.to_string(),

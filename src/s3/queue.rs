@@ -461,9 +461,9 @@ impl Queue {
     /// The compaction fence, after our create of `rec` as generation `new_gen` of `id`
     /// succeeded: [`Queue::compact`] deletes a finished chain from generation 0 upwards, so a
     /// create that succeeded only because compaction had deleted its key finds generation 0
-    /// gone. Then ours is a stray below the chain's newest generation (or in a deleted chain):
-    /// it is deleted with its marker and `Ok(false)` returned (the transition did not happen).
-    /// One ranged GET of one byte.
+    /// gone and the receipt above it. Then ours is a stray below the chain's newest
+    /// generation: it is deleted with its marker and `Ok(false)` returned (the transition did
+    /// not happen). One ranged GET of one byte (and a LIST if generation 0 is gone).
     ///
     /// # Errors
     /// Indeterminate when the check cannot be made: our create is in place, and whether it
@@ -480,11 +480,7 @@ impl Queue {
                 .request("GET", &key0, &[], &[("range", "bytes=0-0".into())], b"");
             match r {
                 Ok(r) if r.status == 200 || r.status == 206 => return Ok(true),
-                Ok(r) if r.status == 404 => {
-                    self.hint(false, &self.keys.marker(id, new_gen, rec));
-                    self.hint(false, &self.keys.gen(id, new_gen));
-                    return Ok(false);
-                }
+                Ok(r) if r.status == 404 => return self.unless_stray(id, new_gen, rec),
                 Ok(r) => {
                     last = ErrorKind::Status {
                         status: r.status,
@@ -495,6 +491,30 @@ impl Queue {
             }
         }
         Err(Error::indeterminate(last))
+    }
+
+    /// Generation 0 of `id` is gone: our create of `new_gen` is a stray of a compacted chain
+    /// if a newer generation (the receipt) exists; then it is deleted with its marker and
+    /// `Ok(false)` returned. Otherwise generation 0 was lost some other way and ours is the
+    /// newest: it counts (`Ok(true)`). One LIST.
+    ///
+    /// # Errors
+    /// Indeterminate if the chain cannot be listed.
+    pub(crate) fn unless_stray(&self, id: u128, new_gen: u64, rec: &Record) -> Result<bool> {
+        let chain = format!("{}{}/", self.keys.chains(), id_hex(id));
+        let page = self
+            .list_page(&chain, None, None, 1000)
+            .map_err(|e| Error::indeterminate(e.kind))?;
+        let newer = page
+            .entries
+            .iter()
+            .filter_map(|e| self.keys.parse_gen(&e.key))
+            .any(|(_, g)| g > new_gen);
+        if newer {
+            self.hint(false, &self.keys.marker(id, new_gen, rec));
+            self.hint(false, &self.keys.gen(id, new_gen));
+        }
+        Ok(!newer)
     }
 
     /// Whether a create made now, from a generation written at `base_at_ms`, may have met a

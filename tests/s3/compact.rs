@@ -214,3 +214,19 @@ fn compaction_fault_matrix() {
     ));
     assert!(tally[0] > 0 && tally[1] > 0 && tally[2] > 0, "{tally:?}");
 }
+
+/// An envelope lost some other way (deleted by hand) is not taken for compaction: no newer
+/// generation exists, so the claim's create counts and the job goes to dead, as corrupt.
+#[test]
+fn a_lost_envelope_is_dead_lettered_not_taken_for_a_compacted_chain() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "lost");
+    let q = queue(m.port, "lost", "l", opts());
+    let id = q.enqueue(b"job").unwrap();
+    assert_eq!(q.client.delete(&q.keys().gen(id, 0)).unwrap().status, 204);
+    assert!(q.claim().unwrap().is_none(), "never handed out");
+    let (g, rec) = q.inspect(id).unwrap().unwrap();
+    assert_eq!((g, rec.state), (2, State::Dead));
+    assert!(rec.reason.starts_with("corrupt envelope"), "{}", rec.reason);
+    assert_eq!(q.status().unwrap().dead, 1);
+}
