@@ -79,7 +79,8 @@
 //! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
 //! src/typed.rs         TypedQueue<T>: serde values with postcard (feature `serde`)
 //! src/asyncq.rs        AsyncQueue: async enqueue and claim on tokio's reactor (feature `tokio`)
-//! src/cli/              the `steadq` binary (feature `cli`)
+//! src/s3/               StowQ: the lifecycle on S3-compatible object storage (feature `s3`)
+//! src/cli/              the `steadq` binary (feature `cli`; `s3://` queues with `s3`)
 //! ```
 
 #![deny(missing_docs)]
@@ -92,6 +93,8 @@ mod disk;
 mod error;
 mod ops;
 mod queue;
+#[cfg(feature = "s3")]
+pub mod s3;
 #[cfg(feature = "serde")]
 mod typed;
 

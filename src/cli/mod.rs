@@ -9,6 +9,7 @@ pub mod demo;
 pub mod encode;
 pub mod exit;
 pub mod rawargs;
+pub mod s3;
 pub mod stdout;
 pub mod work;
 
@@ -92,6 +93,9 @@ pub fn open(dir: &Path) -> Result<Queue, CliError> {
 /// Run one parsed command; its exit code.
 pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
     rawargs::restore(&mut cmd);
+    if s3::s3_queue(&cmd).is_some() {
+        return s3::run(cmd);
+    }
     let e = match cmd {
         Cmd::Init(a) => cmd::cmd_init(a),
         Cmd::Config(a) => cmd::cmd_config(a),

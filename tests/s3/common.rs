@@ -7,8 +7,8 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use stowq::sigv4::Credentials;
-use stowq::{s3::Client, Config, Options, Queue};
+use steadq::s3::sigv4::Credentials;
+use steadq::s3::{client::Client, Config, Options, Queue};
 
 /// A running moto server.
 pub struct Moto {
@@ -161,7 +161,7 @@ pub fn env_num(name: &str, default: u64) -> u64 {
 /// Append a line to `target/tmp/summary.txt` (CI prints it) and to stderr.
 pub fn report(line: &str) {
     eprintln!("{line}");
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp");
     let _ = std::fs::create_dir_all(&dir);
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)

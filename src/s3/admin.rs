@@ -1,9 +1,9 @@
 //! Reading and upkeep of the index: listing due markers, recovery of expired leases,
 //! requeue, repair, list, status and the true state of one job.
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{id_hex, Marker, Record, State, SHARDS};
-use crate::queue::{
+use crate::s3::error::{Error, ErrorKind, Result};
+use crate::s3::keys::{id_hex, Marker, Record, State, SHARDS};
+use crate::s3::queue::{
     batch, random_u128, ready0, Listed, Queue, RecoverReport, RepairReport, Status,
 };
 use std::collections::BTreeMap;
@@ -99,7 +99,10 @@ impl Queue {
                     self.new_record(State::Ready, m.attempt, now, "", why),
                 )
             };
-            match self.step(m.id, m.gen, &key, &out.1) {
+            let moved = self
+                .step(m.id, m.gen, &key, &out.1)
+                .and_then(|done| Ok(done && self.chain_alive(m.id, m.gen + 1, &out.1)?));
+            match moved {
                 Ok(true) if out.0 == State::Dead => rep.dead += 1,
                 Ok(true) => rep.ready += 1,
                 Ok(false) => {
@@ -126,7 +129,10 @@ impl Queue {
                 continue;
             }
             let rec = self.new_record(State::Ready, 0, self.client.clock.now_ms(), "", "requeued");
-            match self.step(m.id, m.gen, &key, &rec) {
+            let moved = self
+                .step(m.id, m.gen, &key, &rec)
+                .and_then(|done| Ok(done && self.chain_alive(m.id, m.gen + 1, &rec)?));
+            match moved {
                 Ok(true) => n += 1,
                 Ok(false) => {
                     self.hint(false, &key);
@@ -156,14 +162,17 @@ impl Queue {
                 marks.entry(m.id).or_default().push((k, m));
             }
         }
-        let mut latest: BTreeMap<u128, (u64, i64)> = BTreeMap::new();
+        // (newest generation, its time, generation 0 present): a chain without generation 0
+        // was compacted and keeps no marker.
+        let mut latest: BTreeMap<u128, (u64, i64, bool)> = BTreeMap::new();
         let mut token: Option<String> = None;
         loop {
             let page = self.list_page(&self.keys.chains(), None, token.as_deref(), 1000)?;
             for e in &page.entries {
                 if let Some((id, g)) = self.keys.parse_gen(&e.key) {
-                    let l = latest.entry(id).or_insert((g, e.modified_ms));
+                    let l = latest.entry(id).or_insert((g, e.modified_ms, false));
                     l.0 = l.0.max(g);
+                    l.2 |= g == 0;
                 }
             }
             match page.next {
@@ -173,8 +182,11 @@ impl Queue {
         }
         let mut rep = RepairReport::default();
         let fail = |e: Error, rep: &RepairReport| batch(e, rep.put + rep.deleted);
-        for (id, (gen, modified)) in &latest {
+        for (id, (gen, modified, has0)) in &latest {
             let ms = marks.remove(id).unwrap_or_default();
+            if !has0 && ms.is_empty() {
+                continue; // compacted: the receipt is kept, unindexed
+            }
             for (k, _) in ms.iter().filter(|(_, m)| m.gen != *gen) {
                 if !self.hint(false, k) {
                     return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));

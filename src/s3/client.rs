@@ -1,10 +1,10 @@
 //! The few S3 requests StowQ makes, path-style, each signed: conditional create, plain put,
 //! get, delete, list (ListObjectsV2) and create bucket. No retries here; callers decide.
 
-use crate::clock::{amz_date, local_ms, ServiceClock};
-use crate::config::Config;
-use crate::http::{self, Fail, Response};
-use crate::sigv4::{sign, uri_encode, ToSign};
+use crate::s3::clock::{amz_date, local_ms, ServiceClock};
+use crate::s3::config::Config;
+use crate::s3::http::{self, Fail, Response};
+use crate::s3::sigv4::{sign, uri_encode, ToSign};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A signed S3 client for one bucket, with the service clock and a request counter.
@@ -89,7 +89,7 @@ pub fn parse_iso8601(s: &str) -> Option<i64> {
         "X, {dd:02} {} {y} {h:02}:{mi:02}:{se:02} GMT",
         months.get((m - 1) as usize)?
     );
-    Some(crate::clock::parse_http_date(&http)? + ms)
+    Some(crate::s3::clock::parse_http_date(&http)? + ms)
 }
 
 impl Client {

@@ -2,11 +2,9 @@
 //! against moto on 127.0.0.1, requests per job, and the local SteadQ queue beside it.
 //! `STOWQ_BENCH_JOBS` (default 24) sets the jobs per run.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::time::Instant;
-use stowq::{s3::Client, Options, Queue};
+use steadq::s3::{client::Client, Options, Queue};
 
 /// Claim and ack until empty with `workers` threads; returns (jobs/s, requests/job).
 fn stowq_run(port: u16, prefix: &str, workers: usize, jobs: usize) -> (f64, f64) {

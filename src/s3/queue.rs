@@ -4,10 +4,10 @@
 //! point), followed by index upkeep that is only a hint: the new marker is put first, the old
 //! one deleted after, so a job is never unindexed while its markers are healthy.
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::http::Fail;
-use crate::keys::{id_hex, Keys, Record, State};
-use crate::s3::Client;
+use crate::s3::client::Client;
+use crate::s3::error::{Error, ErrorKind, Result};
+use crate::s3::http::Fail;
+use crate::s3::keys::{id_hex, Keys, Record, State};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -24,6 +24,12 @@ pub struct Options {
     pub backoff: Duration,
     /// Keys asked for per listing page.
     pub page: u32,
+    /// The youngest finished chain [`Queue::compact`] may delete, ms since its done record
+    /// (default 1 h); `compact` refuses an `older_than` below it. A lease transition made
+    /// later than this after its lease's generation checks that the chain was not compacted
+    /// under it (one GET). Every client of a queue must use the same value, or a larger one
+    /// for compaction than for leases.
+    pub compact_guard_ms: i64,
 }
 
 impl Default for Options {
@@ -34,6 +40,7 @@ impl Default for Options {
             tries: 3,
             backoff: Duration::from_millis(50),
             page: 100,
+            compact_guard_ms: 3_600_000,
         }
     }
 }
@@ -65,6 +72,9 @@ pub struct Lease {
     /// Lease token, 32 hex.
     pub token: String,
     pub(crate) gen: u64,
+    /// When the held generation was written, unix ms of the service's clock (its record's
+    /// `at`): the compaction fence's reference time.
+    pub(crate) base_at_ms: i64,
 }
 
 impl Lease {
@@ -114,6 +124,15 @@ pub struct RepairReport {
     pub put: u32,
     /// Stale markers deleted.
     pub deleted: u32,
+}
+
+/// What a compaction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Chains compacted to their receipt.
+    pub chains: u32,
+    /// Objects deleted (generations and done markers).
+    pub objects: u32,
 }
 
 /// Counts per state, from the index (hints: exact unless a crash left a marker behind).
@@ -262,6 +281,7 @@ impl Queue {
                 deadline_ms: r.due_ms,
                 token: r.token,
                 gen,
+                base_at_ms: r.at_ms,
             }),
             _ => Err(Error::not_done(ErrorKind::NotFound)),
         }
@@ -309,7 +329,7 @@ impl Queue {
         after: Option<&str>,
         token: Option<&str>,
         max: u32,
-    ) -> Result<crate::s3::Page> {
+    ) -> Result<crate::s3::client::Page> {
         let mut last = ErrorKind::Transport("no try".into());
         for i in 0..self.options.tries.max(1) {
             if i > 0 {
@@ -436,6 +456,72 @@ impl Queue {
             nonce: id_hex(random_u128()),
             reason: reason.to_string(),
         }
+    }
+
+    /// The compaction fence, after our create of `rec` as generation `new_gen` of `id`
+    /// succeeded: [`Queue::compact`] deletes a finished chain from generation 0 upwards, so a
+    /// create that succeeded only because compaction had deleted its key finds generation 0
+    /// gone and the receipt above it. Then ours is a stray below the chain's newest
+    /// generation: it is deleted with its marker and `Ok(false)` returned (the transition did
+    /// not happen). One ranged GET of one byte (and a LIST if generation 0 is gone).
+    ///
+    /// # Errors
+    /// Indeterminate when the check cannot be made: our create is in place, and whether it
+    /// counts is unknown.
+    pub(crate) fn chain_alive(&self, id: u128, new_gen: u64, rec: &Record) -> Result<bool> {
+        let key0 = self.keys.gen(id, 0);
+        let mut last = ErrorKind::Transport("no try".into());
+        for i in 0..self.options.tries.max(1) {
+            if i > 0 {
+                self.pause(i - 1);
+            }
+            let r = self
+                .client
+                .request("GET", &key0, &[], &[("range", "bytes=0-0".into())], b"");
+            match r {
+                Ok(r) if r.status == 200 || r.status == 206 => return Ok(true),
+                Ok(r) if r.status == 404 => return self.unless_stray(id, new_gen, rec),
+                Ok(r) => {
+                    last = ErrorKind::Status {
+                        status: r.status,
+                        what: format!("GET {key0} (compaction fence)"),
+                    }
+                }
+                Err(f) => last = transport(&f),
+            }
+        }
+        Err(Error::indeterminate(last))
+    }
+
+    /// Generation 0 of `id` is gone: our create of `new_gen` is a stray of a compacted chain
+    /// if a newer generation (the receipt) exists; then it is deleted with its marker and
+    /// `Ok(false)` returned. Otherwise generation 0 was lost some other way and ours is the
+    /// newest: it counts (`Ok(true)`). One LIST.
+    ///
+    /// # Errors
+    /// Indeterminate if the chain cannot be listed.
+    pub(crate) fn unless_stray(&self, id: u128, new_gen: u64, rec: &Record) -> Result<bool> {
+        let chain = format!("{}{}/", self.keys.chains(), id_hex(id));
+        let page = self
+            .list_page(&chain, None, None, 1000)
+            .map_err(|e| Error::indeterminate(e.kind))?;
+        let newer = page
+            .entries
+            .iter()
+            .filter_map(|e| self.keys.parse_gen(&e.key))
+            .any(|(_, g)| g > new_gen);
+        if newer {
+            self.hint(false, &self.keys.marker(id, new_gen, rec));
+            self.hint(false, &self.keys.gen(id, new_gen));
+        }
+        Ok(!newer)
+    }
+
+    /// Whether a create made now, from a generation written at `base_at_ms`, may have met a
+    /// compacted chain: only past `compact_guard_ms` after it (less a 10 s margin for the
+    /// writers' clock lag and the service's one-second `Date` resolution).
+    pub(crate) fn may_be_compacted(&self, base_at_ms: i64) -> bool {
+        self.client.clock.upper_ms() + 10_000 >= base_at_ms + self.options.compact_guard_ms
     }
 
     /// Move job `id` from generation `gen` (indexed by `old_marker`) to `rec` at `gen + 1`.

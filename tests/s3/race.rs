@@ -1,12 +1,10 @@
 //! 32 workers race to claim the same 200 jobs on one moto server: each is acked exactly once.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use stowq::{s3::Client, Options, Queue, State};
+use steadq::s3::{client::Client, Options, Queue, State};
 
 #[test]
 fn thirty_two_workers_ack_two_hundred_jobs_exactly_once() {

@@ -1,12 +1,12 @@
 //! The job lifecycle: enqueue, claim, renew, ack, nack and fail. Each is one conditional
 //! create of the job's next generation ([`Queue::step`] in `queue.rs`).
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{id_hex, Marker, Record, State};
-use crate::queue::{random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt};
+use crate::format;
+use crate::s3::error::{Error, ErrorKind, Result};
+use crate::s3::keys::{id_hex, Marker, Record, State};
+use crate::s3::queue::{random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use steadq::format;
 
 impl Queue {
     /// Enqueue `payload`; returns the job id.
@@ -81,10 +81,25 @@ impl Queue {
             deadline_ms: deadline,
             token,
             gen: m.gen + 1,
+            base_at_ms: rec.at_ms,
         };
         let file = match self.get(&self.keys.gen(m.id, 0)) {
             Ok(Some(f)) => f,
-            Ok(None) => Vec::new(),
+            // No envelope. With a newer generation above ours, our create met a finished chain
+            // being compacted (through a stale ready marker): it was a stray, now deleted; a
+            // lost race. Otherwise the envelope was lost: corrupt, to dead below.
+            Ok(None) => match self.unless_stray(m.id, m.gen + 1, &rec) {
+                Ok(false) => {
+                    self.lost_races.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+                Ok(true) => Vec::new(),
+                Err(e) => {
+                    return Err(Error::indeterminate(ErrorKind::PayloadUnavailable(
+                        e.to_string(),
+                    )))
+                }
+            },
             Err(e) => {
                 return Err(Error::indeterminate(ErrorKind::PayloadUnavailable(
                     e.to_string(),
@@ -109,7 +124,10 @@ impl Queue {
         let old = self
             .keys
             .marker(lease.id, lease.gen, &self.leased_record(lease));
-        if self.step(lease.id, lease.gen, &old, rec)? {
+        if self.step(lease.id, lease.gen, &old, rec)?
+            && (!self.may_be_compacted(lease.base_at_ms)
+                || self.chain_alive(lease.id, lease.gen + 1, rec)?)
+        {
             Ok(())
         } else {
             Err(Error::not_done(ErrorKind::LeaseLost))
@@ -141,6 +159,7 @@ impl Queue {
         self.finish(lease, &rec)?;
         lease.gen += 1;
         lease.deadline_ms = deadline;
+        lease.base_at_ms = rec.at_ms;
         Ok(())
     }
 

@@ -1,10 +1,8 @@
 //! The whole job lifecycle against a real moto server on 127.0.0.1.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::time::Duration;
-use stowq::{s3::Client, ErrorKind, Nacked, Options, Outcome, Queue, State};
+use steadq::s3::{client::Client, ErrorKind, Nacked, Options, Outcome, Queue, State};
 
 #[test]
 fn whole_lifecycle_against_moto() {
@@ -20,7 +18,7 @@ fn whole_lifecycle_against_moto() {
     let q2 = queue(m.port, "life", "app/q1", opts.clone());
     assert_eq!(q.queue_id(), q2.queue_id());
     assert!(q.client.clock.known(), "service clock learned from Date");
-    let skew = q.client.clock.now_ms() - stowq::clock::local_ms();
+    let skew = q.client.clock.now_ms() - steadq::s3::clock::local_ms();
     assert!(
         skew.abs() < 2_000,
         "moto runs on this machine: skew {skew} ms"
@@ -72,13 +70,16 @@ fn whole_lifecycle_against_moto() {
         (3, State::Done, l1.token.as_str())
     );
 
-    // Nack with a delay: not claimable until due (on the service clock).
+    // Nack with a delay: not claimable until due (on the service clock). 6 s: the claims and
+    // the status between must finish before it even when moto is slow (the s3 tests share
+    // one test binary and run side by side).
     let l2 = q.claim().unwrap().unwrap();
+    let t_nack = std::time::Instant::now();
     match q
-        .nack(&l2, Duration::from_millis(1_500), "try later")
+        .nack(&l2, Duration::from_millis(6_000), "try later")
         .unwrap()
     {
-        Nacked::Ready(due) => assert!(due >= l2.deadline_ms - 5_000 + 1_500 - 50),
+        Nacked::Ready(due) => assert!(due >= l2.deadline_ms - 5_000 + 6_000 - 50),
         Nacked::Dead => panic!("attempt 1 of 2 must not be dead"),
     }
     let st = q.status().unwrap();
@@ -86,7 +87,8 @@ fn whole_lifecycle_against_moto() {
     let l3 = q.claim().unwrap().unwrap();
     assert_ne!(l3.id, l2.id, "the delayed job is not due yet");
     assert!(q.claim().unwrap().is_none(), "nothing else is due");
-    std::thread::sleep(Duration::from_millis(3_100));
+    // Due by the upper bound of the service clock (now + 1 s), so at most 1 s early.
+    std::thread::sleep(Duration::from_millis(7_100).saturating_sub(t_nack.elapsed()));
     let l2b = q.claim().unwrap().expect("due now");
     assert_eq!((l2b.id, l2b.attempt), (l2.id, 2));
 
@@ -163,7 +165,7 @@ fn conditional_writes_are_refused_when_unsigned_and_settled_when_signed() {
     assert_eq!(c.get("k").unwrap().body, b"1");
     // Unsigned, on the existing key: moto answers 403, not 412, which is why every request is
     // signed.
-    let r = stowq::http::send(&stowq::http::Request {
+    let r = steadq::s3::http::send(&steadq::s3::http::Request {
         method: "PUT",
         host: "127.0.0.1",
         port: m.port,
@@ -194,7 +196,7 @@ fn repair_restores_the_index_after_crash_windows() {
     // A claim of b died right after its create: leased, deadline passed, no leased marker,
     // and the ready marker still there.
     let b = q.enqueue(b"b").unwrap();
-    let rec = stowq::keys::Record {
+    let rec = steadq::s3::keys::Record {
         state: State::Leased,
         attempt: 1,
         at_ms: 0,
@@ -217,7 +219,7 @@ fn repair_restores_the_index_after_crash_windows() {
     assert_eq!((rep.put, rep.deleted), (2, 1));
     assert_eq!(
         q.repair().unwrap(),
-        stowq::RepairReport::default(),
+        steadq::s3::RepairReport::default(),
         "idempotent"
     );
     let st = q.status().unwrap();

@@ -1,7 +1,7 @@
 //! Errors: what went wrong, and the outcome (not done or indeterminate).
 
-use steadq::format::Corruption;
-use steadq::Outcome;
+use crate::format::Corruption;
+use crate::Outcome;
 
 /// What went wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,11 +3,9 @@
 //! Run with `cargo test -p stowq --features tls --test tls`.
 #![cfg(feature = "tls")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
-use stowq::{s3::Client, Config, Options, Queue};
+use steadq::s3::{client::Client, Config, Options, Queue};
 
 fn openssl(dir: &std::path::Path, args: &[&str]) {
     let st = Command::new("openssl")

@@ -1,0 +1,542 @@
+//! `s3://bucket/prefix` queues in steadq's own subcommands (feature `s3`): the dispatch on
+//! the queue argument, and the handlers, which call `steadq::s3` (StowQ). Without the
+//! feature an `s3://` queue argument is refused with an error naming it.
+//!
+//! Exit codes are steadq's: 0 done, 2 not done, 3 no job ready, 4 indeterminate, 6 lease
+//! lost.
+
+use super::args::Cmd;
+#[cfg(not(feature = "s3"))]
+use super::CliError;
+use std::path::Path;
+
+/// The queue argument of `cmd`, if it is an `s3://` URL.
+pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
+    use super::args::DeadAction;
+    let dir: &Path = match cmd {
+        Cmd::Init(a) => &a.dir,
+        Cmd::Config(a) => &a.dir,
+        Cmd::Enqueue(a) => &a.dir,
+        Cmd::Work(a) => &a.dir,
+        Cmd::Claim(a) => &a.dir,
+        Cmd::Renew(a) => &a.dir,
+        Cmd::Ack(a) => &a.dir,
+        Cmd::Nack(a) => &a.dir,
+        Cmd::Fail(a) => &a.dir,
+        Cmd::Status(a) => &a.dir,
+        Cmd::List(a) => &a.dir,
+        Cmd::Show(a) => &a.dir,
+        Cmd::Recover(a) => &a.dir,
+        Cmd::Fsck(a) => &a.dir,
+        Cmd::Dead(d) => match &d.action {
+            DeadAction::List(a) => &a.dir,
+            DeadAction::Requeue(a) => &a.dir,
+            DeadAction::Purge(a) => &a.dir,
+        },
+        Cmd::Compact(a) => &a.dir,
+        Cmd::Demo(_) | Cmd::Bench(_) | Cmd::DemoJob(_) => return None,
+    };
+    dir.to_str().filter(|s| s.starts_with("s3://"))
+}
+
+/// Run `cmd` on its `s3://` queue; its exit code.
+///
+/// # Errors
+/// A [`CliError`] with the exit code of the outcome.
+#[cfg(not(feature = "s3"))]
+pub fn run(cmd: Cmd) -> Result<i32, CliError> {
+    let url = s3_queue(&cmd).unwrap_or("s3://");
+    Err(CliError::usage(format!(
+        "queue {url:?}: this steadq was built without s3:// queues (cargo build --features s3)"
+    )))
+}
+
+#[cfg(feature = "s3")]
+pub use with_s3::run;
+
+#[cfg(feature = "s3")]
+mod with_s3 {
+    use super::super::args::{self, Cmd, DeadAction};
+    use super::super::exit::Exit;
+    use super::super::CliError;
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    use steadq::s3::client::Client;
+    use steadq::s3::{Config, Error, ErrorKind, Lease, Options, Outcome, Queue, State};
+
+    impl From<Error> for CliError {
+        fn from(e: Error) -> CliError {
+            let exit = match (&e.kind, e.outcome) {
+                (ErrorKind::LeaseLost, _) => Exit::LeaseLost,
+                (_, Outcome::Indeterminate) => Exit::Indeterminate,
+                (_, Outcome::NotDone) => Exit::NotDone,
+            };
+            CliError::new(exit, e.to_string())
+        }
+    }
+
+    /// An option this command does not take on an `s3://` queue.
+    fn unsupported(what: &str) -> CliError {
+        CliError::usage(format!("{what}: not supported on s3:// queues"))
+    }
+
+    fn url(dir: &std::path::Path) -> String {
+        dir.to_string_lossy().into_owned()
+    }
+
+    fn open_with(url: &str, options: Options, create: bool) -> Result<Queue, CliError> {
+        let (bucket, prefix) = steadq::s3::parse_s3_url(url).map_err(CliError::usage)?;
+        let config =
+            Config::from_env().map_err(|m| CliError::usage(format!("queue {url}: {m}")))?;
+        let client = Client::new(config, &bucket);
+        if create {
+            let r = client.create_bucket().map_err(|f| {
+                CliError::new(
+                    Exit::Indeterminate,
+                    format!("create bucket {bucket}: {f:?}"),
+                )
+            })?;
+            if r.status != 200 && r.status != 409 {
+                let msg = format!("create bucket {bucket}: HTTP {}", r.status);
+                return Err(CliError::usage(msg));
+            }
+            return Ok(Queue::create(client, &prefix, options)?);
+        }
+        Ok(Queue::open(client, &prefix, options)?)
+    }
+
+    fn open(url: &str) -> Result<Queue, CliError> {
+        open_with(url, Options::default(), false)
+    }
+
+    /// `id.gen.token`: what a later command needs to take the lease up again.
+    fn handle(l: &Lease) -> String {
+        format!("{:032x}.{:x}.{}", l.id, l.generation(), l.token)
+    }
+
+    fn parse_handle(q: &Queue, h: &str) -> Result<Lease, CliError> {
+        let bad = || {
+            CliError::usage(format!(
+                "handle {h:?}: not a lease handle from claim or renew"
+            ))
+        };
+        let f: Vec<&str> = h.trim().split('.').collect();
+        if f.len() != 3 {
+            return Err(bad());
+        }
+        let id = u128::from_str_radix(f[0], 16).map_err(|_| bad())?;
+        let gen = u64::from_str_radix(f[1], 16).map_err(|_| bad())?;
+        Ok(q.resume_lease(id, gen, f[2])?)
+    }
+
+    fn ms(d: Duration) -> i64 {
+        d.as_millis().min(i64::MAX as u128) as i64
+    }
+
+    /// Run `cmd` on its `s3://` queue; its exit code.
+    ///
+    /// # Errors
+    /// A [`CliError`] with the exit code of the outcome.
+    pub fn run(cmd: Cmd) -> Result<i32, CliError> {
+        let e = match cmd {
+            Cmd::Init(a) => init(a),
+            Cmd::Enqueue(a) => enqueue(a),
+            Cmd::Work(a) => work(a),
+            Cmd::Claim(a) => claim(a),
+            Cmd::Renew(a) => renew(a),
+            Cmd::Ack(a) => ack(a),
+            Cmd::Nack(a) => nack(a),
+            Cmd::Fail(a) => fail(a),
+            Cmd::Status(a) => status(a),
+            Cmd::List(a) => list(a),
+            Cmd::Recover(a) => recover(a),
+            Cmd::Dead(d) => dead(d.action),
+            Cmd::Compact(a) => compact(a),
+            Cmd::Config(_) => Err(unsupported("config")),
+            Cmd::Show(_) => Err(unsupported("show")),
+            Cmd::Fsck(_) => Err(unsupported("fsck (recover repairs the index)")),
+            Cmd::Demo(_) | Cmd::Bench(_) | Cmd::DemoJob(_) => Err(unsupported("this command")),
+        }?;
+        Ok(e.code())
+    }
+
+    fn init(a: args::Init) -> Result<Exit, CliError> {
+        if a.shards.is_some() || a.receipts.is_some() || a.max_jobs.is_some() {
+            return Err(unsupported("--shards, --receipts, --max-jobs"));
+        }
+        if a.max_bytes.is_some() || a.evidence_max.is_some() || a.evidence_keep.is_some() {
+            return Err(unsupported("--max-bytes, --evidence-max, --evidence-keep"));
+        }
+        let q = open_with(&url(&a.dir), Options::default(), true)?;
+        out!("{:032x}", q.queue_id());
+        Ok(Exit::Done)
+    }
+
+    fn enqueue(a: args::Enqueue) -> Result<Exit, CliError> {
+        if a.max_attempts.is_some() || a.delay.is_some() || a.key.is_some() || a.wait.is_some() {
+            return Err(unsupported("--max-attempts, --delay, --key, --wait"));
+        }
+        let q = open(&url(&a.dir))?;
+        let mut payload = Vec::new();
+        let read = match &a.file {
+            Some(f) => std::fs::File::open(f).and_then(|mut h| h.read_to_end(&mut payload)),
+            None => std::io::stdin().read_to_end(&mut payload),
+        };
+        read.map_err(|e| CliError::usage(format!("read payload: {e}")))?;
+        if payload.len() as u64 > a.max_payload {
+            let msg = format!("payload of {} bytes is over --max-payload", payload.len());
+            return Err(CliError::usage(msg));
+        }
+        out!("{:032x}", q.enqueue(&payload)?);
+        Ok(Exit::Done)
+    }
+
+    fn claim(a: args::Claim) -> Result<Exit, CliError> {
+        if a.wait.is_some() {
+            return Err(unsupported("--wait"));
+        }
+        let opts = Options {
+            lease_ms: ms(a.lease),
+            ..Options::default()
+        };
+        let q = open_with(&url(&a.dir), opts, false)?;
+        let Some(l) = q.claim()? else {
+            return Err(CliError::new(Exit::NoJob, "no job ready"));
+        };
+        if let Some(path) = &a.payload_out {
+            std::fs::write(path, &l.payload).map_err(|e| {
+                let msg = format!(
+                    "claimed {}, payload not written: {}: {e}",
+                    handle(&l),
+                    path.display()
+                );
+                CliError::new(Exit::Indeterminate, msg)
+            })?;
+        }
+        out!("{}", handle(&l));
+        Ok(Exit::Done)
+    }
+
+    fn renew(a: args::Renew) -> Result<Exit, CliError> {
+        let q = open(&url(&a.dir))?;
+        let mut l = parse_handle(&q, &a.handle)?;
+        q.renew(&mut l, ms(a.lease))?;
+        out!("{}", handle(&l));
+        Ok(Exit::Done)
+    }
+
+    fn ack(a: args::Ack) -> Result<Exit, CliError> {
+        let q = open(&url(&a.dir))?;
+        let l = parse_handle(&q, &a.handle)?;
+        let r = q.ack(&l)?;
+        out!(
+            "{:032x} done generation {} attempt {}",
+            r.id,
+            r.gen,
+            r.attempt
+        );
+        Ok(Exit::Done)
+    }
+
+    fn nack(a: args::Nack) -> Result<Exit, CliError> {
+        let q = open(&url(&a.dir))?;
+        let l = parse_handle(&q, &a.handle)?;
+        out!("{:?}", q.nack(&l, a.delay, "nacked")?);
+        Ok(Exit::Done)
+    }
+
+    fn fail(a: args::Fail) -> Result<Exit, CliError> {
+        let q = open(&url(&a.dir))?;
+        let l = parse_handle(&q, &a.handle)?;
+        q.fail(&l, &a.reason)?;
+        Ok(Exit::Done)
+    }
+
+    fn status(a: args::Status) -> Result<Exit, CliError> {
+        if a.json || a.prometheus {
+            return Err(unsupported("--json, --prometheus"));
+        }
+        let s = open(&url(&a.dir))?.status()?;
+        out!(
+            "ready {}\ndelayed {}\nleased {}\nexpired {}\ndone {}\ndead {}",
+            s.ready,
+            s.delayed,
+            s.leased,
+            s.expired,
+            s.done,
+            s.dead
+        );
+        Ok(Exit::Done)
+    }
+
+    fn list(a: args::List) -> Result<Exit, CliError> {
+        let only = match a.state {
+            None => None,
+            Some(steadq::State::Ready | steadq::State::Delayed) => Some(State::Ready),
+            Some(steadq::State::Leased) => Some(State::Leased),
+            Some(steadq::State::Acked) => Some(State::Done),
+            Some(steadq::State::Dead) => Some(State::Dead),
+        };
+        for l in open(&url(&a.dir))?.list()? {
+            if only.is_none_or(|s| s == l.state) {
+                let s = l.state.as_str();
+                out!("{:032x} {s} {} {} {}", l.id, l.gen, l.attempt, l.sort_ms);
+            }
+        }
+        Ok(Exit::Done)
+    }
+
+    /// Expired leases back to ready (or dead), then the index made to agree with the chains
+    /// after crash windows (StowQ's `repair`).
+    fn recover(a: args::Recover) -> Result<Exit, CliError> {
+        if a.due_now {
+            return Err(unsupported("--due-now"));
+        }
+        let q = open(&url(&a.dir))?;
+        let r = q.recover()?;
+        out!("ready {} dead {} stale {}", r.ready, r.dead, r.stale);
+        let p = q.repair()?;
+        out!("index: put {} deleted {}", p.put, p.deleted);
+        Ok(Exit::Done)
+    }
+
+    fn dead(action: DeadAction) -> Result<Exit, CliError> {
+        match action {
+            DeadAction::List(a) => {
+                for l in open(&url(&a.dir))?.list()? {
+                    if l.state == State::Dead {
+                        out!("{:032x} dead {} {} {}", l.id, l.gen, l.attempt, l.sort_ms);
+                    }
+                }
+            }
+            DeadAction::Requeue(a) => {
+                let only = match (&a.job, a.all) {
+                    (Some(j), false) => Some(
+                        u128::from_str_radix(j, 16)
+                            .map_err(|_| CliError::usage(format!("job {j:?}: not a job id")))?,
+                    ),
+                    (None, true) => None,
+                    _ => return Err(CliError::usage("dead requeue: give one JOB or --all")),
+                };
+                out!("{}", open(&url(&a.dir))?.requeue(only)?);
+            }
+            DeadAction::Purge(_) => return Err(unsupported("dead purge")),
+        }
+        Ok(Exit::Done)
+    }
+
+    fn compact(a: args::Compact) -> Result<Exit, CliError> {
+        let r = open(&url(&a.dir))?.compact(a.older_than)?;
+        out!(
+            "compacted {} chains, {} objects deleted",
+            r.chains,
+            r.objects
+        );
+        Ok(Exit::Done)
+    }
+
+    /// Keep renewing `lease` every third of `lease_ms` until `stop`; the newest lease is
+    /// shared.
+    fn renewer(
+        q: Arc<Queue>,
+        lease: Arc<Mutex<Lease>>,
+        stop: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let every = Duration::from_millis((q.options.lease_ms / 3).max(100) as u64);
+            let mut last = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+                if last.elapsed() < every {
+                    continue;
+                }
+                last = Instant::now();
+                let mut l = lease.lock().unwrap_or_else(|p| p.into_inner());
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                match q.renew(&mut l, q.options.lease_ms) {
+                    Ok(()) => {}
+                    Err(e) if e.outcome == Outcome::Indeterminate => {
+                        // Settle it: our own newer generation (same token) means it was done.
+                        if let Ok(n) = q.resume_lease(l.id, l.generation() + 1, &l.token) {
+                            *l = n;
+                        } else {
+                            eprintln!("steadq work: renew {:032x}: {e}", l.id);
+                        }
+                    }
+                    Err(e) => eprintln!("steadq work: renew {:032x}: {e}", l.id),
+                }
+            }
+        })
+    }
+
+    /// Run `cmd` on the payload of `l`; settle the job by its exit status.
+    fn run_job(q: &Arc<Queue>, l: Lease, a: &args::Work) -> Result<String, CliError> {
+        let id = format!("{:032x}", l.id);
+        let spawned = Command::new(&a.command[0])
+            .args(&a.command[1..])
+            .env("STEADQ_JOB_ID", &id)
+            .env("STEADQ_ATTEMPT", l.attempt.to_string())
+            .env("STEADQ_MAX_ATTEMPTS", q.options.max_attempts.to_string())
+            .env("STEADQ_QUEUE", url(&a.dir))
+            .stdin(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                // The job is not at fault: give it back at once, then stop.
+                let _ = q.nack(&l, Duration::ZERO, "command could not start");
+                return Err(CliError::usage(format!("{}: {e}", a.command[0])));
+            }
+        };
+        let payload = l.payload.clone();
+        let lease = Arc::new(Mutex::new(l));
+        let stop = Arc::new(AtomicBool::new(false));
+        let r = renewer(q.clone(), lease.clone(), stop.clone());
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(&payload); // a command may exit without reading it all
+        }
+        let status = child
+            .wait()
+            .map_err(|e| CliError::usage(format!("wait: {e}")));
+        stop.store(true, Ordering::Relaxed);
+        let _ = r.join();
+        let status = status?;
+        let l = lease.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let backoff = steadq::backoff(l.attempt, a.backoff, a.max_backoff);
+        let outcome = match status.code() {
+            Some(0) => q.ack(&l).map(|r| format!("acked (generation {})", r.gen)),
+            Some(65) => q.fail(&l, "dataerr").map(|()| "dead-lettered".into()),
+            Some(75) => q
+                .nack(&l, a.retry_delay, "tempfail")
+                .map(|n| format!("{n:?}")),
+            _ => q
+                .nack(&l, backoff, &format!("command: {status}"))
+                .map(|n| format!("{n:?}")),
+        };
+        Ok(match outcome {
+            Ok(what) => format!("{id} {what}"),
+            Err(e) => format!("{id}: {e}"),
+        })
+    }
+
+    /// `work` on an `s3://` queue: `--concurrency` threads, each claiming and running one job
+    /// at a time. An empty claim backs off ([`steadq::s3::idle_pause`]: 100 ms doubling to
+    /// 10 s, jittered; reset by a claim), as S3 has nothing to wait on. SIGTERM or SIGINT:
+    /// no new claims; running commands finish (their leases renewed meanwhile).
+    fn work(a: args::Work) -> Result<Exit, CliError> {
+        if a.command.is_empty() {
+            return Err(CliError::usage("work: no command after --"));
+        }
+        if a.timeout.is_some() {
+            return Err(unsupported("--timeout"));
+        }
+        let opts = Options {
+            lease_ms: ms(a.lease),
+            ..Options::default()
+        };
+        let q = Arc::new(open_with(&url(&a.dir), opts, false)?);
+        super::super::work::install_handlers();
+        let a = Arc::new(a);
+        let threads: Vec<_> = (0..a.concurrency.max(1))
+            .map(|_| {
+                let (q, a) = (q.clone(), a.clone());
+                std::thread::spawn(move || work_loop(&q, &a))
+            })
+            .collect();
+        let mut end = Ok(Exit::Done);
+        for t in threads {
+            let r = t
+                .join()
+                .unwrap_or_else(|_| Err(CliError::usage("work: a worker thread panicked")));
+            if end.is_ok() {
+                end = r;
+            }
+        }
+        end
+    }
+
+    /// One worker thread: claim, run, settle; back off while idle.
+    fn work_loop(q: &Arc<Queue>, a: &args::Work) -> Result<Exit, CliError> {
+        let mut idle = 0u32;
+        while !stopping() {
+            let claimed = match q.claim() {
+                Ok(c) => c,
+                // A long-running worker outlives an outage: log, back off, look again.
+                Err(e) if !a.once => {
+                    eprintln!("steadq work: claim: {e}");
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let Some(l) = claimed else {
+                if a.once {
+                    return Err(CliError::new(Exit::NoJob, "no job ready"));
+                }
+                idle = idle.saturating_add(1);
+                pause(steadq::s3::idle_pause(idle));
+                continue;
+            };
+            idle = 0;
+            let what = run_job(q, l, a).inspect_err(|_| FAILED.store(true, Ordering::Relaxed))?;
+            if !a.quiet {
+                eprintln!("steadq work: {what}");
+            }
+            if a.once {
+                break;
+            }
+        }
+        Ok(Exit::Done)
+    }
+
+    /// A worker thread could not run its command: the others stop too.
+    static FAILED: AtomicBool = AtomicBool::new(false);
+
+    /// SIGTERM or SIGINT arrived, or a worker thread failed.
+    fn stopping() -> bool {
+        super::super::work::stop_requested() || FAILED.load(Ordering::Relaxed)
+    }
+
+    /// Sleep `d`, waking early when [`stopping`].
+    fn pause(d: Duration) {
+        let until = Instant::now() + d;
+        while !stopping() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(100)));
+        }
+    }
+}
+
+#[cfg(all(test, not(feature = "s3")))]
+mod tests {
+    use super::super::args::{self, Cmd};
+    use super::super::exit::Exit;
+    use super::*;
+
+    fn status(dir: &str) -> Cmd {
+        Cmd::Status(args::Status {
+            dir: dir.into(),
+            json: false,
+            prometheus: false,
+        })
+    }
+
+    #[test]
+    fn an_s3_queue_is_refused_by_name_without_the_feature() {
+        assert_eq!(s3_queue(&status("/var/lib/jobs")), None);
+        assert_eq!(s3_queue(&status("s3:relative")), None);
+        let cmd = status("s3://bucket/jobs");
+        assert_eq!(s3_queue(&cmd), Some("s3://bucket/jobs"));
+        let e = run(cmd).unwrap_err();
+        assert_eq!(e.exit(), Exit::NotDone);
+        assert!(e.to_string().contains("\"s3://bucket/jobs\""), "{e}");
+        assert!(e.to_string().contains("--features s3"), "{e}");
+    }
+}

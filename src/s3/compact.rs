@@ -1,0 +1,102 @@
+//! Compaction of finished chains: a job acked longer ago than a given age keeps only its
+//! receipt (the done generation); its envelope, its older records and its done marker are
+//! deleted. See `DESIGN-S3.md`, "Compaction".
+
+use crate::s3::error::{Error, ErrorKind, Result};
+use crate::s3::http::Fail;
+use crate::s3::keys::State;
+use crate::s3::queue::{batch, transport, CompactReport, Queue};
+use std::time::Duration;
+
+impl Queue {
+    /// Compact every chain acked more than `older_than` ago (service clock): delete its
+    /// generations below the receipt, from generation 0 upwards, then its done marker. The
+    /// receipt stays at `j/<id>/<gen>` ([`Queue::inspect`] reads it); the done index, and
+    /// so `status`'s done count, then holds only uncompacted receipts. Dead jobs are never
+    /// compacted (a requeue needs their envelope).
+    ///
+    /// Cost: one LIST per 1,000 done markers, then per chain one LIST and one DELETE per
+    /// object (DELETEs are free on S3).
+    ///
+    /// Deleting generation 0 first is the fence that keeps stale lease holders truthful: a
+    /// create that succeeds only because compaction deleted its key finds generation 0 gone,
+    /// deletes itself and reports not done (see [`Queue::claim`] and the lease operations).
+    ///
+    /// # Errors
+    /// Not done: [`ErrorKind::Config`] if `older_than` is below `options.compact_guard_ms`,
+    /// or nothing was deleted and no delete may have been applied. Indeterminate once a
+    /// delete was done or may have been (the batch rule).
+    pub fn compact(&self, older_than: Duration) -> Result<CompactReport> {
+        let age = older_than.as_millis().min(i64::MAX as u128) as i64;
+        if age < self.options.compact_guard_ms {
+            return Err(Error::not_done(ErrorKind::Config(format!(
+                "compact: older than {age} ms is below the compaction guard of {} ms",
+                self.options.compact_guard_ms
+            ))));
+        }
+        let cutoff = self.client.clock.now_ms() - age;
+        let mut rep = CompactReport::default();
+        for (key, m) in self.markers(State::Done)? {
+            if m.sort_ms > cutoff {
+                continue;
+            }
+            let chain = format!("{}{}/", self.keys.chains(), crate::s3::keys::id_hex(m.id));
+            let page = self
+                .list_page(&chain, None, None, 1000)
+                .map_err(|e| batch(e, rep.objects))?;
+            let mut gens: Vec<u64> = page
+                .entries
+                .iter()
+                .filter_map(|e| self.keys.parse_gen(&e.key).map(|(_, g)| g))
+                .collect();
+            gens.sort_unstable();
+            if gens.last() != Some(&m.gen) {
+                continue; // the marker is not the chain's newest: left for `repair`
+            }
+            for g in gens.iter().filter(|g| **g < m.gen) {
+                self.delete_one(&self.keys.gen(m.id, *g), &mut rep)?;
+            }
+            self.delete_one(&key, &mut rep)?;
+            rep.chains += 1;
+        }
+        Ok(rep)
+    }
+
+    /// DELETE `key`, retried; counted in `rep`. A failure is indeterminate once something
+    /// was deleted, or when this delete may have been applied.
+    fn delete_one(&self, key: &str, rep: &mut CompactReport) -> Result<()> {
+        let mut maybe = false;
+        let mut last = ErrorKind::Transport("no try".into());
+        for i in 0..self.options.tries.max(1) {
+            if i > 0 {
+                self.pause(i - 1);
+            }
+            match self.client.delete(key) {
+                Ok(r) if (200..300).contains(&r.status) => {
+                    rep.objects += 1;
+                    return Ok(());
+                }
+                Ok(r) => {
+                    last = ErrorKind::Status {
+                        status: r.status,
+                        what: format!("DELETE {key}"),
+                    };
+                    if r.status < 500 {
+                        break;
+                    }
+                    maybe = true;
+                }
+                Err(f @ Fail::NotSent(_)) => last = transport(&f),
+                Err(f @ Fail::MaybeSent(_)) => {
+                    last = transport(&f);
+                    maybe = true;
+                }
+            }
+        }
+        if maybe {
+            Err(Error::indeterminate(last))
+        } else {
+            Err(batch(Error::not_done(last), rep.objects))
+        }
+    }
+}

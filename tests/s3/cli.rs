@@ -1,0 +1,173 @@
+//! `steadq`'s own subcommands on `s3://bucket/prefix` queues (the binary built with `s3`),
+//! against moto.
+
+use crate::common::*;
+use crate::sigkill::{cli, out};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use steadq::s3::Options;
+
+fn status(port: u16, url: &str) -> Vec<String> {
+    let (code, s) = out(cli(port).args(["status", url]));
+    assert_eq!(code, 0, "status {url}");
+    s.lines().map(String::from).collect()
+}
+
+#[test]
+fn enqueue_work_and_status_on_an_s3_queue() {
+    let Some(m) = moto() else { return };
+    let url = "s3://cliw/jobs";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let dir = std::env::temp_dir().join(format!("steadq-s3-work-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let mut c = cli(m.port);
+        c.args(["enqueue", url])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("job {i}").as_bytes())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0));
+        ids.push(String::from_utf8(o.stdout).unwrap().trim().to_string());
+    }
+    assert!(ids.iter().all(|id| id.len() == 32), "{ids:?}");
+    assert_eq!(status(m.port, url)[0], "ready 3");
+    let outdir = dir.display().to_string();
+    let script = format!("cat > {outdir}/$STEADQ_JOB_ID");
+    let mut worker = cli(m.port)
+        .args(["work", url, "--lease", "5s", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while status(m.port, url)[4] != "done 3" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{:?}",
+            status(m.port, url)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // SIGTERM: the idle worker stops within its pause (at most 100 ms after the signal).
+    let _ = std::process::Command::new("kill")
+        .arg(worker.id().to_string())
+        .status();
+    let t1 = Instant::now();
+    let code = worker.wait().unwrap().code();
+    assert_eq!(code, Some(0));
+    assert!(
+        t1.elapsed() < Duration::from_secs(5),
+        "stopped in {:?}",
+        t1.elapsed()
+    );
+    for (i, id) in ids.iter().enumerate() {
+        let got = std::fs::read_to_string(dir.join(id)).unwrap();
+        assert_eq!(got, format!("job {i}"), "the payload reached CMD's stdin");
+    }
+    assert_eq!(
+        status(m.port, url),
+        [
+            "ready 0",
+            "delayed 0",
+            "leased 0",
+            "expired 0",
+            "done 3",
+            "dead 0"
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_cli_round_trip() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clib/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let p = std::env::temp_dir().join(format!("steadq-s3-cli-{}", std::process::id()));
+    std::fs::write(&p, b"hello").unwrap();
+    let file = p.to_str().unwrap();
+    let (code, id) = out(cli(m.port).args(["enqueue", url, "--file", file]));
+    assert_eq!((code, id.len()), (0, 32));
+    let got = p.with_extension("out");
+    let (code, h) = out(cli(m.port).args(["claim", url, "--payload-out", got.to_str().unwrap()]));
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read(&got).unwrap(), b"hello");
+    assert!(h.starts_with(&id));
+    assert_eq!(
+        out(cli(m.port).args(["claim", url])).0,
+        3,
+        "nothing else ready"
+    );
+    let (code, h2) = out(cli(m.port).args(["renew", url, &h]));
+    assert_eq!(code, 0);
+    let lost = out(cli(m.port).args(["ack", url, &h])).0;
+    assert_eq!(lost, 6, "the old handle lost its lease");
+    assert_eq!(out(cli(m.port).args(["ack", url, &h2])).0, 0);
+    assert_eq!(status(m.port, url)[4], "done 1");
+    let (code, l) = out(cli(m.port).args(["list", url, "--state", "acked"]));
+    assert_eq!(code, 0);
+    assert!(l.starts_with(&format!("{id} done 3 1 ")), "{l}");
+    // work --once: exit 65 dead-letters, then `dead requeue --all` brings it back.
+    out(cli(m.port).args(["enqueue", url, "--file", file]));
+    let (code, _) = out(cli(m.port).args(["work", url, "--once", "--", "sh", "-c", "exit 65"]));
+    assert_eq!(code, 0);
+    assert_eq!(status(m.port, url)[5], "dead 1");
+    let (code, dead) = out(cli(m.port).args(["dead", "list", url]));
+    assert_eq!((code, dead.lines().count()), (0, 1));
+    let requeued = out(cli(m.port).args(["dead", "requeue", url, "--all"]));
+    assert_eq!(requeued, (0, "1".into()));
+    let (code, _) = out(cli(m.port).args(["work", url, "--once", "--", "cat"]));
+    assert_eq!(code, 0);
+    assert_eq!(status(m.port, url)[4], "done 2");
+    let (code, rec) = out(cli(m.port).args(["recover", url]));
+    assert_eq!(
+        (code, rec.as_str()),
+        (0, "ready 0 dead 0 stale 0\nindex: put 0 deleted 0")
+    );
+    // Compaction below the 1 h guard is refused and changes nothing; at 1 h nothing is old
+    // enough.
+    let (code, _) = out(cli(m.port).args(["compact", url, "--older-than", "1m"]));
+    assert_eq!(code, 2);
+    let c = out(cli(m.port).args(["compact", url, "--older-than", "1h"]));
+    assert_eq!(c, (0, "compacted 0 chains, 0 objects deleted".into()));
+    assert_eq!(status(m.port, url)[4], "done 2");
+    // Options a queue in a bucket does not have are refused, naming them.
+    let (code, _) = out(cli(m.port).args(["enqueue", url, "--key", "k1", "--file", file]));
+    assert_eq!(code, 2);
+    let _ = std::fs::remove_file(&p);
+    let _ = std::fs::remove_file(&got);
+}
+
+/// What an idle worker costs: requests per empty claim (each is followed by a jittered
+/// pause of 5-10 s at the cap, so 480 empty claims an hour on average).
+#[test]
+fn an_empty_claim_costs_a_few_lists() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "idle");
+    let q = queue(m.port, "idle", "q", Options::default());
+    let n = 64;
+    let before = q.client.requests();
+    for _ in 0..n {
+        assert!(q.claim().unwrap().is_none());
+    }
+    let per = (q.client.requests() - before) as f64 / n as f64;
+    // Ready LIST (+1 wrapping when the start shard is not the first), then the same for
+    // the leased index in recover: 2 to 4.
+    assert!((2.0..=4.0).contains(&per), "{per} requests per empty claim");
+    let mean_pause = (steadq::s3::IDLE_MAX.as_secs_f64() * 0.75).max(0.001);
+    report(&format!(
+        "s3 idle: {per:.2} requests (LISTs) per empty claim; at the {} s cap one empty claim \
+         per {mean_pause:.1} s: {:.0} LISTs per idle worker-hour (${:.4} at $0.005/1,000)",
+        steadq::s3::IDLE_MAX.as_secs(),
+        per * 3600.0 / mean_pause,
+        per * 3600.0 / mean_pause * 0.005 / 1000.0
+    ));
+}

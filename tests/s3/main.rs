@@ -1,0 +1,17 @@
+//! StowQ (feature `s3`) against a real S3-compatible server: moto's server mode, started by
+//! the tests on 127.0.0.1 (`common`). `cargo test --features s3 --test s3`; without moto the
+//! tests print SKIPPED, unless `STEADQ_REQUIRE_S3=1` (CI) makes that a failure.
+
+mod bench;
+mod cli;
+
+mod common;
+mod compact;
+
+mod faults;
+mod lifecycle;
+mod race;
+mod scale;
+mod sigkill;
+#[cfg(feature = "tls")]
+mod tls;
