@@ -6,6 +6,8 @@
 //! <root>/ready/<shard>/      ready and leased jobs; shard = 2 hex digits
 //! <root>/delayed/<bucket>/   delayed jobs; bucket = 16 hex of not_before_ns / bucket width
 //! <root>/dead/<bucket>/      dead jobs; bucket = 16 hex of death time / 1 day
+//! <root>/prio/<l>/<shard>/   ready and leased jobs of priority l (version 3; l = 0..=7 but
+//!                            the default 3, whose jobs stay in ready/)
 //! <root>/receipts/<shard>/   receipts of acked jobs
 //! <root>/quarantine/...      foreign or corrupt entries moved by `fsck --quarantine`
 //! <root>/evidence.log        digests of compacted receipts (append-only)
@@ -29,8 +31,10 @@ use std::time::Duration;
 
 /// The queue format version this build writes (and the newest it opens). Version 2 adds the
 /// receipt policy and evidence limits to the identity file, the ack time to receipt names and
-/// the boot clock to delayed names; version-1 queues open and keep their format.
-pub const QUEUE_VERSION: u32 = 2;
+/// the boot clock to delayed names. Version 3 adds priorities: `prio/<l>/<ss>/` directories
+/// for the levels other than the default and a `.p<l>` name field. Version-1 and version-2
+/// queues open and keep their format (and refuse a non-default priority).
+pub const QUEUE_VERSION: u32 = 3;
 /// The identity file's name in the queue root.
 pub const IDENTITY_FILE: &str = "steadq.queue";
 /// Width of a dead-letter bucket: one day, in ns.
@@ -71,9 +75,15 @@ pub struct Options {
     /// feature `faults`).
     #[cfg(feature = "faults")]
     pub force_named_publish: bool,
-    /// Format version for a new queue (1 or 2); ignored when opening. Default
-    /// [`QUEUE_VERSION`]; 1 makes a queue that SteadQ builds before version 2 can open.
+    /// Format version for a new queue (1, 2 or 3); ignored when opening. Default
+    /// [`QUEUE_VERSION`]; 1 (2) makes a queue that SteadQ builds before version 2 (3) can
+    /// open.
     pub format_version: u32,
+    /// Aging for claims of this handle (the starvation rule): `Some(a)` raises a ready job's
+    /// effective priority by one level per `a` of age (age = now minus the creation time in
+    /// its id), up to the top level, where ties go to the older job. `None` (the default):
+    /// strict priority, a lower level waits while any higher level has a ready job.
+    pub aging: Option<Duration>,
     /// Receipt policy for a new version-2 queue; ignored when opening (see
     /// [`Queue::set_receipt_policy`]). Default [`ReceiptPolicy::Job`].
     pub receipts: ReceiptPolicy,
@@ -122,7 +132,8 @@ impl Options {
     /// # Errors
     /// [`ErrorKind::InvalidArgument`] (not done): shards outside 1..=256, a zero delayed
     /// bucket width, zero max attempts, a zero payload limit, a lease that is zero or longer
-    /// than [`MAX_LEASE`], a format version other than 1 or 2, or a zero evidence limit.
+    /// than [`MAX_LEASE`], a format version other than 1, 2 or 3, a zero evidence limit, or
+    /// an aging interval under 1 ms.
     pub fn validate(&self) -> Result<()> {
         if !(1..=256).contains(&self.shards) {
             return Err(invalid("shards must be 1..=256"));
@@ -137,7 +148,10 @@ impl Options {
             return Err(invalid("max payload must be at least 1 byte"));
         }
         if !(1..=QUEUE_VERSION).contains(&self.format_version) {
-            return Err(invalid("format version must be 1 or 2"));
+            return Err(invalid("format version must be 1, 2 or 3"));
+        }
+        if self.aging.is_some_and(|a| a < Duration::from_millis(1)) {
+            return Err(invalid("aging must be at least 1 ms"));
         }
         if self.evidence.max_bytes == 0 {
             return Err(invalid("the evidence limit must be > 0"));
@@ -164,6 +178,7 @@ impl Default for Options {
             #[cfg(feature = "faults")]
             force_named_publish: false,
             format_version: QUEUE_VERSION,
+            aging: None,
             receipts: ReceiptPolicy::Job,
             evidence: EvidenceLimits::default(),
         }
@@ -229,6 +244,62 @@ fn split_sum(text: &str) -> Option<(&str, Option<u64>)> {
 }
 
 impl Identity {
+    /// Priority levels this queue's layout has: [`crate::name::PRIORITY_LEVELS`] from
+    /// version 3 on, before that only the default.
+    pub fn levels(&self) -> u8 {
+        if self.version >= 3 {
+            crate::disk::name::PRIORITY_LEVELS
+        } else {
+            1
+        }
+    }
+
+    /// Whether this queue can hold jobs of priority `priority`.
+    pub fn has_priority(&self, priority: u8) -> bool {
+        priority == crate::disk::name::DEFAULT_PRIORITY
+            || (self.version >= 3 && priority < crate::disk::name::PRIORITY_LEVELS)
+    }
+
+    /// Ready directories ("slots"): one per level and shard.
+    pub(crate) fn slots(&self) -> u16 {
+        self.levels() as u16 * self.shards
+    }
+
+    /// The slot of `priority`'s shard `shard` (version 3: `priority * shards + shard`;
+    /// before: the shard).
+    pub(crate) fn slot(&self, priority: u8, shard: u16) -> u16 {
+        if self.version >= 3 {
+            priority as u16 * self.shards + shard
+        } else {
+            shard
+        }
+    }
+
+    /// The slot a job's ready and leased names live in.
+    pub(crate) fn slot_of(&self, n: &JobName) -> u16 {
+        self.slot(n.priority, n.id.shard(self.shards))
+    }
+
+    /// `(priority, shard)` of a slot.
+    pub(crate) fn slot_parts(&self, slot: u16) -> (u8, u16) {
+        if self.version >= 3 {
+            ((slot / self.shards) as u8, slot % self.shards)
+        } else {
+            (crate::disk::name::DEFAULT_PRIORITY, slot)
+        }
+    }
+
+    /// A slot's directory relative to the root: `ready/<ss>` for the default level,
+    /// `prio/<l>/<ss>` for the others.
+    pub(crate) fn slot_rel(&self, slot: u16) -> String {
+        let (p, s) = self.slot_parts(slot);
+        if p == crate::disk::name::DEFAULT_PRIORITY {
+            format!("ready/{}", shard_name(s))
+        } else {
+            format!("prio/{p}/{}", shard_name(s))
+        }
+    }
+
     /// A version-1 identity cannot carry a policy: it acts as `job` with one unrotated log.
     fn settled(mut self) -> Identity {
         if self.version < 2 {
@@ -340,11 +411,10 @@ pub(crate) struct Dirs {
     pub dead: OwnedFd,
 }
 
-/// Where the claim cursor is: candidates from the last shard read, oldest last.
+/// The claim cursor: per ready slot, the candidates its last listing kept, oldest last.
 #[derive(Debug, Default)]
 pub(crate) struct Cursor {
-    pub next_shard: u16,
-    pub candidates: Vec<(u16, JobName)>,
+    pub held: Vec<Vec<JobName>>,
 }
 
 /// An open queue: a cheap handle (an `Arc` inside). Clone it to share the queue between
@@ -506,10 +576,14 @@ impl Queue {
         };
         // Make every directory (idempotent), each made durable in its parent.
         let mut top = vec!["tmp", "ready", "delayed", "dead", "receipts"];
+        if ident.version >= 3 {
+            top.push("prio");
+        }
         top.sort_unstable();
         for d in top {
             ensure_dir(&sys, rootfd.as_fd(), d, &root)?;
         }
+        make_levels(&sys, rootfd.as_fd(), &root, &ident)?;
         for parent in ["ready", "receipts"] {
             let pfd = sys
                 .open_dir_beneath(rootfd.as_fd(), parent)
@@ -555,7 +629,9 @@ impl Queue {
         };
         let dirs = Dirs {
             tmp: open("tmp")?,
-            ready: shard_dirs("ready")?,
+            ready: (0..ident.slots())
+                .map(|s| open(&ident.slot_rel(s)))
+                .collect::<Result<_>>()?,
             receipts: shard_dirs("receipts")?,
             delayed: open("delayed")?,
             dead: open("dead")?,
@@ -567,7 +643,6 @@ impl Queue {
         if opts.force_named_publish {
             sys.force_named_publish();
         }
-        let start = (std::process::id() % ident.shards as u32) as u16;
         let group = crate::ops::group::Group::new(
             [&dirs.tmp]
                 .into_iter()
@@ -584,8 +659,7 @@ impl Queue {
                 opts,
                 clock,
                 cursor: Mutex::new(Cursor {
-                    next_shard: start,
-                    candidates: Vec::new(),
+                    held: vec![Vec::new(); ident.slots() as usize],
                 }),
                 shards: Default::default(),
                 group,
@@ -608,11 +682,11 @@ impl Queue {
     }
 
     /// The first directory of the layout (the root, `tmp`, `delayed`, `dead`, each
-    /// `ready/<ss>` and `receipts/<ss>`) whose path no longer names the directory this handle
+    /// `ready/<ss>`, `prio/<l>/<ss>` and `receipts/<ss>`) whose path no longer names the directory this handle
     /// holds open, relative to the root (`"."` for the root itself); `None` when all are
     /// current. An operator who removed `ready/07` and ran `steadq init` made a new
     /// directory that this handle does not see: reopen the queue. Costs two `stat` calls per
-    /// directory (2 × (4 + 2 × shards)).
+    /// directory (2 × (4 + (levels + 1) × shards)).
     pub fn replaced_dir(&self) -> Option<String> {
         let same = |fd: &OwnedFd, rel: &str| match (
             self.sys.file_id(fd.as_fd()),
@@ -628,10 +702,14 @@ impl Queue {
             (&d.delayed, "delayed".into()),
             (&d.dead, "dead".into()),
         ];
+        for s in 0..self.ident.slots() {
+            held.push((&d.ready[s as usize], self.ident.slot_rel(s)));
+        }
         for s in 0..self.ident.shards {
-            let name = shard_name(s);
-            held.push((&d.ready[s as usize], format!("ready/{name}")));
-            held.push((&d.receipts[s as usize], format!("receipts/{name}")));
+            held.push((
+                &d.receipts[s as usize],
+                format!("receipts/{}", shard_name(s)),
+            ));
         }
         held.into_iter()
             .find(|(fd, rel)| !same(fd, rel))
@@ -1037,6 +1115,30 @@ fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()>
     Ok(())
 }
 
+/// Make `prio/<l>/` and its shard directories for every level but the default (version 3),
+/// each made durable in its parent (idempotent, like the rest of `create`).
+fn make_levels(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identity) -> Result<()> {
+    if ident.version < 3 {
+        return Ok(());
+    }
+    let ind = |c, e, p: &Path| Error::io(c, e, Outcome::Indeterminate, Some(p.to_path_buf()));
+    let prio = path.join("prio");
+    let pfd = sys
+        .open_dir_beneath(root, "prio")
+        .map_err(|e| ind(Call::Open, e, &prio))?;
+    for l in (0..ident.levels()).filter(|&l| l != crate::disk::name::DEFAULT_PRIORITY) {
+        let name = l.to_string();
+        ensure_dir(sys, pfd.as_fd(), &name, &prio)?;
+        let lfd = sys
+            .open_dir_beneath(pfd.as_fd(), &name)
+            .map_err(|e| ind(Call::Open, e, &prio.join(&name)))?;
+        for s in 0..ident.shards {
+            ensure_dir(sys, lfd.as_fd(), shard_name(s).as_str(), &prio.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
 /// `EPERM` or `ENOSYS` from `renameat2` of a file SteadQ just made: the call is blocked (a
 /// seccomp profile, a sandbox), which is not the filesystem's doing.
 fn rename_refused(errno: Errno, path: &Path) -> Error {
@@ -1051,7 +1153,7 @@ fn rename_refused(errno: Errno, path: &Path) -> Error {
 /// The longest name SteadQ writes: a leased job name. Temp and probe names
 /// (`<boot32>.<pid8>.<rand32>.probe`, 80 bytes) and the identity's temp and damaged names
 /// (at most 54 bytes) are shorter.
-const LONGEST_NAME: u64 = crate::disk::scan::LEASED_NAME_LEN as u64;
+const LONGEST_NAME: u64 = crate::disk::scan::LEASED_PRIO_NAME_LEN as u64;
 
 /// Check the filesystem's longest name (`statfs(2)` `f_namelen`; 0 or less: not reported)
 /// against [`LONGEST_NAME`].
@@ -1179,12 +1281,12 @@ mod tests {
         // A version-2 identity without its extra lines is damaged.
         let short = i.encode().replace("version=1", "version=2");
         assert_eq!(Identity::decode(&short), Err(ErrorKind::BadIdentity));
-        let newer = i.encode().replace("version=1", "version=3");
+        let newer = i.encode().replace("version=1", "version=4");
         assert_eq!(
             Identity::decode(&newer),
             Err(ErrorKind::UnsupportedVersion {
-                found: 3,
-                supported: 2
+                found: 4,
+                supported: 3
             })
         );
         assert_eq!(
@@ -1203,11 +1305,11 @@ mod tests {
             check_name_limit(143),
             Err(ErrorKind::NamesTooLong {
                 allowed: 143,
-                needed: 196
+                needed: 199
             })
         );
-        assert!(check_name_limit(195).is_err());
-        for ok in [196, 255, 1024, 0, -1] {
+        assert!(check_name_limit(198).is_err());
+        for ok in [199, 255, 1024, 0, -1] {
             assert_eq!(check_name_limit(ok), Ok(()), "{ok}");
         }
         // The real filesystem the tests run on allows 196-byte names.

@@ -129,10 +129,12 @@ impl Queue {
             crate::ops::keys::KEYS_DIR,        // hook: idempotency keys
             crate::ops::capacity::LIMITS_FILE, // hook: capacity limits
         ];
+        let v3 = self.ident.version >= 3;
         self.sys
             .read_dir(self.dirs.root.as_fd(), |name, _, _| {
                 rep.checked += 1;
                 match name {
+                    Some("prio") if v3 => {}
                     Some(n)
                         if known.contains(&n)
                             || n.starts_with(&format!(".{IDENTITY_FILE}."))
@@ -145,10 +147,19 @@ impl Queue {
                 }
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
-        for (parent, fd) in [
-            ("ready", self.dirs_parent("ready")?),
-            ("receipts", self.dirs_parent("receipts")?),
-        ] {
+        let mut parents = vec![
+            ("ready".to_string(), self.dirs_parent("ready")?),
+            ("receipts".to_string(), self.dirs_parent("receipts")?),
+        ];
+        if v3 {
+            self.check_levels(&mut bad)?;
+            for l in (0..self.ident.levels()).filter(|&l| l != crate::name::DEFAULT_PRIORITY) {
+                let rel = format!("prio/{l}");
+                parents.push((rel.clone(), self.dirs_parent(&rel)?));
+            }
+        }
+        for (parent, fd) in parents {
+            let parent = parent.as_str();
             let shards = self.ident.shards;
             self.sys
                 .read_dir(fd.as_fd(), |name, _, _| {
@@ -301,6 +312,26 @@ impl Queue {
             }
             _ => None,
         }
+    }
+
+    /// `prio/` (version 3) holds one directory per level other than the default, `0`..=`7`.
+    fn check_levels(&self, bad: &mut Vec<(String, String, ProblemKind)>) -> Result<()> {
+        let levels = self.ident.levels();
+        let fd = self.dirs_parent("prio")?;
+        self.sys
+            .read_dir(fd.as_fd(), |name, _, _| {
+                let ok = matches!(name.map(str::as_bytes), Some([d])
+                    if (b'0'..b'0' + levels).contains(d)
+                        && *d != b'0' + crate::name::DEFAULT_PRIORITY);
+                if !ok {
+                    bad.push((
+                        "prio".to_string(),
+                        name.unwrap_or("?").to_string(),
+                        ProblemKind::Foreign(Foreign::WrongPlace),
+                    ));
+                }
+            })
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("prio"))))
     }
 
     fn dirs_parent(&self, name: &str) -> Result<std::os::fd::OwnedFd> {

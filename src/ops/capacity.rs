@@ -36,7 +36,7 @@
 //! each of the others can have one enqueue between its check and its link.
 //! `tests/it/capacity.rs` measures it with 8 producers.
 
-use crate::disk::name::{parse_hex, shard_name, JobName, Kind};
+use crate::disk::name::{parse_hex, JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
@@ -382,8 +382,8 @@ impl Queue {
     /// Watch and list every ready shard, `delayed/` and each bucket. `Ok(false)`: a watch
     /// could not be added.
     fn tally_build(&self, t: &mut Tally) -> Result<bool> {
-        for s in 0..self.ident.shards {
-            let rel = format!("ready/{}", shard_name(s));
+        for s in 0..self.ident.slots() {
+            let rel = self.ident.slot_rel(s);
             if !self.tally_watch(t, &rel, false)? {
                 return Ok(false);
             }
@@ -548,8 +548,8 @@ impl Queue {
     pub(crate) fn room_watch(&self) -> Option<OwnedFd> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         let out = WatchFlags::MOVED_FROM | WatchFlags::DELETE | WatchFlags::ONLYDIR;
-        for s in 0..self.ident.shards {
-            let p = self.root.join(format!("ready/{}", shard_name(s)));
+        for s in 0..self.ident.slots() {
+            let p = self.root.join(self.ident.slot_rel(s));
             inotify::add_watch(&fd, p, out).ok()?;
         }
         inotify::add_watch(

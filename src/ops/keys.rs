@@ -250,6 +250,7 @@ impl Queue {
     /// # Ok::<(), steadq::Error>(())
     /// ```
     pub fn enqueue_unique(&self, payload: &[u8], o: &EnqueueOptions) -> Result<Enqueued> {
+        let priority = o.priority_on(&self.ident)?;
         let Some(key) = o.key else {
             let _room = self.admit(1, payload.len() as u64)?;
             return self.enqueue_as(None, payload, o).map(Enqueued::New);
@@ -274,11 +275,11 @@ impl Queue {
             let id = JobId::new(self.clock.wall_ns() / 1_000_000, random());
             let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
             let first = match o.delay.filter(|d| !d.is_zero()) {
-                None => format!(
-                    "ready/{}/{}",
-                    crate::disk::name::shard_name(id.shard(self.ident.shards)),
-                    JobName::new_ready(id, max).format(self.ident.id)
-                ),
+                None => {
+                    let n = JobName::new_ready(id, max).with_priority(priority);
+                    let rel = self.ident.slot_rel(self.ident.slot_of(&n));
+                    format!("{rel}/{}", n.format(self.ident.id))
+                }
                 Some(_) => "-".to_string(),
             };
             let text = format!(

@@ -69,10 +69,11 @@ pub(crate) struct Place<'a> {
 }
 
 impl Queue {
-    pub(crate) fn place_ready(&self, shard: u16, state: State) -> Place<'_> {
+    /// Ready slot `slot` (see [`crate::Identity`]'s slot helpers: a level's shard).
+    pub(crate) fn place_ready(&self, slot: u16, state: State) -> Place<'_> {
         Place {
-            dir: DirRef::Held(self.dirs.ready[shard as usize].as_fd()),
-            rel: format!("ready/{}", shard_name(shard)),
+            dir: DirRef::Held(self.dirs.ready[slot as usize].as_fd()),
+            rel: self.ident.slot_rel(slot),
             state,
         }
     }

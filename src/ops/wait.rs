@@ -14,7 +14,7 @@
 //! reached) it polls, backing off from 50 ms to 1 s.
 
 use crate::disk::name::{due_wall_ns, parse_hex, JobName, Kind};
-use crate::disk::scan::{lease_expired, LEASED_NAME_LEN, READY_NAME_LEN};
+use crate::disk::scan::{lease_expired, leased_len, ready_len};
 use crate::error::Result;
 use crate::ops::lease::Lease;
 use crate::ops::recover::RecoverReport;
@@ -160,8 +160,8 @@ impl Queue {
             fd,
             wds: Vec::new(),
         };
-        for s in 0..self.ident.shards {
-            let rel = format!("ready/{}", crate::disk::name::shard_name(s));
+        for s in 0..self.ident.slots() {
+            let rel = self.ident.slot_rel(s);
             if !self.add_watch(&mut w, &rel, Watched::ReadyShard) {
                 return None;
             }
@@ -260,7 +260,7 @@ impl Queue {
         }
         for rel in new_buckets {
             // A job may have landed before the watch existed: list again.
-            if w.wds.len() < MAX_BUCKET_WATCHES + self.ident.shards as usize + 1
+            if w.wds.len() < MAX_BUCKET_WATCHES + self.ident.slots() as usize + 1
                 && self.add_watch(w, &rel, Watched::Bucket)
             {
                 k.claimable = true;
@@ -271,8 +271,8 @@ impl Queue {
     /// A name appeared in a ready shard: a ready job (claim), or a lease (its deadline).
     fn learn_ready(&self, name: &str, k: &mut Known) {
         match name.len() {
-            READY_NAME_LEN => k.claimable = true,
-            LEASED_NAME_LEN => {
+            n if ready_len(n) => k.claimable = true,
+            n if leased_len(n) => {
                 if let Ok((n, _)) = JobName::parse_untagged(name) {
                     if let Kind::Leased(l) = n.kind {
                         if lease_expired(&l, self.clock.boot_id(), self.clock.boot_ns()) {

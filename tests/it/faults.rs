@@ -37,9 +37,27 @@ enum Op {
     EnqueueKeyed,
     /// An enqueue into a queue with capacity limits (limits file read, tally built).
     EnqueueCapped,
+    /// An enqueue at priority 6 (into `prio/6/<ss>`, a `.p6` name).
+    EnqueuePrio,
+    /// A claim of a priority-6 job (the claim looks at every level from 7 down).
+    ClaimPrio,
+    /// The ack of a priority-6 job (from `prio/6/<ss>` to `receipts/<ss>`).
+    AckPrio,
+    /// The nack (with a delay) of a priority-6 job: its delayed name keeps `.p6`.
+    NackPrio,
 }
 
-const OPS: [Op; 19] = [
+/// The priority the `*Prio` operations use.
+const PRIO: u8 = 6;
+
+fn is_prio(op: Op) -> bool {
+    matches!(
+        op,
+        Op::EnqueuePrio | Op::ClaimPrio | Op::AckPrio | Op::NackPrio
+    )
+}
+
+const OPS: [Op; 23] = [
     Op::Enqueue,
     Op::EnqueueNamed,
     Op::EnqueueDelayed,
@@ -59,6 +77,10 @@ const OPS: [Op; 19] = [
     Op::Compact,
     Op::EnqueueKeyed,
     Op::EnqueueCapped,
+    Op::EnqueuePrio,
+    Op::ClaimPrio,
+    Op::AckPrio,
+    Op::NackPrio,
 ];
 
 fn keyed() -> EnqueueOptions {
@@ -90,6 +112,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
         | Op::EnqueueNamed
         | Op::EnqueueDelayed
         | Op::EnqueueBatch
+        | Op::EnqueuePrio
         | Op::EnqueueKeyed => {}
         Op::EnqueueCapped => setup
             .set_limits(Limits {
@@ -127,6 +150,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
                     b"payload",
                     &EnqueueOptions {
                         max_attempts: Some(max),
+                        priority: is_prio(op).then_some(PRIO),
                         ..Default::default()
                     },
                 )
@@ -157,6 +181,8 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
         | Op::NackExhausted
         | Op::Fail
         | Op::Release
+        | Op::AckPrio
+        | Op::NackPrio
         | Op::RecoverExpired => Some(q.claim_for(Duration::from_secs(1)).unwrap().unwrap()),
         _ => None,
     };
@@ -185,8 +211,17 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
             .enqueue_unique(b"payload", &keyed())
             .map(|r| assert!(!r.is_duplicate())),
         Op::EnqueueCapped => q.enqueue(b"payload").map(drop),
+        Op::EnqueuePrio => q
+            .enqueue_with(
+                b"payload",
+                &EnqueueOptions {
+                    priority: Some(PRIO),
+                    ..Default::default()
+                },
+            )
+            .map(drop),
         // "No job" is the claim's "not done".
-        Op::Claim => q.claim().and_then(|l| match l {
+        Op::Claim | Op::ClaimPrio => q.claim().and_then(|l| match l {
             Some(l) => {
                 drop(l.into_handle());
                 Ok(())
@@ -194,8 +229,10 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
             None => Err(Error::not_done(ErrorKind::NoSuchJob, None)),
         }),
         Op::Renew => lease.as_mut().unwrap().renew(Duration::from_secs(60)),
-        Op::Ack | Op::AckHeader | Op::AckNone => lease.take().unwrap().ack().map(drop),
-        Op::Nack => lease
+        Op::Ack | Op::AckHeader | Op::AckNone | Op::AckPrio => {
+            lease.take().unwrap().ack().map(drop)
+        }
+        Op::Nack | Op::NackPrio => lease
             .take()
             .unwrap()
             .nack(Duration::from_secs(30))
@@ -235,24 +272,32 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<()>, bool, Arc<FaultPlan>, TempDir
     let all = clean.list(None).unwrap();
     let happened = match op {
         Op::Enqueue | Op::EnqueueNamed | Op::EnqueueKeyed | Op::EnqueueCapped => all.len() == 1,
+        Op::EnqueuePrio => all.len() == 1 && all[0].dir == "prio/6/00",
         Op::EnqueueDelayed => all.len() == 1 && all[0].state == State::Delayed,
         Op::EnqueueBatch => all.len() == 3,
-        Op::Claim => all[0].name.attempt == 1,
+        Op::Claim | Op::ClaimPrio => all[0].name.attempt == 1,
         Op::Renew => all[0].state == State::Leased && all[0].name.generation == 2,
-        Op::Ack | Op::AckHeader => all[0].state == State::Acked,
+        Op::Ack | Op::AckHeader | Op::AckPrio => all[0].state == State::Acked,
         // Under `none` the receipt goes once its evidence line is durable; a receipt kept
         // because that step failed is still a done ack.
         Op::AckNone => {
             all.is_empty() && evidence_lines(&d) == 1
                 || all.len() == 1 && all[0].state == State::Acked
         }
-        Op::Nack => all[0].state == State::Delayed,
+        Op::Nack | Op::NackPrio => all[0].state == State::Delayed,
         Op::NackExhausted | Op::Fail => all[0].state == State::Dead,
         Op::Release | Op::RecoverExpired | Op::RecoverDue | Op::Requeue => {
             all[0].state == State::Ready
         }
         Op::Compact => all.is_empty(),
     };
+    if is_prio(op) {
+        // Whatever happened, the job kept its level (in its name and its directory).
+        for l in &all {
+            assert_eq!(l.name.priority, PRIO, "{op:?}: {l:?} ({res:?})");
+            assert!(matches!(l.state, State::Acked | State::Delayed) || l.dir == "prio/6/00");
+        }
+    }
     if op == Op::EnqueueBatch && !all.is_empty() && all.len() != 3 {
         // A partial batch is allowed only when the outcome admits it.
         assert!(
@@ -307,7 +352,7 @@ fn policy_step_kept_the_receipt(op: Op, d: &TempDir) -> bool {
 }
 
 /// After any case: recover, then the invariants hold.
-fn check_invariants(d: &TempDir, ctx: &str) {
+fn check_invariants(d: &TempDir, ctx: &str, prio: bool) {
     let q = Queue::open(d.path()).unwrap();
     q.clock().shift_boot(3600 * SEC);
     q.clock().shift_wall(3600 * SEC);
@@ -326,6 +371,15 @@ fn check_invariants(d: &TempDir, ctx: &str) {
         all.iter().all(|l| l.state != State::Leased),
         "{ctx}: lease left after recovery"
     );
+    if prio {
+        // Recovery (an expired lease, a due delay) put it back into its own level.
+        assert!(
+            all.iter()
+                .all(|l| l.name.priority == PRIO
+                    && (l.state != State::Ready || l.dir == "prio/6/00")),
+            "{ctx}: a job lost its priority: {all:?}"
+        );
+    }
 }
 
 fn errnos_for(call: Call) -> Vec<Errno> {
@@ -398,7 +452,7 @@ fn fault_matrix_reports_the_true_outcome() {
                     };
                     *by_outcome.entry(label).or_default() += 1;
                     *by_op.entry((op, label)).or_default() += 1;
-                    check_invariants(&d, &ctx);
+                    check_invariants(&d, &ctx, is_prio(op));
                 }
             }
         }
@@ -409,7 +463,14 @@ fn fault_matrix_reports_the_true_outcome() {
         "fault matrix: {cases} cases over {} operations, every outcome true, invariants held after each; outcomes {o:?}",
         OPS.len()
     ));
-    for op in [Op::EnqueueKeyed, Op::EnqueueCapped] {
+    for op in [
+        Op::EnqueueKeyed,
+        Op::EnqueueCapped,
+        Op::EnqueuePrio,
+        Op::ClaimPrio,
+        Op::AckPrio,
+        Op::NackPrio,
+    ] {
         let n = |l| by_op.get(&(op, l)).copied().unwrap_or(0);
         summary(&format!(
             "fault matrix, {op:?}: {} done, {} not done, {} indeterminate (each checked \

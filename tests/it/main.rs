@@ -16,4 +16,5 @@ mod identity;
 mod keys;
 mod lifecycle;
 mod perf;
+mod priority;
 mod typed_async;
