@@ -116,68 +116,9 @@ impl Queue {
     pub fn fsck(&self, quarantine: bool) -> Result<FsckReport> {
         let mut rep = FsckReport::default();
         let mut bad: Vec<(String, String, ProblemKind)> = Vec::new(); // (dir, name, kind)
-                                                                      // Root level: only the known names belong.
-        let known = [
-            IDENTITY_FILE,
-            "tmp",
-            "ready",
-            "delayed",
-            "dead",
-            "receipts",
-            "quarantine",
-            EVIDENCE_FILE,
-            crate::ops::keys::KEYS_DIR,        // hook: idempotency keys
-            crate::ops::capacity::LIMITS_FILE, // hook: capacity limits
-        ];
         let v3 = self.ident.version >= 3;
-        self.sys
-            .read_dir(self.dirs.root.as_fd(), |name, _, _| {
-                rep.checked += 1;
-                match name {
-                    Some("prio") if v3 => {}
-                    Some(n)
-                        if known.contains(&n)
-                            || n.starts_with(&format!(".{IDENTITY_FILE}."))
-                            || is_rotated_evidence(n) => {}
-                    _ => bad.push((
-                        String::new(),
-                        name.unwrap_or("?").to_string(),
-                        ProblemKind::Foreign(Foreign::Name(crate::disk::name::NameError::Syntax)),
-                    )),
-                }
-            })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
-        let mut parents = vec![
-            ("ready".to_string(), self.dirs_parent("ready")?),
-            ("receipts".to_string(), self.dirs_parent("receipts")?),
-        ];
-        if v3 {
-            self.check_levels(&mut bad)?;
-            for l in (0..self.ident.levels()).filter(|&l| l != crate::name::DEFAULT_PRIORITY) {
-                let rel = format!("prio/{l}");
-                parents.push((rel.clone(), self.dirs_parent(&rel)?));
-            }
-        }
-        for (parent, fd) in parents {
-            let parent = parent.as_str();
-            let shards = self.ident.shards;
-            self.sys
-                .read_dir(fd.as_fd(), |name, _, _| {
-                    let ok = name
-                        .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
-                        .is_some_and(|s| s < shards as u128);
-                    if !ok {
-                        bad.push((
-                            parent.to_string(),
-                            name.unwrap_or("?").to_string(),
-                            ProblemKind::Foreign(Foreign::WrongPlace),
-                        ));
-                    }
-                })
-                .map_err(|e| {
-                    Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
-                })?;
-        }
+        self.check_root(v3, &mut rep, &mut bad)?;
+        self.check_shard_parents(v3, &mut bad)?;
         // Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
         self.sys
             .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
@@ -312,6 +253,86 @@ impl Queue {
             }
             _ => None,
         }
+    }
+
+    /// Root level: only the known names belong (`prio/` from version 3 on).
+    fn check_root(
+        &self,
+        v3: bool,
+        rep: &mut FsckReport,
+        bad: &mut Vec<(String, String, ProblemKind)>,
+    ) -> Result<()> {
+        let known = [
+            IDENTITY_FILE,
+            "tmp",
+            "ready",
+            "delayed",
+            "dead",
+            "receipts",
+            "quarantine",
+            EVIDENCE_FILE,
+            crate::ops::keys::KEYS_DIR,        // hook: idempotency keys
+            crate::ops::capacity::LIMITS_FILE, // hook: capacity limits
+        ];
+        self.sys
+            .read_dir(self.dirs.root.as_fd(), |name, _, _| {
+                rep.checked += 1;
+                match name {
+                    Some("prio") if v3 => {}
+                    Some(n)
+                        if known.contains(&n)
+                            || n.starts_with(&format!(".{IDENTITY_FILE}."))
+                            || is_rotated_evidence(n) => {}
+                    _ => bad.push((
+                        String::new(),
+                        name.unwrap_or("?").to_string(),
+                        ProblemKind::Foreign(Foreign::Name(crate::disk::name::NameError::Syntax)),
+                    )),
+                }
+            })
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+        Ok(())
+    }
+
+    /// `ready/`, `receipts/` and (version 3) `prio/` and each `prio/<l>/` hold only their
+    /// shard directories (and `prio/` only its levels).
+    fn check_shard_parents(
+        &self,
+        v3: bool,
+        bad: &mut Vec<(String, String, ProblemKind)>,
+    ) -> Result<()> {
+        let mut parents = vec![
+            ("ready".to_string(), self.dirs_parent("ready")?),
+            ("receipts".to_string(), self.dirs_parent("receipts")?),
+        ];
+        if v3 {
+            self.check_levels(bad)?;
+            for l in (0..self.ident.levels()).filter(|&l| l != crate::name::DEFAULT_PRIORITY) {
+                let rel = format!("prio/{l}");
+                parents.push((rel.clone(), self.dirs_parent(&rel)?));
+            }
+        }
+        for (parent, fd) in parents {
+            let parent = parent.as_str();
+            let shards = self.ident.shards;
+            self.sys
+                .read_dir(fd.as_fd(), |name, _, _| {
+                    let ok = name
+                        .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
+                        .is_some_and(|s| s < shards as u128);
+                    if !ok {
+                        bad.push((
+                            parent.to_string(),
+                            name.unwrap_or("?").to_string(),
+                            ProblemKind::Foreign(Foreign::WrongPlace),
+                        ));
+                    }
+                })
+                .map_err(|e| {
+                    Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
+                })?;
+        }
+        Ok(())
     }
 
     /// `prio/` (version 3) holds one directory per level other than the default, `0`..=`7`.

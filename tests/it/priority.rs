@@ -256,3 +256,57 @@ fn no_claim_passes_over_the_oldest_ready_job_across_shards() {
     eprintln!("{claims} claims over 8 shards; largest pass-over of the oldest ready job: {worst}");
     assert_eq!(worst, 0, "{passed:?}");
 }
+
+/// The CLI: `enqueue --priority N`, `list` shows the level, `status` (text, JSON, Prometheus)
+/// shows ready depth per level, a bad level is refused naming `priority` with the queue
+/// unchanged, `work --aging` and `claim --aging` are taken.
+#[test]
+fn the_cli_enqueues_lists_and_counts_by_priority() {
+    use std::process::{Command, Stdio};
+    let bin = env!("CARGO_BIN_EXE_steadq");
+    let run = |args: &[&str], input: &[u8]| {
+        use std::io::Write;
+        let mut c = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(input).unwrap();
+        let o = c.wait_with_output().unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (o.status.code(), text(&o.stdout), text(&o.stderr))
+    };
+    let d = TempDir::new("prio-cli");
+    let q = d.path().to_str().unwrap();
+    assert_eq!(run(&["init", q], b"").0, Some(0));
+    assert_eq!(run(&["enqueue", q, "--priority", "7"], b"a").0, Some(0));
+    assert_eq!(run(&["enqueue", q, "--priority", "7"], b"b").0, Some(0));
+    assert_eq!(run(&["enqueue", q], b"c").0, Some(0));
+    let (code, _, err) = run(&["enqueue", q, "--priority", "9"], b"d");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("priority must be 0..=7"), "{err}"); // exit 2: not done
+    let (_, out, _) = run(&["status", q], b"");
+    assert!(out.contains("ready by priority  7:2 3:1\n"), "{out}");
+    let (_, out, _) = run(&["status", q, "--json"], b"");
+    assert!(
+        out.contains(r#""ready_by_priority":[0,0,0,1,0,0,0,2]"#),
+        "{out}"
+    );
+    let (_, out, _) = run(&["status", q, "--prometheus"], b"");
+    assert!(out.contains(",priority=\"7\"} 2\n"), "{out}");
+    let (_, out, _) = run(&["list", q], b"");
+    assert_eq!(out.matches(" prio 7 ").count(), 2, "{out}");
+    assert_eq!(out.matches(" prio 3 ").count(), 1, "{out}");
+    assert_eq!(out.matches("prio/7/").count(), 2, "{out}");
+    // The two level-7 jobs first, then the default one.
+    let (code, h, err) = run(&["claim", q, "--aging", "60s"], b"");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(h.contains(".p7."), "{h}");
+    let (code, _, err) = run(&["work", q, "--once", "--aging", "1m", "--", "true"], b"");
+    assert_eq!(code, Some(0), "{err}");
+    let st = Queue::open(d.path()).unwrap().status().unwrap();
+    assert_eq!(st.ready_by_priority, [0, 0, 0, 1, 0, 0, 0, 0]);
+    assert_eq!((st.leased, st.acked), (1, 1));
+}
