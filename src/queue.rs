@@ -193,9 +193,9 @@ impl Default for Options {
 /// id=<32 hex: 128 random bits>
 /// shards=<1..=256>
 /// delayed_bucket_ns=<decimal ns>
-/// receipts=<job|header|none>          (version 2 only)
-/// evidence_max=<decimal bytes>        (version 2 only)
-/// evidence_keep=<decimal count>       (version 2 only)
+/// receipts=<job|header|none>          (version 2 and 3)
+/// evidence_max=<decimal bytes>        (version 2 and 3)
+/// evidence_keep=<decimal count>       (version 2 and 3)
 /// sum=<16 hex: first 8 bytes of SHA-256 of all the bytes before this line>
 /// ```
 ///
@@ -337,7 +337,7 @@ impl Identity {
         ident
     }
 
-    /// The five lines (version 1) or eight (version 2) before the optional sum line; nothing
+    /// The five lines (version 1) or eight (versions 2 and 3) before the optional sum line; nothing
     /// else may follow them.
     fn decode_body(body: &str) -> core::result::Result<Identity, ErrorKind> {
         let mut lines = body.lines();
