@@ -310,3 +310,21 @@ fn the_cli_enqueues_lists_and_counts_by_priority() {
     assert_eq!(st.ready_by_priority, [0, 0, 0, 1, 0, 0, 0, 0]);
     assert_eq!((st.leased, st.acked), (1, 1));
 }
+
+/// Within a shard the oldest ready job goes first, also past the 256 names one listing keeps:
+/// a listing reads the whole directory and keeps the oldest, whatever order the filesystem
+/// lists names in.
+#[test]
+fn within_a_shard_the_oldest_ready_job_goes_first_at_any_depth() {
+    let d = TempDir::new("prio-depth");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    let ids: Vec<JobId> = (0..700).map(|_| q.enqueue(b"j").unwrap()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    let mut got = Vec::new();
+    while let Some(l) = q.claim().unwrap() {
+        got.push(l.id());
+        l.ack().unwrap();
+    }
+    assert_eq!(got, sorted);
+}
