@@ -10,7 +10,7 @@
 //! `std::fs` call would; this keeps [`crate::Lease`] borrowing the queue as in the sync API.
 //! On a slow medium, call from `tokio::task::spawn_blocking` or `block_in_place` instead.
 
-use crate::disk::layout::{bucket_dir, ready_shard, DELAYED_DIR};
+use crate::disk::layout::{bucket_dir, DELAYED_DIR};
 use crate::ops::capacity::drain;
 use crate::ops::recover::RecoverReport;
 use crate::{EnqueueError, EnqueueOptions, Enqueued, ErrorKind, Failure, Lease, Queue, Result};
@@ -159,8 +159,8 @@ impl AsyncQueue {
     fn claim_watch(&self) -> Option<OwnedFd> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         let flags = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR;
-        for s in 0..self.q.ident.shards {
-            let p = self.q.root.join(ready_shard(s));
+        for s in 0..self.q.ident.slots() {
+            let p = self.q.root.join(self.q.ident.slot_rel(s));
             inotify::add_watch(&fd, p, flags).ok()?;
         }
         inotify::add_watch(&fd, self.q.root.join(DELAYED_DIR), flags).ok()?;

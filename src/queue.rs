@@ -6,6 +6,8 @@
 //! <root>/ready/<shard>/      ready and leased jobs; shard = 2 hex digits
 //! <root>/delayed/<bucket>/   delayed jobs; bucket = 16 hex of not_before_ns / bucket width
 //! <root>/dead/<bucket>/      dead jobs; bucket = 16 hex of death time / 1 day
+//! <root>/prio/<l>/<shard>/   ready and leased jobs of priority l (version 3; l = 0..=7 but
+//!                            the default 3, whose jobs stay in ready/)
 //! <root>/receipts/<shard>/   receipts of acked jobs
 //! <root>/quarantine/...      foreign or corrupt entries moved by `fsck --quarantine`
 //! <root>/evidence.log        digests of compacted receipts (append-only)
@@ -16,8 +18,7 @@ use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
 use crate::disk::clock::Clock;
 pub use crate::disk::identity::Identity;
 use crate::disk::layout::{
-    ready_shard, receipts_shard, CREATED_DIRS, DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR,
-    TMP_DIR,
+    receipts_shard, CREATED_DIRS, DEAD_DIR, DELAYED_DIR, PRIO_DIR, READY_DIR, RECEIPTS_DIR, TMP_DIR,
 };
 use crate::disk::name::{shard_name, JobName};
 use crate::disk::name::{TempKind, TempName};
@@ -34,8 +35,10 @@ use std::time::Duration;
 
 /// The queue format version this build writes (and the newest it opens). Version 2 adds the
 /// receipt policy and evidence limits to the identity file, the ack time to receipt names and
-/// the boot clock to delayed names; version-1 queues open and keep their format.
-pub const QUEUE_VERSION: u32 = 2;
+/// the boot clock to delayed names. Version 3 adds priorities: `prio/<l>/<ss>/` directories
+/// for the levels other than the default and a `.p<l>` name field. Version-1 and version-2
+/// queues open and keep their format (and refuse a non-default priority).
+pub const QUEUE_VERSION: u32 = 3;
 pub use crate::disk::layout::IDENTITY_FILE;
 
 /// Which durability barriers a queue issues.
@@ -73,9 +76,15 @@ pub struct Options {
     /// feature `faults`).
     #[cfg(feature = "faults")]
     pub force_named_publish: bool,
-    /// Format version for a new queue (1 or 2); ignored when opening. Default
-    /// [`QUEUE_VERSION`]; 1 makes a queue that SteadQ builds before version 2 can open.
+    /// Format version for a new queue (1, 2 or 3); ignored when opening. Default
+    /// [`QUEUE_VERSION`]; 1 (2) makes a queue that SteadQ builds before version 2 (3) can
+    /// open.
     pub format_version: u32,
+    /// Aging for claims of this handle (the starvation rule): `Some(a)` raises a ready job's
+    /// effective priority by one level per `a` of age (age = now minus the creation time in
+    /// its id), up to the top level, where ties go to the older job. `None` (the default):
+    /// strict priority, a lower level waits while any higher level has a ready job.
+    pub aging: Option<Duration>,
     /// Receipt policy for a new version-2 queue; ignored when opening (see
     /// [`Queue::set_receipt_policy`]). Default [`ReceiptPolicy::Job`].
     pub receipts: ReceiptPolicy,
@@ -124,7 +133,8 @@ impl Options {
     /// # Errors
     /// [`ErrorKind::InvalidArgument`] (not done): shards outside 1..=256, a zero delayed
     /// bucket width, zero max attempts, a zero payload limit, a lease that is zero or longer
-    /// than [`MAX_LEASE`], a format version other than 1 or 2, or a zero evidence limit.
+    /// than [`MAX_LEASE`], a format version other than 1, 2 or 3, a zero evidence limit, or
+    /// an aging interval under 1 ms.
     pub fn validate(&self) -> Result<()> {
         if !(1..=256).contains(&self.shards) {
             return Err(invalid("shards must be 1..=256"));
@@ -139,7 +149,10 @@ impl Options {
             return Err(invalid("max payload must be at least 1 byte"));
         }
         if !(1..=QUEUE_VERSION).contains(&self.format_version) {
-            return Err(invalid("format version must be 1 or 2"));
+            return Err(invalid("format version must be 1, 2 or 3"));
+        }
+        if self.aging.is_some_and(|a| a < Duration::from_millis(1)) {
+            return Err(invalid("aging must be at least 1 ms"));
         }
         if self.evidence.max_bytes == 0 {
             return Err(invalid("the evidence limit must be > 0"));
@@ -166,6 +179,7 @@ impl Default for Options {
             #[cfg(feature = "faults")]
             force_named_publish: false,
             format_version: QUEUE_VERSION,
+            aging: None,
             receipts: ReceiptPolicy::Job,
             evidence: EvidenceLimits::default(),
         }
@@ -183,11 +197,10 @@ pub(crate) struct Dirs {
     pub dead: OwnedFd,
 }
 
-/// Where the claim cursor is: candidates from the last shard read, oldest last.
+/// The claim cursor: per ready slot, the candidates its last listing kept, oldest last.
 #[derive(Debug, Default)]
 pub(crate) struct Cursor {
-    pub next_shard: u16,
-    pub candidates: Vec<(u16, JobName)>,
+    pub held: Vec<Vec<JobName>>,
 }
 
 /// An open queue: a cheap handle (an `Arc` inside). Clone it to share the queue between
@@ -354,9 +367,14 @@ impl Queue {
             Err(e) => return Err(e.into()),
         };
         // Make every directory (idempotent), each made durable in its parent.
-        for d in CREATED_DIRS {
+        let mut top = CREATED_DIRS.to_vec();
+        if ident.version >= 3 {
+            top.push(PRIO_DIR);
+        }
+        for d in top {
             ensure_dir(&sys, rootfd.as_fd(), d, &root)?;
         }
+        make_levels(&sys, rootfd.as_fd(), &root, &ident)?;
         for parent in [READY_DIR, RECEIPTS_DIR] {
             let pfd = sys
                 .open_dir_beneath(rootfd.as_fd(), parent)
@@ -382,14 +400,13 @@ impl Queue {
         ident: Identity,
         opts: Options,
     ) -> Result<Queue> {
-        let dirs = open_dirs(&sys, rootfd, &root, ident.shards)?;
+        let dirs = open_dirs(&sys, rootfd, &root, &ident)?;
         let clock = Clock::new(&sys);
         probe_rename(&sys, dirs.tmp.as_fd(), &root, clock.boot_id())?;
         #[cfg(feature = "faults")]
         if opts.force_named_publish {
             sys.force_named_publish();
         }
-        let start = (std::process::id() % ident.shards as u32) as u16;
         let group = crate::ops::group::Group::new(
             [&dirs.tmp]
                 .into_iter()
@@ -407,8 +424,7 @@ impl Queue {
                 opts,
                 clock,
                 cursor: Mutex::new(Cursor {
-                    next_shard: start,
-                    candidates: Vec::new(),
+                    held: vec![Vec::new(); ident.slots() as usize],
                 }),
                 shards: Default::default(),
                 group,
@@ -434,11 +450,11 @@ impl Queue {
     }
 
     /// The first directory of the layout (the root, `tmp`, `delayed`, `dead`, each
-    /// `ready/<ss>` and `receipts/<ss>`) whose path no longer names the directory this handle
+    /// `ready/<ss>`, `prio/<l>/<ss>` and `receipts/<ss>`) whose path no longer names the directory this handle
     /// holds open, relative to the root (`"."` for the root itself); `None` when all are
     /// current. An operator who removed `ready/07` and ran `steadq init` made a new
     /// directory that this handle does not see: reopen the queue. Costs two `stat` calls per
-    /// directory (2 × (4 + 2 × shards)).
+    /// directory (2 × (4 + (levels + 1) × shards)).
     pub fn replaced_dir(&self) -> Option<String> {
         let same = |fd: &OwnedFd, rel: &str| match (
             self.sys.file_id(fd.as_fd()),
@@ -454,8 +470,10 @@ impl Queue {
             (&d.delayed, DELAYED_DIR.into()),
             (&d.dead, DEAD_DIR.into()),
         ];
+        for s in 0..self.ident.slots() {
+            held.push((&d.ready[s as usize], self.ident.slot_rel(s)));
+        }
         for s in 0..self.ident.shards {
-            held.push((&d.ready[s as usize], ready_shard(s)));
             held.push((&d.receipts[s as usize], receipts_shard(s)));
         }
         held.into_iter()
@@ -551,7 +569,7 @@ impl Queue {
                 return r.map(Some);
             }
         }
-        let rel = ready_shard(s);
+        let rel = self.ident.slot_rel(s);
         match self.sys.open_dir_beneath(self.dirs.root.as_fd(), &rel) {
             Ok(fd) => {
                 self.unreadable[i].store(false, Relaxed);
@@ -625,7 +643,8 @@ impl Queue {
 /// # Errors
 /// Not done: [`ErrorKind::Incomplete`] for a missing directory (an interrupted create), or
 /// [`ErrorKind::Io`] naming it.
-fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, shards: u16) -> Result<Dirs> {
+fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Result<Dirs> {
+    let shards = ident.shards;
     let open = |rel: &str| {
         sys.open_dir_beneath(rootfd.as_fd(), rel).map_err(|e| {
             let kind = if e == Errno::NOENT {
@@ -641,9 +660,9 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, shards: u16) -> Result<Dir
     };
     // A ready shard this user cannot read is held by name only (`O_PATH`): claims skip
     // it and report it (`Queue::list_ready_shard`) instead of refusing the whole queue.
-    let ready = (0..shards)
+    let ready = (0..ident.slots())
         .map(|s| {
-            let rel = ready_shard(s);
+            let rel = ident.slot_rel(s);
             match sys.open_dir_beneath(rootfd.as_fd(), &rel) {
                 Err(Errno::ACCESS) => sys
                     .open_dir_path_only(rootfd.as_fd(), &rel)
@@ -971,6 +990,30 @@ fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()>
     Ok(())
 }
 
+/// Make `prio/<l>/` and its shard directories for every level but the default (version 3),
+/// each made durable in its parent (idempotent, like the rest of `create`).
+fn make_levels(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identity) -> Result<()> {
+    if ident.version < 3 {
+        return Ok(());
+    }
+    let ind = |c, e, p: &Path| Error::io(c, e, Outcome::Indeterminate, Some(p.to_path_buf()));
+    let prio = path.join("prio");
+    let pfd = sys
+        .open_dir_beneath(root, "prio")
+        .map_err(|e| ind(Call::Open, e, &prio))?;
+    for l in (0..ident.levels()).filter(|&l| l != crate::disk::name::DEFAULT_PRIORITY) {
+        let name = l.to_string();
+        ensure_dir(sys, pfd.as_fd(), &name, &prio)?;
+        let lfd = sys
+            .open_dir_beneath(pfd.as_fd(), &name)
+            .map_err(|e| ind(Call::Open, e, &prio.join(&name)))?;
+        for s in 0..ident.shards {
+            ensure_dir(sys, lfd.as_fd(), shard_name(s).as_str(), &prio.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
 /// `EPERM` or `ENOSYS` from `renameat2` of a file SteadQ just made: the call is blocked (a
 /// seccomp profile, a sandbox), which is not the filesystem's doing.
 fn rename_refused(errno: Errno, path: &Path) -> Error {
@@ -985,7 +1028,7 @@ fn rename_refused(errno: Errno, path: &Path) -> Error {
 /// The longest name SteadQ writes: a leased job name. Temp and probe names
 /// (`<boot32>.<pid8>.<rand32>.probe`, 80 bytes) and the identity's temp and damaged names
 /// (at most 54 bytes) are shorter.
-const LONGEST_NAME: u64 = crate::disk::scan::LEASED_NAME_LEN as u64;
+const LONGEST_NAME: u64 = crate::disk::scan::LEASED_PRIO_NAME_LEN as u64;
 
 /// Check the filesystem's longest name (`statfs(2)` `f_namelen`; 0 or less: not reported)
 /// against [`LONGEST_NAME`].
@@ -1095,11 +1138,11 @@ mod tests {
             check_name_limit(143),
             Err(ErrorKind::NamesTooLong {
                 allowed: 143,
-                needed: 196
+                needed: 199
             })
         );
-        assert!(check_name_limit(195).is_err());
-        for ok in [196, 255, 1024, 0, -1] {
+        assert!(check_name_limit(198).is_err());
+        for ok in [199, 255, 1024, 0, -1] {
             assert_eq!(check_name_limit(ok), Ok(()), "{ok}");
         }
         // The real filesystem the tests run on allows 196-byte names.

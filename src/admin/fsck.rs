@@ -12,7 +12,7 @@ use crate::admin::receipts::is_rotated_evidence;
 use crate::admin::view::Load;
 use crate::disk::format::Corruption;
 use crate::disk::layout::{
-    ready_shard, QUARANTINE_DIR, READY_DIR, RECEIPTS_DIR, ROOT_ENTRIES, TMP_DIR,
+    PRIO_DIR, QUARANTINE_DIR, READY_DIR, RECEIPTS_DIR, ROOT_ENTRIES, TMP_DIR,
 };
 use crate::disk::name::NameError;
 use crate::disk::name::{JobName, Kind, Reason};
@@ -135,15 +135,16 @@ impl Queue {
     pub(crate) fn fsck_with(&self, quarantine: bool) -> Result<FsckReport> {
         let mut rep = FsckReport::default();
         let mut bad = Bad::new();
-        self.check_root(&mut rep, &mut bad)?;
-        self.check_shard_parents(&mut bad)?;
+        let v3 = self.ident.version >= 3;
+        self.check_root(v3, &mut rep, &mut bad)?;
+        self.check_shard_parents(v3, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
         // A ready shard this user cannot read was skipped by the walk: say so.
-        for s in 0..self.ident.shards {
+        for s in 0..self.ident.slots() {
             if self.unreadable[s as usize].load(std::sync::atomic::Ordering::Relaxed) {
                 rep.problems.push(Problem {
-                    path: ready_shard(s),
+                    path: self.ident.slot_rel(s),
                     kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
                     quarantined: false,
                 });
@@ -151,54 +152,6 @@ impl Queue {
         }
         self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
         Ok(rep)
-    }
-
-    /// Root level: only the known names belong.
-    fn check_root(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
-        let known = ROOT_ENTRIES;
-        self.sys
-            .read_dir(self.dirs.root.as_fd(), |name, _, _| {
-                rep.checked += 1;
-                match name {
-                    Some(n)
-                        if known.contains(&n)
-                            || n.starts_with(&format!(".{IDENTITY_FILE}."))
-                            || is_rotated_evidence(n) => {}
-                    _ => bad.push((
-                        String::new(),
-                        name.unwrap_or("?").to_string(),
-                        ProblemKind::Foreign(Foreign::Name(crate::disk::name::NameError::Syntax)),
-                    )),
-                }
-            })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))
-    }
-
-    /// `ready/` and `receipts/` hold only the shard directories `00`..the shard count.
-    fn check_shard_parents(&self, bad: &mut Bad) -> Result<()> {
-        for (parent, fd) in [
-            (READY_DIR, self.dirs_parent(READY_DIR)?),
-            (RECEIPTS_DIR, self.dirs_parent(RECEIPTS_DIR)?),
-        ] {
-            let shards = self.ident.shards;
-            self.sys
-                .read_dir(fd.as_fd(), |name, _, _| {
-                    let ok = name
-                        .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
-                        .is_some_and(|s| s < shards as u128);
-                    if !ok {
-                        bad.push((
-                            parent.to_string(),
-                            name.unwrap_or("?").to_string(),
-                            ProblemKind::Foreign(Foreign::WrongPlace),
-                        ));
-                    }
-                })
-                .map_err(|e| {
-                    Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
-                })?;
-        }
-        Ok(())
     }
 
     /// Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
@@ -352,6 +305,86 @@ impl Queue {
             }
             _ => None,
         }
+    }
+
+    /// Root level: only the known names belong (`prio/` from version 3 on).
+    fn check_root(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
+        let known = ROOT_ENTRIES;
+        self.sys
+            .read_dir(self.dirs.root.as_fd(), |name, _, _| {
+                rep.checked += 1;
+                match name {
+                    Some(PRIO_DIR) if v3 => {}
+                    Some(n)
+                        if known.contains(&n)
+                            || n.starts_with(&format!(".{IDENTITY_FILE}."))
+                            || is_rotated_evidence(n) => {}
+                    _ => bad.push((
+                        String::new(),
+                        name.unwrap_or("?").to_string(),
+                        ProblemKind::Foreign(Foreign::Name(crate::disk::name::NameError::Syntax)),
+                    )),
+                }
+            })
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+        Ok(())
+    }
+
+    /// `ready/`, `receipts/` and (version 3) `prio/` and each `prio/<l>/` hold only their
+    /// shard directories (and `prio/` only its levels).
+    fn check_shard_parents(&self, v3: bool, bad: &mut Bad) -> Result<()> {
+        let mut parents = vec![
+            (READY_DIR.to_string(), self.dirs_parent(READY_DIR)?),
+            (RECEIPTS_DIR.to_string(), self.dirs_parent(RECEIPTS_DIR)?),
+        ];
+        if v3 {
+            self.check_levels(bad)?;
+            for l in (0..self.ident.levels()).filter(|&l| l != crate::name::DEFAULT_PRIORITY) {
+                let rel = format!("prio/{l}");
+                parents.push((rel.clone(), self.dirs_parent(&rel)?));
+            }
+        }
+        for (parent, fd) in parents {
+            let parent = parent.as_str();
+            let shards = self.ident.shards;
+            self.sys
+                .read_dir(fd.as_fd(), |name, _, _| {
+                    let ok = name
+                        .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
+                        .is_some_and(|s| s < shards as u128);
+                    if !ok {
+                        bad.push((
+                            parent.to_string(),
+                            name.unwrap_or("?").to_string(),
+                            ProblemKind::Foreign(Foreign::WrongPlace),
+                        ));
+                    }
+                })
+                .map_err(|e| {
+                    Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
+                })?;
+        }
+        Ok(())
+    }
+
+    /// `prio/` (version 3) holds one directory per level other than the default, `0`..=`7`.
+    fn check_levels(&self, bad: &mut Bad) -> Result<()> {
+        let levels = self.ident.levels();
+        let fd = self.dirs_parent("prio")?;
+        self.sys
+            .read_dir(fd.as_fd(), |name, _, _| {
+                let ok = matches!(name.map(str::as_bytes), Some([d])
+                    if (b'0'..b'0' + levels).contains(d)
+                        && *d != b'0' + crate::name::DEFAULT_PRIORITY);
+                if !ok {
+                    bad.push((
+                        "prio".to_string(),
+                        name.unwrap_or("?").to_string(),
+                        ProblemKind::Foreign(Foreign::WrongPlace),
+                    ));
+                }
+            })
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("prio"))))
     }
 
     fn dirs_parent(&self, name: &str) -> Result<std::os::fd::OwnedFd> {

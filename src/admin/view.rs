@@ -60,6 +60,9 @@ pub struct Status {
     /// Ready shards this user could not read (`EACCES`: a shard made unreadable by
     /// `chmod 000`); their jobs are missing from the counts above, and claims skip them.
     pub unreadable_shards: u64,
+    /// Ready jobs per priority level (index = priority, 0..=7; a queue before version 3
+    /// has them all at [`crate::name::DEFAULT_PRIORITY`]).
+    pub ready_by_priority: [u64; crate::disk::name::PRIORITY_LEVELS as usize],
 }
 
 impl Status {
@@ -155,18 +158,27 @@ impl Queue {
         let rd = |e: Errno, rel: &str| {
             Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
         };
-        for (area, fds, parent) in [
-            (State::Ready, &self.dirs.ready, "ready"),
-            (State::Acked, &self.dirs.receipts, "receipts"),
+        let ident = self.ident;
+        for (area, fds) in [
+            (State::Ready, &self.dirs.ready),
+            (State::Acked, &self.dirs.receipts),
         ] {
             for (s, fd) in fds.iter().enumerate() {
                 if !going.get() {
                     return Ok(());
                 }
-                let rel = format!("{parent}/{}", shard_name(s as u16));
+                // Ready slots: every level's shards (`ready/<ss>`, `prio/<l>/<ss>`).
+                let (priority, shard) = ident.slot_parts(s as u16);
+                let rel = match area {
+                    State::Acked => format!("receipts/{}", shard_name(s as u16)),
+                    _ => ident.slot_rel(s as u16),
+                };
                 let fits = |n: &JobName| match area {
-                    State::Acked => crate::disk::scan::fits_receipt_shard(n, s as u16, shards),
-                    _ => crate::disk::scan::fits_ready_shard(n, s as u16, shards),
+                    State::Acked => {
+                        crate::disk::scan::fits_receipt_shard(n, s as u16, shards)
+                            && ident.has_priority(n.priority)
+                    }
+                    _ => crate::disk::scan::fits_ready_shard(n, priority, shard, shards),
                 };
                 let mut one = |dir: BorrowedFd<'_>| {
                     scan(&self.sys, dir, id, fits, |raw, parsed| {
@@ -238,6 +250,7 @@ impl Queue {
                 let width = self.ident.delayed_bucket_ns;
                 let bucket = parse_hex(b.as_bytes(), 16).unwrap_or(0) as u64;
                 let fits = |n: &JobName| match n.kind {
+                    _ if !ident.has_priority(n.priority) => false,
                     Kind::Delayed { not_before_ns, .. } => {
                         area == State::Delayed && not_before_ns / width == bucket
                     }
@@ -347,6 +360,7 @@ impl Queue {
             match n.kind {
                 Kind::Ready => {
                     st.ready += 1;
+                    st.ready_by_priority[n.priority as usize % st.ready_by_priority.len()] += 1;
                     // Ready since its last rename; an unreadable entry counts from enqueue.
                     let since = meta.map_or(n.id.unix_ms() * 1_000_000, |m| m.ctime_ns);
                     oldest_ready_since = Some(oldest_ready_since.map_or(since, |o| o.min(since)));
@@ -466,8 +480,8 @@ impl Queue {
                 Err(e) if n > 0 => return Err(e.with_outcome(Outcome::Indeterminate).into()),
                 Err(e) => return Err(e.into()),
             };
-            let s = l.name.id.shard(self.ident.shards);
-            let to = self.place_ready(s, State::Ready);
+            // Back to the ready directory of its own priority.
+            let to = self.place_ready(self.ident.slot_of(&l.name), State::Ready);
             let mut new = l.name.next(Kind::Ready, false);
             new.attempt = crate::ops::state::attempt_after(Op::Requeue, l.name.attempt);
             match self.move_job(&from, &l.name, &to, &new, Op::Requeue) {
@@ -510,7 +524,7 @@ impl Queue {
         for l in delayed {
             let bucket = l.dir.trim_start_matches("delayed/");
             let moved = self.source_bucket(false, bucket).and_then(|from| {
-                let to = self.place_ready(l.name.id.shard(self.ident.shards), State::Ready);
+                let to = self.place_ready(self.ident.slot_of(&l.name), State::Ready);
                 self.move_job(
                     &from,
                     &l.name,

@@ -184,7 +184,8 @@ pub struct Config {
     name = "enqueue",
     example = "echo 'resize img_001.jpg' | steadq enqueue /var/lib/jobs",
     example = "steadq enqueue /var/lib/jobs --file job.json --max-attempts 3 --delay 10m",
-    example = "steadq enqueue /var/lib/jobs --key order-1234 --wait 30s < order.json"
+    example = "steadq enqueue /var/lib/jobs --key order-1234 --wait 30s < order.json",
+    example = "steadq enqueue /var/lib/jobs --priority 7 < urgent.json"
 )]
 pub struct Enqueue {
     /// queue directory
@@ -208,6 +209,10 @@ pub struct Enqueue {
     /// when the queue is full, wait this long for room (inotify, no polling), e.g. 30s
     #[argh(option, from_str_fn(dur))]
     pub wait: Option<Duration>,
+    /// priority 0..=7, the higher claimed first (default 3; other levels need a
+    /// version-3 queue)
+    #[argh(option)]
+    pub priority: Option<u8>,
 }
 
 /// Claim one job; print its lease handle (for renew/ack/nack/fail).
@@ -236,6 +241,10 @@ pub struct Claim {
     /// largest payload read, bytes (default 16 MiB); larger jobs go to dead/ (toolarge)
     #[argh(option, default = "steadq::DEFAULT_MAX_PAYLOAD")]
     pub max_payload: u64,
+    /// aging against starvation: a ready job ranks one priority level higher per this
+    /// much age, e.g. 60s (default: strict priority)
+    #[argh(option, from_str_fn(dur))]
+    pub aging: Option<Duration>,
 }
 
 /// Extend a lease; print the new handle.
@@ -535,6 +544,10 @@ pub struct Work {
     /// with reason toolarge, for a worker with a higher limit to requeue
     #[argh(option, default = "steadq::DEFAULT_MAX_PAYLOAD")]
     pub max_payload: u64,
+    /// aging against starvation: a ready job ranks one priority level higher per this
+    /// much age, e.g. 60s (default: strict priority, higher levels always first)
+    #[argh(option, from_str_fn(dur))]
+    pub aging: Option<Duration>,
     /// the command and its arguments (after --)
     #[argh(positional, greedy)]
     pub command: Vec<String>,

@@ -156,6 +156,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
         max_attempts: a.max_attempts,
         delay: a.delay,
         key,
+        priority: a.priority,
     };
     let r = match a.wait {
         Some(w) => q.enqueue_wait(&payload, &o, w)?,
@@ -198,6 +199,7 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         &a.dir,
         Options {
             max_payload: a.max_payload,
+            aging: a.aging,
             ..Options::default()
         },
     )?;
@@ -412,12 +414,13 @@ pub fn cmd_list(a: List) -> Result<Exit, CliError> {
     q.list_each(a.state, !a.stream, |l| {
         let n = &l.name;
         let line = format!(
-            "{:<7} {} attempt {}/{} gen {} {} {}\n",
+            "{:<7} {} attempt {}/{} gen {} prio {} {} {}\n",
             encode::state_name(l.state),
             n.id,
             n.attempt,
             n.max_attempts,
             n.generation,
+            n.priority,
             encode::describe(&now, &n.kind),
             l.rel_path(q.id())
         );

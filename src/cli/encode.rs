@@ -90,13 +90,16 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     let lim = |v: Option<u64>| v.map_or("null".into(), |v| v.to_string());
     let _ = write!(
         o,
-        ",\"capacity\":{{\"jobs\":{},\"bytes\":{},\"max_jobs\":{},\"max_bytes\":{}}},\"live_keys\":{}}}",
+        ",\"capacity\":{{\"jobs\":{},\"bytes\":{},\"max_jobs\":{},\"max_bytes\":{}}},\"live_keys\":{}",
         s.capacity_jobs(),
         s.capacity_bytes(),
         lim(s.limits.max_jobs),
         lim(s.limits.max_bytes),
         s.live_keys
     );
+    // Ready jobs per priority: index = level (0..=7, 7 claimed first).
+    let by: Vec<String> = s.ready_by_priority.iter().map(u64::to_string).collect();
+    let _ = write!(o, ",\"ready_by_priority\":[{}]}}", by.join(","));
     o
 }
 
@@ -176,6 +179,14 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
         "Live idempotency keys.",
         &[(None, s.live_keys.to_string())],
     );
+    let name = "steadq_ready_by_priority";
+    let _ = writeln!(
+        o,
+        "# HELP {name} Ready jobs per priority level (7 is claimed first).\n# TYPE {name} gauge"
+    );
+    for (p, n) in s.ready_by_priority.iter().enumerate() {
+        let _ = writeln!(o, "{name}{{queue=\"{ql}\",priority=\"{p}\"}} {n}");
+    }
     o
 }
 
@@ -218,6 +229,17 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     }
     if s.live_keys > 0 {
         let _ = writeln!(o, "keys     {:>8}  live idempotency keys", s.live_keys);
+    }
+    // Ready depth per priority, highest first, once any ready job is not at the default.
+    let by = &s.ready_by_priority;
+    let default = steadq::name::DEFAULT_PRIORITY as usize;
+    if by.iter().enumerate().any(|(p, n)| p != default && *n > 0) {
+        let levels: Vec<String> = (0..by.len())
+            .rev()
+            .filter(|&p| by[p] > 0)
+            .map(|p| format!("{p}:{}", by[p]))
+            .collect();
+        let _ = writeln!(o, "ready by priority  {}", levels.join(" "));
     }
     let _ = writeln!(
         o,
@@ -292,6 +314,7 @@ mod tests {
             },
             live_keys: 4,
             unreadable_shards: 0,
+            ready_by_priority: [0, 0, 0, 2, 0, 0, 0, 1],
         }
     }
 
@@ -315,7 +338,8 @@ mod tests {
                 r#""unreadable_shards":0,"#,
                 r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700},"#,
                 r#""oldest_ready_age_seconds":1.500,"#,
-                r#""capacity":{"jobs":6,"bytes":600,"max_jobs":10,"max_bytes":null},"live_keys":4}"#
+                r#""capacity":{"jobs":6,"bytes":600,"max_jobs":10,"max_bytes":null},"live_keys":4,"#,
+                r#""ready_by_priority":[0,0,0,2,0,0,0,1]}"#
             )
         );
         let none = Status::default();
@@ -333,7 +357,11 @@ mod tests {
             p.contains("steadq_oldest_ready_age_seconds{queue=\"/var/lib/\\\"jobs\\\"\"} 1.500\n")
         );
         assert!(p.contains("steadq_capacity_max_jobs{queue=\"/var/lib/\\\"jobs\\\"\"} 10\n"));
-        assert!(p.ends_with("steadq_live_keys{queue=\"/var/lib/\\\"jobs\\\"\"} 4\n"));
+        assert!(p.contains("steadq_live_keys{queue=\"/var/lib/\\\"jobs\\\"\"} 4\n"));
+        assert!(p.contains(
+            "steadq_ready_by_priority{queue=\"/var/lib/\\\"jobs\\\"\",priority=\"7\"} 1\n"
+        ));
+        assert!(p.ends_with(",priority=\"7\"} 1\n"));
         assert!(!p.contains("max_bytes"));
         assert!(p.contains("steadq_unreadable_shards{queue=\"/var/lib/\\\"jobs\\\"\"} 0\n"));
         assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 8);
@@ -353,8 +381,10 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("\nkeys            4  live idempotency keys\n"));
+        assert!(t.contains("\nready by priority  7:1 3:2\n"), "{t}");
         let quiet = status_text(&Q, &Status::default());
         assert!(!quiet.contains("foreign") && !quiet.contains("capacity"));
+        assert!(!quiet.contains("priority"));
         assert!(quiet.ends_with("oldest ready job: -\n"));
     }
 

@@ -85,6 +85,7 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
         &a.dir,
         steadq::Options {
             max_payload: a.max_payload,
+            aging: a.aging,
             ..Default::default()
         },
     )?;

@@ -3,7 +3,7 @@
 //! an [`Identity`] into bytes and back.
 
 use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
-use crate::disk::name::JobId;
+use crate::disk::name::{JobId, JobName};
 use crate::error::ErrorKind;
 use crate::queue::QUEUE_VERSION;
 
@@ -66,6 +66,66 @@ fn split_sum(text: &str) -> Option<(&str, Option<u64>)> {
 }
 
 impl Identity {
+    /// Priority levels this queue's layout has: [`crate::name::PRIORITY_LEVELS`] from
+    /// version 3 on, before that only the default.
+    pub fn levels(&self) -> u8 {
+        if self.version >= 3 {
+            crate::disk::name::PRIORITY_LEVELS
+        } else {
+            1
+        }
+    }
+
+    /// Whether this queue can hold jobs of priority `priority`.
+    pub fn has_priority(&self, priority: u8) -> bool {
+        priority == crate::disk::name::DEFAULT_PRIORITY
+            || (self.version >= 3 && priority < crate::disk::name::PRIORITY_LEVELS)
+    }
+
+    /// Ready directories ("slots"): one per level and shard.
+    pub(crate) fn slots(&self) -> u16 {
+        self.levels() as u16 * self.shards
+    }
+
+    /// The slot of `priority`'s shard `shard` (version 3: `priority * shards + shard`;
+    /// before: the shard).
+    pub(crate) fn slot(&self, priority: u8, shard: u16) -> u16 {
+        if self.version >= 3 {
+            priority as u16 * self.shards + shard
+        } else {
+            shard
+        }
+    }
+
+    /// The slot a job's ready and leased names live in.
+    pub(crate) fn slot_of(&self, n: &JobName) -> u16 {
+        self.slot(n.priority, n.id.shard(self.shards))
+    }
+
+    /// `(priority, shard)` of a slot.
+    pub(crate) fn slot_parts(&self, slot: u16) -> (u8, u16) {
+        if self.version >= 3 {
+            ((slot / self.shards) as u8, slot % self.shards)
+        } else {
+            (crate::disk::name::DEFAULT_PRIORITY, slot)
+        }
+    }
+
+    /// A slot's directory relative to the root: `ready/<ss>` for the default level,
+    /// `prio/<l>/<ss>` for the others.
+    pub(crate) fn slot_rel(&self, slot: u16) -> String {
+        let (p, s) = self.slot_parts(slot);
+        if p == crate::disk::name::DEFAULT_PRIORITY {
+            crate::disk::layout::ready_shard(s)
+        } else {
+            format!(
+                "{}/{p}/{}",
+                crate::disk::layout::PRIO_DIR,
+                crate::disk::layout::shard_name(s)
+            )
+        }
+    }
+
     /// A version-1 identity cannot carry a policy: it acts as `job` with one unrotated log.
     pub(crate) fn settled(mut self) -> Identity {
         if self.version < 2 {
@@ -203,12 +263,12 @@ mod tests {
         // A version-2 identity without its extra lines is damaged.
         let short = i.encode().replace("version=1", "version=2");
         assert_eq!(Identity::decode(&short), Err(ErrorKind::BadIdentity));
-        let newer = i.encode().replace("version=1", "version=3");
+        let newer = i.encode().replace("version=1", "version=4");
         assert_eq!(
             Identity::decode(&newer),
             Err(ErrorKind::UnsupportedVersion {
                 found: 3,
-                supported: 2
+                supported: 3
             })
         );
         assert_eq!(

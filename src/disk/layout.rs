@@ -27,6 +27,8 @@ pub const EVIDENCE_FILE: &str = "evidence.log";
 pub const TMP_DIR: &str = "tmp";
 /// Ready and leased jobs, one subdirectory per shard.
 pub const READY_DIR: &str = "ready";
+/// Ready jobs of the levels other than the default (version 3): `prio/<l>/<ss>/`.
+pub const PRIO_DIR: &str = "prio";
 /// Delayed jobs, one subdirectory per time bucket.
 pub const DELAYED_DIR: &str = "delayed";
 /// Dead jobs, one subdirectory per day.

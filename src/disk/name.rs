@@ -13,6 +13,12 @@
 //! receipt  <id32>.g<gen16>.a<att8>.m<max8>.t<token32>.r<acked16>.k<tag16>.rct               (v2)
 //! ```
 //!
+//! Queue version 3 adds an optional priority field after `.m<max8>`: `.p<l>`, one decimal
+//! digit `0`..=`7`, present only when the job's priority is not [`DEFAULT_PRIORITY`] (3). A
+//! default-priority job's names are byte for byte those of version 2, so version-1 and
+//! version-2 queues never see the field (they refuse a non-default priority). Every kind
+//! carries it, so a delayed, dead or leased job keeps its priority through every transition.
+//!
 //! Queue version 2 writes the longer delayed and receipt forms; version 1 queues keep the
 //! short ones. Both forms parse in every queue. In a v2 delayed name `boot` is the boot id of
 //! the boot that set the delay and `bootnb` the not-before time on that boot's
@@ -38,8 +44,17 @@
 use core::fmt::Write as _;
 use sha2::{Digest, Sha256};
 
-/// Longest name SteadQ writes, in bytes (a leased name, the longest, is 196). Linux allows 255.
+/// Longest name SteadQ writes, in bytes (a leased name, the longest, is 196; 199 with a
+/// priority field). Linux allows 255.
 pub const NAME_MAX: usize = 224;
+
+/// Priority levels: `0..PRIORITY_LEVELS` (0 lowest, 7 highest: the higher number is claimed
+/// first).
+pub const PRIORITY_LEVELS: u8 = 8;
+
+/// The priority a job gets when none is given: 3, so four levels (4..=7) rank above it and
+/// three (0..=2) below. Its names carry no priority field.
+pub const DEFAULT_PRIORITY: u8 = 3;
 
 /// A formatted name; no heap allocation.
 pub type NameBuf = heapless::String<NAME_MAX>;
@@ -237,6 +252,9 @@ pub struct JobName {
     pub attempt: u32,
     /// Claims allowed before the job is dead-lettered.
     pub max_attempts: u32,
+    /// Priority, `0..`[`PRIORITY_LEVELS`] (higher is claimed first); [`DEFAULT_PRIORITY`]
+    /// writes no field (queue version 3 writes the others as `.p<l>`).
+    pub priority: u8,
     /// State-specific fields.
     pub kind: Kind,
 }
@@ -275,8 +293,15 @@ impl JobName {
             generation: 0,
             attempt: 0,
             max_attempts,
+            priority: DEFAULT_PRIORITY,
             kind: Kind::Ready,
         }
+    }
+
+    /// The same name with priority `priority` (`0..`[`PRIORITY_LEVELS`]).
+    pub fn with_priority(mut self, priority: u8) -> JobName {
+        self.priority = priority;
+        self
     }
 
     /// The same job in a new state: generation + 1, attempt + `claimed`.
@@ -286,6 +311,7 @@ impl JobName {
             generation: self.generation + 1,
             attempt: self.attempt + claimed as u32,
             max_attempts: self.max_attempts,
+            priority: self.priority,
             kind,
         }
     }
@@ -302,6 +328,9 @@ impl JobName {
             "{:032x}.g{:016x}.a{:08x}.m{:08x}",
             self.id.0, self.generation, self.attempt, self.max_attempts
         );
+        if self.priority != DEFAULT_PRIORITY {
+            let _ = write!(out, ".p{}", self.priority);
+        }
         let _ = match self.kind {
             Kind::Ready => Ok(()),
             Kind::Leased(l) => write!(
@@ -383,68 +412,85 @@ impl JobName {
             JobId(parse_hex(fields.next().ok_or(NameError::Syntax)?, 32).ok_or(NameError::Syntax)?);
         let mut field = |letter: u8, width: usize| -> Result<u128, NameError> {
             let f = fields.next().ok_or(NameError::Syntax)?;
-            match f.split_first() {
-                Some((&l, rest)) if l == letter => parse_hex(rest, width).ok_or(NameError::Syntax),
-                _ => Err(NameError::Syntax),
-            }
+            hex_field(f, letter, width)
         };
         let generation = field(b'g', 16)? as u64;
         let attempt = field(b'a', 8)? as u32;
         let max_attempts = field(b'm', 8)? as u32;
-        let rest: heapless::Vec<&[u8], 5> = fields.try_fold(heapless::Vec::new(), |mut v, f| {
-            v.push(f).map_err(|_| NameError::Syntax)?;
-            Ok(v)
-        })?;
-        let hex_field = |f: &[u8], letter: u8, width: usize| -> Result<u128, NameError> {
-            match f.split_first() {
-                Some((&l, r)) if l == letter => parse_hex(r, width).ok_or(NameError::Syntax),
-                _ => Err(NameError::Syntax),
+        let mut rest: heapless::Vec<&[u8], 6> =
+            fields.try_fold(heapless::Vec::new(), |mut v, f| {
+                v.push(f).map_err(|_| NameError::Syntax)?;
+                Ok(v)
+            })?;
+        let priority = match rest.first() {
+            Some([b'p', d]) if (b'0'..b'0' + PRIORITY_LEVELS).contains(d) => {
+                let p = d - b'0';
+                if p == DEFAULT_PRIORITY {
+                    // The default is written as no field: one job, one name.
+                    return Err(NameError::Syntax);
+                }
+                rest.remove(0);
+                p
             }
-        };
-        let kind = match (receipt, rest.as_slice()) {
-            (false, []) => Kind::Ready,
-            (false, [o, bd, w, t]) => Kind::Leased(LeaseFields {
-                boot_id: hex_field(o, b'o', 32)?,
-                boot_deadline_ns: hex_field(bd, b'b', 16)? as u64,
-                wall_deadline_ns: hex_field(w, b'w', 16)? as u64,
-                token: hex_field(t, b't', 32)?,
-            }),
-            (false, [d]) if d.first() == Some(&b'd') => Kind::Delayed {
-                not_before_ns: hex_field(d, b'd', 16)? as u64,
-                boot: None,
-            },
-            (false, [d, o, b]) => Kind::Delayed {
-                not_before_ns: hex_field(d, b'd', 16)? as u64,
-                boot: Some(BootDue {
-                    boot_id: hex_field(o, b'o', 32)?,
-                    not_before_boot_ns: hex_field(b, b'b', 16)? as u64,
-                }),
-            },
-            (false, [x]) if x.first() == Some(&b'x') => Kind::Dead {
-                reason: core::str::from_utf8(&x[1..])
-                    .ok()
-                    .and_then(Reason::new)
-                    .ok_or(NameError::Syntax)?,
-            },
-            (true, [t]) => Kind::Receipt {
-                token: hex_field(t, b't', 32)?,
-                acked_ns: None,
-            },
-            (true, [t, r]) => Kind::Receipt {
-                token: hex_field(t, b't', 32)?,
-                acked_ns: Some(hex_field(r, b'r', 16)? as u64),
-            },
-            _ => return Err(NameError::Syntax),
+            _ => DEFAULT_PRIORITY,
         };
         let parsed = JobName {
             id,
             generation,
             attempt,
             max_attempts,
-            kind,
+            priority,
+            kind: parse_kind(receipt, rest.as_slice())?,
         };
         Ok((parsed, tag))
     }
+}
+
+/// `f` is `letter` followed by exactly `width` lowercase hex digits.
+fn hex_field(f: &[u8], letter: u8, width: usize) -> Result<u128, NameError> {
+    match f.split_first() {
+        Some((&l, r)) if l == letter => parse_hex(r, width).ok_or(NameError::Syntax),
+        _ => Err(NameError::Syntax),
+    }
+}
+
+/// The state-specific fields of a name (after `.m<max8>` and the optional `.p<l>`).
+fn parse_kind(receipt: bool, rest: &[&[u8]]) -> Result<Kind, NameError> {
+    Ok(match (receipt, rest) {
+        (false, []) => Kind::Ready,
+        (false, [o, bd, w, t]) => Kind::Leased(LeaseFields {
+            boot_id: hex_field(o, b'o', 32)?,
+            boot_deadline_ns: hex_field(bd, b'b', 16)? as u64,
+            wall_deadline_ns: hex_field(w, b'w', 16)? as u64,
+            token: hex_field(t, b't', 32)?,
+        }),
+        (false, [d]) if d.first() == Some(&b'd') => Kind::Delayed {
+            not_before_ns: hex_field(d, b'd', 16)? as u64,
+            boot: None,
+        },
+        (false, [d, o, b]) => Kind::Delayed {
+            not_before_ns: hex_field(d, b'd', 16)? as u64,
+            boot: Some(BootDue {
+                boot_id: hex_field(o, b'o', 32)?,
+                not_before_boot_ns: hex_field(b, b'b', 16)? as u64,
+            }),
+        },
+        (false, [x]) if x.first() == Some(&b'x') => Kind::Dead {
+            reason: core::str::from_utf8(&x[1..])
+                .ok()
+                .and_then(Reason::new)
+                .ok_or(NameError::Syntax)?,
+        },
+        (true, [t]) => Kind::Receipt {
+            token: hex_field(t, b't', 32)?,
+            acked_ns: None,
+        },
+        (true, [t, r]) => Kind::Receipt {
+            token: hex_field(t, b't', 32)?,
+            acked_ns: Some(hex_field(r, b'r', 16)? as u64),
+        },
+        _ => return Err(NameError::Syntax),
+    })
 }
 
 /// The tag function itself (module docs give the bytes).
@@ -615,11 +661,21 @@ mod tests {
                 },
                 false,
             ),
+            base.with_priority(7),
+            base.with_priority(0).next(Kind::Leased(lease), true),
+            base.with_priority(5).next(
+                Kind::Receipt {
+                    token: lease.token,
+                    acked_ns: Some(1_700_000_200_000_000_000),
+                },
+                false,
+            ),
             JobName {
                 id: JobId(u128::MAX),
                 generation: u64::MAX,
                 attempt: u32::MAX,
                 max_attempts: u32::MAX,
+                priority: 7,
                 kind: Kind::Leased(LeaseFields {
                     boot_id: u128::MAX,
                     boot_deadline_ns: u64::MAX,
@@ -669,7 +725,9 @@ mod tests {
                     b[i] = b"0123456789abcdef"[flipped as usize];
                     let t = core::str::from_utf8(&b).unwrap();
                     let is_field_letter = i > 0 && s.as_bytes()[i - 1] == b'.';
-                    if is_field_letter {
+                    // `.p3` (the default spelled out) and `.p8`.. are not in the grammar.
+                    let is_priority = i > 1 && &s.as_bytes()[i - 2..i] == b".p";
+                    if is_field_letter || is_priority {
                         // e.g. ".a" -> ".b": a different field, so not even the grammar fits.
                         assert!(JobName::parse(t, Q).is_err(), "{t}");
                     } else {
@@ -704,6 +762,30 @@ mod tests {
         assert_eq!(JobName::parse(&rct_as_sqj, Q), Err(NameError::Syntax));
         assert!(Reason::new("Bad").is_none() && Reason::new("").is_none());
         assert!(Reason::new("abcdefghijklmnopq").is_none());
+    }
+
+    #[test]
+    fn priority_fields_are_one_digit_and_never_the_default() {
+        let base = JobName::new_ready(JobId::new(1_700_000_000_000, 5), 5);
+        assert!(
+            !base.format(Q).contains(".p"),
+            "the default writes no field"
+        );
+        let p7 = base.with_priority(7).format(Q);
+        assert_eq!(p7.len(), base.format(Q).len() + 3);
+        assert!(p7.contains(".m00000005.p7.k"), "{p7}");
+        // `.p3` (the default spelled out) and `.p8` (no such level) are not names.
+        for bad in ["3", "8", "07", "a"] {
+            let raw = format!(
+                "{:032x}.g{:016x}.a{:08x}.m{:08x}.p{bad}",
+                base.id.0, 0, 0, 5
+            );
+            let name = format!(
+                "{raw}.k{:016x}.sqj",
+                tag_of(Q, format!("{raw}.sqj").as_bytes())
+            );
+            assert_eq!(JobName::parse(&name, Q), Err(NameError::Syntax), "{name}");
+        }
     }
 
     #[test]

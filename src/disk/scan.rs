@@ -49,9 +49,12 @@ pub fn state_of(kind: &Kind) -> State {
     }
 }
 
-/// Whether `n` belongs in `ready/<shard>/` (a ready or leased name of that shard).
-pub(crate) fn fits_ready_shard(n: &JobName, shard: u16, shards: u16) -> bool {
-    n.id.shard(shards) == shard && matches!(n.kind, Kind::Ready | Kind::Leased(_))
+/// Whether `n` belongs in the ready directory of priority `priority`'s shard `shard`
+/// (`ready/<ss>` or `prio/<l>/<ss>`: a ready or leased name of that shard and priority).
+pub(crate) fn fits_ready_shard(n: &JobName, priority: u8, shard: u16, shards: u16) -> bool {
+    n.id.shard(shards) == shard
+        && n.priority == priority
+        && matches!(n.kind, Kind::Ready | Kind::Leased(_))
 }
 
 /// Whether `n` belongs in `receipts/<shard>/`.
@@ -81,12 +84,27 @@ pub(crate) fn scan(
 pub(crate) const READY_NAME_LEN: usize = 92;
 /// Length in bytes of a leased name (see [`crate::disk::name`]).
 pub(crate) const LEASED_NAME_LEN: usize = 196;
+/// Length in bytes of a leased name with a priority field (`.p<l>`, queue version 3).
+pub(crate) const LEASED_PRIO_NAME_LEN: usize = LEASED_NAME_LEN + 3;
+/// Length in bytes of a ready name with a priority field.
+pub(crate) const READY_PRIO_NAME_LEN: usize = READY_NAME_LEN + 3;
 
-/// What one listing of a `ready/<shard>/` directory found. The claim path and recovery share
-/// it, so a claim that finds nothing ready has already seen every expired lease.
+/// Whether a name of `len` bytes may be a leased name (no other kind has these lengths).
+pub(crate) fn leased_len(len: usize) -> bool {
+    len == LEASED_NAME_LEN || len == LEASED_PRIO_NAME_LEN
+}
+
+/// Whether a name of `len` bytes may be a ready name.
+pub(crate) fn ready_len(len: usize) -> bool {
+    len == READY_NAME_LEN || len == READY_PRIO_NAME_LEN
+}
+
+/// What one listing of a ready directory (a slot: `ready/<ss>` or `prio/<l>/<ss>`) found. The
+/// claim path and recovery share it, so a claim that finds nothing ready has already seen
+/// every expired lease.
 #[derive(Debug, Default)]
 pub(crate) struct ShardScan {
-    /// Ready jobs (tag checked).
+    /// The oldest ready jobs (tag checked), at most the listing's limit, oldest first.
     pub ready: Vec<JobName>,
     /// Leases past their deadline or from another boot (tag checked).
     pub expired: Vec<JobName>,
@@ -96,8 +114,9 @@ pub(crate) struct ShardScan {
     pub next_expiry_boot_ns: Option<u64>,
     /// Foreign entries (not parsed, wrong place, bad tag, not a regular file).
     pub foreign: u32,
-    /// The listing stopped early, at the ready limit: the rest of the directory is unseen.
-    pub partial: bool,
+    /// More ready jobs than `ready` holds were seen (only the oldest were kept): claiming
+    /// every one kept does not empty the directory.
+    pub truncated: bool,
 }
 
 /// Whether a lease held under `boot_id` with `CLOCK_BOOTTIME` deadline `deadline_ns` has
@@ -107,29 +126,61 @@ pub(crate) fn lease_expired(l: &crate::disk::name::LeaseFields, boot: u128, now_
     l.boot_id != boot || now_ns >= l.boot_deadline_ns
 }
 
-/// List `ready/<shard>/` once. A live lease is read without checking its tag (one SHA-256 per
-/// name would make an idle scan of 100,000 leases cost a core for a while); every name that
-/// is acted on (ready, expired) is parsed in full and its entry type checked.
-/// `on_foreign(raw, why)` is called per foreign entry. The listing stops once it holds
-/// `max_ready` ready jobs (`partial`): with a deep backlog a claim reads one directory chunk,
-/// not the whole shard; expired leases further on are recovered when a listing reaches them
-/// (or at once by [`crate::Queue::recover`]).
-#[allow(clippy::too_many_arguments)]
+/// A ready name kept by a listing: ordered by id alone (a max-heap drops the newest).
+struct Kept(crate::disk::name::JobId, String, EntryType);
+
+impl PartialEq for Kept {
+    fn eq(&self, o: &Kept) -> bool {
+        self.0 == o.0
+    }
+}
+impl Eq for Kept {}
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, o: &Kept) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Kept {
+    fn cmp(&self, o: &Kept) -> core::cmp::Ordering {
+        self.0.cmp(&o.0)
+    }
+}
+
+/// Where a slot listing is and what it is for.
+pub(crate) struct SlotScan {
+    /// Queue id (tags).
+    pub queue_id: u128,
+    /// The slot's priority and shard, and the shard count (placement).
+    pub priority: u8,
+    /// The slot's shard.
+    pub shard: u16,
+    /// Shards of the queue.
+    pub shards: u16,
+    /// This boot and its `CLOCK_BOOTTIME` now (lease expiry).
+    pub boot: u128,
+    /// `CLOCK_BOOTTIME`, ns.
+    pub now_ns: u64,
+    /// Ready jobs to keep: the oldest this many.
+    pub max_ready: usize,
+}
+
+/// List a ready directory once, whole. A live lease is read without checking its tag (one
+/// SHA-256 per name would make an idle scan of 100,000 leases cost a core for a while); a
+/// ready name is read the same way and only the `max_ready` oldest (smallest ids: ids are
+/// time-ordered) are kept and then parsed in full, so the claim takes the oldest ready jobs
+/// of the directory whatever order the filesystem lists it in. Every name acted on (kept
+/// ready, expired) is parsed in full and its entry type checked. `on_foreign(raw, why)` is
+/// called per foreign entry seen.
 pub(crate) fn scan_ready_shard(
     sys: &Sys,
     dir: BorrowedFd<'_>,
-    queue_id: u128,
-    shard: u16,
-    shards: u16,
-    boot: u128,
-    now_ns: u64,
-    max_ready: usize,
+    at: &SlotScan,
     mut on_foreign: impl FnMut(&str, Foreign),
 ) -> Result<ShardScan, Errno> {
     let mut out = ShardScan::default();
-    let fits = |n: &JobName| fits_ready_shard(n, shard, shards);
+    let fits = |n: &JobName| fits_ready_shard(n, at.priority, at.shard, at.shards);
     let mut full = |name: &str, t: EntryType, out: &mut ShardScan| -> Option<JobName> {
-        match classify(sys, dir, name, queue_id, t, &fits) {
+        match classify(sys, dir, name, at.queue_id, t, &fits) {
             Ok(n) => Some(n),
             Err(f) => {
                 out.foreign += 1;
@@ -138,46 +189,55 @@ pub(crate) fn scan_ready_shard(
             }
         }
     };
-    sys.read_dir_while(dir, |name, raw, t| {
-        if out.ready.len() >= max_ready {
-            out.partial = true;
-            return false;
-        }
+    let mut kept: std::collections::BinaryHeap<Kept> = Default::default();
+    let live = |out: &mut ShardScan, l: &crate::disk::name::LeaseFields| {
+        out.live += 1;
+        out.next_expiry_boot_ns = Some(
+            out.next_expiry_boot_ns
+                .map_or(l.boot_deadline_ns, |x| x.min(l.boot_deadline_ns)),
+        );
+    };
+    sys.read_dir(dir, |name, raw, t| {
         let Some(name) = name else {
             log::warn!("foreign entry with a non-UTF-8 name: {raw:?}");
             out.foreign += 1;
-            return true;
+            return;
         };
-        if name.len() == LEASED_NAME_LEN {
+        if leased_len(name.len()) || ready_len(name.len()) {
             if let Ok((n, _)) = JobName::parse_untagged(name) {
-                if let Kind::Leased(l) = n.kind {
-                    if !lease_expired(&l, boot, now_ns) && n.id.shard(shards) == shard {
-                        out.live += 1;
-                        out.next_expiry_boot_ns = Some(
-                            out.next_expiry_boot_ns
-                                .map_or(l.boot_deadline_ns, |x| x.min(l.boot_deadline_ns)),
-                        );
-                        return true;
+                match n.kind {
+                    Kind::Leased(l) if !lease_expired(&l, at.boot, at.now_ns) && fits(&n) => {
+                        return live(&mut out, &l);
                     }
+                    Kind::Ready if fits(&n) => {
+                        if kept.len() < at.max_ready {
+                            kept.push(Kept(n.id, name.to_string(), t));
+                        } else {
+                            out.truncated = true;
+                            if kept.peek().is_some_and(|k| n.id < k.0) {
+                                kept.pop();
+                                kept.push(Kept(n.id, name.to_string(), t));
+                            }
+                        }
+                        return;
+                    }
+                    _ => {}
                 }
             }
         }
         if let Some(n) = full(name, t, &mut out) {
             match n.kind {
-                Kind::Ready => out.ready.push(n),
-                Kind::Leased(l) if lease_expired(&l, boot, now_ns) => out.expired.push(n),
-                Kind::Leased(l) => {
-                    out.live += 1;
-                    out.next_expiry_boot_ns = Some(
-                        out.next_expiry_boot_ns
-                            .map_or(l.boot_deadline_ns, |x| x.min(l.boot_deadline_ns)),
-                    );
-                }
+                Kind::Leased(l) if lease_expired(&l, at.boot, at.now_ns) => out.expired.push(n),
+                Kind::Leased(l) => live(&mut out, &l),
                 _ => {}
             }
         }
-        true
     })?;
+    for Kept(_, name, t) in kept.into_sorted_vec() {
+        if let Some(n) = full(&name, t, &mut out) {
+            out.ready.push(n);
+        }
+    }
     Ok(out)
 }
 
@@ -223,6 +283,8 @@ mod tests {
             true,
         );
         assert_eq!(l.format(7).len(), LEASED_NAME_LEN);
+        assert_eq!(l.with_priority(0).format(7).len(), LEASED_PRIO_NAME_LEN);
+        assert_eq!(n.with_priority(7).format(7).len(), READY_PRIO_NAME_LEN);
         // The version-2 delayed and receipt names are longer than before but shorter than a
         // leased name, so an idle scan's length test still picks out leases alone.
         let d = n.next(
@@ -243,5 +305,11 @@ mod tests {
             false,
         );
         assert_eq!((d.format(7).len(), r.format(7).len()), (162, 144));
+        let (dp, rp) = (d.with_priority(1), r.with_priority(1));
+        assert_eq!((dp.format(7).len(), rp.format(7).len()), (165, 147));
+        let ready_or_leased = |len| leased_len(len) || ready_len(len);
+        assert!(![162, 144, 165, 147, 110, 126]
+            .into_iter()
+            .any(ready_or_leased));
     }
 }

@@ -36,7 +36,7 @@
 //! each of the others can have one enqueue between its check and its link.
 //! `tests/it/capacity.rs` measures it with 8 producers.
 
-use crate::disk::layout::{parse_bucket, ready_shard, DELAYED_DIR, TMP_DIR};
+use crate::disk::layout::{parse_bucket, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno};
@@ -379,8 +379,8 @@ impl Queue {
     /// Watch and list every ready shard, `delayed/` and each bucket. `Ok(false)`: a watch
     /// could not be added.
     fn tally_build(&self, t: &mut Tally) -> Result<bool> {
-        for s in 0..self.ident.shards {
-            let rel = ready_shard(s);
+        for s in 0..self.ident.slots() {
+            let rel = self.ident.slot_rel(s);
             if !self.tally_watch(t, &rel, false)? {
                 return Ok(false);
             }
@@ -545,8 +545,8 @@ impl Queue {
     pub(crate) fn room_watch(&self) -> Option<OwnedFd> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         let out = WatchFlags::MOVED_FROM | WatchFlags::DELETE | WatchFlags::ONLYDIR;
-        for s in 0..self.ident.shards {
-            let p = self.root.join(ready_shard(s));
+        for s in 0..self.ident.slots() {
+            let p = self.root.join(self.ident.slot_rel(s));
             inotify::add_watch(&fd, p, out).ok()?;
         }
         inotify::add_watch(

@@ -13,7 +13,7 @@
 //! indeterminate.
 
 use crate::disk::format::encode_header;
-use crate::disk::layout::{delayed_bucket, ready_shard, DELAYED_DIR, TMP_DIR};
+use crate::disk::layout::{delayed_bucket, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno, Publish};
@@ -33,6 +33,31 @@ pub struct EnqueueOptions {
     /// Idempotency key: at most one job per key (see [`Queue::enqueue_unique`], which also
     /// says whether the enqueue was a duplicate).
     pub key: Option<crate::ops::keys::Key>,
+    /// Priority `0..`[`crate::name::PRIORITY_LEVELS`] (0..=7): a claim takes the highest
+    /// level's oldest ready job first. `None` is [`crate::name::DEFAULT_PRIORITY`] (3).
+    /// A version-1 or version-2 queue takes only the default.
+    pub priority: Option<u8>,
+}
+
+impl EnqueueOptions {
+    /// The priority these options give on queue `ident`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidArgument`] (not done) naming `priority`: out of 0..=7, or not the
+    /// default on a queue older than version 3.
+    pub(crate) fn priority_on(&self, ident: &crate::Identity) -> Result<u8> {
+        use crate::disk::name::{DEFAULT_PRIORITY, PRIORITY_LEVELS};
+        let p = self.priority.unwrap_or(DEFAULT_PRIORITY);
+        let bad = |what| Err(Error::not_done(ErrorKind::InvalidArgument(what), None));
+        if p >= PRIORITY_LEVELS {
+            return bad("priority must be 0..=7 (7 is claimed first; the default is 3)");
+        }
+        match ident.version {
+            _ if ident.has_priority(p) => Ok(p),
+            1 => bad("priority other than the default (3) needs a version-3 queue; this queue is version 1 (make a new queue with `steadq init` to use priorities)"),
+            _ => bad("priority other than the default (3) needs a version-3 queue; this queue is version 2 (make a new queue with `steadq init` to use priorities)"),
+        }
+    }
 }
 
 /// A directory either held by the queue or opened for one operation (a bucket).
@@ -101,7 +126,8 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::enqueue`], plus [`ErrorKind::InvalidArgument`] (not done) for zero max
-    /// attempts or a delay reaching past the year 2262.
+    /// attempts, a delay reaching past the year 2262, or a priority out of 0..=7 (or other
+    /// than the default on a version-1 or version-2 queue).
     ///
     /// # Examples
     /// ```
@@ -109,7 +135,7 @@ impl Queue {
     /// use steadq::{EnqueueOptions, Queue, Options};
     /// # let dir = std::env::temp_dir().join(format!("steadq-doc-delay-{}", std::process::id()));
     /// let q = Queue::create(&dir, Options::default())?;
-    /// let later = EnqueueOptions { delay: Some(Duration::from_secs(600)), max_attempts: Some(3), key: None };
+    /// let later = EnqueueOptions { delay: Some(Duration::from_secs(600)), max_attempts: Some(3), ..Default::default() };
     /// q.enqueue_with(b"send the daily report", &later)?;
     /// assert!(q.claim()?.is_none(), "not due for ten minutes");
     /// assert_eq!(q.status()?.delayed, 1);
@@ -118,6 +144,8 @@ impl Queue {
     /// ```
     pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId, EnqueueError> {
         // Hook (ops/keys.rs, ops/capacity.rs): keys and the capacity check.
+        o.priority_on(&self.ident)
+            .map_err(EnqueueError::from_internal)?;
         if o.key.is_some() {
             return self.enqueue_unique(payload, o).map(|e| e.id());
         }
@@ -233,14 +261,14 @@ impl Queue {
         let now = self.clock.wall_ns();
         let id = id.unwrap_or_else(|| JobId::new(now / 1_000_000, random()));
         let header = encode_header(id.0, self.ident.id, now, payload);
-        let mut name = JobName::new_ready(id, max);
+        let mut name = JobName::new_ready(id, max).with_priority(o.priority_on(&self.ident)?);
         let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {
             None => {
                 state::check(None, Op::Enqueue, State::Ready);
-                let s = id.shard(self.ident.shards);
+                let s = self.ident.slot_of(&name);
                 (
                     DirRef::Held(self.dirs.ready[s as usize].as_fd()),
-                    ready_shard(s),
+                    self.ident.slot_rel(s),
                 )
             }
             Some(d) => {

@@ -30,7 +30,7 @@
 //! an hour. So a key deduplicates from its enqueue until its job is settled *and* the
 //! retention window has passed.
 
-use crate::disk::layout::{ready_shard, DELAYED_DIR, TMP_DIR};
+use crate::disk::layout::{DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{EnqueueError, Error, ErrorKind, Outcome, Result};
@@ -262,6 +262,7 @@ impl Queue {
 
     /// [`Queue::enqueue_unique`] with the crate's error (its outcome not yet a type).
     fn enqueue_unique_as(&self, payload: &[u8], o: &EnqueueOptions) -> Result<Enqueued> {
+        let priority = o.priority_on(&self.ident)?;
         let Some(key) = o.key else {
             let _room = self.admit(1, payload.len() as u64)?;
             return self.enqueue_as(None, payload, o).map(Enqueued::New);
@@ -286,11 +287,11 @@ impl Queue {
             let id = JobId::new(self.clock.wall_ns() / 1_000_000, random());
             let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
             let first = match o.delay.filter(|d| !d.is_zero()) {
-                None => format!(
-                    "{}/{}",
-                    ready_shard(id.shard(self.ident.shards)),
-                    JobName::new_ready(id, max).format(self.ident.id)
-                ),
+                None => {
+                    let n = JobName::new_ready(id, max).with_priority(priority);
+                    let rel = self.ident.slot_rel(self.ident.slot_of(&n));
+                    format!("{rel}/{}", n.format(self.ident.id))
+                }
                 Some(_) => "-".to_string(),
             };
             let text = format!(

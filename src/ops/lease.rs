@@ -7,7 +7,6 @@
 //! recovered, renewed elsewhere or settled gets [`ErrorKind::LeaseLost`] and changes nothing.
 
 use crate::disk::format::{Corruption, Header, HEADER_LEN};
-use crate::disk::layout::ready_shard;
 use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, Reason};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Failure, Outcome, RenewError, Result, SettleError};
@@ -36,6 +35,7 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct Lease {
     q: Queue,
+    /// The ready slot (a level's shard directory) the job is leased in.
     shard: u16,
     name: JobName,
     /// The job file's header, verified at claim.
@@ -77,8 +77,8 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
     base.checked_mul(factor).unwrap_or(max).min(max)
 }
 
-/// Ready jobs a claim's listing of one shard collects before it stops reading (about one
-/// 32 KiB `getdents64` chunk of ready names): claims are oldest-first within that chunk.
+/// Ready jobs a claim's listing of one slot keeps: the oldest 256 of the whole directory (it
+/// reads every name, parsing them without their tags, and tag-checks only those kept).
 const CLAIM_CANDIDATES: usize = 256;
 
 /// How long claims skip a ready shard this user cannot read before trying it again.
@@ -162,96 +162,158 @@ impl Queue {
         Ok(None)
     }
 
-    /// Pop candidates, refilling from each shard at most once. The cursor's lock is not held
-    /// while a directory is listed.
+    /// One claim: take the best candidate held (highest effective priority, then oldest id;
+    /// see [`Queue::pick`]), listing first every slot that matters and holds none. A lost
+    /// race moves on to the next candidate; at most two listings per slot per round. The
+    /// cursor's lock is not held while a directory is listed.
     fn claim_round(
         &self,
         lease: Duration,
         seen: &mut RecoverReport,
         sync: bool,
     ) -> Result<Option<Lease>> {
-        let mut refills = 0u32;
         self.shards.drain(self);
+        let mut budget = 2 * self.ident.slots() as u32;
         loop {
-            let next = {
-                let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
-                match c.candidates.pop() {
-                    Some(x) => Ok(x),
-                    None if refills >= self.ident.shards as u32 => return Ok(None),
-                    None => {
-                        let s = c.next_shard;
-                        c.next_shard = (s + 1) % self.ident.shards;
-                        Err(s)
-                    }
-                }
+            self.load_levels(seen, &mut budget)?;
+            let Some((slot, name)) = self.pick() else {
+                return Ok(None);
             };
-            match next {
-                Ok((shard, name)) => {
-                    if let Some(lease) = self.try_claim(shard, name, lease, sync)? {
-                        let last = {
-                            let c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
-                            !c.candidates.iter().any(|(s, _)| *s == shard)
-                        };
-                        if let Kind::Leased(f) = lease.name.kind {
-                            self.shards.claimed(shard, f.boot_deadline_ns, last);
-                        }
-                        return Ok(Some(lease));
-                    }
+            if let Some(lease) = self.try_claim(slot, name, lease, sync)? {
+                let last = {
+                    let c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                    c.held[slot as usize].is_empty()
+                };
+                if let Kind::Leased(f) = lease.name.kind {
+                    self.shards.claimed(slot, f.boot_deadline_ns, last);
                 }
-                Err(s) => {
-                    refills += 1;
-                    let generation = match self.shards.skip(s, self.clock.boot_ns()) {
-                        Ok(until) => {
-                            // Known empty: no listing; a waiting claim wakes at `until`.
-                            if until != u64::MAX {
-                                seen.next_expiry_boot_ns =
-                                    Some(seen.next_expiry_boot_ns.map_or(until, |y| y.min(until)));
-                            }
-                            continue;
-                        }
-                        Err(generation) => generation,
-                    };
-                    let failed = seen.failed;
-                    let (found, expiry) = self.sweep_shard(s, seen)?;
-                    let empty = found.is_empty() && seen.failed == failed;
-                    self.shards.listed(s, generation, empty, expiry);
-                    let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
-                    c.candidates.extend(found.into_iter().map(|n| (s, n)));
-                    // Oldest last, so pop() gives the oldest.
-                    c.candidates
-                        .sort_unstable_by_key(|(_, n)| core::cmp::Reverse(n.id));
-                }
+                return Ok(Some(lease));
             }
         }
     }
 
-    /// List `ready/<s>/`: its ready jobs, after moving its expired leases back to ready (or to
-    /// dead when no attempt is left). A move that fails is logged and counted in
-    /// `seen.failed`; the listing goes on.
-    /// Also returns the earliest deadline (boot ns) of a live lease left in the shard.
+    /// Make sure every slot a pick must see holds its candidates: levels from the highest
+    /// down, every shard of a level not known empty and not holding candidates (or holding
+    /// ones an older arrival would pass) is listed. Without aging it stops at the first
+    /// level that has candidates: a lower level cannot win. With aging every level is loaded,
+    /// since an old low job may outrank the top level. Each listing costs one of `budget`.
+    fn load_levels(&self, seen: &mut RecoverReport, budget: &mut u32) -> Result<()> {
+        for level in (0..self.ident.levels()).rev() {
+            let level = if self.ident.version >= 3 {
+                level
+            } else {
+                crate::disk::name::DEFAULT_PRIORITY
+            };
+            let mut any = false;
+            for shard in 0..self.ident.shards {
+                let slot = self.ident.slot(level, shard);
+                if self.holds(slot) {
+                    any = true;
+                    continue;
+                }
+                if *budget == 0 {
+                    continue;
+                }
+                let generation = match self.shards.skip(slot, self.clock.boot_ns()) {
+                    Ok(until) => {
+                        // Known empty: no listing; a waiting claim wakes at `until`.
+                        if until != u64::MAX {
+                            seen.next_expiry_boot_ns =
+                                Some(seen.next_expiry_boot_ns.map_or(until, |y| y.min(until)));
+                        }
+                        continue;
+                    }
+                    Err(generation) => generation,
+                };
+                *budget -= 1;
+                let failed = seen.failed;
+                let (mut found, expiry) = self.sweep_shard(slot, seen)?;
+                let empty = found.is_empty() && seen.failed == failed;
+                self.shards.listed(slot, generation, empty, expiry);
+                // Oldest last, so pop() gives the oldest.
+                found.sort_unstable_by_key(|n| core::cmp::Reverse(n.id));
+                any |= !found.is_empty();
+                let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                c.held[slot as usize] = found;
+            }
+            if any && self.opts.aging.is_none() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `slot` holds candidates that no older arrival would pass (else they are
+    /// dropped, for a fresh listing).
+    fn holds(&self, slot: u16) -> bool {
+        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let held = &mut c.held[slot as usize];
+        match held.first() {
+            None => false,
+            Some(newest) if self.shards.arrived_before(slot, newest.id.0) => {
+                held.clear();
+                false
+            }
+            Some(_) => true,
+        }
+    }
+
+    /// Take the best candidate held: the highest effective priority, then the oldest id.
+    /// The effective priority is the job's own, or with aging `a` (see
+    /// [`crate::Options::aging`]) its own plus one per `a` of age, at most the top level.
+    fn pick(&self) -> Option<(u16, JobName)> {
+        let now_ms = self.clock.wall_ns() / 1_000_000;
+        let top = self.ident.levels().saturating_sub(1);
+        let aging_ms = self.opts.aging.map(|a| (a.as_millis() as u64).max(1));
+        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let best = c
+            .held
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, h)| h.last().map(|n| (slot, n)))
+            .max_by_key(|(_, n)| {
+                let level = match aging_ms {
+                    None => n.priority,
+                    Some(a) => {
+                        let up = now_ms.saturating_sub(n.id.unix_ms()) / a;
+                        (n.priority as u64 + up).min(top.max(n.priority) as u64) as u8
+                    }
+                };
+                (level, core::cmp::Reverse(n.id))
+            })?
+            .0;
+        c.held[best].pop().map(|n| (best as u16, n))
+    }
+
+    /// List ready slot `s` (`ready/<ss>` or `prio/<l>/<ss>`): its oldest ready jobs, after
+    /// moving its expired leases back to ready (or to dead when no attempt is left). A move
+    /// that fails is logged and counted in `seen.failed`; the listing goes on.
+    /// Also returns the earliest deadline (boot ns) of a live lease left in the slot.
     pub(crate) fn sweep_shard(
         &self,
         s: u16,
         seen: &mut RecoverReport,
     ) -> Result<(Vec<JobName>, Option<u64>)> {
+        let (priority, shard) = self.ident.slot_parts(s);
+        let at = crate::disk::scan::SlotScan {
+            queue_id: self.ident.id,
+            priority,
+            shard,
+            shards: self.ident.shards,
+            boot: self.clock.boot_id(),
+            now_ns: self.clock.boot_ns(),
+            max_ready: CLAIM_CANDIDATES,
+        };
         let listed = self.list_ready_shard(s, |dir| {
-            crate::disk::scan::scan_ready_shard(
-                &self.sys,
-                dir,
-                self.ident.id,
-                s,
-                self.ident.shards,
-                self.clock.boot_id(),
-                self.clock.boot_ns(),
-                CLAIM_CANDIDATES,
-                |raw, f| self.warn_foreign(s, raw, f),
-            )
+            crate::disk::scan::scan_ready_shard(&self.sys, dir, &at, |raw, f| {
+                self.warn_foreign(s, raw, f)
+            })
         });
         let scan = match listed {
             Ok(Some(scan)) => scan,
             Ok(None) => return Ok(self.unreadable_shard(seen)),
             Err(e) => {
-                let rel = ready_shard(s);
+                let rel = self.ident.slot_rel(s);
                 return Err(Error::io(
                     Call::ReadDir,
                     e,
@@ -277,8 +339,9 @@ impl Queue {
                 Err(e) => seen.fail(e),
             }
         }
-        // A partial listing knows nothing of the rest of the shard.
-        let expiry = if scan.partial {
+        // A listing that kept only the oldest knows the slot is not emptied by claiming them:
+        // never "known empty" after its last candidate (recheck time 0).
+        let expiry = if scan.truncated {
             Some(0)
         } else {
             scan.next_expiry_boot_ns
@@ -332,7 +395,7 @@ impl Queue {
     /// Warn about a foreign entry in `ready/<s>/` once per handle, then at debug level
     /// (`status` counts them and `fsck` lists them).
     fn warn_foreign(&self, s: u16, raw: &str, f: crate::disk::scan::Foreign) {
-        let p = self.path(&format!("{}/{raw}", ready_shard(s)));
+        let p = self.path(&format!("{}/{raw}", self.ident.slot_rel(s)));
         if !self
             .warned_foreign
             .swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -508,16 +571,16 @@ impl Queue {
     pub fn lease_from_handle(&self, handle: &str) -> Result<Lease, Failure> {
         let name = JobName::parse(handle, self.ident.id)
             .ok()
-            .filter(|n| matches!(n.kind, Kind::Leased(_)))
+            .filter(|n| matches!(n.kind, Kind::Leased(_)) && self.ident.has_priority(n.priority))
             .ok_or_else(|| {
                 Error::not_done(
                     ErrorKind::InvalidArgument("not a lease handle of this queue"),
                     None,
                 )
             })?;
-        let shard = name.id.shard(self.ident.shards);
+        let shard = self.ident.slot_of(&name);
         let dir = self.dirs.ready[shard as usize].as_fd();
-        let rel = format!("{}/{handle}", ready_shard(shard));
+        let rel = format!("{}/{handle}", self.ident.slot_rel(shard));
         let file = match self.sys.open_file_ro(dir, handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {
@@ -615,22 +678,22 @@ impl Queue {
     /// for the batch. Leases not yet renamed when one fails are released as they drop.
     pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>, Failure> {
         let mut out = Vec::with_capacity(leases.len());
-        let mut shards: Vec<u16> = Vec::new();
+        let mut shards: Vec<(u16, u16)> = Vec::new();
         let mut leases = leases.into_iter();
         // Receipts the policy still has to cut or remove once the batch is durable.
         let mut after: Vec<(u16, JobName, Vec<u8>)> = Vec::new();
         while let Some(mut l) = leases.next() {
             let r = l.ack_rename().map(|(r, new)| {
                 if self.ident.receipts != crate::ReceiptPolicy::Job {
-                    after.push((l.shard, new, l.raw.to_vec()));
+                    after.push((l.receipt_shard(), new, l.raw.to_vec()));
                 }
                 r
             });
             match r {
                 Ok(r) => {
                     out.push(r);
-                    if !shards.contains(&l.shard) {
-                        shards.push(l.shard);
+                    if !shards.contains(&(l.receipt_shard(), l.shard)) {
+                        shards.push((l.receipt_shard(), l.shard));
                     }
                 }
                 Err(e) => {
@@ -644,8 +707,8 @@ impl Queue {
                 }
             }
         }
-        for s in shards {
-            self.sync_place(&self.place_receipts(s))?;
+        for (r, s) in shards {
+            self.sync_place(&self.place_receipts(r))?;
             self.sync_place(&self.place_ready(s, State::Leased))?;
         }
         for (s, new, h) in after {
@@ -685,7 +748,7 @@ impl Lease {
         self.q.rename_job(
             &self.here(),
             &self.name,
-            &self.q.place_receipts(self.shard),
+            &self.q.place_receipts(self.receipt_shard()),
             &new,
             Op::Ack,
         )?;
@@ -699,6 +762,16 @@ impl Lease {
     /// The job id.
     pub fn id(&self) -> JobId {
         self.name.id
+    }
+
+    /// The job's priority (`0..`[`crate::name::PRIORITY_LEVELS`], higher first).
+    pub fn priority(&self) -> u8 {
+        self.name.priority
+    }
+
+    /// The `receipts/<ss>` shard of this job (its id's shard; every level shares them).
+    fn receipt_shard(&self) -> u16 {
+        self.name.id.shard(self.q.ident.shards)
     }
 
     /// The payload, verified against both digests, in memory.
@@ -958,7 +1031,7 @@ impl Lease {
     fn ack_verified(&mut self) -> Result<Receipt> {
         let new = self.name.next(self.q.receipt_kind(self.token()), false);
         let q = self.q.clone();
-        let to = q.place_receipts(self.shard);
+        let to = q.place_receipts(self.receipt_shard());
         match q.rename_job(&self.here(), &self.name, &to, &new, Op::Ack) {
             Ok(()) => self.settled = true,
             // Cleanly not done: still ours, unless the name was gone.
@@ -974,7 +1047,7 @@ impl Lease {
         }
         q.sync_place(&to)?;
         q.sync_place(&self.here())?;
-        q.after_ack(self.shard, &new, &self.raw);
+        q.after_ack(self.receipt_shard(), &new, &self.raw);
         Ok(Receipt {
             id: self.name.id,
             name: new.format(self.q.ident.id).to_string(),

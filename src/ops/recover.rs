@@ -88,7 +88,7 @@ impl Queue {
     /// could not be done.
     pub fn recover_report(&self) -> RecoverReport {
         let mut r = RecoverReport::default();
-        for s in 0..self.ident.shards {
+        for s in 0..self.ident.slots() {
             if let Err(e) = self.sweep_shard(s, &mut r) {
                 r.fail(e);
             }
@@ -157,29 +157,14 @@ impl Queue {
     fn recover_bucket(&self, b: u64, now: u64, current: u64, r: &mut RecoverReport) -> Result<()> {
         let width = self.ident.delayed_bucket_ns;
         let bname = bucket_dir(b);
-        let rel = format!("{DELAYED_DIR}/{bname}");
-        let from = match self.sys.open_dir_beneath(self.dirs.delayed.as_fd(), &bname) {
-            Ok(fd) => Place {
-                dir: DirRef::Opened(fd),
-                rel,
-                state: State::Delayed,
-            },
-            // Removed meanwhile by another recoverer: nothing to do.
-            Err(Errno::NOENT) => return Ok(()),
-            Err(Errno::NOTDIR | Errno::LOOP) => {
-                r.foreign += 1;
-                return Ok(());
-            }
-            Err(e) => {
-                return Err(Error::io(
-                    Call::Open,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(&rel)),
-                ))
-            }
+        let Some(from) = self.open_bucket(&bname, r)? else {
+            return Ok(());
         };
-        let fits = |n: &JobName| matches!(n.kind, Kind::Delayed { not_before_ns, .. } if not_before_ns / width == b);
+        let ident = self.ident;
+        let fits = |n: &JobName| {
+            matches!(n.kind, Kind::Delayed { not_before_ns, .. } if not_before_ns / width == b)
+                && ident.has_priority(n.priority)
+        };
         let (boot, boot_now) = (self.clock.boot_id(), self.clock.boot_ns());
         let mut due = Vec::new();
         let mut entries = 0u32;
@@ -217,8 +202,8 @@ impl Queue {
                 )
             })?;
         for n in &due {
-            let s = n.id.shard(self.ident.shards);
-            let to = self.place_ready(s, State::Ready);
+            // Back to the ready directory of its own priority and shard.
+            let to = self.place_ready(self.ident.slot_of(n), State::Ready);
             match self.move_job(&from, n, &to, &n.next(Kind::Ready, false), Op::Due) {
                 Ok(()) => r.due += 1,
                 Err(e) if e.is_lease_lost() => {}
@@ -234,6 +219,30 @@ impl Queue {
             }
         }
         Ok(())
+    }
+
+    /// Open delayed bucket `bname`; `None` when it is gone (another recoverer removed it) or
+    /// not a directory (counted foreign).
+    fn open_bucket(&self, bname: &str, r: &mut RecoverReport) -> Result<Option<Place<'_>>> {
+        let rel = format!("{DELAYED_DIR}/{bname}");
+        match self.sys.open_dir_beneath(self.dirs.delayed.as_fd(), bname) {
+            Ok(fd) => Ok(Some(Place {
+                dir: DirRef::Opened(fd),
+                rel,
+                state: State::Delayed,
+            })),
+            Err(Errno::NOENT) => Ok(None),
+            Err(Errno::NOTDIR | Errno::LOOP) => {
+                r.foreign += 1;
+                Ok(None)
+            }
+            Err(e) => Err(Error::io(
+                Call::Open,
+                e,
+                Outcome::NotDone,
+                Some(self.path(&rel)),
+            )),
+        }
     }
 
     /// Remove temp files (`<boot32>.<pid8>.<rand32>.tmp`, and open-time probes) whose writer

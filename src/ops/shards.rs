@@ -1,5 +1,8 @@
-//! What a queue handle knows about its ready shards, so that a claim on a nearly empty queue
-//! does not list every shard (on an empty 8-shard queue that was 8 listings per claim).
+//! What a queue handle knows about its ready directories ("slots": each shard of each priority
+//! level, `ready/<ss>` and, in version 3, `prio/<l>/<ss>`), so that a claim on a nearly empty
+//! queue does not list every one (on an empty 8-shard queue that was 8 listings per claim; a
+//! version-3 queue has 64 slots, and a claim over mostly empty levels lists none of them).
+//! Below, "shard" means a slot.
 //!
 //! A shard is *known empty* after a listing of it found no ready job, until one of these:
 //! - an inotify event (`inotify(7)`, one instance per queue handle, watching every
@@ -12,13 +15,19 @@
 //! Events are drained (one non-blocking `read(2)`) before a claim picks shards. A listing
 //! records the shard's generation when it starts and marks the shard empty only if no event
 //! for it was drained meanwhile; an event that arrives after that stays queued in the kernel
-//! until the next drain. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, the
+//! until the next drain.
+//!
+//! Each slot also keeps the smallest id of a ready name that appeared in it since its last
+//! listing began ([`Shards::arrived_before`]). A claim holding candidates of that listing
+//! lists the slot again when that id is older than a candidate it holds: a job that comes
+//! back with its old id (a release, a recovered lease, a due delayed job, a requeued
+//! dead-letter) is not passed over by newer candidates. A new job's id is newer than every
+//! candidate already held, so enqueues cost no relisting. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, the
 //! per-user instance or watch limit reached) nothing is ever known empty: every claim lists
 //! as before. The knowledge is only ever a reason to skip a listing, never to skip a job.
 
-use crate::disk::layout::ready_shard;
 use crate::disk::name::{JobName, Kind};
-use crate::disk::scan::{lease_expired, LEASED_NAME_LEN};
+use crate::disk::scan::{lease_expired, leased_len};
 use crate::queue::Queue;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use std::os::fd::{AsFd, OwnedFd};
@@ -41,6 +50,9 @@ struct Known {
     /// Per shard, after a listing that found ready jobs: the generation it started at and
     /// the earliest deadline of a live lease it saw or this handle made since.
     listed_at: Vec<Option<(u64, u64)>>,
+    /// Per shard: the smallest job id (0 for a name that does not parse) of a ready name
+    /// seen since its last listing began.
+    arrived: Vec<Option<u128>>,
 }
 
 #[derive(Debug)]
@@ -62,6 +74,7 @@ impl Shards {
             k.generation = vec![0; w.wds.len()];
             k.empty_until = vec![None; w.wds.len()];
             k.listed_at = vec![None; w.wds.len()];
+            k.arrived = vec![None; w.wds.len()];
         }
         let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
         let mut reader = inotify::Reader::new(w.fd.as_fd(), &mut buf);
@@ -69,6 +82,7 @@ impl Shards {
             if ev.events().contains(ReadFlags::QUEUE_OVERFLOW) {
                 k.empty_until.iter_mut().for_each(|e| *e = None);
                 k.generation.iter_mut().for_each(|g| *g += 1);
+                k.arrived.iter_mut().for_each(|a| *a = Some(0));
             } else if let Some(s) = w.wds.iter().position(|&d| d == ev.wd()) {
                 let name = ev.file_name().and_then(|n| n.to_str().ok()).unwrap_or("");
                 k.learn(q, s, name);
@@ -85,11 +99,27 @@ impl Shards {
     /// and list it again at `until` (a waiting claim must wake then). Otherwise its
     /// generation, to hand to [`Shards::listed`] after listing it.
     pub(crate) fn skip(&self, s: u16, boot_ns: u64) -> Result<u64, u64> {
-        let k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         match (k.empty_until.get(s as usize), k.generation.get(s as usize)) {
             (Some(Some(t)), _) if boot_ns < *t => Ok(*t),
-            (_, g) => Err(g.copied().unwrap_or(0)),
+            (_, g) => {
+                let g = g.copied().unwrap_or(0);
+                // A listing begins: it sees what arrived so far.
+                if let Some(a) = k.arrived.get_mut(s as usize) {
+                    *a = None;
+                }
+                Err(g)
+            }
         }
+    }
+
+    /// Whether a ready name made in an earlier millisecond than job `id` appeared in shard
+    /// `s` since its last listing began (or, without inotify, never: a held listing is then
+    /// used up first). Ids of one millisecond count as equally old, so a burst of enqueues
+    /// in the millisecond of a held candidate causes no relisting.
+    pub(crate) fn arrived_before(&self, s: u16, id: u128) -> bool {
+        let k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        matches!(k.arrived.get(s as usize), Some(Some(a)) if *a >> 80 < id >> 80)
     }
 
     /// A listing of shard `s` that started at generation `generation` found no ready job
@@ -129,8 +159,10 @@ impl Known {
     /// A name appeared in shard `s`. A lease of this boot only brings the recheck time
     /// forward to its deadline; anything else may be a ready job.
     fn learn(&mut self, q: &Queue, s: usize, name: &str) {
-        if name.len() == LEASED_NAME_LEN {
-            if let Ok((n, _)) = JobName::parse_untagged(name) {
+        let parsed = JobName::parse_untagged(name).ok().map(|(n, _)| n);
+        let mut live_lease = false;
+        if leased_len(name.len()) {
+            if let Some(n) = parsed {
                 if let Kind::Leased(l) = n.kind {
                     let (boot, now) = (q.clock.boot_id(), q.clock.boot_ns());
                     if !lease_expired(&l, boot, now) {
@@ -142,12 +174,23 @@ impl Known {
                         // lease. Bump the generation so it cannot conclude "empty until
                         // forever" without it (a killed holder's lease was then never
                         // recovered by a waiting worker).
+                        live_lease = true;
                     }
                 }
             }
         }
         self.generation[s] += 1;
         self.empty_until[s] = None;
+        if live_lease {
+            // Not a ready job: no reason to list again for order's sake (every claim makes
+            // one of these; counting it would relist the slot at every claim).
+            return;
+        }
+        // A ready name (or an expired lease, ready once recovered, or anything unparsed).
+        let id = parsed.map_or(0, |n| n.id.0);
+        if let Some(a) = self.arrived.get_mut(s) {
+            *a = Some(a.map_or(id, |x| x.min(id)));
+        }
     }
 }
 
@@ -156,9 +199,9 @@ fn watch(q: &Queue) -> Option<Watch> {
     let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
     let flags =
         WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::DONT_FOLLOW | WatchFlags::ONLYDIR;
-    let mut wds = Vec::with_capacity(q.ident.shards as usize);
-    for s in 0..q.ident.shards {
-        let p = q.root.join(ready_shard(s));
+    let mut wds = Vec::with_capacity(q.ident.slots() as usize);
+    for s in 0..q.ident.slots() {
+        let p = q.root.join(q.ident.slot_rel(s));
         match inotify::add_watch(&fd, &p, flags) {
             Ok(wd) => wds.push(wd),
             Err(e) => {
@@ -200,6 +243,7 @@ mod tests {
             generation: vec![0],
             empty_until: vec![None],
             listed_at: vec![None],
+            arrived: vec![None],
         };
         // A listing started at generation 0; the lease event arrives before it ends.
         k.learn(&q, 0, &leased);

@@ -10,9 +10,7 @@
 //! "nothing moved" with "moved, but the barrier failed" (the job now lives under its new
 //! name) or "the rename's result is unknown" (either name may exist).
 
-use crate::disk::layout::{
-    dead_bucket, delayed_bucket, ready_shard, receipts_shard, DEAD_DIR, DELAYED_DIR,
-};
+use crate::disk::layout::{dead_bucket, delayed_bucket, receipts_shard, DEAD_DIR, DELAYED_DIR};
 use crate::disk::name::JobName;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
@@ -72,10 +70,11 @@ pub(crate) struct Place<'a> {
 }
 
 impl Queue {
-    pub(crate) fn place_ready(&self, shard: u16, state: State) -> Place<'_> {
+    /// Ready slot `slot` (see [`crate::Identity`]'s slot helpers: a level's shard).
+    pub(crate) fn place_ready(&self, slot: u16, state: State) -> Place<'_> {
         Place {
-            dir: DirRef::Held(self.dirs.ready[shard as usize].as_fd()),
-            rel: ready_shard(shard),
+            dir: DirRef::Held(self.dirs.ready[slot as usize].as_fd()),
+            rel: self.ident.slot_rel(slot),
             state,
         }
     }

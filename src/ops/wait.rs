@@ -13,9 +13,9 @@
 //! nothing else. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, or the watch limit is
 //! reached) it polls, backing off from 50 ms to 1 s.
 
-use crate::disk::layout::{bucket_dir, bucket_start, parse_bucket, ready_shard, DELAYED_DIR};
+use crate::disk::layout::{bucket_dir, bucket_start, parse_bucket, DELAYED_DIR};
 use crate::disk::name::{due_wall_ns, JobName, Kind};
-use crate::disk::scan::{lease_expired, LEASED_NAME_LEN, READY_NAME_LEN};
+use crate::disk::scan::{lease_expired, leased_len, ready_len};
 use crate::error::Result;
 use crate::ops::lease::Lease;
 use crate::ops::recover::RecoverReport;
@@ -165,8 +165,8 @@ impl Queue {
             fd,
             wds: Vec::new(),
         };
-        for s in 0..self.ident.shards {
-            let rel = ready_shard(s);
+        for s in 0..self.ident.slots() {
+            let rel = self.ident.slot_rel(s);
             if !self.add_watch(&mut w, &rel, Watched::ReadyShard) {
                 return None;
             }
@@ -265,7 +265,7 @@ impl Queue {
         }
         for rel in new_buckets {
             // A job may have landed before the watch existed: list again.
-            if w.wds.len() < MAX_BUCKET_WATCHES + self.ident.shards as usize + 1
+            if w.wds.len() < MAX_BUCKET_WATCHES + self.ident.slots() as usize + 1
                 && self.add_watch(w, &rel, Watched::Bucket)
             {
                 k.claimable = true;
@@ -276,8 +276,8 @@ impl Queue {
     /// A name appeared in a ready shard: a ready job (claim), or a lease (its deadline).
     fn learn_ready(&self, name: &str, k: &mut Known) {
         match name.len() {
-            READY_NAME_LEN => k.claimable = true,
-            LEASED_NAME_LEN => {
+            n if ready_len(n) => k.claimable = true,
+            n if leased_len(n) => {
                 if let Ok((n, _)) = JobName::parse_untagged(name) {
                     if let Kind::Leased(l) = n.kind {
                         if lease_expired(&l, self.clock.boot_id(), self.clock.boot_ns()) {

@@ -69,13 +69,17 @@ fn the_pattern_matcher_is_strict() {
 
 #[test]
 fn every_name_kind_matches_its_design_line_and_no_other() {
-    names_match_design(2);
-    names_match_design(1);
+    names_match_design(3, None);
+    names_match_design(3, Some(6));
+    names_match_design(3, Some(0));
+    names_match_design(2, None);
+    names_match_design(1, None);
 }
 
 /// A queue of format `version` writes names that each match their kind's line (version 1:
-/// its own delayed and receipt lines in place of the version-2 ones) and no other.
-fn names_match_design(version: u32) {
+/// its own delayed and receipt lines in place of the version-2 ones; a job of a priority
+/// other than the default: the priority lines) and no other.
+fn names_match_design(version: u32, priority: Option<u8>) {
     let d = TempDir::new("design-names");
     let q = Queue::create(
         d.path(),
@@ -87,12 +91,19 @@ fn names_match_design(version: u32) {
     .unwrap();
     let lines = design_block("## Names");
     let v1 = design_block("### Version-1 names");
+    let prio = design_block("### Priority names");
     let split = |l: &String| -> Option<(String, String)> {
         l.split_once(char::is_whitespace)
             .map(|(k, p)| (k.to_owned(), p.trim().to_owned()))
     };
     let mut kinds: Vec<(String, String)> = lines.iter().filter_map(split).collect();
     assert_eq!(kinds.len(), 5, "{lines:?}");
+    // A job's names match its own variant's lines, and none of the others'.
+    let mut others: Vec<(String, String)> = prio.iter().filter_map(split).collect();
+    if priority.is_some() {
+        std::mem::swap(&mut kinds, &mut others);
+        assert_eq!(kinds.len(), 5, "{prio:?}");
+    }
     if version == 1 {
         for (k, p) in v1.iter().filter_map(split) {
             let slot = kinds.iter_mut().find(|(kk, _)| *kk == k).expect("a kind");
@@ -105,14 +116,18 @@ fn names_match_design(version: u32) {
         .collect();
 
     // One job in each state, written by the library itself.
-    q.enqueue(b"ready").unwrap();
+    let plain = EnqueueOptions {
+        priority,
+        ..Default::default()
+    };
+    q.enqueue_with(b"ready", &plain).unwrap();
     let delay = EnqueueOptions {
         delay: Some(Duration::from_secs(3600)),
-        ..Default::default()
+        ..plain
     };
     q.enqueue_with(b"delayed", &delay).unwrap();
     for _ in 0..3 {
-        q.enqueue(b"more").unwrap();
+        q.enqueue_with(b"more", &plain).unwrap();
     }
     let a = q.claim().unwrap().unwrap();
     let b = q.claim().unwrap().unwrap();
@@ -141,6 +156,10 @@ fn names_match_design(version: u32) {
             .map(|(k, _)| *k)
             .collect();
         assert_eq!(hits, vec![kind_of(*state)], "{name} matched {hits:?}");
+        assert!(
+            !others.iter().any(|(_, p)| matches(p, name)),
+            "{name} matched another variant's line"
+        );
         longest = longest.max(name.len());
     }
     assert!(
@@ -171,6 +190,12 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
     )
     .unwrap();
     // Everything a queue can hold: jobs in every state, evidence, quarantine.
+    let high = EnqueueOptions {
+        priority: Some(7),
+        ..Default::default()
+    };
+    q.enqueue_with(b"p7", &high).unwrap();
+    q.claim().unwrap().unwrap().ack().unwrap();
     q.enqueue(b"a").unwrap();
     q.enqueue(b"b").unwrap();
     let delay = EnqueueOptions {

@@ -43,9 +43,27 @@ enum Op {
     EnqueueKeyed,
     /// An enqueue into a queue with capacity limits (limits file read, tally built).
     EnqueueCapped,
+    /// An enqueue at priority 6 (into `prio/6/<ss>`, a `.p6` name).
+    EnqueuePrio,
+    /// A claim of a priority-6 job (the claim looks at every level from 7 down).
+    ClaimPrio,
+    /// The ack of a priority-6 job (from `prio/6/<ss>` to `receipts/<ss>`).
+    AckPrio,
+    /// The nack (with a delay) of a priority-6 job: its delayed name keeps `.p6`.
+    NackPrio,
 }
 
-const OPS: [Op; 19] = [
+/// The priority the `*Prio` operations use.
+const PRIO: u8 = 6;
+
+fn is_prio(op: Op) -> bool {
+    matches!(
+        op,
+        Op::EnqueuePrio | Op::ClaimPrio | Op::AckPrio | Op::NackPrio
+    )
+}
+
+const OPS: [Op; 23] = [
     Op::Enqueue,
     Op::EnqueueNamed,
     Op::EnqueueDelayed,
@@ -65,6 +83,10 @@ const OPS: [Op; 19] = [
     Op::Compact,
     Op::EnqueueKeyed,
     Op::EnqueueCapped,
+    Op::EnqueuePrio,
+    Op::ClaimPrio,
+    Op::AckPrio,
+    Op::NackPrio,
 ];
 
 fn keyed() -> EnqueueOptions {
@@ -117,6 +139,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
         | Op::EnqueueNamed
         | Op::EnqueueDelayed
         | Op::EnqueueBatch
+        | Op::EnqueuePrio
         | Op::EnqueueKeyed => {}
         Op::EnqueueCapped => setup
             .set_limits(Limits {
@@ -154,6 +177,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                     b"payload",
                     &EnqueueOptions {
                         max_attempts: Some(max),
+                        priority: is_prio(op).then_some(PRIO),
                         ..Default::default()
                     },
                 )
@@ -184,6 +208,8 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
         | Op::NackExhausted
         | Op::Fail
         | Op::Release
+        | Op::AckPrio
+        | Op::NackPrio
         | Op::RecoverExpired => Some(q.claim_for(Duration::from_secs(1)).unwrap().unwrap()),
         _ => None,
     };
@@ -223,8 +249,18 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                 .map(|r| assert!(!r.is_duplicate())),
         ),
         Op::EnqueueCapped => named(q.enqueue(b"payload").map(drop)),
+        Op::EnqueuePrio => named(
+            q.enqueue_with(
+                b"payload",
+                &EnqueueOptions {
+                    priority: Some(PRIO),
+                    ..Default::default()
+                },
+            )
+            .map(drop),
+        ),
         // "No job" is the claim's "not done".
-        Op::Claim => q.claim().and_then(|l| match l {
+        Op::Claim | Op::ClaimPrio => q.claim().and_then(|l| match l {
             Some(l) => {
                 drop(l.into_handle());
                 Ok(())
@@ -239,8 +275,10 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
             }
             r => r.map_err(Failure::from),
         },
-        Op::Ack | Op::AckHeader | Op::AckNone => settled(lease.take().unwrap().ack(), &mut back),
-        Op::Nack => settled(
+        Op::Ack | Op::AckHeader | Op::AckNone | Op::AckPrio => {
+            settled(lease.take().unwrap().ack(), &mut back)
+        }
+        Op::Nack | Op::NackPrio => settled(
             lease
                 .take()
                 .unwrap()
@@ -282,18 +320,19 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
     let all = clean.list(None).unwrap();
     let happened = match op {
         Op::Enqueue | Op::EnqueueNamed | Op::EnqueueKeyed | Op::EnqueueCapped => all.len() == 1,
+        Op::EnqueuePrio => all.len() == 1 && all[0].dir == "prio/6/00",
         Op::EnqueueDelayed => all.len() == 1 && all[0].state == State::Delayed,
         Op::EnqueueBatch => all.len() == 3,
-        Op::Claim => all[0].name.attempt == 1,
+        Op::Claim | Op::ClaimPrio => all[0].name.attempt == 1,
         Op::Renew => all[0].state == State::Leased && all[0].name.generation == 2,
-        Op::Ack | Op::AckHeader => all[0].state == State::Acked,
+        Op::Ack | Op::AckHeader | Op::AckPrio => all[0].state == State::Acked,
         // Under `none` the receipt goes once its evidence line is durable; a receipt kept
         // because that step failed is still a done ack.
         Op::AckNone => {
             all.is_empty() && evidence_lines(&d) == 1
                 || all.len() == 1 && all[0].state == State::Acked
         }
-        Op::Nack => all[0].state == State::Delayed,
+        Op::Nack | Op::NackPrio => all[0].state == State::Delayed,
         Op::NackExhausted | Op::Fail => all[0].state == State::Dead,
         Op::Release | Op::RecoverExpired | Op::RecoverDue | Op::Requeue => {
             all[0].state == State::Ready
@@ -315,6 +354,13 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
             all.len() == 1 && all[0].state == State::Leased && all[0].name == *l.name(),
             "a lease handed back by a not-done {op:?} does not hold its job: {all:?}"
         );
+    }
+    if is_prio(op) {
+        // Whatever happened, the job kept its level (in its name and its directory).
+        for l in &all {
+            assert_eq!(l.name.priority, PRIO, "{op:?}: {l:?} ({res:?})");
+            assert!(matches!(l.state, State::Acked | State::Delayed) || l.dir == "prio/6/00");
+        }
     }
     if op == Op::EnqueueBatch && !all.is_empty() && all.len() != 3 {
         // A partial batch is allowed only when the outcome admits it.
@@ -388,7 +434,7 @@ fn policy_step_kept_the_receipt(op: Op, d: &TempDir) -> bool {
 }
 
 /// After any case: recover, then the invariants hold.
-fn check_invariants(d: &TempDir, ctx: &str) {
+fn check_invariants(d: &TempDir, ctx: &str, prio: bool) {
     let q = Queue::open(d.path()).unwrap();
     q.clock().shift_boot(3600 * SEC);
     q.clock().shift_wall(3600 * SEC);
@@ -407,6 +453,15 @@ fn check_invariants(d: &TempDir, ctx: &str) {
         all.iter().all(|l| l.state != State::Leased),
         "{ctx}: lease left after recovery"
     );
+    if prio {
+        // Recovery (an expired lease, a due delay) put it back into its own level.
+        assert!(
+            all.iter()
+                .all(|l| l.name.priority == PRIO
+                    && (l.state != State::Ready || l.dir == "prio/6/00")),
+            "{ctx}: a job lost its priority: {all:?}"
+        );
+    }
 }
 
 fn errnos_for(call: Call) -> Vec<Errno> {
@@ -479,7 +534,7 @@ fn fault_matrix_reports_the_true_outcome() {
                     };
                     *by_outcome.entry(label).or_default() += 1;
                     *by_op.entry((op, label)).or_default() += 1;
-                    check_invariants(&d, &ctx);
+                    check_invariants(&d, &ctx, is_prio(op));
                 }
             }
         }
@@ -490,7 +545,14 @@ fn fault_matrix_reports_the_true_outcome() {
         "fault matrix: {cases} cases over {} operations, every outcome true, invariants held after each; outcomes {o:?}",
         OPS.len()
     ));
-    for op in [Op::EnqueueKeyed, Op::EnqueueCapped] {
+    for op in [
+        Op::EnqueueKeyed,
+        Op::EnqueueCapped,
+        Op::EnqueuePrio,
+        Op::ClaimPrio,
+        Op::AckPrio,
+        Op::NackPrio,
+    ] {
         let n = |l| by_op.get(&(op, l)).copied().unwrap_or(0);
         summary(&format!(
             "fault matrix, {op:?}: {} done, {} not done, {} indeterminate (each checked \

@@ -91,7 +91,7 @@ fn legacy_identity_without_sum_opens() {
     let legacy: String = text
         .lines()
         .take(5)
-        .map(|l| format!("{}\n", l.replace("version=2", "version=1")))
+        .map(|l| format!("{}\n", l.replace("version=3", "version=1")))
         .collect();
     assert!(
         legacy.contains("version=1\n") && !legacy.contains("sum="),

@@ -369,14 +369,14 @@ fn open_refuses_what_is_not_a_queue_and_newer_formats() {
     let idf = d.path().join("q").join(IDENTITY_FILE);
     let text = std::fs::read_to_string(&idf)
         .unwrap()
-        .replace("version=2", "version=9");
+        .replace("version=3", "version=9");
     std::fs::write(&idf, text).unwrap();
     let e = Queue::open(d.path().join("q")).unwrap_err();
     assert_eq!(
         e.kind(),
         &ErrorKind::UnsupportedVersion {
             found: 9,
-            supported: 2
+            supported: 3
         }
     );
     assert!(e.to_string().contains("steadq.queue"), "{e}");

@@ -16,5 +16,6 @@ mod identity;
 mod keys;
 mod lifecycle;
 mod perf;
+mod priority;
 mod stream;
 mod typed_async;

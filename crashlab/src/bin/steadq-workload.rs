@@ -92,6 +92,16 @@ fn enqueue(q: &Queue, m: &mut Marker, i: u64, batched: bool) {
     let ids: Vec<JobId> = if batched && i.is_multiple_of(4) {
         q.enqueue_batch(&[&payload[..], &payload[..size / 2]])
             .unwrap_or_else(|e| fail("enqueue_batch", e))
+    } else if i % 5 == 2 {
+        // Every fifth enqueue at another priority level (prio/<l>/<ss>, a `.p<l>` name), so
+        // the crash states cover prioritized enqueues, claims, acks and nacks too.
+        let o = steadq::EnqueueOptions {
+            priority: Some([7u8, 0, 5][(i / 5 % 3) as usize]),
+            ..Default::default()
+        };
+        vec![q
+            .enqueue_with(&payload, &o)
+            .unwrap_or_else(|e| fail("enqueue (priority)", e))]
     } else {
         vec![q.enqueue(&payload).unwrap_or_else(|e| fail("enqueue", e))]
     };
