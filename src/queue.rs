@@ -414,7 +414,7 @@ impl Queue {
                 .chain(&dirs.receipts)
                 .map(|f| f.as_raw_fd()),
         );
-        let flags = || (0..ident.shards).map(|_| Default::default()).collect();
+        let flags = || (0..ident.slots()).map(|_| Default::default()).collect();
         Ok(Queue {
             shared: std::sync::Arc::new(Shared {
                 root,
