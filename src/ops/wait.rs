@@ -167,6 +167,11 @@ impl Queue {
         };
         for s in 0..self.ident.slots() {
             let rel = self.ident.slot_rel(s);
+            // A shard this user cannot read cannot be watched either; claims recheck it on
+            // a timer (`UNREADABLE_RECHECK`), so the others keep their watches.
+            if self.unreadable[s as usize].load(Ordering::Relaxed) {
+                continue;
+            }
             if !self.add_watch(&mut w, &rel, Watched::ReadyShard) {
                 return None;
             }
