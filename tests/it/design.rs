@@ -306,6 +306,8 @@ fn the_layout_constants_are_the_layout_block() {
     let mut named: std::collections::BTreeSet<String> =
         layout::ROOT_ENTRIES.iter().map(|n| n.to_string()).collect();
     named.insert("evidence.".into());
+    // `prio/` exists from version 3 on (ROOT_ENTRIES holds the names of every version).
+    named.insert(layout::PRIO_DIR.into());
     assert_eq!(documented, named);
     for (dir, constant) in [
         ("tmp/", layout::TMP_DIR),
