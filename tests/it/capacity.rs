@@ -281,7 +281,7 @@ fn cli_limits_exit_7_and_wait() {
     assert!(err.contains("queue full"), "{err}");
     let waited = run(&["enqueue", dir, "--wait", "200ms"], b"two");
     assert_eq!(waited.status.code(), Some(7));
-    let st = run(&["status", dir, "--json"], b"");
+    let st = run(&["status", dir, "--json", "--bytes"], b"");
     let json = String::from_utf8_lossy(&st.stdout);
     assert!(
         json.contains(r#""capacity":{"jobs":1,"bytes":131,"max_jobs":1,"max_bytes":null}"#),
