@@ -132,6 +132,16 @@ fn main() {
         MarkWriter::open(&a.blockdev, a.markbase).unwrap_or_else(|e| fail("open mark device", e)),
     );
     let q = create(&a);
+    // Which journals are attached: on ext4 a move between directories makes one directory
+    // fsync, not two, when this lists the disk (steadq's ops/group.rs; DESIGN.md, Barriers).
+    let jbd2: Vec<String> = std::fs::read_dir("/proc/fs/jbd2")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    say(&format!("CRASHLAB_WORKLOAD_JBD2 {jbd2:?}"));
     let t = Instant::now();
     for i in 0..a.jobs {
         enqueue(&q, &mut m, i, a.batched);
