@@ -1040,7 +1040,10 @@ mod tests {
         seen.uncount_repeats(&mut st);
         let counts = (st.ready, st.leased, st.expired_leases, st.delayed, st.acked);
         assert_eq!(counts, (1, 1, 1, 1, 0));
-        assert_eq!((st.bytes.ready, st.bytes.leased, st.bytes.acked), (10, 20, 0));
+        assert_eq!(
+            (st.bytes.ready, st.bytes.leased, st.bytes.acked),
+            (10, 20, 0)
+        );
     }
 
     #[test]

@@ -160,11 +160,19 @@ impl Queue {
         op: Op,
     ) -> Moved {
         self.rename_job(from, old, to, new, op)?;
-        self.sync_place(to).map_err(MoveFailed::Renamed)?;
-        // Where the rig showed the destination's fsync covers the source too (DESIGN.md,
-        // Barriers), a move between directories costs one fsync.
+        self.sync_moved(from, to).map_err(MoveFailed::Renamed)
+    }
+
+    /// The barriers after a rename from `from` to `to`: fsync of `to`, then of `from` when it
+    /// differs, except where the block rig showed the first covers both (xfs and journaled
+    /// ext4: [`crate::ops::group::Group::one_barrier_per_rename`], DESIGN.md Barriers).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`], indeterminate (the rename happened).
+    pub(crate) fn sync_moved(&self, from: &Place<'_>, to: &Place<'_>) -> Result<()> {
+        self.sync_place(to)?;
         if from.rel != to.rel && !self.group.one_barrier_per_rename(&self.sys, to.dir.fd()) {
-            self.sync_place(from).map_err(MoveFailed::Renamed)?;
+            self.sync_place(from)?;
         }
         Ok(())
     }
