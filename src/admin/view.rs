@@ -2,9 +2,10 @@
 //! (compaction lives with the receipt policy in [`crate::admin::receipts`]).
 
 use crate::disk::format::{verify, verify_receipt, HEADER_LEN};
-use crate::disk::name::{parse_hex, shard_name, JobId, JobName, Kind};
-use crate::disk::scan::{scan, state_of, Foreign};
-use crate::disk::sys::{Call, Errno};
+use crate::disk::layout::receipts_shard;
+use crate::disk::name::{parse_hex, tag_of, JobId, JobName, Kind, NameError, NAME_MAX};
+use crate::disk::scan::{state_of, Foreign};
+use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::state::{Op, State};
 use crate::queue::Queue;
@@ -46,7 +47,8 @@ pub struct Status {
     pub acked: u64,
     /// Foreign entries.
     pub foreign: u64,
-    /// Bytes in job files (header and payload, as `stat` reports their size) per state.
+    /// Bytes in job files (header and payload, as `stat` reports their size) per state, when
+    /// [`Status::bytes_counted`].
     pub bytes: StateBytes,
     /// How long the longest-waiting ready job has been ready: from the moment it became
     /// ready (its file's inode change time, which every rename sets), not from enqueue, so a
@@ -63,9 +65,32 @@ pub struct Status {
     /// Ready jobs per priority level (index = priority, 0..=7; a queue before version 3
     /// has them all at [`crate::name::DEFAULT_PRIORITY`]).
     pub ready_by_priority: [u64; crate::disk::name::PRIORITY_LEVELS as usize],
+    /// Whether [`Status::bytes`] were counted (see [`Queue::status_with`]); when false they
+    /// are all 0 and mean nothing.
+    pub bytes_counted: bool,
 }
 
 impl Status {
+    /// Count one sighting of a job in `state` (`add`), or take one back.
+    fn tally(&mut self, state: State, expired: bool, size: u64, add: bool) {
+        let slot = match state {
+            State::Ready => &mut self.ready,
+            State::Leased => &mut self.leased,
+            State::Delayed => &mut self.delayed,
+            State::Dead => &mut self.dead,
+            State::Acked => &mut self.acked,
+        };
+        if add {
+            *slot += 1;
+            self.expired_leases += expired as u64;
+            self.bytes.add(state, size);
+        } else {
+            *slot -= 1;
+            self.expired_leases -= expired as u64;
+            self.bytes.sub(state, size);
+        }
+    }
+
     /// Jobs that count against the capacity limit: ready + leased + delayed.
     pub fn capacity_jobs(&self) -> u64 {
         self.ready + self.leased + self.delayed
@@ -104,15 +129,22 @@ impl StateBytes {
         }
     }
 
-    fn add(&mut self, s: State, n: u64) {
-        let slot = match s {
+    fn slot(&mut self, s: State) -> &mut u64 {
+        match s {
             State::Ready => &mut self.ready,
             State::Leased => &mut self.leased,
             State::Delayed => &mut self.delayed,
             State::Dead => &mut self.dead,
             State::Acked => &mut self.acked,
-        };
-        *slot += n;
+        }
+    }
+
+    fn add(&mut self, s: State, n: u64) {
+        *self.slot(s) += n;
+    }
+
+    fn sub(&mut self, s: State, n: u64) {
+        *self.slot(s) -= n;
     }
 }
 
@@ -145,32 +177,19 @@ impl Queue {
         })
     }
 
-    /// [`Queue::walk`] until `f` returns false: no further directory is read after that.
+    /// [`Queue::walk`] until `f` returns false: no further entry is read after that.
     pub(crate) fn walk_while(&self, mut f: impl FnMut(Seen<'_>) -> bool) -> Result<()> {
-        let going = core::cell::Cell::new(true);
-        let mut f = |s: Seen<'_>| {
-            if going.get() {
-                going.set(f(s));
-            }
-        };
-        let id = self.ident.id;
         let shards = self.ident.shards;
-        let rd = |e: Errno, rel: &str| {
-            Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
-        };
         let ident = self.ident;
         for (area, fds) in [
             (State::Ready, &self.dirs.ready),
             (State::Acked, &self.dirs.receipts),
         ] {
             for (s, fd) in fds.iter().enumerate() {
-                if !going.get() {
-                    return Ok(());
-                }
                 // Ready slots: every level's shards (`ready/<ss>`, `prio/<l>/<ss>`).
                 let (priority, shard) = ident.slot_parts(s as u16);
                 let rel = match area {
-                    State::Acked => format!("receipts/{}", shard_name(s as u16)),
+                    State::Acked => receipts_shard(s as u16),
                     _ => ident.slot_rel(s as u16),
                 };
                 let fits = |n: &JobName| match area {
@@ -180,31 +199,92 @@ impl Queue {
                     }
                     _ => crate::disk::scan::fits_ready_shard(n, priority, shard, shards),
                 };
-                let mut one = |dir: BorrowedFd<'_>| {
-                    scan(&self.sys, dir, id, fits, |raw, parsed| {
-                        f(Seen {
-                            dir_rel: &rel,
-                            dir,
-                            raw,
-                            parsed,
+                let going = match area {
+                    // A ready slot this user cannot read is skipped (warned, counted by status).
+                    State::Ready => self
+                        .list_ready_shard(s as u16, |dir| {
+                            self.walk_entries(dir, &rel, &fits, &mut f)
                         })
-                    })
-                };
-                // A ready shard this user cannot read is skipped (warned, counted by status).
-                match area {
-                    State::Ready => self.list_ready_shard(s as u16, &mut one).map(drop),
-                    _ => one(fd.as_fd()),
+                        .map(|g| g.unwrap_or(true)),
+                    _ => self.walk_entries(fd.as_fd(), &rel, &fits, &mut f),
                 }
-                .map_err(|e| rd(e, &rel))?;
+                .map_err(|e| self.read_dir_error(e, &rel))?;
+                if !going {
+                    return Ok(());
+                }
             }
         }
         for (area, parent_fd, parent) in [
             (State::Delayed, &self.dirs.delayed, "delayed"),
             (State::Dead, &self.dirs.dead, "dead"),
         ] {
-            let mut buckets: Vec<String> = Vec::new();
-            self.sys
-                .read_dir(parent_fd.as_fd(), |name, _, t| match name {
+            if !self.walk_buckets(area, parent_fd.as_fd(), parent, &mut f)? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// One directory of [`Queue::walk_while`]: every entry, classified as
+    /// [`crate::disk::scan`] does (name syntax, tag, place, entry type), until `f` returns
+    /// false. Returns whether to go on.
+    fn walk_dir(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &str,
+        fits: impl Fn(&JobName) -> bool,
+        f: &mut impl FnMut(Seen<'_>) -> bool,
+    ) -> Result<bool> {
+        self.walk_entries(dir, rel, &fits, f)
+            .map_err(|e| self.read_dir_error(e, rel))
+    }
+
+    /// [`Queue::walk_dir`] with the listing's errno.
+    fn walk_entries(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &str,
+        fits: &impl Fn(&JobName) -> bool,
+        f: &mut impl FnMut(Seen<'_>) -> bool,
+    ) -> core::result::Result<bool, Errno> {
+        let mut going = true;
+        self.sys.read_dir_while(dir, |name, raw, t| {
+            let parsed = match name {
+                Some(n) => classify(&self.sys, dir, n, self.ident.id, t, fits),
+                None => {
+                    log::warn!("foreign entry with a non-UTF-8 name: {raw:?}");
+                    Err(Foreign::NotUtf8)
+                }
+            };
+            going = f(Seen {
+                dir_rel: rel,
+                dir,
+                raw: name.unwrap_or(""),
+                parsed,
+            });
+            going
+        })?;
+        Ok(going)
+    }
+
+    fn read_dir_error(&self, e: Errno, rel: &str) -> Error {
+        Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
+    }
+
+    /// The buckets of `delayed/` or `dead/` for [`Queue::walk_while`], in time order; anything
+    /// else in the parent is a foreign entry of it. Returns whether to go on.
+    fn walk_buckets(
+        &self,
+        area: State,
+        parent_fd: BorrowedFd<'_>,
+        parent: &str,
+        f: &mut impl FnMut(Seen<'_>) -> bool,
+    ) -> Result<bool> {
+        let mut buckets: Vec<String> = Vec::new();
+        let mut going = true;
+        self.sys
+            .read_dir_while(parent_fd, |name, _, t| {
+                match name {
                     Some(n)
                         if parse_hex(n.as_bytes(), 16).is_some()
                             && t != crate::disk::sys::EntryType::Other
@@ -212,63 +292,55 @@ impl Queue {
                     {
                         buckets.push(n.to_string())
                     }
-                    _ => f(Seen {
-                        dir_rel: parent,
-                        dir: parent_fd.as_fd(),
-                        raw: name.unwrap_or(""),
-                        parsed: Err(Foreign::WrongPlace),
-                    }),
-                })
-                .map_err(|e| rd(e, parent))?;
-            buckets.sort();
-            for b in buckets {
-                if !going.get() {
-                    return Ok(());
-                }
-                let rel = format!("{parent}/{b}");
-                let fd: OwnedFd = match self.sys.open_dir_beneath(parent_fd.as_fd(), &b) {
-                    Ok(fd) => fd,
-                    Err(Errno::NOENT) => continue,
-                    Err(Errno::LOOP | Errno::NOTDIR) => {
-                        f(Seen {
+                    _ => {
+                        going = f(Seen {
                             dir_rel: parent,
-                            dir: parent_fd.as_fd(),
-                            raw: &b,
-                            parsed: Err(Foreign::NotRegular),
-                        });
-                        continue;
+                            dir: parent_fd,
+                            raw: name.unwrap_or(""),
+                            parsed: Err(Foreign::WrongPlace),
+                        })
                     }
-                    Err(e) => {
-                        return Err(Error::io(
-                            Call::Open,
-                            e,
-                            Outcome::NotDone,
-                            Some(self.path(&rel)),
-                        ))
-                    }
-                };
-                let width = self.ident.delayed_bucket_ns;
-                let bucket = parse_hex(b.as_bytes(), 16).unwrap_or(0) as u64;
-                let fits = |n: &JobName| match n.kind {
-                    _ if !ident.has_priority(n.priority) => false,
-                    Kind::Delayed { not_before_ns, .. } => {
-                        area == State::Delayed && not_before_ns / width == bucket
-                    }
-                    Kind::Dead { .. } => area == State::Dead,
-                    _ => false,
-                };
-                scan(&self.sys, fd.as_fd(), id, fits, |raw, parsed| {
-                    f(Seen {
-                        dir_rel: &rel,
-                        dir: fd.as_fd(),
-                        raw,
-                        parsed,
-                    })
-                })
-                .map_err(|e| rd(e, &rel))?;
+                }
+                going
+            })
+            .map_err(|e| self.read_dir_error(e, parent))?;
+        buckets.sort();
+        for b in &buckets {
+            if !going {
+                break;
             }
+            let rel = format!("{parent}/{b}");
+            let fd: OwnedFd = match self.sys.open_dir_beneath(parent_fd, b) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => continue,
+                Err(Errno::LOOP | Errno::NOTDIR) => {
+                    going = f(Seen {
+                        dir_rel: parent,
+                        dir: parent_fd,
+                        raw: b,
+                        parsed: Err(Foreign::NotRegular),
+                    });
+                    continue;
+                }
+                Err(e) => {
+                    let path = Some(self.path(&rel));
+                    return Err(Error::io(Call::Open, e, Outcome::NotDone, path));
+                }
+            };
+            let width = self.ident.delayed_bucket_ns;
+            let bucket = parse_hex(b.as_bytes(), 16).unwrap_or(0) as u64;
+            let ident = self.ident;
+            let fits = |n: &JobName| match n.kind {
+                _ if !ident.has_priority(n.priority) => false,
+                Kind::Delayed { not_before_ns, .. } => {
+                    area == State::Delayed && not_before_ns / width == bucket
+                }
+                Kind::Dead { .. } => area == State::Dead,
+                _ => false,
+            };
+            going = self.walk_dir(fd.as_fd(), &rel, fits, f)?;
         }
-        Ok(())
+        Ok(going)
     }
 
     /// Every job, or those in `state`, oldest first within each directory. Foreign entries
@@ -279,7 +351,7 @@ impl Queue {
     /// [`ErrorKind::Io`] (not done) naming the directory that could not be read.
     pub fn list(&self, state: Option<State>) -> Result<Vec<Listed>> {
         let mut out = Vec::new();
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = IdSet::default();
         self.walk(|s| {
             if let Some(n) = s.parsed.ok().filter(|n| seen.insert(n.id)) {
                 let st = state_of(&n.kind);
@@ -310,7 +382,7 @@ impl Queue {
         once: bool,
         mut f: impl FnMut(Listed) -> bool,
     ) -> Result<()> {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = IdSet::default();
         let mut going = true;
         self.walk_while(|s| {
             if let Some(n) = s.parsed.ok().filter(|n| !once || seen.insert(n.id)) {
@@ -327,60 +399,88 @@ impl Queue {
         })
     }
 
-    /// Counts, bytes and ages per state.
+    /// Counts, bytes and ages per state: [`Queue::status_with`] with bytes.
+    ///
+    /// # Errors
+    /// As [`Queue::list`].
+    pub fn status(&self) -> Result<Status> {
+        self.status_with(true)
+    }
+
+    /// Counts and ages per state, and bytes when `bytes` is true or the queue has a byte
+    /// limit ([`Status::bytes_counted`] says whether they were).
+    ///
+    /// Cost: one pass over the directories (`getdents64`) and one SHA-256 of each name (its
+    /// tag: an entry whose name does not verify, is of the wrong kind for its directory or is
+    /// not a regular file is counted as foreign, never as a job). Bytes need a `stat` of each
+    /// job, about twice the cost of the listing (at 1,000,000 jobs, see BENCHMARKS.md). The
+    /// oldest ready age needs a `stat` of a few of the oldest ready jobs only: a job became
+    /// ready at or after its enqueue, so the stats stop once the earliest ready time found is
+    /// no later than the enqueue time (in the id) of the next candidate. That bound assumes
+    /// the wall clock did not step back between an enqueue and a rename; if it did, the age
+    /// may be reported short by the step.
     ///
     /// On a live queue each job is counted once: a job that moves while the directories are
     /// read can be seen in two of them (read before and after its rename), and is then
     /// counted in the state seen first; a job can also be missed if it moves from a directory
     /// not yet read into one already read. So totals may be short by the jobs that moved
-    /// during the pass, never over. Memory: 16 bytes per job for the ids seen.
+    /// during the pass, never over. Memory: about 40 bytes per job (the ids seen and a sorted
+    /// copy, at the end of the pass; 8 more with bytes).
     ///
     /// # Errors
     /// As [`Queue::list`].
-    pub fn status(&self) -> Result<Status> {
+    pub fn status_with(&self, bytes: bool) -> Result<Status> {
         let mut st = Status::default();
-        let (boot, now_boot, now) = (
-            self.clock.boot_id(),
-            self.clock.boot_ns(),
-            self.clock.wall_ns(),
-        );
-        let mut oldest_ready_since: Option<u64> = None;
-        let mut seen = std::collections::HashSet::new();
+        self.status_hook(&mut st); // hook: ops/capacity.rs (limits, live keys)
+        st.bytes_counted = bytes || st.limits.max_bytes.is_some();
+        let (boot, now_boot) = (self.clock.boot_id(), self.clock.boot_ns());
+        let mut oldest = Oldest::default();
+        let mut seen = Sightings::default();
         self.walk(|s| {
             let Ok(n) = s.parsed else {
                 st.foreign += 1;
                 return;
             };
-            if !seen.insert(n.id) {
-                return;
-            }
             let state = state_of(&n.kind);
-            let meta = self.sys.stat_nofollow(s.dir, s.raw).ok();
-            st.bytes.add(state, meta.as_ref().map_or(0, |m| m.size));
-            match n.kind {
-                Kind::Ready => {
-                    st.ready += 1;
-                    st.ready_by_priority[n.priority as usize % st.ready_by_priority.len()] += 1;
-                    // Ready since its last rename; an unreadable entry counts from enqueue.
-                    let since = meta.map_or(n.id.unix_ms() * 1_000_000, |m| m.ctime_ns);
-                    oldest_ready_since = Some(oldest_ready_since.map_or(since, |o| o.min(since)));
+            let expired =
+                matches!(n.kind, Kind::Leased(l) if crate::disk::scan::lease_expired(&l, boot, now_boot));
+            let mut size = 0;
+            if st.bytes_counted {
+                let meta = self.sys.stat_nofollow(s.dir, s.raw).ok();
+                size = meta.as_ref().map_or(0, |m| m.size);
+                if state == State::Ready {
+                    oldest.stated(&n, meta.as_ref());
                 }
-                Kind::Leased(l) => {
-                    st.leased += 1;
-                    if crate::disk::scan::lease_expired(&l, boot, now_boot) {
-                        st.expired_leases += 1;
-                    }
-                }
-                Kind::Delayed { .. } => st.delayed += 1,
-                Kind::Dead { .. } => st.dead += 1,
-                Kind::Receipt { .. } => st.acked += 1,
+            } else if state == State::Ready {
+                oldest.candidate(n);
+            }
+            if state == State::Ready {
+                st.ready_by_priority[n.priority as usize % st.ready_by_priority.len()] += 1;
+            }
+            st.tally(state, expired, size, true);
+            seen.push(n.id, state, expired, size, st.bytes_counted);
+        })?;
+        seen.uncount_repeats(&mut st);
+        let since = match oldest.settle(self) {
+            Some(t) => t,
+            None => self.oldest_ready_by_stat()?,
+        };
+        let now = self.clock.wall_ns();
+        st.oldest_ready_age = since.map(|t| Duration::from_nanos(now.saturating_sub(t)));
+        st.unreadable_shards = self.unreadable_shards();
+        Ok(st)
+    }
+
+    /// The earliest time a ready job became ready, by a `stat` of every ready job (the
+    /// fallback of [`Queue::status_with`] when the oldest ids were all made ready lately).
+    fn oldest_ready_by_stat(&self) -> Result<Option<u64>> {
+        let mut oldest = Oldest::default();
+        self.walk(|s| {
+            if let Some(n) = s.parsed.as_ref().ok().filter(|n| n.kind == Kind::Ready) {
+                oldest.stated(n, self.sys.stat_nofollow(s.dir, s.raw).ok().as_ref());
             }
         })?;
-        st.oldest_ready_age =
-            oldest_ready_since.map(|t| Duration::from_nanos(now.saturating_sub(t)));
-        st.unreadable_shards = self.unreadable_shards();
-        self.status_hook(&mut st); // hook: ops/capacity.rs (limits, live keys)
-        Ok(st)
+        Ok(oldest.since)
     }
 
     /// Find job `id` in any state.
@@ -615,5 +715,388 @@ impl Queue {
             )
         })?;
         Ok(n)
+    }
+}
+
+/// How many of the oldest ready ids [`Queue::status_with`] keeps to find the oldest ready
+/// time without a `stat` of every job.
+const OLDEST_CANDIDATES: usize = 16;
+
+/// The earliest time (unix ns) a ready job became ready: its file's inode change time, which
+/// every rename sets.
+#[derive(Default)]
+struct Oldest {
+    /// Earliest ready time found so far.
+    since: Option<u64>,
+    /// The ready jobs with the smallest ids seen (at most [`OLDEST_CANDIDATES`]).
+    candidates: Vec<JobName>,
+    /// Ready jobs passed over by the candidates (a larger id than every candidate's).
+    passed: bool,
+}
+
+impl Oldest {
+    fn at(&mut self, t: u64) {
+        self.since = Some(self.since.map_or(t, |o| o.min(t)));
+    }
+
+    /// A ready job with its `stat` (an unreadable entry counts from its enqueue).
+    fn stated(&mut self, n: &JobName, meta: Option<&crate::disk::sys::Meta>) {
+        self.at(meta.map_or(n.id.unix_ms() * 1_000_000, |m| m.ctime_ns));
+    }
+
+    /// A ready job not yet stated: kept if its id is among the smallest seen.
+    fn candidate(&mut self, n: JobName) {
+        if self.candidates.len() < OLDEST_CANDIDATES {
+            self.candidates.push(n);
+            return;
+        }
+        self.passed = true;
+        let max = (0..self.candidates.len()).max_by_key(|&i| self.candidates[i].id);
+        if let Some(i) = max.filter(|&i| n.id < self.candidates[i].id) {
+            self.candidates[i] = n;
+        }
+    }
+
+    /// `stat` the candidates oldest id first, until the earliest ready time found is no later
+    /// than the next candidate's enqueue time. `None` when that does not settle it: the
+    /// earliest time found is later than the enqueue time of some job passed over.
+    fn settle(mut self, q: &Queue) -> Option<Option<u64>> {
+        if self.since.is_some() || self.candidates.is_empty() {
+            return Some(self.since); // stated all along (bytes counted), or nothing ready
+        }
+        let mut candidates = core::mem::take(&mut self.candidates);
+        candidates.sort_unstable_by_key(|n| n.id);
+        let enqueued = |n: &JobName| n.id.unix_ms().saturating_mul(1_000_000);
+        for n in &candidates {
+            if self.since.is_some_and(|t| t <= enqueued(n)) {
+                return Some(self.since);
+            }
+            let dir = q.dirs.ready.get(n.id.shard(q.ident.shards) as usize)?;
+            match q.sys.stat_nofollow(dir.as_fd(), &n.format(q.ident.id)) {
+                Ok(m) => self.at(m.ctime_ns),
+                Err(Errno::NOENT) => {} // moved on meanwhile: no longer ready
+                Err(_) => self.at(enqueued(n)),
+            }
+        }
+        let last = candidates.last().map_or(0, enqueued);
+        match self.since {
+            Some(t) if !self.passed || t <= last => Some(Some(t)),
+            _ => None,
+        }
+    }
+}
+
+/// Every job sighting of one pass of [`Queue::status_with`], in the order seen: counted at
+/// once, and after the pass every sighting of a job but its first is taken back (a job that
+/// moved while the directories were read). Sorting a copy of the ids finds the repeats with
+/// sequential memory access (a hash set of 1,000,000 ids costs a cache miss per job).
+#[derive(Default)]
+struct Sightings {
+    ids: Vec<u128>,
+    /// State index (0..5) plus 8 for an expired lease, per sighting.
+    codes: Vec<u8>,
+    /// File sizes, when bytes are counted.
+    sizes: Vec<u64>,
+}
+
+const STATES: [State; 5] = [
+    State::Ready,
+    State::Leased,
+    State::Delayed,
+    State::Dead,
+    State::Acked,
+];
+
+impl Sightings {
+    fn push(&mut self, id: JobId, state: State, expired: bool, size: u64, sized: bool) {
+        let i = STATES.iter().position(|&s| s == state).unwrap_or(0) as u8;
+        self.ids.push(id.0);
+        self.codes.push(i | if expired { 8 } else { 0 });
+        if sized {
+            self.sizes.push(size);
+        }
+    }
+
+    fn uncount_repeats(self, st: &mut Status) {
+        let mut sorted = self.ids.clone();
+        sorted.sort_unstable();
+        let repeated: IdSet = sorted
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| JobId(w[0]))
+            .collect();
+        drop(sorted);
+        if repeated.is_empty() {
+            return;
+        }
+        let mut first = IdSet::default();
+        for (i, &id) in self.ids.iter().enumerate() {
+            if repeated.contains(&JobId(id)) && !first.insert(JobId(id)) {
+                let c = self.codes[i];
+                let size = self.sizes.get(i).copied().unwrap_or(0);
+                st.tally(STATES[(c & 7) as usize], c & 8 != 0, size, false);
+            }
+        }
+    }
+}
+
+/// A hasher for job ids: their low 80 bits are random, so a multiply of the low 64 spreads
+/// them (SipHash's resistance to chosen keys buys nothing against names in one's own queue).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl core::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u128(&mut self, v: u128) {
+        self.0 = (v as u64 ^ (v >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A set of job ids (the ids seen in one pass).
+type IdSet = std::collections::HashSet<JobId, core::hash::BuildHasherDefault<IdHasher>>;
+
+/// [`crate::disk::scan`]'s classification of one entry (name syntax, tag, place, entry type;
+/// an entry of unknown type is looked at with `stat`), with the tag checked over the raw
+/// name: a name that parses is canonical (fixed-width lowercase fields), so the name without
+/// its `.k<tag16>` field is the canonical form the tag covers, and nothing is re-formatted.
+fn classify(
+    sys: &crate::disk::sys::Sys,
+    dir: BorrowedFd<'_>,
+    name: &str,
+    queue_id: u128,
+    t: EntryType,
+    fits: &impl Fn(&JobName) -> bool,
+) -> core::result::Result<JobName, Foreign> {
+    let (n, tag) = match parse_ready(name.as_bytes()) {
+        Some(x) => x,
+        None => JobName::parse_untagged(name).map_err(Foreign::Name)?,
+    };
+    if raw_tag(queue_id, name) != Some(tag) {
+        return Err(Foreign::Name(NameError::Tag));
+    }
+    if !fits(&n) {
+        return Err(Foreign::WrongPlace);
+    }
+    match t {
+        EntryType::File => Ok(n),
+        EntryType::Unknown => match sys.stat_nofollow(dir, name) {
+            Ok(m) if m.file_type == rustix::fs::FileType::RegularFile => Ok(n),
+            _ => Err(Foreign::NotRegular),
+        },
+        _ => Err(Foreign::NotRegular),
+    }
+}
+
+/// [`JobName::parse_untagged`] for the one shape most entries of a deep queue have, a ready
+/// name (`<id32>.g<16>.a<8>.m<8>.k<16>.sqj`, 92 bytes), by fixed offsets and a table instead
+/// of splitting. `None` when the name is not exactly that shape: the caller then parses it
+/// the general way, so this can only be faster, never decide differently (unit-tested against
+/// `parse_untagged`).
+fn parse_ready(b: &[u8]) -> Option<(JobName, u64)> {
+    const SEP: [(usize, u8); 8] = [
+        (32, b'.'),
+        (33, b'g'),
+        (50, b'.'),
+        (51, b'a'),
+        (60, b'.'),
+        (61, b'm'),
+        (70, b'.'),
+        (71, b'k'),
+    ];
+    if b.len() != crate::disk::scan::READY_NAME_LEN || &b[88..] != b".sqj" {
+        return None;
+    }
+    if SEP.iter().any(|&(i, c)| b[i] != c) {
+        return None;
+    }
+    let id = (hex64(&b[0..16])? as u128) << 64 | hex64(&b[16..32])? as u128;
+    let name = JobName {
+        id: JobId(id),
+        generation: hex64(&b[34..50])?,
+        attempt: hex64(&b[52..60])? as u32,
+        max_attempts: hex64(&b[62..70])? as u32,
+        kind: Kind::Ready,
+        priority: crate::disk::name::DEFAULT_PRIORITY,
+    };
+    Some((name, hex64(&b[72..88])?))
+}
+
+/// Up to 16 lowercase hex digits (as `parse_hex`: nothing else is accepted).
+fn hex64(s: &[u8]) -> Option<u64> {
+    const BAD: u8 = 0x80;
+    const T: [u8; 256] = {
+        let mut t = [BAD; 256];
+        let mut i = 0;
+        while i < 10 {
+            t[b'0' as usize + i] = i as u8;
+            i += 1;
+        }
+        let mut i = 0;
+        while i < 6 {
+            t[b'a' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        t
+    };
+    let (mut v, mut bad) = (0u64, 0u8);
+    for &c in s {
+        let d = T[c as usize];
+        bad |= d;
+        v = v << 4 | (d & 0x0f) as u64;
+    }
+    (bad & BAD == 0).then_some(v)
+}
+
+/// The tag of a name that [`JobName::parse_untagged`] accepted, computed over the name with
+/// its `.k<tag16>` field (always last before the 4-byte suffix) cut out.
+fn raw_tag(queue_id: u128, name: &str) -> Option<u64> {
+    let b = name.as_bytes();
+    let cut = b.len().checked_sub(22)?;
+    let mut canon = [0u8; NAME_MAX];
+    canon.get_mut(..cut)?.copy_from_slice(&b[..cut]);
+    canon
+        .get_mut(cut..cut + 4)?
+        .copy_from_slice(&b[b.len() - 4..]);
+    Some(tag_of(queue_id, &canon[..cut + 4]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::name::{LeaseFields, Reason};
+
+    #[test]
+    fn the_raw_tag_is_the_tag_of_every_kind() {
+        let r = JobName::new_ready(JobId(0x1234_5678_9abc_def0_1122_3344_5566_7788), 5);
+        let l = LeaseFields {
+            boot_id: 1,
+            boot_deadline_ns: 2,
+            wall_deadline_ns: 3,
+            token: 4,
+        };
+        let kinds = [
+            Kind::Ready,
+            Kind::Leased(l),
+            Kind::Delayed {
+                not_before_ns: 9,
+                boot: None,
+            },
+            Kind::Delayed {
+                not_before_ns: 9,
+                boot: Some(crate::disk::name::BootDue {
+                    boot_id: 7,
+                    not_before_boot_ns: 8,
+                }),
+            },
+            Kind::Dead {
+                reason: Reason::EXHAUSTED,
+            },
+            Kind::Receipt {
+                token: 4,
+                acked_ns: None,
+            },
+            Kind::Receipt {
+                token: 4,
+                acked_ns: Some(6),
+            },
+        ];
+        for k in kinds {
+            let n = r.next(k, true);
+            let qid = 0xfeed_u128 << 64 | 0xbeef;
+            let name = n.format(qid);
+            assert_eq!(raw_tag(qid, &name), Some(n.tag(qid)), "{name}");
+            assert_ne!(raw_tag(qid + 1, &name), Some(n.tag(qid)), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_ready_fast_path_agrees_with_the_general_parser() {
+        let n = JobName {
+            generation: 0x0123_4567_89ab_cdef,
+            attempt: 0xdead_beef,
+            max_attempts: 7,
+            ..JobName::new_ready(JobId(0xfedc_ba98_7654_3210_0011_2233_4455_6677), 5)
+        };
+        let good = n.format(42).to_string();
+        assert_eq!(
+            parse_ready(good.as_bytes()),
+            JobName::parse_untagged(&good).ok()
+        );
+        assert!(parse_ready(good.as_bytes()).is_some());
+        // Every single-byte change: the fast path either defers (None) or agrees exactly.
+        for i in 0..good.len() {
+            for c in [
+                b'0', b'9', b'a', b'f', b'g', b'A', b'F', b'.', b'k', b'/', 0xff,
+            ] {
+                let mut b = good.clone().into_bytes();
+                b[i] = c;
+                if let Some(fast) = parse_ready(&b) {
+                    let s = core::str::from_utf8(&b).expect("ascii");
+                    assert_eq!(Some(fast), JobName::parse_untagged(s).ok(), "{s}");
+                } else if let Ok(s) = core::str::from_utf8(&b) {
+                    assert!(
+                        JobName::parse_untagged(s).is_err(),
+                        "{s} deferred yet valid"
+                    );
+                }
+            }
+        }
+        let leased = n.next(
+            Kind::Leased(LeaseFields {
+                boot_id: 1,
+                boot_deadline_ns: 2,
+                wall_deadline_ns: 3,
+                token: 4,
+            }),
+            true,
+        );
+        assert_eq!(parse_ready(leased.format(42).as_bytes()), None);
+    }
+
+    #[test]
+    fn a_job_seen_twice_is_counted_once_in_the_state_seen_first() {
+        let mut st = Status {
+            bytes_counted: true,
+            ..Status::default()
+        };
+        let mut seen = Sightings::default();
+        for (id, state, expired, size) in [
+            (1, State::Ready, false, 10),
+            (2, State::Leased, true, 20),
+            (3, State::Delayed, false, 30),
+            (1, State::Acked, false, 10),
+            (2, State::Ready, false, 20),
+        ] {
+            st.tally(state, expired, size, true);
+            seen.push(JobId(id), state, expired, size, true);
+        }
+        seen.uncount_repeats(&mut st);
+        let counts = (st.ready, st.leased, st.expired_leases, st.delayed, st.acked);
+        assert_eq!(counts, (1, 1, 1, 1, 0));
+        assert_eq!(
+            (st.bytes.ready, st.bytes.leased, st.bytes.acked),
+            (10, 20, 0)
+        );
+    }
+
+    #[test]
+    fn the_oldest_candidates_are_the_smallest_ids() {
+        let mut o = Oldest::default();
+        for i in (0..100u128).rev() {
+            o.candidate(JobName::new_ready(JobId(i), 5));
+        }
+        let mut ids: Vec<u128> = o.candidates.iter().map(|n| n.id.0).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..OLDEST_CANDIDATES as u128).collect::<Vec<_>>());
+        assert!(o.passed);
     }
 }

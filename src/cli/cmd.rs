@@ -381,7 +381,7 @@ pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
         return Err(CliError::usage("--json and --prometheus are exclusive"));
     }
     let q = open(&a.dir)?;
-    let s = q.status()?;
+    let s = q.status_with(a.bytes)?;
     let dir = a.dir.display().to_string();
     let label = encode::QueueLabel {
         dir: &dir,

@@ -74,25 +74,30 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     }
     let _ = write!(
         o,
-        ",\"expired_leases\":{},\"foreign\":{},\"unreadable_shards\":{},\"bytes\":{{",
+        ",\"expired_leases\":{},\"foreign\":{},\"unreadable_shards\":{},\"bytes\":",
         s.expired_leases, s.foreign, s.unreadable_shards
     );
-    let bytes: Vec<String> = STATE_NAMES
-        .iter()
-        .zip(bytes(s))
-        .map(|(n, b)| format!("\"{n}\":{b}"))
-        .collect();
-    o += &bytes.join(",");
+    if s.bytes_counted {
+        let bytes: Vec<String> = STATE_NAMES
+            .iter()
+            .zip(bytes(s))
+            .map(|(n, b)| format!("\"{n}\":{b}"))
+            .collect();
+        o += &format!("{{{}}}", bytes.join(","));
+    } else {
+        o += "null";
+    }
     let age = s
         .oldest_ready_age
         .map_or("null".into(), |d| format!("{:.3}", d.as_secs_f64()));
-    let _ = write!(o, "}},\"oldest_ready_age_seconds\":{age}");
+    let _ = write!(o, ",\"oldest_ready_age_seconds\":{age}");
     let lim = |v: Option<u64>| v.map_or("null".into(), |v| v.to_string());
+    let cap_bytes = lim(Some(s.capacity_bytes()).filter(|_| s.bytes_counted));
     let _ = write!(
         o,
         ",\"capacity\":{{\"jobs\":{},\"bytes\":{},\"max_jobs\":{},\"max_bytes\":{}}},\"live_keys\":{}",
         s.capacity_jobs(),
-        s.capacity_bytes(),
+        cap_bytes,
         lim(s.limits.max_jobs),
         lim(s.limits.max_bytes),
         s.live_keys
@@ -133,11 +138,13 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
             .collect()
     };
     gauge("steadq_jobs", "Jobs in each state.", &per_state(counts(s)));
-    gauge(
-        "steadq_bytes",
-        "Bytes of job files in each state.",
-        &per_state(bytes(s)),
-    );
+    if s.bytes_counted {
+        gauge(
+            "steadq_bytes",
+            "Bytes of job files in each state.",
+            &per_state(bytes(s)),
+        );
+    }
     gauge(
         "steadq_expired_leases",
         "Leases past their deadline, not yet recovered.",
@@ -194,7 +201,11 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
 pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     let mut o = format!("queue    {} ({:032x})\n", q.dir, q.id);
     for ((n, c), b) in STATE_NAMES.iter().zip(counts(s)).zip(bytes(s)) {
-        let _ = writeln!(o, "{n:<8} {c:>8}  {b:>12} bytes");
+        if s.bytes_counted {
+            let _ = writeln!(o, "{n:<8} {c:>8}  {b:>12} bytes");
+        } else {
+            let _ = writeln!(o, "{n:<8} {c:>8}");
+        }
     }
     let _ = writeln!(
         o,
@@ -218,14 +229,21 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     }
     if !s.limits.is_unlimited() {
         let lim = |v: Option<u64>| v.map_or("no limit".into(), |v| format!("limit {v}"));
-        let _ = writeln!(
+        let _ = write!(
             o,
-            "capacity {:>8}  jobs ({}), {} bytes ({})",
+            "capacity {:>8}  jobs ({})",
             s.capacity_jobs(),
-            lim(s.limits.max_jobs),
-            s.capacity_bytes(),
-            lim(s.limits.max_bytes)
+            lim(s.limits.max_jobs)
         );
+        if s.bytes_counted {
+            let _ = write!(
+                o,
+                ", {} bytes ({})",
+                s.capacity_bytes(),
+                lim(s.limits.max_bytes)
+            );
+        }
+        o.push('\n');
     }
     if s.live_keys > 0 {
         let _ = writeln!(o, "keys     {:>8}  live idempotency keys", s.live_keys);
@@ -315,6 +333,7 @@ mod tests {
             live_keys: 4,
             unreadable_shards: 0,
             ready_by_priority: [0, 0, 0, 2, 0, 0, 0, 1],
+            bytes_counted: true,
         }
     }
 
@@ -386,6 +405,26 @@ mod tests {
         assert!(!quiet.contains("foreign") && !quiet.contains("capacity"));
         assert!(!quiet.contains("priority"));
         assert!(quiet.ends_with("oldest ready job: -\n"));
+    }
+
+    #[test]
+    fn status_without_bytes_says_so_in_every_format() {
+        let s = Status {
+            bytes_counted: false,
+            ..sample()
+        };
+        let t = status_text(&Q, &s);
+        assert!(t.contains("\nacked           7\n"), "{t}");
+        assert!(!t.contains("bytes"), "{t}");
+        assert!(t.contains("\ncapacity        6  jobs (limit 10)\n"), "{t}");
+        let j = status_json(&Q, &s);
+        assert!(j.contains(r#""foreign":2,"bytes":null,"oldest"#), "{j}");
+        assert!(j.contains(r#""capacity":{"jobs":6,"bytes":null,"#), "{j}");
+        let p = status_prometheus(&Q, &s);
+        assert!(
+            !p.contains("steadq_bytes") && p.contains("steadq_jobs{"),
+            "{p}"
+        );
     }
 
     #[test]

@@ -176,8 +176,15 @@ mod with_s3 {
     }
 
     fn enqueue(a: args::Enqueue) -> Result<Exit, CliError> {
-        if a.max_attempts.is_some() || a.delay.is_some() || a.key.is_some() || a.wait.is_some() {
-            return Err(unsupported("--max-attempts, --delay, --key, --wait"));
+        if a.max_attempts.is_some()
+            || a.delay.is_some()
+            || a.key.is_some()
+            || a.wait.is_some()
+            || a.priority.is_some()
+        {
+            return Err(unsupported(
+                "--max-attempts, --delay, --key, --wait, --priority",
+            ));
         }
         let q = open(&url(&a.dir))?;
         let mut payload = Vec::new();
@@ -195,8 +202,8 @@ mod with_s3 {
     }
 
     fn claim(a: args::Claim) -> Result<Exit, CliError> {
-        if a.wait.is_some() {
-            return Err(unsupported("--wait"));
+        if a.wait.is_some() || a.aging.is_some() {
+            return Err(unsupported("--wait, --aging"));
         }
         let opts = Options {
             lease_ms: ms(a.lease),
@@ -432,8 +439,8 @@ mod with_s3 {
         if a.command.is_empty() {
             return Err(CliError::usage("work: no command after --"));
         }
-        if a.timeout.is_some() {
-            return Err(unsupported("--timeout"));
+        if a.timeout.is_some() || a.aging.is_some() {
+            return Err(unsupported("--timeout, --aging"));
         }
         let opts = Options {
             lease_ms: ms(a.lease),
@@ -525,6 +532,7 @@ mod tests {
             dir: dir.into(),
             json: false,
             prometheus: false,
+            bytes: false,
         })
     }
 

@@ -62,24 +62,6 @@ pub(crate) fn fits_receipt_shard(n: &JobName, shard: u16, shards: u16) -> bool {
     n.id.shard(shards) == shard && matches!(n.kind, Kind::Receipt { .. })
 }
 
-/// List `dir`, which holds jobs accepted by `fits`, calling `f(name, parsed)` per entry.
-pub(crate) fn scan(
-    sys: &Sys,
-    dir: BorrowedFd<'_>,
-    queue_id: u128,
-    fits: impl Fn(&JobName) -> bool,
-    mut f: impl FnMut(&str, Result<JobName, Foreign>),
-) -> Result<(), Errno> {
-    sys.read_dir(dir, |name, raw, t| {
-        let Some(name) = name else {
-            log::warn!("foreign entry with a non-UTF-8 name: {raw:?}");
-            f("", Err(Foreign::NotUtf8));
-            return;
-        };
-        f(name, classify(sys, dir, name, queue_id, t, &fits));
-    })
-}
-
 /// Length in bytes of a ready name (`<id32>.g<16>.a<8>.m<8>.k<16>.sqj`).
 pub(crate) const READY_NAME_LEN: usize = 92;
 /// Length in bytes of a leased name (see [`crate::disk::name`]).

@@ -4,10 +4,15 @@
 //! **Where the limits live.** In a sidecar file, `<root>/steadq.limits`, not in the identity
 //! file: the identity is published once with a no-replace rename and never rewritten (losing it
 //! makes `init` re-identify the queue from job headers), while limits change at run time. The
-//! sidecar has its own checksum, is replaced atomically (temp file in `tmp/`, fsync, `rename`,
-//! fsync of the root) and is read on every checked enqueue (one small read), so a change is
-//! seen by every producer at its next enqueue. No sidecar: no limit, and an enqueue pays one
-//! failed `openat`. Old queues open unchanged; old SteadQ builds ignore the file.
+//! sidecar has its own checksum and is replaced atomically (temp file in `tmp/`, fsync, `rename`,
+//! fsync of the root). A handle reads it at its first enqueue after putting an inotify watch
+//! on the root, and again only after that watch reports an event about the file (the kernel
+//! queues it inside the `rename`, `unlink` or `write`), so a change is seen by every producer
+//! at its next enqueue, as if it read the file every time; an enqueue pays one `read` of the
+//! watch that finds nothing. No sidecar: no limit. Where no watch can be made (inotify
+//! missing, or the per-user instance limit reached) the file is read at every enqueue (one
+//! failed `openat` when there is none). Old queues open unchanged; old SteadQ builds ignore
+//! the file.
 //!
 //! ```text
 //! steadq-limits
@@ -117,11 +122,59 @@ pub(crate) struct CapState {
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// The limits as last read, kept current by an inotify watch on the root.
+    known: Option<KnownLimits>,
+    /// No watch on the root could be made: read the limits file at every check.
+    no_root_watch: bool,
     tally: Option<Tally>,
     /// Inotify unavailable: count by listing at every check.
     no_inotify: bool,
     reserved_jobs: u64,
     reserved_bytes: u64,
+}
+
+/// The limits a handle last read, with the inotify watch on the root made before that read:
+/// any later change of `steadq.limits` (a rename over it, a removal, a write) queues an event
+/// inside the changing call, so a check that finds no event knows the limits it holds are
+/// those in force when the check started.
+#[derive(Debug)]
+struct KnownLimits {
+    ino: OwnedFd,
+    limits: Limits,
+}
+
+/// Events on the root that can change the limits file.
+const ROOT_WATCH: WatchFlags = WatchFlags::CREATE
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::MODIFY)
+    .union(WatchFlags::CLOSE_WRITE)
+    .union(WatchFlags::DONT_FOLLOW)
+    .union(WatchFlags::ONLYDIR);
+
+/// Whether events queued on `ino` (drained) may have changed the limits file: one about it,
+/// an overflow or a lost watch. An unreadable watch counts as a change.
+fn limits_touched(ino: &OwnedFd) -> bool {
+    let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 1024];
+    let mut r = inotify::Reader::new(ino.as_fd(), &mut buf);
+    let mut touched = false;
+    loop {
+        match r.next() {
+            Ok(ev) => {
+                let about = ev
+                    .file_name()
+                    .is_some_and(|n| n.to_bytes() == LIMITS_FILE.as_bytes());
+                touched |= about
+                    || ev
+                        .events()
+                        .intersects(ReadFlags::QUEUE_OVERFLOW | ReadFlags::IGNORED);
+            }
+            Err(Errno::AGAIN) => return touched,
+            Err(Errno::INTR) => continue,
+            Err(_) => return true,
+        }
+    }
 }
 
 /// A watched directory.
@@ -297,10 +350,44 @@ impl Queue {
         });
     }
 
+    /// The limits in force, as [`Queue::limits`], without reading the file when the handle's
+    /// watch on the root saw no change since it last did (one `read` of the inotify fd, which
+    /// finds nothing, instead of an `openat`, a `read` and a `close`; or, on a queue without
+    /// limits, a failed `openat`). Exact: see [`KnownLimits`].
+    fn limits_now(&self) -> Result<Limits> {
+        let mut g = self.cap.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if g.no_root_watch {
+            drop(g);
+            return self.limits();
+        }
+        let ino = match g.known.take() {
+            Some(k) if !limits_touched(&k.ino) => {
+                let limits = k.limits;
+                g.known = Some(k);
+                return Ok(limits);
+            }
+            Some(k) => k.ino,
+            None => match inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
+                .and_then(|ino| inotify::add_watch(&ino, &self.root, ROOT_WATCH).map(|_| ino))
+            {
+                Ok(ino) => ino,
+                Err(_) => {
+                    g.no_root_watch = true;
+                    drop(g);
+                    return self.limits();
+                }
+            },
+        };
+        // Watched before this read: a change from now on is seen at the next check.
+        let limits = self.limits()?;
+        g.known = Some(KnownLimits { ino, limits });
+        Ok(limits)
+    }
+
     /// Check room for `jobs` more jobs of `bytes` payload bytes in all and reserve it until the
     /// returned guard drops (after the publication). `None`: the queue has no limits.
     pub(crate) fn admit(&self, jobs: u64, payload_bytes: u64) -> Result<Option<Room<'_>>> {
-        let limits = self.limits()?;
+        let limits = self.limits_now()?;
         if limits.is_unlimited() {
             return Ok(None);
         }

@@ -14,14 +14,17 @@
 //! failure a later fsync can succeed without the lost writes (see [`crate::sys::Sys::fsync`]).
 //! Directories opened per call (delayed and dead buckets) are not grouped.
 
-use crate::disk::sys::Errno;
-use std::os::fd::RawFd;
-use std::sync::{Condvar, Mutex};
+use crate::disk::sys::{Errno, Sys};
+use std::os::fd::{BorrowedFd, RawFd};
+use std::sync::{Condvar, Mutex, OnceLock};
 
 /// The group-commit state of every directory a handle holds (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct Group {
     dirs: Vec<(RawFd, DirSync)>,
+    /// Whether the queue's filesystem makes a rename durable in both directories with one
+    /// fsync of either (see [`Group::one_barrier_per_rename`]); learnt at first use.
+    one_barrier: OnceLock<bool>,
 }
 
 impl Group {
@@ -30,7 +33,28 @@ impl Group {
         let mut dirs: Vec<(RawFd, DirSync)> =
             fds.into_iter().map(|f| (f, DirSync::default())).collect();
         dirs.sort_unstable_by_key(|(f, _)| *f);
-        Group { dirs }
+        Group {
+            dirs,
+            one_barrier: OnceLock::new(),
+        }
+    }
+
+    /// Whether, on the filesystem of `dir` (any directory of the queue), a completed fsync of
+    /// a rename's destination directory also makes the rename's removal from its source
+    /// directory durable, so that a move between directories needs one directory fsync, not
+    /// two. True only where the block rig showed it (DESIGN.md, Barriers): xfs, and ext4 with
+    /// a jbd2 journal attached and no fast commits, whose fsync of a directory commits the
+    /// whole journal transaction (or log checkpoint) holding the rename, and every earlier
+    /// one. Everywhere else (btrfs, f2fs, ext2 or ext4 without a journal or with fast commits,
+    /// tmpfs, network filesystems, or when a check cannot be made) both fsyncs stay.
+    pub(crate) fn one_barrier_per_rename(&self, sys: &Sys, dir: BorrowedFd<'_>) -> bool {
+        *self
+            .one_barrier
+            .get_or_init(|| match sys.fs_magic(dir).map(|m| m as u32) {
+                Ok(0x5846_5342) => true, // xfs
+                Ok(0xEF53) => ext4_journal_attached(dir),
+                _ => false,
+            })
     }
 
     /// The barrier state of held directory `fd`, or `None` for a directory opened per call.
@@ -40,6 +64,37 @@ impl Group {
             .ok()
             .map(|i| &self.dirs[i].1)
     }
+}
+
+/// Whether the ext2/3/4 filesystem holding `dir` runs a jbd2 journal without fast commits:
+/// its block device (`/sys/dev/block/<major>:<minor>`) has `/proc/fs/jbd2/<device>-8`, and
+/// its superblock, read from `/dev/<device>`, has `has_journal` and not `fast_commit` (an
+/// fsync there writes a fast-commit record, which the rig has not tested). False when unsure,
+/// for example when the device cannot be read (not root): both fsyncs stay.
+fn ext4_journal_attached(dir: BorrowedFd<'_>) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok(st) = rustix::fs::fstat(dir) else {
+        return false;
+    };
+    let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+    let Ok(dev) = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")) else {
+        return false;
+    };
+    let Some(name) = dev.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    if !std::path::Path::new(&format!("/proc/fs/jbd2/{name}-8")).is_dir() {
+        return false;
+    }
+    // The superblock: 1024 bytes at offset 1024; s_magic at 0x38, s_feature_compat at 0x5C.
+    let mut sb = [0u8; 0x60];
+    let read = std::fs::File::open(format!("/dev/{name}"))
+        .and_then(|f| f.read_exact_at(&mut sb, 1024))
+        .is_ok();
+    let compat = u32::from_le_bytes([sb[0x5C], sb[0x5D], sb[0x5E], sb[0x5F]]);
+    const HAS_JOURNAL: u32 = 0x4;
+    const FAST_COMMIT: u32 = 0x400;
+    read && sb[0x38..0x3A] == [0x53, 0xEF] && compat & HAS_JOURNAL != 0 && compat & FAST_COMMIT == 0
 }
 
 /// Barriers of one directory: numbered as they start; see the module docs.

@@ -1,7 +1,8 @@
 //! Where a rename happens: [`Queue::move_job`] is the one place a job changes state.
 //!
 //! `renameat2(old dir, exact old name, new dir, new name, RENAME_NOREPLACE)`, then fsync of
-//! the destination directory, then of the source directory when it differs. The rename is the
+//! the destination directory, then of the source directory when it differs (except where the
+//! block rig showed the first fsync covers both: xfs and journaled ext4, DESIGN.md Barriers). The rename is the
 //! linearization point: an error from it is "not done" (`ENOENT`: the exact name is gone, so a
 //! lease is lost or another process moved the job first), except `EIO`, which is
 //! indeterminate. A failed fsync after it is indeterminate.
@@ -158,9 +159,19 @@ impl Queue {
         op: Op,
     ) -> Moved {
         self.rename_job(from, old, to, new, op)?;
-        self.sync_place(to).map_err(MoveFailed::Renamed)?;
-        if from.rel != to.rel {
-            self.sync_place(from).map_err(MoveFailed::Renamed)?;
+        self.sync_moved(from, to).map_err(MoveFailed::Renamed)
+    }
+
+    /// The barriers after a rename from `from` to `to`: fsync of `to`, then of `from` when it
+    /// differs, except where the block rig showed the first covers both (xfs and journaled
+    /// ext4: [`crate::ops::group::Group::one_barrier_per_rename`], DESIGN.md Barriers).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`], indeterminate (the rename happened).
+    pub(crate) fn sync_moved(&self, from: &Place<'_>, to: &Place<'_>) -> Result<()> {
+        self.sync_place(to)?;
+        if from.rel != to.rel && !self.group.one_barrier_per_rename(&self.sys, to.dir.fd()) {
+            self.sync_place(from)?;
         }
         Ok(())
     }

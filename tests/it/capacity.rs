@@ -281,7 +281,7 @@ fn cli_limits_exit_7_and_wait() {
     assert!(err.contains("queue full"), "{err}");
     let waited = run(&["enqueue", dir, "--wait", "200ms"], b"two");
     assert_eq!(waited.status.code(), Some(7));
-    let st = run(&["status", dir, "--json"], b"");
+    let st = run(&["status", dir, "--json", "--bytes"], b"");
     let json = String::from_utf8_lossy(&st.stdout);
     assert!(
         json.contains(r#""capacity":{"jobs":1,"bytes":131,"max_jobs":1,"max_bytes":null}"#),
@@ -356,4 +356,40 @@ fn check_cost_at_scale() {
         checked_b.as_micros(),
         plain.as_micros()
     ));
+}
+
+/// A handle learns the limits once and then reads the file again only when its watch on the
+/// root reports a change: an enqueue on a queue without limits makes no `openat` of
+/// `steadq.limits`, and a limits file created (by another handle) after this handle's last
+/// enqueue is honoured at its very next enqueue; removing it lifts the limit as promptly.
+#[test]
+fn limits_set_after_a_handle_opened_are_honoured_at_its_next_enqueue() {
+    let d = TempDir::new("cap-later");
+    let plan = steadq::sys::FaultPlan::new(vec![]);
+    let q = Queue::create(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..fast(2)
+        },
+    )
+    .unwrap();
+    q.enqueue(b"first").unwrap(); // learns: no limits
+    plan.reset_counts();
+    for _ in 0..10 {
+        q.enqueue(b"x").unwrap();
+    }
+    // Each enqueue opens its tmp file (O_TMPFILE) and nothing else: no limits-file open.
+    let opens = plan.count(steadq::sys::Call::Open);
+    assert!(opens <= 10, "{opens} opens for 10 enqueues");
+    let other = Queue::open(d.path()).unwrap();
+    other.set_limits(jobs(11)).unwrap();
+    let e = q.enqueue(b"over").unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::QueueFull { jobs: 11, .. }),
+        "{e}"
+    );
+    std::fs::remove_file(d.path().join("steadq.limits")).unwrap();
+    q.enqueue(b"room again").unwrap();
+    assert_eq!(q.status().unwrap().ready, 12);
 }

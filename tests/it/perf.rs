@@ -3,6 +3,7 @@
 //! rename behind a completed barrier.
 
 use crate::common::*;
+use std::time::Duration;
 use steadq::*;
 
 #[test]
@@ -141,4 +142,51 @@ fn list_each_streams_and_stops_when_asked() {
     })
     .unwrap();
     assert_eq!(n, 3);
+}
+
+#[test]
+fn status_without_bytes_counts_alike_and_finds_the_oldest_ready_time() {
+    let d = TempDir::new("status-fast");
+    let q = Queue::create(d.path(), fast(2)).unwrap();
+    // 17 older ids and 3 newer; all claimed, the 3 newer released first, the 17 older
+    // 150 ms later: the oldest ids are not the longest ready, so the status that stats only
+    // the oldest ids must notice and look further.
+    let older: Vec<JobId> = (0..17).map(|_| q.enqueue(b"x").unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(3)); // newer ids: a later millisecond
+    let newer: Vec<JobId> = (0..3).map(|_| q.enqueue(b"y").unwrap()).collect();
+    let leases = q.claim_batch(20, Duration::from_secs(60)).unwrap();
+    assert_eq!(leases.len(), 20);
+    let (first, later): (Vec<Lease>, Vec<Lease>) =
+        leases.into_iter().partition(|l| newer.contains(&l.id()));
+    assert_eq!(later.len(), older.len());
+    first.into_iter().for_each(|l| l.release().unwrap());
+    std::thread::sleep(Duration::from_millis(150));
+    later.into_iter().for_each(|l| l.release().unwrap());
+    // A file shaped like a job name whose tag does not verify is foreign, never a job.
+    let name = files(d.path(), "ready/00")[0].clone(); // "ready/00/<name>"
+    let flip = if name.as_bytes()[name.len() - 5] == b'0' {
+        '1'
+    } else {
+        '0'
+    };
+    let forged = format!(
+        "{}{flip}{}",
+        &name[..name.len() - 5],
+        &name[name.len() - 4..]
+    );
+    std::fs::write(d.path().join(forged), b"not a job").unwrap();
+    let full = q.status().unwrap();
+    let fast = q.status_with(false).unwrap();
+    assert!(full.bytes_counted && !fast.bytes_counted);
+    assert_eq!((fast.ready, fast.foreign), (20, 1));
+    assert_eq!((full.ready, full.foreign), (20, 1));
+    assert_eq!(full.bytes.ready, 20 * (128 + 1));
+    assert_eq!(fast.bytes.ready, 0);
+    let age = fast.oldest_ready_age.unwrap();
+    assert!(age >= Duration::from_millis(150), "{age:?}");
+    let full_age = full.oldest_ready_age.unwrap();
+    assert!(
+        full_age.abs_diff(age) < Duration::from_millis(100),
+        "{full_age:?} {age:?}"
+    );
 }

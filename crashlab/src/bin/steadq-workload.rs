@@ -62,14 +62,20 @@ impl Marker {
     }
 }
 
-/// Creates the queue at `<mountpoint>/q`; with the negative control, returns the armed plan
-/// that skips every file fsync from then on (a torn identity file is not the bug under test).
-fn create(a: &Args) -> Queue {
-    let plan = FaultPlan::disarmed(vec![Fault {
+/// Creates the queue at `<mountpoint>/q` with a plan that counts calls (the fsyncs made are
+/// reported at the end); with the negative control the plan skips every file fsync from then
+/// on (a torn identity file is not the bug under test).
+fn create(a: &Args) -> (Queue, Arc<FaultPlan>) {
+    let skip = Fault {
         call: Call::Fsync,
         nth: 0,
         action: FaultAction::Skip,
-    }]);
+    };
+    let plan = FaultPlan::disarmed(if a.skip_file_fsync {
+        vec![skip]
+    } else {
+        Vec::new()
+    });
     let o = Options {
         shards: 2,
         durability: if a.batched {
@@ -77,12 +83,12 @@ fn create(a: &Args) -> Queue {
         } else {
             Durability::Strict
         },
-        faults: a.skip_file_fsync.then(|| Arc::clone(&plan)),
+        faults: Some(Arc::clone(&plan)),
         ..Options::default()
     };
     let q = Queue::create(a.mountpoint.join("q"), o).unwrap_or_else(|e| fail("create", e));
     plan.arm();
-    q
+    (q, plan)
 }
 
 /// Enqueue step `i`: payloads from 100 bytes to ~24 KiB, so some span several blocks.
@@ -141,7 +147,17 @@ fn main() {
     let mut m = Marker(
         MarkWriter::open(&a.blockdev, a.markbase).unwrap_or_else(|e| fail("open mark device", e)),
     );
-    let q = create(&a);
+    let (q, plan) = create(&a);
+    // Which journals are attached: on ext4 a move between directories makes one directory
+    // fsync, not two, when this lists the disk (steadq's ops/group.rs; DESIGN.md, Barriers).
+    let jbd2: Vec<String> = std::fs::read_dir("/proc/fs/jbd2")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    say(&format!("CRASHLAB_WORKLOAD_JBD2 {jbd2:?}"));
     let t = Instant::now();
     for i in 0..a.jobs {
         enqueue(&q, &mut m, i, a.batched);
@@ -149,6 +165,11 @@ fn main() {
             claim_and_settle(&q, &mut m, i);
         }
     }
+    say(&format!(
+        "CRASHLAB_WORKLOAD_FSYNCS file {} dir {}",
+        plan.count(Call::Fsync),
+        plan.count(Call::FsyncDir)
+    ));
     say(&format!(
         "CRASHLAB_WORKLOAD_OK {} iterations in {:.2}s{}",
         a.jobs,
