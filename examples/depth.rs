@@ -1,4 +1,4 @@
-//! Depth figures at a large backlog (issue 11): `depth fill DIR N` enqueues N ready jobs
+//! Depth figures at a large backlog (issue 11): `depth fill DIR N [SHARDS]` enqueues N ready jobs
 //! (durability none, in batches), `depth claim DIR` times a new worker's first claim and
 //! prints its peak RSS, `depth lease DIR N` claims N jobs with an hour's lease and leaves
 //! them leased (the idle-cost figure: an idle `steadq work` and a CLI `claim` beside N leased
@@ -22,7 +22,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, dir) = match (a.first(), a.get(1)) {
         (Some(c), Some(d)) => (c.as_str(), d.as_str()),
-        _ => return Err("usage: depth fill DIR N | depth claim DIR | depth lease DIR N".into()),
+        _ => {
+            return Err(
+                "usage: depth fill DIR N [SHARDS] | depth claim DIR | depth lease DIR N".into(),
+            )
+        }
     };
     let opts = Options {
         durability: Durability::None,
@@ -31,7 +35,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
         "fill" => {
             let n: usize = a.get(2).ok_or("fill needs N")?.parse()?;
-            let q = Queue::create(dir, opts)?;
+            // Optional shard count (default 8): a deep queue wants more shards, since a claim
+            // lists a whole slot to take its oldest job.
+            let shards = a.get(3).map_or(Ok(opts.shards), |s| s.parse())?;
+            let q = Queue::create(dir, Options { shards, ..opts })?;
             let payload = [b'x'; 64];
             let t = Instant::now();
             for done in (0..n).step_by(1000) {

@@ -267,7 +267,7 @@ mod tests {
         assert_eq!(
             Identity::decode(&newer),
             Err(ErrorKind::UnsupportedVersion {
-                found: 3,
+                found: 4,
                 supported: 3
             })
         );

@@ -192,12 +192,21 @@ impl Queue {
         }
     }
 
-    /// Make sure every slot a pick must see holds its candidates: levels from the highest
-    /// down, every shard of a level not known empty and not holding candidates (or holding
-    /// ones an older arrival would pass) is listed. Without aging it stops at the first
-    /// level that has candidates: a lower level cannot win. With aging every level is loaded,
-    /// since an old low job may outrank the top level. Each listing costs one of `budget`.
+    /// Make sure the slots a pick must see hold their candidates: levels from the highest
+    /// down, each shard of a level not known empty and not holding candidates (or holding
+    /// ones an older arrival would pass) is listed, but at most one *deep* listing per claim
+    /// (one that found a full set of [`CLAIM_CANDIDATES`] ready jobs): a listing reads its
+    /// whole slot (the oldest-first rule), so a new handle at depth pays for one slot per
+    /// claim, not for the whole level at once (1M jobs in 8 shards: one listing of 125,000
+    /// names instead of eight). The slots not yet listed are listed by the next claims; until
+    /// then a claim may pass over an older job in one of them, so with slots deeper than
+    /// [`CLAIM_CANDIDATES`] the cross-shard bound is fewer than `shards` claims; with
+    /// shallower slots every slot is listed and the order is exact. Without aging it stops at
+    /// the first level that has candidates: a lower level cannot win. With aging every level
+    /// is loaded, since an old low job may outrank the top level. Each listing costs one of
+    /// `budget`.
     fn load_levels(&self, seen: &mut RecoverReport, budget: &mut u32) -> Result<()> {
+        let mut found_some = false;
         for level in (0..self.ident.levels()).rev() {
             let level = if self.ident.version >= 3 {
                 level
@@ -211,7 +220,7 @@ impl Queue {
                     any = true;
                     continue;
                 }
-                if *budget == 0 {
+                if *budget == 0 || found_some {
                     continue;
                 }
                 let generation = match self.shards.skip(slot, self.clock.boot_ns()) {
@@ -233,6 +242,9 @@ impl Queue {
                 // Oldest last, so pop() gives the oldest.
                 found.sort_unstable_by_key(|n| core::cmp::Reverse(n.id));
                 any |= !found.is_empty();
+                // A deep slot (a full set of candidates: it may hold many more) ends this
+                // claim's listings; shallow ones are cheap and keep the order exact.
+                found_some |= found.len() >= CLAIM_CANDIDATES;
                 let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
                 c.held[slot as usize] = found;
             }

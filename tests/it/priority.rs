@@ -328,3 +328,39 @@ fn within_a_shard_the_oldest_ready_job_goes_first_at_any_depth() {
     }
     assert_eq!(got, sorted);
 }
+
+/// Deep slots (more ready jobs than a listing keeps as candidates) are listed one per claim,
+/// so a new handle's first claim reads one slot, not the whole level: the price is that a
+/// claim may pass over the oldest ready job while its slot is not yet listed, fewer than
+/// `shards` times. Fails if the rule were dropped for "list only the first slot" (unbounded)
+/// or if deep slots were never relisted.
+#[test]
+fn deep_slots_pass_over_the_oldest_job_fewer_than_shards_times() {
+    let d = TempDir::new("prio-deep");
+    let shards = 8u16;
+    let q = Queue::create(d.path(), fast(shards)).unwrap();
+    let mut ready: std::collections::BTreeSet<JobId> = Default::default();
+    for _ in 0..(shards as usize * 300) {
+        ready.insert(q.enqueue(b"x").unwrap());
+    }
+    let fresh = Queue::open(d.path()).unwrap();
+    let (mut worst, mut run, mut oldest) = (0u32, 0u32, None);
+    while let Some(l) = fresh.claim().unwrap() {
+        let first = *ready.first().unwrap();
+        if oldest != Some(first) {
+            (oldest, run) = (Some(first), 0);
+        }
+        if l.id() != first {
+            run += 1;
+            worst = worst.max(run);
+        }
+        assert!(ready.remove(&l.id()));
+        l.ack().unwrap();
+    }
+    assert!(ready.is_empty(), "every job was claimed");
+    eprintln!(
+        "{} deep-slot claims; largest pass-over: {worst}",
+        shards as usize * 300
+    );
+    assert!(worst < shards as u32, "passed over {worst} times");
+}
