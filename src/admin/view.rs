@@ -771,7 +771,7 @@ impl Oldest {
             if self.since.is_some_and(|t| t <= enqueued(n)) {
                 return Some(self.since);
             }
-            let dir = q.dirs.ready.get(n.id.shard(q.ident.shards) as usize)?;
+            let dir = q.dirs.ready.get(q.ident.slot_of(n) as usize)?;
             match q.sys.stat_nofollow(dir.as_fd(), &n.format(q.ident.id)) {
                 Ok(m) => self.at(m.ctime_ns),
                 Err(Errno::NOENT) => {} // moved on meanwhile: no longer ready
