@@ -534,8 +534,20 @@ impl Sys {
 
     /// `fsync(2)` of a directory: makes the names created, renamed or removed in it durable.
     /// Never retried, as [`Sys::fsync`].
+    ///
+    /// A directory held by name only (`O_PATH`: a ready shard that was unreadable when the
+    /// queue was opened, see [`Sys::open_dir_path_only`]) cannot be fsynced itself (`EBADF`):
+    /// then `.` is opened through it (it is readable again, or the rename before this would
+    /// have been its only use) and that descriptor is fsynced; the same inode, the same barrier.
     pub fn fsync_dir(&self, fd: BorrowedFd<'_>) -> R<()> {
-        self.run_barrier(Call::FsyncDir, || rustix::fs::fsync(fd))
+        self.run_barrier(Call::FsyncDir, || match rustix::fs::fsync(fd) {
+            Err(Errno::BADF) => {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                let dir = rustix::fs::openat(fd, ".", flags, Mode::empty())?;
+                rustix::fs::fsync(dir)
+            }
+            r => r,
+        })
     }
 
     /// Like [`Sys::run`] for a barrier, which a [`FaultAction::Skip`] may skip.

@@ -784,11 +784,36 @@ fn an_unreadable_shard_is_reported_and_skipped() {
     let (code, out, err) = nobody(&format!("{bin} fsck {qs}"));
     assert_eq!(code, Some(5), "fsck: {out}{err}");
     assert!(out.contains("ready/01: unreadable"), "{out}");
+    // A worker that opened the queue while the shard was unreadable holds it by name only
+    // (O_PATH); once it is readable again the worker runs its jobs. (Found by a fresh-user
+    // trial: the claim's directory fsync failed with EBADF on that descriptor, each claim was
+    // indeterminate, and the jobs went to dead/ without running.)
+    let mut worker = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .args([bin, "work", qs, "--lease", "5s", "--", "cat"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
     std::fs::set_permissions(q.join("ready/01"), std::fs::Permissions::from_mode(0o775)).unwrap();
-    let st = Queue::open(&q).unwrap().status().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let st = loop {
+        let st = Queue::open(&q).unwrap().status().unwrap();
+        if st.acked == 20 || std::time::Instant::now() > deadline {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    worker.kill().unwrap();
+    let out = worker.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
-        (st.ready, st.acked, st.unreadable_shards),
-        (hidden as u64, readable as u64, 0)
+        (st.ready, st.leased, st.dead, st.acked, st.unreadable_shards),
+        (0, 0, 0, 20, 0),
+        "{err}"
     );
+    assert!(!err.contains("Bad file descriptor"), "{err}");
     std::fs::remove_dir_all(&base).unwrap();
 }
