@@ -187,13 +187,25 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
             "--payload-out -: stdout carries the lease handle, so the payload needs a file path (e.g. --payload-out /tmp/payload)",
         ));
     }
-    // Open the payload file before claiming: a bad path then changes nothing.
+    // Open the payload file before claiming, so a bad path changes nothing, but cut it only
+    // once a job is claimed: without a job an existing file keeps its bytes and a new one
+    // is removed again.
+    let existed = a.payload_out.as_deref().is_some_and(|p| p.exists());
     let mut file = match &a.payload_out {
         Some(p) => Some(
-            std::fs::File::create(p)
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
                 .map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?,
         ),
         None => None,
+    };
+    let made_file = |p: &Option<std::path::PathBuf>| {
+        if let (Some(p), false) = (p, existed) {
+            let _ = std::fs::remove_file(p);
+        }
     };
     let q = Queue::open_with(
         &a.dir,
@@ -202,17 +214,21 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
             aging: a.aging,
             ..Options::default()
         },
-    )?;
+    )
+    .inspect_err(|_| made_file(&a.payload_out))?;
     let lease = match a.wait {
-        Some(w) => q.claim_wait(a.lease, w)?,
-        None => q.claim_for(a.lease)?,
+        Some(w) => q.claim_wait(a.lease, w),
+        None => q.claim_for(a.lease),
     };
+    let lease = lease.inspect_err(|_| made_file(&a.payload_out))?;
     let Some(lease) = lease else {
+        made_file(&a.payload_out);
         eprintln!("no job ready in {}", a.dir.display());
         return Ok(Exit::NoJob);
     };
     if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
-        match write_payload(&lease, f) {
+        let cut = f.set_len(0).map_err(|e| PayloadOut::Failed(e.to_string()));
+        match cut.and_then(|()| write_payload(&lease, f)) {
             Ok(()) => {}
             Err(PayloadOut::Corrupt(e)) => return Err(claimed_corrupt(lease, f, p, &e)),
             Err(PayloadOut::Failed(e)) => {

@@ -1258,3 +1258,28 @@ fn work_once_that_dead_letters_a_too_large_job_exits_0() {
     let o = steadq(&["claim", p(q), "--max-payload", "10"]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
 }
+
+/// `claim --payload-out FILE` touches FILE only when it claimed a job: with no job (exit 3) an
+/// existing file keeps its bytes and a missing one is not left behind (found by a fresh-user
+/// trial: the file was cut to 0 bytes before the claim).
+#[test]
+fn a_claim_without_a_job_leaves_the_payload_file_alone() {
+    let d = TempDir::new("cli-payload-out");
+    let qs = d.path().to_str().unwrap();
+    let init = steadq(&["init", qs]);
+    assert!(init.status.success(), "{init:?}");
+    let keep = d.path().with_extension("keep");
+    std::fs::write(&keep, b"important").unwrap();
+    let out = steadq(&["claim", qs, "--payload-out", keep.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(std::fs::read(&keep).unwrap(), b"important");
+    let new = d.path().with_extension("new");
+    let out = steadq(&["claim", qs, "--payload-out", new.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(!new.exists());
+    assert!(steadq_in(&["enqueue", qs], b"job").status.success());
+    let out = steadq(&["claim", qs, "--payload-out", keep.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read(&keep).unwrap(), b"job");
+    std::fs::remove_file(&keep).unwrap();
+}
