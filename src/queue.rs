@@ -239,6 +239,9 @@ pub struct Shared {
     pub(crate) warned_foreign: std::sync::atomic::AtomicBool,
     /// Jobs this handle's claims moved to dead (corrupt, too large, out of attempts).
     pub(crate) claim_dead: std::sync::atomic::AtomicU64,
+    /// Boot-clock time (ns, 0: never) of this handle's last pass making due delayed jobs
+    /// ready before a claim (`ops/lease.rs`, `claim_sweep_with`).
+    pub(crate) promoted_at: std::sync::atomic::AtomicU64,
     /// Per ready shard: this handle could not read it at its last listing (`chmod 000`).
     pub(crate) unreadable: Vec<std::sync::atomic::AtomicBool>,
     /// Per ready shard: its unreadability was logged (once per handle).
@@ -430,6 +433,7 @@ impl Queue {
                 group,
                 warned_foreign: Default::default(),
                 claim_dead: Default::default(),
+                promoted_at: Default::default(),
                 unreadable: flags(),
                 warned_unreadable: flags(),
                 evidence_lock: Mutex::new(()),

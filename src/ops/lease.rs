@@ -81,6 +81,10 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
 /// reads every name, parsing them without their tags, and tag-checks only those kept).
 const CLAIM_CANDIDATES: usize = 256;
 
+/// How often a claiming handle makes due delayed jobs ready before it claims (see
+/// `promote_due_first`): a due job waits at most this long behind ready jobs of a lower level.
+const PROMOTE_EVERY: Duration = Duration::from_millis(100);
+
 /// How long claims skip a ready shard this user cannot read before trying it again.
 const UNREADABLE_RECHECK: Duration = Duration::from_secs(10);
 
@@ -144,6 +148,7 @@ impl Queue {
         sync: bool,
     ) -> Result<Option<Lease>> {
         crate::queue::check_lease(lease)?;
+        self.promote_due_first(seen);
         for round in 0..2 {
             if let Some(l) = self.claim_round(lease, seen, sync)? {
                 return Ok(Some(l));
@@ -160,6 +165,23 @@ impl Queue {
             }
         }
         Ok(None)
+    }
+
+    /// Make due delayed jobs ready before a claim looks at the ready ones, at most once per
+    /// [`PROMOTE_EVERY`] per handle: a due retry or delayed job of a high level must not wait
+    /// behind ready jobs of a lower one (a one-shot `steadq claim` is a new handle: it always
+    /// does). A failure is logged; the claim goes on.
+    fn promote_due_first(&self, seen: &mut RecoverReport) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.clock.boot_ns().max(1);
+        let last = self.promoted_at.load(Relaxed);
+        if last != 0 && now.saturating_sub(last) < PROMOTE_EVERY.as_nanos() as u64 {
+            return;
+        }
+        self.promoted_at.store(now, Relaxed);
+        if let Err(e) = self.recover_delayed(seen) {
+            log::warn!("making due delayed jobs ready: {e}");
+        }
     }
 
     /// One claim: take the best candidate held (highest effective priority, then oldest id;
