@@ -118,7 +118,7 @@ pub struct Init {
     #[argh(positional)]
     pub dir: PathBuf,
     /// shards, 1..=256 (default 8); for an existing queue with another count, exit 2
-    #[argh(option)]
+    #[argh(option, from_str_fn(shards))]
     pub shards: Option<u16>,
     /// what an ack keeps, for a new queue: job (default), header or none; see `config`
     #[argh(option, from_str_fn(receipt_policy))]
@@ -141,10 +141,36 @@ pub struct Init {
 pub fn limit(s: &str) -> Result<Option<u64>, String> {
     match s {
         "none" => Ok(None),
-        _ => s
-            .parse()
-            .map(Some)
-            .map_err(|_| format!("bad limit '{s}': a whole number, or none")),
+        _ => match s.parse() {
+            // A limit of 0 refuses every enqueue: a slip, not a setting.
+            Ok(0) => Err("a limit must be at least 1 (none lifts it)".into()),
+            Ok(n) => Ok(Some(n)),
+            Err(_) => Err(format!("bad limit '{s}': a whole number, or none")),
+        },
+    }
+}
+
+/// Parse a priority level: 0..=7.
+pub fn priority(s: &str) -> Result<u8, String> {
+    match s.parse::<u8>() {
+        Ok(p) if p < steadq::name::PRIORITY_LEVELS => Ok(p),
+        _ => Err("a priority is 0..=7 (7 is claimed first; the default is 3)".into()),
+    }
+}
+
+/// Parse a shard count: 1..=256.
+pub fn shards(s: &str) -> Result<u16, String> {
+    match s.parse::<u16>() {
+        Ok(n) if (1..=256).contains(&n) => Ok(n),
+        _ => Err("a shard count is 1..=256".into()),
+    }
+}
+
+/// Parse an aging interval: a duration of at least 1 ms.
+pub fn aging(s: &str) -> Result<Duration, String> {
+    match dur(s)? {
+        d if d >= Duration::from_millis(1) => Ok(d),
+        _ => Err("aging must be at least 1ms".into()),
     }
 }
 
@@ -211,7 +237,7 @@ pub struct Enqueue {
     pub wait: Option<Duration>,
     /// priority 0..=7, the higher claimed first (default 3; other levels need a
     /// version-3 queue)
-    #[argh(option)]
+    #[argh(option, from_str_fn(priority))]
     pub priority: Option<u8>,
 }
 
@@ -243,7 +269,7 @@ pub struct Claim {
     pub max_payload: u64,
     /// aging against starvation: a ready job ranks one priority level higher per this
     /// much age, e.g. 60s (default: strict priority)
-    #[argh(option, from_str_fn(dur))]
+    #[argh(option, from_str_fn(aging))]
     pub aging: Option<Duration>,
 }
 
@@ -550,7 +576,7 @@ pub struct Work {
     pub max_payload: u64,
     /// aging against starvation: a ready job ranks one priority level higher per this
     /// much age, e.g. 60s (default: strict priority, higher levels always first)
-    #[argh(option, from_str_fn(dur))]
+    #[argh(option, from_str_fn(aging))]
     pub aging: Option<Duration>,
     /// the command and its arguments (after --)
     #[argh(positional, greedy)]

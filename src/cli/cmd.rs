@@ -80,7 +80,12 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
         l.max_jobs = a.max_jobs.unwrap_or(l.max_jobs);
         l.max_bytes = a.max_bytes.unwrap_or(l.max_bytes);
         q.set_limits(l)?;
-        eprintln!("capacity limits set: {l:?}");
+        let show = |v: Option<u64>| v.map_or("none".to_string(), |n| n.to_string());
+        eprintln!(
+            "capacity limits set: max jobs {}, max bytes {}",
+            show(l.max_jobs),
+            show(l.max_bytes)
+        );
     }
     stdout::note_done(
         format!(

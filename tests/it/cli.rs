@@ -1283,3 +1283,42 @@ fn a_claim_without_a_job_leaves_the_payload_file_alone() {
     assert_eq!(std::fs::read(&keep).unwrap(), b"job");
     std::fs::remove_file(&keep).unwrap();
 }
+
+#[test]
+fn out_of_range_numbers_are_refused_at_parsing_and_change_nothing() {
+    let tmp = TempDir::new("cli-range");
+    let q = tmp.path().to_path_buf();
+    assert_eq!(steadq(&["init", p(&q)]).status.code(), Some(0));
+    let before = snapshot(&q);
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["init", p(&q), "--shards", "0"],
+            "'--shards' with value '0'",
+        ),
+        (
+            &["init", p(&q), "--shards", "257"],
+            "'--shards' with value '257'",
+        ),
+        // A limit of 0 would refuse every enqueue; "none" lifts a limit.
+        (
+            &["init", p(&q), "--max-jobs", "0"],
+            "'--max-jobs' with value '0'",
+        ),
+        (
+            &["claim", p(&q), "--aging", "0s"],
+            "'--aging' with value '0s'",
+        ),
+        (
+            &["enqueue", p(&q), "--priority", "8"],
+            "'--priority' with value '8'",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = steadq(args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(snapshot(&q), before, "{args:?} changed the queue");
+    }
+    assert!(!q.join("steadq.limits").exists());
+}

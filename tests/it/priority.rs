@@ -299,9 +299,13 @@ fn the_cli_enqueues_lists_and_counts_by_priority() {
     assert_eq!(run(&["enqueue", q, "--priority", "7"], b"a").0, Some(0));
     assert_eq!(run(&["enqueue", q, "--priority", "7"], b"b").0, Some(0));
     assert_eq!(run(&["enqueue", q], b"c").0, Some(0));
+    // Out of range: refused at parsing, naming the option and the value (exit 1, bad usage).
     let (code, _, err) = run(&["enqueue", q, "--priority", "9"], b"d");
-    assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("priority must be 0..=7"), "{err}"); // exit 2: not done
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("'--priority' with value '9': a priority is 0..=7"),
+        "{err}"
+    );
     let (_, out, _) = run(&["status", q], b"");
     assert!(out.contains("ready by priority  7:2 3:1\n"), "{out}");
     let (_, out, _) = run(&["status", q, "--json"], b"");
