@@ -1,4 +1,4 @@
-//! The key layout and the small text records. See `stowq/DESIGN.md` for why.
+//! The key layout and the small text records. See DESIGN-S3.md for why.
 //!
 //! ```text
 //! P/queue                                  identity: "stowq 1\nqueue <32 hex>\n"
