@@ -140,16 +140,6 @@ impl Queue {
         self.check_shard_parents(v3, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
-        // A ready shard this user cannot read was skipped by the walk: say so.
-        for s in 0..self.ident.slots() {
-            if self.unreadable[s as usize].load(std::sync::atomic::Ordering::Relaxed) {
-                rep.problems.push(Problem {
-                    path: self.ident.slot_rel(s),
-                    kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
-                    quarantined: false,
-                });
-            }
-        }
         self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
         Ok(rep)
     }
@@ -183,7 +173,8 @@ impl Queue {
         let mut seen: std::collections::HashMap<u128, String> = std::collections::HashMap::new();
         let mut dups: Vec<(String, String)> = Vec::new();
         let mut jobs_seen = 0u64;
-        self.walk(|s| {
+        let mut unreadable = Vec::new();
+        self.walk_noting(&mut unreadable, |s| {
             rep.checked += 1;
             jobs_seen += 1;
             if let Ok(n) = &s.parsed {
@@ -209,7 +200,16 @@ impl Queue {
                     Err(k) => bad.push((at().0, at().1, k)),
                 },
             }
+            true
         })?;
+        // A directory this user cannot read was skipped by the walk: say so.
+        for path in unreadable {
+            rep.problems.push(Problem {
+                path,
+                kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
+                quarantined: false,
+            });
+        }
         for (path, other) in dups {
             // On a live queue a job can be listed in one directory and then, renamed, in the
             // next: a duplicate counts only if both names still exist.

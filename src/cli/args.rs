@@ -248,7 +248,8 @@ pub struct Enqueue {
     name = "claim",
     example = "rc=0; h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) || rc=$?; [ $rc = 3 ] && exit 0; [ $rc = 0 ] || exit $rc",
     example = "process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
-    error_code(3, "no job ready (within --wait)")
+    error_code(2, "not done: also when a ready shard cannot be read and no job was found elsewhere (named on stderr)"),
+    error_code(3, "no job ready (within --wait) in any shard")
 )]
 pub struct Claim {
     /// queue directory
@@ -406,8 +407,9 @@ pub struct Show {
 }
 
 /// Recover: expired leases back to ready (or dead), due delayed jobs to ready, temp files
-/// of dead writers removed. It does all it can: an entry it cannot move (a full disk) is
-/// reported and the rest are recovered (exit 2 or 4 then).
+/// of dead writers removed. It does all it can: an entry it cannot move (a full disk) or a
+/// directory it cannot read (say `chmod 000 ready/03`: named on stderr) is reported and the
+/// rest are recovered (exit 2 if nothing was changed, 4 if something was).
 #[derive(FromArgs)]
 #[argh(
     subcommand,
