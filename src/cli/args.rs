@@ -429,13 +429,21 @@ pub struct Recover {
     pub due_now: bool,
 }
 
-/// Check every entry (name tag, digests, foreign entries); one line per problem.
+/// Check every entry (name tag, digests, foreign entries, jobs in the wrong directory,
+/// directories this user cannot read); one line per problem. --quarantine moves each bad
+/// entry to quarantine/ and each misplaced job to the directory its name belongs in, and
+/// says so on its line; it exits 0 when it moved every problem it found, 5 when problems
+/// are left (an unreadable directory, a duplicate job, a wrong identity file, a move that
+/// would replace a file).
 #[derive(FromArgs)]
 #[argh(
     subcommand,
     name = "fsck",
     example = "steadq fsck /var/lib/jobs || steadq fsck /var/lib/jobs --quarantine",
-    error_code(5, "problems found")
+    error_code(
+        5,
+        "problems found (with --quarantine: problems left that it did not move)"
+    )
 )]
 pub struct Fsck {
     /// queue directory

@@ -605,15 +605,25 @@ pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
     for p in &r.problems {
         out!("{p}");
     }
+    let moved = r.problems.iter().filter(|p| p.quarantined).count();
+    let left = r.problems.len() - moved;
     eprintln!(
-        "fsck {}: {} entries checked, {} job files verified, {} corrupt jobs already dead-lettered, {} problems",
+        "fsck {}: {} entries checked, {} job files verified, {} corrupt jobs already dead-lettered, {} problems{}",
         a.dir.display(),
         r.checked,
         r.verified,
         r.dead_corrupt,
-        r.problems.len()
+        r.problems.len(),
+        if a.quarantine {
+            format!(", {moved} moved (to quarantine/, or a misplaced job to where it belongs), {left} left")
+        } else {
+            String::new()
+        }
     );
-    Ok(if r.clean() {
+    // With --quarantine, exit 5 only for problems it left in place (it could not or would
+    // not move them: unreadable directories, duplicates, a wrong identity): 0 when it moved
+    // every problem it found.
+    Ok(if left == 0 {
         Exit::Done
     } else {
         Exit::Problems

@@ -1040,3 +1040,138 @@ fn a_claim_that_cannot_read_a_shard_does_not_say_no_job() {
     assert_eq!(code, Some(0), "claim: {err}");
     assert_eq!(out.lines().count(), 1, "{out}");
 }
+
+/// A job whose name says level 5 sitting in level 2's directory, and one in the wrong shard,
+/// are reported as misplaced (where they are and where they belong), and `fsck --quarantine`
+/// moves them there, where they are claimed (found by a fresh-user trial: "foreign", and
+/// quarantine stranded them in quarantine/).
+#[test]
+fn fsck_moves_a_job_in_the_wrong_level_or_shard_home() {
+    let d = TempDir::new("misplaced");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "2"]).status.success());
+    let enqueue = |prio: &str| {
+        let mut c = Command::new(BIN)
+            .args(["enqueue", qs, "--priority", prio])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(prio.as_bytes()).unwrap();
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let (five, three) = (enqueue("5"), enqueue("3"));
+    let find = |id: &str| {
+        let f = files(d.path(), "").into_iter().find(|f| f.contains(id));
+        f.unwrap()
+    };
+    let (at5, at3) = (find(&five), find(&three));
+    let (home5, home3) = (at5.rsplit_once('/').unwrap(), at3.rsplit_once('/').unwrap());
+    let wrong5 = format!("prio/2/{}", &home5.0[7..]);
+    let other = if home3.0.ends_with("00") { "01" } else { "00" };
+    let wrong3 = format!("ready/{other}");
+    std::fs::rename(d.path().join(&at5), d.path().join(&wrong5).join(home5.1)).unwrap();
+    std::fs::rename(d.path().join(&at3), d.path().join(&wrong3).join(home3.1)).unwrap();
+    let st = Queue::open(d.path()).unwrap().status().unwrap();
+    assert_eq!((st.ready, st.foreign), (0, 2));
+
+    let out = run(&["fsck", qs]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    let line5 = format!(
+        "{wrong5}/{}: misplaced: its name belongs in {}/\n",
+        home5.1, home5.0
+    );
+    let line3 = format!(
+        "{wrong3}/{}: misplaced: its name belongs in {}/\n",
+        home3.1, home3.0
+    );
+    assert!(text.contains(&line5) && text.contains(&line3), "{text}");
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains(&format!(
+        "{wrong5}/{}: misplaced: moved to {}/",
+        home5.1, home5.0
+    )));
+    assert!(text.contains(&format!(
+        "{wrong3}/{}: misplaced: moved to {}/",
+        home3.1, home3.0
+    )));
+    assert!(d.path().join(&at5).exists() && d.path().join(&at3).exists());
+    assert!(!d.path().join("quarantine").exists());
+    assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
+    // Level 5 first, then level 3.
+    let q = Queue::open(d.path()).unwrap();
+    let ids: Vec<String> = (0..2)
+        .map(|_| {
+            let l = q.claim().unwrap().unwrap();
+            let id = l.id().to_string();
+            l.ack().unwrap();
+            id
+        })
+        .collect();
+    assert_eq!(ids, [five, three]);
+}
+
+/// `fsck --quarantine` exits 0 when it moved every problem it found and says what it moved;
+/// 5 only when problems are left (found by a fresh-user trial: it exited 5 after moving
+/// everything, so a cron job could not tell "repaired" from "still broken").
+#[test]
+fn fsck_quarantine_exits_0_once_every_problem_is_moved() {
+    let d = TempDir::new("quarantine-exit");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "1"]).status.success());
+    std::fs::write(d.path().join("ready/00/notes.txt"), b"junk").unwrap();
+    std::fs::write(d.path().join("prio/6/00/x.sqj"), b"junk").unwrap();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}{err}");
+    assert!(
+        text.contains("ready/00/notes.txt: foreign: not a SteadQ job name (moved to quarantine/)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("prio/6/00/x.sqj: foreign: not a SteadQ job name (moved to quarantine/)"),
+        "{text}"
+    );
+    assert!(
+        err.contains(", 2 problems, 2 moved (to quarantine/"),
+        "{err}"
+    );
+    assert!(err.contains("), 0 left"), "{err}");
+    assert!(d.path().join("quarantine/ready/00/notes.txt").exists());
+    assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
+    // A copy of a job in another level's directory cannot be moved home (its name is taken
+    // there, and a move never replaces): left, exit 5.
+    let q = Queue::open(d.path()).unwrap();
+    q.enqueue(b"job").unwrap();
+    let l = &q.list(None).unwrap()[0];
+    let name = l.name.format(q.id()).to_string();
+    std::fs::copy(
+        d.path().join(l.rel_path(q.id())),
+        d.path().join("prio/1/00").join(&name),
+    )
+    .unwrap();
+    std::fs::write(d.path().join("ready/00/more.txt"), b"junk").unwrap();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(5), "{text}{err}");
+    assert!(
+        text.contains(&format!(
+            "prio/1/00/{name}: misplaced: its name belongs in ready/00/\n"
+        )),
+        "{text}"
+    );
+    assert!(err.contains(", 2 problems, 1 moved"), "{err}");
+    assert!(err.contains("), 1 left"), "{err}");
+}
