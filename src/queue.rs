@@ -562,36 +562,59 @@ impl Queue {
     pub(crate) fn list_ready_shard<T>(
         &self,
         s: u16,
-        mut list: impl FnMut(BorrowedFd<'_>) -> core::result::Result<T, Errno>,
+        list: impl FnMut(BorrowedFd<'_>) -> core::result::Result<T, Errno>,
     ) -> core::result::Result<Option<T>, Errno> {
         use std::sync::atomic::Ordering::Relaxed;
         let i = s as usize;
-        match list(self.dirs.ready[i].as_fd()) {
-            Err(Errno::BADF | Errno::ACCESS) => {}
-            r => {
-                self.unreadable[i].store(false, Relaxed);
-                return r.map(Some);
-            }
-        }
         let rel = self.ident.slot_rel(s);
-        match self.sys.open_dir_beneath(self.dirs.root.as_fd(), &rel) {
-            Ok(fd) => {
-                self.unreadable[i].store(false, Relaxed);
-                list(fd.as_fd()).map(Some)
-            }
-            Err(e @ (Errno::ACCESS | Errno::PERM)) => {
-                self.unreadable[i].store(true, Relaxed);
-                if !self.warned_unreadable[i].swap(true, Relaxed) {
-                    log::warn!(
-                        "{}: cannot read this shard ({e}); its jobs are skipped until it is \
-                         readable again (status counts it)",
-                        self.path(&rel).display()
-                    );
-                }
-                Ok(None)
-            }
+        let r = self.list_held(self.dirs.ready[i].as_fd(), &rel, list)?;
+        self.unreadable[i].store(r.is_none(), Relaxed);
+        if r.is_none() && !self.warned_unreadable[i].swap(true, Relaxed) {
+            log::warn!(
+                "{}: cannot read this shard (Permission denied); its jobs are skipped until it \
+                 is readable again (status counts it)",
+                self.path(&rel).display()
+            );
+        }
+        Ok(r)
+    }
+
+    /// Run `list` on held directory `fd` (`rel` from the root): `Ok(None)` when this user
+    /// cannot read it (`EACCES`, `EPERM`). A handle that cannot list (held by name only,
+    /// `O_PATH`: the directory was unreadable when the queue was opened) is opened again by
+    /// its path each time, so a repaired permission is seen at once.
+    ///
+    /// # Errors
+    /// Any other errno of the listing or of the second open.
+    pub(crate) fn list_held<T>(
+        &self,
+        fd: BorrowedFd<'_>,
+        rel: &str,
+        mut list: impl FnMut(BorrowedFd<'_>) -> core::result::Result<T, Errno>,
+    ) -> core::result::Result<Option<T>, Errno> {
+        match list(fd) {
+            Err(Errno::BADF | Errno::ACCESS) => {}
+            r => return r.map(Some),
+        }
+        match self.sys.open_dir_beneath(self.dirs.root.as_fd(), rel) {
+            Ok(fd) => list(fd.as_fd()).map(Some),
+            Err(Errno::ACCESS | Errno::PERM) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// How many ready slots (`ready/<ss>`, `prio/<l>/<ss>`) the queue has: shards × levels.
+    pub fn ready_slots(&self) -> usize {
+        self.ident.slots() as usize
+    }
+
+    /// The ready slots (`ready/<ss>`, `prio/<l>/<ss>`) this handle could not read at their
+    /// last listing, relative to the root.
+    pub fn unreadable_ready_dirs(&self) -> Vec<String> {
+        let n = self.unreadable.iter().enumerate();
+        n.filter(|(_, f)| f.load(std::sync::atomic::Ordering::Relaxed))
+            .map(|(s, _)| self.ident.slot_rel(s as u16))
+            .collect()
     }
 
     /// Ready shards that could not be read at their last listing by this handle.
@@ -662,27 +685,26 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
             Error::not_done(kind, Some(root.join(rel)))
         })
     };
-    // A ready shard this user cannot read is held by name only (`O_PATH`): claims skip
-    // it and report it (`Queue::list_ready_shard`) instead of refusing the whole queue.
+    // A job directory this user cannot read (a ready or receipt shard, `delayed/`, `dead/`)
+    // is held by name only (`O_PATH`): claims skip it, status and fsck report it
+    // (`Queue::list_held`) instead of refusing the whole queue.
+    let held = |rel: &str| match sys.open_dir_beneath(rootfd.as_fd(), rel) {
+        Err(Errno::ACCESS) => sys
+            .open_dir_path_only(rootfd.as_fd(), rel)
+            .or_else(|_| open(rel)),
+        _ => open(rel),
+    };
     let ready = (0..ident.slots())
-        .map(|s| {
-            let rel = ident.slot_rel(s);
-            match sys.open_dir_beneath(rootfd.as_fd(), &rel) {
-                Err(Errno::ACCESS) => sys
-                    .open_dir_path_only(rootfd.as_fd(), &rel)
-                    .or_else(|_| open(&rel)),
-                _ => open(&rel),
-            }
-        })
+        .map(|s| held(&ident.slot_rel(s)))
         .collect::<Result<Vec<OwnedFd>>>()?;
     let dirs = Dirs {
         tmp: open(TMP_DIR)?,
         ready,
         receipts: (0..shards)
-            .map(|s| open(&receipts_shard(s)))
+            .map(|s| held(&receipts_shard(s)))
             .collect::<Result<_>>()?,
-        delayed: open(DELAYED_DIR)?,
-        dead: open(DEAD_DIR)?,
+        delayed: held(DELAYED_DIR)?,
+        dead: held(DEAD_DIR)?,
         root: rootfd,
     };
     Ok(dirs)

@@ -31,6 +31,11 @@ pub enum ProblemKind {
     Corrupt(Corruption),
     /// The entry could not be read.
     Unreadable(crate::OsErrno),
+    /// A valid job of this queue in a directory its name does not belong in (a level-5 job
+    /// in level 2's shard, a job in another shard, a delayed job in another bucket, a
+    /// receipt in another shard): the directory it belongs in, relative to the root.
+    /// `--quarantine` moves it there (no-replace), not to `quarantine/`.
+    Misplaced(String),
     /// The same job id also exists at this other path (never quarantined automatically:
     /// which copy is right is the operator's call).
     Duplicate(String),
@@ -54,7 +59,8 @@ pub struct Problem {
     pub path: String,
     /// What is wrong.
     pub kind: ProblemKind,
-    /// Whether it was moved to `quarantine/`.
+    /// Whether it was moved by `--quarantine`: to `quarantine/`, or a
+    /// [`ProblemKind::Misplaced`] job to the directory it belongs in.
     pub quarantined: bool,
 }
 
@@ -65,6 +71,10 @@ impl core::fmt::Display for Problem {
             ProblemKind::Foreign(x) => write!(f, "{x}")?,
             ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}")?,
             ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}")?,
+            ProblemKind::Misplaced(home) if self.quarantined => {
+                return write!(f, "misplaced: moved to {home}/, where its name belongs");
+            }
+            ProblemKind::Misplaced(home) => write!(f, "misplaced: its name belongs in {home}/")?,
             ProblemKind::IdentityMismatch {
                 identity,
                 jobs_id,
@@ -140,16 +150,6 @@ impl Queue {
         self.check_shard_parents(v3, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
-        // A ready shard this user cannot read was skipped by the walk: say so.
-        for s in 0..self.ident.slots() {
-            if self.unreadable[s as usize].load(std::sync::atomic::Ordering::Relaxed) {
-                rep.problems.push(Problem {
-                    path: self.ident.slot_rel(s),
-                    kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
-                    quarantined: false,
-                });
-            }
-        }
         self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
         Ok(rep)
     }
@@ -183,7 +183,8 @@ impl Queue {
         let mut seen: std::collections::HashMap<u128, String> = std::collections::HashMap::new();
         let mut dups: Vec<(String, String)> = Vec::new();
         let mut jobs_seen = 0u64;
-        self.walk(|s| {
+        let mut unreadable = Vec::new();
+        self.walk_noting(&mut unreadable, |s| {
             rep.checked += 1;
             jobs_seen += 1;
             if let Ok(n) = &s.parsed {
@@ -197,6 +198,18 @@ impl Queue {
             }
             let at = || (s.dir_rel.to_string(), s.raw.to_string());
             match s.parsed {
+                Err(Foreign::WrongPlace) if self.home_of(s.raw).is_some() => {
+                    let n = JobName::parse(s.raw, self.ident.id).ok();
+                    let home = self.home_of(s.raw).unwrap_or_default();
+                    match n.map(|n| self.check_file(s.dir, s.raw, &n)) {
+                        Some(Ok(true)) => {
+                            rep.verified += 1;
+                            bad.push((at().0, at().1, ProblemKind::Misplaced(home)));
+                        }
+                        Some(Err(k)) => bad.push((at().0, at().1, k)),
+                        _ => {}
+                    }
+                }
                 Err(f) => bad.push((at().0, at().1, ProblemKind::Foreign(f))),
                 Ok(n) => match self.check_file(s.dir, s.raw, &n) {
                     Ok(true) => rep.verified += 1,
@@ -209,7 +222,16 @@ impl Queue {
                     Err(k) => bad.push((at().0, at().1, k)),
                 },
             }
+            true
         })?;
+        // A directory this user cannot read was skipped by the walk: say so.
+        for path in unreadable {
+            rep.problems.push(Problem {
+                path,
+                kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
+                quarantined: false,
+            });
+        }
         for (path, other) in dups {
             // On a live queue a job can be listed in one directory and then, renamed, in the
             // next: a duplicate counts only if both names still exist.
@@ -258,7 +280,11 @@ impl Queue {
             let moved = rep.problems.iter().any(|p| p.quarantined);
             let quarantined = quarantine
                 && !dir.is_empty()
-                && self.quarantine(&dir, &name).map_err(|e| match moved {
+                && match &kind {
+                    ProblemKind::Misplaced(_) => self.rehome(&dir, &name),
+                    _ => self.quarantine(&dir, &name),
+                }
+                .map_err(|e| match moved {
                     true => e.with_outcome(crate::Outcome::Indeterminate),
                     false => e,
                 })?;
@@ -410,6 +436,63 @@ impl Queue {
             Err(Load::Corrupt(c)) => Err(ProblemKind::Corrupt(c)),
             Err(Load::Io(_, e)) => Err(ProblemKind::Unreadable(e.into())),
         }
+    }
+
+    /// Where job file `raw`, found in a directory it does not fit, belongs: its ready slot
+    /// (ready or leased), its delayed bucket or its receipt shard, relative to the root.
+    /// `None` when its name does not verify, for a dead job (any dead bucket fits it), and
+    /// for a priority the queue has no level for.
+    fn home_of(&self, raw: &str) -> Option<String> {
+        let n = JobName::parse(raw, self.ident.id).ok()?;
+        if !self.ident.has_priority(n.priority) {
+            return None;
+        }
+        match n.kind {
+            Kind::Ready | Kind::Leased(_) => Some(self.ident.slot_rel(self.ident.slot_of(&n))),
+            Kind::Delayed { not_before_ns, .. } => Some(format!(
+                "{}/{}",
+                crate::disk::layout::DELAYED_DIR,
+                crate::disk::layout::delayed_bucket(not_before_ns, self.ident.delayed_bucket_ns)
+            )),
+            Kind::Receipt { .. } => Some(crate::disk::layout::receipts_shard(
+                n.id.shard(self.ident.shards),
+            )),
+            Kind::Dead { .. } => None,
+        }
+    }
+
+    /// Move misplaced job `dir/name` to the directory its name belongs in, under the same
+    /// name (`RENAME_NOREPLACE`: a job already there is never replaced; that one stays a
+    /// problem), then fsync both directories. False if it vanished or its name is taken.
+    fn rehome(&self, dir: &str, name: &str) -> Result<bool> {
+        use crate::ops::enqueue::DirRef;
+        use crate::ops::transition::Place;
+        let n = JobName::parse(name, self.ident.id)
+            .map_err(|_| crate::Error::not_done(crate::ErrorKind::NoSuchJob, None))?;
+        let state = crate::disk::scan::state_of(&n.kind);
+        let to = match n.kind {
+            Kind::Delayed { not_before_ns, .. } => self.place_delayed(not_before_ns)?,
+            Kind::Receipt { .. } => self.place_receipts(n.id.shard(self.ident.shards)),
+            _ => self.place_ready(self.ident.slot_of(&n), state),
+        };
+        let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
+        let fd = self
+            .sys
+            .open_dir_beneath(self.dirs.root.as_fd(), dir)
+            .map_err(|e| nd(Call::Open, e, dir))?;
+        let from = Place {
+            dir: DirRef::Opened(fd),
+            rel: dir.to_string(),
+            state,
+        };
+        match self.sys.rename(from.dir.fd(), name, to.dir.fd(), name) {
+            Ok(()) => {}
+            Err(Errno::NOENT | Errno::EXIST) => return Ok(false),
+            Err(e) => return Err(nd(Call::Rename, e, &format!("{dir}/{name}"))),
+        }
+        log::info!("{dir}/{name}: misplaced, moved to {}/", to.rel);
+        self.sync_moved(&from, &to)?;
+        Ok(true)
     }
 
     /// Move `dir/name` to `quarantine/dir/name`. False if it vanished meanwhile.

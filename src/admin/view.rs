@@ -31,7 +31,7 @@ impl Listed {
 }
 
 /// Counts and sizes per state, from [`Queue::status`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Status {
     /// Ready jobs.
     pub ready: u64,
@@ -62,6 +62,10 @@ pub struct Status {
     /// Ready shards this user could not read (`EACCES`: a shard made unreadable by
     /// `chmod 000`); their jobs are missing from the counts above, and claims skip them.
     pub unreadable_shards: u64,
+    /// Every job directory this user could not read (ready and receipt shards, `delayed/`,
+    /// `dead/` and their buckets), relative to the root: their jobs are missing from the
+    /// counts above.
+    pub unreadable_dirs: Vec<String>,
     /// Ready jobs per priority level (index = priority, 0..=7; a queue before version 3
     /// has them all at [`crate::name::DEFAULT_PRIORITY`]).
     pub ready_by_priority: [u64; crate::disk::name::PRIORITY_LEVELS as usize],
@@ -178,7 +182,27 @@ impl Queue {
     }
 
     /// [`Queue::walk`] until `f` returns false: no further entry is read after that.
-    pub(crate) fn walk_while(&self, mut f: impl FnMut(Seen<'_>) -> bool) -> Result<()> {
+    /// Directories this user cannot read are skipped with a warning.
+    pub(crate) fn walk_while(&self, f: impl FnMut(Seen<'_>) -> bool) -> Result<()> {
+        let mut unreadable = Vec::new();
+        self.walk_noting(&mut unreadable, f)?;
+        for rel in unreadable {
+            log::warn!(
+                "{}: cannot read this directory (Permission denied); its jobs were skipped",
+                self.path(&rel).display()
+            );
+        }
+        Ok(())
+    }
+
+    /// [`Queue::walk_while`] that adds the directories this user cannot read (`EACCES`,
+    /// `EPERM`: a ready or receipt shard, `delayed/`, `dead/` or one of their buckets) to
+    /// `unreadable`, relative to the root, and goes on with the others.
+    pub(crate) fn walk_noting(
+        &self,
+        unreadable: &mut Vec<String>,
+        mut f: impl FnMut(Seen<'_>) -> bool,
+    ) -> Result<()> {
         let shards = self.ident.shards;
         let ident = self.ident;
         for (area, fds) in [
@@ -199,16 +223,18 @@ impl Queue {
                     }
                     _ => crate::disk::scan::fits_ready_shard(n, priority, shard, shards),
                 };
+                let list = |dir: BorrowedFd<'_>| self.walk_entries(dir, &rel, &fits, &mut f);
+                // A slot this user cannot read is skipped (noted; a ready one is warned once
+                // and counted by status).
                 let going = match area {
-                    // A ready slot this user cannot read is skipped (warned, counted by status).
-                    State::Ready => self
-                        .list_ready_shard(s as u16, |dir| {
-                            self.walk_entries(dir, &rel, &fits, &mut f)
-                        })
-                        .map(|g| g.unwrap_or(true)),
-                    _ => self.walk_entries(fd.as_fd(), &rel, &fits, &mut f),
+                    State::Ready => self.list_ready_shard(s as u16, list),
+                    _ => self.list_held(fd.as_fd(), &rel, list),
                 }
                 .map_err(|e| self.read_dir_error(e, &rel))?;
+                let going = going.unwrap_or_else(|| {
+                    unreadable.push(rel.clone());
+                    true
+                });
                 if !going {
                     return Ok(());
                 }
@@ -218,7 +244,7 @@ impl Queue {
             (State::Delayed, &self.dirs.delayed, "delayed"),
             (State::Dead, &self.dirs.dead, "dead"),
         ] {
-            if !self.walk_buckets(area, parent_fd.as_fd(), parent, &mut f)? {
+            if !self.walk_buckets(area, parent_fd.as_fd(), parent, unreadable, &mut f)? {
                 return Ok(());
             }
         }
@@ -278,12 +304,14 @@ impl Queue {
         area: State,
         parent_fd: BorrowedFd<'_>,
         parent: &str,
+        unreadable: &mut Vec<String>,
         f: &mut impl FnMut(Seen<'_>) -> bool,
     ) -> Result<bool> {
         let mut buckets: Vec<String> = Vec::new();
         let mut going = true;
-        self.sys
-            .read_dir_while(parent_fd, |name, _, t| {
+        let listed = self.list_held(parent_fd, parent, |parent_fd| {
+            buckets.clear();
+            self.sys.read_dir_while(parent_fd, |name, _, t| {
                 match name {
                     Some(n)
                         if parse_hex(n.as_bytes(), 16).is_some()
@@ -303,7 +331,14 @@ impl Queue {
                 }
                 going
             })
-            .map_err(|e| self.read_dir_error(e, parent))?;
+        });
+        match listed.map_err(|e| self.read_dir_error(e, parent))? {
+            Some(()) => {}
+            None => {
+                unreadable.push(parent.to_string());
+                return Ok(true);
+            }
+        }
         buckets.sort();
         for b in &buckets {
             if !going {
@@ -322,25 +357,33 @@ impl Queue {
                     });
                     continue;
                 }
+                Err(Errno::ACCESS | Errno::PERM) => {
+                    unreadable.push(rel);
+                    continue;
+                }
                 Err(e) => {
                     let path = Some(self.path(&rel));
                     return Err(Error::io(Call::Open, e, Outcome::NotDone, path));
                 }
             };
-            let width = self.ident.delayed_bucket_ns;
-            let bucket = parse_hex(b.as_bytes(), 16).unwrap_or(0) as u64;
-            let ident = self.ident;
-            let fits = |n: &JobName| match n.kind {
-                _ if !ident.has_priority(n.priority) => false,
-                Kind::Delayed { not_before_ns, .. } => {
-                    area == State::Delayed && not_before_ns / width == bucket
-                }
-                Kind::Dead { .. } => area == State::Dead,
-                _ => false,
-            };
-            going = self.walk_dir(fd.as_fd(), &rel, fits, f)?;
+            going = self.walk_dir(fd.as_fd(), &rel, self.bucket_fits(area, b), f)?;
         }
         Ok(going)
+    }
+
+    /// Which names belong in bucket `b` of `area` (`delayed/` or `dead/`).
+    fn bucket_fits(&self, area: State, b: &str) -> impl Fn(&JobName) -> bool {
+        let width = self.ident.delayed_bucket_ns;
+        let bucket = parse_hex(b.as_bytes(), 16).unwrap_or(0) as u64;
+        let ident = self.ident;
+        move |n: &JobName| match n.kind {
+            _ if !ident.has_priority(n.priority) => false,
+            Kind::Delayed { not_before_ns, .. } => {
+                area == State::Delayed && not_before_ns / width == bucket
+            }
+            Kind::Dead { .. } => area == State::Dead,
+            _ => false,
+        }
     }
 
     /// Every job, or those in `state`, oldest first within each directory. Foreign entries
@@ -436,10 +479,11 @@ impl Queue {
         let (boot, now_boot) = (self.clock.boot_id(), self.clock.boot_ns());
         let mut oldest = Oldest::default();
         let mut seen = Sightings::default();
-        self.walk(|s| {
+        let mut unreadable = Vec::new();
+        self.walk_noting(&mut unreadable, |s| {
             let Ok(n) = s.parsed else {
                 st.foreign += 1;
-                return;
+                return true;
             };
             let state = state_of(&n.kind);
             let expired =
@@ -459,7 +503,9 @@ impl Queue {
             }
             st.tally(state, expired, size, true);
             seen.push(n.id, state, expired, size, st.bytes_counted);
+            true
         })?;
+        st.unreadable_dirs = unreadable;
         seen.uncount_repeats(&mut st);
         let since = match oldest.settle(self) {
             Some(t) => t,

@@ -248,7 +248,8 @@ pub struct Enqueue {
     name = "claim",
     example = "rc=0; h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) || rc=$?; [ $rc = 3 ] && exit 0; [ $rc = 0 ] || exit $rc",
     example = "process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
-    error_code(3, "no job ready (within --wait)")
+    error_code(2, "not done: also when a ready shard cannot be read and no job was found elsewhere (named on stderr)"),
+    error_code(3, "no job ready (within --wait) in any shard")
 )]
 pub struct Claim {
     /// queue directory
@@ -406,8 +407,9 @@ pub struct Show {
 }
 
 /// Recover: expired leases back to ready (or dead), due delayed jobs to ready, temp files
-/// of dead writers removed. It does all it can: an entry it cannot move (a full disk) is
-/// reported and the rest are recovered (exit 2 or 4 then).
+/// of dead writers removed. It does all it can: an entry it cannot move (a full disk) or a
+/// directory it cannot read (say `chmod 000 ready/03`: named on stderr) is reported and the
+/// rest are recovered (exit 2 if nothing was changed, 4 if something was).
 #[derive(FromArgs)]
 #[argh(
     subcommand,
@@ -427,13 +429,21 @@ pub struct Recover {
     pub due_now: bool,
 }
 
-/// Check every entry (name tag, digests, foreign entries); one line per problem.
+/// Check every entry (name tag, digests, foreign entries, jobs in the wrong directory,
+/// directories this user cannot read); one line per problem. --quarantine moves each bad
+/// entry to quarantine/ and each misplaced job to the directory its name belongs in, and
+/// says so on its line; it exits 0 when it moved every problem it found, 5 when problems
+/// are left (an unreadable directory, a duplicate job, a wrong identity file, a move that
+/// would replace a file).
 #[derive(FromArgs)]
 #[argh(
     subcommand,
     name = "fsck",
     example = "steadq fsck /var/lib/jobs || steadq fsck /var/lib/jobs --quarantine",
-    error_code(5, "problems found")
+    error_code(
+        5,
+        "problems found (with --quarantine: problems left that it did not move)"
+    )
 )]
 pub struct Fsck {
     /// queue directory

@@ -183,6 +183,35 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
     Ok(Exit::Done)
 }
 
+/// A claim that found no job: exit 3 only when it could look at every ready shard. With a
+/// shard this user cannot read, "no job ready" is not known: exit 2 naming the shards.
+fn no_job(q: &Queue, dir: &std::path::Path) -> Result<Exit, CliError> {
+    let unreadable = q.unreadable_ready_dirs();
+    if unreadable.is_empty() {
+        eprintln!("no job ready in {}", dir.display());
+        return Ok(Exit::NoJob);
+    }
+    let names: Vec<String> = unreadable
+        .iter()
+        .map(|d| dir.join(d).display().to_string())
+        .collect();
+    let readable = q.ready_slots() > unreadable.len();
+    Err(CliError::new(
+        Exit::NotDone,
+        format!(
+            "cannot read {} ready {} ({}: Permission denied){}; not done",
+            names.len(),
+            if names.len() == 1 { "shard" } else { "shards" },
+            names.join(", "),
+            if readable {
+                ", and no job is ready in the others"
+            } else {
+                ", which is every ready shard"
+            }
+        ),
+    ))
+}
+
 pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     if a.payload_out
         .as_deref()
@@ -228,8 +257,7 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     let lease = lease.inspect_err(|_| made_file(&a.payload_out))?;
     let Some(lease) = lease else {
         made_file(&a.payload_out);
-        eprintln!("no job ready in {}", a.dir.display());
-        return Ok(Exit::NoJob);
+        return no_job(&q, &a.dir);
     };
     if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
         let cut = f.set_len(0).map_err(|e| PayloadOut::Failed(e.to_string()));
@@ -533,17 +561,32 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
     let err = r.first_error.take();
     stdout::note_done("recovery WAS done", "its report");
     out!(
-        "expired leases to ready {}, to dead {}; delayed jobs due {}; made due now {made_due}; temp files removed {}; foreign entries {}; failed {}",
-        r.expired, r.expired_dead, r.due, r.temp_removed, r.foreign, r.failed
+        "expired leases to ready {}, to dead {}; delayed jobs due {}; made due now {made_due}; temp files removed {}; foreign entries {}; failed {}; unreadable directories {}",
+        r.expired, r.expired_dead, r.due, r.temp_removed, r.foreign, r.failed, r.unreadable.len()
     );
+    // A directory it could not read was not examined: named, and not exit 0 (2 or 4 by the
+    // batch rule, as a failed entry).
+    for d in &r.unreadable {
+        eprintln!(
+            "steadq: {}: cannot read this directory; its jobs were not examined",
+            a.dir.join(d).display()
+        );
+    }
     match err {
         None => Ok(Exit::Done),
         Some(e) => {
             let e = CliError::from(e);
-            eprintln!(
-                "steadq: {} entries could not be recovered (the others were); first: {e}",
-                r.failed
-            );
+            if r.failed > 0 {
+                eprintln!(
+                    "steadq: {} entries could not be recovered (the others were); first: {e}",
+                    r.failed
+                );
+            } else {
+                eprintln!(
+                    "steadq: {} directories could not be read, the rest was recovered; first: {e}",
+                    r.unreadable.len()
+                );
+            }
             Ok(e.exit())
         }
     }
@@ -562,15 +605,25 @@ pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
     for p in &r.problems {
         out!("{p}");
     }
+    let moved = r.problems.iter().filter(|p| p.quarantined).count();
+    let left = r.problems.len() - moved;
     eprintln!(
-        "fsck {}: {} entries checked, {} job files verified, {} corrupt jobs already dead-lettered, {} problems",
+        "fsck {}: {} entries checked, {} job files verified, {} corrupt jobs already dead-lettered, {} problems{}",
         a.dir.display(),
         r.checked,
         r.verified,
         r.dead_corrupt,
-        r.problems.len()
+        r.problems.len(),
+        if a.quarantine {
+            format!(", {moved} moved (to quarantine/, or a misplaced job to where it belongs), {left} left")
+        } else {
+            String::new()
+        }
     );
-    Ok(if r.clean() {
+    // With --quarantine, exit 5 only for problems it left in place (it could not or would
+    // not move them: unreadable directories, duplicates, a wrong identity): 0 when it moved
+    // every problem it found.
+    Ok(if left == 0 {
         Exit::Done
     } else {
         Exit::Problems

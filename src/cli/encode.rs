@@ -74,8 +74,15 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     }
     let _ = write!(
         o,
-        ",\"expired_leases\":{},\"foreign\":{},\"unreadable_shards\":{},\"bytes\":",
-        s.expired_leases, s.foreign, s.unreadable_shards
+        ",\"expired_leases\":{},\"foreign\":{},\"unreadable_shards\":{},\"unreadable_dirs\":[{}],\"bytes\":",
+        s.expired_leases,
+        s.foreign,
+        s.unreadable_shards,
+        s.unreadable_dirs
+            .iter()
+            .map(|d| json_string(d))
+            .collect::<Vec<_>>()
+            .join(",")
     );
     if s.bytes_counted {
         let bytes: Vec<String> = STATE_NAMES
@@ -160,6 +167,11 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
         "Ready shards this user cannot read; their jobs are not counted or claimed.",
         &[(None, s.unreadable_shards.to_string())],
     );
+    gauge(
+        "steadq_unreadable_dirs",
+        "Job directories this user cannot read (shards, delayed/, dead/, buckets); their jobs are not counted.",
+        &[(None, s.unreadable_dirs.len().to_string())],
+    );
     let age = s.oldest_ready_age.map_or(0.0, |d| d.as_secs_f64());
     gauge(
         "steadq_oldest_ready_age_seconds",
@@ -231,6 +243,12 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
             "unread   {:>8}  ready shards this user cannot read: their jobs are not counted \
              or claimed",
             s.unreadable_shards
+        );
+    }
+    for d in &s.unreadable_dirs {
+        let _ = writeln!(
+            o,
+            "unread   {d}  this user cannot read this directory: its jobs are not counted"
         );
     }
     if !s.limits.is_unlimited() {
@@ -337,7 +355,8 @@ mod tests {
                 max_bytes: None,
             },
             live_keys: 4,
-            unreadable_shards: 0,
+            unreadable_shards: 1,
+            unreadable_dirs: vec!["ready/01".into(), "dead/00000000000004d2".into()],
             ready_by_priority: [0, 0, 0, 2, 0, 0, 0, 1],
             bytes_counted: true,
         }
@@ -360,7 +379,7 @@ mod tests {
             concat!(
                 r#"{"queue":"/var/lib/\"jobs\"","queue_id":"000000000000000000000000000000ab","#,
                 r#""ready":3,"leased":1,"delayed":2,"dead":0,"acked":7,"expired_leases":1,"foreign":2,"#,
-                r#""unreadable_shards":0,"#,
+                r#""unreadable_shards":1,"unreadable_dirs":["ready/01","dead/00000000000004d2"],"#,
                 r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700},"#,
                 r#""oldest_ready_age_seconds":1.500,"#,
                 r#""capacity":{"jobs":6,"bytes":600,"max_jobs":10,"max_bytes":null},"live_keys":4,"#,
@@ -388,8 +407,9 @@ mod tests {
         ));
         assert!(p.ends_with(",priority=\"7\"} 1\n"));
         assert!(!p.contains("max_bytes"));
-        assert!(p.contains("steadq_unreadable_shards{queue=\"/var/lib/\\\"jobs\\\"\"} 0\n"));
-        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 9);
+        assert!(p.contains("steadq_unreadable_shards{queue=\"/var/lib/\\\"jobs\\\"\"} 1\n"));
+        assert!(p.contains("steadq_unreadable_dirs{queue=\"/var/lib/\\\"jobs\\\"\"} 2\n"));
+        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 10);
     }
 
     #[test]
@@ -407,6 +427,10 @@ mod tests {
         );
         assert!(t.contains("\nkeys            4  live idempotency keys\n"));
         assert!(t.contains("\nready by priority  7:1 3:2\n"), "{t}");
+        assert!(
+            t.contains("\nunread   dead/00000000000004d2  this user cannot read"),
+            "{t}"
+        );
         let quiet = status_text(&Q, &Status::default());
         assert!(!quiet.contains("foreign") && !quiet.contains("capacity"));
         assert!(!quiet.contains("priority"));
@@ -425,7 +449,7 @@ mod tests {
         assert!(t.contains("\ncapacity        6  jobs (limit 10)\n"), "{t}");
         let j = status_json(&Q, &s);
         assert!(
-            j.contains(r#""foreign":2,"unreadable_shards":0,"bytes":null,"oldest"#),
+            j.contains(r#""foreign":2,"unreadable_shards":1,"unreadable_dirs":["ready/01","dead/00000000000004d2"],"bytes":null,"oldest"#),
             "{j}"
         );
         assert!(j.contains(r#""capacity":{"jobs":6,"bytes":null,"#), "{j}");

@@ -345,7 +345,10 @@ impl Queue {
         });
         let scan = match listed {
             Ok(Some(scan)) => scan,
-            Ok(None) => return Ok(self.unreadable_shard(seen)),
+            Ok(None) => {
+                seen.unreadable_dir(self.ident.slot_rel(s));
+                return Ok(self.unreadable_shard(seen));
+            }
             Err(e) => {
                 let rel = self.ident.slot_rel(s);
                 return Err(Error::io(

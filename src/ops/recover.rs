@@ -42,10 +42,22 @@ pub struct RecoverReport {
     /// on with the rest. Each was logged; the first is in `first_error`.
     pub failed: u32,
     /// The first failure, with its outcome (indeterminate when its rename may have happened).
+    /// A pass that could not read a directory has one (naming it) even when `failed` is 0.
     pub first_error: Option<crate::Failure>,
+    /// Directories this user could not look into (`EACCES`, `EPERM`: a ready slot holding
+    /// ready and leased jobs, `delayed/` or a delayed bucket), relative to the root: their
+    /// jobs were not examined.
+    pub unreadable: Vec<String>,
 }
 
 impl RecoverReport {
+    /// Note directory `rel` as unreadable (once).
+    pub(crate) fn unreadable_dir(&mut self, rel: String) {
+        if !self.unreadable.contains(&rel) {
+            self.unreadable.push(rel);
+        }
+    }
+
     /// Jobs moved in all.
     pub fn moved(&self) -> u32 {
         self.expired + self.expired_dead + self.due
@@ -70,7 +82,8 @@ impl Queue {
     /// moved (say the disk is full) is counted and the pass goes on with the others.
     ///
     /// # Errors
-    /// After the whole pass, if anything failed: the first failure, naming its path.
+    /// After the whole pass, if anything failed or a directory could not be read
+    /// ([`RecoverReport::unreadable`]): the first failure, naming its path.
     /// Partial batches follow one rule (the same for `recover`, `requeue_dead` and
     /// `purge_dead`): **not done** if nothing was changed, **indeterminate** if anything was
     /// (the moves before and after the failure are done) or if the failing move itself is
@@ -99,6 +112,12 @@ impl Queue {
         if let Err(e) = self.recover_tmp(&mut r) {
             r.fail(e);
         }
+        // Not everything was examined: that is a failure of the pass, named by its path.
+        if let (None, Some(rel)) = (&r.first_error, r.unreadable.first()) {
+            let path = Some(self.path(rel));
+            r.first_error =
+                Some(Error::io(Call::Open, Errno::ACCESS, Outcome::NotDone, path).into());
+        }
         if let Some(e) = r.first_error.take() {
             r.first_error = Some(partial(e.into_error(), &r).into());
         }
@@ -115,13 +134,21 @@ impl Queue {
         let width = self.ident.delayed_bucket_ns;
         let current = now / width;
         let mut buckets: Vec<u64> = Vec::new();
-        self.sys
-            .read_dir(self.dirs.delayed.as_fd(), |name, _, t| {
-                match name.and_then(parse_bucket) {
-                    // A file or symlink named like a bucket is foreign, never a reason to stop.
-                    Some(b) if matches!(t, EntryType::Dir | EntryType::Unknown) => buckets.push(b),
-                    _ => r.foreign += 1,
-                }
+        let mut foreign = 0;
+        let listed = self
+            .list_held(self.dirs.delayed.as_fd(), DELAYED_DIR, |fd| {
+                buckets.clear();
+                foreign = 0;
+                self.sys.read_dir(fd, |name, _, t| {
+                    match name.and_then(parse_bucket) {
+                        // A file or symlink named like a bucket is foreign, never a reason
+                        // to stop.
+                        Some(b) if matches!(t, EntryType::Dir | EntryType::Unknown) => {
+                            buckets.push(b)
+                        }
+                        _ => foreign += 1,
+                    }
+                })
             })
             .map_err(|e| {
                 Error::io(
@@ -131,6 +158,11 @@ impl Queue {
                     Some(self.path(DELAYED_DIR)),
                 )
             })?;
+        r.foreign += foreign;
+        if listed.is_none() {
+            r.unreadable_dir(DELAYED_DIR.to_string());
+            return Ok(());
+        }
         buckets.sort_unstable();
         for b in buckets {
             if b > current && !self.bucket_from_the_future(b, now) {
@@ -234,6 +266,10 @@ impl Queue {
             Err(Errno::NOENT) => Ok(None),
             Err(Errno::NOTDIR | Errno::LOOP) => {
                 r.foreign += 1;
+                Ok(None)
+            }
+            Err(Errno::ACCESS | Errno::PERM) => {
+                r.unreadable_dir(rel);
                 Ok(None)
             }
             Err(e) => Err(Error::io(

@@ -772,12 +772,13 @@ fn an_unreadable_shard_is_reported_and_skipped() {
     assert_eq!(code, Some(0), "status: {err}");
     assert!(out.contains("\"unreadable_shards\":1,"), "{out}");
     assert!(out.contains(&format!("\"ready\":{readable},")), "{out}");
-    // Every job of the readable shard is claimed and run, then there is no job (exit 3).
+    // Every job of the readable shard is claimed and run, then there is no job there; a
+    // claim does not say "no job" (exit 3) while it could not read a shard: exit 2.
     let (code, _, err) = nobody(&format!(
         "for i in $(seq {readable}); do {bin} work --once {qs} -- cat >/dev/null || exit 9; done; \
          {bin} claim {qs}"
     ));
-    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("ready/01: cannot read this shard"), "{err}");
     assert_eq!(jobs("00"), 0);
     // fsck does not call the queue clean while it could not look at a shard.
@@ -816,4 +817,361 @@ fn an_unreadable_shard_is_reported_and_skipped() {
     );
     assert!(!err.contains("Bad file descriptor"), "{err}");
     std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// A queue made by `nobody` under /tmp (outside the test's temp dir tree, which `nobody` may
+/// not traverse), with a copy of the binary; removed on drop. `None` unless run as root.
+struct AsNobody {
+    base: std::path::PathBuf,
+    q: std::path::PathBuf,
+}
+
+impl AsNobody {
+    fn new(tag: &str) -> Option<AsNobody> {
+        if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+            eprintln!("SKIP {tag}: needs root, runs once");
+            return None;
+        }
+        let base = std::path::PathBuf::from(format!("/tmp/steadq-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::copy(BIN, base.join("steadq")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let q = base.join("q");
+        Some(AsNobody { base, q })
+    }
+
+    /// `sh -c script` as `nobody`, with `$S` the binary and `$Q` the queue: (code, out, err).
+    fn run(&self, script: &str) -> (Option<i32>, String, String) {
+        let out = Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .args(["sh", "-c", script])
+            .env("S", self.base.join("steadq"))
+            .env("Q", &self.q)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    }
+
+    fn chmod(&self, rel: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.q.join(rel);
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// The entries of directory `rel` of the queue, sorted.
+    fn ls(&self, rel: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.q.join(rel))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for AsNobody {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+/// `dead/` and a delayed bucket made unreadable (`chmod 000`) for the user running steadq:
+/// status (text, JSON, Prometheus) and fsck name them and count everything else (found by a
+/// fresh-user trial: both exited 2, "open failed: Permission denied").
+#[test]
+fn unreadable_dead_and_delayed_directories_are_reported_and_skipped() {
+    let Some(t) = AsNobody::new("unread-dead") else {
+        return;
+    };
+    let (code, _, err) = t.run(
+        "$S init $Q --shards 2 && for i in 1 2 3; do echo r$i | $S enqueue $Q; done && \
+         echo soon | $S enqueue $Q --delay 1h && echo later | $S enqueue $Q --delay 2d && \
+         echo bad | $S enqueue $Q --max-attempts 1 && \
+         for i in 1 2 3 4; do h=$($S claim $Q) && $S fail $Q \"$h\" --reason bad; done; \
+         for i in 1 2 3; do echo r$i | $S enqueue $Q; done",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let buckets = t.ls("delayed");
+    assert_eq!(buckets.len(), 2, "{buckets:?}");
+    let later = format!("delayed/{}", buckets[1]);
+    assert_eq!(t.ls("dead").len(), 1);
+    t.chmod("dead", 0o000);
+    t.chmod(&later, 0o000);
+
+    let (code, out, err) = t.run("$S status $Q --json");
+    assert_eq!(code, Some(0), "status: {err}");
+    let want = format!(
+        "\"ready\":3,\"leased\":0,\"delayed\":1,\"dead\":0,\"acked\":0,\"expired_leases\":0,\
+         \"foreign\":0,\"unreadable_shards\":0,\"unreadable_dirs\":[\"{later}\",\"dead\"],"
+    );
+    assert!(out.contains(&want), "{out}");
+    let (code, out, err) = t.run("$S status $Q --prometheus");
+    assert_eq!(code, Some(0), "status: {err}");
+    assert!(out.contains("steadq_unreadable_dirs{queue="), "{out}");
+    assert!(out.contains("\"} 2\n"), "{out}");
+    let (code, out, err) = t.run("$S status $Q");
+    assert_eq!(code, Some(0), "status: {err}");
+    assert!(out.contains("\nunread   dead  "), "{out}");
+    assert!(out.contains(&format!("\nunread   {later}  ")), "{out}");
+    assert!(out.contains("\nready           3\n"), "{out}");
+    // fsck checks everything else and names both directories as problems.
+    let (code, out, err) = t.run("$S fsck $Q");
+    assert_eq!(code, Some(5), "fsck: {out}{err}");
+    assert!(
+        out.contains(&format!("{later}: unreadable: Permission denied")),
+        "{out}"
+    );
+    assert!(
+        out.contains("\ndead: unreadable: Permission denied"),
+        "{out}"
+    );
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(err.contains("4 job files verified"), "{err}");
+    // A delayed/ parent that cannot be read is one problem, not a failed run.
+    t.chmod(&later, 0o775);
+    t.chmod("delayed", 0o000);
+    let (code, out, err) = t.run("$S status $Q --json && $S fsck $Q");
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert!(out.contains("\"delayed\":0,"), "{out}");
+    assert!(
+        out.contains("\"unreadable_dirs\":[\"delayed\",\"dead\"]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\ndelayed: unreadable: Permission denied"),
+        "{out}"
+    );
+}
+
+/// `recover` by a user who cannot read a ready shard (which holds its leases) or a delayed
+/// bucket names them and does not exit 0 (found by a fresh-user trial: "failed 0", exit 0):
+/// 2 when it changed nothing, 4 when it recovered the rest.
+#[test]
+fn recover_names_the_directories_it_could_not_read() {
+    let Some(t) = AsNobody::new("unread-recover") else {
+        return;
+    };
+    let (code, _, err) = t.run(
+        "$S init $Q --shards 2 && for i in $(seq 12); do echo j$i | $S enqueue $Q; done && \
+         echo later | $S enqueue $Q --delay 2d",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let bucket = format!("delayed/{}", t.ls("delayed")[0]);
+    t.chmod("ready/01", 0o000);
+    let (code, out, err) = t.run("$S recover $Q");
+    assert_eq!(code, Some(2), "recover: {out}{err}");
+    assert!(out.contains("failed 0; unreadable directories 1"), "{out}");
+    assert!(
+        err.contains("/q/ready/01: cannot read this directory"),
+        "{err}"
+    );
+    // With an expired lease in the readable shard it recovers that one, and says the rest
+    // was not examined (4: something changed).
+    let (code, _, err) = t.run("$S claim $Q --lease 1s >/dev/null");
+    assert_eq!(code, Some(0), "{err}");
+    std::thread::sleep(Duration::from_millis(1100));
+    t.chmod("delayed", 0o000);
+    let (code, out, err) = t.run("$S recover $Q");
+    assert_eq!(code, Some(4), "recover: {out}{err}");
+    assert!(out.starts_with("expired leases to ready 1,"), "{out}");
+    assert!(out.contains("unreadable directories 2"), "{out}");
+    assert!(err.contains("/q/ready/01: cannot read"), "{err}");
+    assert!(err.contains("/q/delayed: cannot read"), "{err}");
+    // A delayed bucket it cannot read is named the same way (it used to fail the pass with
+    // "open failed").
+    t.chmod("delayed", 0o775);
+    t.chmod("ready/01", 0o775);
+    let (code, _, err) = t.run("echo soon | $S enqueue $Q --delay 1s");
+    assert_eq!(code, Some(0), "{err}");
+    let soon: Vec<String> = t
+        .ls("delayed")
+        .into_iter()
+        .filter(|b| !bucket.ends_with(b.as_str()))
+        .collect();
+    assert_eq!(soon.len(), 1, "{soon:?}");
+    let soon = format!("delayed/{}", soon[0]);
+    t.chmod(&soon, 0o000);
+    std::thread::sleep(Duration::from_millis(1100));
+    let (code, out, err) = t.run("$S recover $Q");
+    assert_eq!(code, Some(2), "recover: {out}{err}");
+    assert!(out.contains("delayed jobs due 0;"), "{out}");
+    assert!(out.contains("failed 0; unreadable directories 1"), "{out}");
+    assert!(err.contains(&format!("/q/{soon}: cannot read")), "{err}");
+}
+
+/// `claim` with no job ready in the shards it can read and a shard it cannot: not "no job"
+/// (exit 3) but exit 2 naming the shard, whether or not other shards could be read (found by
+/// a fresh-user trial: every shard unreadable said "no job ready", exit 3).
+#[test]
+fn a_claim_that_cannot_read_a_shard_does_not_say_no_job() {
+    let Some(t) = AsNobody::new("unread-claim") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1 && echo j | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    t.chmod("ready/00", 0o000);
+    // A version-3 queue's other levels (prio/<l>/00) are readable and empty.
+    let (code, out, err) = t.run("$S claim $Q");
+    assert_eq!(code, Some(2), "claim: {out}{err}");
+    assert!(err.contains("cannot read 1 ready shard ("), "{err}");
+    assert!(
+        err.contains("/q/ready/00: Permission denied), and no job is ready in the others"),
+        "{err}"
+    );
+    assert!(!err.contains("no job ready in"), "{err}");
+    // Every ready directory unreadable.
+    for l in [0, 1, 2, 4, 5, 6, 7] {
+        t.chmod(&format!("prio/{l}/00"), 0o000);
+    }
+    let (code, _, err) = t.run("$S claim $Q --wait 1s");
+    assert_eq!(code, Some(2), "claim: {err}");
+    assert!(err.contains("cannot read 8 ready shards ("), "{err}");
+    assert!(
+        err.contains("which is every ready shard; not done"),
+        "{err}"
+    );
+    // Readable again: the job is claimed.
+    t.chmod("ready/00", 0o775);
+    let (code, out, err) = t.run("$S claim $Q");
+    assert_eq!(code, Some(0), "claim: {err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+}
+
+/// A job whose name says level 5 sitting in level 2's directory, and one in the wrong shard,
+/// are reported as misplaced (where they are and where they belong), and `fsck --quarantine`
+/// moves them there, where they are claimed (found by a fresh-user trial: "foreign", and
+/// quarantine stranded them in quarantine/).
+#[test]
+fn fsck_moves_a_job_in_the_wrong_level_or_shard_home() {
+    let d = TempDir::new("misplaced");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "2"]).status.success());
+    let enqueue = |prio: &str| {
+        let mut c = Command::new(BIN)
+            .args(["enqueue", qs, "--priority", prio])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(prio.as_bytes()).unwrap();
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let (five, three) = (enqueue("5"), enqueue("3"));
+    let find = |id: &str| {
+        let f = files(d.path(), "").into_iter().find(|f| f.contains(id));
+        f.unwrap()
+    };
+    let (at5, at3) = (find(&five), find(&three));
+    let (home5, home3) = (at5.rsplit_once('/').unwrap(), at3.rsplit_once('/').unwrap());
+    let wrong5 = format!("prio/2/{}", &home5.0[7..]);
+    let other = if home3.0.ends_with("00") { "01" } else { "00" };
+    let wrong3 = format!("ready/{other}");
+    std::fs::rename(d.path().join(&at5), d.path().join(&wrong5).join(home5.1)).unwrap();
+    std::fs::rename(d.path().join(&at3), d.path().join(&wrong3).join(home3.1)).unwrap();
+    let st = Queue::open(d.path()).unwrap().status().unwrap();
+    assert_eq!((st.ready, st.foreign), (0, 2));
+
+    let out = run(&["fsck", qs]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    let line5 = format!(
+        "{wrong5}/{}: misplaced: its name belongs in {}/\n",
+        home5.1, home5.0
+    );
+    let line3 = format!(
+        "{wrong3}/{}: misplaced: its name belongs in {}/\n",
+        home3.1, home3.0
+    );
+    assert!(text.contains(&line5) && text.contains(&line3), "{text}");
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains(&format!(
+        "{wrong5}/{}: misplaced: moved to {}/",
+        home5.1, home5.0
+    )));
+    assert!(text.contains(&format!(
+        "{wrong3}/{}: misplaced: moved to {}/",
+        home3.1, home3.0
+    )));
+    assert!(d.path().join(&at5).exists() && d.path().join(&at3).exists());
+    assert!(!d.path().join("quarantine").exists());
+    assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
+    // Level 5 first, then level 3.
+    let q = Queue::open(d.path()).unwrap();
+    let ids: Vec<String> = (0..2)
+        .map(|_| {
+            let l = q.claim().unwrap().unwrap();
+            let id = l.id().to_string();
+            l.ack().unwrap();
+            id
+        })
+        .collect();
+    assert_eq!(ids, [five, three]);
+}
+
+/// `fsck --quarantine` exits 0 when it moved every problem it found and says what it moved;
+/// 5 only when problems are left (found by a fresh-user trial: it exited 5 after moving
+/// everything, so a cron job could not tell "repaired" from "still broken").
+#[test]
+fn fsck_quarantine_exits_0_once_every_problem_is_moved() {
+    let d = TempDir::new("quarantine-exit");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "1"]).status.success());
+    std::fs::write(d.path().join("ready/00/notes.txt"), b"junk").unwrap();
+    std::fs::write(d.path().join("prio/6/00/x.sqj"), b"junk").unwrap();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}{err}");
+    assert!(
+        text.contains("ready/00/notes.txt: foreign: not a SteadQ job name (moved to quarantine/)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("prio/6/00/x.sqj: foreign: not a SteadQ job name (moved to quarantine/)"),
+        "{text}"
+    );
+    assert!(
+        err.contains(", 2 problems, 2 moved (to quarantine/"),
+        "{err}"
+    );
+    assert!(err.contains("), 0 left"), "{err}");
+    assert!(d.path().join("quarantine/ready/00/notes.txt").exists());
+    assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
+    // A copy of a job in another level's directory cannot be moved home (its name is taken
+    // there, and a move never replaces): left, exit 5.
+    let q = Queue::open(d.path()).unwrap();
+    q.enqueue(b"job").unwrap();
+    let l = &q.list(None).unwrap()[0];
+    let name = l.name.format(q.id()).to_string();
+    std::fs::copy(
+        d.path().join(l.rel_path(q.id())),
+        d.path().join("prio/1/00").join(&name),
+    )
+    .unwrap();
+    std::fs::write(d.path().join("ready/00/more.txt"), b"junk").unwrap();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(5), "{text}{err}");
+    assert!(
+        text.contains(&format!(
+            "prio/1/00/{name}: misplaced: its name belongs in ready/00/\n"
+        )),
+        "{text}"
+    );
+    assert!(err.contains(", 2 problems, 1 moved"), "{err}");
+    assert!(err.contains("), 1 left"), "{err}");
 }
