@@ -160,6 +160,9 @@ pub enum ErrorKind {
     /// A typed payload could not be encoded, or a claimed one decoded (`TypedQueue`,
     /// feature `serde`); the text says why.
     Decode(String),
+    /// Reading the payload of a streamed enqueue (`Queue::enqueue_reader`) failed: not done;
+    /// the text is the reader's error (the caller knows what it was reading).
+    Input(String),
 }
 
 /// A SteadQ error: what went wrong and where (a path when there is one), with the errno of
@@ -355,6 +358,7 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
              match); set the limits again",
         ),
         ErrorKind::Decode(what) => write!(f, "typed payload: {what}"),
+        ErrorKind::Input(what) => write!(f, "reading the payload failed: {what}"),
         ErrorKind::BadKeyEntry => {
             f.write_str("idempotency key entry is damaged or names another key")
         }
@@ -476,7 +480,7 @@ impl core::fmt::Display for Failure {
 impl std::error::Error for Failure {}
 
 /// How an enqueue failed (`Queue::enqueue`, `enqueue_with`, `enqueue_unique`,
-/// `enqueue_wait`, and their typed and async forms).
+/// `enqueue_wait`, `enqueue_reader`, `enqueue_reader_wait`, and their typed and async forms).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EnqueueError {
     /// Not done: no job was made ([`ErrorKind::QueueFull`], [`ErrorKind::PayloadTooLarge`],

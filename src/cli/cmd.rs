@@ -24,17 +24,17 @@ fn parse_job_id(s: &str) -> Result<JobId, CliError> {
     })
 }
 
-fn read_limited(r: &mut dyn Read, limit: u64, what: &str) -> Result<Vec<u8>, CliError> {
-    let mut buf = Vec::new();
-    r.take(limit.saturating_add(1))
-        .read_to_end(&mut buf)
-        .map_err(|e| CliError::usage(format!("{what}: {e}")))?;
-    if buf.len() as u64 > limit {
-        return Err(CliError::usage(format!(
-            "{what}: payload exceeds the limit of {limit} bytes (--max-payload)"
-        )));
+/// An enqueue's error, naming the input (`what`) when reading it failed or it was too large.
+fn name_input(e: steadq::EnqueueError, what: &str) -> CliError {
+    match e.kind() {
+        ErrorKind::PayloadTooLarge { limit, .. } => CliError::usage(format!(
+            "{what}: payload exceeds the limit of {limit} bytes (--max-payload); not done, nothing changed"
+        )),
+        ErrorKind::Input(msg) => CliError::usage(format!(
+            "{what}: reading the payload failed: {msg}; not done, nothing changed"
+        )),
+        _ => e.into(),
     }
-    Ok(buf)
 }
 
 pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
@@ -133,14 +133,15 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
     if a.max_attempts == Some(0) {
         return Err(CliError::usage("--max-attempts must be at least 1"));
     }
-    // Read the payload first: a bad file changes nothing.
-    let payload = match &a.file {
+    // The payload is streamed into the job file in 64 KiB chunks (memory does not grow with
+    // it); a bad file, a failed read or a payload over the limit changes nothing.
+    let (mut input, what): (Box<dyn Read>, String) = match &a.file {
         Some(f) => {
-            let mut file = std::fs::File::open(f)
+            let file = std::fs::File::open(f)
                 .map_err(|e| CliError::usage(format!("{}: {e}", f.display())))?;
-            read_limited(&mut file, a.max_payload, &f.display().to_string())?
+            (Box::new(file), f.display().to_string())
         }
-        None => read_limited(&mut std::io::stdin().lock(), a.max_payload, "stdin")?,
+        None => (Box::new(std::io::stdin().lock()), "stdin".to_string()),
     };
     let q = Queue::open_with(
         &a.dir,
@@ -164,9 +165,10 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
         priority: a.priority,
     };
     let r = match a.wait {
-        Some(w) => q.enqueue_wait(&payload, &o, w)?,
-        None => q.enqueue_unique(&payload, &o)?,
-    };
+        Some(w) => q.enqueue_reader_wait(&mut input, &o, w),
+        None => q.enqueue_reader(&mut input, &o),
+    }
+    .map_err(|e| name_input(e, &what))?;
     match r {
         steadq::Enqueued::New(id) => {
             stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");

@@ -106,6 +106,23 @@ pub fn encode_header(
     created_ns: u64,
     payload: &[u8],
 ) -> [u8; HEADER_LEN] {
+    let p: [u8; 32] = Sha256::digest(payload).into();
+    let mut h = encode_prefix(id, queue_id, created_ns, payload.len() as u64, p);
+    let mut e = Envelope::new(&h);
+    e.update(payload);
+    e.seal(&mut h);
+    h
+}
+
+/// A header with every field but the envelope digest (zero until [`Envelope::seal`]): for a
+/// payload written in pieces, whose length and digest are known only at its end.
+pub fn encode_prefix(
+    id: u128,
+    queue_id: u128,
+    created_ns: u64,
+    payload_len: u64,
+    payload_sha256: [u8; 32],
+) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(&MAGIC);
     h[OFF_VERSION..OFF_HLEN].copy_from_slice(&VERSION.to_le_bytes());
@@ -113,20 +130,49 @@ pub fn encode_header(
     h[OFF_ID..OFF_QUEUE].copy_from_slice(&id.to_be_bytes());
     h[OFF_QUEUE..OFF_CREATED].copy_from_slice(&queue_id.to_be_bytes());
     h[OFF_CREATED..OFF_LEN].copy_from_slice(&created_ns.to_le_bytes());
-    h[OFF_LEN..OFF_PAYLOAD_SHA].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    let p: [u8; 32] = Sha256::digest(payload).into();
-    h[OFF_PAYLOAD_SHA..OFF_ENVELOPE_SHA].copy_from_slice(&p);
-    let e = envelope(&h, payload);
-    h[OFF_ENVELOPE_SHA..].copy_from_slice(&e);
+    h[OFF_LEN..OFF_PAYLOAD_SHA].copy_from_slice(&payload_len.to_le_bytes());
+    h[OFF_PAYLOAD_SHA..OFF_ENVELOPE_SHA].copy_from_slice(&payload_sha256);
     h
 }
 
-/// The envelope digest of header `h` (its first 96 bytes) and `payload`.
-fn envelope(h: &[u8], payload: &[u8]) -> [u8; 32] {
-    let mut d = Sha256::new();
-    d.update(&h[..OFF_ENVELOPE_SHA]);
-    d.update(payload);
-    d.finalize().into()
+/// SHA-256 of a payload taken in pieces (about 110 bytes of state).
+#[derive(Clone, Debug, Default)]
+pub struct PayloadDigest(Sha256);
+
+impl PayloadDigest {
+    /// Take the next bytes of the payload.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The digest of every byte taken.
+    pub fn finish(self) -> [u8; 32] {
+        self.0.finalize().into()
+    }
+}
+
+/// The envelope digest of a header made by [`encode_prefix`] and a payload taken in pieces.
+#[derive(Clone, Debug)]
+pub struct Envelope(Sha256);
+
+impl Envelope {
+    /// Start with the header's first 96 bytes (every field the envelope covers).
+    pub fn new(h: &[u8; HEADER_LEN]) -> Self {
+        let mut d = Sha256::new();
+        d.update(&h[..OFF_ENVELOPE_SHA]);
+        Envelope(d)
+    }
+
+    /// Take the next bytes of the payload.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// Write the digest into the header's last 32 bytes.
+    pub fn seal(self, h: &mut [u8; HEADER_LEN]) {
+        let e: [u8; 32] = self.0.finalize().into();
+        h[OFF_ENVELOPE_SHA..].copy_from_slice(&e);
+    }
 }
 
 fn u64_at(b: &[u8], off: usize) -> u64 {

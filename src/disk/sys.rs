@@ -392,12 +392,13 @@ impl Sys {
         })
     }
 
-    /// Create a new file `name` in `dir` (`O_CREAT | O_EXCL | O_NOFOLLOW`), write-only, mode
-    /// 0666 less the umask (so a group-shared queue made with umask 002 stays shared; the
-    /// group comes from a setgid parent, as `open(2)` describes). `openat(2)`.
+    /// Create a new file `name` in `dir` (`O_CREAT | O_EXCL | O_NOFOLLOW`), read-write (a
+    /// streamed enqueue reads its payload back), mode 0666 less the umask (so a group-shared
+    /// queue made with umask 002 stays shared; the group comes from a setgid parent, as
+    /// `open(2)` describes). `openat(2)`.
     pub fn create_file(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         self.run(Call::Open, || {
             rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
         })
@@ -417,10 +418,11 @@ impl Sys {
         self.run_retry(Call::Write, || rustix::fs::ftruncate(fd, len))
     }
 
-    /// Open an unnamed file in `dir` (`O_TMPFILE`, Linux 3.11+). Fails with `EOPNOTSUPP` (or
+    /// Open an unnamed file in `dir` (`O_TMPFILE`, Linux 3.11+), read-write (a streamed
+    /// enqueue reads its payload back for the envelope digest). Fails with `EOPNOTSUPP` (or
     /// `EISDIR` on old kernels) where the filesystem lacks it. `open(2)`.
     pub fn open_tmpfile(&self, dir: BorrowedFd<'_>) -> R<OwnedFd> {
-        let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
+        let flags = OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC;
         self.run(Call::Open, || {
             rustix::fs::openat(dir, ".", flags, Mode::from_raw_mode(FILE_MODE))
         })
@@ -510,6 +512,20 @@ impl Sys {
     /// read, 0 at end of file.
     pub fn read_at(&self, fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> R<usize> {
         self.run_retry(Call::Read, || rustix::io::pread(fd, &mut *buf, offset))
+    }
+
+    /// Write all of `data` at byte `offset` of `fd`, leaving the file offset alone: `pwrite(2)`
+    /// in a loop (one call for a regular file); a zero-length write is `EIO`.
+    pub fn write_all_at(&self, fd: BorrowedFd<'_>, mut data: &[u8], mut offset: u64) -> R<()> {
+        while !data.is_empty() {
+            let n = self.run_retry(Call::Write, || rustix::io::pwrite(fd, data, offset))?;
+            if n == 0 {
+                return Err(Errno::IO);
+            }
+            data = &data[n..];
+            offset += n as u64;
+        }
+        Ok(())
     }
 
     /// Write all of `data` at the current offset. `write(2)` in a loop; a zero-length write is

@@ -677,10 +677,23 @@ impl Queue {
         o: &crate::EnqueueOptions,
         timeout: Duration,
     ) -> Result<crate::Enqueued, crate::EnqueueError> {
+        let mut src = crate::ops::enqueue_stream::Source::Bytes(payload);
+        self.enqueue_wait_source(&mut src, o, timeout)
+            .map_err(crate::EnqueueError::from_internal)
+    }
+
+    /// [`Queue::enqueue_wait`] of bytes or of a streamed job (written once, before the wait),
+    /// with the crate's error.
+    pub(crate) fn enqueue_wait_source(
+        &self,
+        src: &mut crate::ops::enqueue_stream::Source<'_>,
+        o: &crate::EnqueueOptions,
+        timeout: Duration,
+    ) -> Result<crate::Enqueued> {
         let start = std::time::Instant::now();
         let watch = self.room_watch();
         loop {
-            match self.enqueue_unique(payload, o) {
+            match self.enqueue_unique_source(src, o) {
                 Err(e) if matches!(e.kind(), ErrorKind::QueueFull { .. }) => {
                     let left = timeout.saturating_sub(start.elapsed());
                     if left.is_zero() {

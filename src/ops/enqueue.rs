@@ -7,6 +7,9 @@
 //! fsync, `renameat2(RENAME_NOREPLACE)` into place (the linearization point), fsync(dir),
 //! fsync(tmp/).
 //!
+//! A payload read from an `io::Read` is written the same way, in chunks (ops/enqueue_stream.rs),
+//! and published by the same code ([`Queue::publish_durably`]).
+//!
 //! Outcomes: any failure before the link/rename is not done (an unnamed file vanishes with its
 //! fd; a named temp file is unlinked, or left for recovery to remove). A link/rename that
 //! fails with `EIO` is indeterminate, any other errno not done. A failed barrier after it is
@@ -76,18 +79,43 @@ impl DirRef<'_> {
 }
 
 /// A job ready to publish: its name, where it goes, its bytes.
-struct Prepared<'a> {
-    name: JobName,
-    dir: DirRef<'a>,
-    rel_dir: String,
-    header: [u8; crate::disk::format::HEADER_LEN],
-    payload: &'a [u8],
+pub(crate) struct Prepared<'a> {
+    pub(crate) name: JobName,
+    pub(crate) dir: DirRef<'a>,
+    pub(crate) rel_dir: String,
+    /// Wall-clock ns the header records as its creation time.
+    pub(crate) created_ns: u64,
+    pub(crate) body: Body<'a>,
+}
+
+/// What a job file holds: bytes in memory, or a payload streamed into the file.
+pub(crate) enum Body<'a> {
+    /// Header and payload, written with one `writev`.
+    Bytes {
+        header: [u8; crate::disk::format::HEADER_LEN],
+        payload: &'a [u8],
+    },
+    /// Streamed into the file already (see ops/enqueue_stream.rs): `len` payload bytes.
+    Streamed { len: u64 },
 }
 
 /// A written, not yet published job file.
-enum Written {
+pub(crate) enum Written {
     Unnamed(OwnedFd),
     Named(String, OwnedFd),
+}
+
+/// Why filling a job file failed: a call on it (the caller names the file), or any other
+/// error (a payload over the limit, an input that could not be read).
+pub(crate) enum FillError {
+    Call(Call, Errno),
+    Other(Error),
+}
+
+impl From<(Call, Errno)> for FillError {
+    fn from((c, e): (Call, Errno)) -> Self {
+        FillError::Call(c, e)
+    }
 }
 
 fn is_eio(e: Errno) -> Outcome {
@@ -101,6 +129,10 @@ fn is_eio(e: Errno) -> Outcome {
 impl Queue {
     /// Enqueue `payload` as a new job with the queue's default max attempts. Returns its id
     /// once the job is durable (under [`Durability::Strict`]).
+    ///
+    /// Memory: the payload is the caller's (written with one `writev`, nothing copied); a
+    /// payload too large to hold goes through [`Queue::enqueue_reader`], which needs about
+    /// 64 KiB whatever its size.
     ///
     /// # Errors
     /// [`ErrorKind::PayloadTooLarge`] (not done); [`ErrorKind::Io`] naming the file, not done
@@ -163,10 +195,16 @@ impl Queue {
         payload: &[u8],
         o: &EnqueueOptions,
     ) -> Result<JobId> {
-        let p = self.prepare(payload, o, id)?;
+        let p = self.prepare(Some(payload), o, id)?;
         let w = self.write_job(&p, true)?;
+        self.publish_durably(&p, w)
+    }
+
+    /// Publish the written job `w` and make its name durable (Strict and Batched; the
+    /// durability policy decides): the linearization point and the barriers after it.
+    pub(crate) fn publish_durably(&self, p: &Prepared<'_>, w: Written) -> Result<JobId> {
         // From the link on, a failure names the job it may have made.
-        self.publish(&p, w, self.opts.durability != Durability::None)
+        self.publish(p, w, self.opts.durability != Durability::None)
             .map_err(|e| e.with_job(p.name.id))?;
         self.dir_barrier(&p.dir).map_err(|e| {
             Error::io(
@@ -204,7 +242,7 @@ impl Queue {
         let o = EnqueueOptions::default();
         let prepared: Vec<Prepared<'_>> = payloads
             .iter()
-            .map(|p| self.prepare(p, &o, None))
+            .map(|p| self.prepare(Some(p), &o, None))
             .collect::<Result<_>>()?;
         let mut written = Vec::with_capacity(prepared.len());
         for p in &prepared {
@@ -235,19 +273,18 @@ impl Queue {
         Ok(prepared.iter().map(|p| p.name.id).collect())
     }
 
-    fn prepare<'a>(
+    /// Name and place a job of `payload` (`None`: a payload to be streamed; its header is
+    /// written with it).
+    pub(crate) fn prepare<'a>(
         &'a self,
-        payload: &'a [u8],
+        payload: Option<&'a [u8]>,
         o: &EnqueueOptions,
         id: Option<JobId>,
     ) -> Result<Prepared<'a>> {
         let limit = self.opts.max_payload;
-        if payload.len() as u64 > limit {
+        if let Some(len) = payload.map(|p| p.len() as u64).filter(|&l| l > limit) {
             return Err(Error::not_done(
-                ErrorKind::PayloadTooLarge {
-                    len: payload.len() as u64,
-                    limit,
-                },
+                ErrorKind::PayloadTooLarge { len, limit },
                 None,
             ));
         }
@@ -260,7 +297,13 @@ impl Queue {
         }
         let now = self.clock.wall_ns();
         let id = id.unwrap_or_else(|| JobId::new(now / 1_000_000, random()));
-        let header = encode_header(id.0, self.ident.id, now, payload);
+        let body = match payload {
+            Some(payload) => Body::Bytes {
+                header: encode_header(id.0, self.ident.id, now, payload),
+                payload,
+            },
+            None => Body::Streamed { len: 0 },
+        };
         let mut name = JobName::new_ready(id, max).with_priority(o.priority_on(&self.ident)?);
         let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {
             None => {
@@ -287,20 +330,54 @@ impl Queue {
             name,
             dir,
             rel_dir,
-            header,
-            payload,
+            created_ns: now,
+            body,
         })
     }
 
     /// Write the job file (fsync'd when `sync` and the policy asks) without publishing it.
     fn write_job(&self, p: &Prepared<'_>, sync: bool) -> Result<Written> {
+        match p.body {
+            Body::Bytes { header, payload } => self.write_with(p, sync, &mut |fd| {
+                self.sys
+                    .write_all_vectored(fd, &[&header, payload])
+                    .map_err(|e| FillError::Call(Call::Write, e))
+            }),
+            // Only a publication redone through tmp/ gets here: copy the written file.
+            Body::Streamed { .. } => Err(Error::not_done(
+                ErrorKind::InvalidArgument("a streamed job is written by its stream"),
+                None,
+            )),
+        }
+    }
+
+    /// Make the job file unnamed in its directory (or named in `tmp/` where `O_TMPFILE` is
+    /// refused), let `fill` write it, fsync it when `sync` and the policy asks. Any failure
+    /// is not done and leaves nothing behind (an unnamed file vanishes with its fd, a named
+    /// one is unlinked).
+    pub(crate) fn write_with(
+        &self,
+        p: &Prepared<'_>,
+        sync: bool,
+        fill: &mut dyn FnMut(BorrowedFd<'_>) -> core::result::Result<(), FillError>,
+    ) -> Result<Written> {
         let nd = |c, e, rel: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(rel)));
         let sync = sync && self.opts.durability != Durability::None;
+        let mut fill = |fd: BorrowedFd<'_>, rel: &str| {
+            fill(fd)
+                .and_then(|()| match sync {
+                    true => self.sys.fsync(fd).map_err(|e| (Call::Fsync, e).into()),
+                    false => Ok(()),
+                })
+                .map_err(|f| match f {
+                    FillError::Call(c, e) => nd(c, e, rel),
+                    FillError::Other(e) => e,
+                })
+        };
         if self.sys.publish_mode() != Some(Publish::Named) {
             match self.sys.open_tmpfile(p.dir.fd()) {
                 Ok(fd) => {
-                    self.fill(fd.as_fd(), p, sync)
-                        .map_err(|(c, e)| nd(c, e, &p.rel_dir))?;
+                    fill(fd.as_fd(), &p.rel_dir)?;
                     return Ok(Written::Unnamed(fd));
                 }
                 Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
@@ -321,27 +398,11 @@ impl Queue {
             .sys
             .create_file(self.dirs.tmp.as_fd(), &tmp)
             .map_err(|e| nd(Call::Open, e, &rel))?;
-        if let Err((c, e)) = self.fill(fd.as_fd(), p, sync) {
+        if let Err(e) = fill(fd.as_fd(), &rel) {
             let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
-            return Err(nd(c, e, &rel));
+            return Err(e);
         }
         Ok(Written::Named(tmp, fd))
-    }
-
-    /// Write header and payload to `fd`, then fsync it when `sync`.
-    fn fill(
-        &self,
-        fd: BorrowedFd<'_>,
-        p: &Prepared<'_>,
-        sync: bool,
-    ) -> core::result::Result<(), (Call, Errno)> {
-        self.sys
-            .write_all_vectored(fd, &[&p.header, p.payload])
-            .map_err(|e| (Call::Write, e))?;
-        if sync {
-            self.sys.fsync(fd).map_err(|e| (Call::Fsync, e))?;
-        }
-        Ok(())
     }
 
     /// The linearization point: give the written file its job name.
@@ -365,9 +426,14 @@ impl Queue {
                 }),
                 Ok(()) => Ok(()),
                 Err(Errno::NOTSUP) => {
-                    // Neither linkat route works here: redo through tmp/.
+                    // Neither linkat route works here: redo through tmp/ (a streamed job is
+                    // copied from the unnamed file: its input is read once).
                     self.sys.force_named_publish();
-                    let w = self.write_job(p, self.opts.durability != Durability::None)?;
+                    let sync = self.opts.durability != Durability::None;
+                    let w = match p.body {
+                        Body::Streamed { len } => self.copy_job(p, fd.as_fd(), len, sync)?,
+                        Body::Bytes { .. } => self.write_job(p, sync)?,
+                    };
                     self.publish(p, w, resync)
                 }
                 Err(e) => Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel)))),

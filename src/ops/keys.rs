@@ -35,6 +35,7 @@ use crate::disk::name::{JobId, JobName};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{EnqueueError, Error, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::EnqueueOptions;
+use crate::ops::enqueue_stream::Source;
 use crate::ops::state::State;
 use crate::queue::{random, Queue};
 use std::collections::HashSet;
@@ -256,16 +257,29 @@ impl Queue {
         payload: &[u8],
         o: &EnqueueOptions,
     ) -> Result<Enqueued, EnqueueError> {
-        self.enqueue_unique_as(payload, o)
+        self.enqueue_unique_source(&mut Source::Bytes(payload), o)
             .map_err(EnqueueError::from_internal)
     }
 
-    /// [`Queue::enqueue_unique`] with the crate's error (its outcome not yet a type).
-    fn enqueue_unique_as(&self, payload: &[u8], o: &EnqueueOptions) -> Result<Enqueued> {
+    /// Publish `src`: write it (bytes) or publish its file (staged) with the id `id`.
+    fn commit(&self, id: Option<JobId>, src: &mut Source<'_>, o: &EnqueueOptions) -> Result<JobId> {
+        match src {
+            Source::Bytes(b) => self.enqueue_as(id, b, o),
+            Source::Staged(s) => s.publish(),
+        }
+    }
+
+    /// [`Queue::enqueue_unique`] of bytes or of a streamed job, with the crate's error (its
+    /// outcome not yet a type). A staged job keeps its id, chosen when it was written.
+    pub(crate) fn enqueue_unique_source(
+        &self,
+        src: &mut Source<'_>,
+        o: &EnqueueOptions,
+    ) -> Result<Enqueued> {
         let priority = o.priority_on(&self.ident)?;
         let Some(key) = o.key else {
-            let _room = self.admit(1, payload.len() as u64)?;
-            return self.enqueue_as(None, payload, o).map(Enqueued::New);
+            let _room = self.admit(1, src.len())?;
+            return self.commit(None, src, o).map(Enqueued::New);
         };
         let entry = key.entry_name(self.ident.id);
         let keys = self.keys_dir()?;
@@ -283,8 +297,10 @@ impl Queue {
                     continue;
                 }
             }
-            let _room = self.admit(1, payload.len() as u64)?;
-            let id = JobId::new(self.clock.wall_ns() / 1_000_000, random());
+            let _room = self.admit(1, src.len())?;
+            let id = src
+                .id()
+                .unwrap_or_else(|| JobId::new(self.clock.wall_ns() / 1_000_000, random()));
             let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
             let first = match o.delay.filter(|d| !d.is_zero()) {
                 None => {
@@ -305,7 +321,7 @@ impl Queue {
                 continue; // EEXIST: taken meanwhile; look at it
             }
             let o2 = EnqueueOptions { key: None, ..*o };
-            return match self.enqueue_as(Some(id), payload, &o2) {
+            return match self.commit(Some(id), src, &o2) {
                 Ok(id) => Ok(Enqueued::New(id)),
                 Err(e) if e.outcome() == Outcome::NotDone => {
                     // No job: take the key back (a failure leaves an orphan, retired later).

@@ -5,6 +5,7 @@
 
 pub(crate) mod capacity;
 pub(crate) mod enqueue;
+pub(crate) mod enqueue_stream;
 pub(crate) mod group;
 pub(crate) mod keys;
 pub(crate) mod lease;

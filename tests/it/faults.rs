@@ -51,6 +51,18 @@ enum Op {
     AckPrio,
     /// The nack (with a delay) of a priority-6 job: its delayed name keeps `.p6`.
     NackPrio,
+    /// A streamed enqueue (`enqueue_reader`) of [`STREAMED`] bytes: chunks written at offset
+    /// 128, read back for the envelope digest, the header written last (`O_TMPFILE` route).
+    EnqueueStream,
+    /// The same through a named file in `tmp/` (unlinked when not done).
+    EnqueueStreamNamed,
+}
+
+/// The payload of the streamed enqueues: three chunks, the last one short.
+const STREAMED: usize = 2 * 64 * 1024 + 100;
+
+fn streamed() -> Vec<u8> {
+    (0..STREAMED).map(|i| (i * 7 % 251) as u8).collect()
 }
 
 /// The priority the `*Prio` operations use.
@@ -63,7 +75,7 @@ fn is_prio(op: Op) -> bool {
     )
 }
 
-const OPS: [Op; 23] = [
+const OPS: [Op; 25] = [
     Op::Enqueue,
     Op::EnqueueNamed,
     Op::EnqueueDelayed,
@@ -87,6 +99,8 @@ const OPS: [Op; 23] = [
     Op::ClaimPrio,
     Op::AckPrio,
     Op::NackPrio,
+    Op::EnqueueStream,
+    Op::EnqueueStreamNamed,
 ];
 
 fn keyed() -> EnqueueOptions {
@@ -140,6 +154,8 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
         | Op::EnqueueDelayed
         | Op::EnqueueBatch
         | Op::EnqueuePrio
+        | Op::EnqueueStream
+        | Op::EnqueueStreamNamed
         | Op::EnqueueKeyed => {}
         Op::EnqueueCapped => setup
             .set_limits(Limits {
@@ -195,7 +211,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
         shards: 1,
         durability,
         faults: Some(plan.clone()),
-        force_named_publish: op == Op::EnqueueNamed,
+        force_named_publish: matches!(op, Op::EnqueueNamed | Op::EnqueueStreamNamed),
         ..Options::default()
     };
     let q = Queue::open_with(d.path(), o).unwrap();
@@ -249,6 +265,10 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                 .map(|r| assert!(!r.is_duplicate())),
         ),
         Op::EnqueueCapped => named(q.enqueue(b"payload").map(drop)),
+        Op::EnqueueStream | Op::EnqueueStreamNamed => named(
+            q.enqueue_reader(&mut &streamed()[..], &EnqueueOptions::default())
+                .map(|r| assert!(!r.is_duplicate())),
+        ),
         Op::EnqueuePrio => named(
             q.enqueue_with(
                 b"payload",
@@ -320,6 +340,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
     let all = clean.list(None).unwrap();
     let happened = match op {
         Op::Enqueue | Op::EnqueueNamed | Op::EnqueueKeyed | Op::EnqueueCapped => all.len() == 1,
+        Op::EnqueueStream | Op::EnqueueStreamNamed => all.len() == 1 && streamed_whole(&clean),
         Op::EnqueuePrio => all.len() == 1 && all[0].dir == "prio/6/00",
         Op::EnqueueDelayed => all.len() == 1 && all[0].state == State::Delayed,
         Op::EnqueueBatch => all.len() == 3,
@@ -411,6 +432,16 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
     }
     drop(lease.take().map(|l| l.into_handle()));
     (res, happened, plan, d)
+}
+
+/// The one job of a streamed enqueue carries the payload exactly (claimed, then released;
+/// fsck checks its digests again after recovery).
+fn streamed_whole(q: &Queue) -> bool {
+    let l = q.claim().unwrap().unwrap();
+    let exact = l.payload().unwrap() == &streamed()[..];
+    l.release().unwrap();
+    assert!(exact, "the streamed payload differs");
+    true
 }
 
 /// Lines in `evidence.log` (0 when there is none).
@@ -552,6 +583,8 @@ fn fault_matrix_reports_the_true_outcome() {
         Op::ClaimPrio,
         Op::AckPrio,
         Op::NackPrio,
+        Op::EnqueueStream,
+        Op::EnqueueStreamNamed,
     ] {
         let n = |l| by_op.get(&(op, l)).copied().unwrap_or(0);
         summary(&format!(

@@ -8,6 +8,7 @@ mod cli;
 mod common;
 mod contention;
 mod design;
+mod enqueue_stream;
 mod faults;
 mod field;
 mod filesystems;
