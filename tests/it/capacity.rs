@@ -269,8 +269,7 @@ fn cli_limits_exit_7_and_wait() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        use std::io::Write;
-        c.stdin.take().unwrap().write_all(input).unwrap();
+        feed(c.stdin.take(), input);
         c.wait_with_output().unwrap()
     };
     assert!(run(&["init", dir, "--max-jobs", "1"], b"").status.success());

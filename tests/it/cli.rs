@@ -17,7 +17,6 @@ fn steadq(args: &[&str]) -> Output {
 }
 
 fn steadq_in(args: &[&str], input: &[u8]) -> Output {
-    use std::io::Write;
     let mut c = Command::new(BIN)
         .args(args)
         .stdin(Stdio::piped())
@@ -25,7 +24,7 @@ fn steadq_in(args: &[&str], input: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    c.stdin.take().unwrap().write_all(input).unwrap();
+    feed(c.stdin.take(), input);
     c.wait_with_output().unwrap()
 }
 
@@ -786,7 +785,6 @@ fn work_timeout_stops_the_command_and_retries_with_backoff() {
 
 /// Run steadq with stdout on /dev/full (every write fails with ENOSPC).
 fn steadq_to_full(args: &[&str], input: &[u8]) -> Output {
-    use std::io::Write;
     let mut c = Command::new(BIN)
         .args(args)
         .stdin(Stdio::piped())
@@ -794,7 +792,7 @@ fn steadq_to_full(args: &[&str], input: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    c.stdin.take().unwrap().write_all(input).unwrap();
+    feed(c.stdin.take(), input);
     c.wait_with_output().unwrap()
 }
 

@@ -106,3 +106,14 @@ pub fn summary(line: &str) {
     }
     eprintln!("{line}");
 }
+
+/// Write `input` to a child's stdin and close it. A child that exits without reading its
+/// input (refused at argument parsing, say) closes the pipe first: that `EPIPE` is not the
+/// test's failure, the child's exit code and output say what happened.
+pub fn feed(stdin: Option<std::process::ChildStdin>, input: &[u8]) {
+    use std::io::Write;
+    match stdin.expect("stdin was piped").write_all(input) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        r => r.unwrap(),
+    }
+}

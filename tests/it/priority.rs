@@ -280,7 +280,6 @@ fn the_cli_enqueues_lists_and_counts_by_priority() {
     use std::process::{Command, Stdio};
     let bin = env!("CARGO_BIN_EXE_steadq");
     let run = |args: &[&str], input: &[u8]| {
-        use std::io::Write;
         let mut c = Command::new(bin)
             .args(args)
             .stdin(Stdio::piped())
@@ -288,7 +287,7 @@ fn the_cli_enqueues_lists_and_counts_by_priority() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        c.stdin.take().unwrap().write_all(input).unwrap();
+        feed(c.stdin.take(), input);
         let o = c.wait_with_output().unwrap();
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         (o.status.code(), text(&o.stdout), text(&o.stderr))
@@ -300,7 +299,9 @@ fn the_cli_enqueues_lists_and_counts_by_priority() {
     assert_eq!(run(&["enqueue", q, "--priority", "7"], b"b").0, Some(0));
     assert_eq!(run(&["enqueue", q], b"c").0, Some(0));
     // Out of range: refused at parsing, naming the option and the value (exit 1, bad usage).
-    let (code, _, err) = run(&["enqueue", q, "--priority", "9"], b"d");
+    // The input is larger than a pipe holds, so the writer always sees the pipe closed by a
+    // child that exits without reading it (common::feed takes that as the child's answer).
+    let (code, _, err) = run(&["enqueue", q, "--priority", "9"], &vec![b'd'; 256 * 1024]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("'--priority' with value '9': a priority is 0..=7"),
