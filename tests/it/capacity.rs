@@ -4,12 +4,9 @@
 //! concurrent producers stays within the documented bound (`P - 1` jobs).
 
 use crate::common::*;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use steadq::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_steadq");
 
 fn jobs(n: u64) -> Limits {
     Limits {
@@ -261,17 +258,7 @@ fn overshoot_with_8_producers_stays_within_the_bound() {
 fn cli_limits_exit_7_and_wait() {
     let d = TempDir::new("cap-cli");
     let dir = d.path().to_str().unwrap();
-    let run = |args: &[&str], input: &[u8]| {
-        let mut c = Command::new(BIN)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        feed(c.stdin.take(), input);
-        c.wait_with_output().unwrap()
-    };
+    let run = steadq_in;
     assert!(run(&["init", dir, "--max-jobs", "1"], b"").status.success());
     assert!(run(&["enqueue", dir], b"one").status.success());
     let full = run(&["enqueue", dir], b"two");

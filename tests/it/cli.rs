@@ -16,18 +16,6 @@ fn steadq(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn steadq_in(args: &[&str], input: &[u8]) -> Output {
-    let mut c = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    feed(c.stdin.take(), input);
-    c.wait_with_output().unwrap()
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

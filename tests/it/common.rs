@@ -117,3 +117,18 @@ pub fn feed(stdin: Option<std::process::ChildStdin>, input: &[u8]) {
         r => r.unwrap(),
     }
 }
+
+/// Run the built `steadq` with `args`, `input` on its stdin (see [`feed`]), and collect its
+/// exit status, stdout and stderr.
+pub fn steadq_in(args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::process::{Command, Stdio};
+    let mut c = Command::new(env!("CARGO_BIN_EXE_steadq"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    feed(c.stdin.take(), input);
+    c.wait_with_output().unwrap()
+}

@@ -277,18 +277,8 @@ fn no_claim_passes_over_the_oldest_ready_job_across_shards() {
 /// unchanged, `work --aging` and `claim --aging` are taken.
 #[test]
 fn the_cli_enqueues_lists_and_counts_by_priority() {
-    use std::process::{Command, Stdio};
-    let bin = env!("CARGO_BIN_EXE_steadq");
     let run = |args: &[&str], input: &[u8]| {
-        let mut c = Command::new(bin)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        feed(c.stdin.take(), input);
-        let o = c.wait_with_output().unwrap();
+        let o = steadq_in(args, input);
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         (o.status.code(), text(&o.stdout), text(&o.stderr))
     };
