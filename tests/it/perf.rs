@@ -43,7 +43,10 @@ fn twenty_thousand_leases_hold_no_file_descriptors() {
     let leases: Vec<Lease> = (0..n)
         .map(|_| q.claim_for(hour).unwrap().unwrap())
         .collect();
-    assert!(fds() < before + 16, "{} fds for {n} leases", fds() - before);
+    // /proc/self/fd counts the whole test process, and other tests run beside this one (a CI
+    // run saw 16 more): the bound is far above them and far below one fd per lease (20,000).
+    let grown = fds().saturating_sub(before);
+    assert!(grown < 1_000, "{grown} fds for {n} leases");
     assert!(q.claim_for(hour).unwrap().is_none());
     q.ack_batch(leases).unwrap();
     assert_eq!(counts(&q)[4], n);
