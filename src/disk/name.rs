@@ -321,84 +321,76 @@ impl JobName {
         self.attempt >= self.max_attempts
     }
 
-    fn write_canonical(&self, out: &mut NameBuf, tag: Option<u64>) {
-        self.write_fields(out);
-        if let Some(t) = tag {
-            push_field(out, b'k', t.into(), 16);
-        }
-        let _ = out.push_str(self.suffix());
-    }
-
-    /// Every field of the name but its tag and suffix, in name order. Fields are fixed-width
-    /// lowercase hex written by [`push_field`] (formatting them through `core::fmt` took
-    /// about 13% of a job's CPU on tmpfs). Capacity is sufficient for every kind (checked by
-    /// tests), so pushes cannot fail.
-    fn write_fields(&self, out: &mut NameBuf) {
-        push_hex(out, self.id.0, 32);
-        push_field(out, b'g', self.generation.into(), 16);
-        push_field(out, b'a', self.attempt.into(), 8);
-        push_field(out, b'm', self.max_attempts.into(), 8);
+    /// Every field of the name but its tag and suffix, in name order, as fixed-width
+    /// lowercase hex. Formatting them through `core::fmt` took about 13% of a job's CPU on
+    /// tmpfs; [`NameWriter`] keeps the bytes and their count local until the name is done.
+    fn write_fields(&self, w: &mut NameWriter) {
+        w.hex(self.id.0, 32);
+        w.field(b'g', self.generation.into(), 16);
+        w.field(b'a', self.attempt.into(), 8);
+        w.field(b'm', self.max_attempts.into(), 8);
         if self.priority != DEFAULT_PRIORITY {
-            let _ = out.push_str(".p");
-            let _ = out.push(char::from(b'0' + self.priority % 10));
+            w.bytes(&[b'.', b'p', b'0' + self.priority % 10]);
         }
         match self.kind {
             Kind::Ready => {}
             Kind::Leased(l) => {
-                push_field(out, b'o', l.boot_id, 32);
-                push_field(out, b'b', l.boot_deadline_ns.into(), 16);
-                push_field(out, b'w', l.wall_deadline_ns.into(), 16);
-                push_field(out, b't', l.token, 32);
+                w.field(b'o', l.boot_id, 32);
+                w.field(b'b', l.boot_deadline_ns.into(), 16);
+                w.field(b'w', l.wall_deadline_ns.into(), 16);
+                w.field(b't', l.token, 32);
             }
             Kind::Delayed {
                 not_before_ns,
                 boot,
             } => {
-                push_field(out, b'd', not_before_ns.into(), 16);
+                w.field(b'd', not_before_ns.into(), 16);
                 if let Some(b) = boot {
-                    push_field(out, b'o', b.boot_id, 32);
-                    push_field(out, b'b', b.not_before_boot_ns.into(), 16);
+                    w.field(b'o', b.boot_id, 32);
+                    w.field(b'b', b.not_before_boot_ns.into(), 16);
                 }
             }
             Kind::Dead { reason } => {
-                let _ = out.push_str(".x");
-                let _ = out.push_str(reason.as_str());
+                w.bytes(b".x");
+                w.bytes(reason.as_str().as_bytes());
             }
             Kind::Receipt { token, acked_ns } => {
-                push_field(out, b't', token, 32);
+                w.field(b't', token, 32);
                 if let Some(a) = acked_ns {
-                    push_field(out, b'r', a.into(), 16);
+                    w.field(b'r', a.into(), 16);
                 }
             }
         }
     }
 
-    fn suffix(&self) -> &'static str {
+    fn suffix(&self) -> &'static [u8] {
         match self.kind {
-            Kind::Receipt { .. } => ".rct",
-            _ => ".sqj",
+            Kind::Receipt { .. } => b".rct",
+            _ => b".sqj",
         }
     }
 
-    /// The 64-bit tag of this name in queue `queue_id` (see the module docs for the bytes).
+    /// The 64-bit tag of this name in queue `queue_id` (see the module docs for the bytes):
+    /// taken over the name without its tag field.
     pub fn tag(&self, queue_id: u128) -> u64 {
-        let mut canon = NameBuf::new();
-        self.write_canonical(&mut canon, None);
-        tag_of(queue_id, canon.as_bytes())
+        let mut w = NameWriter::new();
+        self.write_fields(&mut w);
+        w.bytes(self.suffix());
+        tag_of(queue_id, w.as_bytes())
     }
 
     /// Format the full name, tag included. The fields are written once: the tag is taken over
     /// them and the suffix, then goes in before the suffix.
     pub fn format(&self, queue_id: u128) -> NameBuf {
-        let mut out = NameBuf::new();
-        self.write_fields(&mut out);
-        let fields = out.len();
-        let _ = out.push_str(self.suffix());
-        let tag = tag_of(queue_id, out.as_bytes());
-        out.truncate(fields);
-        push_field(&mut out, b'k', tag.into(), 16);
-        let _ = out.push_str(self.suffix());
-        out
+        let mut w = NameWriter::new();
+        self.write_fields(&mut w);
+        let fields = w.len;
+        w.bytes(self.suffix());
+        let tag = tag_of(queue_id, w.as_bytes());
+        w.len = fields;
+        w.field(b'k', tag.into(), 16);
+        w.bytes(self.suffix());
+        w.into_name()
     }
 
     /// Parse a name and check its tag against `queue_id`. Allocates nothing.
@@ -518,24 +510,56 @@ fn parse_kind(receipt: bool, rest: &[&[u8]]) -> Result<Kind, NameError> {
     })
 }
 
-/// Append `v` as exactly `digits` lowercase hex digits, zero-padded (`{:0digits$x}` for a
-/// value that fits, as every name field does by its type).
-fn push_hex(out: &mut NameBuf, v: u128, digits: u32) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut b = [0u8; 32];
-    let b = &mut b[..digits as usize];
-    for (i, d) in b.iter_mut().rev().enumerate() {
-        *d = HEX[((v >> (4 * i)) & 0xf) as usize];
-    }
-    // Hex digits are ASCII: the conversion cannot fail.
-    let _ = out.push_str(core::str::from_utf8(b).unwrap_or_default());
+/// A name being written: its bytes and their count, local to the formatter (a `NameBuf`
+/// stores its length on every push). Every name fits (`NAME_MAX`, checked by tests); a write
+/// past the end panics rather than truncating a name.
+struct NameWriter {
+    buf: [u8; NAME_MAX],
+    len: usize,
 }
 
-/// Append `.<key><v as digits hex digits>`, one field of a name.
-fn push_field(out: &mut NameBuf, key: u8, v: u128, digits: u32) {
-    let _ = out.push('.');
-    let _ = out.push(char::from(key));
-    push_hex(out, v, digits);
+impl NameWriter {
+    fn new() -> NameWriter {
+        NameWriter {
+            buf: [0; NAME_MAX],
+            len: 0,
+        }
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+
+    /// `v` as exactly `digits` (even) lowercase hex digits, zero-padded: `{:0digits$x}` for a
+    /// value that fits, as every name field does by its type.
+    fn hex(&mut self, v: u128, digits: usize) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let out = &mut self.buf[self.len..self.len + digits];
+        let be = v.to_be_bytes();
+        for (pair, x) in out.chunks_exact_mut(2).zip(&be[16 - digits / 2..]) {
+            pair[0] = HEX[usize::from(x >> 4)];
+            pair[1] = HEX[usize::from(x & 0xf)];
+        }
+        self.len += digits;
+    }
+
+    /// `.<key><v as digits hex digits>`, one field of a name.
+    fn field(&mut self, key: u8, v: u128, digits: usize) {
+        self.bytes(&[b'.', key]);
+        self.hex(v, digits);
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    fn into_name(self) -> NameBuf {
+        let mut name = NameBuf::new();
+        // Every byte written is ASCII (hex digits, field keys, a reason of [a-z0-9]) and fits.
+        let _ = name.push_str(core::str::from_utf8(self.as_bytes()).unwrap_or_default());
+        name
+    }
 }
 
 /// The tag function itself (module docs give the bytes).
