@@ -180,6 +180,8 @@ struct Inner {
     path: Option<PathBuf>,
     /// The job an indeterminate enqueue may have made ([`EnqueueError::Indeterminate`]).
     job: Option<JobId>,
+    /// For a failed move: the directory it was moving into (a rename fails for either side).
+    into: Option<PathBuf>,
 }
 
 impl Error {
@@ -191,6 +193,7 @@ impl Error {
             outcome: Outcome::NotDone,
             path,
             job: None,
+            into: None,
         }))
     }
 
@@ -218,6 +221,19 @@ impl Error {
     /// The file or directory involved, if any.
     pub fn path(&self) -> Option<&std::path::Path> {
         self.0.path.as_deref()
+    }
+
+    /// For a failed move between directories (`renameat2`), the directory it was moving
+    /// into: `rename(2)` fails with `EACCES` when either directory is not writable, so
+    /// [`Error::path`] (the source) alone may point at the wrong one.
+    pub fn into_dir(&self) -> Option<&std::path::Path> {
+        self.0.into.as_deref()
+    }
+
+    /// The same error, naming `dir` as the directory its move was going into.
+    pub(crate) fn moving_into(mut self, dir: PathBuf) -> Error {
+        self.0.into = Some(dir);
+        self
     }
 
     /// The errno, for [`ErrorKind::Io`].
@@ -251,7 +267,12 @@ impl core::fmt::Display for Error {
             write!(f, "{}: ", p.display())?;
         }
         match &self.0.kind {
-            ErrorKind::Io { call, errno } => fmt_io(f, *call, *errno, self.0.outcome)?,
+            ErrorKind::Io { call, errno } => {
+                if let Some(into) = &self.0.into {
+                    write!(f, "moving it into {}/: ", into.display())?;
+                }
+                fmt_io(f, *call, *errno, self.0.outcome)?
+            }
             ErrorKind::IdentityLost { jobs, ids } => fmt_identity_lost(f, *jobs, *ids)?,
             ErrorKind::QueueFull {
                 jobs,

@@ -220,10 +220,14 @@ impl Queue {
             }
             Err(e) => {
                 let path = Some(self.path(&format!("{}/{a}", from.rel)));
+                let err = |o| match to.rel == from.rel {
+                    true => Error::io(Call::Rename, e, o, path),
+                    false => Error::io(Call::Rename, e, o, path).moving_into(self.path(&to.rel)),
+                };
                 return Err(if e == Errno::IO {
-                    MoveFailed::Unknown(Error::io(Call::Rename, e, Outcome::Indeterminate, path))
+                    MoveFailed::Unknown(err(Outcome::Indeterminate))
                 } else {
-                    MoveFailed::NotDone(Error::io(Call::Rename, e, Outcome::NotDone, path))
+                    MoveFailed::NotDone(err(Outcome::NotDone))
                 });
             }
         }

@@ -911,3 +911,42 @@ fn a_quarantine_failing_after_a_move_is_indeterminate() {
         assert_eq!(moved, nth as usize - 1, "rename #{nth}");
     }
 }
+
+/// `rename(2)` fails with `EACCES` when either directory is not writable: a failed ack names
+/// the receipt shard it was moving into as well as the leased file (a fresh-user trial was
+/// sent to fix the permissions of the ready shard, which were fine).
+#[test]
+fn a_failed_move_names_the_directory_it_was_moving_into() {
+    let d = TempDir::new("moveinto");
+    drop(Queue::create(d.path(), opts(1)).unwrap());
+    Queue::open(d.path()).unwrap().enqueue(b"x").unwrap();
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Rename,
+        nth: 1,
+        action: FaultAction::Fail(Errno::ACCESS),
+    }]);
+    let q = Queue::open_with(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let lease = q.claim().unwrap().unwrap();
+    plan.arm();
+    let Err(SettleError::NotDone { error, mut lease }) = lease.ack() else {
+        panic!("the ack should be not done");
+    };
+    let into = d.path().join("receipts/00");
+    assert_eq!(error.into_dir(), Some(into.as_path()));
+    let text = error.to_string();
+    assert!(text.contains("ready/00/"), "{text}");
+    assert!(text.contains(&format!("moving it into {}/", into.display())), "{text}");
+    // The same move within one directory (a renew) names no second directory.
+    plan.arm();
+    let Err(RenewError::NotDone(e)) = lease.renew(Duration::from_secs(60)) else {
+        panic!("the renew should be not done");
+    };
+    assert_eq!(e.into_dir(), None, "{e}");
+}
