@@ -1276,7 +1276,7 @@ fn out_of_range_numbers_are_refused_at_parsing_and_change_nothing() {
     let q = tmp.path().to_path_buf();
     assert_eq!(steadq(&["init", p(&q)]).status.code(), Some(0));
     let before = snapshot(&q);
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["init", p(&q), "--shards", "0"],
             "'--shards' with value '0'",
@@ -1297,6 +1297,14 @@ fn out_of_range_numbers_are_refused_at_parsing_and_change_nothing() {
         (
             &["enqueue", p(&q), "--priority", "8"],
             "'--priority' with value '8'",
+        ),
+        (
+            &["enqueue", p(&q), "--priority", "+7"],
+            "'--priority' with value '+7'",
+        ),
+        (
+            &["enqueue", p(&q), "--priority", "07"],
+            "'--priority' with value '07'",
         ),
     ];
     for (args, want) in cases {

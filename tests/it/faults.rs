@@ -942,7 +942,10 @@ fn a_failed_move_names_the_directory_it_was_moving_into() {
     assert_eq!(error.into_dir(), Some(into.as_path()));
     let text = error.to_string();
     assert!(text.contains("ready/00/"), "{text}");
-    assert!(text.contains(&format!("moving it into {}/", into.display())), "{text}");
+    assert!(
+        text.contains(&format!("moving it into {}/", into.display())),
+        "{text}"
+    );
     // The same move within one directory (a renew) names no second directory.
     plan.arm();
     let Err(RenewError::NotDone(e)) = lease.renew(Duration::from_secs(60)) else {
