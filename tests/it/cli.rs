@@ -1308,3 +1308,52 @@ fn out_of_range_numbers_are_refused_at_parsing_and_change_nothing() {
     }
     assert!(!q.join("steadq.limits").exists());
 }
+
+/// A job over the default 16 MiB payload limit, enqueued and claimed with a higher
+/// `--max-payload`, is settled by its handle: renew, nack and ack have no `--max-payload`, and
+/// the handle's check of the job file applied the default limit (fresh-user trial: each exited
+/// 2 with "read failed: File too large (os error 27)", and the job cycled until dead).
+#[test]
+fn a_lease_over_the_default_payload_limit_settles_by_its_handle() {
+    let d = TempDir::new("cli-big-handle");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let big = vec![b'x'; 16 * 1024 * 1024 + 1];
+    let o = steadq_in(&["enqueue", q, "--max-payload", "20000000"], &big);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+    let pf = d.path().with_extension("big");
+    let claim = || {
+        let o = steadq(&[
+            "claim",
+            q,
+            "--max-payload",
+            "20000000",
+            "--payload-out",
+            p(&pf),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        text(&o.stdout).trim().to_string()
+    };
+    let h = claim();
+    assert_eq!(std::fs::metadata(&pf).unwrap().len(), big.len() as u64);
+    let o = steadq(&["renew", q, &h, "--lease", "5m"]);
+    assert_eq!(o.status.code(), Some(0), "renew: {}", text(&o.stderr));
+    let h = text(&o.stdout).trim().to_string();
+    let o = steadq(&["nack", q, &h]);
+    assert_eq!(o.status.code(), Some(0), "nack: {}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "ready\n");
+    let h = claim();
+    let o = steadq(&["ack", q, &h]);
+    assert_eq!(o.status.code(), Some(0), "ack: {}", text(&o.stderr));
+    let receipt = text(&o.stdout).trim().to_string();
+    let list = text(&steadq(&["list", q]).stdout);
+    assert!(
+        list.starts_with(&format!("acked   {id} attempt 2/5")) && list.lines().count() == 1,
+        "{list}"
+    );
+    let rct = files(d.path(), "receipts");
+    assert_eq!(rct.len(), 1, "{rct:?}");
+    assert!(rct[0].ends_with(&receipt), "{rct:?} vs {receipt}");
+    let _ = std::fs::remove_file(&pf);
+}
