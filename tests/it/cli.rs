@@ -1357,3 +1357,59 @@ fn a_lease_over_the_default_payload_limit_settles_by_its_handle() {
     assert!(rct[0].ends_with(&receipt), "{rct:?} vs {receipt}");
     let _ = std::fs::remove_file(&pf);
 }
+
+/// `claim --payload-out` takes any writable file: /dev/null and a FIFO get the payload (they
+/// were cut with set_len, EINVAL: exit 4 and the attempt used, so with --max-attempts 1 the
+/// job was dead-lettered without running). A write that fails after the claim (/dev/full:
+/// ENOSPC) releases the job and exits 2, not 4: the release was done, the job is ready again.
+#[test]
+fn claim_writes_the_payload_to_any_writable_file() {
+    let d = TempDir::new("cli-payload-dev");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let enq = |payload: &[u8], attempts: &str| {
+        let o = steadq_in(&["enqueue", q, "--max-attempts", attempts], payload);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        text(&o.stdout).trim().to_string()
+    };
+    let settle = |o: Output| {
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let o = steadq(&["ack", q, text(&o.stdout).trim()]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    };
+    enq(b"to the void", "1");
+    settle(steadq(&["claim", q, "--payload-out", "/dev/null"]));
+    // A FIFO: claim blocks opening it until this reader opens the other end.
+    let fifo = d.path().with_extension("fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let mk = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(mk.success());
+    enq(b"through a pipe", "1");
+    let child = Command::new(BIN)
+        .args(["claim", q, "--payload-out", p(&fifo)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(std::fs::read(&fifo).unwrap(), b"through a pipe");
+    settle(child.wait_with_output().unwrap());
+    std::fs::remove_file(&fifo).unwrap();
+    let c = [0, 0, 0, 0, 2];
+    assert_eq!(counts(&Queue::open(d.path()).unwrap()), c, "two receipts");
+    // /dev/full: the write fails after the claim; the job is released, exit 2.
+    let id = enq(b"no room", "2");
+    let o = steadq(&["claim", q, "--payload-out", "/dev/full"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("/dev/full: ") && err.contains("released to ready (attempt 1 used)"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+    let list = text(&steadq(&["list", q, "--state", "ready"]).stdout);
+    assert!(
+        list.starts_with(&format!("ready   {id} attempt 1/2")),
+        "{list}"
+    );
+}
