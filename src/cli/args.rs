@@ -174,6 +174,15 @@ pub fn aging(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Parse a `work --timeout`: more than zero (0s would stop every command at once and
+/// use up every job's attempts); leave the option out for no limit.
+pub fn timeout(s: &str) -> Result<Duration, String> {
+    match dur(s)? {
+        d if !d.is_zero() => Ok(d),
+        _ => Err("a timeout must be more than 0s (leave --timeout out for no limit)".into()),
+    }
+}
+
 /// Parse a receipt policy: job, header or none.
 pub fn receipt_policy(s: &str) -> Result<steadq::ReceiptPolicy, String> {
     s.parse().map_err(|e: &str| e.to_string())
@@ -574,8 +583,9 @@ pub struct Work {
     #[argh(option, default = "Duration::from_secs(60)", from_str_fn(dur))]
     pub retry_delay: Duration,
     /// stop a command running longer than this (SIGTERM to its process group, SIGKILL
-    /// 2 s later) and retry the job with backoff, like a failure (default: no limit)
-    #[argh(option, from_str_fn(dur))]
+    /// 2 s later) and retry the job with backoff, like a failure; more than 0s (default:
+    /// no limit; 0s is refused)
+    #[argh(option, from_str_fn(timeout))]
     pub timeout: Option<Duration>,
     /// print nothing per job
     #[argh(switch, short = 'q')]

@@ -1413,3 +1413,26 @@ fn claim_writes_the_payload_to_any_writable_file() {
         "{list}"
     );
 }
+
+/// `work --timeout 0s` was accepted and stopped every command at once (jobs ended dead,
+/// exhausted): refused at parsing like `--lease 0s`, and --help says so.
+#[test]
+fn work_refuses_a_zero_timeout() {
+    let d = TempDir::new("cli-timeout0");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    assert!(steadq_in(&["enqueue", q], b"job").status.success());
+    let before = snapshot(d.path());
+    let o = steadq(&["work", q, "--once", "--timeout", "0s", "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("'--timeout' with value '0s'"), "{err}");
+    assert_eq!(snapshot(d.path()), before);
+    let help = text(&steadq(&["work", "--help"]).stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(help.contains("0s is refused"), "{help}");
+    let o = steadq(&["work", q, "--once", "--timeout", "10s", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
