@@ -553,8 +553,10 @@ pub struct Compact {
     example = "steadq work /var/lib/jobs -- ./process-job.sh",
     example = "steadq work /var/lib/jobs --concurrency 4 --lease 2m -- ffmpeg-wrapper",
     example = "steadq work /var/lib/jobs --once -- sh -c 'cat >> /tmp/out'",
-    error_code(2, "cannot run CMD, or the queue failed"),
-    error_code(3, "--once: no job was ready")
+    error_code(2, "cannot run CMD, or the queue failed; --once: settling the job was not done (it stays leased until its lease expires)"),
+    error_code(3, "--once: no job was ready"),
+    error_code(4, "--once: settling the job is indeterminate (it may have happened)"),
+    error_code(6, "--once: the lease was lost before the job was settled")
 )]
 pub struct Work {
     /// queue directory
