@@ -137,9 +137,16 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
     // it); a bad file, a failed read or a payload over the limit changes nothing.
     let (mut input, what): (Box<dyn Read>, String) = match &a.file {
         Some(f) => {
-            let file = std::fs::File::open(f)
-                .map_err(|e| CliError::usage(format!("{}: {e}", f.display())))?;
+            let file = std::fs::File::open(f).map_err(|e| {
+                CliError::usage(format!("{}: {e}; not done, nothing changed", f.display()))
+            })?;
             (Box::new(file), f.display().to_string())
+        }
+        // A closed stdin (`0<&-`) is not an empty payload: Rust's runtime put /dev/null there.
+        None if super::stdin::closed() => {
+            return Err(CliError::usage(
+                "stdin is closed: no payload to read (give one on stdin or with --file); not done, nothing changed",
+            ))
         }
         None => (Box::new(std::io::stdin().lock()), "stdin".to_string()),
     };

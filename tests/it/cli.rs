@@ -1436,3 +1436,39 @@ fn work_refuses_a_zero_timeout() {
     let o = steadq(&["work", q, "--once", "--timeout", "10s", "--", "true"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
+
+/// `enqueue` with stdin closed (`0<&-`) enqueued an empty job (Rust's runtime puts /dev/null
+/// on a closed fd 0): now refused, exit 2, nothing changed. An empty stdin (`< /dev/null`)
+/// still enqueues an empty job. A missing `--file` says "not done, nothing changed".
+#[test]
+fn enqueue_refuses_a_closed_stdin_and_says_not_done() {
+    let d = TempDir::new("cli-stdin-closed");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let before = snapshot(d.path());
+    let o = Command::new("sh")
+        .args(["-c", "exec \"$0\" enqueue \"$1\" 0<&-", BIN, q])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("stdin is closed") && err.trim_end().ends_with("not done, nothing changed"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+    assert_eq!(snapshot(d.path()), before);
+    let o = steadq(&["enqueue", q, "--file", "/nonexistent/job.json"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("steadq: /nonexistent/job.json: ")
+            && err.trim_end().ends_with("; not done, nothing changed"),
+        "{err}"
+    );
+    assert_eq!(snapshot(d.path()), before);
+    let o = steadq(&["enqueue", q]); // stdin is /dev/null: an empty payload
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+    assert_eq!(steadq(&["show", q, &id, "--raw"]).stdout, b"");
+}
