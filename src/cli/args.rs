@@ -258,7 +258,8 @@ pub struct Enqueue {
     example = "rc=0; h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) || rc=$?; [ $rc = 3 ] && exit 0; [ $rc = 0 ] || exit $rc",
     example = "process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
     error_code(2, "not done: also when a ready shard cannot be read and no job was found elsewhere (named on stderr)"),
-    error_code(3, "no job ready (within --wait) in any shard")
+    error_code(3, "no job ready (within --wait) in any shard"),
+    error_code(4, "indeterminate: the claim's barrier failed, or a claimed job whose handle or payload could not be delivered may still be leased (see stderr)")
 )]
 pub struct Claim {
     /// queue directory

@@ -1472,3 +1472,22 @@ fn enqueue_refuses_a_closed_stdin_and_says_not_done() {
     let id = text(&o.stdout).trim().to_string();
     assert_eq!(steadq(&["show", q, &id, "--raw"]).stdout, b"");
 }
+
+/// `claim --help` lists exit 4 (a claim's barrier can fail, and a job whose handle or payload
+/// could not be delivered may be left leased): it listed 2 and 3 only.
+#[test]
+fn claim_help_lists_every_exit_code_it_returns() {
+    let help = text(&steadq(&["claim", "--help"]).stdout);
+    for code in ["2", "3", "4"] {
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+            "no exit {code}: {help}"
+        );
+    }
+    let four = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("4 "))
+        .unwrap();
+    assert!(four.contains("indeterminate"), "{four}");
+}
