@@ -175,6 +175,15 @@ pub fn aging(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Parse a `work --timeout`: more than zero (0s would stop every command at once and
+/// use up every job's attempts); leave the option out for no limit.
+pub fn timeout(s: &str) -> Result<Duration, String> {
+    match dur(s)? {
+        d if !d.is_zero() => Ok(d),
+        _ => Err("a timeout must be more than 0s (leave --timeout out for no limit)".into()),
+    }
+}
+
 /// Parse a receipt policy: job, header or none.
 pub fn receipt_policy(s: &str) -> Result<steadq::ReceiptPolicy, String> {
     s.parse().map_err(|e: &str| e.to_string())
@@ -250,7 +259,8 @@ pub struct Enqueue {
     example = "rc=0; h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) || rc=$?; [ $rc = 3 ] && exit 0; [ $rc = 0 ] || exit $rc",
     example = "process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
     error_code(2, "not done: also when a ready shard cannot be read and no job was found elsewhere (named on stderr)"),
-    error_code(3, "no job ready (within --wait) in any shard")
+    error_code(3, "no job ready (within --wait) in any shard"),
+    error_code(4, "indeterminate: the claim's barrier failed, or a claimed job whose handle or payload could not be delivered may still be leased (see stderr)")
 )]
 pub struct Claim {
     /// queue directory
@@ -545,8 +555,10 @@ pub struct Compact {
     example = "steadq work /var/lib/jobs -- ./process-job.sh",
     example = "steadq work /var/lib/jobs --concurrency 4 --lease 2m -- ffmpeg-wrapper",
     example = "steadq work /var/lib/jobs --once -- sh -c 'cat >> /tmp/out'",
-    error_code(2, "cannot run CMD, or the queue failed"),
-    error_code(3, "--once: no job was ready")
+    error_code(2, "cannot run CMD, or the queue failed; --once: settling the job was not done (it stays leased until its lease expires)"),
+    error_code(3, "--once: no job was ready"),
+    error_code(4, "--once: settling the job is indeterminate (it may have happened)"),
+    error_code(6, "--once: the lease was lost before the job was settled")
 )]
 pub struct Work {
     /// queue directory
@@ -575,8 +587,9 @@ pub struct Work {
     #[argh(option, default = "Duration::from_secs(60)", from_str_fn(dur))]
     pub retry_delay: Duration,
     /// stop a command running longer than this (SIGTERM to its process group, SIGKILL
-    /// 2 s later) and retry the job with backoff, like a failure (default: no limit)
-    #[argh(option, from_str_fn(dur))]
+    /// 2 s later) and retry the job with backoff, like a failure; more than 0s (default:
+    /// no limit; 0s is refused)
+    #[argh(option, from_str_fn(timeout))]
     pub timeout: Option<Duration>,
     /// print nothing per job
     #[argh(switch, short = 'q')]

@@ -137,9 +137,16 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
     // it); a bad file, a failed read or a payload over the limit changes nothing.
     let (mut input, what): (Box<dyn Read>, String) = match &a.file {
         Some(f) => {
-            let file = std::fs::File::open(f)
-                .map_err(|e| CliError::usage(format!("{}: {e}", f.display())))?;
+            let file = std::fs::File::open(f).map_err(|e| {
+                CliError::usage(format!("{}: {e}; not done, nothing changed", f.display()))
+            })?;
             (Box::new(file), f.display().to_string())
+        }
+        // A closed stdin (`0<&-`) is not an empty payload: Rust's runtime put /dev/null there.
+        None if super::stdin::closed() => {
+            return Err(CliError::usage(
+                "stdin is closed: no payload to read (give one on stdin or with --file); not done, nothing changed",
+            ))
         }
         None => (Box::new(std::io::stdin().lock()), "stdin".to_string()),
     };
@@ -262,23 +269,56 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         return no_job(&q, &a.dir);
     };
     if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
-        let cut = f.set_len(0).map_err(|e| PayloadOut::Failed(e.to_string()));
-        match cut.and_then(|()| write_payload(&lease, f)) {
+        // Only a regular file is cut, and only it or a block device fsynced: /dev/null, a
+        // FIFO or a terminal takes the bytes as they come (set_len and fsync fail there with
+        // EINVAL, which used up the attempt of a job that never ran).
+        use std::os::unix::fs::FileTypeExt;
+        let kind = f.metadata().map(|m| m.file_type());
+        let regular = kind.as_ref().is_ok_and(|t| t.is_file());
+        let sync = regular || kind.is_ok_and(|t| t.is_block_device());
+        let cut = if regular {
+            f.set_len(0).map_err(|e| PayloadOut::Failed(e.to_string()))
+        } else {
+            Ok(())
+        };
+        match cut.and_then(|()| write_payload(&lease, f, sync)) {
             Ok(()) => {}
             Err(PayloadOut::Corrupt(e)) => return Err(claimed_corrupt(lease, f, p, &e)),
             Err(PayloadOut::Failed(e)) => {
-                let released = match lease.release() {
-                    Ok(()) => "the job was released to ready".to_string(),
-                    Err(r) => format!("releasing the job failed too: {r}"),
-                };
-                return Err(CliError::new(
-                    Exit::Indeterminate,
-                    format!("{}: {e}; {released}", p.display()),
-                ));
+                return Err(give_back(lease, format!("{}: {e}", p.display())))
             }
         }
     }
     print_handle(lease)
+}
+
+/// A claimed job whose handle cannot be handed out (`msg` says why): release it. Released,
+/// the claim is not done (exit 2: the job is ready again, the attempt used); a release that
+/// was cleanly not done leaves the job leased until its deadline, then it is ready again
+/// (exit 2 too, said so); only a release whose outcome is unknown exits 4.
+fn give_back(lease: steadq::Lease, msg: String) -> CliError {
+    let attempt = lease.attempt();
+    match lease.release() {
+        Ok(()) => CliError::usage(format!(
+            "{msg}; the job was released to ready (attempt {attempt} used); not done"
+        )),
+        Err(r) => {
+            let r = CliError::from(r);
+            let exit = match r.exit() {
+                Exit::Indeterminate => Exit::Indeterminate,
+                _ => Exit::NotDone,
+            };
+            let then = if exit == Exit::Indeterminate {
+                "the job may still be leased until its lease expires"
+            } else {
+                "the job stays leased until its lease expires, then it is ready again; not done"
+            };
+            CliError::new(
+                exit,
+                format!("{msg}; releasing the job failed too: {r}; {then}"),
+            )
+        }
+    }
 }
 
 /// Why `claim --payload-out` could not write the payload.
@@ -290,8 +330,13 @@ enum PayloadOut {
 }
 
 /// Stream the lease's payload into `f` in 64 KiB chunks (never the whole payload in memory),
-/// checking its digest as it goes, and fsync `f`.
-fn write_payload(lease: &steadq::Lease, f: &mut std::fs::File) -> Result<(), PayloadOut> {
+/// checking its digest as it goes, and fsync `f` (with `sync`: not a character device or a
+/// FIFO, which have nothing to sync).
+fn write_payload(
+    lease: &steadq::Lease,
+    f: &mut std::fs::File,
+    sync: bool,
+) -> Result<(), PayloadOut> {
     let mut r = lease
         .reader()
         .map_err(|e| PayloadOut::Failed(e.to_string()))?;
@@ -308,6 +353,9 @@ fn write_payload(lease: &steadq::Lease, f: &mut std::fs::File) -> Result<(), Pay
         };
         f.write_all(&buf[..n])
             .map_err(|e| PayloadOut::Failed(e.to_string()))?;
+    }
+    if !sync {
+        return Ok(());
     }
     f.sync_all().map_err(|e| PayloadOut::Failed(e.to_string()))
 }
@@ -346,19 +394,10 @@ fn claimed_corrupt(
 fn print_handle(lease: steadq::Lease) -> Result<Exit, CliError> {
     let handle = lease.handle();
     let text = format!("{handle}\n").into_bytes();
-    let attempt = lease.attempt();
     if let (false, Some(e)) = (stdout::write(&text), stdout::take_error()) {
         // Nobody got the handle: give the job back rather than leave it hidden for a lease.
         let msg = format!("the job's lease handle could not be written to stdout: {e}");
-        return Err(match lease.release() {
-            Ok(()) => CliError::usage(format!(
-                "{msg}; the job was released to ready (attempt {attempt} used)"
-            )),
-            Err(r) => CliError::new(
-                Exit::Indeterminate,
-                format!("{msg}; releasing the job failed too: {r}"),
-            ),
-        });
+        return Err(give_back(lease, msg));
     }
     let _ = lease.into_handle();
     Ok(Exit::Done)

@@ -186,6 +186,11 @@ mod with_s3 {
                 "--max-attempts, --delay, --key, --wait, --priority",
             ));
         }
+        if a.file.is_none() && crate::cli::stdin::closed() {
+            return Err(CliError::usage(
+                "stdin is closed: no payload to read (give one on stdin or with --file); not done, nothing changed",
+            ));
+        }
         let q = open(&url(&a.dir))?;
         let mut payload = Vec::new();
         let read = match &a.file {

@@ -65,6 +65,10 @@ fn check_command(cmd: &std::ffi::OsStr) -> Result<(), CliError> {
 
 enum JobEnd {
     Continue,
+    /// The job was left unsettled (its settle, or the release after a failure, was not done,
+    /// is indeterminate, or the lease was lost): the error says so with its exit code. A
+    /// long-running worker logs it and goes on; `--once` exits with it.
+    Unsettled(CliError),
     Fatal(CliError),
 }
 
@@ -91,23 +95,7 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     )?;
     install_handlers();
     if a.once {
-        let before = q.claims_dead_lettered();
-        return match q.claim_for(a.lease)? {
-            // The claim handled jobs by dead-lettering them (logged with their reasons).
-            None if q.claims_dead_lettered() > before => {
-                let n = q.claims_dead_lettered() - before;
-                eprintln!("{n} job(s) dead-lettered (see above); no other job ready");
-                Ok(Exit::Done)
-            }
-            None => {
-                eprintln!("no job ready in {}", a.dir.display());
-                Ok(Exit::NoJob)
-            }
-            Some(l) => match run_job(&a, l) {
-                JobEnd::Continue => Ok(Exit::Done),
-                JobEnd::Fatal(e) => Err(e),
-            },
-        };
+        return work_once(&a, &q);
     }
     let fatal: std::sync::Mutex<Option<CliError>> = std::sync::Mutex::new(None);
     let busy = AtomicU32::new(0);
@@ -125,9 +113,13 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
                             busy.fetch_add(1, Ordering::SeqCst);
                             let end = run_job(&a, l);
                             busy.fetch_sub(1, Ordering::SeqCst);
-                            if let JobEnd::Fatal(e) = end {
-                                *fatal.lock().unwrap() = Some(e);
-                                STOP.store(true, Ordering::SeqCst);
+                            match end {
+                                JobEnd::Continue => {}
+                                JobEnd::Unsettled(e) => eprintln!("steadq work: {e}"),
+                                JobEnd::Fatal(e) => {
+                                    *fatal.lock().unwrap() = Some(e);
+                                    STOP.store(true, Ordering::SeqCst);
+                                }
                             }
                         }
                         Err(e) => {
@@ -147,6 +139,29 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
         eprintln!("steadq work: stopped by signal {sig}");
     }
     Ok(Exit::Done)
+}
+
+/// `work --once`: claim at most one job and run it. Exit 0 when it was settled (or the claim
+/// only dead-lettered jobs), 3 when no job was ready; a job left unsettled exits by its
+/// error's outcome (2, 4 or 6).
+fn work_once(a: &Work, q: &steadq::Queue) -> Result<Exit, CliError> {
+    let before = q.claims_dead_lettered();
+    match q.claim_for(a.lease)? {
+        // The claim handled jobs by dead-lettering them (logged with their reasons).
+        None if q.claims_dead_lettered() > before => {
+            let n = q.claims_dead_lettered() - before;
+            eprintln!("{n} job(s) dead-lettered (see above); no other job ready");
+            Ok(Exit::Done)
+        }
+        None => {
+            eprintln!("no job ready in {}", a.dir.display());
+            Ok(Exit::NoJob)
+        }
+        Some(l) => match run_job(a, l) {
+            JobEnd::Continue => Ok(Exit::Done),
+            JobEnd::Unsettled(e) | JobEnd::Fatal(e) => Err(e),
+        },
+    }
 }
 
 /// Once a second: stop (exit 2) when a directory of the queue was removed or replaced; while
@@ -406,13 +421,17 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
         Ok(r) => r,
         Err(e) => {
             // Nothing ran: give the job back (a lost lease is someone else's now).
-            let what = match lease.release() {
-                Ok(()) => "released to ready".to_string(),
-                Err(r) if e.is_lease_lost() || r.is_lease_lost() => "lease lost".to_string(),
-                Err(r) => format!("releasing it failed too: {r}"),
+            let msg = format!("job {id}: cannot read its payload ({e})");
+            return match lease.release() {
+                Ok(()) => {
+                    eprintln!("{msg}; released to ready");
+                    JobEnd::Continue
+                }
+                Err(r) if e.is_lease_lost() || r.is_lease_lost() => {
+                    JobEnd::Unsettled(CliError::new(Exit::LeaseLost, format!("{msg}; lease lost")))
+                }
+                Err(r) => unsettled(r.into(), &format!("{msg}; releasing it failed too")),
             };
-            eprintln!("job {id}: cannot read its payload ({e}); {what}");
-            return JobEnd::Continue;
         }
     };
     let mut child = match spawn_command(a, &lease) {
@@ -432,16 +451,15 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
             // Acking needs the whole payload checked, also the part the command left unread.
             let drain = st.and_then(|s| s.code()) == Some(0);
             if let Err(e) = feed.verdict(drain) {
-                settle_unread(a, lease, &e, started);
-                return JobEnd::Continue;
+                return settle_unread(a, lease, &e, started);
             }
             (st, None)
         }
         Watch::BadPayload => {
-            if let Err(e) = feed.verdict(false) {
-                settle_unread(a, lease, &e, started);
-            }
-            return JobEnd::Continue;
+            return match feed.verdict(false) {
+                Err(e) => settle_unread(a, lease, &e, started),
+                Ok(()) => JobEnd::Continue,
+            };
         }
         Watch::TimedOut => {
             let t = a.timeout.unwrap_or_default().as_secs_f64();
@@ -451,29 +469,41 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
             )
         }
         Watch::Stopped => {
-            match lease.release() {
-                Ok(()) => eprintln!("job {id}: stopped after the grace period; released to ready"),
-                Err(e) => {
-                    eprintln!("job {id}: stopped after the grace period; release failed: {e}")
+            let msg = format!("job {id}: stopped after the grace period");
+            return match lease.release() {
+                Ok(()) => {
+                    eprintln!("{msg}; released to ready");
+                    JobEnd::Continue
                 }
-            }
-            return JobEnd::Continue;
+                Err(e) => unsettled(e.into(), &format!("{msg}; release failed")),
+            };
         }
         Watch::LeaseLost(e) => {
-            eprintln!("job {id}: lease lost while running ({e}); command stopped");
-            return JobEnd::Continue;
+            let msg = format!("job {id}: lease lost while running ({e}); command stopped");
+            return JobEnd::Unsettled(CliError::new(Exit::LeaseLost, msg));
         }
     };
     drop(feed);
-    settle(a, lease, status, what, started);
-    JobEnd::Continue
+    settle(a, lease, status, what, started)
+}
+
+/// A job left unsettled by `e` (a failed settle or release; `what` says which): the exit
+/// code follows the error's outcome (2 not done: the job stays leased until its lease
+/// expires; 4 indeterminate; 6 lease lost).
+fn unsettled(e: Failure, what: &str) -> JobEnd {
+    let exit = Exit::of(&e);
+    let then = match exit {
+        Exit::NotDone | Exit::Full => "; not done: the job stays leased until its lease expires",
+        _ => "",
+    };
+    JobEnd::Unsettled(CliError::new(exit, format!("{what}: {e}{then}")))
 }
 
 /// Settle a job whose payload could not be read soundly, whatever its command did: never an
 /// ack. A payload that no longer matches its digest (InvalidData: the job file changed since
 /// the claim) is dead-lettered with reason `corrupt`; after another read error the job is
 /// retried with backoff, as after a failed command.
-fn settle_unread(a: &Work, lease: Lease, e: &std::io::Error, started: Instant) {
+fn settle_unread(a: &Work, lease: Lease, e: &std::io::Error, started: Instant) -> JobEnd {
     let (id, attempt, max) = (lease.id(), lease.attempt(), lease.max_attempts());
     let ms = started.elapsed().as_millis();
     let result = if e.kind() == std::io::ErrorKind::InvalidData {
@@ -485,11 +515,17 @@ fn settle_unread(a: &Work, lease: Lease, e: &std::io::Error, started: Instant) {
         lease.nack(delay).map(|n| describe_nack(n, "failed"))
     };
     match result {
-        Ok(msg) => eprintln!(
-            "job {id} attempt {attempt}/{max}: reading its payload failed ({e}); not acked, {msg} ({ms} ms)"
-        ),
-        Err(s) => eprintln!(
-            "job {id} attempt {attempt}/{max}: reading its payload failed ({e}); not acked, and settling failed: {s}"
+        Ok(msg) => {
+            eprintln!(
+                "job {id} attempt {attempt}/{max}: reading its payload failed ({e}); not acked, {msg} ({ms} ms)"
+            );
+            JobEnd::Continue
+        }
+        Err(s) => unsettled(
+            s.into(),
+            &format!(
+                "job {id} attempt {attempt}/{max}: reading its payload failed ({e}); not acked, and settling failed"
+            ),
         ),
     }
 }
@@ -501,7 +537,7 @@ fn settle(
     status: Option<ExitStatus>,
     what: Option<String>,
     started: Instant,
-) {
+) -> JobEnd {
     let (id, attempt, max) = (lease.id(), lease.attempt(), lease.max_attempts());
     let ms = started.elapsed().as_millis();
     let code = status.and_then(|s| s.code());
@@ -531,11 +567,16 @@ fn settle(
         }
     };
     match result {
-        Ok(msg) if !a.quiet => {
-            eprintln!("job {id} attempt {attempt}/{max}: {what}, {msg} ({ms} ms)")
+        Ok(msg) => {
+            if !a.quiet {
+                eprintln!("job {id} attempt {attempt}/{max}: {what}, {msg} ({ms} ms)");
+            }
+            JobEnd::Continue
         }
-        Ok(_) => {}
-        Err(e) => eprintln!("job {id} attempt {attempt}/{max}: {what}, but settling failed: {e}"),
+        Err(e) => unsettled(
+            e,
+            &format!("job {id} attempt {attempt}/{max}: {what}, but settling failed"),
+        ),
     }
 }
 

@@ -555,13 +555,23 @@ impl Queue {
         file: OwnedFd,
         name: &JobName,
     ) -> core::result::Result<Checked, LoadFailed> {
+        self.load_verified_up_to(file, name, self.opts.max_payload)
+    }
+
+    /// [`Queue::load_verified`] with payload limit `max_payload` (`u64::MAX`: none).
+    fn load_verified_up_to(
+        &self,
+        file: OwnedFd,
+        name: &JobName,
+        max_payload: u64,
+    ) -> core::result::Result<Checked, LoadFailed> {
         let fd = file.as_fd();
         let size = match self.sys.fstat(fd) {
             Ok((FileType::RegularFile, size)) => size,
             Ok(_) => return Err(Ok(Corruption::NotRegular)),
             Err(e) => return Err(Err((Call::Stat, e))),
         };
-        let limit = self.opts.max_payload.saturating_add(HEADER_LEN as u64);
+        let limit = max_payload.saturating_add(HEADER_LEN as u64);
         if size > limit {
             // Too large for this worker (EFBIG) if the header agrees with the file's size,
             // corrupt otherwise.
@@ -605,6 +615,10 @@ impl Queue {
     /// [`ErrorKind::InvalidArgument`] if `handle` is not a leased name of this queue;
     /// [`ErrorKind::LeaseLost`] if that exact lease no longer exists; [`ErrorKind::Corrupt`]
     /// if its file fails verification (it is then dead-lettered). Not done in every case.
+    ///
+    /// The file is read and verified in 64 KiB chunks, whatever its size:
+    /// [`Options::max_payload`](crate::Options::max_payload) limits what is claimed, not
+    /// the settling of a lease already held.
     pub fn lease_from_handle(&self, handle: &str) -> Result<Lease, Failure> {
         let name = JobName::parse(handle, self.ident.id)
             .ok()
@@ -629,7 +643,11 @@ impl Queue {
                 )
             }
         };
-        match self.load_verified(file, &name) {
+        // Verified (in 64 KiB chunks) for the header the lease keeps (the payload's length
+        // and digest for `reader`, the raw header for the ack's receipt policy), but with no
+        // payload limit: `Options::max_payload` decides what a worker claims, and this job
+        // was claimed already. Its handle must settle it whatever its size.
+        match self.load_verified_up_to(file, &name, u64::MAX) {
             Ok(c) => Ok(Lease::new(self.clone(), shard, name, Some(&c))),
             Err(Ok(c)) => {
                 self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;

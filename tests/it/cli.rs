@@ -1316,3 +1316,186 @@ fn out_of_range_numbers_are_refused_at_parsing_and_change_nothing() {
     }
     assert!(!q.join("steadq.limits").exists());
 }
+
+/// A job over the default 16 MiB payload limit, enqueued and claimed with a higher
+/// `--max-payload`, is settled by its handle: renew, nack and ack have no `--max-payload`, and
+/// the handle's check of the job file applied the default limit (fresh-user trial: each exited
+/// 2 with "read failed: File too large (os error 27)", and the job cycled until dead).
+#[test]
+fn a_lease_over_the_default_payload_limit_settles_by_its_handle() {
+    let d = TempDir::new("cli-big-handle");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let big = vec![b'x'; 16 * 1024 * 1024 + 1];
+    let o = steadq_in(&["enqueue", q, "--max-payload", "20000000"], &big);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+    let pf = d.path().with_extension("big");
+    let claim = || {
+        let o = steadq(&[
+            "claim",
+            q,
+            "--max-payload",
+            "20000000",
+            "--payload-out",
+            p(&pf),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        text(&o.stdout).trim().to_string()
+    };
+    let h = claim();
+    assert_eq!(std::fs::metadata(&pf).unwrap().len(), big.len() as u64);
+    let o = steadq(&["renew", q, &h, "--lease", "5m"]);
+    assert_eq!(o.status.code(), Some(0), "renew: {}", text(&o.stderr));
+    let h = text(&o.stdout).trim().to_string();
+    let o = steadq(&["nack", q, &h]);
+    assert_eq!(o.status.code(), Some(0), "nack: {}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "ready\n");
+    let h = claim();
+    let o = steadq(&["ack", q, &h]);
+    assert_eq!(o.status.code(), Some(0), "ack: {}", text(&o.stderr));
+    let receipt = text(&o.stdout).trim().to_string();
+    let list = text(&steadq(&["list", q]).stdout);
+    assert!(
+        list.starts_with(&format!("acked   {id} attempt 2/5")) && list.lines().count() == 1,
+        "{list}"
+    );
+    let rct = files(d.path(), "receipts");
+    assert_eq!(rct.len(), 1, "{rct:?}");
+    assert!(rct[0].ends_with(&receipt), "{rct:?} vs {receipt}");
+    let _ = std::fs::remove_file(&pf);
+}
+
+/// `claim --payload-out` takes any writable file: /dev/null and a FIFO get the payload (they
+/// were cut with set_len, EINVAL: exit 4 and the attempt used, so with --max-attempts 1 the
+/// job was dead-lettered without running). A write that fails after the claim (/dev/full:
+/// ENOSPC) releases the job and exits 2, not 4: the release was done, the job is ready again.
+#[test]
+fn claim_writes_the_payload_to_any_writable_file() {
+    let d = TempDir::new("cli-payload-dev");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let enq = |payload: &[u8], attempts: &str| {
+        let o = steadq_in(&["enqueue", q, "--max-attempts", attempts], payload);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        text(&o.stdout).trim().to_string()
+    };
+    let settle = |o: Output| {
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let o = steadq(&["ack", q, text(&o.stdout).trim()]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    };
+    enq(b"to the void", "1");
+    settle(steadq(&["claim", q, "--payload-out", "/dev/null"]));
+    // A FIFO: claim blocks opening it until this reader opens the other end.
+    let fifo = d.path().with_extension("fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let mk = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(mk.success());
+    enq(b"through a pipe", "1");
+    let child = Command::new(BIN)
+        .args(["claim", q, "--payload-out", p(&fifo)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(std::fs::read(&fifo).unwrap(), b"through a pipe");
+    settle(child.wait_with_output().unwrap());
+    std::fs::remove_file(&fifo).unwrap();
+    let c = [0, 0, 0, 0, 2];
+    assert_eq!(counts(&Queue::open(d.path()).unwrap()), c, "two receipts");
+    // /dev/full: the write fails after the claim; the job is released, exit 2.
+    let id = enq(b"no room", "2");
+    let o = steadq(&["claim", q, "--payload-out", "/dev/full"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("/dev/full: ") && err.contains("released to ready (attempt 1 used)"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+    let list = text(&steadq(&["list", q, "--state", "ready"]).stdout);
+    assert!(
+        list.starts_with(&format!("ready   {id} attempt 1/2")),
+        "{list}"
+    );
+}
+
+/// `work --timeout 0s` was accepted and stopped every command at once (jobs ended dead,
+/// exhausted): refused at parsing like `--lease 0s`, and --help says so.
+#[test]
+fn work_refuses_a_zero_timeout() {
+    let d = TempDir::new("cli-timeout0");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    assert!(steadq_in(&["enqueue", q], b"job").status.success());
+    let before = snapshot(d.path());
+    let o = steadq(&["work", q, "--once", "--timeout", "0s", "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("'--timeout' with value '0s'"), "{err}");
+    assert_eq!(snapshot(d.path()), before);
+    let help = text(&steadq(&["work", "--help"]).stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(help.contains("0s is refused"), "{help}");
+    let o = steadq(&["work", q, "--once", "--timeout", "10s", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
+/// `enqueue` with stdin closed (`0<&-`) enqueued an empty job (Rust's runtime puts /dev/null
+/// on a closed fd 0): now refused, exit 2, nothing changed. An empty stdin (`< /dev/null`)
+/// still enqueues an empty job. A missing `--file` says "not done, nothing changed".
+#[test]
+fn enqueue_refuses_a_closed_stdin_and_says_not_done() {
+    let d = TempDir::new("cli-stdin-closed");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let before = snapshot(d.path());
+    let o = Command::new("sh")
+        .args(["-c", "exec \"$0\" enqueue \"$1\" 0<&-", BIN, q])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("stdin is closed") && err.trim_end().ends_with("not done, nothing changed"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+    assert_eq!(snapshot(d.path()), before);
+    let o = steadq(&["enqueue", q, "--file", "/nonexistent/job.json"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("steadq: /nonexistent/job.json: ")
+            && err.trim_end().ends_with("; not done, nothing changed"),
+        "{err}"
+    );
+    assert_eq!(snapshot(d.path()), before);
+    let o = steadq(&["enqueue", q]); // stdin is /dev/null: an empty payload
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+    assert_eq!(steadq(&["show", q, &id, "--raw"]).stdout, b"");
+}
+
+/// `claim --help` lists exit 4 (a claim's barrier can fail, and a job whose handle or payload
+/// could not be delivered may be left leased): it listed 2 and 3 only.
+#[test]
+fn claim_help_lists_every_exit_code_it_returns() {
+    let help = text(&steadq(&["claim", "--help"]).stdout);
+    for code in ["2", "3", "4"] {
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+            "no exit {code}: {help}"
+        );
+    }
+    let four = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("4 "))
+        .unwrap();
+    assert!(four.contains("indeterminate"), "{four}");
+}

@@ -1175,3 +1175,35 @@ fn fsck_quarantine_exits_0_once_every_problem_is_moved() {
     assert!(err.contains(", 2 problems, 1 moved"), "{err}");
     assert!(err.contains("), 1 left"), "{err}");
 }
+
+/// `work --once` whose settle was not done exited 0 ("settling failed" on stderr, the job
+/// left leased): a command exiting 65 whose move to `dead/` is refused (`dead/` not writable
+/// for the worker), and a failed command whose nack's move to `delayed/` is refused. Both now
+/// exit 2 (not done: the job stays leased), as README's table says.
+#[test]
+fn work_once_reports_a_settle_that_was_not_done() {
+    let Some(t) = AsNobody::new("once-settle") else {
+        return;
+    };
+    let (code, _, err) =
+        t.run("$S init $Q --shards 1 && echo a | $S enqueue $Q && echo b | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    t.chmod("dead", 0o555);
+    t.chmod("delayed", 0o555);
+    let (code, _, err) = t.run("$S work $Q --once -- sh -c 'cat >/dev/null; exit 65'");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("exit 65, but settling failed") && err.contains("Permission denied"),
+        "{err}"
+    );
+    let (code, _, err) = t.run("$S work $Q --once --backoff 10s -- sh -c 'exit 1'");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("exit 1, but settling failed") && err.contains("stays leased"),
+        "{err}"
+    );
+    let (code, out, err) = t.run("$S list $Q --state leased");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 2, "both jobs stay leased: {out}");
+    assert!(t.ls("dead").is_empty() && t.ls("delayed").is_empty());
+}
