@@ -84,6 +84,13 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     if a.lease < Duration::from_secs(1) {
         return Err(CliError::usage("--lease must be at least 1s"));
     }
+    if a.backoff > a.max_backoff {
+        // The first retry would already wait past the cap: one of the two is a slip.
+        return Err(CliError::usage(format!(
+            "--backoff ({:?}) is longer than --max-backoff ({:?}); raise --max-backoff or lower --backoff",
+            a.backoff, a.max_backoff
+        )));
+    }
     check_command(&super::rawargs::os(&a.command[0]))?;
     let q = steadq::Queue::open_with(
         &a.dir,

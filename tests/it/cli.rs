@@ -1499,3 +1499,35 @@ fn claim_help_lists_every_exit_code_it_returns() {
         .unwrap();
     assert!(four.contains("indeterminate"), "{four}");
 }
+
+#[test]
+fn work_refuses_a_backoff_longer_than_its_cap() {
+    let d = TempDir::new("cli-backoff");
+    let q = p(d.path());
+    assert_eq!(steadq(&["init", q]).status.code(), Some(0));
+    assert_eq!(steadq_in(&["enqueue", q], b"j").status.code(), Some(0));
+    let before = snapshot(d.path());
+    let args = [
+        "work",
+        q,
+        "--once",
+        "--backoff",
+        "1h",
+        "--max-backoff",
+        "1s",
+        "--",
+        "true",
+    ];
+    let out = steadq(&args);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--backoff (3600s) is longer than --max-backoff (1s)"),
+        "{err}"
+    );
+    assert_eq!(
+        snapshot(d.path()),
+        before,
+        "the job must not have been claimed"
+    );
+}
