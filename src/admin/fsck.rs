@@ -187,12 +187,21 @@ impl Queue {
         self.walk_noting(&mut unreadable, |s| {
             rep.checked += 1;
             jobs_seen += 1;
-            if let Ok(n) = &s.parsed {
+            // A misplaced job counts too: a stale copy of a job that lives (or was acked)
+            // elsewhere must be found a duplicate before anything is moved home.
+            let id = match &s.parsed {
+                Ok(n) => Some(n.id.0),
+                Err(Foreign::WrongPlace) if self.home_of(s.raw).is_some() => {
+                    JobName::parse(s.raw, self.ident.id).ok().map(|n| n.id.0)
+                }
+                Err(_) => None,
+            };
+            if let Some(id) = id {
                 let here = format!("{}/{}", s.dir_rel, s.raw);
-                match seen.get(&n.id.0) {
+                match seen.get(&id) {
                     Some(first) => dups.push((here, first.clone())),
                     None => {
-                        seen.insert(n.id.0, here);
+                        seen.insert(id, here);
                     }
                 }
             }
@@ -232,13 +241,38 @@ impl Queue {
                 quarantined: false,
             });
         }
-        for (path, other) in dups {
-            // On a live queue a job can be listed in one directory and then, renamed, in the
-            // next: a duplicate counts only if both names still exist.
-            let root = self.dirs.root.as_fd();
-            if self.sys.stat_nofollow(root, &path).is_err()
-                || self.sys.stat_nofollow(root, &other).is_err()
-            {
+        self.report_dups(rep, bad, dups);
+        Ok(jobs_seen)
+    }
+
+    /// Report each job id seen at two paths. A misplaced copy whose id is also elsewhere is
+    /// the duplicate (never moved home: the job may have been acked since it was copied), so
+    /// its [`ProblemKind::Misplaced`] entry is taken out of `bad` before anything is moved.
+    fn report_dups(&self, rep: &mut FsckReport, bad: &mut Bad, dups: Vec<(String, String)>) {
+        let root = self.dirs.root.as_fd();
+        let exists = |p: &str| self.sys.stat_nofollow(root, p).is_ok();
+        for (later, first) in dups {
+            let misplaced = |p: &str| {
+                bad.iter().any(|b| {
+                    matches!(b.2, ProblemKind::Misplaced(_)) && format!("{}/{}", b.0, b.1) == p
+                })
+            };
+            let (path, other) = match (misplaced(&later), misplaced(&first)) {
+                (false, true) => (first, later),
+                _ => (later, first),
+            };
+            if misplaced(&path) {
+                bad.retain(|b| format!("{}/{}", b.0, b.1) != path);
+                // Whether or not the other copy moved on meanwhile, this one stays where it is.
+                if !exists(&path) {
+                    continue;
+                }
+            } else if !exists(&path) || !exists(&other) {
+                // On a live queue a job can be listed in one directory and then, renamed, in
+                // the next: a duplicate counts only if both names still exist.
+                continue;
+            }
+            if rep.problems.iter().any(|p| p.path == path) {
                 continue;
             }
             rep.problems.push(Problem {
@@ -247,7 +281,6 @@ impl Queue {
                 quarantined: false,
             });
         }
-        Ok(jobs_seen)
     }
 
     /// Add the bad entries to `rep`, quarantining them if asked; one problem on the identity

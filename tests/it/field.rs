@@ -1148,8 +1148,8 @@ fn fsck_quarantine_exits_0_once_every_problem_is_moved() {
     assert!(err.contains("), 0 left"), "{err}");
     assert!(d.path().join("quarantine/ready/00/notes.txt").exists());
     assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
-    // A copy of a job in another level's directory cannot be moved home (its name is taken
-    // there, and a move never replaces): left, exit 5.
+    // A copy of a job in another level's directory is a duplicate of the job, never moved
+    // home: left, exit 5.
     let q = Queue::open(d.path()).unwrap();
     q.enqueue(b"job").unwrap();
     let l = &q.list(None).unwrap()[0];
@@ -1168,10 +1168,72 @@ fn fsck_quarantine_exits_0_once_every_problem_is_moved() {
     assert_eq!(out.status.code(), Some(5), "{text}{err}");
     assert!(
         text.contains(&format!(
-            "prio/1/00/{name}: misplaced: its name belongs in ready/00/\n"
+            "prio/1/00/{name}: the same job id is also at ready/00/{name}\n"
         )),
         "{text}"
     );
     assert!(err.contains(", 2 problems, 1 moved"), "{err}");
     assert!(err.contains("), 1 left"), "{err}");
+}
+
+/// A stale copy of a job in the wrong shard, whose original was then acked: `fsck
+/// --quarantine` reports the copy as a duplicate of the receipt and leaves it, so the acked
+/// job is never run again (found by a fresh-user trial: the copy was "misplaced", moved home,
+/// exit 0, and the next claim ran the acked job a second time).
+#[test]
+fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
+    let d = TempDir::new("misplaced-dup");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "8"]).status.success());
+    let q = Queue::open(d.path()).unwrap();
+    let o = EnqueueOptions {
+        priority: Some(5),
+        ..EnqueueOptions::default()
+    };
+    let id = q.enqueue_with(b"once", &o).unwrap();
+    let l = q.find(id).unwrap();
+    let name = l.name.format(q.id()).to_string();
+    let shard = &l.dir[l.dir.len() - 2..];
+    let other = if shard == "07" { "02" } else { "07" };
+    let copy = format!("prio/5/{other}/{name}");
+    std::fs::copy(d.path().join(l.rel_path(q.id())), d.path().join(&copy)).unwrap();
+    let lease = q.claim().unwrap().unwrap();
+    assert_eq!(lease.id(), id);
+    lease.ack().unwrap();
+    let receipt = q.find(id).unwrap().rel_path(q.id());
+    assert!(receipt.starts_with("receipts/"), "{receipt}");
+
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert_eq!(
+        text,
+        format!("{copy}: the same job id is also at {receipt}\n")
+    );
+    assert!(d.path().join(&copy).exists());
+    assert!(!d.path().join(l.rel_path(q.id())).exists());
+    // Nothing to claim: the acked job is not run again.
+    let q = Queue::open(d.path()).unwrap();
+    assert!(q.claim().unwrap().is_none());
+
+    // A misplaced job whose id is unique is still moved home.
+    std::fs::remove_file(d.path().join(&copy)).unwrap();
+    let id2 = q.enqueue_with(b"twice", &o).unwrap();
+    let l2 = q.find(id2).unwrap();
+    let s2 = &l2.dir[l2.dir.len() - 2..];
+    let o2 = if s2 == "07" { "02" } else { "07" };
+    let name2 = l2.name.format(q.id()).to_string();
+    let moved = format!("prio/5/{o2}/{name2}");
+    std::fs::rename(d.path().join(l2.rel_path(q.id())), d.path().join(&moved)).unwrap();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(
+        text,
+        format!(
+            "{moved}: misplaced: moved to {}/, where its name belongs\n",
+            l2.dir
+        )
+    );
+    assert_eq!(q.claim().unwrap().unwrap().id(), id2);
 }
