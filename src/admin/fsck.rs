@@ -39,6 +39,15 @@ pub enum ProblemKind {
     /// The same job id also exists at this other path (never quarantined automatically:
     /// which copy is right is the operator's call).
     Duplicate(String),
+    /// An entry that is not a regular file where none belongs: `"directory"` (one holding
+    /// no job file of this queue), `"symlink"`, `"fifo"`, `"socket"` or `"device"`. Checked
+    /// before the name, so a symlink with a job-like name is reported as a symlink.
+    NotRegular(&'static str),
+    /// A directory where none belongs holding this many job files of this queue (regular
+    /// files whose names verify, up to three levels down). Never moved by `--quarantine`: the
+    /// jobs would leave the queue unseen. The operator moves each where its name belongs
+    /// (`--quarantine` moves them home once they are direct entries of a job directory).
+    JobsInside(u64),
     /// Reported once, on `steadq.queue`: most job names fail the tag check, and their headers
     /// all name one other queue id. The identity is what is wrong, not the jobs; nothing is
     /// quarantined.
@@ -71,6 +80,13 @@ impl core::fmt::Display for Problem {
             ProblemKind::Foreign(x) => write!(f, "{x}")?,
             ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}")?,
             ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}")?,
+            ProblemKind::NotRegular(what) => write!(f, "foreign: {what}")?,
+            ProblemKind::JobsInside(n) => write!(
+                f,
+                "foreign: directory holding {n} job file{} of this queue, left in place \
+                 (move each job to where its name belongs)",
+                if *n == 1 { "" } else { "s" }
+            )?,
             ProblemKind::Misplaced(home) if self.quarantined => {
                 return write!(f, "misplaced: moved to {home}/, where its name belongs");
             }
@@ -147,7 +163,7 @@ impl Queue {
         let mut bad = Bad::new();
         let v3 = self.ident.version >= 3;
         self.check_root(v3, &mut rep, &mut bad)?;
-        self.check_shard_parents(v3, &mut bad)?;
+        self.check_shard_parents(v3, &mut rep, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
         self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
@@ -155,7 +171,9 @@ impl Queue {
     }
 
     /// Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
+    /// A job file of this queue there is misplaced (see [`Queue::stray`]).
     fn check_tmp(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
+        let mut odd = Vec::new();
         self.sys
             .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
                 rep.checked += 1;
@@ -166,14 +184,16 @@ impl Queue {
                         crate::disk::sys::EntryType::File | crate::disk::sys::EntryType::Unknown
                     )
                 {
-                    bad.push((
-                        TMP_DIR.into(),
-                        name.unwrap_or("?").to_string(),
-                        ProblemKind::Foreign(Foreign::WrongPlace),
-                    ));
+                    odd.push(name.unwrap_or("?").to_string());
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))?;
+        for name in odd {
+            if let Some(kind) = self.stray(rep, self.dirs.tmp.as_fd(), &name) {
+                bad.push((TMP_DIR.into(), name, kind));
+            }
+        }
+        Ok(())
     }
 
     /// Every entry of the job areas: name, place, file type and digests; one job id in two
@@ -181,6 +201,13 @@ impl Queue {
     /// the entries seen.
     fn check_jobs(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<u64> {
         let mut seen: std::collections::HashMap<u128, String> = std::collections::HashMap::new();
+        // Job files found misplaced outside the job areas (tmp/, a shard parent) count too.
+        for (dir, name, kind) in bad.iter() {
+            if let (ProblemKind::Misplaced(_), Ok(n)) = (kind, JobName::parse(name, self.ident.id))
+            {
+                seen.insert(n.id.0, format!("{dir}/{name}"));
+            }
+        }
         let mut dups: Vec<(String, String)> = Vec::new();
         let mut jobs_seen = 0u64;
         let mut unreadable = Vec::new();
@@ -215,11 +242,14 @@ impl Queue {
                             rep.verified += 1;
                             bad.push((at().0, at().1, ProblemKind::Misplaced(home)));
                         }
-                        Some(Err(k)) => bad.push((at().0, at().1, k)),
+                        Some(Err(k)) => bad.push((at().0, at().1, self.typed(s.dir, s.raw, k))),
                         _ => {}
                     }
                 }
-                Err(f) => bad.push((at().0, at().1, ProblemKind::Foreign(f))),
+                Err(f) => {
+                    let k = self.typed(s.dir, s.raw, ProblemKind::Foreign(f));
+                    bad.push((at().0, at().1, k))
+                }
                 Ok(n) => match self.check_file(s.dir, s.raw, &n) {
                     Ok(true) => rep.verified += 1,
                     Ok(false) => {}
@@ -228,7 +258,7 @@ impl Queue {
                     {
                         rep.dead_corrupt += 1
                     }
-                    Err(k) => bad.push((at().0, at().1, k)),
+                    Err(k) => bad.push((at().0, at().1, self.typed(s.dir, s.raw, k))),
                 },
             }
             true
@@ -313,6 +343,7 @@ impl Queue {
             let moved = rep.problems.iter().any(|p| p.quarantined);
             let quarantined = quarantine
                 && !dir.is_empty()
+                && !matches!(kind, ProblemKind::JobsInside(_))
                 && match &kind {
                     ProblemKind::Misplaced(_) => self.rehome(&dir, &name),
                     _ => self.quarantine(&dir, &name),
@@ -391,13 +422,13 @@ impl Queue {
 
     /// `ready/`, `receipts/` and (version 3) `prio/` and each `prio/<l>/` hold only their
     /// shard directories (and `prio/` only its levels).
-    fn check_shard_parents(&self, v3: bool, bad: &mut Bad) -> Result<()> {
+    fn check_shard_parents(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let mut parents = vec![
             (READY_DIR.to_string(), self.dirs_parent(READY_DIR)?),
             (RECEIPTS_DIR.to_string(), self.dirs_parent(RECEIPTS_DIR)?),
         ];
         if v3 {
-            self.check_levels(bad)?;
+            self.check_levels(rep, bad)?;
             for l in (0..self.ident.levels()).filter(|&l| l != crate::name::DEFAULT_PRIORITY) {
                 let rel = format!("prio/{l}");
                 parents.push((rel.clone(), self.dirs_parent(&rel)?));
@@ -406,44 +437,58 @@ impl Queue {
         for (parent, fd) in parents {
             let parent = parent.as_str();
             let shards = self.ident.shards;
+            let mut odd = Vec::new();
             self.sys
                 .read_dir(fd.as_fd(), |name, _, _| {
                     let ok = name
                         .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
                         .is_some_and(|s| s < shards as u128);
                     if !ok {
-                        bad.push((
-                            parent.to_string(),
-                            name.unwrap_or("?").to_string(),
-                            ProblemKind::Foreign(Foreign::WrongPlace),
-                        ));
+                        odd.push(name.unwrap_or("?").to_string());
                     }
                 })
                 .map_err(|e| {
                     Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
+            self.strays(rep, fd.as_fd(), parent, odd, bad);
         }
         Ok(())
     }
 
+    /// Push a problem for each entry `odd` of `dir` (`rel` from the root), by
+    /// [`Queue::stray`].
+    fn strays(
+        &self,
+        rep: &mut FsckReport,
+        dir: BorrowedFd<'_>,
+        rel: &str,
+        odd: Vec<String>,
+        bad: &mut Bad,
+    ) {
+        for name in odd {
+            if let Some(kind) = self.stray(rep, dir, &name) {
+                bad.push((rel.to_string(), name, kind));
+            }
+        }
+    }
+
     /// `prio/` (version 3) holds one directory per level other than the default, `0`..=`7`.
-    fn check_levels(&self, bad: &mut Bad) -> Result<()> {
+    fn check_levels(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let levels = self.ident.levels();
         let fd = self.dirs_parent("prio")?;
+        let mut odd = Vec::new();
         self.sys
             .read_dir(fd.as_fd(), |name, _, _| {
                 let ok = matches!(name.map(str::as_bytes), Some([d])
                     if (b'0'..b'0' + levels).contains(d)
                         && *d != b'0' + crate::name::DEFAULT_PRIORITY);
                 if !ok {
-                    bad.push((
-                        "prio".to_string(),
-                        name.unwrap_or("?").to_string(),
-                        ProblemKind::Foreign(Foreign::WrongPlace),
-                    ));
+                    odd.push(name.unwrap_or("?").to_string());
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("prio"))))
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("prio"))))?;
+        self.strays(rep, fd.as_fd(), "prio", odd, bad);
+        Ok(())
     }
 
     fn dirs_parent(&self, name: &str) -> Result<std::os::fd::OwnedFd> {
@@ -593,6 +638,94 @@ impl Queue {
                 .map_err(|e| at(Call::Open, e))?;
         }
         Ok(parent)
+    }
+}
+
+impl Queue {
+    /// What is wrong with `name`, an entry of `dir` where it does not belong: a verified job
+    /// file of this queue is misplaced (moved home by `--quarantine` unless its id is also
+    /// elsewhere); anything else is foreign, by its file type ([`Queue::typed`]). `None`: it
+    /// vanished meanwhile.
+    fn stray(&self, rep: &mut FsckReport, dir: BorrowedFd<'_>, name: &str) -> Option<ProblemKind> {
+        let kind = match (self.home_of(name), JobName::parse(name, self.ident.id)) {
+            (Some(home), Ok(n)) => match self.check_file(dir, name, &n) {
+                Ok(true) => {
+                    rep.verified += 1;
+                    ProblemKind::Misplaced(home)
+                }
+                Ok(false) => return None,
+                Err(k) => k,
+            },
+            _ => ProblemKind::Foreign(Foreign::WrongPlace),
+        };
+        Some(self.typed(dir, name, kind))
+    }
+
+    /// A foreign entry `name` of `dir` that is not a regular file, by its type (one
+    /// `fstatat`, never followed): [`ProblemKind::NotRegular`], or
+    /// [`ProblemKind::JobsInside`] for a directory holding job files. Any other `kind` is
+    /// returned as it is.
+    fn typed(&self, dir: BorrowedFd<'_>, name: &str, kind: ProblemKind) -> ProblemKind {
+        use rustix::fs::FileType as T;
+        if !matches!(kind, ProblemKind::Foreign(_)) {
+            return kind;
+        }
+        let Ok(m) = self.sys.stat_nofollow(dir, name) else {
+            return kind;
+        };
+        ProblemKind::NotRegular(match m.file_type {
+            T::RegularFile => return kind,
+            T::Directory => match self.jobs_inside(dir, name, 3) {
+                0 => "directory",
+                n => return ProblemKind::JobsInside(n),
+            },
+            T::Symlink => "symlink",
+            T::Fifo => "fifo",
+            T::Socket => "socket",
+            _ => "device",
+        })
+    }
+
+    /// Job files of this queue (regular files whose names verify) in directory `name` of
+    /// `dir` and its subdirectories, `depth` levels down; never following a symlink. A
+    /// directory that cannot be read counts as holding one (it may), so it is never moved.
+    fn jobs_inside(&self, dir: BorrowedFd<'_>, name: &str, depth: u32) -> u64 {
+        let Ok(fd) = self.sys.open_dir_beneath(dir, name) else {
+            return 1;
+        };
+        let (mut n, mut subdirs) = (0, Vec::new());
+        let listed = self.sys.read_dir(fd.as_fd(), |e, _, t| {
+            let Some(e) = e else { return };
+            let t = match t {
+                crate::disk::sys::EntryType::Unknown => match self.sys.stat_nofollow(fd.as_fd(), e)
+                {
+                    Ok(m) if m.file_type == rustix::fs::FileType::Directory => {
+                        crate::disk::sys::EntryType::Dir
+                    }
+                    Ok(m) if m.file_type == rustix::fs::FileType::RegularFile => {
+                        crate::disk::sys::EntryType::File
+                    }
+                    _ => crate::disk::sys::EntryType::Other,
+                },
+                t => t,
+            };
+            match t {
+                crate::disk::sys::EntryType::Dir => subdirs.push(e.to_string()),
+                crate::disk::sys::EntryType::File => {
+                    n += JobName::parse(e, self.ident.id).is_ok() as u64
+                }
+                _ => {}
+            }
+        });
+        if listed.is_err() {
+            return 1;
+        }
+        if depth > 0 {
+            for d in subdirs {
+                n += self.jobs_inside(fd.as_fd(), &d, depth - 1);
+            }
+        }
+        n
     }
 }
 

@@ -1237,3 +1237,60 @@ fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
     );
     assert_eq!(q.claim().unwrap().unwrap().id(), id2);
 }
+
+/// A directory planted where no directory belongs, holding a job (prio/3, level 3 living in
+/// ready/), and a job file moved into tmp/: `fsck --quarantine` leaves the directory and
+/// reports how many jobs it holds (exit 5), moves the tmp/ job home, and quarantines only an
+/// empty planted directory, naming it a directory (found by a fresh-user trial: both were
+/// "foreign: job name of the wrong kind" and moved to quarantine/, the jobs gone from status).
+#[test]
+fn fsck_never_quarantines_a_directory_holding_jobs() {
+    let d = TempDir::new("dir-with-jobs");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "1"]).status.success());
+    let q = Queue::open(d.path()).unwrap();
+    let ids: Vec<_> = (0..3).map(|i| q.enqueue(&[i]).unwrap()).collect();
+    let names: Vec<String> = ids
+        .iter()
+        .map(|&id| q.find(id).unwrap().name.format(q.id()).to_string())
+        .collect();
+    std::fs::create_dir_all(d.path().join("prio/3/00")).unwrap();
+    let planted = d.path().join("prio/3/00").join(&names[0]);
+    std::fs::rename(d.path().join("ready/00").join(&names[0]), &planted).unwrap();
+    std::fs::rename(
+        d.path().join("ready/00").join(&names[1]),
+        d.path().join("tmp").join(&names[1]),
+    )
+    .unwrap();
+    std::fs::create_dir(d.path().join("ready/junk")).unwrap();
+    assert_eq!(q.status().unwrap().ready, 1);
+
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "prio/3: foreign: directory holding 1 job file of this queue, left in place \
+             (move each job to where its name belongs)"
+                .to_string(),
+            "ready/junk: foreign: directory (moved to quarantine/)".to_string(),
+            format!(
+                "tmp/{}: misplaced: moved to ready/00/, where its name belongs",
+                names[1]
+            ),
+        ]
+    );
+    assert!(planted.exists());
+    assert!(d.path().join("quarantine/ready/junk").is_dir());
+    assert_eq!(q.status().unwrap().ready, 2);
+    // Moved home by hand, the job is back and the emptied directory is quarantined.
+    std::fs::rename(&planted, d.path().join("ready/00").join(&names[0])).unwrap();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(text, "prio/3: foreign: directory (moved to quarantine/)\n");
+    assert_eq!(q.status().unwrap().ready, 3);
+}
