@@ -423,15 +423,16 @@ impl Queue {
     /// `ready/`, `receipts/` and (version 3) `prio/` and each `prio/<l>/` hold only their
     /// shard directories (and `prio/` only its levels).
     fn check_shard_parents(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
-        let mut parents = vec![
-            (READY_DIR.to_string(), self.dirs_parent(READY_DIR)?),
-            (RECEIPTS_DIR.to_string(), self.dirs_parent(RECEIPTS_DIR)?),
-        ];
-        if v3 {
-            self.check_levels(rep, bad)?;
+        let mut rels = vec![READY_DIR.to_string(), RECEIPTS_DIR.to_string()];
+        if v3 && self.check_levels(rep, bad)? {
             for l in (0..self.ident.levels()).filter(|&l| l != crate::name::DEFAULT_PRIORITY) {
-                let rel = format!("prio/{l}");
-                parents.push((rel.clone(), self.dirs_parent(&rel)?));
+                rels.push(format!("prio/{l}"));
+            }
+        }
+        let mut parents = Vec::new();
+        for rel in rels {
+            if let Some(fd) = self.dirs_parent(&rel, rep)? {
+                parents.push((rel, fd));
             }
         }
         for (parent, fd) in parents {
@@ -473,9 +474,13 @@ impl Queue {
     }
 
     /// `prio/` (version 3) holds one directory per level other than the default, `0`..=`7`.
-    fn check_levels(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
+    /// False when `prio/` cannot be read (then it is a problem, and its levels are not
+    /// looked at: the walk names each of their shards).
+    fn check_levels(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<bool> {
         let levels = self.ident.levels();
-        let fd = self.dirs_parent("prio")?;
+        let Some(fd) = self.dirs_parent(PRIO_DIR, rep)? else {
+            return Ok(false);
+        };
         let mut odd = Vec::new();
         self.sys
             .read_dir(fd.as_fd(), |name, _, _| {
@@ -488,13 +493,31 @@ impl Queue {
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("prio"))))?;
         self.strays(rep, fd.as_fd(), "prio", odd, bad);
-        Ok(())
+        Ok(true)
     }
 
-    fn dirs_parent(&self, name: &str) -> Result<std::os::fd::OwnedFd> {
-        self.sys
-            .open_dir_beneath(self.dirs.root.as_fd(), name)
-            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(name))))
+    /// Shard parent `name` (`ready`, `receipts`, `prio`, `prio/<l>`), opened and listable;
+    /// `None` when this user cannot read it (`EACCES`, `EPERM`), which is a problem.
+    fn dirs_parent(&self, name: &str, rep: &mut FsckReport) -> Result<Option<OwnedFd>> {
+        let opened = self.sys.open_dir_beneath(self.dirs.root.as_fd(), name);
+        let listed = opened.and_then(|fd| self.sys.read_dir(fd.as_fd(), |_, _, _| {}).map(|_| fd));
+        match listed {
+            Ok(fd) => Ok(Some(fd)),
+            Err(e @ (Errno::ACCESS | Errno::PERM)) => {
+                rep.problems.push(Problem {
+                    path: name.to_string(),
+                    kind: ProblemKind::Unreadable(e.into()),
+                    quarantined: false,
+                });
+                Ok(None)
+            }
+            Err(e) => Err(Error::io(
+                Call::Open,
+                e,
+                Outcome::NotDone,
+                Some(self.path(name)),
+            )),
+        }
     }
 
     /// `Ok(true)`: verified; `Ok(false)`: moved by a worker between the listing and the open

@@ -1294,3 +1294,72 @@ fn fsck_never_quarantines_a_directory_holding_jobs() {
     assert_eq!(text, "prio/3: foreign: directory (moved to quarantine/)\n");
     assert_eq!(q.status().unwrap().ready, 3);
 }
+
+/// A parent of job directories that `nobody` cannot search (root-owned, mode 700: `prio/6`,
+/// `prio`, `ready`, `receipts`): the queue opens, status and fsck name the directories they
+/// could not read and count the rest, recover names them (found by a fresh-user trial: all
+/// three exited 2 with only "prio/6/00: open failed: Permission denied").
+#[test]
+fn an_unreadable_parent_of_job_directories_is_reported_and_skipped() {
+    let Some(t) = AsNobody::new("unread-parent") else {
+        return;
+    };
+    let (code, _, err) = t.run(
+        "$S init $Q --shards 2 && for i in 1 2 3; do echo r$i | $S enqueue $Q; done && \
+         echo p | $S enqueue $Q --priority 6",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let own = |rel: &str, uid: u32, mode: u32| {
+        std::os::unix::fs::chown(t.q.join(rel), Some(uid), Some(uid)).unwrap();
+        t.chmod(rel, mode);
+    };
+    // (directory, ready counted, unreadable dirs, recover's exit)
+    let cases = [
+        ("prio/6", 3, "\"prio/6/00\",\"prio/6/01\"", 2),
+        ("ready", 1, "\"ready/00\",\"ready/01\"", 2),
+        ("receipts", 4, "\"receipts/00\",\"receipts/01\"", 0),
+    ];
+    for (dir, ready, unread, recover) in cases {
+        own(dir, 0, 0o700);
+        let (code, out, err) = t.run("$S status $Q --json");
+        assert_eq!(code, Some(0), "status, {dir}: {err}");
+        assert!(out.contains(&format!("\"ready\":{ready},")), "{dir}: {out}");
+        assert!(
+            out.contains(&format!("\"unreadable_dirs\":[{unread}]")),
+            "{dir}: {out}"
+        );
+        let (code, out, err) = t.run("$S fsck $Q");
+        assert_eq!(code, Some(5), "fsck, {dir}: {out}{err}");
+        assert!(
+            out.starts_with(&format!("{dir}: unreadable: Permission denied")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("\n{dir}/00: unreadable: Permission denied")),
+            "{out}"
+        );
+        assert_eq!(out.lines().count(), 3, "{out}");
+        assert!(
+            err.contains(&format!("{ready} job files verified")),
+            "{dir}: {err}"
+        );
+        let (code, out, err) = t.run("$S recover $Q");
+        assert_eq!(code, Some(recover), "recover, {dir}: {out}{err}");
+        if recover == 2 {
+            assert!(out.contains("failed 0; unreadable directories 2"), "{out}");
+            assert!(err.contains(&format!("/q/{dir}/00: cannot read")), "{err}");
+        }
+        own(dir, 65534, 0o775);
+    }
+    // `prio` itself: every level but the default is unreadable; the ready jobs are counted.
+    own("prio", 0, 0o700);
+    let (code, out, err) = t.run("$S status $Q --json && $S fsck $Q");
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert!(out.contains("\"ready\":3,"), "{out}");
+    assert!(out.contains("\"unreadable_shards\":14,"), "{out}");
+    assert!(
+        out.contains("\nprio: unreadable: Permission denied"),
+        "{out}"
+    );
+    own("prio", 65534, 0o775);
+}
