@@ -528,7 +528,8 @@ impl Queue {
         raw: &str,
         n: &JobName,
     ) -> core::result::Result<bool, ProblemKind> {
-        match self.load_job(dir, raw, n.id.0) {
+        // In 64 KiB chunks: memory does not grow with the payload.
+        match self.check_job(dir, raw, n.id.0) {
             Ok(_) => Ok(true),
             Err(Load::Missing) => Ok(false),
             Err(Load::Corrupt(crate::disk::format::Corruption::NotRegular)) => {
