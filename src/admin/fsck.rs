@@ -17,7 +17,7 @@ use crate::disk::layout::{
 use crate::disk::name::NameError;
 use crate::disk::name::{JobName, Kind, Reason};
 use crate::disk::scan::Foreign;
-use crate::disk::sys::{Call, Errno};
+use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::queue::{header_queue_id, Queue, IDENTITY_FILE};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -48,6 +48,11 @@ pub enum ProblemKind {
     /// jobs would leave the queue unseen. The operator moves each where its name belongs
     /// (`--quarantine` moves them home once they are direct entries of a job directory).
     JobsInside(u64),
+    /// A settings file that does not decode (`steadq.limits`: every enqueue fails while it
+    /// is damaged). Reported, never moved.
+    Damaged(&'static str),
+    /// An entry of `keys/` whose name is neither a key entry's nor a tombstone's.
+    NotKeyName,
     /// Reported once, on `steadq.queue`: most job names fail the tag check, and their headers
     /// all name one other queue id. The identity is what is wrong, not the jobs; nothing is
     /// quarantined.
@@ -81,6 +86,10 @@ impl core::fmt::Display for Problem {
             ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}")?,
             ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}")?,
             ProblemKind::NotRegular(what) => write!(f, "foreign: {what}")?,
+            ProblemKind::Damaged(what) => write!(f, "damaged: {what}")?,
+            ProblemKind::NotKeyName => f.write_str(
+                "foreign: not a key entry (<64 hex>) or tombstone (<64 hex>.<32 hex>.gone)",
+            )?,
             ProblemKind::JobsInside(n) => write!(
                 f,
                 "foreign: directory holding {n} job file{} of this queue, left in place \
@@ -165,6 +174,8 @@ impl Queue {
         self.check_root(v3, &mut rep, &mut bad)?;
         self.check_shard_parents(v3, &mut rep, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;
+        self.check_limits(&mut rep);
+        self.check_keys(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
         self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
         Ok(rep)
@@ -666,6 +677,80 @@ impl Queue {
 }
 
 impl Queue {
+    /// `steadq.limits`, when present, must decode: a damaged one fails every enqueue.
+    fn check_limits(&self, rep: &mut FsckReport) {
+        let kind = match self.limits() {
+            Ok(_) => return,
+            Err(e) if *e.kind() == crate::ErrorKind::BadLimits => ProblemKind::Damaged(
+                "the capacity limits file does not decode (checksum or syntax), and every \
+                 enqueue fails until it is fixed: set the limits again (`steadq init DIR \
+                 --max-jobs N|none --max-bytes N|none`)",
+            ),
+            Err(e) => match e.kind() {
+                crate::ErrorKind::Io { errno, .. } => ProblemKind::Unreadable(*errno),
+                _ => return,
+            },
+        };
+        rep.problems.push(Problem {
+            path: crate::disk::layout::LIMITS_FILE.to_string(),
+            kind,
+            quarantined: false,
+        });
+    }
+
+    /// `keys/` holds only key entries (`<64 hex>`) and tombstones
+    /// (`<64 hex>.<32 hex>.gone`), regular files; anything else is foreign (quarantined on
+    /// request: it cannot be a key entry).
+    fn check_keys(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
+        use crate::disk::layout::KEYS_DIR;
+        let keys = match self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(()),
+            Err(e @ (Errno::ACCESS | Errno::PERM)) => {
+                rep.problems.push(Problem {
+                    path: KEYS_DIR.to_string(),
+                    kind: ProblemKind::Unreadable(e.into()),
+                    quarantined: false,
+                });
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(KEYS_DIR)),
+                ))
+            }
+        };
+        let mut odd = Vec::new();
+        self.sys
+            .read_dir(keys.as_fd(), |name, _, t| {
+                rep.checked += 1;
+                let named = name.is_some_and(crate::ops::keys::is_key_name);
+                if !named || !matches!(t, EntryType::File | EntryType::Unknown) {
+                    odd.push(name.unwrap_or("?").to_string());
+                }
+            })
+            .map_err(|e| {
+                Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(KEYS_DIR)),
+                )
+            })?;
+        for name in odd {
+            let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
+            let kind = match self.typed(keys.as_fd(), &name, kind) {
+                ProblemKind::Foreign(_) => ProblemKind::NotKeyName,
+                k => k,
+            };
+            bad.push((KEYS_DIR.to_string(), name, kind));
+        }
+        Ok(())
+    }
+
     /// What is wrong with `name`, an entry of `dir` where it does not belong: a verified job
     /// file of this queue is misplaced (moved home by `--quarantine` unless its id is also
     /// elsewhere); anything else is foreign, by its file type ([`Queue::typed`]). `None`: it

@@ -1404,3 +1404,78 @@ fn fsck_and_show_of_a_64_mib_job_stay_in_flat_memory() {
     assert!(show_kib < 16 * 1024, "show: VmHWM {show_kib} KiB");
     assert!(raw_kib < 16 * 1024, "show --raw: VmHWM {raw_kib} KiB");
 }
+
+/// fsck reports what made it say "0 problems" on a broken queue (found by a fresh-user
+/// trial): a damaged `steadq.limits` (every enqueue fails; reported, never moved), junk in
+/// `keys/` (quarantined on request) and two receipts of one job id, in one receipt shard
+/// or in two.
+#[test]
+fn fsck_reports_damaged_limits_junk_keys_and_two_receipts_of_one_job() {
+    let d = TempDir::new("fsck-limits-keys");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "2"]).status.success());
+    let q = Queue::open(d.path()).unwrap();
+    let o = EnqueueOptions {
+        key: Some(steadq::Key::new("order-1").unwrap()),
+        ..EnqueueOptions::default()
+    };
+    q.enqueue_unique(b"k", &o).unwrap();
+    std::fs::write(d.path().join("keys/notes.txt"), b"junk").unwrap();
+    // One job acked twice: a copy of its ready file put back after the first ack.
+    let id = q.enqueue(b"twice").unwrap();
+    let l = q.find(id).unwrap();
+    let file = d.path().join(l.rel_path(q.id()));
+    let copy = std::fs::read(&file).unwrap();
+    for _ in 0..2 {
+        let lease = loop {
+            let x = q.claim().unwrap().unwrap();
+            if x.id() == id {
+                break x;
+            }
+            x.ack().unwrap();
+        };
+        lease.ack().unwrap();
+        if !file.exists() {
+            std::fs::write(&file, &copy).unwrap();
+        }
+    }
+    std::fs::remove_file(&file).unwrap();
+    let rcts: Vec<String> = files(d.path(), "receipts")
+        .into_iter()
+        .filter(|f| f.contains(&id.to_string()))
+        .collect();
+    assert_eq!(rcts.len(), 2, "{rcts:?}");
+    // And a copy of one in the other receipt shard.
+    let (shard, name) = rcts[0].rsplit_once('/').unwrap();
+    let other = if shard.ends_with("00") { "01" } else { "00" };
+    let moved = format!("receipts/{other}/{name}");
+    std::fs::copy(d.path().join(&rcts[0]), d.path().join(&moved)).unwrap();
+    // Every enqueue fails from here on.
+    std::fs::write(d.path().join("steadq.limits"), b"junk\n").unwrap();
+    assert!(q.enqueue(b"x").is_err());
+
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert!(
+        text.contains("steadq.limits: damaged: the capacity limits file does not decode"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "keys/notes.txt: foreign: not a key entry (<64 hex>) or tombstone \
+             (<64 hex>.<32 hex>.gone) (moved to quarantine/)"
+        ),
+        "{text}"
+    );
+    // Each of the three copies but the first seen names another.
+    let dup = |a: &str| text.contains(&format!("{a}: the same job id is also at "));
+    assert!(dup(&moved), "{moved} should be a duplicate: {text}");
+    assert!(dup(&rcts[0]) || dup(&rcts[1]), "{text}");
+    assert!(d.path().join(&moved).exists());
+    assert_eq!(text.lines().count(), 4, "{text}");
+    assert!(d.path().join("steadq.limits").exists());
+    assert!(d.path().join("quarantine/keys/notes.txt").exists());
+    // The key entry itself is not a problem.
+    assert_eq!(std::fs::read_dir(d.path().join("keys")).unwrap().count(), 1);
+}
