@@ -411,6 +411,7 @@ impl Queue {
     /// Root level: only the known names belong (`prio/` from version 3 on).
     fn check_root(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let known = ROOT_ENTRIES;
+        let mut odd = Vec::new();
         self.sys
             .read_dir(self.dirs.root.as_fd(), |name, _, _| {
                 rep.checked += 1;
@@ -420,14 +421,17 @@ impl Queue {
                         if known.contains(&n)
                             || n.starts_with(&format!(".{IDENTITY_FILE}."))
                             || is_rotated_evidence(n) => {}
-                    _ => bad.push((
-                        String::new(),
-                        name.unwrap_or("?").to_string(),
-                        ProblemKind::Foreign(Foreign::Name(crate::disk::name::NameError::Syntax)),
-                    )),
+                    _ => odd.push(name.unwrap_or("?").to_string()),
                 }
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+        // Named by type (a `prio/` holding jobs on a version-2 queue says how many); root
+        // entries are never moved.
+        for name in odd {
+            let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
+            let kind = self.typed(self.dirs.root.as_fd(), &name, kind);
+            bad.push((String::new(), name, kind));
+        }
         Ok(())
     }
 

@@ -1293,6 +1293,21 @@ fn fsck_never_quarantines_a_directory_holding_jobs() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert_eq!(text, "prio/3: foreign: directory (moved to quarantine/)\n");
     assert_eq!(q.status().unwrap().ready, 3);
+    // At the root (say `prio/` on a version-2 queue) too: named a directory holding a job.
+    std::fs::create_dir(d.path().join("old")).unwrap();
+    std::fs::copy(
+        d.path().join("ready/00").join(&names[2]),
+        d.path().join("old").join(&names[2]),
+    )
+    .unwrap();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert_eq!(
+        text,
+        "old: foreign: directory holding 1 job file of this queue, left in place \
+         (move each job to where its name belongs)\n"
+    );
 }
 
 /// A parent of job directories that `nobody` cannot search (root-owned, mode 700: `prio/6`,
