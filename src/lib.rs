@@ -30,7 +30,7 @@
 //!
 //! | operation | error type | possible outcomes |
 //! |---|---|---|
-//! | `Queue::open`, `open_with`, `status`, `list`, `list_each`, `find`, `read_job`, `limits`, `capacity_use`, `live_keys`, `fsck`, `Options::validate` | [`Error`] | none: read-only |
+//! | `Queue::open`, `open_with`, `status`, `list`, `list_each`, `find`, `read_job`, `open_job`, `limits`, `capacity_use`, `live_keys`, `fsck`, `Options::validate` | [`Error`] | none: read-only |
 //! | `enqueue`, `enqueue_with`, `enqueue_unique`, `enqueue_wait` (and `TypedQueue`, `AsyncQueue` enqueues) | [`EnqueueError`] | `NotDone` (no job made); `Indeterminate { id, .. }`: the job `id` may exist, [`Queue::find`] tells |
 //! | `Lease::renew` | [`RenewError`] | `NotDone` (the lease is as it was); `LeaseLost`; `Indeterminate` (the lease follows whichever name exists) |
 //! | `Lease::ack`, `nack`, `fail`, `release` (and `TypedLease`'s) | [`SettleError`] | `NotDone { lease, .. }`: the lease is handed back, still holding the job; `LeaseLost`; `Indeterminate` |

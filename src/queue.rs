@@ -465,6 +465,9 @@ impl Queue {
             self.sys.path_id(&self.root.join(rel)),
         ) {
             (Ok(a), Ok(b)) => a == b,
+            // A directory this user cannot name (a parent it cannot search) cannot be told
+            // replaced: it is held by a stand-in (see `open_dirs`).
+            (Ok(_), Err(Errno::ACCESS | Errno::PERM)) => true,
             _ => false,
         };
         let d = &self.dirs;
@@ -593,7 +596,8 @@ impl Queue {
         mut list: impl FnMut(BorrowedFd<'_>) -> core::result::Result<T, Errno>,
     ) -> core::result::Result<Option<T>, Errno> {
         match list(fd) {
-            Err(Errno::BADF | Errno::ACCESS) => {}
+            // EBADF: an `O_PATH` handle; ENOTDIR: the stand-in of `open_dirs`.
+            Err(Errno::BADF | Errno::ACCESS | Errno::NOTDIR) => {}
             r => return r.map(Some),
         }
         match self.sys.open_dir_beneath(self.dirs.root.as_fd(), rel) {
@@ -687,11 +691,17 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
     };
     // A job directory this user cannot read (a ready or receipt shard, `delayed/`, `dead/`)
     // is held by name only (`O_PATH`): claims skip it, status and fsck report it
-    // (`Queue::list_held`) instead of refusing the whole queue.
+    // (`Queue::list_held`) instead of refusing the whole queue. One whose parent this user
+    // cannot search (`prio/6`, `ready/` or `receipts/` at mode 700 of another user) cannot
+    // be named at all: it is held by a stand-in, an `O_PATH` handle on the identity file,
+    // which every listing and `*at` call refuses (`EBADF`, `ENOTDIR`).
     let held = |rel: &str| match sys.open_dir_beneath(rootfd.as_fd(), rel) {
-        Err(Errno::ACCESS) => sys
-            .open_dir_path_only(rootfd.as_fd(), rel)
-            .or_else(|_| open(rel)),
+        Err(Errno::ACCESS) => match sys.open_dir_path_only(rootfd.as_fd(), rel) {
+            Err(Errno::ACCESS | Errno::PERM) => sys
+                .open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
+                .or_else(|_| open(rel)),
+            r => r.or_else(|_| open(rel)),
+        },
         _ => open(rel),
     };
     let ready = (0..ident.slots())

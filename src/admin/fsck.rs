@@ -17,7 +17,7 @@ use crate::disk::layout::{
 use crate::disk::name::NameError;
 use crate::disk::name::{JobName, Kind, Reason};
 use crate::disk::scan::Foreign;
-use crate::disk::sys::{Call, Errno};
+use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::queue::{header_queue_id, Queue, IDENTITY_FILE};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -39,6 +39,20 @@ pub enum ProblemKind {
     /// The same job id also exists at this other path (never quarantined automatically:
     /// which copy is right is the operator's call).
     Duplicate(String),
+    /// An entry that is not a regular file where none belongs: `"directory"` (one holding
+    /// no job file of this queue), `"symlink"`, `"fifo"`, `"socket"` or `"device"`. Checked
+    /// before the name, so a symlink with a job-like name is reported as a symlink.
+    NotRegular(&'static str),
+    /// A directory where none belongs holding this many job files of this queue (regular
+    /// files whose names verify, up to three levels down). Never moved by `--quarantine`: the
+    /// jobs would leave the queue unseen. The operator moves each where its name belongs
+    /// (`--quarantine` moves them home once they are direct entries of a job directory).
+    JobsInside(u64),
+    /// A settings file that does not decode (`steadq.limits`: every enqueue fails while it
+    /// is damaged). Reported, never moved.
+    Damaged(&'static str),
+    /// An entry of `keys/` whose name is neither a key entry's nor a tombstone's.
+    NotKeyName,
     /// Reported once, on `steadq.queue`: most job names fail the tag check, and their headers
     /// all name one other queue id. The identity is what is wrong, not the jobs; nothing is
     /// quarantined.
@@ -71,6 +85,17 @@ impl core::fmt::Display for Problem {
             ProblemKind::Foreign(x) => write!(f, "{x}")?,
             ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}")?,
             ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}")?,
+            ProblemKind::NotRegular(what) => write!(f, "foreign: {what}")?,
+            ProblemKind::Damaged(what) => write!(f, "damaged: {what}")?,
+            ProblemKind::NotKeyName => f.write_str(
+                "foreign: not a key entry (<64 hex>) or tombstone (<64 hex>.<32 hex>.gone)",
+            )?,
+            ProblemKind::JobsInside(n) => write!(
+                f,
+                "foreign: directory holding {n} job file{} of this queue, left in place \
+                 (move each job to where its name belongs)",
+                if *n == 1 { "" } else { "s" }
+            )?,
             ProblemKind::Misplaced(home) if self.quarantined => {
                 return write!(f, "misplaced: moved to {home}/, where its name belongs");
             }
@@ -147,15 +172,19 @@ impl Queue {
         let mut bad = Bad::new();
         let v3 = self.ident.version >= 3;
         self.check_root(v3, &mut rep, &mut bad)?;
-        self.check_shard_parents(v3, &mut bad)?;
+        self.check_shard_parents(v3, &mut rep, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;
+        self.check_limits(&mut rep);
+        self.check_keys(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
         self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
         Ok(rep)
     }
 
     /// Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
+    /// A job file of this queue there is misplaced (see [`Queue::stray`]).
     fn check_tmp(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
+        let mut odd = Vec::new();
         self.sys
             .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
                 rep.checked += 1;
@@ -166,14 +195,16 @@ impl Queue {
                         crate::disk::sys::EntryType::File | crate::disk::sys::EntryType::Unknown
                     )
                 {
-                    bad.push((
-                        TMP_DIR.into(),
-                        name.unwrap_or("?").to_string(),
-                        ProblemKind::Foreign(Foreign::WrongPlace),
-                    ));
+                    odd.push(name.unwrap_or("?").to_string());
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))?;
+        for name in odd {
+            if let Some(kind) = self.stray(rep, self.dirs.tmp.as_fd(), &name) {
+                bad.push((TMP_DIR.into(), name, kind));
+            }
+        }
+        Ok(())
     }
 
     /// Every entry of the job areas: name, place, file type and digests; one job id in two
@@ -181,18 +212,34 @@ impl Queue {
     /// the entries seen.
     fn check_jobs(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<u64> {
         let mut seen: std::collections::HashMap<u128, String> = std::collections::HashMap::new();
+        // Job files found misplaced outside the job areas (tmp/, a shard parent) count too.
+        for (dir, name, kind) in bad.iter() {
+            if let (ProblemKind::Misplaced(_), Ok(n)) = (kind, JobName::parse(name, self.ident.id))
+            {
+                seen.insert(n.id.0, format!("{dir}/{name}"));
+            }
+        }
         let mut dups: Vec<(String, String)> = Vec::new();
         let mut jobs_seen = 0u64;
         let mut unreadable = Vec::new();
         self.walk_noting(&mut unreadable, |s| {
             rep.checked += 1;
             jobs_seen += 1;
-            if let Ok(n) = &s.parsed {
+            // A misplaced job counts too: a stale copy of a job that lives (or was acked)
+            // elsewhere must be found a duplicate before anything is moved home.
+            let id = match &s.parsed {
+                Ok(n) => Some(n.id.0),
+                Err(Foreign::WrongPlace) if self.home_of(s.raw).is_some() => {
+                    JobName::parse(s.raw, self.ident.id).ok().map(|n| n.id.0)
+                }
+                Err(_) => None,
+            };
+            if let Some(id) = id {
                 let here = format!("{}/{}", s.dir_rel, s.raw);
-                match seen.get(&n.id.0) {
+                match seen.get(&id) {
                     Some(first) => dups.push((here, first.clone())),
                     None => {
-                        seen.insert(n.id.0, here);
+                        seen.insert(id, here);
                     }
                 }
             }
@@ -206,11 +253,14 @@ impl Queue {
                             rep.verified += 1;
                             bad.push((at().0, at().1, ProblemKind::Misplaced(home)));
                         }
-                        Some(Err(k)) => bad.push((at().0, at().1, k)),
+                        Some(Err(k)) => bad.push((at().0, at().1, self.typed(s.dir, s.raw, k))),
                         _ => {}
                     }
                 }
-                Err(f) => bad.push((at().0, at().1, ProblemKind::Foreign(f))),
+                Err(f) => {
+                    let k = self.typed(s.dir, s.raw, ProblemKind::Foreign(f));
+                    bad.push((at().0, at().1, k))
+                }
                 Ok(n) => match self.check_file(s.dir, s.raw, &n) {
                     Ok(true) => rep.verified += 1,
                     Ok(false) => {}
@@ -219,7 +269,7 @@ impl Queue {
                     {
                         rep.dead_corrupt += 1
                     }
-                    Err(k) => bad.push((at().0, at().1, k)),
+                    Err(k) => bad.push((at().0, at().1, self.typed(s.dir, s.raw, k))),
                 },
             }
             true
@@ -232,13 +282,38 @@ impl Queue {
                 quarantined: false,
             });
         }
-        for (path, other) in dups {
-            // On a live queue a job can be listed in one directory and then, renamed, in the
-            // next: a duplicate counts only if both names still exist.
-            let root = self.dirs.root.as_fd();
-            if self.sys.stat_nofollow(root, &path).is_err()
-                || self.sys.stat_nofollow(root, &other).is_err()
-            {
+        self.report_dups(rep, bad, dups);
+        Ok(jobs_seen)
+    }
+
+    /// Report each job id seen at two paths. A misplaced copy whose id is also elsewhere is
+    /// the duplicate (never moved home: the job may have been acked since it was copied), so
+    /// its [`ProblemKind::Misplaced`] entry is taken out of `bad` before anything is moved.
+    fn report_dups(&self, rep: &mut FsckReport, bad: &mut Bad, dups: Vec<(String, String)>) {
+        let root = self.dirs.root.as_fd();
+        let exists = |p: &str| self.sys.stat_nofollow(root, p).is_ok();
+        for (later, first) in dups {
+            let misplaced = |p: &str| {
+                bad.iter().any(|b| {
+                    matches!(b.2, ProblemKind::Misplaced(_)) && format!("{}/{}", b.0, b.1) == p
+                })
+            };
+            let (path, other) = match (misplaced(&later), misplaced(&first)) {
+                (false, true) => (first, later),
+                _ => (later, first),
+            };
+            if misplaced(&path) {
+                bad.retain(|b| format!("{}/{}", b.0, b.1) != path);
+                // Whether or not the other copy moved on meanwhile, this one stays where it is.
+                if !exists(&path) {
+                    continue;
+                }
+            } else if !exists(&path) || !exists(&other) {
+                // On a live queue a job can be listed in one directory and then, renamed, in
+                // the next: a duplicate counts only if both names still exist.
+                continue;
+            }
+            if rep.problems.iter().any(|p| p.path == path) {
                 continue;
             }
             rep.problems.push(Problem {
@@ -247,7 +322,6 @@ impl Queue {
                 quarantined: false,
             });
         }
-        Ok(jobs_seen)
     }
 
     /// Add the bad entries to `rep`, quarantining them if asked; one problem on the identity
@@ -280,6 +354,7 @@ impl Queue {
             let moved = rep.problems.iter().any(|p| p.quarantined);
             let quarantined = quarantine
                 && !dir.is_empty()
+                && !matches!(kind, ProblemKind::JobsInside(_))
                 && match &kind {
                     ProblemKind::Misplaced(_) => self.rehome(&dir, &name),
                     _ => self.quarantine(&dir, &name),
@@ -336,6 +411,7 @@ impl Queue {
     /// Root level: only the known names belong (`prio/` from version 3 on).
     fn check_root(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let known = ROOT_ENTRIES;
+        let mut odd = Vec::new();
         self.sys
             .read_dir(self.dirs.root.as_fd(), |name, _, _| {
                 rep.checked += 1;
@@ -345,78 +421,118 @@ impl Queue {
                         if known.contains(&n)
                             || n.starts_with(&format!(".{IDENTITY_FILE}."))
                             || is_rotated_evidence(n) => {}
-                    _ => bad.push((
-                        String::new(),
-                        name.unwrap_or("?").to_string(),
-                        ProblemKind::Foreign(Foreign::Name(crate::disk::name::NameError::Syntax)),
-                    )),
+                    _ => odd.push(name.unwrap_or("?").to_string()),
                 }
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+        // Named by type (a `prio/` holding jobs on a version-2 queue says how many); root
+        // entries are never moved.
+        for name in odd {
+            let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
+            let kind = self.typed(self.dirs.root.as_fd(), &name, kind);
+            bad.push((String::new(), name, kind));
+        }
         Ok(())
     }
 
     /// `ready/`, `receipts/` and (version 3) `prio/` and each `prio/<l>/` hold only their
     /// shard directories (and `prio/` only its levels).
-    fn check_shard_parents(&self, v3: bool, bad: &mut Bad) -> Result<()> {
-        let mut parents = vec![
-            (READY_DIR.to_string(), self.dirs_parent(READY_DIR)?),
-            (RECEIPTS_DIR.to_string(), self.dirs_parent(RECEIPTS_DIR)?),
-        ];
-        if v3 {
-            self.check_levels(bad)?;
+    fn check_shard_parents(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
+        let mut rels = vec![READY_DIR.to_string(), RECEIPTS_DIR.to_string()];
+        if v3 && self.check_levels(rep, bad)? {
             for l in (0..self.ident.levels()).filter(|&l| l != crate::name::DEFAULT_PRIORITY) {
-                let rel = format!("prio/{l}");
-                parents.push((rel.clone(), self.dirs_parent(&rel)?));
+                rels.push(format!("prio/{l}"));
+            }
+        }
+        let mut parents = Vec::new();
+        for rel in rels {
+            if let Some(fd) = self.dirs_parent(&rel, rep)? {
+                parents.push((rel, fd));
             }
         }
         for (parent, fd) in parents {
             let parent = parent.as_str();
             let shards = self.ident.shards;
+            let mut odd = Vec::new();
             self.sys
                 .read_dir(fd.as_fd(), |name, _, _| {
                     let ok = name
                         .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
                         .is_some_and(|s| s < shards as u128);
                     if !ok {
-                        bad.push((
-                            parent.to_string(),
-                            name.unwrap_or("?").to_string(),
-                            ProblemKind::Foreign(Foreign::WrongPlace),
-                        ));
+                        odd.push(name.unwrap_or("?").to_string());
                     }
                 })
                 .map_err(|e| {
                     Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
+            self.strays(rep, fd.as_fd(), parent, odd, bad);
         }
         Ok(())
     }
 
+    /// Push a problem for each entry `odd` of `dir` (`rel` from the root), by
+    /// [`Queue::stray`].
+    fn strays(
+        &self,
+        rep: &mut FsckReport,
+        dir: BorrowedFd<'_>,
+        rel: &str,
+        odd: Vec<String>,
+        bad: &mut Bad,
+    ) {
+        for name in odd {
+            if let Some(kind) = self.stray(rep, dir, &name) {
+                bad.push((rel.to_string(), name, kind));
+            }
+        }
+    }
+
     /// `prio/` (version 3) holds one directory per level other than the default, `0`..=`7`.
-    fn check_levels(&self, bad: &mut Bad) -> Result<()> {
+    /// False when `prio/` cannot be read (then it is a problem, and its levels are not
+    /// looked at: the walk names each of their shards).
+    fn check_levels(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<bool> {
         let levels = self.ident.levels();
-        let fd = self.dirs_parent("prio")?;
+        let Some(fd) = self.dirs_parent(PRIO_DIR, rep)? else {
+            return Ok(false);
+        };
+        let mut odd = Vec::new();
         self.sys
             .read_dir(fd.as_fd(), |name, _, _| {
                 let ok = matches!(name.map(str::as_bytes), Some([d])
                     if (b'0'..b'0' + levels).contains(d)
                         && *d != b'0' + crate::name::DEFAULT_PRIORITY);
                 if !ok {
-                    bad.push((
-                        "prio".to_string(),
-                        name.unwrap_or("?").to_string(),
-                        ProblemKind::Foreign(Foreign::WrongPlace),
-                    ));
+                    odd.push(name.unwrap_or("?").to_string());
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("prio"))))
+            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("prio"))))?;
+        self.strays(rep, fd.as_fd(), "prio", odd, bad);
+        Ok(true)
     }
 
-    fn dirs_parent(&self, name: &str) -> Result<std::os::fd::OwnedFd> {
-        self.sys
-            .open_dir_beneath(self.dirs.root.as_fd(), name)
-            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(name))))
+    /// Shard parent `name` (`ready`, `receipts`, `prio`, `prio/<l>`), opened and listable;
+    /// `None` when this user cannot read it (`EACCES`, `EPERM`), which is a problem.
+    fn dirs_parent(&self, name: &str, rep: &mut FsckReport) -> Result<Option<OwnedFd>> {
+        let opened = self.sys.open_dir_beneath(self.dirs.root.as_fd(), name);
+        let listed = opened.and_then(|fd| self.sys.read_dir(fd.as_fd(), |_, _, _| {}).map(|_| fd));
+        match listed {
+            Ok(fd) => Ok(Some(fd)),
+            Err(e @ (Errno::ACCESS | Errno::PERM)) => {
+                rep.problems.push(Problem {
+                    path: name.to_string(),
+                    kind: ProblemKind::Unreadable(e.into()),
+                    quarantined: false,
+                });
+                Ok(None)
+            }
+            Err(e) => Err(Error::io(
+                Call::Open,
+                e,
+                Outcome::NotDone,
+                Some(self.path(name)),
+            )),
+        }
     }
 
     /// `Ok(true)`: verified; `Ok(false)`: moved by a worker between the listing and the open
@@ -427,7 +543,8 @@ impl Queue {
         raw: &str,
         n: &JobName,
     ) -> core::result::Result<bool, ProblemKind> {
-        match self.load_job(dir, raw, n.id.0) {
+        // In 64 KiB chunks: memory does not grow with the payload.
+        match self.check_job(dir, raw, n.id.0) {
             Ok(_) => Ok(true),
             Err(Load::Missing) => Ok(false),
             Err(Load::Corrupt(crate::disk::format::Corruption::NotRegular)) => {
@@ -560,6 +677,168 @@ impl Queue {
                 .map_err(|e| at(Call::Open, e))?;
         }
         Ok(parent)
+    }
+}
+
+impl Queue {
+    /// `steadq.limits`, when present, must decode: a damaged one fails every enqueue.
+    fn check_limits(&self, rep: &mut FsckReport) {
+        let kind = match self.limits() {
+            Ok(_) => return,
+            Err(e) if *e.kind() == crate::ErrorKind::BadLimits => ProblemKind::Damaged(
+                "the capacity limits file does not decode (checksum or syntax), and every \
+                 enqueue fails until it is fixed: set the limits again (`steadq init DIR \
+                 --max-jobs N|none --max-bytes N|none`)",
+            ),
+            Err(e) => match e.kind() {
+                crate::ErrorKind::Io { errno, .. } => ProblemKind::Unreadable(*errno),
+                _ => return,
+            },
+        };
+        rep.problems.push(Problem {
+            path: crate::disk::layout::LIMITS_FILE.to_string(),
+            kind,
+            quarantined: false,
+        });
+    }
+
+    /// `keys/` holds only key entries (`<64 hex>`) and tombstones
+    /// (`<64 hex>.<32 hex>.gone`), regular files; anything else is foreign (quarantined on
+    /// request: it cannot be a key entry).
+    fn check_keys(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
+        use crate::disk::layout::KEYS_DIR;
+        let keys = match self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(()),
+            Err(e @ (Errno::ACCESS | Errno::PERM)) => {
+                rep.problems.push(Problem {
+                    path: KEYS_DIR.to_string(),
+                    kind: ProblemKind::Unreadable(e.into()),
+                    quarantined: false,
+                });
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(KEYS_DIR)),
+                ))
+            }
+        };
+        let mut odd = Vec::new();
+        self.sys
+            .read_dir(keys.as_fd(), |name, _, t| {
+                rep.checked += 1;
+                let named = name.is_some_and(crate::ops::keys::is_key_name);
+                if !named || !matches!(t, EntryType::File | EntryType::Unknown) {
+                    odd.push(name.unwrap_or("?").to_string());
+                }
+            })
+            .map_err(|e| {
+                Error::io(
+                    Call::ReadDir,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(KEYS_DIR)),
+                )
+            })?;
+        for name in odd {
+            let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
+            let kind = match self.typed(keys.as_fd(), &name, kind) {
+                ProblemKind::Foreign(_) => ProblemKind::NotKeyName,
+                k => k,
+            };
+            bad.push((KEYS_DIR.to_string(), name, kind));
+        }
+        Ok(())
+    }
+
+    /// What is wrong with `name`, an entry of `dir` where it does not belong: a verified job
+    /// file of this queue is misplaced (moved home by `--quarantine` unless its id is also
+    /// elsewhere); anything else is foreign, by its file type ([`Queue::typed`]). `None`: it
+    /// vanished meanwhile.
+    fn stray(&self, rep: &mut FsckReport, dir: BorrowedFd<'_>, name: &str) -> Option<ProblemKind> {
+        let kind = match (self.home_of(name), JobName::parse(name, self.ident.id)) {
+            (Some(home), Ok(n)) => match self.check_file(dir, name, &n) {
+                Ok(true) => {
+                    rep.verified += 1;
+                    ProblemKind::Misplaced(home)
+                }
+                Ok(false) => return None,
+                Err(k) => k,
+            },
+            _ => ProblemKind::Foreign(Foreign::WrongPlace),
+        };
+        Some(self.typed(dir, name, kind))
+    }
+
+    /// A foreign entry `name` of `dir` that is not a regular file, by its type (one
+    /// `fstatat`, never followed): [`ProblemKind::NotRegular`], or
+    /// [`ProblemKind::JobsInside`] for a directory holding job files. Any other `kind` is
+    /// returned as it is.
+    fn typed(&self, dir: BorrowedFd<'_>, name: &str, kind: ProblemKind) -> ProblemKind {
+        use rustix::fs::FileType as T;
+        if !matches!(kind, ProblemKind::Foreign(_)) {
+            return kind;
+        }
+        let Ok(m) = self.sys.stat_nofollow(dir, name) else {
+            return kind;
+        };
+        ProblemKind::NotRegular(match m.file_type {
+            T::RegularFile => return kind,
+            T::Directory => match self.jobs_inside(dir, name, 3) {
+                0 => "directory",
+                n => return ProblemKind::JobsInside(n),
+            },
+            T::Symlink => "symlink",
+            T::Fifo => "fifo",
+            T::Socket => "socket",
+            _ => "device",
+        })
+    }
+
+    /// Job files of this queue (regular files whose names verify) in directory `name` of
+    /// `dir` and its subdirectories, `depth` levels down; never following a symlink. A
+    /// directory that cannot be read counts as holding one (it may), so it is never moved.
+    fn jobs_inside(&self, dir: BorrowedFd<'_>, name: &str, depth: u32) -> u64 {
+        let Ok(fd) = self.sys.open_dir_beneath(dir, name) else {
+            return 1;
+        };
+        let (mut n, mut subdirs) = (0, Vec::new());
+        let listed = self.sys.read_dir(fd.as_fd(), |e, _, t| {
+            let Some(e) = e else { return };
+            let t = match t {
+                crate::disk::sys::EntryType::Unknown => match self.sys.stat_nofollow(fd.as_fd(), e)
+                {
+                    Ok(m) if m.file_type == rustix::fs::FileType::Directory => {
+                        crate::disk::sys::EntryType::Dir
+                    }
+                    Ok(m) if m.file_type == rustix::fs::FileType::RegularFile => {
+                        crate::disk::sys::EntryType::File
+                    }
+                    _ => crate::disk::sys::EntryType::Other,
+                },
+                t => t,
+            };
+            match t {
+                crate::disk::sys::EntryType::Dir => subdirs.push(e.to_string()),
+                crate::disk::sys::EntryType::File => {
+                    n += JobName::parse(e, self.ident.id).is_ok() as u64
+                }
+                _ => {}
+            }
+        });
+        if listed.is_err() {
+            return 1;
+        }
+        if depth > 0 {
+            for d in subdirs {
+                n += self.jobs_inside(fd.as_fd(), &d, depth - 1);
+            }
+        }
+        n
     }
 }
 

@@ -467,7 +467,8 @@ impl Queue {
             if acked > cutoff {
                 continue;
             }
-            match self.read_job(&l) {
+            // Verified in chunks; the payload is not read into memory.
+            match self.open_job(&l) {
                 Ok((h, _)) => {
                     lines.push_str(&EvidenceLine::new(&l.name, &name, &h, acked).encode());
                     victims.push((shard, l.name));

@@ -570,9 +570,89 @@ impl Queue {
         }
     }
 
+    /// Verify the job file of `job` in 64 KiB chunks, as a claim does (memory does not grow
+    /// with the payload), and return its header and its payload as a stream: kept in memory
+    /// when the file fits one chunk, otherwise read from the file again as it is read, its
+    /// SHA-256 checked at the end (see [`crate::PayloadReader`]). What `steadq show` uses.
+    ///
+    /// # Errors
+    /// As [`Queue::read_job`].
+    pub fn open_job(
+        &self,
+        job: &Listed,
+    ) -> Result<(crate::disk::format::Header, crate::PayloadReader)> {
+        let rel = job.rel_path(self.ident.id);
+        let path = Some(self.path(&rel));
+        let opened = self
+            .sys
+            .open_dir_beneath(self.dirs.root.as_fd(), &job.dir)
+            .map_err(|e| Load::Io(Call::Open, e))
+            .and_then(|dir| {
+                let name = job.name.format(self.ident.id);
+                self.check_job(dir.as_fd(), &name, job.name.id.0)
+            });
+        match opened {
+            Ok((h, fd, Some(file))) => {
+                drop(fd);
+                Ok((h, crate::PayloadReader::memory(file)))
+            }
+            Ok((h, fd, None)) => {
+                let path = self.path(&rel);
+                Ok((h, crate::PayloadReader::file(self.clone(), fd, &h, path)))
+            }
+            Err(Load::Missing) => Err(Error::not_done(ErrorKind::LeaseLost, path)),
+            Err(Load::Corrupt(c)) => Err(Error::not_done(ErrorKind::Corrupt(c), path)),
+            Err(Load::Io(call, e)) => Err(Error::io(call, e, Outcome::NotDone, path)),
+        }
+    }
+
+    /// Open `name` in `dir` without following symlinks or blocking on a fifo, check it is a
+    /// regular file and verify it as job `id` in 64 KiB chunks
+    /// ([`crate::ops::payload::check_file`], the claim's verifier); a receipt cut to its
+    /// header is checked as [`verify_receipt`] does. Returns the header, the open file, and
+    /// the whole file when it fit one chunk. Used by `fsck` and [`Queue::open_job`].
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn check_job(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        id: u128,
+    ) -> core::result::Result<
+        (
+            crate::disk::format::Header,
+            OwnedFd,
+            Option<std::sync::Arc<Vec<u8>>>,
+        ),
+        Load,
+    > {
+        let fd = self.sys.open_file_ro(dir, name).map_err(|e| match e {
+            Errno::NOENT => Load::Missing,
+            Errno::LOOP | Errno::NXIO => Load::Corrupt(crate::disk::format::Corruption::NotRegular),
+            e => Load::Io(Call::Open, e),
+        })?;
+        let size = match self.sys.fstat(fd.as_fd()) {
+            Ok((rustix::fs::FileType::RegularFile, size)) => size,
+            Ok(_) => return Err(Load::Corrupt(crate::disk::format::Corruption::NotRegular)),
+            Err(e) => return Err(Load::Io(Call::Stat, e)),
+        };
+        if name.ends_with(".rct") && size == HEADER_LEN as u64 {
+            let mut head = vec![0u8; HEADER_LEN];
+            self.sys
+                .read_exact_at(fd.as_fd(), &mut head, 0)
+                .map_err(|e| Load::Io(Call::Read, e))?;
+            let h = verify_receipt(&head, id, self.ident.id).map_err(Load::Corrupt)?;
+            return Ok((h, fd, Some(std::sync::Arc::new(head))));
+        }
+        match crate::ops::payload::check_file(&self.sys, fd.as_fd(), size, id, self.ident.id) {
+            Ok(c) => Ok((c.header, fd, c.file)),
+            Err(Ok(c)) => Err(Load::Corrupt(c)),
+            Err(Err((call, e))) => Err(Load::Io(call, e)),
+        }
+    }
+
     /// Open `name` in `dir` without following symlinks or blocking on a fifo, check it is a
     /// regular file, read it (up to max(max_payload, 1 GiB) + header) and verify it as job `id`.
-    /// Returns the header and the payload. Shared by `read_job` and `fsck`.
+    /// Returns the header and the payload. Used by `read_job`.
     pub(crate) fn load_job(
         &self,
         dir: BorrowedFd<'_>,

@@ -527,34 +527,81 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
         ErrorKind::NoSuchJob => CliError::usage(format!("{}: no job {id}", a.dir.display())),
         _ => e.into(),
     })?;
-    let (h, payload) = match q.read_job(&l) {
+    // Verified in 64 KiB chunks; the payload is streamed, never held whole.
+    let (h, mut payload) = match q.open_job(&l) {
         Ok(x) => x,
         // A corrupt file is shown by its name (which is verified on its own); its header and
-        // payload cannot be trusted. `read_job` moves nothing.
+        // payload cannot be trusted. `open_job` moves nothing.
         Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => return show_corrupt(&a, &q, &l, &e),
         Err(e) => return Err(e.into()),
     };
     if a.raw {
-        stdout::write(&payload);
-        return Ok(Exit::Done);
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match std::io::Read::read(&mut payload, &mut buf) {
+                Ok(0) => return Ok(Exit::Done),
+                Ok(n) if !stdout::write(&buf[..n]) => return Ok(Exit::Done),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(CliError::usage(e.to_string())),
+            }
+        }
     }
     show_name(&q, &l);
     out!("created   unix {:.3}", h.created_ns as f64 / 1e9);
     out!("bytes     {}", h.payload_len);
     out!("sha256    {}", steadq::format::hex32(&h.payload_sha256));
     out!("envelope  {}", steadq::format::hex32(&h.envelope_sha256));
-    match std::str::from_utf8(&payload) {
-        Ok(t) if t.len() <= 4096 => out!("payload   {t}"),
-        Ok(_) => out!(
-            "payload   ({} bytes of text; --raw prints it)",
-            payload.len()
-        ),
-        Err(_) => out!(
-            "payload   ({} bytes of binary; --raw prints it)",
-            payload.len()
+    let (text, head) = utf8_head(&mut payload).map_err(|e| CliError::usage(e.to_string()))?;
+    match head {
+        Some(t) if text => out!("payload   {t}"),
+        _ => out!(
+            "payload   ({} bytes of {}; --raw prints it)",
+            h.payload_len,
+            if text { "text" } else { "binary" }
         ),
     }
     Ok(Exit::Done)
+}
+
+/// Read a payload to its end in 64 KiB pieces: whether it is all UTF-8, and the payload
+/// itself when it is at most 4096 bytes (what `show` prints). Memory: one buffer.
+fn utf8_head(r: &mut impl std::io::Read) -> std::io::Result<(bool, Option<String>)> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut carry, mut text, mut head, mut total) = (Vec::new(), true, Vec::new(), 0usize);
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            break;
+        }
+        total += n;
+        if head.len() < 4097 {
+            head.extend_from_slice(&buf[..n.min(4097 - head.len())]);
+        }
+        if !text {
+            continue;
+        }
+        // Check the carried bytes (an incomplete character at the last piece's end) with
+        // this piece.
+        carry.extend_from_slice(&buf[..n]);
+        match std::str::from_utf8(&carry) {
+            Ok(_) => carry.clear(),
+            Err(e) if e.error_len().is_none() => {
+                let rest = carry.split_off(e.valid_up_to());
+                carry = rest;
+            }
+            Err(_) => text = false,
+        }
+    }
+    text = text && carry.is_empty();
+    let head = (total <= 4096)
+        .then(|| String::from_utf8(head).ok())
+        .flatten();
+    Ok((text, head))
 }
 
 /// The fields of a job's name: state, path, attempt, generation.

@@ -354,6 +354,17 @@ impl Sys {
         self.open_dir_beneath_with(dir, name, flags)
     }
 
+    /// An `O_PATH` handle on regular file `name` of `dir` (never followed): as the directory
+    /// of an `*at` call it fails with `ENOTDIR`, and listing it fails with `EBADF`. It stands
+    /// for a job directory this user cannot even name (a parent without search permission),
+    /// so nothing is ever renamed into another directory by mistake.
+    pub fn open_file_path_only(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags = OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        self.run_retry(Call::Open, || {
+            rustix::fs::openat(dir, name, flags, Mode::empty())
+        })
+    }
+
     fn open_dir_beneath_with(&self, dir: BorrowedFd<'_>, name: &str, flags: OFlags) -> R<OwnedFd> {
         if !self.no_openat2.load(Ordering::Relaxed) {
             let how =

@@ -712,8 +712,20 @@ impl Queue {
 }
 
 /// A live key entry's name: 64 lowercase hex digits.
-fn is_entry_name(n: &str) -> bool {
+pub(crate) fn is_entry_name(n: &str) -> bool {
     n.len() == 64 && n.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether `n` is a name `keys/` may hold: a live entry, or a tombstone
+/// `<entry>.<job id, 32 hex>.gone`.
+pub(crate) fn is_key_name(n: &str) -> bool {
+    let tomb = n.strip_suffix(".gone").and_then(|t| t.split_once('.'));
+    is_entry_name(n)
+        || tomb.is_some_and(|(e, id)| {
+            is_entry_name(e)
+                && id.len() == 32
+                && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
 }
 
 #[cfg(test)]

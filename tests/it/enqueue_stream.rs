@@ -162,7 +162,20 @@ fn a_streamed_job_is_copied_through_tmp_when_neither_linkat_route_works() {
 /// Run the CLI with `args`, feeding `input` to its stdin when given (a write that fails
 /// because it exited early is ignored), polling its `VmHWM` until it exits. Returns
 /// (exit code, stdout, stderr, the highest VmHWM seen in KiB, polls that saw one).
-fn run_polled(args: &[&str], input: Option<&[u8]>) -> (Option<i32>, String, String, u64, u32) {
+pub(crate) fn run_polled(
+    args: &[&str],
+    input: Option<&[u8]>,
+) -> (Option<i32>, String, String, u64, u32) {
+    run_polled_out(args, input, Stdio::piped())
+}
+
+/// [`run_polled`] with stdout sent to `stdout` (a file, for output larger than a pipe holds:
+/// the pipe is read only after the process exits).
+pub(crate) fn run_polled_out(
+    args: &[&str],
+    input: Option<&[u8]>,
+    stdout: Stdio,
+) -> (Option<i32>, String, String, u64, u32) {
     let mut c = Command::new(BIN)
         .args(args)
         .stdin(if input.is_some() {
@@ -170,7 +183,7 @@ fn run_polled(args: &[&str], input: Option<&[u8]>) -> (Option<i32>, String, Stri
         } else {
             Stdio::null()
         })
-        .stdout(Stdio::piped())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -200,3 +200,23 @@ fn quarantine_does_not_follow_a_planted_symlink() {
     assert!(d.path().join("quarantine/ready/00/stray.txt").exists());
     let _ = std::fs::remove_dir_all(&outside);
 }
+
+/// A symlink with a made-up job-like name (its tag does not verify) is reported as a
+/// symlink: the file type is checked before the name (it was "name tag mismatch").
+#[test]
+fn fsck_names_a_symlink_a_symlink_whatever_its_name() {
+    let d = TempDir::new("symname");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let mut name = valid_name(&q, 7);
+    let k = name.find(".k").unwrap() + 2;
+    let flipped = if &name[k..k + 1] == "0" { "1" } else { "0" };
+    name.replace_range(k..k + 1, flipped);
+    symlink("/etc/passwd", d.path().join("ready/00").join(&name)).unwrap();
+    let rep = q.fsck().unwrap();
+    assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
+    assert_eq!(rep.problems[0].kind, ProblemKind::NotRegular("symlink"));
+    assert_eq!(
+        rep.problems[0].to_string(),
+        format!("ready/00/{name}: foreign: symlink")
+    );
+}
