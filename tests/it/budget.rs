@@ -249,19 +249,7 @@ fn set_receipt_policy_changes_the_policy_for_the_next_open() {
 fn compaction_frees_space_before_appending_when_the_write_finds_no_space() {
     let d = TempDir::new("compact-nospc");
     drop(with_policy(&d, ReceiptPolicy::Job));
-    let plan = FaultPlan::disarmed(vec![Fault {
-        call: Call::Write,
-        nth: 1,
-        action: FaultAction::Fail(Errno::NOSPC),
-    }]);
-    let q = Queue::open_with(
-        d.path(),
-        Options {
-            faults: Some(plan.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let (q, plan) = open_failing(d.path(), Call::Write, 1, Errno::NOSPC);
     for _ in 0..3 {
         ack_one(&q, &[9u8; 1000]);
     }
@@ -494,19 +482,7 @@ fn a_settings_rename_that_fails_with_eio_is_indeterminate() {
         (Errno::IO, Outcome::Indeterminate),
         (Errno::NOSPC, Outcome::NotDone),
     ] {
-        let plan = FaultPlan::disarmed(vec![Fault {
-            call: Call::Rename,
-            nth: 1,
-            action: FaultAction::Fail(errno),
-        }]);
-        let q = Queue::open_with(
-            d.path(),
-            Options {
-                faults: Some(plan.clone()),
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let (q, plan) = open_failing(d.path(), Call::Rename, 1, errno);
         plan.arm();
         let e = q
             .set_receipt_policy(ReceiptPolicy::Header, None)

@@ -132,3 +132,24 @@ pub fn steadq_in(args: &[&str], input: &[u8]) -> std::process::Output {
     feed(c.stdin.take(), input);
     c.wait_with_output().unwrap()
 }
+
+/// Open the queue at `dir` with a fault plan, not yet armed, that fails the `nth` call of
+/// kind `call` with `errno` once armed (`plan.arm()`).
+pub fn open_failing(
+    dir: &Path,
+    call: steadq::sys::Call,
+    nth: u32,
+    errno: rustix::io::Errno,
+) -> (Queue, std::sync::Arc<steadq::sys::FaultPlan>) {
+    use steadq::sys::{Fault, FaultAction, FaultPlan};
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call,
+        nth,
+        action: FaultAction::Fail(errno),
+    }]);
+    let o = Options {
+        faults: Some(plan.clone()),
+        ..Options::default()
+    };
+    (Queue::open_with(dir, o).unwrap(), plan)
+}

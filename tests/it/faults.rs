@@ -619,19 +619,7 @@ fn a_failed_claim_fsync_is_indeterminate_and_the_job_comes_back() {
     let d = TempDir::new("claimfsync");
     drop(Queue::create(d.path(), opts(1)).unwrap());
     Queue::open(d.path()).unwrap().enqueue(b"x").unwrap();
-    let plan = FaultPlan::disarmed(vec![Fault {
-        call: Call::FsyncDir,
-        nth: 1,
-        action: FaultAction::Fail(Errno::IO),
-    }]);
-    let q = Queue::open_with(
-        d.path(),
-        Options {
-            faults: Some(plan.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let (q, plan) = open_failing(d.path(), Call::FsyncDir, 1, Errno::IO);
     plan.arm();
     let e = q.claim_for(Duration::from_secs(1)).unwrap_err();
     assert_eq!(
@@ -658,19 +646,7 @@ fn eio_from_the_rename_itself_is_indeterminate_other_errnos_not_done() {
         let d = TempDir::new("renameerr");
         drop(Queue::create(d.path(), opts(1)).unwrap());
         Queue::open(d.path()).unwrap().enqueue(b"x").unwrap();
-        let plan = FaultPlan::disarmed(vec![Fault {
-            call: Call::Rename,
-            nth: 1,
-            action: FaultAction::Fail(errno),
-        }]);
-        let q = Queue::open_with(
-            d.path(),
-            Options {
-                faults: Some(plan.clone()),
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let (q, plan) = open_failing(d.path(), Call::Rename, 1, errno);
         let l = q.claim().unwrap().unwrap();
         plan.arm();
         let e = l.ack().unwrap_err();
@@ -811,19 +787,7 @@ fn a_not_done_nack_hands_the_lease_back_and_the_conversion_keeps_it_leased() {
     for drop_it in [true, false] {
         let d = TempDir::new("nackback");
         drop(Queue::create(d.path(), opts(1)).unwrap());
-        let plan = FaultPlan::disarmed(vec![Fault {
-            call: Call::Mkdir,
-            nth: 1,
-            action: FaultAction::Fail(Errno::NOSPC),
-        }]);
-        let q = Queue::open_with(
-            d.path(),
-            Options {
-                faults: Some(plan.clone()),
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let (q, plan) = open_failing(d.path(), Call::Mkdir, 1, Errno::NOSPC);
         q.enqueue(b"x").unwrap();
         let l = q.claim().unwrap().unwrap();
         let handle = l.handle();
@@ -920,19 +884,7 @@ fn a_failed_move_names_the_directory_it_was_moving_into() {
     let d = TempDir::new("moveinto");
     drop(Queue::create(d.path(), opts(1)).unwrap());
     Queue::open(d.path()).unwrap().enqueue(b"x").unwrap();
-    let plan = FaultPlan::disarmed(vec![Fault {
-        call: Call::Rename,
-        nth: 1,
-        action: FaultAction::Fail(Errno::ACCESS),
-    }]);
-    let q = Queue::open_with(
-        d.path(),
-        Options {
-            faults: Some(plan.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let (q, plan) = open_failing(d.path(), Call::Rename, 1, Errno::ACCESS);
     let lease = q.claim().unwrap().unwrap();
     plan.arm();
     let Err(SettleError::NotDone { error, mut lease }) = lease.ack() else {
