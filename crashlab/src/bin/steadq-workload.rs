@@ -87,11 +87,20 @@ fn create(a: &Args) -> (Queue, Arc<FaultPlan>) {
         ..Options::default()
     };
     let q = Queue::create(a.mountpoint.join("q"), o).unwrap_or_else(|e| fail("create", e));
+    // Capacity limits far above the workload: every enqueue then takes the limits check
+    // (steadq.limits read behind its watch, the tally kept), and the file is in every state.
+    let limits = steadq::Limits {
+        max_jobs: Some(100_000),
+        max_bytes: Some(1 << 30),
+    };
+    q.set_limits(limits)
+        .unwrap_or_else(|e| fail("set_limits", e));
     plan.arm();
     (q, plan)
 }
 
-/// Enqueue step `i`: payloads from 100 bytes to ~24 KiB, so some span several blocks.
+/// Enqueue step `i`: payloads from 100 bytes to ~24 KiB, so some span several blocks (a
+/// streamed one ~94 KiB); every fifth at another priority, every fifth keyed.
 fn enqueue(q: &Queue, m: &mut Marker, i: u64, batched: bool) {
     let size = 100 + (i * 7919 % 24_000) as usize;
     let payload: Vec<u8> = (0..size).map(|j| (i as usize * 31 + j * 7) as u8).collect();
@@ -108,6 +117,26 @@ fn enqueue(q: &Queue, m: &mut Marker, i: u64, batched: bool) {
         vec![q
             .enqueue_with(&payload, &o)
             .unwrap_or_else(|e| fail("enqueue (priority)", e))]
+    } else if i % 5 == 4 {
+        // A keyed enqueue (keys/<sha256> linked no-replace before the job), every other one
+        // streamed from a reader past one 64 KiB chunk (pwrite per chunk, the header last).
+        let key = steadq::Key::new(&format!("workload-{i}")).unwrap_or_else(|| fail("key", i));
+        let o = steadq::EnqueueOptions {
+            key: Some(key),
+            ..Default::default()
+        };
+        let done = if i % 10 == 4 {
+            let big: Vec<u8> = payload
+                .iter()
+                .copied()
+                .cycle()
+                .take(70_000 + size)
+                .collect();
+            q.enqueue_reader(&mut &big[..], &o)
+        } else {
+            q.enqueue_unique(&payload, &o)
+        };
+        vec![done.unwrap_or_else(|e| fail("enqueue (keyed)", e)).id()]
     } else {
         vec![q.enqueue(&payload).unwrap_or_else(|e| fail("enqueue", e))]
     };
