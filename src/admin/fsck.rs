@@ -34,7 +34,10 @@ pub enum ProblemKind {
     /// A valid job of this queue in a directory its name does not belong in (a level-5 job
     /// in level 2's shard, a job in another shard, a delayed job in another bucket, a
     /// receipt in another shard): the directory it belongs in, relative to the root.
-    /// `--quarantine` moves it there (no-replace), not to `quarantine/`.
+    /// `--quarantine` moves it to `quarantine/` like any other problem, never to where it
+    /// belongs: once the job was settled and its receipt removed (receipt policy `none`,
+    /// compaction, a purged dead job), nothing on disk tells a stale copy from the only one,
+    /// and moving a stale copy there would run a settled job again.
     Misplaced(String),
     /// The same job id also exists at this other path (never quarantined automatically:
     /// which copy is right is the operator's call).
@@ -73,8 +76,7 @@ pub struct Problem {
     pub path: String,
     /// What is wrong.
     pub kind: ProblemKind,
-    /// Whether it was moved by `--quarantine`: to `quarantine/`, or a
-    /// [`ProblemKind::Misplaced`] job to the directory it belongs in.
+    /// Whether it was moved to `quarantine/` by `--quarantine`.
     pub quarantined: bool,
 }
 
@@ -96,10 +98,11 @@ impl core::fmt::Display for Problem {
                  (move each job to where its name belongs)",
                 if *n == 1 { "" } else { "s" }
             )?,
-            ProblemKind::Misplaced(home) if self.quarantined => {
-                return write!(f, "misplaced: moved to {home}/, where its name belongs");
-            }
-            ProblemKind::Misplaced(home) => write!(f, "misplaced: its name belongs in {home}/")?,
+            ProblemKind::Misplaced(home) => write!(
+                f,
+                "misplaced: its name belongs in {home}/ (fsck never moves it there: a copy of a \
+                 job settled since would run again; move it by hand if it is the only one)"
+            )?,
             ProblemKind::IdentityMismatch {
                 identity,
                 jobs_id,
@@ -226,7 +229,7 @@ impl Queue {
             rep.checked += 1;
             jobs_seen += 1;
             // A misplaced job counts too: a stale copy of a job that lives (or was acked)
-            // elsewhere must be found a duplicate before anything is moved home.
+            // elsewhere is reported as its duplicate and left in place.
             let id = match &s.parsed {
                 Ok(n) => Some(n.id.0),
                 Err(Foreign::WrongPlace) if self.home_of(s.raw).is_some() => {
@@ -287,8 +290,8 @@ impl Queue {
     }
 
     /// Report each job id seen at two paths. A misplaced copy whose id is also elsewhere is
-    /// the duplicate (never moved home: the job may have been acked since it was copied), so
-    /// its [`ProblemKind::Misplaced`] entry is taken out of `bad` before anything is moved.
+    /// the duplicate (left in place: which copy is right is the operator's call), so its
+    /// [`ProblemKind::Misplaced`] entry is taken out of `bad` before anything is moved.
     fn report_dups(&self, rep: &mut FsckReport, bad: &mut Bad, dups: Vec<(String, String)>) {
         let root = self.dirs.root.as_fd();
         let exists = |p: &str| self.sys.stat_nofollow(root, p).is_ok();
@@ -355,11 +358,7 @@ impl Queue {
             let quarantined = quarantine
                 && !dir.is_empty()
                 && !matches!(kind, ProblemKind::JobsInside(_))
-                && match &kind {
-                    ProblemKind::Misplaced(_) => self.rehome(&dir, &name),
-                    _ => self.quarantine(&dir, &name),
-                }
-                .map_err(|e| match moved {
+                && self.quarantine(&dir, &name).map_err(|e| match moved {
                     true => e.with_outcome(crate::Outcome::Indeterminate),
                     false => e,
                 })?;
@@ -578,40 +577,6 @@ impl Queue {
         }
     }
 
-    /// Move misplaced job `dir/name` to the directory its name belongs in, under the same
-    /// name (`RENAME_NOREPLACE`: a job already there is never replaced; that one stays a
-    /// problem), then fsync both directories. False if it vanished or its name is taken.
-    fn rehome(&self, dir: &str, name: &str) -> Result<bool> {
-        use crate::ops::enqueue::DirRef;
-        use crate::ops::transition::Place;
-        let n = JobName::parse(name, self.ident.id)
-            .map_err(|_| crate::Error::not_done(crate::ErrorKind::NoSuchJob, None))?;
-        let state = crate::disk::scan::state_of(&n.kind);
-        let to = match n.kind {
-            Kind::Delayed { not_before_ns, .. } => self.place_delayed(not_before_ns)?,
-            Kind::Receipt { .. } => self.place_receipts(n.id.shard(self.ident.shards)),
-            _ => self.place_ready(self.ident.slot_of(&n), state),
-        };
-        let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
-        let fd = self
-            .sys
-            .open_dir_beneath(self.dirs.root.as_fd(), dir)
-            .map_err(|e| nd(Call::Open, e, dir))?;
-        let from = Place {
-            dir: DirRef::Opened(fd),
-            rel: dir.to_string(),
-            state,
-        };
-        match self.sys.rename(from.dir.fd(), name, to.dir.fd(), name) {
-            Ok(()) => {}
-            Err(Errno::NOENT | Errno::EXIST) => return Ok(false),
-            Err(e) => return Err(nd(Call::Rename, e, &format!("{dir}/{name}"))),
-        }
-        log::info!("{dir}/{name}: misplaced, moved to {}/", to.rel);
-        self.sync_moved(&from, &to)?;
-        Ok(true)
-    }
-
     /// Move `dir/name` to `quarantine/dir/name`. False if it vanished meanwhile.
     fn quarantine(&self, dir: &str, name: &str) -> Result<bool> {
         let root = self.dirs.root.as_fd();
@@ -756,7 +721,7 @@ impl Queue {
     }
 
     /// What is wrong with `name`, an entry of `dir` where it does not belong: a verified job
-    /// file of this queue is misplaced (moved home by `--quarantine` unless its id is also
+    /// file of this queue is misplaced (quarantined by `--quarantine` unless its id is also
     /// elsewhere); anything else is foreign, by its file type ([`Queue::typed`]). `None`: it
     /// vanished meanwhile.
     fn stray(&self, rep: &mut FsckReport, dir: BorrowedFd<'_>, name: &str) -> Option<ProblemKind> {

@@ -1042,24 +1042,17 @@ fn a_claim_that_cannot_read_a_shard_does_not_say_no_job() {
 }
 
 /// A job whose name says level 5 sitting in level 2's directory, and one in the wrong shard,
-/// are reported as misplaced (where they are and where they belong), and `fsck --quarantine`
-/// moves them there, where they are claimed (found by a fresh-user trial: "foreign", and
-/// quarantine stranded them in quarantine/).
+/// are reported as misplaced (where they are and where they belong); `fsck --quarantine` moves
+/// them to `quarantine/`, never back into the queue (a first fix moved them "home": a second
+/// trial then had an acked job run three times, its stale copies brought back one per pass on
+/// a queue with receipt policy `none`, where no receipt shows the job was done).
 #[test]
-fn fsck_moves_a_job_in_the_wrong_level_or_shard_home() {
+fn fsck_reports_a_misplaced_job_and_never_moves_it_back_into_the_queue() {
     let d = TempDir::new("misplaced");
     let qs = d.path().to_str().unwrap();
     assert!(run(&["init", qs, "--shards", "2"]).status.success());
     let enqueue = |prio: &str| {
-        let mut c = Command::new(BIN)
-            .args(["enqueue", qs, "--priority", prio])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        c.stdin.take().unwrap().write_all(prio.as_bytes()).unwrap();
-        let out = c.wait_with_output().unwrap();
+        let out = steadq_in(&["enqueue", qs, "--priority", prio], prio.as_bytes());
         assert!(out.status.success());
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     };
@@ -1081,40 +1074,58 @@ fn fsck_moves_a_job_in_the_wrong_level_or_shard_home() {
     let out = run(&["fsck", qs]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(5), "{text}");
-    let line5 = format!(
-        "{wrong5}/{}: misplaced: its name belongs in {}/\n",
-        home5.1, home5.0
-    );
-    let line3 = format!(
-        "{wrong3}/{}: misplaced: its name belongs in {}/\n",
-        home3.1, home3.0
-    );
-    assert!(text.contains(&line5) && text.contains(&line3), "{text}");
+    for (wrong, (home, name)) in [(&wrong5, home5), (&wrong3, home3)] {
+        let line = format!("{wrong}/{name}: misplaced: its name belongs in {home}/ (fsck never");
+        assert!(text.contains(&line), "{text}");
+    }
     let out = run(&["fsck", qs, "--quarantine"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
-    assert!(text.contains(&format!(
-        "{wrong5}/{}: misplaced: moved to {}/",
-        home5.1, home5.0
-    )));
-    assert!(text.contains(&format!(
-        "{wrong3}/{}: misplaced: moved to {}/",
-        home3.1, home3.0
-    )));
-    assert!(d.path().join(&at5).exists() && d.path().join(&at3).exists());
-    assert!(!d.path().join("quarantine").exists());
+    for (wrong, (_, name)) in [(&wrong5, home5), (&wrong3, home3)] {
+        assert!(text.contains("(moved to quarantine/)"), "{text}");
+        let kept = d.path().join("quarantine").join(wrong).join(name);
+        assert!(kept.exists(), "{} missing: {text}", kept.display());
+    }
+    assert!(!d.path().join(&at5).exists() && !d.path().join(&at3).exists());
     assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
-    // Level 5 first, then level 3.
+    assert!(Queue::open(d.path()).unwrap().claim().unwrap().is_none());
+}
+
+/// The second trial's case: receipt policy `none`, a job acked, its stale copies left in
+/// `ready/` (the shard parent), `tmp/` and the wrong shard. No pass of `fsck --quarantine`
+/// makes the job claimable again.
+#[test]
+fn stale_copies_of_an_acked_job_never_run_again_after_fsck() {
+    let d = TempDir::new("stale-copies");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "2", "--receipts", "none"])
+        .status
+        .success());
+    assert!(steadq_in(&["enqueue", qs], b"hello").status.success());
+    let job = files(d.path(), "ready").pop().unwrap();
+    let (home, name) = job.rsplit_once('/').unwrap();
+    let other = if home.ends_with("00") {
+        "ready/01"
+    } else {
+        "ready/00"
+    };
+    for copy in ["ready", "tmp", other] {
+        std::fs::copy(d.path().join(&job), d.path().join(copy).join(name)).unwrap();
+    }
     let q = Queue::open(d.path()).unwrap();
-    let ids: Vec<String> = (0..2)
-        .map(|_| {
-            let l = q.claim().unwrap().unwrap();
-            let id = l.id().to_string();
-            l.ack().unwrap();
-            id
-        })
-        .collect();
-    assert_eq!(ids, [five, three]);
+    q.claim().unwrap().unwrap().ack().unwrap();
+    for pass in 0..3 {
+        let out = run(&["fsck", qs, "--quarantine"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            matches!(out.status.code(), Some(0 | 5)),
+            "pass {pass}: {text}"
+        );
+        assert!(
+            q.claim().unwrap().is_none(),
+            "pass {pass}: the acked job is back: {text}"
+        );
+    }
 }
 
 /// `fsck --quarantine` exits 0 when it moved every problem it found and says what it moved;
@@ -1248,7 +1259,7 @@ fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
     let q = Queue::open(d.path()).unwrap();
     assert!(q.claim().unwrap().is_none());
 
-    // A misplaced job whose id is unique is still moved home.
+    // A misplaced job whose id is unique is quarantined too, never moved into the queue.
     std::fs::remove_file(d.path().join(&copy)).unwrap();
     let id2 = q.enqueue_with(b"twice", &o).unwrap();
     let l2 = q.find(id2).unwrap();
@@ -1260,14 +1271,15 @@ fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
     let out = run(&["fsck", qs, "--quarantine"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
-    assert_eq!(
-        text,
-        format!(
-            "{moved}: misplaced: moved to {}/, where its name belongs\n",
+    assert!(
+        text.starts_with(&format!(
+            "{moved}: misplaced: its name belongs in {}/",
             l2.dir
-        )
+        )) && text.ends_with("(moved to quarantine/)\n"),
+        "{text}"
     );
-    assert_eq!(q.claim().unwrap().unwrap().id(), id2);
+    assert!(d.path().join("quarantine").join(&moved).exists());
+    assert!(q.claim().unwrap().is_none());
 }
 
 /// A directory planted where no directory belongs, holding a job (prio/3, level 3 living in
@@ -1310,21 +1322,24 @@ fn fsck_never_quarantines_a_directory_holding_jobs() {
                 .to_string(),
             "ready/junk: foreign: directory (moved to quarantine/)".to_string(),
             format!(
-                "tmp/{}: misplaced: moved to ready/00/, where its name belongs",
+                "tmp/{}: misplaced: its name belongs in ready/00/ (fsck never moves it there: \
+                 a copy of a job settled since would run again; move it by hand if it is the \
+                 only one) (moved to quarantine/)",
                 names[1]
             ),
         ]
     );
     assert!(planted.exists());
     assert!(d.path().join("quarantine/ready/junk").is_dir());
-    assert_eq!(q.status().unwrap().ready, 2);
+    // The job from tmp/ is in quarantine/tmp/, out of the queue.
+    assert_eq!(q.status().unwrap().ready, 1);
     // Moved home by hand, the job is back and the emptied directory is quarantined.
     std::fs::rename(&planted, d.path().join("ready/00").join(&names[0])).unwrap();
     let out = run(&["fsck", qs, "--quarantine"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert_eq!(text, "prio/3: foreign: directory (moved to quarantine/)\n");
-    assert_eq!(q.status().unwrap().ready, 3);
+    assert_eq!(q.status().unwrap().ready, 2);
     // At the root (say `prio/` on a version-2 queue) too: named a directory holding a job.
     std::fs::create_dir(d.path().join("old")).unwrap();
     std::fs::copy(
