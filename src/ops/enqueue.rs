@@ -308,10 +308,13 @@ impl Queue {
         let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {
             None => {
                 state::check(None, Op::Enqueue, State::Ready);
-                let s = self.ident.slot_of(&name);
+                let (s, rel) = (
+                    self.ident.slot_of(&name),
+                    self.ident.slot_rel(self.ident.slot_of(&name)),
+                );
                 (
-                    DirRef::Held(self.dirs.ready[s as usize].as_fd()),
-                    self.ident.slot_rel(s),
+                    self.held_dir(self.dirs.ready[s as usize].as_fd(), &rel),
+                    rel,
                 )
             }
             Some(d) => {

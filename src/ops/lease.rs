@@ -630,9 +630,12 @@ impl Queue {
                 )
             })?;
         let shard = self.ident.slot_of(&name);
-        let dir = self.dirs.ready[shard as usize].as_fd();
+        let dir = self.held_dir(
+            self.dirs.ready[shard as usize].as_fd(),
+            &self.ident.slot_rel(shard),
+        );
         let rel = format!("{}/{handle}", self.ident.slot_rel(shard));
-        let file = match self.sys.open_file_ro(dir, handle) {
+        let file = match self.sys.open_file_ro(dir.fd(), handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {
                 return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())

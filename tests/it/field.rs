@@ -1566,3 +1566,46 @@ fn work_once_gives_up_an_ack_that_is_not_done() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.lines().count(), 1, "the job stays leased: {out}");
 }
+
+/// A worker started while `ready/` could not be searched (its shard held by a stand-in) goes
+/// on when the permission is given back, and runs the jobs of that shard (found by a
+/// fresh-user trial: within a second it stopped, exit 2, "ready/00 was removed or replaced
+/// while this worker ran", although nothing was replaced).
+#[test]
+fn a_worker_goes_on_when_an_unsearchable_ready_directory_becomes_readable() {
+    let Some(t) = AsNobody::new("standin-back") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1");
+    assert_eq!(code, Some(0), "{err}");
+    t.chmod("ready", 0o000);
+    let mut worker = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(t.base.join("steadq"))
+        .args(["work", t.q.to_str().unwrap(), "--lease", "5s", "--", "cat"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let o = Command::new(BIN)
+        .args(["enqueue", t.q.to_str().unwrap(), "--file", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    t.chmod("ready", 0o755);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (mut acked, mut alive) = (0, true);
+    while acked == 0 && alive && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        acked = Queue::open(&t.q).unwrap().status().unwrap().acked;
+        alive = worker.try_wait().unwrap().is_none();
+    }
+    let _ = worker.kill();
+    let out = worker.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(alive, "the worker stopped: {:?} {err}", out.status);
+    assert_eq!(acked, 1, "{err}");
+    assert!(!err.contains("replaced"), "{err}");
+}
