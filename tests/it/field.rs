@@ -1609,3 +1609,35 @@ fn a_worker_goes_on_when_an_unsearchable_ready_directory_becomes_readable() {
     assert_eq!(acked, 1, "{err}");
     assert!(!err.contains("replaced"), "{err}");
 }
+
+/// `recover` never reads `dead/` or the receipt shards: with both unreadable (`chmod 000`) it
+/// still exits 0 when it has nothing to put there, and an expired lease out of attempts, which
+/// must go to `dead/`, makes it exit 2 naming `dead/` (checked after a fresh-user trial asked
+/// whether "unreadable directories 0" there was a missed directory).
+#[test]
+fn recover_does_not_read_dead_or_receipts_and_names_dead_when_it_must_write_there() {
+    let Some(t) = AsNobody::new("recover-dead") else {
+        return;
+    };
+    let (code, _, err) = t.run(
+        "$S init $Q --shards 1 && echo a | $S enqueue $Q --max-attempts 1 && \
+         $S claim $Q --lease 1s >/dev/null",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    t.chmod("dead", 0o000);
+    t.chmod("receipts", 0o000);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, out, err) = t.run("$S recover $Q");
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains("q/dead") && err.contains("Permission denied"),
+        "{err}"
+    );
+    let (code, out, err) = t.run("$S list $Q --state leased");
+    assert_eq!((code, out.lines().count()), (Some(0), 1), "{out}{err}");
+    // Nothing due for dead/: exit 0, although dead/ and receipts/ stay unreadable.
+    t.chmod("dead", 0o755);
+    let (code, out, err) = t.run("$S recover $Q && chmod 000 $Q/dead && $S recover $Q");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("unreadable directories 0"), "{out}");
+}
