@@ -739,7 +739,9 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
         .map(|s| held(&ident.slot_rel(s)))
         .collect::<Result<Vec<OwnedFd>>>()?;
     let dirs = Dirs {
-        tmp: open(TMP_DIR)?,
+        // Unreadable, it is held by name only too: the commands that look (status, list,
+        // show) work; those that need it fail naming it, and recover reports it unreadable.
+        tmp: held(TMP_DIR)?,
         ready,
         receipts: (0..shards)
             .map(|s| held(&receipts_shard(s)))

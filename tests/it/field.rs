@@ -1641,3 +1641,29 @@ fn recover_does_not_read_dead_or_receipts_and_names_dead_when_it_must_write_ther
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("unreadable directories 0"), "{out}");
 }
+
+/// `tmp/` unreadable (`chmod 000`): the commands that look work, recover names `tmp/` and
+/// exits 2, enqueue and work go on (found by a fresh-user trial: every command, status
+/// too, failed at open with "tmp: open failed: Permission denied").
+#[test]
+fn an_unreadable_tmp_directory_stops_only_what_needs_it() {
+    let Some(t) = AsNobody::new("unread-tmp") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1 && echo a | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    t.chmod("tmp", 0o000);
+    let (code, out, err) = t.run("$S status $Q --json");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"ready\":1,"), "{out}");
+    let (code, out, err) = t.run("$S list $Q");
+    assert_eq!((code, out.lines().count()), (Some(0), 1), "{out}{err}");
+    let (code, out, err) = t.run("$S recover $Q");
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("q/tmp") && err.contains("Permission denied"), "{err}");
+    // The default enqueue route does not go through tmp/.
+    let (code, _, err) = t.run("echo b | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = t.run("$S work $Q --once -- cat");
+    assert_eq!((code, out.as_str()), (Some(0), "a\n"), "{err}");
+}
