@@ -638,6 +638,17 @@ impl Queue {
         }
     }
 
+    /// The errno to report for `e` from a call on held directory `fd`: a stand-in (see
+    /// `open_dirs`) refuses with `ENOTDIR`, which is `EACCES` to the user (the directory's
+    /// parent is not searchable).
+    pub(crate) fn dir_errno(&self, fd: BorrowedFd<'_>, e: Errno) -> Errno {
+        if e == Errno::NOTDIR && self.dirs.is_standin(fd) {
+            Errno::ACCESS
+        } else {
+            e
+        }
+    }
+
     /// How many ready slots (`ready/<ss>`, `prio/<l>/<ss>`) the queue has: shards × levels.
     pub fn ready_slots(&self) -> usize {
         self.ident.slots() as usize

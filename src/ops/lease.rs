@@ -641,9 +641,10 @@ impl Queue {
                 return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
             }
             Err(e) => {
+                let e = self.dir_errno(dir.fd(), e);
                 return Err(
                     Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel))).into(),
-                )
+                );
             }
         };
         // Verified (in 64 KiB chunks) for the header the lease keeps (the payload's length

@@ -221,6 +221,7 @@ impl Queue {
                 )))
             }
             Err(e) => {
+                let e = self.dir_errno(to.dir.fd(), self.dir_errno(from.dir.fd(), e));
                 let path = Some(self.path(&format!("{}/{a}", from.rel)));
                 let err = |o| match to.rel == from.rel {
                     true => Error::io(Call::Rename, e, o, path),

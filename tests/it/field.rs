@@ -1660,10 +1660,33 @@ fn an_unreadable_tmp_directory_stops_only_what_needs_it() {
     assert_eq!((code, out.lines().count()), (Some(0), 1), "{out}{err}");
     let (code, out, err) = t.run("$S recover $Q");
     assert_eq!(code, Some(2), "{out}{err}");
-    assert!(err.contains("q/tmp") && err.contains("Permission denied"), "{err}");
+    assert!(
+        err.contains("q/tmp") && err.contains("Permission denied"),
+        "{err}"
+    );
     // The default enqueue route does not go through tmp/.
     let (code, _, err) = t.run("echo b | $S enqueue $Q");
     assert_eq!(code, Some(0), "{err}");
     let (code, out, err) = t.run("$S work $Q --once -- cat");
     assert_eq!((code, out.as_str()), (Some(0), "a\n"), "{err}");
+}
+
+/// An operation on a directory held by a stand-in (its parent `prio/7` not searchable) says
+/// "Permission denied", naming the directory (found by a fresh-user trial: "prio/7/00: open
+/// failed: Not a directory", the stand-in's own refusal).
+#[test]
+fn a_directory_behind_an_unsearchable_parent_is_permission_denied() {
+    let Some(t) = AsNobody::new("standin-errno") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1");
+    assert_eq!(code, Some(0), "{err}");
+    t.chmod("prio/7", 0o000);
+    let (code, _, err) = t.run("echo x | $S enqueue $Q --priority 7");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("q/prio/7/00") && err.contains("Permission denied (os error 13)"),
+        "{err}"
+    );
+    assert!(!err.contains("Not a directory"), "{err}");
 }
