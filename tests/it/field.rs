@@ -1690,3 +1690,24 @@ fn a_directory_behind_an_unsearchable_parent_is_permission_denied() {
     );
     assert!(!err.contains("Not a directory"), "{err}");
 }
+
+/// A long-running `work` whose ack is not done retries it for one --lease, then gives up,
+/// leaving the job leased, and goes on running (it no longer retries one job forever).
+#[test]
+fn a_running_worker_gives_up_an_ack_after_one_lease() {
+    let Some(t) = AsNobody::new("run-ack") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1 && echo a | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    t.chmod("receipts", 0o555);
+    for b in t.ls("receipts") {
+        t.chmod(&format!("receipts/{b}"), 0o555);
+    }
+    let (code, _, err) = t.run("timeout 6 $S work $Q --lease 2s -- sh -c 'cat >/dev/null'");
+    assert_eq!(code, Some(124), "still running when stopped: {err}");
+    assert!(
+        err.contains("ack not done after 3 tries; giving up"),
+        "{err}"
+    );
+}
