@@ -195,6 +195,15 @@ pub(crate) struct Dirs {
     pub receipts: Vec<OwnedFd>,
     pub delayed: OwnedFd,
     pub dead: OwnedFd,
+    /// The raw fds of `ready` and `receipts` that are stand-ins (see `open_dirs`).
+    pub standins: Vec<std::os::fd::RawFd>,
+}
+
+impl Dirs {
+    /// Whether held handle `fd` is a stand-in: it names no directory (see `open_dirs`).
+    pub(crate) fn is_standin(&self, fd: BorrowedFd<'_>) -> bool {
+        self.standins.contains(&fd.as_raw_fd())
+    }
 }
 
 /// The claim cursor: per ready slot, the candidates its last listing kept, oldest last.
@@ -464,6 +473,10 @@ impl Queue {
             self.sys.file_id(fd.as_fd()),
             self.sys.path_id(&self.root.join(rel)),
         ) {
+            // A stand-in (see `open_dirs`) never was its directory, so it cannot tell whether
+            // the directory was replaced, also once this user can name it again (permissions
+            // given back): each use opens it by path then (`held_dir`, `list_held`).
+            (Ok(_), _) if self.dirs.is_standin(fd.as_fd()) => true,
             (Ok(a), Ok(b)) => a == b,
             // A directory this user cannot name (a parent it cannot search) cannot be told
             // replaced: it is held by a stand-in (see `open_dirs`).
@@ -607,6 +620,35 @@ impl Queue {
         }
     }
 
+    /// Held directory `fd` (`rel` from the root) for a job operation: a stand-in (see
+    /// `open_dirs`) is replaced by the directory opened by path when this user can open it
+    /// now (permissions given back since the queue was opened); otherwise `fd` itself.
+    pub(crate) fn held_dir<'a>(
+        &self,
+        fd: BorrowedFd<'a>,
+        rel: &str,
+    ) -> crate::ops::enqueue::DirRef<'a> {
+        use crate::ops::enqueue::DirRef;
+        if !self.dirs.is_standin(fd) {
+            return DirRef::Held(fd);
+        }
+        match self.sys.open_dir_beneath(self.dirs.root.as_fd(), rel) {
+            Ok(o) => DirRef::Opened(o),
+            Err(_) => DirRef::Held(fd),
+        }
+    }
+
+    /// The errno to report for `e` from a call on held directory `fd`: a stand-in (see
+    /// `open_dirs`) refuses with `ENOTDIR`, which is `EACCES` to the user (the directory's
+    /// parent is not searchable).
+    pub(crate) fn dir_errno(&self, fd: BorrowedFd<'_>, e: Errno) -> Errno {
+        if e == Errno::NOTDIR && self.dirs.is_standin(fd) {
+            Errno::ACCESS
+        } else {
+            e
+        }
+    }
+
     /// How many ready slots (`ready/<ss>`, `prio/<l>/<ss>`) the queue has: shards × levels.
     pub fn ready_slots(&self) -> usize {
         self.ident.slots() as usize
@@ -708,7 +750,9 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
         .map(|s| held(&ident.slot_rel(s)))
         .collect::<Result<Vec<OwnedFd>>>()?;
     let dirs = Dirs {
-        tmp: open(TMP_DIR)?,
+        // Unreadable, it is held by name only too: the commands that look (status, list,
+        // show) work; those that need it fail naming it, and recover reports it unreadable.
+        tmp: held(TMP_DIR)?,
         ready,
         receipts: (0..shards)
             .map(|s| held(&receipts_shard(s)))
@@ -716,6 +760,17 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
         delayed: held(DELAYED_DIR)?,
         dead: held(DEAD_DIR)?,
         root: rootfd,
+        standins: Vec::new(),
+    };
+    let standins = dirs.ready.iter().chain(&dirs.receipts);
+    let standins = standins.filter(|fd| {
+        rustix::fs::fstat(fd).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory
+        })
+    });
+    let dirs = Dirs {
+        standins: standins.map(|fd| fd.as_raw_fd()).collect(),
+        ..dirs
     };
     Ok(dirs)
 }

@@ -545,7 +545,9 @@ pub struct Compact {
 /// (reason dataerr); anything else (or a signal) retries with exponential backoff; when
 /// attempts are exhausted the job goes to dead/. The lease is renewed while CMD runs; its exit
 /// status settles the job even if it did not read all of stdin. --timeout: stop CMD (SIGTERM,
-/// SIGKILL 2 s later) and retry with backoff. SIGTERM
+/// SIGKILL 2 s later) and retry with backoff. An ack that was not done (full disk) is retried
+/// (1 s, doubling to 30 s) with the lease kept: --once gives up after 4 tries, about 7 s
+/// (exit 2), a running worker after one --lease; the job stays leased until it expires. SIGTERM
 /// or SIGINT: stop taking jobs, let running ones finish within --grace, then stop them and
 /// release their jobs. An empty queue is waited on with inotify, not polled.
 #[derive(FromArgs)]

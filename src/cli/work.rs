@@ -591,29 +591,48 @@ fn settle(
 const ACK_RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between ack attempts.
 const ACK_RETRY_MAX: Duration = Duration::from_secs(30);
+/// Ack attempts of `work --once` (waits of 1, 2 and 4 s between them: about 7 s) before it
+/// gives up and exits 2, the job left leased until its lease expires.
+const ACK_TRIES_ONCE: u32 = 4;
 
 /// Ack a job whose command succeeded. An ack that is cleanly not done (a full disk, an
 /// immutable directory) does not let the job run again: the lease is kept and renewed, and the
 /// ack retried after 1 s, doubling to 30 s, until it is done, the lease is lost, or the worker
-/// is stopped (then the lease is left to expire, as after any failed ack).
+/// is stopped (then the lease is left to expire, as after any failed ack). It gives up after
+/// [`ACK_TRIES_ONCE`] tries with `--once`, and once retrying has taken one --lease otherwise:
+/// the job is then left leased until its lease expires (exit 2 with `--once`; a running
+/// worker logs it and goes on with other jobs).
 fn ack_until_settled(a: &Work, lease: Lease) -> Result<String, Failure> {
     let mut wait = ACK_RETRY_FIRST;
     let mut tries = 1u32;
     let mut lease = lease;
+    let (first, id) = (Instant::now(), lease.id());
     loop {
+        let more = if a.once {
+            tries < ACK_TRIES_ONCE
+        } else {
+            first.elapsed() < a.lease
+        };
         let e = match lease.ack() {
             Ok(_) if tries == 1 => return Ok("acked".to_string()),
             Ok(_) => return Ok(format!("acked (on try {tries})")),
             // Cleanly not done: the ack hands the lease back; keep it and try again.
             Err(SettleError::NotDone { lease: l, error })
-                if !matches!(error.kind(), steadq::ErrorKind::Corrupt(_)) && !stop_requested() =>
+                if more
+                    && !matches!(error.kind(), steadq::ErrorKind::Corrupt(_))
+                    && !stop_requested() =>
             {
                 lease = *l;
                 error
             }
-            // Lost, indeterminate, or stopping: a lease handed back is detached (left to
-            // expire) by the conversion, never released.
-            Err(e) => return Err(e.into()),
+            // Lost, indeterminate, stopping, or out of tries: a lease handed back is detached
+            // (left to expire) by the conversion, never released.
+            Err(e) => {
+                if tries > 1 {
+                    eprintln!("job {id}: ack not done after {tries} tries; giving up");
+                }
+                return Err(e.into());
+            }
         };
         eprintln!(
             "job {}: ack not done ({e}); keeping the lease, trying again in {}s",

@@ -308,10 +308,13 @@ impl Queue {
         let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {
             None => {
                 state::check(None, Op::Enqueue, State::Ready);
-                let s = self.ident.slot_of(&name);
+                let (s, rel) = (
+                    self.ident.slot_of(&name),
+                    self.ident.slot_rel(self.ident.slot_of(&name)),
+                );
                 (
-                    DirRef::Held(self.dirs.ready[s as usize].as_fd()),
-                    self.ident.slot_rel(s),
+                    self.held_dir(self.dirs.ready[s as usize].as_fd(), &rel),
+                    rel,
                 )
             }
             Some(d) => {
@@ -387,7 +390,7 @@ impl Queue {
                     );
                     self.sys.force_named_publish();
                 }
-                Err(e) => return Err(nd(Call::Open, e, &p.rel_dir)),
+                Err(e) => return Err(nd(Call::Open, self.dir_errno(p.dir.fd(), e), &p.rel_dir)),
             }
         }
         let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
@@ -436,7 +439,10 @@ impl Queue {
                     };
                     self.publish(p, w, resync)
                 }
-                Err(e) => Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel)))),
+                Err(e) => {
+                    let e = self.dir_errno(p.dir.fd(), e);
+                    Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel))))
+                }
             },
             Written::Named(tmp, fd) => {
                 if let Err(e) = self
@@ -446,6 +452,7 @@ impl Queue {
                     if e != Errno::IO {
                         let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
                     }
+                    let e = self.dir_errno(p.dir.fd(), e);
                     return Err(Error::io(Call::Rename, e, is_eio(e), Some(self.path(&rel))));
                 }
                 if resync {

@@ -630,17 +630,21 @@ impl Queue {
                 )
             })?;
         let shard = self.ident.slot_of(&name);
-        let dir = self.dirs.ready[shard as usize].as_fd();
+        let dir = self.held_dir(
+            self.dirs.ready[shard as usize].as_fd(),
+            &self.ident.slot_rel(shard),
+        );
         let rel = format!("{}/{handle}", self.ident.slot_rel(shard));
-        let file = match self.sys.open_file_ro(dir, handle) {
+        let file = match self.sys.open_file_ro(dir.fd(), handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {
                 return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
             }
             Err(e) => {
+                let e = self.dir_errno(dir.fd(), e);
                 return Err(
                     Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel))).into(),
-                )
+                );
             }
         };
         // Verified (in 64 KiB chunks) for the header the lease keeps (the payload's length

@@ -285,24 +285,33 @@ impl Queue {
     /// is gone: another boot, or a pid that no longer exists.
     fn recover_tmp(&self, r: &mut RecoverReport) -> Result<()> {
         let boot = self.clock.boot_id();
-        let mut dead = Vec::new();
-        self.sys
-            .read_dir(self.dirs.tmp.as_fd(), |name, _, _| {
-                let Some(name) = name else {
-                    return r.foreign += 1;
-                };
-                let Some(t) = crate::disk::name::TempName::parse(name) else {
-                    return r.foreign += 1;
-                };
-                let alive = t.boot_id == boot
-                    && rustix::process::Pid::from_raw(t.pid as i32).is_some_and(|pid| {
-                        rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH)
-                    });
-                if !alive {
-                    dead.push(name.to_string());
-                }
+        let mut foreign = 0;
+        let listed = self
+            .list_held(self.dirs.tmp.as_fd(), TMP_DIR, |fd| {
+                let mut dead = Vec::new();
+                self.sys.read_dir(fd, |name, _, _| {
+                    let Some(name) = name else {
+                        return foreign += 1;
+                    };
+                    let Some(t) = crate::disk::name::TempName::parse(name) else {
+                        return foreign += 1;
+                    };
+                    let alive = t.boot_id == boot
+                        && rustix::process::Pid::from_raw(t.pid as i32).is_some_and(|pid| {
+                            rustix::process::test_kill_process(pid) != Err(Errno::SRCH)
+                        });
+                    if !alive {
+                        dead.push(name.to_string());
+                    }
+                })?;
+                Ok(dead)
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))?;
+        r.foreign += foreign;
+        let Some(dead) = listed else {
+            r.unreadable_dir(TMP_DIR.to_string());
+            return Ok(());
+        };
         for name in dead {
             match self.sys.unlink(self.dirs.tmp.as_fd(), &name) {
                 Ok(()) => r.temp_removed += 1,

@@ -73,17 +73,19 @@ pub(crate) struct Place<'a> {
 impl Queue {
     /// Ready slot `slot` (see [`crate::Identity`]'s slot helpers: a level's shard).
     pub(crate) fn place_ready(&self, slot: u16, state: State) -> Place<'_> {
+        let rel = self.ident.slot_rel(slot);
         Place {
-            dir: DirRef::Held(self.dirs.ready[slot as usize].as_fd()),
-            rel: self.ident.slot_rel(slot),
+            dir: self.held_dir(self.dirs.ready[slot as usize].as_fd(), &rel),
+            rel,
             state,
         }
     }
 
     pub(crate) fn place_receipts(&self, shard: u16) -> Place<'_> {
+        let rel = receipts_shard(shard);
         Place {
-            dir: DirRef::Held(self.dirs.receipts[shard as usize].as_fd()),
-            rel: receipts_shard(shard),
+            dir: self.held_dir(self.dirs.receipts[shard as usize].as_fd(), &rel),
+            rel,
             state: State::Acked,
         }
     }
@@ -219,6 +221,7 @@ impl Queue {
                 )))
             }
             Err(e) => {
+                let e = self.dir_errno(to.dir.fd(), self.dir_errno(from.dir.fd(), e));
                 let path = Some(self.path(&format!("{}/{a}", from.rel)));
                 let err = |o| match to.rel == from.rel {
                     true => Error::io(Call::Rename, e, o, path),
