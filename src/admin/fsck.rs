@@ -188,20 +188,31 @@ impl Queue {
     /// A job file of this queue there is misplaced (see [`Queue::stray`]).
     fn check_tmp(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let mut odd = Vec::new();
-        self.sys
-            .read_dir(self.dirs.tmp.as_fd(), |name, _, t| {
-                rep.checked += 1;
-                let named = name.and_then(crate::disk::name::TempName::parse).is_some();
-                if !named
-                    || !matches!(
+        let listed = self
+            .list_held(self.dirs.tmp.as_fd(), TMP_DIR, |fd| {
+                odd.clear();
+                self.sys.read_dir(fd, |name, _, t| {
+                    rep.checked += 1;
+                    let named = name.and_then(crate::disk::name::TempName::parse).is_some();
+                    let file = matches!(
                         t,
                         crate::disk::sys::EntryType::File | crate::disk::sys::EntryType::Unknown
-                    )
-                {
-                    odd.push(name.unwrap_or("?").to_string());
-                }
+                    );
+                    if !named || !file {
+                        odd.push(name.unwrap_or("?").to_string());
+                    }
+                })
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))?;
+        if listed.is_none() {
+            // This user cannot read tmp/: a problem to report, not a reason to check nothing.
+            rep.problems.push(Problem {
+                path: TMP_DIR.into(),
+                kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
+                quarantined: false,
+            });
+            return Ok(());
+        }
         for name in odd {
             if let Some(kind) = self.stray(rep, self.dirs.tmp.as_fd(), &name) {
                 bad.push((TMP_DIR.into(), name, kind));

@@ -1673,6 +1673,14 @@ fn an_unreadable_tmp_directory_stops_only_what_needs_it() {
     assert!(out.contains("\"ready\":1,"), "{out}");
     let (code, out, err) = t.run("$S list $Q");
     assert_eq!((code, out.lines().count()), (Some(0), 1), "{out}{err}");
+    // fsck reports tmp/ and checks the rest (it exited 2, "tmp: readdir failed").
+    let (code, out, err) = t.run("$S fsck $Q");
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert!(out.contains("tmp: unreadable"), "{out}");
+    assert!(
+        err.contains("1 job files verified") || out.contains("1 job files verified"),
+        "{out}{err}"
+    );
     let (code, out, err) = t.run("$S recover $Q");
     assert_eq!(code, Some(2), "{out}{err}");
     assert!(
