@@ -124,19 +124,6 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
         .replace('"', "\\\"")
         .replace('\n', "\\n");
     let mut o = String::new();
-    let mut gauge = |name: &str, help: &str, rows: &[(Option<&str>, String)]| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for (state, v) in rows {
-            match state {
-                Some(st) => {
-                    let _ = writeln!(o, "{name}{{queue=\"{ql}\",state=\"{st}\"}} {v}");
-                }
-                None => {
-                    let _ = writeln!(o, "{name}{{queue=\"{ql}\"}} {v}");
-                }
-            }
-        }
-    };
     let per_state = |vals: [u64; 5]| -> Vec<(Option<&str>, String)> {
         STATE_NAMES
             .iter()
@@ -144,62 +131,101 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
             .map(|(n, v)| (Some(*n), v.to_string()))
             .collect()
     };
-    gauge("steadq_jobs", "Jobs in each state.", &per_state(counts(s)));
+    let jobs = per_state(counts(s));
+    gauge(&mut o, &ql, "steadq_jobs", "Jobs in each state.", &jobs);
     if s.bytes_counted {
-        gauge(
-            "steadq_bytes",
-            "Bytes of job files in each state.",
-            &per_state(bytes(s)),
-        );
+        let bytes = per_state(bytes(s));
+        let help = "Bytes of job files in each state.";
+        gauge(&mut o, &ql, "steadq_bytes", help, &bytes);
     }
+    health_gauges(&mut o, &ql, s);
+    capacity_gauges(&mut o, &ql, s);
+    ready_by_priority_gauge(&mut o, &ql, s);
+    o
+}
+
+/// One gauge of [`status_prometheus`]: its HELP and TYPE lines, then a row per value, with a
+/// `state` label where the row names one.
+fn gauge(o: &mut String, ql: &str, name: &str, help: &str, rows: &[(Option<&str>, String)]) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+    for (state, v) in rows {
+        match state {
+            Some(st) => {
+                let _ = writeln!(o, "{name}{{queue=\"{ql}\",state=\"{st}\"}} {v}");
+            }
+            None => {
+                let _ = writeln!(o, "{name}{{queue=\"{ql}\"}} {v}");
+            }
+        }
+    }
+}
+
+/// The gauges of [`status_prometheus`] that say what needs a look: expired leases, foreign
+/// entries, unreadable directories, the oldest ready job's age.
+fn health_gauges(o: &mut String, ql: &str, s: &Status) {
+    let one = |v: String| [(None, v)];
     gauge(
+        o,
+        ql,
         "steadq_expired_leases",
         "Leases past their deadline, not yet recovered.",
-        &[(None, s.expired_leases.to_string())],
+        &one(s.expired_leases.to_string()),
     );
     gauge(
+        o,
+        ql,
         "steadq_foreign_entries",
         "Entries that are not valid jobs (see steadq fsck).",
-        &[(None, s.foreign.to_string())],
+        &one(s.foreign.to_string()),
     );
     gauge(
+        o,
+        ql,
         "steadq_unreadable_shards",
         "Ready shards this user cannot read; their jobs are not counted or claimed.",
-        &[(None, s.unreadable_shards.to_string())],
+        &one(s.unreadable_shards.to_string()),
     );
     gauge(
+        o,
+        ql,
         "steadq_unreadable_dirs",
         "Job directories this user cannot read (shards, delayed/, dead/, buckets); their jobs are not counted.",
-        &[(None, s.unreadable_dirs.len().to_string())],
+        &one(s.unreadable_dirs.len().to_string()),
     );
     let age = s.oldest_ready_age.map_or(0.0, |d| d.as_secs_f64());
     gauge(
+        o,
+        ql,
         "steadq_oldest_ready_age_seconds",
         "Age of the oldest ready job (0 when none).",
-        &[(None, format!("{age:.3}"))],
+        &one(format!("{age:.3}")),
     );
-    // Capacity limits (only those set) and keys.
+}
+
+/// The capacity limits (only those set) and live keys gauges of [`status_prometheus`].
+fn capacity_gauges(o: &mut String, ql: &str, s: &Status) {
     if let Some(m) = s.limits.max_jobs {
+        let help = "Capacity limit on ready + leased + delayed jobs.";
         gauge(
+            o,
+            ql,
             "steadq_capacity_max_jobs",
-            "Capacity limit on ready + leased + delayed jobs.",
+            help,
             &[(None, m.to_string())],
         );
     }
     if let Some(m) = s.limits.max_bytes {
+        let help = "Capacity limit on bytes of ready + leased + delayed jobs.";
         gauge(
+            o,
+            ql,
             "steadq_capacity_max_bytes",
-            "Capacity limit on bytes of ready + leased + delayed jobs.",
+            help,
             &[(None, m.to_string())],
         );
     }
-    gauge(
-        "steadq_live_keys",
-        "Live idempotency keys.",
-        &[(None, s.live_keys.to_string())],
-    );
-    ready_by_priority_gauge(&mut o, &ql, s);
-    o
+    let keys = [(None, s.live_keys.to_string())];
+    gauge(o, ql, "steadq_live_keys", "Live idempotency keys.", &keys);
 }
 
 /// The `steadq_ready_by_priority` gauge of [`status_prometheus`]: one row per level, `ql` the
