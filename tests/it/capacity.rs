@@ -83,7 +83,16 @@ fn over_the_limit_is_not_done_with_its_own_kind() {
     // A damaged limits file is refused, not ignored.
     std::fs::write(d.path().join(LIMITS_FILE), "steadq-limits\nversion=1\n").unwrap();
     assert_eq!(*q.enqueue(b"x").unwrap_err().kind(), ErrorKind::BadLimits);
-    assert!(q.fsck().unwrap().clean(), "steadq.limits belongs");
+    // fsck reports it (every enqueue fails until it is fixed), as damaged, not foreign, and
+    // --quarantine leaves it where it is.
+    let rep = q.fsck().unwrap();
+    assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
+    assert_eq!(rep.problems[0].path, LIMITS_FILE);
+    assert!(
+        matches!(rep.problems[0].kind, ProblemKind::Damaged(_)),
+        "{:?}",
+        rep.problems[0]
+    );
 }
 
 #[test]
