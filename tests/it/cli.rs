@@ -1450,6 +1450,13 @@ fn work_refuses_a_zero_timeout() {
 /// still enqueues an empty job. A missing `--file` says "not done, nothing changed".
 #[test]
 fn enqueue_refuses_a_closed_stdin_and_says_not_done() {
+    // Under qemu-user the emulator opens the program's file before the program runs, and a
+    // closed fd 0 is the lowest free one: the guest starts with fd 0 open (a CI run under
+    // qemu-aarch64 saw the job enqueued). Natively the test runs in full.
+    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
+        eprintln!("under qemu-user fd 0 is the emulator's: enqueue_refuses_a_closed_stdin skipped");
+        return;
+    }
     let d = TempDir::new("cli-stdin-closed");
     let q = p(d.path());
     assert!(steadq(&["init", q]).status.success());
