@@ -203,7 +203,7 @@ impl Queue {
                     }
                 })
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))?;
+            .map_err(|e| self.read_dir_error(e, TMP_DIR))?;
         if listed.is_none() {
             // This user cannot read tmp/: a problem to report, not a reason to check nothing.
             rep.problems.push(Problem {
@@ -516,7 +516,7 @@ impl Queue {
                     odd.push(name.unwrap_or("?").to_string());
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path("prio"))))?;
+            .map_err(|e| self.read_dir_error(e, "prio"))?;
         self.strays(rep, fd.as_fd(), "prio", odd, bad);
         Ok(true)
     }
@@ -712,14 +712,7 @@ impl Queue {
                     odd.push(name.unwrap_or("?").to_string());
                 }
             })
-            .map_err(|e| {
-                Error::io(
-                    Call::ReadDir,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(KEYS_DIR)),
-                )
-            })?;
+            .map_err(|e| self.read_dir_error(e, KEYS_DIR))?;
         for name in odd {
             let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
             let kind = match self.typed(keys.as_fd(), &name, kind) {

@@ -293,7 +293,7 @@ impl Queue {
         Ok(going)
     }
 
-    fn read_dir_error(&self, e: Errno, rel: &str) -> Error {
+    pub(crate) fn read_dir_error(&self, e: Errno, rel: &str) -> Error {
         Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
     }
 

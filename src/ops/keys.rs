@@ -596,14 +596,7 @@ impl Queue {
                     n += 1;
                 }
             })
-            .map_err(|e| {
-                Error::io(
-                    Call::ReadDir,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(KEYS_DIR)),
-                )
-            })?;
+            .map_err(|e| self.read_dir_error(e, KEYS_DIR))?;
         Ok(n)
     }
 
