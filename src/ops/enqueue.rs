@@ -4,8 +4,11 @@
 //! directory, write, fsync(file), `linkat` into place (the linearization point), fsync(file)
 //! again (btrfs needs it, see DESIGN.md), fsync(dir).
 //! Where `O_TMPFILE` or both `linkat` forms are refused: a named file under `tmp/`, write,
-//! fsync, `renameat2(RENAME_NOREPLACE)` into place (the linearization point), fsync(dir),
-//! fsync(tmp/).
+//! fsync, `renameat2(RENAME_NOREPLACE)` into place (the linearization point), fsync(file)
+//! again, fsync(tmp/), fsync(dir).
+//! On xfs and journaled ext4 the second fsync(file) and fsync(tmp/) are left out: the fsync of
+//! the target directory commits the journal transaction holding the link or rename
+//! (`ops/group.rs`, `one_barrier_per_rename`; DESIGN.md, Barriers).
 //!
 //! A payload read from an `io::Read` is written the same way, in chunks (ops/enqueue_stream.rs),
 //! and published by the same code ([`Queue::publish_durably`]).
@@ -203,8 +206,13 @@ impl Queue {
     /// Publish the written job `w` and make its name durable (Strict and Batched; the
     /// durability policy decides): the linearization point and the barriers after it.
     pub(crate) fn publish_durably(&self, p: &Prepared<'_>, w: Written) -> Result<JobId> {
-        // From the link on, a failure names the job it may have made.
-        self.publish(p, w, self.opts.durability != Durability::None)
+        // From the link on, a failure names the job it may have made. Where one directory
+        // fsync commits the whole journal (xfs, journaled ext4: `one_barrier_per_rename`), the
+        // target directory's fsync below also commits the link and the file's new link count,
+        // so the file's second fsync (for btrfs) and the named route's tmp/ fsync are left out.
+        let durable = self.opts.durability != Durability::None;
+        let resync = durable && !self.group.one_barrier_per_rename(&self.sys, p.dir.fd());
+        self.publish(p, w, resync)
             .map_err(|e| e.with_job(p.name.id))?;
         self.dir_barrier(&p.dir).map_err(|e| {
             Error::io(
@@ -410,10 +418,12 @@ impl Queue {
 
     /// The linearization point: give the written file its job name.
     ///
-    /// With `resync`, the file is fsynced once more after it has its name: btrfs was seen by
-    /// the crash lab to lose the data of an `O_TMPFILE` fsynced before `linkat` when only the
-    /// directory was fsynced after it (zero-length jobs after a crash). On ext4 and xfs that
-    /// fsync carries the link's journal commit, so the directory fsync after it is cheap.
+    /// With `resync`, the file is fsynced once more after it has its name (and, for the named
+    /// route, `tmp/` is fsynced): btrfs was seen by the crash lab to lose the data of an
+    /// `O_TMPFILE` fsynced before `linkat` when only the directory was fsynced after it
+    /// (zero-length jobs after a crash). The caller leaves `resync` off on xfs and journaled
+    /// ext4, where the target directory's fsync commits the journal transaction holding the
+    /// link (DESIGN.md, Barriers), and under Batched, whose `syncfs` follows.
     fn publish(&self, p: &Prepared<'_>, w: Written, resync: bool) -> Result<()> {
         let name = p.name.format(self.ident.id);
         let rel = format!("{}/{}", p.rel_dir, name);
@@ -455,16 +465,19 @@ impl Queue {
                     let e = self.dir_errno(p.dir.fd(), e);
                     return Err(Error::io(Call::Rename, e, is_eio(e), Some(self.path(&rel))));
                 }
-                if resync {
-                    self.barrier_file(fd.as_fd()).map_err(|e| {
-                        Error::io(
-                            Call::Fsync,
-                            e,
-                            Outcome::Indeterminate,
-                            Some(self.path(&rel)),
-                        )
-                    })?;
+                if !resync {
+                    // No barrier here: none asked (policy None, a batch's syncfs), or the
+                    // target directory's fsync commits the rename out of tmp/ as well.
+                    return Ok(());
                 }
+                self.barrier_file(fd.as_fd()).map_err(|e| {
+                    Error::io(
+                        Call::Fsync,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path(&rel)),
+                    )
+                })?;
                 self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))
                     .map_err(|e| {
                         Error::io(

@@ -767,8 +767,7 @@ impl Queue {
             }
         }
         for (r, s) in shards {
-            self.sync_place(&self.place_receipts(r))?;
-            self.sync_place(&self.place_ready(s, State::Leased))?;
+            self.sync_moved(&self.place_ready(s, State::Leased), &self.place_receipts(r))?;
         }
         for (s, new, h) in after {
             self.after_ack(s, &new, &h);
@@ -1104,8 +1103,7 @@ impl Lease {
                 return Err(m.into());
             }
         }
-        q.sync_place(&to)?;
-        q.sync_place(&self.here())?;
+        q.sync_moved(&self.here(), &to)?;
         q.after_ack(self.receipt_shard(), &new, &self.raw);
         Ok(Receipt {
             id: self.name.id,
