@@ -238,6 +238,7 @@ impl Queue {
             let mut any = false;
             for shard in 0..self.ident.shards {
                 let slot = self.ident.slot(level, shard);
+                self.take_arrivals(slot);
                 if self.holds(slot) {
                     any = true;
                     continue;
@@ -275,6 +276,34 @@ impl Queue {
             }
         }
         Ok(())
+    }
+
+    /// Add the ready jobs that arrived in `slot` while it was known empty (ops/shards.rs,
+    /// pending names) to its candidates, oldest last, each checked to be a regular file
+    /// (`fstatat`, symlinks not followed): anything else makes the slot unknown, for a
+    /// listing to report.
+    fn take_arrivals(&self, slot: u16) {
+        let arrived = self.shards.take_pending(slot);
+        if arrived.is_empty() {
+            return;
+        }
+        let dir = self.place_ready(slot, State::Ready);
+        let mut fresh = Vec::with_capacity(arrived.len());
+        for n in arrived {
+            match self
+                .sys
+                .stat_nofollow(dir.dir.fd(), &n.format(self.ident.id))
+            {
+                Ok(m) if m.file_type == rustix::fs::FileType::RegularFile => fresh.push(n),
+                Err(Errno::NOENT) => {} // claimed or moved meanwhile
+                _ => self.shards.unknown(slot),
+            }
+        }
+        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let held = &mut c.held[slot as usize];
+        held.extend(fresh);
+        // A stale name (the job moved on since) costs its claim one failed rename.
+        held.sort_unstable_by_key(|n| core::cmp::Reverse(n.id));
     }
 
     /// Whether `slot` holds candidates that no older arrival would pass (else they are

@@ -22,7 +22,17 @@
 //! lists the slot again when that id is older than a candidate it holds: a job that comes
 //! back with its old id (a release, a recovered lease, a due delayed job, a requeued
 //! dead-letter) is not passed over by newer candidates. A new job's id is newer than every
-//! candidate already held, so enqueues cost no relisting. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, the
+//! candidate already held, so enqueues cost no relisting.
+//!
+//! A ready name of its own (tag, level and shard checked) that appears in a shard known
+//! empty does not end that state: the shard then holds exactly the ready jobs named by such
+//! events, so they are kept as *pending* candidates (up to [`PENDING_MAX`]) and the next
+//! claim takes them without listing (one `fstatat` each, so that only a regular file is
+//! ever renamed). On a nearly empty queue an enqueue and its claim thus cost no listing at
+//! all. Any other name, more than [`PENDING_MAX`] arrivals, or an overflow ends the empty
+//! state as before, and the listing that follows sees the pending names too.
+//!
+//! Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, the
 //! per-user instance or watch limit reached) nothing is ever known empty: every claim lists
 //! as before. The knowledge is only ever a reason to skip a listing, never to skip a job.
 
@@ -53,7 +63,13 @@ struct Known {
     /// Per shard: the smallest job id (0 for a name that does not parse) of a ready name
     /// seen since its last listing began.
     arrived: Vec<Option<u128>>,
+    /// Per shard known empty: the ready jobs that arrived in it since, by name, up to
+    /// [`PENDING_MAX`] (the claim takes them as candidates without listing the shard).
+    pending: Vec<Vec<JobName>>,
 }
+
+/// Ready names an empty shard may collect from events before it is listed again instead.
+const PENDING_MAX: usize = 16;
 
 #[derive(Debug)]
 struct Watch {
@@ -75,6 +91,7 @@ impl Shards {
             k.empty_until = vec![None; w.wds.len()];
             k.listed_at = vec![None; w.wds.len()];
             k.arrived = vec![None; w.wds.len()];
+            k.pending = vec![Vec::new(); w.wds.len()];
         }
         let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
         let mut reader = inotify::Reader::new(w.fd.as_fd(), &mut buf);
@@ -83,6 +100,7 @@ impl Shards {
                 k.empty_until.iter_mut().for_each(|e| *e = None);
                 k.generation.iter_mut().for_each(|g| *g += 1);
                 k.arrived.iter_mut().for_each(|a| *a = Some(0));
+                k.pending.iter_mut().for_each(Vec::clear);
             } else if let Some(s) = w.wds.iter().position(|&d| d == ev.wd()) {
                 let name = ev.file_name().and_then(|n| n.to_str().ok()).unwrap_or("");
                 k.learn(q, s, name);
@@ -108,8 +126,37 @@ impl Shards {
                 if let Some(a) = k.arrived.get_mut(s as usize) {
                     *a = None;
                 }
+                if let Some(p) = k.pending.get_mut(s as usize) {
+                    p.clear();
+                }
                 Err(g)
             }
+        }
+    }
+
+    /// The ready jobs that arrived in shard `s` while it was known empty (see
+    /// [`Known::learn`]), taken: with the shard's empty state they are all its ready jobs
+    /// this handle has not claimed, so a claim takes them as candidates instead of listing.
+    /// A name taken by another handle meanwhile costs the claim a failed rename (lease lost),
+    /// as a listed one does.
+    pub(crate) fn take_pending(&self, s: u16) -> Vec<JobName> {
+        let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        k.pending
+            .get_mut(s as usize)
+            .map(core::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// A pending name of shard `s` turned out not to be a regular file (or could not be
+    /// checked): forget the shard's empty state, so the next claim lists it (and reports
+    /// what it finds).
+    pub(crate) fn unknown(&self, s: u16) {
+        let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let s = s as usize;
+        if s < k.generation.len() {
+            k.generation[s] += 1;
+            k.empty_until[s] = None;
+            k.pending[s].clear();
         }
     }
 
@@ -159,7 +206,8 @@ impl Known {
     /// A name appeared in shard `s`. A lease of this boot only brings the recheck time
     /// forward to its deadline; anything else may be a ready job.
     fn learn(&mut self, q: &Queue, s: usize, name: &str) {
-        let parsed = JobName::parse_untagged(name).ok().map(|(n, _)| n);
+        let untagged = JobName::parse_untagged(name).ok();
+        let parsed = untagged.map(|(n, _)| n);
         let mut live_lease = false;
         if leased_len(name.len()) {
             if let Some(n) = parsed {
@@ -179,8 +227,25 @@ impl Known {
                 }
             }
         }
+        if let (Some(Some(_)), Some(n)) = (self.empty_until.get(s), parsed) {
+            // A ready job of this shard, while it is known empty: the shard now holds it and
+            // nothing else unknown, so it stays known empty with the name pending (the next
+            // claim takes it without a listing). The generation moves on so that a listing
+            // under way (begun before the shard was known empty) cannot conclude without it.
+            let (priority, shard) = q.ident.slot_parts(s as u16);
+            let ours = untagged.is_some_and(|(_, tag)| n.tag(q.ident.id) == tag)
+                && crate::disk::scan::fits_ready_shard(&n, priority, shard, q.ident.shards);
+            if ours && n.kind == Kind::Ready && self.pending[s].len() < PENDING_MAX {
+                self.generation[s] += 1;
+                self.pending[s].push(n);
+                return;
+            }
+        }
         self.generation[s] += 1;
         self.empty_until[s] = None;
+        if let Some(p) = self.pending.get_mut(s) {
+            p.clear(); // the listing this makes sees them
+        }
         if live_lease {
             // Not a ready job: no reason to list again for order's sake (every claim makes
             // one of these; counting it would relist the slot at every claim).
@@ -244,6 +309,7 @@ mod tests {
             empty_until: vec![None],
             listed_at: vec![None],
             arrived: vec![None],
+            pending: vec![Vec::new()],
         };
         // A listing started at generation 0; the lease event arrives before it ends.
         k.learn(&q, 0, &leased);

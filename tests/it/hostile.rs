@@ -220,3 +220,47 @@ fn fsck_names_a_symlink_a_symlink_whatever_its_name() {
         format!("ready/00/{name}: foreign: symlink")
     );
 }
+
+#[test]
+fn entries_that_appear_in_a_shard_known_empty_are_checked_before_any_claim_moves_them() {
+    // After a claim found the shard empty, a new job is taken from its inotify event without
+    // a listing (ops/shards.rs, pending names): a symlink, fifo or directory with a valid job
+    // name that appears the same way must still never be renamed or read.
+    let d = TempDir::new("hostile-known-empty");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    assert!(
+        q.claim().unwrap().is_none(),
+        "empty: the shard is now known empty"
+    );
+    let shard = d.path().join("ready/00");
+    let outside = d.path().with_extension("secret");
+    std::fs::write(&outside, b"not a job").unwrap();
+    let link = shard.join(valid_name(&q, 11));
+    symlink(&outside, &link).unwrap();
+    let fifo = shard.join(valid_name(&q, 12));
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let dir = shard.join(valid_name(&q, 13));
+    std::fs::create_dir(&dir).unwrap();
+    let good = q.enqueue(b"real").unwrap();
+    let mut got = Vec::new();
+    while let Some(l) = q.claim().unwrap() {
+        got.push(l.id());
+        l.ack().unwrap();
+    }
+    assert_eq!(got, vec![good]);
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(std::fs::symlink_metadata(&fifo).is_ok() && dir.is_dir());
+    assert_eq!(std::fs::read(&outside).unwrap(), b"not a job");
+    assert!(q.list(Some(State::Dead)).unwrap().is_empty());
+    let _ = std::fs::remove_file(&outside);
+}

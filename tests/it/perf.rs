@@ -199,3 +199,81 @@ fn status_without_bytes_counts_alike_and_finds_the_oldest_ready_time() {
         "{full_age:?} {age:?} {between:?}"
     );
 }
+
+/// A handle whose calls are counted (no faults).
+fn counted(dir: &std::path::Path) -> (Queue, std::sync::Arc<steadq::sys::FaultPlan>) {
+    let plan = steadq::sys::FaultPlan::disarmed(vec![]);
+    let o = Options {
+        faults: Some(plan.clone()),
+        ..Options::default()
+    };
+    (Queue::open_with(dir, o).unwrap(), plan)
+}
+
+#[test]
+fn a_claim_of_a_job_that_arrived_in_an_empty_shard_lists_nothing() {
+    let d = TempDir::new("no-listing");
+    Queue::create(d.path(), opts(2)).unwrap();
+    let (q, plan) = counted(d.path());
+    let producer = Queue::open(d.path()).unwrap();
+    assert!(q.claim().unwrap().is_none(), "lists both shards once");
+    for round in 0..20u32 {
+        // From this handle and from another one alike.
+        let id = if round % 2 == 0 {
+            q.enqueue(&round.to_le_bytes()).unwrap()
+        } else {
+            producer.enqueue(&round.to_le_bytes()).unwrap()
+        };
+        plan.reset_counts();
+        let l = q.claim().unwrap().expect("the job just enqueued");
+        assert_eq!(l.id(), id);
+        assert_eq!(plan.count(steadq::sys::Call::ReadDir), 0, "round {round}");
+        l.ack().unwrap();
+    }
+    assert!(q.claim().unwrap().is_none());
+}
+
+#[test]
+fn jobs_that_arrive_in_an_empty_shard_are_claimed_oldest_first() {
+    let d = TempDir::new("arrival-order");
+    let worker = Queue::create(d.path(), opts(1)).unwrap();
+    let producer = Queue::open(d.path()).unwrap();
+    assert!(worker.claim().unwrap().is_none());
+    // A job comes, is claimed elsewhere, newer jobs come, then the first is released: it
+    // comes back with its old id and must be claimed before the newer ones.
+    let first = producer.enqueue(b"first").unwrap();
+    let held = producer.claim().unwrap().unwrap();
+    assert_eq!(held.id(), first);
+    std::thread::sleep(Duration::from_millis(2)); // newer ids, by millisecond
+    let newer: Vec<JobId> = (0..3)
+        .map(|_| producer.enqueue(b"newer").unwrap())
+        .collect();
+    held.release().unwrap();
+    let got: Vec<JobId> = std::iter::from_fn(|| {
+        worker.claim().unwrap().map(|l| {
+            let id = l.id();
+            l.ack().unwrap();
+            id
+        })
+    })
+    .collect();
+    let mut want = vec![first];
+    want.extend(newer);
+    want[1..].sort(); // ids of one millisecond are ordered by their random part
+    assert_eq!(got, want);
+    // More arrivals than an empty shard keeps by name: a listing finds them all, in order.
+    let many: Vec<JobId> = (0..40)
+        .map(|_| producer.enqueue(b"many").unwrap())
+        .collect();
+    let got: Vec<JobId> = std::iter::from_fn(|| {
+        worker.claim().unwrap().map(|l| {
+            let id = l.id();
+            l.ack().unwrap();
+            id
+        })
+    })
+    .collect();
+    let mut many = many;
+    many.sort();
+    assert_eq!(got, many);
+}
