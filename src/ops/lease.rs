@@ -530,12 +530,10 @@ impl Queue {
         leased: JobName,
         to: &crate::ops::transition::Place<'_>,
     ) -> Result<Option<Lease>> {
-        let rel = format!("{}/{}", to.rel, leased.format(self.ident.id));
+        let raw = leased.format(self.ident.id);
+        let rel = format!("{}/{raw}", to.rel);
         let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel)));
-        let file = match self
-            .sys
-            .open_file_ro(to.dir.fd(), &leased.format(self.ident.id))
-        {
+        let file = match self.sys.open_file_ro(to.dir.fd(), &raw) {
             Ok(f) => f,
             Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
                 self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;

@@ -49,6 +49,8 @@ pub(crate) struct Shards {
     /// Set up on first use; `None` inside: inotify unavailable (never skip).
     watch: std::sync::OnceLock<Option<Watch>>,
     inner: Mutex<Known>,
+    /// Pending names held over all shards (a claim skips the lock when there are none).
+    pending: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -95,7 +97,9 @@ impl Shards {
         }
         let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
         let mut reader = inotify::Reader::new(w.fd.as_fd(), &mut buf);
+        let mut learnt = false;
         while let Ok(ev) = reader.next() {
+            learnt = true;
             if ev.events().contains(ReadFlags::QUEUE_OVERFLOW) {
                 k.empty_until.iter_mut().for_each(|e| *e = None);
                 k.generation.iter_mut().for_each(|g| *g += 1);
@@ -110,6 +114,10 @@ impl Shards {
                 // drain: a listing started since then saw it or leaves the shard unknown.
                 break;
             }
+        }
+        if learnt {
+            let n = k.pending.iter().map(Vec::len).sum();
+            self.pending.store(n, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -140,11 +148,19 @@ impl Shards {
     /// A name taken by another handle meanwhile costs the claim a failed rename (lease lost),
     /// as a listed one does.
     pub(crate) fn take_pending(&self, s: u16) -> Vec<JobName> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.pending.load(Relaxed) == 0 {
+            return Vec::new();
+        }
         let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        k.pending
+        let taken = k
+            .pending
             .get_mut(s as usize)
             .map(core::mem::take)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        self.pending
+            .store(k.pending.iter().map(Vec::len).sum(), Relaxed);
+        taken
     }
 
     /// A pending name of shard `s` turned out not to be a regular file (or could not be
