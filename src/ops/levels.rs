@@ -1,6 +1,6 @@
 //! Priority level directories made on first use. A version-3 queue keeps the ready and
 //! leased jobs of each level other than the default in `prio/<l>/<ss>/`; `Queue::create`
-//! makes none of them (on a default 8-shard queue that was 57 of its 87 inodes), and the
+//! makes none of them (on a default 8-shard queue that was 64 of its 87 inodes), and the
 //! first placement of a job into a slot of a level (an enqueue, a due delayed job, a requeued
 //! dead job: any move into a slot) makes `prio/`, `prio/<l>/` and the slot as needed.
 //!
