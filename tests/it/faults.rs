@@ -905,3 +905,49 @@ fn a_failed_move_names_the_directory_it_was_moving_into() {
     };
     assert_eq!(e.into_dir(), None, "{e}");
 }
+
+/// The first enqueue at a level makes `prio/`, `prio/<l>/` and the slot, and fsyncs the slot's
+/// parents, before the job's link: a failed mkdir or fsync there is not done, names the
+/// directory, and leaves no job. The next enqueue makes what is missing.
+#[test]
+fn a_level_that_cannot_be_made_is_not_done_and_names_its_directory() {
+    let prio6 = EnqueueOptions {
+        priority: Some(6),
+        ..Default::default()
+    };
+    let cases = [
+        (Call::Mkdir, 1, "prio"),
+        (Call::Mkdir, 2, "prio/6"),
+        (Call::Mkdir, 3, "prio/6/00"),
+        (Call::FsyncDir, 1, "prio/6"),
+        (Call::FsyncDir, 2, "prio"),
+        (Call::FsyncDir, 3, ""),
+    ];
+    for (call, nth, dir) in cases {
+        let d = TempDir::new("prio-mkdir");
+        drop(Queue::create(d.path(), opts(1)).unwrap());
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call,
+            nth,
+            action: FaultAction::Fail(Errno::NOSPC),
+        }]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..opts(1)
+            },
+        )
+        .unwrap();
+        plan.arm();
+        let e = Failure::from(q.enqueue_with(b"x", &prio6).unwrap_err());
+        let ctx = format!("{call:?}#{nth}: {e}");
+        assert!(plan.fired(), "{ctx}");
+        assert_eq!(e.outcome(), Outcome::NotDone, "{ctx}");
+        assert_eq!(e.path(), Some(d.path().join(dir).as_path()), "{ctx}");
+        let clean = Queue::open(d.path()).unwrap();
+        assert!(clean.list(None).unwrap().is_empty(), "{ctx}");
+        clean.enqueue_with(b"x", &prio6).unwrap();
+        assert_eq!(clean.list(None).unwrap()[0].dir, "prio/6/00", "{ctx}");
+    }
+}

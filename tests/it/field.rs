@@ -240,8 +240,8 @@ fn a_full_disk_does_not_lock_users_out() {
     }
     let base = TempDir::new("fulldisk");
     std::fs::create_dir_all(base.path()).unwrap();
-    // 128 inodes: a version-3 queue's layout takes 64 more than version 2 (prio/, 7 levels
-    // of 8 shards), and some must be left for jobs.
+    // 128 inodes: the layout takes 23, the rest is for jobs (priority level directories are
+    // made on first use, `a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use`).
     let m = crate::filesystems::mount_small_ext4(base.path(), 16, 128).expect("loop-mount ext4");
     let q = m.dir.join("q");
     let qs = q.to_str().unwrap();
@@ -1733,4 +1733,51 @@ fn a_running_worker_gives_up_an_ack_after_one_lease() {
         err.contains("ack not done after 3 tries; giving up"),
         "{err}"
     );
+}
+
+/// On a 16 MiB ext4 made with `-N 64` (53 free inodes) a default queue (8 shards, version 3)
+/// failed `init` with disk full: it made 86 directories, 64 of them for the priority levels
+/// other than the default. They are now made by the first job placed at a level: `init`
+/// takes 23 inodes, and the first enqueue at priority 7 makes `prio/7/<ss>/`; that job is
+/// claimed before the older default-priority ones.
+#[test]
+fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use: needs root, runs once");
+        return;
+    }
+    let base = TempDir::new("inodes64");
+    std::fs::create_dir_all(base.path()).unwrap();
+    let m = crate::filesystems::mount_small_ext4(base.path(), 16, 64).expect("loop-mount ext4");
+    let free = || rustix::fs::statvfs(&m.dir).unwrap().f_ffree;
+    let before = free();
+    let root = m.dir.join("q");
+    let q = Queue::create(&root, Options::default()).expect("a default init on 64 inodes");
+    summary(&format!(
+        "a default queue (8 shards) on an ext4 with {before} free inodes took {} at init",
+        before - free()
+    ));
+    assert!(!root.join("prio").exists(), "prio/ made at init");
+    let old = q.enqueue(b"default").unwrap();
+    let urgent = q
+        .enqueue_with(
+            b"urgent",
+            &EnqueueOptions {
+                priority: Some(7),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let dirs = files(&root, "prio");
+    assert!(!dirs.is_empty(), "the level-7 job is in prio/7/<ss>/: {dirs:?}");
+    assert!(root.join("prio/7").is_dir());
+    let first = q.claim().unwrap().expect("the level-7 job");
+    assert_eq!((first.id(), first.priority()), (urgent, 7));
+    first.ack().unwrap();
+    let next = q.claim().unwrap().expect("the default job");
+    assert_eq!(next.id(), old);
+    next.ack().unwrap();
+    assert!(q.fsck().unwrap().clean());
+    drop(q);
+    drop(m);
 }
