@@ -1769,7 +1769,10 @@ fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
         )
         .unwrap();
     let dirs = files(&root, "prio");
-    assert!(!dirs.is_empty(), "the level-7 job is in prio/7/<ss>/: {dirs:?}");
+    assert!(
+        !dirs.is_empty(),
+        "the level-7 job is in prio/7/<ss>/: {dirs:?}"
+    );
     assert!(root.join("prio/7").is_dir());
     let first = q.claim().unwrap().expect("the level-7 job");
     assert_eq!((first.id(), first.priority()), (urgent, 7));

@@ -437,7 +437,10 @@ fn a_claim_finds_a_job_at_a_level_made_after_it_last_looked() {
         l.ack().unwrap();
     }
     assert_eq!(got, ids, "every level-6 job, oldest first");
-    assert!(!d.path().join("prio/5").exists(), "only the level used is made");
+    assert!(
+        !d.path().join("prio/5").exists(),
+        "only the level used is made"
+    );
 }
 
 /// A worker blocked in a waiting claim wakes for a job enqueued at a level whose directories
