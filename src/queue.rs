@@ -475,7 +475,7 @@ impl Queue {
     /// path no longer names the directory this handle holds open, relative to the root (`"."` for the root itself); `None` when all are
     /// current. An operator who removed `ready/07` and ran `steadq init` made a new
     /// directory that this handle does not see: reopen the queue. Costs two `stat` calls per
-    /// directory (2 × (4 + (levels + 1) × shards)).
+    /// directory it holds (at most 2 × (4 + (levels + 1) × shards)).
     pub fn replaced_dir(&self) -> Option<String> {
         let same = |fd: &OwnedFd, rel: &str| match (
             self.sys.file_id(fd.as_fd()),
