@@ -15,7 +15,12 @@ use crate::ops::capacity::drain;
 use crate::ops::recover::RecoverReport;
 use crate::{EnqueueError, EnqueueOptions, Enqueued, ErrorKind, Failure, Lease, Queue, Result};
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
+
+/// The watch flags of a ready slot.
+const SLOT_FLAGS: WatchFlags = WatchFlags::CREATE
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::ONLYDIR);
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 
@@ -94,8 +99,9 @@ impl AsyncQueue {
         timeout: Duration,
     ) -> Result<Enqueued, EnqueueError> {
         let start = Instant::now();
-        let fd = reactor_fd(self.q.room_watch());
         loop {
+            // Watched again each time: a level's slot made meanwhile is watched too.
+            let fd = reactor_fd(self.q.room_watch());
             match self.q.enqueue_unique(payload, o) {
                 Err(e) if matches!(e.kind(), ErrorKind::QueueFull { .. }) => {
                     let left = timeout.saturating_sub(start.elapsed());
@@ -123,7 +129,13 @@ impl AsyncQueue {
     ) -> Result<Option<Lease>, Failure> {
         let start = Instant::now();
         let fd = reactor_fd(self.claim_watch());
+        let mut absent: Vec<u16> = (0..self.q.ident.slots())
+            .filter(|&s| self.q.ident.slot_is_lazy(s) && self.q.slot_fd(s).is_none())
+            .collect();
         loop {
+            if let Some(afd) = &fd {
+                self.watch_new_slots(afd.get_ref(), &mut absent);
+            }
             let mut seen = RecoverReport::default();
             if let Some(l) = self.q.claim_sweep(lease, &mut seen)? {
                 return Ok(Some(l));
@@ -155,15 +167,37 @@ impl AsyncQueue {
         self.q.claim_for(lease)
     }
 
-    /// An inotify fd watching the ready shards and `delayed/` for new names.
+    /// Watch the levels' slots made since `fd` was set up (a parent's event woke the
+    /// caller), before it lists the queue again: a job placed in one later is an event.
+    /// Slots whose level directory (or `prio/`) is missing are tried once per level (or once
+    /// in all).
+    fn watch_new_slots(&self, fd: &OwnedFd, absent: &mut Vec<u16>) {
+        let (mut no_prio, mut no_level) = (false, None);
+        absent.retain(|&s| {
+            let level = self.q.ident.slot_parts(s).0;
+            if no_prio || no_level == Some(level) {
+                return true;
+            }
+            match self.q.watch_slot(fd.as_fd(), s, SLOT_FLAGS) {
+                Ok(w) if w.slot.is_some() => false,
+                Ok(w) => {
+                    no_prio = w.parents.len() < 2;
+                    no_level = Some(level);
+                    true
+                }
+                Err(_) => true,
+            }
+        });
+    }
+
+    /// An inotify fd watching the ready shards (for a level's slot not made yet, the
+    /// directories on the way to it: `ops/levels.rs`) and `delayed/` for new names.
     fn claim_watch(&self) -> Option<OwnedFd> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
-        let flags = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR;
         for s in 0..self.q.ident.slots() {
-            let p = self.q.root.join(self.q.ident.slot_rel(s));
-            inotify::add_watch(&fd, p, flags).ok()?;
+            self.q.watch_slot(fd.as_fd(), s, SLOT_FLAGS).ok()?;
         }
-        inotify::add_watch(&fd, self.q.root.join(DELAYED_DIR), flags).ok()?;
+        inotify::add_watch(&fd, self.q.root.join(DELAYED_DIR), SLOT_FLAGS).ok()?;
         Some(fd)
     }
 

@@ -7,7 +7,8 @@
 //! <root>/delayed/<bucket>/   delayed jobs; bucket = 16 hex of not_before_ns / bucket width
 //! <root>/dead/<bucket>/      dead jobs; bucket = 16 hex of death time / 1 day
 //! <root>/prio/<l>/<shard>/   ready and leased jobs of priority l (version 3; l = 0..=7 but
-//!                            the default 3, whose jobs stay in ready/)
+//!                            the default 3, whose jobs stay in ready/); made on the first
+//!                            placement of a job at that level (see ops/levels.rs)
 //! <root>/receipts/<shard>/   receipts of acked jobs
 //! <root>/quarantine/...      foreign or corrupt entries moved by `fsck --quarantine`
 //! <root>/evidence.log        digests of compacted receipts (append-only)
@@ -18,7 +19,7 @@ use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
 use crate::disk::clock::Clock;
 pub use crate::disk::identity::Identity;
 use crate::disk::layout::{
-    receipts_shard, CREATED_DIRS, DEAD_DIR, DELAYED_DIR, PRIO_DIR, READY_DIR, RECEIPTS_DIR, TMP_DIR,
+    receipts_shard, CREATED_DIRS, DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR, TMP_DIR,
 };
 use crate::disk::name::{shard_name, JobName};
 use crate::disk::name::{TempKind, TempName};
@@ -36,7 +37,8 @@ use std::time::Duration;
 /// The queue format version this build writes (and the newest it opens). Version 2 adds the
 /// receipt policy and evidence limits to the identity file, the ack time to receipt names and
 /// the boot clock to delayed names. Version 3 adds priorities: `prio/<l>/<ss>/` directories
-/// for the levels other than the default and a `.p<l>` name field. Version-1 and version-2
+/// for the levels other than the default (made when a job is first placed at that level) and
+/// a `.p<l>` name field. Version-1 and version-2
 /// queues open and keep their format (and refuse a non-default priority).
 pub const QUEUE_VERSION: u32 = 3;
 pub use crate::disk::layout::IDENTITY_FILE;
@@ -191,11 +193,21 @@ impl Default for Options {
 pub(crate) struct Dirs {
     pub root: OwnedFd,
     pub tmp: OwnedFd,
-    pub ready: Vec<OwnedFd>,
+    /// Per ready slot: its directory, once this handle has opened it. Every `ready/<ss>` is
+    /// opened with the queue; a `prio/<l>/<ss>` that does not exist yet is opened when it
+    /// is first used (made by the first placement at its level: `ops/levels.rs`).
+    pub ready: Vec<std::sync::OnceLock<OwnedFd>>,
+    /// Stands for a ready slot not made yet (an `O_PATH` handle on the identity file, like a
+    /// stand-in: every listing and `*at` call on it fails).
+    pub absent: OwnedFd,
+    /// Per ready slot: this handle has made the slot's entry and its parents' entries
+    /// durable (`ops/levels.rs`, `Queue::ensure_slot`).
+    pub placed: Vec<std::sync::atomic::AtomicBool>,
     pub receipts: Vec<OwnedFd>,
     pub delayed: OwnedFd,
     pub dead: OwnedFd,
-    /// The raw fds of `ready` and `receipts` that are stand-ins (see `open_dirs`).
+    /// The raw fds of `ready` and `receipts` that are stand-ins (see `open_dirs`), and
+    /// `absent`'s.
     pub standins: Vec<std::os::fd::RawFd>,
 }
 
@@ -378,15 +390,11 @@ impl Queue {
             }
             Err(e) => return Err(e.into()),
         };
-        // Make every directory (idempotent), each made durable in its parent.
-        let mut top = CREATED_DIRS.to_vec();
-        if ident.version >= 3 {
-            top.push(PRIO_DIR);
-        }
-        for d in top {
+        // Make every directory (idempotent), each made durable in its parent. The priority
+        // levels' `prio/<l>/<ss>/` are made by the first job placed at their level.
+        for d in CREATED_DIRS {
             ensure_dir(&sys, rootfd.as_fd(), d, &root)?;
         }
-        make_levels(&sys, rootfd.as_fd(), &root, &ident)?;
         for parent in [READY_DIR, RECEIPTS_DIR] {
             let pfd = sys
                 .open_dir_beneath(rootfd.as_fd(), parent)
@@ -422,7 +430,7 @@ impl Queue {
         let group = crate::ops::group::Group::new(
             [&dirs.tmp]
                 .into_iter()
-                .chain(&dirs.ready)
+                .chain(dirs.ready.iter().filter_map(|c| c.get()))
                 .chain(&dirs.receipts)
                 .map(|f| f.as_raw_fd()),
         );
@@ -463,11 +471,11 @@ impl Queue {
     }
 
     /// The first directory of the layout (the root, `tmp`, `delayed`, `dead`, each
-    /// `ready/<ss>`, `prio/<l>/<ss>` and `receipts/<ss>`) whose path no longer names the directory this handle
-    /// holds open, relative to the root (`"."` for the root itself); `None` when all are
+    /// `ready/<ss>`, each `prio/<l>/<ss>` this handle has opened, and `receipts/<ss>`) whose
+    /// path no longer names the directory this handle holds open, relative to the root (`"."` for the root itself); `None` when all are
     /// current. An operator who removed `ready/07` and ran `steadq init` made a new
     /// directory that this handle does not see: reopen the queue. Costs two `stat` calls per
-    /// directory (2 × (4 + (levels + 1) × shards)).
+    /// directory it holds (at most 2 × (4 + (levels + 1) × shards)).
     pub fn replaced_dir(&self) -> Option<String> {
         let same = |fd: &OwnedFd, rel: &str| match (
             self.sys.file_id(fd.as_fd()),
@@ -491,7 +499,9 @@ impl Queue {
             (&d.dead, DEAD_DIR.into()),
         ];
         for s in 0..self.ident.slots() {
-            held.push((&d.ready[s as usize], self.ident.slot_rel(s)));
+            if let Some(fd) = d.ready[s as usize].get() {
+                held.push((fd, self.ident.slot_rel(s)));
+            }
         }
         for s in 0..self.ident.shards {
             held.push((&d.receipts[s as usize], receipts_shard(s)));
@@ -567,7 +577,8 @@ impl Queue {
     }
 
     /// Run `list` on the directory of ready shard `s`: `Ok(None)` when this user cannot read
-    /// it (`EACCES`, `EPERM`; a shard made unreadable by `chmod 000`). A shard whose held
+    /// it (`EACCES`, `EPERM`; a shard made unreadable by `chmod 000`); `Err(ENOENT)` when it
+    /// is a priority level's slot not made yet, which holds no job. A shard whose held
     /// handle cannot list it (`O_PATH`, see `assemble`) is opened again each time, so a
     /// repaired permission is seen at once. The first unreadable listing of each shard is
     /// logged as a warning (once per handle); [`Queue::status`] counts the shards that were
@@ -583,7 +594,11 @@ impl Queue {
         use std::sync::atomic::Ordering::Relaxed;
         let i = s as usize;
         let rel = self.ident.slot_rel(s);
-        let r = self.list_held(self.dirs.ready[i].as_fd(), &rel, list)?;
+        let Some(fd) = self.slot_fd(s) else {
+            self.unreadable[i].store(false, Relaxed);
+            return Err(Errno::NOENT);
+        };
+        let r = self.list_held(fd, &rel, list)?;
         self.unreadable[i].store(r.is_none(), Relaxed);
         if r.is_none() && !self.warned_unreadable[i].swap(true, Relaxed) {
             log::warn!(
@@ -746,14 +761,24 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
         },
         _ => open(rel),
     };
+    // A priority level's slot that does not exist yet is opened on first use.
+    let slot = |s: u16| match held(&ident.slot_rel(s)) {
+        Err(e) if *e.kind() == ErrorKind::Incomplete && ident.slot_is_lazy(s) => Ok(None),
+        r => r.map(Some),
+    };
     let ready = (0..ident.slots())
-        .map(|s| held(&ident.slot_rel(s)))
-        .collect::<Result<Vec<OwnedFd>>>()?;
+        .map(|s| slot(s).map(|fd| fd.map(std::sync::OnceLock::from).unwrap_or_default()))
+        .collect::<Result<Vec<_>>>()?;
+    let absent = sys
+        .open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
+        .or_else(|_| open(IDENTITY_FILE))?;
     let dirs = Dirs {
         // Unreadable, it is held by name only too: the commands that look (status, list,
         // show) work; those that need it fail naming it, and recover reports it unreadable.
         tmp: held(TMP_DIR)?,
+        placed: (0..ident.slots()).map(|_| Default::default()).collect(),
         ready,
+        absent,
         receipts: (0..shards)
             .map(|s| held(&receipts_shard(s)))
             .collect::<Result<_>>()?,
@@ -762,7 +787,8 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
         root: rootfd,
         standins: Vec::new(),
     };
-    let standins = dirs.ready.iter().chain(&dirs.receipts);
+    let standins = dirs.ready.iter().filter_map(|c| c.get());
+    let standins = standins.chain(&dirs.receipts).chain([&dirs.absent]);
     let standins = standins.filter(|fd| {
         rustix::fs::fstat(fd).is_ok_and(|st| {
             rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory
@@ -1078,30 +1104,6 @@ fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()>
         }
     }
     log::warn!("{}: damaged identity file kept as {aside}", path.display());
-    Ok(())
-}
-
-/// Make `prio/<l>/` and its shard directories for every level but the default (version 3),
-/// each made durable in its parent (idempotent, like the rest of `create`).
-fn make_levels(sys: &Sys, root: BorrowedFd<'_>, path: &Path, ident: &Identity) -> Result<()> {
-    if ident.version < 3 {
-        return Ok(());
-    }
-    let ind = |c, e, p: &Path| Error::io(c, e, Outcome::Indeterminate, Some(p.to_path_buf()));
-    let prio = path.join("prio");
-    let pfd = sys
-        .open_dir_beneath(root, "prio")
-        .map_err(|e| ind(Call::Open, e, &prio))?;
-    for l in (0..ident.levels()).filter(|&l| l != crate::disk::name::DEFAULT_PRIORITY) {
-        let name = l.to_string();
-        ensure_dir(sys, pfd.as_fd(), &name, &prio)?;
-        let lfd = sys
-            .open_dir_beneath(pfd.as_fd(), &name)
-            .map_err(|e| ind(Call::Open, e, &prio.join(&name)))?;
-        for s in 0..ident.shards {
-            ensure_dir(sys, lfd.as_fd(), shard_name(s).as_str(), &prio.join(&name))?;
-        }
-    }
     Ok(())
 }
 

@@ -500,7 +500,7 @@ impl Queue {
 
     /// `prio/` (version 3) holds one directory per level other than the default, `0`..=`7`.
     /// False when `prio/` cannot be read (then it is a problem, and its levels are not
-    /// looked at: the walk names each of their shards).
+    /// looked at: the walk names each of their shards) or does not exist yet.
     fn check_levels(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<bool> {
         let levels = self.ident.levels();
         let Some(fd) = self.dirs_parent(PRIO_DIR, rep)? else {
@@ -522,12 +522,16 @@ impl Queue {
     }
 
     /// Shard parent `name` (`ready`, `receipts`, `prio`, `prio/<l>`), opened and listable;
-    /// `None` when this user cannot read it (`EACCES`, `EPERM`), which is a problem.
+    /// `None` when this user cannot read it (`EACCES`, `EPERM`), which is a problem, or when
+    /// a `prio` one does not exist (not made yet), which is not.
     fn dirs_parent(&self, name: &str, rep: &mut FsckReport) -> Result<Option<OwnedFd>> {
         let opened = self.sys.open_dir_beneath(self.dirs.root.as_fd(), name);
         let listed = opened.and_then(|fd| self.sys.read_dir(fd.as_fd(), |_, _, _| {}).map(|_| fd));
         match listed {
             Ok(fd) => Ok(Some(fd)),
+            // `prio/` and `prio/<l>/` are made by the first job placed at a level
+            // (`ops/levels.rs`): missing, they hold nothing.
+            Err(Errno::NOENT) if name.split('/').next() == Some(PRIO_DIR) => Ok(None),
             Err(e @ (Errno::ACCESS | Errno::PERM)) => {
                 rep.problems.push(Problem {
                     path: name.to_string(),

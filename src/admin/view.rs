@@ -205,11 +205,8 @@ impl Queue {
     ) -> Result<()> {
         let shards = self.ident.shards;
         let ident = self.ident;
-        for (area, fds) in [
-            (State::Ready, &self.dirs.ready),
-            (State::Acked, &self.dirs.receipts),
-        ] {
-            for (s, fd) in fds.iter().enumerate() {
+        for (area, n) in [(State::Ready, ident.slots()), (State::Acked, ident.shards)] {
+            for s in 0..n as usize {
                 // Ready slots: every level's shards (`ready/<ss>`, `prio/<l>/<ss>`).
                 let (priority, shard) = ident.slot_parts(s as u16);
                 let rel = match area {
@@ -227,8 +224,12 @@ impl Queue {
                 // A slot this user cannot read is skipped (noted; a ready one is warned once
                 // and counted by status).
                 let going = match area {
-                    State::Ready => self.list_ready_shard(s as u16, list),
-                    _ => self.list_held(fd.as_fd(), &rel, list),
+                    // A level's slot not made yet holds no job.
+                    State::Ready => match self.list_ready_shard(s as u16, list) {
+                        Err(Errno::NOENT) => Ok(Some(true)),
+                        r => r,
+                    },
+                    _ => self.list_held(self.dirs.receipts[s].as_fd(), &rel, list),
                 }
                 .map_err(|e| self.read_dir_error(e, &rel))?;
                 let going = going.unwrap_or_else(|| {
@@ -707,7 +708,11 @@ impl Queue {
                 Err(e) => return Err(e.into()),
             };
             // Back to the ready directory of its own priority.
-            let to = self.place_ready(self.ident.slot_of(&l.name), State::Ready);
+            let to = match self.place_ready_new(self.ident.slot_of(&l.name)) {
+                Ok(p) => p,
+                Err(e) if n > 0 => return Err(e.with_outcome(Outcome::Indeterminate).into()),
+                Err(e) => return Err(e.into()),
+            };
             let mut new = l.name.next(Kind::Ready, false);
             new.attempt = crate::ops::state::attempt_after(Op::Requeue, l.name.attempt);
             match self.move_job(&from, &l.name, &to, &new, Op::Requeue) {
@@ -750,7 +755,7 @@ impl Queue {
         for l in delayed {
             let bucket = l.dir.trim_start_matches("delayed/");
             let moved = self.source_bucket(false, bucket).and_then(|from| {
-                let to = self.place_ready(self.ident.slot_of(&l.name), State::Ready);
+                let to = self.place_ready_new(self.ident.slot_of(&l.name))?;
                 self.move_job(
                     &from,
                     &l.name,
@@ -897,8 +902,8 @@ impl Oldest {
             if self.since.is_some_and(|t| t <= enqueued(n)) {
                 return Some(self.since);
             }
-            let dir = q.dirs.ready.get(q.ident.slot_of(n) as usize)?;
-            match q.sys.stat_nofollow(dir.as_fd(), &n.format(q.ident.id)) {
+            let dir = q.ready_fd(q.ident.slot_of(n));
+            match q.sys.stat_nofollow(dir, &n.format(q.ident.id)) {
                 Ok(m) => self.at(m.ctime_ns),
                 Err(Errno::NOENT) => {} // moved on meanwhile: no longer ready
                 Err(_) => self.at(enqueued(n)),

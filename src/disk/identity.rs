@@ -111,6 +111,12 @@ impl Identity {
         }
     }
 
+    /// Whether slot `slot` is a priority level's (`prio/<l>/<ss>`), whose directory is made
+    /// when the first job is placed at its level rather than with the queue.
+    pub(crate) fn slot_is_lazy(&self, slot: u16) -> bool {
+        self.slot_parts(slot).0 != crate::disk::name::DEFAULT_PRIORITY
+    }
+
     /// A slot's directory relative to the root: `ready/<ss>` for the default level,
     /// `prio/<l>/<ss>` for the others.
     pub(crate) fn slot_rel(&self, slot: u16) -> String {

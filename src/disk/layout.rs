@@ -6,6 +6,8 @@
 //! <root>/steadq.queue        IDENTITY_FILE (src/disk/identity.rs)
 //! <root>/tmp/                TMP_DIR
 //! <root>/ready/<ss>/         READY_DIR, shard_name
+//! <root>/prio/<l>/<ss>/      PRIO_DIR (version 3): made by the first job placed in that slot,
+//!                            not by Queue::create (src/ops/levels.rs)
 //! <root>/delayed/<bbbb16>/   DELAYED_DIR, delayed_bucket: not_before_ns / bucket width
 //! <root>/dead/<bbbb16>/      DEAD_DIR, dead_bucket: death time / DEAD_BUCKET_NS (1 day)
 //! <root>/receipts/<ss>/      RECEIPTS_DIR
@@ -27,7 +29,8 @@ pub const EVIDENCE_FILE: &str = "evidence.log";
 pub const TMP_DIR: &str = "tmp";
 /// Ready and leased jobs, one subdirectory per shard.
 pub const READY_DIR: &str = "ready";
-/// Ready jobs of the levels other than the default (version 3): `prio/<l>/<ss>/`.
+/// Ready jobs of the levels other than the default (version 3): `prio/<l>/<ss>/`, made when
+/// the first job is placed in that slot (`src/ops/levels.rs`), not by `Queue::create`.
 pub const PRIO_DIR: &str = "prio";
 /// Delayed jobs, one subdirectory per time bucket.
 pub const DELAYED_DIR: &str = "delayed";
@@ -41,7 +44,7 @@ pub const QUARANTINE_DIR: &str = "quarantine";
 pub const KEYS_DIR: &str = "keys";
 
 /// The directories `Queue::create` makes in the root (each shard directory under the two
-/// sharded ones too).
+/// sharded ones too). `prio/` is not one: it is made on first use.
 pub(crate) const CREATED_DIRS: [&str; 5] =
     [DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR, TMP_DIR];
 

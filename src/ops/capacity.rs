@@ -193,6 +193,9 @@ struct Tally {
     jobs: HashMap<u128, (u64, i32)>,
     bytes: u64,
     sizes: bool,
+    /// Watches on the directories leading to a level's slot not made yet (`ops/levels.rs`):
+    /// a directory made there means a rebuild.
+    parents: Vec<i32>,
 }
 
 /// A reservation for jobs being enqueued through this handle; released on drop.
@@ -435,6 +438,7 @@ impl Queue {
                         jobs: HashMap::new(),
                         bytes: 0,
                         sizes,
+                        parents: Vec::new(),
                     };
                     match self.tally_build(&mut t) {
                         Ok(true) => g.tally = Some(t),
@@ -468,7 +472,12 @@ impl Queue {
     fn tally_build(&self, t: &mut Tally) -> Result<bool> {
         for s in 0..self.ident.slots() {
             let rel = self.ident.slot_rel(s);
-            if !self.tally_watch(t, &rel, false)? {
+            // A level's slot not made yet: its parents are watched instead.
+            let Ok(w) = self.watch_slot(t.ino.as_fd(), s, WATCH) else {
+                return Ok(false);
+            };
+            t.parents.extend(w.parents);
+            if w.slot.is_some() && !self.tally_watch(t, &rel, false)? {
                 return Ok(false);
             }
         }
@@ -593,6 +602,12 @@ impl Queue {
                     t.dirs.remove(&wd);
                     continue;
                 }
+                if t.parents.contains(&wd)
+                    && fl.contains(ReadFlags::ISDIR)
+                    && fl.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO)
+                {
+                    return Ok(false); // a level's directory was made: rebuild
+                }
                 let Some(dir) = t.dirs.get(&wd) else { continue };
                 if dir.delayed_root {
                     let new_dir = fl.contains(ReadFlags::ISDIR)
@@ -627,14 +642,16 @@ impl Queue {
     }
 
     /// An inotify fd that becomes readable when room may have appeared: a job leaving a ready
-    /// shard (ack, fail, dead-letter) or removed from one, or the limits file replaced. Made
+    /// shard (ack, fail, dead-letter) or removed from one, or the limits file replaced (or a
+    /// level's slot made: watch again). Made
     /// before the check it guards, so no wake-up is lost. `None`: inotify unavailable.
     pub(crate) fn room_watch(&self) -> Option<OwnedFd> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         let out = WatchFlags::MOVED_FROM | WatchFlags::DELETE | WatchFlags::ONLYDIR;
         for s in 0..self.ident.slots() {
-            let p = self.root.join(self.ident.slot_rel(s));
-            inotify::add_watch(&fd, p, out).ok()?;
+            // A level's slot not made yet holds nothing to leave: its parents are watched
+            // (a slot made wakes the waiter, which watches again).
+            self.watch_slot(fd.as_fd(), s, out).ok()?;
         }
         inotify::add_watch(
             &fd,
@@ -691,8 +708,9 @@ impl Queue {
         timeout: Duration,
     ) -> Result<crate::Enqueued> {
         let start = std::time::Instant::now();
-        let watch = self.room_watch();
         loop {
+            // Watched again each time: a level's slot made meanwhile is watched too.
+            let watch = self.room_watch();
             match self.enqueue_unique_source(src, o) {
                 Err(e) if matches!(e.kind(), ErrorKind::QueueFull { .. }) => {
                     let left = timeout.saturating_sub(start.elapsed());

@@ -316,14 +316,8 @@ impl Queue {
         let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {
             None => {
                 state::check(None, Op::Enqueue, State::Ready);
-                let (s, rel) = (
-                    self.ident.slot_of(&name),
-                    self.ident.slot_rel(self.ident.slot_of(&name)),
-                );
-                (
-                    self.held_dir(self.dirs.ready[s as usize].as_fd(), &rel),
-                    rel,
-                )
+                let p = self.place_ready_new(self.ident.slot_of(&name))?;
+                (p.dir, p.rel)
             }
             Some(d) => {
                 state::check(None, Op::EnqueueDelayed, State::Delayed);

@@ -374,6 +374,8 @@ impl Queue {
         });
         let scan = match listed {
             Ok(Some(scan)) => scan,
+            // A level's slot not made yet: empty (its making is an event, `ops/levels.rs`).
+            Err(Errno::NOENT) => return Ok((Vec::new(), None)),
             Ok(None) => {
                 seen.unreadable_dir(self.ident.slot_rel(s));
                 return Ok(self.unreadable_shard(seen));
@@ -657,10 +659,7 @@ impl Queue {
                 )
             })?;
         let shard = self.ident.slot_of(&name);
-        let dir = self.held_dir(
-            self.dirs.ready[shard as usize].as_fd(),
-            &self.ident.slot_rel(shard),
-        );
+        let dir = self.held_dir(self.ready_fd(shard), &self.ident.slot_rel(shard));
         let rel = format!("{}/{handle}", self.ident.slot_rel(shard));
         let file = match self.sys.open_file_ro(dir.fd(), handle) {
             Ok(f) => f,

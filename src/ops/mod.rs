@@ -9,6 +9,7 @@ pub(crate) mod enqueue_stream;
 pub(crate) mod group;
 pub(crate) mod keys;
 pub(crate) mod lease;
+pub(crate) mod levels;
 pub(crate) mod payload;
 pub(crate) mod recover;
 pub(crate) mod shards;

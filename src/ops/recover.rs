@@ -235,7 +235,13 @@ impl Queue {
             })?;
         for n in &due {
             // Back to the ready directory of its own priority and shard.
-            let to = self.place_ready(self.ident.slot_of(n), State::Ready);
+            let to = match self.place_ready_new(self.ident.slot_of(n)) {
+                Ok(to) => to,
+                Err(e) => {
+                    r.fail(e);
+                    continue;
+                }
+            };
             match self.move_job(&from, n, &to, &n.next(Kind::Ready, false), Op::Due) {
                 Ok(()) => r.due += 1,
                 Err(e) if e.is_lease_lost() => {}

@@ -10,7 +10,11 @@
 //!   release, a recovered lease, a due delayed job), or any name it cannot account for;
 //! - the earliest live lease the listing (or a later event) showed in it reaches its deadline
 //!   on `CLOCK_BOOTTIME`, when it must be listed again to be recovered;
-//! - the event queue overflowed (`IN_Q_OVERFLOW`): every shard is listed again.
+//! - the event queue overflowed (`IN_Q_OVERFLOW`): every shard is listed again;
+//! - for a level's slot that did not exist when it was listed (it is made by the first job
+//!   placed at its level, `ops/levels.rs`): an event in the directory above it that names
+//!   the next directory down. The slot is then watched again (itself once it exists) before
+//!   it is listed again.
 //!
 //! Events are drained (one non-blocking `read(2)`) before a claim picks shards. A listing
 //! records the shard's generation when it starts and marks the shard empty only if no event
@@ -38,6 +42,7 @@
 
 use crate::disk::name::{JobName, Kind};
 use crate::disk::scan::{lease_expired, leased_len};
+use crate::ops::levels::SlotWatch;
 use crate::queue::Queue;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use std::os::fd::{AsFd, OwnedFd};
@@ -76,9 +81,17 @@ const PENDING_MAX: usize = 16;
 #[derive(Debug)]
 struct Watch {
     fd: OwnedFd,
-    /// Watch descriptor of each shard, by shard.
-    wds: Vec<i32>,
+    /// The watches of each slot, by slot: its own, or those on the way to it.
+    slots: Mutex<Vec<SlotWatch>>,
+    /// A slot could not be watched again: nothing is known empty any more.
+    blind: std::sync::atomic::AtomicBool,
 }
+
+/// The watch flags of a ready slot.
+const SLOT_WATCH: WatchFlags = WatchFlags::CREATE
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::DONT_FOLLOW)
+    .union(WatchFlags::ONLYDIR);
 
 impl Shards {
     /// Drain pending events (one non-blocking `read(2)` when there are none), setting the
@@ -88,26 +101,43 @@ impl Shards {
             return;
         };
         let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ws = w.slots.lock().unwrap_or_else(|p| p.into_inner());
         if k.generation.is_empty() {
-            k.generation = vec![0; w.wds.len()];
-            k.empty_until = vec![None; w.wds.len()];
-            k.listed_at = vec![None; w.wds.len()];
-            k.arrived = vec![None; w.wds.len()];
-            k.pending = vec![Vec::new(); w.wds.len()];
+            k.generation = vec![0; ws.len()];
+            k.empty_until = vec![None; ws.len()];
+            k.listed_at = vec![None; ws.len()];
+            k.arrived = vec![None; ws.len()];
+            k.pending = vec![Vec::new(); ws.len()];
         }
         let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
         let mut reader = inotify::Reader::new(w.fd.as_fd(), &mut buf);
         let mut learnt = false;
         while let Ok(ev) = reader.next() {
             learnt = true;
+            let name = ev.file_name().and_then(|n| n.to_str().ok()).unwrap_or("");
             if ev.events().contains(ReadFlags::QUEUE_OVERFLOW) {
                 k.empty_until.iter_mut().for_each(|e| *e = None);
                 k.generation.iter_mut().for_each(|g| *g += 1);
                 k.arrived.iter_mut().for_each(|a| *a = Some(0));
                 k.pending.iter_mut().for_each(Vec::clear);
-            } else if let Some(s) = w.wds.iter().position(|&d| d == ev.wd()) {
-                let name = ev.file_name().and_then(|n| n.to_str().ok()).unwrap_or("");
+                for s in 0..ws.len() {
+                    if ws[s].slot.is_none() {
+                        w.rewatch(q, &mut ws[s], s);
+                    }
+                }
+            } else if let Some(s) = ws.iter().position(|x| x.slot == Some(ev.wd())) {
                 k.learn(q, s, name);
+            } else {
+                for s in 0..ws.len() {
+                    if ws[s].made_by(q, s as u16, ev.wd(), name) {
+                        // Watched again before it is listed again: no job is missed.
+                        w.rewatch(q, &mut ws[s], s);
+                        k.generation[s] += 1;
+                        k.empty_until[s] = None;
+                        k.arrived[s] = Some(0);
+                        k.pending[s].clear();
+                    }
+                }
             }
             if reader.is_buffer_empty() {
                 // Whatever came after this read stays queued in the kernel for the next
@@ -125,7 +155,12 @@ impl Shards {
     /// and list it again at `until` (a waiting claim must wake then). Otherwise its
     /// generation, to hand to [`Shards::listed`] after listing it.
     pub(crate) fn skip(&self, s: u16, boot_ns: u64) -> Result<u64, u64> {
+        let blind = self.watch.get().and_then(|w| w.as_ref());
+        let blind = blind.is_some_and(|w| w.blind.load(std::sync::atomic::Ordering::Relaxed));
         let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if blind {
+            k.empty_until.iter_mut().for_each(|e| *e = None);
+        }
         match (k.empty_until.get(s as usize), k.generation.get(s as usize)) {
             (Some(Some(t)), _) if boot_ns < *t => Ok(*t),
             (_, g) => {
@@ -275,26 +310,44 @@ impl Known {
     }
 }
 
-/// One inotify instance watching every ready shard, or `None` (never skip).
+impl Watch {
+    /// Watch slot `s` again (a directory on the way to it was made); when that fails, know
+    /// nothing empty from now on.
+    fn rewatch(&self, q: &Queue, w: &mut SlotWatch, s: usize) {
+        match q.watch_slot(self.fd.as_fd(), s as u16, SLOT_WATCH) {
+            Ok(n) => *w = n,
+            Err(e) => {
+                log::debug!("inotify watch for {} failed ({e}); listing every shard", {
+                    q.ident.slot_rel(s as u16)
+                });
+                self.blind.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// One inotify instance watching every ready shard (or, for a level's slot not made yet,
+/// the directories on the way to it), or `None` (never skip).
 fn watch(q: &Queue) -> Option<Watch> {
     let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
-    let flags =
-        WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::DONT_FOLLOW | WatchFlags::ONLYDIR;
-    let mut wds = Vec::with_capacity(q.ident.slots() as usize);
+    let mut slots = Vec::with_capacity(q.ident.slots() as usize);
     for s in 0..q.ident.slots() {
-        let p = q.root.join(q.ident.slot_rel(s));
-        match inotify::add_watch(&fd, &p, flags) {
-            Ok(wd) => wds.push(wd),
+        match q.watch_slot(fd.as_fd(), s, SLOT_WATCH) {
+            Ok(w) => slots.push(w),
             Err(e) => {
                 log::debug!(
-                    "inotify watch on {} failed ({e}); listing every shard",
-                    p.display()
+                    "inotify watch for {} failed ({e}); listing every shard",
+                    q.ident.slot_rel(s)
                 );
                 return None;
             }
         }
     }
-    Some(Watch { fd, wds })
+    Some(Watch {
+        fd,
+        slots: Mutex::new(slots),
+        blind: Default::default(),
+    })
 }
 
 #[cfg(test)]

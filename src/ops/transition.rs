@@ -71,14 +71,26 @@ pub(crate) struct Place<'a> {
 }
 
 impl Queue {
-    /// Ready slot `slot` (see [`crate::Identity`]'s slot helpers: a level's shard).
+    /// Ready slot `slot` (see [`crate::Identity`]'s slot helpers: a level's shard), where a
+    /// job is (a source, or a move within its slot).
     pub(crate) fn place_ready(&self, slot: u16, state: State) -> Place<'_> {
         let rel = self.ident.slot_rel(slot);
         Place {
-            dir: self.held_dir(self.dirs.ready[slot as usize].as_fd(), &rel),
+            dir: self.held_dir(self.ready_fd(slot), &rel),
             rel,
             state,
         }
+    }
+
+    /// Ready slot `slot` as the destination of a job coming from elsewhere (an enqueue, a
+    /// due delayed job, a requeued dead job): a level's slot is made on first use
+    /// ([`Queue::ensure_slot`]).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`] (not done) naming the directory that could not be made durable.
+    pub(crate) fn place_ready_new(&self, slot: u16) -> Result<Place<'_>> {
+        self.ensure_slot(slot)?;
+        Ok(self.place_ready(slot, State::Ready))
     }
 
     pub(crate) fn place_receipts(&self, shard: u16) -> Place<'_> {

@@ -35,6 +35,8 @@ const MAX_BUCKET_WATCHES: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Watched {
     ReadyShard,
+    /// A directory on the way to a level's slot not made yet (`ops/levels.rs`).
+    SlotParent,
     DelayedRoot,
     Bucket,
 }
@@ -166,13 +168,12 @@ impl Queue {
             wds: Vec::new(),
         };
         for s in 0..self.ident.slots() {
-            let rel = self.ident.slot_rel(s);
             // A shard this user cannot read cannot be watched either; claims recheck it on
             // a timer (`UNREADABLE_RECHECK`), so the others keep their watches.
             if self.unreadable[s as usize].load(Ordering::Relaxed) {
                 continue;
             }
-            if !self.add_watch(&mut w, &rel, Watched::ReadyShard) {
+            if !self.watch_ready_slot(&mut w, s) {
                 return None;
             }
         }
@@ -180,6 +181,34 @@ impl Queue {
             return None;
         }
         Some(w)
+    }
+
+    /// Watch ready slot `s`, or the directories on the way to it when it is a level's slot
+    /// not made yet (see [`Queue::watch_slot`]).
+    fn watch_ready_slot(&self, w: &mut Watch, s: u16) -> bool {
+        let flags = WatchFlags::CREATE
+            | WatchFlags::MOVED_TO
+            | WatchFlags::DONT_FOLLOW
+            | WatchFlags::ONLYDIR;
+        match self.watch_slot(w.fd.as_fd(), s, flags) {
+            Ok(sw) => {
+                let new = sw.slot.map(|d| (d, Watched::ReadyShard));
+                let parents = sw.parents.into_iter().map(|d| (d, Watched::SlotParent));
+                for (wd, what) in new.into_iter().chain(parents) {
+                    if !w.wds.iter().any(|(d, _)| *d == wd) {
+                        w.wds.push((wd, what));
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                log::info!(
+                    "inotify watch for {} failed ({e}); polling instead",
+                    self.root.join(self.ident.slot_rel(s)).display()
+                );
+                false
+            }
+        }
     }
 
     fn add_watch(&self, w: &mut Watch, rel: &str, what: Watched) -> bool {
@@ -234,6 +263,7 @@ impl Queue {
         let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
         let mut reader = inotify::Reader::new(w.fd.as_fd(), &mut buf);
         let mut new_buckets: Vec<String> = Vec::new();
+        let mut new_dirs = false;
         while let Ok(ev) = reader.next() {
             if ev.events().contains(ReadFlags::QUEUE_OVERFLOW) {
                 k.claimable = true;
@@ -249,6 +279,8 @@ impl Queue {
             };
             match what {
                 Some(Watched::ReadyShard) => self.learn_ready(name, k),
+                // A level's directories were made: watch them, then list (below).
+                Some(Watched::SlotParent) => new_dirs |= ev.events().contains(ReadFlags::ISDIR),
                 Some(Watched::Bucket) => {
                     if let Ok((n, _)) = JobName::parse_untagged(name) {
                         if let Kind::Delayed { .. } = n.kind {
@@ -267,6 +299,16 @@ impl Queue {
                 }
                 None => {}
             }
+        }
+        if new_dirs {
+            // Watched before the listing the claim makes next: a job placed in a slot made
+            // meanwhile is found by that listing or is an event.
+            for s in 0..self.ident.slots() {
+                if !self.unreadable[s as usize].load(Ordering::Relaxed) {
+                    self.watch_ready_slot(w, s);
+                }
+            }
+            k.claimable = true;
         }
         for rel in new_buckets {
             // A job may have landed before the watch existed: list again.

@@ -563,6 +563,14 @@ fn fault_matrix_reports_the_true_outcome() {
                         }
                         Err(_) => "indeterminate",
                     };
+                    // The first enqueue at a level makes its directories and fsyncs the
+                    // slot's parents (3 fsyncs) before the link: a failure there is not done.
+                    let level_dirs =
+                        matches!(call, Call::Mkdir) || matches!(call, Call::FsyncDir) && nth <= 3;
+                    if op == Op::EnqueuePrio && level_dirs && matches!(action, FaultAction::Fail(_))
+                    {
+                        assert_eq!(label, "not done", "{ctx}: a level's directory failed");
+                    }
                     *by_outcome.entry(label).or_default() += 1;
                     *by_op.entry((op, label)).or_default() += 1;
                     check_invariants(&d, &ctx, is_prio(op));
@@ -904,4 +912,50 @@ fn a_failed_move_names_the_directory_it_was_moving_into() {
         panic!("the renew should be not done");
     };
     assert_eq!(e.into_dir(), None, "{e}");
+}
+
+/// The first enqueue at a level makes `prio/`, `prio/<l>/` and the slot, and fsyncs the slot's
+/// parents, before the job's link: a failed mkdir or fsync there is not done, names the
+/// directory, and leaves no job. The next enqueue makes what is missing.
+#[test]
+fn a_level_that_cannot_be_made_is_not_done_and_names_its_directory() {
+    let prio6 = EnqueueOptions {
+        priority: Some(6),
+        ..Default::default()
+    };
+    let cases = [
+        (Call::Mkdir, 1, "prio"),
+        (Call::Mkdir, 2, "prio/6"),
+        (Call::Mkdir, 3, "prio/6/00"),
+        (Call::FsyncDir, 1, "prio/6"),
+        (Call::FsyncDir, 2, "prio"),
+        (Call::FsyncDir, 3, ""),
+    ];
+    for (call, nth, dir) in cases {
+        let d = TempDir::new("prio-mkdir");
+        drop(Queue::create(d.path(), opts(1)).unwrap());
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call,
+            nth,
+            action: FaultAction::Fail(Errno::NOSPC),
+        }]);
+        let q = Queue::open_with(
+            d.path(),
+            Options {
+                faults: Some(plan.clone()),
+                ..opts(1)
+            },
+        )
+        .unwrap();
+        plan.arm();
+        let e = Failure::from(q.enqueue_with(b"x", &prio6).unwrap_err());
+        let ctx = format!("{call:?}#{nth}: {e}");
+        assert!(plan.fired(), "{ctx}");
+        assert_eq!(e.outcome(), Outcome::NotDone, "{ctx}");
+        assert_eq!(e.path(), Some(d.path().join(dir).as_path()), "{ctx}");
+        let clean = Queue::open(d.path()).unwrap();
+        assert!(clean.list(None).unwrap().is_empty(), "{ctx}");
+        clean.enqueue_with(b"x", &prio6).unwrap();
+        assert_eq!(clean.list(None).unwrap()[0].dir, "prio/6/00", "{ctx}");
+    }
 }

@@ -240,8 +240,8 @@ fn a_full_disk_does_not_lock_users_out() {
     }
     let base = TempDir::new("fulldisk");
     std::fs::create_dir_all(base.path()).unwrap();
-    // 128 inodes: a version-3 queue's layout takes 64 more than version 2 (prio/, 7 levels
-    // of 8 shards), and some must be left for jobs.
+    // 128 inodes: the layout takes 23, the rest is for jobs (priority level directories are
+    // made on first use, `a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use`).
     let m = crate::filesystems::mount_small_ext4(base.path(), 16, 128).expect("loop-mount ext4");
     let q = m.dir.join("q");
     let qs = q.to_str().unwrap();
@@ -1011,7 +1011,11 @@ fn a_claim_that_cannot_read_a_shard_does_not_say_no_job() {
     let Some(t) = AsNobody::new("unread-claim") else {
         return;
     };
-    let (code, _, err) = t.run("$S init $Q --shards 1 && echo j | $S enqueue $Q");
+    // Every level in use once (its directories are made by its first job; made here).
+    let (code, _, err) = t.run(
+        "$S init $Q --shards 1 && echo j | $S enqueue $Q && \
+         for l in 0 1 2 4 5 6 7; do mkdir -p $Q/prio/$l/00; done",
+    );
     assert_eq!(code, Some(0), "{err}");
     t.chmod("ready/00", 0o000);
     // A version-3 queue's other levels (prio/<l>/00) are readable and empty.
@@ -1064,6 +1068,8 @@ fn fsck_reports_a_misplaced_job_and_never_moves_it_back_into_the_queue() {
     let (at5, at3) = (find(&five), find(&three));
     let (home5, home3) = (at5.rsplit_once('/').unwrap(), at3.rsplit_once('/').unwrap());
     let wrong5 = format!("prio/2/{}", &home5.0[7..]);
+    // Level 2 was used before (its directories are made by its first job).
+    std::fs::create_dir_all(d.path().join(&wrong5)).unwrap();
     let other = if home3.0.ends_with("00") { "01" } else { "00" };
     let wrong3 = format!("ready/{other}");
     std::fs::rename(d.path().join(&at5), d.path().join(&wrong5).join(home5.1)).unwrap();
@@ -1137,6 +1143,7 @@ fn fsck_quarantine_exits_0_once_every_problem_is_moved() {
     let qs = d.path().to_str().unwrap();
     assert!(run(&["init", qs, "--shards", "1"]).status.success());
     std::fs::write(d.path().join("ready/00/notes.txt"), b"junk").unwrap();
+    std::fs::create_dir_all(d.path().join("prio/6/00")).unwrap(); // level 6 used before
     std::fs::write(d.path().join("prio/6/00/x.sqj"), b"junk").unwrap();
     let out = run(&["fsck", qs, "--quarantine"]);
     let (text, err) = (
@@ -1165,6 +1172,7 @@ fn fsck_quarantine_exits_0_once_every_problem_is_moved() {
     q.enqueue(b"job").unwrap();
     let l = &q.list(None).unwrap()[0];
     let name = l.name.format(q.id()).to_string();
+    std::fs::create_dir_all(d.path().join("prio/1/00")).unwrap(); // level 1 used before
     std::fs::copy(
         d.path().join(l.rel_path(q.id())),
         d.path().join("prio/1/00").join(&name),
@@ -1239,6 +1247,7 @@ fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
     let shard = &l.dir[l.dir.len() - 2..];
     let other = if shard == "07" { "02" } else { "07" };
     let copy = format!("prio/5/{other}/{name}");
+    std::fs::create_dir_all(d.path().join(format!("prio/5/{other}"))).unwrap();
     std::fs::copy(d.path().join(l.rel_path(q.id())), d.path().join(&copy)).unwrap();
     let lease = q.claim().unwrap().unwrap();
     assert_eq!(lease.id(), id);
@@ -1267,6 +1276,7 @@ fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
     let o2 = if s2 == "07" { "02" } else { "07" };
     let name2 = l2.name.format(q.id()).to_string();
     let moved = format!("prio/5/{o2}/{name2}");
+    std::fs::create_dir_all(d.path().join(format!("prio/5/{o2}"))).unwrap();
     std::fs::rename(d.path().join(l2.rel_path(q.id())), d.path().join(&moved)).unwrap();
     let out = run(&["fsck", qs, "--quarantine"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -1702,13 +1712,16 @@ fn a_directory_behind_an_unsearchable_parent_is_permission_denied() {
     let Some(t) = AsNobody::new("standin-errno") else {
         return;
     };
-    let (code, _, err) = t.run("$S init $Q --shards 1");
+    // Level 7 was used before (its directories are made by its first job).
+    let (code, _, err) = t.run("$S init $Q --shards 1 && mkdir -p $Q/prio/7/00");
     assert_eq!(code, Some(0), "{err}");
     t.chmod("prio/7", 0o000);
     let (code, _, err) = t.run("echo x | $S enqueue $Q --priority 7");
     assert_eq!(code, Some(2), "{err}");
+    // The first placement at a level opens its directories to make them durable: the one
+    // this user cannot open is named.
     assert!(
-        err.contains("q/prio/7/00") && err.contains("Permission denied (os error 13)"),
+        err.contains("q/prio/7:") && err.contains("Permission denied (os error 13)"),
         "{err}"
     );
     assert!(!err.contains("Not a directory"), "{err}");
@@ -1733,4 +1746,54 @@ fn a_running_worker_gives_up_an_ack_after_one_lease() {
         err.contains("ack not done after 3 tries; giving up"),
         "{err}"
     );
+}
+
+/// On a 16 MiB ext4 made with `-N 64` (53 free inodes) a default queue (8 shards, version 3)
+/// failed `init` with disk full: it made 86 directories, 64 of them for the priority levels
+/// other than the default. They are now made by the first job placed at a level: `init`
+/// takes 23 inodes, and the first enqueue at priority 7 makes `prio/7/<ss>/`; that job is
+/// claimed before the older default-priority ones.
+#[test]
+fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use: needs root, runs once");
+        return;
+    }
+    let base = TempDir::new("inodes64");
+    std::fs::create_dir_all(base.path()).unwrap();
+    let m = crate::filesystems::mount_small_ext4(base.path(), 16, 64).expect("loop-mount ext4");
+    let free = || rustix::fs::statvfs(&m.dir).unwrap().f_ffree;
+    let before = free();
+    let root = m.dir.join("q");
+    let q = Queue::create(&root, Options::default()).expect("a default init on 64 inodes");
+    summary(&format!(
+        "a default queue (8 shards) on an ext4 with {before} free inodes took {} at init",
+        before - free()
+    ));
+    assert!(!root.join("prio").exists(), "prio/ made at init");
+    let old = q.enqueue(b"default").unwrap();
+    let urgent = q
+        .enqueue_with(
+            b"urgent",
+            &EnqueueOptions {
+                priority: Some(7),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let dirs = files(&root, "prio");
+    assert!(
+        !dirs.is_empty(),
+        "the level-7 job is in prio/7/<ss>/: {dirs:?}"
+    );
+    assert!(root.join("prio/7").is_dir());
+    let first = q.claim().unwrap().expect("the level-7 job");
+    assert_eq!((first.id(), first.priority()), (urgent, 7));
+    first.ack().unwrap();
+    let next = q.claim().unwrap().expect("the default job");
+    assert_eq!(next.id(), old);
+    next.ack().unwrap();
+    assert!(q.fsck().unwrap().clean());
+    drop(q);
+    drop(m);
 }

@@ -414,3 +414,77 @@ fn a_due_delayed_job_is_claimed_before_lower_levels() {
     let next = q.claim().unwrap().unwrap();
     assert_eq!((next.id(), next.priority()), (retry, 7));
 }
+
+/// A level's directories are made by its first job, not at init. A handle that looked at a
+/// level before it existed (a claim that found nothing: the missing slots known empty) still
+/// finds a job another handle places there later, in every shard.
+#[test]
+fn a_claim_finds_a_job_at_a_level_made_after_it_last_looked() {
+    let d = TempDir::new("prio-lazy");
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    assert!(!d.path().join("prio").exists(), "prio/ made at init");
+    assert!(q.claim().unwrap().is_none());
+    let other = Queue::open(d.path()).unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..16 {
+        ids.push(other.enqueue_with(b"x", &at(6)).unwrap());
+    }
+    ids.sort();
+    let mut got = Vec::new();
+    while let Some(l) = q.claim().unwrap() {
+        assert_eq!(l.priority(), 6);
+        got.push(l.id());
+        l.ack().unwrap();
+    }
+    assert_eq!(got, ids, "every level-6 job, oldest first");
+    assert!(
+        !d.path().join("prio/5").exists(),
+        "only the level used is made"
+    );
+}
+
+/// A worker blocked in a waiting claim wakes for a job enqueued at a level whose directories
+/// did not exist when it started waiting (it watches the directories on the way to them).
+#[test]
+fn a_waiting_claim_wakes_for_a_job_at_a_level_made_while_it_waits() {
+    let d = TempDir::new("prio-lazy-wait");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    assert!(!d.path().join("prio").exists());
+    let waiter = std::thread::spawn(move || {
+        let t = std::time::Instant::now();
+        let l = q.claim_wait(Duration::from_secs(30), Duration::from_secs(20));
+        (l.unwrap().map(|l| (l.priority(), l.id())), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let id = Queue::open(d.path())
+        .unwrap()
+        .enqueue_with(b"x", &at(1))
+        .unwrap();
+    let (got, took) = waiter.join().unwrap();
+    assert_eq!(got, Some((1, id)));
+    assert!(took < Duration::from_secs(10), "woke only after {took:?}");
+}
+
+/// fsck of a new queue reports nothing (the levels' directories are not made yet, which is
+/// not a problem), nor after one level's first job; a missing `ready/<ss>` or `receipts/<ss>`
+/// is still an incomplete queue.
+#[test]
+fn fsck_of_a_new_queue_reports_nothing_and_a_missing_shard_is_still_found() {
+    let d = TempDir::new("prio-lazy-fsck");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    assert!(!d.path().join("prio").exists());
+    let r = q.fsck().unwrap();
+    assert!(r.clean(), "{:?}", r.problems);
+    q.enqueue_with(b"x", &at(0)).unwrap();
+    let r = q.fsck().unwrap();
+    assert!(r.clean(), "{:?}", r.problems);
+    assert_eq!(r.verified, 1);
+    drop(q);
+    for gone in ["ready/01", "receipts/00"] {
+        std::fs::remove_dir(d.path().join(gone)).unwrap();
+        let e = Queue::open(d.path()).unwrap_err();
+        assert_eq!(*e.kind(), ErrorKind::Incomplete, "{gone}: {e}");
+        assert!(e.path().is_some_and(|p| p.ends_with(gone)), "{gone}: {e}");
+        drop(Queue::create(d.path(), opts(2)).unwrap());
+    }
+}

@@ -93,6 +93,32 @@ mod asynq {
         assert!(lag < Duration::from_secs(2), "{lag:?}");
     }
 
+    /// An async waiting claim wakes for a job at a priority level whose directories did not
+    /// exist when it started waiting (they are made by the level's first job).
+    #[tokio::test]
+    async fn async_claim_wakes_for_a_job_at_a_level_made_while_it_waits() {
+        let d = TempDir::new("async-claim-level");
+        let q = AsyncQueue::new(Queue::create(d.path(), fast(2)).unwrap());
+        assert!(!d.path().join("prio").exists());
+        let path = d.path().to_path_buf();
+        let producer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            let o = EnqueueOptions {
+                priority: Some(5),
+                ..Default::default()
+            };
+            Queue::open(&path).unwrap().enqueue_with(b"x", &o).unwrap()
+        });
+        let t = Instant::now();
+        let l = q
+            .claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+            .await
+            .unwrap()
+            .expect("a job");
+        assert_eq!((l.id(), l.priority()), (producer.join().unwrap(), 5));
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    }
+
     /// Many waiting claims on a current-thread runtime: one thread, no thread per waiter.
     #[tokio::test(flavor = "current_thread")]
     async fn many_waiters_share_one_thread_and_a_delayed_job_wakes_one() {
