@@ -283,7 +283,7 @@ impl Queue {
     /// (`fstatat`, symlinks not followed): anything else makes the slot unknown, for a
     /// listing to report.
     fn take_arrivals(&self, slot: u16) {
-        let arrived = self.shards.take_pending(slot);
+        let arrived = self.shards.take_pending(slot, self.clock.boot_ns());
         if arrived.is_empty() {
             return;
         }

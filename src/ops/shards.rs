@@ -182,12 +182,20 @@ impl Shards {
     /// this handle has not claimed, so a claim takes them as candidates instead of listing.
     /// A name taken by another handle meanwhile costs the claim a failed rename (lease lost),
     /// as a listed one does.
-    pub(crate) fn take_pending(&self, s: u16) -> Vec<JobName> {
+    ///
+    /// None once the shard's recheck time (`CLOCK_BOOTTIME` ns, the earliest lease deadline
+    /// in it) has come: the shard must be listed then, to recover that lease, and the
+    /// listing sees the pending names too. (Handing them out regardless kept a steady trickle
+    /// of new jobs ahead of an abandoned lease for as long as the trickle lasted.)
+    pub(crate) fn take_pending(&self, s: u16, boot_ns: u64) -> Vec<JobName> {
         use std::sync::atomic::Ordering::Relaxed;
         if self.pending.load(Relaxed) == 0 {
             return Vec::new();
         }
         let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if !matches!(k.empty_until.get(s as usize), Some(Some(t)) if boot_ns < *t) {
+            return Vec::new();
+        }
         let taken = k
             .pending
             .get_mut(s as usize)

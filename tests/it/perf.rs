@@ -277,3 +277,37 @@ fn jobs_that_arrive_in_an_empty_shard_are_claimed_oldest_first() {
     many.sort();
     assert_eq!(got, many);
 }
+
+#[test]
+fn an_abandoned_lease_is_recovered_while_new_jobs_keep_arriving_in_its_shard() {
+    // A worker taking each new job straight from its inotify event must still list the
+    // shard once a lease in it has expired: a steady trickle of new jobs kept the abandoned
+    // job waiting behind it for as long as the trickle lasted.
+    let d = TempDir::new("trickle");
+    let worker = Queue::create(d.path(), opts(1)).unwrap();
+    let producer = Queue::open(d.path()).unwrap();
+    assert!(worker.claim().unwrap().is_none());
+    let abandoned = producer.enqueue(b"abandoned").unwrap();
+    let lease = producer
+        .claim_for(Duration::from_millis(300))
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.id(), abandoned);
+    let _ = lease.into_handle(); // the holder dies: no release
+    let start = std::time::Instant::now();
+    let mut recovered_after = None;
+    for i in 0..400u32 {
+        producer.enqueue(&i.to_le_bytes()).unwrap();
+        let l = worker.claim().unwrap().expect("a job");
+        let id = l.id();
+        l.ack().unwrap();
+        if id == abandoned {
+            recovered_after = Some(start.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let after = recovered_after.expect("the abandoned job was never claimed during the trickle");
+    // Its lease ran 300 ms; at most one claim's worth of held names (16) may come before it.
+    assert!(after < Duration::from_secs(2), "recovered after {after:?}");
+}
