@@ -447,6 +447,35 @@ impl Sys {
         })
     }
 
+    /// Give directory `fd` the owner, group and permission bits (setgid included) of
+    /// directory `template` in `dir`: `fstatat(2)`, then `fchown(2)` (owner and group when
+    /// permitted, else the group alone, else neither: `EPERM` is not an error) and
+    /// `fchmod(2)`. For directories made after init (a priority level's), so that a
+    /// producer with another umask or user makes them as usable as `init` made the rest.
+    /// Counted and faulted as [`Call::Mkdir`] (it completes one).
+    pub fn copy_owner_and_mode(
+        &self,
+        fd: BorrowedFd<'_>,
+        dir: BorrowedFd<'_>,
+        template: &str,
+    ) -> R<()> {
+        self.run(Call::Mkdir, || {
+            let st = rustix::fs::statat(dir, template, AtFlags::SYMLINK_NOFOLLOW)?;
+            let (uid, gid) = (
+                rustix::process::Uid::from_raw(st.st_uid),
+                rustix::process::Gid::from_raw(st.st_gid),
+            );
+            match rustix::fs::fchown(fd, Some(uid), Some(gid)) {
+                Err(Errno::PERM) => match rustix::fs::fchown(fd, None, Some(gid)) {
+                    Ok(()) | Err(Errno::PERM) => {}
+                    Err(e) => return Err(e),
+                },
+                r => r?,
+            }
+            rustix::fs::fchmod(fd, Mode::from_raw_mode(st.st_mode & 0o7777))
+        })
+    }
+
     /// `mkdir(2)` of a path outside any queue (the queue root itself).
     pub fn mkdir_path(&self, path: &std::path::Path) -> R<()> {
         self.run(Call::Mkdir, || {

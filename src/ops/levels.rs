@@ -15,7 +15,7 @@
 //! claims, the capacity tally) watch the directories on the way to it instead, top-down, so
 //! that its making is an event ([`Queue::watch_slot`]).
 
-use crate::disk::layout::{shard_name, PRIO_DIR};
+use crate::disk::layout::{shard_name, PRIO_DIR, READY_DIR};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::queue::Queue;
@@ -117,13 +117,28 @@ impl Queue {
             Err(Errno::NOENT) => {}
             r => return r.map_err(|e| nd(Call::Open, e)),
         }
-        match self.sys.mkdir(parent, name) {
-            Ok(()) | Err(Errno::EXIST) => {}
+        let made = match self.sys.mkdir(parent, name) {
+            Ok(()) => true,
+            Err(Errno::EXIST) => false,
             Err(e) => return Err(nd(Call::Mkdir, e)),
-        }
-        self.sys
+        };
+        let fd = self
+            .sys
             .open_dir_beneath(parent, name)
-            .map_err(|e| nd(Call::Open, e))
+            .map_err(|e| nd(Call::Open, e))?;
+        if made {
+            // Owned and shared like `ready/`, whatever this process's user and umask: a
+            // level made 2755 by a producer would lock the worker's group out of it.
+            if let Err(e) =
+                self.sys
+                    .copy_owner_and_mode(fd.as_fd(), self.dirs.root.as_fd(), READY_DIR)
+            {
+                // Not left half made: the next placement makes it again (still empty).
+                let _ = self.sys.rmdir(parent, name);
+                return Err(nd(Call::Mkdir, e));
+            }
+        }
+        Ok(fd)
     }
 
     /// Watch ready slot `s` on inotify instance `ino` with `flags`. A level's slot that does

@@ -924,9 +924,14 @@ fn a_level_that_cannot_be_made_is_not_done_and_names_its_directory() {
         ..Default::default()
     };
     let cases = [
+        // Each directory: its mkdir, then its owner and mode copied from ready/ (counted as
+        // a Mkdir call: `Sys::copy_owner_and_mode`); a failed copy removes the directory.
         (Call::Mkdir, 1, "prio"),
-        (Call::Mkdir, 2, "prio/6"),
-        (Call::Mkdir, 3, "prio/6/00"),
+        (Call::Mkdir, 2, "prio"),
+        (Call::Mkdir, 3, "prio/6"),
+        (Call::Mkdir, 4, "prio/6"),
+        (Call::Mkdir, 5, "prio/6/00"),
+        (Call::Mkdir, 6, "prio/6/00"),
         (Call::FsyncDir, 1, "prio/6"),
         (Call::FsyncDir, 2, "prio"),
         (Call::FsyncDir, 3, ""),

@@ -1797,3 +1797,47 @@ fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
     drop(q);
     drop(m);
 }
+
+#[test]
+fn a_level_made_by_another_user_is_owned_and_shared_like_ready() {
+    // Level directories are made on first use (ops/levels.rs). Made by root (or by a
+    // producer with umask 022) they were root's, mode 0755: the queue's own user could no
+    // longer claim anything there, and the top level's job then stopped every claim.
+    let Some(t) = AsNobody::new("level-owner") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q");
+    assert_eq!(code, Some(0), "{err}");
+    let q = Queue::open(&t.q).unwrap();
+    let id = q
+        .enqueue_with(
+            b"urgent",
+            &EnqueueOptions {
+                priority: Some(7),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let ready = std::fs::metadata(t.q.join("ready")).unwrap();
+    let slot = q.find(id).unwrap();
+    let slot_dir =
+        t.q.join(slot.rel_path(q.id()))
+            .parent()
+            .unwrap()
+            .to_path_buf();
+    for dir in [t.q.join("prio"), t.q.join("prio/7"), slot_dir] {
+        let m = std::fs::metadata(&dir).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid(), m.mode() & 0o7777),
+            (ready.uid(), ready.gid(), ready.mode() & 0o7777),
+            "{} against ready/",
+            dir.display()
+        );
+    }
+    drop(q);
+    let (code, out, err) = t.run(
+        "$S claim $Q --payload-out /dev/null && $S enqueue $Q --priority 2 </dev/null >/dev/null",
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+}
