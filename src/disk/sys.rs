@@ -117,6 +117,16 @@ pub struct Fault {
     pub action: FaultAction,
 }
 
+/// Whether a queue in directory `dir` makes one fsync per move between directories and
+/// leaves out an enqueue's second file fsync: true on xfs and on ext4 with a jbd2 journal
+/// and no fast commits (DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
+/// opened. For tests that count barriers.
+pub fn one_fsync_per_move(dir: &std::path::Path) -> bool {
+    let sys = Sys::new();
+    sys.open_dir_path(dir)
+        .is_ok_and(|fd| crate::ops::group::one_barrier_fs(&sys, fd.as_fd()))
+}
+
 /// A fault-injection plan shared by one or more [`Sys`] values. With no faults it only counts
 /// calls, which is how a test learns how many calls of each kind an operation makes.
 #[derive(Debug, Default)]

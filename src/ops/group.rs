@@ -48,13 +48,7 @@ impl Group {
     /// one. Everywhere else (btrfs, f2fs, ext2 or ext4 without a journal or with fast commits,
     /// tmpfs, network filesystems, or when a check cannot be made) both fsyncs stay.
     pub(crate) fn one_barrier_per_rename(&self, sys: &Sys, dir: BorrowedFd<'_>) -> bool {
-        *self
-            .one_barrier
-            .get_or_init(|| match sys.fs_magic(dir).map(|m| m as u32) {
-                Ok(0x5846_5342) => true, // xfs
-                Ok(0xEF53) => ext4_journal_attached(dir),
-                _ => false,
-            })
+        *self.one_barrier.get_or_init(|| one_barrier_fs(sys, dir))
     }
 
     /// The barrier state of held directory `fd`, or `None` for a directory opened per call.
@@ -63,6 +57,15 @@ impl Group {
             .binary_search_by_key(&fd, |(f, _)| *f)
             .ok()
             .map(|i| &self.dirs[i].1)
+    }
+}
+
+/// The check behind [`Group::one_barrier_per_rename`], made afresh.
+pub(crate) fn one_barrier_fs(sys: &Sys, dir: BorrowedFd<'_>) -> bool {
+    match sys.fs_magic(dir).map(|m| m as u32) {
+        Ok(0x5846_5342) => true, // xfs
+        Ok(0xEF53) => ext4_journal_attached(dir),
+        _ => false,
     }
 }
 

@@ -684,9 +684,15 @@ fn a_skip_fault_lies_about_every_matching_barrier() {
         q.enqueue(b"x").unwrap();
     }
     assert!(plan.fired());
+    // Two file fsyncs per job (before and after its link), one on xfs and journaled ext4.
+    let file = if steadq::sys::one_fsync_per_move(d.path()) {
+        3
+    } else {
+        6
+    };
     assert_eq!(
         (plan.count(Call::Fsync), plan.count(Call::FsyncDir)),
-        (6, 3)
+        (file, 3)
     );
     assert_eq!(q.list(None).unwrap().len(), 3);
 }

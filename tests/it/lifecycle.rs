@@ -542,13 +542,20 @@ fn batched_enqueue_shares_barriers() {
     .unwrap();
     plan2.reset_counts();
     q2.enqueue_batch(&refs).unwrap();
+    // Each job's file before and after its link, then its directory; on xfs and journaled
+    // ext4 the file's fsync after the link is left out (DESIGN.md, Barriers).
+    let file = if sys::one_fsync_per_move(d2.path()) {
+        50
+    } else {
+        100
+    };
     assert_eq!(
         (
             plan2.count(sys::Call::Fsync),
             plan2.count(sys::Call::FsyncDir)
         ),
-        (100, 50),
-        "strict: each job's file before and after its link, then its directory"
+        (file, 50),
+        "strict: each job's file before (and after) its link, then its directory"
     );
 }
 
