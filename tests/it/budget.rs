@@ -324,14 +324,34 @@ fn loop_tests_skip(name: &str) -> bool {
 fn fill(dir: &Path) {
     use std::io::Write;
     let mut f = std::fs::File::create(dir.join("filler")).unwrap();
-    for chunk in [65536usize, 4096, 512, 1] {
-        loop {
-            match f.write(&vec![0u8; chunk]) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+    // Until a whole pass writes nothing: ext4 reserves blocks for delayed allocation and
+    // gives back what writeback did not use, so a disk full before an fsync can have a few
+    // blocks free after it.
+    loop {
+        let mut wrote = 0;
+        for chunk in [65536usize, 4096, 512, 1] {
+            loop {
+                match f.write(&vec![0u8; chunk]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => wrote += n,
+                }
             }
+            let _ = f.sync_all();
         }
-        let _ = f.sync_all();
+        if wrote == 0 {
+            break;
+        }
+    }
+    // A growing file's next block may need an extent block reserved with it: the last free
+    // block or two can still take a new one-block file (evidence.log does). Fill those too.
+    for i in 0.. {
+        let mut small = std::fs::File::create(dir.join(format!("filler-{i}"))).unwrap();
+        let full = small
+            .write_all(&[0u8; 4096])
+            .and_then(|()| small.sync_all());
+        if full.is_err() {
+            break;
+        }
     }
 }
 
