@@ -170,7 +170,7 @@ impl AsyncQueue {
     /// Watch the levels' slots made since `fd` was set up (a parent's event woke the
     /// caller), before it lists the queue again: a job placed in one later is an event.
     /// Slots whose level directory (or `prio/`) is missing are tried once per level (or once
-    /// in all).
+    /// in all); where the level directory exists every missing slot of it is tried.
     fn watch_new_slots(&self, fd: &OwnedFd, absent: &mut Vec<u16>) {
         let (mut no_prio, mut no_level) = (false, None);
         absent.retain(|&s| {
@@ -181,8 +181,14 @@ impl AsyncQueue {
             match self.q.watch_slot(fd.as_fd(), s, SLOT_FLAGS) {
                 Ok(w) if w.slot.is_some() => false,
                 Ok(w) => {
+                    // parents: the root, `prio/`, `prio/<l>/`, as far as they exist. Only a
+                    // missing level directory says the level's other slots are missing too:
+                    // with `prio/<l>/` there, another shard's slot may exist (a waiter that
+                    // skipped it slept through the job linked there).
                     no_prio = w.parents.len() < 2;
-                    no_level = Some(level);
+                    if w.parents.len() < 3 {
+                        no_level = Some(level);
+                    }
                     true
                 }
                 Err(_) => true,
