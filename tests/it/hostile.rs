@@ -12,6 +12,18 @@ fn valid_name(q: &Queue, payload_id_seed: u128) -> String {
     JobName::new_ready(id, 5).format(q.id()).to_string()
 }
 
+/// A fifo at `path` (opening it for reading would block forever).
+fn mkfifo(path: &std::path::Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+}
+
 #[test]
 fn symlink_fifo_zero_filled_and_truncated_files_are_never_processed() {
     let d = TempDir::new("hostile");
@@ -30,14 +42,7 @@ fn symlink_fifo_zero_filled_and_truncated_files_are_never_processed() {
     symlink(&outside, &link).unwrap();
     // A fifo: opening it for reading would block forever.
     let fifo = shard.join(valid_name(&q, 2));
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
+    mkfifo(&fifo);
     // A zero-filled file with a valid name.
     let zero = shard.join(valid_name(&q, 3));
     std::fs::write(&zero, vec![0u8; 4096]).unwrap();
@@ -238,14 +243,7 @@ fn entries_that_appear_in_a_shard_known_empty_are_checked_before_any_claim_moves
     let link = shard.join(valid_name(&q, 11));
     symlink(&outside, &link).unwrap();
     let fifo = shard.join(valid_name(&q, 12));
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
+    mkfifo(&fifo);
     let dir = shard.join(valid_name(&q, 13));
     std::fs::create_dir(&dir).unwrap();
     let good = q.enqueue(b"real").unwrap();

@@ -244,6 +244,18 @@ fn a_claim_of_a_job_that_arrived_in_an_empty_shard_lists_nothing() {
     assert!(q.claim().unwrap().is_none());
 }
 
+/// Claim and ack every job `q` hands out, in the order it hands them out.
+fn claim_and_ack_all(q: &Queue) -> Vec<JobId> {
+    std::iter::from_fn(|| {
+        q.claim().unwrap().map(|l| {
+            let id = l.id();
+            l.ack().unwrap();
+            id
+        })
+    })
+    .collect()
+}
+
 #[test]
 fn jobs_that_arrive_in_an_empty_shard_are_claimed_oldest_first() {
     let d = TempDir::new("arrival-order");
@@ -260,14 +272,7 @@ fn jobs_that_arrive_in_an_empty_shard_are_claimed_oldest_first() {
         .map(|_| producer.enqueue(b"newer").unwrap())
         .collect();
     held.release().unwrap();
-    let got: Vec<JobId> = std::iter::from_fn(|| {
-        worker.claim().unwrap().map(|l| {
-            let id = l.id();
-            l.ack().unwrap();
-            id
-        })
-    })
-    .collect();
+    let got = claim_and_ack_all(&worker);
     let mut want = vec![first];
     want.extend(newer);
     want[1..].sort(); // ids of one millisecond are ordered by their random part
@@ -276,14 +281,7 @@ fn jobs_that_arrive_in_an_empty_shard_are_claimed_oldest_first() {
     let many: Vec<JobId> = (0..40)
         .map(|_| producer.enqueue(b"many").unwrap())
         .collect();
-    let got: Vec<JobId> = std::iter::from_fn(|| {
-        worker.claim().unwrap().map(|l| {
-            let id = l.id();
-            l.ack().unwrap();
-            id
-        })
-    })
-    .collect();
+    let got = claim_and_ack_all(&worker);
     let mut many = many;
     many.sort();
     assert_eq!(got, many);
