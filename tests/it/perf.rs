@@ -320,3 +320,23 @@ fn an_abandoned_lease_is_recovered_while_new_jobs_keep_arriving_in_its_shard() {
     // Its lease ran 300 ms; at most one claim's worth of held names (16) may come before it.
     assert!(after < Duration::from_secs(2), "recovered after {after:?}");
 }
+
+#[test]
+fn a_failed_check_of_an_arrived_name_falls_back_to_a_listing() {
+    // The fstatat of a name taken from an event fails (EIO here): the claim must not rename
+    // it blindly nor lose it, but list the shard and claim the job from the listing.
+    let d = TempDir::new("arrival-stat-fails");
+    Queue::create(d.path(), opts(1)).unwrap();
+    let (q, plan) =
+        crate::common::open_failing(d.path(), steadq::sys::Call::Stat, 1, rustix::io::Errno::IO);
+    assert!(q.claim().unwrap().is_none(), "the shard is now known empty");
+    let id = q.enqueue(b"checked").unwrap();
+    plan.arm();
+    let l = q.claim().unwrap().expect("claimed after a listing");
+    assert!(plan.fired(), "the name's check failed");
+    assert_eq!(l.id(), id);
+    // The shard's listing (and perhaps one of delayed/, at most once per 100 ms).
+    let listings = plan.count(steadq::sys::Call::ReadDir);
+    assert!((1..=2).contains(&listings), "{listings} listings");
+    l.ack().unwrap();
+}
