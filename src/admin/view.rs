@@ -644,7 +644,7 @@ impl Queue {
             let h = verify_receipt(&head, id, self.ident.id).map_err(Load::Corrupt)?;
             return Ok((h, fd, Some(std::sync::Arc::new(head))));
         }
-        match crate::ops::payload::check_file(&self.sys, fd.as_fd(), size, id, self.ident.id) {
+        match crate::ops::payload::check_file(&self.sys, fd.as_fd(), size, &[], id, self.ident.id) {
             Ok(c) => Ok((c.header, fd, c.file)),
             Err(Ok(c)) => Err(Load::Corrupt(c)),
             Err(Err((call, e))) => Err(Load::Io(call, e)),

@@ -175,6 +175,16 @@ impl Envelope {
     }
 }
 
+/// The length in bytes of the whole job file (header and payload) that the header at the
+/// start of `head` declares, or `None` when `head` is shorter than a header, its magic is
+/// wrong or the sum overflows. Unverified: a hint for how much to read, nothing more.
+pub fn declared_len(head: &[u8]) -> Option<u64> {
+    if head.len() < HEADER_LEN || head[..8] != MAGIC {
+        return None;
+    }
+    u64_at(head, OFF_LEN).checked_add(HEADER_LEN as u64)
+}
+
 fn u64_at(b: &[u8], off: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[off..off + 8]);

@@ -18,6 +18,10 @@ use std::sync::Arc;
 /// and the largest job file (header included) whose payload a claim keeps in memory.
 pub const CHUNK: usize = 64 * 1024;
 
+/// Bytes of a claim's first read of a job file (4 KiB): a file shorter than this is read
+/// whole by that one `pread(2)`, with no `fstat(2)` for its size.
+pub(crate) const PROBE: usize = 4096;
+
 /// How a claim's check of a job file failed: corrupt, or a call failed.
 pub(crate) type LoadFailed = core::result::Result<Corruption, (Call, Errno)>;
 
@@ -32,12 +36,51 @@ pub(crate) struct Checked {
     pub(crate) file: Option<Arc<Vec<u8>>>,
 }
 
+/// Verify `file`, the whole of a job file (read by one short `pread(2)`, see [`PROBE`]), as
+/// job `id` of queue `queue_id`, and keep it.
+pub(crate) fn check_prefix(file: &[u8], id: u128, queue_id: u128) -> Result<Checked, LoadFailed> {
+    let checked = verify_whole(file, id, queue_id)?;
+    Ok(Checked {
+        file: Some(Arc::new(file.to_vec())),
+        ..checked
+    })
+}
+
+/// [`check_prefix`] of a file already in a `Vec` of its own (kept without a copy).
+pub(crate) fn check_prefix_owned(
+    file: Vec<u8>,
+    id: u128,
+    queue_id: u128,
+) -> Result<Checked, LoadFailed> {
+    let checked = verify_whole(&file, id, queue_id)?;
+    Ok(Checked {
+        file: Some(Arc::new(file)),
+        ..checked
+    })
+}
+
+/// Verify a whole job file held in memory; `file` is left `None` for the caller to keep.
+fn verify_whole(file: &[u8], id: u128, queue_id: u128) -> Result<Checked, LoadFailed> {
+    let mut v = Verifier::new(file, file.len() as u64, id, queue_id).map_err(Ok)?;
+    v.update(&file[HEADER_LEN..]);
+    let mut raw = [0u8; HEADER_LEN];
+    raw.copy_from_slice(&file[..HEADER_LEN]);
+    let header = v.finish().map_err(Ok)?;
+    Ok(Checked {
+        raw,
+        header,
+        file: None,
+    })
+}
+
 /// Read regular file `fd` of `size` bytes in [`CHUNK`]s and verify it as job `id` of queue
-/// `queue_id`. A file of up to one chunk is read with one `pread(2)` and kept.
+/// `queue_id`; `prefix`: its first bytes, already read. A file of up to one chunk is read
+/// with one `pread(2)` (none when `prefix` holds it) and kept.
 pub(crate) fn check_file(
     sys: &Sys,
     fd: BorrowedFd<'_>,
     size: u64,
+    prefix: &[u8],
     id: u128,
     queue_id: u128,
 ) -> Result<Checked, LoadFailed> {
@@ -49,7 +92,9 @@ pub(crate) fn check_file(
     };
     let first = size.min(CHUNK as u64) as usize;
     let mut buf = vec![0u8; first];
-    read(&mut buf, 0)?;
+    let have = prefix.len().min(first);
+    buf[..have].copy_from_slice(&prefix[..have]);
+    read(&mut buf[have..], have as u64)?;
     let mut v = Verifier::new(&buf, size, id, queue_id).map_err(Ok)?;
     v.update(&buf[HEADER_LEN..]);
     let mut raw = [0u8; HEADER_LEN];

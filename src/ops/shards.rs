@@ -151,6 +151,24 @@ impl Shards {
         }
     }
 
+    /// Per shard, `Some(until)` where [`Shards::skip`] would skip it at `boot_ns`
+    /// (`CLOCK_BOOTTIME`), else `None`: one lock for a whole claim's walk. Empty before the
+    /// first drain.
+    pub(crate) fn known_empty(&self, boot_ns: u64) -> Vec<Option<u64>> {
+        let blind = self.watch.get().and_then(|w| w.as_ref());
+        if blind.is_some_and(|w| w.blind.load(std::sync::atomic::Ordering::Relaxed)) {
+            return Vec::new();
+        }
+        let k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let live = |e: &Option<u64>| e.filter(|t| boot_ns < *t);
+        k.empty_until.iter().map(live).collect()
+    }
+
+    /// Whether any shard holds pending names (see [`Shards::take_pending`]).
+    pub(crate) fn any_pending(&self) -> bool {
+        self.pending.load(std::sync::atomic::Ordering::Relaxed) != 0
+    }
+
     /// `Ok(until)` when shard `s` is known empty at `boot_ns` (`CLOCK_BOOTTIME`): skip it,
     /// and list it again at `until` (a waiting claim must wake then). Otherwise its
     /// generation, to hand to [`Shards::listed`] after listing it.

@@ -64,18 +64,36 @@ fn flip(file: &Path, at: u64) {
 fn a_small_job_is_one_read_and_a_large_one_reads_back_exactly_in_chunks() {
     let d = TempDir::new("stream-chunks");
     let (q, plan) = counted(&d);
-    // A job file of exactly one chunk: one pread at claim, kept, no read after.
-    let small = bytes(CHUNK - HEADER);
-    q.enqueue(&small).unwrap();
+    // A job file under the 4 KiB probe: one pread at claim and no fstat (the short read
+    // showed its end).
+    q.enqueue(&bytes(64)).unwrap();
     plan.reset_counts();
     let l = q.claim().unwrap().unwrap();
-    assert_eq!(plan.count(Call::Read), 1, "claim of a one-chunk job");
+    let calls = (plan.count(Call::Read), plan.count(Call::Stat));
+    assert_eq!(calls, (1, 0), "claim of a 64-byte job: (reads, stats)");
+    assert_eq!(l.payload().unwrap(), &bytes(64)[..]);
+    l.ack().unwrap();
+    // A job file of exactly one chunk: the probe, then the rest (with a byte of room that
+    // shows the end the header declared), kept, no read after and no fstat.
+    // (A new handle: it lists the shard, where this one would check the name it saw arrive
+    // with an `fstatat`, also counted as Stat.)
+    let small = bytes(CHUNK - HEADER);
+    q.enqueue(&small).unwrap();
+    let fresh = Options {
+        faults: Some(plan.clone()),
+        ..fast(1)
+    };
+    let q = Queue::open_with(d.path(), fresh.clone()).unwrap();
+    plan.reset_counts();
+    let l = q.claim().unwrap().unwrap();
+    let calls = (plan.count(Call::Read), plan.count(Call::Stat));
+    assert_eq!(calls, (2, 0), "claim of a one-chunk job: (reads, stats)");
     let mut back = Vec::new();
     l.reader().unwrap().read_to_end(&mut back).unwrap();
     assert_eq!((l.payload().unwrap(), &back[..]), (&small[..], &small[..]));
     assert_eq!(
         plan.count(Call::Read),
-        1,
+        2,
         "a kept payload is not read again"
     );
     assert_eq!(l.payload_len(), small.len() as u64);
@@ -85,9 +103,12 @@ fn a_small_job_is_one_read_and_a_large_one_reads_back_exactly_in_chunks() {
     // in reads of any size; payload() loads it once.
     let large = bytes(3 * CHUNK + 12_345);
     q.enqueue(&large).unwrap();
+    let q = Queue::open_with(d.path(), fresh).unwrap();
     plan.reset_counts();
     let l = q.claim().unwrap().unwrap();
-    assert_eq!(plan.count(Call::Read), 4, "claim of a 4-chunk job file");
+    // The probe, fstat, the rest of the first chunk, then three chunks.
+    let calls = (plan.count(Call::Read), plan.count(Call::Stat));
+    assert_eq!(calls, (5, 1), "claim of a 4-chunk job file: (reads, stats)");
     assert_eq!(l.payload_len(), large.len() as u64);
     for step in [1000, 4096, CHUNK, 1 << 20] {
         let mut r = l.reader().unwrap();
@@ -112,7 +133,7 @@ fn a_small_job_is_one_read_and_a_large_one_reads_back_exactly_in_chunks() {
     );
     let receipt = l.ack().unwrap();
     assert!(receipt.name.ends_with(".rct"));
-    assert_eq!(counts(&q), [0, 0, 0, 0, 2]);
+    assert_eq!(counts(&q), [0, 0, 0, 0, 3]);
 }
 
 #[test]
@@ -199,6 +220,46 @@ fn a_large_job_corrupt_in_its_last_chunk_is_dead_lettered_at_claim() {
         dead.len() == 1 && dead[0].contains(".xcorrupt.") && dead[0].contains(&id.to_string()),
         "{dead:?}"
     );
+}
+
+/// A job file one byte longer or shorter than its header declares is dead-lettered as
+/// corrupt at claim, on each of the claim's three read paths: under the 4 KiB probe (one
+/// short read), up to one chunk (probe, then the rest with a byte of room), and larger
+/// (fstat, then chunks). The paths without fstat take the file's length from where its
+/// reads end, and a byte appended past the declared end must not pass.
+#[test]
+fn a_job_file_longer_or_shorter_than_declared_is_corrupt_on_every_read_path() {
+    use std::io::Write;
+    for payload in [64, 4096 - HEADER, 4096, 10_000, CHUNK - HEADER, 3 * CHUNK] {
+        for grow in [true, false] {
+            let d = TempDir::new("stream-length");
+            let q = Queue::create(d.path(), fast(1)).unwrap();
+            let id = q.enqueue(&bytes(payload)).unwrap();
+            let file = d.path().join(&files(d.path(), "ready")[0]);
+            let f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&file)
+                .unwrap();
+            if grow {
+                (&f).write_all(b"x").unwrap();
+            } else {
+                f.set_len((HEADER + payload - 1) as u64).unwrap();
+            }
+            drop(f);
+            let case = format!(
+                "payload {payload}, one byte {}",
+                if grow { "more" } else { "less" }
+            );
+            assert!(q.claim().unwrap().is_none(), "{case}: never handed out");
+            let dead = files(d.path(), "dead");
+            assert!(
+                dead.len() == 1
+                    && dead[0].contains(".xcorrupt.")
+                    && dead[0].contains(&id.to_string()),
+                "{case}: {dead:?}"
+            );
+        }
+    }
 }
 
 #[test]
