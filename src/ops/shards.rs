@@ -146,8 +146,7 @@ impl Shards {
             }
         }
         if learnt {
-            let n = k.pending.iter().map(Vec::len).sum();
-            self.pending.store(n, std::sync::atomic::Ordering::Relaxed);
+            self.recount(&k);
         }
     }
 
@@ -187,8 +186,9 @@ impl Shards {
                 if let Some(a) = k.arrived.get_mut(s as usize) {
                     *a = None;
                 }
-                if let Some(p) = k.pending.get_mut(s as usize) {
+                if let Some(p) = k.pending.get_mut(s as usize).filter(|p| !p.is_empty()) {
                     p.clear();
+                    self.recount(&k);
                 }
                 Err(g)
             }
@@ -219,8 +219,9 @@ impl Shards {
             .get_mut(s as usize)
             .map(core::mem::take)
             .unwrap_or_default();
-        self.pending
-            .store(k.pending.iter().map(Vec::len).sum(), Relaxed);
+        // Under the lock, like every store of the count.
+        let left = self.pending.load(Relaxed).saturating_sub(taken.len());
+        self.pending.store(left, Relaxed);
         taken
     }
 
@@ -234,7 +235,14 @@ impl Shards {
             k.generation[s] += 1;
             k.empty_until[s] = None;
             k.pending[s].clear();
+            self.recount(&k);
         }
+    }
+
+    /// Store the count of pending names over all shards (with `k`'s lock held).
+    fn recount(&self, k: &Known) {
+        let n = k.pending.iter().map(Vec::len).sum();
+        self.pending.store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether a ready name made in an earlier millisecond than job `id` appeared in shard
