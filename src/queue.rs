@@ -267,6 +267,8 @@ pub struct Shared {
     pub(crate) unreadable: Vec<std::sync::atomic::AtomicBool>,
     /// Per ready shard: its unreadability was logged (once per handle).
     pub(crate) warned_unreadable: Vec<std::sync::atomic::AtomicBool>,
+    /// Entries that are not directories on the path to a slot, warned about once each.
+    pub(crate) warned_blocks: std::sync::Mutex<Vec<String>>,
     /// Capacity tally and reservations (ops/capacity.rs).
     pub(crate) cap: crate::ops::capacity::CapState,
 }
@@ -453,6 +455,7 @@ impl Queue {
                 promoted_at: Default::default(),
                 unreadable: flags(),
                 warned_unreadable: flags(),
+                warned_blocks: Default::default(),
                 evidence_lock: Mutex::new(()),
                 cap: Default::default(),
             }),
@@ -601,13 +604,36 @@ impl Queue {
         let r = self.list_held(fd, &rel, list)?;
         self.unreadable[i].store(r.is_none(), Relaxed);
         if r.is_none() && !self.warned_unreadable[i].swap(true, Relaxed) {
-            log::warn!(
-                "{}: cannot read this shard (Permission denied); its jobs are skipped until it \
-                 is readable again (status counts it)",
-                self.path(&rel).display()
-            );
+            match self.not_a_directory_on(&rel) {
+                // One warning per entry in the way (it stands before every slot of a level,
+                // or of every level), not one per slot behind it.
+                Some(block) => {
+                    let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
+                    if !warned.contains(&block) {
+                        log::warn!(
+                            "{}: not a directory where the queue keeps priority levels; the \
+                             jobs of every slot behind it are skipped until it is moved away \
+                             (fsck names it)",
+                            self.path(&block).display()
+                        );
+                        warned.push(block);
+                    }
+                }
+                None => log::warn!(
+                    "{}: cannot read this shard (Permission denied); its jobs are skipped until \
+                     it is readable again (status counts it)",
+                    self.path(&rel).display()
+                ),
+            }
         }
         Ok(r)
+    }
+
+    /// The first component of path `rel` (from the root) that exists and is not a directory
+    /// (`fstatat`, symlinks not followed), e.g. `prio` for `prio/5/03` when `prio` is a file.
+    pub(crate) fn not_a_directory_on(&self, rel: &str) -> Option<String> {
+        let (end, _) = first_non_directory(&self.sys, self.dirs.root.as_fd(), rel)?;
+        Some(rel[..end].to_string())
     }
 
     /// Run `list` on held directory `fd` (`rel` from the root): `Ok(None)` when this user
@@ -630,7 +656,10 @@ impl Queue {
         }
         match self.sys.open_dir_beneath(self.dirs.root.as_fd(), rel) {
             Ok(fd) => list(fd.as_fd()).map(Some),
-            Err(Errno::ACCESS | Errno::PERM) => Ok(None),
+            // ENOTDIR: something that is not a directory stands on the path (a file named
+            // `prio` in the root): the slot cannot be read, as with a permission, and fsck
+            // names the entry. Only this slot's jobs wait; every other slot goes on.
+            Err(Errno::ACCESS | Errno::PERM | Errno::NOTDIR) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -726,6 +755,27 @@ impl Queue {
     }
 }
 
+/// The first component of path `rel` beneath `root` that exists and is not a directory
+/// (`fstatat`, symlinks not followed): the length of the path up to it, and its type.
+fn first_non_directory(
+    sys: &Sys,
+    root: BorrowedFd<'_>,
+    rel: &str,
+) -> Option<(usize, rustix::fs::FileType)> {
+    let mut end = 0;
+    for part in rel.split('/') {
+        end += part.len();
+        match sys.stat_nofollow(root, &rel[..end]) {
+            Ok(m) if m.file_type != rustix::fs::FileType::Directory => {
+                return Some((end, m.file_type))
+            }
+            Ok(_) => end += 1,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 /// Open every directory of the layout beneath `rootfd` (which the result holds as `root`).
 ///
 /// # Errors
@@ -762,8 +812,22 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
         _ => open(rel),
     };
     // A priority level's slot that does not exist yet is opened on first use.
+    // A slot behind something that is not a directory (a file named `prio` in the root, or
+    // in place of `ready/03`) is held by the stand-in too: its jobs wait, every other slot
+    // goes on, and fsck names the entry (it stopped every command before, even `fsck`).
+    // A symlink in the way stays an error (a symlinked shard is refused, never followed).
+    let not_dir = |e: &Error, rel: &str| {
+        e.errno()
+            .is_some_and(|n| n.raw_os_error() == Errno::NOTDIR.raw_os_error())
+            && first_non_directory(sys, rootfd.as_fd(), rel)
+                .is_some_and(|(_, t)| t != rustix::fs::FileType::Symlink)
+    };
     let slot = |s: u16| match held(&ident.slot_rel(s)) {
         Err(e) if *e.kind() == ErrorKind::Incomplete && ident.slot_is_lazy(s) => Ok(None),
+        Err(e) if not_dir(&e, &ident.slot_rel(s)) => sys
+            .open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
+            .map(Some)
+            .map_err(|_| e),
         r => r.map(Some),
     };
     let ready = (0..ident.slots())

@@ -51,6 +51,12 @@ pub enum ProblemKind {
     /// jobs would leave the queue unseen. The operator moves each where its name belongs
     /// (`--quarantine` moves them home once they are direct entries of a job directory).
     JobsInside(u64),
+    /// Not a directory where the layout has one (a file named `prio` in the root, or `5` in
+    /// `prio/`): the ready slots behind it cannot be read or made, so jobs of those levels
+    /// cannot be enqueued and wait to be claimed until it is moved away. Every other level
+    /// goes on. In the root it is never moved (`--quarantine` moves no root entry); in
+    /// `prio/` it is quarantined like any stray.
+    NotADirectory,
     /// A settings file that does not decode (`steadq.limits`: every enqueue fails while it
     /// is damaged). Reported, never moved.
     Damaged(&'static str),
@@ -89,6 +95,10 @@ impl core::fmt::Display for Problem {
             ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}")?,
             ProblemKind::NotRegular(what) => write!(f, "foreign: {what}")?,
             ProblemKind::Damaged(what) => write!(f, "damaged: {what}")?,
+            ProblemKind::NotADirectory => f.write_str(
+                "not a directory where the queue keeps priority levels: jobs of the levels \
+                 behind it can be neither enqueued nor claimed until it is moved away",
+            )?,
             ProblemKind::NotKeyName => f.write_str(
                 "foreign: not a key entry (<64 hex>) or tombstone (<64 hex>.<32 hex>.gone)",
             )?,
@@ -288,8 +298,26 @@ impl Queue {
             }
             true
         })?;
-        // A directory this user cannot read was skipped by the walk: say so.
+        // A directory this user cannot read was skipped by the walk: say so, unless an entry
+        // that is not a directory stands on its path (reported once, above).
+        let blocked: Vec<String> = bad
+            .iter()
+            .filter(|b| b.2 == ProblemKind::NotADirectory)
+            .map(|(dir, name, _)| match dir.is_empty() {
+                true => name.clone(),
+                false => format!("{dir}/{name}"),
+            })
+            .collect();
         for path in unreadable {
+            let behind = |b: &String| {
+                path == *b
+                    || path
+                        .strip_prefix(b.as_str())
+                        .is_some_and(|r| r.starts_with('/'))
+            };
+            if blocked.iter().any(behind) {
+                continue;
+            }
             rep.problems.push(Problem {
                 path,
                 kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
@@ -421,12 +449,18 @@ impl Queue {
     /// Root level: only the known names belong (`prio/` from version 3 on).
     fn check_root(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let known = ROOT_ENTRIES;
-        let mut odd = Vec::new();
+        let (mut odd, mut blocked) = (Vec::new(), Vec::new());
         self.sys
-            .read_dir(self.dirs.root.as_fd(), |name, _, _| {
+            .read_dir(self.dirs.root.as_fd(), |name, _, t| {
                 rep.checked += 1;
                 match name {
-                    Some(PRIO_DIR) if v3 => {}
+                    // Only a directory: a file named `prio` (a script's `echo 5 > $Q/prio`)
+                    // is foreign, and every level behind it waits until it is moved away.
+                    Some(PRIO_DIR) if v3 => {
+                        if !self.is_dir_entry(self.dirs.root.as_fd(), PRIO_DIR, t) {
+                            blocked.push(PRIO_DIR.to_string());
+                        }
+                    }
                     Some(n)
                         if known.contains(&n)
                             || n.starts_with(&format!(".{IDENTITY_FILE}."))
@@ -441,6 +475,9 @@ impl Queue {
             let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
             let kind = self.typed(self.dirs.root.as_fd(), &name, kind);
             bad.push((String::new(), name, kind));
+        }
+        for name in blocked {
+            bad.push((String::new(), name, ProblemKind::NotADirectory));
         }
         Ok(())
     }
@@ -506,19 +543,39 @@ impl Queue {
         let Some(fd) = self.dirs_parent(PRIO_DIR, rep)? else {
             return Ok(false);
         };
-        let mut odd = Vec::new();
+        let (mut odd, mut blocked) = (Vec::new(), Vec::new());
         self.sys
-            .read_dir(fd.as_fd(), |name, _, _| {
-                let ok = matches!(name.map(str::as_bytes), Some([d])
+            .read_dir(fd.as_fd(), |name, _, t| {
+                let level = matches!(name.map(str::as_bytes), Some([d])
                     if (b'0'..b'0' + levels).contains(d)
                         && *d != b'0' + crate::name::DEFAULT_PRIORITY);
-                if !ok {
-                    odd.push(name.unwrap_or("?").to_string());
+                match name {
+                    Some(n) if level && !self.is_dir_entry(fd.as_fd(), n, t) => {
+                        blocked.push(n.to_string())
+                    }
+                    _ if level => {}
+                    _ => odd.push(name.unwrap_or("?").to_string()),
                 }
             })
             .map_err(|e| self.read_dir_error(e, "prio"))?;
         self.strays(rep, fd.as_fd(), "prio", odd, bad);
+        for name in blocked {
+            bad.push((PRIO_DIR.to_string(), name, ProblemKind::NotADirectory));
+        }
         Ok(true)
+    }
+
+    /// Whether entry `name` of `dir`, of type `t` as listed, is a directory (`fstatat`
+    /// without following a symlink when the listing did not say).
+    fn is_dir_entry(&self, dir: BorrowedFd<'_>, name: &str, t: EntryType) -> bool {
+        match t {
+            EntryType::Dir => true,
+            EntryType::Unknown => self
+                .sys
+                .stat_nofollow(dir, name)
+                .is_ok_and(|m| m.file_type == rustix::fs::FileType::Directory),
+            _ => false,
+        }
     }
 
     /// Shard parent `name` (`ready`, `receipts`, `prio`, `prio/<l>`), opened and listable;
@@ -530,8 +587,11 @@ impl Queue {
         match listed {
             Ok(fd) => Ok(Some(fd)),
             // `prio/` and `prio/<l>/` are made by the first job placed at a level
-            // (`ops/levels.rs`): missing, they hold nothing.
-            Err(Errno::NOENT) if name.split('/').next() == Some(PRIO_DIR) => Ok(None),
+            // (`ops/levels.rs`): missing, they hold nothing. Not a directory (`ENOTDIR`), the
+            // entry in the way is reported where it stands (the root, or `prio/`).
+            Err(Errno::NOENT | Errno::NOTDIR) if name.split('/').next() == Some(PRIO_DIR) => {
+                Ok(None)
+            }
             Err(e @ (Errno::ACCESS | Errno::PERM)) => {
                 rep.problems.push(Problem {
                     path: name.to_string(),

@@ -187,8 +187,12 @@ impl Queue {
         let mut unreadable = Vec::new();
         self.walk_noting(&mut unreadable, f)?;
         for rel in unreadable {
+            let why = match self.not_a_directory_on(&rel) {
+                Some(_) => "not a directory where the queue keeps priority levels",
+                None => "cannot read this directory (Permission denied)",
+            };
             log::warn!(
-                "{}: cannot read this directory (Permission denied); its jobs were skipped",
+                "{}: {why}; its jobs were skipped",
                 self.path(&rel).display()
             );
         }
@@ -233,7 +237,12 @@ impl Queue {
                 }
                 .map_err(|e| self.read_dir_error(e, &rel))?;
                 let going = going.unwrap_or_else(|| {
-                    unreadable.push(rel.clone());
+                    // Behind an entry that is not a directory (a file named `prio`): that
+                    // entry, once, not each of the 56 slots behind it.
+                    let at = self.not_a_directory_on(&rel).unwrap_or_else(|| rel.clone());
+                    if !unreadable.contains(&at) {
+                        unreadable.push(at);
+                    }
                     true
                 });
                 if !going {

@@ -274,7 +274,8 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     for d in &s.unreadable_dirs {
         let _ = writeln!(
             o,
-            "unread   {d}  this user cannot read this directory: its jobs are not counted"
+            "unread   {d}  this user cannot read this directory, or it is not one (fsck says \
+             which): its jobs are not counted"
         );
     }
     if !s.limits.is_unlimited() {

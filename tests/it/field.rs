@@ -1841,3 +1841,106 @@ fn a_level_made_by_another_user_is_owned_and_shared_like_ready() {
     );
     assert_eq!(code, Some(0), "{out}{err}");
 }
+
+/// A file named `prio` in the root (a script's `echo 5 > $Q/prio`), or `5` in `prio/`,
+/// stops only the priority levels behind it. It stopped every command before, `fsck` and
+/// the default level included ("prio/0/00: open failed: Not a directory"). Now: the default
+/// level enqueues and claims; status and list work and name the entry once; an enqueue at a
+/// level behind it is refused naming it and leaves nothing; fsck reports it as one problem
+/// (not 56 unreadable slots), never moves a root entry, and quarantines a stray `prio/5`.
+#[test]
+fn a_file_named_prio_stops_only_the_levels_behind_it() {
+    let d = TempDir::new("prio-file");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "2"]).status.success());
+    assert!(steadq_in(&["enqueue", qs], b"before").status.success());
+    std::fs::write(d.path().join("prio"), b"5\n").unwrap();
+
+    let out = run(&["status", qs]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "status: {text}");
+    // The paths listed (the line with the count of slots behind it comes first).
+    let unread: Vec<_> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("unread   ")
+                && !l[6..]
+                    .trim_start()
+                    .starts_with(|c: char| c.is_ascii_digit())
+        })
+        .collect();
+    assert!(
+        unread.len() == 1 && unread[0].starts_with("unread   prio  "),
+        "{text}"
+    );
+    assert!(text.contains("ready           1"), "{text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("not a directory").count(),
+        1,
+        "one warning: {err}"
+    );
+
+    let out = run(&["list", qs]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+
+    let before = files(d.path(), "");
+    let out = steadq_in(&["enqueue", qs, "--priority", "5"], b"high");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "refused: {err}");
+    assert!(
+        err.contains(&format!("{qs}/prio")) && err.contains("Not a directory"),
+        "{err}"
+    );
+    assert_eq!(
+        files(d.path(), ""),
+        before,
+        "a refused enqueue leaves nothing"
+    );
+
+    assert!(steadq_in(&["enqueue", qs], b"after").status.success());
+    let out = run(&["claim", qs]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    for args in [vec!["fsck", qs], vec!["fsck", qs, "--quarantine"]] {
+        let out = run(&args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {text}");
+        let problems: Vec<_> = text.lines().filter(|l| !l.starts_with("fsck ")).collect();
+        assert_eq!(problems.len(), 1, "{args:?}: {text}");
+        assert!(
+            problems[0].starts_with("prio: not a directory where the queue keeps priority levels"),
+            "{text}"
+        );
+        assert!(
+            !problems[0].contains("quarantine"),
+            "a root entry is never moved: {text}"
+        );
+    }
+    assert!(d.path().join("prio").is_file());
+
+    // Moved away by the operator: level 5 works. Then a file `7` in prio/: one problem,
+    // quarantined, and level 7 works again.
+    std::fs::remove_file(d.path().join("prio")).unwrap();
+    assert!(steadq_in(&["enqueue", qs, "--priority", "5"], b"high")
+        .status
+        .success());
+    std::fs::write(d.path().join("prio/7"), b"").unwrap();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("prio/7: not a directory where the queue keeps priority levels")
+            && text.contains("(moved to quarantine/)"),
+        "{text}"
+    );
+    assert!(steadq_in(&["enqueue", qs, "--priority", "7"], b"top")
+        .status
+        .success());
+    assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
+}
