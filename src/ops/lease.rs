@@ -199,12 +199,31 @@ impl Queue {
     ) -> Result<Option<Lease>> {
         self.shards.drain(self);
         let mut budget = 2 * self.ident.slots() as u32;
+        // A job this user may not move (EPERM, EACCES: a sticky shard directory and another
+        // user's file) is passed over for the next candidate: it stopped every claim, the
+        // oldest job being tried first each time. If nothing else can be claimed, the claim
+        // fails with its error (not done) instead of saying "no job".
+        let mut refused: Option<Error> = None;
         loop {
             self.load_levels(seen, &mut budget)?;
             let Some((slot, name)) = self.pick() else {
-                return Ok(None);
+                return match refused {
+                    Some(e) => Err(e),
+                    None => Ok(None),
+                };
             };
-            if let Some(lease) = self.try_claim(slot, name, lease, sync)? {
+            let tried = match self.try_claim(slot, name, lease, sync) {
+                Err(Skip(e)) => {
+                    self.warn_refused(&e);
+                    // No more listings this round: the one that held it would hold it again.
+                    budget = 0;
+                    refused.get_or_insert(e);
+                    continue;
+                }
+                Err(Fail(e)) => return Err(e),
+                Ok(l) => l,
+            };
+            if let Some(lease) = tried {
                 let last = {
                     let c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
                     c.held[slot as usize].is_empty()
@@ -509,7 +528,7 @@ impl Queue {
         name: JobName,
         lease: Duration,
         sync: bool,
-    ) -> Result<Option<Lease>> {
+    ) -> core::result::Result<Option<Lease>, TryFailed> {
         let here = self.place_ready(shard, State::Ready);
         if name.exhausted() {
             let dead = self.place_dead()?;
@@ -526,7 +545,8 @@ impl Queue {
                     Ok(None)
                 }
                 Err(e) if e.is_lease_lost() => Ok(None),
-                Err(e) => Err(e.into()),
+                Err(MoveFailed::NotDone(e)) if refused(&e) => Err(Skip(e)),
+                Err(e) => Err(Error::from(e).into()),
             };
         }
         let fields = LeaseFields {
@@ -543,9 +563,23 @@ impl Queue {
             self.rename_job(&here, &name, &to, &leased, Op::Claim)
         };
         match moved {
-            Ok(()) => self.take_leased(shard, leased, &to),
+            Ok(()) => Ok(self.take_leased(shard, leased, &to)?),
             Err(e) if e.is_lease_lost() => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(MoveFailed::NotDone(e)) if refused(&e) => Err(Skip(e)),
+            Err(e) => Err(Error::from(e).into()),
+        }
+    }
+
+    /// Log a job a claim could not move for lack of permission, once per job per handle.
+    fn warn_refused(&self, e: &Error) {
+        let path = e
+            .path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if !warned.contains(&path) && warned.len() < 256 {
+            log::warn!("{e}; this worker passes it over (fsck and status still count it)");
+            warned.push(path);
         }
     }
 
@@ -1328,6 +1362,31 @@ impl Drop for Lease {
             }
         }
     }
+}
+
+/// How [`Queue::try_claim`] failed: a job this user may not move (passed over), or anything
+/// else (the claim fails).
+enum TryFailed {
+    /// The rename was refused (`EPERM`, `EACCES`): not done, nothing moved.
+    Skip(Error),
+    /// Any other failure.
+    Fail(Error),
+}
+use TryFailed::{Fail, Skip};
+
+impl From<Error> for TryFailed {
+    fn from(e: Error) -> TryFailed {
+        Fail(e)
+    }
+}
+
+/// Whether a not-done move failed for lack of permission on the job's directory.
+fn refused(e: &Error) -> bool {
+    let perm = |n: Errno| {
+        e.errno()
+            .is_some_and(|x| x.raw_os_error() == n.raw_os_error())
+    };
+    perm(Errno::PERM) || perm(Errno::ACCESS)
 }
 
 #[cfg(test)]

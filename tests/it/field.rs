@@ -1944,3 +1944,40 @@ fn a_file_named_prio_stops_only_the_levels_behind_it() {
         .success());
     assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
 }
+
+/// A job this user may not move (a sticky shard directory, another user's file: `rename`
+/// fails with EPERM) is passed over for the next candidate. It stopped every claim: the
+/// oldest job is tried first, every time. With nothing else to claim, the claim fails naming
+/// it (not done, exit 2), never "no job".
+#[test]
+fn a_job_this_user_may_not_move_is_passed_over_not_a_stop() {
+    let Some(t) = AsNobody::new("refused-move") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1");
+    assert_eq!(code, Some(0), "{err}");
+    let qs = t.q.to_str().unwrap();
+    for p in [&b"root one"[..], b"root two"] {
+        assert!(steadq_in(&["enqueue", qs], p).status.success());
+    }
+    // Sticky, and owned by root: nobody may add files but not move root's.
+    std::os::unix::fs::chown(t.q.join("ready/00"), Some(0), Some(0)).unwrap();
+    t.chmod("ready/00", 0o1777);
+    let before = t.ls("ready/00");
+    let (code, out, err) = t.run("$S claim $Q");
+    assert_eq!(code, Some(2), "not done, not 'no job': {out} {err}");
+    assert!(
+        err.contains("Operation not permitted") && err.contains("ready/00/"),
+        "{err}"
+    );
+    assert_eq!(t.ls("ready/00"), before, "nothing moved");
+    let (code, id, err) = t.run("echo mine | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = t.run("$S claim $Q");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with(id.trim()),
+        "its own job, past the two older ones: {out}"
+    );
+    assert_eq!(err.matches("passes it over").count(), 2, "{err}");
+}
