@@ -120,7 +120,8 @@ pub struct Fault {
 /// Whether a queue in directory `dir` makes one fsync per move between directories and
 /// leaves out an enqueue's second file fsync: true on xfs and on ext4 with a jbd2 journal
 /// and no fast commits (DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
-/// opened. For tests that count barriers.
+/// opened. For tests that count barriers (feature `faults`, as the module's export).
+#[cfg(feature = "faults")]
 pub fn one_fsync_per_move(dir: &std::path::Path) -> bool {
     let sys = Sys::new();
     sys.open_dir_path(dir)
