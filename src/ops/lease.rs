@@ -848,6 +848,9 @@ impl Queue {
                 }
                 Ok(None) => break,
                 Err(e) if out.is_empty() => return Err(e.into()),
+                // Only jobs this user may not move are left (passed over, warned): the batch
+                // ends with what it took.
+                Err(e) if refused(&e) && e.outcome() == Outcome::NotDone => break,
                 Err(e) => return Err(e.with_outcome(Outcome::Indeterminate).into()),
             }
         }

@@ -1980,4 +1980,38 @@ fn a_job_this_user_may_not_move_is_passed_over_not_a_stop() {
         "its own job, past the two older ones: {out}"
     );
     assert_eq!(err.matches("passes it over").count(), 2, "{err}");
+
+    // claim_batch, as nobody (this test binary, copied where nobody can run it): it takes
+    // the two jobs nobody may move and ends there, done, instead of failing the batch
+    // (indeterminate) at the refused ones.
+    let (code, _, err) = t.run("echo a | $S enqueue $Q && echo b | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    let exe = t.base.join("it");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    let (code, out, err) = t.run(&format!(
+        "STEADQ_REFUSED_Q=$Q {} --exact field::refused_batch_child --nocapture --test-threads=1",
+        exe.display()
+    ));
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.contains("claimed 2 acked 2"), "{out} {err}");
+    // Left: the two refused jobs, and the lease of nobody's first claim.
+    let now = t.ls("ready/00");
+    assert!(
+        now.len() == 3 && before.iter().all(|b| now.contains(b)),
+        "{now:?}"
+    );
+}
+
+/// Not a test on its own: the `claim_batch` child of
+/// `a_job_this_user_may_not_move_is_passed_over_not_a_stop` (does nothing unless run as one).
+#[test]
+fn refused_batch_child() {
+    let Some(q) = std::env::var_os("STEADQ_REFUSED_Q") else {
+        return;
+    };
+    let q = Queue::open(q).unwrap();
+    let got = q.claim_batch(10, Duration::from_secs(60)).unwrap();
+    let n = got.len();
+    let acked = q.ack_batch(got).unwrap().len();
+    println!("claimed {n} acked {acked}");
 }
