@@ -267,7 +267,8 @@ pub struct Shared {
     pub(crate) unreadable: Vec<std::sync::atomic::AtomicBool>,
     /// Per ready shard: its unreadability was logged (once per handle).
     pub(crate) warned_unreadable: Vec<std::sync::atomic::AtomicBool>,
-    /// Entries that are not directories on the path to a slot, warned about once each.
+    /// Paths warned about once per handle: an entry that is not a directory on the path to
+    /// a slot, a job this user may not move (at most 256).
     pub(crate) warned_blocks: std::sync::Mutex<Vec<String>>,
     /// Capacity tally and reservations (ops/capacity.rs).
     pub(crate) cap: crate::ops::capacity::CapState,

@@ -11,8 +11,7 @@ use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, Reason};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Failure, Outcome, RenewError, Result, SettleError};
 use crate::ops::payload::{
-    check_file, check_prefix, check_prefix_owned, Checked, LoadFailed, PayloadReader, StreamFailed,
-    CHUNK, PROBE,
+    check_file, check_whole, Checked, LoadFailed, PayloadReader, StreamFailed, CHUNK, PROBE,
 };
 use crate::ops::recover::RecoverReport;
 use crate::ops::state::{Op, State};
@@ -664,7 +663,7 @@ impl Queue {
         let prefix = match self.sys.read_at(fd, &mut probe, 0) {
             Ok(n) if n < PROBE => {
                 if n as u64 <= max_payload.saturating_add(HEADER_LEN as u64) {
-                    return check_prefix(&probe[..n], name.id.0, self.ident.id);
+                    return check_whole(probe[..n].to_vec(), name.id.0, self.ident.id);
                 }
                 0
             }
@@ -684,7 +683,7 @@ impl Queue {
                         .map_err(|e| Err((Call::Read, e)))?;
                     if n + got == total {
                         buf.truncate(total);
-                        return check_prefix_owned(buf, name.id.0, self.ident.id);
+                        return check_whole(buf, name.id.0, self.ident.id);
                     }
                 }
                 n

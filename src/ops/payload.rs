@@ -36,32 +36,10 @@ pub(crate) struct Checked {
     pub(crate) file: Option<Arc<Vec<u8>>>,
 }
 
-/// Verify `file`, the whole of a job file (read by one short `pread(2)`, see [`PROBE`]), as
-/// job `id` of queue `queue_id`, and keep it.
-pub(crate) fn check_prefix(file: &[u8], id: u128, queue_id: u128) -> Result<Checked, LoadFailed> {
-    let checked = verify_whole(file, id, queue_id)?;
-    Ok(Checked {
-        file: Some(Arc::new(file.to_vec())),
-        ..checked
-    })
-}
-
-/// [`check_prefix`] of a file already in a `Vec` of its own (kept without a copy).
-pub(crate) fn check_prefix_owned(
-    file: Vec<u8>,
-    id: u128,
-    queue_id: u128,
-) -> Result<Checked, LoadFailed> {
-    let checked = verify_whole(&file, id, queue_id)?;
-    Ok(Checked {
-        file: Some(Arc::new(file)),
-        ..checked
-    })
-}
-
-/// Verify a whole job file held in memory; `file` is left `None` for the caller to keep.
-fn verify_whole(file: &[u8], id: u128, queue_id: u128) -> Result<Checked, LoadFailed> {
-    let mut v = Verifier::new(file, file.len() as u64, id, queue_id).map_err(Ok)?;
+/// Verify `file`, the whole of a job file read by short `pread(2)`s (see [`PROBE`]), as job
+/// `id` of queue `queue_id`, and keep it.
+pub(crate) fn check_whole(file: Vec<u8>, id: u128, queue_id: u128) -> Result<Checked, LoadFailed> {
+    let mut v = Verifier::new(&file, file.len() as u64, id, queue_id).map_err(Ok)?;
     v.update(&file[HEADER_LEN..]);
     let mut raw = [0u8; HEADER_LEN];
     raw.copy_from_slice(&file[..HEADER_LEN]);
@@ -69,7 +47,7 @@ fn verify_whole(file: &[u8], id: u128, queue_id: u128) -> Result<Checked, LoadFa
     Ok(Checked {
         raw,
         header,
-        file: None,
+        file: Some(Arc::new(file)),
     })
 }
 
