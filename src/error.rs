@@ -305,6 +305,15 @@ fn fmt_io(
     errno: OsErrno,
     outcome: Outcome,
 ) -> core::fmt::Result {
+    if errno == Errno::LOOP.into() && call == crate::disk::sys::Call::Open {
+        // `openat2(RESOLVE_NO_SYMLINKS)` answers ELOOP for any symlink on the path.
+        return write!(
+            f,
+            "{} failed: a symlink ({errno}); SteadQ never follows a symlink inside a queue: \
+             move it away (`steadq fsck` names it)",
+            call.name()
+        );
+    }
     if !errno.is_disk_full() {
         return write!(f, "{} failed: {errno}", call.name());
     }

@@ -27,6 +27,7 @@ use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::FaultPlan;
 use crate::disk::sys::{fs_name, Call, Errno, Sys};
 use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::ops::levels::SlotDir;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 #[cfg(feature = "faults")]
@@ -331,15 +332,32 @@ impl Queue {
     /// As [`Queue::open`], plus [`ErrorKind::InvalidArgument`] for an option out of range
     /// ([`Options::validate`]).
     pub fn open_with(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
+        Queue::open_checked(root.as_ref(), opts, false)
+    }
+
+    /// Open the queue at `root` to check it ([`Queue::fsck`], [`Queue::status`]): as
+    /// [`Queue::open`], except that a default-level shard that is a symlink
+    /// (`ready/03 -> /elsewhere`) does not refuse the queue. It is never followed: the
+    /// handle holds no job there, a claim passes it over and an enqueue there fails naming
+    /// it, and `fsck` reports it. (On a level's path, `prio -> /elsewhere`, every open treats
+    /// a symlink like a file: the levels behind it are skipped with a warning.)
+    ///
+    /// # Errors
+    /// As [`Queue::open`].
+    pub fn open_for_check(root: impl AsRef<Path>) -> Result<Queue> {
+        Queue::open_checked(root.as_ref(), Options::default(), true)
+    }
+
+    fn open_checked(root: &Path, opts: Options, check: bool) -> Result<Queue> {
         opts.validate()?;
-        let root = root.as_ref().to_path_buf();
+        let root = root.to_path_buf();
         let sys = make_sys(&opts);
         let rootfd = sys
             .open_dir_path(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
         check_names(rootfd.as_fd(), &root)?;
         let ident = read_identity(&sys, rootfd.as_fd(), &root)?;
-        Queue::assemble(root, sys, rootfd, ident, opts)
+        Queue::assemble(root, sys, rootfd, ident, opts, check)
     }
 
     /// Create the queue at `root` (the last path component is created if missing), or open it
@@ -413,7 +431,7 @@ impl Queue {
         }
         sys.fsync_dir(rootfd.as_fd())
             .map_err(|e| ind(Call::FsyncDir, e, &root))?;
-        Ok(Queue::assemble(root, sys, rootfd, ident, opts)?)
+        Ok(Queue::assemble(root, sys, rootfd, ident, opts, false)?)
     }
 
     fn assemble(
@@ -422,8 +440,9 @@ impl Queue {
         rootfd: OwnedFd,
         ident: Identity,
         opts: Options,
+        check: bool,
     ) -> Result<Queue> {
-        let dirs = open_dirs(&sys, rootfd, &root, &ident)?;
+        let dirs = open_dirs(&sys, rootfd, &root, &ident, check)?;
         let clock = Clock::new(&sys);
         probe_rename(&sys, dirs.tmp.as_fd(), &root, clock.boot_id())?;
         #[cfg(feature = "faults")]
@@ -582,7 +601,10 @@ impl Queue {
 
     /// Run `list` on the directory of ready shard `s`: `Ok(None)` when this user cannot read
     /// it (`EACCES`, `EPERM`; a shard made unreadable by `chmod 000`); `Err(ENOENT)` when it
-    /// is a priority level's slot not made yet, which holds no job. A shard whose held
+    /// is a priority level's slot not made yet, which holds no job; `Err(ENOTDIR)` when an
+    /// entry that is not a directory stands on its path (a file named `prio`, a symlink),
+    /// so that it holds no job either (warned once per entry, [`Queue::not_a_directory_on`]
+    /// names it). A shard whose held
     /// handle cannot list it (`O_PATH`, see `assemble`) is opened again each time, so a
     /// repaired permission is seen at once. The first unreadable listing of each shard is
     /// logged as a warning (once per handle); [`Queue::status`] counts the shards that were
@@ -598,36 +620,52 @@ impl Queue {
         use std::sync::atomic::Ordering::Relaxed;
         let i = s as usize;
         let rel = self.ident.slot_rel(s);
-        let Some(fd) = self.slot_fd(s) else {
-            self.unreadable[i].store(false, Relaxed);
-            return Err(Errno::NOENT);
+        let fd = match self.slot_dir(s) {
+            SlotDir::Held(fd) => fd,
+            SlotDir::Missing => {
+                self.unreadable[i].store(false, Relaxed);
+                return Err(Errno::NOENT);
+            }
+            SlotDir::Blocked(block) => {
+                self.unreadable[i].store(false, Relaxed);
+                self.warn_block(&block);
+                return Err(Errno::NOTDIR);
+            }
         };
         let r = self.list_held(fd, &rel, list)?;
-        self.unreadable[i].store(r.is_none(), Relaxed);
-        if r.is_none() && !self.warned_unreadable[i].swap(true, Relaxed) {
-            match self.not_a_directory_on(&rel) {
-                // One warning per entry in the way (it stands before every slot of a level,
-                // or of every level), not one per slot behind it.
-                Some(block) => {
-                    let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
-                    if !warned.contains(&block) {
-                        log::warn!(
-                            "{}: not a directory where the queue keeps priority levels; the \
-                             jobs of every slot behind it are skipped until it is moved away \
-                             (fsck names it)",
-                            self.path(&block).display()
-                        );
-                        warned.push(block);
-                    }
-                }
-                None => log::warn!(
-                    "{}: cannot read this shard (Permission denied); its jobs are skipped until \
-                     it is readable again (status counts it)",
-                    self.path(&rel).display()
-                ),
+        if r.is_none() {
+            // A slot held by the stand-in because a file stood in its way at open.
+            if let Some(block) = self.not_a_directory_on(&rel) {
+                self.unreadable[i].store(false, Relaxed);
+                self.warn_block(&block);
+                return Err(Errno::NOTDIR);
             }
         }
+        self.unreadable[i].store(r.is_none(), Relaxed);
+        if r.is_none() && !self.warned_unreadable[i].swap(true, Relaxed) {
+            log::warn!(
+                "{}: cannot read this shard (Permission denied); its jobs are skipped until it \
+                 is readable again (status counts it)",
+                self.path(&rel).display()
+            );
+        }
         Ok(r)
+    }
+
+    /// Warn once per handle about `block` (from the root), an entry that is not a directory
+    /// where the layout has one: it stands before every slot of a level, or of every level,
+    /// so it is named once, not once per slot behind it.
+    fn warn_block(&self, block: &str) {
+        let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if !warned.iter().any(|w| w == block) {
+            log::warn!(
+                "{}: not a directory where the queue keeps ready jobs (a file, or a symlink, \
+                 never followed); no job can be in the slots behind it and none can be placed \
+                 there until it is moved away (fsck names it)",
+                self.path(block).display()
+            );
+            warned.push(block.to_string());
+        }
     }
 
     /// The first component of path `rel` (from the root) that exists and is not a directory
@@ -660,7 +698,8 @@ impl Queue {
             // ENOTDIR: something that is not a directory stands on the path (a file named
             // `prio` in the root): the slot cannot be read, as with a permission, and fsck
             // names the entry. Only this slot's jobs wait; every other slot goes on.
-            Err(Errno::ACCESS | Errno::PERM | Errno::NOTDIR) => Ok(None),
+            // ELOOP: a symlink on the path, never followed; the same.
+            Err(Errno::ACCESS | Errno::PERM | Errno::NOTDIR | Errno::LOOP) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -782,7 +821,13 @@ fn first_non_directory(
 /// # Errors
 /// Not done: [`ErrorKind::Incomplete`] for a missing directory (an interrupted create), or
 /// [`ErrorKind::Io`] naming it.
-fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Result<Dirs> {
+fn open_dirs(
+    sys: &Sys,
+    rootfd: OwnedFd,
+    root: &Path,
+    ident: &Identity,
+    check: bool,
+) -> Result<Dirs> {
     let shards = ident.shards;
     let open = |rel: &str| {
         sys.open_dir_beneath(rootfd.as_fd(), rel).map_err(|e| {
@@ -814,22 +859,47 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
     };
     // A priority level's slot that does not exist yet is opened on first use.
     // A slot behind something that is not a directory (a file named `prio` in the root, or
-    // in place of `ready/03`) is held by the stand-in too: its jobs wait, every other slot
-    // goes on, and fsck names the entry (it stopped every command before, even `fsck`).
-    // A symlink in the way stays an error (a symlinked shard is refused, never followed).
-    let not_dir = |e: &Error, rel: &str| {
-        e.errno()
-            .is_some_and(|n| n.raw_os_error() == Errno::NOTDIR.raw_os_error())
-            && first_non_directory(sys, rootfd.as_fd(), rel)
-                .is_some_and(|(_, t)| t != rustix::fs::FileType::Symlink)
+    // in place of `ready/03`) holds no job: its level's slot is left unopened like one not
+    // made yet (`Queue::slot_dir` names the entry at each use), a default-level shard is
+    // held by the stand-in. Every other slot goes on, and fsck names the entry (it stopped
+    // every command before, even `fsck`). A symlink there is never followed: on a level's
+    // path it is treated like a file; as a default-level shard (`ready/03 -> /elsewhere`:
+    // an attempt to keep jobs outside the queue) it refuses the queue, naming it, except
+    // to `fsck` (`check`), which reports it.
+    let blocked = |e: &Error, rel: &str, lazy: bool| {
+        let errno = |n: Errno| {
+            e.errno()
+                .is_some_and(|x| x.raw_os_error() == n.raw_os_error())
+        };
+        if !errno(Errno::NOTDIR) && !errno(Errno::LOOP) {
+            return None;
+        }
+        let (end, t) = first_non_directory(sys, rootfd.as_fd(), rel)?;
+        let symlink = t == rustix::fs::FileType::Symlink;
+        Some((rel[..end].to_string(), !symlink || lazy || check))
     };
-    let slot = |s: u16| match held(&ident.slot_rel(s)) {
-        Err(e) if *e.kind() == ErrorKind::Incomplete && ident.slot_is_lazy(s) => Ok(None),
-        Err(e) if not_dir(&e, &ident.slot_rel(s)) => sys
-            .open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
-            .map(Some)
-            .map_err(|_| e),
-        r => r.map(Some),
+    let slot = |s: u16| {
+        let rel = ident.slot_rel(s);
+        let lazy = ident.slot_is_lazy(s);
+        match held(&rel) {
+            Err(e) if *e.kind() == ErrorKind::Incomplete && lazy => Ok(None),
+            Err(e) => match blocked(&e, &rel, lazy) {
+                Some((_, true)) if lazy => Ok(None),
+                Some((_, true)) => sys
+                    .open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
+                    .map(Some)
+                    .map_err(|_| e),
+                // Named where it stands: `ready/03`, not a path behind it.
+                Some((block, false)) => Err(Error::io(
+                    Call::Open,
+                    Errno::LOOP,
+                    Outcome::NotDone,
+                    Some(root.join(block)),
+                )),
+                None => Err(e),
+            },
+            r => r.map(Some),
+        }
     };
     let ready = (0..ident.slots())
         .map(|s| slot(s).map(|fd| fd.map(std::sync::OnceLock::from).unwrap_or_default()))

@@ -51,11 +51,12 @@ pub enum ProblemKind {
     /// jobs would leave the queue unseen. The operator moves each where its name belongs
     /// (`--quarantine` moves them home once they are direct entries of a job directory).
     JobsInside(u64),
-    /// Not a directory where the layout has one (a file named `prio` in the root, or `5` in
-    /// `prio/`): the ready slots behind it cannot be read or made, so jobs of those levels
-    /// cannot be enqueued and wait to be claimed until it is moved away. Every other level
-    /// goes on. In the root it is never moved (`--quarantine` moves no root entry); in
-    /// `prio/` it is quarantined like any stray.
+    /// Not a directory where the layout has one (a file or a symlink named `prio` in the
+    /// root, `5` in `prio/`, `03` in `ready/`): the ready slots behind it cannot be read or
+    /// made (a symlink is never followed), so jobs of those slots cannot be enqueued or
+    /// claimed until it is moved away. Every other slot goes on. In the root it is never
+    /// moved (`--quarantine` moves no root entry); in `prio/` or a shard parent it is
+    /// quarantined like any stray.
     NotADirectory,
     /// A settings file that does not decode (`steadq.limits`: every enqueue fails while it
     /// is damaged). Reported, never moved.
@@ -96,8 +97,9 @@ impl core::fmt::Display for Problem {
             ProblemKind::NotRegular(what) => write!(f, "foreign: {what}")?,
             ProblemKind::Damaged(what) => write!(f, "damaged: {what}")?,
             ProblemKind::NotADirectory => f.write_str(
-                "not a directory where the queue keeps priority levels: jobs of the levels \
-                 behind it can be neither enqueued nor claimed until it is moved away",
+                "not a directory where the queue keeps ready jobs (a file, or a symlink, \
+                 never followed): jobs of the slots behind it can be neither enqueued nor \
+                 claimed until it is moved away",
             )?,
             ProblemKind::NotKeyName => f.write_str(
                 "foreign: not a key entry (<64 hex>) or tombstone (<64 hex>.<32 hex>.gone)",
@@ -394,8 +396,15 @@ impl Queue {
             };
             // The batch rule: once an entry was moved, a failure is indeterminate.
             let moved = rep.problems.iter().any(|p| p.quarantined);
+            // Not moved: a root entry; a directory holding jobs; a default-level or receipt
+            // shard that is not a directory (moved away, the queue would be incomplete: the
+            // operator replaces it, `steadq init` remakes it).
+            let shard_entry = kind == ProblemKind::NotADirectory
+                && (dir == crate::disk::layout::READY_DIR
+                    || dir == crate::disk::layout::RECEIPTS_DIR);
             let quarantined = quarantine
                 && !dir.is_empty()
+                && !shard_entry
                 && !matches!(kind, ProblemKind::JobsInside(_))
                 && self.quarantine(&dir, &name).map_err(|e| match moved {
                     true => e.with_outcome(crate::Outcome::Indeterminate),
@@ -500,20 +509,29 @@ impl Queue {
         for (parent, fd) in parents {
             let parent = parent.as_str();
             let shards = self.ident.shards;
-            let mut odd = Vec::new();
+            let (mut odd, mut blocked) = (Vec::new(), Vec::new());
             self.sys
-                .read_dir(fd.as_fd(), |name, _, _| {
+                .read_dir(fd.as_fd(), |name, _, t| {
                     let ok = name
                         .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
                         .is_some_and(|s| s < shards as u128);
-                    if !ok {
-                        odd.push(name.unwrap_or("?").to_string());
+                    match name {
+                        // A shard's name on a file or a symlink (never followed): the slot
+                        // holds no job until it is moved away.
+                        Some(n) if ok && !self.is_dir_entry(fd.as_fd(), n, t) => {
+                            blocked.push(n.to_string())
+                        }
+                        _ if ok => {}
+                        _ => odd.push(name.unwrap_or("?").to_string()),
                     }
                 })
                 .map_err(|e| {
                     Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
             self.strays(rep, fd.as_fd(), parent, odd, bad);
+            for name in blocked {
+                bad.push((parent.to_string(), name, ProblemKind::NotADirectory));
+            }
         }
         Ok(())
     }

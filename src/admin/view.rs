@@ -231,6 +231,8 @@ impl Queue {
                     // A level's slot not made yet holds no job.
                     State::Ready => match self.list_ready_shard(s as u16, list) {
                         Err(Errno::NOENT) => Ok(Some(true)),
+                        // Not a directory on its path: holds no job; noted below.
+                        Err(Errno::NOTDIR) => Ok(None),
                         r => r,
                     },
                     _ => self.list_held(self.dirs.receipts[s].as_fd(), &rel, list),

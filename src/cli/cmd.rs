@@ -470,7 +470,9 @@ pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
     if a.json && a.prometheus {
         return Err(CliError::usage("--json and --prometheus are exclusive"));
     }
-    let q = open(&a.dir)?;
+    // A symlinked shard is reported, never followed (it refuses the queue to every command
+    // that moves jobs).
+    let q = Queue::open_for_check(&a.dir)?;
     let s = q.status_with(a.bytes)?;
     let dir = a.dir.display().to_string();
     let label = encode::QueueLabel {
@@ -681,7 +683,7 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
-    let q = open(&a.dir)?;
+    let q = Queue::open_for_check(&a.dir)?;
     let r = if a.quarantine {
         q.fsck_quarantine()?
     } else {

@@ -418,7 +418,8 @@ impl Queue {
         let scan = match listed {
             Ok(Some(scan)) => scan,
             // A level's slot not made yet: empty (its making is an event, `ops/levels.rs`).
-            Err(Errno::NOENT) => return Ok((Vec::new(), None)),
+            // Not a directory on its path (a file named `prio`): empty too, warned once.
+            Err(Errno::NOENT | Errno::NOTDIR) => return Ok((Vec::new(), None)),
             Ok(None) => {
                 seen.unreadable_dir(self.ident.slot_rel(s));
                 return Ok(self.unreadable_shard(seen));
@@ -1380,6 +1381,12 @@ impl From<Error> for TryFailed {
     fn from(e: Error) -> TryFailed {
         Fail(e)
     }
+}
+
+/// Whether a claim failed only because the jobs it found were all jobs this user may not
+/// move (see [`Queue::claim_for`]): not done, `EPERM` or `EACCES`.
+pub(crate) fn only_refused(e: &Error) -> bool {
+    refused(e) && e.outcome() == Outcome::NotDone
 }
 
 /// Whether a not-done move failed for lack of permission on the job's directory.

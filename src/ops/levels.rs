@@ -26,6 +26,7 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 /// The flags of the watches on the directories leading to a slot not made yet.
 pub(crate) const PARENT_WATCH: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::DONT_FOLLOW)
     .union(WatchFlags::ONLYDIR);
 
 /// The inotify watches covering one ready slot (see [`Queue::watch_slot`]).
@@ -33,42 +34,71 @@ pub(crate) const PARENT_WATCH: WatchFlags = WatchFlags::CREATE
 pub(crate) struct SlotWatch {
     /// The slot's own watch, when the slot exists.
     pub slot: Option<i32>,
-    /// Watches on the root, `prio/` and `prio/<l>/` (as far as they existed) for a slot that
-    /// did not exist: an event there naming the next directory down may mean it was made.
+    /// Watches on the directories leading to a slot that could not be watched (the root,
+    /// `prio/`, `prio/<l>/`, as far as they were directories): an event there naming the
+    /// next component down may mean the slot was made.
     pub parents: Vec<i32>,
 }
 
 impl SlotWatch {
     /// Whether an event of watch `wd` naming `name` may mean slot `s` (not watched itself)
-    /// of `q` was made: `name` is the next directory down from the watched one.
+    /// of `q` was made: `name` is the next component of the slot's path below the watched
+    /// directory (`parents[i]` watches the first `i` components: the root, then `prio/`,
+    /// then `prio/<l>/`; or the root, then `ready/`).
     pub(crate) fn made_by(&self, q: &Queue, s: u16, wd: i32, name: &str) -> bool {
         if self.slot.is_some() {
             return false;
         }
-        let (level, shard) = q.ident.slot_parts(s);
-        match self.parents.iter().position(|&p| p == wd) {
-            Some(0) => name == PRIO_DIR,
-            Some(1) => name.as_bytes() == [b'0' + level],
-            Some(_) => name == shard_name(shard).as_str(),
-            None => false,
-        }
+        let Some(i) = self.parents.iter().position(|&p| p == wd) else {
+            return false;
+        };
+        q.ident.slot_rel(s).split('/').nth(i) == Some(name)
     }
+}
+
+/// What stands at a ready slot's path (see [`Queue::slot_dir`]).
+pub(crate) enum SlotDir<'a> {
+    /// The slot's directory, held; or the stand-in `absent` when it exists but this user
+    /// cannot open it (its users open it by path).
+    Held(BorrowedFd<'a>),
+    /// A level's slot not made yet: it holds no job.
+    Missing,
+    /// Something that is not a directory (a file, or a symlink, never followed) stands on
+    /// the slot's path at this entry (relative to the root, e.g. `prio`): no job can be in
+    /// the slot, and none can be placed there until it is moved away.
+    Blocked(String),
 }
 
 impl Queue {
     /// Ready slot `s`'s directory, opened now when this handle has not opened it yet (a
-    /// level's slot made since the queue was opened); `None` when it does not exist. One that
+    /// level's slot made since the queue was opened); `None` when it does not exist or
+    /// something that is not a directory stands in its way ([`Queue::slot_dir`]). One that
     /// exists but cannot be opened is the stand-in `absent` (its users open it by path).
     pub(crate) fn slot_fd(&self, s: u16) -> Option<BorrowedFd<'_>> {
+        match self.slot_dir(s) {
+            SlotDir::Held(fd) => Some(fd),
+            SlotDir::Missing | SlotDir::Blocked(_) => None,
+        }
+    }
+
+    /// What stands at ready slot `s`'s path: its directory (opened now when this handle has
+    /// not opened it yet), nothing (a level's slot not made yet), or an entry that is not a
+    /// directory on the way (`ENOTDIR`, or `ELOOP` for a symlink: looked at with `fstatat`,
+    /// never followed), which costs a `fstatat` per path component at each call.
+    pub(crate) fn slot_dir(&self, s: u16) -> SlotDir<'_> {
         let cell = &self.dirs.ready[s as usize];
         if let Some(fd) = cell.get() {
-            return Some(fd.as_fd());
+            return SlotDir::Held(fd.as_fd());
         }
         let rel = self.ident.slot_rel(s);
         match self.sys.open_dir_beneath(self.dirs.root.as_fd(), &rel) {
-            Ok(fd) => Some(cell.get_or_init(|| fd).as_fd()),
-            Err(Errno::NOENT) => None,
-            Err(_) => Some(self.dirs.absent.as_fd()),
+            Ok(fd) => SlotDir::Held(cell.get_or_init(|| fd).as_fd()),
+            Err(Errno::NOENT) => SlotDir::Missing,
+            Err(Errno::NOTDIR | Errno::LOOP) => match self.not_a_directory_on(&rel) {
+                Some(block) => SlotDir::Blocked(block),
+                None => SlotDir::Held(self.dirs.absent.as_fd()),
+            },
+            Err(_) => SlotDir::Held(self.dirs.absent.as_fd()),
         }
     }
 
@@ -141,48 +171,84 @@ impl Queue {
         Ok(fd)
     }
 
-    /// Watch ready slot `s` on inotify instance `ino` with `flags`. A level's slot that does
-    /// not exist is covered instead by watches ([`PARENT_WATCH`]) on the root, `prio/` and
-    /// `prio/<l>/`, top-down as far as they exist: a directory made after its parent was
-    /// watched is an event there ([`SlotWatch::made_by`]), and one made before is found by
-    /// the next step down. Watch again after such an event, then list the slot.
+    /// Watch ready slot `s` on inotify instance `ino` with `flags`. A slot that cannot be
+    /// watched itself, because it is a level's slot not made yet (`ENOENT`) or because an
+    /// entry that is not a directory stands on its path (`ENOTDIR`: a file named `prio`, a
+    /// symlink, never followed), is covered instead by watches ([`PARENT_WATCH`]) on the
+    /// directories leading to it, top-down from the root as far as they are directories: a
+    /// directory made (or moved in) after its parent was watched is an event there
+    /// ([`SlotWatch::made_by`]), and one made before is found by the next step down. Watch
+    /// again after such an event, then list the slot.
     ///
     /// # Errors
-    /// The errno of `inotify_add_watch(2)`, except `ENOENT` on the way to a level's slot.
+    /// The errno of `inotify_add_watch(2)` other than those two.
     pub(crate) fn watch_slot(
         &self,
         ino: BorrowedFd<'_>,
         s: u16,
         flags: WatchFlags,
     ) -> core::result::Result<SlotWatch, Errno> {
-        let slot = self.root.join(self.ident.slot_rel(s));
+        let rel = self.ident.slot_rel(s);
+        let slot = self.root.join(&rel);
         let mut w = SlotWatch::default();
         match inotify::add_watch(ino, &slot, flags) {
             Ok(wd) => {
                 w.slot = Some(wd);
                 return Ok(w);
             }
-            Err(Errno::NOENT) if self.ident.slot_is_lazy(s) => {}
+            Err(Errno::NOENT | Errno::NOTDIR) => {}
             Err(e) => return Err(e),
         }
-        let (level, _) = self.ident.slot_parts(s);
-        let prio = self.root.join(PRIO_DIR);
-        for p in [
-            self.root.clone(),
-            prio.clone(),
-            prio.join(level.to_string()),
-        ] {
-            match inotify::add_watch(ino, &p, PARENT_WATCH) {
+        let mut dir = self.root.clone();
+        let parts: Vec<&str> = rel.split('/').collect();
+        for (i, part) in parts.iter().enumerate() {
+            match inotify::add_watch(ino, &dir, PARENT_WATCH) {
                 Ok(wd) => w.parents.push(wd),
-                Err(Errno::NOENT) => return Ok(w),
+                Err(Errno::NOENT | Errno::NOTDIR) => return Ok(w),
                 Err(e) => return Err(e),
             }
+            if i + 1 == parts.len() {
+                break;
+            }
+            dir.push(part);
         }
         match inotify::add_watch(ino, &slot, flags) {
             Ok(wd) => w.slot = Some(wd),
-            Err(Errno::NOENT) => {}
+            Err(Errno::NOENT | Errno::NOTDIR) => {}
             Err(e) => return Err(e),
         }
         Ok(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::fs::inotify::{CreateFlags, Reader};
+
+    /// A file named `prio` in the root made watching a level's slot fail (`ENOTDIR`), which
+    /// left every watcher of the handle blind. Now the watch stops at the file and covers
+    /// the root, and the directory made in its place is an event that names the slot.
+    #[test]
+    fn a_file_in_the_way_of_a_slot_is_watched_around() {
+        let dir = std::env::temp_dir().join(format!("steadq-levels-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let q = Queue::create(&dir, crate::Options::default()).unwrap();
+        std::fs::write(dir.join(PRIO_DIR), b"5\n").unwrap();
+        let s = q.ident.slot(5, 1);
+        let ino = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).unwrap();
+        let w = q
+            .watch_slot(ino.as_fd(), s, PARENT_WATCH)
+            .expect("watched around the file");
+        assert_eq!((w.slot, w.parents.len()), (None, 1), "{w:?}");
+        std::fs::remove_file(dir.join(PRIO_DIR)).unwrap();
+        std::fs::create_dir(dir.join(PRIO_DIR)).unwrap();
+        let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 1024];
+        let mut r = Reader::new(ino.as_fd(), &mut buf);
+        let ev = r.next().expect("an event for prio/");
+        let name = ev.file_name().and_then(|n| n.to_str().ok()).unwrap();
+        assert!(w.made_by(&q, s, ev.wd(), name), "{name}");
+        assert!(!w.made_by(&q, s, ev.wd(), "ready"), "another name");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

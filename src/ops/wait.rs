@@ -66,7 +66,9 @@ impl Queue {
     /// an idle wait costs.
     ///
     /// # Errors
-    /// As [`Queue::claim_for`].
+    /// As [`Queue::claim_for`]. A job this user may not move (`EPERM`, `EACCES`) does not end
+    /// the wait: it goes on for a job it can take, and only at the timeout, if such jobs were
+    /// all its last look found, it fails with that error (not done).
     ///
     /// # Examples
     /// ```
@@ -110,11 +112,18 @@ impl Queue {
             ..Known::default()
         };
         let mut backoff_ms = 50u64;
+        // Jobs this user may not move (`EPERM`: another user's job in a sticky shard) are
+        // all a sweep found: wait on as for no job (a job of its own may come), and at the
+        // timeout fail as `claim_for` does, with that error (not done), never "no job".
+        let mut refused: Option<crate::error::Error> = None;
         loop {
             if known.claimable || self.deadline_passed(&known) {
                 let mut seen = RecoverReport::default();
-                if let Some(l) = self.claim_sweep(lease, &mut seen)? {
-                    return Ok(Some(l));
+                match self.claim_sweep(lease, &mut seen) {
+                    Ok(Some(l)) => return Ok(Some(l)),
+                    Ok(None) => refused = None,
+                    Err(e) if crate::ops::lease::only_refused(&e) => refused = Some(e),
+                    Err(e) => return Err(e.into()),
                 }
                 known = Known {
                     next_due_wall_ns: seen.next_due_wall_ns,
@@ -126,8 +135,14 @@ impl Queue {
                 }
             }
             let now = self.clock.boot_ns();
-            if now >= deadline || stop.load(Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) {
                 return Ok(None);
+            }
+            if now >= deadline {
+                return match refused {
+                    Some(e) => Err(e.into()),
+                    None => Ok(None),
+                };
             }
             let sleep_ns = self.sleep_ns(&known).min(deadline - now).min(STOP_CHECK_NS);
             match watch.as_mut() {

@@ -1907,6 +1907,26 @@ fn a_file_named_prio_stops_only_the_levels_behind_it() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_eq!(run(&["claim", qs]).status.code(), Some(0), "the other one");
+    // Nothing else ready: no job, as `work --once` says too (claim said "cannot read 56
+    // ready shards (...: Permission denied)", exit 2). No job can be behind a file.
+    for args in [vec!["claim", qs], vec!["work", qs, "--once", "--", "true"]] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {err}");
+        assert_eq!(err.matches("not a directory").count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("Permission denied"), "{args:?}: {err}");
+    }
+    // recover: one warning naming the entry, not 56 lines blaming a permission; nothing
+    // behind it was left unexamined (no job can be there).
+    let out = run(&["recover", qs]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("{qs}/prio: not a directory")),
+        "{err}"
+    );
 
     for args in [vec!["fsck", qs], vec!["fsck", qs, "--quarantine"]] {
         let out = run(&args);
@@ -1915,7 +1935,7 @@ fn a_file_named_prio_stops_only_the_levels_behind_it() {
         let problems: Vec<_> = text.lines().filter(|l| !l.starts_with("fsck ")).collect();
         assert_eq!(problems.len(), 1, "{args:?}: {text}");
         assert!(
-            problems[0].starts_with("prio: not a directory where the queue keeps priority levels"),
+            problems[0].starts_with("prio: not a directory where the queue keeps ready jobs"),
             "{text}"
         );
         assert!(
@@ -1935,7 +1955,7 @@ fn a_file_named_prio_stops_only_the_levels_behind_it() {
     let out = run(&["fsck", qs, "--quarantine"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("prio/7: not a directory where the queue keeps priority levels")
+        text.contains("prio/7: not a directory where the queue keeps ready jobs")
             && text.contains("(moved to quarantine/)"),
         "{text}"
     );
@@ -1943,6 +1963,112 @@ fn a_file_named_prio_stops_only_the_levels_behind_it() {
         .status
         .success());
     assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
+}
+
+/// A symlink where the queue keeps ready jobs is never followed, and no longer stops every
+/// command, fsck included ("prio/0/00: open failed: Too many levels of symbolic links"):
+/// at `prio` (or `prio/<l>`) it is treated like a file there, the levels behind it skipped
+/// with one warning; as a default-level shard (`ready/01 -> elsewhere`) it still refuses
+/// the commands that move jobs, naming the symlink itself, while status and fsck report it.
+#[test]
+fn a_symlink_where_ready_jobs_belong_is_named_and_never_followed() {
+    let d = TempDir::new("prio-symlink");
+    let qs = d.path().to_str().unwrap();
+    let elsewhere = d.path().with_extension("elsewhere");
+    std::fs::create_dir_all(elsewhere.join("5/00")).unwrap();
+    assert!(run(&["init", qs, "--shards", "1"]).status.success());
+    assert!(steadq_in(&["enqueue", qs], b"default").status.success());
+    std::os::unix::fs::symlink(&elsewhere, d.path().join("prio")).unwrap();
+
+    let out = run(&["status", qs]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = steadq_in(&["enqueue", qs, "--priority", "5"], b"high");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        std::fs::read_dir(elsewhere.join("5/00")).unwrap().count(),
+        0
+    );
+    let out = run(&["fsck", qs]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(
+        text.starts_with("prio: not a directory") && text.lines().count() == 1,
+        "{text}"
+    );
+    let out = run(&["claim", qs]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    std::fs::remove_file(d.path().join("prio")).unwrap();
+
+    // A default-level shard (its leased job removed with it).
+    std::fs::remove_dir_all(d.path().join("ready/00")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("5/00"), d.path().join("ready/00")).unwrap();
+    let out = steadq_in(&["enqueue", qs], b"x");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{qs}/ready/00: open failed: a symlink")),
+        "{err}"
+    );
+    assert_eq!(run(&["status", qs]).status.code(), Some(0));
+    for args in [vec!["fsck", qs], vec!["fsck", qs, "--quarantine"]] {
+        let out = run(&args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(5), "{args:?} {text}");
+        assert!(
+            text.starts_with("ready/00: not a directory") && !text.contains("quarantine"),
+            "{args:?}: {text}"
+        );
+    }
+    assert!(
+        d.path().join("ready/00").is_symlink(),
+        "left for the operator"
+    );
+    assert_eq!(
+        std::fs::read_dir(elsewhere.join("5/00")).unwrap().count(),
+        0
+    );
+    let _ = std::fs::remove_dir_all(&elsewhere);
+}
+
+/// A worker that started while `prio` was a file takes a job of a level made once the file
+/// was moved away (its watches stop at the file and cover the root: the making of `prio/`
+/// is an event; see `ops::levels` for the unit test of that).
+#[test]
+fn a_worker_sees_a_level_made_after_a_file_stood_in_its_way() {
+    let d = TempDir::new("prio-file-worker");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs, "--shards", "1"]).status.success());
+    std::fs::write(d.path().join("prio"), b"5\n").unwrap();
+    let done = d.path().with_extension("done");
+    let _ = std::fs::remove_file(&done);
+    let w = Command::new(BIN)
+        .args(["work", qs, "-q", "--", "sh", "-c"])
+        .arg(format!("cat > {}", done.display()))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::remove_file(d.path().join("prio")).unwrap();
+    assert!(steadq_in(&["enqueue", qs, "--priority", "5"], b"high")
+        .status
+        .success());
+    let start = Instant::now();
+    while !done.exists() && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_child(&w),
+        rustix::process::Signal::TERM,
+    );
+    let out = w.wait_with_output().unwrap();
+    assert_eq!(
+        std::fs::read(&done).ok().as_deref(),
+        Some(&b"high"[..]),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&done);
 }
 
 /// A job this user may not move (a sticky shard directory, another user's file: `rename`
@@ -2000,6 +2126,27 @@ fn a_job_this_user_may_not_move_is_passed_over_not_a_stop() {
         now.len() == 3 && before.iter().all(|b| now.contains(b)),
         "{now:?}"
     );
+
+    // A waiting claim waits on past them (it failed at once, and missed a job of its own
+    // enqueued a moment later): the job enqueued a second later is the one it gets.
+    let (code, out, err) = t.run(
+        "(sleep 1; echo later | $S enqueue $Q > $Q.later) & \
+         $S claim $Q --wait 20s; r=$?; wait; exit $r",
+    );
+    assert_eq!(code, Some(0), "{out} {err}");
+    let later = std::fs::read_to_string(t.q.with_extension("later")).unwrap();
+    assert!(out.starts_with(later.trim()), "{out} / {later}");
+    // At its timeout with only those jobs seen: not done naming one, after the whole wait.
+    let start = std::time::Instant::now();
+    let (code, out, err) = t.run("$S claim $Q --wait 1s");
+    assert_eq!(code, Some(2), "not done, not 'no job': {out} {err}");
+    assert!(start.elapsed() >= Duration::from_secs(1), "it waited");
+    assert!(err.contains("Operation not permitted"), "{err}");
+    // An idle worker beside them waits on inotify and warns once per job (it logged the
+    // claim's error once a second, even with -q).
+    let (_, _, err) = t.run("timeout -s TERM 3 $S work $Q -- true");
+    assert_eq!(err.matches("passes it over").count(), 2, "{err}");
+    assert!(!err.contains("claim:"), "{err}");
 }
 
 /// Not a test on its own: the `claim_batch` child of
