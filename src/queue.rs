@@ -655,7 +655,7 @@ impl Queue {
     /// Warn once per handle about `block` (from the root), an entry that is not a directory
     /// where the layout has one: it stands before every slot of a level, or of every level,
     /// so it is named once, not once per slot behind it.
-    fn warn_block(&self, block: &str) {
+    pub(crate) fn warn_block(&self, block: &str) {
         let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
         if !warned.iter().any(|w| w == block) {
             log::warn!(

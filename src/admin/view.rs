@@ -187,14 +187,14 @@ impl Queue {
         let mut unreadable = Vec::new();
         self.walk_noting(&mut unreadable, f)?;
         for rel in unreadable {
-            let why = match self.not_a_directory_on(&rel) {
-                Some(_) => "not a directory where the queue keeps priority levels",
-                None => "cannot read this directory (Permission denied)",
-            };
-            log::warn!(
-                "{}: {why}; its jobs were skipped",
-                self.path(&rel).display()
-            );
+            match self.not_a_directory_on(&rel) {
+                // Once per handle, as the claims say it.
+                Some(block) => self.warn_block(&block),
+                None => log::warn!(
+                    "{}: cannot read this directory (Permission denied); its jobs were skipped",
+                    self.path(&rel).display()
+                ),
+            }
         }
         Ok(())
     }
@@ -205,12 +205,31 @@ impl Queue {
     pub(crate) fn walk_noting(
         &self,
         unreadable: &mut Vec<String>,
+        f: impl FnMut(Seen<'_>) -> bool,
+    ) -> Result<()> {
+        let slots: Vec<u16> = (0..self.ident.slots()).collect();
+        self.walk_part(&slots, true, unreadable, f)
+    }
+
+    /// [`Queue::walk_noting`] over the ready slots `slots` only, and with `rest` the receipt
+    /// shards and the delayed and dead buckets after them: a part of one walk, for threads
+    /// to share ([`Queue::status_with`]).
+    pub(crate) fn walk_part(
+        &self,
+        slots: &[u16],
+        rest: bool,
+        unreadable: &mut Vec<String>,
         mut f: impl FnMut(Seen<'_>) -> bool,
     ) -> Result<()> {
         let shards = self.ident.shards;
         let ident = self.ident;
-        for (area, n) in [(State::Ready, ident.slots()), (State::Acked, ident.shards)] {
-            for s in 0..n as usize {
+        let receipts: Vec<u16> = if rest {
+            (0..shards).collect()
+        } else {
+            Vec::new()
+        };
+        for (area, list) in [(State::Ready, slots), (State::Acked, &receipts[..])] {
+            for s in list.iter().map(|&s| s as usize) {
                 // Ready slots: every level's shards (`ready/<ss>`, `prio/<l>/<ss>`).
                 let (priority, shard) = ident.slot_parts(s as u16);
                 let rel = match area {
@@ -251,6 +270,9 @@ impl Queue {
                     return Ok(());
                 }
             }
+        }
+        if !rest {
+            return Ok(());
         }
         for (area, parent_fd, parent) in [
             (State::Delayed, &self.dirs.delayed, "delayed"),
@@ -477,7 +499,7 @@ impl Queue {
     ///
     /// On a live queue each job is counted once: a job that moves while the directories are
     /// read can be seen in two of them (read before and after its rename), and is then
-    /// counted in the state seen first; a job can also be missed if it moves from a directory
+    /// counted once, in one of the states it was seen in; a job can also be missed if it moves from a directory
     /// not yet read into one already read. So totals may be short by the jobs that moved
     /// during the pass, never over. Memory: about 40 bytes per job (the ids seen and a sorted
     /// copy, at the end of the pass; 8 more with bytes).
@@ -488,38 +510,44 @@ impl Queue {
         let mut st = Status::default();
         self.status_hook(&mut st); // hook: ops/capacity.rs (limits, live keys)
         st.bytes_counted = bytes || st.limits.max_bytes.is_some();
-        let (boot, now_boot) = (self.clock.boot_id(), self.clock.boot_ns());
-        let mut oldest = Oldest::default();
-        let mut seen = Sightings::default();
-        let mut unreadable = Vec::new();
-        self.walk_noting(&mut unreadable, |s| {
-            let Ok(n) = s.parsed else {
-                st.foreign += 1;
-                return true;
-            };
-            let state = state_of(&n.kind);
-            let expired =
-                matches!(n.kind, Kind::Leased(l) if crate::disk::scan::lease_expired(&l, boot, now_boot));
-            let mut size = 0;
-            if st.bytes_counted {
-                let meta = self.sys.stat_nofollow(s.dir, s.raw).ok();
-                size = meta.as_ref().map_or(0, |m| m.size);
-                if state == State::Ready {
-                    oldest.stated(&n, meta.as_ref());
+        let sized = st.bytes_counted;
+        // The ready slots are shared out among threads, one slot in each `threads` to each
+        // (at depth the jobs sit in the default level's slots, next to each other), the
+        // last one also walking the receipts and buckets: at 1,000,000 jobs the pass is
+        // mostly the kernel's `getdents64`, which threads on other cores run at once.
+        let slots = self.ident.slots();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, STATUS_THREADS)
+            .min(slots as usize);
+        let share = |i: usize| -> Vec<u16> { (i as u16..slots).step_by(threads).collect() };
+        let parts: Vec<Result<Part>> = if threads == 1 {
+            vec![self.status_part(&share(0), true, sized)]
+        } else {
+            std::thread::scope(|sc| {
+                let others: Vec<_> = (1..threads)
+                    .map(|i| sc.spawn(move || self.status_part(&share(i), i + 1 == threads, sized)))
+                    .collect();
+                let mut parts = vec![self.status_part(&share(0), false, sized)];
+                for h in others {
+                    parts.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
                 }
-            } else if state == State::Ready {
-                oldest.candidate(n);
-            }
-            if state == State::Ready {
-                st.ready_by_priority[n.priority as usize % st.ready_by_priority.len()] += 1;
-            }
-            st.tally(state, expired, size, true);
-            seen.push(n.id, state, expired, size, st.bytes_counted);
-            true
-        })?;
-        st.unreadable_dirs = unreadable;
-        seen.uncount_repeats(&mut st);
-        let since = match oldest.settle(self) {
+                parts
+            })
+        };
+        let mut all = Part::default();
+        for p in parts {
+            all.absorb(p?);
+        }
+        st.foreign = all.foreign;
+        st.ready_by_priority = all.ready_by_priority;
+        st.unreadable_dirs = all.unreadable;
+        for (i, &c) in all.seen.codes.iter().enumerate() {
+            let size = all.seen.sizes.get(i).copied().unwrap_or(0);
+            st.tally(STATES[(c & 7) as usize], c & 8 != 0, size, true);
+        }
+        all.seen.uncount_repeats(&mut st);
+        let since = match all.oldest.settle(self) {
             Some(t) => t,
             None => self.oldest_ready_by_stat()?,
         };
@@ -527,6 +555,40 @@ impl Queue {
         st.oldest_ready_age = since.map(|t| Duration::from_nanos(now.saturating_sub(t)));
         st.unreadable_shards = self.unreadable_shards();
         Ok(st)
+    }
+
+    /// One thread's part of [`Queue::status_with`]: ready slots `slots`, and with `rest` the
+    /// receipts and buckets.
+    fn status_part(&self, slots: &[u16], rest: bool, sized: bool) -> Result<Part> {
+        let (boot, now_boot) = (self.clock.boot_id(), self.clock.boot_ns());
+        let mut p = Part::default();
+        let mut unreadable = Vec::new();
+        self.walk_part(slots, rest, &mut unreadable, |s| {
+            let Ok(n) = s.parsed else {
+                p.foreign += 1;
+                return true;
+            };
+            let state = state_of(&n.kind);
+            let expired =
+                matches!(n.kind, Kind::Leased(l) if crate::disk::scan::lease_expired(&l, boot, now_boot));
+            let mut size = 0;
+            if sized {
+                let meta = self.sys.stat_nofollow(s.dir, s.raw).ok();
+                size = meta.as_ref().map_or(0, |m| m.size);
+                if state == State::Ready {
+                    p.oldest.stated(&n, meta.as_ref());
+                }
+            } else if state == State::Ready {
+                p.oldest.candidate(n);
+            }
+            if state == State::Ready {
+                p.ready_by_priority[n.priority as usize % p.ready_by_priority.len()] += 1;
+            }
+            p.seen.push(n.id, state, expired, size, sized);
+            true
+        })?;
+        p.unreadable = unreadable;
+        Ok(p)
     }
 
     /// The earliest time a ready job became ready, by a `stat` of every ready job (the
@@ -864,6 +926,38 @@ impl Queue {
 /// time without a `stat` of every job.
 const OLDEST_CANDIDATES: usize = 16;
 
+/// At most this many threads share a [`Queue::status_with`] pass.
+const STATUS_THREADS: usize = 4;
+
+/// What one thread's part of a status pass saw.
+#[derive(Default)]
+struct Part {
+    foreign: u64,
+    ready_by_priority: [u64; crate::disk::name::PRIORITY_LEVELS as usize],
+    unreadable: Vec<String>,
+    oldest: Oldest,
+    seen: Sightings,
+}
+
+impl Part {
+    /// Add `o`, a later part of the same pass.
+    fn absorb(&mut self, o: Part) {
+        self.foreign += o.foreign;
+        for (a, b) in self.ready_by_priority.iter_mut().zip(o.ready_by_priority) {
+            *a += b;
+        }
+        for u in o.unreadable {
+            if !self.unreadable.contains(&u) {
+                self.unreadable.push(u);
+            }
+        }
+        self.oldest.absorb(o.oldest);
+        self.seen.ids.extend(o.seen.ids);
+        self.seen.codes.extend(o.seen.codes);
+        self.seen.sizes.extend(o.seen.sizes);
+    }
+}
+
 /// The earliest time (unix ns) a ready job became ready: its file's inode change time, which
 /// every rename sets.
 #[derive(Default)]
@@ -884,6 +978,20 @@ impl Oldest {
     /// A ready job with its `stat` (an unreadable entry counts from its enqueue).
     fn stated(&mut self, n: &JobName, meta: Option<&crate::disk::sys::Meta>) {
         self.at(meta.map_or(n.id.unix_ms() * 1_000_000, |m| m.ctime_ns));
+    }
+
+    /// Add `o`, kept by another thread over other slots: the smallest ids of both.
+    fn absorb(&mut self, o: Oldest) {
+        if let Some(t) = o.since {
+            self.at(t);
+        }
+        self.passed |= o.passed;
+        self.candidates.extend(o.candidates);
+        if self.candidates.len() > OLDEST_CANDIDATES {
+            self.candidates.sort_unstable_by_key(|n| n.id);
+            self.candidates.truncate(OLDEST_CANDIDATES);
+            self.passed = true;
+        }
     }
 
     /// A ready job not yet stated: kept if its id is among the smallest seen.
@@ -1078,5 +1186,91 @@ mod tests {
         ids.sort_unstable();
         assert_eq!(ids, (0..OLDEST_CANDIDATES as u128).collect::<Vec<_>>());
         assert!(o.passed);
+    }
+
+    /// Parts kept by threads over other slots merge to what one pass keeps: the smallest
+    /// ids of all, "passed" once any were passed over, the earliest time.
+    #[test]
+    fn oldest_parts_merge_to_the_smallest_ids_of_all() {
+        let (mut a, mut b) = (Oldest::default(), Oldest::default());
+        for i in 0..100u128 {
+            let part = if i % 3 == 0 { &mut a } else { &mut b };
+            part.candidate(JobName::new_ready(JobId(1000 - i), 5));
+        }
+        b.since = Some(7);
+        a.absorb(b);
+        let mut ids: Vec<u128> = a.candidates.iter().map(|n| n.id.0).collect();
+        ids.sort_unstable();
+        let want: Vec<u128> = (1000 - 99..1000 - 99 + OLDEST_CANDIDATES as u128).collect();
+        assert_eq!((ids, a.passed, a.since), (want, true, Some(7)));
+        // Two small parts that fit: nothing passed over.
+        let (mut c, mut d) = (Oldest::default(), Oldest::default());
+        c.candidate(JobName::new_ready(JobId(5), 5));
+        d.candidate(JobName::new_ready(JobId(3), 5));
+        c.absorb(d);
+        assert_eq!((c.candidates.len(), c.passed), (2, false));
+    }
+
+    /// The threads' parts of a status pass add up to the figures of one pass over the same
+    /// queue, job by job and state by state, whatever slots each thread took.
+    #[test]
+    fn a_status_shared_by_threads_counts_what_one_pass_counts() {
+        let dir = std::env::temp_dir().join(format!("steadq-status-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let q = Queue::create(
+            &dir,
+            crate::Options {
+                shards: 3,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for i in 0..40u8 {
+            let o = crate::EnqueueOptions {
+                priority: Some(i % 8),
+                delay: (i % 13 == 0).then_some(Duration::from_secs(600)),
+                ..Default::default()
+            };
+            q.enqueue_with(&[i; 10], &o).unwrap();
+        }
+        for i in 0..9 {
+            let l = q.claim().unwrap().unwrap();
+            match i % 3 {
+                0 => drop(l.ack().unwrap()),
+                1 => l.fail(crate::Reason::new("test").unwrap()).unwrap(),
+                _ => drop(l.into_handle()), // stays leased
+            }
+        }
+        std::fs::write(dir.join("ready/01/stray"), b"x").unwrap();
+        let st = q.status_with(true).unwrap();
+        // One part holding every slot, and the rest: the single-thread pass.
+        let all: Vec<u16> = (0..q.ident.slots()).collect();
+        let one = q.status_part(&all, true, true).unwrap();
+        let mut want = Status::default();
+        for (i, &c) in one.seen.codes.iter().enumerate() {
+            want.tally(
+                STATES[(c & 7) as usize],
+                c & 8 != 0,
+                one.seen.sizes[i],
+                true,
+            );
+        }
+        let got = (
+            st.ready, st.leased, st.delayed, st.dead, st.acked, st.foreign,
+        );
+        let one_pass = (
+            want.ready,
+            want.leased,
+            want.delayed,
+            want.dead,
+            want.acked,
+            one.foreign,
+        );
+        assert_eq!(got, one_pass);
+        assert_eq!(got, (27, 3, 4, 3, 3, 1), "40 jobs: 4 delayed, 9 claimed");
+        assert_eq!(st.bytes.ready, want.bytes.ready);
+        assert_eq!(st.ready_by_priority, one.ready_by_priority);
+        assert_eq!(st.ready_by_priority.iter().sum::<u64>(), 27);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
