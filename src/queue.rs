@@ -271,6 +271,10 @@ pub struct Shared {
     /// Paths warned about once per handle: an entry that is not a directory on the path to
     /// a slot, a job this user may not move (at most 256).
     pub(crate) warned_blocks: std::sync::Mutex<Vec<String>>,
+    /// Jobs a claim of this handle could not move (`EPERM`, `EACCES`), by id, each with the
+    /// `CLOCK_BOOTTIME` ns until which listings pass it over, and the error it gave
+    /// (`ops/lease.rs`, at most 4,096).
+    pub(crate) refused: std::sync::Mutex<Vec<(u128, u64, Error)>>,
     /// Capacity tally and reservations (ops/capacity.rs).
     pub(crate) cap: crate::ops::capacity::CapState,
 }
@@ -476,6 +480,7 @@ impl Queue {
                 unreadable: flags(),
                 warned_unreadable: flags(),
                 warned_blocks: Default::default(),
+                refused: Default::default(),
                 evidence_lock: Mutex::new(()),
                 cap: Default::default(),
             }),

@@ -99,6 +99,8 @@ pub(crate) struct ShardScan {
     /// More ready jobs than `ready` holds were seen (only the oldest were kept): claiming
     /// every one kept does not empty the directory.
     pub truncated: bool,
+    /// Ready jobs passed over because their ids are in [`SlotScan::refused`].
+    pub refused: u32,
 }
 
 /// Whether a lease held under `boot_id` with `CLOCK_BOOTTIME` deadline `deadline_ns` has
@@ -144,6 +146,8 @@ pub(crate) struct SlotScan {
     pub now_ns: u64,
     /// Ready jobs to keep: the oldest this many.
     pub max_ready: usize,
+    /// Ids of ready jobs to pass over (sorted): jobs this handle may not move.
+    pub refused: Vec<u128>,
 }
 
 /// List a ready directory once, whole. A live lease is read without checking its tag (one
@@ -192,6 +196,10 @@ pub(crate) fn scan_ready_shard(
                         return live(&mut out, &l);
                     }
                     Kind::Ready if fits(&n) => {
+                        if !at.refused.is_empty() && at.refused.binary_search(&n.id.0).is_ok() {
+                            out.refused += 1;
+                            return;
+                        }
                         if kept.len() < at.max_ready {
                             kept.push(Kept(n.id, name.to_string(), t));
                         } else {

@@ -304,7 +304,11 @@ impl Queue {
             ));
         }
         let now = self.clock.wall_ns();
-        let id = id.unwrap_or_else(|| JobId::new(now / 1_000_000, random()));
+        let priority = o.priority_on(&self.ident)?;
+        let id = match id {
+            Some(id) => id,
+            None => self.fresh_id(priority, now / 1_000_000)?,
+        };
         let body = match payload {
             Some(payload) => Body::Bytes {
                 header: encode_header(id.0, self.ident.id, now, payload),
@@ -312,7 +316,7 @@ impl Queue {
             },
             None => Body::Streamed { len: 0 },
         };
-        let mut name = JobName::new_ready(id, max).with_priority(o.priority_on(&self.ident)?);
+        let mut name = JobName::new_ready(id, max).with_priority(priority);
         let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {
             None => {
                 state::check(None, Op::Enqueue, State::Ready);

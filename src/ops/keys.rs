@@ -37,7 +37,7 @@ use crate::error::{EnqueueError, Error, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::EnqueueOptions;
 use crate::ops::enqueue_stream::Source;
 use crate::ops::state::State;
-use crate::queue::{random, Queue};
+use crate::queue::Queue;
 use std::collections::HashSet;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
@@ -281,6 +281,12 @@ impl Queue {
             let _room = self.admit(1, src.len())?;
             return self.commit(None, src, o).map(Enqueued::New);
         };
+        // Drawn before anything is made: a level behind a file refuses here, leaving
+        // nothing (it left `keys/` and a tombstone of the key).
+        let fresh = match src.id() {
+            Some(id) => id,
+            None => self.fresh_id(priority, self.clock.wall_ns() / 1_000_000)?,
+        };
         let entry = key.entry_name(self.ident.id);
         let keys = self.keys_dir()?;
         loop {
@@ -298,9 +304,7 @@ impl Queue {
                 }
             }
             let _room = self.admit(1, src.len())?;
-            let id = src
-                .id()
-                .unwrap_or_else(|| JobId::new(self.clock.wall_ns() / 1_000_000, random()));
+            let id = fresh;
             let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
             let first = match o.delay.filter(|d| !d.is_zero()) {
                 None => {

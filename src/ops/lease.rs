@@ -206,16 +206,21 @@ impl Queue {
         loop {
             self.load_levels(seen, &mut budget)?;
             let Some((slot, name)) = self.pick() else {
-                return match refused {
+                // Jobs passed over as refused by an earlier claim are still "a job this user
+                // may not move", never "no job".
+                return match refused.or_else(|| self.live_refusal()) {
                     Some(e) => Err(e),
                     None => Ok(None),
                 };
             };
+            let id = name.id;
             let tried = match self.try_claim(slot, name, lease, sync) {
                 Err(Skip(e)) => {
                     self.warn_refused(&e);
-                    // No more listings this round: the one that held it would hold it again.
-                    budget = 0;
+                    // Listings pass it over from now on (for a while), so other slots and
+                    // lower levels are listed and claimed: stopping the walk here left a
+                    // job of a lower level unclaimed behind it.
+                    self.remember_refused(id, &e);
                     refused.get_or_insert(e);
                     continue;
                 }
@@ -409,6 +414,7 @@ impl Queue {
             boot: self.clock.boot_id(),
             now_ns: self.clock.boot_ns(),
             max_ready: CLAIM_CANDIDATES,
+            refused: self.refused_ids(),
         };
         let listed = self.list_ready_shard(s, |dir| {
             crate::disk::scan::scan_ready_shard(&self.sys, dir, &at, |raw, f| {
@@ -453,11 +459,18 @@ impl Queue {
         }
         // A listing that kept only the oldest knows the slot is not emptied by claiming them:
         // never "known empty" after its last candidate (recheck time 0).
-        let expiry = if scan.truncated {
+        let mut expiry = if scan.truncated {
             Some(0)
         } else {
             scan.next_expiry_boot_ns
         };
+        if scan.refused != 0 {
+            // Jobs passed over as refused: listed again when the first refusal lapses, when
+            // a waiting claim wakes to try them again.
+            let at = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
+            expiry = Some(expiry.map_or(at, |x| x.min(at)));
+            seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(at, |y| y.min(at)));
+        }
         Ok((ready, expiry))
     }
 
@@ -568,6 +581,39 @@ impl Queue {
             Err(MoveFailed::NotDone(e)) if refused(&e) => Err(Skip(e)),
             Err(e) => Err(Error::from(e).into()),
         }
+    }
+
+    /// Remember job `id`, which a claim could not move (`e`), for [`UNREADABLE_RECHECK`]:
+    /// listings pass it over until then.
+    fn remember_refused(&self, id: crate::disk::name::JobId, e: &Error) {
+        let until = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
+        let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        r.retain(|x| x.0 != id.0);
+        if r.len() >= 4096 {
+            r.remove(0);
+        }
+        r.push((id.0, until, e.clone()));
+    }
+
+    /// The ids of the jobs remembered as refused and not lapsed, sorted (expired ones are
+    /// dropped).
+    fn refused_ids(&self) -> Vec<u128> {
+        let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if r.is_empty() {
+            return Vec::new();
+        }
+        let now = self.clock.boot_ns();
+        r.retain(|x| x.1 > now);
+        let mut ids: Vec<u128> = r.iter().map(|x| x.0).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The error of a job remembered as refused and not lapsed, if any.
+    fn live_refusal(&self) -> Option<Error> {
+        let r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.clock.boot_ns();
+        r.iter().find(|x| x.1 > now).map(|x| x.2.clone())
     }
 
     /// Log a job a claim could not move for lack of permission, once per job per handle.

@@ -16,6 +16,7 @@
 //! that its making is an event ([`Queue::watch_slot`]).
 
 use crate::disk::layout::{shard_name, PRIO_DIR, READY_DIR};
+use crate::disk::name::JobId;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::queue::Queue;
@@ -100,6 +101,52 @@ impl Queue {
             },
             Err(_) => SlotDir::Held(self.dirs.absent.as_fd()),
         }
+    }
+
+    /// The entry (from the root) that is not a directory and stands on ready slot `s`'s path
+    /// (see [`SlotDir::Blocked`]), if any: a level's slot behind it, or a default-level
+    /// shard held by the stand-in since the queue was opened.
+    pub(crate) fn slot_blocked(&self, s: u16) -> Option<String> {
+        match self.slot_dir(s) {
+            SlotDir::Blocked(b) => Some(b),
+            SlotDir::Held(fd) if self.dirs.is_standin(fd) => {
+                self.not_a_directory_on(&self.ident.slot_rel(s))
+            }
+            _ => None,
+        }
+    }
+
+    /// A new job id (made at `now_ms`) for a job of level `priority` whose slot (the shard
+    /// its id picks) can receive it: an id whose shard is blocked by an entry that is not a
+    /// directory (a file at `prio/5/03`) is drawn again, so an enqueue is not refused at
+    /// random one time in `shards`. One `openat` per call while the slot is not made yet.
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Io`] (`ENOTDIR`, not done) naming the entry, when every draw hit
+    /// a blocked slot: the whole level is behind it (a file named `prio`), or nearly so.
+    pub(crate) fn fresh_id(&self, priority: u8, now_ms: u64) -> Result<JobId> {
+        let shards = self.ident.shards;
+        let mut block = None;
+        for _ in 0..4 * shards as usize + 4 {
+            let id = JobId::new(now_ms, crate::queue::random());
+            let slot = self.ident.slot(priority, id.shard(shards));
+            match self.slot_blocked(slot) {
+                None => return Ok(id),
+                // Above the slot (`prio`, `prio/<l>`): every shard of the level is behind it.
+                Some(b) if b != self.ident.slot_rel(slot) => {
+                    block = Some(b);
+                    break;
+                }
+                Some(b) => block = Some(b),
+            }
+        }
+        let rel = block.unwrap_or_default();
+        Err(Error::io(
+            Call::Open,
+            Errno::NOTDIR,
+            Outcome::NotDone,
+            Some(self.path(&rel)),
+        ))
     }
 
     /// [`Queue::slot_fd`], with the stand-in for a slot not made yet (every call on it fails).

@@ -1898,6 +1898,17 @@ fn a_file_named_prio_stops_only_the_levels_behind_it() {
         before,
         "a refused enqueue leaves nothing"
     );
+    // Delayed, or with a key: refused the same way, leaving nothing (a delayed one was
+    // accepted and stuck in delayed/ for good; a keyed one left keys/ and a tombstone).
+    for extra in [["--delay", "1s"], ["--key", "k1"]] {
+        let mut args = vec!["enqueue", qs, "--priority", "5"];
+        args.extend(extra);
+        let out = steadq_in(&args, b"high");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(&format!("{qs}/prio:")), "{extra:?}: {err}");
+        assert_eq!(files(d.path(), ""), before, "{extra:?} leaves nothing");
+    }
 
     assert!(steadq_in(&["enqueue", qs], b"after").status.success());
     let out = run(&["claim", qs]);
@@ -1963,6 +1974,24 @@ fn a_file_named_prio_stops_only_the_levels_behind_it() {
         .status
         .success());
     assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
+
+    // One shard of a level behind a file (`prio/6/01`), or a default-level shard that is a
+    // file: enqueues go to the other shard, every one of them (one in two failed).
+    std::fs::create_dir_all(d.path().join("prio/6")).unwrap();
+    std::fs::write(d.path().join("prio/6/01"), b"").unwrap();
+    std::fs::remove_dir_all(d.path().join("ready/01")).unwrap();
+    std::fs::write(d.path().join("ready/01"), b"").unwrap();
+    for i in 0..12 {
+        let level = if i % 2 == 0 { "6" } else { "3" };
+        let out = steadq_in(&["enqueue", qs, "--priority", level], b"x");
+        assert!(out.status.success(), "{i}: {out:?}");
+    }
+    assert_eq!(
+        std::fs::read_dir(d.path().join("prio/6/00"))
+            .unwrap()
+            .count(),
+        6
+    );
 }
 
 /// A symlink where the queue keeps ready jobs is never followed, and no longer stops every
@@ -2147,6 +2176,23 @@ fn a_job_this_user_may_not_move_is_passed_over_not_a_stop() {
     let (_, _, err) = t.run("timeout -s TERM 3 $S work $Q -- true");
     assert_eq!(err.matches("passes it over").count(), 2, "{err}");
     assert!(!err.contains("claim:"), "{err}");
+
+    // One such job at a higher level: it stopped the claim's walk there, so a job of a
+    // lower level was never claimed (exit 2 every time, and a worker never ran it).
+    assert!(steadq_in(&["enqueue", qs, "--priority", "5"], b"root high")
+        .status
+        .success());
+    std::os::unix::fs::chown(t.q.join("prio/5/00"), Some(0), Some(0)).unwrap();
+    t.chmod("prio/5/00", 0o1777);
+    let (code, id, err) = t.run("echo low | $S enqueue $Q --priority 1");
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = t.run("$S claim $Q");
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.starts_with(id.trim()), "the level-1 job: {out} {err}");
+    assert!(
+        err.contains("prio/5/00/"),
+        "the level-5 job is named: {err}"
+    );
 }
 
 /// Not a test on its own: the `claim_batch` child of
