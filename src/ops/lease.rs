@@ -97,9 +97,16 @@ fn ns(d: Duration) -> u64 {
 impl Queue {
     /// Claim a job with the queue's default lease. `Ok(None)` when no job is ready.
     ///
+    /// A job this user may not move (the rename fails with `EPERM` or `EACCES`: a sticky
+    /// shard directory and another user's file) is passed over, at its level and any other,
+    /// with one warning; this handle's listings pass it over for the next 10 s, then try it
+    /// again.
+    ///
     /// # Errors
     /// [`ErrorKind::Io`]: not done before the claim's rename; indeterminate after it (the job
-    /// is then leased in this process's name and comes back when the lease expires).
+    /// is then leased in this process's name and comes back when the lease expires). Not
+    /// done, with that `EPERM`/`EACCES` and the job's path, when such jobs are all it found
+    /// (never `Ok(None)`, "no job", then).
     pub fn claim(&self) -> Result<Option<Lease>, Failure> {
         self.claim_for(self.opts.lease)
     }
