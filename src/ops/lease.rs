@@ -173,7 +173,12 @@ impl Queue {
                 break;
             }
         }
-        Ok(None)
+        // A due delayed job or an expired lease this user may not move (another user's
+        // file in a sticky directory) is a job waiting, not "no job": not done, naming it.
+        match seen.first_error.as_ref().map(|f| f.error()) {
+            Some(e) if only_refused(e) => Err(e.clone()),
+            _ => Ok(None),
+        }
     }
 
     /// Make due delayed jobs ready before a claim looks at the ready ones, at most once per

@@ -28,6 +28,9 @@ use std::time::Duration;
 
 /// How often a waiting claim looks at its stop flag, ns.
 const STOP_CHECK_NS: u64 = 250_000_000;
+/// How long a waiting claim waits before it tries again a move that failed, ns (10 s, as a
+/// job it may not move or a shard it cannot read).
+const RETRY_FAILED_NS: u64 = 10_000_000_000;
 /// At most this many delayed buckets are watched; later ones are bounded by their start.
 const MAX_BUCKET_WATCHES: usize = 64;
 
@@ -130,6 +133,13 @@ impl Queue {
                     next_expiry_boot_ns: seen.next_expiry_boot_ns,
                     claimable: false,
                 };
+                if seen.failed != 0 {
+                    // A due job or an expired lease it could not move (a permission, a full
+                    // disk): no event says when that is mended, so look again in a while.
+                    // It waited for the next enqueue, for good on an idle queue.
+                    let at = self.clock.boot_ns().saturating_add(RETRY_FAILED_NS);
+                    known.next_expiry_boot_ns = min_opt(known.next_expiry_boot_ns, at);
+                }
                 if let Some(w) = watch.as_mut() {
                     self.watch_buckets(w);
                 }

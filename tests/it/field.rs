@@ -2195,6 +2195,47 @@ fn a_job_this_user_may_not_move_is_passed_over_not_a_stop() {
     );
 }
 
+/// A due delayed job this user may not move (another user's file in a sticky bucket) is a
+/// job waiting, not "no job": `claim` said "no job ready" (exit 3), and a waiting claim (or
+/// an idle worker) never tried the move again once the permission was mended, until the
+/// next enqueue woke it. Now `claim` fails naming it (exit 2), and a waiting claim tries
+/// again every 10 s.
+#[test]
+fn a_due_job_this_user_may_not_move_is_not_no_job_and_is_retried() {
+    let Some(t) = AsNobody::new("refused-due") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1");
+    assert_eq!(code, Some(0), "{err}");
+    let qs = t.q.to_str().unwrap();
+    let out = steadq_in(&["enqueue", qs, "--delay", "1s"], b"root's, due");
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let bucket = std::fs::read_dir(t.q.join("delayed"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::os::unix::fs::chown(&bucket, Some(0), Some(0)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bucket, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, out, err) = t.run("$S claim $Q");
+    assert_eq!(code, Some(2), "not done, not 'no job': {out} {err}");
+    assert!(err.contains("Operation not permitted"), "{err}");
+    // Mended a second into a wait: the waiting claim takes it (it waited out its 30 s).
+    let mend = bucket.clone();
+    let fix = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        std::fs::set_permissions(&mend, std::fs::Permissions::from_mode(0o777)).unwrap();
+    });
+    let (code, out, err) = t.run("$S claim $Q --wait 30s");
+    fix.join().unwrap();
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.starts_with(&id), "{out} / {id}");
+}
+
 /// Not a test on its own: the `claim_batch` child of
 /// `a_job_this_user_may_not_move_is_passed_over_not_a_stop` (does nothing unless run as one).
 #[test]
