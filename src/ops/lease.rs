@@ -87,8 +87,9 @@ const CLAIM_CANDIDATES: usize = 256;
 /// `promote_due_first`): a due job waits at most this long behind ready jobs of a lower level.
 const PROMOTE_EVERY: Duration = Duration::from_millis(100);
 
-/// How long claims skip a ready shard this user cannot read before trying it again.
-const UNREADABLE_RECHECK: Duration = Duration::from_secs(10);
+/// How long claims skip a ready shard this user cannot read, or a job it may not move,
+/// before trying it again; a waiting claim whose pass failed a move tries again after it too.
+pub(crate) const UNREADABLE_RECHECK: Duration = Duration::from_secs(10);
 
 fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64

@@ -28,9 +28,6 @@ use std::time::Duration;
 
 /// How often a waiting claim looks at its stop flag, ns.
 const STOP_CHECK_NS: u64 = 250_000_000;
-/// How long a waiting claim waits before it tries again a move that failed, ns (10 s, as a
-/// job it may not move or a shard it cannot read).
-const RETRY_FAILED_NS: u64 = 10_000_000_000;
 /// At most this many delayed buckets are watched; later ones are bounded by their start.
 const MAX_BUCKET_WATCHES: usize = 64;
 
@@ -137,7 +134,9 @@ impl Queue {
                     // A due job or an expired lease it could not move (a permission, a full
                     // disk): no event says when that is mended, so look again in a while.
                     // It waited for the next enqueue, for good on an idle queue.
-                    let at = self.clock.boot_ns().saturating_add(RETRY_FAILED_NS);
+                    // As long as for a job it may not move, or a shard it cannot read.
+                    let retry = crate::ops::lease::UNREADABLE_RECHECK.as_nanos() as u64;
+                    let at = self.clock.boot_ns().saturating_add(retry);
                     known.next_expiry_boot_ns = min_opt(known.next_expiry_boot_ns, at);
                 }
                 if let Some(w) = watch.as_mut() {
