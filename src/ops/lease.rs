@@ -589,7 +589,7 @@ impl Queue {
             self.rename_job(&here, &name, &to, &leased, Op::Claim)
         };
         match moved {
-            Ok(()) => Ok(self.take_leased(shard, leased, &to)?),
+            Ok(()) => self.take_leased(shard, leased, &to),
             Err(e) if e.is_lease_lost() => Ok(None),
             Err(MoveFailed::NotDone(e)) if refused(&e) => Err(Skip(e)),
             Err(e) => Err(Error::from(e).into()),
@@ -643,13 +643,15 @@ impl Queue {
     }
 
     /// After the claim's rename: open the leased file, read and verify it once, and hand it
-    /// out, or dead-letter it (corrupt, too large). `Ok(None)`: dead-lettered.
+    /// out, or dead-letter it (corrupt, too large). `Ok(None)`: dead-lettered. A file this
+    /// user may not open goes back to ready with its attempt (`Skip`, not done; see
+    /// [`Queue::give_back`]).
     fn take_leased(
         &self,
         shard: u16,
         leased: JobName,
         to: &crate::ops::transition::Place<'_>,
-    ) -> Result<Option<Lease>> {
+    ) -> core::result::Result<Option<Lease>, TryFailed> {
         let raw = leased.format(self.ident.id);
         let rel = format!("{}/{raw}", to.rel);
         let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel)));
@@ -659,7 +661,8 @@ impl Queue {
                 self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 return Ok(None);
             }
-            Err(e) => return Err(ind(Call::Open, e)),
+            Err(e @ (Errno::ACCESS | Errno::PERM)) => return Err(self.give_back(shard, leased, e)),
+            Err(e) => return Err(ind(Call::Open, e).into()),
         };
         // The descriptor is closed here: a lease holds none.
         let checked = self.load_verified(file, &leased);
@@ -689,7 +692,40 @@ impl Queue {
                 Ok(None)
             }
             // Dropping `lease` releases the job back to ready.
-            Err(Err((c, e))) => Err(ind(c, e)),
+            Err(Err((c, e))) => Err(ind(c, e).into()),
+        }
+    }
+
+    /// Leased job `leased` in `shard`, which this user may not open (`errno`: `EACCES`,
+    /// `EPERM`: another user's file at mode 600 in a shard both may write), goes back to
+    /// ready with the attempt the claim added given back ([`Op::ClaimUnreadable`]), so a
+    /// worker that may read it gets every attempt; before, each such claim used one and
+    /// left the job leased until its lease expired, and the job was dead-lettered
+    /// `exhausted` without ever running. `Skip` (not done, naming the job's ready path): the
+    /// claim passes it over as it does a job it may not move. When the move back fails the
+    /// claim is indeterminate (the job stays leased; `recover` gives it back at expiry).
+    fn give_back(&self, shard: u16, leased: JobName, errno: Errno) -> TryFailed {
+        let from = self.place_ready(shard, State::Leased);
+        let to = self.place_ready(shard, State::Ready);
+        let mut back = leased.next(Kind::Ready, false);
+        back.attempt = crate::ops::state::attempt_after(Op::ClaimUnreadable, leased.attempt);
+        let at = |n: &JobName, rel: &str| self.path(&format!("{rel}/{}", n.format(self.ident.id)));
+        match self.move_job(&from, &leased, &to, &back, Op::ClaimUnreadable) {
+            Ok(()) => Skip(Error::io(
+                Call::Open,
+                errno,
+                Outcome::NotDone,
+                Some(at(&back, &to.rel)),
+            )),
+            Err(e) => {
+                log::warn!("giving back a job this user may not open: {e}");
+                Fail(Error::io(
+                    Call::Open,
+                    errno,
+                    Outcome::Indeterminate,
+                    Some(at(&leased, &from.rel)),
+                ))
+            }
         }
     }
 

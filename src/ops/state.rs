@@ -35,6 +35,10 @@ pub enum Op {
     ClaimExhausted,
     /// A claim finds the file corrupt.
     ClaimCorrupt,
+    /// A claim may not open the job it moved (`EACCES`, `EPERM`: another user's file at
+    /// mode 600 in a shard both may write): the job goes back to ready with the claim's
+    /// attempt given back, for a worker that may read it.
+    ClaimUnreadable,
     /// The holder extends the deadlines.
     Renew,
     /// The holder is done; the job becomes a receipt.
@@ -66,6 +70,7 @@ pub const TRANSITIONS: &[(Option<State>, Op, State)] = &[
     (Some(State::Ready), Op::Claim, State::Leased),
     (Some(State::Ready), Op::ClaimExhausted, State::Dead),
     (Some(State::Leased), Op::ClaimCorrupt, State::Dead),
+    (Some(State::Leased), Op::ClaimUnreadable, State::Ready),
     (Some(State::Leased), Op::Renew, State::Leased),
     (Some(State::Leased), Op::Ack, State::Acked),
     (Some(State::Leased), Op::AckCorrupt, State::Dead),
@@ -106,15 +111,19 @@ pub enum Attempt {
     Add,
     /// Back to zero: an operator's requeue gives the job its attempts again.
     Reset,
+    /// Minus one: a claim that could not open the job gives back the attempt it added.
+    GiveBack,
 }
 
 impl Op {
-    /// The attempt rule: only a claim adds one, only a requeue resets; every other move
-    /// keeps the count. Every rename asserts it ([`attempt_after`]).
+    /// The attempt rule: only a claim adds one, only a requeue resets, only a claim that
+    /// could not open its job gives one back; every other move keeps the count. Every
+    /// rename asserts it ([`attempt_after`]).
     pub fn attempt(self) -> Attempt {
         match self {
             Op::Claim => Attempt::Add,
             Op::Requeue => Attempt::Reset,
+            Op::ClaimUnreadable => Attempt::GiveBack,
             _ => Attempt::Keep,
         }
     }
@@ -126,6 +135,7 @@ pub fn attempt_after(op: Op, attempt: u32) -> u32 {
         Attempt::Keep => attempt,
         Attempt::Add => attempt + 1,
         Attempt::Reset => 0,
+        Attempt::GiveBack => attempt.saturating_sub(1),
     }
 }
 
@@ -141,6 +151,7 @@ pub fn table_markdown() -> String {
             Attempt::Keep => "=",
             Attempt::Add => "+1",
             Attempt::Reset => "0",
+            Attempt::GiveBack => "-1",
         };
         s.push_str(&format!("| {f} | {o:?} | {t:?} | {a} |\n"));
     }

@@ -2195,6 +2195,63 @@ fn a_job_this_user_may_not_move_is_passed_over_not_a_stop() {
     );
 }
 
+/// A job this user may move but not open (root's file at mode 600 in a shard open to all):
+/// each claim renamed it to a lease, failed to open it (indeterminate, exit 4) and left it
+/// leased with one attempt used, so after `max_attempts` such claims the job was
+/// dead-lettered `exhausted` without ever running. Now the claim gives it back to ready
+/// with its attempt, passes it over (not done, exit 2 when it is all there is) and claims
+/// the next job; root then gets it with every attempt left.
+#[test]
+fn a_job_this_user_may_not_open_keeps_its_attempts_and_is_passed_over() {
+    let Some(t) = AsNobody::new("unopenable") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1");
+    assert_eq!(code, Some(0), "{err}");
+    let qs = t.q.to_str().unwrap();
+    let out = steadq_in(&["enqueue", qs, "--max-attempts", "2"], b"root's secret");
+    assert!(out.status.success(), "{out:?}");
+    let root_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let file = t.q.join("ready/00").join(&t.ls("ready/00")[0]);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, id, err) = t.run("echo mine | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    // The older job is root's: passed over, nobody's own is claimed.
+    let (code, out, err) = t.run("$S claim $Q");
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.starts_with(id.trim()), "its own job: {out} {err}");
+    assert!(
+        err.contains("Permission denied") && err.contains("passes it over"),
+        "{err}"
+    );
+    // More claims than the job has attempts: each is not done, naming the job, and none
+    // uses an attempt or leaves it leased.
+    for _ in 0..3 {
+        let (code, out, err) = t.run("$S claim $Q");
+        assert_eq!(code, Some(2), "not done: {out} {err}");
+        assert!(
+            err.contains(&root_id) && err.contains("Permission denied"),
+            "{err}"
+        );
+    }
+    let left: Vec<String> = t
+        .ls("ready/00")
+        .into_iter()
+        .filter(|n| n.starts_with(&root_id))
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].contains(".a00000000."), "no attempt used: {left:?}");
+    assert!(!left[0].contains(".t"), "not leased: {left:?}");
+    assert!(t.ls("dead").is_empty(), "nothing dead-lettered");
+    // Root may read it, with both of its attempts.
+    let out = steadq_in(&["claim", qs], b"");
+    assert!(out.status.success(), "{out:?}");
+    let h = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(h.starts_with(&root_id), "{h}");
+    assert!(h.contains(".a00000001."), "first attempt: {h}");
+}
+
 /// A due delayed job this user may not move (another user's file in a sticky bucket) is a
 /// job waiting, not "no job": `claim` said "no job ready" (exit 3), and a waiting claim (or
 /// an idle worker) never tried the move again once the permission was mended, until the
