@@ -268,7 +268,9 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
     claimed.sort_by_key(|(id, _)| id.to_string());
     for (id, &a) in claimed {
         if let Some([f, ..]) = by_id.get(id).map(|v| v.as_slice()) {
-            // Requeue (dead -> ready) is the only op that lowers attempts; workloads do not use it.
+            // Requeue (dead -> ready) lowers attempts, and workloads do not use it; the other
+            // op that does, ClaimUnreadable, follows only a claim that returned not done
+            // (never marked), so a marked claim's attempt still bounds the job's from below.
             if f.name.attempt < a {
                 out.push(format!(
                     "job {id}: attempt went down from {a} to {}",
