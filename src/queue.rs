@@ -204,6 +204,10 @@ pub(crate) struct Dirs {
     /// Per ready slot: this handle has made the slot's entry and its parents' entries
     /// durable (`ops/levels.rs`, `Queue::ensure_slot`).
     pub placed: Vec<std::sync::atomic::AtomicBool>,
+    /// Per ready slot, whether this user may make job files in it, as last found
+    /// (`ops/levels.rs`, `Queue::slot_writable`): 0 not probed yet, 1 it may, else the
+    /// monotonic ns (boot clock) until which enqueues avoid it.
+    pub writable: Vec<std::sync::atomic::AtomicU64>,
     pub receipts: Vec<OwnedFd>,
     pub delayed: OwnedFd,
     pub dead: OwnedFd,
@@ -917,6 +921,7 @@ fn open_dirs(
         // show) work; those that need it fail naming it, and recover reports it unreadable.
         tmp: held(TMP_DIR)?,
         placed: (0..ident.slots()).map(|_| Default::default()).collect(),
+        writable: (0..ident.slots()).map(|_| Default::default()).collect(),
         ready,
         absent,
         receipts: (0..shards)

@@ -760,6 +760,21 @@ impl Sys {
         })
     }
 
+    /// Whether this user may make a file in directory `dir` (`faccessat2(2)` of `"."` with
+    /// `W_OK | X_OK` and `AT_EACCESS`: the effective ids, as `open(2)` checks them).
+    /// `Err(EACCES)`, `Err(EPERM)`: it may not; counted as a [`Call::Stat`].
+    pub fn may_create_in(&self, dir: BorrowedFd<'_>) -> R<()> {
+        use rustix::fs::Access;
+        self.run(Call::Stat, || {
+            rustix::fs::accessat(
+                dir,
+                ".",
+                Access::WRITE_OK | Access::EXEC_OK,
+                AtFlags::EACCESS,
+            )
+        })
+    }
+
     /// `fstat(2)`: `(file type, size in bytes)`.
     pub fn fstat(&self, fd: BorrowedFd<'_>) -> R<(FileType, u64)> {
         self.run_retry(Call::Stat, || {

@@ -396,7 +396,17 @@ impl Queue {
                     );
                     self.sys.force_named_publish();
                 }
-                Err(e) => return Err(nd(Call::Open, self.dir_errno(p.dir.fd(), e), &p.rel_dir)),
+                Err(e) => {
+                    let e = self.dir_errno(p.dir.fd(), e);
+                    if matches!(e, Errno::ACCESS | Errno::PERM)
+                        && p.name.kind == crate::disk::name::Kind::Ready
+                    {
+                        // Not writable after all (the probe raced a chmod, or an LSM said
+                        // no): the next enqueues avoid the slot.
+                        self.avoid_slot(self.ident.slot_of(&p.name), e);
+                    }
+                    return Err(nd(Call::Open, e, &p.rel_dir));
+                }
             }
         }
         let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())

@@ -24,6 +24,10 @@ use rustix::fs::inotify::{self, WatchFlags};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering::{Acquire, Release};
 
+/// How long an enqueue avoids a ready slot this user may not write before it probes it
+/// again ([`Queue::slot_writable`]): 10 s.
+pub(crate) const UNWRITABLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The flags of the watches on the directories leading to a slot not made yet.
 pub(crate) const PARENT_WATCH: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::MOVED_TO)
@@ -118,12 +122,15 @@ impl Queue {
 
     /// A new job id (made at `now_ms`) for a job of level `priority` whose slot (the shard
     /// its id picks) can receive it: an id whose shard is blocked by an entry that is not a
-    /// directory (a file at `prio/5/03`) is drawn again, so an enqueue is not refused at
-    /// random one time in `shards`. One `openat` per call while the slot is not made yet.
+    /// directory (a file at `prio/5/03`), or is a directory this user may not write
+    /// ([`Queue::slot_writable`]: a shard left at root's mode 755 in a queue shared by
+    /// mode 777 or a group), is drawn again, so an enqueue is not refused at random one
+    /// time in `shards`. One `openat` per call while the slot is not made yet.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Io`] (`ENOTDIR`, not done) naming the entry, when every draw hit
-    /// a blocked slot: the whole level is behind it (a file named `prio`), or nearly so.
+    /// [`crate::ErrorKind::Io`] (not done) naming the entry, when every draw hit a blocked
+    /// slot (`ENOTDIR`: the whole level is behind it, a file named `prio`, or nearly so) or
+    /// one this user may not write (`EACCES`, `EPERM`).
     pub(crate) fn fresh_id(&self, priority: u8, now_ms: u64) -> Result<JobId> {
         let shards = self.ident.shards;
         let mut block = None;
@@ -131,22 +138,78 @@ impl Queue {
             let id = JobId::new(now_ms, crate::queue::random());
             let slot = self.ident.slot(priority, id.shard(shards));
             match self.slot_blocked(slot) {
-                None => return Ok(id),
+                None => match self.slot_writable(slot) {
+                    Ok(()) => return Ok(id),
+                    Err(e) => block = Some((self.ident.slot_rel(slot), e)),
+                },
                 // Above the slot (`prio`, `prio/<l>`): every shard of the level is behind it.
                 Some(b) if b != self.ident.slot_rel(slot) => {
-                    block = Some(b);
+                    block = Some((b, Errno::NOTDIR));
                     break;
                 }
-                Some(b) => block = Some(b),
+                Some(b) => block = Some((b, Errno::NOTDIR)),
             }
         }
-        let rel = block.unwrap_or_default();
+        let (rel, e) = block.unwrap_or((String::new(), Errno::NOTDIR));
         Err(Error::io(
             Call::Open,
-            Errno::NOTDIR,
+            e,
             Outcome::NotDone,
             Some(self.path(&rel)),
         ))
+    }
+
+    /// Whether this user may make job files in ready slot `s`, found once per slot per
+    /// handle (one `faccessat2(2)`) and remembered: a slot it may not write is avoided by
+    /// [`Queue::fresh_id`] for [`UNWRITABLE_RECHECK`], then probed again (a mended mode is
+    /// seen), and named in one warning per handle. A slot not made yet, or whose probe
+    /// fails otherwise, counts as writable: the enqueue's own calls report what is wrong.
+    ///
+    /// # Errors
+    /// `EACCES` or `EPERM`: this user may not.
+    pub(crate) fn slot_writable(&self, s: u16) -> core::result::Result<(), Errno> {
+        let w = &self.dirs.writable[s as usize];
+        let known = w.load(Acquire);
+        if known == 1 || (known > 1 && self.clock.boot_ns() < known) {
+            return if known == 1 {
+                Ok(())
+            } else {
+                Err(Errno::ACCESS)
+            };
+        }
+        let Some(fd) = self.slot_fd(s) else {
+            return Ok(());
+        };
+        match self.sys.may_create_in(fd) {
+            Err(e @ (Errno::ACCESS | Errno::PERM)) => {
+                self.avoid_slot(s, e);
+                Err(e)
+            }
+            Ok(()) => {
+                w.store(1, Release);
+                Ok(())
+            }
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Avoid ready slot `s` for new jobs for [`UNWRITABLE_RECHECK`]: this user may not make
+    /// files in it (`e`, found by a probe or by an enqueue's `open(2)`). Warned once per
+    /// slot per handle.
+    pub(crate) fn avoid_slot(&self, s: u16, e: Errno) {
+        let until = self.clock.boot_ns() + UNWRITABLE_RECHECK.as_nanos() as u64;
+        self.dirs.writable[s as usize].store(until.max(2), Release);
+        let rel = self.ident.slot_rel(s);
+        let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if !warned.contains(&rel) && warned.len() < 256 {
+            log::warn!(
+                "{}: this user may not make files here ({}); new jobs go to the other shards \
+                 until it is mended",
+                self.path(&rel).display(),
+                std::io::Error::from(e)
+            );
+            warned.push(rel);
+        }
     }
 
     /// [`Queue::slot_fd`], with the stand-in for a slot not made yet (every call on it fails).

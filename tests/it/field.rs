@@ -2252,6 +2252,89 @@ fn a_job_this_user_may_not_open_keeps_its_attempts_and_is_passed_over() {
     assert!(h.contains(".a00000001."), "first attempt: {h}");
 }
 
+/// A ready shard this user may not write (left at root's mode 755 in a queue opened to all
+/// by `chmod -R a+rwX` or a group): one enqueue in `shards` failed, "ready/02: open failed:
+/// Permission denied", at random. Now an enqueue draws its id again until its shard is one
+/// this user may write (a probe per shard per handle), warns naming the shard, and fails
+/// (not done, naming one) only when no shard of the level is writable.
+#[test]
+fn a_shard_this_user_may_not_write_gets_no_new_jobs_and_no_failed_enqueue() {
+    let Some(t) = AsNobody::new("unwritable-shard") else {
+        return;
+    };
+    let qs = t.q.to_str().unwrap();
+    assert!(steadq_in(&["init", qs, "--shards", "4"], b"")
+        .status
+        .success());
+    // A level made by root, then everything opened to all but one shard of each level.
+    assert!(steadq_in(&["enqueue", qs, "--priority", "5"], b"root high")
+        .status
+        .success());
+    let level_shard = t.ls("prio/5")[0].clone();
+    let status = Command::new("chmod")
+        .args(["-R", "a+rwX", qs])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    t.chmod("ready/02", 0o755);
+    let (code, _, err) = t.run("for s in 00 01 02 03; do mkdir -p $Q/prio/5/$s; done");
+    assert_eq!(code, Some(0), "{err}");
+    t.chmod(&format!("prio/5/{level_shard}"), 0o755);
+    let (code, out, err) = t.run(
+        "n=0; for i in $(seq 1 24); do echo d$i | $S enqueue $Q > /dev/null || n=$((n+1)); \
+         echo p$i | $S enqueue $Q --priority 5 > /dev/null || n=$((n+1)); \
+         echo k$i | $S enqueue $Q --key k$i > /dev/null || n=$((n+1)); done; echo failed=$n",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), "failed=0", "{err}");
+    assert!(
+        t.ls("ready/02").is_empty(),
+        "no job where nobody may not write"
+    );
+    assert_eq!(
+        t.ls(&format!("prio/5/{level_shard}")).len(),
+        1,
+        "root's job only"
+    );
+    let warned = err
+        .lines()
+        .filter(|l| l.contains("may not make files here"));
+    assert!(warned.clone().count() >= 1, "{err}");
+    assert!(
+        warned
+            .clone()
+            .all(|l| l.contains("ready/02") || l.contains(&format!("prio/5/{level_shard}"))),
+        "{err}"
+    );
+    let (code, out, _) = t.run("$S status $Q --json");
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains("\"ready\":73"),
+        "72 new jobs and root's: {out}"
+    );
+    // No shard writable: not done, naming one, nothing left behind.
+    for s in ["00", "01", "03"] {
+        t.chmod(&format!("ready/{s}"), 0o755);
+    }
+    let (code, out, err) = t.run("echo none | $S enqueue $Q");
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert!(
+        err.contains("Permission denied") && err.contains("/ready/0"),
+        "{err}"
+    );
+    assert!(t.ls("tmp").is_empty(), "{:?}", t.ls("tmp"));
+    // Mended: a new enqueue may land there again (4 shards, 24 tries).
+    t.chmod("ready/02", 0o777);
+    let (code, _, err) =
+        t.run("for i in $(seq 1 24); do echo m$i | $S enqueue $Q > /dev/null || exit 1; done");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        t.ls("ready/02").len(),
+        24,
+        "only ready/02 may take them now"
+    );
+}
+
 /// A due delayed job this user may not move (another user's file in a sticky bucket) is a
 /// job waiting, not "no job": `claim` said "no job ready" (exit 3), and a waiting claim (or
 /// an idle worker) never tried the move again once the permission was mended, until the
