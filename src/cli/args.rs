@@ -70,11 +70,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(bad()),
     };
     let secs = n * mult;
-    if !secs.is_finite() || !(0.0..=1e12).contains(&secs) {
+    if !secs.is_finite() || secs < 0.0 {
         return Err(bad());
+    }
+    // Named here, with the option: past this a `--delay` reached beyond the year 2262 (the
+    // last one a u64 of wall-clock ns holds) and failed later as "invalid argument: delay
+    // reaches past the year 2262", naming no option.
+    if secs > MAX_DURATION_DAYS * 86400.0 {
+        return Err(format!(
+            "bad duration '{s}': at most {MAX_DURATION_DAYS}d (100 years)"
+        ));
     }
     Ok(Duration::from_secs_f64(secs))
 }
+
+/// The longest duration any option takes, in days: 100 years.
+const MAX_DURATION_DAYS: f64 = 36_500.0;
 
 pub fn dur(s: &str) -> Result<Duration, String> {
     parse_duration(s)
@@ -689,7 +700,18 @@ mod tests {
         assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
-        for bad in ["", "x", "3x", "-1s", "s", "1e99d", "2", "0", "1.5"] {
+        assert_eq!(
+            parse_duration("36500d"),
+            Ok(Duration::from_secs(36_500 * 86400))
+        );
+        let e = parse_duration("999999d").unwrap_err();
+        assert!(
+            e.contains("'999999d'") && e.contains("at most 36500d"),
+            "{e}"
+        );
+        for bad in [
+            "", "x", "3x", "-1s", "s", "1e99d", "2", "0", "1.5", "36501d",
+        ] {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.contains(&format!("'{bad}'")), "{e}");
         }
