@@ -858,8 +858,25 @@ impl Queue {
                 )
             })?;
         let shard = self.ident.slot_of(&name);
-        let dir = self.held_dir(self.ready_fd(shard), &self.ident.slot_rel(shard));
         let rel = format!("{}/{handle}", self.ident.slot_rel(shard));
+        // The lease's slot as it is now: one not made (a level's directory removed since
+        // the claim) cannot hold the lease; one behind a file or a symlink is named. Both
+        // were "open failed: Permission denied", from the stand-in that held the slot.
+        let fd = match self.slot_dir(shard) {
+            crate::ops::levels::SlotDir::Held(fd) => fd,
+            crate::ops::levels::SlotDir::Missing => {
+                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
+            }
+            crate::ops::levels::SlotDir::Blocked(b) => {
+                let e = match self.sys.stat_nofollow(self.dirs.root.as_fd(), &b) {
+                    Ok(m) if m.file_type == rustix::fs::FileType::Symlink => Errno::LOOP,
+                    _ => Errno::NOTDIR,
+                };
+                let path = Some(self.path(&b));
+                return Err(Error::io(Call::Open, e, Outcome::NotDone, path).into());
+            }
+        };
+        let dir = self.held_dir(fd, &self.ident.slot_rel(shard));
         let file = match self.sys.open_file_ro(dir.fd(), handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {

@@ -2335,6 +2335,59 @@ fn a_shard_this_user_may_not_write_gets_no_new_jobs_and_no_failed_enqueue() {
     );
 }
 
+/// A lease handle settled after its level's directory was swapped (a symlink, an empty
+/// directory, a file at `prio/5`): every case said "open failed: Permission denied" (the
+/// stand-in that held the slot answered), naming the lease. Now a symlink or a file is
+/// named (exit 2), an empty level means the lease is gone (exit 6, lease lost), and the
+/// directory put back settles it (exit 0).
+#[test]
+fn a_lease_whose_level_was_swapped_is_settled_or_named_not_permission_denied() {
+    let d = TempDir::new("lease-level-swap");
+    let qs = d.path().to_str().unwrap();
+    let aside = d.path().with_extension("aside");
+    assert!(run(&["init", qs, "--shards", "1"]).status.success());
+    assert!(steadq_in(&["enqueue", qs, "--priority", "5"], b"high")
+        .status
+        .success());
+    let out = run(&["claim", qs]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let h = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let level = d.path().join("prio/5");
+    std::fs::rename(&level, &aside).unwrap();
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    std::os::unix::fs::symlink(&aside, &level).unwrap();
+    let out = run(&["ack", qs, &h]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        err(&out).contains("prio/5: open failed: a symlink"),
+        "{}",
+        err(&out)
+    );
+    std::fs::remove_file(&level).unwrap();
+
+    std::fs::create_dir(&level).unwrap();
+    let out = run(&["ack", qs, &h]);
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    assert!(err(&out).contains("lease lost"), "{}", err(&out));
+    std::fs::remove_dir(&level).unwrap();
+
+    std::fs::write(&level, b"").unwrap();
+    let out = run(&["renew", qs, &h]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        err(&out).contains("prio/5: open failed: Not a directory"),
+        "{}",
+        err(&out)
+    );
+    std::fs::remove_file(&level).unwrap();
+
+    std::fs::rename(&aside, &level).unwrap();
+    let out = run(&["ack", qs, &h]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(std::fs::read_dir(level.join("00")).unwrap().count(), 0);
+}
+
 /// A due delayed job this user may not move (another user's file in a sticky bucket) is a
 /// job waiting, not "no job": `claim` said "no job ready" (exit 3), and a waiting claim (or
 /// an idle worker) never tried the move again once the permission was mended, until the
