@@ -275,6 +275,8 @@ pub struct Shared {
     /// Paths warned about once per handle: an entry that is not a directory on the path to
     /// a slot, a job this user may not move (at most 256).
     pub(crate) warned_blocks: std::sync::Mutex<Vec<String>>,
+    /// Jobs this user may not move or open that were warned about by this handle.
+    pub(crate) warned_refused: std::sync::atomic::AtomicU32,
     /// Jobs a claim of this handle could not move (`EPERM`, `EACCES`), by id, each with the
     /// `CLOCK_BOOTTIME` ns until which listings pass it over, and the error it gave
     /// (`ops/lease.rs`, at most 4,096).
@@ -484,6 +486,7 @@ impl Queue {
                 unreadable: flags(),
                 warned_unreadable: flags(),
                 warned_blocks: Default::default(),
+                warned_refused: Default::default(),
                 refused: Default::default(),
                 evidence_lock: Mutex::new(()),
                 cap: Default::default(),

@@ -229,7 +229,7 @@ impl Queue {
             let id = name.id;
             let tried = match self.try_claim(slot, name, lease, sync) {
                 Err(Skip(e)) => {
-                    self.warn_refused(&e);
+                    self.warn_refused(id, &e);
                     // Listings pass it over from now on (for a while), so other slots and
                     // lower levels are listed and claimed: stopping the walk here left a
                     // job of a lower level unclaimed behind it.
@@ -350,7 +350,14 @@ impl Queue {
         }
         let dir = self.place_ready(slot, State::Ready);
         let mut fresh = Vec::with_capacity(arrived.len());
+        // A job passed over as refused arrives again when a claim gives it back
+        // (`give_back`): taking that arrival made an idle worker claim and give it back
+        // about a thousand times a second, where listings wait out the refusal.
+        let refused = self.refused_ids();
         for n in arrived {
+            if refused.binary_search(&n.id.0).is_ok() {
+                continue;
+            }
             match self
                 .sys
                 .stat_nofollow(dir.dir.fd(), &n.format(self.ident.id))
@@ -629,16 +636,28 @@ impl Queue {
         r.iter().find(|x| x.1 > now).map(|x| x.2.clone())
     }
 
-    /// Log a job a claim could not move for lack of permission, once per job per handle.
-    fn warn_refused(&self, e: &Error) {
-        let path = e
-            .path()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
+    /// Log job `id`, which a claim could not move or open for lack of permission (`e`), once
+    /// per job per handle, and by name for the first [`REFUSED_WARNINGS`] jobs only: one `claim` beside
+    /// 200 such jobs printed 200 warnings. Past that, one line says so and the rest go to
+    /// the debug level.
+    fn warn_refused(&self, id: crate::disk::name::JobId, e: &Error) {
+        use std::sync::atomic::Ordering::Relaxed;
+        // By job id: the path changes each time a claim gives the job back.
+        let key = format!("job {id}");
         let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
-        if !warned.contains(&path) && warned.len() < 256 {
-            log::warn!("{e}; this worker passes it over (fsck and status still count it)");
-            warned.push(path);
+        if warned.contains(&key) || warned.len() >= 256 {
+            return;
+        }
+        warned.push(key);
+        match self.warned_refused.fetch_add(1, Relaxed) {
+            n if n < REFUSED_WARNINGS => {
+                log::warn!("{e}; this worker passes it over (fsck and status still count it)")
+            }
+            REFUSED_WARNINGS => log::warn!(
+                "more jobs this user may not move or open are passed over (named at debug \
+                 level: RUST_LOG=debug)"
+            ),
+            _ => log::debug!("{e}; this worker passes it over"),
         }
     }
 
@@ -1478,6 +1497,10 @@ impl Drop for Lease {
         }
     }
 }
+
+/// How many jobs this user may not move or open a handle names in warnings
+/// ([`Queue::warn_refused`]): 3.
+const REFUSED_WARNINGS: u32 = 3;
 
 /// How [`Queue::try_claim`] failed: a job this user may not move (passed over), or anything
 /// else (the claim fails).

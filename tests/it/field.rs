@@ -2244,6 +2244,41 @@ fn a_job_this_user_may_not_open_keeps_its_attempts_and_is_passed_over() {
     assert!(left[0].contains(".a00000000."), "no attempt used: {left:?}");
     assert!(!left[0].contains(".t"), "not leased: {left:?}");
     assert!(t.ls("dead").is_empty(), "nothing dead-lettered");
+    // Beside five such jobs a one-shot claim names three and says there are more (it
+    // printed a warning per job, up to 256).
+    for i in 0..4 {
+        assert!(steadq_in(&["enqueue", qs], format!("more {i}").as_bytes())
+            .status
+            .success());
+    }
+    for n in t.ls("ready/00") {
+        let f = t.q.join("ready/00").join(n);
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let (code, out, err) = t.run("$S claim $Q");
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert_eq!(err.matches("passes it over").count(), 3, "{err}");
+    assert_eq!(
+        err.matches("more jobs this user may not").count(),
+        1,
+        "{err}"
+    );
+    // An idle worker beside them gives each back once and waits (the give-back's own
+    // inotify event made it claim and give back ~1,000 times a second).
+    let gens = || -> u64 {
+        t.ls("ready/00")
+            .iter()
+            .map(|n| u64::from_str_radix(&n[34..50], 16).unwrap())
+            .sum()
+    };
+    let before = gens();
+    let (_, _, err) = t.run("timeout -s INT 3 $S work $Q -q -- cat");
+    assert!(
+        gens() <= before + 2 * 5,
+        "at most one give-back (2 renames) per job: {} -> {} {err}",
+        before,
+        gens()
+    );
     // Root may read it, with both of its attempts.
     let out = steadq_in(&["claim", qs], b"");
     assert!(out.status.success(), "{out:?}");
