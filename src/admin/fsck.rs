@@ -128,7 +128,7 @@ impl core::fmt::Display for Problem {
             )?,
             ProblemKind::Unreadable(e) => write!(
                 f,
-                "unreadable: {}",
+                "unreadable: {} (not verified; left for a user who may read it)",
                 std::io::Error::from_raw_os_error(e.raw_os_error())
             )?,
         }
@@ -402,14 +402,26 @@ impl Queue {
             let shard_entry = kind == ProblemKind::NotADirectory
                 && (dir == crate::disk::layout::READY_DIR
                     || dir == crate::disk::layout::RECEIPTS_DIR);
+            // Nor an entry this user cannot read: it is not known to be bad (a valid job of
+            // another user at mode 600 was moved out of the queue, and nothing ran it).
             let quarantined = quarantine
                 && !dir.is_empty()
                 && !shard_entry
-                && !matches!(kind, ProblemKind::JobsInside(_))
-                && self.quarantine(&dir, &name).map_err(|e| match moved {
-                    true => e.with_outcome(crate::Outcome::Indeterminate),
-                    false => e,
-                })?;
+                && !matches!(
+                    kind,
+                    ProblemKind::JobsInside(_) | ProblemKind::Unreadable(_)
+                )
+                && match self.quarantine(&dir, &name) {
+                    Ok(q) => q,
+                    // A move this user may not make did not happen: the entry is left, and
+                    // reported (it failed the whole run as indeterminate, printing nothing).
+                    Err(e) if refused(&e) => {
+                        log::warn!("{e}; left in place");
+                        false
+                    }
+                    Err(e) if moved => return Err(e.with_outcome(crate::Outcome::Indeterminate)),
+                    Err(e) => return Err(e),
+                };
             rep.problems.push(Problem {
                 path,
                 kind,
@@ -898,4 +910,14 @@ type Bad = Vec<(String, String, ProblemKind)>;
 
 fn is_tag_mismatch(k: &ProblemKind) -> bool {
     *k == ProblemKind::Foreign(Foreign::Name(NameError::Tag))
+}
+
+/// Whether `e` is a move or a directory this user may not make (`EACCES`, `EPERM`), not
+/// done.
+fn refused(e: &Error) -> bool {
+    let is = |n: Errno| {
+        e.errno()
+            .is_some_and(|x| x.raw_os_error() == n.raw_os_error())
+    };
+    e.outcome() == Outcome::NotDone && (is(Errno::ACCESS) || is(Errno::PERM))
 }

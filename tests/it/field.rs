@@ -2423,6 +2423,60 @@ fn a_lease_whose_level_was_swapped_is_settled_or_named_not_permission_denied() {
     assert_eq!(std::fs::read_dir(level.join("00")).unwrap().count(), 0);
 }
 
+/// `fsck --quarantine` run by a user who cannot read another user's job (mode 600) moved
+/// that valid job out of the queue ("unreadable ... (moved to quarantine/)", exit 0), and
+/// nothing ever ran it; and an entry it was not allowed to move (a sticky shard) failed the
+/// whole run as indeterminate (exit 4), printing no line although it had moved others. Now
+/// an unreadable entry is reported and left, a refused move is reported and left, and the
+/// rest is moved (exit 5: problems left).
+#[test]
+fn fsck_quarantine_leaves_what_this_user_cannot_read_or_move() {
+    let Some(t) = AsNobody::new("fsck-unreadable") else {
+        return;
+    };
+    let qs = t.q.to_str().unwrap();
+    assert!(steadq_in(&["init", qs, "--shards", "2"], b"")
+        .status
+        .success());
+    let out = steadq_in(&["enqueue", qs], b"important");
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let status = Command::new("chmod")
+        .args(["-R", "a+rwX", qs])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let job = ["ready/00", "ready/01"]
+        .iter()
+        .flat_map(|d| t.ls(d).into_iter().map(move |n| format!("{d}/{n}")))
+        .find(|p| p.contains(&id))
+        .unwrap();
+    t.chmod(&job, 0o600);
+    std::fs::write(t.q.join("ready/00/junk"), b"x").unwrap();
+    std::fs::write(t.q.join("ready/01/stuck"), b"x").unwrap();
+    t.chmod("ready/01", 0o1777);
+    let (code, out, err) = t.run("$S fsck $Q --quarantine");
+    assert_eq!(code, Some(5), "problems left: {out} {err}");
+    assert!(
+        out.contains(&format!("{job}: unreadable: Permission denied")),
+        "{out}"
+    );
+    assert!(out.contains("ready/00/junk: foreign"), "{out}");
+    assert!(out.contains("(moved to quarantine/)"), "{out}");
+    assert!(out.contains("ready/01/stuck: foreign"), "{out}");
+    assert!(
+        !out.contains("ready/01/stuck: foreign: not a SteadQ job name (moved"),
+        "{out}"
+    );
+    assert!(t.q.join(&job).exists(), "the job stays in the queue");
+    assert!(t.q.join("ready/01/stuck").exists());
+    assert!(t.q.join("quarantine/ready/00/junk").exists());
+    // Root reads it: a valid job, claimed as usual.
+    let out = steadq_in(&["claim", qs], b"");
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(&id));
+}
+
 /// A due delayed job this user may not move (another user's file in a sticky bucket) is a
 /// job waiting, not "no job": `claim` said "no job ready" (exit 3), and a waiting claim (or
 /// an idle worker) never tried the move again once the permission was mended, until the
