@@ -403,7 +403,7 @@ impl Queue {
                     {
                         // Not writable after all (the probe raced a chmod, or an LSM said
                         // no): the next enqueues avoid the slot.
-                        self.avoid_slot(self.ident.slot_of(&p.name), e);
+                        self.avoid_slot(self.ident.slot_of(&p.name), e, &p.rel_dir);
                     }
                     return Err(nd(Call::Open, e, &p.rel_dir));
                 }

@@ -125,22 +125,32 @@ impl Queue {
     /// directory (a file at `prio/5/03`), or is a directory this user may not write
     /// ([`Queue::slot_writable`]: a shard left at root's mode 755 in a queue shared by
     /// mode 777 or a group), is drawn again, so an enqueue is not refused at random one
-    /// time in `shards`. One `openat` per call while the slot is not made yet.
+    /// time in `shards`. One `openat` per call while the slot is not made yet. Draws go on
+    /// until every shard of the level was found unusable (each is looked at once per call),
+    /// so one usable shard of 64 is found, not missed one time in 60.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Io`] (not done) naming the entry, when every draw hit a blocked
-    /// slot (`ENOTDIR`: the whole level is behind it, a file named `prio`, or nearly so) or
-    /// one this user may not write (`EACCES`, `EPERM`).
+    /// [`crate::ErrorKind::Io`] (not done) naming the entry, when no shard of the level can
+    /// take the job: blocked (`ENOTDIR`: the whole level is behind it, a file named `prio`,
+    /// or each shard is) or not writable by this user (`EACCES`, `EPERM`).
     pub(crate) fn fresh_id(&self, priority: u8, now_ms: u64) -> Result<JobId> {
         let shards = self.ident.shards;
         let mut block = None;
-        for _ in 0..4 * shards as usize + 4 {
+        // The shards found unusable by this call (at most 256 shards: `Identity`).
+        let mut bad = [false; 256];
+        let mut left = shards as usize;
+        while left > 0 {
             let id = JobId::new(now_ms, crate::queue::random());
-            let slot = self.ident.slot(priority, id.shard(shards));
+            let shard = id.shard(shards);
+            if std::mem::replace(&mut bad[shard as usize % 256], true) {
+                continue;
+            }
+            left -= 1;
+            let slot = self.ident.slot(priority, shard);
             match self.slot_blocked(slot) {
                 None => match self.slot_writable(slot) {
                     Ok(()) => return Ok(id),
-                    Err(e) => block = Some((self.ident.slot_rel(slot), e)),
+                    Err(e) => block = Some(e),
                 },
                 // Above the slot (`prio`, `prio/<l>`): every shard of the level is behind it.
                 Some(b) if b != self.ident.slot_rel(slot) => {
@@ -162,28 +172,31 @@ impl Queue {
     /// Whether this user may make job files in ready slot `s`, found once per slot per
     /// handle (one `faccessat2(2)`) and remembered: a slot it may not write is avoided by
     /// [`Queue::fresh_id`] for [`UNWRITABLE_RECHECK`], then probed again (a mended mode is
-    /// seen), and named in one warning per handle. A slot not made yet, or whose probe
-    /// fails otherwise, counts as writable: the enqueue's own calls report what is wrong.
+    /// seen), and named in one warning per handle. A level's slot not made yet is probed
+    /// through the directory it would be made in (`prio/<l>`, or `prio`, or the root, the
+    /// first that exists): one this user may not make is avoided the same way. A probe that
+    /// fails otherwise counts as writable: the enqueue's own calls report what is wrong.
     ///
     /// # Errors
-    /// `EACCES` or `EPERM`: this user may not.
-    pub(crate) fn slot_writable(&self, s: u16) -> core::result::Result<(), Errno> {
+    /// `(the directory probed, from the root; EACCES or EPERM)`: this user may not.
+    pub(crate) fn slot_writable(&self, s: u16) -> core::result::Result<(), (String, Errno)> {
         let w = &self.dirs.writable[s as usize];
         let known = w.load(Acquire);
-        if known == 1 || (known > 1 && self.clock.boot_ns() < known) {
-            return if known == 1 {
-                Ok(())
-            } else {
-                Err(Errno::ACCESS)
-            };
-        }
-        let Some(fd) = self.slot_fd(s) else {
+        if known == 1 {
             return Ok(());
+        }
+        if known > 1 && self.clock.boot_ns() < known {
+            return Err((self.unwritable_rel(s), Errno::ACCESS));
+        }
+        let slot = self.ident.slot_rel(s);
+        let probed = match self.slot_fd(s) {
+            Some(fd) => self.sys.may_create_in(fd).map_err(|e| (slot, e)),
+            None => self.parent_to_make(&slot),
         };
-        match self.sys.may_create_in(fd) {
-            Err(e @ (Errno::ACCESS | Errno::PERM)) => {
-                self.avoid_slot(s, e);
-                Err(e)
+        match probed {
+            Err((rel, e @ (Errno::ACCESS | Errno::PERM))) => {
+                self.avoid_slot(s, e, &rel);
+                Err((rel, e))
             }
             Ok(()) => {
                 w.store(1, Release);
@@ -193,18 +206,52 @@ impl Queue {
         }
     }
 
+    /// For slot `slot` (from the root), not made yet: the first of its parents that exists,
+    /// probed as [`Sys::may_create_in`](crate::disk::sys::Sys::may_create_in); `Err` names
+    /// it.
+    fn parent_to_make(&self, slot: &str) -> core::result::Result<(), (String, Errno)> {
+        let mut rel = slot;
+        while let Some(i) = rel.rfind('/') {
+            rel = &rel[..i];
+            match self.sys.open_dir_beneath(self.dirs.root.as_fd(), rel) {
+                Ok(fd) => {
+                    return (self.sys.may_create_in(fd.as_fd())).map_err(|e| (rel.to_string(), e))
+                }
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err((rel.to_string(), e)),
+            }
+        }
+        (self.sys.may_create_in(self.dirs.root.as_fd())).map_err(|e| (String::new(), e))
+    }
+
+    /// The directory that made slot `s` unwritable, as warned about: the slot itself, or
+    /// the parent it could not be made in.
+    fn unwritable_rel(&self, s: u16) -> String {
+        let slot = self.ident.slot_rel(s);
+        let warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
+        let under = |w: &&String| {
+            slot == **w || (slot.starts_with(w.as_str()) && slot[w.len()..].starts_with('/'))
+        };
+        let found = warned.iter().filter(under).max_by_key(|w| w.len()).cloned();
+        found.unwrap_or(slot)
+    }
+
     /// Avoid ready slot `s` for new jobs for [`UNWRITABLE_RECHECK`]: this user may not make
-    /// files in it (`e`, found by a probe or by an enqueue's `open(2)`). Warned once per
-    /// slot per handle.
-    pub(crate) fn avoid_slot(&self, s: u16, e: Errno) {
+    /// files in it, or may not make it in `rel` (`e`, found by a probe or by an enqueue's
+    /// `open(2)`). Warned once per directory per handle.
+    pub(crate) fn avoid_slot(&self, s: u16, e: Errno, rel: &str) {
         let until = self.clock.boot_ns() + UNWRITABLE_RECHECK.as_nanos() as u64;
         self.dirs.writable[s as usize].store(until.max(2), Release);
-        let rel = self.ident.slot_rel(s);
+        let what = match rel == self.ident.slot_rel(s) {
+            true => "files",
+            false => "shard directories",
+        };
+        let rel = rel.to_string();
         let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
         if !warned.contains(&rel) && warned.len() < 256 {
             log::warn!(
-                "{}: this user may not make files here ({}); new jobs go to the other shards \
-                 until it is mended",
+                "{}: this user may not make {what} here ({}); new jobs go to the shards it \
+                 may write, if any, until it is mended",
                 self.path(&rel).display(),
                 std::io::Error::from(e)
             );

@@ -2368,6 +2368,30 @@ fn a_shard_this_user_may_not_write_gets_no_new_jobs_and_no_failed_enqueue() {
         24,
         "only ready/02 may take them now"
     );
+    // A level made by root where this user may make no shard directory, one shard of it
+    // made and open to all: only that one takes jobs (7 in 8 enqueues failed, "prio/6/05:
+    // mkdir failed"); with that one closed too, a delayed enqueue there is refused like a
+    // plain one (it was accepted and stranded in delayed/ at due time).
+    std::fs::create_dir_all(t.q.join("prio/6/01")).unwrap();
+    t.chmod("prio/6/01", 0o777);
+    t.chmod("prio/6", 0o755);
+    let (code, _, err) = t.run(
+        "for i in $(seq 1 16); do echo l$i | $S enqueue $Q --priority 6 > /dev/null || exit 1; done",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(t.ls("prio/6"), ["01"]);
+    assert_eq!(t.ls("prio/6/01").len(), 16);
+    assert!(
+        err.contains("prio/6: this user may not make shard directories"),
+        "{err}"
+    );
+    t.chmod("prio/6/01", 0o755);
+    for extra in ["--delay 1s", "--key lk"] {
+        let (code, out, err) = t.run(&format!("echo d | $S enqueue $Q --priority 6 {extra}"));
+        assert_eq!(code, Some(2), "{extra}: {out} {err}");
+        assert!(err.contains("Permission denied"), "{err}");
+    }
+    assert!(t.ls("delayed").is_empty(), "{:?}", t.ls("delayed"));
 }
 
 /// A lease handle settled after its level's directory was swapped (a symlink, an empty
