@@ -789,21 +789,46 @@ impl Queue {
         parent_is_dead: bool,
         name: &str,
     ) -> core::result::Result<OwnedFd, (Call, Errno)> {
-        let parent = if parent_is_dead {
-            &self.dirs.dead
+        let (parent, template) = if parent_is_dead {
+            (&self.dirs.dead, DEAD_DIR)
         } else {
-            &self.dirs.delayed
+            (&self.dirs.delayed, DELAYED_DIR)
         };
-        match self.sys.mkdir(parent.as_fd(), name) {
-            Ok(()) => self
-                .barrier(parent.as_fd())
-                .map_err(|e| (Call::FsyncDir, e))?,
-            Err(Errno::EXIST) => {}
+        let made = match self.sys.mkdir(parent.as_fd(), name) {
+            Ok(()) => true,
+            Err(Errno::EXIST) => false,
             Err(e) => return Err((Call::Mkdir, e)),
-        }
-        self.sys
+        };
+        let fd = self
+            .sys
             .open_dir_beneath(parent.as_fd(), name)
-            .map_err(|e| (Call::Open, e))
+            .map_err(|e| (Call::Open, e))?;
+        if made {
+            self.share_like(fd.as_fd(), template, &format!("{template}/{name}"));
+            self.barrier(parent.as_fd())
+                .map_err(|e| (Call::FsyncDir, e))?;
+        }
+        Ok(fd)
+    }
+
+    /// Give directory `fd` (`rel` from the root), just made by this handle, the owner, group
+    /// and mode of `template` (from the root), whatever this process's user and umask: a
+    /// delayed bucket made 700 by a producer at umask 077 refused every other user's
+    /// delayed enqueue for that minute, a dead bucket made 755 by root every other user's
+    /// dead-letter for the day, `keys/` every other user's keyed enqueue for good. Best
+    /// effort: a failure is logged and the directory used as it is.
+    pub(crate) fn share_like(&self, fd: BorrowedFd<'_>, template: &str, rel: &str) {
+        if let Err(e) = self
+            .sys
+            .copy_owner_and_mode(fd, self.dirs.root.as_fd(), template)
+        {
+            log::warn!(
+                "{}: could not give it the owner and mode of {template} ({}); other users \
+                 may not be able to use it",
+                self.path(rel).display(),
+                std::io::Error::from(e)
+            );
+        }
     }
 }
 

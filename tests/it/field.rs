@@ -2501,6 +2501,71 @@ fn fsck_quarantine_leaves_what_this_user_cannot_read_or_move() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(&id));
 }
 
+/// Directories made on demand (a delayed bucket, a dead bucket, `keys/`) took the maker's
+/// umask and owner: one producer at umask 077 refused every other user's delayed enqueue
+/// for that minute and keyed enqueue for good; one dead-letter by root refused every other
+/// user's for the day. Now each is given the owner, group and mode of its parent layout
+/// directory, as a priority level already was.
+#[test]
+fn directories_made_on_demand_are_shared_like_the_queue() {
+    let Some(t) = AsNobody::new("shared-buckets") else {
+        return;
+    };
+    let qs = t.q.to_str().unwrap();
+    assert!(steadq_in(&["init", qs, "--shards", "1"], b"")
+        .status
+        .success());
+    let status = Command::new("chmod")
+        .args(["-R", "a+rwX", qs])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Root dead-letters a job (umask 022: today's dead bucket).
+    assert!(steadq_in(&["enqueue", qs], b"root's").status.success());
+    let h = steadq_in(&["claim", qs], b"");
+    let h = String::from_utf8_lossy(&h.stdout).trim().to_string();
+    assert!(run(&["fail", qs, &h, "--reason", "bad"]).status.success());
+    // nobody, at umask 077: a delayed bucket and keys/.
+    let (code, _, err) = t.run(
+        "umask 077; echo n | $S enqueue $Q --delay 1h --key kn > /dev/null && \
+         echo m | $S enqueue $Q > /dev/null",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    // daemon, another user: the same minute's bucket, keys/, today's dead bucket.
+    let as_daemon = |script: &str| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=daemon", "--regid=daemon", "--clear-groups"])
+            .args(["sh", "-c", script])
+            .env("S", t.base.join("steadq"))
+            .env("Q", &t.q)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = as_daemon("echo d | $S enqueue $Q --delay 1h");
+    assert_eq!(code, Some(0), "delayed: {err}");
+    let (code, err) = as_daemon("echo k | $S enqueue $Q --key kd");
+    assert_eq!(code, Some(0), "keyed: {err}");
+    let (code, err) = as_daemon("h=$($S claim $Q) && $S fail $Q \"$h\" --reason bad");
+    assert_eq!(code, Some(0), "dead-letter: {err}");
+    use std::os::unix::fs::MetadataExt;
+    let mode = |p: &str| std::fs::metadata(t.q.join(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("keys"), mode("ready"));
+    for d in ["delayed", "dead"] {
+        let parent = std::fs::metadata(t.q.join(d)).unwrap().mode();
+        for e in std::fs::read_dir(t.q.join(d)).unwrap() {
+            let m = e.unwrap().metadata().unwrap();
+            if m.is_dir() {
+                assert_eq!(m.mode() & 0o7777, parent & 0o7777, "{d}");
+            }
+        }
+    }
+}
+
 /// A due delayed job this user may not move (another user's file in a sticky bucket) is a
 /// job waiting, not "no job": `claim` said "no job ready" (exit 3), and a waiting claim (or
 /// an idle worker) never tried the move again once the permission was mended, until the
