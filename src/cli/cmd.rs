@@ -668,7 +668,7 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
             let e = CliError::from(e);
             if r.failed > 0 {
                 eprintln!(
-                    "steadq: {} entries could not be recovered (the others were); first: {e}",
+                    "steadq: {} entries could not be recovered (any others were); first: {e}",
                     r.failed
                 );
             } else {
