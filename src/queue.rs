@@ -866,18 +866,20 @@ fn open_dirs(
     check: bool,
 ) -> Result<Dirs> {
     let shards = ident.shards;
+    let open_failed = |rel: &str, e: Errno| {
+        let kind = if e == Errno::NOENT {
+            ErrorKind::Incomplete
+        } else {
+            ErrorKind::Io {
+                call: Call::Open,
+                errno: e.into(),
+            }
+        };
+        Error::not_done(kind, Some(root.join(rel)))
+    };
     let open = |rel: &str| {
-        sys.open_dir_beneath(rootfd.as_fd(), rel).map_err(|e| {
-            let kind = if e == Errno::NOENT {
-                ErrorKind::Incomplete
-            } else {
-                ErrorKind::Io {
-                    call: Call::Open,
-                    errno: e.into(),
-                }
-            };
-            Error::not_done(kind, Some(root.join(rel)))
-        })
+        sys.open_dir_beneath(rootfd.as_fd(), rel)
+            .map_err(|e| open_failed(rel, e))
     };
     // A job directory this user cannot read (a ready or receipt shard, `delayed/`, `dead/`)
     // is held by name only (`O_PATH`): claims skip it, status and fsck report it
@@ -892,8 +894,24 @@ fn open_dirs(
                 .or_else(|_| open(rel)),
             r => r.or_else(|_| open(rel)),
         },
-        _ => open(rel),
+        // Opened once: each directory was opened, closed and opened again (1,400 `openat2`
+        // calls to open a queue of 64 shards at 8 levels).
+        r => r.map_err(|e| open_failed(rel, e)),
     };
+    // A level whose directory (`prio/<l>`) does not exist holds no slot yet: its slots are
+    // not opened one by one (448 failed opens of a 64-shard queue with no level made).
+    let lazy_levels = (0..ident.slots()).any(|s| ident.slot_is_lazy(s));
+    let level_missing: Vec<bool> = (0..crate::disk::name::PRIORITY_LEVELS)
+        .map(|l| {
+            let rel = format!("{}/{l}", crate::disk::layout::PRIO_DIR);
+            lazy_levels
+                && l != crate::disk::name::DEFAULT_PRIORITY
+                && matches!(
+                    sys.open_dir_beneath(rootfd.as_fd(), &rel),
+                    Err(Errno::NOENT)
+                )
+        })
+        .collect();
     // A priority level's slot that does not exist yet is opened on first use.
     // A slot behind something that is not a directory (a file named `prio` in the root, or
     // in place of `ready/03`) holds no job: its level's slot is left unopened like one not
@@ -918,6 +936,9 @@ fn open_dirs(
     let slot = |s: u16| {
         let rel = ident.slot_rel(s);
         let lazy = ident.slot_is_lazy(s);
+        if lazy && level_missing[ident.slot_parts(s).0 as usize] {
+            return Ok(None);
+        }
         match held(&rel) {
             Err(e) if *e.kind() == ErrorKind::Incomplete && lazy => Ok(None),
             Err(e) => match blocked(&e, &rel, lazy) {

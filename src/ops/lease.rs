@@ -286,6 +286,11 @@ impl Queue {
                 crate::disk::name::DEFAULT_PRIORITY
             };
             let mut any = false;
+            // Whether this level's directory (`prio/<l>`) is missing, looked at (one
+            // `openat2`) by the first of its slots that would be listed: its slots then hold
+            // nothing and are known empty without a listing each (a new worker tried to open
+            // all 64 of each missing level).
+            let mut level_missing: Option<bool> = None;
             for shard in 0..self.ident.shards {
                 let slot = self.ident.slot(level, shard);
                 if !pending && !holding.get(slot as usize).copied().unwrap_or(true) {
@@ -318,6 +323,12 @@ impl Queue {
                     }
                     Err(generation) => generation,
                 };
+                if self.ident.slot_is_lazy(slot)
+                    && *level_missing.get_or_insert_with(|| self.level_missing(level))
+                {
+                    self.shards.listed(slot, generation, true, None);
+                    continue;
+                }
                 *budget -= 1;
                 let failed = seen.failed;
                 let (mut found, expiry) = self.sweep_shard(slot, seen)?;

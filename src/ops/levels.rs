@@ -169,6 +169,16 @@ impl Queue {
         ))
     }
 
+    /// Whether level `level`'s directory (`prio/<l>`, or `prio` itself) does not exist: a
+    /// level not made yet, whose slots hold no job. One `openat2(2)`.
+    pub(crate) fn level_missing(&self, level: u8) -> bool {
+        let rel = format!("{PRIO_DIR}/{level}");
+        matches!(
+            self.sys.open_dir_beneath(self.dirs.root.as_fd(), &rel),
+            Err(Errno::NOENT)
+        )
+    }
+
     /// Whether this user may make job files in ready slot `s`, found once per slot per
     /// handle (one `faccessat2(2)`) and remembered: a slot it may not write is avoided by
     /// [`Queue::fresh_id`] for [`UNWRITABLE_RECHECK`], then probed again (a mended mode is

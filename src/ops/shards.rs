@@ -364,8 +364,23 @@ impl Watch {
 /// the directories on the way to it), or `None` (never skip).
 fn watch(q: &Queue) -> Option<Watch> {
     let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
-    let mut slots = Vec::with_capacity(q.ident.slots() as usize);
+    let mut slots: Vec<crate::ops::levels::SlotWatch> =
+        Vec::with_capacity(q.ident.slots() as usize);
     for s in 0..q.ident.slots() {
+        // A level not made yet (no `prio/<l>/`) is watched from the same parents for each
+        // of its shards: the first shard's watches serve the rest, since an event there
+        // names a component every shard of the level shares (three `inotify_add_watch`
+        // calls per shard, 1,400 for 64 shards at 8 levels, were most of a new worker's
+        // first claim at depth).
+        let (level, shard) = q.ident.slot_parts(s);
+        if shard > 0 && q.ident.slot_is_lazy(s) {
+            let prev = &slots[s as usize - 1];
+            if prev.slot.is_none() && prev.parents.len() < 3 && !prev.parents.is_empty() {
+                debug_assert_eq!(q.ident.slot_parts(s - 1).0, level);
+                slots.push(prev.clone());
+                continue;
+            }
+        }
         match q.watch_slot(fd.as_fd(), s, SLOT_WATCH) {
             Ok(w) => slots.push(w),
             Err(e) => {
