@@ -2566,6 +2566,84 @@ fn directories_made_on_demand_are_shared_like_the_queue() {
     }
 }
 
+/// A directory made on demand appears already shared: made in place it stood for a moment
+/// at the maker's umask (0700 at umask 077), and a worker of another user that looked then
+/// skipped every slot behind it for 10 s (49-56 false "cannot read this shard" warnings).
+/// Now it is made in `tmp/`, given its owner and mode there and renamed into place, so its
+/// parent sees a move (`IN_MOVED_TO`), never a create; an abandoned one is removed by
+/// `recover`. And `quarantine/` is shared the same way: made at one user's umask it refused
+/// every other user's quarantine.
+#[test]
+fn a_directory_made_on_demand_appears_whole_and_quarantine_is_shared() {
+    use rustix::fs::inotify;
+    let Some(t) = AsNobody::new("dir-appears") else {
+        return;
+    };
+    let qs = t.q.to_str().unwrap();
+    assert!(steadq_in(&["init", qs, "--shards", "1"], b"")
+        .status
+        .success());
+    let status = Command::new("chmod")
+        .args(["-R", "a+rwX", qs])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let ino =
+        inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).unwrap();
+    let flags = inotify::WatchFlags::CREATE | inotify::WatchFlags::MOVED_TO;
+    inotify::add_watch(&ino, t.q.join("delayed"), flags).unwrap();
+    inotify::add_watch(&ino, &t.q, flags).unwrap();
+    let (code, _, err) = t.run(
+        "umask 077; echo d | $S enqueue $Q --delay 1h > /dev/null && \
+         echo p | $S enqueue $Q --priority 6 > /dev/null",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+    let mut reader = inotify::Reader::new(&ino, &mut buf);
+    let mut events = Vec::new();
+    while let Ok(e) = reader.next() {
+        let name = e.file_name().map(|n| n.to_string_lossy().into_owned());
+        events.push((e.events(), name.unwrap_or_default()));
+    }
+    let dirs: Vec<_> = events
+        .iter()
+        .filter(|(m, _)| m.contains(inotify::ReadFlags::ISDIR))
+        .collect();
+    assert!(dirs.len() >= 2, "the bucket and prio/: {events:?}");
+    assert!(
+        dirs.iter()
+            .all(|(m, _)| m.contains(inotify::ReadFlags::MOVED_TO)
+                && !m.contains(inotify::ReadFlags::CREATE)),
+        "moved in, never made in place: {events:?}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let mode = |p: &str| std::fs::metadata(t.q.join(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("prio"), mode("ready"));
+    assert_eq!(mode("prio/6"), mode("ready"));
+    // An abandoned one (its maker gone: another boot) is removed by recover.
+    let stale = format!("{:032x}.{:08x}.{:032x}.dir", 1u128, 1u32, 7u128);
+    std::fs::create_dir(t.q.join("tmp").join(&stale)).unwrap();
+    let (code, _, err) = t.run("$S recover $Q");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!t.q.join("tmp").join(&stale).exists(), "{err}");
+    // The quarantine, first made by nobody at umask 022, takes daemon's moves too.
+    std::fs::write(t.q.join("ready/00/junk1"), b"x").unwrap();
+    let (code, out, err) = t.run("umask 022; $S fsck $Q --quarantine");
+    assert_eq!(code, Some(0), "all moved: {out} {err}");
+    assert!(t.q.join("quarantine/ready/00/junk1").exists(), "{out}");
+    std::fs::write(t.q.join("ready/00/junk2"), b"x").unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=daemon", "--regid=daemon", "--clear-groups"])
+        .args(["sh", "-c", "umask 022; $S fsck $Q --quarantine"])
+        .env("S", t.base.join("steadq"))
+        .env("Q", &t.q)
+        .output()
+        .unwrap();
+    // (Exit 5: nobody's umask-077 jobs, which daemon may not read, are left.)
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(t.q.join("quarantine/ready/00/junk2").exists(), "{out:?}");
+}
+
 /// A due delayed job this user may not move (another user's file in a sticky bucket) is a
 /// job waiting, not "no job": `claim` said "no job ready" (exit 3), and a waiting claim (or
 /// an idle worker) never tried the move again once the permission was mended, until the
