@@ -359,11 +359,17 @@ fn a_new_handle_opens_each_directory_once_and_skips_levels_not_made() {
     };
     let q = Queue::open_with(d.path(), o).unwrap();
     let opened = plan.count(steadq::sys::Call::Open);
-    // 64 ready and 64 receipt shards, tmp/, delayed/, dead/, the 7 levels looked at once.
-    assert!(opened <= 64 + 64 + 3 + 7 + 8, "{opened} opens");
+    // 64 ready and 64 receipt shards, tmp/, delayed/, dead/, the 7 levels looked at once;
+    // twice that where `openat2` is missing (qemu-user, kernels before 5.6: each path of
+    // two components is opened one component at a time). Before: 1,163.
+    let per_path = 2;
+    assert!(opened <= per_path * (64 + 64 + 3 + 7 + 8), "{opened} opens");
     plan.reset_counts();
     let l = q.claim().unwrap().unwrap();
     assert_eq!(l.id(), id);
     let opened = plan.count(steadq::sys::Call::Open);
-    assert!(opened <= 7 + 4, "{opened} opens at the first claim");
+    assert!(
+        opened <= per_path * (7 + 4),
+        "{opened} opens at the first claim"
+    );
 }
