@@ -794,107 +794,41 @@ impl Queue {
         } else {
             (&self.dirs.delayed, DELAYED_DIR)
         };
-        let (fd, made) = self.make_dir_like(parent.as_fd(), name, template)?;
+        let made = match self.sys.mkdir(parent.as_fd(), name) {
+            Ok(()) => true,
+            Err(Errno::EXIST) => false,
+            Err(e) => return Err((Call::Mkdir, e)),
+        };
+        let fd = self
+            .sys
+            .open_dir_beneath(parent.as_fd(), name)
+            .map_err(|e| (Call::Open, e))?;
         if made {
+            self.share_like(fd.as_fd(), template, &format!("{template}/{name}"));
             self.barrier(parent.as_fd())
                 .map_err(|e| (Call::FsyncDir, e))?;
         }
         Ok(fd)
     }
 
-    /// Directory `name` of `parent`, made if missing with the owner,
-    /// group and mode of layout directory `template` (from the root) before anyone can see
-    /// it: made in `tmp/` under a temp name ([`TempKind::Dir`]), given them there, then
-    /// renamed into place with `RENAME_NOREPLACE`. Made in place, it stood for a moment at
-    /// the maker's umask (0700 at umask 077), and a worker of another user that looked then
-    /// found every slot behind it unreadable and skipped them for 10 s. When another process
-    /// made it first, the temp one is removed. When `tmp/` refuses (`EACCES`), it is made in
-    /// place and fixed after. `Ok((fd, made))`; the caller makes `parent` durable if
-    /// `made`. An abandoned temp directory is removed by `recover` (`recover_tmp`).
-    ///
-    /// # Errors
-    /// `(call, errno)` of the `mkdirat`, `renameat2` or `openat2` that failed: not done.
-    pub(crate) fn make_dir_like(
-        &self,
-        parent: BorrowedFd<'_>,
-        name: &str,
-        template: &str,
-    ) -> core::result::Result<(OwnedFd, bool), (Call, Errno)> {
-        match self.sys.open_dir_beneath(parent, name) {
-            Err(Errno::NOENT) => {}
-            r => return r.map(|fd| (fd, false)).map_err(|e| (Call::Open, e)),
-        }
-        let tmpdir = self.dirs.tmp.as_fd();
-        let temp = TempName::new(self.clock.boot_id(), TempKind::Dir, random())
-            .format()
-            .to_string();
-        let made = match self.sys.mkdir(tmpdir, &temp) {
-            Ok(()) => {
-                let shared = self
-                    .sys
-                    .open_dir_beneath(tmpdir, &temp)
-                    .map_err(|e| (Call::Open, e))
-                    .and_then(|fd| self.share_like(fd.as_fd(), template));
-                if let Err(e) = shared {
-                    // Not left half made: the next placement makes it again.
-                    let _ = self.sys.rmdir(tmpdir, &temp);
-                    return Err(e);
-                }
-                match self.sys.rename(tmpdir, &temp, parent, name) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        let _ = self.sys.rmdir(tmpdir, &temp);
-                        match e {
-                            Errno::EXIST | Errno::NOTEMPTY => false,
-                            e => return Err((Call::Rename, e)),
-                        }
-                    }
-                }
-            }
-            Err(Errno::ACCESS | Errno::PERM | Errno::NOTDIR | Errno::BADF) => {
-                match self.sys.mkdir(parent, name) {
-                    Ok(()) => {
-                        let fd = self
-                            .sys
-                            .open_dir_beneath(parent, name)
-                            .map_err(|e| (Call::Open, e));
-                        let shared =
-                            fd.and_then(|fd| self.share_like(fd.as_fd(), template).map(|()| fd));
-                        if shared.is_err() {
-                            let _ = self.sys.rmdir(parent, name);
-                        }
-                        return shared.map(|fd| (fd, true));
-                    }
-                    Err(Errno::EXIST) => false,
-                    Err(e) => return Err((Call::Mkdir, e)),
-                }
-            }
-            Err(e) => return Err((Call::Mkdir, e)),
-        };
-        let fd = self
+    /// Give directory `fd` (`rel` from the root), just made by this handle, the owner, group
+    /// and mode of `template` (from the root), whatever this process's user and umask: a
+    /// delayed bucket made 700 by a producer at umask 077 refused every other user's
+    /// delayed enqueue for that minute, a dead bucket made 755 by root every other user's
+    /// dead-letter for the day, `keys/` every other user's keyed enqueue for good. Best
+    /// effort: a failure is logged and the directory used as it is.
+    pub(crate) fn share_like(&self, fd: BorrowedFd<'_>, template: &str, rel: &str) {
+        if let Err(e) = self
             .sys
-            .open_dir_beneath(parent, name)
-            .map_err(|e| (Call::Open, e))?;
-        Ok((fd, made))
-    }
-
-    /// Give directory `fd`, just made by this handle, the owner, group and mode of layout
-    /// directory `template` (from the root), whatever this process's user and umask: a
-    /// delayed bucket made 700 by a producer at umask 077 refused every other user's delayed
-    /// enqueue for that minute, a dead bucket made 755 by root every other user's
-    /// dead-letter for the day, `keys/` every other user's keyed enqueue for good.
-    ///
-    /// # Errors
-    /// `(Call::Mkdir, errno)` of the `fstatat`, `fchown` or `fchmod` (an `fchown` this user
-    /// may not make is not an error: the group alone, or neither, is kept).
-    fn share_like(
-        &self,
-        fd: BorrowedFd<'_>,
-        template: &str,
-    ) -> core::result::Result<(), (Call, Errno)> {
-        self.sys
             .copy_owner_and_mode(fd, self.dirs.root.as_fd(), template)
-            .map_err(|e| (Call::Mkdir, e))
+        {
+            log::warn!(
+                "{}: could not give it the owner and mode of {template} ({}); other users \
+                 may not be able to use it",
+                self.path(rel).display(),
+                std::io::Error::from(e)
+            );
+        }
     }
 }
 

@@ -205,17 +205,12 @@ impl Queue {
                 odd.clear();
                 self.sys.read_dir(fd, |name, _, t| {
                     rep.checked += 1;
-                    let temp = name.and_then(crate::disk::name::TempName::parse);
-                    use crate::disk::sys::EntryType;
-                    // A `.dir` temp name is a directory being made (`Queue::make_dir_like`).
-                    let fits = match temp.map(|t| t.kind) {
-                        Some(crate::disk::name::TempKind::Dir) => {
-                            matches!(t, EntryType::Dir | EntryType::Unknown)
-                        }
-                        Some(_) => matches!(t, EntryType::File | EntryType::Unknown),
-                        None => false,
-                    };
-                    if !fits {
+                    let named = name.and_then(crate::disk::name::TempName::parse).is_some();
+                    let file = matches!(
+                        t,
+                        crate::disk::sys::EntryType::File | crate::disk::sys::EntryType::Unknown
+                    );
+                    if !named || !file {
                         odd.push(name.unwrap_or("?").to_string());
                     }
                 })
@@ -734,22 +729,22 @@ impl Queue {
             }
             rel.push_str(part);
             let at = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
-            // Shared like `ready/`: made at the first user's umask, the quarantine refused
-            // every other user's moves.
-            let (fd, made) = self
-                .make_dir_like(parent.as_fd(), part, crate::disk::layout::READY_DIR)
-                .map_err(|(c, e)| at(c, e))?;
-            if made {
-                self.barrier(parent.as_fd()).map_err(|e| {
+            match self.sys.mkdir(parent.as_fd(), part) {
+                Ok(()) => self.barrier(parent.as_fd()).map_err(|e| {
                     Error::io(
                         Call::FsyncDir,
                         e,
                         Outcome::Indeterminate,
                         Some(self.path(&rel)),
                     )
-                })?;
+                })?,
+                Err(Errno::EXIST) => {}
+                Err(e) => return Err(at(Call::Mkdir, e)),
             }
-            parent = fd;
+            parent = self
+                .sys
+                .open_dir_beneath(parent.as_fd(), part)
+                .map_err(|e| at(Call::Open, e))?;
         }
         Ok(parent)
     }

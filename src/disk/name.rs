@@ -633,9 +633,6 @@ pub enum TempKind {
     Job,
     /// The open-time check that `renameat2(RENAME_NOREPLACE)` works (`.probe`).
     Probe,
-    /// A directory being made, given its owner and mode, then renamed into place (`.dir`:
-    /// `Queue::make_dir_like`).
-    Dir,
 }
 
 /// A name in `tmp/`: `<boot32>.<pid8>.<rand32>.tmp|probe` (80 bytes for a probe). The boot id
@@ -670,7 +667,6 @@ impl TempName {
         let ext = match self.kind {
             TempKind::Job => "tmp",
             TempKind::Probe => "probe",
-            TempKind::Dir => "dir",
         };
         // 32 + 1 + 8 + 1 + 32 + 1 + 5 = 80 bytes: always fits.
         let _ = write!(
@@ -691,7 +687,6 @@ impl TempName {
         let kind = match ext {
             "tmp" => TempKind::Job,
             "probe" => TempKind::Probe,
-            "dir" => TempKind::Dir,
             _ => return None,
         };
         Some(TempName {

@@ -353,11 +353,20 @@ impl Queue {
             }
         }
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(KEYS_DIR)));
-        // Shared like `ready/`: made 700 at umask 077 it refused every other user's keyed
-        // enqueue for good.
-        let (fd, _) = self
-            .make_dir_like(root, KEYS_DIR, crate::disk::layout::READY_DIR)
-            .map_err(|(c, e)| nd(c, e))?;
+        let made = match self.sys.mkdir(root, KEYS_DIR) {
+            Ok(()) => true,
+            Err(Errno::EXIST) => false,
+            Err(e) => return Err(nd(Call::Mkdir, e)),
+        };
+        let fd = self
+            .sys
+            .open_dir_beneath(root, KEYS_DIR)
+            .map_err(|e| nd(Call::Open, e))?;
+        if made {
+            // Shared like `ready/`: made 700 at umask 077 it refused every other user's
+            // keyed enqueue for good.
+            self.share_like(fd.as_fd(), crate::disk::layout::READY_DIR, KEYS_DIR);
+        }
         // Until the root is synced the directory may vanish in a crash, with any key in it:
         // no job has been published yet, so that is still "not done".
         self.barrier(root).map_err(|e| nd(Call::FsyncDir, e))?;

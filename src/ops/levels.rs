@@ -310,12 +310,31 @@ impl Queue {
     /// Directory `name` of `parent` (`rel` from the root), made if missing.
     fn make_dir(&self, parent: BorrowedFd<'_>, name: &str, rel: &str) -> Result<OwnedFd> {
         let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(self.path(rel)));
-        // Owned and shared like `ready/`, whatever this process's user and umask, from the
-        // moment it appears: a level made 2755 by a producer would lock the worker's group
-        // out of it, and one seen at 0700 for a moment had its slots skipped for 10 s.
-        let (fd, _) = self
-            .make_dir_like(parent, name, READY_DIR)
-            .map_err(|(c, e)| nd(c, e))?;
+        match self.sys.open_dir_beneath(parent, name) {
+            Err(Errno::NOENT) => {}
+            r => return r.map_err(|e| nd(Call::Open, e)),
+        }
+        let made = match self.sys.mkdir(parent, name) {
+            Ok(()) => true,
+            Err(Errno::EXIST) => false,
+            Err(e) => return Err(nd(Call::Mkdir, e)),
+        };
+        let fd = self
+            .sys
+            .open_dir_beneath(parent, name)
+            .map_err(|e| nd(Call::Open, e))?;
+        if made {
+            // Owned and shared like `ready/`, whatever this process's user and umask: a
+            // level made 2755 by a producer would lock the worker's group out of it.
+            if let Err(e) =
+                self.sys
+                    .copy_owner_and_mode(fd.as_fd(), self.dirs.root.as_fd(), READY_DIR)
+            {
+                // Not left half made: the next placement makes it again (still empty).
+                let _ = self.sys.rmdir(parent, name);
+                return Err(nd(Call::Mkdir, e));
+            }
+        }
         Ok(fd)
     }
 

@@ -319,13 +319,7 @@ impl Queue {
             return Ok(());
         };
         for name in dead {
-            let dir = name.ends_with(".dir");
-            let removed = match dir {
-                // An abandoned directory being made (`Queue::make_dir_like`): empty.
-                true => self.sys.rmdir(self.dirs.tmp.as_fd(), &name),
-                false => self.sys.unlink(self.dirs.tmp.as_fd(), &name),
-            };
-            match removed {
+            match self.sys.unlink(self.dirs.tmp.as_fd(), &name) {
                 Ok(()) => r.temp_removed += 1,
                 Err(Errno::NOENT) => {}
                 // A directory (or an entry we may not remove) named like a temp file is
