@@ -415,7 +415,7 @@ impl Queue {
                     Ok(q) => q,
                     // A move this user may not make did not happen: the entry is left, and
                     // reported (it failed the whole run as indeterminate, printing nothing).
-                    Err(e) if refused(&e) => {
+                    Err(e) if crate::ops::lease::only_refused(&e) => {
                         log::warn!("{e}; left in place");
                         false
                     }
@@ -910,14 +910,4 @@ type Bad = Vec<(String, String, ProblemKind)>;
 
 fn is_tag_mismatch(k: &ProblemKind) -> bool {
     *k == ProblemKind::Foreign(Foreign::Name(NameError::Tag))
-}
-
-/// Whether `e` is a move or a directory this user may not make (`EACCES`, `EPERM`), not
-/// done.
-fn refused(e: &Error) -> bool {
-    let is = |n: Errno| {
-        e.errno()
-            .is_some_and(|x| x.raw_os_error() == n.raw_os_error())
-    };
-    e.outcome() == Outcome::NotDone && (is(Errno::ACCESS) || is(Errno::PERM))
 }

@@ -856,6 +856,17 @@ impl AsNobody {
         (out.status.code(), text(&out.stdout), text(&out.stderr))
     }
 
+    /// `chmod -R a+rwX` the queue: a queue opened to every user.
+    fn open_to_all(&self) {
+        let status = Command::new("chmod")
+            .arg("-R")
+            .arg("a+rwX")
+            .arg(&self.q)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     fn chmod(&self, rel: &str, mode: u32) {
         use std::os::unix::fs::PermissionsExt;
         let p = self.q.join(rel);
@@ -2306,11 +2317,7 @@ fn a_shard_this_user_may_not_write_gets_no_new_jobs_and_no_failed_enqueue() {
         .status
         .success());
     let level_shard = t.ls("prio/5")[0].clone();
-    let status = Command::new("chmod")
-        .args(["-R", "a+rwX", qs])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    t.open_to_all();
     t.chmod("ready/02", 0o755);
     let (code, _, err) = t.run("for s in 00 01 02 03; do mkdir -p $Q/prio/5/$s; done");
     assert_eq!(code, Some(0), "{err}");
@@ -2465,11 +2472,7 @@ fn fsck_quarantine_leaves_what_this_user_cannot_read_or_move() {
     let out = steadq_in(&["enqueue", qs], b"important");
     assert!(out.status.success(), "{out:?}");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let status = Command::new("chmod")
-        .args(["-R", "a+rwX", qs])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    t.open_to_all();
     let job = ["ready/00", "ready/01"]
         .iter()
         .flat_map(|d| t.ls(d).into_iter().map(move |n| format!("{d}/{n}")))
@@ -2515,11 +2518,7 @@ fn directories_made_on_demand_are_shared_like_the_queue() {
     assert!(steadq_in(&["init", qs, "--shards", "1"], b"")
         .status
         .success());
-    let status = Command::new("chmod")
-        .args(["-R", "a+rwX", qs])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    t.open_to_all();
     // Root dead-letters a job (umask 022: today's dead bucket).
     assert!(steadq_in(&["enqueue", qs], b"root's").status.success());
     let h = steadq_in(&["claim", qs], b"");
