@@ -272,6 +272,10 @@ pub struct Shared {
     pub(crate) unreadable: Vec<std::sync::atomic::AtomicBool>,
     /// Per ready shard: its unreadability was logged (once per handle).
     pub(crate) warned_unreadable: Vec<std::sync::atomic::AtomicBool>,
+    /// Per ready shard: at its last listing it was refused by a directory changed within
+    /// [`MAKING_WINDOW`](crate::ops::levels::MAKING_WINDOW), taken to be still in its
+    /// making ([`Queue::in_making`]): looked at again soon, not warned.
+    pub(crate) in_making: Vec<std::sync::atomic::AtomicBool>,
     /// Paths warned about once per handle: an entry that is not a directory on the path to
     /// a slot, a job this user may not move (at most 256).
     pub(crate) warned_blocks: std::sync::Mutex<Vec<String>>,
@@ -485,6 +489,7 @@ impl Queue {
                 promoted_at: Default::default(),
                 unreadable: flags(),
                 warned_unreadable: flags(),
+                in_making: flags(),
                 warned_blocks: Default::default(),
                 warned_refused: Default::default(),
                 refused: Default::default(),
@@ -619,7 +624,8 @@ impl Queue {
     /// names it). A shard whose held
     /// handle cannot list it (`O_PATH`, see `assemble`) is opened again each time, so a
     /// repaired permission is seen at once. The first unreadable listing of each shard is
-    /// logged as a warning (once per handle); [`Queue::status`] counts the shards that were
+    /// logged as a warning (once per handle), unless the refusal is a directory in its
+    /// making ([`Queue::in_making`]); [`Queue::status`] counts the shards that were
     /// unreadable at their last listing.
     ///
     /// # Errors
@@ -654,7 +660,11 @@ impl Queue {
             }
         }
         self.unreadable[i].store(r.is_none(), Relaxed);
-        if r.is_none() && !self.warned_unreadable[i].swap(true, Relaxed) {
+        // Refused by a level (or shard) another user is making right now, before it gets
+        // the owner and mode of `ready/` (`ops/levels.rs`): not warned; looked at again soon.
+        let making = r.is_none() && self.in_making(&rel);
+        self.in_making[i].store(making, Relaxed);
+        if r.is_none() && !making && !self.warned_unreadable[i].swap(true, Relaxed) {
             log::warn!(
                 "{}: cannot read this shard (Permission denied); its jobs are skipped until it \
                  is readable again (status counts it)",
@@ -783,7 +793,9 @@ impl Queue {
     }
 
     /// Open (creating if needed) bucket directory `name` under `parent` (`delayed` or `dead`).
-    /// A new bucket is made durable in its parent before use.
+    /// A new bucket is made durable in its parent before use. One made by another user
+    /// this moment, which refuses this user until it is shared ([`Queue::in_making`]), is
+    /// waited for, up to 1 s.
     pub(crate) fn bucket_dir(
         &self,
         parent_is_dead: bool,
@@ -799,12 +811,27 @@ impl Queue {
             Err(Errno::EXIST) => false,
             Err(e) => return Err((Call::Mkdir, e)),
         };
-        let fd = self
-            .sys
-            .open_dir_beneath(parent.as_fd(), name)
-            .map_err(|e| (Call::Open, e))?;
+        let rel = format!("{template}/{name}");
+        let started = self.clock.boot_ns();
+        let fd = loop {
+            match self.sys.open_dir_beneath(parent.as_fd(), name) {
+                Ok(fd) => break fd,
+                // Another user's bucket in its making (at its umask's mode until
+                // `share_like`, `ops/levels.rs`'s `in_making`): wait for it, up to
+                // MAKING_WINDOW, polled every 20 ms.
+                Err(Errno::ACCESS | Errno::PERM)
+                    if !made
+                        && self.clock.boot_ns().saturating_sub(started)
+                            < crate::ops::levels::MAKING_WINDOW.as_nanos() as u64
+                        && self.in_making(&rel) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                Err(e) => return Err((Call::Open, e)),
+            }
+        };
         if made {
-            self.share_like(fd.as_fd(), template, &format!("{template}/{name}"));
+            self.share_like(fd.as_fd(), template, &rel);
             self.barrier(parent.as_fd())
                 .map_err(|e| (Call::FsyncDir, e))?;
         }

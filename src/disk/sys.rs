@@ -775,6 +775,38 @@ impl Sys {
         })
     }
 
+    /// `statx(2)` of `name` under `dir`, symlinks not followed: its file type, when it was
+    /// made (its birth time, `STATX_BTIME`, unix ns), or, on a filesystem that does not
+    /// keep one (the reply's mask lacks `STATX_BTIME`, or `statx` is missing: `ENOSYS`), its
+    /// inode change time, and its owner's uid. Counted as a [`Call::Stat`].
+    #[allow(clippy::unnecessary_cast)] // the stat fields' types differ between targets
+    pub fn made_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<(FileType, u64, u32)> {
+        use rustix::fs::StatxFlags;
+        let ns = |t: rustix::fs::StatxTimestamp| {
+            (t.tv_sec.max(0) as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+        };
+        let mask = StatxFlags::TYPE | StatxFlags::BTIME | StatxFlags::CTIME | StatxFlags::UID;
+        match self.run_retry(Call::Stat, || {
+            rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, mask)
+        }) {
+            Ok(st) => {
+                let kind = FileType::from_raw_mode(st.stx_mode as _);
+                match StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME) {
+                    true => Ok((kind, ns(st.stx_btime), st.stx_uid)),
+                    false => Ok((kind, ns(st.stx_ctime), st.stx_uid)),
+                }
+            }
+            Err(Errno::NOSYS) => self.run_retry(Call::Stat, || {
+                rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map(|st| {
+                    let ctime = (st.st_ctime as u64).saturating_mul(1_000_000_000)
+                        + st.st_ctime_nsec as u64;
+                    (FileType::from_raw_mode(st.st_mode), ctime, st.st_uid)
+                })
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `fstat(2)`: `(file type, size in bytes)`.
     pub fn fstat(&self, fd: BorrowedFd<'_>) -> R<(FileType, u64)> {
         self.run_retry(Call::Stat, || {

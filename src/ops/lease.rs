@@ -367,6 +367,11 @@ impl Queue {
         let refused = self.refused_ids();
         for n in arrived {
             if refused.binary_search(&n.id.0).is_ok() {
+                // Not taken, but not forgotten: the slot is listed again, and that listing
+                // passes the job over until its refusal lapses and then lists it again. The
+                // slot was left known empty, and the job was tried only when a lease
+                // deadline woke the claim (`work --concurrency 3`: 16-30 s, not 10 s).
+                self.shards.unknown(slot);
                 continue;
             }
             match self
@@ -459,7 +464,7 @@ impl Queue {
             Err(Errno::NOENT | Errno::NOTDIR) => return Ok((Vec::new(), None)),
             Ok(None) => {
                 seen.unreadable_dir(self.ident.slot_rel(s));
-                return Ok(self.unreadable_shard(seen));
+                return Ok(self.unreadable_shard(s, seen));
             }
             Err(e) => {
                 let rel = self.ident.slot_rel(s);
@@ -497,19 +502,28 @@ impl Queue {
         };
         if scan.refused != 0 {
             // Jobs passed over as refused: listed again when the first refusal lapses, when
-            // a waiting claim wakes to try them again.
-            let at = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
+            // a waiting claim wakes to try them again. At that lapse, not a full
+            // UNREADABLE_RECHECK from this listing: one of `work --concurrency 3`'s threads
+            // listing just before another's refusal lapsed waited 10 s more (16-30 s in all).
+            let recheck = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
+            let at = self.first_refusal_lapse().unwrap_or(recheck).min(recheck);
             expiry = Some(expiry.map_or(at, |x| x.min(at)));
             seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(at, |y| y.min(at)));
         }
         Ok((ready, expiry))
     }
 
-    /// A shard this user cannot read (logged by `list_ready_shard`): no candidates, and
-    /// known empty until a recheck [`UNREADABLE_RECHECK`] from now, when a waiting claim
-    /// wakes to try it again.
-    fn unreadable_shard(&self, seen: &mut RecoverReport) -> (Vec<JobName>, Option<u64>) {
-        let at = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
+    /// Shard `s`, which this user cannot read (logged by `list_ready_shard`): no
+    /// candidates, and known empty until a recheck [`UNREADABLE_RECHECK`] from now, or
+    /// [`MAKING_RECHECK`](crate::ops::levels::MAKING_RECHECK) when the refusal is a
+    /// directory in its making ([`Queue::in_making`]), when a waiting claim wakes to try it
+    /// again.
+    fn unreadable_shard(&self, s: u16, seen: &mut RecoverReport) -> (Vec<JobName>, Option<u64>) {
+        let wait = match self.in_making[s as usize].load(std::sync::atomic::Ordering::Relaxed) {
+            true => crate::ops::levels::MAKING_RECHECK,
+            false => UNREADABLE_RECHECK,
+        };
+        let at = self.clock.boot_ns() + wait.as_nanos() as u64;
         seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(at, |y| y.min(at)));
         (Vec::new(), Some(at))
     }
@@ -640,6 +654,13 @@ impl Queue {
         ids
     }
 
+    /// When (boot ns) the first refusal remembered and not lapsed lapses, if any.
+    pub(crate) fn first_refusal_lapse(&self) -> Option<u64> {
+        let r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.clock.boot_ns();
+        r.iter().map(|x| x.1).filter(|&u| u > now).min()
+    }
+
     /// The error of a job remembered as refused and not lapsed, if any.
     fn live_refusal(&self) -> Option<Error> {
         let r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
@@ -740,13 +761,18 @@ impl Queue {
         let mut back = leased.next(Kind::Ready, false);
         back.attempt = crate::ops::state::attempt_after(Op::ClaimUnreadable, leased.attempt);
         let at = |n: &JobName, rel: &str| self.path(&format!("{rel}/{}", n.format(self.ident.id)));
+        let skip = Error::io(
+            Call::Open,
+            errno,
+            Outcome::NotDone,
+            Some(at(&back, &to.rel)),
+        );
+        // Remembered before the job is back: the move is an event, and another thread of
+        // this handle that took it before the memory existed claimed it and gave it back
+        // again at once.
+        self.remember_refused(leased.id, &skip);
         match self.move_job(&from, &leased, &to, &back, Op::ClaimUnreadable) {
-            Ok(()) => Skip(Error::io(
-                Call::Open,
-                errno,
-                Outcome::NotDone,
-                Some(at(&back, &to.rel)),
-            )),
+            Ok(()) => Skip(skip),
             Err(e) => {
                 log::warn!("giving back a job this user may not open: {e}");
                 Fail(Error::io(

@@ -28,6 +28,16 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 /// again ([`Queue::slot_writable`]): 10 s.
 pub(crate) const UNWRITABLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How recently a directory must have been made for a refusal by it (`EACCES`, `EPERM`) to
+/// be taken as its making, not as a permission ([`Queue::in_making`]): 1 s. The making
+/// itself (`mkdirat`, `openat`, `fchown`, `fchmod`) takes microseconds; a directory made
+/// that recently and refused on purpose costs only this much delay before it is warned
+/// about.
+pub(crate) const MAKING_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How soon a claim looks again at a slot refused by a directory in its making: 100 ms.
+pub(crate) const MAKING_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The flags of the watches on the directories leading to a slot not made yet.
 pub(crate) const PARENT_WATCH: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::MOVED_TO)
@@ -134,8 +144,41 @@ impl Queue {
     /// take the job: blocked (`ENOTDIR`: the whole level is behind it, a file named `prio`,
     /// or each shard is) or not writable by this user (`EACCES`, `EPERM`).
     pub(crate) fn fresh_id(&self, priority: u8, now_ms: u64) -> Result<JobId> {
+        let started = self.clock.boot_ns();
+        loop {
+            match self.fresh_id_once(priority, now_ms) {
+                // Only a level in its making stood in the way: wait for it, up to
+                // MAKING_WINDOW (polled every 20 ms), then say what refuses.
+                Err((_, Errno::AGAIN))
+                    if self.clock.boot_ns().saturating_sub(started)
+                        < MAKING_WINDOW.as_nanos() as u64 =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Ok(id) => return Ok(id),
+                Err((rel, e)) => {
+                    let e = if e == Errno::AGAIN { Errno::ACCESS } else { e };
+                    return Err(Error::io(
+                        Call::Open,
+                        e,
+                        Outcome::NotDone,
+                        Some(self.path(&rel)),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// One round of [`Queue::fresh_id`]: every shard of the level looked at once at most.
+    /// `Err((directory, errno))` names what made the last shard unusable (`EAGAIN`: only
+    /// levels in their making refused).
+    fn fresh_id_once(
+        &self,
+        priority: u8,
+        now_ms: u64,
+    ) -> core::result::Result<JobId, (String, Errno)> {
         let shards = self.ident.shards;
-        let mut block = None;
+        let (mut block, mut making): (Option<(String, Errno)>, _) = (None, None);
         // The shards found unusable by this call (at most 256 shards: `Identity`).
         let mut bad = [false; 256];
         let mut left = shards as usize;
@@ -150,6 +193,7 @@ impl Queue {
             match self.slot_blocked(slot) {
                 None => match self.slot_writable(slot) {
                     Ok(()) => return Ok(id),
+                    Err(e) if e.1 == Errno::AGAIN => making = Some(e),
                     Err(e) => block = Some(e),
                 },
                 // Above the slot (`prio`, `prio/<l>`): every shard of the level is behind it.
@@ -160,13 +204,41 @@ impl Queue {
                 Some(b) => block = Some((b, Errno::NOTDIR)),
             }
         }
-        let (rel, e) = block.unwrap_or((String::new(), Errno::NOTDIR));
-        Err(Error::io(
-            Call::Open,
-            e,
-            Outcome::NotDone,
-            Some(self.path(&rel)),
-        ))
+        // A shard in its making may take the job in a moment: that outranks a refusal.
+        Err(making.or(block).unwrap_or((String::new(), Errno::NOTDIR)))
+    }
+
+    /// Whether what refuses this user on the way to `rel` (from the root), a directory made
+    /// on demand (a level, its shards, a bucket: never `ready/<ss>`, made by `init`), is
+    /// one another user is making right now: the deepest directory on the path that
+    /// `statx(2)` can see (symlinks not followed) belongs to another user and was made
+    /// within [`MAKING_WINDOW`]
+    /// ([`Sys::made_nofollow`](crate::disk::sys::Sys::made_nofollow): its birth time, or its
+    /// change time where the filesystem keeps none). A level, shard or bucket made by a
+    /// process at umask 077 is that user's at mode 700 between its `mkdirat` and the
+    /// `fchown`/`fchmod` that share it like the queue (`Queue::make_dir`,
+    /// `Queue::share_like`): it cannot be made already shared, because a directory made in
+    /// `tmp/` and renamed into place broke the btrfs crash rig (DESIGN.md). A refusal in
+    /// that moment is looked at again soon and not warned about. One `statx` per path
+    /// component, on the refusal path only.
+    pub(crate) fn in_making(&self, rel: &str) -> bool {
+        if rel.starts_with(crate::disk::layout::READY_DIR) {
+            return false;
+        }
+        let root = self.dirs.root.as_fd();
+        let mut made = None;
+        let mut end = 0;
+        for part in rel.split('/') {
+            end += part.len();
+            match self.sys.made_nofollow(root, &rel[..end]) {
+                Ok((rustix::fs::FileType::Directory, ns, uid)) => made = Some((ns, uid)),
+                _ => break,
+            }
+            end += 1;
+        }
+        let window = MAKING_WINDOW.as_nanos() as u64;
+        let me = rustix::process::geteuid().as_raw();
+        made.is_some_and(|(ns, uid)| uid != me && self.clock.wall_ns().abs_diff(ns) < window)
     }
 
     /// Whether level `level`'s directory (`prio/<l>`, or `prio` itself) does not exist: a
@@ -188,7 +260,8 @@ impl Queue {
     /// fails otherwise counts as writable: the enqueue's own calls report what is wrong.
     ///
     /// # Errors
-    /// `(the directory probed, from the root; EACCES or EPERM)`: this user may not.
+    /// `(the directory probed, from the root; EACCES or EPERM)`: this user may not;
+    /// `EAGAIN`: not yet, the directory is in its making ([`Queue::in_making`]).
     pub(crate) fn slot_writable(&self, s: u16) -> core::result::Result<(), (String, Errno)> {
         let w = &self.dirs.writable[s as usize];
         let known = w.load(Acquire);
@@ -199,11 +272,25 @@ impl Queue {
             return Err((self.unwritable_rel(s), Errno::ACCESS));
         }
         let slot = self.ident.slot_rel(s);
-        let probed = match self.slot_fd(s) {
-            Some(fd) => self.sys.may_create_in(fd).map_err(|e| (slot, e)),
-            None => self.parent_to_make(&slot),
+        let probed = match self.slot_dir(s) {
+            SlotDir::Held(fd) if !self.dirs.is_standin(fd) => {
+                self.sys.may_create_in(fd).map_err(|e| (slot, e))
+            }
+            // Not made yet: probed through the directory it would be made in.
+            SlotDir::Missing => match slot.rfind('/') {
+                Some(i) => self.probe_path(&slot[..i]),
+                None => Ok(()),
+            },
+            // Held by name only (this user could not open it: a level in its making, an
+            // unsearchable parent): probed by its path.
+            _ => self.probe_path(&slot),
         };
         match probed {
+            // A level (or shard) another user is making right now: not avoided, not warned;
+            // the caller draws again and, with no other shard, waits ([`Queue::fresh_id`]).
+            Err((rel, Errno::ACCESS | Errno::PERM)) if self.in_making(&rel) => {
+                Err((rel, Errno::AGAIN))
+            }
             Err((rel, e @ (Errno::ACCESS | Errno::PERM))) => {
                 self.avoid_slot(s, e, &rel);
                 Err((rel, e))
@@ -216,20 +303,34 @@ impl Queue {
         }
     }
 
-    /// For slot `slot` (from the root), not made yet: the first of its parents that exists,
-    /// probed as [`Sys::may_create_in`](crate::disk::sys::Sys::may_create_in); `Err` names
-    /// it.
-    fn parent_to_make(&self, slot: &str) -> core::result::Result<(), (String, Errno)> {
-        let mut rel = slot;
-        while let Some(i) = rel.rfind('/') {
-            rel = &rel[..i];
+    /// Directory `dir` (from the root), by its path, or the first of its parents that
+    /// exists, probed as [`Sys::may_create_in`](crate::disk::sys::Sys::may_create_in);
+    /// `Err` names it (or the directory whose opening was refused).
+    fn probe_path(&self, dir: &str) -> core::result::Result<(), (String, Errno)> {
+        let mut rel = dir;
+        // A directory this user may not open: named, unless a parent refuses too (then the
+        // parent is what to mend: `prio/7` at mode 000 refuses `prio/7/00` as well).
+        let mut refused: Option<(String, Errno)> = None;
+        loop {
             match self.sys.open_dir_beneath(self.dirs.root.as_fd(), rel) {
-                Ok(fd) => {
-                    return (self.sys.may_create_in(fd.as_fd())).map_err(|e| (rel.to_string(), e))
-                }
-                Err(Errno::NOENT) => continue,
-                Err(e) => return Err((rel.to_string(), e)),
+                Ok(fd) => match refused {
+                    Some(r) => return Err(r),
+                    None => {
+                        return (self.sys.may_create_in(fd.as_fd()))
+                            .map_err(|e| (rel.to_string(), e))
+                    }
+                },
+                Err(Errno::NOENT) if refused.is_none() => {}
+                Err(e @ (Errno::ACCESS | Errno::PERM)) => refused = Some((rel.to_string(), e)),
+                Err(e) => return Err(refused.unwrap_or((rel.to_string(), e))),
             }
+            match rel.rfind('/') {
+                Some(i) => rel = &rel[..i],
+                None => break,
+            }
+        }
+        if let Some(r) = refused {
+            return Err(r);
         }
         (self.sys.may_create_in(self.dirs.root.as_fd())).map_err(|e| (String::new(), e))
     }

@@ -45,6 +45,10 @@ enum Watched {
 struct Watch {
     fd: OwnedFd,
     wds: Vec<(i32, Watched)>,
+    /// Per ready slot: watched (itself, or the directories leading to it). A slot that
+    /// could not be watched because this user could not read it is watched once a listing
+    /// reads it ([`Queue::watch_readable_slots`]).
+    slots: Vec<bool>,
 }
 
 /// What the waiter knows: the next deadlines, and whether a listing is due.
@@ -130,6 +134,13 @@ impl Queue {
                     next_expiry_boot_ns: seen.next_expiry_boot_ns,
                     claimable: false,
                 };
+                // Jobs passed over as refused, by any thread of this handle and whether a
+                // listing or an arrival skipped them, are tried again when the first
+                // refusal lapses: a waiter that only saw the give-back's arrival slept
+                // until the next lease deadline it knew (`work --concurrency 3`: 16-30 s).
+                if let Some(at) = self.first_refusal_lapse() {
+                    known.next_expiry_boot_ns = min_opt(known.next_expiry_boot_ns, at);
+                }
                 if seen.failed != 0 {
                     // A due job or an expired lease it could not move (a permission, a full
                     // disk): no event says when that is mended, so look again in a while.
@@ -141,6 +152,12 @@ impl Queue {
                 }
                 if let Some(w) = watch.as_mut() {
                     self.watch_buckets(w);
+                    // A slot that was unreadable (a level seen in its making, a mended
+                    // mode) and was read now: watched from now on, then listed again, so a
+                    // job placed there between this listing and the watch is not missed.
+                    if self.watch_readable_slots(w) {
+                        known.claimable = true;
+                    }
                 }
             }
             let now = self.clock.boot_ns();
@@ -190,6 +207,7 @@ impl Queue {
         let mut w = Watch {
             fd,
             wds: Vec::new(),
+            slots: vec![false; self.ident.slots() as usize],
         };
         for s in 0..self.ident.slots() {
             // A shard this user cannot read cannot be watched either; claims recheck it on
@@ -223,9 +241,12 @@ impl Queue {
                         w.wds.push((wd, what));
                     }
                 }
+                w.slots[s as usize] = true;
                 true
             }
             Err(e) => {
+                // Watched again once a listing reads it (`watch_readable_slots`).
+                w.slots[s as usize] = false;
                 log::info!(
                     "inotify watch for {} failed ({e}); polling instead",
                     self.root.join(self.ident.slot_rel(s)).display()
@@ -233,6 +254,19 @@ impl Queue {
                 false
             }
         }
+    }
+
+    /// Watch the ready slots not watched yet that the last listing could read; whether
+    /// any watch was added. One `inotify_add_watch` per such slot (and per directory
+    /// leading to it); none when every slot is watched or still unreadable.
+    fn watch_readable_slots(&self, w: &mut Watch) -> bool {
+        let mut added = false;
+        for s in 0..self.ident.slots() {
+            if !w.slots[s as usize] && !self.unreadable[s as usize].load(Ordering::Relaxed) {
+                added |= self.watch_ready_slot(w, s);
+            }
+        }
+        added
     }
 
     fn add_watch(&self, w: &mut Watch, rel: &str, what: Watched) -> bool {
