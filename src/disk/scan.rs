@@ -101,6 +101,9 @@ pub(crate) struct ShardScan {
     pub truncated: bool,
     /// Ready jobs passed over because their ids are in [`SlotScan::refused`].
     pub refused: u32,
+    /// When (`CLOCK_BOOTTIME` ns) the first of those refusals lapses: the slot is to be
+    /// listed again then, when the jobs are tried again.
+    pub refused_until: Option<u64>,
 }
 
 /// Whether a lease held under `boot_id` with `CLOCK_BOOTTIME` deadline `deadline_ns` has
@@ -146,8 +149,9 @@ pub(crate) struct SlotScan {
     pub now_ns: u64,
     /// Ready jobs to keep: the oldest this many.
     pub max_ready: usize,
-    /// Ids of ready jobs to pass over (sorted): jobs this handle may not move.
-    pub refused: Vec<u128>,
+    /// Ready jobs to pass over, `(id, until boot ns)` sorted by id: jobs this handle may
+    /// not move or open, until their refusal lapses.
+    pub refused: Vec<(u128, u64)>,
 }
 
 /// List a ready directory once, whole. A live lease is read without checking its tag (one
@@ -202,8 +206,11 @@ pub(crate) fn scan_ready_shard(
                         return live(&mut out, &l);
                     }
                     Kind::Ready if fits(&n) => {
-                        if !at.refused.is_empty() && at.refused.binary_search(&n.id.0).is_ok() {
+                        if let Ok(i) = at.refused.binary_search_by_key(&n.id.0, |r| r.0) {
+                            let until = at.refused[i].1;
                             out.refused += 1;
+                            out.refused_until =
+                                Some(out.refused_until.map_or(until, |u| u.min(until)));
                             return;
                         }
                         if kept.len() < at.max_ready {

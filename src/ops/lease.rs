@@ -366,7 +366,7 @@ impl Queue {
         // about a thousand times a second, where listings wait out the refusal.
         let refused = self.refused_ids();
         for n in arrived {
-            if refused.binary_search(&n.id.0).is_ok() {
+            if refused.binary_search_by_key(&n.id.0, |r| r.0).is_ok() {
                 // Not taken, but not forgotten: the slot is listed again, and that listing
                 // passes the job over until its refusal lapses and then lists it again. The
                 // slot was left known empty, and the job was tried only when a lease
@@ -501,12 +501,14 @@ impl Queue {
             scan.next_expiry_boot_ns
         };
         if scan.refused != 0 {
-            // Jobs passed over as refused: listed again when the first refusal lapses, when
-            // a waiting claim wakes to try them again. At that lapse, not a full
-            // UNREADABLE_RECHECK from this listing: one of `work --concurrency 3`'s threads
-            // listing just before another's refusal lapsed waited 10 s more (16-30 s in all).
+            // Jobs passed over as refused: listed again when the first of their refusals
+            // lapses, when a waiting claim wakes to try them again. At that lapse, not a
+            // full UNREADABLE_RECHECK from this listing (one of `work --concurrency 3`'s
+            // threads listing just before another's refusal lapsed waited 10 s more), and
+            // at the lapse of this slot's jobs, not of any (a worker beside 400 refused
+            // jobs then relisted every slot at each lapse: 1.5 cores).
             let recheck = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
-            let at = self.first_refusal_lapse().unwrap_or(recheck).min(recheck);
+            let at = scan.refused_until.unwrap_or(recheck).min(recheck);
             expiry = Some(expiry.map_or(at, |x| x.min(at)));
             seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(at, |y| y.min(at)));
         }
@@ -640,25 +642,18 @@ impl Queue {
         r.push((id.0, until, e.clone()));
     }
 
-    /// The ids of the jobs remembered as refused and not lapsed, sorted (expired ones are
-    /// dropped).
-    fn refused_ids(&self) -> Vec<u128> {
+    /// The jobs remembered as refused and not lapsed, `(id, until boot ns)` sorted by id
+    /// (lapsed ones are dropped).
+    fn refused_ids(&self) -> Vec<(u128, u64)> {
         let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         if r.is_empty() {
             return Vec::new();
         }
         let now = self.clock.boot_ns();
         r.retain(|x| x.1 > now);
-        let mut ids: Vec<u128> = r.iter().map(|x| x.0).collect();
+        let mut ids: Vec<(u128, u64)> = r.iter().map(|x| (x.0, x.1)).collect();
         ids.sort_unstable();
         ids
-    }
-
-    /// When (boot ns) the first refusal remembered and not lapsed lapses, if any.
-    pub(crate) fn first_refusal_lapse(&self) -> Option<u64> {
-        let r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        let now = self.clock.boot_ns();
-        r.iter().map(|x| x.1).filter(|&u| u > now).min()
     }
 
     /// The error of a job remembered as refused and not lapsed, if any.

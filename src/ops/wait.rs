@@ -16,6 +16,7 @@
 use crate::disk::layout::{bucket_dir, bucket_start, parse_bucket, DELAYED_DIR};
 use crate::disk::name::{due_wall_ns, JobName, Kind};
 use crate::disk::scan::{lease_expired, leased_len, ready_len};
+use crate::disk::sys::Errno;
 use crate::error::Result;
 use crate::ops::lease::Lease;
 use crate::ops::recover::RecoverReport;
@@ -134,13 +135,6 @@ impl Queue {
                     next_expiry_boot_ns: seen.next_expiry_boot_ns,
                     claimable: false,
                 };
-                // Jobs passed over as refused, by any thread of this handle and whether a
-                // listing or an arrival skipped them, are tried again when the first
-                // refusal lapses: a waiter that only saw the give-back's arrival slept
-                // until the next lease deadline it knew (`work --concurrency 3`: 16-30 s).
-                if let Some(at) = self.first_refusal_lapse() {
-                    known.next_expiry_boot_ns = min_opt(known.next_expiry_boot_ns, at);
-                }
                 if seen.failed != 0 {
                     // A due job or an expired lease it could not move (a permission, a full
                     // disk): no event says when that is mended, so look again in a while.
@@ -215,8 +209,15 @@ impl Queue {
             if self.unreadable[s as usize].load(Ordering::Relaxed) {
                 continue;
             }
-            if !self.watch_ready_slot(&mut w, s) {
-                return None;
+            match self.watch_ready_slot(&mut w, s) {
+                // One this user may not search (a level in its making, a shard at 700): left
+                // unwatched and listed on a timer like an unreadable one, and watched once a
+                // listing reads it (`watch_readable_slots`). Dropping every watch for it put
+                // the waiter into polling: a full listing of every slot each second (a worker
+                // beside a producer at umask 077 and 256 shards used 1.5 cores).
+                Err(Errno::ACCESS | Errno::PERM) => {}
+                Err(_) => return None,
+                Ok(()) => {}
             }
         }
         if !self.add_watch(&mut w, DELAYED_DIR, Watched::DelayedRoot) {
@@ -227,7 +228,7 @@ impl Queue {
 
     /// Watch ready slot `s`, or the directories on the way to it when it is a level's slot
     /// not made yet (see [`Queue::watch_slot`]).
-    fn watch_ready_slot(&self, w: &mut Watch, s: u16) -> bool {
+    fn watch_ready_slot(&self, w: &mut Watch, s: u16) -> core::result::Result<(), Errno> {
         let flags = WatchFlags::CREATE
             | WatchFlags::MOVED_TO
             | WatchFlags::DONT_FOLLOW
@@ -242,16 +243,16 @@ impl Queue {
                     }
                 }
                 w.slots[s as usize] = true;
-                true
+                Ok(())
             }
             Err(e) => {
                 // Watched again once a listing reads it (`watch_readable_slots`).
                 w.slots[s as usize] = false;
                 log::info!(
-                    "inotify watch for {} failed ({e}); polling instead",
+                    "inotify watch for {} failed ({e})",
                     self.root.join(self.ident.slot_rel(s)).display()
                 );
-                false
+                Err(e)
             }
         }
     }
@@ -263,7 +264,7 @@ impl Queue {
         let mut added = false;
         for s in 0..self.ident.slots() {
             if !w.slots[s as usize] && !self.unreadable[s as usize].load(Ordering::Relaxed) {
-                added |= self.watch_ready_slot(w, s);
+                added |= self.watch_ready_slot(w, s).is_ok();
             }
         }
         added
@@ -363,7 +364,7 @@ impl Queue {
             // meanwhile is found by that listing or is an event.
             for s in 0..self.ident.slots() {
                 if !self.unreadable[s as usize].load(Ordering::Relaxed) {
-                    self.watch_ready_slot(w, s);
+                    let _ = self.watch_ready_slot(w, s);
                 }
             }
             k.claimable = true;

@@ -2816,3 +2816,63 @@ fn a_passed_over_job_is_tried_again_when_its_refusal_lapses_whatever_the_concurr
     assert_eq!(receipts.len(), 1, "{receipts:?}");
     assert!(receipts[0].contains(".g0000000000000004."), "{receipts:?}");
 }
+
+/// An idle worker beside jobs it may not open, made by a producer at umask 077 at levels it
+/// made on the way, costs little CPU while it tries each again every 10 s. A level's watch
+/// refused for a moment (the level in its making) made the handle's shard knowledge blind
+/// for good, and each retry then listed every slot: 1.5 cores with 400 such jobs and 256
+/// shards (breaker trial). Now only the refused slots are left unwatched (and watched again
+/// a second later). Measured as the worker's CPU ticks (`/proc/<pid>/stat`, user + system,
+/// 100 per second) over 4 s: the bound is far from both sides.
+#[test]
+fn a_worker_beside_refused_jobs_at_new_levels_stays_nearly_idle() {
+    let Some(t) = AsNobody::new("refused-idle") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 64");
+    assert_eq!(code, Some(0), "{err}");
+    t.open_to_all();
+    let qs = t.q.to_str().unwrap().to_string();
+    let worker = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(t.base.join("steadq"))
+        .args(["work", &qs, "--concurrency", "2", "--", "cat"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let first = Instant::now();
+    let out = Command::new("setpriv")
+        .args(["--reuid=daemon", "--regid=daemon", "--clear-groups"])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "umask 077; for i in $(seq 1 200); do echo j$i | {} enqueue {qs} --priority $((i % 8)) \
+             >/dev/null || exit 1; done",
+            t.base.join("steadq").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let ticks = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", worker.id())).unwrap();
+        let f: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    };
+    // Within the retries: each job is tried again 10 s after it was passed over.
+    std::thread::sleep(Duration::from_secs(11).saturating_sub(first.elapsed()));
+    let t0 = ticks();
+    std::thread::sleep(Duration::from_secs(4));
+    let used = ticks() - t0;
+    let mut worker = worker;
+    let _ = worker.kill();
+    let _ = worker.wait();
+    eprintln!("{used} ticks in 4 s");
+    assert!(used < 120, "{used} ticks in 4 s");
+}
