@@ -270,10 +270,14 @@ impl Queue {
     /// As [`Queue::list`].
     pub fn status(&self) -> Result<Status> {
         let now = self.client.clock.now_ms();
+        // Due as a claim decides it: by the upper bound of the service's time (its `Date`
+        // has whole seconds). With the lower bound, a job enqueued within that second was
+        // counted delayed, not ready (the CLI test's "ready 2" of 3, one run in three).
+        let due_by = self.client.clock.upper_ms();
         let mut st = Status::default();
         for l in self.list()? {
             let c = match l.state {
-                State::Ready if l.sort_ms > now => &mut st.delayed,
+                State::Ready if l.sort_ms > due_by => &mut st.delayed,
                 State::Ready => &mut st.ready,
                 State::Leased if l.sort_ms < now => &mut st.expired,
                 State::Leased => &mut st.leased,
