@@ -2800,18 +2800,24 @@ fn a_passed_over_job_is_tried_again_when_its_refusal_lapses_whatever_the_concurr
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The job's output comes before its ack (under qemu-user, by more than 300 ms): the
+    // worker is stopped once the receipt is there.
+    let acked = Instant::now();
+    while t.ls("receipts/00").is_empty() && acked.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let _ = worker.kill();
     let out = worker.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     let took = took.unwrap_or_else(|| panic!("not run in 25 s: {err}"));
+    // 10 s after it was passed over (the worker's start), not at the lease's end (1 min).
     assert!(
-        took > Duration::from_secs(9) && took < Duration::from_secs(13),
+        took > Duration::from_secs(9) && took < Duration::from_secs(16),
         "run after {took:?}: {err}"
     );
     assert_eq!(err.matches("passes it over").count(), 1, "{err}");
     // One claim gave it back, as the generation in the receipt's name counts: claim and
     // give-back (g1, g2), the claim that ran it (g3), the ack (g4).
-    std::thread::sleep(Duration::from_millis(300));
     let receipts = t.ls("receipts/00");
     assert_eq!(receipts.len(), 1, "{receipts:?}");
     assert!(receipts[0].contains(".g0000000000000004."), "{receipts:?}");
@@ -2826,6 +2832,10 @@ fn a_passed_over_job_is_tried_again_when_its_refusal_lapses_whatever_the_concurr
 /// 100 per second) over 4 s: the bound is far from both sides.
 #[test]
 fn a_worker_beside_refused_jobs_at_new_levels_stays_nearly_idle() {
+    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
+        eprintln!("under qemu-user the ticks are the emulator's: skipped");
+        return;
+    }
     let Some(t) = AsNobody::new("refused-idle") else {
         return;
     };
