@@ -273,7 +273,7 @@ pub struct Shared {
     /// Per ready shard: its unreadability was logged (once per handle).
     pub(crate) warned_unreadable: Vec<std::sync::atomic::AtomicBool>,
     /// Per ready shard: at its last listing it was refused by a directory changed within
-    /// [`MAKING_WINDOW`](crate::ops::levels::MAKING_WINDOW), taken to be still in its
+    /// [`MAKING_WINDOW`](crate::ops::making::MAKING_WINDOW), taken to be still in its
     /// making ([`Queue::in_making`]): looked at again soon, not warned.
     pub(crate) in_making: Vec<std::sync::atomic::AtomicBool>,
     /// Paths warned about once per handle: an entry that is not a directory on the path to
@@ -806,56 +806,14 @@ impl Queue {
         } else {
             (&self.dirs.delayed, DELAYED_DIR)
         };
-        let made = match self.sys.mkdir(parent.as_fd(), name) {
-            Ok(()) => true,
-            Err(Errno::EXIST) => false,
-            Err(e) => return Err((Call::Mkdir, e)),
-        };
         let rel = format!("{template}/{name}");
-        let started = self.clock.boot_ns();
-        let fd = loop {
-            match self.sys.open_dir_beneath(parent.as_fd(), name) {
-                Ok(fd) => break fd,
-                // Another user's bucket in its making (at its umask's mode until
-                // `share_like`, `ops/levels.rs`'s `in_making`): wait for it, up to
-                // MAKING_WINDOW, polled every 20 ms.
-                Err(Errno::ACCESS | Errno::PERM)
-                    if !made
-                        && self.clock.boot_ns().saturating_sub(started)
-                            < crate::ops::levels::MAKING_WINDOW.as_nanos() as u64
-                        && self.in_making(&rel) =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(20))
-                }
-                Err(e) => return Err((Call::Open, e)),
-            }
-        };
-        if made {
+        let (fd, origin) = self.made_dir(parent.as_fd(), name, &rel)?;
+        if origin == crate::ops::making::Origin::MadeHere {
             self.share_like(fd.as_fd(), template, &rel);
             self.barrier(parent.as_fd())
                 .map_err(|e| (Call::FsyncDir, e))?;
         }
         Ok(fd)
-    }
-
-    /// Give directory `fd` (`rel` from the root), just made by this handle, the owner, group
-    /// and mode of `template` (from the root), whatever this process's user and umask: a
-    /// delayed bucket made 700 by a producer at umask 077 refused every other user's
-    /// delayed enqueue for that minute, a dead bucket made 755 by root every other user's
-    /// dead-letter for the day, `keys/` every other user's keyed enqueue for good. Best
-    /// effort: a failure is logged and the directory used as it is.
-    pub(crate) fn share_like(&self, fd: BorrowedFd<'_>, template: &str, rel: &str) {
-        if let Err(e) = self
-            .sys
-            .copy_owner_and_mode(fd, self.dirs.root.as_fd(), template)
-        {
-            log::warn!(
-                "{}: could not give it the owner and mode of {template} ({}); other users \
-                 may not be able to use it",
-                self.path(rel).display(),
-                std::io::Error::from(e)
-            );
-        }
     }
 }
 

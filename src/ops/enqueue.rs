@@ -384,7 +384,8 @@ impl Queue {
                 })
         };
         if self.sys.publish_mode() != Some(Publish::Named) {
-            match self.sys.open_tmpfile(p.dir.fd()) {
+            // A bucket or level another user is making refuses this user for a moment.
+            match self.retry_making(&p.rel_dir, || self.sys.open_tmpfile(p.dir.fd())) {
                 Ok(fd) => {
                     fill(fd.as_fd(), &p.rel_dir)?;
                     return Ok(Written::Unnamed(fd));
@@ -463,10 +464,9 @@ impl Queue {
                 }
             },
             Written::Named(tmp, fd) => {
-                if let Err(e) = self
-                    .sys
-                    .rename(self.dirs.tmp.as_fd(), &tmp, p.dir.fd(), &name)
-                {
+                let t = self.dirs.tmp.as_fd();
+                let into = || self.sys.rename(t, &tmp, p.dir.fd(), &name);
+                if let Err(e) = self.retry_making(&p.rel_dir, into) {
                     if e != Errno::IO {
                         let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
                     }

@@ -36,6 +36,7 @@ use crate::disk::sys::{Call, Errno};
 use crate::error::{EnqueueError, Error, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::EnqueueOptions;
 use crate::ops::enqueue_stream::Source;
+use crate::ops::making::Origin;
 use crate::ops::state::State;
 use crate::queue::Queue;
 use std::collections::HashSet;
@@ -340,35 +341,21 @@ impl Queue {
     /// `keys/`, made (and made durable in the root) on first use.
     fn keys_dir(&self) -> Result<OwnedFd> {
         let root = self.dirs.root.as_fd();
-        match self.sys.open_dir_beneath(root, KEYS_DIR) {
-            Ok(fd) => return Ok(fd),
-            Err(Errno::NOENT) => {}
-            Err(e) => {
-                return Err(Error::io(
-                    Call::Open,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(KEYS_DIR)),
-                ))
-            }
-        }
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(KEYS_DIR)));
-        let made = match self.sys.mkdir(root, KEYS_DIR) {
-            Ok(()) => true,
-            Err(Errno::EXIST) => false,
-            Err(e) => return Err(nd(Call::Mkdir, e)),
-        };
-        let fd = self
-            .sys
-            .open_dir_beneath(root, KEYS_DIR)
-            .map_err(|e| nd(Call::Open, e))?;
-        if made {
+        let (fd, origin) = self
+            .made_dir(root, KEYS_DIR, KEYS_DIR)
+            .map_err(|(c, e)| nd(c, e))?;
+        if origin == Origin::Found {
+            return Ok(fd);
+        }
+        if origin == Origin::MadeHere {
             // Shared like `ready/`: made 700 at umask 077 it refused every other user's
             // keyed enqueue for good.
             self.share_like(fd.as_fd(), crate::disk::layout::READY_DIR, KEYS_DIR);
         }
         // Until the root is synced the directory may vanish in a crash, with any key in it:
-        // no job has been published yet, so that is still "not done".
+        // no job has been published yet, so that is still "not done". (Made by another
+        // process just now: that one may not have synced the root yet.)
         self.barrier(root).map_err(|e| nd(Call::FsyncDir, e))?;
         Ok(fd)
     }
@@ -384,7 +371,7 @@ impl Queue {
     ) -> Result<bool> {
         let rel = format!("{KEYS_DIR}/{entry}");
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
-        let fd = match self.sys.open_tmpfile(keys) {
+        let fd = match self.retry_making(KEYS_DIR, || self.sys.open_tmpfile(keys)) {
             Ok(fd) => Some(fd),
             Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => None,
             Err(e) => return Err(nd(Call::Open, e)),
@@ -433,7 +420,7 @@ impl Queue {
         let rel = format!("{TMP_DIR}/{tmp}");
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         let t = self.dirs.tmp.as_fd();
-        let r = match self.sys.rename(t, &tmp, keys, entry) {
+        let r = match self.retry_making(KEYS_DIR, || self.sys.rename(t, &tmp, keys, entry)) {
             Ok(()) => Ok(true),
             Err(Errno::EXIST) => Ok(false),
             Err(e) => Err(nd(Call::Rename, e)),

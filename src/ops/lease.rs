@@ -517,12 +517,12 @@ impl Queue {
 
     /// Shard `s`, which this user cannot read (logged by `list_ready_shard`): no
     /// candidates, and known empty until a recheck [`UNREADABLE_RECHECK`] from now, or
-    /// [`MAKING_RECHECK`](crate::ops::levels::MAKING_RECHECK) when the refusal is a
+    /// [`MAKING_RECHECK`](crate::ops::making::MAKING_RECHECK) when the refusal is a
     /// directory in its making ([`Queue::in_making`]), when a waiting claim wakes to try it
     /// again.
     fn unreadable_shard(&self, s: u16, seen: &mut RecoverReport) -> (Vec<JobName>, Option<u64>) {
         let wait = match self.in_making[s as usize].load(std::sync::atomic::Ordering::Relaxed) {
-            true => crate::ops::levels::MAKING_RECHECK,
+            true => crate::ops::making::MAKING_RECHECK,
             false => UNREADABLE_RECHECK,
         };
         let at = self.clock.boot_ns() + wait.as_nanos() as u64;

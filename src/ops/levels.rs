@@ -19,6 +19,7 @@ use crate::disk::layout::{shard_name, PRIO_DIR, READY_DIR};
 use crate::disk::name::JobId;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, Outcome, Result};
+use crate::ops::making::{Origin, MAKING_POLL, MAKING_WINDOW};
 use crate::queue::Queue;
 use rustix::fs::inotify::{self, WatchFlags};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -27,16 +28,6 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 /// How long an enqueue avoids a ready slot this user may not write before it probes it
 /// again ([`Queue::slot_writable`]): 10 s.
 pub(crate) const UNWRITABLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// How recently a directory must have been made for a refusal by it (`EACCES`, `EPERM`) to
-/// be taken as its making, not as a permission ([`Queue::in_making`]): 1 s. The making
-/// itself (`mkdirat`, `openat`, `fchown`, `fchmod`) takes microseconds; a directory made
-/// that recently and refused on purpose costs only this much delay before it is warned
-/// about.
-pub(crate) const MAKING_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// How soon a claim looks again at a slot refused by a directory in its making: 100 ms.
-pub(crate) const MAKING_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The flags of the watches on the directories leading to a slot not made yet.
 pub(crate) const PARENT_WATCH: WatchFlags = WatchFlags::CREATE
@@ -153,7 +144,7 @@ impl Queue {
                     if self.clock.boot_ns().saturating_sub(started)
                         < MAKING_WINDOW.as_nanos() as u64 =>
                 {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    std::thread::sleep(MAKING_POLL);
                 }
                 Ok(id) => return Ok(id),
                 Err((rel, e)) => {
@@ -206,39 +197,6 @@ impl Queue {
         }
         // A shard in its making may take the job in a moment: that outranks a refusal.
         Err(making.or(block).unwrap_or((String::new(), Errno::NOTDIR)))
-    }
-
-    /// Whether what refuses this user on the way to `rel` (from the root), a directory made
-    /// on demand (a level, its shards, a bucket: never `ready/<ss>`, made by `init`), is
-    /// one another user is making right now: the deepest directory on the path that
-    /// `statx(2)` can see (symlinks not followed) belongs to another user and was made
-    /// within [`MAKING_WINDOW`]
-    /// ([`Sys::made_nofollow`](crate::disk::sys::Sys::made_nofollow): its birth time, or its
-    /// change time where the filesystem keeps none). A level, shard or bucket made by a
-    /// process at umask 077 is that user's at mode 700 between its `mkdirat` and the
-    /// `fchown`/`fchmod` that share it like the queue (`Queue::make_dir`,
-    /// `Queue::share_like`): it cannot be made already shared, because a directory made in
-    /// `tmp/` and renamed into place broke the btrfs crash rig (DESIGN.md). A refusal in
-    /// that moment is looked at again soon and not warned about. One `statx` per path
-    /// component, on the refusal path only.
-    pub(crate) fn in_making(&self, rel: &str) -> bool {
-        if rel.starts_with(crate::disk::layout::READY_DIR) {
-            return false;
-        }
-        let root = self.dirs.root.as_fd();
-        let mut made = None;
-        let mut end = 0;
-        for part in rel.split('/') {
-            end += part.len();
-            match self.sys.made_nofollow(root, &rel[..end]) {
-                Ok((rustix::fs::FileType::Directory, ns, uid)) => made = Some((ns, uid)),
-                _ => break,
-            }
-            end += 1;
-        }
-        let window = MAKING_WINDOW.as_nanos() as u64;
-        let me = rustix::process::geteuid().as_raw();
-        made.is_some_and(|(ns, uid)| uid != me && self.clock.wall_ns().abs_diff(ns) < window)
     }
 
     /// Whether level `level`'s directory (`prio/<l>`, or `prio` itself) does not exist: a
@@ -408,23 +366,14 @@ impl Queue {
         Ok(())
     }
 
-    /// Directory `name` of `parent` (`rel` from the root), made if missing.
+    /// Directory `name` of `parent` (`rel` from the root), made if missing
+    /// ([`Queue::made_dir`]) and then owned and shared like `ready/`.
     fn make_dir(&self, parent: BorrowedFd<'_>, name: &str, rel: &str) -> Result<OwnedFd> {
         let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(self.path(rel)));
-        match self.sys.open_dir_beneath(parent, name) {
-            Err(Errno::NOENT) => {}
-            r => return r.map_err(|e| nd(Call::Open, e)),
-        }
-        let made = match self.sys.mkdir(parent, name) {
-            Ok(()) => true,
-            Err(Errno::EXIST) => false,
-            Err(e) => return Err(nd(Call::Mkdir, e)),
-        };
-        let fd = self
-            .sys
-            .open_dir_beneath(parent, name)
-            .map_err(|e| nd(Call::Open, e))?;
-        if made {
+        let (fd, origin) = self
+            .made_dir(parent, name, rel)
+            .map_err(|(c, e)| nd(c, e))?;
+        if origin == Origin::MadeHere {
             // Owned and shared like `ready/`, whatever this process's user and umask: a
             // level made 2755 by a producer would lock the worker's group out of it.
             if let Err(e) =

@@ -10,6 +10,7 @@ pub(crate) mod group;
 pub(crate) mod keys;
 pub(crate) mod lease;
 pub(crate) mod levels;
+pub(crate) mod making;
 pub(crate) mod payload;
 pub(crate) mod recover;
 pub(crate) mod shards;

@@ -224,7 +224,9 @@ impl Queue {
             "the new name's kind must be the target state's"
         );
         let (a, b) = (old.format(self.ident.id), new.format(self.ident.id));
-        match self.sys.rename(from.dir.fd(), &a, to.dir.fd(), &b) {
+        // A bucket or level another user is making refuses this user for a moment.
+        let rename = || self.sys.rename(from.dir.fd(), &a, to.dir.fd(), &b);
+        match self.retry_making(&to.rel, rename) {
             Ok(()) => {}
             Err(Errno::NOENT) => {
                 return Err(MoveFailed::NotDone(Error::not_done(

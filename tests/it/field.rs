@@ -2744,6 +2744,106 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
     assert!(!err.contains("cannot read"), "{err}");
 }
 
+/// The same moment met by the calls after the probe (breaker trial, 5-30% of races of two
+/// users making one level or bucket): a directory made at umask 022 is 755 until shared, so
+/// this user opens it and is refused only at the rename into it (a dead-letter), at the
+/// `O_TMPFILE` open in it (a delayed enqueue), or at the `mkdirat` of a shard in it (a
+/// requeue into a level); and `keys/` was never waited for at all. Each exited 2. Now every
+/// such call is made again while the refusal is a directory in its making
+/// (`Queue::retry_making`). Each directory is made here by hand: owned by root at 755 or 700,
+/// shared again 300 ms later.
+#[test]
+fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Some(t) = AsNobody::new("making-calls") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 2");
+    assert_eq!(code, Some(0), "{err}");
+    t.open_to_all();
+    let qs = t.q.to_str().unwrap().to_string();
+    let ready = std::fs::metadata(t.q.join("ready")).unwrap();
+    let (uid, gid, mode) = (ready.uid(), ready.gid(), ready.mode() & 0o7777);
+    let q = t.q.clone();
+    // Make `rel` again as root at `m` (its maker's umask), and share it 300 ms later.
+    let making = move |rel: &str, m: u32| {
+        let p = q.join(rel);
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir(&p).unwrap();
+        std::os::unix::fs::chown(&p, Some(0), Some(0)).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        })
+    };
+    let count = |rel: &str| std::fs::read_dir(t.q.join(rel)).unwrap().count();
+
+    // A dead-letter renamed into today's dead bucket, in its making at 755.
+    let fail = "echo x | $S enqueue $Q >/dev/null && h=$($S claim $Q --payload-out /dev/null) && \
+                $S fail $Q \"$h\"";
+    let (code, out, err) = t.run(fail);
+    assert_eq!(code, Some(0), "{out} {err}");
+    let bucket = format!("dead/{}", t.ls("dead")[0]);
+    let shared = making(&bucket, 0o755);
+    let (code, out, err) = t.run(fail);
+    shared.join().unwrap();
+    assert_eq!(code, Some(0), "dead-letter: {out} {err}");
+    assert_eq!(count(&bucket), 1, "the job in the bucket");
+
+    // A delayed enqueue into its bucket in its making at 755 (the O_TMPFILE open). A bucket
+    // boundary between the two enqueues would leave the second in a new bucket: tried again.
+    let mut placed = false;
+    for _ in 0..3 {
+        let _ = std::fs::remove_dir_all(t.q.join("delayed"));
+        std::fs::create_dir(t.q.join("delayed")).unwrap();
+        t.chmod("delayed", 0o777);
+        let out = steadq_in(&["enqueue", &qs, "--delay", "1h"], b"later");
+        assert!(out.status.success(), "{out:?}");
+        let bucket = format!("delayed/{}", t.ls("delayed")[0]);
+        let shared = making(&bucket, 0o755);
+        let (code, out, err) = t.run("echo later | $S enqueue $Q --delay 1h");
+        shared.join().unwrap();
+        assert_eq!(code, Some(0), "delayed enqueue: {out} {err}");
+        if t.ls("delayed").len() == 1 {
+            assert_eq!(count(&bucket), 1, "the job in the bucket");
+            placed = true;
+            break;
+        }
+    }
+    assert!(placed, "three bucket boundaries in a row");
+
+    // A dead job requeued into its level, whose directory is in its making at 755: the
+    // shard is made in it (the mkdirat).
+    let (code, out, err) = t.run(
+        "echo two | $S enqueue $Q --priority 2 >/dev/null && \
+         h=$($S claim $Q --payload-out /dev/null) && $S fail $Q \"$h\"",
+    );
+    assert_eq!(code, Some(0), "{out} {err}");
+    let shared = making("prio/2", 0o755);
+    let (code, out, err) = t.run("$S dead requeue $Q --all");
+    shared.join().unwrap();
+    assert_eq!(code, Some(0), "requeue: {out} {err}");
+    let shards = t.ls("prio/2");
+    let jobs: usize = shards.iter().map(|s| count(&format!("prio/2/{s}"))).sum();
+    assert_eq!((shards.len(), jobs), (1, 1), "the job back at its level");
+
+    // A keyed enqueue, with keys/ in its making at 700 and then at 755.
+    for (m, key) in [(0o700, "k-700"), (0o755, "k-755")] {
+        let shared = making("keys", m);
+        let (code, out, err) = t.run(&format!("echo k | $S enqueue $Q --key {key}"));
+        shared.join().unwrap();
+        assert_eq!(code, Some(0), "keys/ at {m:o}: {out} {err}");
+        let again = t.run(&format!("echo k | $S enqueue $Q --key {key}"));
+        assert_eq!(
+            (again.0, again.1.trim()),
+            (Some(0), out.trim()),
+            "one job per key"
+        );
+    }
+}
+
 /// A job this user may not open, mended a second after `work --concurrency 3` passed it
 /// over, runs when the refusal lapses (10 s), not at the next lease deadline the worker knew
 /// (breaker trial 2: 16-30 s with the default 30 s lease; 60 s here with `--lease 1m`). The

@@ -1,0 +1,155 @@
+//! Directories made on demand, and the moment of their making.
+//!
+//! A priority level (`prio/`, `prio/<l>/`, its shards), a delayed or dead bucket and `keys/`
+//! are made by whichever process first needs them, with `mkdirat(2)` ([`Queue::made_dir`],
+//! the one place they are made), and then given the owner and mode of the layout above
+//! them (`fchown`/`fchmod`), whatever that process's user and umask. Between the two steps
+//! the directory is its maker's at its maker's umask: 700 at umask 077 (this user may not
+//! even open it), 755 at umask 022 (this user may open it, not write it). It cannot be made
+//! already shared: a directory made in `tmp/` and renamed into place broke the btrfs crash
+//! rig (DESIGN.md, "What the crash lab found").
+//!
+//! So the other users wait that moment out. A refusal (`EACCES`, `EPERM`) by a directory
+//! another user made within [`MAKING_WINDOW`] is taken as its making
+//! ([`Queue::in_making`]), and the refused call (an open, a `mkdirat`, an `O_TMPFILE` open,
+//! a rename into it) is made again every [`MAKING_POLL`] until it passes or the window
+//! ends ([`Queue::retry_making`]). Each of those calls is "not done" when refused, so making
+//! it again is safe. A claim does not wait: it lists the slot again after
+//! [`MAKING_RECHECK`] (`ops/lease.rs`).
+
+use crate::disk::sys::{Call, Errno};
+use crate::queue::Queue;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+/// How recently a directory must have been made for a refusal by it (`EACCES`, `EPERM`) to
+/// be taken as its making, not as a permission ([`Queue::in_making`]): 1 s. The making
+/// itself (`mkdirat`, `openat`, `fchown`, `fchmod`) takes microseconds; a directory made
+/// that recently and refused on purpose costs only this much delay before it is reported.
+pub(crate) const MAKING_WINDOW: Duration = Duration::from_secs(1);
+
+/// How soon a claim looks again at a slot refused by a directory in its making: 100 ms.
+pub(crate) const MAKING_RECHECK: Duration = Duration::from_millis(100);
+
+/// How often a call refused by a directory in its making is made again: every 20 ms.
+pub(crate) const MAKING_POLL: Duration = Duration::from_millis(20);
+
+/// Where the directory [`Queue::made_dir`] opened came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// It was there at the first look.
+    Found,
+    /// This call made it: the caller shares it and makes it durable.
+    MadeHere,
+    /// Missing at the first look, then made by another process first (`EEXIST`): that
+    /// process may not have made it durable yet.
+    MadeElsewhere,
+}
+
+impl Queue {
+    /// Directory `name` of `parent` (`rel` from the root), opened (`openat2(2)`, beneath,
+    /// symlinks not followed), and made first (`mkdirat(2)`, mode 0777 less the umask) when
+    /// missing. Each call refused by a directory in its making is made again
+    /// ([`Queue::retry_making`]). The caller shares a directory it made
+    /// ([`Origin::MadeHere`]) and makes it durable in `parent`.
+    ///
+    /// # Errors
+    /// The call and errno that failed; each is not done (nothing was made, or only the
+    /// empty directory).
+    pub(crate) fn made_dir(
+        &self,
+        parent: BorrowedFd<'_>,
+        name: &str,
+        rel: &str,
+    ) -> core::result::Result<(OwnedFd, Origin), (Call, Errno)> {
+        let open = || self.retry_making(rel, || self.sys.open_dir_beneath(parent, name));
+        match open() {
+            Ok(fd) => return Ok((fd, Origin::Found)),
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err((Call::Open, e)),
+        }
+        let origin = match self.retry_making(rel, || self.sys.mkdir(parent, name)) {
+            Ok(()) => Origin::MadeHere,
+            Err(Errno::EXIST) => Origin::MadeElsewhere,
+            Err(e) => return Err((Call::Mkdir, e)),
+        };
+        let fd = open().map_err(|e| (Call::Open, e))?;
+        Ok((fd, origin))
+    }
+
+    /// Make `call` (one filesystem call on the way to, or into, `rel` from the root) and
+    /// make it again every [`MAKING_POLL`], for up to [`MAKING_WINDOW`], while it is refused
+    /// (`EACCES`, `EPERM`) by a directory in its making ([`Queue::in_making`]). Costs
+    /// nothing when `call` passes; one `statx` per path component of `rel` per refusal.
+    ///
+    /// # Errors
+    /// `call`'s last errno (a refusal after the window: a permission, for the caller to
+    /// report).
+    pub(crate) fn retry_making<T>(
+        &self,
+        rel: &str,
+        mut call: impl FnMut() -> core::result::Result<T, Errno>,
+    ) -> core::result::Result<T, Errno> {
+        let started = self.clock.boot_ns();
+        loop {
+            match call() {
+                Err(Errno::ACCESS | Errno::PERM)
+                    if self.clock.boot_ns().saturating_sub(started)
+                        < MAKING_WINDOW.as_nanos() as u64
+                        && self.in_making(rel) =>
+                {
+                    std::thread::sleep(MAKING_POLL)
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Whether what refuses this user on the way to `rel` (from the root), a directory made
+    /// on demand (a level, its shards, a bucket, `keys/`: never `ready/<ss>`, made by
+    /// `init`), is one another user is making right now: the deepest directory on the path
+    /// that `statx(2)` can see (symlinks not followed) belongs to another user and was made
+    /// within [`MAKING_WINDOW`]
+    /// ([`Sys::made_nofollow`](crate::disk::sys::Sys::made_nofollow): its birth time, or its
+    /// change time where the filesystem keeps none). See the module docs. One `statx` per
+    /// path component, on the refusal path only.
+    pub(crate) fn in_making(&self, rel: &str) -> bool {
+        if rel.starts_with(crate::disk::layout::READY_DIR) {
+            return false;
+        }
+        let root = self.dirs.root.as_fd();
+        let mut made = None;
+        let mut end = 0;
+        for part in rel.split('/') {
+            end += part.len();
+            match self.sys.made_nofollow(root, &rel[..end]) {
+                Ok((rustix::fs::FileType::Directory, ns, uid)) => made = Some((ns, uid)),
+                _ => break,
+            }
+            end += 1;
+        }
+        let window = MAKING_WINDOW.as_nanos() as u64;
+        let me = rustix::process::geteuid().as_raw();
+        made.is_some_and(|(ns, uid)| uid != me && self.clock.wall_ns().abs_diff(ns) < window)
+    }
+
+    /// Give directory `fd` (`rel` from the root), just made by this handle, the owner, group
+    /// and mode of `template` (from the root), whatever this process's user and umask: a
+    /// delayed bucket made 700 by a producer at umask 077 refused every other user's
+    /// delayed enqueue for that minute, a dead bucket made 755 by root every other user's
+    /// dead-letter for the day, `keys/` every other user's keyed enqueue for good. Best
+    /// effort: a failure is logged and the directory used as it is.
+    pub(crate) fn share_like(&self, fd: BorrowedFd<'_>, template: &str, rel: &str) {
+        if let Err(e) = self
+            .sys
+            .copy_owner_and_mode(fd, self.dirs.root.as_fd(), template)
+        {
+            log::warn!(
+                "{}: could not give it the owner and mode of {template} ({}); other users \
+                 may not be able to use it",
+                self.path(rel).display(),
+                std::io::Error::from(e)
+            );
+        }
+    }
+}
