@@ -115,7 +115,9 @@ impl Queue {
     /// Claim with a lease (visibility timeout) of `lease`. When no job is ready it first makes
     /// due delayed jobs and expired leases ready (the listing it already did shows the leases;
     /// delayed buckets are read only up to the current one) and tries again, so a plain
-    /// `claim` from cron never strands a job.
+    /// `claim` from cron never strands a job. When it found none and a slot was refused by
+    /// a level another user is making (`ops/making.rs`), it looks again every 100 ms for up
+    /// to 1 s before it answers.
     ///
     /// # Errors
     /// As [`Queue::claim`], plus [`ErrorKind::InvalidArgument`] (not done) for a lease that is
@@ -136,7 +138,23 @@ impl Queue {
     /// # Ok::<(), steadq::Failure>(())
     /// ```
     pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Failure> {
-        Ok(self.claim_sweep(lease, &mut RecoverReport::default())?)
+        use crate::ops::making::{MAKING_RECHECK, MAKING_WINDOW};
+        let started = self.clock.boot_ns();
+        loop {
+            let got = self.claim_sweep(lease, &mut RecoverReport::default())?;
+            // A slot refused by a level another user is making (`ops/making.rs`) may hold a
+            // job: "no job" is not known until it can be read, so look again, every
+            // MAKING_RECHECK for up to MAKING_WINDOW (only when nothing else was found).
+            let making =
+                || (self.in_making.iter()).any(|f| f.load(std::sync::atomic::Ordering::Relaxed));
+            if got.is_some()
+                || self.clock.boot_ns().saturating_sub(started) >= MAKING_WINDOW.as_nanos() as u64
+                || !making()
+            {
+                return Ok(got);
+            }
+            std::thread::sleep(MAKING_RECHECK);
+        }
     }
 
     /// [`Queue::claim_for`], collecting what the listings saw (next due time, next lease

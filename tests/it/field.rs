@@ -2780,6 +2780,22 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
     };
     let count = |rel: &str| std::fs::read_dir(t.q.join(rel)).unwrap().count();
 
+    // A claim without --wait, with the only job at a level in its making at 700: "no job"
+    // is not known until the level can be read (it exited 2 naming the level's shards).
+    let out = steadq_in(&["enqueue", &qs, "--priority", "6"], b"six");
+    assert!(out.status.success(), "{out:?}");
+    let p6 = t.q.join("prio/6");
+    std::os::unix::fs::chown(&p6, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&p6, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let shared = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        std::os::unix::fs::chown(&p6, Some(uid), Some(gid)).unwrap();
+        std::fs::set_permissions(&p6, std::fs::Permissions::from_mode(mode)).unwrap();
+    });
+    let (code, out, err) = t.run("$S claim $Q --payload-out $Q.p >/dev/null && cat $Q.p");
+    shared.join().unwrap();
+    assert_eq!((code, out.as_str()), (Some(0), "six"), "claim: {err}");
+
     // A dead-letter renamed into today's dead bucket, in its making at 755.
     let fail = "echo x | $S enqueue $Q >/dev/null && h=$($S claim $Q --payload-out /dev/null) && \
                 $S fail $Q \"$h\"";
