@@ -153,6 +153,15 @@ pub enum ErrorKind {
         /// The byte limit, if any.
         max_bytes: Option<u64>,
     },
+    /// An enqueue found no shard of the job's priority level that this user may make files
+    /// in: each refused on its own (`EACCES` or `EPERM` from `faccessat2(2)` or `open(2)`),
+    /// so no job was made. The path is the level's directory (`ready`, `prio/<l>`). Not done.
+    NoWritableShard {
+        /// Shards of the level, each refused.
+        shards: u16,
+        /// The errno of the refusals.
+        errno: OsErrno,
+    },
     /// The limits file `steadq.limits` is damaged (syntax or checksum).
     BadLimits,
     /// An idempotency key entry in `keys/` is unreadable or names another key.
@@ -383,6 +392,12 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
         ErrorKind::BadIdentity => f.write_str(BAD_IDENTITY),
         ErrorKind::Incomplete => f.write_str(INCOMPLETE),
         ErrorKind::NoSuchJob => f.write_str("no such job"),
+        ErrorKind::NoWritableShard { shards, errno } => write!(
+            f,
+            "this user may not make job files in any of its {shards} shards ({errno}); not \
+             done, nothing changed: give the shards the owner and mode of the queue's other \
+             directories, or enqueue as a user who may"
+        ),
         ErrorKind::BadLimits => f.write_str(
             "the limits file steadq.limits is damaged (malformed, or its sum= line does not \
              match); set the limits again",

@@ -279,6 +279,9 @@ pub struct Shared {
     /// Paths warned about once per handle: an entry that is not a directory on the path to
     /// a slot, a job this user may not move (at most 256).
     pub(crate) warned_blocks: std::sync::Mutex<Vec<String>>,
+    /// Directories found refusing this user the files of a ready slot, or the slot itself
+    /// (`ops/levels.rs`, `Queue::avoid_slot`; at most 256).
+    pub(crate) unwritable: std::sync::Mutex<Vec<String>>,
     /// Jobs this user may not move or open that were warned about by this handle.
     pub(crate) warned_refused: std::sync::atomic::AtomicU32,
     /// Jobs a claim of this handle could not move (`EPERM`, `EACCES`), by id, each with the
@@ -491,6 +494,7 @@ impl Queue {
                 warned_unreadable: flags(),
                 in_making: flags(),
                 warned_blocks: Default::default(),
+                unwritable: Default::default(),
                 warned_refused: Default::default(),
                 refused: Default::default(),
                 evidence_lock: Mutex::new(()),

@@ -404,7 +404,9 @@ impl Queue {
                     {
                         // Not writable after all (the probe raced a chmod, or an LSM said
                         // no): the next enqueues avoid the slot.
-                        self.avoid_slot(self.ident.slot_of(&p.name), e, &p.rel_dir);
+                        let s = self.ident.slot_of(&p.name);
+                        self.avoid_slot(s, e, &p.rel_dir);
+                        self.warn_unwritable(s, e, &p.rel_dir);
                     }
                     return Err(nd(Call::Open, e, &p.rel_dir));
                 }

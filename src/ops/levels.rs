@@ -137,7 +137,8 @@ impl Queue {
     pub(crate) fn fresh_id(&self, priority: u8, now_ms: u64) -> Result<JobId> {
         let started = self.clock.boot_ns();
         loop {
-            match self.fresh_id_once(priority, now_ms) {
+            let mut refused = Vec::new();
+            match self.fresh_id_once(priority, now_ms, &mut refused) {
                 // Only a level in its making stood in the way: wait for it, up to
                 // MAKING_WINDOW (polled every 20 ms), then say what refuses.
                 Err((_, Errno::AGAIN))
@@ -146,15 +147,35 @@ impl Queue {
                 {
                     std::thread::sleep(MAKING_POLL);
                 }
-                Ok(id) => return Ok(id),
+                Ok(id) => {
+                    // The job goes to another shard: say once which directories it avoids.
+                    for (s, rel, e) in &refused {
+                        self.warn_unwritable(*s, *e, rel);
+                    }
+                    return Ok(id);
+                }
                 Err((rel, e)) => {
                     let e = if e == Errno::AGAIN { Errno::ACCESS } else { e };
-                    return Err(Error::io(
-                        Call::Open,
-                        e,
-                        Outcome::NotDone,
-                        Some(self.path(&rel)),
-                    ));
+                    // Every shard refused on its own: one error naming the level's
+                    // directory, not the shard drawn last (nor a warning per shard).
+                    let own = |(s, rel, _): &(u16, String, Errno)| *rel == self.ident.slot_rel(*s);
+                    if refused.len() == self.ident.shards as usize && refused.iter().all(own) {
+                        let slot = self.ident.slot_rel(refused[0].0);
+                        let level = slot.rsplit_once('/').map_or(slot.as_str(), |(l, _)| l);
+                        let kind = crate::ErrorKind::NoWritableShard {
+                            shards: self.ident.shards,
+                            errno: e.into(),
+                        };
+                        return Err(Error::not_done(kind, Some(self.path(level))));
+                    }
+                    // A directory shards of the level (or the level) would be made in
+                    // refuses more than one shard: named first, and the call it refuses
+                    // is that mkdir, not an open.
+                    let (call, rel) = match refused.iter().find(|r| !own(r)) {
+                        Some(r) => (Call::Mkdir, r.1.clone()),
+                        None => (Call::Open, rel),
+                    };
+                    return Err(Error::io(call, e, Outcome::NotDone, Some(self.path(&rel))));
                 }
             }
         }
@@ -162,11 +183,13 @@ impl Queue {
 
     /// One round of [`Queue::fresh_id`]: every shard of the level looked at once at most.
     /// `Err((directory, errno))` names what made the last shard unusable (`EAGAIN`: only
-    /// levels in their making refused).
+    /// levels in their making refused). Each slot this user may not write (or make) is
+    /// added to `refused`: `(slot, the directory that refuses, errno)`.
     fn fresh_id_once(
         &self,
         priority: u8,
         now_ms: u64,
+        refused: &mut Vec<(u16, String, Errno)>,
     ) -> core::result::Result<JobId, (String, Errno)> {
         let shards = self.ident.shards;
         let (mut block, mut making): (Option<(String, Errno)>, _) = (None, None);
@@ -185,7 +208,12 @@ impl Queue {
                 None => match self.slot_writable(slot) {
                     Ok(()) => return Ok(id),
                     Err(e) if e.1 == Errno::AGAIN => making = Some(e),
-                    Err(e) => block = Some(e),
+                    Err(e) => {
+                        if matches!(e.1, Errno::ACCESS | Errno::PERM) {
+                            refused.push((slot, e.0.clone(), e.1));
+                        }
+                        block = Some(e)
+                    }
                 },
                 // Above the slot (`prio`, `prio/<l>`): every shard of the level is behind it.
                 Some(b) if b != self.ident.slot_rel(slot) => {
@@ -293,38 +321,47 @@ impl Queue {
         (self.sys.may_create_in(self.dirs.root.as_fd())).map_err(|e| (String::new(), e))
     }
 
-    /// The directory that made slot `s` unwritable, as warned about: the slot itself, or
-    /// the parent it could not be made in.
+    /// The directory that made slot `s` unwritable, as found by [`Queue::avoid_slot`]: the
+    /// slot itself, or the parent it could not be made in.
     fn unwritable_rel(&self, s: u16) -> String {
         let slot = self.ident.slot_rel(s);
-        let warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
+        let found = self.unwritable.lock().unwrap_or_else(|p| p.into_inner());
         let under = |w: &&String| {
             slot == **w || (slot.starts_with(w.as_str()) && slot[w.len()..].starts_with('/'))
         };
-        let found = warned.iter().filter(under).max_by_key(|w| w.len()).cloned();
+        let found = found.iter().filter(under).max_by_key(|w| w.len()).cloned();
         found.unwrap_or(slot)
     }
 
     /// Avoid ready slot `s` for new jobs for [`UNWRITABLE_RECHECK`]: this user may not make
     /// files in it, or may not make it in `rel` (`e`, found by a probe or by an enqueue's
-    /// `open(2)`). Warned once per directory per handle.
-    pub(crate) fn avoid_slot(&self, s: u16, e: Errno, rel: &str) {
+    /// `open(2)`). Not logged: [`Queue::warn_unwritable`] does, once the caller knows
+    /// whether the job went elsewhere.
+    pub(crate) fn avoid_slot(&self, s: u16, _e: Errno, rel: &str) {
         let until = self.clock.boot_ns() + UNWRITABLE_RECHECK.as_nanos() as u64;
         self.dirs.writable[s as usize].store(until.max(2), Release);
+        let mut found = self.unwritable.lock().unwrap_or_else(|p| p.into_inner());
+        if !found.iter().any(|f| f == rel) && found.len() < 256 {
+            found.push(rel.to_string());
+        }
+    }
+
+    /// Warn, once per directory per handle, that `rel` refuses this user (`e`) the files of
+    /// slot `s` (or the slot itself) and that new jobs go to other shards.
+    pub(crate) fn warn_unwritable(&self, s: u16, e: Errno, rel: &str) {
         let what = match rel == self.ident.slot_rel(s) {
             true => "files",
             false => "shard directories",
         };
-        let rel = rel.to_string();
         let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
-        if !warned.contains(&rel) && warned.len() < 256 {
+        if !warned.iter().any(|w| w == rel) && warned.len() < 256 {
             log::warn!(
                 "{}: this user may not make {what} here ({}); new jobs go to the shards it \
-                 may write, if any, until it is mended",
-                self.path(&rel).display(),
+                 may write, until it is mended",
+                self.path(rel).display(),
                 std::io::Error::from(e)
             );
-            warned.push(rel);
+            warned.push(rel.to_string());
         }
     }
 

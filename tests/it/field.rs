@@ -2354,15 +2354,21 @@ fn a_shard_this_user_may_not_write_gets_no_new_jobs_and_no_failed_enqueue() {
         out.contains("\"ready\":73"),
         "72 new jobs and root's: {out}"
     );
-    // No shard writable: not done, naming one, nothing left behind.
+    // No shard writable: not done, one error naming the level's directory, nothing left
+    // behind. It named one shard drawn at random, after a warning per shard that "new jobs
+    // go to the shards it may write, if any" (64 lines on a 64-shard queue).
     for s in ["00", "01", "03"] {
         t.chmod(&format!("ready/{s}"), 0o755);
     }
     let (code, out, err) = t.run("echo none | $S enqueue $Q");
     assert_eq!(code, Some(2), "{out} {err}");
-    assert!(
-        err.contains("Permission denied") && err.contains("/ready/0"),
-        "{err}"
+    assert_eq!(
+        err.trim(),
+        format!(
+            "steadq: {qs}/ready: this user may not make job files in any of its 4 shards \
+             (Permission denied (os error 13)); not done, nothing changed: give the shards \
+             the owner and mode of the queue's other directories, or enqueue as a user who may"
+        ),
     );
     assert!(t.ls("tmp").is_empty(), "{:?}", t.ls("tmp"));
     // Mended: a new enqueue may land there again (4 shards, 24 tries).
@@ -2399,7 +2405,11 @@ fn a_shard_this_user_may_not_write_gets_no_new_jobs_and_no_failed_enqueue() {
     for extra in ["--delay 1s", "--key lk"] {
         let (code, out, err) = t.run(&format!("echo d | $S enqueue $Q --priority 6 {extra}"));
         assert_eq!(code, Some(2), "{extra}: {out} {err}");
-        assert!(err.contains("Permission denied"), "{err}");
+        // The directory the other shards would be made in refuses that mkdir.
+        assert!(
+            err.contains("prio/6: mkdir failed: Permission denied"),
+            "{err}"
+        );
     }
     assert!(t.ls("delayed").is_empty(), "{:?}", t.ls("delayed"));
 }
