@@ -1019,15 +1019,29 @@ pub(crate) fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Res
 
 /// `.steadq.queue.<32 hex>` in the root holding `ident`, written and fsynced, about to be
 /// renamed over (or onto) `steadq.queue`; its name. On failure it is removed: not done.
+/// With `keep`, the file gets the owner, group and mode of the `steadq.queue` it replaces
+/// (best effort: logged): `config` run at umask 077 made it 600, and every other user of the
+/// queue was refused it.
 fn identity_temp_file(
     sys: &Sys,
     root: BorrowedFd<'_>,
     path: &Path,
     ident: &Identity,
+    keep: bool,
 ) -> Result<String> {
     let tmp = format!(".{IDENTITY_FILE}.{:032x}", random_u128());
     let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
     let fd = sys.create_file(root, &tmp).map_err(|e| nd(Call::Open, e))?;
+    if keep {
+        if let Err(e) = sys.share_file_like(fd.as_fd(), root, IDENTITY_FILE) {
+            log::warn!(
+                "{}: could not keep the owner and mode of the file it replaces ({}); other \
+                 users may not be able to read it",
+                path.join(IDENTITY_FILE).display(),
+                std::io::Error::from(e)
+            );
+        }
+    }
     let written = sys
         .write_all(fd.as_fd(), ident.encode().as_bytes())
         .map_err(|e| nd(Call::Write, e))
@@ -1045,7 +1059,7 @@ pub(crate) fn publish_identity(
     path: &Path,
     ident: &Identity,
 ) -> Result<()> {
-    let tmp = identity_temp_file(sys, root, path, ident)?;
+    let tmp = identity_temp_file(sys, root, path, ident, false)?;
     let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
     let cleanup = |e: Error| {
         let _ = sys.unlink(root, &tmp);
@@ -1090,7 +1104,7 @@ pub(crate) fn publish_identity_replacing(
     path: &Path,
     ident: &Identity,
 ) -> Result<()> {
-    let tmp = identity_temp_file(sys, root, path, ident)?;
+    let tmp = identity_temp_file(sys, root, path, ident, true)?;
     if let Err(e) = sys.rename_replace(root, &tmp, root, IDENTITY_FILE) {
         // Removing the temp name is safe either way: a rename that happened took it away.
         let _ = sys.unlink(root, &tmp);

@@ -348,6 +348,12 @@ impl Queue {
                 .map_err(|e| nd(Call::Open, e))?;
             size = self.sys.fstat(fd.as_fd()).map_err(|e| nd(Call::Stat, e))?.1;
         }
+        if size == 0 {
+            // New (or just rotated): every user's ack appends here, so it is shared like
+            // `ready/` (its read and write bits), whatever this process's umask: made 600 at
+            // umask 077, every other user's ack kept its receipt instead, with a warning.
+            self.share_file(fd.as_fd(), crate::disk::layout::READY_DIR, EVIDENCE_FILE);
+        }
         match self.sys.write_all(fd.as_fd(), lines.as_bytes()) {
             Ok(()) => {}
             Err(e @ (Errno::NOSPC | Errno::DQUOT)) => {

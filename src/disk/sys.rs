@@ -487,6 +487,40 @@ impl Sys {
         })
     }
 
+    /// Give file `fd` the owner and group of `template` in `dir` (as
+    /// [`Sys::copy_owner_and_mode`]: `EPERM` from `fchown(2)` is not an error) and its
+    /// read and write bits (`st_mode & 0o666`: no execute, setgid or sticky bit, so a
+    /// directory's mode can be the template). For the files every user of a queue reads
+    /// (`steadq.queue`, `steadq.limits`) or appends to (`evidence.log`), so that one made
+    /// by a process at umask 077 does not lock the others out. A file this user does not
+    /// own (`fstat(2)`) is left alone: its owner shares it. Counted and faulted as
+    /// [`Call::Open`] (it completes one).
+    pub fn share_file_like(
+        &self,
+        fd: BorrowedFd<'_>,
+        dir: BorrowedFd<'_>,
+        template: &str,
+    ) -> R<()> {
+        self.run(Call::Open, || {
+            if rustix::fs::fstat(fd)?.st_uid != rustix::process::geteuid().as_raw() {
+                return Ok(());
+            }
+            let st = rustix::fs::statat(dir, template, AtFlags::SYMLINK_NOFOLLOW)?;
+            let (uid, gid) = (
+                rustix::process::Uid::from_raw(st.st_uid),
+                rustix::process::Gid::from_raw(st.st_gid),
+            );
+            match rustix::fs::fchown(fd, Some(uid), Some(gid)) {
+                Err(Errno::PERM) => match rustix::fs::fchown(fd, None, Some(gid)) {
+                    Ok(()) | Err(Errno::PERM) => {}
+                    Err(e) => return Err(e),
+                },
+                r => r?,
+            }
+            rustix::fs::fchmod(fd, Mode::from_raw_mode(st.st_mode & 0o666))
+        })
+    }
+
     /// `mkdir(2)` of a path outside any queue (the queue root itself).
     pub fn mkdir_path(&self, path: &std::path::Path) -> R<()> {
         self.run(Call::Mkdir, || {

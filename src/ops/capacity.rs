@@ -264,7 +264,10 @@ impl Queue {
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
     pub fn set_limits(&self, limits: Limits) -> Result<(), crate::Failure> {
-        let tmp = self.durable_temp_file(limits.encode().as_bytes())?;
+        // Read by every enqueue of every user: shared like `steadq.queue`, whatever this
+        // process's umask (made 600 at umask 077, it failed every other user's enqueue).
+        let like = Some(crate::queue::IDENTITY_FILE);
+        let tmp = self.durable_temp_file(limits.encode().as_bytes(), like)?;
         let t = self.dirs.tmp.as_fd();
         if let Err(e) = self
             .sys
@@ -292,7 +295,7 @@ impl Queue {
     /// A new file in `tmp/` holding `bytes`, fsynced (a settings file or a key entry on the
     /// named route, about to be renamed into place); its name. On failure it is removed and
     /// the error is not done.
-    pub(crate) fn durable_temp_file(&self, bytes: &[u8]) -> Result<String> {
+    pub(crate) fn durable_temp_file(&self, bytes: &[u8], like: Option<&str>) -> Result<String> {
         let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
             .format()
             .to_string();
@@ -309,6 +312,9 @@ impl Queue {
             .sys
             .create_file(t, &tmp)
             .map_err(|e| nd(Call::Open, e))?;
+        if let Some(template) = like {
+            self.share_file(fd.as_fd(), template, &format!("{TMP_DIR}/{tmp}"));
+        }
         let written = self
             .sys
             .write_all(fd.as_fd(), bytes)

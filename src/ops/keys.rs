@@ -416,7 +416,7 @@ impl Queue {
         entry: &str,
         text: &[u8],
     ) -> Result<bool> {
-        let tmp = self.durable_temp_file(text)?;
+        let tmp = self.durable_temp_file(text, None)?;
         let rel = format!("{TMP_DIR}/{tmp}");
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         let t = self.dirs.tmp.as_fd();

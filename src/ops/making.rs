@@ -133,6 +133,24 @@ impl Queue {
         made.is_some_and(|(ns, uid)| uid != me && self.clock.wall_ns().abs_diff(ns) < window)
     }
 
+    /// Give file `fd` (`rel` from the root), just made by this handle, the owner and group
+    /// of `template` (from the root) and its read and write bits
+    /// ([`Sys::share_file_like`](crate::disk::sys::Sys::share_file_like)). Best effort: a
+    /// failure is logged and the file used as it is.
+    pub(crate) fn share_file(&self, fd: BorrowedFd<'_>, template: &str, rel: &str) {
+        if let Err(e) = self
+            .sys
+            .share_file_like(fd, self.dirs.root.as_fd(), template)
+        {
+            log::warn!(
+                "{}: could not give it the owner and mode of {template} ({}); other users \
+                 may not be able to use it",
+                self.path(rel).display(),
+                std::io::Error::from(e)
+            );
+        }
+    }
+
     /// Give directory `fd` (`rel` from the root), just made by this handle, the owner, group
     /// and mode of `template` (from the root), whatever this process's user and umask: a
     /// delayed bucket made 700 by a producer at umask 077 refused every other user's

@@ -2870,6 +2870,56 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
     }
 }
 
+/// The files every user of a shared queue reads or appends to, written by an admin at umask
+/// 077: `config` replaced `steadq.queue` at mode 600 (every other user: "steadq.queue: open
+/// failed: Permission denied", for every command), `init --max-jobs` made `steadq.limits`
+/// 600 (every other user's enqueue failed), and the first ack under `--receipts none` made
+/// `evidence.log` 600 (every other user's ack kept its receipt, with a warning). Now the
+/// identity file keeps the mode of the one it replaces, the limits file takes the identity
+/// file's, and the evidence log takes `ready/`'s read and write bits.
+#[test]
+fn the_files_every_user_reads_are_shared_whatever_the_admins_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(t) = AsNobody::new("shared-files") else {
+        return;
+    };
+    let qs = t.q.to_str().unwrap().to_string();
+    assert!(run(&["init", &qs, "--shards", "2"]).status.success());
+    t.open_to_all();
+    let admin = |script: &str| {
+        let out = Command::new("sh")
+            .args(["-c", &format!("umask 077; {script}")])
+            .env("S", t.base.join("steadq"))
+            .env("Q", &t.q)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+    };
+    admin("$S init $Q --max-jobs 100 && $S config $Q --receipts none");
+    admin("echo a | $S enqueue $Q && h=$($S claim $Q --payload-out $Q.a) && $S ack $Q \"$h\"");
+    let mode = |f: &str| std::fs::metadata(t.q.join(f)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        [
+            mode("steadq.queue"),
+            mode("steadq.limits"),
+            mode("evidence.log")
+        ],
+        [0o666, 0o666, 0o666],
+        "steadq.queue, steadq.limits, evidence.log"
+    );
+    let (code, out, err) =
+        t.run("echo b | $S enqueue $Q >/dev/null && h=$($S claim $Q --payload-out $Q.b) && $S ack $Q \"$h\"");
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(!err.contains("receipt kept"), "{err}");
+    let evidence = std::fs::read_to_string(t.q.join("evidence.log")).unwrap();
+    assert_eq!(evidence.lines().count(), 2, "{evidence}");
+    // Shared like ready/: a queue shared by a group at 2770 gives 660.
+    t.chmod("ready", 0o2770);
+    std::fs::rename(t.q.join("evidence.log"), t.q.join("evidence.log.old")).unwrap();
+    admin("echo c | $S enqueue $Q && h=$($S claim $Q --payload-out $Q.c) && $S ack $Q \"$h\"");
+    assert_eq!(mode("evidence.log"), 0o660);
+}
+
 /// A job this user may not open, mended a second after `work --concurrency 3` passed it
 /// over, runs when the refusal lapses (10 s), not at the next lease deadline the worker knew
 /// (breaker trial 2: 16-30 s with the default 30 s lease; 60 s here with `--lease 1m`). The
