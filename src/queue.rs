@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 #[cfg(feature = "faults")]
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The queue format version this build writes (and the newest it opens). Version 2 adds the
@@ -282,6 +283,10 @@ pub struct Shared {
     /// Directories found refusing this user the files of a ready slot, or the slot itself
     /// (`ops/levels.rs`, `Queue::avoid_slot`; at most 256).
     pub(crate) unwritable: std::sync::Mutex<Vec<String>>,
+    /// The mode new job files and key entries are given (`fchmod`) so that every user who
+    /// may read `ready/` may read them, whatever this process's umask; 0: the umask
+    /// already allows it (`ops/making.rs`, `Queue::share_job_file`). Found at first use.
+    pub(crate) job_mode: OnceLock<u32>,
     /// Jobs this user may not move or open that were warned about by this handle.
     pub(crate) warned_refused: std::sync::atomic::AtomicU32,
     /// Jobs a claim of this handle could not move (`EPERM`, `EACCES`), by id, each with the
@@ -495,6 +500,7 @@ impl Queue {
                 in_making: flags(),
                 warned_blocks: Default::default(),
                 unwritable: Default::default(),
+                job_mode: OnceLock::new(),
                 warned_refused: Default::default(),
                 refused: Default::default(),
                 evidence_lock: Mutex::new(()),

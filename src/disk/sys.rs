@@ -521,6 +521,33 @@ impl Sys {
         })
     }
 
+    /// `fchmod(2)` of file `fd` to `mode` (permission bits). Counted and faulted as
+    /// [`Call::Open`] (it completes the making of a file).
+    pub fn fchmod(&self, fd: BorrowedFd<'_>, mode: u32) -> R<()> {
+        self.run(Call::Open, || {
+            rustix::fs::fchmod(fd, Mode::from_raw_mode(mode))
+        })
+    }
+
+    /// The permission bits (`st_mode & 0o7777`) of `name` in `dir`, symlinks not followed.
+    /// `fstatat(2)`, counted as a [`Call::Stat`].
+    #[allow(clippy::unnecessary_cast)] // the stat fields' types differ between targets
+    pub fn mode_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<u32> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map(|st| st.st_mode as u32 & 0o7777)
+        })
+    }
+
+    /// This process's umask, from the `Umask:` line of `/proc/self/status` (`proc(5)`,
+    /// Linux 4.7 and later): `umask(2)` can only read it by setting it, which races with
+    /// the other threads of a library user. `None` where `/proc` does not say.
+    pub fn umask() -> Option<u32> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(line.trim(), 8).ok()
+    }
+
     /// `mkdir(2)` of a path outside any queue (the queue root itself).
     pub fn mkdir_path(&self, path: &std::path::Path) -> R<()> {
         self.run(Call::Mkdir, || {

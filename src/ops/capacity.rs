@@ -312,8 +312,9 @@ impl Queue {
             .sys
             .create_file(t, &tmp)
             .map_err(|e| nd(Call::Open, e))?;
-        if let Some(template) = like {
-            self.share_file(fd.as_fd(), template, &format!("{TMP_DIR}/{tmp}"));
+        match like {
+            Some(template) => self.share_file(fd.as_fd(), template, &format!("{TMP_DIR}/{tmp}")),
+            None => self.share_job_file(fd.as_fd()),
         }
         let written = self
             .sys

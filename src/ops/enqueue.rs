@@ -387,6 +387,7 @@ impl Queue {
             // A bucket or level another user is making refuses this user for a moment.
             match self.retry_making(&p.rel_dir, || self.sys.open_tmpfile(p.dir.fd())) {
                 Ok(fd) => {
+                    self.share_job_file(fd.as_fd());
                     fill(fd.as_fd(), &p.rel_dir)?;
                     return Ok(Written::Unnamed(fd));
                 }
@@ -420,6 +421,7 @@ impl Queue {
             .sys
             .create_file(self.dirs.tmp.as_fd(), &tmp)
             .map_err(|e| nd(Call::Open, e, &rel))?;
+        self.share_job_file(fd.as_fd());
         if let Err(e) = fill(fd.as_fd(), &rel) {
             let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
             return Err(e);

@@ -378,6 +378,8 @@ impl Queue {
         };
         let linked = match fd {
             Some(fd) => {
+                // Read by every user's enqueue of the same key.
+                self.share_job_file(fd.as_fd());
                 self.sys
                     .write_all(fd.as_fd(), text)
                     .map_err(|e| nd(Call::Write, e))?;

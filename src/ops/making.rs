@@ -133,6 +133,37 @@ impl Queue {
         made.is_some_and(|(ns, uid)| uid != me && self.clock.wall_ns().abs_diff(ns) < window)
     }
 
+    /// Give job file (or key entry) `fd`, just made by this handle and not yet named, the
+    /// read bits of `ready/` that this process's umask took away: a producer at umask 077
+    /// made job files (mode 600) that a worker of another user could not open, so every
+    /// claim of them was given back. One `fchmod(2)` per file, only under such a umask; the
+    /// umask (`/proc/self/status`) and `ready/`'s mode are read once per handle. Best
+    /// effort: a failure is logged at debug level and the file used as it is (its own user
+    /// may still claim it).
+    pub(crate) fn share_job_file(&self, fd: BorrowedFd<'_>) {
+        let mode = *self.job_mode.get_or_init(|| {
+            let Some(umask) = crate::disk::sys::Sys::umask() else {
+                return 0;
+            };
+            let own = 0o666 & !umask;
+            if own & 0o444 == 0o444 {
+                return 0; // everyone may read what this process makes
+            }
+            match self
+                .sys
+                .mode_nofollow(self.dirs.root.as_fd(), crate::disk::layout::READY_DIR)
+            {
+                Ok(ready) if own | (ready & 0o444) != own => own | (ready & 0o444),
+                _ => 0,
+            }
+        });
+        if mode != 0 {
+            if let Err(e) = self.sys.fchmod(fd, mode) {
+                log::debug!("a new job file kept this process's umask: fchmod: {e}");
+            }
+        }
+    }
+
     /// Give file `fd` (`rel` from the root), just made by this handle, the owner and group
     /// of `template` (from the root) and its read and write bits
     /// ([`Sys::share_file_like`](crate::disk::sys::Sys::share_file_like)). Best effort: a
