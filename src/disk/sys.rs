@@ -470,21 +470,7 @@ impl Sys {
         dir: BorrowedFd<'_>,
         template: &str,
     ) -> R<()> {
-        self.run(Call::Mkdir, || {
-            let st = rustix::fs::statat(dir, template, AtFlags::SYMLINK_NOFOLLOW)?;
-            let (uid, gid) = (
-                rustix::process::Uid::from_raw(st.st_uid),
-                rustix::process::Gid::from_raw(st.st_gid),
-            );
-            match rustix::fs::fchown(fd, Some(uid), Some(gid)) {
-                Err(Errno::PERM) => match rustix::fs::fchown(fd, None, Some(gid)) {
-                    Ok(()) | Err(Errno::PERM) => {}
-                    Err(e) => return Err(e),
-                },
-                r => r?,
-            }
-            rustix::fs::fchmod(fd, Mode::from_raw_mode(st.st_mode & 0o7777))
-        })
+        self.run(Call::Mkdir, || share_like(fd, dir, template, 0o7777))
     }
 
     /// Give file `fd` the owner and group of `template` in `dir` (as
@@ -505,19 +491,7 @@ impl Sys {
             if rustix::fs::fstat(fd)?.st_uid != rustix::process::geteuid().as_raw() {
                 return Ok(());
             }
-            let st = rustix::fs::statat(dir, template, AtFlags::SYMLINK_NOFOLLOW)?;
-            let (uid, gid) = (
-                rustix::process::Uid::from_raw(st.st_uid),
-                rustix::process::Gid::from_raw(st.st_gid),
-            );
-            match rustix::fs::fchown(fd, Some(uid), Some(gid)) {
-                Err(Errno::PERM) => match rustix::fs::fchown(fd, None, Some(gid)) {
-                    Ok(()) | Err(Errno::PERM) => {}
-                    Err(e) => return Err(e),
-                },
-                r => r?,
-            }
-            rustix::fs::fchmod(fd, Mode::from_raw_mode(st.st_mode & 0o666))
+            share_like(fd, dir, template, 0o666)
         })
     }
 
@@ -1007,6 +981,26 @@ pub fn fs_name(magic: i64) -> &'static str {
         0x6165_676C => "pstore",
         _ => "unknown",
     }
+}
+
+/// `fchown(2)` `fd` like `template` in `dir` (owner and group when permitted, else the group
+/// alone, else neither: `EPERM` is not an error), then `fchmod(2)` it to the template's
+/// `st_mode & bits`. One `fstatat(2)`; the caller counts the whole as one call.
+fn share_like(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, template: &str, bits: u32) -> R<()> {
+    let st = rustix::fs::statat(dir, template, AtFlags::SYMLINK_NOFOLLOW)?;
+    let (uid, gid) = (
+        rustix::process::Uid::from_raw(st.st_uid),
+        rustix::process::Gid::from_raw(st.st_gid),
+    );
+    match rustix::fs::fchown(fd, Some(uid), Some(gid)) {
+        Err(Errno::PERM) => match rustix::fs::fchown(fd, None, Some(gid)) {
+            Ok(()) | Err(Errno::PERM) => {}
+            Err(e) => return Err(e),
+        },
+        r => r?,
+    }
+    #[allow(clippy::unnecessary_cast)] // st_mode's type differs between targets
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(st.st_mode as u32 & bits))
 }
 
 #[cfg(test)]

@@ -169,17 +169,10 @@ impl Queue {
     /// ([`Sys::share_file_like`](crate::disk::sys::Sys::share_file_like)). Best effort: a
     /// failure is logged and the file used as it is.
     pub(crate) fn share_file(&self, fd: BorrowedFd<'_>, template: &str, rel: &str) {
-        if let Err(e) = self
+        let r = self
             .sys
-            .share_file_like(fd, self.dirs.root.as_fd(), template)
-        {
-            log::warn!(
-                "{}: could not give it the owner and mode of {template} ({}); other users \
-                 may not be able to use it",
-                self.path(rel).display(),
-                std::io::Error::from(e)
-            );
-        }
+            .share_file_like(fd, self.dirs.root.as_fd(), template);
+        self.warn_unshared(r, template, rel);
     }
 
     /// Give directory `fd` (`rel` from the root), just made by this handle, the owner, group
@@ -189,10 +182,15 @@ impl Queue {
     /// dead-letter for the day, `keys/` every other user's keyed enqueue for good. Best
     /// effort: a failure is logged and the directory used as it is.
     pub(crate) fn share_like(&self, fd: BorrowedFd<'_>, template: &str, rel: &str) {
-        if let Err(e) = self
+        let r = self
             .sys
-            .copy_owner_and_mode(fd, self.dirs.root.as_fd(), template)
-        {
+            .copy_owner_and_mode(fd, self.dirs.root.as_fd(), template);
+        self.warn_unshared(r, template, rel);
+    }
+
+    /// Log a failure `r` to share `rel` (from the root) like `template`.
+    fn warn_unshared(&self, r: core::result::Result<(), Errno>, template: &str, rel: &str) {
+        if let Err(e) = r {
             log::warn!(
                 "{}: could not give it the owner and mode of {template} ({}); other users \
                  may not be able to use it",

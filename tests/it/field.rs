@@ -856,6 +856,19 @@ impl AsNobody {
         (out.status.code(), text(&out.stdout), text(&out.stderr))
     }
 
+    /// `sh -c script` as root at umask 077 (an admin or a producer with a strict umask),
+    /// with `$S` and `$Q` as in [`AsNobody::run`]; it must succeed: its stdout, trimmed.
+    fn run_root_077(&self, script: &str) -> String {
+        let out = Command::new("sh")
+            .args(["-c", &format!("umask 077; {script}")])
+            .env("S", self.base.join("steadq"))
+            .env("Q", &self.q)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// `chmod -R a+rwX` the queue: a queue opened to every user.
     fn open_to_all(&self) {
         let status = Command::new("chmod")
@@ -2886,15 +2899,7 @@ fn the_files_every_user_reads_are_shared_whatever_the_admins_umask() {
     let qs = t.q.to_str().unwrap().to_string();
     assert!(run(&["init", &qs, "--shards", "2"]).status.success());
     t.open_to_all();
-    let admin = |script: &str| {
-        let out = Command::new("sh")
-            .args(["-c", &format!("umask 077; {script}")])
-            .env("S", t.base.join("steadq"))
-            .env("Q", &t.q)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{script}: {out:?}");
-    };
+    let admin = |script: &str| t.run_root_077(script);
     admin("$S init $Q --max-jobs 100 && $S config $Q --receipts none");
     admin("echo a | $S enqueue $Q && h=$($S claim $Q --payload-out $Q.a) && $S ack $Q \"$h\"");
     let mode = |f: &str| std::fs::metadata(t.q.join(f)).unwrap().permissions().mode() & 0o7777;
@@ -2934,16 +2939,7 @@ fn jobs_and_keys_of_a_producer_at_umask_077_are_readable_by_the_queues_users() {
     let qs = t.q.to_str().unwrap().to_string();
     assert!(run(&["init", &qs, "--shards", "2"]).status.success());
     t.open_to_all();
-    let producer = |script: &str| {
-        let out = Command::new("sh")
-            .args(["-c", &format!("umask 077; {script}")])
-            .env("S", t.base.join("steadq"))
-            .env("Q", &t.q)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{script}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let producer = |script: &str| t.run_root_077(script);
     producer("echo plain | $S enqueue $Q");
     let keyed = producer("echo keyed | $S enqueue $Q --key order-7");
     let mut modes = Vec::new();
