@@ -406,7 +406,7 @@ impl Queue {
                         // Not writable after all (the probe raced a chmod, or an LSM said
                         // no): the next enqueues avoid the slot.
                         let s = self.ident.slot_of(&p.name);
-                        self.avoid_slot(s, e, &p.rel_dir);
+                        self.avoid_slot(s, &p.rel_dir);
                         self.warn_unwritable(s, e, &p.rel_dir);
                     }
                     return Err(nd(Call::Open, e, &p.rel_dir));

@@ -278,7 +278,7 @@ impl Queue {
                 Err((rel, Errno::AGAIN))
             }
             Err((rel, e @ (Errno::ACCESS | Errno::PERM))) => {
-                self.avoid_slot(s, e, &rel);
+                self.avoid_slot(s, &rel);
                 Err((rel, e))
             }
             Ok(()) => {
@@ -334,10 +334,10 @@ impl Queue {
     }
 
     /// Avoid ready slot `s` for new jobs for [`UNWRITABLE_RECHECK`]: this user may not make
-    /// files in it, or may not make it in `rel` (`e`, found by a probe or by an enqueue's
+    /// files in it, or may not make it in `rel` (found by a probe or by an enqueue's
     /// `open(2)`). Not logged: [`Queue::warn_unwritable`] does, once the caller knows
     /// whether the job went elsewhere.
-    pub(crate) fn avoid_slot(&self, s: u16, _e: Errno, rel: &str) {
+    pub(crate) fn avoid_slot(&self, s: u16, rel: &str) {
         let until = self.clock.boot_ns() + UNWRITABLE_RECHECK.as_nanos() as u64;
         self.dirs.writable[s as usize].store(until.max(2), Release);
         let mut found = self.unwritable.lock().unwrap_or_else(|p| p.into_inner());
