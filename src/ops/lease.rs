@@ -245,6 +245,15 @@ impl Queue {
                 };
             };
             let id = name.id;
+            if self.is_refused(id) {
+                // Listed by a listing whose refusal snapshot predates another thread's
+                // give-back (`give_back` remembers the job, then moves it back): trying it
+                // claimed and gave it back a second time (receipt generation 6, not 4, in a
+                // CI run of `work --concurrency 3`). Its slot is listed again, and that
+                // listing passes it over and wakes at the refusal's lapse.
+                self.shards.unknown(slot);
+                continue;
+            }
             let tried = match self.try_claim(slot, name, lease, sync) {
                 Err(Skip(e)) => {
                     self.warn_refused(id, &e);
@@ -672,6 +681,16 @@ impl Queue {
         let mut ids: Vec<(u128, u64)> = r.iter().map(|x| (x.0, x.1)).collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// Whether job `id` is remembered as refused and its refusal has not lapsed.
+    fn is_refused(&self, id: crate::disk::name::JobId) -> bool {
+        let r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if r.is_empty() {
+            return false;
+        }
+        let now = self.clock.boot_ns();
+        r.iter().any(|x| x.0 == id.0 && x.1 > now)
     }
 
     /// The error of a job remembered as refused and not lapsed, if any.
@@ -1593,5 +1612,36 @@ mod tests {
         let got: Vec<u64> = (1..=6).map(|a| backoff(a, b, m).as_secs()).collect();
         assert_eq!(got, vec![5, 10, 20, 40, 60, 60]);
         assert_eq!(backoff(u32::MAX, b, m), m);
+    }
+
+    /// A job listed before another thread remembered it as refused (the listing's refusal
+    /// snapshot was taken first) is not tried by the claim that picks it: it stays ready
+    /// under its name, and the claim answers with the refusal (not done), not a lease.
+    #[test]
+    fn a_job_remembered_refused_after_its_listing_is_not_tried() {
+        let dir = std::env::temp_dir().join(format!("steadq-unit-refused-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let opts = crate::Options {
+            shards: 1,
+            ..Default::default()
+        };
+        let q = Queue::create(&dir, opts).unwrap();
+        let id = q.enqueue(b"root's").unwrap();
+        // The listing a claim makes, with no refusal known yet: the job is a candidate.
+        let mut seen = RecoverReport::default();
+        let mut budget = 2 * q.ident.slots() as u32;
+        q.load_levels(&mut seen, &mut budget).unwrap();
+        let skip = Error::io(Call::Open, Errno::ACCESS, Outcome::NotDone, None);
+        q.remember_refused(id, &skip);
+        let e = match q.claim() {
+            Err(e) => e,
+            Ok(l) => panic!("the refusal, not a lease: {:?}", l.map(|l| l.id())),
+        };
+        assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+        let ready = std::fs::read_dir(dir.join("ready/00")).unwrap().count();
+        assert_eq!((ready, q.status().unwrap().ready), (1, 1));
+        let found = q.find(id).unwrap();
+        assert_eq!((found.state, found.name.generation), (State::Ready, 0));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
