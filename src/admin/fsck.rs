@@ -63,6 +63,26 @@ pub enum ProblemKind {
     Damaged(&'static str),
     /// An entry of `keys/` whose name is neither a key entry's nor a tombstone's.
     NotKeyName,
+    /// A directory made on demand (`keys/`, `prio/`, a level or its shard, a delayed or dead
+    /// bucket) that lacks a right the layout directory it is shared like (`like`: `ready`,
+    /// `delayed` or `dead`) grants: a read, write or search bit, or setgid, or, under
+    /// another group, a right the template's group has and others lack here. Its maker was killed between its `mkdirat`
+    /// and the `fchown`/`fchmod` that share it (`ops/making.rs`), or someone changed it:
+    /// other users of the queue may be refused there for good. `--quarantine` gives it the
+    /// template's owner (root only), group and mode in place (`Problem::quarantined`), never
+    /// moves it: it may hold jobs.
+    NotShared {
+        /// The layout directory it should be like, relative to the root.
+        like: &'static str,
+        /// Its permission bits (`st_mode & 0o7777`).
+        mode: u32,
+        /// Its group id.
+        gid: u32,
+        /// The template's permission bits.
+        want_mode: u32,
+        /// The template's group id.
+        want_gid: u32,
+    },
     /// Reported once, on `steadq.queue`: most job names fail the tag check, and their headers
     /// all name one other queue id. The identity is what is wrong, not the jobs; nothing is
     /// quarantined.
@@ -83,7 +103,8 @@ pub struct Problem {
     pub path: String,
     /// What is wrong.
     pub kind: ProblemKind,
-    /// Whether it was moved to `quarantine/` by `--quarantine`.
+    /// Whether `--quarantine` dealt with it: moved it to `quarantine/`, or, for
+    /// [`ProblemKind::NotShared`], shared the directory in place.
     pub quarantined: bool,
 }
 
@@ -100,6 +121,17 @@ impl core::fmt::Display for Problem {
                 "not a directory where the queue keeps ready jobs (a file, or a symlink, \
                  never followed): jobs of the slots behind it can be neither enqueued nor \
                  claimed until it is moved away",
+            )?,
+            ProblemKind::NotShared {
+                like,
+                mode,
+                gid,
+                want_mode,
+                want_gid,
+            } => write!(
+                f,
+                "not shared like {like}/: mode {mode:o} group {gid}, where {like}/ has mode \
+                 {want_mode:o} group {want_gid}; other users of the queue may be refused here"
             )?,
             ProblemKind::NotKeyName => f.write_str(
                 "foreign: not a key entry (<64 hex>) or tombstone (<64 hex>.<32 hex>.gone)",
@@ -132,8 +164,13 @@ impl core::fmt::Display for Problem {
                 std::io::Error::from_raw_os_error(e.raw_os_error())
             )?,
         }
-        if self.quarantined {
-            f.write_str(" (moved to quarantine/)")?;
+        match (&self.kind, self.quarantined) {
+            (ProblemKind::NotShared { .. }, false) => {
+                f.write_str(" (`steadq fsck --quarantine` shares it in place)")?
+            }
+            (_, false) => {}
+            (ProblemKind::NotShared { like, .. }, true) => write!(f, " (now shared like {like}/)")?,
+            (_, true) => f.write_str(" (moved to quarantine/)")?,
         }
         Ok(())
     }
@@ -192,6 +229,7 @@ impl Queue {
         self.check_limits(&mut rep);
         self.check_keys(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
+        self.check_shared(&mut rep, &mut bad);
         self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
         Ok(rep)
     }
@@ -405,13 +443,16 @@ impl Queue {
             // Nor an entry this user cannot read: it is not known to be bad (a valid job of
             // another user at mode 600 was moved out of the queue, and nothing ran it).
             let quarantined = quarantine
-                && !dir.is_empty()
+                && (!dir.is_empty() || matches!(kind, ProblemKind::NotShared { .. }))
                 && !shard_entry
                 && !matches!(
                     kind,
                     ProblemKind::JobsInside(_) | ProblemKind::Unreadable(_)
                 )
-                && match self.quarantine(&dir, &name) {
+                && match match kind {
+                    ProblemKind::NotShared { like, .. } => self.share_made(&path, like),
+                    _ => self.quarantine(&dir, &name),
+                } {
                     Ok(q) => q,
                     // A move this user may not make did not happen: the entry is left, and
                     // reported (it failed the whole run as indeterminate, printing nothing).
@@ -680,6 +721,87 @@ impl Queue {
             )),
             Kind::Dead { .. } => None,
         }
+    }
+
+    /// Each directory made on demand ([`Queue::made_on_demand`]) that lacks a right its
+    /// template grants: [`ProblemKind::NotShared`]. It replaces the
+    /// `Unreadable` problems at its path and behind it (its mode is why).
+    fn check_shared(&self, rep: &mut FsckReport, bad: &mut Bad) {
+        let root = self.dirs.root.as_fd();
+        for (rel, like) in self.made_on_demand() {
+            let (Ok(want), Ok(got)) = (
+                self.sys.owner_nofollow(root, like),
+                self.sys.owner_nofollow(root, &rel),
+            ) else {
+                continue;
+            };
+            let (want_mode, mode) = (want.2 & 0o7777, got.2 & 0o7777);
+            // A right the template grants that this directory lacks (read, write, search
+            // for owner, group or others; setgid), or, under another group, one the
+            // template's group had that others do not get here. More rights refuse nobody.
+            let lacks = want_mode & !mode & 0o2777 != 0;
+            let group_lacks = got.1 != want.1 && (want_mode >> 3) & 7 & !mode != 0;
+            if !lacks && !group_lacks {
+                continue;
+            }
+            let behind =
+                |p: &str| p == rel || p.strip_prefix(&rel).is_some_and(|r| r.starts_with('/'));
+            rep.problems
+                .retain(|p| !(behind(&p.path) && matches!(p.kind, ProblemKind::Unreadable(_))));
+            let (dir, name) = rel.rsplit_once('/').unwrap_or(("", &rel));
+            bad.push((
+                dir.to_string(),
+                name.to_string(),
+                ProblemKind::NotShared {
+                    like,
+                    mode,
+                    gid: got.1,
+                    want_mode,
+                    want_gid: want.1,
+                },
+            ));
+        }
+    }
+
+    /// Give directory `rel` the owner (when this user may), group and mode of `like`, and
+    /// make that durable (fsync of the directory). `Ok(false)`: it vanished meanwhile.
+    ///
+    /// `Ok(false)` too when this user may not change it (`EPERM`: neither its owner nor
+    /// root), with a warning.
+    ///
+    /// # Errors
+    /// Not done when it cannot be opened or changed; indeterminate when the fsync fails.
+    fn share_made(&self, rel: &str, like: &str) -> Result<bool> {
+        let root = self.dirs.root.as_fd();
+        let at = |c, e, o| Error::io(c, e, o, Some(self.path(rel)));
+        // A directory this user may not even open (700, another user's) it may not change.
+        let changed = match self.sys.open_dir_beneath(root, rel) {
+            Ok(fd) => self
+                .sys
+                .copy_owner_and_mode(fd.as_fd(), root, like)
+                .map(|()| fd),
+            Err(Errno::NOENT) => return Ok(false),
+            Err(e @ (Errno::PERM | Errno::ACCESS)) => Err(e),
+            Err(e) => return Err(at(Call::Open, e, Outcome::NotDone)),
+        };
+        let fd = match changed {
+            Ok(fd) => fd,
+            Err(e @ (Errno::PERM | Errno::ACCESS)) => {
+                log::warn!(
+                    "{}: this user may not change its mode ({}); left as it is (run `steadq \
+                     fsck --quarantine` as its owner or root)",
+                    self.path(rel).display(),
+                    std::io::Error::from(e)
+                );
+                return Ok(false);
+            }
+            // Counted and faulted as the `mkdirat` whose making it completes.
+            Err(e) => return Err(at(Call::Mkdir, e, Outcome::NotDone)),
+        };
+        self.sys
+            .fsync(fd.as_fd())
+            .map_err(|e| at(Call::Fsync, e, Outcome::Indeterminate))?;
+        Ok(true)
     }
 
     /// Move `dir/name` to `quarantine/dir/name`. False if it vanished meanwhile.

@@ -705,7 +705,7 @@ pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
         r.dead_corrupt,
         r.problems.len(),
         if a.quarantine {
-            format!(", {moved} moved (to quarantine/, or a misplaced job to where it belongs), {left} left")
+            format!(", {moved} dealt with (moved to quarantine/, or a directory shared in place), {left} left")
         } else {
             String::new()
         }

@@ -513,6 +513,16 @@ impl Sys {
         })
     }
 
+    /// `(uid, gid, st_mode)` of `name` in `dir` (the whole `st_mode`: type and permission
+    /// bits), symlinks not followed. `fstatat(2)`, counted as a [`Call::Stat`].
+    #[allow(clippy::unnecessary_cast)] // the stat fields' types differ between targets
+    pub fn owner_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<(u32, u32, u32)> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map(|st| (st.st_uid as u32, st.st_gid as u32, st.st_mode as u32))
+        })
+    }
+
     /// This process's umask, from the `Umask:` line of `/proc/self/status` (`proc(5)`,
     /// Linux 4.7 and later): `umask(2)` can only read it by setting it, which races with
     /// the other threads of a library user. `None` where `/proc` does not say.

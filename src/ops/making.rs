@@ -188,6 +188,65 @@ impl Queue {
         self.warn_unshared(r, template, rel);
     }
 
+    /// Every directory made on demand that exists now, as `(rel from the root, template)`:
+    /// `keys/`, `prio/`, each `prio/<l>/` and its shards (template `ready/`), and each
+    /// delayed and dead bucket (templates `delayed/` and `dead/`). Entries that are not
+    /// directories, or whose names are not the layout's, are left out (fsck reports them as
+    /// foreign); a directory this user cannot list is given without its children.
+    pub(crate) fn made_on_demand(&self) -> Vec<(String, &'static str)> {
+        use crate::disk::layout::{DEAD_DIR, DELAYED_DIR, KEYS_DIR, PRIO_DIR, READY_DIR};
+        use crate::disk::sys::EntryType;
+        let root = self.dirs.root.as_fd();
+        let is_dir = |rel: &str| {
+            self.sys
+                .stat_nofollow(root, rel)
+                .is_ok_and(|m| m.file_type == rustix::fs::FileType::Directory)
+        };
+        // The directories named `keep(name)` in directory `rel`.
+        let children = |rel: &str, keep: &dyn Fn(&str) -> bool| -> Vec<String> {
+            let mut names = Vec::new();
+            if let Ok(fd) = self.sys.open_dir_beneath(root, rel) {
+                let _ = self.sys.read_dir(fd.as_fd(), |n, _, t| {
+                    if let Some(n) = n.filter(|n| keep(n)) {
+                        if t != EntryType::Other && t != EntryType::File {
+                            names.push(format!("{rel}/{n}"));
+                        }
+                    }
+                });
+            }
+            names.sort();
+            names.retain(|r| is_dir(r));
+            names
+        };
+        let mut made = Vec::new();
+        if is_dir(KEYS_DIR) {
+            made.push((KEYS_DIR.to_string(), READY_DIR));
+        }
+        if self.ident.version >= 3 && is_dir(PRIO_DIR) {
+            made.push((PRIO_DIR.to_string(), READY_DIR));
+            let levels = self.ident.levels();
+            let level = |n: &str| {
+                matches!(n.as_bytes(), [d] if (b'0'..b'0' + levels).contains(d)
+                    && *d != b'0' + crate::disk::name::DEFAULT_PRIORITY)
+            };
+            let shards = self.ident.shards as u128;
+            let shard = |n: &str| {
+                n.len() == 2
+                    && crate::disk::name::parse_hex(n.as_bytes(), 2).is_some_and(|s| s < shards)
+            };
+            for l in children(PRIO_DIR, &level) {
+                let slots = children(&l, &shard);
+                made.push((l, READY_DIR));
+                made.extend(slots.into_iter().map(|s| (s, READY_DIR)));
+            }
+        }
+        let bucket = |n: &str| crate::disk::layout::parse_bucket(n).is_some();
+        for parent in [DELAYED_DIR, DEAD_DIR] {
+            made.extend(children(parent, &bucket).into_iter().map(|b| (b, parent)));
+        }
+        made
+    }
+
     /// Log a failure `r` to share `rel` (from the root) like `template`.
     fn warn_unshared(&self, r: core::result::Result<(), Errno>, template: &str, rel: &str) {
         if let Err(e) = r {

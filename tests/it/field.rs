@@ -942,15 +942,20 @@ fn unreadable_dead_and_delayed_directories_are_reported_and_skipped() {
     assert!(out.contains("\nunread   dead  "), "{out}");
     assert!(out.contains(&format!("\nunread   {later}  ")), "{out}");
     assert!(out.contains("\nready           3\n"), "{out}");
-    // fsck checks everything else and names both directories as problems.
+    // fsck checks everything else and names both directories as problems: the bucket, made
+    // on demand, by the rights it lacks.
     let (code, out, err) = t.run("$S fsck $Q");
     assert_eq!(code, Some(5), "fsck: {out}{err}");
     assert!(
-        out.contains(&format!("{later}: unreadable: Permission denied")),
+        out.contains(&format!(
+            "{later}: not shared like delayed/: mode 0 group 65534, where delayed/ has mode \
+             755 group 65534;"
+        )),
         "{out}"
     );
     assert!(
-        out.contains("\ndead: unreadable: Permission denied"),
+        out.lines()
+            .any(|l| l.starts_with("dead: unreadable: Permission denied")),
         "{out}"
     );
     assert_eq!(out.lines().count(), 2, "{out}");
@@ -1184,7 +1189,7 @@ fn fsck_quarantine_exits_0_once_every_problem_is_moved() {
         "{text}"
     );
     assert!(
-        err.contains(", 2 problems, 2 moved (to quarantine/"),
+        err.contains(", 2 problems, 2 dealt with (moved to quarantine/"),
         "{err}"
     );
     assert!(err.contains("), 0 left"), "{err}");
@@ -1215,7 +1220,7 @@ fn fsck_quarantine_exits_0_once_every_problem_is_moved() {
         )),
         "{text}"
     );
-    assert!(err.contains(", 2 problems, 1 moved"), "{err}");
+    assert!(err.contains(", 2 problems, 1 dealt with"), "{err}");
     assert!(err.contains("), 1 left"), "{err}");
 }
 
@@ -1426,15 +1431,25 @@ fn an_unreadable_parent_of_job_directories_is_reported_and_skipped() {
         );
         let (code, out, err) = t.run("$S fsck $Q");
         assert_eq!(code, Some(5), "fsck, {dir}: {out}{err}");
-        assert!(
-            out.starts_with(&format!("{dir}: unreadable: Permission denied")),
-            "{out}"
-        );
-        assert!(
-            out.contains(&format!("\n{dir}/00: unreadable: Permission denied")),
-            "{out}"
-        );
-        assert_eq!(out.lines().count(), 3, "{out}");
+        if dir == "prio/6" {
+            // A level is made on demand: named by the rights it lacks, its shards not again.
+            assert_eq!(
+                out,
+                "prio/6: not shared like ready/: mode 700 group 0, where ready/ has mode 755 \
+                 group 65534; other users of the queue may be refused here (`steadq fsck \
+                 --quarantine` shares it in place)\n"
+            );
+        } else {
+            assert!(
+                out.starts_with(&format!("{dir}: unreadable: Permission denied")),
+                "{out}"
+            );
+            assert!(
+                out.contains(&format!("\n{dir}/00: unreadable: Permission denied")),
+                "{out}"
+            );
+            assert_eq!(out.lines().count(), 3, "{out}");
+        }
         assert!(
             err.contains(&format!("{ready} job files verified")),
             "{dir}: {err}"
@@ -1445,7 +1460,7 @@ fn an_unreadable_parent_of_job_directories_is_reported_and_skipped() {
             assert!(out.contains("failed 0; unreadable directories 2"), "{out}");
             assert!(err.contains(&format!("/q/{dir}/00: cannot read")), "{err}");
         }
-        own(dir, 65534, 0o775);
+        own(dir, 65534, 0o755); // as `init` made it, at umask 022
     }
     // `prio` itself: every level but the default is unreadable; the ready jobs are counted.
     own("prio", 0, 0o700);
@@ -1454,10 +1469,13 @@ fn an_unreadable_parent_of_job_directories_is_reported_and_skipped() {
     assert!(out.contains("\"ready\":3,"), "{out}");
     assert!(out.contains("\"unreadable_shards\":14,"), "{out}");
     assert!(
-        out.contains("\nprio: unreadable: Permission denied"),
+        out.contains(
+            "\nprio: not shared like ready/: mode 700 group 0, where ready/ has mode 755 group \
+             65534;"
+        ),
         "{out}"
     );
-    own("prio", 65534, 0o775);
+    own("prio", 65534, 0o755);
 }
 
 /// `fsck`, `show` and `show --raw` of a 64 MiB job stay in flat memory: the file is verified
@@ -2960,6 +2978,85 @@ fn jobs_and_keys_of_a_producer_at_umask_077_are_readable_by_the_queues_users() {
     let (code, out, err) = t.run("echo again | $S enqueue $Q --key order-7");
     assert_eq!((code, out.trim()), (Some(0), keyed.as_str()), "{err}");
     assert!(err.contains("duplicate"), "{err}");
+}
+
+/// A directory made on demand and left unshared (its maker killed between `mkdirat` and the
+/// `fchown`/`fchmod` that share it, or changed by hand) refused every other user for good,
+/// and `fsck` said nothing (breaker finding F4). Now `fsck` names it (exit 5), and root's
+/// `fsck --quarantine` shares it in place like its template; a user who may not change it
+/// is told so and it is left.
+#[test]
+fn a_made_directory_left_unshared_is_reported_and_shared_by_fsck() {
+    let Some(t) = AsNobody::new("unshared-made-dir") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1");
+    assert_eq!(code, Some(0), "{err}");
+    t.open_to_all();
+    // Made and shared by root's enqueues, then left as a killed maker leaves them: root's,
+    // at root's umask.
+    t.run_root_077("echo high | $S enqueue $Q --priority 5; echo later | $S enqueue $Q --delay 1h");
+    let bucket = format!("delayed/{}", t.ls("delayed")[0]);
+    let root_own = format!(
+        "chown root:root $Q/prio/5 $Q/{bucket} && chmod 700 $Q/prio/5 && chmod 755 $Q/{bucket} \
+         && mkdir -m 700 $Q/keys"
+    );
+    t.run_root_077(&root_own);
+    std::thread::sleep(Duration::from_millis(1100)); // past the moment of their making
+    let (code, _, err) = t.run("echo x | $S enqueue $Q --priority 5");
+    assert_eq!(code, Some(2), "refused at prio/5: {err}");
+    let line = |rel: &str, mode: &str, like: &str| {
+        format!(
+            "{rel}: not shared like {like}/: mode {mode} group 0, where {like}/ has mode 777 \
+             group 65534; other users of the queue may be refused here"
+        )
+    };
+    let want = [
+        line("keys", "700", "ready"),
+        line("prio/5", "700", "ready"),
+        line(&bucket, "755", "delayed"),
+    ];
+    // Reported to every user; one who may not change them is told so, and they are left.
+    let (code, out, err) = t.run("$S fsck $Q");
+    assert_eq!(code, Some(5), "{out}{err}");
+    let got: Vec<&str> = out.lines().collect();
+    assert_eq!(got.len(), 3, "{out}");
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(
+            *g,
+            format!("{w} (`steadq fsck --quarantine` shares it in place)")
+        );
+    }
+    let (code, out, err) = t.run("$S fsck $Q --quarantine");
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert_eq!(
+        err.matches("this user may not change its mode").count(),
+        3,
+        "{err}"
+    );
+    // Root shares each in place, owner included.
+    let out = steadq_in(&["fsck", t.q.to_str().unwrap(), "--quarantine"], b"");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let got: Vec<&str> = text.lines().collect();
+    let likes = ["ready", "ready", "delayed"];
+    for ((g, w), like) in got.iter().zip(&want).zip(likes) {
+        assert_eq!(*g, format!("{w} (now shared like {like}/)"));
+    }
+    use std::os::unix::fs::MetadataExt;
+    for rel in ["keys", "prio/5", bucket.as_str()] {
+        let m = std::fs::symlink_metadata(t.q.join(rel)).unwrap();
+        assert_eq!(
+            (m.mode() & 0o7777, m.uid(), m.gid()),
+            (0o777, 65534, 65534),
+            "{rel}"
+        );
+    }
+    let (code, _, err) = t.run(
+        "echo x | $S enqueue $Q --priority 5 && echo y | $S enqueue $Q --key k && \
+         echo z | $S enqueue $Q --delay 1h && $S fsck $Q",
+    );
+    assert_eq!(code, Some(0), "{err}");
 }
 
 /// A job this user may not open, mended a second after `work --concurrency 3` passed it
