@@ -419,6 +419,58 @@ impl Queue {
             .map_err(|e| Error::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.root.clone())))
     }
 
+    /// Whether job `id` has a line in `evidence.log` or a rotated evidence file: it was
+    /// acked and its receipt removed since (receipt policy `none`, or compaction). Reads
+    /// each file in 64 KiB chunks (memory stays flat; a 16 MiB log costs about 256 reads),
+    /// newest first, and stops at the first match. Evidence files dropped by rotation
+    /// (`EvidenceLimits::keep`) no longer answer.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`] (not done) when the root cannot be listed or an evidence file
+    /// cannot be opened or read: the caller cannot tell, and must not guess.
+    pub(crate) fn acked_in_evidence(&self, id: JobId) -> Result<bool> {
+        let mut names = self.rotated_evidence()?;
+        names.sort_unstable_by(|a, b| b.cmp(a));
+        names.insert(0, EVIDENCE_FILE.to_string());
+        let needle = format!("v1 {id} ");
+        let root = self.dirs.root.as_fd();
+        for name in names {
+            let at = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&name)));
+            let fd = match self.sys.open_file_ro(root, &name) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(at(Call::Open, e)),
+            };
+            // Whole lines of each chunk; a line cut at the chunk's end is carried over.
+            let mut buf = vec![0u8; 64 * 1024];
+            let (mut carried, mut offset) = (Vec::new(), 0u64);
+            loop {
+                let n = self
+                    .sys
+                    .read_at(fd.as_fd(), &mut buf, offset)
+                    .map_err(|e| at(Call::Read, e))?;
+                if n == 0 {
+                    break;
+                }
+                offset += n as u64;
+                carried.extend_from_slice(&buf[..n]);
+                let whole = carried
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |i| i + 1);
+                if carried[..whole]
+                    .split(|&b| b == b'\n')
+                    .any(|l| l.starts_with(needle.as_bytes()))
+                {
+                    return Ok(true);
+                }
+                carried.drain(..whole);
+            }
+            // A last line without its newline (torn by a crash) is no evidence.
+        }
+        Ok(false)
+    }
+
     /// Names of the rotated evidence files in the root (`evidence.<16 hex>.log`).
     pub(crate) fn rotated_evidence(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();

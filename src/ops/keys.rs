@@ -15,8 +15,9 @@
 //! creator=<boot id 32 hex> <pid> <pid namespace inode, 0 if unknown>
 //! ```
 //!
-//! A duplicate finds the job by its first name (one `fstatat`), else by listing the queue.
-//! A key whose job does not exist was left by an enqueue that failed or died before
+//! A duplicate finds the job by its first name (one `fstatat`), else by listing the queue,
+//! else by its line in the evidence log (acked, and its receipt removed: receipt policy
+//! `none`, or compaction). A key whose job does not exist was left by an enqueue that failed or died before
 //! publishing, or is being published right now. While its creator process is alive (same boot
 //! and pid namespace, `pidfd_open(2)` answers) and the key is younger than [`KEY_ORPHAN_AFTER`],
 //! a duplicate waits on inotify for the job to appear (and on the creator's pidfd for its
@@ -492,7 +493,10 @@ impl Queue {
         !matches!(rustix::process::test_kill_process(pid), Err(Errno::SRCH))
     }
 
-    /// Does the job of `e` exist in any state (receipts included)?
+    /// Does the job of `e` exist in any state (receipts included), or was it acked and its
+    /// receipt removed (a line in the evidence log: receipt policy `none`, compaction)?
+    /// Without the evidence, a key whose job was acked under policy `none` looked like an
+    /// orphan: it was retired and the same key enqueued a second job, which ran again.
     fn job_exists(&self, e: &Entry) -> Result<bool> {
         if let Some(n) = &e.name {
             if self.sys.stat_nofollow(self.dirs.root.as_fd(), n).is_ok() {
@@ -501,7 +505,7 @@ impl Queue {
         }
         match self.find(e.id) {
             Ok(_) => Ok(true),
-            Err(err) if *err.kind() == ErrorKind::NoSuchJob => Ok(false),
+            Err(err) if *err.kind() == ErrorKind::NoSuchJob => self.acked_in_evidence(e.id),
             Err(err) => Err(err),
         }
     }

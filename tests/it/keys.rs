@@ -262,3 +262,48 @@ fn an_orphan_key_of_a_dead_process_is_retired() {
         ))
         .exists());
 }
+
+/// A key whose job was acked and its receipt removed (receipt policy `none`; or compaction
+/// under any policy) still names that job: it looked like an orphan (no job file anywhere),
+/// was retired, and the same key enqueued a second job, which ran again (breaker: "charged
+/// card" twice). The evidence log's line is the job's trace now.
+#[test]
+fn a_key_of_a_job_acked_without_a_receipt_still_names_it() {
+    for (policy, compact) in [(ReceiptPolicy::None, false), (ReceiptPolicy::Job, true)] {
+        let d = TempDir::new("keys-evidence");
+        let o = Options {
+            receipts: policy,
+            ..fast(2)
+        };
+        let q = Queue::create(d.path(), o).unwrap();
+        let first = q.enqueue_unique(b"charge", &keyed("order-1234")).unwrap();
+        let l = q.claim().unwrap().unwrap();
+        assert_eq!(l.id(), first.id());
+        l.ack().unwrap();
+        if compact {
+            assert_eq!(q.compact(Duration::ZERO).unwrap().removed, 1, "{policy}");
+        }
+        assert!(
+            files(d.path(), "receipts").is_empty(),
+            "{policy}: no receipt left"
+        );
+        // Another handle (a new process): nothing of this one's memory helps it.
+        let q2 = Queue::open(d.path()).unwrap();
+        assert_eq!(
+            q2.enqueue_unique(b"charge", &keyed("order-1234")).unwrap(),
+            Enqueued::Duplicate(first.id()),
+            "{policy}"
+        );
+        assert!(
+            q2.claim().unwrap().is_none(),
+            "{policy}: nothing to run again"
+        );
+        // Compaction does not take the key for an orphan either; retention still ends it.
+        assert_eq!(q2.compact_keys(Duration::from_secs(86_400)).unwrap(), 0);
+        assert_eq!(q2.compact_keys(Duration::ZERO).unwrap(), 1);
+        assert!(!q2
+            .enqueue_unique(b"charge", &keyed("order-1234"))
+            .unwrap()
+            .is_duplicate());
+    }
+}
