@@ -558,8 +558,8 @@ pub struct Compact {
 /// status settles the job even if it did not read all of stdin. --timeout: stop CMD (SIGTERM,
 /// SIGKILL 2 s later) and retry with backoff. An ack that was not done (full disk) is retried
 /// (1 s, doubling to 30 s) with the lease kept: --once gives up after 4 tries, about 7 s
-/// (exit 2), a running worker after one --lease; the job stays leased until it expires. SIGTERM
-/// or SIGINT: stop taking jobs, let running ones finish within --grace, then stop them and
+/// (exit 2), a running worker after one --lease; the job stays leased until it expires. SIGTERM,
+/// SIGINT, SIGHUP or SIGQUIT: stop taking jobs, let running ones finish within --grace, then stop them and
 /// release their jobs. An empty queue is waited on with inotify, not polled.
 #[derive(FromArgs)]
 #[argh(
@@ -587,7 +587,7 @@ pub struct Work {
     /// handle at most one job, do not wait; exit 3 if none is ready
     #[argh(switch)]
     pub once: bool,
-    /// on SIGTERM/SIGINT, time running jobs get to finish (default 30s)
+    /// on SIGTERM, SIGINT, SIGHUP or SIGQUIT, time running jobs get to finish (default 30s)
     #[argh(option, default = "Duration::from_secs(30)", from_str_fn(dur))]
     pub grace: Duration,
     /// first retry delay after a failure; doubles per attempt (default 10s)

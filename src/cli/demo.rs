@@ -179,7 +179,7 @@ fn stop_workers(workers: &mut [Child]) {
 }
 
 fn interrupted() -> CliError {
-    CliError::usage("demo interrupted (SIGINT or SIGTERM)")
+    CliError::usage("demo interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT)")
 }
 
 /// Enqueue one job per input file, in batches of 64. Returns how many.

@@ -24,14 +24,21 @@ extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// Whether SIGTERM or SIGINT arrived (after [`install_handlers`]).
+/// Whether a stop signal ([`STOP_SIGNALS`]) arrived (after [`install_handlers`]).
 pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
-/// SIGTERM and SIGINT set a flag ([`stop_requested`]) instead of ending the process.
+/// The signals that ask a worker to stop gracefully: SIGTERM (systemd, `kill`), SIGINT
+/// (Ctrl-C), SIGHUP (its terminal closed) and SIGQUIT (Ctrl-\). Left at their default
+/// action, SIGHUP and SIGQUIT ended `work` at once: no grace, no release, and the command's
+/// children (in their own process group) ran on while the job ran again at its lease's end.
+pub const STOP_SIGNALS: [libc::c_int; 4] =
+    [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+
+/// Each of [`STOP_SIGNALS`] sets a flag ([`stop_requested`]) instead of ending the process.
 pub fn install_handlers() {
-    for sig in [libc::SIGTERM, libc::SIGINT] {
+    for sig in STOP_SIGNALS {
         // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to atomics, which
         // is async-signal-safe; `signal` has no other preconditions.
         unsafe {

@@ -502,9 +502,20 @@ fn manual_claim_renew_nack_ack_from_a_script() {
     );
 }
 
+/// SIGTERM, and SIGINT, SIGHUP (the terminal closed) and SIGQUIT alike: a breaker found
+/// SIGHUP and SIGQUIT killed `work` outright (exit 129), its command's children ran on, and
+/// the job ran a second time at its lease's end while the first copy still wrote.
 #[test]
 fn sigterm_lets_a_running_job_finish_or_releases_it_after_the_grace_period() {
-    for (grace, sleep, want) in [("10s", "0.5", State::Acked), ("300ms", "30", State::Ready)] {
+    use rustix::process::Signal;
+    let cases = [
+        ("10s", "0.5", State::Acked, Signal::TERM),
+        ("300ms", "30", State::Ready, Signal::TERM),
+        ("10s", "0.5", State::Acked, Signal::HUP),
+        ("300ms", "30", State::Ready, Signal::QUIT),
+        ("10s", "0.5", State::Acked, Signal::INT),
+    ];
+    for (grace, sleep, want, sig) in cases {
         let d = TempDir::new("cli-term");
         let q = d.path();
         assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
@@ -530,14 +541,18 @@ fn sigterm_lets_a_running_job_finish_or_releases_it_after_the_grace_period() {
             assert!(t.elapsed() < Duration::from_secs(20));
             std::thread::sleep(Duration::from_millis(5));
         }
-        sigterm(&w);
-        assert!(w.wait().unwrap().success());
+        rustix::process::kill_process(rustix::process::Pid::from_child(&w), sig).unwrap();
+        let status = w.wait().unwrap();
+        assert!(status.success(), "{sig:?}: {status:?}");
         assert!(
             t.elapsed() < Duration::from_secs(15),
             "stopped within the grace period"
         );
         let l = Queue::open(q).unwrap().list(None).unwrap();
-        assert_eq!(l[0].state, want, "grace {grace}, job sleeps {sleep}s");
+        assert_eq!(
+            l[0].state, want,
+            "{sig:?}, grace {grace}, job sleeps {sleep}s"
+        );
     }
 }
 
