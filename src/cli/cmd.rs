@@ -143,7 +143,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
             (Box::new(file), f.display().to_string())
         }
         // A closed stdin (`0<&-`) is not an empty payload: Rust's runtime put /dev/null there.
-        None if super::stdin::closed() => {
+        None if super::std_fds::stdin_closed() => {
             return Err(CliError::usage(
                 "stdin is closed: no payload to read (give one on stdin or with --file); not done, nothing changed",
             ))
@@ -221,7 +221,21 @@ fn no_job(q: &Queue, dir: &std::path::Path) -> Result<Exit, CliError> {
     ))
 }
 
+/// Refuse, before anything changes, a command whose stdout carries a lease handle (`claim`,
+/// `renew`) when stdout was closed at start (`>&-`): the runtime gave it /dev/null, so the
+/// handle would be lost without an error and the job held until its lease expired.
+fn handle_needs_stdout(what: &str) -> Result<(), CliError> {
+    if super::std_fds::stdout_closed() {
+        return Err(CliError::usage(format!(
+            "stdout is closed: the lease handle {what} prints would be lost; nothing done \
+             (redirect it to a file or a pipe)"
+        )));
+    }
+    Ok(())
+}
+
 pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
+    handle_needs_stdout("claim")?;
     if a.payload_out
         .as_deref()
         .is_some_and(|p| p.as_os_str() == "-")
@@ -404,6 +418,7 @@ fn print_handle(lease: steadq::Lease) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_renew(a: Renew) -> Result<Exit, CliError> {
+    handle_needs_stdout("renew")?;
     let q = open(&a.dir)?;
     let mut l = q.lease_from_handle(&a.handle)?;
     let r = l.renew(a.lease);

@@ -10,7 +10,7 @@ pub mod encode;
 pub mod exit;
 pub mod rawargs;
 pub mod s3;
-pub mod stdin;
+pub mod std_fds;
 pub mod stdout;
 pub mod work;
 

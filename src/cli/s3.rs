@@ -186,7 +186,7 @@ mod with_s3 {
                 "--max-attempts, --delay, --key, --wait, --priority",
             ));
         }
-        if a.file.is_none() && crate::cli::stdin::closed() {
+        if a.file.is_none() && crate::cli::std_fds::stdin_closed() {
             return Err(CliError::usage(
                 "stdin is closed: no payload to read (give one on stdin or with --file); not done, nothing changed",
             ));

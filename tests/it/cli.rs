@@ -1553,3 +1553,39 @@ fn work_refuses_a_backoff_longer_than_its_cap() {
         "the job must not have been claimed"
     );
 }
+
+/// `claim >&-` exited 0 with the job leased and its handle lost (the runtime gives a closed
+/// stdout /dev/null), so the job sat leased until its lease expired (breaker finding). A
+/// command whose stdout carries a lease handle now refuses a closed stdout before it changes
+/// anything: exit 2, the job still ready; `renew >&-` leaves the old handle valid.
+#[test]
+fn claim_and_renew_refuse_a_closed_stdout_before_changing_anything() {
+    let d = TempDir::new("cli-closed-stdout");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    assert!(steadq_in(&["enqueue", q], b"job").status.success());
+    let sh = |script: &str| {
+        Command::new("sh")
+            .args(["-c", script])
+            .env("S", BIN)
+            .env("Q", q)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    let o = sh("$S claim $Q --lease 5m >&-");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stderr),
+        "steadq: stdout is closed: the lease handle claim prints would be lost; nothing done \
+         (redirect it to a file or a pipe)\n"
+    );
+    let st = Queue::open(d.path()).unwrap().status().unwrap();
+    assert_eq!((st.ready, st.leased), (1, 0));
+    let o =
+        sh("h=$($S claim $Q) && { $S renew $Q \"$h\" >&-; echo $?; $S ack $Q \"$h\" >/dev/null; }");
+    assert_eq!(text(&o.stdout), "2\n", "{}", text(&o.stderr));
+    let st = Queue::open(d.path()).unwrap().status().unwrap();
+    assert_eq!((st.ready, st.leased, st.acked), (0, 0, 1));
+}

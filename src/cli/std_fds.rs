@@ -1,0 +1,33 @@
+//! Whether `steadq` started with its stdin or stdout closed (`steadq enqueue DIR 0<&-`,
+//! `steadq claim DIR >&-`). Rust's runtime opens /dev/null on a closed fd 0, 1 or 2 before
+//! `main` (so a file opened later cannot take its number), and then `main` cannot tell a
+//! closed stdin from an empty one, nor a closed stdout from /dev/null: a function in
+//! `.init_array`, which runs before the runtime's set-up, looks first.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static STDIN_CLOSED: AtomicBool = AtomicBool::new(false);
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn look() {
+    // SAFETY: fcntl(F_GETFD) on fds 0 and 1 only reads their descriptor flags; it fails with
+    // EBADF when the fd is not open, and touches no memory.
+    let (r0, r1) = unsafe { (libc::fcntl(0, libc::F_GETFD), libc::fcntl(1, libc::F_GETFD)) };
+    STDIN_CLOSED.store(r0 == -1, Ordering::Relaxed);
+    STDOUT_CLOSED.store(r1 == -1, Ordering::Relaxed);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static LOOK: extern "C" fn() = look;
+
+/// Whether fd 0 was closed when the process started.
+pub fn stdin_closed() -> bool {
+    STDIN_CLOSED.load(Ordering::Relaxed)
+}
+
+/// Whether fd 1 was closed when the process started: output that must reach the caller (a
+/// lease handle) would be lost without an error.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(Ordering::Relaxed)
+}
