@@ -451,6 +451,26 @@ impl Queue {
                 )?;
             }
         }
+        // `evidence.log`, empty, made now while inodes are free: on a filesystem out of
+        // inodes, compaction (which frees them, a receipt at a time) could not make it, and
+        // failed "disk full" before removing anything. Shared like `ready/`: every user's
+        // ack appends to it. Best effort: the first append makes it otherwise.
+        match sys.open_append(rootfd.as_fd(), crate::disk::layout::EVIDENCE_FILE) {
+            Ok(fd) => {
+                if let Err(e) = sys.share_file_like(fd.as_fd(), rootfd.as_fd(), READY_DIR) {
+                    log::warn!(
+                        "{}: could not share it like ready/ ({})",
+                        root.join(crate::disk::layout::EVIDENCE_FILE).display(),
+                        std::io::Error::from(e)
+                    );
+                }
+            }
+            Err(e) => log::warn!(
+                "{}: not made now ({}); the first compaction makes it",
+                root.join(crate::disk::layout::EVIDENCE_FILE).display(),
+                std::io::Error::from(e)
+            ),
+        }
         sys.fsync_dir(rootfd.as_fd())
             .map_err(|e| ind(Call::FsyncDir, e, &root))?;
         Ok(Queue::assemble(root, sys, rootfd, ident, opts, false)?)

@@ -1840,6 +1840,50 @@ fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
     drop(m);
 }
 
+/// A queue whose receipts took the last inode: `compact`, the documented cure, failed
+/// "evidence.log: open failed: disk full" (its first run had to make `evidence.log`, which
+/// needs the inode it was about to free), and so did every enqueue, until receipts were
+/// removed by hand (breaker finding). `init` now makes `evidence.log`, empty, while inodes
+/// are free; compaction appends to it and frees a receipt's inode per job.
+#[test]
+fn compaction_frees_inodes_on_a_filesystem_that_has_none_left() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP compaction_frees_inodes_on_a_filesystem_that_has_none_left: needs root, runs once");
+        return;
+    }
+    let base = TempDir::new("inodes-compact");
+    std::fs::create_dir_all(base.path()).unwrap();
+    let m = crate::filesystems::mount_small_ext4(base.path(), 16, 64).expect("loop-mount ext4");
+    let free = || rustix::fs::statvfs(&m.dir).unwrap().f_ffree;
+    let q = Queue::create(m.dir.join("q"), Options::default()).unwrap();
+    let mut n = 0;
+    let full = loop {
+        match q.enqueue(b"x") {
+            Ok(_) => n += 1,
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(full.contains("disk full"), "{full}");
+    assert!(n >= 10, "{n} jobs fit");
+    while let Some(l) = q.claim().unwrap() {
+        l.ack().unwrap();
+    }
+    assert_eq!((q.status().unwrap().acked, free()), (n, 0));
+    let r = q
+        .compact(Duration::ZERO)
+        .expect("compaction on a filesystem with no free inode");
+    assert_eq!(r.removed as u64, n);
+    assert!(
+        free() >= n,
+        "{} inodes free after compacting {n} receipts",
+        free()
+    );
+    q.enqueue(b"room again").unwrap();
+    assert!(q.fsck().unwrap().clean());
+    drop(q);
+    drop(m);
+}
+
 #[test]
 fn a_level_made_by_another_user_is_owned_and_shared_like_ready() {
     // Level directories are made on first use (ops/levels.rs). Made by root (or by a
