@@ -234,7 +234,9 @@ impl Error {
 
     /// For a failed move between directories (`renameat2`), the directory it was moving
     /// into: `rename(2)` fails with `EACCES` when either directory is not writable, so
-    /// [`Error::path`] (the source) alone may point at the wrong one.
+    /// [`Error::path`] (the source) alone may point at the wrong one. For
+    /// [`ErrorKind::Corrupt`], the directory the corrupt job was moved to (`dead/`), or
+    /// `None` when it was left where it is.
     pub fn into_dir(&self) -> Option<&std::path::Path> {
         self.0.into.as_deref()
     }
@@ -281,6 +283,13 @@ impl core::fmt::Display for Error {
                     write!(f, "moving it into {}/: ", into.display())?;
                 }
                 fmt_io(f, *call, *errno, self.0.outcome)?
+            }
+            ErrorKind::Corrupt(c) => {
+                write!(f, "corrupt job file ({c})")?;
+                match &self.0.into {
+                    Some(into) => write!(f, "; moved to {}/", into.display())?,
+                    None => f.write_str("; left where it is")?,
+                }
             }
             ErrorKind::IdentityLost { jobs, ids } => fmt_identity_lost(f, *jobs, *ids)?,
             ErrorKind::QueueFull {
@@ -385,7 +394,8 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
             f,
             "payload of {len} bytes exceeds the limit of {limit} bytes"
         ),
-        ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c}); moved to dead/"),
+        // Whether it was moved is the error's `into` (see `Display for Error`).
+        ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c})"),
         ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
         ErrorKind::LeaseLost => f.write_str(LEASE_LOST),
         ErrorKind::NotAQueue => f.write_str(NOT_A_QUEUE),

@@ -533,7 +533,9 @@ impl Queue {
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => {
                     report.kept_corrupt += 1;
-                    log::warn!("not compacting {}: {e}", l.rel_path(self.ident.id))
+                    // Kept for `fsck` to report (and `--quarantine` to move): its evidence
+                    // line could not be trusted.
+                    log::warn!("not compacting it: {e} (`steadq fsck` reports it)")
                 }
                 Err(e) if e.is_lease_lost() => {} // removed meanwhile by another compactor
                 Err(e) => return Err(e.into()),

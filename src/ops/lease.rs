@@ -985,7 +985,12 @@ impl Queue {
             Ok(c) => Ok(Lease::new(self.clone(), shard, name, Some(&c))),
             Err(Ok(c)) => {
                 self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;
-                Err(Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel))).into())
+                let dead = self.path(crate::disk::layout::DEAD_DIR);
+                Err(
+                    Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel)))
+                        .moving_into(dead)
+                        .into(),
+                )
             }
             Err(Err((c, e))) => {
                 Err(Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))).into())

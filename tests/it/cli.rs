@@ -1589,3 +1589,34 @@ fn claim_and_renew_refuse_a_closed_stdout_before_changing_anything() {
     let st = Queue::open(d.path()).unwrap().status().unwrap();
     assert_eq!((st.ready, st.leased, st.acked), (0, 0, 1));
 }
+
+/// `compact` beside a receipt with a flipped byte said "corrupt job file (...); moved to
+/// dead/" and moved nothing (breaker finding): the message of a corrupt job said "moved"
+/// whether or not it was. It now says where it is: left in place here (fsck reports it),
+/// moved to dead/ only where a settle did move it.
+#[test]
+fn compaction_says_a_corrupt_receipt_is_left_where_it_is() {
+    let d = TempDir::new("cli-compact-corrupt");
+    let q = p(d.path());
+    assert!(steadq(&["init", q, "--shards", "1"]).status.success());
+    assert!(steadq_in(&["enqueue", q], b"j1").status.success());
+    assert!(steadq(&["work", q, "--once", "-q", "--", "true"])
+        .status
+        .success());
+    let receipts = files(d.path(), "receipts");
+    assert_eq!(receipts.len(), 1, "{receipts:?}");
+    let r = d.path().join(&receipts[0]);
+    let mut bytes = std::fs::read(&r).unwrap();
+    bytes[129] ^= 0x01; // the payload, after the 128-byte header
+    std::fs::write(&r, &bytes).unwrap();
+    let o = steadq(&["compact", q, "--older-than", "0s"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("corrupt job file (payload SHA-256 mismatch); left where it is"),
+        "{err}"
+    );
+    assert!(!err.contains("moved to"), "{err}");
+    assert_eq!(files(d.path(), "receipts"), receipts);
+    assert!(files(d.path(), "dead").is_empty());
+}
