@@ -88,6 +88,14 @@ pub enum ErrorKind {
     LeaseLost,
     /// No `steadq.queue` identity file: the directory is not a queue.
     NotAQueue,
+    /// `Queue::create` (`steadq init`) on a directory that is neither a queue nor empty: it
+    /// holds `entry` (the first, by name, that no queue holds), so a typo (`steadq init
+    /// /var/lib`) does not make a queue among someone's files. `lost+found` and SteadQ's own
+    /// entries (an interrupted `init`) are allowed. Not done, nothing changed.
+    NotEmpty {
+        /// The first foreign entry, by name.
+        entry: String,
+    },
     /// The identity file is malformed or its checksum does not match: damaged.
     /// `Queue::create` (`steadq init`) restores it from the job headers.
     BadIdentity,
@@ -399,6 +407,12 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
         ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
         ErrorKind::LeaseLost => f.write_str(LEASE_LOST),
         ErrorKind::NotAQueue => f.write_str(NOT_A_QUEUE),
+        ErrorKind::NotEmpty { entry } => write!(
+            f,
+            "not a queue, and not empty (it holds {entry:?}): `init` makes a queue only in a \
+             new or empty directory, or completes one whose creation was interrupted; not \
+             done, nothing changed"
+        ),
         ErrorKind::BadIdentity => f.write_str(BAD_IDENTITY),
         ErrorKind::Incomplete => f.write_str(INCOMPLETE),
         ErrorKind::NoSuchJob => f.write_str("no such job"),

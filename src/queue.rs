@@ -429,6 +429,9 @@ impl Queue {
             Ok(i) => i,
             Err(e) if matches!(e.kind(), ErrorKind::NotAQueue | ErrorKind::BadIdentity) => {
                 let damaged = *e.kind() == ErrorKind::BadIdentity;
+                if !damaged {
+                    refuse_foreign_entries(&sys, rootfd.as_fd(), &root)?;
+                }
                 establish_identity(&sys, rootfd.as_fd(), &root, &opts, damaged)?
             }
             Err(e) => return Err(e.into()),
@@ -1441,6 +1444,36 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
         }
         Err(e @ (Errno::PERM | Errno::NOSYS)) => Err(rename_refused(e, root)),
         Err(e) => Err(nd(Call::Rename, e)),
+    }
+}
+
+/// [`ErrorKind::NotEmpty`] when `root` (no identity file in it) holds an entry that is not
+/// one of a queue's root entries (an interrupted `init` leaves only those), its identity
+/// file's temp names, a rotated evidence file, or `lost+found` (a filesystem's root).
+fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    let mut foreign: Option<String> = None;
+    sys.read_dir(root, |name, raw, _| {
+        let ours = name.is_some_and(|n| {
+            crate::disk::layout::ROOT_ENTRIES.contains(&n)
+                || n == crate::disk::layout::PRIO_DIR
+                || n == "lost+found"
+                || n.starts_with(&format!(".{IDENTITY_FILE}."))
+                || crate::admin::receipts::is_rotated_evidence(n)
+        });
+        if !ours {
+            let n = name.map_or_else(|| raw.to_string_lossy().into_owned(), str::to_string);
+            if foreign.as_ref().is_none_or(|f| n < *f) {
+                foreign = Some(n);
+            }
+        }
+    })
+    .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(path.to_path_buf())))?;
+    match foreign {
+        Some(entry) => Err(Error::not_done(
+            ErrorKind::NotEmpty { entry },
+            Some(path.to_path_buf()),
+        )),
+        None => Ok(()),
     }
 }
 

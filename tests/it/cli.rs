@@ -1620,3 +1620,39 @@ fn compaction_says_a_corrupt_receipt_is_left_where_it_is() {
     assert_eq!(files(d.path(), "receipts"), receipts);
     assert!(files(d.path(), "dead").is_empty());
 }
+
+/// `init` on a directory of someone's files made a queue among them (breaker finding: `steadq
+/// init d` beside `data.txt` and `ready/myfile` exited 0; a typo like `steadq init /var/lib`
+/// would too). It now refuses a directory that is neither a queue nor empty, naming the
+/// entry, and changes nothing; a filesystem's root (`lost+found`) and an interrupted `init`
+/// (SteadQ's own entries only) are still made queues.
+#[test]
+fn init_refuses_a_directory_of_other_files_and_changes_nothing() {
+    let d = TempDir::new("cli-init-foreign");
+    let dir = d.path().join("files");
+    std::fs::create_dir_all(dir.join("ready/myfile")).unwrap();
+    std::fs::write(dir.join("data.txt"), b"mine").unwrap();
+    let before = snapshot(&dir);
+    let o = steadq(&["init", p(&dir)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        text(&o.stderr),
+        format!(
+            "steadq: {}: not a queue, and not empty (it holds \"data.txt\"): `init` makes a \
+             queue only in a new or empty directory, or completes one whose creation was \
+             interrupted; not done, nothing changed\n",
+            dir.display()
+        )
+    );
+    assert_eq!(snapshot(&dir), before);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+    // A filesystem's root, and a creation cut short before its identity file was written.
+    let fs_root = d.path().join("mnt");
+    std::fs::create_dir_all(fs_root.join("lost+found")).unwrap();
+    assert!(steadq(&["init", p(&fs_root)]).status.success());
+    let cut = d.path().join("cut");
+    std::fs::create_dir_all(cut.join("tmp")).unwrap();
+    std::fs::create_dir_all(cut.join("ready/00")).unwrap();
+    assert!(steadq(&["init", p(&cut)]).status.success());
+    assert!(Queue::open(&cut).unwrap().fsck().unwrap().clean());
+}
