@@ -347,7 +347,15 @@ fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
     // Arguments that were not UTF-8 get their original bytes back.
     let mut cmd = Command::new(super::rawargs::os(&a.command[0]));
     cmd.args(a.command[1..].iter().map(|c| super::rawargs::os(c)))
-        .env("STEADQ_QUEUE", &a.dir)
+        // Absolute and tidy (no `.`, no trailing `/`; symlinks not resolved), whatever was
+        // typed: a command that changes directory and then calls `steadq enqueue
+        // "$STEADQ_QUEUE"` found no queue at a relative path.
+        .env(
+            "STEADQ_QUEUE",
+            std::path::absolute(&a.dir)
+                .map(|p| p.components().collect::<std::path::PathBuf>())
+                .unwrap_or_else(|_| a.dir.clone()),
+        )
         .env("STEADQ_JOB_ID", lease.id().to_string())
         .env("STEADQ_ATTEMPT", lease.attempt().to_string())
         .env("STEADQ_MAX_ATTEMPTS", lease.max_attempts().to_string())

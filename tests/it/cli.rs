@@ -1656,3 +1656,28 @@ fn init_refuses_a_directory_of_other_files_and_changes_nothing() {
     assert!(steadq(&["init", p(&cut)]).status.success());
     assert!(Queue::open(&cut).unwrap().fsck().unwrap().clean());
 }
+
+/// `STEADQ_QUEUE` was the queue path as typed (`to`, `./to/`): a command that changed
+/// directory and then called `steadq enqueue "$STEADQ_QUEUE"` got "No such file or
+/// directory" (breaker finding). It is absolute now.
+#[test]
+fn steadq_queue_is_absolute_whatever_was_typed() {
+    let d = TempDir::new("cli-queue-env");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("to");
+    assert!(steadq(&["init", p(&q)]).status.success());
+    assert!(steadq_in(&["enqueue", p(&q)], b"hand on").status.success());
+    let o = Command::new(BIN)
+        .current_dir(d.path())
+        .args(["work", "./to/", "--once", "-q", "--", "sh", "-c"])
+        .arg(format!(
+            "cd / && echo \"$STEADQ_QUEUE\" && cat | {BIN} enqueue \"$STEADQ_QUEUE\" >/dev/null"
+        ))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), format!("{}\n", q.display()));
+    let st = Queue::open(&q).unwrap().status().unwrap();
+    assert_eq!((st.ready, st.acked), (1, 1));
+}
