@@ -306,15 +306,16 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     print_handle(lease)
 }
 
-/// A claimed job whose handle cannot be handed out (`msg` says why): release it. Released,
-/// the claim is not done (exit 2: the job is ready again, the attempt used); a release that
-/// was cleanly not done leaves the job leased until its deadline, then it is ready again
-/// (exit 2 too, said so); only a release whose outcome is unknown exits 4.
+/// A claimed job whose handle cannot be handed out (`msg` says why): release it with its
+/// attempt given back (nothing ran it: a cron `claim` beside a full disk used up an attempt
+/// per run and dead-lettered jobs that never ran). Released, the claim is not done (exit 2:
+/// the job is ready again); a release that was cleanly not done leaves the job leased until
+/// its deadline, then it is ready again (exit 2 too, said so); only a release whose outcome
+/// is unknown exits 4.
 fn give_back(lease: steadq::Lease, msg: String) -> CliError {
-    let attempt = lease.attempt();
-    match lease.release() {
+    match lease.release_undelivered() {
         Ok(()) => CliError::usage(format!(
-            "{msg}; the job was released to ready (attempt {attempt} used); not done"
+            "{msg}; the job was released to ready, its attempt given back; not done"
         )),
         Err(r) => {
             let r = CliError::from(r);

@@ -1548,6 +1548,24 @@ impl Lease {
         let to = q.place_ready(self.shard, State::Ready);
         self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)
     }
+
+    /// Release a lease whose job never reached what would run it, giving back the attempt
+    /// its claim used ([`crate::state::Op::ClaimUndelivered`]): for a claimer that could not
+    /// write the payload or the lease handle out (a full disk under `steadq claim
+    /// --payload-out`), which otherwise used up an attempt per try and dead-lettered jobs
+    /// that never ran. Only for that: a job that may have run is released with
+    /// [`Lease::release`] (attempts count claims, and never go down otherwise).
+    ///
+    /// # Errors
+    /// As [`Lease::nack`]: not done (the lease is handed back), indeterminate, or lease lost.
+    pub fn release_undelivered(mut self) -> Result<(), SettleError> {
+        let q = self.q.clone();
+        let to = q.place_ready(self.shard, State::Ready);
+        let mut back = self.name.next(Kind::Ready, false);
+        back.attempt = crate::ops::state::attempt_after(Op::ClaimUndelivered, self.name.attempt);
+        self.settle(&to, back, Op::ClaimUndelivered)
+            .map_err(|e| SettleError::new(e, self))
+    }
 }
 
 impl Drop for Lease {

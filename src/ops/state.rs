@@ -39,6 +39,10 @@ pub enum Op {
     /// mode 600 in a shard both may write): the job goes back to ready with the claim's
     /// attempt given back, for a worker that may read it.
     ClaimUnreadable,
+    /// The holder could not hand the job over to what would run it (the payload or the
+    /// lease handle could not be written: `steadq claim` with a full disk), so nothing ran:
+    /// back to ready with the claim's attempt given back ([`crate::Lease::release_undelivered`]).
+    ClaimUndelivered,
     /// The holder extends the deadlines.
     Renew,
     /// The holder is done; the job becomes a receipt.
@@ -71,6 +75,7 @@ pub const TRANSITIONS: &[(Option<State>, Op, State)] = &[
     (Some(State::Ready), Op::ClaimExhausted, State::Dead),
     (Some(State::Leased), Op::ClaimCorrupt, State::Dead),
     (Some(State::Leased), Op::ClaimUnreadable, State::Ready),
+    (Some(State::Leased), Op::ClaimUndelivered, State::Ready),
     (Some(State::Leased), Op::Renew, State::Leased),
     (Some(State::Leased), Op::Ack, State::Acked),
     (Some(State::Leased), Op::AckCorrupt, State::Dead),
@@ -111,19 +116,21 @@ pub enum Attempt {
     Add,
     /// Back to zero: an operator's requeue gives the job its attempts again.
     Reset,
-    /// Minus one: a claim that could not open the job gives back the attempt it added.
+    /// Minus one: a claim that could not open the job, or hand it over, gives back the
+    /// attempt it added.
     GiveBack,
 }
 
 impl Op {
     /// The attempt rule: only a claim adds one, only a requeue resets, only a claim that
-    /// could not open its job gives one back; every other move keeps the count. Every
+    /// could not open its job or hand it over gives one back; every other move keeps the
+    /// count. Every
     /// rename asserts it ([`attempt_after`]).
     pub fn attempt(self) -> Attempt {
         match self {
             Op::Claim => Attempt::Add,
             Op::Requeue => Attempt::Reset,
-            Op::ClaimUnreadable => Attempt::GiveBack,
+            Op::ClaimUnreadable | Op::ClaimUndelivered => Attempt::GiveBack,
             _ => Attempt::Keep,
         }
     }

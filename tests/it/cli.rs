@@ -842,16 +842,16 @@ fn a_full_stdout_is_a_failure_that_says_what_was_done() {
         let o = steadq_to_full(&args, b"");
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
     }
-    // claim: nobody got the handle, so the job goes back to ready.
+    // claim: nobody got the handle, so the job goes back to ready, its attempt given back.
     let o = steadq_to_full(&["claim", p(q)], b"");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(
-        text(&o.stderr).contains("released to ready (attempt 1 used)"),
+        text(&o.stderr).contains("released to ready, its attempt given back; not done"),
         "{}",
         text(&o.stderr)
     );
     let l = Queue::open(q).unwrap().list(None).unwrap();
-    assert_eq!((l[0].state, l[0].name.attempt), (State::Ready, 1));
+    assert_eq!((l[0].state, l[0].name.attempt), (State::Ready, 0));
     // --help too.
     let o = steadq_to_full(&["--help"], b"");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
@@ -1384,7 +1384,9 @@ fn a_lease_over_the_default_payload_limit_settles_by_its_handle() {
 /// `claim --payload-out` takes any writable file: /dev/null and a FIFO get the payload (they
 /// were cut with set_len, EINVAL: exit 4 and the attempt used, so with --max-attempts 1 the
 /// job was dead-lettered without running). A write that fails after the claim (/dev/full:
-/// ENOSPC) releases the job and exits 2, not 4: the release was done, the job is ready again.
+/// ENOSPC) releases the job and exits 2, not 4: the release was done, the job is ready again,
+/// and with its attempt given back: nothing ran it (a cron `claim` beside a full disk used
+/// one per run and dead-lettered the job, reason exhausted, without running it: breaker).
 #[test]
 fn claim_writes_the_payload_to_any_writable_file() {
     let d = TempDir::new("cli-payload-dev");
@@ -1420,19 +1422,23 @@ fn claim_writes_the_payload_to_any_writable_file() {
     std::fs::remove_file(&fifo).unwrap();
     let c = [0, 0, 0, 0, 2];
     assert_eq!(counts(&Queue::open(d.path()).unwrap()), c, "two receipts");
-    // /dev/full: the write fails after the claim; the job is released, exit 2.
+    // /dev/full: the write fails after the claim; the job is released, exit 2. Three times
+    // over a job of 2 attempts: it is still ready, none used.
     let id = enq(b"no room", "2");
-    let o = steadq(&["claim", q, "--payload-out", "/dev/full"]);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("/dev/full: ") && err.contains("released to ready (attempt 1 used)"),
-        "{err}"
-    );
-    assert!(o.stdout.is_empty());
+    for _ in 0..3 {
+        let o = steadq(&["claim", q, "--payload-out", "/dev/full"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("/dev/full: ")
+                && err.contains("released to ready, its attempt given back; not done"),
+            "{err}"
+        );
+        assert!(o.stdout.is_empty());
+    }
     let list = text(&steadq(&["list", q, "--state", "ready"]).stdout);
     assert!(
-        list.starts_with(&format!("ready   {id} attempt 1/2")),
+        list.starts_with(&format!("ready   {id} attempt 0/2")),
         "{list}"
     );
 }
