@@ -613,7 +613,9 @@ const ACK_TRIES_ONCE: u32 = 4;
 /// Ack a job whose command succeeded. An ack that is cleanly not done (a full disk, an
 /// immutable directory) does not let the job run again: the lease is kept and renewed, and the
 /// ack retried after 1 s, doubling to 30 s, until it is done, the lease is lost, or the worker
-/// is stopped (then the lease is left to expire, as after any failed ack). It gives up after
+/// was stopped --grace ago (then the lease is left to expire, as after any failed ack: a stop
+/// used to give up at once, and the job ran again although its command had succeeded). It
+/// gives up after
 /// [`ACK_TRIES_ONCE`] tries with `--once`, and once retrying has taken one --lease otherwise:
 /// the job is then left leased until its lease expires (exit 2 with `--once`; a running
 /// worker logs it and goes on with other jobs).
@@ -622,20 +624,26 @@ fn ack_until_settled(a: &Work, lease: Lease) -> Result<String, Failure> {
     let mut tries = 1u32;
     let mut lease = lease;
     let (first, id) = (Instant::now(), lease.id());
+    // When a stop was first seen here: retries go on until --grace after it.
+    let mut stop_by: Option<Instant> = None;
+    let stopping = |stop_by: &mut Option<Instant>| {
+        if stop_requested() && stop_by.is_none() {
+            *stop_by = Some(Instant::now() + a.grace);
+        }
+        *stop_by
+    };
     loop {
         let more = if a.once {
             tries < ACK_TRIES_ONCE
         } else {
             first.elapsed() < a.lease
-        };
+        } && stopping(&mut stop_by).is_none_or(|d| Instant::now() < d);
         let e = match lease.ack() {
             Ok(_) if tries == 1 => return Ok("acked".to_string()),
             Ok(_) => return Ok(format!("acked (on try {tries})")),
             // Cleanly not done: the ack hands the lease back; keep it and try again.
             Err(SettleError::NotDone { lease: l, error })
-                if more
-                    && !matches!(error.kind(), steadq::ErrorKind::Corrupt(_))
-                    && !stop_requested() =>
+                if more && !matches!(error.kind(), steadq::ErrorKind::Corrupt(_)) =>
             {
                 lease = *l;
                 error
@@ -654,11 +662,17 @@ fn ack_until_settled(a: &Work, lease: Lease) -> Result<String, Failure> {
             lease.id(),
             wait.as_secs()
         );
-        // Sleep in steps, renewing every third of the lease, so the job stays ours.
+        // Sleep in steps, renewing every third of the lease, so the job stays ours; a stop
+        // cuts the wait to its grace.
         let until = Instant::now() + wait;
         let mut renewed = Instant::now();
-        while Instant::now() < until && !stop_requested() {
-            std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
+        loop {
+            let end = stopping(&mut stop_by).map_or(until, |d| d.min(until));
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100).min(end - now));
             if renewed.elapsed() >= a.lease / 3 {
                 lease.renew(a.lease)?;
                 renewed = Instant::now();

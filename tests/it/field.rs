@@ -1790,6 +1790,52 @@ fn a_running_worker_gives_up_an_ack_after_one_lease() {
     );
 }
 
+/// A stop (SIGTERM) while `work` retries an ack that was not done gave up at once ("ack not
+/// done after 2 tries; giving up" within 17 ms, the --grace of 30 s unused), so the job ran
+/// again although its command had succeeded (breaker finding). The retries now go on for
+/// --grace after the stop: the ack made possible a second after the stop is done.
+#[test]
+fn a_stop_lets_an_ack_retry_run_out_its_grace() {
+    let Some(t) = AsNobody::new("stop-ack") else {
+        return;
+    };
+    let (code, _, err) = t.run("$S init $Q --shards 1 && echo a | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    t.chmod("receipts/00", 0o555);
+    let worker = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(t.base.join("steadq"))
+        .args([
+            "work",
+            t.q.to_str().unwrap(),
+            "--lease",
+            "5s",
+            "--grace",
+            "10s",
+        ])
+        .args(["--", "sh", "-c", "cat >/dev/null"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500)); // the first ack failed, a retry waits
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&worker),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    t.chmod("receipts/00", 0o755);
+    let out = worker.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("ack not done ("), "{err}");
+    assert!(err.contains("acked (on try"), "{err}");
+    let q = Queue::open(&t.q).unwrap();
+    let st = q.status().unwrap();
+    assert_eq!((st.ready, st.leased, st.acked), (0, 0, 1), "{err}");
+}
+
 /// On a 16 MiB ext4 made with `-N 64` (53 free inodes) a default queue (8 shards, version 3)
 /// failed `init` with disk full: it made 86 directories, 64 of them for the priority levels
 /// other than the default. They are now made by the first job placed at a level: `init`
