@@ -1262,25 +1262,43 @@ fn establish_identity(
     opts: &Options,
     damaged: bool,
 ) -> Result<Identity> {
+    // What a restored identity takes from the options, not from the queue: said, so that
+    // settings the old file held (`steadq config`) are not reset without a word.
+    let from_options = format!(
+        "receipt policy {}, evidence log limit {} bytes x {} rotated files, delayed bucket \
+         width {} ns from the options (pass them to `init`, or run `steadq config`, if the \
+         queue had others)",
+        opts.receipts, opts.evidence.max_bytes, opts.evidence.keep, opts.delayed_bucket_ns
+    );
     let mine = match survey_jobs(sys, root) {
-        Survey::Empty => Identity {
-            version: opts.format_version,
-            id: random_u128(),
-            shards: opts.shards,
-            delayed_bucket_ns: opts.delayed_bucket_ns,
-            receipts: opts.receipts,
-            evidence: opts.evidence,
+        Survey::Empty => {
+            let id = random_u128();
+            if damaged {
+                log::warn!(
+                    "{}: identity file {IDENTITY_FILE} was damaged and no job file names a \
+                     queue id: this is a NEW queue id {id:032x}, not the old one (receipts, \
+                     evidence lines and lease handles of the old id do not match it); \
+                     {from_options}",
+                    path.display()
+                );
+            }
+            Identity {
+                version: opts.format_version,
+                id,
+                shards: opts.shards,
+                delayed_bucket_ns: opts.delayed_bucket_ns,
+                receipts: opts.receipts,
+                evidence: opts.evidence,
+            }
+            .settled()
         }
-        .settled(),
         Survey::Agreed { id, headers } => {
             let shards = layout_shards(sys, root).unwrap_or(opts.shards);
             log::warn!(
                 "{}: identity file {IDENTITY_FILE} was {}; restored queue id {id:032x} from \
-                 {headers} job headers ({shards} shards from ready/, delayed bucket width \
-                 {} ns from the options)",
+                 {headers} job headers ({shards} shards from ready/; {from_options})",
                 path.display(),
                 if damaged { "damaged" } else { "missing" },
-                opts.delayed_bucket_ns
             );
             Identity {
                 version: opts.format_version,

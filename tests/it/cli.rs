@@ -1687,3 +1687,43 @@ fn steadq_queue_is_absolute_whatever_was_typed() {
     let st = Queue::open(&q).unwrap().status().unwrap();
     assert_eq!((st.ready, st.acked), (1, 1));
 }
+
+/// `init` over a damaged identity file said only "damaged identity file kept as ...": with
+/// no job file left it made a new queue id without saying so, and a restored identity took
+/// the receipt policy and evidence limits from the options, silently resetting what
+/// `config` had set (breaker finding). Both are said now.
+#[test]
+fn init_over_a_damaged_identity_says_what_it_restored_and_what_it_did_not() {
+    let d = TempDir::new("cli-damaged-id");
+    let q = d.path();
+    let o = steadq(&["init", p(q), "--receipts", "none"]);
+    let old = text(&o.stdout).trim().to_string();
+    assert!(steadq_in(&["enqueue", p(q)], b"a").status.success());
+    // A job left: its header names the id.
+    std::fs::write(q.join("steadq.queue"), b"").unwrap();
+    let o = steadq(&["init", p(q)]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("restored queue id {old} from 1 job headers"))
+            && err.contains("receipt policy job, evidence log limit 16777216 bytes x 3"),
+        "{err}"
+    );
+    assert_eq!(text(&o.stdout).trim(), old);
+    // No job file left (acked, its receipt compacted): a new id, said so.
+    assert!(steadq(&["work", p(q), "--once", "-q", "--", "true"])
+        .status
+        .success());
+    assert!(steadq(&["compact", p(q), "--older-than", "0s"])
+        .status
+        .success());
+    std::fs::write(q.join("steadq.queue"), b"").unwrap();
+    let o = steadq(&["init", p(q)]);
+    let err = text(&o.stderr);
+    let new = text(&o.stdout).trim().to_string();
+    assert_ne!(new, old);
+    assert!(
+        err.contains(&format!("this is a NEW queue id {new}, not the old one")),
+        "{err}"
+    );
+}
