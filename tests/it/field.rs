@@ -1839,17 +1839,13 @@ fn a_stop_lets_an_ack_retry_run_out_its_grace() {
 /// On a 16 MiB ext4 made with `-N 64` (53 free inodes) a default queue (8 shards, version 3)
 /// failed `init` with disk full: it made 86 directories, 64 of them for the priority levels
 /// other than the default. They are now made by the first job placed at a level: `init`
-/// takes 23 inodes, and the first enqueue at priority 7 makes `prio/7/<ss>/`; that job is
+/// takes 24 inodes (23 then `evidence.log`), and the first enqueue at priority 7 makes `prio/7/<ss>/`; that job is
 /// claimed before the older default-priority ones.
 #[test]
 fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
-    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
-        eprintln!("SKIP a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use: needs root, runs once");
+    let Some((_base, m)) = ext4_of_64_inodes("a_default_queue_fits_64_inodes") else {
         return;
-    }
-    let base = TempDir::new("inodes64");
-    std::fs::create_dir_all(base.path()).unwrap();
-    let m = crate::filesystems::mount_small_ext4(base.path(), 16, 64).expect("loop-mount ext4");
+    };
     let free = || rustix::fs::statvfs(&m.dir).unwrap().f_ffree;
     let before = free();
     let root = m.dir.join("q");
@@ -1886,6 +1882,19 @@ fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
     drop(m);
 }
 
+/// A loop-mounted 16 MiB ext4 made with `-N 64` (53 inodes free) under a temp dir, for a test
+/// named `tag`; `None` (said) unless run as root, and once (not in the per-filesystem reruns).
+fn ext4_of_64_inodes(tag: &str) -> Option<(TempDir, crate::filesystems::Mount)> {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP {tag}: needs root, runs once");
+        return None;
+    }
+    let base = TempDir::new(tag);
+    std::fs::create_dir_all(base.path()).unwrap();
+    let m = crate::filesystems::mount_small_ext4(base.path(), 16, 64).expect("loop-mount ext4");
+    Some((base, m))
+}
+
 /// A queue whose receipts took the last inode: `compact`, the documented cure, failed
 /// "evidence.log: open failed: disk full" (its first run had to make `evidence.log`, which
 /// needs the inode it was about to free), and so did every enqueue, until receipts were
@@ -1893,13 +1902,9 @@ fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
 /// are free; compaction appends to it and frees a receipt's inode per job.
 #[test]
 fn compaction_frees_inodes_on_a_filesystem_that_has_none_left() {
-    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
-        eprintln!("SKIP compaction_frees_inodes_on_a_filesystem_that_has_none_left: needs root, runs once");
+    let Some((_base, m)) = ext4_of_64_inodes("compaction_frees_inodes") else {
         return;
-    }
-    let base = TempDir::new("inodes-compact");
-    std::fs::create_dir_all(base.path()).unwrap();
-    let m = crate::filesystems::mount_small_ext4(base.path(), 16, 64).expect("loop-mount ext4");
+    };
     let free = || rustix::fs::statvfs(&m.dir).unwrap().f_ffree;
     let q = Queue::create(m.dir.join("q"), Options::default()).unwrap();
     let mut n = 0;
