@@ -505,12 +505,9 @@ impl Sys {
 
     /// The permission bits (`st_mode & 0o7777`) of `name` in `dir`, symlinks not followed.
     /// `fstatat(2)`, counted as a [`Call::Stat`].
-    #[allow(clippy::unnecessary_cast)] // the stat fields' types differ between targets
     pub fn mode_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<u32> {
-        self.run_retry(Call::Stat, || {
-            rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-                .map(|st| st.st_mode as u32 & 0o7777)
-        })
+        self.owner_nofollow(dir, name)
+            .map(|(_, _, mode)| mode & 0o7777)
     }
 
     /// `(uid, gid, st_mode)` of `name` in `dir` (the whole `st_mode`: type and permission
