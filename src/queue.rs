@@ -1469,7 +1469,15 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
 /// one of a queue's root entries (an interrupted `init` leaves only those), its identity
 /// file's temp names, a rotated evidence file, or `lost+found` (a filesystem's root).
 fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    use crate::disk::name::parse_hex;
+    use crate::disk::sys::EntryType;
     let mut foreign: Option<String> = None;
+    let mut note = |n: String| {
+        if foreign.as_ref().is_none_or(|f| n < *f) {
+            foreign = Some(n);
+        }
+    };
+    let read_err = |e, at: &str| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(path.join(at)));
     sys.read_dir(root, |name, raw, _| {
         let ours = name.is_some_and(|n| {
             crate::disk::layout::ROOT_ENTRIES.contains(&n)
@@ -1479,13 +1487,49 @@ fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Resul
                 || crate::admin::receipts::is_rotated_evidence(n)
         });
         if !ours {
-            let n = name.map_or_else(|| raw.to_string_lossy().into_owned(), str::to_string);
-            if foreign.as_ref().is_none_or(|f| n < *f) {
-                foreign = Some(n);
-            }
+            note(name.map_or_else(|| raw.to_string_lossy().into_owned(), str::to_string));
         }
     })
-    .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(path.to_path_buf())))?;
+    .map_err(|e| read_err(e, "."))?;
+    // One level down in the directories `create` makes: an interrupted `init` leaves them
+    // empty or holding only what a queue puts there (shard and bucket directories, temp and
+    // job files in tmp/), and a queue that lost its identity holds its jobs one level deeper
+    // still. Anything else there, or one of them that is not a directory (a symlink
+    // `ready -> /etc`), is someone's: refused before anything is made.
+    for d in CREATED_DIRS {
+        let fd = match sys.open_dir_beneath(root, d) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => continue,
+            Err(Errno::LOOP | Errno::NOTDIR) => {
+                note(format!("{d} (not a directory)"));
+                continue;
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(path.join(d)),
+                ))
+            }
+        };
+        sys.read_dir(fd.as_fd(), |name, raw, t| {
+            let dir = matches!(t, EntryType::Dir | EntryType::Unknown);
+            let file = matches!(t, EntryType::File | EntryType::Unknown);
+            let fits = name.is_some_and(|n| match d {
+                TMP_DIR => {
+                    file && (TempName::parse(n).is_some() || JobName::parse_untagged(n).is_ok())
+                }
+                READY_DIR | RECEIPTS_DIR => dir && parse_hex(n.as_bytes(), 2).is_some(),
+                _ => dir && parse_hex(n.as_bytes(), 16).is_some(),
+            });
+            if !fits {
+                let n = name.map_or_else(|| raw.to_string_lossy().into_owned(), str::to_string);
+                note(format!("{d}/{n}"));
+            }
+        })
+        .map_err(|e| read_err(e, d))?;
+    }
     match foreign {
         Some(entry) => Err(Error::not_done(
             ErrorKind::NotEmpty { entry },

@@ -224,14 +224,23 @@ fn no_job(q: &Queue, dir: &std::path::Path) -> Result<Exit, CliError> {
 /// Refuse, before anything changes, a command whose stdout carries a lease handle (`claim`,
 /// `renew`) when stdout was closed at start (`>&-`): the runtime gave it /dev/null, so the
 /// handle would be lost without an error and the job held until its lease expired.
+///
+/// A stdout open for reading only (`1</dev/null`) is refused alike. And from here on a
+/// reader that went away (EPIPE) counts as a failed write, not as the reader's choice
+/// ([`stdout::require_reader`]): the handle reached nobody.
 fn handle_needs_stdout(what: &str) -> Result<(), CliError> {
-    if super::std_fds::stdout_closed() {
-        return Err(CliError::usage(format!(
-            "stdout is closed: the lease handle {what} prints would be lost; nothing done \
-             (redirect it to a file or a pipe)"
-        )));
-    }
-    Ok(())
+    let why = if super::std_fds::stdout_closed() {
+        "stdout is closed"
+    } else if super::std_fds::stdout_read_only() {
+        "stdout is open for reading only"
+    } else {
+        stdout::require_reader();
+        return Ok(());
+    };
+    Err(CliError::usage(format!(
+        "{why}: the lease handle {what} prints would be lost; nothing done \
+         (redirect it to a file or a pipe)"
+    )))
 }
 
 pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {

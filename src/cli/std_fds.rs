@@ -3,18 +3,35 @@
 //! `main` (so a file opened later cannot take its number), and then `main` cannot tell a
 //! closed stdin from an empty one, nor a closed stdout from /dev/null: a function in
 //! `.init_array`, which runs before the runtime's set-up, looks first.
+//!
+//! It also notes an fd 1 open for reading only (`steadq claim 1</dev/null`): every write to
+//! it fails with EBADF, which Rust's `Stdout` reports as success (it treats EBADF as a closed
+//! stdout, see `std::io::stdio::handle_ebadf`), so a lease handle written there is lost
+//! without an error too.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static STDIN_CLOSED: AtomicBool = AtomicBool::new(false);
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+static STDOUT_READ_ONLY: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn look() {
-    // SAFETY: fcntl(F_GETFD) on fds 0 and 1 only reads their descriptor flags; it fails with
-    // EBADF when the fd is not open, and touches no memory.
-    let (r0, r1) = unsafe { (libc::fcntl(0, libc::F_GETFD), libc::fcntl(1, libc::F_GETFD)) };
+    // SAFETY: fcntl(F_GETFD) and fcntl(F_GETFL) on fds 0 and 1 only read their descriptor
+    // and file status flags; they fail with EBADF when the fd is not open, and touch no
+    // memory.
+    let (r0, r1, fl1) = unsafe {
+        (
+            libc::fcntl(0, libc::F_GETFD),
+            libc::fcntl(1, libc::F_GETFD),
+            libc::fcntl(1, libc::F_GETFL),
+        )
+    };
     STDIN_CLOSED.store(r0 == -1, Ordering::Relaxed);
     STDOUT_CLOSED.store(r1 == -1, Ordering::Relaxed);
+    STDOUT_READ_ONLY.store(
+        fl1 != -1 && fl1 & libc::O_ACCMODE == libc::O_RDONLY,
+        Ordering::Relaxed,
+    );
 }
 
 #[used]
@@ -30,4 +47,10 @@ pub fn stdin_closed() -> bool {
 /// lease handle) would be lost without an error.
 pub fn stdout_closed() -> bool {
     STDOUT_CLOSED.load(Ordering::Relaxed)
+}
+
+/// Whether fd 1 was open for reading only when the process started (`1</dev/null`): no
+/// write to it can succeed, and Rust's `Stdout` would report each one as done.
+pub fn stdout_read_only() -> bool {
+    STDOUT_READ_ONLY.load(Ordering::Relaxed)
 }

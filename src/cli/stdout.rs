@@ -1,6 +1,7 @@
 //! Every byte `steadq` prints on stdout goes through [`write`]: it flushes and checks, so
 //! output that could not be written is never reported as success. A closed pipe (EPIPE:
-//! `steadq list | head`) stays quiet; any other error (ENOSPC on a full disk, EIO) makes the
+//! `steadq list | head`) stays quiet, unless the command's output must reach a reader
+//! ([`require_reader`]: a lease handle); any other error (ENOSPC on a full disk, EIO) makes the
 //! command exit 8 with a message on stderr that says what was done all the same when it was
 //! done (it noted so with [`note_done`]), or exit 2 when it changed nothing.
 
@@ -10,6 +11,8 @@ use std::sync::Mutex;
 struct State {
     /// The reader went away (EPIPE): print nothing more, quietly.
     closed: bool,
+    /// EPIPE is a failure like any other write error ([`require_reader`]).
+    need_reader: bool,
     /// The first write error other than EPIPE.
     failed: Option<std::io::Error>,
     /// What the command did, for the message if its output is lost: e.g.
@@ -19,6 +22,7 @@ struct State {
 
 static STATE: Mutex<State> = Mutex::new(State {
     closed: false,
+    need_reader: false,
     failed: None,
     done: None,
 });
@@ -37,7 +41,7 @@ pub fn write(bytes: &[u8]) -> bool {
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && !st.need_reader => {
             st.closed = true;
             false
         }
@@ -46,6 +50,13 @@ pub fn write(bytes: &[u8]) -> bool {
             false
         }
     }
+}
+
+/// From now on a reader that went away (EPIPE) is a failed write like ENOSPC, not a quiet
+/// end: for output that must reach someone, a lease handle (`claim`, `renew`), where a
+/// quiet exit 0 would leave the job hidden until its lease expires.
+pub fn require_reader() {
+    state().need_reader = true;
 }
 
 /// Write one line (a newline is appended).

@@ -342,6 +342,25 @@ enum Watch {
     BadPayload,
 }
 
+/// The queue's path for `STEADQ_QUEUE`: absolute and tidy (no `.`, no trailing `/`;
+/// symlinks not resolved), whatever was typed. With no working directory to make it
+/// absolute against (it was removed: `getcwd(3)` fails with ENOENT), the kernel's name of
+/// the queue directory itself, read from `/proc/self/fd` (proc(5)), with symlinks resolved;
+/// as typed only when that fails too.
+fn queue_path(dir: &std::path::Path) -> std::path::PathBuf {
+    if let Ok(p) = std::path::absolute(dir) {
+        return p.components().collect();
+    }
+    std::fs::File::open(dir)
+        .and_then(|f| {
+            use std::os::fd::AsRawFd;
+            std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        })
+        .ok()
+        .filter(|p| p.is_absolute() && !p.to_string_lossy().ends_with(" (deleted)"))
+        .unwrap_or_else(|| dir.to_path_buf())
+}
+
 fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
     let parent = rustix::process::getpid();
     // Arguments that were not UTF-8 get their original bytes back.
@@ -350,12 +369,7 @@ fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
         // Absolute and tidy (no `.`, no trailing `/`; symlinks not resolved), whatever was
         // typed: a command that changes directory and then calls `steadq enqueue
         // "$STEADQ_QUEUE"` found no queue at a relative path.
-        .env(
-            "STEADQ_QUEUE",
-            std::path::absolute(&a.dir)
-                .map(|p| p.components().collect::<std::path::PathBuf>())
-                .unwrap_or_else(|_| a.dir.clone()),
-        )
+        .env("STEADQ_QUEUE", queue_path(&a.dir))
         .env("STEADQ_JOB_ID", lease.id().to_string())
         .env("STEADQ_ATTEMPT", lease.attempt().to_string())
         .env("STEADQ_MAX_ATTEMPTS", lease.max_attempts().to_string())

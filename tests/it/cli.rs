@@ -1596,6 +1596,67 @@ fn claim_and_renew_refuse_a_closed_stdout_before_changing_anything() {
     assert_eq!((st.ready, st.leased, st.acked), (0, 0, 1));
 }
 
+/// `claim 1</dev/null` and `claim` into a pipe whose reader had gone exited 0 with the job
+/// leased and its handle lost (breaker finding C): Rust's `Stdout` reports EBADF as success,
+/// and EPIPE was taken as the reader's choice. A stdout open for reading only is now refused
+/// before anything changes (exit 2); a handle that meets EPIPE gives the job back to ready
+/// with its attempt (exit 2); a renew whose new handle meets EPIPE exits 8 and names it.
+#[test]
+fn claim_and_renew_treat_an_unwritable_stdout_as_lost_output() {
+    let d = TempDir::new("cli-unwritable-stdout");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    assert!(steadq_in(&["enqueue", q], b"job").status.success());
+    let run = |args: &[&str], out: Stdio| {
+        Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    let gone = || {
+        let (r, w) = std::io::pipe().unwrap();
+        drop(r);
+        Stdio::from(w)
+    };
+    let read_only = Stdio::from(std::fs::File::open("/dev/null").unwrap());
+    let o = run(&["claim", q], read_only);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stderr),
+        "steadq: stdout is open for reading only: the lease handle claim prints would be lost; \
+         nothing done (redirect it to a file or a pipe)\n"
+    );
+    let o = run(&["claim", q], gone());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("its attempt given back; not done"),
+        "{}",
+        text(&o.stderr)
+    );
+    let listed = text(&steadq(&["list", q]).stdout);
+    assert!(
+        listed.starts_with("ready") && listed.contains("attempt 0/5"),
+        "{listed}"
+    );
+    // A renew is done before its output: exit 8, and the new handle on stderr still holds it.
+    let h = text(&steadq(&["claim", q]).stdout).trim().to_string();
+    let o = run(&["renew", q, &h], gone());
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let new = err
+        .split("its new handle is ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert_ne!(new, h);
+    assert!(steadq(&["ack", q, new]).status.success());
+    let st = Queue::open(d.path()).unwrap().status().unwrap();
+    assert_eq!((st.ready, st.leased, st.acked), (0, 0, 1));
+}
+
 /// `compact` beside a receipt with a flipped byte said "corrupt job file (...); moved to
 /// dead/" and moved nothing (breaker finding): the message of a corrupt job said "moved"
 /// whether or not it was. It now says where it is: left in place here (fsck reports it),
@@ -1663,6 +1724,67 @@ fn init_refuses_a_directory_of_other_files_and_changes_nothing() {
     assert!(Queue::open(&cut).unwrap().fsck().unwrap().clean());
 }
 
+/// `init` looked only at the root's entries: user files inside `ready/`, `receipts/` or
+/// `tmp/` were taken in, and a directory holding only a symlink `ready -> /etc` failed
+/// indeterminate (exit 4) after making `dead/`, `delayed/` and the identity file (breaker
+/// finding D). It now looks one level down and refuses before making anything.
+#[test]
+fn init_refuses_foreign_entries_one_level_down_and_changes_nothing() {
+    let d = TempDir::new("cli-init-deeper");
+    type Make<'a> = &'a dyn Fn(&Path);
+    let cases: [(&str, Make); 6] = [
+        ("ready (not a directory)", &|q| {
+            std::os::unix::fs::symlink("/etc", q.join("ready")).unwrap()
+        }),
+        ("ready/notes.txt", &|q| {
+            std::fs::create_dir_all(q.join("ready/00")).unwrap();
+            std::fs::write(q.join("ready/notes.txt"), b"mine").unwrap();
+        }),
+        ("receipts/0g", &|q| {
+            std::fs::create_dir_all(q.join("receipts/0g")).unwrap()
+        }),
+        ("tmp/x", &|q| {
+            std::fs::create_dir_all(q.join("tmp")).unwrap();
+            std::fs::write(q.join("tmp/x"), b"mine").unwrap();
+        }),
+        ("dead/photos", &|q| {
+            std::fs::create_dir_all(q.join("dead/photos")).unwrap()
+        }),
+        ("delayed/0000000000000001", &|q| {
+            std::fs::create_dir_all(q.join("delayed")).unwrap();
+            std::fs::write(q.join("delayed/0000000000000001"), b"a file").unwrap();
+        }),
+    ];
+    for (i, (entry, make)) in cases.iter().enumerate() {
+        let q = d.path().join(format!("q{i}"));
+        std::fs::create_dir_all(&q).unwrap();
+        make(&q);
+        let before = snapshot(&q);
+        let o = steadq(&["init", p(&q)]);
+        assert_eq!(o.status.code(), Some(2), "{entry}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(&format!("(it holds {entry:?})")),
+            "{entry}: {}",
+            text(&o.stderr)
+        );
+        assert_eq!(snapshot(&q), before, "{entry}");
+    }
+    // What a queue puts there is taken: shard and bucket directories, a temp file.
+    let ok = d.path().join("ok");
+    std::fs::create_dir_all(ok.join("ready/07")).unwrap();
+    std::fs::create_dir_all(ok.join("dead/0000000000004e20")).unwrap();
+    std::fs::create_dir_all(ok.join("tmp")).unwrap();
+    std::fs::write(
+        ok.join(
+            "tmp/00000000000000000000000000000000.00000001.00000000000000000000000000000000.tmp",
+        ),
+        b"",
+    )
+    .unwrap();
+    let o = steadq(&["init", p(&ok)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
 /// `STEADQ_QUEUE` was the queue path as typed (`to`, `./to/`): a command that changed
 /// directory and then called `steadq enqueue "$STEADQ_QUEUE"` got "No such file or
 /// directory" (breaker finding). It is absolute now.
@@ -1686,6 +1808,29 @@ fn steadq_queue_is_absolute_whatever_was_typed() {
     assert_eq!(text(&o.stdout), format!("{}\n", q.display()));
     let st = Queue::open(&q).unwrap().status().unwrap();
     assert_eq!((st.ready, st.acked), (1, 1));
+}
+
+/// With its working directory removed, `work ../q` gave its command `STEADQ_QUEUE=../q`
+/// (`std::path::absolute` needs the working directory), which names nothing from anywhere
+/// else (breaker finding E). It is the queue directory's absolute path now.
+#[test]
+fn steadq_queue_is_absolute_when_the_working_directory_is_gone() {
+    let d = TempDir::new("cli-queue-env-nocwd");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    assert!(steadq(&["init", p(&q)]).status.success());
+    assert!(steadq_in(&["enqueue", p(&q)], b"job").status.success());
+    std::fs::create_dir_all(d.path().join("gone")).unwrap();
+    let o = Command::new("sh")
+        .current_dir(d.path())
+        .args(["-c", "cd gone && rmdir ../gone && exec \"$S\" work ../q --once -q -- sh -c 'echo \"$STEADQ_QUEUE\"'"])
+        .env("S", BIN)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let want = std::fs::canonicalize(&q).unwrap();
+    assert_eq!(text(&o.stdout), format!("{}\n", want.display()));
 }
 
 /// `init` over a damaged identity file said only "damaged identity file kept as ...": with
