@@ -54,7 +54,8 @@ pub enum Durability {
     /// Single operations as `Strict`; `enqueue_batch` and `ack_batch` share one barrier per
     /// directory (and one `syncfs` for file contents) across the batch.
     Batched,
-    /// No fsync at all: only for tmpfs and tests. A crash can lose anything.
+    /// No fsync at all: for tests and throwaway queues. A crash can lose anything. (On tmpfs
+    /// and ramfs every policy makes no fsync, as theirs does nothing: [`Queue::barriers`].)
     None,
 }
 
@@ -259,6 +260,9 @@ pub struct Shared {
     /// Serialises evidence appends and rotation within this process.
     pub(crate) evidence_lock: Mutex<()>,
     pub(crate) opts: Options,
+    /// Whether this handle issues durability barriers: false under [`Durability::None`], and
+    /// on a filesystem whose fsync does nothing ([`volatile_fs`]). See [`Queue::barriers`].
+    pub(crate) barriers: bool,
     pub(crate) clock: Clock,
     pub(crate) cursor: Mutex<Cursor>,
     pub(crate) shards: crate::ops::shards::Shards,
@@ -502,6 +506,11 @@ impl Queue {
                 .map(|f| f.as_raw_fd()),
         );
         let flags = || (0..ident.slots()).map(|_| Default::default()).collect();
+        // A fault plan keeps every barrier call, so that tests which fail or count them see
+        // the same calls on every filesystem.
+        let barriers = opts.durability != Durability::None
+            && (sys.plan().is_some()
+                || !(volatile_fs(&sys, dirs.root.as_fd()) && volatile_fs(&sys, dirs.tmp.as_fd())));
         Ok(Queue {
             shared: std::sync::Arc::new(Shared {
                 root,
@@ -509,6 +518,7 @@ impl Queue {
                 ident,
                 dirs,
                 opts,
+                barriers,
                 clock,
                 cursor: Mutex::new(Cursor {
                     held: vec![Vec::new(); ident.slots() as usize],
@@ -623,12 +633,25 @@ impl Queue {
         &self.sys
     }
 
+    /// Whether this handle issues durability barriers (`fsync`, `syncfs`). False under
+    /// [`Durability::None`], and on tmpfs and ramfs, whose `fsync` and `syncfs` do nothing:
+    /// `noop_fsync` is their files' and directories' `fsync` (mm/shmem.c
+    /// `shmem_file_operations`, `shmem_dir_operations`; fs/ramfs/file-mmu.c; fs/libfs.c
+    /// `simple_dir_operations`), and they have no writeback and no `sync_fs`. A job there
+    /// is as durable as it can be once its rename or link has returned, so Strict and
+    /// Batched make no barrier calls (about 6 syscalls a job fewer) and mean what they mean
+    /// elsewhere: done is past the linearization point and every barrier the filesystem
+    /// has. A queue opened with a fault plan (feature `faults`) keeps every call.
+    pub fn barriers(&self) -> bool {
+        self.barriers
+    }
+
     /// `root/rel`, for error messages.
     pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
     }
 
-    /// fsync directory `dir` unless the policy is `None`, after a rename or link in it that
+    /// fsync directory `dir` unless the policy is `None` (or see [`Queue::barriers`]), after a rename or link in it that
     /// has returned. A directory the handle holds shares the fsync with other threads of
     /// this process (group commit, `ops/group.rs`): it returns once an fsync that started
     /// after this call began has completed.
@@ -636,7 +659,7 @@ impl Queue {
         &self,
         dir: &crate::ops::enqueue::DirRef<'_>,
     ) -> core::result::Result<(), Errno> {
-        if self.opts.durability == Durability::None {
+        if !self.barriers {
             return Ok(());
         }
         let fd = dir.fd();
@@ -809,17 +832,17 @@ impl Queue {
             .count() as u64
     }
 
-    /// fsync directory `fd` unless the policy is `None`.
+    /// fsync directory `fd` unless the policy is `None` (or see [`Queue::barriers`]).
     pub(crate) fn barrier(&self, fd: BorrowedFd<'_>) -> core::result::Result<(), Errno> {
-        if self.opts.durability == Durability::None {
+        if !self.barriers {
             return Ok(());
         }
         self.sys.fsync_dir(fd)
     }
 
-    /// fsync file `fd` unless the policy is `None`.
+    /// fsync file `fd` unless the policy is `None` (or see [`Queue::barriers`]).
     pub(crate) fn barrier_file(&self, fd: BorrowedFd<'_>) -> core::result::Result<(), Errno> {
-        if self.opts.durability == Durability::None {
+        if !self.barriers {
             return Ok(());
         }
         self.sys.fsync(fd)
@@ -1011,6 +1034,16 @@ fn open_dirs(
         ..dirs
     };
     Ok(dirs)
+}
+
+/// Whether the filesystem of `fd` keeps nothing across a power cut and makes `fsync` a
+/// no-op: tmpfs (`TMPFS_MAGIC` 0x01021994) or ramfs (`RAMFS_MAGIC` 0x858458f6), from
+/// `statfs(2)` and include/uapi/linux/magic.h. False when `statfs` fails.
+pub(crate) fn volatile_fs(sys: &Sys, fd: BorrowedFd<'_>) -> bool {
+    matches!(
+        sys.fs_magic(fd).map(|m| m as u32),
+        Ok(0x0102_1994 | 0x8584_58f6)
+    )
 }
 
 #[cfg(feature = "faults")]

@@ -210,7 +210,7 @@ impl Queue {
         // fsync commits the whole journal (xfs, journaled ext4: `one_barrier_per_rename`), the
         // target directory's fsync below also commits the link and the file's new link count,
         // so the file's second fsync (for btrfs) and the named route's tmp/ fsync are left out.
-        let durable = self.opts.durability != Durability::None;
+        let durable = self.barriers;
         let resync = durable && !self.group.one_barrier_per_rename(&self.sys, p.dir.fd());
         self.publish(p, w, resync)
             .map_err(|e| e.with_job(p.name.id))?;
@@ -256,9 +256,11 @@ impl Queue {
         for p in &prepared {
             written.push(self.write_job(p, false)?);
         }
-        self.sys
-            .syncfs(self.dirs.root.as_fd())
-            .map_err(|e| Error::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone())))?;
+        if self.barriers {
+            self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
+                Error::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone()))
+            })?;
+        }
         for (i, (p, w)) in prepared.iter().zip(written).enumerate() {
             self.publish(p, w, false).map_err(|e| {
                 if i > 0 {
@@ -270,14 +272,16 @@ impl Queue {
         }
         // One more syncfs makes every new name durable with its data, on every filesystem
         // (see `publish` for why a directory fsync alone is not enough on btrfs).
-        self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
-            Error::io(
-                Call::Syncfs,
-                e,
-                Outcome::Indeterminate,
-                Some(self.root.clone()),
-            )
-        })?;
+        if self.barriers {
+            self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
+                Error::io(
+                    Call::Syncfs,
+                    e,
+                    Outcome::Indeterminate,
+                    Some(self.root.clone()),
+                )
+            })?;
+        }
         Ok(prepared.iter().map(|p| p.name.id).collect())
     }
 
@@ -371,7 +375,7 @@ impl Queue {
         fill: &mut dyn FnMut(BorrowedFd<'_>) -> core::result::Result<(), FillError>,
     ) -> Result<Written> {
         let nd = |c, e, rel: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(rel)));
-        let sync = sync && self.opts.durability != Durability::None;
+        let sync = sync && self.barriers;
         let mut fill = |fd: BorrowedFd<'_>, rel: &str| {
             fill(fd)
                 .and_then(|()| match sync {
@@ -455,7 +459,7 @@ impl Queue {
                     // Neither linkat route works here: redo through tmp/ (a streamed job is
                     // copied from the unnamed file: its input is read once).
                     self.sys.force_named_publish();
-                    let sync = self.opts.durability != Durability::None;
+                    let sync = self.barriers;
                     let w = match p.body {
                         Body::Streamed { len } => self.copy_job(p, fd.as_fd(), len, sync)?,
                         Body::Bytes { .. } => self.write_job(p, sync)?,

@@ -272,3 +272,67 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
     }
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// tmpfs and ramfs make `fsync` and `syncfs` no-ops (`noop_fsync`, mm/shmem.c), so a handle
+/// there issues no barriers under any policy ([`Queue::barriers`]); every disk filesystem
+/// keeps them under Strict and Batched; a fault plan keeps them everywhere (the counts
+/// above). The job still goes through its whole lifecycle.
+#[test]
+fn barriers_are_left_out_only_where_fsync_does_nothing() {
+    use steadq::Durability;
+    if std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        return; // inside a per-filesystem run: this test makes its own mounts
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP barriers_are_left_out_only_where_fsync_does_nothing: needs root");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("steadq-volatile-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let mut seen = Vec::new();
+    for (fs, disk) in [("tmpfs", false), ("ext4", true), ("btrfs", true)] {
+        let m = match mount(fs, &base) {
+            Ok(m) => m,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("STEADQ_REQUIRE_FS").is_none(),
+                    "cannot mount {fs}: {e}"
+                );
+                eprintln!("SKIP {fs}: {e}");
+                continue;
+            }
+        };
+        let root = m.dir.join("q");
+        Queue::create(&root, crate::common::opts(2)).unwrap();
+        for durability in [Durability::Strict, Durability::Batched, Durability::None] {
+            let q = Queue::open_with(
+                &root,
+                Options {
+                    durability,
+                    ..Options::default()
+                },
+            )
+            .unwrap();
+            let want = disk && durability != Durability::None;
+            seen.push((fs, durability, q.barriers()));
+            assert_eq!(q.barriers(), want, "{fs} {durability:?}");
+            let id = q.enqueue(b"through").unwrap();
+            let l = q.claim().unwrap().unwrap();
+            assert_eq!((l.id(), l.payload().unwrap()), (id, &b"through"[..]));
+            l.ack().unwrap();
+        }
+        // A fault plan keeps every barrier call, on tmpfs too.
+        let q = Queue::open_with(
+            &root,
+            Options {
+                faults: Some(steadq::sys::FaultPlan::new(vec![])),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert!(q.barriers(), "{fs} with a fault plan");
+        assert_eq!(crate::common::counts(&q)[4], 3, "acked on {fs}");
+    }
+    eprintln!("barriers: {seen:?}");
+    let _ = std::fs::remove_dir_all(&base);
+}
