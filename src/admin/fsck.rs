@@ -851,22 +851,29 @@ impl Queue {
             }
             rel.push_str(part);
             let at = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
-            match self.sys.mkdir(parent.as_fd(), part) {
-                Ok(()) => self.barrier(parent.as_fd()).map_err(|e| {
+            let made = match self.sys.mkdir(parent.as_fd(), part) {
+                Ok(()) => true,
+                Err(Errno::EXIST) => false,
+                Err(e) => return Err(at(Call::Mkdir, e)),
+            };
+            let child = self
+                .sys
+                .open_dir_beneath(parent.as_fd(), part)
+                .map_err(|e| at(Call::Open, e))?;
+            if made {
+                // Shared like dead/ (owner, group, mode, setgid), not left at the umask of
+                // whoever ran fsck first: the next user's `fsck --quarantine` moves into it.
+                self.share_like(child.as_fd(), crate::disk::layout::DEAD_DIR, &rel);
+                self.barrier(parent.as_fd()).map_err(|e| {
                     Error::io(
                         Call::FsyncDir,
                         e,
                         Outcome::Indeterminate,
                         Some(self.path(&rel)),
                     )
-                })?,
-                Err(Errno::EXIST) => {}
-                Err(e) => return Err(at(Call::Mkdir, e)),
+                })?;
             }
-            parent = self
-                .sys
-                .open_dir_beneath(parent.as_fd(), part)
-                .map_err(|e| at(Call::Open, e))?;
+            parent = child;
         }
         Ok(parent)
     }

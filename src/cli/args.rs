@@ -178,6 +178,22 @@ pub fn shards(s: &str) -> Result<u16, String> {
     }
 }
 
+/// A lease handle as typed: surrounding spaces, tabs and newlines are dropped (a handle
+/// read back with `"$(cat handle.txt)"` or pasted with a trailing space names the same
+/// lease); one inside it, or nothing at all, is refused with what was found.
+pub fn handle(s: &str) -> Result<String, String> {
+    let t = s.trim_matches(|c: char| c.is_ascii_whitespace());
+    if t.is_empty() {
+        return Err("the handle is empty: pass the line `claim` or `renew` printed".into());
+    }
+    if let Some(c) = t.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "the handle holds {c:?} inside it: pass the one line `claim` or `renew` printed"
+        ));
+    }
+    Ok(t.to_string())
+}
+
 /// Parse an aging interval: a duration of at least 1 ms.
 pub fn aging(s: &str) -> Result<Duration, String> {
     match dur(s)? {
@@ -308,7 +324,7 @@ pub struct Renew {
     #[argh(positional)]
     pub dir: PathBuf,
     /// lease handle printed by claim or renew
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(handle))]
     pub handle: String,
     /// new lease from now, 1s to 7d (default 30s)
     #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
@@ -323,7 +339,7 @@ pub struct Ack {
     #[argh(positional)]
     pub dir: PathBuf,
     /// lease handle
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(handle))]
     pub handle: String,
 }
 
@@ -339,7 +355,7 @@ pub struct Nack {
     #[argh(positional)]
     pub dir: PathBuf,
     /// lease handle
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(handle))]
     pub handle: String,
     /// retry after this long, e.g. 30s or 5m (default 0s: at once)
     #[argh(option, default = "Duration::ZERO", from_str_fn(dur))]
@@ -358,7 +374,7 @@ pub struct Fail {
     #[argh(positional)]
     pub dir: PathBuf,
     /// lease handle
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(handle))]
     pub handle: String,
     /// reason: 1 to 16 characters of [a-z0-9] (default "failed")
     #[argh(option, default = "String::from(\"failed\")")]

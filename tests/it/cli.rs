@@ -1657,6 +1657,41 @@ fn claim_and_renew_treat_an_unwritable_stdout_as_lost_output() {
     assert_eq!((st.ready, st.leased, st.acked), (0, 0, 1));
 }
 
+/// A handle with a stray trailing space or newline (`"$(cat h.txt)"` of a file written with
+/// `echo`, a paste) was refused as "not a lease handle of this queue", which sent users
+/// looking for the wrong fault (breaker finding). Surrounding whitespace is dropped now; one
+/// inside the handle, or an empty one, is refused naming the argument and the character.
+#[test]
+fn a_handle_with_surrounding_whitespace_names_its_lease() {
+    let d = TempDir::new("cli-handle-space");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    assert!(steadq_in(&["enqueue", q], b"job").status.success());
+    let h = text(&steadq(&["claim", q]).stdout).trim().to_string();
+    let o = steadq(&["renew", q, &format!("{h} ")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let h2 = text(&o.stdout).trim().to_string();
+    assert_ne!(h2, h);
+    let o = steadq(&["ack", q, "a b"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        text(&o.stderr),
+        "Error parsing positional argument 'handle' with value 'a b': the handle holds ' ' \
+         inside it: pass the one line `claim` or `renew` printed\n"
+    );
+    let o = steadq(&["ack", q, " \n"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("the handle is empty"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = steadq(&["ack", q, &format!("\t{h2}\n")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let st = Queue::open(d.path()).unwrap().status().unwrap();
+    assert_eq!((st.leased, st.acked), (0, 1));
+}
+
 /// `compact` beside a receipt with a flipped byte said "corrupt job file (...); moved to
 /// dead/" and moved nothing (breaker finding): the message of a corrupt job said "moved"
 /// whether or not it was. It now says where it is: left in place here (fsck reports it),

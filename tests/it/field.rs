@@ -3038,6 +3038,46 @@ fn the_files_every_user_reads_are_shared_whatever_the_admins_umask() {
     assert_eq!(mode("evidence.log"), 0o660);
 }
 
+/// `fsck --quarantine` run by an admin at umask 077 made `quarantine/` and its levels 700
+/// (breaker finding): the next user's `fsck --quarantine` could not move anything there and
+/// exited with an error. They are now made like `dead/`.
+#[test]
+fn quarantine_made_by_an_admin_at_umask_077_is_shared_like_dead() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(t) = AsNobody::new("shared-quarantine") else {
+        return;
+    };
+    let qs = t.q.to_str().unwrap().to_string();
+    assert!(run(&["init", &qs, "--shards", "2"]).status.success());
+    t.open_to_all();
+    std::fs::write(t.q.join("ready/01/stray.txt"), b"not a job").unwrap();
+    t.run_root_077("$S fsck $Q --quarantine >/dev/null; true");
+    let mode = |f: &str| std::fs::metadata(t.q.join(f)).unwrap().permissions().mode() & 0o7777;
+    let dead = mode("dead");
+    assert_eq!(
+        [
+            mode("quarantine"),
+            mode("quarantine/ready"),
+            mode("quarantine/ready/01")
+        ],
+        [dead; 3],
+        "quarantine levels, like dead/ ({dead:o})"
+    );
+    assert!(t.q.join("quarantine/ready/01/stray.txt").exists());
+    // Another user's stray goes the same way.
+    std::fs::write(t.q.join("ready/01/other.txt"), b"nor this").unwrap();
+    std::fs::set_permissions(
+        t.q.join("ready/01/other.txt"),
+        std::fs::Permissions::from_mode(0o666),
+    )
+    .unwrap();
+    let (code, out, err) = t.run("$S fsck $Q --quarantine");
+    assert!(
+        t.q.join("quarantine/ready/01/other.txt").exists(),
+        "{code:?} {out} {err}"
+    );
+}
+
 /// A producer at umask 077 made job files and key entries at mode 600 in a queue shared by
 /// all (breaker trial, faults F1 and F2): a worker of another user could not open its jobs
 /// (each claim gave the job back; `claim` exited 2 naming it) and a producer of another user
