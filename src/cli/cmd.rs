@@ -229,6 +229,14 @@ fn no_job(q: &Queue, dir: &std::path::Path) -> Result<Exit, CliError> {
 /// reader that went away (EPIPE) counts as a failed write, not as the reader's choice
 /// ([`stdout::require_reader`]): the handle reached nobody.
 fn handle_needs_stdout(what: &str) -> Result<(), CliError> {
+    // A write past `ulimit -f` raises SIGXFSZ, whose default action ended the process after
+    // the claim or renew with the handle half written (breaker finding). Ignored, the write
+    // fails with EFBIG instead, and the output-failure paths give the job back or say so.
+    // Only here: `work` does not ignore it, so its commands do not inherit the ignoring.
+    // SAFETY: signal(2) with SIG_IGN has no preconditions and installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let why = if super::std_fds::stdout_closed() {
         "stdout is closed"
     } else if super::std_fds::stdout_read_only() {
@@ -292,6 +300,8 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         return no_job(&q, &a.dir);
     };
     if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
+        // From here a stop signal interrupts the delivery and the job is given back.
+        super::work::install_interrupting_handlers();
         // Only a regular file is cut, and only it or a block device fsynced: /dev/null, a
         // FIFO or a terminal takes the bytes as they come (set_len and fsync fail there with
         // EINVAL, which used up the attempt of a job that never ran).
@@ -375,13 +385,33 @@ fn write_payload(
             }
             Err(e) => return Err(PayloadOut::Failed(format!("reading the payload: {e}"))),
         };
-        f.write_all(&buf[..n])
-            .map_err(|e| PayloadOut::Failed(e.to_string()))?;
+        let mut left = &buf[..n];
+        while !left.is_empty() {
+            match f.write(left) {
+                Ok(0) => return Err(PayloadOut::Failed("wrote 0 bytes".into())),
+                Ok(w) => left = &left[w..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(PayloadOut::Failed(e.to_string())),
+            }
+            stopped()?;
+        }
     }
+    stopped()?;
     if !sync {
         return Ok(());
     }
     f.sync_all().map_err(|e| PayloadOut::Failed(e.to_string()))
+}
+
+/// Whether a stop signal arrived while the payload was delivered: the caller is being
+/// stopped and will not run the job, so it is given back.
+fn stopped() -> Result<(), PayloadOut> {
+    match super::work::stop_signal() {
+        0 => Ok(()),
+        sig => Err(PayloadOut::Failed(format!(
+            "stopped by signal {sig} while the payload was written"
+        ))),
+    }
 }
 
 /// The payload stream of a claimed job failed its digest: empty the payload file (it holds

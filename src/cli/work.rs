@@ -47,6 +47,32 @@ pub fn install_handlers() {
     }
 }
 
+/// For a `claim` that holds a job it has not handed over yet (its payload still being
+/// written to `--payload-out`): each of [`STOP_SIGNALS`] sets the flag instead of ending the
+/// process, and, installed without `SA_RESTART` (sigaction(2)), interrupts a write blocked
+/// on a slow pipe or disk (EINTR), so that the claim gives the job back with its attempt
+/// instead of dying with it leased and an attempt used. Until then the signals keep their
+/// default action: a `claim --wait` still ends at once.
+pub fn install_interrupting_handlers() {
+    for sig in STOP_SIGNALS {
+        // SAFETY: `sa` is fully initialised (zeroed, then its handler, an empty mask and no
+        // flags); `on_signal` only stores to atomics, which is async-signal-safe; sigaction
+        // reads `sa` and writes nothing through the null old-action pointer.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = 0;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The stop signal that arrived, if any (0: none).
+pub fn stop_signal() -> libc::c_int {
+    SIGNAL.load(Ordering::SeqCst)
+}
+
 /// Refuse a command that cannot be started before any job is claimed: a typo would otherwise
 /// use up an attempt of each job it touches.
 fn check_command(cmd: &std::ffi::OsStr) -> Result<(), CliError> {

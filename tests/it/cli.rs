@@ -1692,6 +1692,87 @@ fn a_handle_with_surrounding_whitespace_names_its_lease() {
     assert_eq!((st.leased, st.acked), (0, 1));
 }
 
+/// `claim` past `ulimit -f` died of SIGXFSZ after the claim (exit 153, half a handle
+/// written, the job leased with an attempt used), and a stop signal while `claim` wrote a
+/// large payload to a slow pipe killed it the same way: a job with one attempt went dead
+/// without ever running (breaker findings). Now SIGXFSZ is ignored (the write fails with
+/// EFBIG) and a stop signal interrupts the delivery: both give the job back with its
+/// attempt (exit 2).
+#[test]
+fn claim_gives_the_job_back_when_a_file_size_limit_or_a_stop_signal_cuts_its_output() {
+    let d = TempDir::new("cli-xfsz-stop");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs]).status.success());
+    assert!(steadq_in(&["enqueue", qs, "--max-attempts", "1"], b"small")
+        .status
+        .success());
+    let out = d.path().join("big.out");
+    std::fs::write(&out, vec![0u8; 1000]).unwrap();
+    let o = Command::new("sh")
+        .args(["-c", "ulimit -f 1; exec \"$S\" claim \"$Q\" >> \"$O\""])
+        .env("S", BIN)
+        .env("Q", qs)
+        .env("O", &out)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("File too large"),
+        "{}",
+        text(&o.stderr)
+    );
+    let listed = text(&steadq(&["list", qs]).stdout);
+    assert!(
+        listed.starts_with("ready") && listed.contains("attempt 0/1"),
+        "{listed}"
+    );
+    // A 3 MB payload into a FIFO whose reader waits 3 s; SIGTERM at 0.5 s.
+    let q2 = d.path().join("q2");
+    let q2s = p(&q2);
+    assert!(steadq(&["init", q2s]).status.success());
+    let big = d.path().join("big.bin");
+    std::fs::write(&big, vec![7u8; 3_000_000]).unwrap();
+    let e = steadq(&["enqueue", q2s, "--file", p(&big), "--max-attempts", "1"]);
+    assert!(e.status.success(), "{}", text(&e.stderr));
+    let fifo = d.path().join("pf");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut reader = Command::new("sh")
+        .args(["-c", "exec 3<\"$F\"; sleep 3; cat <&3 >/dev/null"])
+        .env("F", &fifo)
+        .spawn()
+        .unwrap();
+    let claim = Command::new(BIN)
+        .args(["claim", q2s, "--lease", "2s", "--payload-out", p(&fifo)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = rustix::process::Pid::from_raw(claim.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let o = claim.wait_with_output().unwrap();
+    let _ = reader.wait();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("stopped by signal 15"),
+        "{}",
+        text(&o.stderr)
+    );
+    let listed = text(&steadq(&["list", q2s]).stdout);
+    assert!(
+        listed.starts_with("ready") && listed.contains("attempt 0/1"),
+        "{listed}"
+    );
+}
+
 /// `compact` beside a receipt with a flipped byte said "corrupt job file (...); moved to
 /// dead/" and moved nothing (breaker finding): the message of a corrupt job said "moved"
 /// whether or not it was. It now says where it is: left in place here (fsck reports it),
