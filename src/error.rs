@@ -90,7 +90,7 @@ pub enum ErrorKind {
     NotAQueue,
     /// `Queue::create` (`steadq init`) on a directory that is neither a queue nor empty: it
     /// holds `entry` (the first, by name, that no queue holds), so a typo (`steadq init
-    /// /var/lib`) does not make a queue among someone's files. `lost+found` and SteadQ's own
+    /// /var/lib`) does not make a queue among someone's files. `lost+found` (at a filesystem root) and SteadQ's own
     /// entries (an interrupted `init`) are allowed. Not done, nothing changed.
     NotEmpty {
         /// The first foreign entry, by name.

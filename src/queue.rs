@@ -1036,6 +1036,20 @@ fn open_dirs(
     Ok(dirs)
 }
 
+/// The directory `mkfs.ext4` (and `mkfs.ext2/3`) leaves at a filesystem's root for
+/// `e2fsck`: the filesystem's own, not a foreign entry, where the queue root is that root.
+pub(crate) const LOST_FOUND: &str = "lost+found";
+
+/// Whether the queue root (`root`, opened from `path`) is the root of its filesystem: its
+/// `..` is on another device (a mount point) or is itself (`/`). False when either `stat`
+/// fails.
+pub(crate) fn is_fs_root(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> bool {
+    match (sys.file_id(root), sys.path_id(&path.join(".."))) {
+        (Ok(me), Ok(up)) => me.0 != up.0 || me == up,
+        _ => false,
+    }
+}
+
 /// Whether the filesystem of `fd` keeps nothing across a power cut and makes `fsync` a
 /// no-op: tmpfs (`TMPFS_MAGIC` 0x01021994) or ramfs (`RAMFS_MAGIC` 0x858458f6), from
 /// `statfs(2)` and include/uapi/linux/magic.h. False when `statfs` fails.
@@ -1511,11 +1525,12 @@ fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Resul
         }
     };
     let read_err = |e, at: &str| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(path.join(at)));
-    sys.read_dir(root, |name, raw, _| {
+    let fs_root = is_fs_root(sys, root, path);
+    sys.read_dir(root, |name, raw, t| {
         let ours = name.is_some_and(|n| {
             crate::disk::layout::ROOT_ENTRIES.contains(&n)
                 || n == crate::disk::layout::PRIO_DIR
-                || n == "lost+found"
+                || (n == LOST_FOUND && fs_root && t != EntryType::File && t != EntryType::Other)
                 || n.starts_with(&format!(".{IDENTITY_FILE}."))
                 || crate::admin::receipts::is_rotated_evidence(n)
         });

@@ -512,10 +512,19 @@ impl Queue {
     fn check_root(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let known = ROOT_ENTRIES;
         let (mut odd, mut blocked) = (Vec::new(), Vec::new());
+        let fs_root = crate::queue::is_fs_root(&self.sys, self.dirs.root.as_fd(), &self.root);
         self.sys
             .read_dir(self.dirs.root.as_fd(), |name, _, t| {
                 rep.checked += 1;
                 match name {
+                    // A queue at a filesystem's root (`init` takes one with only this).
+                    Some(crate::queue::LOST_FOUND)
+                        if fs_root
+                            && self.is_dir_entry(
+                                self.dirs.root.as_fd(),
+                                crate::queue::LOST_FOUND,
+                                t,
+                            ) => {}
                     // Only a directory: a file named `prio` (a script's `echo 5 > $Q/prio`)
                     // is foreign, and every level behind it waits until it is moved away.
                     Some(PRIO_DIR) if v3 => {

@@ -1829,10 +1829,30 @@ fn init_refuses_a_directory_of_other_files_and_changes_nothing() {
     );
     assert_eq!(snapshot(&dir), before);
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
-    // A filesystem's root, and a creation cut short before its identity file was written.
-    let fs_root = d.path().join("mnt");
-    std::fs::create_dir_all(fs_root.join("lost+found")).unwrap();
-    assert!(steadq(&["init", p(&fs_root)]).status.success());
+    // `lost+found` belongs only at a filesystem's root: elsewhere it is someone's (breaker
+    // finding: `lost+found/precious` was taken in).
+    let not_root = d.path().join("mnt");
+    std::fs::create_dir_all(not_root.join("lost+found")).unwrap();
+    let o = steadq(&["init", p(&not_root)]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("(it holds \"lost+found\")"));
+    // At a real filesystem's root (a fresh ext4, as root) it is taken, and `fsck` passes
+    // the queue (it reported `lost+found` as foreign there for ever).
+    if rustix::process::geteuid().is_root() {
+        match crate::filesystems::mount_ext4_with(d.path(), 16, &[]) {
+            Ok(m) => {
+                assert!(m.dir.join("lost+found").is_dir());
+                let o = steadq(&["init", p(&m.dir)]);
+                assert!(o.status.success(), "{}", text(&o.stderr));
+                let o = steadq(&["fsck", p(&m.dir)]);
+                assert!(o.status.success(), "{}", text(&o.stdout));
+            }
+            Err(e) => assert!(
+                std::env::var_os("STEADQ_REQUIRE_FS").is_none(),
+                "cannot mount ext4: {e}"
+            ),
+        }
+    }
     let cut = d.path().join("cut");
     std::fs::create_dir_all(cut.join("tmp")).unwrap();
     std::fs::create_dir_all(cut.join("ready/00")).unwrap();
