@@ -1539,13 +1539,33 @@ fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Resul
         }
     })
     .map_err(|e| read_err(e, "."))?;
-    // One level down in the directories `create` makes: an interrupted `init` leaves them
-    // empty or holding only what a queue puts there (shard and bucket directories, temp and
-    // job files in tmp/), and a queue that lost its identity holds its jobs one level deeper
-    // still. Anything else there, or one of them that is not a directory (a symlink
-    // `ready -> /etc`), is someone's: refused before anything is made.
-    for d in CREATED_DIRS {
-        let fd = match sys.open_dir_beneath(root, d) {
+    // Down through what a queue holds: an interrupted `init` leaves its directories empty or
+    // holding only what a queue puts there (shard and bucket directories, temp and job files
+    // in tmp/), and a queue that lost its identity holds job files one level deeper, in its
+    // shards and buckets, and maybe `keys/` and `prio/<l>/<ss>/`. Anything else there, or
+    // one of them that is not a directory (a symlink `ready -> /etc`), is someone's:
+    // refused before anything is made. Job names are checked for their shape only (no
+    // identity, so no tag); their contents are fsck's.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Holds {
+        Temps,
+        Shards,
+        Buckets,
+        Levels,
+        Keys,
+        Jobs,
+    }
+    let mut todo: Vec<(String, Holds)> = vec![
+        (TMP_DIR.into(), Holds::Temps),
+        (READY_DIR.into(), Holds::Shards),
+        (RECEIPTS_DIR.into(), Holds::Shards),
+        (DEAD_DIR.into(), Holds::Buckets),
+        (DELAYED_DIR.into(), Holds::Buckets),
+        (crate::disk::layout::PRIO_DIR.into(), Holds::Levels),
+        (crate::disk::layout::KEYS_DIR.into(), Holds::Keys),
+    ];
+    while let Some((d, holds)) = todo.pop() {
+        let fd = match sys.open_dir_beneath(root, &d) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => continue,
             Err(Errno::LOOP | Errno::NOTDIR) => {
@@ -1557,26 +1577,39 @@ fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Resul
                     Call::Open,
                     e,
                     Outcome::NotDone,
-                    Some(path.join(d)),
+                    Some(path.join(&d)),
                 ))
             }
         };
+        let mut deeper = Vec::new();
         sys.read_dir(fd.as_fd(), |name, raw, t| {
             let dir = matches!(t, EntryType::Dir | EntryType::Unknown);
             let file = matches!(t, EntryType::File | EntryType::Unknown);
-            let fits = name.is_some_and(|n| match d {
-                TMP_DIR => {
-                    file && (TempName::parse(n).is_some() || JobName::parse_untagged(n).is_ok())
+            let job = |n: &str| file && JobName::parse_untagged(n).is_ok();
+            let next = name.and_then(|n| match holds {
+                Holds::Temps => (file && TempName::parse(n).is_some() || job(n)).then_some(None),
+                Holds::Jobs => job(n).then_some(None),
+                Holds::Keys => (file && crate::ops::keys::is_key_name(n)).then_some(None),
+                Holds::Shards => {
+                    (dir && parse_hex(n.as_bytes(), 2).is_some()).then_some(Some(Holds::Jobs))
                 }
-                READY_DIR | RECEIPTS_DIR => dir && parse_hex(n.as_bytes(), 2).is_some(),
-                _ => dir && parse_hex(n.as_bytes(), 16).is_some(),
+                Holds::Buckets => {
+                    (dir && parse_hex(n.as_bytes(), 16).is_some()).then_some(Some(Holds::Jobs))
+                }
+                Holds::Levels => (dir && n.len() == 1 && matches!(n.as_bytes()[0], b'0'..=b'7'))
+                    .then_some(Some(Holds::Shards)),
             });
-            if !fits {
-                let n = name.map_or_else(|| raw.to_string_lossy().into_owned(), str::to_string);
-                note(format!("{d}/{n}"));
+            match (next, name) {
+                (Some(Some(h)), Some(n)) => deeper.push((format!("{d}/{n}"), h)),
+                (Some(None), _) => {}
+                _ => {
+                    let n = name.map_or_else(|| raw.to_string_lossy().into_owned(), str::to_string);
+                    note(format!("{d}/{n}"));
+                }
             }
         })
-        .map_err(|e| read_err(e, d))?;
+        .map_err(|e| read_err(e, &d))?;
+        todo.extend(deeper);
     }
     match foreign {
         Some(entry) => Err(Error::not_done(

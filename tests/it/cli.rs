@@ -1868,7 +1868,7 @@ fn init_refuses_a_directory_of_other_files_and_changes_nothing() {
 fn init_refuses_foreign_entries_one_level_down_and_changes_nothing() {
     let d = TempDir::new("cli-init-deeper");
     type Make<'a> = &'a dyn Fn(&Path);
-    let cases: [(&str, Make); 6] = [
+    let cases: [(&str, Make); 9] = [
         ("ready (not a directory)", &|q| {
             std::os::unix::fs::symlink("/etc", q.join("ready")).unwrap()
         }),
@@ -1885,6 +1885,19 @@ fn init_refuses_foreign_entries_one_level_down_and_changes_nothing() {
         }),
         ("dead/photos", &|q| {
             std::fs::create_dir_all(q.join("dead/photos")).unwrap()
+        }),
+        // Two levels down, and in the directories made on demand (breaker finding).
+        ("ready/00/x", &|q| {
+            std::fs::create_dir_all(q.join("ready/00")).unwrap();
+            std::fs::write(q.join("ready/00/x"), b"mine").unwrap();
+        }),
+        ("prio/x", &|q| {
+            std::fs::create_dir_all(q.join("prio")).unwrap();
+            std::fs::write(q.join("prio/x"), b"mine").unwrap();
+        }),
+        ("keys/foo", &|q| {
+            std::fs::create_dir_all(q.join("keys")).unwrap();
+            std::fs::write(q.join("keys/foo"), b"mine").unwrap();
         }),
         ("delayed/0000000000000001", &|q| {
             std::fs::create_dir_all(q.join("delayed")).unwrap();
