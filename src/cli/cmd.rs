@@ -261,6 +261,13 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
             "--payload-out -: stdout carries the lease handle, so the payload needs a file path (e.g. --payload-out /tmp/payload)",
         ));
     }
+    if let Some(p) = a.payload_out.as_deref().filter(|p| inside(p, &a.dir)) {
+        return Err(CliError::usage(format!(
+            "--payload-out {}: inside the queue directory, where it would overwrite the \
+             queue's own files (a job, the identity); nothing done",
+            p.display()
+        )));
+    }
     // Open the payload file before claiming, so a bad path changes nothing, but cut it only
     // once a job is claimed: without a job an existing file keeps its bytes and a new one
     // is removed again.
@@ -323,6 +330,24 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         }
     }
     print_handle(lease)
+}
+
+/// Whether `path` (which may not exist yet: its directory is resolved) lies inside the
+/// directory `dir`, symlinks resolved on both sides (`claim --payload-out` into the queue
+/// overwrote a job or the identity file: breaker finding). False when either cannot be
+/// resolved (the open that follows reports a bad path).
+fn inside(path: &std::path::Path, dir: &std::path::Path) -> bool {
+    let Ok(root) = std::fs::canonicalize(dir) else {
+        return false;
+    };
+    let resolved = std::fs::canonicalize(path).or_else(|_| {
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        std::fs::canonicalize(parent).map(|p| p.join(path.file_name().unwrap_or_default()))
+    });
+    resolved.is_ok_and(|p| p.starts_with(&root))
 }
 
 /// A claimed job whose handle cannot be handed out (`msg` says why): release it with its

@@ -1773,6 +1773,43 @@ fn claim_gives_the_job_back_when_a_file_size_limit_or_a_stop_signal_cuts_its_out
     );
 }
 
+/// `claim --payload-out` into the queue directory overwrote what it named: the identity file
+/// (every later command: "identity damaged") or another job's file (dead-lettered as corrupt)
+/// (breaker finding). A path inside the queue, symlinks resolved, is refused before the
+/// claim.
+#[test]
+fn claim_refuses_a_payload_path_inside_the_queue() {
+    let d = TempDir::new("cli-payload-inside");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs, "--shards", "1"]).status.success());
+    assert!(steadq_in(&["enqueue", qs], b"job").status.success());
+    std::os::unix::fs::symlink(&q, d.path().join("alias")).unwrap();
+    let identity = std::fs::read(q.join("steadq.queue")).unwrap();
+    let before = snapshot(&q);
+    for target in [
+        q.join("steadq.queue"),
+        q.join("ready/00/new.bin"),
+        d.path().join("alias/tmp/x"),
+    ] {
+        let o = steadq(&["claim", qs, "--payload-out", p(&target)]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("inside the queue directory"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    assert_eq!(snapshot(&q), before);
+    assert_eq!(std::fs::read(q.join("steadq.queue")).unwrap(), identity);
+    let out = d.path().join("payload.bin");
+    assert!(steadq(&["claim", qs, "--payload-out", p(&out)])
+        .status
+        .success());
+    assert_eq!(std::fs::read(&out).unwrap(), b"job");
+}
+
 /// `compact` beside a receipt with a flipped byte said "corrupt job file (...); moved to
 /// dead/" and moved nothing (breaker finding): the message of a corrupt job said "moved"
 /// whether or not it was. It now says where it is: left in place here (fsck reports it),
