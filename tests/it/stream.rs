@@ -389,7 +389,8 @@ fn claim_payload_out_streams_a_large_payload_exactly() {
     let q = Queue::create(d.path(), opts(1)).unwrap();
     let large = bytes(4 * CHUNK + 1);
     q.enqueue(&large).unwrap();
-    let out = d.path().join("payload");
+    // Beside the queue, not in it (a path inside the queue is refused).
+    let out = d.path().with_extension("payload");
     let o = Command::new(BIN)
         .args(["claim", d.path().to_str().unwrap(), "--payload-out"])
         .arg(&out)
@@ -402,6 +403,7 @@ fn claim_payload_out_streams_a_large_payload_exactly() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(std::fs::read(&out).unwrap() == large);
+    let _ = std::fs::remove_file(&out);
     let handle = String::from_utf8(o.stdout).unwrap();
     let l = q.lease_from_handle(handle.trim()).unwrap();
     assert!(l.payload().unwrap() == &large[..]);
