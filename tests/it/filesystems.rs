@@ -230,15 +230,12 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
     // directory fsync commits the whole journal transaction, so the enqueue's second file
     // fsync, the named route's fsync of tmp/ and the ack's fsync of its source directory are
     // left out. Everywhere else every barrier of the table stays.
-    if std::env::var_os("STEADQ_TEST_DIR").is_some() {
-        return; // inside a per-filesystem run: this test makes its own mounts
-    }
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIP a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant: needs root");
+    let Some(base) = own_mounts(
+        "a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant",
+        "barriers",
+    ) else {
         return;
-    }
-    let base = std::env::temp_dir().join(format!("steadq-barriers-{}", std::process::id()));
-    std::fs::create_dir_all(&base).unwrap();
+    };
     // [enqueue file fsyncs, enqueue dir fsyncs, claim dir fsyncs, ack dir fsyncs]
     let all = [[2, 1, 1, 2], [2, 2, 1, 2]];
     let dropped = [[1, 1, 1, 1], [1, 1, 1, 1]];
@@ -248,16 +245,8 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
         ("xfs", dropped),
         ("btrfs", all),
     ] {
-        let m = match mount(fs, &base) {
-            Ok(m) => m,
-            Err(e) => {
-                assert!(
-                    std::env::var_os("STEADQ_REQUIRE_FS").is_none(),
-                    "cannot mount {fs}: {e}"
-                );
-                eprintln!("SKIP {fs}: {e}");
-                continue;
-            }
+        let Some(m) = mount_or_skip(fs, &base) else {
+            continue;
         };
         assert_eq!(lifecycle_barriers(&m.dir), want, "barriers on {fs}");
     }
@@ -280,27 +269,16 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
 #[test]
 fn barriers_are_left_out_only_where_fsync_does_nothing() {
     use steadq::Durability;
-    if std::env::var_os("STEADQ_TEST_DIR").is_some() {
-        return; // inside a per-filesystem run: this test makes its own mounts
-    }
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIP barriers_are_left_out_only_where_fsync_does_nothing: needs root");
+    let Some(base) = own_mounts(
+        "barriers_are_left_out_only_where_fsync_does_nothing",
+        "volatile",
+    ) else {
         return;
-    }
-    let base = std::env::temp_dir().join(format!("steadq-volatile-{}", std::process::id()));
-    std::fs::create_dir_all(&base).unwrap();
+    };
     let mut seen = Vec::new();
     for (fs, disk) in [("tmpfs", false), ("ext4", true), ("btrfs", true)] {
-        let m = match mount(fs, &base) {
-            Ok(m) => m,
-            Err(e) => {
-                assert!(
-                    std::env::var_os("STEADQ_REQUIRE_FS").is_none(),
-                    "cannot mount {fs}: {e}"
-                );
-                eprintln!("SKIP {fs}: {e}");
-                continue;
-            }
+        let Some(m) = mount_or_skip(fs, &base) else {
+            continue;
         };
         let root = m.dir.join("q");
         Queue::create(&root, crate::common::opts(2)).unwrap();
@@ -335,4 +313,35 @@ fn barriers_are_left_out_only_where_fsync_does_nothing() {
     }
     eprintln!("barriers: {seen:?}");
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The scratch directory of a test that makes its own mounts, or `None` (said why) when it
+/// cannot: inside a per-filesystem run, or not root.
+fn own_mounts(test: &str, tag: &str) -> Option<std::path::PathBuf> {
+    if std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        return None; // inside a per-filesystem run: this test makes its own mounts
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP {test}: needs root");
+        return None;
+    }
+    let base = std::env::temp_dir().join(format!("steadq-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    Some(base)
+}
+
+/// `fs` mounted under `base`, or `None` (said why) where it cannot be and no filesystem is
+/// required (`STEADQ_REQUIRE_FS` unset).
+fn mount_or_skip(fs: &str, base: &Path) -> Option<Mount> {
+    match mount(fs, base) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            assert!(
+                std::env::var_os("STEADQ_REQUIRE_FS").is_none(),
+                "cannot mount {fs}: {e}"
+            );
+            eprintln!("SKIP {fs}: {e}");
+            None
+        }
+    }
 }
