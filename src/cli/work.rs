@@ -37,12 +37,24 @@ pub const STOP_SIGNALS: [libc::c_int; 4] =
     [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
 /// Each of [`STOP_SIGNALS`] sets a flag ([`stop_requested`]) instead of ending the process.
+/// Installed with `SA_RESTART` (what `signal(2)` gives on glibc and musl): a call the signal
+/// lands in is restarted, and the worker's loop reads the flag.
 pub fn install_handlers() {
+    set_stop_handlers(libc::SA_RESTART);
+}
+
+/// Install [`on_signal`] for each of [`STOP_SIGNALS`] with `sigaction(2)` flags `flags`.
+fn set_stop_handlers(flags: libc::c_int) {
     for sig in STOP_SIGNALS {
-        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to atomics, which
-        // is async-signal-safe; `signal` has no other preconditions.
+        // SAFETY: `sa` is fully initialised (zeroed, then its handler, an empty mask and
+        // `flags`); `on_signal` only stores to atomics, which is async-signal-safe;
+        // sigaction reads `sa` and writes nothing through the null old-action pointer.
         unsafe {
-            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = flags;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
 }
@@ -54,18 +66,7 @@ pub fn install_handlers() {
 /// instead of dying with it leased and an attempt used. Until then the signals keep their
 /// default action: a `claim --wait` still ends at once.
 pub fn install_interrupting_handlers() {
-    for sig in STOP_SIGNALS {
-        // SAFETY: `sa` is fully initialised (zeroed, then its handler, an empty mask and no
-        // flags); `on_signal` only stores to atomics, which is async-signal-safe; sigaction
-        // reads `sa` and writes nothing through the null old-action pointer.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-            libc::sigemptyset(&mut sa.sa_mask);
-            sa.sa_flags = 0;
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
+    set_stop_handlers(0);
 }
 
 /// The stop signal that arrived, if any (0: none).
