@@ -3,7 +3,11 @@
 //! ```text
 //! cargo run --release -p steadq-bench -- DIR [--duration 2s] [--rounds 3] [--workers 1,2,4,8]
 //!                                            [--batch 64] [--payload 64] [--out DIR]
+//!                                            [--only steadq:batched,bare:syncfs-batch]
 //! ```
+//!
+//! `--only` keeps the cases whose `system` or `system:mode` is listed (a quick look at one
+//! figure; the ratios need both sides of it).
 //!
 //! Every case runs `--rounds` times, interleaved (round 1 of every case, then round 2, ...),
 //! and the median is kept, so slow phases of a shared machine hit every system alike. The
@@ -38,6 +42,7 @@ struct Args {
     batch: usize,
     payload: usize,
     out: PathBuf,
+    only: Vec<String>,
 }
 
 fn parse_args() -> Res<Args> {
@@ -55,6 +60,7 @@ fn parse_args() -> Res<Args> {
         out: Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("results")
             .join(secs.to_string()),
+        only: Vec::new(),
     };
     while let Some(x) = it.next() {
         let mut val = || it.next().ok_or(format!("{x} needs a value"));
@@ -72,6 +78,7 @@ fn parse_args() -> Res<Args> {
             "--batch" => a.batch = val()?.parse()?,
             "--payload" => a.payload = val()?.parse()?,
             "--out" => a.out = val()?.into(),
+            "--only" => a.only = val()?.split(',').map(str::to_owned).collect(),
             s if !s.starts_with('-') => a.dir = s.into(),
             s => return Err(format!("unknown option {s}").into()),
         }
@@ -99,6 +106,13 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
     v.push(c("sqlite", "full-txn-batch", 1));
     v.push(c("steadq", "none", 1));
     v.push(c("bare", "none", 1));
+    let wanted = |c: &Case| {
+        a.only.is_empty()
+            || a.only
+                .iter()
+                .any(|o| *o == c.system || *o == format!("{}:{}", c.system, c.mode))
+    };
+    v.retain(wanted);
     v
 }
 

@@ -35,6 +35,10 @@ pub enum Call {
     FsyncDir,
     /// `syncfs(2)`: a durability barrier for a whole filesystem (batched enqueue).
     Syncfs,
+    /// `sync_file_range(2)` of a whole job file (write out and wait): its data written, not
+    /// committed; part of a barrier only where a journal commit follows in order (xfs,
+    /// journaled ext4: [`Sys::write_out`]).
+    WriteOut,
     /// `linkat(2)`: publishes an `O_TMPFILE` (a linearization point).
     Link,
     /// `renameat2(2)` with `RENAME_NOREPLACE` (a linearization point).
@@ -47,7 +51,7 @@ pub enum Call {
 
 impl Call {
     /// Every kind, in declaration order.
-    pub const ALL: [Call; 12] = [
+    pub const ALL: [Call; 13] = [
         Call::Open,
         Call::Mkdir,
         Call::ReadDir,
@@ -56,6 +60,7 @@ impl Call {
         Call::Fsync,
         Call::FsyncDir,
         Call::Syncfs,
+        Call::WriteOut,
         Call::Link,
         Call::Rename,
         Call::Unlink,
@@ -73,6 +78,7 @@ impl Call {
             Call::Fsync => "fsync",
             Call::FsyncDir => "fsync (directory)",
             Call::Syncfs => "syncfs",
+            Call::WriteOut => "sync_file_range",
             Call::Link => "linkat",
             Call::Rename => "renameat2",
             Call::Unlink => "unlink",
@@ -96,7 +102,7 @@ pub enum FaultAction {
     /// The call is made; afterwards every call fails with `ESHUTDOWN` (a simulated crash).
     StopAfter,
     /// The call is not made but reports success: a lying barrier. Only for `Fsync`,
-    /// `FsyncDir` and `Syncfs` (elsewhere it acts as no fault); the crash lab's negative
+    /// `FsyncDir`, `Syncfs` and `WriteOut` (elsewhere it acts as no fault); the crash lab's negative
     /// control uses it to prove that a skipped barrier is caught.
     Skip,
 }
@@ -118,7 +124,7 @@ pub struct Fault {
 }
 
 /// Whether a queue in directory `dir` makes one fsync per move between directories and
-/// leaves out an enqueue's second file fsync: true on xfs and on ext4 with a jbd2 journal
+/// writes a job file out (`sync_file_range`) instead of fsyncing it: true on xfs and on ext4 with a jbd2 journal
 /// and no fast commits (DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
 /// opened. For tests that count barriers (feature `faults`, as the module's export).
 #[cfg(feature = "faults")]
@@ -133,7 +139,7 @@ pub fn one_fsync_per_move(dir: &std::path::Path) -> bool {
 #[derive(Debug, Default)]
 pub struct FaultPlan {
     faults: Vec<Fault>,
-    counts: [AtomicU32; 12],
+    counts: [AtomicU32; Call::ALL.len()],
     stopped: AtomicBool,
     fired: AtomicBool,
     disarmed: AtomicBool,
@@ -671,6 +677,34 @@ impl Sys {
                 r
             }
         }
+    }
+
+    /// `sync_file_range(2)` over the whole file with `SYNC_FILE_RANGE_WAIT_BEFORE | WRITE |
+    /// WAIT_AFTER`: writes the file's dirty pages out and waits for those writes, so its
+    /// blocks are allocated (in the journal transaction running now) and its data is on the
+    /// device, but commits no metadata and flushes no device cache. Alone it is no barrier
+    /// (sync_file_range(2): "there are no guarantees that the data will be available after a
+    /// crash"). SteadQ calls it, instead of an fsync, only before a link or rename whose
+    /// directory fsync then commits the journal in order, flush first (xfs and journaled
+    /// ext4; DESIGN.md, Barriers: one commit per enqueue). Reports the file's writeback
+    /// errors (`EIO`). A [`FaultAction::Skip`] skips it like a barrier.
+    #[allow(unsafe_code)]
+    pub fn write_out(&self, fd: BorrowedFd<'_>) -> R<()> {
+        const FLAGS: libc::c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        self.run_barrier(Call::WriteOut, || {
+            use std::os::fd::AsRawFd;
+            // SAFETY: sync_file_range(2) takes a descriptor that `fd` keeps open for the call
+            // and plain integers; it reads and writes no memory of this process.
+            let r = unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, FLAGS) };
+            match r {
+                0 => Ok(()),
+                _ => {
+                    Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO))
+                }
+            }
+        })
     }
 
     /// `syncfs(2)`: writes back the whole filesystem holding `fd`. Linux 5.8+ reports writeback

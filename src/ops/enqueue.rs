@@ -227,8 +227,10 @@ impl Queue {
     }
 
     /// Enqueue several payloads. Under [`Durability::Batched`] the batch shares its barriers:
-    /// one `syncfs` for all file contents, then all links, then one fsync per directory
-    /// touched; under `Strict` each job gets its own barriers. Returns the ids in order.
+    /// one `syncfs` for all file contents, then all links, then one more `syncfs` for the
+    /// names (on xfs and journaled ext4 one fsync of the last link's directory instead, which
+    /// commits every earlier link too: DESIGN.md, Barriers); under `Strict` each job gets its
+    /// own barriers. Returns the ids in order.
     ///
     /// # Errors
     /// As [`Queue::enqueue`]; once any job of the batch was published the outcome is
@@ -270,9 +272,23 @@ impl Queue {
                 }
             })?;
         }
-        // One more syncfs makes every new name durable with its data, on every filesystem
-        // (see `publish` for why a directory fsync alone is not enough on btrfs).
-        if self.barriers {
+        // The names. Where one directory fsync commits the whole journal (xfs, journaled
+        // ext4: `one_barrier_per_rename`), the fsync of the last link's directory commits the
+        // transaction holding that link, and commits are in order, so every earlier link of
+        // the batch is durable with it (DESIGN.md, Barriers: batches). Elsewhere one more
+        // syncfs makes every new name durable with its data (see `publish` for why a
+        // directory fsync alone is not enough on btrfs).
+        let last = prepared.last().filter(|_| self.barriers);
+        if let Some(p) = last.filter(|p| self.group.one_barrier_per_rename(&self.sys, p.dir.fd())) {
+            self.dir_barrier(&p.dir).map_err(|e| {
+                Error::io(
+                    Call::FsyncDir,
+                    e,
+                    Outcome::Indeterminate,
+                    Some(self.path(&p.rel_dir)),
+                )
+            })?;
+        } else if last.is_some() {
             self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
                 Error::io(
                     Call::Syncfs,
@@ -376,11 +392,21 @@ impl Queue {
     ) -> Result<Written> {
         let nd = |c, e, rel: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(rel)));
         let sync = sync && self.barriers;
+        // Where the target directory's fsync after the link commits the journal in order,
+        // flushing the device first (xfs, journaled ext4: `one_barrier_per_rename`), writing
+        // the data out is enough before the link: that one commit makes the data, its
+        // blocks and the name durable together (DESIGN.md, Barriers: one commit per
+        // enqueue). Elsewhere the file is fsynced before it is named.
+        let one_commit = sync && self.group.one_barrier_per_rename(&self.sys, p.dir.fd());
         let mut fill = |fd: BorrowedFd<'_>, rel: &str| {
             fill(fd)
-                .and_then(|()| match sync {
-                    true => self.sys.fsync(fd).map_err(|e| (Call::Fsync, e).into()),
-                    false => Ok(()),
+                .and_then(|()| match (sync, one_commit) {
+                    (true, true) => self
+                        .sys
+                        .write_out(fd)
+                        .map_err(|e| (Call::WriteOut, e).into()),
+                    (true, false) => self.sys.fsync(fd).map_err(|e| (Call::Fsync, e).into()),
+                    (false, _) => Ok(()),
                 })
                 .map_err(|f| match f {
                     FillError::Call(c, e) => nd(c, e, rel),

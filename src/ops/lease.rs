@@ -1038,6 +1038,7 @@ impl Queue {
         let mut out: Vec<Lease> = Vec::with_capacity(max.min(1024));
         let mut seen = RecoverReport::default();
         let mut shards: Vec<u16> = Vec::new();
+        let mut last = None;
         while out.len() < max {
             let next = if out.is_empty() {
                 self.claim_sweep_with(lease, &mut seen, false)
@@ -1046,6 +1047,7 @@ impl Queue {
             };
             match next {
                 Ok(Some(l)) => {
+                    last = Some(l.shard);
                     if !shards.contains(&l.shard) {
                         shards.push(l.shard);
                     }
@@ -1059,8 +1061,17 @@ impl Queue {
                 Err(e) => return Err(e.with_outcome(Outcome::Indeterminate).into()),
             }
         }
-        for s in shards {
-            self.sync_place(&self.place_ready(s, State::Leased))?;
+        // On xfs and journaled ext4 the fsync of the last claim's directory commits every
+        // earlier claim of the batch too (`sync_batch`).
+        if let Some(last) = last {
+            let last = self.place_ready(last, State::Leased);
+            if self.group.one_barrier_per_rename(&self.sys, last.dir.fd()) {
+                self.sync_place(&last)?;
+            } else {
+                for s in shards {
+                    self.sync_place(&self.place_ready(s, State::Leased))?;
+                }
+            }
         }
         Ok(out)
     }
@@ -1076,6 +1087,7 @@ impl Queue {
     pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>, Failure> {
         let mut out = Vec::with_capacity(leases.len());
         let mut shards: Vec<(u16, u16)> = Vec::new();
+        let mut last = None;
         let mut leases = leases.into_iter();
         // Receipts the policy still has to cut or remove once the batch is durable.
         let mut after: Vec<(u16, JobName, Vec<u8>)> = Vec::new();
@@ -1089,6 +1101,7 @@ impl Queue {
             match r {
                 Ok(r) => {
                     out.push(r);
+                    last = Some(l.receipt_shard());
                     if !shards.contains(&(l.receipt_shard(), l.shard)) {
                         shards.push((l.receipt_shard(), l.shard));
                     }
@@ -1104,8 +1117,21 @@ impl Queue {
                 }
             }
         }
-        for (r, s) in shards {
-            self.sync_moved(&self.place_ready(s, State::Leased), &self.place_receipts(r))?;
+        // On xfs and journaled ext4 the fsync of the last ack's receipts directory commits
+        // every earlier ack of the batch too, in both of its directories.
+        match last {
+            Some(r)
+                if self
+                    .group
+                    .one_barrier_per_rename(&self.sys, self.dirs.root.as_fd()) =>
+            {
+                self.sync_place(&self.place_receipts(r))?
+            }
+            _ => {
+                for (r, s) in shards {
+                    self.sync_moved(&self.place_ready(s, State::Leased), &self.place_receipts(r))?;
+                }
+            }
         }
         for (s, new, h) in after {
             self.after_ack(s, &new, &h);

@@ -544,7 +544,7 @@ fn fault_matrix_reports_the_true_outcome() {
                     let label = match &res {
                         Ok(()) => {
                             assert!(happened, "{ctx}: reported done but did not happen");
-                            if matches!(call, Call::Fsync | Call::Syncfs)
+                            if matches!(call, Call::Fsync | Call::Syncfs | Call::WriteOut)
                                 && plan.fired()
                                 && !matches!(action, FaultAction::StopAfter)
                                 && !policy_step_kept_the_receipt(op, &d)
@@ -664,14 +664,16 @@ fn eio_from_the_rename_itself_is_indeterminate_other_errnos_not_done() {
 
 #[test]
 fn a_skip_fault_lies_about_every_matching_barrier() {
-    // The crash lab's negative control: fsyncs of files "succeed" without being made.
+    // The crash lab's negative control: fsyncs and write-outs of files "succeed" without
+    // being made.
     let d = TempDir::new("skip");
     drop(Queue::create(d.path(), opts(1)).unwrap());
-    let plan = FaultPlan::new(vec![Fault {
-        call: Call::Fsync,
+    let skip = |call| Fault {
+        call,
         nth: 0,
         action: FaultAction::Skip,
-    }]);
+    };
+    let plan = FaultPlan::new(vec![skip(Call::Fsync), skip(Call::WriteOut)]);
     let q = Queue::open_with(
         d.path(),
         Options {
@@ -684,15 +686,20 @@ fn a_skip_fault_lies_about_every_matching_barrier() {
         q.enqueue(b"x").unwrap();
     }
     assert!(plan.fired());
-    // Two file fsyncs per job (before and after its link), one on xfs and journaled ext4.
-    let file = if steadq::sys::one_fsync_per_move(d.path()) {
-        3
+    // Two file fsyncs per job (before and after its link); on xfs and journaled ext4 one
+    // write-out (sync_file_range) before the link instead.
+    let (file, out) = if steadq::sys::one_fsync_per_move(d.path()) {
+        (0, 3)
     } else {
-        6
+        (6, 0)
     };
     assert_eq!(
-        (plan.count(Call::Fsync), plan.count(Call::FsyncDir)),
-        (file, 3)
+        (
+            plan.count(Call::Fsync),
+            plan.count(Call::WriteOut),
+            plan.count(Call::FsyncDir)
+        ),
+        (file, out, 3)
     );
     assert_eq!(q.list(None).unwrap().len(), 3);
 }

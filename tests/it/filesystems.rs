@@ -185,9 +185,9 @@ fn suite_passes_on_real_filesystems() {
 /// The barriers one Strict lifecycle makes, counted by the syscall layer: `[file fsyncs of
 /// the enqueue, directory fsyncs of the enqueue, of the claim, of the ack]`, for the
 /// `O_TMPFILE` route and then for the named route (`tmp/`).
-fn lifecycle_barriers(dir: &Path) -> [[u32; 4]; 2] {
+fn lifecycle_barriers(dir: &Path) -> [[u32; 5]; 2] {
     use steadq::sys::{Call, FaultPlan};
-    let mut out = [[0; 4]; 2];
+    let mut out = [[0; 5]; 2];
     for (route, named) in [false, true].into_iter().enumerate() {
         let root = dir.join(format!("q-{route}"));
         Queue::create(&root, crate::common::opts(1)).unwrap();
@@ -207,13 +207,14 @@ fn lifecycle_barriers(dir: &Path) -> [[u32; 4]; 2] {
         plan.reset_counts();
         q.enqueue(b"counted").unwrap();
         out[route][0] = plan.count(Call::Fsync);
-        out[route][1] = plan.count(Call::FsyncDir);
-        plan.reset_counts();
-        let l = q.claim().unwrap().unwrap();
+        out[route][1] = plan.count(Call::WriteOut);
         out[route][2] = plan.count(Call::FsyncDir);
         plan.reset_counts();
-        l.ack().unwrap();
+        let l = q.claim().unwrap().unwrap();
         out[route][3] = plan.count(Call::FsyncDir);
+        plan.reset_counts();
+        l.ack().unwrap();
+        out[route][4] = plan.count(Call::FsyncDir);
         assert_eq!(
             crate::common::counts(&q)[4],
             2,
@@ -227,18 +228,20 @@ fn lifecycle_barriers(dir: &Path) -> [[u32; 4]; 2] {
 #[test]
 fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
     // DESIGN.md, Barriers: on xfs and on ext4 with a jbd2 journal (no fast commits) one
-    // directory fsync commits the whole journal transaction, so the enqueue's second file
-    // fsync, the named route's fsync of tmp/ and the ack's fsync of its source directory are
-    // left out. Everywhere else every barrier of the table stays.
+    // directory fsync commits the whole journal transaction, in order and flush first, so
+    // the enqueue's file fsyncs become one write-out (sync_file_range) before the link, and
+    // the named route's fsync of tmp/ and the ack's fsync of its source directory are left
+    // out. Everywhere else every barrier of the table stays.
     let Some(base) = own_mounts(
         "a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant",
         "barriers",
     ) else {
         return;
     };
-    // [enqueue file fsyncs, enqueue dir fsyncs, claim dir fsyncs, ack dir fsyncs]
-    let all = [[2, 1, 1, 2], [2, 2, 1, 2]];
-    let dropped = [[1, 1, 1, 1], [1, 1, 1, 1]];
+    // [enqueue file fsyncs, enqueue write-outs, enqueue dir fsyncs, claim dir fsyncs,
+    //  ack dir fsyncs], for the O_TMPFILE route and the named route
+    let all = [[2, 0, 1, 1, 2], [2, 0, 2, 1, 2]];
+    let dropped = [[0, 1, 1, 1, 1], [0, 1, 1, 1, 1]];
     for (fs, want) in [
         ("tmpfs", all),
         ("ext4", dropped),
@@ -257,6 +260,101 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
             all,
             "barriers on ext4 fast_commit"
         ),
+        Err(e) => eprintln!("SKIP ext4 -O fast_commit: {e}"),
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The barriers of one batched lifecycle of 64 jobs over 8 shards: `[enqueue_batch syncfs,
+/// enqueue_batch directory fsyncs, claim_batch directory fsyncs, ack_batch directory fsyncs]`,
+/// and the number of ready shards the batch landed in.
+fn batch_barriers(dir: &Path) -> ([u32; 4], u32) {
+    use steadq::sys::{Call, FaultPlan};
+    let root = dir.join("q-batch");
+    Queue::create(&root, crate::common::opts(8)).unwrap();
+    let plan = FaultPlan::disarmed(vec![]);
+    let q = Queue::open_with(
+        &root,
+        Options {
+            faults: Some(plan.clone()),
+            durability: steadq::Durability::Batched,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    q.enqueue(b"warm").unwrap();
+    q.claim().unwrap().unwrap().ack().unwrap();
+    let payloads: Vec<Vec<u8>> = (0..64).map(|i| format!("job {i}").into_bytes()).collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(|p| &p[..]).collect();
+    let mut out = [0; 4];
+    plan.reset_counts();
+    let ids = q.enqueue_batch(&refs).unwrap();
+    out[0] = plan.count(Call::Syncfs);
+    out[1] = plan.count(Call::FsyncDir);
+    let shards = std::fs::read_dir(root.join("ready"))
+        .unwrap()
+        .filter(|e| {
+            let p = e.as_ref().unwrap().path();
+            std::fs::read_dir(p).unwrap().next().is_some()
+        })
+        .count() as u32;
+    plan.reset_counts();
+    let leases = q
+        .claim_batch(64, std::time::Duration::from_secs(60))
+        .unwrap();
+    out[2] = plan.count(Call::FsyncDir);
+    let mut got: Vec<_> = leases.iter().map(|l| l.id()).collect();
+    let mut want = ids.clone();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(
+        got,
+        want,
+        "the batch claimed every job of {}",
+        dir.display()
+    );
+    plan.reset_counts();
+    assert_eq!(q.ack_batch(leases).unwrap().len(), 64);
+    out[3] = plan.count(Call::FsyncDir);
+    assert_eq!(
+        crate::common::counts(&q)[4],
+        65,
+        "acked on {}",
+        dir.display()
+    );
+    (out, shards)
+}
+
+#[test]
+fn a_batch_shares_one_barrier_per_step_where_commits_are_in_order() {
+    // DESIGN.md, Barriers (batches): on xfs and journaled ext4 the fsync of the directory of
+    // a batch's last rename or link commits every earlier one, so each step of a batched
+    // lifecycle makes one barrier; elsewhere one per directory touched (and two syncfs).
+    let Some(base) = own_mounts(
+        "a_batch_shares_one_barrier_per_step_where_commits_are_in_order",
+        "batches",
+    ) else {
+        return;
+    };
+    for (fs, one) in [
+        ("tmpfs", false),
+        ("ext4", true),
+        ("xfs", true),
+        ("btrfs", false),
+    ] {
+        let Some(m) = mount_or_skip(fs, &base) else {
+            continue;
+        };
+        let (got, k) = batch_barriers(&m.dir);
+        assert!(k >= 2, "64 jobs landed in {k} shard(s) on {fs}");
+        let want = if one { [1, 1, 1, 1] } else { [2, 0, k, 2 * k] };
+        assert_eq!(got, want, "batch barriers on {fs} ({k} shards)");
+    }
+    match mount_ext4_with(&base, 64, &["-O", "fast_commit"]) {
+        Ok(m) => {
+            let (got, k) = batch_barriers(&m.dir);
+            assert_eq!(got, [2, 0, k, 2 * k], "batch barriers on ext4 fast_commit");
+        }
         Err(e) => eprintln!("SKIP ext4 -O fast_commit: {e}"),
     }
     let _ = std::fs::remove_dir_all(&base);

@@ -1,7 +1,8 @@
 //! The SteadQ crash workload (runs in the guest, static): a mix of enqueues, claims, acks,
 //! nacks and fails on a queue at `<mountpoint>/q`, each recorded with an in-band mark only
 //! after the operation returned done (past its rename and every barrier):
-//! `enq <id>`, `claim <id> <attempt>`, `ack <id>`, `nack <id>`, `fail <id>`.
+//! `enq <id>`, `claim <id> <attempt>`, `ack <id>`, `nack <id>`, `fail <id>`. Every 16th step
+//! claims and acks a batch (`claim_batch`, `ack_batch`) instead of one job.
 //!
 //! `steadq-workload <mountpoint> <blockdev> <markbase> [--jobs N] [--batched] [--skip-file-fsync]`
 //!
@@ -66,13 +67,15 @@ impl Marker {
 /// reported at the end); with the negative control the plan skips every file fsync from then
 /// on (a torn identity file is not the bug under test).
 fn create(a: &Args) -> (Queue, Arc<FaultPlan>) {
-    let skip = Fault {
-        call: Call::Fsync,
+    let skip = |call| Fault {
+        call,
         nth: 0,
         action: FaultAction::Skip,
     };
+    // On xfs and journaled ext4 a job file is written out (sync_file_range) before its link,
+    // not fsynced: the control skips both.
     let plan = FaultPlan::disarmed(if a.skip_file_fsync {
-        vec![skip]
+        vec![skip(Call::Fsync), skip(Call::WriteOut)]
     } else {
         Vec::new()
     });
@@ -145,6 +148,23 @@ fn enqueue(q: &Queue, m: &mut Marker, i: u64, batched: bool) {
     }
 }
 
+/// Claims up to three jobs with `claim_batch` and acks them with `ack_batch`: on xfs and
+/// journaled ext4 each batch makes one directory fsync (the last rename's), which commits
+/// the earlier renames in order (DESIGN.md, Barriers).
+fn claim_and_ack_batch(q: &Queue, m: &mut Marker) {
+    let leases = q
+        .claim_batch(3, Duration::from_secs(600))
+        .unwrap_or_else(|e| fail("claim_batch", e));
+    let ids: Vec<String> = leases.iter().map(|l| l.id().to_string()).collect();
+    for (l, id) in leases.iter().zip(&ids) {
+        m.mark("claim", format!("{id} {}", l.attempt()));
+    }
+    q.ack_batch(leases).unwrap_or_else(|e| fail("ack_batch", e));
+    for id in ids {
+        m.mark("ack", id);
+    }
+}
+
 /// Claims a job and settles it by ack, fail or nack, as step `i` says.
 fn claim_and_settle(q: &Queue, m: &mut Marker, i: u64) {
     let Some(l) = q
@@ -190,14 +210,18 @@ fn main() {
     let t = Instant::now();
     for i in 0..a.jobs {
         enqueue(&q, &mut m, i, a.batched);
-        if i % 2 == 1 {
+        if i % 16 == 15 {
+            claim_and_ack_batch(&q, &mut m);
+        } else if i % 2 == 1 {
             claim_and_settle(&q, &mut m, i);
         }
     }
     say(&format!(
-        "CRASHLAB_WORKLOAD_FSYNCS file {} dir {}",
+        "CRASHLAB_WORKLOAD_FSYNCS file {} dir {} write-out {} syncfs {}",
         plan.count(Call::Fsync),
-        plan.count(Call::FsyncDir)
+        plan.count(Call::FsyncDir),
+        plan.count(Call::WriteOut),
+        plan.count(Call::Syncfs)
     ));
     say(&format!(
         "CRASHLAB_WORKLOAD_OK {} iterations in {:.2}s{}",
