@@ -108,6 +108,15 @@ pub(crate) enum Written {
     Named(String, OwnedFd),
 }
 
+impl Written {
+    /// The written file.
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Written::Unnamed(fd) | Written::Named(_, fd) => fd.as_fd(),
+        }
+    }
+}
+
 /// Why filling a job file failed: a call on it (the caller names the file), or any other
 /// error (a payload over the limit, an input that could not be read).
 pub(crate) enum FillError {
@@ -228,9 +237,10 @@ impl Queue {
 
     /// Enqueue several payloads. Under [`Durability::Batched`] the batch shares its barriers:
     /// one `syncfs` for all file contents, then all links, then one more `syncfs` for the
-    /// names (on xfs and journaled ext4 one fsync of the last link's directory instead, which
-    /// commits every earlier link too: DESIGN.md, Barriers); under `Strict` each job gets its
-    /// own barriers. Returns the ids in order.
+    /// names. On xfs and journaled ext4 it is one commit instead: every file written out
+    /// (`sync_file_range`), the links, then one fsync of the last link's directory, which
+    /// commits every earlier link and the files' blocks in order (DESIGN.md, Barriers).
+    /// Under `Strict` each job gets its own barriers. Returns the ids in order.
     ///
     /// # Errors
     /// As [`Queue::enqueue`]; once any job of the batch was published the outcome is
@@ -258,7 +268,23 @@ impl Queue {
         for p in &prepared {
             written.push(self.write_job(p, false)?);
         }
-        if self.barriers {
+        // The contents. Where the directory fsync after the links commits the journal in
+        // order, flush first (xfs, journaled ext4), writing every file out is enough: all
+        // writes are started, then each is waited for, and that one commit makes data,
+        // blocks and names durable together (DESIGN.md, Barriers). Elsewhere one syncfs.
+        let one_commit = self.barriers
+            && prepared
+                .first()
+                .is_some_and(|p| self.group.one_barrier_per_rename(&self.sys, p.dir.fd()));
+        if one_commit {
+            let nd = |e| Error::io(Call::WriteOut, e, Outcome::NotDone, Some(self.root.clone()));
+            for w in &written {
+                self.sys.start_write_out(w.fd()).map_err(nd)?;
+            }
+            for w in &written {
+                self.sys.write_out(w.fd()).map_err(nd)?;
+            }
+        } else if self.barriers {
             self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
                 Error::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone()))
             })?;
@@ -279,7 +305,7 @@ impl Queue {
         // syncfs makes every new name durable with its data (see `publish` for why a
         // directory fsync alone is not enough on btrfs).
         let last = prepared.last().filter(|_| self.barriers);
-        if let Some(p) = last.filter(|p| self.group.one_barrier_per_rename(&self.sys, p.dir.fd())) {
+        if let Some(p) = last.filter(|_| one_commit) {
             self.dir_barrier(&p.dir).map_err(|e| {
                 Error::io(
                     Call::FsyncDir,

@@ -266,9 +266,9 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
 }
 
 /// The barriers of one batched lifecycle of 64 jobs over 8 shards: `[enqueue_batch syncfs,
-/// enqueue_batch directory fsyncs, claim_batch directory fsyncs, ack_batch directory fsyncs]`,
-/// and the number of ready shards the batch landed in.
-fn batch_barriers(dir: &Path) -> ([u32; 4], u32) {
+/// enqueue_batch write-outs, enqueue_batch directory fsyncs, claim_batch directory fsyncs,
+/// ack_batch directory fsyncs]`, and the number of ready shards the batch landed in.
+fn batch_barriers(dir: &Path) -> ([u32; 5], u32) {
     use steadq::sys::{Call, FaultPlan};
     let root = dir.join("q-batch");
     Queue::create(&root, crate::common::opts(8)).unwrap();
@@ -286,11 +286,12 @@ fn batch_barriers(dir: &Path) -> ([u32; 4], u32) {
     q.claim().unwrap().unwrap().ack().unwrap();
     let payloads: Vec<Vec<u8>> = (0..64).map(|i| format!("job {i}").into_bytes()).collect();
     let refs: Vec<&[u8]> = payloads.iter().map(|p| &p[..]).collect();
-    let mut out = [0; 4];
+    let mut out = [0; 5];
     plan.reset_counts();
     let ids = q.enqueue_batch(&refs).unwrap();
     out[0] = plan.count(Call::Syncfs);
-    out[1] = plan.count(Call::FsyncDir);
+    out[1] = plan.count(Call::WriteOut);
+    out[2] = plan.count(Call::FsyncDir);
     let shards = std::fs::read_dir(root.join("ready"))
         .unwrap()
         .filter(|e| {
@@ -302,7 +303,7 @@ fn batch_barriers(dir: &Path) -> ([u32; 4], u32) {
     let leases = q
         .claim_batch(64, std::time::Duration::from_secs(60))
         .unwrap();
-    out[2] = plan.count(Call::FsyncDir);
+    out[3] = plan.count(Call::FsyncDir);
     let mut got: Vec<_> = leases.iter().map(|l| l.id()).collect();
     let mut want = ids.clone();
     got.sort_unstable();
@@ -315,7 +316,7 @@ fn batch_barriers(dir: &Path) -> ([u32; 4], u32) {
     );
     plan.reset_counts();
     assert_eq!(q.ack_batch(leases).unwrap().len(), 64);
-    out[3] = plan.count(Call::FsyncDir);
+    out[4] = plan.count(Call::FsyncDir);
     assert_eq!(
         crate::common::counts(&q)[4],
         65,
@@ -328,8 +329,9 @@ fn batch_barriers(dir: &Path) -> ([u32; 4], u32) {
 #[test]
 fn a_batch_shares_one_barrier_per_step_where_commits_are_in_order() {
     // DESIGN.md, Barriers (batches): on xfs and journaled ext4 the fsync of the directory of
-    // a batch's last rename or link commits every earlier one, so each step of a batched
-    // lifecycle makes one barrier; elsewhere one per directory touched (and two syncfs).
+    // a batch's last rename or link commits every earlier one (and, after every file was
+    // written out, their blocks), so each step of a batched lifecycle makes one barrier;
+    // elsewhere one per directory touched, and two syncfs for the enqueues.
     let Some(base) = own_mounts(
         "a_batch_shares_one_barrier_per_step_where_commits_are_in_order",
         "batches",
@@ -347,13 +349,22 @@ fn a_batch_shares_one_barrier_per_step_where_commits_are_in_order() {
         };
         let (got, k) = batch_barriers(&m.dir);
         assert!(k >= 2, "64 jobs landed in {k} shard(s) on {fs}");
-        let want = if one { [1, 1, 1, 1] } else { [2, 0, k, 2 * k] };
+        // 64 write-outs started, then 64 waited for.
+        let want = if one {
+            [0, 128, 1, 1, 1]
+        } else {
+            [2, 0, 0, k, 2 * k]
+        };
         assert_eq!(got, want, "batch barriers on {fs} ({k} shards)");
     }
     match mount_ext4_with(&base, 64, &["-O", "fast_commit"]) {
         Ok(m) => {
             let (got, k) = batch_barriers(&m.dir);
-            assert_eq!(got, [2, 0, k, 2 * k], "batch barriers on ext4 fast_commit");
+            assert_eq!(
+                got,
+                [2, 0, 0, k, 2 * k],
+                "batch barriers on ext4 fast_commit"
+            );
         }
         Err(e) => eprintln!("SKIP ext4 -O fast_commit: {e}"),
     }
