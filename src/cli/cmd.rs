@@ -37,7 +37,42 @@ fn name_input(e: steadq::EnqueueError, what: &str) -> CliError {
     }
 }
 
+/// The number of `ready/<ss>` shard directories of `dir` when its identity file is missing
+/// (0: no `ready/`, or an identity file is there). Nothing followed: a symlink is no shard.
+fn shards_without_identity(dir: &std::path::Path) -> usize {
+    if std::fs::symlink_metadata(dir.join("steadq.queue")).is_ok() {
+        return 0;
+    }
+    let is_dir = |p: &std::path::Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    let ready = dir.join("ready");
+    if !is_dir(&ready) {
+        return 0;
+    }
+    std::fs::read_dir(&ready).map_or(0, |rd| {
+        rd.flatten()
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit()) && is_dir(&e.path())
+            })
+            .count()
+    })
+}
+
 pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
+    // A queue whose identity file is missing is restored with the shard count its ready/
+    // holds: a different --shards cannot be applied. Refused before anything is made (it
+    // used to restore the identity, then exit 2 saying --shards was not applied).
+    let found = shards_without_identity(&a.dir);
+    if let Some(want) = a.shards.filter(|&w| found > 0 && usize::from(w) != found) {
+        return Err(CliError::usage(format!(
+            "{}: the identity file steadq.queue is missing and ready/ holds {found} shards; \
+             --shards {want} cannot be applied (run `steadq init {}` without --shards to \
+             restore the queue's identity); nothing changed",
+            a.dir.display(),
+            a.dir.display()
+        )));
+    }
     let defaults = Options::default();
     let q = Queue::create(
         &a.dir,

@@ -2019,6 +2019,38 @@ fn steadq_queue_is_absolute_when_the_working_directory_is_gone() {
     assert_eq!(text(&o.stdout), format!("{}\n", want.display()));
 }
 
+/// `init --shards 4` on a queue of 8 shards whose identity file was deleted restored the
+/// identity (8 shards, from ready/) and then exited 2 saying "--shards 4 was not applied":
+/// exit 2 reads as nothing changed, yet the identity file had been written (breaker finding
+/// F5). Now it is refused before anything is made; `init` without --shards restores it.
+#[test]
+fn init_with_other_shards_on_a_queue_without_identity_changes_nothing() {
+    let d = TempDir::new("cli-noid-shards");
+    let q = d.path().to_path_buf();
+    let o = steadq(&["init", p(&q), "--shards", "8"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+    assert!(steadq_in(&["enqueue", p(&q)], b"kept").status.success());
+    std::fs::remove_file(q.join("steadq.queue")).unwrap();
+    let before = snapshot(&q);
+    let o = steadq(&["init", p(&q), "--shards", "4"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ready/ holds 8 shards; --shards 4 cannot be applied")
+            && err.contains("nothing changed"),
+        "{err}"
+    );
+    assert!(!q.join("steadq.queue").exists(), "nothing made");
+    assert_eq!(snapshot(&q), before);
+    // The same count, or none, restores it.
+    let o = steadq(&["init", p(&q), "--shards", "8"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).trim(), id);
+    let o = steadq(&["claim", p(&q), "--lease", "1m"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
 /// `init` over a damaged identity file said only "damaged identity file kept as ...": with
 /// no job file left it made a new queue id without saying so, and a restored identity took
 /// the receipt policy and evidence limits from the options, silently resetting what
