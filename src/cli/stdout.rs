@@ -38,6 +38,23 @@ pub fn write(bytes: &[u8]) -> bool {
     if st.closed || st.failed.is_some() {
         return false;
     }
+    // A closed fd 1 (Rust's runtime puts /dev/null there) or one open for reading only
+    // (Rust's `Stdout` reports EBADF as success) loses every byte without an error. For a
+    // result the caller needs (a command that noted it was done, or a lease handle) that is
+    // a failed write: `enqueue >&-` exited 0 with the job's id dropped.
+    if st.done.is_some() || st.need_reader {
+        let why = if super::std_fds::stdout_closed() {
+            Some("stdout is closed")
+        } else if super::std_fds::stdout_read_only() {
+            Some("stdout is open for reading only")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            st.failed = Some(std::io::Error::other(why));
+            return false;
+        }
+    }
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Ok(()) => true,

@@ -799,6 +799,55 @@ fn steadq_to_full(args: &[&str], input: &[u8]) -> Output {
     c.wait_with_output().unwrap()
 }
 
+/// `enqueue >&-` and `enqueue 1</dev/null` exited 0 with the new job's id dropped (Rust's
+/// runtime puts /dev/null on a closed fd 1, and its `Stdout` reports EBADF as success). The
+/// job is enqueued; the lost id is a failed output: exit 8, the id on stderr.
+#[test]
+fn an_enqueue_whose_stdout_is_closed_or_read_only_says_its_id_on_stderr() {
+    let d = TempDir::new("cli-closed-out");
+    let q = d.path();
+    assert!(steadq(&["init", p(q)]).status.success());
+    for (redirect, why) in [
+        (">&-", "stdout is closed"),
+        ("1</dev/null", "stdout is open for reading only"),
+    ] {
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg(format!("echo x | \"$0\" enqueue \"$1\" {redirect}"))
+            .arg(BIN)
+            .arg(q)
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(8), "{redirect}: {err}");
+        let ids: Vec<String> = Queue::open(q)
+            .unwrap()
+            .list(None)
+            .unwrap()
+            .iter()
+            .map(|j| j.name.id.to_string())
+            .collect();
+        let named = ids
+            .iter()
+            .filter(|id| {
+                err.contains(&format!(
+                    "the job WAS enqueued as {id} but its id could not be written to stdout: {why}"
+                ))
+            })
+            .count();
+        assert_eq!(named, 1, "{redirect}: {err} (jobs {ids:?})");
+    }
+    // A command with nothing done to report keeps its old behaviour.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("\"$0\" status \"$1\" >&-")
+        .arg(BIN)
+        .arg(q)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
 #[test]
 fn a_full_stdout_is_a_failure_that_says_what_was_done() {
     let d = TempDir::new("cli-full");
