@@ -20,7 +20,7 @@
 
 use crate::disk::format::encode_header;
 use crate::disk::layout::{delayed_bucket, DELAYED_DIR, TMP_DIR};
-use crate::disk::name::{JobId, JobName};
+use crate::disk::name::{JobId, JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno, Publish};
 use crate::error::{EnqueueError, Error, ErrorKind, Failure, Outcome, Result};
@@ -496,6 +496,11 @@ impl Queue {
     fn publish(&self, p: &Prepared<'_>, w: Written, resync: bool) -> Result<()> {
         let name = p.name.format(self.ident.id);
         let rel = format!("{}/{}", p.rel_dir, name);
+        if p.name.kind == Kind::Ready {
+            // A regular file this handle wrote: its claim need not check it (ops/shards.rs).
+            self.shards
+                .linking(self.ident.slot_of(&p.name), p.name.id.0);
+        }
         match w {
             Written::Unnamed(fd) => match self.sys.link_tmpfile(fd.as_fd(), p.dir.fd(), &name) {
                 Ok(()) if resync => self.barrier_file(fd.as_fd()).map_err(|e| {

@@ -178,7 +178,7 @@ impl Queue {
         crate::queue::check_lease(lease)?;
         self.promote_due_first(seen);
         for round in 0..2 {
-            if let Some(l) = self.claim_round(lease, seen, sync)? {
+            if let Some(l) = self.claim_round(lease, seen, sync, true)? {
                 return Ok(Some(l));
             }
             if round == 1 {
@@ -220,14 +220,19 @@ impl Queue {
     /// One claim: take the best candidate held (highest effective priority, then oldest id;
     /// see [`Queue::pick`]), listing first every slot that matters and holds none. A lost
     /// race moves on to the next candidate; at most two listings per slot per round. The
-    /// cursor's lock is not held while a directory is listed.
+    /// cursor's lock is not held while a directory is listed. With `drain`, the events
+    /// queued since the last claim are read first; a batch reads them once, at its first
+    /// claim (see [`Queue::claim_batch`]).
     fn claim_round(
         &self,
         lease: Duration,
         seen: &mut RecoverReport,
         sync: bool,
+        drain: bool,
     ) -> Result<Option<Lease>> {
-        self.shards.drain(self);
+        if drain {
+            self.shards.drain(self);
+        }
         let mut budget = 2 * self.ident.slots() as u32;
         // A job this user may not move (EPERM, EACCES: a sticky shard directory and another
         // user's file) is passed over for the next candidate: it stopped every claim, the
@@ -392,13 +397,18 @@ impl Queue {
         // (`give_back`): taking that arrival made an idle worker claim and give it back
         // about a thousand times a second, where listings wait out the refusal.
         let refused = self.refused_ids();
-        for n in arrived {
+        for (n, linked) in arrived {
             if refused.binary_search_by_key(&n.id.0, |r| r.0).is_ok() {
                 // Not taken, but not forgotten: the slot is listed again, and that listing
                 // passes the job over until its refusal lapses and then lists it again. The
                 // slot was left known empty, and the job was tried only when a lease
                 // deadline woke the claim (`work --concurrency 3`: 16-30 s, not 10 s).
                 self.shards.unknown(slot);
+                continue;
+            }
+            if linked {
+                // An O_TMPFILE this handle wrote and linked: a regular file (`linking`).
+                fresh.push(n);
                 continue;
             }
             match self
@@ -1028,7 +1038,9 @@ impl Queue {
     /// renames first, then one fsync per ready directory touched (grouped with other threads'
     /// fsyncs), so every claim is durable when this returns, under `Strict` as under
     /// `Batched`. An empty `Vec` when no job is ready. Recovery runs as in
-    /// [`Queue::claim_for`] when nothing is ready at first.
+    /// [`Queue::claim_for`] when nothing is ready at first. The batch sees every job
+    /// published before it began; one published while it runs may wait for the next claim
+    /// (the queue's inotify events are read once per batch).
     ///
     /// # Errors
     /// As [`Queue::claim_for`]. When a barrier fails, the outcome is indeterminate for the
@@ -1043,7 +1055,10 @@ impl Queue {
             let next = if out.is_empty() {
                 self.claim_sweep_with(lease, &mut seen, false)
             } else {
-                self.claim_round(lease, &mut seen, false)
+                // The batch sees what was published before its first claim (that claim
+                // read the events): one `read(2)` of the inotify fd per batch, not per job.
+                // What arrives meanwhile waits in the kernel for the next claim.
+                self.claim_round(lease, &mut seen, false, false)
             };
             match next {
                 Ok(Some(l)) => {

@@ -72,8 +72,12 @@ struct Known {
     /// seen since its last listing began.
     arrived: Vec<Option<u128>>,
     /// Per shard known empty: the ready jobs that arrived in it since, by name, up to
-    /// [`PENDING_MAX`] (the claim takes them as candidates without listing the shard).
-    pending: Vec<Vec<JobName>>,
+    /// [`PENDING_MAX`] (the claim takes them as candidates without listing the shard), each
+    /// with whether this handle linked it itself (its event matched an id in `own`).
+    pending: Vec<Vec<(JobName, bool)>>,
+    /// Per shard known empty: ids of jobs this handle is linking into it whose event has
+    /// not been drained yet, up to [`PENDING_MAX`] (see [`Shards::linking`]).
+    own: Vec<Vec<u128>>,
     /// Per shard: its watch could not be set up again because this user may not search a
     /// directory on its way (`EACCES`, `EPERM`: a level another user is making, a shard at
     /// mode 700), so it is never known empty until a later try succeeds. Only that shard:
@@ -121,6 +125,7 @@ impl Shards {
             k.listed_at = vec![None; ws.len()];
             k.arrived = vec![None; ws.len()];
             k.pending = vec![Vec::new(); ws.len()];
+            k.own = vec![Vec::new(); ws.len()];
             k.unwatched = w.refused.clone();
         }
         k.unwatched.resize(ws.len(), false);
@@ -135,6 +140,7 @@ impl Shards {
                 k.generation.iter_mut().for_each(|g| *g += 1);
                 k.arrived.iter_mut().for_each(|a| *a = Some(0));
                 k.pending.iter_mut().for_each(Vec::clear);
+                k.own.iter_mut().for_each(Vec::clear);
                 for s in 0..ws.len() {
                     if ws[s].slot.is_none() {
                         k.unwatched[s] = w.rewatch(q, &mut ws[s], s);
@@ -236,7 +242,9 @@ impl Shards {
     /// in it) has come: the shard must be listed then, to recover that lease, and the
     /// listing sees the pending names too. (Handing them out regardless kept a steady trickle
     /// of new jobs ahead of an abandoned lease for as long as the trickle lasted.)
-    pub(crate) fn take_pending(&self, s: u16, boot_ns: u64) -> Vec<JobName> {
+    ///
+    /// Each name comes with whether this handle linked it itself ([`Shards::linking`]).
+    pub(crate) fn take_pending(&self, s: u16, boot_ns: u64) -> Vec<(JobName, bool)> {
         use std::sync::atomic::Ordering::Relaxed;
         if self.pending.load(Relaxed) == 0 {
             return Vec::new();
@@ -266,7 +274,34 @@ impl Shards {
             k.generation[s] += 1;
             k.empty_until[s] = None;
             k.pending[s].clear();
+            k.own[s].clear();
             self.recount(&k);
+        }
+    }
+
+    /// This handle is about to link ready job `id` into slot `s` (an `O_TMPFILE` it wrote
+    /// itself, so a regular file). If the slot is known empty, the id is remembered until
+    /// its event is drained, and the claim that takes it as a pending name skips the
+    /// `fstatat` that makes sure an arrival is a regular file (one syscall per job when one
+    /// handle both enqueues and claims: a library user's producer and worker threads). The
+    /// check it skips was never a guarantee: a name replaced between the check and the
+    /// claim's rename was always possible, and the claim's `open(O_NOFOLLOW | O_NONBLOCK)`
+    /// of what it renamed dead-letters anything but a regular file (`take_leased`). Only
+    /// the first event naming the id matches: a name made again later is checked. Nothing
+    /// is remembered before the first claim of this handle set up its watches.
+    pub(crate) fn linking(&self, s: u16, id: u128) {
+        if self.watch.get().is_none_or(|w| w.is_none()) {
+            return;
+        }
+        let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let s = s as usize;
+        if matches!(k.empty_until.get(s), Some(Some(_))) {
+            if let Some(own) = k.own.get_mut(s) {
+                if own.len() == PENDING_MAX {
+                    own.remove(0);
+                }
+                own.push(id);
+            }
         }
     }
 
@@ -355,7 +390,15 @@ impl Known {
                 && crate::disk::scan::fits_ready_shard(&n, priority, shard, q.ident.shards);
             if ours && n.kind == Kind::Ready && self.pending[s].len() < PENDING_MAX {
                 self.generation[s] += 1;
-                self.pending[s].push(n);
+                let own = &mut self.own[s];
+                let linked = match own.iter().position(|x| *x == n.id.0) {
+                    Some(i) => {
+                        own.swap_remove(i);
+                        true
+                    }
+                    None => false,
+                };
+                self.pending[s].push((n, linked));
                 return;
             }
         }
@@ -363,6 +406,9 @@ impl Known {
         self.empty_until[s] = None;
         if let Some(p) = self.pending.get_mut(s) {
             p.clear(); // the listing this makes sees them
+        }
+        if let Some(o) = self.own.get_mut(s) {
+            o.clear();
         }
         if live_lease {
             // Not a ready job: no reason to list again for order's sake (every claim makes
@@ -474,6 +520,7 @@ mod tests {
             listed_at: vec![None],
             arrived: vec![None],
             pending: vec![Vec::new()],
+            own: vec![Vec::new()],
             ..Known::default()
         };
         // A listing started at generation 0; the lease event arrives before it ends.

@@ -330,7 +330,8 @@ fn a_failed_check_of_an_arrived_name_falls_back_to_a_listing() {
     let (q, plan) =
         crate::common::open_failing(d.path(), steadq::sys::Call::Stat, 1, rustix::io::Errno::IO);
     assert!(q.claim().unwrap().is_none(), "the shard is now known empty");
-    let id = q.enqueue(b"checked").unwrap();
+    // From another handle: a job this handle linked itself is not checked.
+    let id = Queue::open(d.path()).unwrap().enqueue(b"checked").unwrap();
     plan.arm();
     let l = q.claim().unwrap().expect("claimed after a listing");
     assert!(plan.fired(), "the name's check failed");
@@ -372,4 +373,37 @@ fn a_new_handle_opens_each_directory_once_and_skips_levels_not_made() {
         opened <= per_path * (7 + 4),
         "{opened} opens at the first claim"
     );
+}
+
+#[test]
+fn a_claim_of_a_job_this_handle_linked_skips_the_check_of_its_name() {
+    // One handle enqueues and claims (a library user's producer and worker threads): the
+    // arrival is an O_TMPFILE it wrote itself, so its claim makes no `fstatat` of the name.
+    // A job another handle enqueued is still checked, once.
+    let d = TempDir::new("own-arrival");
+    Queue::create(d.path(), opts(2)).unwrap();
+    let (q, plan) = counted(d.path());
+    let producer = Queue::open(d.path()).unwrap();
+    assert!(q.claim().unwrap().is_none(), "both shards now known empty");
+    for round in 0..6u32 {
+        let own = round % 2 == 0;
+        let id = if own {
+            q.enqueue(&round.to_le_bytes()).unwrap()
+        } else {
+            producer.enqueue(&round.to_le_bytes()).unwrap()
+        };
+        plan.reset_counts();
+        let l = q.claim().unwrap().expect("the job just enqueued");
+        assert_eq!(l.id(), id);
+        let (stats, listings) = (
+            plan.count(steadq::sys::Call::Stat),
+            plan.count(steadq::sys::Call::ReadDir),
+        );
+        // A listing of delayed/ (at most once per 100 ms) may come with the claim; then
+        // nothing else is taken from an event.
+        if listings == 0 {
+            assert_eq!(stats, if own { 0 } else { 1 }, "round {round} (own: {own})");
+        }
+        l.ack().unwrap();
+    }
 }
