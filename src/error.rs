@@ -107,6 +107,14 @@ pub enum ErrorKind {
         /// Distinct queue ids among the readable job headers (0: none readable).
         ids: u32,
     },
+    /// The identity file is missing or damaged, shard directories are missing too, and the
+    /// job names fit more than one shard count (or none), none of them the one asked for:
+    /// restoring with a wrong count would strand the jobs it misplaces. Not done; `steadq
+    /// init DIR --shards N` with the count the queue was made with restores it.
+    ShardsUnknown {
+        /// The counts every job name fits, ascending (at most 256 entries; empty: none).
+        fits: Vec<u16>,
+    },
     /// The queue was written by a newer SteadQ.
     UnsupportedVersion {
         /// Version found on disk.
@@ -300,6 +308,7 @@ impl core::fmt::Display for Error {
                 }
             }
             ErrorKind::IdentityLost { jobs, ids } => fmt_identity_lost(f, *jobs, *ids)?,
+            ErrorKind::ShardsUnknown { fits } => fmt_shards_unknown(f, fits)?,
             ErrorKind::QueueFull {
                 jobs,
                 bytes,
@@ -355,6 +364,32 @@ fn fmt_io(
     })
 }
 
+/// [`ErrorKind::ShardsUnknown`].
+fn fmt_shards_unknown(f: &mut core::fmt::Formatter<'_>, fits: &[u16]) -> core::fmt::Result {
+    write!(
+        f,
+        "the identity file {} is missing and so are shard directories: the shard count \
+         cannot be told from the layout",
+        crate::queue::IDENTITY_FILE
+    )?;
+    match fits {
+        [] => write!(f, ", and no count from 1 to 256 fits every job name"),
+        [n] => write!(
+            f,
+            "; the job names fit only {n} (run `steadq init DIR --shards {n}`)"
+        ),
+        _ => {
+            let shown: Vec<String> = fits.iter().take(8).map(|n| n.to_string()).collect();
+            let more = if fits.len() > 8 { ", ..." } else { "" };
+            write!(
+                f,
+                "; the job names fit {}{more}: run `steadq init DIR --shards N` with the count it was made with",
+                shown.join(", ")
+            )
+        }
+    }
+}
+
 /// [`ErrorKind::IdentityLost`].
 fn fmt_identity_lost(f: &mut core::fmt::Formatter<'_>, jobs: u32, ids: u32) -> core::fmt::Result {
     write!(
@@ -375,9 +410,10 @@ fn fmt_identity_lost(f: &mut core::fmt::Formatter<'_>, jobs: u32, ids: u32) -> c
 /// `Error::fmt` itself).
 fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt::Result {
     match kind {
-        ErrorKind::Io { .. } | ErrorKind::IdentityLost { .. } | ErrorKind::QueueFull { .. } => {
-            Ok(())
-        }
+        ErrorKind::Io { .. }
+        | ErrorKind::IdentityLost { .. }
+        | ErrorKind::ShardsUnknown { .. }
+        | ErrorKind::QueueFull { .. } => Ok(()),
         ErrorKind::UnsupportedVersion { found, supported } => write!(
             f,
             "queue format version {found} is newer than this steadq supports \

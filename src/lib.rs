@@ -127,8 +127,8 @@ pub use ops::payload::PayloadReader;
 pub use ops::recover::RecoverReport;
 pub use ops::state::State;
 pub use queue::{
-    Durability, Identity, Options, Queue, DEFAULT_MAX_PAYLOAD, IDENTITY_FILE, MAX_LEASE,
-    QUEUE_VERSION,
+    orphan_shards, Durability, Identity, Options, OrphanShards, Queue, DEFAULT_MAX_PAYLOAD,
+    IDENTITY_FILE, MAX_LEASE, QUEUE_VERSION,
 };
 #[cfg(feature = "serde")]
 pub use typed::{TypedLease, TypedQueue};

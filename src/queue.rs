@@ -1290,14 +1290,98 @@ fn survey_jobs(sys: &Sys, root: BorrowedFd<'_>) -> Survey {
     }
 }
 
-/// The shard count of an existing layout: the `ready/<ss>` directories (2 hex digits).
-fn layout_shards(sys: &Sys, root: BorrowedFd<'_>) -> Option<u16> {
-    let pfd = sys.open_dir_beneath(root, READY_DIR).ok()?;
-    let n = list_names(sys, pfd.as_fd(), |n| {
-        n.len() == 2 && crate::disk::name::parse_hex(n.as_bytes(), 2).is_some()
-    })
-    .len();
-    u16::try_from(n).ok().filter(|n| (1..=256).contains(n))
+/// What the layout and job names of a queue directory without a usable identity file say
+/// of its shard count ([`orphan_shards`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OrphanShards {
+    /// No job name in any shard directory, and the `ready/` shard directories (if any) not
+    /// a complete `00` to `<n-1>`: nothing to go by (the options' count is taken).
+    Unknown,
+    /// The layout tells: `ready/00` to `ready/<n-1>` (hex) are all there and nothing above,
+    /// and every job name in a shard directory (`ready/`, `receipts/`, `prio/<l>/`) fits
+    /// `n` (a job's shard is its id's low 64 bits modulo the count).
+    Told(u16),
+    /// Shard directories are missing (an empty one removed by a cleanup, say): the counts,
+    /// ascending, from the highest shard directory's index + 1 up to 256 that every job
+    /// name found fits. The queue's own count is always among them (unless job files were
+    /// moved by hand), so one count alone is that count. Empty: none fits.
+    Fits(Vec<u16>),
+}
+
+/// Read what directory `dir` (whose identity file is missing or damaged) says of its shard
+/// count: see [`OrphanShards`]. Nothing is changed or followed (`openat2` with
+/// `RESOLVE_NO_SYMLINKS`); unreadable directories are skipped. Reads every name under the
+/// shard directories (one listing each; 1,000,000 jobs: about a second).
+///
+/// # Errors
+/// `dir` cannot be opened (not done, nothing changed).
+pub fn orphan_shards(dir: &Path) -> Result<OrphanShards> {
+    let sys = Sys::new();
+    let root = sys
+        .open_dir_path(dir)
+        .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(dir.to_path_buf())))?;
+    Ok(shard_evidence(&sys, root.as_fd()))
+}
+
+fn shard_evidence(sys: &Sys, root: BorrowedFd<'_>) -> OrphanShards {
+    let is_shard =
+        |n: &str| n.len() == 2 && crate::disk::name::parse_hex(n.as_bytes(), 2).is_some();
+    let index = |n: &str| crate::disk::name::parse_hex(n.as_bytes(), 2).map_or(0, |v| v as u16);
+    // (id's low 64 bits, the shard directory it was found in)
+    let mut found: Vec<(u64, u16)> = Vec::new();
+    let mut highest: Option<u16> = None;
+    let mut ready: Vec<u16> = Vec::new();
+    let mut parents: Vec<OwnedFd> = Vec::new();
+    let mut is_ready = Vec::new();
+    if let Ok(fd) = sys.open_dir_beneath(root, READY_DIR) {
+        parents.push(fd);
+        is_ready.push(true);
+    }
+    if let Ok(fd) = sys.open_dir_beneath(root, RECEIPTS_DIR) {
+        parents.push(fd);
+        is_ready.push(false);
+    }
+    if let Ok(prio) = sys.open_dir_beneath(root, crate::disk::layout::PRIO_DIR) {
+        for l in list_names(sys, prio.as_fd(), |_| true) {
+            if let Ok(fd) = sys.open_dir_beneath(prio.as_fd(), &l) {
+                parents.push(fd);
+                is_ready.push(false);
+            }
+        }
+    }
+    for (pfd, r) in parents.iter().zip(is_ready) {
+        for sub in list_names(sys, pfd.as_fd(), is_shard) {
+            let Ok(dfd) = sys.open_dir_beneath(pfd.as_fd(), &sub) else {
+                continue;
+            };
+            let s = index(&sub);
+            highest = Some(highest.map_or(s, |h| h.max(s)));
+            if r {
+                ready.push(s);
+            }
+            for name in list_names(sys, dfd.as_fd(), |n| {
+                n.len() > 33 && n.as_bytes()[32] == b'.'
+            }) {
+                if let Some(id) = crate::disk::name::JobId::parse(&name[..32]) {
+                    found.push((id.0 as u64, s));
+                }
+            }
+        }
+    }
+    let Some(highest) = highest else {
+        return OrphanShards::Unknown;
+    };
+    let fits = |n: u16| found.iter().all(|(id, s)| id % n as u64 == *s as u64);
+    ready.sort_unstable();
+    let n = ready.len() as u16;
+    let complete = ready.iter().enumerate().all(|(i, s)| i as u16 == *s);
+    if complete && n == highest + 1 && fits(n) {
+        return OrphanShards::Told(n);
+    }
+    if found.is_empty() {
+        return OrphanShards::Unknown;
+    }
+    OrphanShards::Fits((highest + 1..=256).filter(|&n| fits(n)).collect())
 }
 
 /// Publish an identity for a directory whose identity file is missing or (`damaged`)
@@ -1340,10 +1424,27 @@ fn establish_identity(
             .settled()
         }
         Survey::Agreed { id, headers } => {
-            let shards = layout_shards(sys, root).unwrap_or(opts.shards);
+            // The shard count: what the layout tells, else the options' count if every job
+            // name fits it (the caller's word: `steadq init` passes it only from --shards),
+            // else refused: a count that does not fit strands the jobs it misplaces.
+            let (shards, how) = match shard_evidence(sys, root) {
+                OrphanShards::Told(n) => (n, "from ready/"),
+                OrphanShards::Unknown => (opts.shards, "from the options: no job name in ready/"),
+                // Only one count fits: the queue's own always fits, so it is that one.
+                OrphanShards::Fits(f) if f.len() == 1 => (f[0], "from the job names: only it fits"),
+                OrphanShards::Fits(f) if f.contains(&opts.shards) => {
+                    (opts.shards, "from the options: the job names fit it")
+                }
+                OrphanShards::Fits(fits) => {
+                    return Err(Error::not_done(
+                        ErrorKind::ShardsUnknown { fits },
+                        Some(path.to_path_buf()),
+                    ))
+                }
+            };
             log::warn!(
                 "{}: identity file {IDENTITY_FILE} was {}; restored queue id {id:032x} from \
-                 {headers} job headers ({shards} shards from ready/; {from_options})",
+                 {headers} job headers ({shards} shards {how}; {from_options})",
                 path.display(),
                 if damaged { "damaged" } else { "missing" },
             );
@@ -1623,6 +1724,53 @@ fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory with `ready/<ss>` for each of `dirs`, each holding a job-like name for
+    /// each id of `jobs` placed there (only the names are read).
+    fn layout(tag: &str, dirs: &[u16], jobs: &[(u128, u16)]) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("sq-evidence-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        for s in dirs {
+            std::fs::create_dir_all(d.join(format!("ready/{s:02x}"))).unwrap();
+        }
+        for (id, s) in jobs {
+            std::fs::write(d.join(format!("ready/{s:02x}/{id:032x}.g0.sqj")), b"").unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn shard_evidence_tells_fits_or_says_it_cannot() {
+        // Every shard directory there: the layout tells.
+        let d = layout("told", &[0, 1, 2, 3], &[(5, 1), (7, 3)]);
+        assert_eq!(orphan_shards(&d).unwrap(), OrphanShards::Told(4));
+        // Directories missing: the counts from the highest index + 1 that fit every name.
+        let d2 = layout("fits", &[5, 6], &[(21, 5), (13, 5), (6, 6)]);
+        let OrphanShards::Fits(f) = orphan_shards(&d2).unwrap() else {
+            panic!("told")
+        };
+        // 8 fits (21%8=5, 13%8=5, 6%8=6); 16 does not (13%16=13); 7 does not (21%7=0).
+        assert!(f.contains(&8), "{f:?}");
+        assert!(!f.contains(&16) && !f.contains(&7), "{f:?}");
+        assert!(f
+            .iter()
+            .all(|&n| n >= 7 && [21u128, 13].iter().all(|i| i % n as u128 == 5)));
+        // One count alone fits: every id is 7 modulo 12 and the ids minus 7 have 12 as
+        // their greatest common divisor, so of 8..=256 only 12 fits.
+        let only: Vec<(u128, u16)> = (0..40u128).map(|k| (12 * (k * 7919 + 3) + 7, 7)).collect();
+        let d3 = layout("one", &[7], &only);
+        let OrphanShards::Fits(f) = orphan_shards(&d3).unwrap() else {
+            panic!("told")
+        };
+        assert_eq!(f, vec![12]);
+        // No shard directory at all: nothing to go by.
+        let d4 = layout("none", &[], &[]);
+        std::fs::create_dir_all(d4.join("ready")).unwrap();
+        assert_eq!(orphan_shards(&d4).unwrap(), OrphanShards::Unknown);
+        for d in [d, d2, d3, d4] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 
     #[test]
     fn name_limit_is_checked() {

@@ -37,41 +37,62 @@ fn name_input(e: steadq::EnqueueError, what: &str) -> CliError {
     }
 }
 
-/// The number of `ready/<ss>` shard directories of `dir` when its identity file is missing
-/// (0: no `ready/`, or an identity file is there). Nothing followed: a symlink is no shard.
-fn shards_without_identity(dir: &std::path::Path) -> usize {
+/// What `dir` says of its shard count when its identity file is missing (`None`: it is
+/// there, or `dir` cannot be read; the library then reports what it finds). Nothing is
+/// followed: the identity file is looked at with `lstat`, the shard directories beneath.
+fn shards_without_identity(dir: &std::path::Path) -> Option<steadq::OrphanShards> {
     if std::fs::symlink_metadata(dir.join("steadq.queue")).is_ok() {
-        return 0;
+        return None;
     }
-    let is_dir = |p: &std::path::Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
-    let ready = dir.join("ready");
-    if !is_dir(&ready) {
-        return 0;
+    steadq::orphan_shards(dir).ok()
+}
+
+/// Counts as `a, b, c` (at most 8, then `...`).
+fn counts_list(fits: &[u16]) -> String {
+    let mut v: Vec<String> = fits.iter().take(8).map(|n| n.to_string()).collect();
+    if fits.len() > 8 {
+        v.push("...".into());
     }
-    std::fs::read_dir(&ready).map_or(0, |rd| {
-        rd.flatten()
-            .filter(|e| {
-                let n = e.file_name();
-                let n = n.to_string_lossy();
-                n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit()) && is_dir(&e.path())
-            })
-            .count()
-    })
+    v.join(", ")
 }
 
 pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
-    // A queue whose identity file is missing is restored with the shard count its ready/
-    // holds: a different --shards cannot be applied. Refused before anything is made (it
-    // used to restore the identity, then exit 2 saying --shards was not applied).
-    let found = shards_without_identity(&a.dir);
-    if let Some(want) = a.shards.filter(|&w| found > 0 && usize::from(w) != found) {
-        return Err(CliError::usage(format!(
-            "{}: the identity file steadq.queue is missing and ready/ holds {found} shards; \
-             --shards {want} cannot be applied (run `steadq init {}` without --shards to \
-             restore the queue's identity); nothing changed",
-            a.dir.display(),
-            a.dir.display()
-        )));
+    // A queue whose identity file is missing is restored with the shard count its layout
+    // tells, or, where shard directories are missing too, the --shards given if every job
+    // name fits it. Anything else is refused before anything is made: a wrong count strands
+    // every job it misplaces (a restore that counted the directories left after a cleanup
+    // had removed the empty ones made 3 of 8 shards and exited 0 with no job claimable).
+    let (d, shown) = (a.dir.display(), a.dir.display());
+    match (shards_without_identity(&a.dir), a.shards) {
+        (Some(steadq::OrphanShards::Told(n)), Some(want)) if want != n => {
+            return Err(CliError::usage(format!(
+                "{d}: the identity file steadq.queue is missing and ready/ holds {n} shards; \
+                 --shards {want} cannot be applied (run `steadq init {shown}` without --shards \
+                 to restore the queue's identity); nothing changed"
+            )));
+        }
+        // One count alone fits: the queue's own (the library restores it).
+        (Some(steadq::OrphanShards::Fits(fits)), None) if fits.len() == 1 => {}
+        (Some(steadq::OrphanShards::Fits(fits)), want)
+            if want.is_none_or(|w| !fits.contains(&w)) =>
+        {
+            let asked = match want {
+                Some(w) => format!("--shards {w} does not fit them; "),
+                None => String::new(),
+            };
+            let which = match fits.as_slice() {
+                [] => "no count from 1 to 256 fits every job name".to_string(),
+                [n] => format!("the job names fit only {n}"),
+                f => format!("the job names fit {}", counts_list(f)),
+            };
+            return Err(CliError::usage(format!(
+                "{d}: the identity file steadq.queue is missing and so are shard directories \
+                 of ready/: the shard count cannot be told from the layout; {which}; {asked}\
+                 run `steadq init {shown} --shards N` with the count the queue was made with; \
+                 nothing changed"
+            )));
+        }
+        _ => {}
     }
     let defaults = Options::default();
     let q = Queue::create(

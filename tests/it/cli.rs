@@ -2139,3 +2139,78 @@ fn init_over_a_damaged_identity_says_what_it_restored_and_what_it_did_not() {
         "{err}"
     );
 }
+
+/// Remove every empty directory under `dir` (deepest first), as `find DIR -mindepth 1 -type
+/// d -empty -delete` does.
+fn remove_empty_dirs(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            remove_empty_dirs(&e.path());
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// A queue whose identity file was deleted and whose empty directories a cleanup removed
+/// (`find -empty -delete`) was restored with the number of `ready/` shard directories left:
+/// 3 of 8, exit 0, and every job misplaced (breaker finding). The count is now what the
+/// layout tells, or the one count every job name fits, or what `--shards` says when the
+/// names fit it; anything else is refused with nothing changed.
+#[test]
+fn a_restore_with_shard_directories_missing_never_takes_a_wrong_count() {
+    let d = TempDir::new("cli-noid-cleaned");
+    let q = d.path().to_path_buf();
+    let o = steadq(&["init", p(&q), "--shards", "8"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let o = steadq_in(&["enqueue", p(&q)], format!("job {i}").as_bytes());
+        assert!(o.status.success());
+        ids.push(text(&o.stdout).trim().to_string());
+    }
+    std::fs::remove_file(q.join("steadq.queue")).unwrap();
+    remove_empty_dirs(&q);
+    let left = std::fs::read_dir(q.join("ready")).unwrap().count();
+    assert!(left <= 3, "{left} shard directories left");
+    let before = snapshot(&q);
+    // A count the job names do not fit: refused, nothing changed.
+    let o = steadq(&["init", p(&q), "--shards", "4"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("nothing changed"));
+    assert_eq!(snapshot(&q), before);
+    // Without --shards: restored with 8 (when only 8 fits the names) or refused, naming
+    // the counts that fit, 8 among them; never restored with another count.
+    let o = steadq(&["init", p(&q)]);
+    let err = text(&o.stderr);
+    match o.status.code() {
+        Some(0) => assert!(err.contains("ready: 8 shards"), "{err}"),
+        Some(2) => {
+            assert!(
+                err.contains("the shard count cannot be told") && err.contains("nothing changed"),
+                "{err}"
+            );
+            assert!(err.contains(" 8,") || err.contains(" 8;"), "{err}");
+            assert_eq!(snapshot(&q), before);
+            let o = steadq(&["init", p(&q), "--shards", "8"]);
+            assert!(o.status.success(), "{}", text(&o.stderr));
+        }
+        c => panic!("exit {c:?}: {err}"),
+    }
+    let o = steadq(&["status", p(&q)]);
+    assert!(text(&o.stdout).contains(&id), "{}", text(&o.stdout));
+    // Every job is claimable, and fsck finds nothing misplaced.
+    let mut claimed = Vec::new();
+    for _ in 0..3 {
+        let o = steadq(&["claim", p(&q), "--lease", "1m"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let h = text(&o.stdout).trim().to_string();
+        claimed.push(h[..32].to_string());
+    }
+    claimed.sort();
+    ids.sort();
+    assert_eq!(claimed, ids);
+    let o = steadq(&["fsck", p(&q)]);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+}
