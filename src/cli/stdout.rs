@@ -1,7 +1,8 @@
 //! Every byte `steadq` prints on stdout goes through [`write`]: it flushes and checks, so
 //! output that could not be written is never reported as success. A closed pipe (EPIPE:
 //! `steadq list | head`) stays quiet, unless the command's output must reach a reader
-//! ([`require_reader`]: a lease handle); any other error (ENOSPC on a full disk, EIO) makes the
+//! ([`require_reader`]: a lease handle) or reports something done ([`note_done`]: a job id);
+//! any other error (ENOSPC on a full disk, EIO) makes the
 //! command exit 8 with a message on stderr that says what was done all the same when it was
 //! done (it noted so with [`note_done`]), or exit 2 when it changed nothing.
 
@@ -58,7 +59,14 @@ pub fn write(bytes: &[u8]) -> bool {
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && !st.need_reader => {
+        // A reader that went away is a quiet end only for output nobody depends on (`list |
+        // head`): a command that noted it was done (`enqueue`, `ack`) exited 0 with the id
+        // lost when its stdout was a pipe nobody read.
+        Err(e)
+            if e.kind() == std::io::ErrorKind::BrokenPipe
+                && !st.need_reader
+                && st.done.is_none() =>
+        {
             st.closed = true;
             false
         }

@@ -556,6 +556,9 @@ fn sigterm_lets_a_running_job_finish_or_releases_it_after_the_grace_period() {
     }
 }
 
+/// A done enqueue whose reader went away is not undone nor reported as not done: exit 8
+/// ("done, but its output was lost"), never 2. (It was exit 0 with the id dropped; exit 8
+/// now, as on a full or closed stdout.)
 #[test]
 fn a_closed_stdout_does_not_fail_a_done_operation() {
     use std::io::Write;
@@ -571,7 +574,8 @@ fn a_closed_stdout_does_not_fail_a_done_operation() {
     drop(c.stdout.take()); // the reader is gone before steadq prints the id
     c.stdin.take().unwrap().write_all(b"x").unwrap();
     let o = c.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("the job WAS enqueued as"));
     assert_eq!(Queue::open(d.path()).unwrap().status().unwrap().ready, 1);
 }
 
@@ -837,7 +841,40 @@ fn an_enqueue_whose_stdout_is_closed_or_read_only_says_its_id_on_stderr() {
             .count();
         assert_eq!(named, 1, "{redirect}: {err} (jobs {ids:?})");
     }
+    // A pipe nobody reads (EPIPE): exit 8 with the id on stderr too; it exited 0 with the
+    // id lost (breaker finding). `ack` likewise names its receipt.
+    let before = Queue::open(q).unwrap().list(None).unwrap().len();
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    let mut c = Command::new(BIN)
+        .args(["enqueue", p(q)])
+        .stdin(Stdio::piped())
+        .stdout(w)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut c.stdin.take().unwrap(), b"piped").unwrap();
+    let o = c.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(8), "{err}");
+    let jobs = Queue::open(q).unwrap().list(None).unwrap();
+    assert_eq!(jobs.len(), before + 1);
+    assert!(
+        jobs.iter().any(|j| err.contains(&format!(
+            "the job WAS enqueued as {} but its id could not be written to stdout",
+            j.name.id
+        ))),
+        "{err}"
+    );
     // A command with nothing done to report keeps its old behaviour.
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    let o = Command::new(BIN)
+        .args(["status", p(q)])
+        .stdout(w)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
     let o = Command::new("sh")
         .arg("-c")
         .arg("\"$0\" status \"$1\" >&-")
