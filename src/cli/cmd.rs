@@ -344,6 +344,24 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
             let _ = std::fs::remove_file(p);
         }
     };
+    // A path outside the queue may still be a hard link to one of its files (the identity,
+    // a ready job): cutting it wiped that file (breaker finding). A regular file with more
+    // than one link on the queue's filesystem is refused: it may be one.
+    if let (Some(f), Some(p)) = (&file, &a.payload_out) {
+        use std::os::unix::fs::MetadataExt;
+        let queue_dev = std::fs::metadata(&a.dir).map(|m| m.dev());
+        if f.metadata().is_ok_and(|m| {
+            m.is_file() && m.nlink() > 1 && queue_dev.as_ref().is_ok_and(|d| *d == m.dev())
+        }) {
+            return Err(CliError::usage(format!(
+                "--payload-out {}: a file with {} hard links on the queue's filesystem, which \
+                 may be one of the queue's own files (a job, the identity); nothing done \
+                 (write to a new path)",
+                p.display(),
+                f.metadata().map_or(0, |m| m.nlink())
+            )));
+        }
+    }
     let q = Queue::open_with(
         &a.dir,
         Options {

@@ -1887,6 +1887,28 @@ fn claim_refuses_a_payload_path_inside_the_queue() {
             text(&o.stderr)
         );
     }
+    // A hard link outside the queue to one of its files: cutting it wiped the identity, or
+    // another ready job (breaker finding). Refused before the claim, naming the links.
+    let job = std::fs::read_dir(q.join("ready/00"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let job_bytes = std::fs::read(&job).unwrap();
+    for (i, file) in [q.join("steadq.queue"), job.clone()].iter().enumerate() {
+        let link = d.path().join(format!("hard{i}"));
+        std::fs::hard_link(file, &link).unwrap();
+        let o = steadq(&["claim", qs, "--payload-out", p(&link)]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("a file with 2 hard links on the queue's filesystem"),
+            "{}",
+            text(&o.stderr)
+        );
+        std::fs::remove_file(&link).unwrap();
+    }
+    assert_eq!(std::fs::read(&job).unwrap(), job_bytes);
     assert_eq!(snapshot(&q), before);
     assert_eq!(std::fs::read(q.join("steadq.queue")).unwrap(), identity);
     let out = d.path().join("payload.bin");
