@@ -1006,24 +1006,52 @@ fn open_dirs(
     let absent = sys
         .open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
         .or_else(|_| open(IDENTITY_FILE))?;
+    // `tmp/`, `delayed/`, `dead/` or a receipt shard that is not a directory (a file, or a
+    // symlink, never followed) stopped every command with "Not a directory", `fsck`
+    // included. It is held by the stand-in now: the commands that need it fail naming it,
+    // the others go on, and fsck names it. A symlink refuses the queue as a default-level
+    // ready shard's does, except to the commands that look (`check`).
+    let other = |rel: &str| match held(rel) {
+        Err(e) => match blocked(&e, rel, false) {
+            Some((block, true)) => {
+                log::warn!(
+                    "{}: not a directory where the queue has one (a file, or a symlink, never \
+                     followed); what belongs there can be neither placed nor taken until it \
+                     is moved away (fsck names it)",
+                    root.join(block).display()
+                );
+                sys.open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
+                    .map_err(|_| e)
+            }
+            Some((block, false)) => Err(Error::io(
+                Call::Open,
+                Errno::LOOP,
+                Outcome::NotDone,
+                Some(root.join(block)),
+            )),
+            None => Err(e),
+        },
+        r => r,
+    };
     let dirs = Dirs {
         // Unreadable, it is held by name only too: the commands that look (status, list,
         // show) work; those that need it fail naming it, and recover reports it unreadable.
-        tmp: held(TMP_DIR)?,
+        tmp: other(TMP_DIR)?,
         placed: (0..ident.slots()).map(|_| Default::default()).collect(),
         writable: (0..ident.slots()).map(|_| Default::default()).collect(),
         ready,
         absent,
         receipts: (0..shards)
-            .map(|s| held(&receipts_shard(s)))
+            .map(|s| other(&receipts_shard(s)))
             .collect::<Result<_>>()?,
-        delayed: held(DELAYED_DIR)?,
-        dead: held(DEAD_DIR)?,
+        delayed: other(DELAYED_DIR)?,
+        dead: other(DEAD_DIR)?,
         root: rootfd,
         standins: Vec::new(),
     };
     let standins = dirs.ready.iter().filter_map(|c| c.get());
     let standins = standins.chain(&dirs.receipts).chain([&dirs.absent]);
+    let standins = standins.chain([&dirs.tmp, &dirs.delayed, &dirs.dead]);
     let standins = standins.filter(|fd| {
         rustix::fs::fstat(fd).is_ok_and(|st| {
             rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory
@@ -1587,7 +1615,15 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
         // A full disk (no blocks or no inodes) must not lock out the commands that look and
         // repair (status, list, fsck, recover, dead purge, compact); a writer on a full disk
         // fails at its own write, with "disk full".
-        Err(e @ (Errno::ACCESS | Errno::PERM | Errno::ROFS | Errno::NOSPC | Errno::DQUOT)) => {
+        // ENOTDIR: `tmp/` is not a directory, held by the stand-in (`open_dirs` warned).
+        Err(
+            e @ (Errno::ACCESS
+            | Errno::PERM
+            | Errno::ROFS
+            | Errno::NOSPC
+            | Errno::DQUOT
+            | Errno::NOTDIR),
+        ) => {
             log::debug!(
                 "{}: rename probe skipped ({e})",
                 root.join(TMP_DIR).display()

@@ -51,10 +51,11 @@ pub enum ProblemKind {
     /// jobs would leave the queue unseen. The operator moves each where its name belongs
     /// (`--quarantine` moves them home once they are direct entries of a job directory).
     JobsInside(u64),
-    /// Not a directory where the layout has one (a file or a symlink named `prio` in the
-    /// root, `5` in `prio/`, `03` in `ready/`): the ready slots behind it cannot be read or
-    /// made (a symlink is never followed), so jobs of those slots cannot be enqueued or
-    /// claimed until it is moved away. Every other slot goes on. In the root it is never
+    /// Not a directory where the layout has one (a file or a symlink named `prio`, `tmp`,
+    /// `dead`, `delayed` or `receipts` in the root, `5` in `prio/`, `03` in `ready/` or
+    /// `receipts/`): what is behind it cannot be read or made (a symlink is never
+    /// followed), so the jobs that belong there cannot be placed or taken until it is moved
+    /// away. Everything else goes on. In the root it is never
     /// moved (`--quarantine` moves no root entry); in `prio/` or a shard parent it is
     /// quarantined like any stray.
     NotADirectory,
@@ -118,9 +119,9 @@ impl core::fmt::Display for Problem {
             ProblemKind::NotRegular(what) => write!(f, "foreign: {what}")?,
             ProblemKind::Damaged(what) => write!(f, "damaged: {what}")?,
             ProblemKind::NotADirectory => f.write_str(
-                "not a directory where the queue keeps ready jobs (a file, or a symlink, \
-                 never followed): jobs of the slots behind it can be neither enqueued nor \
-                 claimed until it is moved away",
+                "not a directory where the queue keeps jobs (a file, or a symlink, never \
+                 followed): jobs that belong behind it can be neither placed nor taken \
+                 until it is moved away",
             )?,
             ProblemKind::NotShared {
                 like,
@@ -255,6 +256,9 @@ impl Queue {
             })
             .map_err(|e| self.read_dir_error(e, TMP_DIR))?;
         if listed.is_none() {
+            if self.not_a_directory_on(TMP_DIR).is_some() {
+                return Ok(()); // a file or a symlink: reported in the root
+            }
             // This user cannot read tmp/: a problem to report, not a reason to check nothing.
             rep.problems.push(Problem {
                 path: TMP_DIR.into(),
@@ -527,6 +531,15 @@ impl Queue {
                             ) => {}
                     // Only a directory: a file named `prio` (a script's `echo 5 > $Q/prio`)
                     // is foreign, and every level behind it waits until it is moved away.
+                    // `tmp`, `ready`, `delayed`, `dead` or `receipts` as a file or a
+                    // symlink (never followed): what belongs there waits until it is
+                    // moved away (every command stopped on it, fsck too).
+                    Some(n)
+                        if crate::disk::layout::CREATED_DIRS.contains(&n)
+                            && !self.is_dir_entry(self.dirs.root.as_fd(), n, t) =>
+                    {
+                        blocked.push(n.to_string())
+                    }
                     Some(PRIO_DIR) if v3 => {
                         if !self.is_dir_entry(self.dirs.root.as_fd(), PRIO_DIR, t) {
                             blocked.push(PRIO_DIR.to_string());
@@ -672,6 +685,8 @@ impl Queue {
             Err(Errno::NOENT | Errno::NOTDIR) if name.split('/').next() == Some(PRIO_DIR) => {
                 Ok(None)
             }
+            // `ready` or `receipts` itself a file or a symlink: reported in the root.
+            Err(Errno::NOTDIR | Errno::LOOP) => Ok(None),
             Err(e @ (Errno::ACCESS | Errno::PERM)) => {
                 rep.problems.push(Problem {
                     path: name.to_string(),

@@ -2083,7 +2083,7 @@ fn a_file_named_prio_stops_only_the_levels_behind_it() {
         let problems: Vec<_> = text.lines().filter(|l| !l.starts_with("fsck ")).collect();
         assert_eq!(problems.len(), 1, "{args:?}: {text}");
         assert!(
-            problems[0].starts_with("prio: not a directory where the queue keeps ready jobs"),
+            problems[0].starts_with("prio: not a directory where the queue keeps jobs"),
             "{text}"
         );
         assert!(
@@ -2103,7 +2103,7 @@ fn a_file_named_prio_stops_only_the_levels_behind_it() {
     let out = run(&["fsck", qs, "--quarantine"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("prio/7: not a directory where the queue keeps ready jobs")
+        text.contains("prio/7: not a directory where the queue keeps jobs")
             && text.contains("(moved to quarantine/)"),
         "{text}"
     );
@@ -3347,4 +3347,59 @@ fn a_worker_beside_refused_jobs_at_new_levels_stays_nearly_idle() {
     let _ = worker.wait();
     eprintln!("{used} ticks in 4 s");
     assert!(used < 120, "{used} ticks in 4 s");
+}
+
+/// `tmp`, `dead`, `delayed`, `receipts`, `ready` or a receipt shard as a file or a symlink
+/// stopped every command with "open failed: Not a directory", `fsck` included, which then
+/// could not say what was wrong (breaker finding). Now fsck names the entry, status works,
+/// a symlink refuses the commands that move jobs naming it (never followed), and a file
+/// stops only what needs the directory behind it.
+#[test]
+fn a_file_or_symlink_in_place_of_a_queue_directory_is_named_and_stops_only_what_needs_it() {
+    let elsewhere = TempDir::new("layout-elsewhere");
+    std::fs::create_dir_all(elsewhere.path()).unwrap();
+    for entry in ["tmp", "dead", "delayed", "receipts", "ready", "receipts/00"] {
+        for symlink in [false, true] {
+            let d = TempDir::new("layout-blocked");
+            let qs = d.path().to_str().unwrap();
+            assert!(run(&["init", qs, "--shards", "1"]).status.success());
+            assert!(steadq_in(&["enqueue", qs], b"kept").status.success());
+            let at = d.path().join(entry);
+            std::fs::remove_dir_all(&at).unwrap_or_else(|_| std::fs::remove_file(&at).unwrap());
+            if symlink {
+                std::os::unix::fs::symlink(elsewhere.path(), &at).unwrap();
+            } else {
+                std::fs::write(&at, b"not a directory").unwrap();
+            }
+            let case = format!("{entry} (symlink: {symlink})");
+            let out = run(&["fsck", qs]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(5), "{case}: {out:?}");
+            assert!(
+                text.starts_with(&format!(
+                    "{entry}: not a directory where the queue keeps jobs"
+                )) && text.lines().count() == 1,
+                "{case}: {text}"
+            );
+            let out = run(&["status", qs]);
+            assert_eq!(out.status.code(), Some(0), "{case}: {out:?}");
+            let out = steadq_in(&["enqueue", qs], b"new");
+            let err = String::from_utf8_lossy(&out.stderr);
+            if symlink {
+                assert_eq!(out.status.code(), Some(2), "{case}: {err}");
+                assert!(
+                    err.contains(&format!("{qs}/{entry}: open failed: a symlink")),
+                    "{case}: {err}"
+                );
+            } else if entry != "ready" {
+                // The default enqueue needs none of these directories.
+                assert_eq!(out.status.code(), Some(0), "{case}: {err}");
+            }
+            assert_eq!(
+                std::fs::read_dir(elsewhere.path()).unwrap().count(),
+                0,
+                "{case}: nothing written behind a symlink"
+            );
+        }
+    }
 }
