@@ -1284,11 +1284,22 @@ fn list_names(sys: &Sys, dir: BorrowedFd<'_>, keep: impl Fn(&str) -> bool) -> Ve
 }
 
 /// Read the queue id from every job file (`*.sqj`, `*.rct`) under `ready/*/`, `receipts/*/`,
-/// `delayed/*/` and `dead/*/`. Directories that are missing or unreadable are skipped.
+/// `delayed/*/`, `dead/*/` and `prio/<l>/*/`. Directories that are missing or unreadable are skipped.
 fn survey_jobs(sys: &Sys, root: BorrowedFd<'_>) -> Survey {
     let mut jobs = 0u32;
     let mut ids: std::collections::BTreeMap<u128, u32> = Default::default();
-    for parent in [READY_DIR, RECEIPTS_DIR, DELAYED_DIR, DEAD_DIR] {
+    // The priority levels' slots too (`prio/<l>/<ss>`): a restore said "from 5 job
+    // headers" of a queue of 6 jobs, one at priority 6 (breaker finding).
+    let mut parents: Vec<String> = [READY_DIR, RECEIPTS_DIR, DELAYED_DIR, DEAD_DIR]
+        .map(String::from)
+        .to_vec();
+    if let Ok(prio) = sys.open_dir_beneath(root, crate::disk::layout::PRIO_DIR) {
+        let level = |n: &str| n.len() == 1 && n.as_bytes()[0].is_ascii_digit();
+        for l in list_names(sys, prio.as_fd(), level) {
+            parents.push(format!("{}/{l}", crate::disk::layout::PRIO_DIR));
+        }
+    }
+    for parent in &parents {
         let Ok(pfd) = sys.open_dir_beneath(root, parent) else {
             continue;
         };

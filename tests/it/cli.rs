@@ -2273,3 +2273,28 @@ fn a_restore_with_shard_directories_missing_never_takes_a_wrong_count() {
     let o = steadq(&["fsck", p(&q)]);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
 }
+
+/// A restore read the job headers of `ready/`, `receipts/`, `delayed/` and `dead/` only: a
+/// queue holding only priority jobs (`prio/<l>/<ss>`) whose identity file was deleted got a
+/// new queue id, its jobs left with the old one, and a queue with some said "from 5 job
+/// headers" of 6 (breaker finding).
+#[test]
+fn a_restore_reads_the_headers_of_priority_jobs_too() {
+    let d = TempDir::new("cli-noid-prio");
+    let q = d.path().to_path_buf();
+    let o = steadq(&["init", p(&q)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+    let o = steadq_in(&["enqueue", p(&q), "--priority", "6"], b"urgent");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let job = text(&o.stdout).trim().to_string();
+    std::fs::remove_file(q.join("steadq.queue")).unwrap();
+    let o = steadq(&["init", p(&q)]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(text(&o.stdout).trim(), id, "{err}");
+    assert!(err.contains("from 1 job headers"), "{err}");
+    let o = steadq(&["claim", p(&q), "--lease", "1m"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).starts_with(&job));
+}
