@@ -1443,13 +1443,18 @@ fn establish_identity(
     let mine = match survey_jobs(sys, root) {
         Survey::Empty => {
             let id = random_u128();
-            if damaged {
+            // A missing identity beside a queue's layout (a `--receipts none` queue whose
+            // jobs were all acked keeps no job file) is a queue that had an id too: said,
+            // as for a damaged one (it was made anew without a word).
+            let had_layout = sys.open_dir_beneath(root, READY_DIR).is_ok();
+            if damaged || had_layout {
                 log::warn!(
-                    "{}: identity file {IDENTITY_FILE} was damaged and no job file names a \
+                    "{}: identity file {IDENTITY_FILE} was {} and no job file names a \
                      queue id: this is a NEW queue id {id:032x}, not the old one (receipts, \
                      evidence lines and lease handles of the old id do not match it); \
                      {from_options}",
-                    path.display()
+                    path.display(),
+                    if damaged { "damaged" } else { "missing" },
                 );
             }
             Identity {

@@ -2298,3 +2298,38 @@ fn a_restore_reads_the_headers_of_priority_jobs_too() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stdout).starts_with(&job));
 }
+
+/// A `--receipts none` queue whose jobs were all acked keeps no job file: with its
+/// identity file deleted, `init` made a new queue id without a word (it said so only for a
+/// damaged file). It says so now; a directory never a queue gets its id quietly.
+#[test]
+fn a_new_id_for_a_queue_whose_identity_is_missing_is_said() {
+    let d = TempDir::new("cli-noid-none");
+    let q = d.path().to_path_buf();
+    let o = steadq(&["init", p(&q), "--receipts", "none"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let old = text(&o.stdout).trim().to_string();
+    assert!(steadq_in(&["enqueue", p(&q)], b"x").status.success());
+    let o = steadq(&["work", p(&q), "--once", "-q", "--", "true"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    std::fs::remove_file(q.join("steadq.queue")).unwrap();
+    let o = steadq(&["init", p(&q)]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let new = text(&o.stdout).trim().to_string();
+    assert_ne!(new, old);
+    assert!(
+        err.contains(&format!(
+            "identity file steadq.queue was missing and no job file names a queue id: this is a NEW queue id {new}"
+        )),
+        "{err}"
+    );
+    let fresh = TempDir::new("cli-fresh-quiet");
+    let o = steadq(&["init", p(fresh.path())]);
+    assert!(o.status.success());
+    assert!(
+        !text(&o.stderr).contains("NEW queue id"),
+        "{}",
+        text(&o.stderr)
+    );
+}
