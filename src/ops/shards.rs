@@ -92,6 +92,23 @@ struct Known {
 /// Ready names an empty shard may collect from events before it is listed again instead.
 const PENDING_MAX: usize = 16;
 
+/// Bytes per `read(2)` of the inotify fd.
+const EVENT_BUF: usize = 4096;
+
+/// Reads of the inotify fd per drain at most (256 KiB of events, about 2,300 arrivals).
+const MAX_READS: u32 = 64;
+
+/// Bytes an event naming `name_len` bytes takes in a read: `struct inotify_event` (16
+/// bytes) and the name with its NUL padded to a multiple of 16 (`inotify(7)`; fs/notify/
+/// inotify/inotify_user.c, `round_event_name_len`). No name: 16.
+const fn event_len(name_len: usize) -> usize {
+    if name_len == 0 {
+        16
+    } else {
+        16 + (name_len + 1).div_ceil(16) * 16
+    }
+}
+
 #[derive(Debug)]
 struct Watch {
     fd: OwnedFd,
@@ -129,12 +146,15 @@ impl Shards {
             k.unwatched = w.refused.clone();
         }
         k.unwatched.resize(ws.len(), false);
-        let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); EVENT_BUF];
         let mut reader = inotify::Reader::new(w.fd.as_fd(), &mut buf);
         let mut learnt = false;
+        // Bytes of the current read's events, and reads so far (see below).
+        let (mut filled, mut reads) = (0usize, 1u32);
         while let Ok(ev) = reader.next() {
             learnt = true;
             let name = ev.file_name().and_then(|n| n.to_str().ok()).unwrap_or("");
+            filled += event_len(name.len());
             if ev.events().contains(ReadFlags::QUEUE_OVERFLOW) {
                 k.empty_until.iter_mut().for_each(|e| *e = None);
                 k.generation.iter_mut().for_each(|g| *g += 1);
@@ -161,9 +181,19 @@ impl Shards {
                 }
             }
             if reader.is_buffer_empty() {
-                // Whatever came after this read stays queued in the kernel for the next
-                // drain: a listing started since then saw it or leaves the shard unknown.
-                break;
+                // A read that may have stopped short of the queue's end (no room left for
+                // one more event of the longest name) is followed by another: one read per
+                // drain left a backlog behind (a batch's 64 lease events then its 64
+                // arrivals: the next claim_batch read only lease events and said "no job"
+                // with 64 ready). At most MAX_READS reads per drain.
+                if filled + event_len(255) <= EVENT_BUF || reads >= MAX_READS {
+                    // Whatever came after this read stays queued in the kernel for the
+                    // next drain: a listing started since then saw it or leaves the
+                    // shard unknown.
+                    break;
+                }
+                filled = 0;
+                reads += 1;
             }
         }
         // Shards whose watch was refused: tried again once a second; one watched again is

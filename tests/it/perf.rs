@@ -407,3 +407,52 @@ fn a_claim_of_a_job_this_handle_linked_skips_the_check_of_its_name() {
         l.ack().unwrap();
     }
 }
+
+#[test]
+fn a_claim_batch_takes_every_ready_job_that_arrived_in_known_empty_shards() {
+    // A worker's shards are known empty; 100 jobs arrive (more inotify events than one
+    // read returns). One claim_batch of 200 takes all 100: reading the events once per
+    // batch took only the first buffer's worth (36 of 64 in the bench).
+    let d = TempDir::new("batch-arrivals");
+    Queue::create(d.path(), opts(8)).unwrap();
+    let worker = Queue::open(d.path()).unwrap();
+    let producer = Queue::open(d.path()).unwrap();
+    assert!(worker.claim().unwrap().is_none(), "every shard known empty");
+    let payloads: Vec<Vec<u8>> = (0..100u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+    let mut ids = producer.enqueue_batch(&refs).unwrap();
+    let leases = worker.claim_batch(200, Duration::from_secs(60)).unwrap();
+    let mut got: Vec<JobId> = leases.iter().map(|l| l.id()).collect();
+    ids.sort();
+    got.sort();
+    assert_eq!(got.len(), 100);
+    assert_eq!(got, ids);
+    worker.ack_batch(leases).unwrap();
+}
+
+#[test]
+fn every_claim_batch_of_a_producing_worker_takes_the_whole_batch() {
+    // One handle enqueues a batch of 64, claims it, acks it, again and again (the bench's
+    // batched lifecycle). The claims' own lease events (64) queue up in front of the next
+    // batch's arrivals; one read of the events per drain saw only the first 36 of them,
+    // and the next claim_batch said "no job" with 64 ready (rounds 1-3 of 6 took 0).
+    let d = TempDir::new("batch-rounds");
+    let q = Queue::create(
+        d.path(),
+        Options {
+            durability: steadq::Durability::Batched,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let payload = [7u8; 64];
+    let refs: Vec<&[u8]> = vec![&payload[..]; 64];
+    let mut took = Vec::new();
+    for _ in 0..6 {
+        q.enqueue_batch(&refs).unwrap();
+        let ls = q.claim_batch(64, Duration::from_secs(60)).unwrap();
+        took.push(ls.len());
+        q.ack_batch(ls).unwrap();
+    }
+    assert_eq!(took, vec![64; 6]);
+}
