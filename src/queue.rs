@@ -1336,9 +1336,10 @@ pub enum OrphanShards {
     /// No job name in any shard directory, and the `ready/` shard directories (if any) not
     /// a complete `00` to `<n-1>`: nothing to go by (the options' count is taken).
     Unknown,
-    /// The layout tells: `ready/00` to `ready/<n-1>` (hex) are all there and nothing above,
-    /// and every job name in a shard directory (`ready/`, `receipts/`, `prio/<l>/`) fits
-    /// `n` (a job's shard is its id's low 64 bits modulo the count).
+    /// The layout tells: `ready/00` to `ready/<n-1>` (hex) and `receipts/00` to
+    /// `receipts/<n-1>` are all there and nothing above, and every job name in a shard
+    /// directory (`ready/`, `receipts/`, `prio/<l>/`) fits `n` (a job's shard is its id's
+    /// low 64 bits modulo the count).
     Told(u16),
     /// Shard directories are missing (an empty one removed by a cleanup, say): the counts,
     /// ascending, from the highest shard directory's index + 1 up to 256 that every job
@@ -1366,41 +1367,39 @@ fn shard_evidence(sys: &Sys, root: BorrowedFd<'_>) -> OrphanShards {
     let is_shard =
         |n: &str| n.len() == 2 && crate::disk::name::parse_hex(n.as_bytes(), 2).is_some();
     let index = |n: &str| crate::disk::name::parse_hex(n.as_bytes(), 2).map_or(0, |v| v as u16);
+    let is_job = |n: &str| n.len() > 33 && n.as_bytes()[32] == b'.';
     // (id's low 64 bits, the shard directory it was found in)
     let mut found: Vec<(u64, u16)> = Vec::new();
     let mut highest: Option<u16> = None;
-    let mut ready: Vec<u16> = Vec::new();
-    let mut parents: Vec<OwnedFd> = Vec::new();
-    let mut is_ready = Vec::new();
-    if let Ok(fd) = sys.open_dir_beneath(root, READY_DIR) {
-        parents.push(fd);
-        is_ready.push(true);
-    }
-    if let Ok(fd) = sys.open_dir_beneath(root, RECEIPTS_DIR) {
-        parents.push(fd);
-        is_ready.push(false);
+    // The shard parents, each with the shard directories listed in it: `ready/` (0),
+    // `receipts/` (1), then each `prio/<l>/` (2).
+    let mut parents: Vec<(OwnedFd, u8)> = Vec::new();
+    for (p, kind) in [(READY_DIR, 0u8), (RECEIPTS_DIR, 1)] {
+        if let Ok(fd) = sys.open_dir_beneath(root, p) {
+            parents.push((fd, kind));
+        }
     }
     if let Ok(prio) = sys.open_dir_beneath(root, crate::disk::layout::PRIO_DIR) {
         for l in list_names(sys, prio.as_fd(), |_| true) {
             if let Ok(fd) = sys.open_dir_beneath(prio.as_fd(), &l) {
-                parents.push(fd);
-                is_ready.push(false);
+                parents.push((fd, 2));
             }
         }
     }
-    for (pfd, r) in parents.iter().zip(is_ready) {
+    let (mut ready, mut receipts): (Vec<u16>, Vec<u16>) = (Vec::new(), Vec::new());
+    for (pfd, kind) in &parents {
         for sub in list_names(sys, pfd.as_fd(), is_shard) {
             let Ok(dfd) = sys.open_dir_beneath(pfd.as_fd(), &sub) else {
                 continue;
             };
             let s = index(&sub);
             highest = Some(highest.map_or(s, |h| h.max(s)));
-            if r {
-                ready.push(s);
+            match kind {
+                0 => ready.push(s),
+                1 => receipts.push(s),
+                _ => {}
             }
-            for name in list_names(sys, dfd.as_fd(), |n| {
-                n.len() > 33 && n.as_bytes()[32] == b'.'
-            }) {
+            for name in list_names(sys, dfd.as_fd(), is_job) {
                 if let Some(id) = crate::disk::name::JobId::parse(&name[..32]) {
                     found.push((id.0 as u64, s));
                 }
@@ -1411,10 +1410,20 @@ fn shard_evidence(sys: &Sys, root: BorrowedFd<'_>) -> OrphanShards {
         return OrphanShards::Unknown;
     };
     let fits = |n: u16| found.iter().all(|(id, s)| id % n as u64 == *s as u64);
-    ready.sort_unstable();
+    // Told only when `ready/` and `receipts/` both hold every shard directory of one count
+    // (`init` makes them all): a cleanup that removed the empty ones leaves a layout that
+    // no longer tells (`ready/00`..`03` left of 8 restored 4 shards, breaker finding).
+    let complete = |v: &mut Vec<u16>| {
+        v.sort_unstable();
+        v.iter().enumerate().all(|(i, s)| i as u16 == *s)
+    };
     let n = ready.len() as u16;
-    let complete = ready.iter().enumerate().all(|(i, s)| i as u16 == *s);
-    if complete && n == highest + 1 && fits(n) {
+    if complete(&mut ready)
+        && complete(&mut receipts)
+        && receipts.len() == ready.len()
+        && n == highest + 1
+        && fits(n)
+    {
         return OrphanShards::Told(n);
     }
     if found.is_empty() {
@@ -1457,10 +1466,17 @@ fn establish_identity(
                     if damaged { "damaged" } else { "missing" },
                 );
             }
+            // No job to go by, but the layout may still tell (a queue whose every shard
+            // directory is there): 16 shards were restored as 8, with `ready/08`..`0f`
+            // then foreign (breaker finding).
+            let shards = match shard_evidence(sys, root) {
+                OrphanShards::Told(n) => n,
+                _ => opts.shards,
+            };
             Identity {
                 version: opts.format_version,
                 id,
-                shards: opts.shards,
+                shards,
                 delayed_bucket_ns: opts.delayed_bucket_ns,
                 receipts: opts.receipts,
                 evidence: opts.evidence,
@@ -1784,6 +1800,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         for s in dirs {
             std::fs::create_dir_all(d.join(format!("ready/{s:02x}"))).unwrap();
+            std::fs::create_dir_all(d.join(format!("receipts/{s:02x}"))).unwrap();
         }
         for (id, s) in jobs {
             std::fs::write(d.join(format!("ready/{s:02x}/{id:032x}.g0.sqj")), b"").unwrap();
@@ -1796,7 +1813,13 @@ mod tests {
         // Every shard directory there: the layout tells.
         let d = layout("told", &[0, 1, 2, 3], &[(5, 1), (7, 3)]);
         assert_eq!(orphan_shards(&d).unwrap(), OrphanShards::Told(4));
-        // Directories missing: the counts from the highest index + 1 that fit every name.
+        // A receipt shard gone (a cleanup of empty directories): the layout no longer tells.
+        std::fs::remove_dir(d.join("receipts/03")).unwrap();
+        let OrphanShards::Fits(f) = orphan_shards(&d).unwrap() else {
+            panic!("told without receipts/03")
+        };
+        assert_eq!(f, vec![4]); // 5 % 4 = 1 and 7 % 4 = 3; no other count from 4 on fits
+                                // Directories missing: the counts from the highest index + 1 that fit every name.
         let d2 = layout("fits", &[5, 6], &[(21, 5), (13, 5), (6, 6)]);
         let OrphanShards::Fits(f) = orphan_shards(&d2).unwrap() else {
             panic!("told")

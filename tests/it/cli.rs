@@ -2234,11 +2234,20 @@ fn a_restore_with_shard_directories_missing_never_takes_a_wrong_count() {
     let left = std::fs::read_dir(q.join("ready")).unwrap().count();
     assert!(left <= 3, "{left} shard directories left");
     let before = snapshot(&q);
-    // A count the job names do not fit: refused, nothing changed.
-    let o = steadq(&["init", p(&q), "--shards", "4"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("nothing changed"));
-    assert_eq!(snapshot(&q), before);
+    // A count the job names do not fit (the highest shard directory's index: its jobs
+    // cannot be in shard `n` of `n`): refused, nothing changed.
+    let highest = std::fs::read_dir(q.join("ready"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| u16::from_str_radix(&e.file_name().to_string_lossy(), 16).ok())
+        .max()
+        .unwrap();
+    if highest > 0 {
+        let o = steadq(&["init", p(&q), "--shards", &highest.to_string()]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("nothing changed"));
+        assert_eq!(snapshot(&q), before);
+    }
     // Without --shards: restored with 8 (when only 8 fits the names) or refused, naming
     // the counts that fit, 8 among them; never restored with another count.
     let o = steadq(&["init", p(&q)]);
@@ -2332,4 +2341,21 @@ fn a_new_id_for_a_queue_whose_identity_is_missing_is_said() {
         "{}",
         text(&o.stderr)
     );
+}
+
+/// A queue with no job file whose identity file was deleted got a new id (said so) but
+/// also the default 8 shards, whatever its layout held: a 16-shard queue's `ready/08`..`0f`
+/// were then foreign to fsck (breaker finding). The layout's count is kept when it tells.
+#[test]
+fn a_new_id_for_an_empty_queue_keeps_the_shard_count_its_layout_tells() {
+    let d = TempDir::new("cli-noid-empty16");
+    let q = d.path().to_path_buf();
+    assert!(steadq(&["init", p(&q), "--shards", "16"]).status.success());
+    std::fs::remove_file(q.join("steadq.queue")).unwrap();
+    let o = steadq(&["init", p(&q)]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("ready: 16 shards"), "{err}");
+    let o = steadq(&["fsck", p(&q)]);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
 }
