@@ -344,21 +344,16 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
             let _ = std::fs::remove_file(p);
         }
     };
-    // A path outside the queue may still be a hard link to one of its files (the identity,
-    // a ready job): cutting it wiped that file (breaker finding). A regular file with more
-    // than one link on the queue's filesystem is refused: it may be one.
+    // A path outside the queue may still be one of its files: a hard link to it, or a bind
+    // mount of it or of the queue (the identity, the evidence log, a ready job); cutting it
+    // wiped that file (breaker findings). Refused before the claim.
     if let (Some(f), Some(p)) = (&file, &a.payload_out) {
-        use std::os::unix::fs::MetadataExt;
-        let queue_dev = std::fs::metadata(&a.dir).map(|m| m.dev());
-        if f.metadata().is_ok_and(|m| {
-            m.is_file() && m.nlink() > 1 && queue_dev.as_ref().is_ok_and(|d| *d == m.dev())
-        }) {
+        if let Some(why) = queue_file(f, p, &a.dir) {
+            made_file(&a.payload_out);
             return Err(CliError::usage(format!(
-                "--payload-out {}: a file with {} hard links on the queue's filesystem, which \
-                 may be one of the queue's own files (a job, the identity); nothing done \
-                 (write to a new path)",
-                p.display(),
-                f.metadata().map_or(0, |m| m.nlink())
+                "--payload-out {}: {why}, which may be one of the queue's own files (a job, \
+                 the identity, the evidence log); nothing done (write to a new path)",
+                p.display()
             )));
         }
     }
@@ -404,6 +399,57 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         }
     }
     print_handle(lease)
+}
+
+/// Why open payload file `f` may be one of the queue `dir`'s own files, if it may: only a
+/// regular file on the queue's filesystem (same `st_dev`, which a bind mount keeps) can
+/// be. It may when it has more than one hard link, when it is the same inode as an entry
+/// of the queue's root (the identity, the evidence log and its rotations, the limits), or
+/// when it starts with a job file's magic (`STEADQJ\0`: a job or a receipt; `src/disk/
+/// format.rs`). One `fstat`, one listing of the root, one 8-byte read.
+fn queue_file(f: &std::fs::File, path: &std::path::Path, dir: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+    let m = f.metadata().ok()?;
+    let queue = std::fs::metadata(dir).ok()?;
+    if !m.is_file() || m.dev() != queue.dev() {
+        return None;
+    }
+    if m.nlink() > 1 {
+        return Some(format!(
+            "a file with {} hard links on the queue's filesystem",
+            m.nlink()
+        ));
+    }
+    let root_entry = std::fs::read_dir(dir).ok()?.flatten().find(|e| {
+        std::fs::symlink_metadata(e.path()).is_ok_and(|x| x.dev() == m.dev() && x.ino() == m.ino())
+    });
+    if let Some(e) = root_entry {
+        return Some(format!(
+            "the queue's own {} (the same file, by device and inode)",
+            e.file_name().to_string_lossy()
+        ));
+    }
+    // `f` is open for writing only: the magic is read through a second handle, opened
+    // without following a final symlink (`inside` already refused one into the queue), and
+    // only if it is the same file.
+    let mut magic = [0u8; 8];
+    let reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(
+            rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32,
+        )
+        .open(path)
+        .ok()
+        .filter(|r| {
+            r.metadata()
+                .is_ok_and(|x| x.dev() == m.dev() && x.ino() == m.ino())
+        });
+    if reader.is_some_and(|r| r.read_at(&mut magic, 0).is_ok_and(|n| n == 8))
+        && magic == steadq::format::MAGIC
+    {
+        return Some("a SteadQ job file (it starts with the job header's magic)".into());
+    }
+    None
 }
 
 /// Whether `path` (which may not exist yet: its directory is resolved) lies inside the

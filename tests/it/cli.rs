@@ -1908,6 +1908,36 @@ fn claim_refuses_a_payload_path_inside_the_queue() {
         );
         std::fs::remove_file(&link).unwrap();
     }
+    // A bind mount of the queue, or of one of its files, outside it (root only): the same
+    // files by device and inode, with one link each (breaker finding).
+    if rustix::process::geteuid().is_root() {
+        let mount = |args: &[&str]| Command::new("mount").args(args).status().unwrap().success();
+        let umount =
+            |at: &Path| assert!(Command::new("umount").arg(at).status().unwrap().success());
+        let bindq = d.path().join("bindq");
+        std::fs::create_dir_all(&bindq).unwrap();
+        let single = d.path().join("single");
+        std::fs::write(&single, b"").unwrap();
+        if mount(&["--bind", p(&q), p(&bindq)]) {
+            for inside in ["steadq.queue", "evidence.log"] {
+                let o = steadq(&["claim", qs, "--payload-out", p(&bindq.join(inside))]);
+                let err = text(&o.stderr);
+                if o.status.code() != Some(2) {
+                    umount(&bindq);
+                }
+                assert_eq!(o.status.code(), Some(2), "{inside}: {err}");
+                assert!(err.contains(&format!("the queue's own {inside}")), "{err}");
+            }
+            umount(&bindq);
+        }
+        if mount(&["--bind", p(&job), p(&single)]) {
+            let o = steadq(&["claim", qs, "--payload-out", p(&single)]);
+            let err = text(&o.stderr);
+            umount(&single);
+            assert_eq!(o.status.code(), Some(2), "{err}");
+            assert!(err.contains("a SteadQ job file"), "{err}");
+        }
+    }
     assert_eq!(std::fs::read(&job).unwrap(), job_bytes);
     assert_eq!(snapshot(&q), before);
     assert_eq!(std::fs::read(q.join("steadq.queue")).unwrap(), identity);
