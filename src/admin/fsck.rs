@@ -759,6 +759,11 @@ impl Queue {
             ) else {
                 continue;
             };
+            // A template that is not a directory (a file or a symlink at `ready`, reported
+            // as such) sets no mode to share.
+            if want.2 & 0o170000 != 0o040000 {
+                continue;
+            }
             let (want_mode, mode) = (want.2 & 0o7777, got.2 & 0o7777);
             // A right the template grants that this directory lacks (read, write, search
             // for owner, group or others; setgid), or, under another group, one the

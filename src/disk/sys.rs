@@ -1043,6 +1043,16 @@ pub fn fs_name(magic: i64) -> &'static str {
 /// `st_mode & bits`. One `fstatat(2)`; the caller counts the whole as one call.
 fn share_like(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, template: &str, bits: u32) -> R<()> {
     let st = rustix::fs::statat(dir, template, AtFlags::SYMLINK_NOFOLLOW)?;
+    // Only a real directory (or, for a file's read and write bits, a regular file) is a
+    // template: a symlink at `ready` (its lstat mode 777) made `fsck --quarantine` give
+    // every level directory mode 777, and a file there (0644) made new level directories
+    // nobody could search (breaker finding). Without one, what was made stays as made.
+    let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    let usable = kind == rustix::fs::FileType::Directory
+        || (bits == 0o666 && kind == rustix::fs::FileType::RegularFile);
+    if !usable {
+        return Ok(());
+    }
     let (uid, gid) = (
         rustix::process::Uid::from_raw(st.st_uid),
         rustix::process::Gid::from_raw(st.st_gid),

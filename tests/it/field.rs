@@ -3403,3 +3403,41 @@ fn a_file_or_symlink_in_place_of_a_queue_directory_is_named_and_stops_only_what_
         }
     }
 }
+
+/// Directories made on demand take their owner and mode from `ready/`: a symlink there
+/// (lstat mode 777) made `fsck --quarantine` chmod every level directory to 777, and a file
+/// there (0644) gave new level directories no search bit (breaker finding). Only a real
+/// directory is a template now.
+#[test]
+fn a_file_or_symlink_at_ready_is_never_a_template_for_directory_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let elsewhere = TempDir::new("ready-template-elsewhere");
+    std::fs::create_dir_all(elsewhere.path()).unwrap();
+    let d = TempDir::new("ready-template");
+    let qs = d.path().to_str().unwrap();
+    assert!(run(&["init", qs]).status.success());
+    assert!(steadq_in(&["enqueue", qs, "--priority", "6"], b"a")
+        .status
+        .success());
+    let made = d.path().join("prio/6");
+    let before = mode(&made);
+    std::fs::rename(d.path().join("ready"), d.path().join("ready.real")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), d.path().join("ready")).unwrap();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("not shared like"), "{text}");
+    assert_eq!(mode(&made), before, "prio/6 kept its mode");
+    // A file at `ready`: a new level's directories are still searchable.
+    std::fs::remove_file(d.path().join("ready")).unwrap();
+    std::fs::write(d.path().join("ready"), b"x").unwrap();
+    std::fs::set_permissions(
+        d.path().join("ready"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let out = steadq_in(&["enqueue", qs, "--priority", "5"], b"b");
+    assert!(out.status.success(), "{out:?}");
+    let level = d.path().join("prio/5");
+    assert_eq!(mode(&level) & 0o111, 0o111 & before, "{:o}", mode(&level));
+}
