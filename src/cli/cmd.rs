@@ -242,6 +242,10 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
                 "duplicate: key {} already names job {id}; nothing enqueued",
                 a.key.as_deref().unwrap_or("")
             );
+            // Nothing was done, but the id is what a caller's `$(...)` waits for: a closed,
+            // read-only or unread stdout is a failed output (exit 2, as on a full one), not a
+            // quiet exit 0 with an empty id (breaker finding).
+            stdout::require_reader();
             out!("{id}");
         }
     }

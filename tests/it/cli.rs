@@ -2389,3 +2389,27 @@ fn a_new_id_for_an_empty_queue_keeps_the_shard_count_its_layout_tells() {
     let o = steadq(&["fsck", p(&q)]);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
 }
+
+/// A duplicate `enqueue --key` prints the existing job's id for `$(...)`: with stdout
+/// closed or a pipe nobody reads it exited 0 with the id lost, while a full stdout exited 2
+/// (breaker finding). Every failed output of it is exit 2 (nothing was enqueued).
+#[test]
+fn a_duplicate_enqueue_whose_id_cannot_be_written_exits_2() {
+    let d = TempDir::new("cli-dup-closed");
+    let q = d.path();
+    assert!(steadq(&["init", p(q)]).status.success());
+    assert!(steadq_in(&["enqueue", p(q), "--key", "k"], b"x")
+        .status
+        .success());
+    for redirect in [">&-", "1</dev/null", ">/dev/full"] {
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg(format!("echo x | \"$0\" enqueue \"$1\" --key k {redirect}"))
+            .arg(BIN)
+            .arg(q)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{redirect}: {}", text(&o.stderr));
+    }
+    assert_eq!(Queue::open(q).unwrap().list(None).unwrap().len(), 1);
+}
