@@ -535,7 +535,9 @@ impl Queue {
                     // symlink (never followed): what belongs there waits until it is
                     // moved away (every command stopped on it, fsck too).
                     Some(n)
-                        if crate::disk::layout::CREATED_DIRS.contains(&n)
+                        if (crate::disk::layout::CREATED_DIRS.contains(&n)
+                            || n == crate::disk::layout::KEYS_DIR
+                            || n == QUARANTINE_DIR)
                             && !self.is_dir_entry(self.dirs.root.as_fd(), n, t) =>
                     {
                         blocked.push(n.to_string())
@@ -937,7 +939,8 @@ impl Queue {
         use crate::disk::layout::KEYS_DIR;
         let keys = match self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) {
             Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(()),
+            // A file or a symlink (never followed): reported in the root.
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(()),
             Err(e @ (Errno::ACCESS | Errno::PERM)) => {
                 rep.problems.push(Problem {
                     path: KEYS_DIR.to_string(),
