@@ -16,7 +16,9 @@
 //!   the next directory down. The slot is then watched again (itself once it exists) before
 //!   it is listed again.
 //!
-//! Events are drained (one non-blocking `read(2)`) before a claim picks shards. A listing
+//! Events are drained before a claim picks shards: non-blocking `read(2)`s of 4 KiB, another
+//! only while the last one may have stopped short of the queue's end (one read in the
+//! common case; a backlog of lease events left a batch's arrivals unread). A listing
 //! records the shard's generation when it starts and marks the shard empty only if no event
 //! for it was drained meanwhile; an event that arrives after that stays queued in the kernel
 //! until the next drain.
@@ -32,7 +34,8 @@
 //! empty does not end that state: the shard then holds exactly the ready jobs named by such
 //! events, so they are kept as *pending* candidates (up to [`PENDING_MAX`]) and the next
 //! claim takes them without listing (one `fstatat` each, so that only a regular file is
-//! ever renamed). On a nearly empty queue an enqueue and its claim thus cost no listing at
+//! ever renamed, except for a job this handle linked itself: [`Shards::linking`]). On a
+//! nearly empty queue an enqueue and its claim thus cost no listing at
 //! all. Any other name, more than [`PENDING_MAX`] arrivals, or an overflow ends the empty
 //! state as before, and the listing that follows sees the pending names too.
 //!
