@@ -476,9 +476,9 @@ impl Queue {
         Ok(())
     }
 
-    /// [`ProblemKind::IdentityMismatch`] when more than half of the `jobs_seen` job entries,
-    /// and at least two, fail the tag check and the headers of all of them that are readable name one queue id
-    /// other than the identity's.
+    /// [`ProblemKind::IdentityMismatch`] when every one of the `jobs_seen` job entries, and
+    /// at least two, fails the tag check and the headers of all of them that are readable
+    /// name one queue id other than the identity's.
     fn identity_mismatch(
         &self,
         bad: &[(String, String, ProblemKind)],
@@ -487,7 +487,11 @@ impl Queue {
         let tagged: Vec<_> = bad.iter().filter(|b| is_tag_mismatch(&b.2)).collect();
         // One stray job in an empty queue is a foreign job (as a copied-in file looks), not
         // evidence against the identity: at least two are needed.
-        if tagged.len() < 2 || (tagged.len() as u64) * 2 <= jobs_seen {
+        // And every job must fail it: one job that passes shows the identity is this
+        // queue's, and the others are foreign (two jobs copied in from another queue beside
+        // one of its own were blamed on the identity, with advice to remove it that would
+        // have made `init` adopt the other queue's id: breaker finding).
+        if tagged.len() < 2 || tagged.len() as u64 != jobs_seen {
             return None;
         }
         let mut ids = std::collections::BTreeSet::new();

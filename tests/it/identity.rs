@@ -210,3 +210,37 @@ fn a_refused_rename_is_not_blamed_on_the_filesystem() {
         std::fs::remove_file(d.path().join(IDENTITY_FILE)).unwrap();
     }
 }
+
+/// Two job files copied in from another queue beside one of the queue's own were blamed on
+/// the identity file (a majority failed the tag check), with the advice to remove it, which
+/// would have made `init` adopt the other queue's id (breaker finding). With any job that
+/// passes the check the identity is this queue's: the copies are foreign, quarantined on
+/// request.
+#[test]
+fn foreign_jobs_beside_one_of_the_queues_own_do_not_blame_the_identity() {
+    let a = TempDir::new("id-mixed-a");
+    let b = TempDir::new("id-mixed-b");
+    queue_with_jobs(a.path(), 1, 1);
+    queue_with_jobs(b.path(), 1, 2);
+    for f in files(b.path(), "ready") {
+        std::fs::copy(b.path().join(&f), a.path().join(&f)).unwrap();
+    }
+    let q = Queue::open(a.path()).unwrap();
+    let rep = q.fsck().unwrap();
+    assert_eq!(rep.problems.len(), 2, "{:?}", rep.problems);
+    assert!(
+        rep.problems.iter().all(|p| !matches!(
+            p.kind,
+            steadq::ProblemKind::IdentityMismatch { .. }
+        ) && p.path.starts_with("ready/")),
+        "{:?}",
+        rep.problems
+    );
+    let rep = q.fsck_quarantine().unwrap();
+    assert!(
+        rep.problems.iter().all(|p| p.quarantined),
+        "{:?}",
+        rep.problems
+    );
+    assert_eq!(files(a.path(), "ready").len(), 1);
+}
