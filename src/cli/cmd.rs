@@ -643,18 +643,24 @@ pub fn cmd_ack(a: Ack) -> Result<Exit, CliError> {
 
 pub fn cmd_nack(a: Nack) -> Result<Exit, CliError> {
     let q = open(&a.dir)?;
-    let n = q.lease_from_handle(&a.handle)?.nack(a.delay)?;
-    stdout::note_done("the job WAS nacked", "its new state");
-    match n {
-        steadq::Nacked::Ready => out!("ready"),
-        steadq::Nacked::Delayed(t) => out!(
+    let lease = q.lease_from_handle(&a.handle)?;
+    let id = lease.id();
+    let state = match lease.nack(a.delay)? {
+        steadq::Nacked::Ready => "ready".to_string(),
+        steadq::Nacked::Delayed(t) => format!(
             "delayed until unix {:.3}",
             t.duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_secs_f64()
         ),
-        steadq::Nacked::Dead => out!("dead (attempts exhausted)"),
-    }
+        steadq::Nacked::Dead => "dead (attempts exhausted)".to_string(),
+    };
+    // Named with its job and new state, as an ack names its job, if stdout fails.
+    stdout::note_done(
+        format!("the job {id} WAS nacked ({state})"),
+        "its new state",
+    );
+    out!("{state}");
     Ok(Exit::Done)
 }
 

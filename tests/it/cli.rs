@@ -2413,3 +2413,23 @@ fn a_duplicate_enqueue_whose_id_cannot_be_written_exits_2() {
     }
     assert_eq!(Queue::open(q).unwrap().list(None).unwrap().len(), 1);
 }
+
+/// A nack whose stdout fails said only "the job WAS nacked": which job, and where it went,
+/// were lost (an ack names its job; breaker finding). Both are on stderr now.
+#[test]
+fn a_nack_whose_output_fails_names_its_job_and_new_state() {
+    let d = TempDir::new("cli-nack-full");
+    let q = d.path();
+    assert!(steadq(&["init", p(q)]).status.success());
+    let id = text(&steadq_in(&["enqueue", p(q)], b"x").stdout)
+        .trim()
+        .to_string();
+    let h = text(&steadq(&["claim", p(q)]).stdout).trim().to_string();
+    let o = steadq_to_full(&["nack", p(q), &h, "--delay", "0s"], b"");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(8), "{err}");
+    assert!(
+        err.contains(&format!("the job {id} WAS nacked (ready)")),
+        "{err}"
+    );
+}
