@@ -974,6 +974,16 @@ fn open_dirs(
         let symlink = t == rustix::fs::FileType::Symlink;
         Some((rel[..end].to_string(), !symlink || lazy || check))
     };
+    // A symlink where the layout has a directory, refused (never followed), named where it
+    // stands.
+    let symlink_refused = |block: &str| {
+        Error::io(
+            Call::Open,
+            Errno::LOOP,
+            Outcome::NotDone,
+            Some(root.join(block)),
+        )
+    };
     let slot = |s: u16| {
         let rel = ident.slot_rel(s);
         let lazy = ident.slot_is_lazy(s);
@@ -989,12 +999,7 @@ fn open_dirs(
                     .map(Some)
                     .map_err(|_| e),
                 // Named where it stands: `ready/03`, not a path behind it.
-                Some((block, false)) => Err(Error::io(
-                    Call::Open,
-                    Errno::LOOP,
-                    Outcome::NotDone,
-                    Some(root.join(block)),
-                )),
+                Some((block, false)) => Err(symlink_refused(&block)),
                 None => Err(e),
             },
             r => r.map(Some),
@@ -1023,12 +1028,7 @@ fn open_dirs(
                 sys.open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
                     .map_err(|_| e)
             }
-            Some((block, false)) => Err(Error::io(
-                Call::Open,
-                Errno::LOOP,
-                Outcome::NotDone,
-                Some(root.join(block)),
-            )),
+            Some((block, false)) => Err(symlink_refused(&block)),
             None => Err(e),
         },
         r => r,
