@@ -60,32 +60,29 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| bad())?;
-    let mult = match unit {
-        "ms" => 0.001,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
+    let unit_ns: u128 = match unit {
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        "d" => 86_400_000_000_000,
         _ => return Err(bad()),
     };
-    let secs = n * mult;
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(bad());
-    }
+    let ns = super::fixed::parse_scaled(num, unit_ns).ok_or_else(bad)?;
     // Named here, with the option: past this a `--delay` reached beyond the year 2262 (the
     // last one a u64 of wall-clock ns holds) and failed later as "invalid argument: delay
     // reaches past the year 2262", naming no option.
-    if secs > MAX_DURATION_DAYS * 86400.0 {
+    if ns > u128::from(MAX_DURATION_DAYS) * 86_400_000_000_000 {
         return Err(format!(
             "bad duration '{s}': at most {MAX_DURATION_DAYS}d (100 years)"
         ));
     }
-    Ok(Duration::from_secs_f64(secs))
+    // At most 36,500 days: 3.2e18 ns, inside a u64.
+    Ok(Duration::from_nanos(ns as u64))
 }
 
 /// The longest duration any option takes, in days: 100 years.
-const MAX_DURATION_DAYS: f64 = 36_500.0;
+const MAX_DURATION_DAYS: u64 = 36_500;
 
 pub fn dur(s: &str) -> Result<Duration, String> {
     parse_duration(s)
@@ -716,6 +713,9 @@ mod tests {
         assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.1s"), Ok(Duration::from_millis(1100)));
+        assert_eq!(parse_duration("2.5ms"), Ok(Duration::from_micros(2500)));
+        assert_eq!(parse_duration(".5h"), Ok(Duration::from_secs(1800)));
         assert_eq!(
             parse_duration("36500d"),
             Ok(Duration::from_secs(36_500 * 86400))
@@ -726,7 +726,7 @@ mod tests {
             "{e}"
         );
         for bad in [
-            "", "x", "3x", "-1s", "s", "1e99d", "2", "0", "1.5", "36501d",
+            "", "x", "3x", "-1s", "s", "1e99d", "2", "0", "1.5", "36501d", ".s", "1.2.3s",
         ] {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.contains(&format!("'{bad}'")), "{e}");

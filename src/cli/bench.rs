@@ -6,6 +6,7 @@
 
 use super::args::Bench;
 use super::exit::Exit;
+use super::fixed;
 use super::CliError;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,18 +15,16 @@ use steadq::{Durability, Options, Queue};
 /// One case's result.
 struct Run {
     jobs: usize,
-    secs: f64,
+    /// Wall time of the case, ns.
+    ns: u128,
     /// Latency of each lifecycle (a batched job counts its batch's), ns.
     lat: Vec<u64>,
 }
 
-/// The `q`-th quantile (0..=1) of sorted `v`, in µs.
-fn quantile_us(v: &[u64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    v[i] as f64 / 1000.0
+/// The `pct`-th percentile (0..=100) of sorted `v` (nearest rank), in µs to one decimal.
+fn percentile_us(v: &[u64], pct: usize) -> String {
+    let i = (v.len().saturating_sub(1) * pct + 50) / 100;
+    fixed::fixed(v.get(i).map_or(0, |&ns| u128::from(ns)), 1000, 1)
 }
 
 /// One worker: lifecycles until `until` or `quota` jobs; `batch` > 1 uses the batch calls.
@@ -102,12 +101,12 @@ fn case(
             })
             .collect::<Result<Vec<_>, CliError>>()
     })?;
-    let secs = t.elapsed().as_secs_f64();
+    let ns = t.elapsed().as_nanos();
     drop(q);
     std::fs::remove_dir_all(dir).map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
     let mut run = Run {
         jobs: 0,
-        secs,
+        ns,
         lat: Vec::new(),
     };
     for (n, l) in results {
@@ -171,10 +170,10 @@ pub fn cmd_bench(a: Bench) -> Result<Exit, CliError> {
         for (j, &w) in workers.iter().enumerate() {
             let r = case(&base.join(format!("case{i}-{j}")), *d, w, *batch, &a)?;
             out!(
-                "{name:<8} {w:>7} {:>10.0} {:>10.1} {:>10.1} {:>9}",
-                r.jobs as f64 / r.secs,
-                quantile_us(&r.lat, 0.5),
-                quantile_us(&r.lat, 0.99),
+                "{name:<8} {w:>7} {:>10} {:>10} {:>10} {:>9}",
+                fixed::per_sec(r.jobs as u128, r.ns),
+                percentile_us(&r.lat, 50),
+                percentile_us(&r.lat, 99),
                 r.jobs
             );
         }

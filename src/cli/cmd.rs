@@ -4,6 +4,7 @@
 use super::args::*;
 use super::encode;
 use super::exit::Exit;
+use super::fixed;
 use super::{open, stdout, CliError};
 use std::io::{Read, Write};
 use steadq::{EnqueueOptions, Error, ErrorKind, JobId, Options, Queue, Reason, State};
@@ -648,10 +649,13 @@ pub fn cmd_nack(a: Nack) -> Result<Exit, CliError> {
     let state = match lease.nack(a.delay)? {
         steadq::Nacked::Ready => "ready".to_string(),
         steadq::Nacked::Delayed(t) => format!(
-            "delayed until unix {:.3}",
-            t.duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_secs_f64()
+            "delayed until unix {}",
+            fixed::secs(
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos(),
+                3
+            )
         ),
         steadq::Nacked::Dead => "dead (attempts exhausted)".to_string(),
     };
@@ -760,7 +764,10 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
         }
     }
     show_name(&q, &l);
-    out!("created   unix {:.3}", h.created_ns as f64 / 1e9);
+    out!(
+        "created   unix {}",
+        fixed::secs(u128::from(h.created_ns), 3)
+    );
     out!("bytes     {}", h.payload_len);
     out!("sha256    {}", steadq::format::hex32(&h.payload_sha256));
     out!("envelope  {}", steadq::format::hex32(&h.envelope_sha256));

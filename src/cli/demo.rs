@@ -2,6 +2,7 @@
 
 use super::args::{Demo, DemoJob};
 use super::exit::Exit;
+use super::fixed;
 use super::{open, CliError};
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
@@ -201,10 +202,10 @@ fn enqueue_inputs(q: &Queue, max: usize) -> Result<u64, CliError> {
     }
     let enq = t.elapsed();
     out!(
-        "enqueued {} jobs (one per file to hash) in {:.2}s: {:.0} jobs/s, batches of 64 sharing their fsyncs",
+        "enqueued {} jobs (one per file to hash) in {}s: {} jobs/s, batches of 64 sharing their fsyncs",
         inputs.len(),
-        enq.as_secs_f64(),
-        inputs.len() as f64 / enq.as_secs_f64()
+        fixed::secs(enq.as_nanos(), 2),
+        fixed::per_sec(inputs.len() as u128, enq.as_nanos())
     );
     Ok(inputs.len() as u64)
 }
@@ -330,10 +331,10 @@ fn summary(
     out!("recovered leases  {recovered} (the killed worker's job ran again elsewhere: at-least-once)");
     out!("hash results      {lines} lines in {}", results.display());
     out!(
-        "throughput        {:.0} jobs/s ({} workers, {:.2}s, each job a process)",
-        total as f64 / elapsed.as_secs_f64(),
+        "throughput        {} jobs/s ({} workers, {}s, each job a process)",
+        fixed::per_sec(u128::from(total), elapsed.as_nanos()),
         a.workers.max(2) - 1,
-        elapsed.as_secs_f64()
+        fixed::secs(elapsed.as_nanos(), 2)
     );
     out!(
         "fsck              {} ({} entries, {} job files verified)",

@@ -1,6 +1,7 @@
 //! Output encoders: text, JSON and Prometheus. Pure functions from values to strings, so
 //! each format is unit-tested without a queue.
 
+use super::fixed;
 use std::fmt::Write;
 use steadq::{Kind, State, Status};
 
@@ -96,7 +97,7 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     }
     let age = s
         .oldest_ready_age
-        .map_or("null".into(), |d| format!("{:.3}", d.as_secs_f64()));
+        .map_or("null".into(), |d| fixed::secs(d.as_nanos(), 3));
     let _ = write!(o, ",\"oldest_ready_age_seconds\":{age}");
     let lim = |v: Option<u64>| v.map_or("null".into(), |v| v.to_string());
     let cap_bytes = lim(Some(s.capacity_bytes()).filter(|_| s.bytes_counted));
@@ -192,13 +193,13 @@ fn health_gauges(o: &mut String, ql: &str, s: &Status) {
         "Job directories this user cannot read (shards, delayed/, dead/, buckets); their jobs are not counted.",
         &one(s.unreadable_dirs.len().to_string()),
     );
-    let age = s.oldest_ready_age.map_or(0.0, |d| d.as_secs_f64());
+    let age = fixed::secs(s.oldest_ready_age.unwrap_or_default().as_nanos(), 3);
     gauge(
         o,
         ql,
         "steadq_oldest_ready_age_seconds",
         "Age of the oldest ready job (0 when none).",
-        &one(format!("{age:.3}")),
+        &one(age),
     );
 }
 

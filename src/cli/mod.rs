@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod demo;
 pub mod encode;
 pub mod exit;
+pub mod fixed;
 pub mod rawargs;
 pub mod s3;
 pub mod std_fds;

@@ -2,6 +2,7 @@
 
 use super::args::Work;
 use super::exit::Exit;
+use super::fixed;
 use super::CliError;
 use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -525,10 +526,10 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
             };
         }
         Watch::TimedOut => {
-            let t = a.timeout.unwrap_or_default().as_secs_f64();
+            let t = a.timeout.unwrap_or_default();
             (
                 None,
-                Some(format!("timed out after {t}s (--timeout), stopped")),
+                Some(format!("timed out after {t:?} (--timeout), stopped")),
             )
         }
         Watch::Stopped => {
@@ -732,7 +733,7 @@ fn describe_nack(n: Nacked, why: &str) -> String {
             let wait = t
                 .duration_since(std::time::SystemTime::now())
                 .unwrap_or_default();
-            format!("{why}: retry in {:.0}s", wait.as_secs_f64())
+            format!("{why}: retry in {}s", fixed::secs(wait.as_nanos(), 0))
         }
         Nacked::Dead => format!("{why}: attempts exhausted, dead-lettered"),
     }
