@@ -34,7 +34,7 @@
 //! | `enqueue`, `enqueue_with`, `enqueue_unique`, `enqueue_wait` (and `TypedQueue`, `AsyncQueue` enqueues) | [`EnqueueError`] | `NotDone` (no job made); `Indeterminate { id, .. }`: the job `id` may exist, [`Queue::find`] tells |
 //! | `Lease::renew` | [`RenewError`] | `NotDone` (the lease is as it was); `LeaseLost`; `Indeterminate` (the lease follows whichever name exists) |
 //! | `Lease::ack`, `nack`, `fail`, `release` (and `TypedLease`'s) | [`SettleError`] | `NotDone { lease, .. }`: the lease is handed back, still holding the job; `LeaseLost`; `Indeterminate` |
-//! | `Queue::create`, `claim`, `claim_for`, `claim_wait`, `claim_wait_until`, `claim_batch`, `lease_from_handle` (it dead-letters a corrupt job), `ack_batch`, `enqueue_batch`, `recover`, `requeue_dead`, `make_due`, `purge_dead`, `fsck_quarantine`, `set_limits`, `set_receipt_policy`, `compact`, `compact_keys` | [`Failure`] | `NotDone`; `Indeterminate` (a batch that failed after part of it was done included) |
+//! | `Queue::create`, `claim`, `claim_for`, `claim_wait`, `claim_wait_until`, `claim_batch`, `lease_from_handle` (it dead-letters a corrupt job), `ack_batch`, `enqueue_batch`, `recover`, `requeue_dead`, `requeue_dead_report` (its report's `first_error`), `make_due`, `purge_dead`, `fsck_quarantine`, `set_limits`, `set_receipt_policy`, `compact`, `compact_keys` | [`Failure`] | `NotDone`; `Indeterminate` (a batch that failed after part of it was done included) |
 //!
 //! [`RecoverReport::first_error`] is a [`Failure`] too. What went wrong is the
 //! [`ErrorKind`] of the error inside (`kind()` on every type); a lost lease is
@@ -109,7 +109,7 @@ pub use admin::fsck::{FsckReport, Problem, ProblemKind};
 pub use admin::receipts::{
     CompactReport, EvidenceLimits, EvidenceLine, ReceiptPolicy, EVIDENCE_FILE,
 };
-pub use admin::view::{Listed, StateBytes, Status};
+pub use admin::view::{Listed, RequeueReport, StateBytes, Status};
 #[cfg(feature = "tokio")]
 pub use asyncq::AsyncQueue;
 pub use disk::clock::Clock;

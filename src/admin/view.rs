@@ -30,6 +30,18 @@ impl Listed {
     }
 }
 
+/// What one [`Queue::requeue_dead_report`] did.
+#[derive(Debug, Default)]
+pub struct RequeueReport {
+    /// Dead jobs moved back to ready (done: each past its rename and barrier).
+    pub requeued: u32,
+    /// Dead jobs that could not be moved; the others were still tried.
+    pub failed: u32,
+    /// The first failed move, naming its job: not done when nothing moved, indeterminate once
+    /// anything did (part of the batch happened).
+    pub first_error: Option<crate::Failure>,
+}
+
 /// Counts and sizes per state, from [`Queue::status`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Status {
@@ -768,36 +780,57 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error,
-    /// indeterminate if an earlier move of the same call was done.
+    /// after trying every job: not done if nothing moved, indeterminate if anything did (the
+    /// rule of [`Queue::recover`]). [`Queue::requeue_dead_report`] also says how many moved.
     pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32, crate::Failure> {
+        let mut r = self.requeue_dead_report(id)?;
+        match r.first_error.take() {
+            Some(e) => Err(e),
+            None => Ok(r.requeued),
+        }
+    }
+
+    /// [`Queue::requeue_dead`], with the count of a batch that failed part-way: every dead
+    /// job is tried; one that cannot be moved (a full disk, a directory that refuses the
+    /// rename) is counted in [`RequeueReport::failed`] and the others still move.
+    ///
+    /// # Errors
+    /// Only what stops the whole call before any move: [`ErrorKind::NoSuchJob`] if `id` is
+    /// not dead, or a listing that failed (not done). A failed move is in the report.
+    pub fn requeue_dead_report(&self, id: Option<JobId>) -> Result<RequeueReport, crate::Failure> {
         let dead = self.jobs_in(State::Dead, id)?;
-        let mut n = 0;
+        let mut r = RequeueReport::default();
+        let mut first: Option<Error> = None;
         for l in dead {
             let bucket = l.dir.trim_start_matches("dead/");
-            let from = match self.source_bucket(true, bucket) {
-                Ok(p) => p,
-                Err(e) if e.is_lease_lost() && id.is_none() => continue,
-                Err(e) if n > 0 => return Err(e.with_outcome(Outcome::Indeterminate).into()),
-                Err(e) => return Err(e.into()),
-            };
-            // Back to the ready directory of its own priority.
-            let to = match self.place_ready_new(self.ident.slot_of(&l.name)) {
-                Ok(p) => p,
-                Err(e) if n > 0 => return Err(e.with_outcome(Outcome::Indeterminate).into()),
-                Err(e) => return Err(e.into()),
-            };
-            let mut new = l.name.next(Kind::Ready, false);
-            new.attempt = crate::ops::state::attempt_after(Op::Requeue, l.name.attempt);
-            match self.move_job(&from, &l.name, &to, &new, Op::Requeue) {
-                Ok(()) => n += 1,
+            let moved = self.source_bucket(true, bucket).and_then(|from| {
+                // Back to the ready directory of its own priority.
+                let to = self.place_ready_new(self.ident.slot_of(&l.name))?;
+                let mut new = l.name.next(Kind::Ready, false);
+                new.attempt = crate::ops::state::attempt_after(Op::Requeue, l.name.attempt);
+                self.move_job(&from, &l.name, &to, &new, Op::Requeue)
+                    .map_err(Error::from)
+            });
+            match moved {
+                Ok(()) => r.requeued += 1,
+                // Moved or purged by another process since the listing: not this call's job.
                 Err(e) if e.is_lease_lost() && id.is_none() => {}
-                Err(e) if n > 0 => {
-                    return Err(Error::from(e).with_outcome(Outcome::Indeterminate).into())
+                Err(e) => {
+                    log::warn!("requeue: {e}");
+                    r.failed += 1;
+                    first.get_or_insert(e.with_job(l.name.id));
                 }
-                Err(e) => return Err(Error::from(e).into()),
             }
         }
-        Ok(n)
+        // The batch rule: indeterminate once anything moved.
+        r.first_error = first.map(|e| {
+            if r.requeued > 0 {
+                e.with_outcome(Outcome::Indeterminate).into()
+            } else {
+                e.into()
+            }
+        });
+        Ok(r)
     }
 
     /// The jobs in `state`, or only job `id` (which must be there: [`ErrorKind::NoSuchJob`]).

@@ -965,22 +965,35 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
         }
     };
     let q = open(&a.dir)?;
-    let n = q.requeue_dead(id).map_err(|e| match (e.kind(), id) {
+    let no_such = |e: steadq::Failure| match (e.kind(), id) {
         (ErrorKind::NoSuchJob, Some(id)) => {
             CliError::usage(format!("{}: no dead job {id}", a.dir.display()))
         }
         _ => e.into(),
-    })?;
-    match id {
-        Some(id) => {
-            stdout::note_done(format!("the job {id} WAS requeued"), "the report");
-            out!("requeued {id}");
-        }
-        None => {
+    };
+    let Some(id) = id else {
+        // --all: every dead job is tried; a part-way failure says how many moved.
+        let mut r = q.requeue_dead_report(None).map_err(no_such)?;
+        let n = r.requeued;
+        if n > 0 || r.first_error.is_none() {
             stdout::note_done(format!("{n} jobs WERE requeued"), "the report");
             out!("requeued {n} jobs");
         }
-    }
+        return Ok(match r.first_error.take() {
+            None => Exit::Done,
+            Some(e) => {
+                let e = CliError::from(e);
+                eprintln!(
+                    "steadq: {} dead jobs could not be requeued ({n} others were); first: {e}",
+                    r.failed
+                );
+                e.exit()
+            }
+        });
+    };
+    q.requeue_dead(Some(id)).map_err(no_such)?;
+    stdout::note_done(format!("the job {id} WAS requeued"), "the report");
+    out!("requeued {id}");
     Ok(Exit::Done)
 }
 

@@ -2433,3 +2433,67 @@ fn a_nack_whose_output_fails_names_its_job_and_new_state() {
         "{err}"
     );
 }
+
+/// `dead requeue --all` that fails part-way tries every dead job and says how many moved.
+/// It stopped at the first failure and exited 4 with no count, so the user could not tell
+/// what happened to the others. A real refusal: one ready shard made immutable (`chattr
+/// +i`: even root's rename into it fails with EPERM).
+#[test]
+fn a_requeue_of_every_dead_job_that_fails_part_way_says_how_many_moved() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_QEMU_USER").is_some() {
+        eprintln!("skipped: chattr +i needs root (CAP_LINUX_IMMUTABLE), and a real kernel");
+        return;
+    }
+    let d = TempDir::new("cli-requeue-part");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "2"]).status.success());
+    let in_shard = |s: &str| std::fs::read_dir(q.join("ready").join(s)).unwrap().count();
+    // Jobs in both shards: a job's shard comes from its id, so enqueue until each has some.
+    while in_shard("00") < 2 || in_shard("01") < 1 {
+        assert!(steadq_in(&["enqueue", p(q)], b"j").status.success());
+    }
+    let (stay, moves) = (in_shard("01"), in_shard("00"));
+    for _ in 0..stay + moves {
+        let h = steadq(&["claim", p(q), "--payload-out", "/dev/null"]);
+        assert!(h.status.success(), "{}", text(&h.stderr));
+        let f = steadq(&["fail", p(q), text(&h.stdout).trim()]);
+        assert!(f.status.success(), "{}", text(&f.stderr));
+    }
+    let shard = q.join("ready/01");
+    let chattr = |flag: &str| {
+        Command::new("chattr")
+            .args([flag, p(&shard)])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !chattr("+i") {
+        eprintln!("skipped: this filesystem has no immutable flag");
+        return;
+    }
+    let o = steadq(&["dead", "requeue", p(q), "--all"]);
+    assert!(chattr("-i"));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "indeterminate: part moved. {err}");
+    assert_eq!(text(&o.stdout), format!("requeued {moves} jobs\n"));
+    assert!(
+        err.contains(&format!(
+            "{stay} dead jobs could not be requeued ({moves} others were); first:"
+        )) && err.contains("ready/01"),
+        "{err}"
+    );
+    assert_eq!((in_shard("00"), in_shard("01")), (moves, 0));
+    // Nothing moved at all: not done (exit 2), still with its count.
+    assert!(chattr("+i"));
+    let o = steadq(&["dead", "requeue", p(q), "--all"]);
+    assert!(chattr("-i"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "");
+    assert!(text(&o.stderr).contains(&format!(
+        "{stay} dead jobs could not be requeued (0 others were)"
+    )));
+    // And once the shard takes renames again, the rest move.
+    let o = steadq(&["dead", "requeue", p(q), "--all"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), format!("requeued {stay} jobs\n"));
+    assert_eq!(in_shard("01"), stay);
+}
