@@ -197,8 +197,32 @@ fn steadq_step(q: &steadq::Queue, payload: &[u8], batch: usize) -> Res<usize> {
     Ok(n)
 }
 
+/// Remove `steadq-bench-PID` directories that an interrupted run (Ctrl-C, kill) left in
+/// `dir`: those whose PID is no longer a running steadq-bench.
+fn remove_stale(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("steadq-bench-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim_end() != "steadq-bench" && e.file_type().is_ok_and(|t| t.is_dir()) {
+            eprintln!("removing {} left by an interrupted run", e.path().display());
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 fn main() -> Res<()> {
     let a = parse_args()?;
+    remove_stale(&a.dir);
     let base = a.dir.join(format!("steadq-bench-{}", std::process::id()));
     std::fs::create_dir_all(&base)?;
     let server = redis::start(&base.join("redis"))?;

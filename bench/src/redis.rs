@@ -5,6 +5,7 @@
 use crate::run::Res;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
 /// A running redis-server; killed and waited for on drop.
@@ -32,28 +33,45 @@ pub fn start(dir: &std::path::Path) -> Res<Option<Server>> {
     }
     std::fs::create_dir_all(dir)?;
     let port = 20000 + (std::process::id() % 20000) as u16;
-    let child = Command::new("redis-server")
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-        ])
-        .args([
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--protected-mode",
-            "yes",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
+    let mut cmd = Command::new("redis-server");
+    cmd.args([
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+        "--save",
+        "",
+    ])
+    .args([
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--protected-mode",
+        "yes",
+    ])
+    .arg("--dir")
+    .arg(dir)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec and makes only two
+    // async-signal-safe system calls (prctl, getppid); it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            // If the bench dies (Ctrl-C, kill, timeout) the server dies with it instead of
+            // holding its port and directory (prctl(2) PR_SET_PDEATHSIG).
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            // The parent may have died before the prctl: then nothing would ever signal us.
+            if rustix::process::getppid() != Some(parent) {
+                return Err(std::io::Error::other(
+                    "the bench exited before redis-server started",
+                ));
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
     let s = Server { child, port };
     for _ in 0..100 {
         if let Ok(mut c) = Client::connect(port) {
