@@ -88,6 +88,26 @@ pub fn dur(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
+/// `--max-attempts`: 1 or more claims (0 would dead-letter the job before any run).
+pub fn max_attempts(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("--max-attempts must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "bad --max-attempts '{s}': a whole number 1..={}",
+            u32::MAX
+        )),
+    }
+}
+
+/// `--concurrency`: 1 to 1024 jobs at once (each holds a child process and a lease).
+pub fn concurrency(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        _ => Err(format!("bad --concurrency '{s}': 1..=1024")),
+    }
+}
+
 /// A lease: 1 s to 7 days. Longer leases would keep a crashed worker's job hidden for weeks.
 pub fn lease_dur(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
@@ -255,7 +275,7 @@ pub struct Enqueue {
     #[argh(option)]
     pub file: Option<PathBuf>,
     /// claims allowed before the job is dead-lettered (default 5)
-    #[argh(option)]
+    #[argh(option, from_str_fn(max_attempts))]
     pub max_attempts: Option<u32>,
     /// do not run before this much time has passed (e.g. 30s, 10m)
     #[argh(option, from_str_fn(dur))]
@@ -594,8 +614,8 @@ pub struct Work {
     /// (default 30s)
     #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
     pub lease: Duration,
-    /// jobs to run at once (default 1)
-    #[argh(option, default = "1")]
+    /// jobs to run at once, 1 to 1024 (default 1)
+    #[argh(option, default = "1", from_str_fn(concurrency))]
     pub concurrency: u32,
     /// handle at most one job, do not wait; exit 3 if none is ready
     #[argh(switch)]

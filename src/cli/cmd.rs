@@ -187,9 +187,6 @@ pub fn cmd_config(a: Config) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
-    if a.max_attempts == Some(0) {
-        return Err(CliError::usage("--max-attempts must be at least 1"));
-    }
     // The payload is streamed into the job file in 64 KiB chunks (memory does not grow with
     // it); a bad file, a failed read or a payload over the limit changes nothing.
     let (mut input, what): (Box<dyn Read>, String) = match &a.file {

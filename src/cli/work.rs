@@ -113,12 +113,7 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
             "work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh",
         ));
     }
-    if a.concurrency == 0 || a.concurrency > 1024 {
-        return Err(CliError::usage("--concurrency must be 1..=1024"));
-    }
-    if a.lease < Duration::from_secs(1) {
-        return Err(CliError::usage("--lease must be at least 1s"));
-    }
+    // --concurrency (1..=1024) and --lease (1s..=7d) were checked by argh (exit 1).
     if a.backoff > a.max_backoff {
         // The first retry would already wait past the cap: one of the two is a slip.
         return Err(CliError::usage(format!(

@@ -1377,7 +1377,7 @@ fn out_of_range_numbers_are_refused_at_parsing_and_change_nothing() {
     let q = tmp.path().to_path_buf();
     assert_eq!(steadq(&["init", p(&q)]).status.code(), Some(0));
     let before = snapshot(&q);
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &["init", p(&q), "--shards", "0"],
             "'--shards' with value '0'",
@@ -1406,6 +1406,20 @@ fn out_of_range_numbers_are_refused_at_parsing_and_change_nothing() {
         (
             &["enqueue", p(&q), "--priority", "07"],
             "'--priority' with value '07'",
+        ),
+        // Out-of-range counts are bad usage like every other bad flag value (they exited 2,
+        // 'failed, not done', while --max-attempts 99999999999 exited 1).
+        (
+            &["enqueue", p(&q), "--max-attempts", "0"],
+            "'--max-attempts' with value '0': --max-attempts must be at least 1",
+        ),
+        (
+            &["work", p(&q), "--concurrency", "0", "--", "true"],
+            "'--concurrency' with value '0'",
+        ),
+        (
+            &["work", p(&q), "--concurrency", "1025", "--", "true"],
+            "'--concurrency' with value '1025'",
         ),
     ];
     for (args, want) in cases {
