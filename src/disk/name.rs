@@ -56,8 +56,71 @@ pub const PRIORITY_LEVELS: u8 = 8;
 /// three (0..=2) below. Its names carry no priority field.
 pub const DEFAULT_PRIORITY: u8 = 3;
 
-/// A formatted name; no heap allocation.
-pub type NameBuf = heapless::String<NAME_MAX>;
+/// A formatted name: at most [`NAME_MAX`] ASCII bytes kept inline, no heap allocation. Read
+/// it as a `&str` ([`NameBuf::as_str`], `Deref`, `Display`).
+///
+/// Its own type, not a `heapless::String`: heapless 0.8 fills and clones a `String` one byte
+/// at a time, and copying names that way was most of [`JobName::format`]'s CPU (perf on
+/// tmpfs, 2026-12-04); this one is a plain array copy.
+#[derive(Clone)]
+pub struct NameBuf {
+    buf: [u8; NAME_MAX],
+    len: usize,
+}
+
+impl NameBuf {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        // Only `NameWriter` makes one, and it writes ASCII alone (hex digits, field keys, a
+        // reason of `[a-z0-9]`): never the empty fallback.
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+    }
+}
+
+impl core::ops::Deref for NameBuf {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for NameBuf {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl core::fmt::Display for NameBuf {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl core::fmt::Debug for NameBuf {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq for NameBuf {
+    fn eq(&self, other: &NameBuf) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for NameBuf {}
+
+impl PartialEq<str> for NameBuf {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for NameBuf {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
 
 /// Tags [`JobName::format`] keeps per thread.
 pub const MEMO: usize = 4;
@@ -617,10 +680,10 @@ impl NameWriter {
     }
 
     fn into_name(self) -> NameBuf {
-        let mut name = NameBuf::new();
-        // Every byte written is ASCII (hex digits, field keys, a reason of [a-z0-9]) and fits.
-        let _ = name.push_str(core::str::from_utf8(self.as_bytes()).unwrap_or_default());
-        name
+        NameBuf {
+            buf: self.buf,
+            len: self.len,
+        }
     }
 }
 
