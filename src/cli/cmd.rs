@@ -872,7 +872,7 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
     // batch rule, as a failed entry).
     for d in &r.unreadable {
         eprintln!(
-            "steadq: {}: cannot read this directory; its jobs were not examined",
+            "steadq: {}: cannot read this directory, or it is not one; its jobs were not examined",
             a.dir.join(d).display()
         );
     }

@@ -3415,6 +3415,39 @@ fn a_file_or_symlink_in_place_of_a_queue_directory_is_named_and_stops_only_what_
     }
 }
 
+/// `recover` with a file where `tmp/` or `delayed/` belongs said "open failed: Permission
+/// denied" for the directory, which sends a user to chmod; the entry is not a directory.
+/// It now names the entry with "Not a directory" and recovers the rest (an expired lease goes
+/// back to ready), so it exits 4: some done, not everything examined.
+#[test]
+fn recover_names_a_file_in_place_of_a_directory_as_not_a_directory() {
+    for entry in ["tmp", "delayed"] {
+        let d = TempDir::new("recover-notdir");
+        let qs = d.path().to_str().unwrap();
+        assert!(run(&["init", qs, "--shards", "1"]).status.success());
+        assert!(steadq_in(&["enqueue", qs], b"kept").status.success());
+        let out = run(&["claim", qs, "--lease", "1s"]);
+        assert!(out.status.success(), "{out:?}");
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let at = d.path().join(entry);
+        std::fs::remove_dir_all(&at).unwrap();
+        std::fs::write(&at, b"not a directory").unwrap();
+        let out = run(&["recover", qs]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{entry}: {err}");
+        assert!(
+            err.contains(&format!("{qs}/{entry}: open failed: Not a directory")),
+            "{entry}: {err}"
+        );
+        assert!(!err.contains("Permission denied"), "{entry}: {err}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.starts_with("expired leases to ready 1,"),
+            "{entry}: {text}"
+        );
+    }
+}
+
 /// Directories made on demand take their owner and mode from `ready/`: a symlink there
 /// (lstat mode 777) made `fsck --quarantine` chmod every level directory to 777, and a file
 /// there (0644) gave new level directories no search bit (breaker finding). Only a real
