@@ -506,3 +506,47 @@ fn a_claim_that_dead_letters_an_exhausted_job_lists_no_second_slot() {
          pages, a plain first claim {plain}"
     );
 }
+
+/// The other side of the one-deep-listing rule: when every candidate of the claim's deep
+/// listing is gone (each had no attempt left and was dead-lettered), the claim lists on
+/// instead of answering "no job" beside slots it has not listed. Level 7 holds 300 exhausted
+/// jobs (more than one listing keeps), level 3 one good job: a new handle's first claim
+/// dead-letters all 300 and returns the good one.
+#[test]
+fn a_claim_whose_deep_listing_was_all_exhausted_lists_on_and_finds_the_job_below() {
+    let d = TempDir::new("deep-all-exhausted");
+    let q = Queue::create(
+        d.path(),
+        Options {
+            max_attempts: 1,
+            ..fast(1)
+        },
+    )
+    .unwrap();
+    let top = EnqueueOptions {
+        priority: Some(7),
+        ..Default::default()
+    };
+    for i in 0..300u32 {
+        q.enqueue_with(&i.to_le_bytes(), &top).unwrap();
+    }
+    // All claimed, then all released: each has used its one attempt and is ready again.
+    let held: Vec<Lease> = (0..300)
+        .map(|_| q.claim().unwrap().expect("a level-7 job"))
+        .collect();
+    assert!(held.iter().all(|l| l.priority() == 7));
+    for l in held {
+        l.release().unwrap();
+    }
+    let good = q.enqueue(b"good").unwrap();
+    let st = q.status().unwrap();
+    assert_eq!((st.ready, st.dead), (301, 0), "{st:?}");
+    drop(q);
+
+    let b = Queue::open(d.path()).unwrap();
+    let l = b.claim().unwrap().expect("the level-3 job, not 'no job'");
+    assert_eq!(l.id(), good);
+    l.ack().unwrap();
+    let st = b.status().unwrap();
+    assert_eq!((st.dead, st.ready), (300, 0), "{st:?}");
+}
