@@ -651,6 +651,14 @@ impl Queue {
         self.root.join(rel)
     }
 
+    /// Count the calling thread as inside an operation that will ask for a barrier, until
+    /// the guard drops (`ops/group.rs`, [`crate::ops::group::Gather`]): a barrier's leader
+    /// waits briefly for such threads so one fsync covers them all. `None` when the handle
+    /// issues no barriers.
+    pub(crate) fn op(&self) -> Option<crate::ops::group::Op<'_>> {
+        self.barriers.then(|| self.group.gather.op())
+    }
+
     /// fsync directory `dir` unless the policy is `None` (or see [`Queue::barriers`]), after a rename or link in it that
     /// has returned. A directory the handle holds shares the fsync with other threads of
     /// this process (group commit, `ops/group.rs`): it returns once an fsync that started
@@ -665,7 +673,7 @@ impl Queue {
         let fd = dir.fd();
         match dir {
             crate::ops::enqueue::DirRef::Held(h) => match self.group.get(h.as_raw_fd()) {
-                Some(g) => g.barrier(|| self.sys.fsync_dir(fd)),
+                Some(g) => g.barrier(&self.group.gather, || self.sys.fsync_dir(fd)),
                 None => self.sys.fsync_dir(fd),
             },
             crate::ops::enqueue::DirRef::Opened(_) => self.sys.fsync_dir(fd),

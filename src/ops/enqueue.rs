@@ -207,6 +207,7 @@ impl Queue {
         payload: &[u8],
         o: &EnqueueOptions,
     ) -> Result<JobId> {
+        let _op = self.op();
         let p = self.prepare(Some(payload), o, id)?;
         let w = self.write_job(&p, true)?;
         self.publish_durably(&p, w)
@@ -246,6 +247,7 @@ impl Queue {
     /// As [`Queue::enqueue`]; once any job of the batch was published the outcome is
     /// indeterminate for the batch (each job is either fully present or absent).
     pub fn enqueue_batch(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>, Failure> {
+        let _op = self.op();
         let total: u64 = payloads.iter().map(|p| p.len() as u64).sum();
         let _room = self.admit(payloads.len() as u64, total)?; // hook: ops/capacity.rs
         if self.opts.durability != Durability::Batched {

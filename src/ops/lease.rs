@@ -176,6 +176,7 @@ impl Queue {
         sync: bool,
     ) -> Result<Option<Lease>> {
         crate::queue::check_lease(lease)?;
+        let _op = self.op();
         self.promote_due_first(seen);
         for round in 0..2 {
             if let Some(l) = self.claim_round(lease, seen, sync, true)? {
@@ -1061,6 +1062,7 @@ impl Queue {
     /// whole batch, and the leases already taken are released as they drop (each comes back
     /// by itself at its lease's end if the release fails too).
     pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>, Failure> {
+        let _op = self.op();
         let mut out: Vec<Lease> = Vec::with_capacity(max.min(1024));
         let mut seen = RecoverReport::default();
         let mut shards: Vec<u16> = Vec::new();
@@ -1118,6 +1120,7 @@ impl Queue {
     /// As [`Lease::ack`]; once any ack of the batch was renamed the outcome is indeterminate
     /// for the batch. Leases not yet renamed when one fails are released as they drop.
     pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>, Failure> {
+        let _op = self.op();
         let mut out = Vec::with_capacity(leases.len());
         let mut shards: Vec<(u16, u16)> = Vec::new();
         let mut last = None;
@@ -1419,7 +1422,9 @@ impl Lease {
         op: Op,
     ) -> Result<()> {
         self.settled = true;
-        Ok(self.q.move_job(&self.here(), &self.name, to, &new, op)?)
+        let q = self.q.clone();
+        let _op = q.op();
+        Ok(q.move_job(&self.here(), &self.name, to, &new, op)?)
     }
 
     /// Extend the lease to `lease` from now (generation + 1, same token).
@@ -1486,6 +1491,7 @@ impl Lease {
     fn ack_verified(&mut self) -> Result<Receipt> {
         let new = self.name.next(self.q.receipt_kind(self.token()), false);
         let q = self.q.clone();
+        let _op = q.op();
         let to = q.place_receipts(self.receipt_shard());
         match q.rename_job(&self.here(), &self.name, &to, &new, Op::Ack) {
             Ok(()) => self.settled = true,
