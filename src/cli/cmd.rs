@@ -202,7 +202,12 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
                 "stdin is closed: no payload to read (give one on stdin or with --file); not done, nothing changed",
             ))
         }
-        None => (Box::new(std::io::stdin().lock()), "stdin".to_string()),
+        None => {
+            let f = super::std_fds::stdin_file().map_err(|e| {
+                CliError::usage(format!("stdin: {e}; not done, nothing changed"))
+            })?;
+            (Box::new(f), "stdin".to_string())
+        }
     };
     let q = Queue::open_with(
         &a.dir,

@@ -195,7 +195,7 @@ mod with_s3 {
         let mut payload = Vec::new();
         let read = match &a.file {
             Some(f) => std::fs::File::open(f).and_then(|mut h| h.read_to_end(&mut payload)),
-            None => std::io::stdin().read_to_end(&mut payload),
+            None => crate::cli::std_fds::stdin_file().and_then(|mut h| h.read_to_end(&mut payload)),
         };
         read.map_err(|e| CliError::usage(format!("read payload: {e}")))?;
         if payload.len() as u64 > a.max_payload {

@@ -54,3 +54,16 @@ pub fn stdout_closed() -> bool {
 pub fn stdout_read_only() -> bool {
     STDOUT_READ_ONLY.load(Ordering::Relaxed)
 }
+
+/// Fd 0 for reading a payload, read directly: `std::io::stdin()` reports `EBADF` (a stdin
+/// open for writing only, `0>>file`) as the end of input, so the command enqueued an empty
+/// payload and said done (breaker finding). Read this way the error reaches the caller.
+///
+/// # Errors
+/// `dup(2)`'s errno when fd 0 cannot be duplicated (`EMFILE`).
+pub fn stdin_file() -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsFd;
+    Ok(std::fs::File::from(
+        std::io::stdin().as_fd().try_clone_to_owned()?,
+    ))
+}

@@ -1566,6 +1566,40 @@ fn work_refuses_a_zero_timeout() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
 
+/// `enqueue` with a stdin open for writing only (`0>>file`) enqueued an empty job and said
+/// done: Rust's `Stdin` reports `EBADF` as the end of input (breaker finding). Now the read
+/// error is named, exit 2, nothing changed.
+#[test]
+fn enqueue_refuses_a_write_only_stdin_and_changes_nothing() {
+    let d = TempDir::new("cli-stdin-wronly");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let before = snapshot(d.path());
+    let elsewhere = TempDir::new("cli-stdin-wronly-file");
+    std::fs::create_dir_all(elsewhere.path()).unwrap();
+    let file = elsewhere.path().join("important");
+    std::fs::write(&file, b"important data").unwrap();
+    let w = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    let o = Command::new(BIN)
+        .args(["enqueue", q])
+        .stdin(w)
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("stdin: reading the payload failed: Bad file descriptor")
+            && err.trim_end().ends_with("not done, nothing changed"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+    assert_eq!(snapshot(d.path()), before);
+    assert_eq!(std::fs::read(&file).unwrap(), b"important data");
+}
+
 /// `enqueue` with stdin closed (`0<&-`) enqueued an empty job (Rust's runtime puts /dev/null
 /// on a closed fd 0): now refused, exit 2, nothing changed. An empty stdin (`< /dev/null`)
 /// still enqueues an empty job. A missing `--file` says "not done, nothing changed".
