@@ -643,7 +643,16 @@ impl Queue {
     ) -> core::result::Result<Option<Lease>, TryFailed> {
         let here = self.place_ready(shard, State::Ready);
         if name.exhausted() {
-            let dead = self.place_dead()?;
+            // A job with no attempt left that cannot go to `dead/` (this user may not write
+            // there, no inode left for the bucket, a full disk) stays ready and is passed
+            // over like a job this user may not move: it stopped every claim of its level,
+            // the oldest job being tried first each time, while the jobs behind it waited
+            // (breaker finding). Only a move that may have happened fails the claim.
+            let dead = match self.place_dead() {
+                Ok(d) => d,
+                Err(e) if e.outcome() == Outcome::NotDone => return Err(Skip(e)),
+                Err(e) => return Err(Fail(e)),
+            };
             let to = name.next(
                 Kind::Dead {
                     reason: Reason::EXHAUSTED,
@@ -657,7 +666,7 @@ impl Queue {
                     Ok(None)
                 }
                 Err(e) if e.is_lease_lost() => Ok(None),
-                Err(MoveFailed::NotDone(e)) if refused(&e) => Err(Skip(e)),
+                Err(MoveFailed::NotDone(e)) => Err(Skip(e)),
                 Err(e) => Err(Error::from(e).into()),
             };
         }

@@ -3485,3 +3485,60 @@ fn a_file_or_symlink_at_ready_is_never_a_template_for_directory_modes() {
     let level = d.path().join("prio/5");
     assert_eq!(mode(&level) & 0o111, 0o111 & before, "{:o}", mode(&level));
 }
+
+/// A job with no attempt left whose move to `dead/` cannot be made (here `dead` is a file;
+/// in the field, a `dead/` this user may not write or no inode left for a bucket) stopped
+/// every claim of its level: the claim failed on it each time, oldest first, and the jobs
+/// behind it were never claimed (breaker finding). Now it is passed over and left ready; the
+/// other jobs are claimed; with only such jobs left the claim fails naming the cause (not
+/// "no job").
+#[test]
+fn an_exhausted_job_that_cannot_be_dead_lettered_does_not_block_the_jobs_behind_it() {
+    let d = TempDir::new("exhausted-blocked");
+    let q = Queue::create(
+        d.path(),
+        Options {
+            max_attempts: 1,
+            ..fast(1)
+        },
+    )
+    .unwrap();
+    for i in 0..3u8 {
+        q.enqueue(&[i]).unwrap();
+    }
+    // Claimed, then given back: each has used its one attempt and is ready again.
+    let held: Vec<steadq::Lease> = (0..3).map(|_| q.claim().unwrap().unwrap()).collect();
+    for l in held {
+        l.release().unwrap();
+    }
+    let good = EnqueueOptions {
+        max_attempts: Some(5),
+        ..Default::default()
+    };
+    let behind = [
+        q.enqueue_with(b"D", &good).unwrap(),
+        q.enqueue_with(b"E", &good).unwrap(),
+    ];
+    drop(q);
+    std::fs::remove_dir_all(d.path().join("dead")).unwrap();
+    std::fs::write(d.path().join("dead"), b"not a directory").unwrap();
+
+    let q = Queue::open(d.path()).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let l = q.claim().unwrap().expect("a job behind the exhausted ones");
+        got.push(l.id());
+        l.ack().unwrap();
+    }
+    got.sort();
+    let mut want = behind.to_vec();
+    want.sort();
+    assert_eq!(got, want);
+    let e = q
+        .claim()
+        .expect_err("only exhausted jobs that cannot move are left");
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert!(e.to_string().contains("/dead"), "{e}");
+    let st = q.status().unwrap();
+    assert_eq!((st.ready, st.dead), (3, 0), "{st:?}");
+}
