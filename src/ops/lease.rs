@@ -778,7 +778,17 @@ impl Queue {
                 self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 return Ok(None);
             }
-            Err(e @ (Errno::ACCESS | Errno::PERM)) => return Err(self.give_back(shard, leased, e)),
+            Err(e @ (Errno::ACCESS | Errno::PERM)) => {
+                return Err(self.give_back(shard, leased, e, true))
+            }
+            // This process is out of descriptors or memory: nothing about the job. It goes
+            // back with its attempt and the claim is not done. Before, the claim was
+            // indeterminate with the attempt used and the job leased until expiry, so a
+            // worker at its fd limit dead-lettered whole queues `exhausted` without running
+            // a job (breaker finding: `ulimit -n 32`, `work --concurrency 1024`).
+            Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOMEM)) => {
+                return Err(self.give_back(shard, leased, e, false))
+            }
             Err(e) => return Err(ind(Call::Open, e).into()),
         };
         // The descriptor is closed here: a lease holds none.
@@ -821,7 +831,11 @@ impl Queue {
     /// `exhausted` without ever running. `Skip` (not done, naming the job's ready path): the
     /// claim passes it over as it does a job it may not move. When the move back fails the
     /// claim is indeterminate (the job stays leased; `recover` gives it back at expiry).
-    fn give_back(&self, shard: u16, leased: JobName, errno: Errno) -> TryFailed {
+    ///
+    /// With `pass_over` false (the claimer is out of descriptors or memory, nothing about the
+    /// job) the job is not remembered and the claim fails, not done, instead of trying the
+    /// next candidate the same way.
+    fn give_back(&self, shard: u16, leased: JobName, errno: Errno, pass_over: bool) -> TryFailed {
         let from = self.place_ready(shard, State::Leased);
         let to = self.place_ready(shard, State::Ready);
         let mut back = leased.next(Kind::Ready, false);
@@ -836,9 +850,12 @@ impl Queue {
         // Remembered before the job is back: the move is an event, and another thread of
         // this handle that took it before the memory existed claimed it and gave it back
         // again at once.
-        self.remember_refused(leased.id, &skip);
+        if pass_over {
+            self.remember_refused(leased.id, &skip);
+        }
         match self.move_job(&from, &leased, &to, &back, Op::ClaimUnreadable) {
-            Ok(()) => Skip(skip),
+            Ok(()) if pass_over => Skip(skip),
+            Ok(()) => Fail(skip),
             Err(e) => {
                 log::warn!("giving back a job this user may not open: {e}");
                 Fail(Error::io(

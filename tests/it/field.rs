@@ -3542,3 +3542,39 @@ fn an_exhausted_job_that_cannot_be_dead_lettered_does_not_block_the_jobs_behind_
     let st = q.status().unwrap();
     assert_eq!((st.ready, st.dead), (3, 0), "{st:?}");
 }
+
+/// A claim whose open of the job it just leased fails for want of descriptors (`EMFILE`, a
+/// worker at its `ulimit -n`) gives the job back with its attempt and is not done. It was
+/// indeterminate with the attempt used and the job leased until expiry, so a worker at its
+/// fd limit dead-lettered a whole queue `exhausted` without running a job (breaker finding).
+#[test]
+fn a_claim_out_of_descriptors_gives_the_job_back_with_its_attempt() {
+    let d = TempDir::new("claim-emfile");
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Open,
+        nth: 1,
+        action: FaultAction::Fail(Errno::MFILE),
+    }]);
+    let q = with_plan(
+        &d,
+        &plan,
+        Options {
+            max_attempts: 1,
+            ..opts(1)
+        },
+    );
+    // A first lifecycle, so the handle has opened what it keeps open: the next open is the
+    // claimed job's.
+    q.enqueue(b"first").unwrap();
+    q.claim().unwrap().unwrap().ack().unwrap();
+    let id = q.enqueue(b"job").unwrap();
+    plan.arm();
+    let e = q.claim().expect_err("the open fails");
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert!(e.to_string().contains("Too many open files"), "{e}");
+    assert_eq!(counts(&q), [1, 0, 0, 0, 1], "ready again, not leased");
+    // Its one attempt is still there: the next claim runs it, not dead-letters it.
+    let l = q.claim().unwrap().expect("the job, with its attempt");
+    assert_eq!((l.id(), l.attempt()), (id, 1));
+    l.ack().unwrap();
+}
