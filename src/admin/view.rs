@@ -2,7 +2,7 @@
 //! (compaction lives with the receipt policy in [`crate::admin::receipts`]).
 
 use crate::disk::format::{verify, verify_receipt, HEADER_LEN};
-use crate::disk::layout::receipts_shard;
+use crate::disk::layout::{receipts_shard, DEAD_DIR};
 use crate::disk::name::{parse_hex, parse_ready, raw_tag, JobId, JobName, Kind, NameError};
 use crate::disk::scan::{state_of, Foreign};
 use crate::disk::sys::{Call, EntryType, Errno};
@@ -40,6 +40,10 @@ pub struct RequeueReport {
     /// The first failed move, naming its job: not done when nothing moved, indeterminate once
     /// anything did (part of the batch happened).
     pub first_error: Option<crate::Failure>,
+    /// Directories under `dead/` this user could not read (or that are not directories),
+    /// relative to the root: their jobs were not tried. With no failed move, `first_error`
+    /// names the first of them.
+    pub unreadable: Vec<String>,
 }
 
 /// Counts and sizes per state, from [`Queue::status`].
@@ -798,8 +802,35 @@ impl Queue {
     /// Only what stops the whole call before any move: [`ErrorKind::NoSuchJob`] if `id` is
     /// not dead, or a listing that failed (not done). A failed move is in the report.
     pub fn requeue_dead_report(&self, id: Option<JobId>) -> Result<RequeueReport, crate::Failure> {
-        let dead = self.jobs_in(State::Dead, id)?;
         let mut r = RequeueReport::default();
+        let dead = match id {
+            Some(_) => self.jobs_in(State::Dead, id)?,
+            // Every dead job: a `dead/` or bucket this user cannot read is noted, so that
+            // "requeued N jobs" is not exit 0 beside jobs never tried (breaker finding).
+            None => {
+                let mut unreadable = Vec::new();
+                let mut out = Vec::new();
+                let mut seen = IdSet::default();
+                self.walk_noting(&mut unreadable, |s| {
+                    if let Some(n) = s.parsed.ok().filter(|n| seen.insert(n.id)) {
+                        if state_of(&n.kind) == State::Dead {
+                            out.push(Listed {
+                                state: State::Dead,
+                                dir: s.dir_rel.to_string(),
+                                name: n,
+                            });
+                        }
+                    }
+                    true
+                })?;
+                out.sort_by(|a, b| (&a.dir, a.name.id).cmp(&(&b.dir, b.name.id)));
+                r.unreadable = unreadable
+                    .into_iter()
+                    .filter(|d| d == DEAD_DIR || d.starts_with(&format!("{DEAD_DIR}/")))
+                    .collect();
+                out
+            }
+        };
         let mut first: Option<Error> = None;
         for l in dead {
             let bucket = l.dir.trim_start_matches("dead/");
@@ -821,6 +852,18 @@ impl Queue {
                     first.get_or_insert(e.with_job(l.name.id));
                 }
             }
+        }
+        if let (None, Some(rel)) = (&first, r.unreadable.first()) {
+            let (errno, at) = match self.not_a_directory_on(rel) {
+                Some(entry) => (Errno::NOTDIR, entry),
+                None => (Errno::ACCESS, rel.clone()),
+            };
+            first = Some(Error::io(
+                Call::Open,
+                errno,
+                Outcome::NotDone,
+                Some(self.path(&at)),
+            ));
         }
         // The batch rule: indeterminate once anything moved.
         r.first_error = first.map(|e| {

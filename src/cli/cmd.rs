@@ -985,10 +985,23 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
             None => Exit::Done,
             Some(e) => {
                 let e = CliError::from(e);
-                eprintln!(
-                    "steadq: {} dead jobs could not be requeued ({n} others were); first: {e}",
-                    r.failed
-                );
+                for d in &r.unreadable {
+                    eprintln!(
+                        "steadq: {}: cannot read this directory, or it is not one; its dead jobs were not requeued",
+                        a.dir.join(d).display()
+                    );
+                }
+                if r.failed > 0 {
+                    eprintln!(
+                        "steadq: {} dead jobs could not be requeued ({n} others were); first: {e}",
+                        r.failed
+                    );
+                } else {
+                    eprintln!(
+                        "steadq: {} directories of dead jobs could not be read ({n} jobs were requeued); first: {e}",
+                        r.unreadable.len()
+                    );
+                }
                 e.exit()
             }
         });

@@ -3578,3 +3578,65 @@ fn a_claim_out_of_descriptors_gives_the_job_back_with_its_attempt() {
     assert_eq!((l.id(), l.attempt()), (id, 1));
     l.ack().unwrap();
 }
+
+/// `dead requeue --all` beside a dead bucket (or `dead/` itself) this user cannot read said
+/// "requeued N jobs" and exited 0 while the jobs in it were never tried (breaker finding).
+/// Now it names the directory and exits by the batch rule: 4 when some jobs moved, 2 when
+/// none did.
+#[test]
+fn requeue_all_names_an_unreadable_dead_directory_and_does_not_exit_0() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP requeue_all_names_an_unreadable_dead_directory: needs root, runs once");
+        return;
+    }
+    let base =
+        std::path::PathBuf::from(format!("/tmp/steadq-requeue-unread-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let bin = base.join("steadq");
+    std::fs::copy(BIN, &bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (bin, q) = (bin.to_str().unwrap(), base.join("q"));
+    let qs = q.to_str().unwrap();
+    let nobody = |script: &str| {
+        let out = Command::new("su")
+            .args(["-s", "/bin/sh", "nobody", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    // Four dead jobs; two of them moved into a second bucket, which is then made unreadable.
+    let (code, _, err) = nobody(&format!(
+        "{bin} init {qs} && for i in 1 2 3 4; do echo j$i | {bin} enqueue {qs} >/dev/null && \
+         h=$({bin} claim {qs}) && {bin} fail {qs} \"$h\" --reason test || exit 9; done && \
+         mkdir {qs}/dead/0000000000000001 && \
+         ls {qs}/dead/*/*.sqj | head -2 | xargs -I{{}} mv {{}} {qs}/dead/0000000000000001/"
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    let hidden = q.join("dead/0000000000000001");
+    assert_eq!(std::fs::read_dir(&hidden).unwrap().count(), 2);
+    std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let (code, out, err) = nobody(&format!("{bin} dead requeue {qs} --all"));
+    assert_eq!(code, Some(4), "{out}{err}");
+    assert_eq!(out.trim(), "requeued 2 jobs", "{err}");
+    assert!(
+        err.contains(&format!(
+            "{qs}/dead/0000000000000001: open failed: Permission denied"
+        )),
+        "{err}"
+    );
+    // `dead/` itself unreadable: nothing moved, exit 2.
+    std::fs::set_permissions(q.join("dead"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    let (code, out, err) = nobody(&format!("{bin} dead requeue {qs} --all"));
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains(&format!("{qs}/dead: open failed: Permission denied")),
+        "{err}"
+    );
+    std::fs::set_permissions(q.join("dead"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+}
