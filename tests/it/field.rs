@@ -730,6 +730,31 @@ fn a_nack_or_fail_that_is_not_done_keeps_the_lease() {
     }
 }
 
+/// A directory for a test run as `nobody`, outside the test's temp dir tree (which `nobody`
+/// may not traverse), mode 777, with a copy of the binary: (the directory, the binary's path).
+fn nobody_sandbox(tag: &str) -> (std::path::PathBuf, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let base = std::path::PathBuf::from(format!("/tmp/steadq-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let bin = base.join("steadq");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bin = bin.to_str().unwrap().to_string();
+    (base, bin)
+}
+
+/// Run `script` with `sh` as `nobody`: (exit code, stdout, stderr).
+fn as_nobody(script: &str) -> (Option<i32>, String, String) {
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 /// A ready shard made unreadable (`chmod 000 ready/01`) for the user running steadq: status,
 /// claim and work report it and serve the other shard, instead of refusing the whole queue
 /// (exit 2, "open failed: Permission denied").
@@ -740,25 +765,11 @@ fn an_unreadable_shard_is_reported_and_skipped() {
         return;
     }
     // Outside the test's temp dir tree, which `nobody` may not traverse.
-    let base = std::path::PathBuf::from(format!("/tmp/steadq-unread-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(&base).unwrap();
-    let bin = base.join("steadq");
-    std::fs::copy(BIN, &bin).unwrap();
+    let (base, bin) = nobody_sandbox("unread");
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let (bin, q) = (bin.to_str().unwrap(), base.join("q"));
+    let (bin, q) = (bin.as_str(), base.join("q"));
     let qs = q.to_str().unwrap();
-    let nobody = |script: &str| {
-        let out = Command::new("su")
-            .args(["-s", "/bin/sh", "nobody", "-c", script])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (out.status.code(), text(&out.stdout), text(&out.stderr))
-    };
-    let (code, _, err) = nobody(&format!(
+    let (code, _, err) = as_nobody(&format!(
         "{bin} init {qs} --shards 2 && for i in $(seq 20); do echo j$i | {bin} enqueue {qs}; done"
     ));
     assert_eq!(code, Some(0), "{err}");
@@ -768,13 +779,13 @@ fn an_unreadable_shard_is_reported_and_skipped() {
     assert!(readable > 0 && hidden > 0, "{readable} + {hidden}");
     std::fs::set_permissions(q.join("ready/01"), std::fs::Permissions::from_mode(0o000)).unwrap();
 
-    let (code, out, err) = nobody(&format!("{bin} status {qs} --json"));
+    let (code, out, err) = as_nobody(&format!("{bin} status {qs} --json"));
     assert_eq!(code, Some(0), "status: {err}");
     assert!(out.contains("\"unreadable_shards\":1,"), "{out}");
     assert!(out.contains(&format!("\"ready\":{readable},")), "{out}");
     // Every job of the readable shard is claimed and run, then there is no job there; a
     // claim does not say "no job" (exit 3) while it could not read a shard: exit 2.
-    let (code, _, err) = nobody(&format!(
+    let (code, _, err) = as_nobody(&format!(
         "for i in $(seq {readable}); do {bin} work --once {qs} -- cat >/dev/null || exit 9; done; \
          {bin} claim {qs}"
     ));
@@ -782,7 +793,7 @@ fn an_unreadable_shard_is_reported_and_skipped() {
     assert!(err.contains("ready/01: cannot read this shard"), "{err}");
     assert_eq!(jobs("00"), 0);
     // fsck does not call the queue clean while it could not look at a shard.
-    let (code, out, err) = nobody(&format!("{bin} fsck {qs}"));
+    let (code, out, err) = as_nobody(&format!("{bin} fsck {qs}"));
     assert_eq!(code, Some(5), "fsck: {out}{err}");
     assert!(out.contains("ready/01: unreadable"), "{out}");
     // A worker that opened the queue while the shard was unreadable holds it by name only
@@ -3590,27 +3601,12 @@ fn requeue_all_names_an_unreadable_dead_directory_and_does_not_exit_0() {
         eprintln!("SKIP requeue_all_names_an_unreadable_dead_directory: needs root, runs once");
         return;
     }
-    let base =
-        std::path::PathBuf::from(format!("/tmp/steadq-requeue-unread-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(&base).unwrap();
-    let bin = base.join("steadq");
-    std::fs::copy(BIN, &bin).unwrap();
+    let (base, bin) = nobody_sandbox("requeue-unread");
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let (bin, q) = (bin.to_str().unwrap(), base.join("q"));
+    let (bin, q) = (bin.as_str(), base.join("q"));
     let qs = q.to_str().unwrap();
-    let nobody = |script: &str| {
-        let out = Command::new("su")
-            .args(["-s", "/bin/sh", "nobody", "-c", script])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (out.status.code(), text(&out.stdout), text(&out.stderr))
-    };
     // Four dead jobs; two of them moved into a second bucket, which is then made unreadable.
-    let (code, _, err) = nobody(&format!(
+    let (code, _, err) = as_nobody(&format!(
         "{bin} init {qs} && for i in 1 2 3 4; do echo j$i | {bin} enqueue {qs} >/dev/null && \
          h=$({bin} claim {qs}) && {bin} fail {qs} \"$h\" --reason test || exit 9; done && \
          mkdir {qs}/dead/0000000000000001 && \
@@ -3620,7 +3616,7 @@ fn requeue_all_names_an_unreadable_dead_directory_and_does_not_exit_0() {
     let hidden = q.join("dead/0000000000000001");
     assert_eq!(std::fs::read_dir(&hidden).unwrap().count(), 2);
     std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o000)).unwrap();
-    let (code, out, err) = nobody(&format!("{bin} dead requeue {qs} --all"));
+    let (code, out, err) = as_nobody(&format!("{bin} dead requeue {qs} --all"));
     assert_eq!(code, Some(4), "{out}{err}");
     assert_eq!(out.trim(), "requeued 2 jobs", "{err}");
     assert!(
@@ -3631,7 +3627,7 @@ fn requeue_all_names_an_unreadable_dead_directory_and_does_not_exit_0() {
     );
     // `dead/` itself unreadable: nothing moved, exit 2.
     std::fs::set_permissions(q.join("dead"), std::fs::Permissions::from_mode(0o000)).unwrap();
-    let (code, out, err) = nobody(&format!("{bin} dead requeue {qs} --all"));
+    let (code, out, err) = as_nobody(&format!("{bin} dead requeue {qs} --all"));
     assert_eq!(code, Some(2), "{out}{err}");
     assert!(
         err.contains(&format!("{qs}/dead: open failed: Permission denied")),
