@@ -651,6 +651,23 @@ impl Queue {
         self.root.join(rel)
     }
 
+    /// The error (not done) for directory `rel` that a pass could not read, with the real
+    /// reason: a file (or a symlink, never followed) standing where the directory or one of
+    /// its parents belongs is `ENOTDIR` naming that entry, anything else `EACCES` naming the
+    /// directory. (`EACCES` was hard-coded and sent users to chmod a file.)
+    pub(crate) fn unreadable_dir_error(&self, rel: &str) -> crate::Error {
+        let (errno, at) = match self.not_a_directory_on(rel) {
+            Some(entry) => (Errno::NOTDIR, entry),
+            None => (Errno::ACCESS, rel.to_string()),
+        };
+        crate::Error::io(
+            crate::disk::sys::Call::Open,
+            errno,
+            crate::Outcome::NotDone,
+            Some(self.path(&at)),
+        )
+    }
+
     /// Count the calling thread as inside an operation that will ask for a barrier, until
     /// the guard drops (`ops/group.rs`, [`crate::ops::group::Gather`]): a barrier's leader
     /// waits briefly for such threads so one fsync covers them all. `None` when the handle

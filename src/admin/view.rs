@@ -202,6 +202,12 @@ impl Queue {
     pub(crate) fn walk_while(&self, f: impl FnMut(Seen<'_>) -> bool) -> Result<()> {
         let mut unreadable = Vec::new();
         self.walk_noting(&mut unreadable, f)?;
+        self.warn_unreadable(unreadable);
+        Ok(())
+    }
+
+    /// Warn about each directory a walk could not read (`rel` from the root).
+    fn warn_unreadable(&self, unreadable: Vec<String>) {
         for rel in unreadable {
             match self.not_a_directory_on(&rel) {
                 // Once per handle, as the claims say it.
@@ -212,7 +218,6 @@ impl Queue {
                 ),
             }
         }
-        Ok(())
     }
 
     /// [`Queue::walk_while`] that adds the directories this user cannot read (`EACCES`,
@@ -443,9 +448,22 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Io`] (not done) naming the directory that could not be read.
     pub fn list(&self, state: Option<State>) -> Result<Vec<Listed>> {
+        let mut unreadable = Vec::new();
+        let out = self.list_noting(state, &mut unreadable)?;
+        self.warn_unreadable(unreadable);
+        Ok(out)
+    }
+
+    /// [`Queue::list`] that adds the directories this user cannot read to `unreadable`
+    /// (as [`Queue::walk_noting`]) instead of warning about them.
+    pub(crate) fn list_noting(
+        &self,
+        state: Option<State>,
+        unreadable: &mut Vec<String>,
+    ) -> Result<Vec<Listed>> {
         let mut out = Vec::new();
         let mut seen = IdSet::default();
-        self.walk(|s| {
+        self.walk_noting(unreadable, |s| {
             if let Some(n) = s.parsed.ok().filter(|n| seen.insert(n.id)) {
                 let st = state_of(&n.kind);
                 if state.is_none_or(|w| w == st) {
@@ -456,6 +474,7 @@ impl Queue {
                     });
                 }
             }
+            true
         })?;
         out.sort_by(|a, b| (&a.dir, a.name.id).cmp(&(&b.dir, b.name.id)));
         Ok(out)
@@ -809,21 +828,7 @@ impl Queue {
             // "requeued N jobs" is not exit 0 beside jobs never tried (breaker finding).
             None => {
                 let mut unreadable = Vec::new();
-                let mut out = Vec::new();
-                let mut seen = IdSet::default();
-                self.walk_noting(&mut unreadable, |s| {
-                    if let Some(n) = s.parsed.ok().filter(|n| seen.insert(n.id)) {
-                        if state_of(&n.kind) == State::Dead {
-                            out.push(Listed {
-                                state: State::Dead,
-                                dir: s.dir_rel.to_string(),
-                                name: n,
-                            });
-                        }
-                    }
-                    true
-                })?;
-                out.sort_by(|a, b| (&a.dir, a.name.id).cmp(&(&b.dir, b.name.id)));
+                let out = self.list_noting(Some(State::Dead), &mut unreadable)?;
                 r.unreadable = unreadable
                     .into_iter()
                     .filter(|d| d == DEAD_DIR || d.starts_with(&format!("{DEAD_DIR}/")))
@@ -854,16 +859,7 @@ impl Queue {
             }
         }
         if let (None, Some(rel)) = (&first, r.unreadable.first()) {
-            let (errno, at) = match self.not_a_directory_on(rel) {
-                Some(entry) => (Errno::NOTDIR, entry),
-                None => (Errno::ACCESS, rel.clone()),
-            };
-            first = Some(Error::io(
-                Call::Open,
-                errno,
-                Outcome::NotDone,
-                Some(self.path(&at)),
-            ));
+            first = Some(self.unreadable_dir_error(rel));
         }
         // The batch rule: indeterminate once anything moved.
         r.first_error = first.map(|e| {

@@ -113,16 +113,8 @@ impl Queue {
             r.fail(e);
         }
         // Not everything was examined: that is a failure of the pass, named by its path.
-        // Its errno is the real reason: a file (or a symlink, never followed) standing where
-        // the directory or one of its parents belongs is `ENOTDIR` naming that entry; it was
-        // reported as "Permission denied" on the directory, which sent users to chmod.
         if let (None, Some(rel)) = (&r.first_error, r.unreadable.first()) {
-            let (errno, at) = match self.not_a_directory_on(rel) {
-                Some(entry) => (Errno::NOTDIR, entry),
-                None => (Errno::ACCESS, rel.clone()),
-            };
-            let path = Some(self.path(&at));
-            r.first_error = Some(Error::io(Call::Open, errno, Outcome::NotDone, path).into());
+            r.first_error = Some(self.unreadable_dir_error(rel).into());
         }
         if let Some(e) = r.first_error.take() {
             r.first_error = Some(partial(e.into_error(), &r).into());
