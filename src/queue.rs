@@ -587,7 +587,10 @@ impl Queue {
             }
         }
         for s in 0..self.ident.shards {
-            held.push((&d.receipts[s as usize], receipts_shard(s)));
+            held.push((
+                &d.receipts[s as usize],
+                receipts_shard(s).as_str().to_owned(),
+            ));
         }
         held.into_iter()
             .find(|(fd, rel)| !same(fd, rel))

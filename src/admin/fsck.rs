@@ -746,9 +746,11 @@ impl Queue {
                 crate::disk::layout::DELAYED_DIR,
                 crate::disk::layout::delayed_bucket(not_before_ns, self.ident.delayed_bucket_ns)
             )),
-            Kind::Receipt { .. } => Some(crate::disk::layout::receipts_shard(
-                n.id.shard(self.ident.shards),
-            )),
+            Kind::Receipt { .. } => Some(
+                crate::disk::layout::receipts_shard(n.id.shard(self.ident.shards))
+                    .as_str()
+                    .to_owned(),
+            ),
             Kind::Dead { .. } => None,
         }
     }

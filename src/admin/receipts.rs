@@ -243,6 +243,9 @@ impl Queue {
     /// done whatever happens here; a step that fails leaves a whole receipt (logged), which
     /// compaction takes later.
     pub(crate) fn after_ack(&self, shard: u16, receipt: &JobName, header: &[u8]) {
+        if self.ident.receipts == ReceiptPolicy::Job {
+            return; // the receipt stays as the rename left it: nothing to format or do
+        }
         let dir = self.dirs.receipts[shard as usize].as_fd();
         let raw = receipt.format(self.ident.id);
         let rel = format!("{}/{raw}", receipts_shard(shard));

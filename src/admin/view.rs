@@ -255,7 +255,7 @@ impl Queue {
                 let (priority, shard) = ident.slot_parts(s as u16);
                 let rel = match area {
                     State::Acked => receipts_shard(s as u16),
-                    _ => ident.slot_rel(s as u16),
+                    _ => ident.slot_dir_rel(s as u16),
                 };
                 let fits = |n: &JobName| match area {
                     State::Acked => {
@@ -281,7 +281,7 @@ impl Queue {
                 let going = going.unwrap_or_else(|| {
                     // Behind an entry that is not a directory (a file named `prio`): that
                     // entry, once, not each of the 56 slots behind it.
-                    let at = self.not_a_directory_on(&rel).unwrap_or_else(|| rel.clone());
+                    let at = self.not_a_directory_on(&rel).unwrap_or_else(|| rel.as_str().to_owned());
                     if !unreadable.contains(&at) {
                         unreadable.push(at);
                     }

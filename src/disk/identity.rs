@@ -120,15 +120,17 @@ impl Identity {
     /// A slot's directory relative to the root: `ready/<ss>` for the default level,
     /// `prio/<l>/<ss>` for the others.
     pub(crate) fn slot_rel(&self, slot: u16) -> String {
+        self.slot_dir_rel(slot).as_str().to_owned()
+    }
+
+    /// [`Identity::slot_rel`] without a heap allocation, for the paths every job takes.
+    pub(crate) fn slot_dir_rel(&self, slot: u16) -> crate::disk::layout::DirRel {
+        use crate::disk::layout::{dir_rel, ready_shard, shard_name, PRIO_DIR};
         let (p, s) = self.slot_parts(slot);
         if p == crate::disk::name::DEFAULT_PRIORITY {
-            crate::disk::layout::ready_shard(s)
+            ready_shard(s)
         } else {
-            format!(
-                "{}/{p}/{}",
-                crate::disk::layout::PRIO_DIR,
-                crate::disk::layout::shard_name(s)
-            )
+            dir_rel(format_args!("{PRIO_DIR}/{p}/{}", shard_name(s)))
         }
     }
 

@@ -73,14 +73,27 @@ pub fn shard_name(shard: u16) -> heapless::String<4> {
     s
 }
 
+/// A directory's path relative to the root, inline (no heap): a fixed directory, `/`, and
+/// one name of at most 255 bytes (`NAME_MAX`, a foreign bucket's included) always fit. Ops
+/// build one per step for their messages, so a `String` here was a heap allocation per job
+/// and directory.
+pub(crate) type DirRel = heapless::String<272>;
+
+/// `args` as a [`DirRel`]; cut short (never for the paths above) rather than fail.
+pub(crate) fn dir_rel(args: core::fmt::Arguments<'_>) -> DirRel {
+    let mut s = DirRel::new();
+    let _ = s.write_fmt(args);
+    s
+}
+
 /// `ready/<ss>`, relative to the root.
-pub(crate) fn ready_shard(shard: u16) -> String {
-    format!("{READY_DIR}/{}", shard_name(shard))
+pub(crate) fn ready_shard(shard: u16) -> DirRel {
+    dir_rel(format_args!("{READY_DIR}/{}", shard_name(shard)))
 }
 
 /// `receipts/<ss>`, relative to the root.
-pub(crate) fn receipts_shard(shard: u16) -> String {
-    format!("{RECEIPTS_DIR}/{}", shard_name(shard))
+pub(crate) fn receipts_shard(shard: u16) -> DirRel {
+    dir_rel(format_args!("{RECEIPTS_DIR}/{}", shard_name(shard)))
 }
 
 /// The 16-hex name of a time bucket directory: `index = unix_ns / width_ns`.

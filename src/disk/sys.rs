@@ -260,6 +260,10 @@ pub enum Publish {
     Named,
 }
 
+/// Parts one `writev(2)` of [`Sys::write_all_vectored`] takes (its iovec array is on the
+/// stack); more are written by the next call of its loop.
+pub const IOV_MAX_PARTS: usize = 8;
+
 /// The syscall layer. Cheap to create; one per open queue.
 #[derive(Debug, Default)]
 pub struct Sys {
@@ -563,22 +567,29 @@ impl Sys {
     }
 
     /// Write all of `parts`, in order, at the current offset: `writev(2)` in a loop (one call
-    /// for a job file's header and payload); a zero-length write is `EIO`.
+    /// for a job file's header and payload, [`IOV_MAX_PARTS`] parts a call at most); a
+    /// zero-length write is `EIO`.
     pub fn write_all_vectored(&self, fd: BorrowedFd<'_>, parts: &[&[u8]]) -> R<()> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut done = 0usize;
         while done < total {
             let mut skip = done;
-            let mut iov = Vec::with_capacity(parts.len());
+            // The parts left, on the stack (a job is its header and its payload: two).
+            let mut iov = [std::io::IoSlice::new(&[]); IOV_MAX_PARTS];
+            let mut used = 0;
             for p in parts {
                 if skip >= p.len() {
                     skip -= p.len();
                     continue;
                 }
-                iov.push(std::io::IoSlice::new(&p[skip..]));
+                if used == IOV_MAX_PARTS {
+                    break; // the rest go in the next writev
+                }
+                iov[used] = std::io::IoSlice::new(&p[skip..]);
+                used += 1;
                 skip = 0;
             }
-            let n = self.run_retry(Call::Write, || rustix::io::writev(fd, &iov))?;
+            let n = self.run_retry(Call::Write, || rustix::io::writev(fd, &iov[..used]))?;
             if n == 0 {
                 return Err(Errno::IO);
             }

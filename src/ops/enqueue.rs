@@ -19,7 +19,7 @@
 //! indeterminate.
 
 use crate::disk::format::encode_header;
-use crate::disk::layout::{delayed_bucket, DELAYED_DIR, TMP_DIR};
+use crate::disk::layout::{delayed_bucket, dir_rel, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno, Publish};
@@ -85,7 +85,7 @@ impl DirRef<'_> {
 pub(crate) struct Prepared<'a> {
     pub(crate) name: JobName,
     pub(crate) dir: DirRef<'a>,
-    pub(crate) rel_dir: String,
+    pub(crate) rel_dir: crate::disk::layout::DirRel,
     /// Wall-clock ns the header records as its creation time.
     pub(crate) created_ns: u64,
     pub(crate) body: Body<'a>,
@@ -376,7 +376,7 @@ impl Queue {
                 let nb = crate::queue::due_after(now, d)?;
                 name.kind = self.delayed_kind(nb, d);
                 let b = delayed_bucket(nb, self.ident.delayed_bucket_ns);
-                let rel = format!("{DELAYED_DIR}/{b}");
+                let rel = dir_rel(format_args!("{DELAYED_DIR}/{b}"));
                 let fd = self
                     .bucket_dir(false, &b)
                     .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
@@ -497,7 +497,8 @@ impl Queue {
     /// link (DESIGN.md, Barriers), and under Batched, whose `syncfs` follows.
     fn publish(&self, p: &Prepared<'_>, w: Written, resync: bool) -> Result<()> {
         let name = p.name.format(self.ident.id);
-        let rel = format!("{}/{}", p.rel_dir, name);
+        // The job's path, for messages only: made when one is (not a heap string per job).
+        let rel = || format!("{}/{}", p.rel_dir, name);
         if p.name.kind == Kind::Ready {
             // A regular file this handle wrote: its claim need not check it (ops/shards.rs).
             self.shards
@@ -510,7 +511,7 @@ impl Queue {
                         Call::Fsync,
                         e,
                         Outcome::Indeterminate,
-                        Some(self.path(&rel)),
+                        Some(self.path(&rel())),
                     )
                 }),
                 Ok(()) => Ok(()),
@@ -527,7 +528,7 @@ impl Queue {
                 }
                 Err(e) => {
                     let e = self.dir_errno(p.dir.fd(), e);
-                    Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel))))
+                    Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel()))))
                 }
             },
             Written::Named(tmp, fd) => {
@@ -538,7 +539,12 @@ impl Queue {
                         let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
                     }
                     let e = self.dir_errno(p.dir.fd(), e);
-                    return Err(Error::io(Call::Rename, e, is_eio(e), Some(self.path(&rel))));
+                    return Err(Error::io(
+                        Call::Rename,
+                        e,
+                        is_eio(e),
+                        Some(self.path(&rel())),
+                    ));
                 }
                 if !resync {
                     // No barrier here: none asked (policy None, a batch's syncfs), or the
@@ -550,7 +556,7 @@ impl Queue {
                         Call::Fsync,
                         e,
                         Outcome::Indeterminate,
-                        Some(self.path(&rel)),
+                        Some(self.path(&rel())),
                     )
                 })?;
                 self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))

@@ -79,6 +79,11 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
     base.checked_mul(factor).unwrap_or(max).min(max)
 }
 
+std::thread_local! {
+    /// [`Queue::load_levels`]'s per-slot snapshot, kept between claims of this thread.
+    static SKIP_SCRATCH: core::cell::Cell<Vec<Option<u64>>> = const { core::cell::Cell::new(Vec::new()) };
+}
+
 /// Ready jobs a claim's listing of one slot keeps: the oldest 256 of the whole directory (it
 /// reads every name, parsing them without their tags, and tag-checks only those kept).
 const CLAIM_CANDIDATES: usize = 256;
@@ -315,16 +320,40 @@ impl Queue {
         // and per slot that was two clock reads and two locks (about 6% of a lifecycle's CPU
         // on tmpfs, perf).
         let now = self.clock.boot_ns();
-        let known_empty = self.shards.known_empty(now);
-        let holding: Vec<bool> = {
+        // Per slot: `Some(until)` where it is skipped without a look (known empty, nothing
+        // pending, nothing held). In this thread's scratch vector: two vectors of the
+        // slot count per claim were a quarter of a lifecycle's heap allocations.
+        let mut skip = SKIP_SCRATCH.take();
+        self.shards.known_empty(now, &mut skip);
+        let any_held = {
             let c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
-            c.held.iter().map(|h| !h.is_empty()).collect()
+            for (k, h) in skip.iter_mut().zip(&c.held) {
+                if !h.is_empty() {
+                    *k = None;
+                }
+            }
+            c.held.iter().any(|h| !h.is_empty())
         };
-        let pending = self.shards.any_pending();
+        let walked = self.walk_levels(seen, budget, deep_done, now, &skip, any_held);
+        SKIP_SCRATCH.set(skip);
+        walked
+    }
+
+    /// [`Queue::load_levels`]'s walk, given its snapshot: `skip` per slot (see there) and
+    /// whether any slot held candidates.
+    fn walk_levels(
+        &self,
+        seen: &mut RecoverReport,
+        budget: &mut u32,
+        deep_done: &mut bool,
+        now: u64,
+        skip: &[Option<u64>],
+        any_held: bool,
+    ) -> Result<()> {
         // A deep listing earlier in this claim ends its listings while candidates are held;
         // with none held (every one dead-lettered or lost), a claim lists on rather than say
         // "no job" beside unlisted slots.
-        let mut found_some = *deep_done && holding.iter().any(|&h| h);
+        let mut found_some = *deep_done && any_held;
         for level in (0..self.ident.levels()).rev() {
             let level = if self.ident.version >= 3 {
                 level
@@ -339,16 +368,17 @@ impl Queue {
             let mut level_missing: Option<bool> = None;
             for shard in 0..self.ident.shards {
                 let slot = self.ident.slot(level, shard);
-                if !pending && !holding.get(slot as usize).copied().unwrap_or(true) {
-                    // Nothing held and nothing pending: the slot is skipped exactly when
-                    // `Shards::skip` would skip it (known empty at `now`).
-                    if let Some(&Some(until)) = known_empty.get(slot as usize) {
-                        if *budget != 0 && !found_some && until != u64::MAX {
-                            seen.next_expiry_boot_ns =
-                                Some(seen.next_expiry_boot_ns.map_or(until, |y| y.min(until)));
-                        }
-                        continue;
+                // Nothing held and no pending names: the slot is skipped exactly when
+                // `Shards::skip` would skip it (known empty at `now`). Per slot, not "no
+                // pending names anywhere": with one job pending (a handle that enqueues and
+                // claims) the walk took three locks in each of the 40 slots above the
+                // default level.
+                if let Some(&Some(until)) = skip.get(slot as usize) {
+                    if *budget != 0 && !found_some && until != u64::MAX {
+                        seen.next_expiry_boot_ns =
+                            Some(seen.next_expiry_boot_ns.map_or(until, |y| y.min(until)));
                     }
+                    continue;
                 }
                 self.take_arrivals(slot, now);
                 if self.holds(slot) {
@@ -407,37 +437,45 @@ impl Queue {
             return;
         }
         let dir = self.place_ready(slot, State::Ready);
-        let mut fresh = Vec::with_capacity(arrived.len());
         // A job passed over as refused arrives again when a claim gives it back
         // (`give_back`): taking that arrival made an idle worker claim and give it back
         // about a thousand times a second, where listings wait out the refusal.
         let refused = self.refused_ids();
-        for (n, linked) in arrived {
+        // Filtered in place: the names kept are the fresh candidates (no second vector).
+        let mut fresh = arrived;
+        fresh.retain(|(n, linked)| {
             if refused.binary_search_by_key(&n.id.0, |r| r.0).is_ok() {
                 // Not taken, but not forgotten: the slot is listed again, and that listing
                 // passes the job over until its refusal lapses and then lists it again. The
                 // slot was left known empty, and the job was tried only when a lease
                 // deadline woke the claim (`work --concurrency 3`: 16-30 s, not 10 s).
                 self.shards.unknown(slot);
-                continue;
+                return false;
             }
-            if linked {
+            if *linked {
                 // An O_TMPFILE this handle wrote and linked: a regular file (`linking`).
-                fresh.push(n);
-                continue;
+                return true;
             }
             match self
                 .sys
                 .stat_nofollow(dir.dir.fd(), &n.format(self.ident.id))
             {
-                Ok(m) if m.file_type == rustix::fs::FileType::RegularFile => fresh.push(n),
-                Err(Errno::NOENT) => {} // claimed or moved meanwhile
-                _ => self.shards.unknown(slot),
+                Ok(m) => {
+                    m.file_type == rustix::fs::FileType::RegularFile || {
+                        self.shards.unknown(slot);
+                        false
+                    }
+                }
+                Err(Errno::NOENT) => false, // claimed or moved meanwhile
+                Err(_) => {
+                    self.shards.unknown(slot);
+                    false
+                }
             }
-        }
+        });
         let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
         let held = &mut c.held[slot as usize];
-        held.extend(fresh);
+        held.extend(fresh.into_iter().map(|(n, _)| n));
         // A stale name (the job moved on since) costs its claim one failed rename.
         held.sort_unstable_by_key(|n| core::cmp::Reverse(n.id));
     }
@@ -770,8 +808,9 @@ impl Queue {
         to: &crate::ops::transition::Place<'_>,
     ) -> core::result::Result<Option<Lease>, TryFailed> {
         let raw = leased.format(self.ident.id);
-        let rel = format!("{}/{raw}", to.rel);
-        let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel)));
+        // The job's path, for messages only: made when one is (not a heap string per claim).
+        let rel = || format!("{}/{raw}", to.rel);
+        let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel())));
         let file = match self.sys.open_file_ro(to.dir.fd(), &raw) {
             Ok(f) => f,
             Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
@@ -801,7 +840,7 @@ impl Queue {
                 lease.settled = true;
                 log::warn!(
                     "{}: corrupt ({c}); dead-lettered",
-                    self.path(&rel).display()
+                    self.path(&rel()).display()
                 );
                 self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 Ok(None)
@@ -812,7 +851,7 @@ impl Queue {
                 lease.settled = true;
                 log::warn!(
                     "{}: payload larger than this worker's limit of {} bytes; dead-lettered (reason toolarge)",
-                    self.path(&rel).display(),
+                    self.path(&rel()).display(),
                     self.opts.max_payload
                 );
                 self.dead_letter(shard, leased, Reason::TOO_LARGE, Op::ClaimCorrupt)?;

@@ -260,7 +260,7 @@ impl Queue {
     /// Open delayed bucket `bname`; `None` when it is gone (another recoverer removed it) or
     /// not a directory (counted foreign).
     fn open_bucket(&self, bname: &str, r: &mut RecoverReport) -> Result<Option<Place<'_>>> {
-        let rel = format!("{DELAYED_DIR}/{bname}");
+        let rel = crate::disk::layout::dir_rel(format_args!("{DELAYED_DIR}/{bname}"));
         match self.sys.open_dir_beneath(self.dirs.delayed.as_fd(), bname) {
             Ok(fd) => Ok(Some(Place {
                 dir: DirRef::Opened(fd),
@@ -273,7 +273,7 @@ impl Queue {
                 Ok(None)
             }
             Err(Errno::ACCESS | Errno::PERM) => {
-                r.unreadable_dir(rel);
+                r.unreadable_dir(rel.as_str().to_owned());
                 Ok(None)
             }
             Err(e) => Err(Error::io(

@@ -220,22 +220,20 @@ impl Shards {
         }
     }
 
-    /// Per shard, `Some(until)` where [`Shards::skip`] would skip it at `boot_ns`
-    /// (`CLOCK_BOOTTIME`), else `None`: one lock for a whole claim's walk. Empty before the
-    /// first drain.
-    pub(crate) fn known_empty(&self, boot_ns: u64) -> Vec<Option<u64>> {
+    /// Into `out` (cleared first), per shard, `Some(until)` where [`Shards::skip`] would
+    /// skip it at `boot_ns` (`CLOCK_BOOTTIME`) and it holds no pending names
+    /// ([`Shards::take_pending`] would take none), else `None`: one lock for a whole claim's
+    /// walk. Empty before the first drain.
+    pub(crate) fn known_empty(&self, boot_ns: u64, out: &mut Vec<Option<u64>>) {
+        out.clear();
         let blind = self.watch.get().and_then(|w| w.as_ref());
         if blind.is_some_and(|w| w.blind.load(std::sync::atomic::Ordering::Relaxed)) {
-            return Vec::new();
+            return;
         }
         let k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let live = |e: &Option<u64>| e.filter(|t| boot_ns < *t);
-        k.empty_until.iter().map(live).collect()
-    }
-
-    /// Whether any shard holds pending names (see [`Shards::take_pending`]).
-    pub(crate) fn any_pending(&self) -> bool {
-        self.pending.load(std::sync::atomic::Ordering::Relaxed) != 0
+        let pending = |s: usize| k.pending.get(s).map_or(0, Vec::len);
+        let live = |(s, e): (usize, &Option<u64>)| e.filter(|t| boot_ns < *t && pending(s) == 0);
+        out.extend(k.empty_until.iter().enumerate().map(live));
     }
 
     /// `Ok(until)` when shard `s` is known empty at `boot_ns` (`CLOCK_BOOTTIME`): skip it,

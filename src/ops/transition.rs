@@ -11,7 +11,9 @@
 //! "nothing moved" with "moved, but the barrier failed" (the job now lives under its new
 //! name) or "the rename's result is unknown" (either name may exist).
 
-use crate::disk::layout::{dead_bucket, delayed_bucket, receipts_shard, DEAD_DIR, DELAYED_DIR};
+use crate::disk::layout::{
+    dead_bucket, delayed_bucket, dir_rel, receipts_shard, DEAD_DIR, DELAYED_DIR,
+};
 use crate::disk::name::JobName;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
@@ -66,7 +68,7 @@ pub(crate) type Moved = core::result::Result<(), MoveFailed>;
 /// A directory a job can be in, with its path relative to the root (for messages).
 pub(crate) struct Place<'a> {
     pub dir: DirRef<'a>,
-    pub rel: String,
+    pub rel: crate::disk::layout::DirRel,
     pub state: State,
 }
 
@@ -74,7 +76,7 @@ impl Queue {
     /// Ready slot `slot` (see [`crate::Identity`]'s slot helpers: a level's shard), where a
     /// job is (a source, or a move within its slot).
     pub(crate) fn place_ready(&self, slot: u16, state: State) -> Place<'_> {
-        let rel = self.ident.slot_rel(slot);
+        let rel = self.ident.slot_dir_rel(slot);
         Place {
             dir: self.held_dir(self.ready_fd(slot), &rel),
             rel,
@@ -117,7 +119,10 @@ impl Queue {
 
     /// An existing bucket (`dead` or `delayed`) by name, or a new one.
     pub(crate) fn place_bucket(&self, dead: bool, bucket: &str) -> Result<Place<'_>> {
-        let rel = format!("{}/{bucket}", if dead { DEAD_DIR } else { DELAYED_DIR });
+        let rel = dir_rel(format_args!(
+            "{}/{bucket}",
+            if dead { DEAD_DIR } else { DELAYED_DIR }
+        ));
         let fd = self
             .bucket_dir(dead, bucket)
             .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
@@ -132,7 +137,10 @@ impl Queue {
     /// a side effect). A bucket that is gone means the job moved meanwhile:
     /// [`ErrorKind::LeaseLost`], not done.
     pub(crate) fn source_bucket(&self, dead: bool, bucket: &str) -> Result<Place<'_>> {
-        let rel = format!("{}/{bucket}", if dead { DEAD_DIR } else { DELAYED_DIR });
+        let rel = dir_rel(format_args!(
+            "{}/{bucket}",
+            if dead { DEAD_DIR } else { DELAYED_DIR }
+        ));
         let parent = if dead {
             &self.dirs.dead
         } else {
