@@ -281,7 +281,9 @@ impl Queue {
                 let going = going.unwrap_or_else(|| {
                     // Behind an entry that is not a directory (a file named `prio`): that
                     // entry, once, not each of the 56 slots behind it.
-                    let at = self.not_a_directory_on(&rel).unwrap_or_else(|| rel.as_str().to_owned());
+                    let at = self
+                        .not_a_directory_on(&rel)
+                        .unwrap_or_else(|| rel.as_str().to_owned());
                     if !unreadable.contains(&at) {
                         unreadable.push(at);
                     }
@@ -923,11 +925,14 @@ impl Queue {
     }
 
     /// Delete every dead job (not a state transition: the job is gone). Returns how many.
+    /// A job (or bucket) that cannot be deleted is logged and passed over: the others are
+    /// still deleted (as `requeue --all` does), and the call then fails.
     ///
     /// # Errors
-    /// The first failing unlink or fsync. Not done when nothing was deleted yet;
-    /// indeterminate once a job was (the batch rule of [`Queue::requeue_dead`] and
-    /// [`Queue::recover`]), and for any failed fsync. Never creates a directory.
+    /// The first failing unlink, bucket open or fsync, after the rest was tried. Not done
+    /// when nothing was deleted; indeterminate once a job was (the batch rule of
+    /// [`Queue::requeue_dead`] and [`Queue::recover`]), and for any failed fsync. Never
+    /// creates a directory.
     pub fn purge_dead(&self) -> Result<u32, crate::Failure> {
         let dead = self.list(Some(State::Dead))?;
         let mut n = 0;
@@ -941,12 +946,24 @@ impl Queue {
                 Outcome::NotDone
             }
         };
+        // The first failure and how many jobs failed: a job that cannot be deleted (a
+        // bucket another user owns, an unlink refused) no longer stops the purge of the
+        // jobs after it (breaker finding: `requeue --all` went on, `purge` stopped).
+        let (mut first, mut failed): (Option<Error>, u32) = (None, 0);
+        let mut fail = |e: Error| {
+            log::warn!("{e}; passed over");
+            failed += 1;
+            first.get_or_insert(e);
+        };
         for l in &dead {
             let bucket = l.dir.trim_start_matches("dead/");
             let place = match self.source_bucket(true, bucket) {
                 Ok(p) => p,
                 Err(e) if e.is_lease_lost() => continue,
-                Err(e) => return Err(e.with_outcome(partial(n)).into()),
+                Err(e) => {
+                    fail(e);
+                    continue;
+                }
             };
             let rel = l.rel_path(self.ident.id);
             match self
@@ -956,15 +973,41 @@ impl Queue {
                 Ok(()) => n += 1,
                 Err(Errno::NOENT) => {}
                 Err(e) => {
-                    return Err(
-                        Error::io(Call::Unlink, e, partial(n), Some(self.path(&rel))).into(),
-                    )
+                    fail(Error::io(
+                        Call::Unlink,
+                        e,
+                        Outcome::NotDone,
+                        Some(self.path(&rel)),
+                    ));
+                    continue;
                 }
             }
             if !dirs.contains(&l.dir) {
                 dirs.push(l.dir.clone());
             }
         }
+        if let Some(e) = first {
+            if failed > 1 {
+                log::warn!("{failed} dead jobs could not be purged; {n} were");
+            }
+            // The directories of what was deleted are still made durable first.
+            let _ = self.sync_purged(&dirs, n);
+            return Err(e.with_outcome(partial(n)).into());
+        }
+        self.sync_purged(&dirs, n)?;
+        Ok(n)
+    }
+
+    /// [`Queue::purge_dead`]'s barriers: each bucket it deleted from (removed when it is
+    /// now empty), then `dead/`.
+    fn sync_purged(&self, dirs: &[String], n: u32) -> Result<(), crate::Failure> {
+        let partial = |n: u32| {
+            if n > 0 {
+                Outcome::Indeterminate
+            } else {
+                Outcome::NotDone
+            }
+        };
         for d in dirs {
             let bucket = d.trim_start_matches("dead/").to_string();
             let place = match self.source_bucket(true, &bucket) {
@@ -977,7 +1020,7 @@ impl Queue {
                     Call::FsyncDir,
                     e,
                     Outcome::Indeterminate,
-                    Some(self.path(&d)),
+                    Some(self.path(d)),
                 )
             })?;
             let _ = self.sys.rmdir(self.dirs.dead.as_fd(), &bucket);
@@ -990,7 +1033,7 @@ impl Queue {
                 Some(self.path("dead")),
             )
         })?;
-        Ok(n)
+        Ok(())
     }
 }
 

@@ -3637,3 +3637,46 @@ fn requeue_all_names_an_unreadable_dead_directory_and_does_not_exit_0() {
     std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o755)).unwrap();
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `dead purge` stopped at the first dead job it could not delete, leaving every job after
+/// it (breaker finding; `requeue --all` goes on). Now it deletes all it can and then fails
+/// by the batch rule: indeterminate when some were deleted.
+#[test]
+fn purge_passes_over_a_job_it_cannot_delete_and_deletes_the_rest() {
+    let d = TempDir::new("purge-on");
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Unlink,
+        nth: 1,
+        action: FaultAction::Fail(Errno::ACCESS),
+    }]);
+    let q = with_plan(&d, &plan, opts(1));
+    for i in 0..3u8 {
+        q.enqueue(&[i]).unwrap();
+        q.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
+    }
+    assert_eq!(counts(&q), [0, 0, 0, 3, 0]);
+    plan.arm();
+    let e = q.purge_dead().expect_err("one unlink fails");
+    assert_eq!(e.outcome(), Outcome::Indeterminate, "{e}");
+    assert!(e.to_string().contains("/dead/"), "{e}");
+    assert_eq!(counts(&q), [0, 0, 0, 1, 0], "the other two were purged");
+    // With nothing deleted, the same failure is not done.
+    let plan2 = FaultPlan::disarmed(vec![Fault {
+        call: Call::Unlink,
+        nth: 1,
+        action: FaultAction::Fail(Errno::ACCESS),
+    }]);
+    let q2 = Queue::open_with(
+        d.path(),
+        Options {
+            faults: Some(plan2.clone()),
+            ..opts(1)
+        },
+    )
+    .unwrap();
+    plan2.arm();
+    let e = q2.purge_dead().expect_err("the one unlink fails");
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert_eq!(q2.purge_dead().unwrap(), 1);
+    assert_eq!(counts(&q2), [0, 0, 0, 0, 0]);
+}
