@@ -100,6 +100,16 @@ pub fn max_attempts(s: &str) -> Result<u32, String> {
     }
 }
 
+/// `--max-payload`: a byte count of at least 1 (0 was refused later, exit 2 instead of 1).
+pub fn max_payload(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n @ 1..) => Ok(n),
+        _ => Err(format!(
+            "bad --max-payload '{s}': a byte count of at least 1"
+        )),
+    }
+}
+
 /// `--concurrency`: 1 to 1024 jobs at once (each holds a child process and a lease).
 pub fn concurrency(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
@@ -281,7 +291,11 @@ pub struct Enqueue {
     #[argh(option, from_str_fn(dur))]
     pub delay: Option<Duration>,
     /// largest payload accepted, bytes (default 16 MiB)
-    #[argh(option, default = "steadq::DEFAULT_MAX_PAYLOAD")]
+    #[argh(
+        option,
+        default = "steadq::DEFAULT_MAX_PAYLOAD",
+        from_str_fn(max_payload)
+    )]
     pub max_payload: u64,
     /// idempotency key (1..=128 of A-Z a-z 0-9 . _ : -): a duplicate prints the existing id
     #[argh(option)]
@@ -321,7 +335,11 @@ pub struct Claim {
     #[argh(option)]
     pub payload_out: Option<PathBuf>,
     /// largest payload read, bytes (default 16 MiB); larger jobs go to dead/ (toolarge)
-    #[argh(option, default = "steadq::DEFAULT_MAX_PAYLOAD")]
+    #[argh(
+        option,
+        default = "steadq::DEFAULT_MAX_PAYLOAD",
+        from_str_fn(max_payload)
+    )]
     pub max_payload: u64,
     /// aging against starvation: a ready job ranks one priority level higher per this
     /// much age, e.g. 60s (default: strict priority)
@@ -642,7 +660,11 @@ pub struct Work {
     pub quiet: bool,
     /// largest payload this worker reads, bytes (default 16 MiB); larger jobs go to dead/
     /// with reason toolarge, for a worker with a higher limit to requeue
-    #[argh(option, default = "steadq::DEFAULT_MAX_PAYLOAD")]
+    #[argh(
+        option,
+        default = "steadq::DEFAULT_MAX_PAYLOAD",
+        from_str_fn(max_payload)
+    )]
     pub max_payload: u64,
     /// aging against starvation: a ready job ranks one priority level higher per this
     /// much age, e.g. 60s (default: strict priority, higher levels always first)

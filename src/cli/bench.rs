@@ -97,13 +97,14 @@ fn case(
         hs.into_iter()
             .map(|h| {
                 h.join()
-                    .map_err(|_| CliError::usage("bench worker panicked"))?
+                    .map_err(|_| CliError::not_done("bench worker panicked"))?
             })
             .collect::<Result<Vec<_>, CliError>>()
     })?;
     let ns = t.elapsed().as_nanos();
     drop(q);
-    std::fs::remove_dir_all(dir).map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
+    std::fs::remove_dir_all(dir)
+        .map_err(|e| CliError::not_done(format!("{}: {e}", dir.display())))?;
     let mut run = Run {
         jobs: 0,
         ns,
@@ -119,7 +120,7 @@ fn case(
 
 fn parse_list<T>(s: &str, what: &str, f: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, CliError> {
     s.split(',')
-        .map(|x| f(x.trim()).ok_or_else(|| CliError::usage(format!("bad {what} '{x}'"))))
+        .map(|x| f(x.trim()).ok_or_else(|| CliError::not_done(format!("bad {what} '{x}'"))))
         .collect()
 }
 
@@ -146,7 +147,7 @@ pub fn cmd_bench(a: Bench) -> Result<Exit, CliError> {
         .unwrap_or_else(std::env::temp_dir)
         .join(format!("steadq-bench-{}", std::process::id()));
     std::fs::create_dir_all(&base)
-        .map_err(|e| CliError::usage(format!("{}: {e}", base.display())))?;
+        .map_err(|e| CliError::not_done(format!("{}: {e}", base.display())))?;
     let limit = match a.jobs {
         0 => format!("{:?} per case", a.duration),
         n => format!("{n} jobs per case"),

@@ -19,7 +19,7 @@ fn parse_job_id(s: &str) -> Result<JobId, CliError> {
         .next()
         .unwrap_or("");
     JobId::parse(first).ok_or_else(|| {
-        CliError::usage(format!(
+        CliError::bad_usage(format!(
             "bad job id '{s}': expected 32 lowercase hex digits (see `steadq list`)"
         ))
     })
@@ -28,10 +28,10 @@ fn parse_job_id(s: &str) -> Result<JobId, CliError> {
 /// An enqueue's error, naming the input (`what`) when reading it failed or it was too large.
 fn name_input(e: steadq::EnqueueError, what: &str) -> CliError {
     match e.kind() {
-        ErrorKind::PayloadTooLarge { limit, .. } => CliError::usage(format!(
+        ErrorKind::PayloadTooLarge { limit, .. } => CliError::not_done(format!(
             "{what}: payload exceeds the limit of {limit} bytes (--max-payload); not done, nothing changed"
         )),
-        ErrorKind::Input(msg) => CliError::usage(format!(
+        ErrorKind::Input(msg) => CliError::not_done(format!(
             "{what}: reading the payload failed: {msg}; not done, nothing changed"
         )),
         _ => e.into(),
@@ -66,7 +66,7 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
     let (d, shown) = (a.dir.display(), a.dir.display());
     match (shards_without_identity(&a.dir), a.shards) {
         (Some(steadq::OrphanShards::Told(n)), Some(want)) if want != n => {
-            return Err(CliError::usage(format!(
+            return Err(CliError::not_done(format!(
                 "{d}: the identity file steadq.queue is missing and ready/ holds {n} shards; \
                  --shards {want} cannot be applied (run `steadq init {shown}` without --shards \
                  to restore the queue's identity); nothing changed"
@@ -86,7 +86,7 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
                 [n] => format!("the job names fit only {n}"),
                 f => format!("the job names fit {}", counts_list(f)),
             };
-            return Err(CliError::usage(format!(
+            return Err(CliError::not_done(format!(
                 "{d}: the identity file steadq.queue is missing and so are shard directories \
                  of ready/: the shard count cannot be told from the layout; {which}; {asked}\
                  run `steadq init {shown} --shards N` with the count the queue was made with; \
@@ -115,7 +115,7 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
             .is_some_and(|m| m != ident.evidence.max_bytes)
         || a.evidence_keep.is_some_and(|k| k != ident.evidence.keep)
     {
-        return Err(CliError::usage(format!(
+        return Err(CliError::not_done(format!(
             "{}: queue exists with receipts {}, evidence max {} keep {}; use `steadq config` to change them",
             a.dir.display(),
             ident.receipts,
@@ -126,7 +126,7 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
     let have = q.identity().shards;
     // Without --shards (the systemd unit runs init before every start) any count is fine.
     if let Some(want) = a.shards.filter(|&w| w != have) {
-        return Err(CliError::usage(format!(
+        return Err(CliError::not_done(format!(
             "{}: queue exists with {have} shards; --shards {want} was not applied",
             a.dir.display()
         )));
@@ -192,19 +192,19 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
     let (mut input, what): (Box<dyn Read>, String) = match &a.file {
         Some(f) => {
             let file = std::fs::File::open(f).map_err(|e| {
-                CliError::usage(format!("{}: {e}; not done, nothing changed", f.display()))
+                CliError::not_done(format!("{}: {e}; not done, nothing changed", f.display()))
             })?;
             (Box::new(file), f.display().to_string())
         }
         // A closed stdin (`0<&-`) is not an empty payload: Rust's runtime put /dev/null there.
         None if super::std_fds::stdin_closed() => {
-            return Err(CliError::usage(
+            return Err(CliError::not_done(
                 "stdin is closed: no payload to read (give one on stdin or with --file); not done, nothing changed",
             ))
         }
         None => {
             let f = super::std_fds::stdin_file().map_err(|e| {
-                CliError::usage(format!("stdin: {e}; not done, nothing changed"))
+                CliError::not_done(format!("stdin: {e}; not done, nothing changed"))
             })?;
             (Box::new(f), "stdin".to_string())
         }
@@ -218,7 +218,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
     )?;
     let key = match a.key.as_deref() {
         Some(k) => Some(steadq::Key::new(k).ok_or_else(|| {
-            CliError::usage(format!(
+            CliError::bad_usage(format!(
                 "bad --key '{k}': 1 to 128 bytes of A-Z a-z 0-9 . _ : -"
             ))
         })?),
@@ -308,7 +308,7 @@ fn handle_needs_stdout(what: &str) -> Result<(), CliError> {
         stdout::require_reader();
         return Ok(());
     };
-    Err(CliError::usage(format!(
+    Err(CliError::not_done(format!(
         "{why}: the lease handle {what} prints would be lost; nothing done \
          (redirect it to a file or a pipe)"
     )))
@@ -320,12 +320,12 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         .as_deref()
         .is_some_and(|p| p.as_os_str() == "-")
     {
-        return Err(CliError::usage(
+        return Err(CliError::bad_usage(
             "--payload-out -: stdout carries the lease handle, so the payload needs a file path (e.g. --payload-out /tmp/payload)",
         ));
     }
     if let Some(p) = a.payload_out.as_deref().filter(|p| inside(p, &a.dir)) {
-        return Err(CliError::usage(format!(
+        return Err(CliError::not_done(format!(
             "--payload-out {}: inside the queue directory, where it would overwrite the \
              queue's own files (a job, the identity); nothing done",
             p.display()
@@ -342,7 +342,7 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
                 .create(true)
                 .truncate(false)
                 .open(p)
-                .map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?,
+                .map_err(|e| CliError::not_done(format!("{}: {e}", p.display())))?,
         ),
         None => None,
     };
@@ -357,7 +357,7 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     if let (Some(f), Some(p)) = (&file, &a.payload_out) {
         if let Some(why) = queue_file(f, p, &a.dir) {
             made_file(&a.payload_out);
-            return Err(CliError::usage(format!(
+            return Err(CliError::not_done(format!(
                 "--payload-out {}: {why}, which may be one of the queue's own files (a job, \
                  the identity, the evidence log); nothing done (write to a new path)",
                 p.display()
@@ -485,7 +485,7 @@ fn inside(path: &std::path::Path, dir: &std::path::Path) -> bool {
 /// is unknown exits 4.
 fn give_back(lease: steadq::Lease, msg: String) -> CliError {
     match lease.release_undelivered() {
-        Ok(()) => CliError::usage(format!(
+        Ok(()) => CliError::not_done(format!(
             "{msg}; the job was released to ready, its attempt given back; not done"
         )),
         Err(r) => {
@@ -672,7 +672,7 @@ pub fn cmd_nack(a: Nack) -> Result<Exit, CliError> {
 
 pub fn cmd_fail(a: Fail) -> Result<Exit, CliError> {
     let reason = Reason::new(&a.reason).ok_or_else(|| {
-        CliError::usage(format!(
+        CliError::bad_usage(format!(
             "bad --reason '{}': use 1 to 16 characters of [a-z0-9]",
             a.reason
         ))
@@ -684,7 +684,7 @@ pub fn cmd_fail(a: Fail) -> Result<Exit, CliError> {
 
 pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
     if a.json && a.prometheus {
-        return Err(CliError::usage("--json and --prometheus are exclusive"));
+        return Err(CliError::bad_usage("--json and --prometheus are exclusive"));
     }
     // A symlinked shard is reported, never followed (it refuses the queue to every command
     // that moves jobs).
@@ -742,7 +742,7 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
     let id = parse_job_id(&a.job)?;
     let q = open(&a.dir)?;
     let l = q.find(id).map_err(|e| match e.kind() {
-        ErrorKind::NoSuchJob => CliError::usage(format!("{}: no job {id}", a.dir.display())),
+        ErrorKind::NoSuchJob => CliError::not_done(format!("{}: no job {id}", a.dir.display())),
         _ => e.into(),
     })?;
     // Verified in 64 KiB chunks; the payload is streamed, never held whole.
@@ -761,7 +761,7 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
                 Ok(n) if !stdout::write(&buf[..n]) => return Ok(Exit::Done),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(CliError::usage(e.to_string())),
+                Err(e) => return Err(CliError::not_done(e.to_string())),
             }
         }
     }
@@ -773,7 +773,7 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
     out!("bytes     {}", h.payload_len);
     out!("sha256    {}", steadq::format::hex32(&h.payload_sha256));
     out!("envelope  {}", steadq::format::hex32(&h.envelope_sha256));
-    let (text, head) = utf8_head(&mut payload).map_err(|e| CliError::usage(e.to_string()))?;
+    let (text, head) = utf8_head(&mut payload).map_err(|e| CliError::not_done(e.to_string()))?;
     match head {
         Some(t) if text => out!("payload   {t}"),
         _ => out!(
@@ -847,7 +847,7 @@ fn show_corrupt(a: &Show, q: &Queue, l: &steadq::Listed, e: &Error) -> Result<Ex
     };
     let path = a.dir.join(l.rel_path(q.id()));
     if a.raw {
-        return Err(CliError::usage(format!(
+        return Err(CliError::not_done(format!(
             "{}: corrupt job file ({c}): its payload cannot be verified, so --raw prints nothing",
             path.display()
         )));
@@ -857,7 +857,7 @@ fn show_corrupt(a: &Show, q: &Queue, l: &steadq::Listed, e: &Error) -> Result<Ex
     if l.state == State::Dead {
         return Ok(Exit::Done);
     }
-    Err(CliError::usage(format!(
+    Err(CliError::not_done(format!(
         "{}: corrupt job file ({c}), not yet dead-lettered (a claim or `steadq fsck` will)",
         path.display()
     )))
@@ -961,7 +961,7 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
         (Some(j), false) => Some(parse_job_id(j)?),
         (None, true) => None,
         _ => {
-            return Err(CliError::usage(
+            return Err(CliError::bad_usage(
                 "dead requeue needs a job id or --all (not both)",
             ))
         }
@@ -969,7 +969,7 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
     let q = open(&a.dir)?;
     let no_such = |e: steadq::Failure| match (e.kind(), id) {
         (ErrorKind::NoSuchJob, Some(id)) => {
-            CliError::usage(format!("{}: no dead job {id}", a.dir.display()))
+            CliError::not_done(format!("{}: no dead job {id}", a.dir.display()))
         }
         _ => e.into(),
     };

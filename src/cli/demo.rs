@@ -15,7 +15,7 @@ pub fn cmd_demo_job(a: DemoJob) -> Result<i32, CliError> {
     let mut path = String::new();
     std::io::stdin()
         .read_to_string(&mut path)
-        .map_err(|e| CliError::usage(format!("stdin: {e}")))?;
+        .map_err(|e| CliError::not_done(format!("stdin: {e}")))?;
     let mut f = match std::fs::File::open(path.trim()) {
         Ok(f) => f,
         // The file vanished since it was enqueued: bad input, never retry.
@@ -29,7 +29,7 @@ pub fn cmd_demo_job(a: DemoJob) -> Result<i32, CliError> {
     loop {
         let n = f
             .read(&mut buf)
-            .map_err(|e| CliError::usage(format!("{}: {e}", path.trim())))?;
+            .map_err(|e| CliError::not_done(format!("{}: {e}", path.trim())))?;
         if n == 0 {
             break;
         }
@@ -44,9 +44,9 @@ pub fn cmd_demo_job(a: DemoJob) -> Result<i32, CliError> {
         .create(true)
         .append(true)
         .open(&a.results)
-        .map_err(|e| CliError::usage(format!("{}: {e}", a.results.display())))?;
+        .map_err(|e| CliError::not_done(format!("{}: {e}", a.results.display())))?;
     out.write_all(line.as_bytes())
-        .map_err(|e| CliError::usage(format!("{}: {e}", a.results.display())))?;
+        .map_err(|e| CliError::not_done(format!("{}: {e}", a.results.display())))?;
     Ok(0)
 }
 
@@ -118,7 +118,7 @@ fn spawn_worker(exe: &Path, dir: &Path, results: &Path) -> Result<Child, CliErro
         .arg(results)
         .stdin(Stdio::null())
         .spawn()
-        .map_err(|e| CliError::usage(format!("cannot start a worker ({}): {e}", exe.display())))
+        .map_err(|e| CliError::not_done(format!("cannot start a worker ({}): {e}", exe.display())))
 }
 
 /// The demo's directory, and whether to remove it afterwards (only one it made itself).
@@ -126,7 +126,7 @@ fn pick_dir(a: &Demo) -> Result<(PathBuf, bool), CliError> {
     match &a.dir {
         // The demo consumes every job in its queue: never point it at real work.
         Some(d) if std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some()) => {
-            Err(CliError::usage(format!(
+            Err(CliError::not_done(format!(
                 "{}: exists and is not empty; the demo needs a new or empty directory (it works through every job in its queue)",
                 d.display()
             )))
@@ -180,14 +180,14 @@ fn stop_workers(workers: &mut [Child]) {
 }
 
 fn interrupted() -> CliError {
-    CliError::usage("demo interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT)")
+    CliError::not_done("demo interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT)")
 }
 
 /// Enqueue one job per input file, in batches of 64. Returns how many.
 fn enqueue_inputs(q: &Queue, max: usize) -> Result<u64, CliError> {
     let inputs = find_inputs(max);
     if inputs.is_empty() {
-        return Err(CliError::usage(
+        return Err(CliError::not_done(
             "found no readable files under /usr/share, /etc or /usr/lib to hash",
         ));
     }
@@ -218,7 +218,7 @@ fn start_and_kill_one(
     workers: &mut Vec<Child>,
 ) -> Result<(), CliError> {
     let exe = std::env::current_exe()
-        .map_err(|e| CliError::usage(format!("cannot find my own executable: {e}")))?;
+        .map_err(|e| CliError::not_done(format!("cannot find my own executable: {e}")))?;
     out!("starting {} worker processes: steadq work {} --lease 2s -- steadq demo-job (strict fsyncs on every claim and ack)", a.workers, dir.display());
     for _ in 0..a.workers.max(2) {
         workers.push(spawn_worker(&exe, dir, results)?);
@@ -258,7 +258,7 @@ fn wait_settled(q: &Queue, total: u64) -> Result<steadq::Status, CliError> {
             return Err(interrupted());
         }
         if Instant::now() > give_up {
-            return Err(CliError::usage(format!(
+            return Err(CliError::not_done(format!(
                 "demo timed out: {} of {total} jobs settled",
                 s.acked + s.dead
             )));

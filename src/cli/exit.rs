@@ -8,7 +8,8 @@ use steadq::Failure;
 pub enum Exit {
     /// 0: done (past its linearization point and every durability barrier).
     Done = 0,
-    /// 1: bad usage (argh rejected the command line).
+    /// 1: bad usage: the command line was refused (by argh, or a check of its own values
+    /// such as options that exclude each other) before anything was read or changed.
     Usage = 1,
     /// 2: failed, not done: nothing changed.
     NotDone = 2,

@@ -28,8 +28,14 @@ pub struct CliError {
 
 impl CliError {
     /// Exit code 2 (not done) with a message.
-    pub fn usage(msg: impl Into<String>) -> CliError {
+    pub fn not_done(msg: impl Into<String>) -> CliError {
         CliError::new(Exit::NotDone, msg)
+    }
+    /// Exit code 1 (bad usage) with a message: a check of the command line's own values
+    /// (a malformed job id, options that exclude each other) that argh cannot make, before
+    /// anything was read or changed.
+    pub fn bad_usage(msg: impl Into<String>) -> CliError {
+        CliError::new(Exit::Usage, msg)
     }
     /// An error with its exit code.
     pub fn new(exit: Exit, msg: impl Into<String>) -> CliError {

@@ -46,7 +46,7 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
 #[cfg(not(feature = "s3"))]
 pub fn run(cmd: Cmd) -> Result<i32, CliError> {
     let url = s3_queue(&cmd).unwrap_or("s3://");
-    Err(CliError::usage(format!(
+    Err(CliError::not_done(format!(
         "queue {url:?}: this steadq was built without s3:// queues (cargo build --features s3)"
     )))
 }
@@ -80,7 +80,7 @@ mod with_s3 {
 
     /// An option this command does not take on an `s3://` queue.
     fn unsupported(what: &str) -> CliError {
-        CliError::usage(format!("{what}: not supported on s3:// queues"))
+        CliError::not_done(format!("{what}: not supported on s3:// queues"))
     }
 
     fn url(dir: &std::path::Path) -> String {
@@ -88,9 +88,9 @@ mod with_s3 {
     }
 
     fn open_with(url: &str, options: Options, create: bool) -> Result<Queue, CliError> {
-        let (bucket, prefix) = steadq::s3::parse_s3_url(url).map_err(CliError::usage)?;
+        let (bucket, prefix) = steadq::s3::parse_s3_url(url).map_err(CliError::not_done)?;
         let config =
-            Config::from_env().map_err(|m| CliError::usage(format!("queue {url}: {m}")))?;
+            Config::from_env().map_err(|m| CliError::not_done(format!("queue {url}: {m}")))?;
         let client = Client::new(config, &bucket);
         if create {
             let r = client.create_bucket().map_err(|f| {
@@ -101,7 +101,7 @@ mod with_s3 {
             })?;
             if r.status != 200 && r.status != 409 {
                 let msg = format!("create bucket {bucket}: HTTP {}", r.status);
-                return Err(CliError::usage(msg));
+                return Err(CliError::not_done(msg));
             }
             return Ok(Queue::create(client, &prefix, options)?);
         }
@@ -119,7 +119,7 @@ mod with_s3 {
 
     fn parse_handle(q: &Queue, h: &str) -> Result<Lease, CliError> {
         let bad = || {
-            CliError::usage(format!(
+            CliError::not_done(format!(
                 "handle {h:?}: not a lease handle from claim or renew"
             ))
         };
@@ -187,7 +187,7 @@ mod with_s3 {
             ));
         }
         if a.file.is_none() && crate::cli::std_fds::stdin_closed() {
-            return Err(CliError::usage(
+            return Err(CliError::not_done(
                 "stdin is closed: no payload to read (give one on stdin or with --file); not done, nothing changed",
             ));
         }
@@ -197,10 +197,10 @@ mod with_s3 {
             Some(f) => std::fs::File::open(f).and_then(|mut h| h.read_to_end(&mut payload)),
             None => crate::cli::std_fds::stdin_file().and_then(|mut h| h.read_to_end(&mut payload)),
         };
-        read.map_err(|e| CliError::usage(format!("read payload: {e}")))?;
+        read.map_err(|e| CliError::not_done(format!("read payload: {e}")))?;
         if payload.len() as u64 > a.max_payload {
             let msg = format!("payload of {} bytes is over --max-payload", payload.len());
-            return Err(CliError::usage(msg));
+            return Err(CliError::not_done(msg));
         }
         out!("{:032x}", q.enqueue(&payload)?);
         Ok(Exit::Done)
@@ -328,10 +328,10 @@ mod with_s3 {
                 let only = match (&a.job, a.all) {
                     (Some(j), false) => Some(
                         u128::from_str_radix(j, 16)
-                            .map_err(|_| CliError::usage(format!("job {j:?}: not a job id")))?,
+                            .map_err(|_| CliError::not_done(format!("job {j:?}: not a job id")))?,
                     ),
                     (None, true) => None,
-                    _ => return Err(CliError::usage("dead requeue: give one JOB or --all")),
+                    _ => return Err(CliError::bad_usage("dead requeue: give one JOB or --all")),
                 };
                 out!("{}", open(&url(&a.dir))?.requeue(only)?);
             }
@@ -402,7 +402,7 @@ mod with_s3 {
             Err(e) => {
                 // The job is not at fault: give it back at once, then stop.
                 let _ = q.nack(&l, Duration::ZERO, "command could not start");
-                return Err(CliError::usage(format!("{}: {e}", a.command[0])));
+                return Err(CliError::not_done(format!("{}: {e}", a.command[0])));
             }
         };
         let payload = l.payload.clone();
@@ -414,7 +414,7 @@ mod with_s3 {
         }
         let status = child
             .wait()
-            .map_err(|e| CliError::usage(format!("wait: {e}")));
+            .map_err(|e| CliError::not_done(format!("wait: {e}")));
         stop.store(true, Ordering::Relaxed);
         let _ = r.join();
         let status = status?;
@@ -442,7 +442,7 @@ mod with_s3 {
     /// no new claims; running commands finish (their leases renewed meanwhile).
     fn work(a: args::Work) -> Result<Exit, CliError> {
         if a.command.is_empty() {
-            return Err(CliError::usage("work: no command after --"));
+            return Err(CliError::bad_usage("work: no command after --"));
         }
         if a.timeout.is_some() || a.aging.is_some() {
             return Err(unsupported("--timeout, --aging"));
@@ -464,7 +464,7 @@ mod with_s3 {
         for t in threads {
             let r = t
                 .join()
-                .unwrap_or_else(|_| Err(CliError::usage("work: a worker thread panicked")));
+                .unwrap_or_else(|_| Err(CliError::not_done("work: a worker thread panicked")));
             if end.is_ok() {
                 end = r;
             }

@@ -92,7 +92,7 @@ fn check_command(cmd: &std::ffi::OsStr) -> Result<(), CliError> {
     if found {
         Ok(())
     } else {
-        Err(CliError::usage(format!(
+        Err(CliError::not_done(format!(
             "cannot run {cmd:?}: not found or not executable (no job was claimed)"
         )))
     }
@@ -109,14 +109,14 @@ enum JobEnd {
 
 pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     if a.command.is_empty() {
-        return Err(CliError::usage(
+        return Err(CliError::bad_usage(
             "work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh",
         ));
     }
     // --concurrency (1..=1024) and --lease (1s..=7d) were checked by argh (exit 1).
     if a.backoff > a.max_backoff {
         // The first retry would already wait past the cap: one of the two is a slip.
-        return Err(CliError::usage(format!(
+        return Err(CliError::bad_usage(format!(
             "--backoff ({:?}) is longer than --max-backoff ({:?}); raise --max-backoff or lower --backoff",
             a.backoff, a.max_backoff
         )));
@@ -139,9 +139,10 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     if let Err(e) = q.recover() {
         log::warn!("recover: {e}");
     }
+    let concurrency = fit_concurrency(&a)?;
     std::thread::scope(|s| {
-        s.spawn(|| watch_queue(&a, &q, &busy, &fatal));
-        for _ in 0..a.concurrency {
+        s.spawn(|| watch_queue(&a, &q, concurrency, &busy, &fatal));
+        for _ in 0..concurrency {
             s.spawn(|| {
                 while !STOP.load(Ordering::SeqCst) {
                     match q.claim_wait_until(a.lease, Duration::from_secs(3600), &STOP) {
@@ -201,12 +202,85 @@ fn work_once(a: &Work, q: &steadq::Queue) -> Result<Exit, CliError> {
     }
 }
 
+/// File descriptors one running job may hold at once in this process: its stdin pipe (both
+/// ends while the child starts), std's exec-status pipe (both ends), and the job file when
+/// its payload is streamed from it.
+const FDS_PER_JOB: u64 = 5;
+
+/// File descriptors kept aside beyond those open when [`fit_concurrency`] runs (after the
+/// first recovery pass, which opened every ready slot that exists): a listing's directory,
+/// the limits file, a level's slots made later, log files.
+const FDS_SPARE: u64 = 16;
+
+/// How many jobs `work` runs at once: `--concurrency`, unless this process may not open
+/// the descriptors that needs (`RLIMIT_NOFILE`, getrlimit(2)): those open now, [`FDS_SPARE`]
+/// and [`FDS_PER_JOB`] per job. The soft limit is first raised
+/// to the hard one (as far as needed); what still does not fit lowers the count, with a
+/// warning. At `ulimit -n 32` and `--concurrency 1024` every spawn past the limit failed
+/// with EMFILE and the worker stopped (exit 2), its jobs leased until their leases ran out.
+///
+/// # Errors
+/// Not even one job fits: exit 2, nothing claimed.
+fn fit_concurrency(a: &Work) -> Result<u32, CliError> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    // Minus one: the descriptor read_dir itself holds while counting.
+    let open = std::fs::read_dir("/proc/self/fd").map_or(64, |d| d.count() as u64 - 1);
+    let need = open + FDS_SPARE + FDS_PER_JOB * u64::from(a.concurrency);
+    let mut lim = getrlimit(Resource::Nofile);
+    let soft = lim.current.unwrap_or(u64::MAX);
+    if soft >= need {
+        return Ok(a.concurrency);
+    }
+    let hard = lim.maximum.unwrap_or(u64::MAX);
+    if hard > soft {
+        lim.current = Some(need.min(hard));
+        if let Err(e) = setrlimit(Resource::Nofile, lim.clone()) {
+            log::warn!(
+                "could not raise the open-file limit from {soft} to {}: {e}",
+                need.min(hard)
+            );
+        }
+    }
+    let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    if now >= need {
+        return Ok(a.concurrency);
+    }
+    let room = now.saturating_sub(open + FDS_SPARE) / FDS_PER_JOB;
+    if room == 0 {
+        return Err(CliError::new(
+            Exit::NotDone,
+            format!(
+                "{}: this process may open {now} files (ulimit -n) and the queue needs about {} of them: no room to run a job; raise the limit (nothing was claimed)",
+                a.dir.display(),
+                open + FDS_SPARE
+            ),
+        ));
+    }
+    let fit = room.min(u64::from(a.concurrency)) as u32;
+    eprintln!(
+        "steadq work: --concurrency {} needs about {need} open files but this process may open {now} (ulimit -n); running {fit} jobs at once",
+        a.concurrency
+    );
+    Ok(fit)
+}
+
+/// Whether a failed spawn says this process or the system is out of something for now
+/// (descriptors, memory, processes: `EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, fork(2),
+/// pipe(2)) rather than that the command cannot run.
+fn spawn_short_of_resources(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EAGAIN)
+    )
+}
+
 /// Once a second: stop (exit 2) when a directory of the queue was removed or replaced; while
 /// every slot is busy, recover every half lease so a crashed worker's job comes back (an idle
 /// slot's waiting claim does that itself, at the lease's deadline).
 fn watch_queue(
     a: &Work,
     q: &steadq::Queue,
+    concurrency: u32,
     busy: &AtomicU32,
     fatal: &std::sync::Mutex<Option<CliError>>,
 ) {
@@ -219,14 +293,14 @@ fn watch_queue(
         }
         last = Instant::now();
         if let Some(rel) = q.replaced_dir() {
-            *fatal.lock().unwrap() = Some(CliError::usage(format!(
+            *fatal.lock().unwrap() = Some(CliError::not_done(format!(
                 "{}: {rel} was removed or replaced while this worker ran; stopping (start it again to use the new layout)",
                 a.dir.display()
             )));
             STOP.store(true, Ordering::SeqCst);
             break;
         }
-        if busy.load(Ordering::SeqCst) >= a.concurrency && last_recover.elapsed() >= every {
+        if busy.load(Ordering::SeqCst) >= concurrency && last_recover.elapsed() >= every {
             last_recover = Instant::now();
             if let Err(e) = q.recover() {
                 log::warn!("recover: {e}");
@@ -495,10 +569,25 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
     };
     let mut child = match spawn_command(a, &lease) {
         Ok(c) => c,
+        Err(e) if spawn_short_of_resources(&e) => {
+            // This process or the system is short of descriptors, memory or processes for
+            // the moment: nothing about the job or the command. It goes back to ready (its
+            // attempt given back) and this slot waits a second; other slots go on. Before,
+            // the worker stopped (exit 2) with the job leased until its lease ran out.
+            let msg = format!("job {id}: cannot start {:?} now: {e}", a.command[0]);
+            std::thread::sleep(Duration::from_secs(1));
+            return match lease.release_undelivered() {
+                Ok(()) => {
+                    eprintln!("{msg}; given back to ready with its attempt");
+                    JobEnd::Continue
+                }
+                Err(r) => unsettled(r.into(), &format!("{msg}; giving it back failed")),
+            };
+        }
         Err(e) => {
             // A command that cannot start would burn every job's attempts: stop instead.
             let _ = lease.release();
-            return JobEnd::Fatal(CliError::usage(format!(
+            return JobEnd::Fatal(CliError::not_done(format!(
                 "cannot run {:?}: {e}",
                 a.command[0]
             )));

@@ -1682,7 +1682,7 @@ fn work_refuses_a_backoff_longer_than_its_cap() {
     ];
     let out = steadq(&args);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(1), "bad usage: {err}");
     assert!(
         err.contains("--backoff (3600s) is longer than --max-backoff (1s)"),
         "{err}"
@@ -2544,4 +2544,42 @@ fn a_requeue_of_every_dead_job_that_fails_part_way_says_how_many_moved() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(text(&o.stdout), format!("requeued {stay} jobs\n"));
     assert_eq!(in_shard("01"), stay);
+}
+
+/// A command line whose values are wrong in a way argh cannot see (options that exclude each
+/// other, a malformed job id, reason or key, `--max-payload 0`) is bad usage, exit 1, like
+/// what argh refuses; these exited 2 ("not done", which a script reads as "try again") while
+/// retrying can never help (breaker finding). Nothing changes.
+#[test]
+fn checks_of_the_command_lines_own_values_exit_1_and_change_nothing() {
+    let d = TempDir::new("cli-usage");
+    let q = p(d.path());
+    assert!(steadq(&["init", q, "--shards", "1"]).status.success());
+    assert_eq!(steadq_in(&["enqueue", q], b"j").status.code(), Some(0));
+    let before = snapshot(d.path());
+    let id = "0123456789abcdef0123456789abcdef";
+    let cases: [(&[&str], &str); 9] = [
+        (&["fail", q, "x", "--reason", "BAD"], "bad --reason 'BAD'"),
+        (&["status", q, "--json", "--prometheus"], "exclusive"),
+        (&["dead", "requeue", q], "needs a job id or --all"),
+        (
+            &["dead", "requeue", q, id, "--all"],
+            "needs a job id or --all",
+        ),
+        (&["claim", q, "--max-payload", "0"], "bad --max-payload '0'"),
+        (&["work", q, "--once"], "needs a command after --"),
+        (&["show", q, "nope"], "bad job id 'nope'"),
+        (&["enqueue", q, "--key", "a b"], "bad --key 'a b'"),
+        (
+            &["claim", q, "--payload-out", "-"],
+            "--payload-out -: stdout",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = steadq(args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
+        assert_eq!(snapshot(d.path()), before, "{args:?} changed the queue");
+    }
 }

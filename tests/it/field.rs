@@ -3638,6 +3638,64 @@ fn requeue_all_names_an_unreadable_dead_directory_and_does_not_exit_0() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// `work --concurrency 1024` at `ulimit -n 64` (soft and hard) ran 1024 claiming threads;
+/// the spawns past the limit failed with EMFILE and the worker stopped (exit 2, "cannot run
+/// sh: Too many open files") with jobs left leased until their leases ran out (breaker
+/// finding). Now it runs as many jobs at once as its descriptors allow, says so, and works
+/// the queue through.
+#[test]
+fn work_fits_its_concurrency_to_the_open_file_limit() {
+    let d = TempDir::new("work-nofile");
+    let q = Queue::create(d.path(), opts(8)).unwrap();
+    for i in 0..12u8 {
+        q.enqueue(&[b'a' + i]).unwrap();
+    }
+    let qs = d.path().to_str().unwrap();
+    let mut w = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -Sn 64 && ulimit -Hn 64 && exec \"$S\" work \"$Q\" --concurrency 1024 --lease 30s -- sh -c 'cat > /dev/null'",
+        ])
+        .env("S", BIN)
+        .env("Q", qs)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while counts(&q)[4] < 12 && t.elapsed() < Duration::from_secs(30) {
+        if w.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let running = w.try_wait().unwrap().is_none();
+    if running {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_child(&w),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+    }
+    let out = w.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        running,
+        "the worker stopped by itself: {:?}\n{err}",
+        out.status
+    );
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(counts(&q), [0, 0, 0, 0, 12], "every job acked: {err}");
+    let fit: u32 = err
+        .split("running ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no 'running N jobs at once' warning: {err}"));
+    assert!((1..1024).contains(&fit), "{fit}: {err}");
+    assert!(err.contains("ulimit -n"), "{err}");
+}
+
 /// `dead purge` stopped at the first dead job it could not delete, leaving every job after
 /// it (breaker finding; `requeue --all` goes on). Now it deletes all it can and then fails
 /// by the batch rule: indeterminate when some were deleted.
