@@ -499,9 +499,10 @@ impl Queue {
     /// The effective priority is the job's own, or with aging `a` (see
     /// [`crate::Options::aging`]) its own plus one per `a` of age, at most the top level.
     fn pick(&self) -> Option<(u16, JobName)> {
-        let now_ms = self.clock.wall_ns() / 1_000_000;
         let top = self.ident.levels().saturating_sub(1);
         let aging_ms = self.opts.aging.map(|a| (a.as_millis() as u64).max(1));
+        // The wall clock matters only with aging (a clock read per claim otherwise).
+        let now_ms = aging_ms.map_or(0, |_| self.clock.wall_ns() / 1_000_000);
         let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
         let best = c
             .held

@@ -201,9 +201,10 @@ impl Shards {
         }
         // Shards whose watch was refused: tried again once a second; one watched again is
         // listed again (events may have been missed meanwhile).
-        let now = q.clock.boot_ns();
-        if k.unwatched.contains(&true) && now.saturating_sub(k.unwatched_tried) >= 1_000_000_000 {
-            k.unwatched_tried = now;
+        // The clock is read only when some shard is unwatched (a read per claim otherwise).
+        let retry_at = |now: u64| now.saturating_sub(k.unwatched_tried) >= 1_000_000_000;
+        if k.unwatched.contains(&true) && retry_at(q.clock.boot_ns()) {
+            k.unwatched_tried = q.clock.boot_ns();
             for s in 0..ws.len() {
                 if k.unwatched[s] && !w.rewatch(q, &mut ws[s], s) {
                     k.unwatched[s] = false;
