@@ -234,7 +234,7 @@ fn fit_concurrency(a: &Work) -> Result<u32, CliError> {
     let hard = lim.maximum.unwrap_or(u64::MAX);
     if hard > soft {
         lim.current = Some(need.min(hard));
-        if let Err(e) = setrlimit(Resource::Nofile, lim.clone()) {
+        if let Err(e) = setrlimit(Resource::Nofile, lim) {
             log::warn!(
                 "could not raise the open-file limit from {soft} to {}: {e}",
                 need.min(hard)
