@@ -104,7 +104,7 @@ impl core::fmt::Debug for NameBuf {
 
 impl PartialEq for NameBuf {
     fn eq(&self, other: &NameBuf) -> bool {
-        self.as_str() == other.as_str()
+        self.buf[..self.len] == other.buf[..other.len]
     }
 }
 
@@ -112,7 +112,7 @@ impl Eq for NameBuf {}
 
 impl PartialEq<str> for NameBuf {
     fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
+        self.buf[..self.len] == *other.as_bytes()
     }
 }
 

@@ -502,7 +502,7 @@ impl Queue {
         if p.name.kind == Kind::Ready {
             // A regular file this handle wrote: its claim need not check it (ops/shards.rs).
             self.shards
-                .linking(self.ident.slot_of(&p.name), p.name.id.0);
+                .linking(self.ident.slot_of(&p.name), &name, &p.name);
         }
         match w {
             Written::Unnamed(fd) => match self.sys.link_tmpfile(fd.as_fd(), p.dir.fd(), &name) {

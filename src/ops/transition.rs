@@ -232,6 +232,10 @@ impl Queue {
             "the new name's kind must be the target state's"
         );
         let (a, b) = (old.format(self.ident.id), new.format(self.ident.id));
+        if op == Op::Claim {
+            // Its event, drained by a later claim, need not parse the name (ops/shards.rs).
+            self.shards.made(self.ident.slot_of(new), &b, new);
+        }
         // A bucket or level another user is making refuses this user for a moment.
         let rename = || self.sys.rename(from.dir.fd(), &a, to.dir.fd(), &b);
         match self.retry_making(&to.rel, rename) {
