@@ -260,7 +260,15 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
 fn no_job(q: &Queue, dir: &std::path::Path) -> Result<Exit, CliError> {
     let unreadable = q.unreadable_ready_dirs();
     if unreadable.is_empty() {
-        eprintln!("no job ready in {}", dir.display());
+        // Jobs this claim dead-lettered (their attempts used up, corrupt, too large) are
+        // named in the warnings above; the last line says so, as `work --once` does.
+        match q.claims_dead_lettered() {
+            0 => eprintln!("no job ready in {}", dir.display()),
+            n => eprintln!(
+                "{n} job(s) dead-lettered (see above); no other job ready in {}",
+                dir.display()
+            ),
+        }
         return Ok(Exit::NoJob);
     }
     let names: Vec<String> = unreadable

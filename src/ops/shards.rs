@@ -36,8 +36,11 @@
 //! claim takes them without listing (one `fstatat` each, so that only a regular file is
 //! ever renamed, except for a job this handle linked itself: [`Shards::linking`]). On a
 //! nearly empty queue an enqueue and its claim thus cost no listing at
-//! all. Any other name, more than [`PENDING_MAX`] arrivals, or an overflow ends the empty
-//! state as before, and the listing that follows sees the pending names too.
+//! all. The events of names this handle made itself (its enqueues' ready names, its claims'
+//! lease names) are not even parsed: it keeps up to [`MADE_MAX`] of them with the fields
+//! they were formatted from ([`Shards::made`]). Any other name, more than [`PENDING_MAX`]
+//! arrivals, or an overflow ends the empty state as before, and the listing that follows sees
+//! the pending names too.
 //!
 //! Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, the
 //! per-user instance or watch limit reached) nothing is ever known empty: every claim lists

@@ -2583,3 +2583,31 @@ fn checks_of_the_command_lines_own_values_exit_1_and_change_nothing() {
         assert_eq!(snapshot(d.path()), before, "{args:?} changed the queue");
     }
 }
+
+/// A `claim` that dead-lettered the only job it found (too large for its `--max-payload`)
+/// said just "no job ready" on its last line (breaker finding); it now says how many jobs it
+/// dead-lettered, and still exits 3 (no lease for the caller).
+#[test]
+fn claim_that_only_dead_lettered_says_so_and_exits_3() {
+    let d = TempDir::new("cli-claim-dead");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+    assert!(steadq_in(&["enqueue", p(q)], &[7u8; 11]).status.success());
+    let o = steadq(&["claim", p(q), "--max-payload", "10"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("1 job(s) dead-lettered (see above); no other job ready in"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "no lease handle");
+    assert_eq!(
+        Queue::open(q)
+            .unwrap()
+            .list(Some(State::Dead))
+            .unwrap()
+            .len(),
+        1
+    );
+}
