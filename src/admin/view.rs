@@ -973,12 +973,12 @@ impl Queue {
                 Ok(()) => n += 1,
                 Err(Errno::NOENT) => {}
                 Err(e) => {
-                    fail(Error::io(
-                        Call::Unlink,
-                        e,
-                        Outcome::NotDone,
-                        Some(self.path(&rel)),
-                    ));
+                    // EIO: the unlink may have happened.
+                    let o = match e {
+                        Errno::IO => Outcome::Indeterminate,
+                        _ => Outcome::NotDone,
+                    };
+                    fail(Error::io(Call::Unlink, e, o, Some(self.path(&rel))));
                     continue;
                 }
             }
@@ -992,7 +992,11 @@ impl Queue {
             }
             // The directories of what was deleted are still made durable first.
             let _ = self.sync_purged(&dirs, n);
-            return Err(e.with_outcome(partial(n)).into());
+            let o = match e.outcome() {
+                Outcome::Indeterminate => Outcome::Indeterminate,
+                _ => partial(n),
+            };
+            return Err(e.with_outcome(o).into());
         }
         self.sync_purged(&dirs, n)?;
         Ok(n)

@@ -3737,4 +3737,23 @@ fn purge_passes_over_a_job_it_cannot_delete_and_deletes_the_rest() {
     assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
     assert_eq!(q2.purge_dead().unwrap(), 1);
     assert_eq!(counts(&q2), [0, 0, 0, 0, 0]);
+    // An unlink that fails with EIO may have happened: indeterminate even alone.
+    let plan3 = FaultPlan::disarmed(vec![Fault {
+        call: Call::Unlink,
+        nth: 1,
+        action: FaultAction::Fail(Errno::IO),
+    }]);
+    let q3 = Queue::open_with(
+        d.path(),
+        Options {
+            faults: Some(plan3.clone()),
+            ..opts(1)
+        },
+    )
+    .unwrap();
+    q3.enqueue(b"x").unwrap();
+    q3.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
+    plan3.arm();
+    let e = q3.purge_dead().expect_err("the one unlink fails");
+    assert_eq!(e.outcome(), Outcome::Indeterminate, "{e}");
 }
