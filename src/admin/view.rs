@@ -934,7 +934,11 @@ impl Queue {
     /// [`Queue::requeue_dead`] and [`Queue::recover`]), and for any failed fsync. Never
     /// creates a directory.
     pub fn purge_dead(&self) -> Result<u32, crate::Failure> {
-        let dead = self.list(Some(State::Dead))?;
+        // A dead bucket (or `dead/`) this user cannot read holds jobs that are not purged:
+        // a failure, not a warning beside "purged N" and exit 0 (breaker finding; `requeue
+        // --all` fails the same way).
+        let mut unreadable = Vec::new();
+        let dead = self.list_noting(Some(State::Dead), &mut unreadable)?;
         let mut n = 0;
         let mut dirs: Vec<String> = Vec::new();
         // The batch rule (as requeue and recovery): a failure before anything was deleted is
@@ -955,6 +959,12 @@ impl Queue {
             failed += 1;
             first.get_or_insert(e);
         };
+        for rel in unreadable
+            .iter()
+            .filter(|r| *r == "dead" || r.starts_with("dead/"))
+        {
+            fail(self.unreadable_dir_error(rel));
+        }
         for l in &dead {
             let bucket = l.dir.trim_start_matches("dead/");
             let place = match self.source_bucket(true, bucket) {
@@ -987,9 +997,9 @@ impl Queue {
             }
         }
         if let Some(e) = first {
-            if failed > 1 {
-                log::warn!("{failed} dead jobs could not be purged; {n} were");
-            }
+            log::warn!(
+                "purged {n} dead job(s); {failed} job(s) or director(ies) could not be (the first is named below)"
+            );
             // The directories of what was deleted are still made durable first.
             let _ = self.sync_purged(&dirs, n);
             let o = match e.outcome() {

@@ -110,6 +110,16 @@ pub fn max_payload(s: &str) -> Result<u64, String> {
     }
 }
 
+/// `--evidence-max`: a byte count of at least 1 (0 was refused later, exit 2 instead of 1).
+pub fn evidence_max(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n @ 1..) => Ok(n),
+        _ => Err(format!(
+            "bad --evidence-max '{s}': a byte count of at least 1"
+        )),
+    }
+}
+
 /// `--concurrency`: 1 to 1024 jobs at once (each holds a child process and a lease).
 pub fn concurrency(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
@@ -162,7 +172,7 @@ pub struct Init {
     #[argh(option, from_str_fn(receipt_policy))]
     pub receipts: Option<steadq::ReceiptPolicy>,
     /// rotate evidence.log at this many bytes, for a new queue (default 16 MiB)
-    #[argh(option)]
+    #[argh(option, from_str_fn(evidence_max))]
     pub evidence_max: Option<u64>,
     /// rotated evidence files to keep, for a new queue (default 3)
     #[argh(option)]
@@ -260,7 +270,7 @@ pub struct Config {
     #[argh(option, from_str_fn(receipt_policy))]
     pub receipts: Option<steadq::ReceiptPolicy>,
     /// rotate evidence.log at this many bytes (default 16 MiB)
-    #[argh(option)]
+    #[argh(option, from_str_fn(evidence_max))]
     pub evidence_max: Option<u64>,
     /// rotated evidence files to keep (default 3)
     #[argh(option)]

@@ -140,10 +140,21 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
         log::warn!("recover: {e}");
     }
     let concurrency = fit_concurrency(&a)?;
+    // Worker threads that started: a thread that cannot be started (RLIMIT_NPROC, memory)
+    // panicked the scope (exit 134) with a job already claimed by an earlier thread left
+    // leased, its attempt used (breaker finding). Now the workers that started run on.
+    let started = AtomicU32::new(0);
     std::thread::scope(|s| {
-        s.spawn(|| watch_queue(&a, &q, concurrency, &busy, &fatal));
+        let watcher = std::thread::Builder::new()
+            .spawn_scoped(s, || watch_queue(&a, &q, &started, &busy, &fatal));
+        if let Err(e) = watcher {
+            *fatal.lock().unwrap() = Some(CliError::not_done(format!(
+                "cannot start a thread ({e}); nothing was claimed"
+            )));
+            return;
+        }
         for _ in 0..concurrency {
-            s.spawn(|| {
+            let worker = std::thread::Builder::new().spawn_scoped(s, || {
                 while !STOP.load(Ordering::SeqCst) {
                     match q.claim_wait_until(a.lease, Duration::from_secs(3600), &STOP) {
                         Ok(None) => {}
@@ -167,6 +178,25 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
                     }
                 }
             });
+            match worker {
+                Ok(_) => {
+                    started.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    let n = started.load(Ordering::SeqCst);
+                    if n == 0 {
+                        *fatal.lock().unwrap() = Some(CliError::not_done(format!(
+                            "cannot start a worker thread ({e}); nothing was claimed"
+                        )));
+                        STOP.store(true, Ordering::SeqCst);
+                    } else {
+                        eprintln!(
+                            "steadq work: could start {n} of {concurrency} worker threads ({e}); running {n} job(s) at once"
+                        );
+                    }
+                    break;
+                }
+            }
         }
     });
     if let Some(e) = fatal.into_inner().unwrap() {
@@ -188,7 +218,10 @@ fn work_once(a: &Work, q: &steadq::Queue) -> Result<Exit, CliError> {
         // The claim handled jobs by dead-lettering them (logged with their reasons).
         None if q.claims_dead_lettered() > before => {
             let n = q.claims_dead_lettered() - before;
-            eprintln!("{n} job(s) dead-lettered (see above); no other job ready");
+            eprintln!(
+                "{n} job(s) dead-lettered (see above); no other job ready in {}",
+                a.dir.display()
+            );
             Ok(Exit::Done)
         }
         None => {
@@ -210,7 +243,7 @@ const FDS_PER_JOB: u64 = 5;
 /// File descriptors kept aside beyond those open when [`fit_concurrency`] runs (after the
 /// first recovery pass, which opened every ready slot that exists): a listing's directory,
 /// the limits file, a level's slots made later, log files.
-const FDS_SPARE: u64 = 16;
+const FDS_SPARE: u64 = 8;
 
 /// How many jobs `work` runs at once: `--concurrency`, unless this process may not open
 /// the descriptors that needs (`RLIMIT_NOFILE`, getrlimit(2)): those open now, [`FDS_SPARE`]
@@ -233,6 +266,8 @@ fn fit_concurrency(a: &Work) -> Result<u32, CliError> {
     }
     let hard = lim.maximum.unwrap_or(u64::MAX);
     if hard > soft {
+        // The commands run with the limit this process was given (spawn_command).
+        CHILD_NOFILE.store(soft, Ordering::SeqCst);
         lim.current = Some(need.min(hard));
         if let Err(e) = setrlimit(Resource::Nofile, lim) {
             log::warn!(
@@ -250,19 +285,23 @@ fn fit_concurrency(a: &Work) -> Result<u32, CliError> {
         return Err(CliError::new(
             Exit::NotDone,
             format!(
-                "{}: this process may open {now} files (ulimit -n) and the queue needs about {} of them: no room to run a job; raise the limit (nothing was claimed)",
+                "{}: this process may open {now} files (ulimit -n); it has {open} open and needs {FDS_SPARE} more to work the queue and {FDS_PER_JOB} per job: no room to run a job; raise the limit (nothing was claimed)",
                 a.dir.display(),
-                open + FDS_SPARE
             ),
         ));
     }
     let fit = room.min(u64::from(a.concurrency)) as u32;
     eprintln!(
-        "steadq work: --concurrency {} needs about {need} open files but this process may open {now} (ulimit -n); running {fit} jobs at once",
+        "steadq work: --concurrency {} needs about {need} open files but this process may open {now} (ulimit -n); running {fit} job(s) at once",
         a.concurrency
     );
     Ok(fit)
 }
+
+/// The soft RLIMIT_NOFILE `work` was started with, when [`fit_concurrency`] raised it
+/// (`u64::MAX`: not raised): its commands get it back, so raising it for the worker's own
+/// descriptors does not change the environment of the jobs it runs.
+static CHILD_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
 
 /// Whether a failed spawn says this process or the system is out of something for now
 /// (descriptors, memory, processes: `EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, fork(2),
@@ -280,7 +319,7 @@ fn spawn_short_of_resources(e: &std::io::Error) -> bool {
 fn watch_queue(
     a: &Work,
     q: &steadq::Queue,
-    concurrency: u32,
+    started: &AtomicU32,
     busy: &AtomicU32,
     fatal: &std::sync::Mutex<Option<CliError>>,
 ) {
@@ -300,7 +339,8 @@ fn watch_queue(
             STOP.store(true, Ordering::SeqCst);
             break;
         }
-        if busy.load(Ordering::SeqCst) >= concurrency && last_recover.elapsed() >= every {
+        let all_busy = busy.load(Ordering::SeqCst) >= started.load(Ordering::SeqCst);
+        if all_busy && last_recover.elapsed() >= every {
             last_recover = Instant::now();
             if let Err(e) = q.recover() {
                 log::warn!("recover: {e}");
@@ -473,15 +513,23 @@ fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
         .stdin(Stdio::piped())
         // A terminal's Ctrl-C reaches steadq, which decides about the job.
         .process_group(0);
-    // SAFETY: the closure runs in the child between fork and exec and only makes two raw
-    // system calls through rustix, prctl(2) and getppid(2), both async-signal-safe; it
-    // allocates nothing and touches no memory of the parent.
+    // SAFETY: the closure runs in the child between fork and exec and only makes raw system
+    // calls through rustix (prctl(2), getppid(2), prlimit(2) for getrlimit/setrlimit), all
+    // async-signal-safe, and reads an atomic; it allocates nothing and touches no memory of
+    // the parent.
     unsafe {
         cmd.pre_exec(move || {
             // If this worker dies (SIGKILL, OOM), its job's lease will expire and the job will
             // run elsewhere: the orphaned command must not go on running beside it.
             use rustix::process::{getppid, set_parent_process_death_signal, Signal};
             set_parent_process_death_signal(Some(Signal::KILL))?;
+            let soft = CHILD_NOFILE.load(Ordering::SeqCst);
+            if soft != u64::MAX {
+                use rustix::process::{getrlimit, setrlimit, Resource};
+                let mut lim = getrlimit(Resource::Nofile);
+                lim.current = Some(soft);
+                setrlimit(Resource::Nofile, lim)?;
+            }
             if getppid() != Some(parent) {
                 // ESRCH: the worker (our parent) is gone before the command started.
                 return Err(rustix::io::Errno::SRCH.into());
@@ -574,13 +622,13 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
             // the moment: nothing about the job or the command. It goes back to ready (its
             // attempt given back) and this slot waits a second; other slots go on. Before,
             // the worker stopped (exit 2) with the job leased until its lease ran out.
+            // Not done either way: `work --once` exits 2 (it exited 0 with the job ready).
             let msg = format!("job {id}: cannot start {:?} now: {e}", a.command[0]);
             std::thread::sleep(Duration::from_secs(1));
             return match lease.release_undelivered() {
-                Ok(()) => {
-                    eprintln!("{msg}; given back to ready with its attempt");
-                    JobEnd::Continue
-                }
+                Ok(()) => JobEnd::Unsettled(CliError::not_done(format!(
+                    "{msg}; given back to ready with its attempt; not done"
+                ))),
                 Err(r) => unsettled(r.into(), &format!("{msg}; giving it back failed")),
             };
         }

@@ -2558,7 +2558,15 @@ fn checks_of_the_command_lines_own_values_exit_1_and_change_nothing() {
     assert_eq!(steadq_in(&["enqueue", q], b"j").status.code(), Some(0));
     let before = snapshot(d.path());
     let id = "0123456789abcdef0123456789abcdef";
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 11] = [
+        (
+            &["config", q, "--evidence-max", "0"],
+            "bad --evidence-max '0'",
+        ),
+        (
+            &["init", q, "--evidence-max", "0"],
+            "bad --evidence-max '0'",
+        ),
         (&["fail", q, "x", "--reason", "BAD"], "bad --reason 'BAD'"),
         (&["status", q, "--json", "--prometheus"], "exclusive"),
         (&["dead", "requeue", q], "needs a job id or --all"),

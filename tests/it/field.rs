@@ -3625,6 +3625,16 @@ fn requeue_all_names_an_unreadable_dead_directory_and_does_not_exit_0() {
         )),
         "{err}"
     );
+    // `dead purge` beside it fails the same way: it said "purged 0 dead jobs" and exited 0
+    // with two dead jobs left in the bucket it could not read (breaker finding).
+    let (code, out, err) = as_nobody(&format!("{bin} dead purge {qs}"));
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "{qs}/dead/0000000000000001: open failed: Permission denied"
+        )),
+        "{err}"
+    );
     // `dead/` itself unreadable: nothing moved, exit 2.
     std::fs::set_permissions(q.join("dead"), std::fs::Permissions::from_mode(0o000)).unwrap();
     let (code, out, err) = as_nobody(&format!("{bin} dead requeue {qs} --all"));
@@ -3756,4 +3766,39 @@ fn purge_passes_over_a_job_it_cannot_delete_and_deletes_the_rest() {
     plan3.arm();
     let e = q3.purge_dead().expect_err("the one unlink fails");
     assert_eq!(e.outcome(), Outcome::Indeterminate, "{e}");
+}
+
+/// `work --concurrency 2` whose second worker thread cannot be started (RLIMIT_NPROC of a
+/// non-root user) panicked (exit 134) with a job the first thread had claimed left leased,
+/// its attempt used (breaker finding). Now the threads that started run on, and a command
+/// that cannot be forked for the same reason gives its job back with its attempt.
+#[test]
+fn work_short_of_threads_and_processes_loses_no_attempt() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP work_short_of_threads_and_processes: needs root, runs once");
+        return;
+    }
+    let (base, bin) = nobody_sandbox("nproc");
+    let (bin, q) = (bin.as_str(), base.join("q"));
+    let qs = q.to_str().unwrap();
+    let (code, _, err) = as_nobody(&format!(
+        "{bin} init {qs} >/dev/null && echo a | {bin} enqueue {qs} >/dev/null && \
+         echo b | {bin} enqueue {qs} >/dev/null"
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    // nobody's tasks: timeout, steadq's main thread, its watcher, one worker; the second
+    // worker and every fork of `cat` are refused (EAGAIN).
+    let (code, _, err) = as_nobody(&format!(
+        "exec timeout -s TERM 4 prlimit --nproc=4:4 {bin} work {qs} --concurrency 2 -- cat"
+    ));
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(matches!(code, Some(124) | Some(2)), "{code:?}: {err}");
+    let queue = Queue::open(&q).unwrap();
+    let c = counts(&queue);
+    assert_eq!(c[1], 0, "no job left leased: {c:?}\n{err}");
+    assert_eq!(c[0] + c[4], 2, "{c:?}\n{err}");
+    for l in queue.list(Some(steadq::State::Ready)).unwrap() {
+        assert_eq!(l.name.attempt, 0, "a ready job kept its attempt: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&base);
 }
