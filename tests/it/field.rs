@@ -3802,3 +3802,47 @@ fn work_short_of_threads_and_processes_loses_no_attempt() {
     }
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `work` raises its own soft open-file limit toward the hard one to fit `--concurrency`;
+/// the commands it runs get the limit it was started with, not the raised one (breaker
+/// finding: they saw 68 where the caller had set 20).
+#[test]
+fn work_gives_its_commands_the_open_file_limit_it_was_started_with() {
+    let d = TempDir::new("work-nofile-child");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"j").unwrap();
+    let out = d.path().join("seen");
+    let qs = d.path().to_str().unwrap();
+    let mut w = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -Sn 32 && exec \"$S\" work \"$Q\" --concurrency 8 -- sh -c 'ulimit -Sn > \"$O\"'",
+        ])
+        .env("S", BIN)
+        .env("Q", qs)
+        .env("O", &out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while counts(&q)[4] < 1 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let running = w.try_wait().unwrap().is_none();
+    if running {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_child(&w),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+    }
+    let o = w.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(running, "the worker stopped by itself: {err}");
+    assert_eq!(counts(&q)[4], 1, "{err}");
+    let seen = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(seen.trim(), "32", "{err}");
+    // It raised its own (no warning: the hard limit had room).
+    assert!(!err.contains("jobs at once"), "{err}");
+}
