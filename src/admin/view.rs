@@ -941,15 +941,6 @@ impl Queue {
         let dead = self.list_noting(Some(State::Dead), &mut unreadable)?;
         let mut n = 0;
         let mut dirs: Vec<String> = Vec::new();
-        // The batch rule (as requeue and recovery): a failure before anything was deleted is
-        // not done; after a deletion it is indeterminate (part of the batch happened).
-        let partial = |n: u32| {
-            if n > 0 {
-                Outcome::Indeterminate
-            } else {
-                Outcome::NotDone
-            }
-        };
         // The first failure and how many jobs failed: a job that cannot be deleted (a
         // bucket another user owns, an unlink refused) no longer stops the purge of the
         // jobs after it (breaker finding: `requeue --all` went on, `purge` stopped).
@@ -1004,7 +995,7 @@ impl Queue {
             let _ = self.sync_purged(&dirs, n);
             let o = match e.outcome() {
                 Outcome::Indeterminate => Outcome::Indeterminate,
-                _ => partial(n),
+                _ => batch_outcome(n),
             };
             return Err(e.with_outcome(o).into());
         }
@@ -1015,19 +1006,12 @@ impl Queue {
     /// [`Queue::purge_dead`]'s barriers: each bucket it deleted from (removed when it is
     /// now empty), then `dead/`.
     fn sync_purged(&self, dirs: &[String], n: u32) -> Result<(), crate::Failure> {
-        let partial = |n: u32| {
-            if n > 0 {
-                Outcome::Indeterminate
-            } else {
-                Outcome::NotDone
-            }
-        };
         for d in dirs {
             let bucket = d.trim_start_matches("dead/").to_string();
             let place = match self.source_bucket(true, &bucket) {
                 Ok(p) => p,
                 Err(e) if e.is_lease_lost() => continue,
-                Err(e) => return Err(e.with_outcome(partial(n)).into()),
+                Err(e) => return Err(e.with_outcome(batch_outcome(n)).into()),
             };
             self.barrier(place.dir.fd()).map_err(|e| {
                 Error::io(
@@ -1048,6 +1032,16 @@ impl Queue {
             )
         })?;
         Ok(())
+    }
+}
+
+/// The batch rule of a purge (as requeue and recovery): a failure before anything was
+/// deleted is not done; after `deleted` > 0 it is indeterminate (part of the batch happened).
+fn batch_outcome(deleted: u32) -> Outcome {
+    if deleted > 0 {
+        Outcome::Indeterminate
+    } else {
+        Outcome::NotDone
     }
 }
 

@@ -3660,34 +3660,12 @@ fn work_fits_its_concurrency_to_the_open_file_limit() {
     for i in 0..12u8 {
         q.enqueue(&[b'a' + i]).unwrap();
     }
-    let qs = d.path().to_str().unwrap();
-    let mut w = Command::new("sh")
-        .args([
-            "-c",
-            "ulimit -Sn 64 && ulimit -Hn 64 && exec \"$S\" work \"$Q\" --concurrency 1024 --lease 30s -- sh -c 'cat > /dev/null'",
-        ])
-        .env("S", BIN)
-        .env("Q", qs)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while counts(&q)[4] < 12 && t.elapsed() < Duration::from_secs(30) {
-        if w.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let running = w.try_wait().unwrap().is_none();
-    if running {
-        rustix::process::kill_process(
-            rustix::process::Pid::from_child(&w),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
-    }
-    let out = w.wait_with_output().unwrap();
+    let (running, out) = work_until_acked(
+        &q,
+        "ulimit -Sn 64 && ulimit -Hn 64 && exec \"$S\" work \"$Q\" --concurrency 1024 --lease 30s -- sh -c 'cat > /dev/null'",
+        &[],
+        12,
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         running,
@@ -3820,21 +3798,44 @@ fn work_gives_its_commands_the_open_file_limit_it_was_started_with() {
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"j").unwrap();
     let out = d.path().join("seen");
-    let qs = d.path().to_str().unwrap();
+    let (running, o) = work_until_acked(
+        &q,
+        "ulimit -Sn 32 && exec \"$S\" work \"$Q\" --concurrency 8 -- sh -c 'ulimit -Sn > \"$O\"'",
+        &[("O", out.as_os_str())],
+        1,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(running, "the worker stopped by itself: {err}");
+    assert_eq!(counts(&q)[4], 1, "{err}");
+    let seen = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(seen.trim(), "32", "{err}");
+    // It raised its own (no warning: the hard limit had room).
+    assert!(!err.contains("jobs at once"), "{err}");
+}
+
+/// Run `script` with `sh` ($S: the binary, $Q: `q`'s directory, plus `env`): a `work` that
+/// works `q` until `acked` receipts are there (30 s at most), then gets SIGTERM if it still
+/// runs. Returns whether it was still running, and its output (stderr piped).
+fn work_until_acked(
+    q: &Queue,
+    script: &str,
+    env: &[(&str, &std::ffi::OsStr)],
+    acked: usize,
+) -> (bool, std::process::Output) {
     let mut w = Command::new("sh")
-        .args([
-            "-c",
-            "ulimit -Sn 32 && exec \"$S\" work \"$Q\" --concurrency 8 -- sh -c 'ulimit -Sn > \"$O\"'",
-        ])
+        .args(["-c", script])
         .env("S", BIN)
-        .env("Q", qs)
-        .env("O", &out)
+        .env("Q", q.root())
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let t = Instant::now();
-    while counts(&q)[4] < 1 && t.elapsed() < Duration::from_secs(20) {
+    while counts(q)[4] < acked && t.elapsed() < Duration::from_secs(30) {
+        if w.try_wait().unwrap().is_some() {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     let running = w.try_wait().unwrap().is_none();
@@ -3845,12 +3846,5 @@ fn work_gives_its_commands_the_open_file_limit_it_was_started_with() {
         )
         .unwrap();
     }
-    let o = w.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(running, "the worker stopped by itself: {err}");
-    assert_eq!(counts(&q)[4], 1, "{err}");
-    let seen = std::fs::read_to_string(&out).unwrap();
-    assert_eq!(seen.trim(), "32", "{err}");
-    // It raised its own (no warning: the hard limit had room).
-    assert!(!err.contains("jobs at once"), "{err}");
+    (running, w.wait_with_output().unwrap())
 }
