@@ -163,7 +163,7 @@ fn parse_state(s: &str) -> Result<State, String> {
 )]
 pub struct Init {
     /// queue directory (its parent must exist)
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// shards, 1..=256 (default 8); for an existing queue with another count, exit 2
     #[argh(option, from_str_fn(shards))]
@@ -231,6 +231,15 @@ pub fn handle(s: &str) -> Result<String, String> {
     Ok(t.to_string())
 }
 
+/// Parse a path argument: anything but the empty string (which names no file; it failed
+/// later as ": No such file or directory", exit 2).
+pub fn path(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() {
+        return Err("an empty path: name a file or directory".into());
+    }
+    Ok(PathBuf::from(s))
+}
+
 /// Parse an aging interval: a duration of at least 1 ms.
 pub fn aging(s: &str) -> Result<Duration, String> {
     match dur(s)? {
@@ -264,7 +273,7 @@ pub fn receipt_policy(s: &str) -> Result<steadq::ReceiptPolicy, String> {
 )]
 pub struct Config {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// what an ack keeps: job (the whole file), header (128 bytes) or none (an evidence line)
     #[argh(option, from_str_fn(receipt_policy))]
@@ -289,10 +298,10 @@ pub struct Config {
 )]
 pub struct Enqueue {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// read the payload from this file instead of stdin
-    #[argh(option)]
+    #[argh(option, from_str_fn(path))]
     pub file: Option<PathBuf>,
     /// claims allowed before the job is dead-lettered (default 5)
     #[argh(option, from_str_fn(max_attempts))]
@@ -332,7 +341,7 @@ pub struct Enqueue {
 )]
 pub struct Claim {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// lease (visibility timeout), 1s to 7d, e.g. 5m (default 30s)
     #[argh(option, default = "Duration::from_secs(30)", from_str_fn(lease_dur))]
@@ -342,7 +351,7 @@ pub struct Claim {
     pub wait: Option<Duration>,
     /// write the verified payload to this file (a path: '-' is refused, as stdout carries
     /// the lease handle that `h=$(...)` captures)
-    #[argh(option)]
+    #[argh(option, from_str_fn(path))]
     pub payload_out: Option<PathBuf>,
     /// largest payload read, bytes (default 16 MiB); larger jobs go to dead/ (toolarge)
     #[argh(
@@ -366,7 +375,7 @@ pub struct Claim {
 )]
 pub struct Renew {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// lease handle printed by claim or renew
     #[argh(positional, from_str_fn(handle))]
@@ -381,7 +390,7 @@ pub struct Renew {
 #[argh(subcommand, name = "ack", example = "steadq ack /var/lib/jobs \"$h\"")]
 pub struct Ack {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// lease handle
     #[argh(positional, from_str_fn(handle))]
@@ -397,7 +406,7 @@ pub struct Ack {
 )]
 pub struct Nack {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// lease handle
     #[argh(positional, from_str_fn(handle))]
@@ -416,7 +425,7 @@ pub struct Nack {
 )]
 pub struct Fail {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// lease handle
     #[argh(positional, from_str_fn(handle))]
@@ -436,7 +445,7 @@ pub struct Fail {
 )]
 pub struct Status {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// print JSON
     #[argh(switch)]
@@ -459,7 +468,7 @@ pub struct Status {
 )]
 pub struct List {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// only this state: ready, leased, delayed, dead or acked
     #[argh(option, from_str_fn(parse_state))]
@@ -479,7 +488,7 @@ pub struct List {
 )]
 pub struct Show {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// job id (32 hex digits) or any of its file names
     #[argh(positional)]
@@ -504,7 +513,7 @@ pub struct Show {
 )]
 pub struct Recover {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// also make every delayed job ready now, whatever its not-before time (for delays set
     /// while the wall clock was wrong)
@@ -530,7 +539,7 @@ pub struct Recover {
 )]
 pub struct Fsck {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// move bad entries to quarantine/ (keeping their paths)
     #[argh(switch)]
@@ -566,7 +575,7 @@ pub enum DeadAction {
 #[argh(subcommand, name = "list")]
 pub struct DeadList {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
 }
 
@@ -575,7 +584,7 @@ pub struct DeadList {
 #[argh(subcommand, name = "requeue")]
 pub struct DeadRequeue {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// job id (32 hex digits) or any of its file names
     #[argh(positional)]
@@ -590,7 +599,7 @@ pub struct DeadRequeue {
 #[argh(subcommand, name = "purge")]
 pub struct DeadPurge {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
 }
 
@@ -604,7 +613,7 @@ pub struct DeadPurge {
 )]
 pub struct Compact {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// remove receipts acked (and keys made) longer ago than this (e.g. 7d)
     #[argh(option, from_str_fn(dur))]
@@ -636,7 +645,7 @@ pub struct Compact {
 )]
 pub struct Work {
     /// queue directory
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
     /// lease (visibility timeout), 1s to 7d, renewed every third of it while CMD runs
     /// (default 30s)
@@ -696,7 +705,7 @@ pub struct Work {
 )]
 pub struct Demo {
     /// queue directory (default: a new directory under the temp dir, removed afterwards)
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: Option<PathBuf>,
     /// jobs to enqueue, at most (default 3000)
     #[argh(option, default = "3000")]
@@ -714,7 +723,7 @@ pub struct Demo {
 #[argh(subcommand, name = "demo-job")]
 pub struct DemoJob {
     /// results file to append to
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub results: PathBuf,
 }
 
@@ -728,7 +737,7 @@ pub struct DemoJob {
 )]
 pub struct Bench {
     /// directory to benchmark in (default: the temp dir); on the filesystem you care about
-    #[argh(positional)]
+    #[argh(positional, from_str_fn(path))]
     pub dir: Option<PathBuf>,
     /// run each case this long (default 3s)
     #[argh(option, default = "Duration::from_secs(3)", from_str_fn(dur))]

@@ -617,8 +617,25 @@ fn print_handle(lease: steadq::Lease) -> Result<Exit, CliError> {
     Ok(Exit::Done)
 }
 
+/// Refuse a handle that is no lease name at all (exit 1, before the queue is opened). Its
+/// fields are checked, not its queue: whether it belongs to the queue named is the queue's
+/// to say (exit 2, `Queue::lease_from_handle`). Local queues only: a StowQ handle has
+/// another form (`cli/s3.rs`).
+fn lease_name(h: &str) -> Result<(), CliError> {
+    match steadq::JobName::parse_any_queue(h) {
+        Ok(n) if matches!(n.kind, steadq::Kind::Leased(_)) => Ok(()),
+        Ok(_) => Err(CliError::bad_usage(format!(
+            "handle {h:?} names a job that is not leased: pass the one line `claim` or `renew` printed"
+        ))),
+        Err(_) => Err(CliError::bad_usage(format!(
+            "handle {h:?} is not a lease handle: pass the one line `claim` or `renew` printed"
+        ))),
+    }
+}
+
 pub fn cmd_renew(a: Renew) -> Result<Exit, CliError> {
     handle_needs_stdout("renew")?;
+    lease_name(&a.handle)?;
     let q = open(&a.dir)?;
     let mut l = q.lease_from_handle(&a.handle)?;
     let r = l.renew(a.lease);
@@ -645,6 +662,7 @@ pub fn cmd_renew(a: Renew) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_ack(a: Ack) -> Result<Exit, CliError> {
+    lease_name(&a.handle)?;
     let q = open(&a.dir)?;
     let r = q.lease_from_handle(&a.handle)?.ack()?;
     stdout::note_done(format!("the job {} WAS acked", r.id), "its receipt name");
@@ -653,6 +671,7 @@ pub fn cmd_ack(a: Ack) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_nack(a: Nack) -> Result<Exit, CliError> {
+    lease_name(&a.handle)?;
     let q = open(&a.dir)?;
     let lease = q.lease_from_handle(&a.handle)?;
     let id = lease.id();
@@ -685,6 +704,7 @@ pub fn cmd_fail(a: Fail) -> Result<Exit, CliError> {
             a.reason
         ))
     })?;
+    lease_name(&a.handle)?;
     let q = open(&a.dir)?;
     q.lease_from_handle(&a.handle)?.fail(reason)?;
     Ok(Exit::Done)

@@ -119,7 +119,7 @@ mod with_s3 {
 
     fn parse_handle(q: &Queue, h: &str) -> Result<Lease, CliError> {
         let bad = || {
-            CliError::not_done(format!(
+            CliError::bad_usage(format!(
                 "handle {h:?}: not a lease handle from claim or renew"
             ))
         };
@@ -441,8 +441,10 @@ mod with_s3 {
     /// 10 s, jittered; reset by a claim), as S3 has nothing to wait on. SIGTERM or SIGINT:
     /// no new claims; running commands finish (their leases renewed meanwhile).
     fn work(a: args::Work) -> Result<Exit, CliError> {
-        if a.command.is_empty() {
-            return Err(CliError::bad_usage("work: no command after --"));
+        if a.command.first().is_none_or(|c| c.is_empty()) {
+            return Err(CliError::bad_usage(
+                "work: no command after -- (or an empty one)",
+            ));
         }
         if a.timeout.is_some() || a.aging.is_some() {
             return Err(unsupported("--timeout, --aging"));

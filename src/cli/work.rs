@@ -108,9 +108,9 @@ enum JobEnd {
 }
 
 pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
-    if a.command.is_empty() {
+    if a.command.first().is_none_or(|c| c.is_empty()) {
         return Err(CliError::bad_usage(
-            "work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh",
+            "work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh (an empty one names no program)",
         ));
     }
     // --concurrency (1..=1024) and --lease (1s..=7d) were checked by argh (exit 1).

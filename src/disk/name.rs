@@ -550,6 +550,16 @@ impl JobName {
         Ok(parsed)
     }
 
+    /// Parse a name's fields without checking which queue it belongs to: for telling a
+    /// string that is no SteadQ name at all from a name of another queue (a lease handle
+    /// given on a command line). Anything acted on is parsed with [`JobName::parse`].
+    ///
+    /// # Errors
+    /// [`NameError::Syntax`] if it is not a SteadQ name.
+    pub fn parse_any_queue(name: &str) -> Result<JobName, NameError> {
+        JobName::parse_untagged(name).map(|(n, _)| n)
+    }
+
     /// Parse the fields of a name without checking its tag; returns the name and the tag it
     /// carries. For cheap scans (a lease deadline, a not-before time) that look at many names
     /// and act on few: anything acted on is parsed again with [`JobName::parse`].

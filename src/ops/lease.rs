@@ -7,7 +7,7 @@
 //! recovered, renewed elsewhere or settled gets [`ErrorKind::LeaseLost`] and changes nothing.
 
 use crate::disk::format::{Corruption, Header, HEADER_LEN};
-use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, Reason};
+use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, NameError, Reason};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Failure, Outcome, RenewError, Result, SettleError};
 use crate::ops::payload::{
@@ -1019,7 +1019,9 @@ impl Queue {
     /// for tools that claim in one process and settle in another.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidArgument`] if `handle` is not a leased name of this queue;
+    /// [`ErrorKind::InvalidArgument`] (naming the queue's directory) if `handle` is not a
+    /// leased name of this queue ("a lease handle of another queue" when its tag is
+    /// another queue's);
     /// [`ErrorKind::LeaseLost`] if that exact lease no longer exists; [`ErrorKind::Corrupt`]
     /// if its file fails verification (it is then dead-lettered). Not done in every case.
     ///
@@ -1027,15 +1029,15 @@ impl Queue {
     /// [`Options::max_payload`](crate::Options::max_payload) limits what is claimed, not
     /// the settling of a lease already held.
     pub fn lease_from_handle(&self, handle: &str) -> Result<Lease, Failure> {
-        let name = JobName::parse(handle, self.ident.id)
-            .ok()
-            .filter(|n| matches!(n.kind, Kind::Leased(_)) && self.ident.has_priority(n.priority))
-            .ok_or_else(|| {
-                Error::not_done(
-                    ErrorKind::InvalidArgument("not a lease handle of this queue"),
-                    None,
-                )
-            })?;
+        // Named in the message: the queue the handle was given to (a handle of another queue
+        // is the common mistake: two queues, one script).
+        let refuse =
+            |why| Error::not_done(ErrorKind::InvalidArgument(why), Some(self.root.clone()));
+        let name = match JobName::parse(handle, self.ident.id) {
+            Ok(n) if matches!(n.kind, Kind::Leased(_)) && self.ident.has_priority(n.priority) => n,
+            Err(NameError::Tag) => return Err(refuse("a lease handle of another queue").into()),
+            _ => return Err(refuse("not a lease handle of this queue").into()),
+        };
         let shard = self.ident.slot_of(&name);
         let rel = format!("{}/{handle}", self.ident.slot_rel(shard));
         // The lease's slot as it is now: one not made (a level's directory removed since

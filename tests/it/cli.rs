@@ -2558,7 +2558,15 @@ fn checks_of_the_command_lines_own_values_exit_1_and_change_nothing() {
     assert_eq!(steadq_in(&["enqueue", q], b"j").status.code(), Some(0));
     let before = snapshot(d.path());
     let id = "0123456789abcdef0123456789abcdef";
-    let cases: [(&[&str], &str); 11] = [
+    // A name of this queue that is not a lease: its ready job's name.
+    let ready = before
+        .iter()
+        .find(|f| f.starts_with("ready/") && f.ends_with(".sqj"))
+        .and_then(|f| f.rsplit('/').next())
+        .expect("the enqueued job's ready name")
+        .to_string();
+    let ready = ready.as_str();
+    let cases: [(&[&str], &str); 21] = [
         (
             &["config", q, "--evidence-max", "0"],
             "bad --evidence-max '0'",
@@ -2582,6 +2590,31 @@ fn checks_of_the_command_lines_own_values_exit_1_and_change_nothing() {
             &["claim", q, "--payload-out", "-"],
             "--payload-out -: stdout",
         ),
+        // A handle that is no lease name at all (it was exit 2, "not a lease handle of this
+        // queue", after opening the queue), or a name of a job that is not leased.
+        (
+            &["ack", q, "garbage"],
+            "handle \"garbage\" is not a lease handle",
+        ),
+        (&["nack", q, id], "is not a lease handle"),
+        (&["renew", q, "x.sqj"], "is not a lease handle"),
+        (
+            &["fail", q, "x", "--reason", "oops"],
+            "is not a lease handle",
+        ),
+        (&["ack", q, ready], "names a job that is not leased"),
+        // Empty paths name no file (they were exit 2, ": No such file or directory").
+        (
+            &["enqueue", q, "--file", ""],
+            "'--file' with value '': an empty path",
+        ),
+        (&["claim", q, "--payload-out", ""], "an empty path"),
+        (&["status", ""], "an empty path"),
+        (&["dead", "purge", ""], "an empty path"),
+        (
+            &["work", q, "--once", "--", ""],
+            "an empty one names no program",
+        ),
     ];
     for (args, want) in cases {
         let o = steadq(args);
@@ -2590,6 +2623,44 @@ fn checks_of_the_command_lines_own_values_exit_1_and_change_nothing() {
         assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
         assert_eq!(snapshot(d.path()), before, "{args:?} changed the queue");
     }
+}
+
+/// A lease handle of another queue (two queues, one script: the common slip) is refused
+/// by the queue it was given to, exit 2, naming that queue; neither queue changes, and the
+/// handle still settles in its own queue.
+#[test]
+fn a_lease_handle_given_to_another_queue_is_refused_naming_it() {
+    let (a, b) = (TempDir::new("cli-handle-a"), TempDir::new("cli-handle-b"));
+    for q in [a.path(), b.path()] {
+        assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+        assert!(steadq_in(&["enqueue", p(q)], b"j").status.success());
+    }
+    let claimed = steadq(&["claim", p(b.path())]);
+    assert_eq!(claimed.status.code(), Some(0), "{}", text(&claimed.stderr));
+    let handle = text(&claimed.stdout).trim().to_string();
+    let (before_a, before_b) = (snapshot(a.path()), snapshot(b.path()));
+    for verb in ["ack", "nack", "renew"] {
+        let o = steadq(&[verb, p(a.path()), &handle]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{verb}: {err}");
+        let want = format!(
+            "{}: invalid argument: a lease handle of another queue",
+            p(a.path())
+        );
+        assert!(err.contains(&want), "{verb}: {err:?} lacks {want:?}");
+        assert_eq!(
+            snapshot(a.path()),
+            before_a,
+            "{verb} changed the queue it was given"
+        );
+        assert_eq!(
+            snapshot(b.path()),
+            before_b,
+            "{verb} changed the handle's queue"
+        );
+    }
+    let o = steadq(&["ack", p(b.path()), &handle]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
 
 /// A `claim` that dead-lettered the only job it found (too large for its `--max-payload`)
