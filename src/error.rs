@@ -349,6 +349,19 @@ fn fmt_io(
             call.name()
         );
     }
+    if errno == Errno::MFILE.into() {
+        // Seen first at a queue's open under a low `ulimit -n` (a handle holds every ready
+        // and receipt shard open: 2 per shard and 6 more): say which limit and what to do.
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        let soft = soft.map_or("unlimited".to_string(), |n| n.to_string());
+        return write!(
+            f,
+            "{} failed: {errno}: the process's open-file limit (RLIMIT_NOFILE, now {soft}) is \
+             reached; a queue handle holds 2 directories per shard open and a few more: raise \
+             `ulimit -n`",
+            call.name()
+        );
+    }
     if !errno.is_disk_full() {
         return write!(f, "{} failed: {errno}", call.name());
     }

@@ -3848,3 +3848,36 @@ fn work_until_acked(
     }
     (running, w.wait_with_output().unwrap())
 }
+
+/// A queue opened under an open-file limit too low for its shard directories failed with a
+/// bare "open failed: Too many open files (os error 24)" on some shard (breaker finding).
+/// The message now names the limit, its value and what to raise; nothing changes.
+#[test]
+fn a_queue_opened_past_the_open_file_limit_names_the_limit() {
+    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
+        // The emulator's own descriptors count against the limit: its test, not ours.
+        return;
+    }
+    let d = TempDir::new("open-nofile");
+    let q = Queue::create(d.path(), opts(8)).unwrap();
+    q.enqueue(b"j").unwrap();
+    let before = counts(&q);
+    for cmd in ["claim", "status", "recover"] {
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -n 12 && exec \"$S\" {cmd} \"$Q\""))
+            .env("S", BIN)
+            .env("Q", d.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {err}");
+        assert!(err.contains("(os error 24)"), "{cmd}: {err}");
+        assert!(
+            err.contains("open-file limit (RLIMIT_NOFILE, now 12) is reached"),
+            "{cmd}: {err}"
+        );
+        assert!(err.contains("raise `ulimit -n`"), "{cmd}: {err}");
+        assert_eq!(counts(&q), before, "{cmd} changed the queue");
+    }
+}
