@@ -253,11 +253,19 @@ fn main() -> Res<()> {
     }
     drop(server);
     let _ = std::fs::remove_dir_all(&base);
+    let ratios = report::ratios(&cases, &runs);
     let medians: Vec<Run> = runs.into_iter().map(report::median).collect();
-    report::print(&cases, &medians, &a.dir, a.rounds);
+    report::print(&cases, &medians, &ratios, &a.dir, a.rounds);
     std::fs::create_dir_all(&a.out)?;
-    std::fs::write(a.out.join("results.tsv"), report::tsv(&cases, &medians))?;
+    std::fs::write(
+        a.out.join("results.tsv"),
+        report::tsv(&cases, &medians, &ratios),
+    )?;
+    std::fs::write(a.out.join("ratios.tsv"), report::ratios_tsv(&ratios))?;
     std::fs::write(a.out.join("chart.svg"), report::svg(&cases, &medians))?;
-    println!("wrote {}/results.tsv and chart.svg", a.out.display());
+    println!(
+        "wrote {}/results.tsv, ratios.tsv and chart.svg",
+        a.out.display()
+    );
     Ok(())
 }

@@ -10,25 +10,19 @@ pub fn median(mut runs: Vec<Run>) -> Run {
     runs.swap_remove(runs.len() / 2)
 }
 
-fn find<'a>(
-    cases: &[Case],
-    runs: &'a [Run],
-    system: &str,
-    mode: &str,
-    w: usize,
-) -> Option<&'a Run> {
+/// The index of the case `k` (system, mode, workers).
+fn find(cases: &[Case], k: &Key) -> Option<usize> {
     cases
         .iter()
-        .position(|c| c.system == system && c.mode == mode && c.workers == w)
-        .map(|i| &runs[i])
+        .position(|c| c.system == k.0 && c.mode == k.1 && c.workers == k.2)
 }
 
 /// A case by system, mode and workers.
 type Key = (&'static str, &'static str, usize);
 
-/// The figures of the target table, as ratios of two cases of this run.
-pub fn ratios(cases: &[Case], runs: &[Run]) -> Vec<(String, f64)> {
-    let pairs: [(&str, Key, Key); 8] = [
+/// The figures of the target table: each a pair of cases of this run.
+fn pairs() -> [(&'static str, Key, Key); 9] {
+    [
         (
             "strict 1w / bare strict 1w",
             ("steadq", "strict", 1),
@@ -69,28 +63,63 @@ pub fn ratios(cases: &[Case], runs: &[Run]) -> Vec<(String, f64)> {
             ("steadq", "none", 1),
             ("bare", "none", 1),
         ),
-    ];
-    let mut out: Vec<(String, f64)> = pairs
-        .iter()
-        .filter_map(|(name, a, b)| {
-            let x = find(cases, runs, a.0, a.1, a.2)?;
-            let y = find(cases, runs, b.0, b.1, b.2)?;
-            Some((name.to_string(), x.rate() / y.rate()))
-        })
-        .collect();
-    if let (Some(x), Some(y)) = (
-        find(cases, runs, "steadq", "batched", 1),
-        find(cases, runs, "sqlite", "full-txn-batch", 1),
-    ) {
-        out.push((
-            "batched 1w / SQLite FULL 1c, one txn per batch".into(),
-            x.rate() / y.rate(),
-        ));
-    }
-    out
+        (
+            "batched 1w / SQLite FULL 1c, one txn per batch",
+            ("steadq", "batched", 1),
+            ("sqlite", "full-txn-batch", 1),
+        ),
+    ]
 }
 
-pub fn print(cases: &[Case], runs: &[Run], dir: &std::path::Path, rounds: usize) {
+/// One figure: the ratio of the two cases' medians, and the lowest and highest ratio of
+/// the two within one round (the cases of a round run one after the other, so a round's
+/// ratio is paired; their spread is the noise a reader should allow the median).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ratio {
+    pub name: &'static str,
+    pub of_medians: f64,
+    pub round_min: f64,
+    pub round_max: f64,
+}
+
+/// The figures of [`pairs`] whose two cases ran, from every round's runs (`rounds[i]`:
+/// the runs of `cases[i]`, in round order).
+pub fn ratios(cases: &[Case], rounds: &[Vec<Run>]) -> Vec<Ratio> {
+    let medians: Vec<Run> = rounds.iter().cloned().map(median).collect();
+    pairs()
+        .iter()
+        .filter_map(|(name, a, b)| {
+            let i = find(cases, a)?;
+            let j = find(cases, b)?;
+            let paired = rounds[i]
+                .iter()
+                .zip(&rounds[j])
+                .map(|(x, y)| x.rate() / y.rate());
+            let (lo, hi) = paired.fold((f64::INFINITY, 0f64), |(l, h), r| (l.min(r), h.max(r)));
+            Some(Ratio {
+                name,
+                of_medians: medians[i].rate() / medians[j].rate(),
+                round_min: lo,
+                round_max: hi,
+            })
+        })
+        .collect()
+}
+
+/// The ratios as TSV: `figure`, `ratio` (of the medians), `round_min`, `round_max`.
+pub fn ratios_tsv(r: &[Ratio]) -> String {
+    let mut s = String::from("figure\tratio\tround_min\tround_max\n");
+    for x in r {
+        let _ = writeln!(
+            s,
+            "{}\t{:.3}\t{:.3}\t{:.3}",
+            x.name, x.of_medians, x.round_min, x.round_max
+        );
+    }
+    s
+}
+
+pub fn print(cases: &[Case], runs: &[Run], ratios: &[Ratio], dir: &std::path::Path, rounds: usize) {
     println!(
         "steadq-bench in {} (median of {rounds} interleaved rounds)",
         dir.display()
@@ -110,13 +139,16 @@ pub fn print(cases: &[Case], runs: &[Run], dir: &std::path::Path, rounds: usize)
             r.quantile_us(0.99)
         );
     }
-    println!("\nratios (same run):");
-    for (name, x) in ratios(cases, runs) {
-        println!("  {name:<48} {x:>6.2}");
+    println!("\nratios (same run: of the medians; lowest-highest of one round's pair):");
+    for r in ratios {
+        println!(
+            "  {:<48} {:>6.2}   ({:.2}-{:.2})",
+            r.name, r.of_medians, r.round_min, r.round_max
+        );
     }
 }
 
-pub fn tsv(cases: &[Case], runs: &[Run]) -> String {
+pub fn tsv(cases: &[Case], runs: &[Run], ratios: &[Ratio]) -> String {
     let mut s = String::from("system\tmode\tworkers\tjobs\tsecs\tjobs_per_s\tp50_us\tp99_us\n");
     for (c, r) in cases.iter().zip(runs) {
         let _ = writeln!(
@@ -132,8 +164,8 @@ pub fn tsv(cases: &[Case], runs: &[Run]) -> String {
             r.quantile_us(0.99)
         );
     }
-    for (name, x) in ratios(cases, runs) {
-        let _ = writeln!(s, "ratio\t{name}\t\t\t\t{x:.3}\t\t");
+    for r in ratios {
+        let _ = writeln!(s, "ratio\t{}\t\t\t\t{:.3}\t\t", r.name, r.of_medians);
     }
     s
 }
@@ -208,5 +240,49 @@ fn group_of(c: &Case) -> String {
         "strict" | "full" | "always" => format!("strict {}w", c.workers),
         "batched" | "syncfs-batch" | "full-txn-batch" => "batched 1w".into(),
         _ => "none 1w".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(jobs: usize) -> Run {
+        Run {
+            jobs,
+            secs: 1.0,
+            lat: Vec::new(),
+        }
+    }
+
+    fn case(system: &'static str, mode: &'static str, workers: usize) -> Case {
+        Case {
+            system,
+            mode,
+            workers,
+        }
+    }
+
+    /// The ratio of the medians, and the spread of the paired per-round ratios, which is not
+    /// the ratio of the extremes: round 2 is slow for both systems, and its pair is still
+    /// 1.0.
+    #[test]
+    fn a_ratio_is_of_the_medians_and_its_spread_is_of_paired_rounds() {
+        let cases = [case("steadq", "strict", 1), case("redis", "always", 1)];
+        let rounds = vec![
+            vec![run(600), run(300), run(660)],
+            vec![run(500), run(300), run(440)],
+        ];
+        let r = ratios(&cases, &rounds);
+        assert_eq!(r.len(), 1, "only the pair whose cases ran: {r:?}");
+        assert_eq!(r[0].name, "strict 1w / Redis always 1c");
+        assert!((r[0].of_medians - 600.0 / 440.0).abs() < 1e-9, "{r:?}");
+        assert!((r[0].round_min - 1.0).abs() < 1e-9, "{r:?}");
+        assert!((r[0].round_max - 1.5).abs() < 1e-9, "{r:?}");
+        let tsv = ratios_tsv(&r);
+        assert_eq!(
+            tsv,
+            "figure\tratio\tround_min\tround_max\nstrict 1w / Redis always 1c\t1.364\t1.000\t1.500\n"
+        );
     }
 }
