@@ -14,7 +14,7 @@
 //! systems: SteadQ (this tree, through the library), the bare syscall protocol (the same
 //! renames and fsyncs, nothing else), SQLite (WAL, synchronous=FULL, bundled), and Redis
 //! (appendfsync always) when `redis-server` is installed. Results go to
-//! `bench/results/<unix time>/` (results.tsv, chart.svg), which git ignores.
+//! `bench/results/<unix time>/` (results.tsv, ratios.tsv, chart.svg), which git ignores.
 
 mod bare;
 mod redis;
