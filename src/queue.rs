@@ -492,7 +492,10 @@ impl Queue {
         check: bool,
     ) -> Result<Queue> {
         let dirs = open_dirs(&sys, rootfd, &root, &ident, check)?;
-        let clock = Clock::new(&sys);
+        let clock = Clock::try_new(&sys).map_err(|e| {
+            let at = Some(PathBuf::from(crate::disk::sys::BOOT_ID_FILE));
+            Error::io(Call::Open, e, Outcome::NotDone, at)
+        })?;
         probe_rename(&sys, dirs.tmp.as_fd(), &root, clock.boot_id())?;
         #[cfg(feature = "faults")]
         if opts.force_named_publish {

@@ -377,7 +377,7 @@ pub struct Renew {
     /// queue directory
     #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
-    /// lease handle printed by claim or renew
+    /// lease handle printed by claim or renew (surrounding whitespace is ignored)
     #[argh(positional, from_str_fn(handle))]
     pub handle: String,
     /// new lease from now, 1s to 7d (default 30s)
@@ -392,7 +392,7 @@ pub struct Ack {
     /// queue directory
     #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
-    /// lease handle
+    /// lease handle printed by claim or renew (surrounding whitespace is ignored)
     #[argh(positional, from_str_fn(handle))]
     pub handle: String,
 }
@@ -408,7 +408,7 @@ pub struct Nack {
     /// queue directory
     #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
-    /// lease handle
+    /// lease handle printed by claim or renew (surrounding whitespace is ignored)
     #[argh(positional, from_str_fn(handle))]
     pub handle: String,
     /// retry after this long, e.g. 30s or 5m (default 0s: at once)
@@ -427,7 +427,7 @@ pub struct Fail {
     /// queue directory
     #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
-    /// lease handle
+    /// lease handle printed by claim or renew (surrounding whitespace is ignored)
     #[argh(positional, from_str_fn(handle))]
     pub handle: String,
     /// reason: 1 to 16 characters of [a-z0-9] (default "failed")

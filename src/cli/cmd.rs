@@ -634,8 +634,9 @@ fn lease_name(h: &str) -> Result<(), CliError> {
 }
 
 pub fn cmd_renew(a: Renew) -> Result<Exit, CliError> {
-    handle_needs_stdout("renew")?;
+    // The handle first: a malformed one is exit 1 whatever stdout is.
     lease_name(&a.handle)?;
+    handle_needs_stdout("renew")?;
     let q = open(&a.dir)?;
     let mut l = q.lease_from_handle(&a.handle)?;
     let r = l.renew(a.lease);

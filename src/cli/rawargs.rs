@@ -37,6 +37,28 @@ pub fn os(s: &str) -> OsString {
         .unwrap_or_else(|| s.into())
 }
 
+/// `msg` with every placeholder in it (as is, or as `{:?}` writes it: `\u{10fffd}...`)
+/// replaced by the argument it stands for, its bytes that are not UTF-8 escaped (`caf\xE9`):
+/// a refused argument is shown as it was typed, not as the placeholder (breaker finding:
+/// `ack Q $'\xff'` said `handle "\u{10fffd}steadq-raw-arg-0" ...`).
+pub fn shown(msg: &str) -> String {
+    let Some(raw) = RAW.get().filter(|r| !r.is_empty()) else {
+        return msg.to_string();
+    };
+    let escaped = format!("{MARK:?}");
+    let escaped = escaped.trim_matches('"');
+    let mut out = msg.to_string();
+    // The highest index first: `...-1` must not take the front of `...-10`.
+    for (i, arg) in raw.iter().enumerate().rev() {
+        let text = format!("{arg:?}");
+        let text = text.trim_matches('"');
+        for mark in [MARK, escaped] {
+            out = out.replace(&format!("{mark}{i}"), text);
+        }
+    }
+    out
+}
+
 fn path(p: &mut PathBuf) {
     if let Some(s) = p.to_str().filter(|s| s.starts_with(MARK)) {
         *p = PathBuf::from(os(s));

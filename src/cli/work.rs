@@ -132,6 +132,9 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     )?;
     install_handlers();
     if a.once {
+        // Room for its one job's descriptors before it claims (breaker finding: at the
+        // limit, `--once` claimed, could not start the command, and gave the job back).
+        fit_concurrency(&a, 1)?;
         return work_once(&a, &q);
     }
     let fatal: std::sync::Mutex<Option<CliError>> = std::sync::Mutex::new(None);
@@ -139,7 +142,7 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     if let Err(e) = q.recover() {
         log::warn!("recover: {e}");
     }
-    let concurrency = fit_concurrency(&a)?;
+    let concurrency = fit_concurrency(&a, a.concurrency)?;
     // Worker threads that started: a thread that cannot be started (RLIMIT_NPROC, memory)
     // panicked the scope (exit 134) with a job already claimed by an earlier thread left
     // leased, its attempt used (breaker finding). Now the workers that started run on.
@@ -245,7 +248,7 @@ const FDS_PER_JOB: u64 = 5;
 /// the limits file, a level's slots made later, log files.
 const FDS_SPARE: u64 = 8;
 
-/// How many jobs `work` runs at once: `--concurrency`, unless this process may not open
+/// How many jobs `work` runs at once: `jobs` (`--concurrency`, 1 for `--once`), unless this process may not open
 /// the descriptors that needs (`RLIMIT_NOFILE`, getrlimit(2)): those open now, [`FDS_SPARE`]
 /// and [`FDS_PER_JOB`] per job. The soft limit is first raised
 /// to the hard one (as far as needed); what still does not fit lowers the count, with a
@@ -254,15 +257,15 @@ const FDS_SPARE: u64 = 8;
 ///
 /// # Errors
 /// Not even one job fits: exit 2, nothing claimed.
-fn fit_concurrency(a: &Work) -> Result<u32, CliError> {
+fn fit_concurrency(a: &Work, jobs: u32) -> Result<u32, CliError> {
     use rustix::process::{getrlimit, setrlimit, Resource};
     // Minus one: the descriptor read_dir itself holds while counting.
     let open = std::fs::read_dir("/proc/self/fd").map_or(64, |d| d.count() as u64 - 1);
-    let need = open + FDS_SPARE + FDS_PER_JOB * u64::from(a.concurrency);
+    let need = open + FDS_SPARE + FDS_PER_JOB * u64::from(jobs);
     let mut lim = getrlimit(Resource::Nofile);
     let soft = lim.current.unwrap_or(u64::MAX);
     if soft >= need {
-        return Ok(a.concurrency);
+        return Ok(jobs);
     }
     let hard = lim.maximum.unwrap_or(u64::MAX);
     if hard > soft {
@@ -278,7 +281,7 @@ fn fit_concurrency(a: &Work) -> Result<u32, CliError> {
     }
     let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
     if now >= need {
-        return Ok(a.concurrency);
+        return Ok(jobs);
     }
     let room = now.saturating_sub(open + FDS_SPARE) / FDS_PER_JOB;
     if room == 0 {
@@ -290,10 +293,9 @@ fn fit_concurrency(a: &Work) -> Result<u32, CliError> {
             ),
         ));
     }
-    let fit = room.min(u64::from(a.concurrency)) as u32;
+    let fit = room.min(u64::from(jobs)) as u32;
     eprintln!(
-        "steadq work: --concurrency {} needs about {need} open files but this process may open {now} (ulimit -n); running {fit} job(s) at once",
-        a.concurrency
+        "steadq work: --concurrency {jobs} needs about {need} open files but this process may open {now} (ulimit -n); running {fit} job(s) at once"
     );
     Ok(fit)
 }

@@ -34,10 +34,34 @@ impl Clock {
     /// `/proc`, the boot id is 0: leases then all look like this boot's and expire by
     /// `CLOCK_BOOTTIME` only (a warning is logged).
     pub fn new(sys: &Sys) -> Clock {
-        let boot_id = sys.read_boot_id().unwrap_or_else(|| {
-            log::warn!("cannot read /proc/sys/kernel/random/boot_id; leases from earlier boots will expire by time only");
-            0
-        });
+        Clock::try_new(sys).unwrap_or_else(|_| Clock::with_boot_id(0))
+    }
+
+    /// As [`Clock::new`], but a boot id that cannot be read *for now* is an error, not a
+    /// boot id of 0: out of descriptors or memory (`EMFILE`, `ENFILE`, `ENOMEM`,
+    /// `ENOBUFS`). A handle whose leases carried boot id 0 on a machine with `/proc` would
+    /// take every other handle's leases for an earlier boot's (breaker finding: at a low
+    /// `ulimit -n` the warning came first, then the queue's own EMFILE). Without `/proc`, or
+    /// with an unreadable or malformed file, the boot id is 0 and a warning is logged.
+    ///
+    /// # Errors
+    /// The errno of the open or read of [`crate::sys::BOOT_ID_FILE`], for the errnos above.
+    pub fn try_new(sys: &Sys) -> Result<Clock, crate::disk::sys::Errno> {
+        use crate::disk::sys::Errno;
+        match sys.boot_id() {
+            Ok(id) => Ok(Clock::with_boot_id(id)),
+            Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOMEM | Errno::NOBUFS)) => Err(e),
+            Err(e) => {
+                log::warn!(
+                    "cannot read {} ({e}); leases from earlier boots will expire by time only",
+                    crate::disk::sys::BOOT_ID_FILE
+                );
+                Ok(Clock::with_boot_id(0))
+            }
+        }
+    }
+
+    fn with_boot_id(boot_id: u128) -> Clock {
         Clock {
             boot_id,
             boot_offset_ns: AtomicI64::new(0),

@@ -264,6 +264,9 @@ pub enum Publish {
 /// stack); more are written by the next call of its loop.
 pub const IOV_MAX_PARTS: usize = 8;
 
+/// This boot's id, a UUID that changes at every boot (`random(4)`: "boot_id").
+pub const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+
 /// The syscall layer. Cheap to create; one per open queue.
 #[derive(Debug, Default)]
 pub struct Sys {
@@ -831,20 +834,28 @@ impl Sys {
         self.publish.store(PUBLISH_NAMED, Ordering::Relaxed);
     }
 
-    /// Read `/proc/sys/kernel/random/boot_id` (`random(4)`) as 128 bits; `None` without /proc.
+    /// Read `/proc/sys/kernel/random/boot_id` (`random(4)`) as 128 bits; `None` when it
+    /// cannot be read, for whatever reason ([`Sys::boot_id`] says which).
     pub fn read_boot_id(&self) -> Option<u128> {
-        let fd = self
-            .run_retry(Call::Open, || {
-                rustix::fs::open(
-                    "/proc/sys/kernel/random/boot_id",
-                    OFlags::RDONLY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-            })
-            .ok()?;
+        self.boot_id().ok()
+    }
+
+    /// This boot's id from [`BOOT_ID_FILE`], with the errno when it cannot be read
+    /// (`EINVAL`: it was read but is not a UUID).
+    pub fn boot_id(&self) -> R<u128> {
+        let fd = self.run_retry(Call::Open, || {
+            rustix::fs::open(
+                BOOT_ID_FILE,
+                OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })?;
         let mut buf = Vec::with_capacity(64);
-        self.read_all(fd.as_fd(), 64, &mut buf).ok()?;
-        crate::disk::clock::parse_boot_id(std::str::from_utf8(&buf).ok()?)
+        self.read_all(fd.as_fd(), 64, &mut buf)?;
+        std::str::from_utf8(&buf)
+            .ok()
+            .and_then(crate::disk::clock::parse_boot_id)
+            .ok_or(Errno::INVAL)
     }
 
     /// `unlinkat(2)` of a file.

@@ -1024,8 +1024,8 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidArgument`] (naming the queue's directory) if `handle` is not a
-    /// leased name of this queue ("a lease handle of another queue" when its tag is
-    /// another queue's);
+    /// leased name of this queue ("a lease handle of another queue (or an altered one)"
+    /// when its tag does not match this queue's);
     /// [`ErrorKind::LeaseLost`] if that exact lease no longer exists; [`ErrorKind::Corrupt`]
     /// if its file fails verification (it is then dead-lettered). Not done in every case.
     ///
@@ -1039,7 +1039,9 @@ impl Queue {
             |why| Error::not_done(ErrorKind::InvalidArgument(why), Some(self.root.clone()));
         let name = match JobName::parse(handle, self.ident.id) {
             Ok(n) if matches!(n.kind, Kind::Leased(_)) && self.ident.has_priority(n.priority) => n,
-            Err(NameError::Tag) => return Err(refuse("a lease handle of another queue").into()),
+            Err(NameError::Tag) => {
+                return Err(refuse("a lease handle of another queue (or an altered one)").into())
+            }
             _ => return Err(refuse("not a lease handle of this queue").into()),
         };
         let shard = self.ident.slot_of(&name);

@@ -2644,7 +2644,7 @@ fn a_lease_handle_given_to_another_queue_is_refused_naming_it() {
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{verb}: {err}");
         let want = format!(
-            "{}: invalid argument: a lease handle of another queue",
+            "{}: invalid argument: a lease handle of another queue (or an altered one)",
             p(a.path())
         );
         assert!(err.contains(&want), "{verb}: {err:?} lacks {want:?}");
@@ -2688,5 +2688,60 @@ fn claim_that_only_dead_lettered_says_so_and_exits_3() {
             .unwrap()
             .len(),
         1
+    );
+}
+
+/// An argument that is not UTF-8 was shown in messages as the placeholder argh parsed in
+/// its stead (`handle "\u{10fffd}steadq-raw-arg-0" is not a lease handle`, breaker
+/// finding); it is shown as typed now, its other bytes escaped, and still exits 1.
+#[test]
+fn a_refused_argument_that_is_not_utf8_is_shown_as_typed() {
+    let d = TempDir::new("cli-raw-arg");
+    let q = p(d.path());
+    assert!(steadq(&["init", q, "--shards", "1"]).status.success());
+    let before = snapshot(d.path());
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let cases: [(&[&str], &str); 4] = [
+        (&["ack", q], "handle \"caf\\xE9\" is not a lease handle"),
+        (&["show", q], "bad job id 'caf\\xE9'"),
+        (&["fail", q, "x", "--reason"], "bad --reason 'caf\\xE9'"),
+        (&["status", q], "Unrecognized argument: caf\\xE9"),
+    ];
+    for (args, want) in cases {
+        let o = Command::new(BIN)
+            .args(args)
+            .arg(bad)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
+        assert!(!err.contains("steadq-raw-arg"), "{args:?}: {err}");
+        assert_eq!(snapshot(d.path()), before, "{args:?} changed the queue");
+    }
+}
+
+/// `renew Q garbage >&-` said "stdout is closed" (exit 2) where `ack Q garbage` said the
+/// handle is malformed (exit 1): the handle is checked first now, whatever stdout is.
+#[test]
+fn a_malformed_handle_is_bad_usage_even_with_stdout_closed() {
+    let d = TempDir::new("cli-renew-closed");
+    assert!(steadq(&["init", p(d.path()), "--shards", "1"])
+        .status
+        .success());
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("\"$0\" renew \"$1\" garbage >&-")
+        .arg(BIN)
+        .arg(d.path())
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("handle \"garbage\" is not a lease handle"),
+        "{err}"
     );
 }

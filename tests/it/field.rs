@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
-use steadq::{EnqueueOptions, Options, Outcome, Queue, Reason, SettleError};
+use steadq::{EnqueueOptions, Options, Outcome, Queue, Reason, SettleError, State};
 
 const BIN: &str = env!("CARGO_BIN_EXE_steadq");
 
@@ -3880,4 +3880,105 @@ fn a_queue_opened_past_the_open_file_limit_names_the_limit() {
         assert!(err.contains("raise `ulimit -n`"), "{cmd}: {err}");
         assert_eq!(counts(&q), before, "{cmd} changed the queue");
     }
+}
+
+/// Under an open-file limit just low enough, the boot id could not be read: the handle
+/// warned "cannot read /proc/sys/kernel/random/boot_id" and went on with boot id 0, so a
+/// lease it made would look like an earlier boot's to every other handle (breaker
+/// finding). Now a boot id that cannot be read for want of descriptors fails the open (not
+/// done, the limit named); at every limit a claim either fails that way, finds no job, or
+/// makes a lease carrying this boot's id.
+#[test]
+fn a_claim_at_any_open_file_limit_fails_cleanly_or_leases_with_this_boots_id() {
+    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
+        // The emulator's own descriptors count against the limit: its test, not ours.
+        return;
+    }
+    let boot: String = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .replace('-', "");
+    let d = TempDir::new("boot-nofile");
+    let q = Queue::create(d.path(), opts(8)).unwrap();
+    q.enqueue(b"j").unwrap();
+    let mut leased = 0;
+    for n in 12..=40 {
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -n {n} && exec \"$S\" claim \"$Q\""))
+            .env("S", BIN)
+            .env("Q", d.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("boot_id;"), "ulimit -n {n}: {err}");
+        match o.status.code() {
+            Some(0) => {
+                let handle = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                assert!(
+                    handle.contains(&format!(".o{boot}.")),
+                    "ulimit -n {n}: lease {handle} lacks this boot's id {boot}"
+                );
+                q.lease_from_handle(&handle).unwrap().ack().unwrap();
+                q.enqueue(b"j").unwrap();
+                leased += 1;
+            }
+            Some(2) => {
+                let want = format!("(RLIMIT_NOFILE, now {n})");
+                assert!(err.contains(&want), "ulimit -n {n}: {err}");
+            }
+            c => panic!("ulimit -n {n}: exit {c:?}: {err}"),
+        }
+        assert_eq!(
+            counts(&q)[0] + counts(&q)[1],
+            1,
+            "ulimit -n {n}: one job, ready or leased"
+        );
+    }
+    assert!(leased > 0, "no limit up to 40 let a claim through");
+}
+
+/// `work --once` at an open-file limit with room for the queue but not for its command
+/// claimed the job, failed to start the command (EMFILE), and gave the job back: the job's
+/// name changed at every try (breaker finding). It now checks for a job's descriptors
+/// before it claims, as `work` does; at every limit it either acks the job or changes
+/// nothing.
+#[test]
+fn work_once_at_any_open_file_limit_acks_or_changes_nothing() {
+    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
+        // The emulator's own descriptors count against the limit: its test, not ours.
+        return;
+    }
+    let d = TempDir::new("once-nofile");
+    let q = Queue::create(d.path(), opts(8)).unwrap();
+    q.enqueue(b"j").unwrap();
+    let ready = |q: &Queue| q.list(Some(State::Ready)).unwrap();
+    for n in 12..=48 {
+        let before = ready(&q);
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n {n} && exec \"$S\" work \"$Q\" --once -- sh -c 'cat >/dev/null'"
+            ))
+            .env("S", BIN)
+            .env("Q", d.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        match o.status.code() {
+            Some(0) => {
+                assert_eq!(counts(&q), [0, 0, 0, 0, 1], "ulimit -n {n}: {err}");
+                return;
+            }
+            Some(2) => {
+                assert_eq!(ready(&q), before, "ulimit -n {n} changed the job: {err}");
+                assert!(
+                    err.contains("ulimit -n") || err.contains("RLIMIT_NOFILE"),
+                    "{n}: {err}"
+                );
+            }
+            c => panic!("ulimit -n {n}: exit {c:?}: {err}"),
+        }
+    }
+    panic!("no limit up to 48 let `work --once` run its job");
 }
