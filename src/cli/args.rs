@@ -248,12 +248,15 @@ pub fn aging(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// Parse a `work --timeout`: more than zero (0s would stop every command at once and
-/// use up every job's attempts); leave the option out for no limit.
+/// Parse a `work --timeout`: at least 1 ms. 0s would stop every command at once and use
+/// up every job's attempts, and so would any time shorter than a process takes to start
+/// (`--timeout 0.0001ms` was accepted); leave the option out for no limit.
 pub fn timeout(s: &str) -> Result<Duration, String> {
     match dur(s)? {
-        d if !d.is_zero() => Ok(d),
-        _ => Err("a timeout must be more than 0s (leave --timeout out for no limit)".into()),
+        d if d >= Duration::from_millis(1) => Ok(d),
+        _ => Err(format!(
+            "bad --timeout '{s}': at least 1ms (leave --timeout out for no limit)"
+        )),
     }
 }
 
@@ -670,7 +673,7 @@ pub struct Work {
     #[argh(option, default = "Duration::from_secs(60)", from_str_fn(dur))]
     pub retry_delay: Duration,
     /// stop a command running longer than this (SIGTERM to its process group, SIGKILL
-    /// 2 s later) and retry the job with backoff, like a failure; more than 0s (default:
+    /// 2 s later) and retry the job with backoff, like a failure; at least 1ms (default:
     /// no limit; 0s is refused)
     #[argh(option, from_str_fn(timeout))]
     pub timeout: Option<Duration>,

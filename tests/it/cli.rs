@@ -1552,11 +1552,15 @@ fn work_refuses_a_zero_timeout() {
     assert!(steadq(&["init", q]).status.success());
     assert!(steadq_in(&["enqueue", q], b"job").status.success());
     let before = snapshot(d.path());
-    let o = steadq(&["work", q, "--once", "--timeout", "0s", "--", "true"]);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("'--timeout' with value '0s'"), "{err}");
-    assert_eq!(snapshot(d.path()), before);
+    // Nor one shorter than a process takes to start (`0.0001ms` was accepted).
+    for t in ["0s", "0.0001ms", "0.5ms"] {
+        let o = steadq(&["work", q, "--once", "--timeout", t, "--", "true"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{t}: {err}");
+        let want = format!("'--timeout' with value '{t}': bad --timeout '{t}': at least 1ms");
+        assert!(err.contains(&want), "{t}: {err}");
+        assert_eq!(snapshot(d.path()), before, "{t}");
+    }
     let help = text(&steadq(&["work", "--help"]).stdout)
         .split_whitespace()
         .collect::<Vec<_>>()
