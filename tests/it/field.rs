@@ -3849,6 +3849,21 @@ fn work_until_acked(
     (running, w.wait_with_output().unwrap())
 }
 
+/// `steadq ARGS` on queue `q` (`{q}` in `args` stands for it) under `ulimit -n n`, soft and
+/// hard: its output. Skipped by the callers under qemu-user, whose own descriptors count.
+fn under_nofile(n: u32, q: &std::path::Path, args: &str) -> std::process::Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n {n} && exec \"$S\" {}",
+            args.replace("{q}", "\"$Q\"")
+        ))
+        .env("S", BIN)
+        .env("Q", q)
+        .output()
+        .unwrap()
+}
+
 /// A queue opened under an open-file limit too low for its shard directories failed with a
 /// bare "open failed: Too many open files (os error 24)" on some shard (breaker finding).
 /// The message now names the limit, its value and what to raise; nothing changes.
@@ -3863,13 +3878,7 @@ fn a_queue_opened_past_the_open_file_limit_names_the_limit() {
     q.enqueue(b"j").unwrap();
     let before = counts(&q);
     for cmd in ["claim", "status", "recover"] {
-        let o = Command::new("sh")
-            .arg("-c")
-            .arg(format!("ulimit -n 12 && exec \"$S\" {cmd} \"$Q\""))
-            .env("S", BIN)
-            .env("Q", d.path())
-            .output()
-            .unwrap();
+        let o = under_nofile(12, d.path(), &format!("{cmd} {{q}}"));
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{cmd}: {err}");
         assert!(err.contains("(os error 24)"), "{cmd}: {err}");
@@ -3903,13 +3912,7 @@ fn a_claim_at_any_open_file_limit_fails_cleanly_or_leases_with_this_boots_id() {
     q.enqueue(b"j").unwrap();
     let mut leased = 0;
     for n in 12..=40 {
-        let o = Command::new("sh")
-            .arg("-c")
-            .arg(format!("ulimit -n {n} && exec \"$S\" claim \"$Q\""))
-            .env("S", BIN)
-            .env("Q", d.path())
-            .output()
-            .unwrap();
+        let o = under_nofile(n, d.path(), "claim {q}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!err.contains("boot_id;"), "ulimit -n {n}: {err}");
         match o.status.code() {
@@ -3955,15 +3958,7 @@ fn work_once_at_any_open_file_limit_acks_or_changes_nothing() {
     let ready = |q: &Queue| q.list(Some(State::Ready)).unwrap();
     for n in 12..=48 {
         let before = ready(&q);
-        let o = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "ulimit -n {n} && exec \"$S\" work \"$Q\" --once -- sh -c 'cat >/dev/null'"
-            ))
-            .env("S", BIN)
-            .env("Q", d.path())
-            .output()
-            .unwrap();
+        let o = under_nofile(n, d.path(), "work {q} --once -- sh -c 'cat >/dev/null'");
         let err = String::from_utf8_lossy(&o.stderr);
         match o.status.code() {
             Some(0) => {
