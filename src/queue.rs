@@ -347,7 +347,8 @@ impl Queue {
     /// Not done in every case (opening changes nothing but a probe file in `tmp/`):
     /// [`ErrorKind::NotAQueue`], [`ErrorKind::BadIdentity`], [`ErrorKind::UnsupportedVersion`],
     /// [`ErrorKind::Incomplete`], [`ErrorKind::UnsupportedFilesystem`], or [`ErrorKind::Io`]
-    /// naming the path.
+    /// naming the path (`/proc/sys/kernel/random/boot_id` when this boot's id cannot be read
+    /// for want of descriptors or memory: [`Clock::try_new`]).
     pub fn open(root: impl AsRef<Path>) -> Result<Queue> {
         Queue::open_with(root, Options::default())
     }

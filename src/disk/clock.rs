@@ -45,7 +45,7 @@ impl Clock {
     /// with an unreadable or malformed file, the boot id is 0 and a warning is logged.
     ///
     /// # Errors
-    /// The errno of the open or read of [`crate::sys::BOOT_ID_FILE`], for the errnos above.
+    /// The errno of the open or read of `/proc/sys/kernel/random/boot_id`, for the errnos above.
     pub fn try_new(sys: &Sys) -> Result<Clock, crate::disk::sys::Errno> {
         use crate::disk::sys::Errno;
         match sys.boot_id() {
