@@ -758,7 +758,7 @@ impl core::fmt::Display for RenewError {
 impl std::error::Error for RenewError {}
 
 /// How a settling call of a lease failed: [`Lease::ack`], [`Lease::nack`], [`Lease::fail`],
-/// [`Lease::release`] (and [`crate::TypedLease`]'s).
+/// [`Lease::release`] (and `TypedLease`'s, with the `serde` feature).
 #[derive(Debug)]
 pub enum SettleError {
     /// Not done: the job is still leased by this lease, under its name, and the lease is

@@ -37,7 +37,7 @@ pub enum Call {
     Syncfs,
     /// `sync_file_range(2)` of a whole job file (write out and wait): its data written, not
     /// committed; part of a barrier only where a journal commit follows in order (xfs,
-    /// journaled ext4: [`Sys::write_out`]).
+    /// journaled ext4: `Sys::write_out`).
     WriteOut,
     /// `linkat(2)`: publishes an `O_TMPFILE` (a linearization point).
     Link,
