@@ -351,7 +351,7 @@ fn fmt_io(
     }
     if errno == Errno::MFILE.into() {
         // Seen first at a queue's open under a low `ulimit -n` (a handle holds every ready
-        // and receipt shard open: 2 per shard and 6 more): say which limit and what to do.
+        // and receipt shard open: 2 per shard and a few more): say which limit and what to do.
         let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
         let soft = soft.map_or("unlimited".to_string(), |n| n.to_string());
         return write!(

@@ -29,12 +29,22 @@ fn add(ns: u64, off: i64) -> u64 {
     (ns as i128 + off as i128).clamp(0, u64::MAX as i128) as u64
 }
 
+/// A clock whose boot id could not be read (`e`): boot id 0, with the warning that says
+/// what that costs.
+fn no_boot_id(e: crate::disk::sys::Errno) -> Clock {
+    log::warn!(
+        "cannot read {} ({e}); leases from earlier boots will expire by time only",
+        crate::disk::sys::BOOT_ID_FILE
+    );
+    Clock::with_boot_id(0)
+}
+
 impl Clock {
     /// Read the boot id from `/proc/sys/kernel/random/boot_id` (see `random(4)`). Without
     /// `/proc`, the boot id is 0: leases then all look like this boot's and expire by
     /// `CLOCK_BOOTTIME` only (a warning is logged).
     pub fn new(sys: &Sys) -> Clock {
-        Clock::try_new(sys).unwrap_or_else(|_| Clock::with_boot_id(0))
+        Clock::try_new(sys).unwrap_or_else(no_boot_id)
     }
 
     /// As [`Clock::new`], but a boot id that cannot be read *for now* is an error, not a
@@ -51,13 +61,7 @@ impl Clock {
         match sys.boot_id() {
             Ok(id) => Ok(Clock::with_boot_id(id)),
             Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOMEM | Errno::NOBUFS)) => Err(e),
-            Err(e) => {
-                log::warn!(
-                    "cannot read {} ({e}); leases from earlier boots will expire by time only",
-                    crate::disk::sys::BOOT_ID_FILE
-                );
-                Ok(Clock::with_boot_id(0))
-            }
+            Err(e) => Ok(no_boot_id(e)),
         }
     }
 

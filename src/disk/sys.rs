@@ -834,14 +834,8 @@ impl Sys {
         self.publish.store(PUBLISH_NAMED, Ordering::Relaxed);
     }
 
-    /// Read `/proc/sys/kernel/random/boot_id` (`random(4)`) as 128 bits; `None` when it
-    /// cannot be read, for whatever reason ([`Sys::boot_id`] says which).
-    pub fn read_boot_id(&self) -> Option<u128> {
-        self.boot_id().ok()
-    }
-
-    /// This boot's id from [`BOOT_ID_FILE`], with the errno when it cannot be read
-    /// (`EINVAL`: it was read but is not a UUID).
+    /// This boot's id from [`BOOT_ID_FILE`] (`random(4)`) as 128 bits, with the errno when
+    /// it cannot be read (`EINVAL`: it was read but is not a UUID).
     pub fn boot_id(&self) -> R<u128> {
         let fd = self.run_retry(Call::Open, || {
             rustix::fs::open(

@@ -3849,8 +3849,20 @@ fn work_until_acked(
     (running, w.wait_with_output().unwrap())
 }
 
+/// A queue of 8 shards holding one ready job, for the open-file-limit tests; `None` under
+/// qemu-user, whose own descriptors count against the limit.
+fn nofile_queue(name: &str) -> Option<(TempDir, Queue)> {
+    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
+        return None;
+    }
+    let d = TempDir::new(name);
+    let q = Queue::create(d.path(), opts(8)).unwrap();
+    q.enqueue(b"j").unwrap();
+    Some((d, q))
+}
+
 /// `steadq ARGS` on queue `q` (`{q}` in `args` stands for it) under `ulimit -n n`, soft and
-/// hard: its output. Skipped by the callers under qemu-user, whose own descriptors count.
+/// hard: its output.
 fn under_nofile(n: u32, q: &std::path::Path, args: &str) -> std::process::Output {
     Command::new("sh")
         .arg("-c")
@@ -3869,13 +3881,10 @@ fn under_nofile(n: u32, q: &std::path::Path, args: &str) -> std::process::Output
 /// The message now names the limit, its value and what to raise; nothing changes.
 #[test]
 fn a_queue_opened_past_the_open_file_limit_names_the_limit() {
-    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
-        // The emulator's own descriptors count against the limit: its test, not ours.
+    // The emulator's own descriptors count against the limit: its test, not ours.
+    let Some((d, q)) = nofile_queue("open-nofile") else {
         return;
-    }
-    let d = TempDir::new("open-nofile");
-    let q = Queue::create(d.path(), opts(8)).unwrap();
-    q.enqueue(b"j").unwrap();
+    };
     let before = counts(&q);
     for cmd in ["claim", "status", "recover"] {
         let o = under_nofile(12, d.path(), &format!("{cmd} {{q}}"));
@@ -3899,17 +3908,14 @@ fn a_queue_opened_past_the_open_file_limit_names_the_limit() {
 /// makes a lease carrying this boot's id.
 #[test]
 fn a_claim_at_any_open_file_limit_fails_cleanly_or_leases_with_this_boots_id() {
-    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
-        // The emulator's own descriptors count against the limit: its test, not ours.
+    // The emulator's own descriptors count against the limit: its test, not ours.
+    let Some((d, q)) = nofile_queue("boot-nofile") else {
         return;
-    }
+    };
     let boot: String = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .unwrap()
         .trim()
         .replace('-', "");
-    let d = TempDir::new("boot-nofile");
-    let q = Queue::create(d.path(), opts(8)).unwrap();
-    q.enqueue(b"j").unwrap();
     let mut leased = 0;
     for n in 12..=40 {
         let o = under_nofile(n, d.path(), "claim {q}");
@@ -3948,13 +3954,10 @@ fn a_claim_at_any_open_file_limit_fails_cleanly_or_leases_with_this_boots_id() {
 /// nothing.
 #[test]
 fn work_once_at_any_open_file_limit_acks_or_changes_nothing() {
-    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
-        // The emulator's own descriptors count against the limit: its test, not ours.
+    // The emulator's own descriptors count against the limit: its test, not ours.
+    let Some((d, q)) = nofile_queue("once-nofile") else {
         return;
-    }
-    let d = TempDir::new("once-nofile");
-    let q = Queue::create(d.path(), opts(8)).unwrap();
-    q.enqueue(b"j").unwrap();
+    };
     let ready = |q: &Queue| q.list(Some(State::Ready)).unwrap();
     for n in 12..=48 {
         let before = ready(&q);
