@@ -1867,7 +1867,7 @@ fn claim_gives_the_job_back_when_a_file_size_limit_or_a_stop_signal_cuts_its_out
         listed.starts_with("ready") && listed.contains("attempt 0/1"),
         "{listed}"
     );
-    // A 3 MB payload into a FIFO whose reader waits 3 s; SIGTERM at 0.5 s.
+    // A 3 MB payload into a FIFO nobody drains; SIGTERM once the job is leased.
     let q2 = d.path().join("q2");
     let q2s = p(&q2);
     assert!(steadq(&["init", q2s]).status.success());
@@ -1881,22 +1881,31 @@ fn claim_gives_the_job_back_when_a_file_size_limit_or_a_stop_signal_cuts_its_out
         .status()
         .unwrap()
         .success());
+    // The reader opens the FIFO and never drains it: the claim blocks in its write until
+    // the signal. The signal is sent once the job is leased (not after a fixed delay, which
+    // under CI load could land before the claim had installed its handler).
     let mut reader = Command::new("sh")
-        .args(["-c", "exec 3<\"$F\"; sleep 3; cat <&3 >/dev/null"])
+        .args(["-c", "exec 3<\"$F\"; sleep 30"])
         .env("F", &fifo)
         .spawn()
         .unwrap();
     let claim = Command::new(BIN)
-        .args(["claim", q2s, "--lease", "2s", "--payload-out", p(&fifo)])
+        .args(["claim", q2s, "--lease", "30s", "--payload-out", p(&fifo)])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    while !text(&steadq(&["list", q2s]).stdout).starts_with("leased") {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the claim never leased the job");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
     let pid = rustix::process::Pid::from_raw(claim.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let o = claim.wait_with_output().unwrap();
+    let _ = reader.kill();
     let _ = reader.wait();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(
