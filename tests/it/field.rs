@@ -1829,7 +1829,30 @@ fn a_stop_lets_an_ack_retry_run_out_its_grace() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500)); // the first ack failed, a retry waits
+    // Stop the worker once it says the first ack failed (not after a fixed delay: under CI
+    // load a fixed delay could stop it before it had claimed anything).
+    let mut worker = worker;
+    let stderr = worker.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("ack not done (") => break,
+            Ok(_) => {}
+            Err(e) => panic!("the worker never reported a failed ack: {e}"),
+        }
+    }
     rustix::process::kill_process(
         rustix::process::Pid::from_child(&worker),
         rustix::process::Signal::TERM,
@@ -1837,9 +1860,9 @@ fn a_stop_lets_an_ack_retry_run_out_its_grace() {
     .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     t.chmod("receipts/00", 0o755);
-    let out = worker.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let status = worker.wait().unwrap();
+    let err = reader.join().unwrap();
+    assert!(status.success(), "{err}");
     assert!(err.contains("ack not done ("), "{err}");
     assert!(err.contains("acked (on try"), "{err}");
     let q = Queue::open(&t.q).unwrap();
