@@ -98,6 +98,43 @@ fn check_command(cmd: &std::ffi::OsStr) -> Result<(), CliError> {
     }
 }
 
+/// Why a command that [`check_command`] found could still not be started: exec(2) says
+/// ENOENT for a script whose `#!` interpreter is missing (execve(2), "ENOENT ... the
+/// interpreter of the script was not found"), most often a `#!` line ending in a carriage
+/// return (a script saved with CRLF line endings). Empty when the file says nothing more.
+fn exec_hint(cmd: &std::ffi::OsStr, e: &std::io::Error) -> String {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    if e.kind() != std::io::ErrorKind::NotFound {
+        return String::new();
+    }
+    let path = if cmd.as_bytes().contains(&b'/') {
+        Some(std::path::PathBuf::from(cmd))
+    } else {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(cmd))
+                .find(|p| p.is_file())
+        })
+    };
+    let mut head = [0u8; 256];
+    let n = path
+        .and_then(|p| std::fs::File::open(p).ok())
+        .and_then(|mut f| f.read(&mut head).ok())
+        .unwrap_or(0);
+    let head = &head[..n];
+    if !head.starts_with(b"#!") {
+        return String::new();
+    }
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let shown = String::from_utf8_lossy(line.strip_suffix(b"\r").unwrap_or(line)).into_owned();
+    if line.ends_with(b"\r") {
+        format!(" (its line {shown:?} ends in a carriage return: the script has CRLF line endings)")
+    } else {
+        format!(" (the interpreter its line {shown:?} names is missing)")
+    }
+}
+
 enum JobEnd {
     Continue,
     /// The job was left unsettled (its settle, or the release after a failure, was not done,
@@ -635,12 +672,18 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
             };
         }
         Err(e) => {
-            // A command that cannot start would burn every job's attempts: stop instead.
-            let _ = lease.release();
-            return JobEnd::Fatal(CliError::not_done(format!(
-                "cannot run {:?}: {e}",
-                a.command[0]
-            )));
+            // A command that cannot start would burn every job's attempts: stop instead. It
+            // did not run, so the job goes back with its attempt given back: a timer retrying
+            // `work --once` against a script whose interpreter is missing dead-lettered the
+            // job as exhausted without ever running it.
+            let hint = exec_hint(&super::rawargs::os(&a.command[0]), &e);
+            let msg = format!("cannot run {:?}: {e}{hint}", a.command[0]);
+            return match lease.release_undelivered() {
+                Ok(()) => JobEnd::Fatal(CliError::not_done(format!(
+                    "{msg}; job {id} given back to ready with its attempt; not done"
+                ))),
+                Err(r) => unsettled(r.into(), &format!("{msg}; giving job {id} back failed")),
+            };
         }
     };
     let mut feed = Feed::new(child.stdin.take(), reader, lease.payload_len());

@@ -2758,3 +2758,49 @@ fn a_malformed_handle_is_bad_usage_even_with_stdout_closed() {
         "{err}"
     );
 }
+
+/// A command that `work` found but exec(2) could not start (a script whose `#!` interpreter
+/// is missing, or whose `#!` line ends in a carriage return) released its job keeping the
+/// claim's attempt: a timer retrying `work --once` dead-lettered the job as exhausted
+/// without ever running it (breaker finding). The attempt is given back, the exit is 2 (not
+/// done) and the message names the cause.
+#[test]
+fn a_command_whose_interpreter_is_missing_uses_no_attempt() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = TempDir::new("cli-no-interp");
+    std::fs::create_dir_all(d.path()).unwrap();
+    for (name, script, says) in [
+        (
+            "missing",
+            &b"#!/nonexistent/interp\necho hi\n"[..],
+            "the interpreter its line \"#!/nonexistent/interp\" names is missing",
+        ),
+        (
+            "crlf",
+            &b"#!/bin/sh\r\necho hi\r\n"[..],
+            "ends in a carriage return",
+        ),
+    ] {
+        let q = d.path().join(name);
+        let qs = p(&q);
+        assert!(steadq(&["init", qs]).status.success());
+        assert!(steadq_in(&["enqueue", qs, "--max-attempts", "1"], b"x")
+            .status
+            .success());
+        let script_path = d.path().join(format!("{name}.sh"));
+        std::fs::write(&script_path, script).unwrap();
+        std::fs::set_permissions(&script_path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for _ in 0..3 {
+            let o = steadq(&["work", qs, "--once", "--", p(&script_path)]);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+            assert!(err.contains(says), "{name}: {err}");
+            assert!(err.contains("given back to ready with its attempt"), "{name}: {err}");
+        }
+        let listed = text(&steadq(&["list", qs]).stdout);
+        assert!(
+            listed.starts_with("ready") && listed.contains("attempt 0/1"),
+            "{name}: {listed}"
+        );
+    }
+}
