@@ -17,7 +17,7 @@ use steadq::State;
     error_code(3, "nothing to do: no job ready"),
     error_code(4, "indeterminate: the operation may have happened"),
     error_code(5, "fsck found problems"),
-    error_code(6, "lease lost: the lease was recovered, renewed or settled elsewhere"),
+    error_code(6, "lease lost: the lease was recovered, renewed or settled elsewhere, or its job file changed and was moved to dead/ as corrupt"),
     error_code(7, "queue full: at its capacity limit, not done"),
     error_code(8, "done, but its output could not be written (see stderr)")
 )]

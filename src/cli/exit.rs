@@ -19,7 +19,8 @@ pub enum Exit {
     Indeterminate = 4,
     /// 5: fsck found problems.
     Problems = 5,
-    /// 6: lease lost: recovered, renewed or settled elsewhere.
+    /// 6: lease lost: recovered, renewed or settled elsewhere, or its job file changed and
+    /// was moved to `dead/` as corrupt.
     LeaseLost = 6,
     /// 7: queue full: at its capacity limit (`steadq.limits`); not done.
     Full = 7,
@@ -58,7 +59,9 @@ impl Exit {
             Exit::NoJob => "nothing to do: no job ready",
             Exit::Indeterminate => "indeterminate: the operation may have happened",
             Exit::Problems => "fsck found problems",
-            Exit::LeaseLost => "lease lost: the lease was recovered, renewed or settled elsewhere",
+            Exit::LeaseLost => {
+                "lease lost: the lease was recovered, renewed or settled elsewhere, or its job file changed and was moved to dead/ as corrupt"
+            }
             Exit::Full => "queue full: at its capacity limit, not done",
             Exit::DoneOutputLost => "done, but its output could not be written (see stderr)",
         }
@@ -73,6 +76,13 @@ impl Exit {
                 Exit::Full
             }
             Failure::NotDone(e) if e.is_lease_lost() => Exit::LeaseLost,
+            // A settle or renew that found the leased file changed moved it to dead/ as
+            // corrupt: the handle holds no lease any more, as after a lost lease.
+            Failure::NotDone(e)
+                if matches!(e.kind(), steadq::ErrorKind::Corrupt(_)) && e.into_dir().is_some() =>
+            {
+                Exit::LeaseLost
+            }
             Failure::NotDone(_) => Exit::NotDone,
         }
     }

@@ -1898,7 +1898,10 @@ fn claim_gives_the_job_back_when_a_file_size_limit_or_a_stop_signal_cuts_its_out
         .unwrap();
     let t0 = std::time::Instant::now();
     while !text(&steadq(&["list", q2s]).stdout).starts_with("leased") {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the claim never leased the job");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the claim never leased the job"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(300));
@@ -2795,12 +2798,55 @@ fn a_command_whose_interpreter_is_missing_uses_no_attempt() {
             let err = text(&o.stderr);
             assert_eq!(o.status.code(), Some(2), "{name}: {err}");
             assert!(err.contains(says), "{name}: {err}");
-            assert!(err.contains("given back to ready with its attempt"), "{name}: {err}");
+            assert!(
+                err.contains("given back to ready with its attempt"),
+                "{name}: {err}"
+            );
         }
         let listed = text(&steadq(&["list", qs]).stdout);
         assert!(
             listed.starts_with("ready") && listed.contains("attempt 0/1"),
             "{name}: {listed}"
         );
+    }
+}
+
+/// `renew`, `ack`, `nack` and `fail` of a lease whose job file changed after the claim move
+/// the job to `dead/` as corrupt: the handle holds no lease any more. They exited 2 ("not
+/// done: nothing changed") although the job had moved (breaker finding); now 6, as a lost
+/// lease, naming `dead/`.
+#[test]
+fn settling_a_lease_whose_file_changed_exits_6_and_names_dead() {
+    let d = TempDir::new("cli-settle-corrupt");
+    std::fs::create_dir_all(d.path()).unwrap();
+    for (i, op) in ["renew", "ack", "nack", "fail"].into_iter().enumerate() {
+        let q = d.path().join(format!("q{i}"));
+        let qs = p(&q);
+        assert!(steadq(&["init", qs, "--shards", "1"]).status.success());
+        assert!(steadq_in(&["enqueue", qs], b"hello world").status.success());
+        let c = steadq(&["claim", qs, "--payload-out", "/dev/null"]);
+        assert_eq!(c.status.code(), Some(0), "{}", text(&c.stderr));
+        let handle = text(&c.stdout).trim().to_string();
+        let job = std::fs::read_dir(q.join("ready/00"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        // Flip one byte of the payload, the file's last but one.
+        let mut bytes = std::fs::read(&job).unwrap();
+        let at = bytes.len() - 2;
+        bytes[at] ^= 0x20;
+        std::fs::write(&job, &bytes).unwrap();
+        let o = steadq(&[op, qs, &handle]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(6), "{op}: {err}");
+        assert!(
+            err.contains("corrupt job file") && err.contains("moved to"),
+            "{op}: {err}"
+        );
+        let dead = text(&steadq(&["list", qs, "--state", "dead"]).stdout);
+        assert_eq!(dead.lines().count(), 1, "{op}: {dead}");
+        assert!(dead.contains("corrupt"), "{op}: {dead}");
     }
 }

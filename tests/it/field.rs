@@ -1837,7 +1837,10 @@ fn a_stop_lets_an_ack_retry_run_out_its_grace() {
     let reader = std::thread::spawn(move || {
         use std::io::BufRead;
         let mut all = String::new();
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             let _ = tx.send(line.clone());
             all.push_str(&line);
             all.push('\n');
