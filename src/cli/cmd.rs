@@ -7,6 +7,9 @@ use super::exit::Exit;
 use super::fixed;
 use super::{open, stdout, CliError};
 use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use steadq::{EnqueueOptions, Error, ErrorKind, JobId, Options, Queue, Reason, State};
 
 fn parse_job_id(s: &str) -> Result<JobId, CliError> {
@@ -382,8 +385,8 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     )
     .inspect_err(|_| made_file(&a.payload_out))?;
     let lease = match a.wait {
-        Some(w) => q.claim_wait(a.lease, w),
-        None => q.claim_for(a.lease),
+        Some(w) => claim_waiting(&q, &a.dir, a.lease, w),
+        None => q.claim_for(a.lease).map_err(CliError::from),
     };
     let lease = lease.inspect_err(|_| made_file(&a.payload_out))?;
     let Some(lease) = lease else {
@@ -414,6 +417,45 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         }
     }
     print_handle(lease)
+}
+
+/// `claim --wait`: [`Queue::claim_wait`] that stops within about a second, not done (exit
+/// 2), when a directory of the queue is removed or replaced while it waits (it waited out
+/// its timeout on directories no job reaches and exited 3 "no job ready"), as `work` does.
+fn claim_waiting(
+    q: &Queue,
+    dir: &Path,
+    lease: Duration,
+    wait: Duration,
+) -> Result<Option<steadq::Lease>, CliError> {
+    let (stop, done) = (AtomicBool::new(false), AtomicBool::new(false));
+    let gone = std::sync::Mutex::new(None);
+    let got = std::thread::scope(|s| {
+        s.spawn(|| {
+            // Ends within 250 ms of the claim; checks the layout once a second.
+            let mut tick = 0u32;
+            while !done.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(250));
+                tick += 1;
+                if !tick.is_multiple_of(4) {
+                    continue;
+                }
+                if let Some(e) = super::work::queue_replaced(q, dir, "this claim waited") {
+                    *gone.lock().unwrap() = Some(e);
+                    stop.store(true, Ordering::SeqCst);
+                    break;
+                }
+            }
+        });
+        let got = q.claim_wait_until(lease, wait, &stop);
+        done.store(true, Ordering::SeqCst);
+        got
+    });
+    match gone.into_inner().unwrap() {
+        // A job claimed just before the check saw the change is still a claim.
+        Some(e) if !matches!(got, Ok(Some(_))) => Err(e),
+        _ => got.map_err(CliError::from),
+    }
 }
 
 /// Why open payload file `f` may be one of the queue `dir`'s own files, if it may: only a

@@ -355,6 +355,22 @@ fn spawn_short_of_resources(e: &std::io::Error) -> bool {
 /// Once a second: stop (exit 2) when a directory of the queue was removed or replaced; while
 /// every slot is busy, recover every half lease so a crashed worker's job comes back (an idle
 /// slot's waiting claim does that itself, at the lease's deadline).
+/// Not done (exit 2) when a directory of queue `q` at `dir` was removed or replaced while
+/// `during` (an operator ran `rm -r` and `steadq init`): this handle holds the old
+/// directories, which no job reaches any more ([`steadq::Queue::replaced_dir`]).
+pub(super) fn queue_replaced(
+    q: &steadq::Queue,
+    dir: &std::path::Path,
+    during: &str,
+) -> Option<CliError> {
+    q.replaced_dir().map(|rel| {
+        CliError::not_done(format!(
+            "{}: {rel} was removed or replaced while {during}; stopping (start it again to use the new layout)",
+            dir.display()
+        ))
+    })
+}
+
 fn watch_queue(
     a: &Work,
     q: &steadq::Queue,
@@ -370,11 +386,8 @@ fn watch_queue(
             continue;
         }
         last = Instant::now();
-        if let Some(rel) = q.replaced_dir() {
-            *fatal.lock().unwrap() = Some(CliError::not_done(format!(
-                "{}: {rel} was removed or replaced while this worker ran; stopping (start it again to use the new layout)",
-                a.dir.display()
-            )));
+        if let Some(e) = queue_replaced(q, &a.dir, "this worker ran") {
+            *fatal.lock().unwrap() = Some(e);
             STOP.store(true, Ordering::SeqCst);
             break;
         }

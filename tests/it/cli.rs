@@ -2850,3 +2850,44 @@ fn settling_a_lease_whose_file_changed_exits_6_and_names_dead() {
         assert!(dead.contains("corrupt"), "{op}: {dead}");
     }
 }
+
+/// `claim --wait` on a queue removed and made again while it waited went on waiting on the
+/// old directories, which no job reaches, and exited 3 "no job ready" at its timeout
+/// (breaker finding). It stops within about a second, exit 2, naming the queue, as `work`.
+#[test]
+fn claim_wait_on_a_queue_removed_meanwhile_fails_not_done() {
+    let d = TempDir::new("cli-claim-wait-gone");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs]).status.success());
+    let claim = Command::new(BIN)
+        .args(["claim", qs, "--wait", "120s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Waiting means it holds an inotify descriptor.
+    let fds = format!("/proc/{}/fd", claim.id());
+    let t0 = Instant::now();
+    while !std::fs::read_dir(&fds).unwrap().flatten().any(|e| {
+        std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("inotify"))
+    }) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "claim never waited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::remove_dir_all(&q).unwrap();
+    assert!(steadq(&["init", qs]).status.success());
+    let removed = Instant::now();
+    let o = claim.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("was removed or replaced while this claim waited"),
+        "{err}"
+    );
+    assert!(err.contains(qs), "{err}");
+    assert!(o.stdout.is_empty());
+    assert!(removed.elapsed() < Duration::from_secs(60), "{err}");
+}
