@@ -824,13 +824,24 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
         Err(e) if matches!(e.kind(), ErrorKind::Corrupt(_)) => return show_corrupt(&a, &q, &l, &e),
         Err(e) => return Err(e.into()),
     };
+    // A receipt cut to its 128-byte header (`--receipts header`, or `compact`) verifies, but
+    // its payload is gone: its stream is empty although the header counts bytes.
+    let not_kept = || {
+        CliError::not_done(format!(
+            "{}: job {id} is a receipt cut to its header: its {}-byte payload was not kept",
+            a.dir.display(),
+            h.payload_len
+        ))
+    };
     if a.raw {
         let mut buf = vec![0u8; 64 * 1024];
+        let mut total = 0u64;
         loop {
             match std::io::Read::read(&mut payload, &mut buf) {
+                Ok(0) if total == 0 && h.payload_len > 0 => return Err(not_kept()),
                 Ok(0) => return Ok(Exit::Done),
                 Ok(n) if !stdout::write(&buf[..n]) => return Ok(Exit::Done),
-                Ok(_) => {}
+                Ok(n) => total += n as u64,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(CliError::not_done(e.to_string())),
             }
@@ -846,6 +857,10 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
     out!("envelope  {}", steadq::format::hex32(&h.envelope_sha256));
     let (text, head) = utf8_head(&mut payload).map_err(|e| CliError::not_done(e.to_string()))?;
     match head {
+        Some(t) if t.is_empty() && h.payload_len > 0 => out!(
+            "payload   (not kept: the receipt was cut to its header; {} bytes)",
+            h.payload_len
+        ),
         Some(t) if text => out!("payload   {t}"),
         _ => out!(
             "payload   ({} bytes of {}; --raw prints it)",

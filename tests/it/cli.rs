@@ -2891,3 +2891,35 @@ fn claim_wait_on_a_queue_removed_meanwhile_fails_not_done() {
     assert!(o.stdout.is_empty());
     assert!(removed.elapsed() < Duration::from_secs(60), "{err}");
 }
+
+/// `show --raw` of a receipt kept as its header only (`init --receipts header`) printed 0
+/// bytes and exited 0, as if the payload had been empty, and the text view printed an empty
+/// payload line (breaker finding). Now `--raw` exits 2 saying the payload was not kept, and
+/// the text view says so; a kept receipt still prints its payload.
+#[test]
+fn show_raw_of_a_header_only_receipt_says_the_payload_was_not_kept() {
+    let d = TempDir::new("cli-show-header-rct");
+    std::fs::create_dir_all(d.path()).unwrap();
+    for (mode, kept) in [("header", false), ("job", true)] {
+        let q = d.path().join(mode);
+        let qs = p(&q);
+        assert!(steadq(&["init", qs, "--receipts", mode]).status.success());
+        let e = steadq_in(&["enqueue", qs], b"hello\n");
+        let id = text(&e.stdout).trim().to_string();
+        let w = steadq(&["work", qs, "--once", "--", "cat"]);
+        assert_eq!(w.status.code(), Some(0), "{}", text(&w.stderr));
+        let raw = steadq(&["show", qs, &id, "--raw"]);
+        let view = text(&steadq(&["show", qs, &id]).stdout);
+        if kept {
+            assert_eq!(raw.status.code(), Some(0), "{}", text(&raw.stderr));
+            assert_eq!(raw.stdout, b"hello\n");
+            assert!(view.contains("payload   hello"), "{view}");
+        } else {
+            let err = text(&raw.stderr);
+            assert_eq!(raw.status.code(), Some(2), "{err}");
+            assert!(err.contains("its 6-byte payload was not kept"), "{err}");
+            assert!(raw.stdout.is_empty());
+            assert!(view.contains("payload   (not kept"), "{view}");
+        }
+    }
+}
