@@ -77,13 +77,16 @@ fn main() {
         }
     };
     // Output that could not be written is not success: 8 when the command was done anyway
-    // (a retry would do it twice), 2 when it changed nothing; any other code stands.
+    // (a retry would do it twice), 2 when it changed nothing. So for fsck's 5: the list of
+    // problems is what it reports, and a script that acts on 5 would act on a list it never
+    // got (8 with --quarantine, which moved files). Any other code stands.
     let code = match cli::stdout::failure() {
         Some(msg) => {
             eprintln!("steadq: {msg}");
+            let reported = code == Exit::Done.code() || code == Exit::Problems.code();
             match code {
-                0 if cli::stdout::was_done() => Exit::DoneOutputLost.code(),
-                0 => Exit::NotDone.code(),
+                _ if reported && cli::stdout::was_done() => Exit::DoneOutputLost.code(),
+                _ if reported => Exit::NotDone.code(),
                 c => c,
             }
         }

@@ -2923,3 +2923,34 @@ fn show_raw_of_a_header_only_receipt_says_the_payload_was_not_kept() {
         }
     }
 }
+
+/// `fsck` that found problems but could not write their list (stdout on a full disk)
+/// exited 5, "problems found", as if the list had been written (breaker finding). A script
+/// acting on 5 would act on a list it never got: now 2 (not done), and the write failure
+/// is named on stderr. With the list written it still exits 5.
+#[test]
+fn fsck_whose_list_of_problems_is_lost_does_not_exit_5() {
+    let d = TempDir::new("cli-fsck-full");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs, "--shards", "1"]).status.success());
+    std::fs::write(q.join("ready/00/junk"), b"not a job").unwrap();
+    let o = steadq(&["fsck", qs]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("junk"), "{}", text(&o.stdout));
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(BIN)
+        .args(["fsck", qs])
+        .stdin(Stdio::null())
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("could not be written to stdout"), "{err}");
+    assert!(err.contains("1 problems"), "{err}");
+}
