@@ -59,8 +59,9 @@ pub enum ProblemKind {
     /// moved (`--quarantine` moves no root entry); in `prio/` or a shard parent it is
     /// quarantined like any stray.
     NotADirectory,
-    /// A settings file that does not decode (`steadq.limits`: every enqueue fails while it
-    /// is damaged). Reported, never moved.
+    /// A file that does not decode: `steadq.limits` (every enqueue fails while it is
+    /// damaged), or a live idempotency key entry in `keys/` (every enqueue with its key
+    /// fails). Reported, never moved.
     Damaged(&'static str),
     /// An entry of `keys/` whose name is neither a key entry's nor a tombstone's.
     NotKeyName,
@@ -964,16 +965,33 @@ impl Queue {
                 ))
             }
         };
-        let mut odd = Vec::new();
+        let (mut odd, mut live) = (Vec::new(), Vec::new());
         self.sys
             .read_dir(keys.as_fd(), |name, _, t| {
                 rep.checked += 1;
                 let named = name.is_some_and(crate::ops::keys::is_key_name);
                 if !named || !matches!(t, EntryType::File | EntryType::Unknown) {
                     odd.push(name.unwrap_or("?").to_string());
+                } else if let Some(n) = name.filter(|n| crate::ops::keys::is_entry_name(n)) {
+                    live.push(n.to_string());
                 }
             })
             .map_err(|e| self.read_dir_error(e, KEYS_DIR))?;
+        // A live entry that does not decode fails every enqueue with its key. Reported and
+        // left in place: removing it would let the key's job be enqueued twice.
+        for name in live {
+            if self.key_entry_damaged(keys.as_fd(), &name) {
+                rep.problems.push(Problem {
+                    path: format!("{KEYS_DIR}/{name}"),
+                    kind: ProblemKind::Damaged(
+                        "the idempotency key entry does not decode (or names another key), \
+                         and every enqueue with its key fails; left in place: removing it \
+                         lets that key's job be enqueued again",
+                    ),
+                    quarantined: false,
+                });
+            }
+        }
         for name in odd {
             let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
             let kind = match self.typed(keys.as_fd(), &name, kind) {

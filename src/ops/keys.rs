@@ -709,6 +709,30 @@ impl Queue {
     }
 }
 
+impl Queue {
+    /// Whether live key entry `name` (64 hex) of `keys/` is damaged: it reads, but does not
+    /// decode or names a key that does not hash to `name`. Every enqueue with its key then
+    /// fails (`BadKeyEntry`) until the operator removes it, which lets the key's job be
+    /// enqueued again: their call, so fsck only reports it. `false` when it reads and
+    /// decodes, or cannot be read (vanished, no right), which says nothing of its content.
+    pub(crate) fn key_entry_damaged(&self, keys: BorrowedFd<'_>, name: &str) -> bool {
+        let mut buf = Vec::new();
+        let read = self
+            .sys
+            .open_file_ro(keys, name)
+            .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf));
+        if read.is_err() {
+            return false;
+        }
+        let entry = std::str::from_utf8(&buf)
+            .ok()
+            .and_then(|t| Entry::decode(t, 0));
+        entry
+            .and_then(|e| Key::new(&e.key))
+            .is_none_or(|k| k.entry_name(self.ident.id) != name)
+    }
+}
+
 /// A live key entry's name: 64 lowercase hex digits.
 pub(crate) fn is_entry_name(n: &str) -> bool {
     n.len() == 64 && n.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))

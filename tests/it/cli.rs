@@ -2954,3 +2954,67 @@ fn fsck_whose_list_of_problems_is_lost_does_not_exit_5() {
     assert!(err.contains("could not be written to stdout"), "{err}");
     assert!(err.contains("1 problems"), "{err}");
 }
+
+/// A damaged idempotency key entry (a live `keys/<64 hex>` that does not decode) fails
+/// every enqueue with its key, yet `fsck` reported 0 problems (breaker finding). Now it is
+/// a problem (exit 5), named, and left in place by `--quarantine`: removing it would let
+/// the key's job be enqueued twice, which is the operator's call.
+#[test]
+fn fsck_reports_a_damaged_key_entry() {
+    let d = TempDir::new("cli-fsck-key");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs]).status.success());
+    let mut ids = Vec::new();
+    for key in ["order-1", "order-2"] {
+        let e = steadq_in(&["enqueue", qs, "--key", key], b"x");
+        assert_eq!(e.status.code(), Some(0), "{}", text(&e.stderr));
+        ids.push(text(&e.stdout));
+    }
+    let o = steadq(&["fsck", qs]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let mut entries: Vec<_> = std::fs::read_dir(q.join("keys"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    assert_eq!(entries.len(), 2);
+    let damaged = &entries[0];
+    let name = damaged.file_name().unwrap().to_str().unwrap().to_string();
+    std::fs::write(damaged, b"steadq-key 1\nkey=\x00garbage\n").unwrap();
+    for args in [&["fsck", qs][..], &["fsck", qs, "--quarantine"]] {
+        let o = steadq(args);
+        let out = text(&o.stdout);
+        assert_eq!(
+            o.status.code(),
+            Some(5),
+            "{args:?}: {out}{}",
+            text(&o.stderr)
+        );
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(out.contains(&format!("keys/{name}")), "{out}");
+        assert!(
+            out.contains("idempotency key entry does not decode"),
+            "{out}"
+        );
+        assert!(damaged.exists(), "{args:?} moved it");
+    }
+    // The damaged key's enqueue fails naming the entry; the other key's duplicate is still
+    // found (exit 0, its first job's id).
+    let mut failed = 0;
+    for (key, id) in ["order-1", "order-2"].into_iter().zip(&ids) {
+        let e = steadq_in(&["enqueue", qs, "--key", key], b"x");
+        let err = text(&e.stderr);
+        if err.contains(&name) {
+            failed += 1;
+            assert_eq!(e.status.code(), Some(2), "{err}");
+            assert!(err.contains("key entry is damaged"), "{err}");
+        } else {
+            assert_eq!(e.status.code(), Some(0), "{err}");
+            assert_eq!(&text(&e.stdout), id, "{err}");
+        }
+    }
+    assert_eq!(failed, 1);
+}
