@@ -618,7 +618,8 @@ impl Queue {
 
     /// Jobs the claims of this handle (and its clones) moved to dead since it was opened,
     /// instead of handing them out: corrupt, larger than [`Options::max_payload`] (reason
-    /// `toolarge`) or out of attempts. A claim that returns `Ok(None)` after such a move did
+    /// `toolarge`) or out of attempts, also an expired lease with no attempt left that its
+    /// sweep found (each is logged at warn level, naming the job). A claim that returns `Ok(None)` after such a move did
     /// handle a job: `steadq work --once` exits 0 then, not 3.
     pub fn claims_dead_lettered(&self) -> u64 {
         self.claim_dead.load(std::sync::atomic::Ordering::Relaxed)

@@ -638,6 +638,16 @@ impl Queue {
                 false,
             );
             self.move_job(&from, n, &dead, &to, Op::ExpireExhausted)?;
+            // Named, and counted as a claim's dead-lettering: `work --once` whose sweep did
+            // this said nothing and exited 3 "no job ready".
+            log::warn!(
+                "job {}: lease expired with no attempt left (attempt {}/{}); dead-lettered (reason exhausted)",
+                n.id,
+                n.attempt,
+                n.max_attempts
+            );
+            self.claim_dead
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             None
         } else {
             let to = n.next(Kind::Ready, false);
@@ -704,6 +714,12 @@ impl Queue {
             );
             return match self.move_job(&here, &name, &dead, &to, Op::ClaimExhausted) {
                 Ok(()) => {
+                    log::warn!(
+                        "job {}: no attempt left (attempt {}/{}); dead-lettered (reason exhausted)",
+                        name.id,
+                        name.attempt,
+                        name.max_attempts
+                    );
                     self.claim_dead
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     Ok(None)
@@ -819,6 +835,10 @@ impl Queue {
         let file = match self.sys.open_file_ro(to.dir.fd(), &raw) {
             Ok(f) => f,
             Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
+                log::warn!(
+                    "{}: not a regular file; dead-lettered (reason corrupt)",
+                    self.path(&rel()).display()
+                );
                 self.dead_letter(shard, leased, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 return Ok(None);
             }

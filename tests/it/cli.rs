@@ -3018,3 +3018,60 @@ fn fsck_reports_a_damaged_key_entry() {
     }
     assert_eq!(failed, 1);
 }
+
+/// An expired lease with no attempt left, dead-lettered by the sweep of `work --once`'s
+/// claim, went unsaid: the job vanished from ready and `work --once` exited 3 "no job
+/// ready" (breaker finding). Now the job is named in a warning and `work --once` exits 0,
+/// having handled it. A ready job with no attempt left (released by a stopped worker),
+/// dead-lettered by the claim itself, is named too ("see above" pointed at nothing).
+#[test]
+fn an_expired_lease_with_no_attempt_left_is_named_when_dead_lettered() {
+    let d = TempDir::new("cli-expired-exhausted");
+    std::fs::create_dir_all(d.path()).unwrap();
+    // Expired lease, attempt 1/1.
+    let q = d.path().join("expired");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs]).status.success());
+    let e = steadq_in(&["enqueue", qs, "--max-attempts", "1"], b"a");
+    let id = text(&e.stdout).trim().to_string();
+    let c = steadq(&["claim", qs, "--lease", "1s", "--payload-out", "/dev/null"]);
+    assert_eq!(c.status.code(), Some(0), "{}", text(&c.stderr));
+    std::thread::sleep(Duration::from_millis(1300));
+    let o = steadq(&["work", qs, "--once", "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!(
+            "job {id}: lease expired with no attempt left (attempt 1/1); dead-lettered (reason exhausted)"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("1 job(s) dead-lettered (see above)"), "{err}");
+    let dead = text(&steadq(&["list", qs, "--state", "dead"]).stdout);
+    assert!(dead.contains(&id) && dead.contains("exhausted"), "{dead}");
+    // Ready with attempt 1/1: a lease dropped unsettled is released keeping its attempt.
+    let q = d.path().join("ready");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs]).status.success());
+    let e = steadq_in(&["enqueue", qs, "--max-attempts", "1"], b"a");
+    let id = text(&e.stdout).trim().to_string();
+    {
+        let lq = Queue::open(&q).unwrap();
+        let l = lq.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        drop(l);
+    }
+    let listed = text(&steadq(&["list", qs]).stdout);
+    assert!(
+        listed.starts_with("ready") && listed.contains("attempt 1/1"),
+        "{listed}"
+    );
+    let o = steadq(&["work", qs, "--once", "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!(
+            "job {id}: no attempt left (attempt 1/1); dead-lettered (reason exhausted)"
+        )),
+        "{err}"
+    );
+}
