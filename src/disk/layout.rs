@@ -68,8 +68,27 @@ pub const DEAD_BUCKET_NS: u64 = 86_400 * 1_000_000_000;
 
 /// The 2-hex name of shard directory `shard` (shards are 1..=256).
 pub fn shard_name(shard: u16) -> heapless::String<4> {
+    // By hand, not `write!(s, "{:02x}")`: core::fmt was 6% of a tmpfs lifecycle's user CPU
+    // (every claim, ack and enqueue names its shard directory for its messages).
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = match shard {
+        0..=0xff => 2,
+        0x100..=0xfff => 3,
+        _ => 4,
+    };
     let mut s = heapless::String::new();
-    let _ = write!(s, "{:02x}", shard);
+    for i in (0..digits).rev() {
+        let _ = s.push(HEX[usize::from((shard >> (4 * i)) & 0xf)] as char);
+    }
+    s
+}
+
+/// `<dir>/<shard name>` as a [`DirRel`], without core::fmt (see [`shard_name`]).
+fn shard_under(dir: &str, shard: u16) -> DirRel {
+    let mut s = DirRel::new();
+    let _ = s.push_str(dir);
+    let _ = s.push('/');
+    let _ = s.push_str(&shard_name(shard));
     s
 }
 
@@ -88,12 +107,12 @@ pub(crate) fn dir_rel(args: core::fmt::Arguments<'_>) -> DirRel {
 
 /// `ready/<ss>`, relative to the root.
 pub(crate) fn ready_shard(shard: u16) -> DirRel {
-    dir_rel(format_args!("{READY_DIR}/{}", shard_name(shard)))
+    shard_under(READY_DIR, shard)
 }
 
 /// `receipts/<ss>`, relative to the root.
 pub(crate) fn receipts_shard(shard: u16) -> DirRel {
-    dir_rel(format_args!("{RECEIPTS_DIR}/{}", shard_name(shard)))
+    shard_under(RECEIPTS_DIR, shard)
 }
 
 /// The 16-hex name of a time bucket directory: `index = unix_ns / width_ns`.
@@ -133,6 +152,19 @@ pub(crate) fn bucket_start(index: u64, width_ns: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shard_names_are_two_or_more_lowercase_hex_digits() {
+        for shard in (0..=300u16).chain([0xfff, 0x1000, 0xabcd, u16::MAX]) {
+            let want = format!("{shard:02x}");
+            assert_eq!(shard_name(shard).as_str(), want);
+            assert_eq!(ready_shard(shard).as_str(), format!("{READY_DIR}/{want}"));
+            assert_eq!(
+                receipts_shard(shard).as_str(),
+                format!("{RECEIPTS_DIR}/{want}")
+            );
+        }
+    }
 
     #[test]
     fn bucket_names_round_trip() {
