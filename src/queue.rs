@@ -473,6 +473,12 @@ impl Queue {
                     );
                 }
             }
+            // It exists (an `init` of an existing queue by a user who may not write it):
+            // nothing to make, nothing to say.
+            Err(_)
+                if sys
+                    .stat_nofollow(rootfd.as_fd(), crate::disk::layout::EVIDENCE_FILE)
+                    .is_ok() => {}
             Err(e) => log::warn!(
                 "{}: not made now ({}); the first compaction makes it",
                 root.join(crate::disk::layout::EVIDENCE_FILE).display(),

@@ -429,8 +429,20 @@ impl Queue {
                 quarantined: false,
             });
         }
-        // With a wrong identity every check is suspect: move nothing.
-        let quarantine = quarantine && mismatch.is_none();
+        // With a wrong identity every check is suspect: move nothing. Nor with a file or a
+        // symlink at `quarantine` (never followed): every move would fail, and the first
+        // failure stopped the run with "Not a directory", listing nothing.
+        let blocked = bad
+            .iter()
+            .any(|b| b.0.is_empty() && b.1 == QUARANTINE_DIR && b.2 == ProblemKind::NotADirectory);
+        if quarantine && blocked {
+            log::warn!(
+                "{}: not a directory (a file or a symlink, never followed): nothing was moved; \
+                 move it away to quarantine",
+                self.path(QUARANTINE_DIR).display()
+            );
+        }
+        let quarantine = quarantine && mismatch.is_none() && !blocked;
         for (dir, name, kind) in bad {
             let path = if dir.is_empty() {
                 name.clone()
@@ -927,8 +939,15 @@ impl Queue {
                  enqueue fails until it is fixed: set the limits again (`steadq init DIR \
                  --max-jobs N|none --max-bytes N|none`)",
             ),
-            Err(e) => match e.kind() {
-                crate::ErrorKind::Io { errno, .. } => ProblemKind::Unreadable(*errno),
+            Err(e) => match (e.kind(), e.errno()) {
+                // Opened without following: a symlink (or a fifo) in its place is named by
+                // its type, not "unreadable: Too many levels of symbolic links".
+                (_, Some(x)) if x == Errno::LOOP.into() || x == Errno::NXIO.into() => self.typed(
+                    self.dirs.root.as_fd(),
+                    crate::disk::layout::LIMITS_FILE,
+                    ProblemKind::Foreign(Foreign::NotRegular),
+                ),
+                (crate::ErrorKind::Io { errno, .. }, _) => ProblemKind::Unreadable(*errno),
                 _ => return,
             },
         };
@@ -1017,7 +1036,10 @@ impl Queue {
                 Ok(false) => return None,
                 Err(k) => k,
             },
-            _ => ProblemKind::Foreign(Foreign::WrongPlace),
+            // Not a job name at all: say so, not "of the wrong kind" (a stray `notes.txt` in
+            // `tmp/` was called a job name of the wrong kind).
+            (_, Err(e)) => ProblemKind::Foreign(Foreign::Name(e)),
+            (None, Ok(_)) => ProblemKind::Foreign(Foreign::WrongPlace),
         };
         Some(self.typed(dir, name, kind))
     }

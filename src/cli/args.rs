@@ -100,22 +100,24 @@ pub fn max_attempts(s: &str) -> Result<u32, String> {
     }
 }
 
-/// `--max-payload`: a byte count of at least 1 (0 was refused later, exit 2 instead of 1).
+/// `--max-payload`: a byte count of 1..=u64::MAX (0 was refused later, exit 2 instead of 1).
 pub fn max_payload(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(n @ 1..) => Ok(n),
         _ => Err(format!(
-            "bad --max-payload '{s}': a byte count of at least 1"
+            "bad --max-payload '{s}': a byte count from 1 to {}",
+            u64::MAX
         )),
     }
 }
 
-/// `--evidence-max`: a byte count of at least 1 (0 was refused later, exit 2 instead of 1).
+/// `--evidence-max`: a byte count of 1..=u64::MAX (0 was refused later, exit 2 instead of 1).
 pub fn evidence_max(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(n @ 1..) => Ok(n),
         _ => Err(format!(
-            "bad --evidence-max '{s}': a byte count of at least 1"
+            "bad --evidence-max '{s}': a byte count from 1 to {}",
+            u64::MAX
         )),
     }
 }

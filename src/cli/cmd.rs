@@ -944,7 +944,8 @@ fn show_corrupt(a: &Show, q: &Queue, l: &steadq::Listed, e: &Error) -> Result<Ex
         return Ok(Exit::Done);
     }
     Err(CliError::not_done(format!(
-        "{}: corrupt job file ({c}), not yet dead-lettered (a claim or `steadq fsck` will)",
+        "{}: corrupt job file ({c}), not yet dead-lettered: the next claim that reaches it \
+         moves it to dead/ (`steadq fsck` reports it; `--quarantine` moves it to quarantine/)",
         path.display()
     )))
 }

@@ -32,7 +32,9 @@ impl core::fmt::Display for Foreign {
             Foreign::Name(NameError::Tag) => {
                 "foreign: name tag mismatch (corrupt name or another queue's job)"
             }
-            Foreign::WrongPlace => "foreign: job name of the wrong kind for this directory",
+            Foreign::WrongPlace => {
+                "foreign: a job name that does not belong in this directory (another state, shard or bucket: fsck names where)"
+            }
             Foreign::NotRegular => "foreign: not a regular file",
         })
     }

@@ -3075,3 +3075,123 @@ fn an_expired_lease_with_no_attempt_left_is_named_when_dead_lettered() {
         "{err}"
     );
 }
+
+/// Messages a breaker found wrong: a non-job file in `tmp/` was "a job name of the wrong
+/// kind" (it is not a job name); a symlink in place of `steadq.limits` was "unreadable: Too
+/// many levels of symbolic links" (it is a symlink, never followed); `--max-payload` and
+/// `--evidence-max` past u64 said "at least 1"; `show` of a corrupt ready job said fsck
+/// would dead-letter it (fsck reports or quarantines it; a claim dead-letters it).
+#[test]
+fn messages_name_what_is_there() {
+    let d = TempDir::new("cli-messages");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs, "--shards", "1"]).status.success());
+    std::fs::write(q.join("tmp/notes.txt"), b"x").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", q.join("steadq.limits")).unwrap();
+    let o = steadq(&["fsck", qs]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(5), "{out}");
+    assert!(
+        out.contains("tmp/notes.txt: foreign: not a SteadQ job name"),
+        "{out}"
+    );
+    assert!(out.contains("steadq.limits: foreign: symlink"), "{out}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    for flag in ["--max-payload", "--evidence-max"] {
+        let cmd = if flag == "--max-payload" {
+            "claim"
+        } else {
+            "init"
+        };
+        let o = steadq(&[cmd, qs, flag, "18446744073709551616"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("a byte count from 1 to 18446744073709551615"),
+            "{err}"
+        );
+    }
+    // A corrupt ready job, shown.
+    let q2 = d.path().join("q2");
+    let q2s = p(&q2);
+    assert!(steadq(&["init", q2s, "--shards", "1"]).status.success());
+    let id = text(&steadq_in(&["enqueue", q2s], b"hello").stdout)
+        .trim()
+        .to_string();
+    let job = std::fs::read_dir(q2.join("ready/00"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&job).unwrap();
+    let at = bytes.len() - 1;
+    bytes[at] ^= 1;
+    std::fs::write(&job, &bytes).unwrap();
+    let o = steadq(&["show", q2s, &id]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("the next claim that reaches it"), "{err}");
+    assert!(!err.contains("fsck` will"), "{err}");
+}
+
+/// `fsck --quarantine` with a symlink at `quarantine` (never followed) failed on its first
+/// move with "Not a directory" and listed nothing, though plain `fsck` named every problem
+/// (breaker finding). Now it lists them all, moves nothing, says why, and exits 5.
+#[test]
+fn fsck_quarantine_with_a_symlinked_quarantine_lists_and_moves_nothing() {
+    let d = TempDir::new("cli-fsck-qlink");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs, "--shards", "1"]).status.success());
+    std::fs::write(q.join("ready/00/junk"), b"x").unwrap();
+    let elsewhere = d.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, q.join("quarantine")).unwrap();
+    let o = steadq(&["fsck", qs, "--quarantine"]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(5), "{out}{err}");
+    assert!(out.contains("ready/00/junk: "), "{out}");
+    assert!(out.contains("quarantine: not a directory"), "{out}");
+    assert!(err.contains("nothing was moved"), "{err}");
+    assert!(err.contains("0 dealt with"), "{err}");
+    assert!(q.join("ready/00/junk").exists());
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
+/// A job moved into another shard: a claim passing it over called it "a job name of the
+/// wrong kind for this directory" while fsck called it misplaced (breaker finding). The
+/// claim's warning now says it does not belong there and that fsck names where.
+#[test]
+fn a_job_in_another_shard_is_not_called_the_wrong_kind() {
+    let d = TempDir::new("cli-other-shard");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs, "--shards", "2"]).status.success());
+    assert!(steadq_in(&["enqueue", qs], b"x").status.success());
+    let (from, to) = if std::fs::read_dir(q.join("ready/00")).unwrap().count() == 1 {
+        ("ready/00", "ready/01")
+    } else {
+        ("ready/01", "ready/00")
+    };
+    let job = std::fs::read_dir(q.join(from))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    std::fs::rename(job.path(), q.join(to).join(job.file_name())).unwrap();
+    let o = steadq(&["claim", qs]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("does not belong in this directory"), "{err}");
+    assert!(!err.contains("wrong kind"), "{err}");
+    let out = text(&steadq(&["fsck", qs]).stdout);
+    assert!(
+        out.contains(&format!("misplaced: its name belongs in {from}/")),
+        "{out}"
+    );
+}

@@ -4006,3 +4006,27 @@ fn work_once_at_any_open_file_limit_acks_or_changes_nothing() {
     }
     panic!("no limit up to 48 let `work --once` run its job");
 }
+
+/// `init` of an existing queue by a user who may not write it warned that `evidence.log`
+/// was "not made now; the first compaction makes it", though it was there (breaker
+/// finding): its open for appending failed with `EACCES`. An existing file draws no warning.
+#[test]
+fn init_of_an_existing_queue_it_may_not_write_does_not_warn_about_evidence_log() {
+    let Some(t) = AsNobody::new("init-evidence") else {
+        return;
+    };
+    let o = run(&["init", t.q.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(t.q.join("evidence.log").exists());
+    let (code, _, err) = t.run("$S init $Q");
+    assert!(!err.contains("evidence.log"), "{code:?}: {err}");
+    assert!(!err.contains("not made now"), "{code:?}: {err}");
+    // Where it is missing and cannot be made, the warning stays.
+    std::fs::remove_file(t.q.join("evidence.log")).unwrap();
+    let (code, _, err) = t.run("$S init $Q");
+    assert!(
+        err.contains("evidence.log: not made now"),
+        "{code:?}: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&t.base);
+}
