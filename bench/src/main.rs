@@ -17,6 +17,7 @@
 //! `bench/results/<unix time>/` (results.tsv, ratios.tsv, chart.svg), which git ignores.
 
 mod bare;
+mod journal;
 mod redis;
 mod report;
 mod run;
@@ -230,16 +231,25 @@ fn main() -> Res<()> {
         eprintln!("redis-server not installed: Redis cases skipped");
     }
     let cases = cases(&a, server.is_some());
+    // On ext3/ext4, the journal commits of each case are counted (jbd2's count, before and
+    // after: the case's setup and cleanup included, a few commits per case).
+    let jbd2 = journal::info_file(&base);
+    if let Some(p) = &jbd2 {
+        eprintln!("counting journal commits from {}", p.display());
+    }
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); cases.len()];
     for round in 0..a.rounds {
         for (i, c) in cases.iter().enumerate() {
             // Redis keeps its lists across cases; they are empty after each lifecycle.
-            let r = run_case(
+            let before = jbd2.as_deref().and_then(journal::commits);
+            let mut r = run_case(
                 c,
                 &base.join(format!("case{i}")),
                 &a,
                 server.as_ref().map(|s| s.port),
             )?;
+            let after = jbd2.as_deref().and_then(journal::commits);
+            r.commits = before.zip(after).map(|(b, a)| a.saturating_sub(b));
             eprintln!(
                 "round {} {:<7} {:<15} {}w {:>9.0} jobs/s",
                 round + 1,

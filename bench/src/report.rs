@@ -125,18 +125,19 @@ pub fn print(cases: &[Case], runs: &[Run], ratios: &[Ratio], dir: &std::path::Pa
         dir.display()
     );
     println!(
-        "{:<8} {:<15} {:>7} {:>10} {:>10} {:>10}",
-        "system", "mode", "workers", "jobs/s", "p50 us", "p99 us"
+        "{:<8} {:<15} {:>7} {:>10} {:>10} {:>10} {:>12}",
+        "system", "mode", "workers", "jobs/s", "p50 us", "p99 us", "commits/job"
     );
     for (c, r) in cases.iter().zip(runs) {
         println!(
-            "{:<8} {:<15} {:>7} {:>10.0} {:>10.1} {:>10.1}",
+            "{:<8} {:<15} {:>7} {:>10.0} {:>10.1} {:>10.1} {:>12}",
             c.system,
             c.mode,
             c.workers,
             r.rate(),
             r.quantile_us(0.5),
-            r.quantile_us(0.99)
+            r.quantile_us(0.99),
+            commits_cell(r)
         );
     }
     println!("\nratios (same run: of the medians; lowest-highest of one round's pair):");
@@ -149,11 +150,13 @@ pub fn print(cases: &[Case], runs: &[Run], ratios: &[Ratio], dir: &std::path::Pa
 }
 
 pub fn tsv(cases: &[Case], runs: &[Run], ratios: &[Ratio]) -> String {
-    let mut s = String::from("system\tmode\tworkers\tjobs\tsecs\tjobs_per_s\tp50_us\tp99_us\n");
+    let mut s = String::from(
+        "system\tmode\tworkers\tjobs\tsecs\tjobs_per_s\tp50_us\tp99_us\tcommits_per_job\n",
+    );
     for (c, r) in cases.iter().zip(runs) {
         let _ = writeln!(
             s,
-            "{}\t{}\t{}\t{}\t{:.3}\t{:.1}\t{:.1}\t{:.1}",
+            "{}\t{}\t{}\t{}\t{:.3}\t{:.1}\t{:.1}\t{:.1}\t{}",
             c.system,
             c.mode,
             c.workers,
@@ -161,13 +164,20 @@ pub fn tsv(cases: &[Case], runs: &[Run], ratios: &[Ratio]) -> String {
             r.secs,
             r.rate(),
             r.quantile_us(0.5),
-            r.quantile_us(0.99)
+            r.quantile_us(0.99),
+            commits_cell(r).trim_start_matches('-')
         );
     }
     for r in ratios {
-        let _ = writeln!(s, "ratio\t{}\t\t\t\t{:.3}\t\t", r.name, r.of_medians);
+        let _ = writeln!(s, "ratio\t{}\t\t\t\t{:.3}\t\t\t", r.name, r.of_medians);
     }
     s
+}
+
+/// Journal commits per job with two decimals, `-` where they were not counted.
+fn commits_cell(r: &Run) -> String {
+    r.commits_per_job()
+        .map_or_else(|| "-".into(), |c| format!("{c:.2}"))
 }
 
 /// A grouped bar chart: one group per (mode, workers), SteadQ beside each peer; log scale.
@@ -252,6 +262,7 @@ mod tests {
             jobs,
             secs: 1.0,
             lat: Vec::new(),
+            commits: None,
         }
     }
 
@@ -261,6 +272,21 @@ mod tests {
             mode,
             workers,
         }
+    }
+
+    /// The TSV carries commits per job where they were counted, and an empty cell where
+    /// not; every row has the header's nine fields.
+    #[test]
+    fn the_tsv_has_commits_per_job_where_counted() {
+        let cases = [case("steadq", "strict", 1), case("bare", "strict", 1)];
+        let mut counted = run(400);
+        counted.commits = Some(1216);
+        let t = tsv(&cases, &[counted, run(500)], &[]);
+        let rows: Vec<Vec<&str>> = t.lines().map(|l| l.split('\t').collect()).collect();
+        assert_eq!(rows[0].last(), Some(&"commits_per_job"));
+        assert_eq!(rows[1][8], "3.04");
+        assert_eq!(rows[2][8], "");
+        assert!(rows.iter().all(|r| r.len() == 9), "{t}");
     }
 
     /// The ratio of the medians, and the spread of the paired per-round ratios, which is not

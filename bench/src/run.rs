@@ -2,17 +2,23 @@
 
 use std::time::{Duration, Instant};
 
-/// One run of one system: jobs done, seconds, per-lifecycle latencies (ns, sorted).
+/// One run of one system: jobs done, seconds, per-lifecycle latencies (ns, sorted), and
+/// the journal commits the filesystem made meanwhile (ext3/ext4 only; see `journal.rs`).
 #[derive(Clone, Debug, Default)]
 pub struct Run {
     pub jobs: usize,
     pub secs: f64,
     pub lat: Vec<u64>,
+    pub commits: Option<u64>,
 }
 
 impl Run {
     pub fn rate(&self) -> f64 {
         self.jobs as f64 / self.secs.max(1e-9)
+    }
+    /// Journal commits per job, when they were counted.
+    pub fn commits_per_job(&self) -> Option<f64> {
+        self.commits.map(|c| c as f64 / self.jobs.max(1) as f64)
     }
     /// Quantile `q` (0..=1) of the latencies, µs.
     pub fn quantile_us(&self, q: f64) -> f64 {

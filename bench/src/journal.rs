@@ -1,0 +1,92 @@
+//! Journal commits per job on ext3/ext4: jbd2's commit count for the filesystem under the
+//! benchmark directory, read before and after each case.
+//!
+//! On a journalled filesystem every `fsync(2)` that has something to commit waits for a
+//! jbd2 transaction commit, and a commit costs the device's flushes whatever it carries.
+//! So the commits a system needs per job, more than its syscalls, bound its strict rate.
+//! Source: `/proc/fs/jbd2/<dev>-<ino>/info`, whose first line is "`N` transactions (`M`
+//! requested), each up to `B` blocks" (fs/jbd2/journal.c, `jbd2_seq_info_show`).
+
+use std::path::{Path, PathBuf};
+
+/// The jbd2 `info` file of the filesystem holding `dir`, when it has one (ext3/ext4 with a
+/// journal; `None` on tmpfs, xfs, btrfs, or without `/proc/fs/jbd2`).
+pub fn info_file(dir: &Path) -> Option<PathBuf> {
+    let st = rustix::fs::stat(dir).ok()?;
+    let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+    // /sys/dev/block/MAJ:MIN links to .../block/<name>[/<partition>].
+    let link = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")).ok()?;
+    let dev = link.file_name()?.to_str()?.to_string();
+    let prefix = format!("{dev}-");
+    std::fs::read_dir("/proc/fs/jbd2")
+        .ok()?
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .map(|e| e.path().join("info"))
+}
+
+/// The number of transactions jbd2 has committed, from the text of an `info` file.
+pub fn parse_commits(info: &str) -> Option<u64> {
+    let first = info.lines().next()?;
+    let (n, rest) = first.split_once(' ')?;
+    rest.starts_with("transactions").then_some(())?;
+    n.trim().parse().ok()
+}
+
+/// The commit count now, from `info` (see [`info_file`]).
+pub fn commits(info: &Path) -> Option<u64> {
+    parse_commits(&std::fs::read_to_string(info).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commit_count_is_the_first_number_of_the_first_line() {
+        let info = "5123 transactions (5120 requested), each up to 8192 blocks\n\
+                    average: \n  0ms waiting for transaction\n";
+        assert_eq!(parse_commits(info), Some(5123));
+        assert_eq!(parse_commits("garbage\n"), None);
+        assert_eq!(parse_commits(""), None);
+        assert_eq!(parse_commits("12 blocks\n"), None);
+    }
+
+    /// /tmp's filesystem: a journal is found only when /proc/fs/jbd2 lists its device, and
+    /// then its count reads.
+    #[test]
+    fn the_info_file_is_found_for_a_journalled_filesystem_only() {
+        let dir = std::env::temp_dir();
+        match info_file(&dir) {
+            Some(p) => {
+                assert!(p.starts_with("/proc/fs/jbd2"), "{}", p.display());
+                assert!(commits(&p).is_some());
+            }
+            None => {
+                let st = rustix::fs::stat(&dir).unwrap();
+                let name = format!(
+                    "{}:{}",
+                    rustix::fs::major(st.st_dev),
+                    rustix::fs::minor(st.st_dev)
+                );
+                let dev = std::fs::read_link(format!("/sys/dev/block/{name}"))
+                    .ok()
+                    .and_then(|l| l.file_name().map(|f| f.to_string_lossy().into_owned()));
+                let listed = std::fs::read_dir("/proc/fs/jbd2").ok().is_some_and(|rd| {
+                    rd.flatten().any(|e| {
+                        dev.as_ref().is_some_and(|d| {
+                            e.file_name()
+                                .to_string_lossy()
+                                .starts_with(&format!("{d}-"))
+                        })
+                    })
+                });
+                assert!(!listed, "{name} has a journal but none was found");
+            }
+        }
+    }
+}
