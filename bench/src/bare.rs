@@ -1,6 +1,11 @@
 //! The bare protocol: the same renames and fsyncs as SteadQ's lifecycle, in a handful of
 //! direct syscalls (rustix) and nothing else: no names to parse, no digests, no listing
 //! (a worker claims the job it just enqueued by name), no group commit.
+//!
+//! Two opt-in additions take SteadQ's tmpfs gap to the bare loop apart: `long_names` gives
+//! the three names SteadQ's lengths ([`STEADQ_NAME_LEN`]: the kernel hashes and copies every
+//! byte), and `watch` reads an inotify watch on the ready directory once per job, as an
+//! idle SteadQ worker is woken.
 
 use crate::run::Res;
 use rustix::fs::{self, AtFlags, Mode, OFlags, RenameFlags};
@@ -17,12 +22,18 @@ pub enum Sync {
     None,
 }
 
+/// The lengths (bytes) of a SteadQ job's names with default options: ready, leased and
+/// receipt. A unit test checks them against names a real queue makes.
+pub const STEADQ_NAME_LEN: [usize; 3] = [92, 196, 144];
+
 pub struct Bare {
     ready: OwnedFd,
     receipts: OwnedFd,
     sync: Sync,
     tag: String,
     n: u64,
+    long_names: bool,
+    watch: Option<OwnedFd>,
 }
 
 fn dir(p: &std::path::Path) -> Res<OwnedFd> {
@@ -35,15 +46,63 @@ fn dir(p: &std::path::Path) -> Res<OwnedFd> {
 }
 
 impl Bare {
-    /// A worker's view of `root` (shared by all workers), its names tagged `worker`.
-    pub fn new(root: &std::path::Path, worker: usize, sync: Sync) -> Res<Bare> {
+    /// A worker's view of `root` (shared by all workers), its names tagged `worker`; names
+    /// of SteadQ's lengths with `long_names`, an inotify watch read per job with `watch`.
+    pub fn new(
+        root: &std::path::Path,
+        worker: usize,
+        sync: Sync,
+        long_names: bool,
+        watch: bool,
+    ) -> Res<Bare> {
+        use rustix::fs::inotify;
+        let ready = dir(&root.join("ready"))?;
+        let watch = if watch {
+            let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
+            let events = inotify::WatchFlags::CREATE
+                | inotify::WatchFlags::MOVED_TO
+                | inotify::WatchFlags::MOVED_FROM;
+            inotify::add_watch(&fd, root.join("ready"), events)?;
+            Some(fd)
+        } else {
+            None
+        };
         Ok(Bare {
-            ready: dir(&root.join("ready"))?,
+            ready,
             receipts: dir(&root.join("receipts"))?,
             sync,
             tag: format!("w{worker}"),
             n: 0,
+            long_names,
+            watch,
         })
+    }
+
+    /// The name of this worker's job `n` in state `state` (0 ready, 1 leased, 2 receipt).
+    fn name(&self, state: usize) -> String {
+        let suffix = ["ready", "leased", "rct"][state];
+        let mut s = format!("{}.{}.{suffix}", self.tag, self.n);
+        if self.long_names {
+            let want = STEADQ_NAME_LEN[state];
+            let pad = want.saturating_sub(s.len());
+            s.insert_str(0, &"0".repeat(pad));
+        }
+        s
+    }
+
+    /// Drain the watch's events, as a woken worker reads them (nonblocking).
+    fn read_watch(&self) -> Res<()> {
+        if let Some(fd) = &self.watch {
+            let mut buf = [0u8; 4096];
+            loop {
+                match rustix::io::read(fd, &mut buf) {
+                    Ok(0) | Err(rustix::io::Errno::AGAIN) => break,
+                    Ok(_) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
     }
 
     fn fsync(&self, fd: impl AsFd) -> Res<()> {
@@ -57,11 +116,7 @@ impl Bare {
     /// dir, open + read + close; rename to receipts, fsync both directories.
     pub fn lifecycle(&mut self, payload: &[u8]) -> Res<()> {
         self.n += 1;
-        let (r, l, a) = (
-            format!("{}.{}.ready", self.tag, self.n),
-            format!("{}.{}.leased", self.tag, self.n),
-            format!("{}.{}.rct", self.tag, self.n),
-        );
+        let (r, l, a) = (self.name(0), self.name(1), self.name(2));
         let f = fs::openat(
             &self.ready,
             ".",
@@ -73,6 +128,7 @@ impl Bare {
         fs::linkat(&f, "", &self.ready, &r, AtFlags::EMPTY_PATH)?;
         drop(f);
         self.fsync(&self.ready)?;
+        self.read_watch()?;
         fs::renameat_with(&self.ready, &r, &self.ready, &l, RenameFlags::NOREPLACE)?;
         self.fsync(&self.ready)?;
         let f = fs::openat(
@@ -102,5 +158,47 @@ impl Bare {
             }
             _ => self.lifecycle(payload).map(|_| 1),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The padded names are as long as the names a real SteadQ queue gives a job in each
+    /// state (default options, default priority).
+    #[test]
+    fn long_names_are_as_long_as_steadqs() {
+        let root = std::env::temp_dir().join(format!("bench-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let q = steadq::Queue::create(&root, steadq::Options::default()).unwrap();
+        q.enqueue(b"x").unwrap();
+        let lens = |state: steadq::State| -> Vec<usize> {
+            q.list(Some(state))
+                .unwrap()
+                .iter()
+                .map(|l| l.rel_path(q.id()).rsplit('/').next().unwrap().len())
+                .collect()
+        };
+        let ready = lens(steadq::State::Ready);
+        let lease = q
+            .claim_for(std::time::Duration::from_secs(60))
+            .unwrap()
+            .unwrap();
+        let leased = lens(steadq::State::Leased);
+        lease.ack().unwrap();
+        let acked = lens(steadq::State::Acked);
+        assert_eq!(
+            [ready[0], leased[0], acked[0]],
+            STEADQ_NAME_LEN,
+            "ready {ready:?} leased {leased:?} acked {acked:?}"
+        );
+        let mut b = Bare::new(&root.join("bare"), 3, Sync::None, true, true).unwrap();
+        b.n = 123_456;
+        for (state, want) in STEADQ_NAME_LEN.iter().enumerate() {
+            assert_eq!(b.name(state).len(), *want);
+        }
+        b.lifecycle(b"x").unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

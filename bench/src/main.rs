@@ -7,7 +7,10 @@
 //! ```
 //!
 //! `--only` keeps the cases whose `system` or `system:mode` is listed (a quick look at one
-//! figure; the ratios need both sides of it).
+//! figure; the ratios need both sides of it). Three cases run only when named there:
+//! `bare:none-names` (the bare loop with SteadQ's name lengths), `bare:none-watch` (with an
+//! inotify watch read per job) and `bare:none-names-watch` (both); with `steadq:none` and
+//! `bare:none` they show what SteadQ's tmpfs gap to the bare loop is made of.
 //!
 //! Every case runs `--rounds` times, interleaved (round 1 of every case, then round 2, ...),
 //! and the median is kept, so slow phases of a shared machine hit every system alike. The
@@ -107,6 +110,13 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
     v.push(c("sqlite", "full-txn-batch", 1));
     v.push(c("steadq", "none", 1));
     v.push(c("bare", "none", 1));
+    // Opt-in, named in --only: the bare loop with SteadQ's name lengths, with an inotify
+    // watch read per job, with both (what the tmpfs gap to the bare loop is made of).
+    for m in ["none-names", "none-watch", "none-names-watch"] {
+        if a.only.iter().any(|o| o == &format!("bare:{m}")) {
+            v.push(c("bare", m, 1));
+        }
+    }
     let wanted = |c: &Case| {
         a.only.is_empty()
             || a.only
@@ -147,8 +157,10 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>) -> Res<R
                 "syncfs-batch" => bare::Sync::SyncfsPer(b),
                 _ => bare::Sync::None,
             };
+            // The decomposition variants: none-names, none-watch, none-names-watch.
+            let (names, watch) = (m.contains("names"), m.contains("watch"));
             timed(case.workers, d, |i| {
-                let mut w = bare::Bare::new(dir, i, sync)?;
+                let mut w = bare::Bare::new(dir, i, sync, names, watch)?;
                 Ok(move || w.step(p))
             })?
         }

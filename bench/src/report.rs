@@ -21,7 +21,7 @@ fn find(cases: &[Case], k: &Key) -> Option<usize> {
 type Key = (&'static str, &'static str, usize);
 
 /// The figures of the target table: each a pair of cases of this run.
-fn pairs() -> [(&'static str, Key, Key); 9] {
+fn pairs() -> [(&'static str, Key, Key); 12] {
     [
         (
             "strict 1w / bare strict 1w",
@@ -67,6 +67,23 @@ fn pairs() -> [(&'static str, Key, Key); 9] {
             "batched 1w / SQLite FULL 1c, one txn per batch",
             ("steadq", "batched", 1),
             ("sqlite", "full-txn-batch", 1),
+        ),
+        // The decomposition (opt-in cases): what names and the watch cost the bare loop,
+        // and SteadQ beside the bare loop that pays both.
+        (
+            "bare none+names / bare none",
+            ("bare", "none-names", 1),
+            ("bare", "none", 1),
+        ),
+        (
+            "bare none+watch / bare none",
+            ("bare", "none-watch", 1),
+            ("bare", "none", 1),
+        ),
+        (
+            "none 1w / bare none+names+watch",
+            ("steadq", "none", 1),
+            ("bare", "none-names-watch", 1),
         ),
     ]
 }
