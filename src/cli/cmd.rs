@@ -667,12 +667,29 @@ fn lease_name(h: &str) -> Result<(), CliError> {
     match steadq::JobName::parse_any_queue(h) {
         Ok(n) if matches!(n.kind, steadq::Kind::Leased(_)) => Ok(()),
         Ok(_) => Err(CliError::bad_usage(format!(
-            "handle {h:?} names a job that is not leased: pass the one line `claim` or `renew` printed"
+            "handle {} names a job that is not leased: pass the one line `claim` or `renew` printed",
+            clipped(h)
         ))),
         Err(_) => Err(CliError::bad_usage(format!(
-            "handle {h:?} is not a lease handle: pass the one line `claim` or `renew` printed"
+            "handle {} is not a lease handle: pass the one line `claim` or `renew` printed",
+            clipped(h)
         ))),
     }
+}
+
+/// A handle argument as a message shows it: quoted, and cut after 256 bytes with its
+/// length said (a real handle is under 256 bytes; a whole file passed by mistake was
+/// echoed in full, 100 KB on the terminal).
+pub(super) fn clipped(h: &str) -> String {
+    const SHOWN: usize = 256;
+    if h.len() <= SHOWN {
+        return format!("{h:?}");
+    }
+    let mut end = SHOWN;
+    while !h.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}... ({} bytes)", &h[..end], h.len())
 }
 
 pub fn cmd_renew(a: Renew) -> Result<Exit, CliError> {

@@ -120,7 +120,8 @@ mod with_s3 {
     fn parse_handle(q: &Queue, h: &str) -> Result<Lease, CliError> {
         let bad = || {
             CliError::bad_usage(format!(
-                "handle {h:?}: not a lease handle from claim or renew"
+                "handle {}: not a lease handle from claim or renew",
+                crate::cli::cmd::clipped(h)
             ))
         };
         let f: Vec<&str> = h.trim().split('.').collect();

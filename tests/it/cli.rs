@@ -3195,3 +3195,33 @@ fn a_job_in_another_shard_is_not_called_the_wrong_kind() {
         "{out}"
     );
 }
+
+/// A whole file passed where a lease handle belongs (`steadq ack Q "$(cat big)"`) was
+/// echoed in full in the error, 100 KB on the terminal (breaker finding). The handle is
+/// cut after 256 bytes and its length said; a short bad handle is shown whole.
+#[test]
+fn a_huge_bad_handle_is_not_echoed_in_full() {
+    let d = TempDir::new("cli-huge-handle");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let q = d.path().join("q");
+    let qs = p(&q);
+    assert!(steadq(&["init", qs]).status.success());
+    let huge = "a".repeat(100_000);
+    for op in ["ack", "renew", "nack", "fail"] {
+        let o = steadq(&[op, qs, &huge]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{op}");
+        assert!(err.len() < 600, "{op}: {} bytes of message", err.len());
+        assert!(
+            err.contains("... (100000 bytes) is not a lease handle"),
+            "{err}"
+        );
+    }
+    let o = steadq(&["ack", qs, "nonsense"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("handle \"nonsense\" is not a lease handle"),
+        "{err}"
+    );
+}
