@@ -668,7 +668,9 @@ fn a_worker_notices_its_queue_was_replaced() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the worker holds the queue's directories (not after a fixed delay: under CI load
+    // it could open the queue only after it was made again, and then run on).
+    wait_until_held(w.id(), &queue_dirs(d.path()));
     std::fs::remove_dir_all(d.path()).unwrap();
     assert!(steadq(&["init", p(d.path())]).status.success());
     let t = Instant::now();

@@ -165,3 +165,103 @@ pub fn rss_bound_kib(native: u64) -> u64 {
         None => native,
     }
 }
+
+/// Wait, up to 60 s, until process `pid` holds a descriptor on each directory in `dirs`
+/// (a queue handle holds its directories open from [`Queue::open`] on): a directory removed
+/// or replaced from then on is one the process can tell was replaced. A fixed delay after
+/// spawning it could, under load, run out before it had opened anything, and it would then
+/// open the new directories and never notice. `dirs` must be canonical paths, as
+/// `/proc/<pid>/fd` shows them.
+pub fn wait_until_held(pid: u32, dirs: &[PathBuf]) {
+    let t = std::time::Instant::now();
+    loop {
+        let held: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if dirs.iter().all(|d| held.contains(d)) {
+            return;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "process {pid} did not open {dirs:?} in 60 s; it holds {held:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The directories a handle of the new queue at `q` holds open, as canonical paths: `q`,
+/// and below it each directory without subdirectories, down to the shards (`tmp`, `dead`,
+/// `ready/00`, `receipts/00`, ...; `ready` and `receipts` themselves are not held).
+pub fn queue_dirs(q: &Path) -> Vec<PathBuf> {
+    let root = std::fs::canonicalize(q).unwrap();
+    let subdirs = |d: &Path| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        v.sort();
+        v
+    };
+    let mut out = vec![root.clone()];
+    for d in subdirs(&root) {
+        match subdirs(&d) {
+            shards if shards.is_empty() => out.push(d),
+            shards => out.extend(shards),
+        }
+    }
+    out
+}
+
+/// A child's stderr read line by line on a thread: lines can be waited for while the child
+/// runs ([`StderrLines::wait_for`]), and all of it is there at the end ([`StderrLines::join`]).
+pub struct StderrLines {
+    rx: std::sync::mpsc::Receiver<String>,
+    reader: std::thread::JoinHandle<String>,
+}
+
+impl StderrLines {
+    /// Take `child`'s piped stderr and read it on a thread.
+    pub fn new(child: &mut std::process::Child) -> StderrLines {
+        let stderr = child.stderr.take().expect("stderr was piped");
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut all = String::new();
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line.clone());
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        StderrLines { rx, reader }
+    }
+
+    /// Wait, up to 60 s, for a line containing `what`; panic naming `what` if none comes
+    /// (the child ended or the time ran out).
+    pub fn wait_for(&self, what: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("no line with {what:?} on stderr in 60 s: {e}"),
+            }
+        }
+    }
+
+    /// All of stderr, once the child closed it (call after the child ended).
+    pub fn join(self) -> String {
+        self.reader.join().unwrap()
+    }
+}

@@ -173,7 +173,9 @@ fn work_exits_when_a_shard_is_replaced() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Once the worker holds the queue's directories (not after a fixed delay: under CI load
+    // it could open the queue only after the shard was made again, and then run on).
+    wait_until_held(w.id(), &queue_dirs(d.path()));
     std::fs::remove_dir_all(d.path().join("ready/03")).unwrap();
     Queue::create(d.path(), opts(8)).unwrap();
     let t = Instant::now();
@@ -3270,8 +3272,12 @@ fn a_passed_over_job_is_tried_again_when_its_refusal_lapses_whatever_the_concurr
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Passed over once (one warning), then mended.
-    std::thread::sleep(Duration::from_millis(1000));
+    // Passed over once (one warning), then mended: once it says so, not after a fixed delay
+    // (under CI load the job could be mended before the worker had looked at it, and run at
+    // once).
+    let stderr = StderrLines::new(&mut worker);
+    stderr.wait_for("passes it over");
+    let passed_over = Instant::now();
     let job = t.ls("ready/00");
     assert_eq!(job.len(), 1, "{job:?}");
     std::fs::set_permissions(
@@ -3279,10 +3285,10 @@ fn a_passed_over_job_is_tried_again_when_its_refusal_lapses_whatever_the_concurr
         std::fs::Permissions::from_mode(0o644),
     )
     .unwrap();
-    let mut took = None;
-    while started.elapsed() < Duration::from_secs(25) {
+    let mut ran_at = None;
+    while passed_over.elapsed() < Duration::from_secs(60) {
         if std::fs::read_to_string(&ran).unwrap().contains("root's") {
-            took = Some(started.elapsed());
+            ran_at = Some(Instant::now());
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -3294,13 +3300,19 @@ fn a_passed_over_job_is_tried_again_when_its_refusal_lapses_whatever_the_concurr
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = worker.kill();
-    let out = worker.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    let took = took.unwrap_or_else(|| panic!("not run in 25 s: {err}"));
-    // 10 s after it was passed over (the worker's start), not at the lease's end (1 min).
+    let _ = worker.wait();
+    let err = stderr.join();
+    let ran_at = ran_at.unwrap_or_else(|| panic!("not run in 60 s: {err}"));
+    // 10 s after it was passed over, not at the lease's end (1 min): not before 10 s after
+    // the worker's start (it was passed over after that), and not later than the refusal's
+    // 10 s and some slack after the warning was read (which came after the pass-over).
+    let (took, after_warning) = (
+        ran_at.duration_since(started),
+        ran_at.duration_since(passed_over),
+    );
     assert!(
-        took > Duration::from_secs(9) && took < Duration::from_secs(16),
-        "run after {took:?}: {err}"
+        took > Duration::from_secs(9) && after_warning < Duration::from_secs(16),
+        "run {took:?} after the worker's start, {after_warning:?} after the warning: {err}"
     );
     assert_eq!(err.matches("passes it over").count(), 1, "{err}");
     // One claim gave it back, as the generation in the receipt's name counts: claim and
