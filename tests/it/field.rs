@@ -1834,30 +1834,8 @@ fn a_stop_lets_an_ack_retry_run_out_its_grace() {
     // Stop the worker once it says the first ack failed (not after a fixed delay: under CI
     // load a fixed delay could stop it before it had claimed anything).
     let mut worker = worker;
-    let stderr = worker.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        use std::io::BufRead;
-        let mut all = String::new();
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line.clone());
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) if line.contains("ack not done (") => break,
-            Ok(_) => {}
-            Err(e) => panic!("the worker never reported a failed ack: {e}"),
-        }
-    }
+    let lines = StderrLines::new(&mut worker);
+    lines.wait_for("ack not done (");
     rustix::process::kill_process(
         rustix::process::Pid::from_child(&worker),
         rustix::process::Signal::TERM,
@@ -1866,7 +1844,7 @@ fn a_stop_lets_an_ack_retry_run_out_its_grace() {
     std::thread::sleep(Duration::from_millis(1000));
     t.chmod("receipts/00", 0o755);
     let status = worker.wait().unwrap();
-    let err = reader.join().unwrap();
+    let err = lines.join();
     assert!(status.success(), "{err}");
     assert!(err.contains("ack not done ("), "{err}");
     assert!(err.contains("acked (on try"), "{err}");
