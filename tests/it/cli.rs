@@ -2870,15 +2870,7 @@ fn claim_wait_on_a_queue_removed_meanwhile_fails_not_done() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Waiting means it holds an inotify descriptor.
-    let fds = format!("/proc/{}/fd", claim.id());
-    let t0 = Instant::now();
-    while !std::fs::read_dir(&fds).unwrap().flatten().any(|e| {
-        std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("inotify"))
-    }) {
-        assert!(t0.elapsed() < Duration::from_secs(60), "claim never waited");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_watching(claim.id());
     std::fs::remove_dir_all(&q).unwrap();
     assert!(steadq(&["init", qs]).status.success());
     let removed = Instant::now();

@@ -193,6 +193,26 @@ pub fn wait_until_held(pid: u32, dirs: &[PathBuf]) {
     }
 }
 
+/// Wait, up to 60 s, until process `pid` holds an inotify descriptor: a waiting claim or an
+/// idle worker makes its watches after its first look at the queue found no job, so from
+/// then on what changes in the queue is a change it must notice (a fixed delay after
+/// spawning it could, under load, run out before it had looked).
+pub fn wait_until_watching(pid: u32) {
+    let t = std::time::Instant::now();
+    let fds = format!("/proc/{pid}/fd");
+    while !std::fs::read_dir(&fds).is_ok_and(|rd| {
+        rd.flatten().any(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("inotify"))
+        })
+    }) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "process {pid} made no inotify watch in 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The directories a handle of the new queue at `q` holds open, as canonical paths: `q`,
 /// and below it each directory without subdirectories, down to the shards (`tmp`, `dead`,
 /// `ready/00`, `receipts/00`, ...; `ready` and `receipts` themselves are not held).

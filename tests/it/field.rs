@@ -810,7 +810,9 @@ fn an_unreadable_shard_is_reported_and_skipped() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Once it has opened the queue while the shard was unreadable (it says so at open).
+    let lines = StderrLines::new(&mut worker);
+    lines.wait_for("ready/01: cannot read this shard");
     std::fs::set_permissions(q.join("ready/01"), std::fs::Permissions::from_mode(0o775)).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let st = loop {
@@ -821,8 +823,8 @@ fn an_unreadable_shard_is_reported_and_skipped() {
         std::thread::sleep(Duration::from_millis(200));
     };
     worker.kill().unwrap();
-    let out = worker.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    worker.wait().unwrap();
+    let err = lines.join();
     assert_eq!(
         (st.ready, st.leased, st.dead, st.acked, st.unreadable_shards),
         (0, 0, 0, 20, 0),
@@ -1668,7 +1670,9 @@ fn a_worker_goes_on_when_an_unsearchable_ready_directory_becomes_readable() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    // Once it has opened the queue while `ready/` could not be searched (it says so).
+    let lines = StderrLines::new(&mut worker);
+    lines.wait_for("ready/00: cannot read this shard");
     let o = Command::new(BIN)
         .args(["enqueue", t.q.to_str().unwrap(), "--file", "/dev/null"])
         .output()
@@ -1683,9 +1687,9 @@ fn a_worker_goes_on_when_an_unsearchable_ready_directory_becomes_readable() {
         alive = worker.try_wait().unwrap().is_none();
     }
     let _ = worker.kill();
-    let out = worker.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(alive, "the worker stopped: {:?} {err}", out.status);
+    let status = worker.wait().unwrap();
+    let err = lines.join();
+    assert!(alive, "the worker stopped: {status:?} {err}");
     assert_eq!(acked, 1, "{err}");
     assert!(!err.contains("replaced"), "{err}");
 }
@@ -2231,7 +2235,8 @@ fn a_worker_sees_a_level_made_after_a_file_stood_in_its_way() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Once it waits, having seen the file (not after a fixed delay).
+    wait_until_watching(w.id());
     std::fs::remove_file(d.path().join("prio")).unwrap();
     assert!(steadq_in(&["enqueue", qs, "--priority", "5"], b"high")
         .status
@@ -3335,7 +3340,8 @@ fn a_worker_beside_refused_jobs_at_new_levels_stays_nearly_idle() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Once it waits (its watches made), the levels are made under it.
+    wait_until_watching(worker.id());
     let first = Instant::now();
     std::fs::create_dir(t.q.join("prio")).unwrap();
     t.chmod("prio", 0o777);
