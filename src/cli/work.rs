@@ -78,18 +78,7 @@ pub fn stop_signal() -> libc::c_int {
 /// Refuse a command that cannot be started before any job is claimed: a typo would otherwise
 /// use up an attempt of each job it touches.
 fn check_command(cmd: &std::ffi::OsStr) -> Result<(), CliError> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::PermissionsExt;
-    let runnable = |p: &std::path::Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    let found = if cmd.as_bytes().contains(&b'/') {
-        runnable(std::path::Path::new(cmd))
-    } else {
-        std::env::var_os("PATH")
-            .is_some_and(|path| std::env::split_paths(&path).any(|d| runnable(&d.join(cmd))))
-    };
-    if found {
+    if find_command(cmd).is_some() {
         Ok(())
     } else {
         Err(CliError::not_done(format!(
@@ -98,27 +87,35 @@ fn check_command(cmd: &std::ffi::OsStr) -> Result<(), CliError> {
     }
 }
 
+/// The file exec(2) would run for `cmd`: itself when it has a `/`, else the first regular
+/// file with an execute bit in a `PATH` directory (execvp(3)'s search).
+fn find_command(cmd: &std::ffi::OsStr) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if cmd.as_bytes().contains(&b'/') {
+        let p = std::path::PathBuf::from(cmd);
+        return runnable(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| runnable(p))
+}
+
 /// Why a command that [`check_command`] found could still not be started: exec(2) says
 /// ENOENT for a script whose `#!` interpreter is missing (execve(2), "ENOENT ... the
 /// interpreter of the script was not found"), most often a `#!` line ending in a carriage
 /// return (a script saved with CRLF line endings). Empty when the file says nothing more.
 fn exec_hint(cmd: &std::ffi::OsStr, e: &std::io::Error) -> String {
     use std::io::Read;
-    use std::os::unix::ffi::OsStrExt;
     if e.kind() != std::io::ErrorKind::NotFound {
         return String::new();
     }
-    let path = if cmd.as_bytes().contains(&b'/') {
-        Some(std::path::PathBuf::from(cmd))
-    } else {
-        std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join(cmd))
-                .find(|p| p.is_file())
-        })
-    };
     let mut head = [0u8; 256];
-    let n = path
+    let n = find_command(cmd)
         .and_then(|p| std::fs::File::open(p).ok())
         .and_then(|mut f| f.read(&mut head).ok())
         .unwrap_or(0);

@@ -699,37 +699,38 @@ impl Queue {
     /// Key entry `name` of `keys/` (changed at `ctime_ns`), or `None` when it cannot be read
     /// or decoded (compaction then leaves it alone).
     fn read_key_entry(&self, keys: BorrowedFd<'_>, name: &str, ctime_ns: u64) -> Option<Entry> {
+        self.load_key_entry(keys, name, ctime_ns).ok().flatten()
+    }
+
+    /// Key entry `name` of `keys/` (changed at `ctime_ns`): `Err` when it cannot be read,
+    /// `Ok(None)` when it reads but does not decode.
+    fn load_key_entry(
+        &self,
+        keys: BorrowedFd<'_>,
+        name: &str,
+        ctime_ns: u64,
+    ) -> core::result::Result<Option<Entry>, Errno> {
         let mut buf = Vec::new();
         self.sys
             .open_file_ro(keys, name)
-            .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf))
+            .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf))?;
+        Ok(std::str::from_utf8(&buf)
             .ok()
-            .and_then(|()| std::str::from_utf8(&buf).ok())
-            .and_then(|t| Entry::decode(t, ctime_ns))
+            .and_then(|t| Entry::decode(t, ctime_ns)))
     }
-}
 
-impl Queue {
     /// Whether live key entry `name` (64 hex) of `keys/` is damaged: it reads, but does not
     /// decode or names a key that does not hash to `name`. Every enqueue with its key then
     /// fails (`BadKeyEntry`) until the operator removes it, which lets the key's job be
     /// enqueued again: their call, so fsck only reports it. `false` when it reads and
     /// decodes, or cannot be read (vanished, no right), which says nothing of its content.
     pub(crate) fn key_entry_damaged(&self, keys: BorrowedFd<'_>, name: &str) -> bool {
-        let mut buf = Vec::new();
-        let read = self
-            .sys
-            .open_file_ro(keys, name)
-            .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf));
-        if read.is_err() {
-            return false;
+        match self.load_key_entry(keys, name, 0) {
+            Err(_) => false,
+            Ok(entry) => entry
+                .and_then(|e| Key::new(&e.key))
+                .is_none_or(|k| k.entry_name(self.ident.id) != name),
         }
-        let entry = std::str::from_utf8(&buf)
-            .ok()
-            .and_then(|t| Entry::decode(t, 0));
-        entry
-            .and_then(|e| Key::new(&e.key))
-            .is_none_or(|k| k.entry_name(self.ident.id) != name)
     }
 }
 
