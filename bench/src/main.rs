@@ -10,7 +10,11 @@
 //! figure; the ratios need both sides of it). Three cases run only when named there:
 //! `bare:none-names` (the bare loop with SteadQ's name lengths), `bare:none-watch` (with an
 //! inotify watch read per job) and `bare:none-names-watch` (both); with `steadq:none` and
-//! `bare:none` they show what SteadQ's tmpfs gap to the bare loop is made of.
+//! `bare:none` they show what SteadQ's tmpfs gap to the bare loop is made of. A fourth,
+//! `bare:strict-min`, is the bare loop with the fewest barriers a strict lifecycle needs on
+//! journaled ext4 and xfs (three directory fsyncs a job, the file written out before its
+//! link): beside `steadq:strict` and `redis:always` it shows SteadQ's overhead over that
+//! pattern and the ceiling any queue with it has against Redis.
 //!
 //! Every case runs `--rounds` times, interleaved (round 1 of every case, then round 2, ...),
 //! and the median is kept, so slow phases of a shared machine hit every system alike. The
@@ -111,8 +115,9 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
     v.push(c("steadq", "none", 1));
     v.push(c("bare", "none", 1));
     // Opt-in, named in --only: the bare loop with SteadQ's name lengths, with an inotify
-    // watch read per job, with both (what the tmpfs gap to the bare loop is made of).
-    for m in ["none-names", "none-watch", "none-names-watch"] {
+    // watch read per job, with both (what the tmpfs gap to the bare loop is made of), and
+    // with the fewest strict barriers (what a strict lifecycle costs on ext4 and xfs).
+    for m in ["none-names", "none-watch", "none-names-watch", "strict-min"] {
         if a.only.iter().any(|o| o == &format!("bare:{m}")) {
             v.push(c("bare", m, 1));
         }
@@ -154,6 +159,7 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>) -> Res<R
         ("bare", m) => {
             let sync = match m {
                 "strict" => bare::Sync::Strict,
+                "strict-min" => bare::Sync::Min,
                 "syncfs-batch" => bare::Sync::SyncfsPer(b),
                 _ => bare::Sync::None,
             };

@@ -21,7 +21,7 @@ fn find(cases: &[Case], k: &Key) -> Option<usize> {
 type Key = (&'static str, &'static str, usize);
 
 /// The figures of the target table: each a pair of cases of this run.
-fn pairs() -> [(&'static str, Key, Key); 12] {
+fn pairs() -> [(&'static str, Key, Key); 14] {
     [
         (
             "strict 1w / bare strict 1w",
@@ -84,6 +84,18 @@ fn pairs() -> [(&'static str, Key, Key); 12] {
             "none 1w / bare none+names+watch",
             ("steadq", "none", 1),
             ("bare", "none-names-watch", 1),
+        ),
+        // Opt-in: SteadQ strict beside the bare loop with the same three commits a job, and
+        // that loop beside Redis (the ceiling of any strict queue with three commits).
+        (
+            "strict 1w / bare strict-min 1w",
+            ("steadq", "strict", 1),
+            ("bare", "strict-min", 1),
+        ),
+        (
+            "bare strict-min 1w / Redis always 1c",
+            ("bare", "strict-min", 1),
+            ("redis", "always", 1),
         ),
     ]
 }
