@@ -2812,35 +2812,52 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
     };
     let q = t.q.clone();
+    // Shares the directory again 300 ms after it was made; the thread returns how long
+    // after its making that happened. A loaded machine can run the thread so late that the
+    // directory was still hidden when its 1 s window ended: then a warning is the right
+    // answer, and that run says nothing about the window (`in_window`).
     let share_later = move |rel: &str| {
         let p = q.join(rel);
+        let made = Instant::now();
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            made.elapsed()
         })
+    };
+    let in_window = |shared_after: Duration, what: &str, err: &str| {
+        let ok = shared_after < Duration::from_millis(900);
+        if !ok {
+            eprintln!("{what}: shared again only {shared_after:?} after its making: {err}");
+        }
+        ok
     };
     let out = steadq_in(&["enqueue", &qs, "--priority", "6"], b"six");
     assert!(out.status.success(), "{out:?}");
 
-    // A claim.
+    // A claim. It waits up to 20 s; one that skipped the level would wait all of it.
     hide("prio/6");
     let mend = share_later("prio/6");
     let t0 = Instant::now();
     let (code, out, err) = t.run("$S claim $Q --wait 20s --payload-out /dev/null");
     let took = t0.elapsed();
-    mend.join().unwrap();
+    let shared_after = mend.join().unwrap();
     assert_eq!(code, Some(0), "{out} {err}");
-    assert!(took < Duration::from_secs(3), "took {took:?}: {err}");
-    assert!(!err.contains("cannot read"), "{err}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: {err}");
+    if in_window(shared_after, "claim", &err) {
+        assert!(!err.contains("cannot read"), "{err}");
+    }
 
     // A producer, at a level made now.
     hide("prio/4");
     let mend = share_later("prio/4");
     let (code, out, err) = t.run("echo four | $S enqueue $Q --priority 4");
-    mend.join().unwrap();
-    assert_eq!(code, Some(0), "{out} {err}");
-    assert!(!err.contains("may not"), "{err}");
+    let shared_after = mend.join().unwrap();
+    if in_window(shared_after, "enqueue", &err) {
+        assert_eq!(code, Some(0), "{out} {err}");
+        assert!(!err.contains("may not"), "{err}");
+    }
 
     // A dead-letter into a dead bucket in its making (made by root's own dead-letter).
     let (code, out, err) = t.run(
@@ -2857,9 +2874,11 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
         "echo x | $S enqueue $Q >/dev/null && h=$($S claim $Q --payload-out /dev/null) && \
          $S fail $Q \"$h\"",
     );
-    mend.join().unwrap();
-    assert_eq!(code, Some(0), "{out} {err}");
-    assert_eq!(std::fs::read_dir(t.q.join(&bucket)).unwrap().count(), 1);
+    let shared_after = mend.join().unwrap();
+    if in_window(shared_after, "dead-letter", &err) {
+        assert_eq!(code, Some(0), "{out} {err}");
+        assert_eq!(std::fs::read_dir(t.q.join(&bucket)).unwrap().count(), 1);
+    }
 
     // An idle worker: it takes the producer's job, sees level 5 in its making, and takes
     // a job placed there a second later.
@@ -2888,7 +2907,7 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
     let first = acked(1, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(300));
     hide("prio/5");
-    share_later("prio/5").join().unwrap();
+    let shared_after = share_later("prio/5").join().unwrap();
     std::thread::sleep(Duration::from_millis(700));
     let out = steadq_in(&["enqueue", &qs, "--priority", "5"], b"five\n");
     assert!(out.status.success(), "{out:?}");
@@ -2899,7 +2918,9 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
     let out = worker.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!((first, second), (1, 2), "took {took:?}: {err}");
-    assert!(!err.contains("cannot read"), "{err}");
+    if in_window(shared_after, "worker", &err) {
+        assert!(!err.contains("cannot read"), "{err}");
+    }
 }
 
 /// The same moment met by the calls after the probe (breaker trial, 5-30% of races of two
