@@ -203,18 +203,26 @@ impl Keys {
         )
     }
 
-    /// Parse a marker key; `None` if it is not one of ours.
+    /// Parse a marker key; `None` if it is not one of ours: its shard part must be the one
+    /// hex digit [`shard`] gives its id (a claim's listing jumps past a shard by that digit,
+    /// so a foreign `i/ready/00/...` taken for a marker made it list the same keys forever).
     pub fn parse_marker(&self, key: &str) -> Option<Marker> {
         let rest = key.strip_prefix(&self.base)?.strip_prefix("i/")?;
         let mut p = rest.split('/');
         let state = State::parse(p.next()?)?;
-        let _shard = p.next()?;
+        let shard_part = p.next()?;
         let name = p.next()?;
+        if p.next().is_some() {
+            return None;
+        }
         let mut f = name.split('.');
         let sort_ms = f.next()?.parse().ok()?;
         let id = u128::from_str_radix(f.next()?, 16).ok()?;
         let gen = u64::from_str_radix(f.next()?, 16).ok()?;
         let attempt = f.next()?.parse().ok()?;
+        if f.next().is_some() || shard_part.len() != 1 || !shard_part.starts_with(shard(id)) {
+            return None;
+        }
         Some(Marker {
             state,
             sort_ms,
@@ -271,5 +279,14 @@ mod tests {
         assert_eq!(k.parse_gen(&k.gen(id, 9)), Some((id, 9)));
         assert_eq!(Keys::new("").identity(), "queue");
         assert!(Record::decode(b"STEADQJ\0").is_none());
+        // Only our own shapes: the id's one shard digit, four fields, no deeper path.
+        for foreign in [
+            "q/x/i/leased/04/1796098045000.00000000000000000000000000001234.00000007.3",
+            "q/x/i/leased/5/1796098045000.00000000000000000000000000001234.00000007.3",
+            "q/x/i/leased/4/1796098045000.00000000000000000000000000001234.00000007.3.x",
+            "q/x/i/leased/4/x/1796098045000.00000000000000000000000000001234.00000007.3",
+        ] {
+            assert_eq!(k.parse_marker(foreign), None, "{foreign}");
+        }
     }
 }

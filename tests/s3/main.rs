@@ -9,6 +9,7 @@ mod common;
 mod compact;
 
 mod faults;
+mod foreign;
 mod lifecycle;
 mod race;
 mod scale;

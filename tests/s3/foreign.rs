@@ -1,0 +1,42 @@
+//! Foreign objects under a queue's prefix: keys StowQ did not write must never stall or
+//! misdirect a claim.
+
+use crate::common::*;
+use std::sync::mpsc;
+use std::time::Duration;
+use steadq::s3::Options;
+
+/// A key under `i/ready/` whose shard part is not the one hex digit StowQ writes (`00`, a
+/// copy made by hand, another tool's object) parsed as a marker; when not yet due, the
+/// claim's jump to the end of "its" shard (`i/ready/0/~`) sorted before the key itself, so
+/// every claim listed the same page again, forever (one LIST after another, SIGTERM ignored).
+#[test]
+fn a_foreign_key_in_the_ready_index_does_not_stall_claims() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "foreign");
+    let q = queue(m.port, "foreign", "q", Options::default());
+    let foreign = "q/i/ready/00/9999999999999.0123456789abcdef0123456789abcdef.00000000.0";
+    assert_eq!(q.client.put(foreign, b"").unwrap().status, 200);
+    let id = q.enqueue(b"real job").unwrap();
+    let port = m.port;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let q = queue(port, "foreign", "q", Options::default());
+        // Enough claims that every random start shard is met, wrapping around included.
+        let mut got = Vec::new();
+        for _ in 0..24 {
+            let before = q.client.requests();
+            let l = q.claim().unwrap();
+            got.push((l.map(|l| l.id), q.client.requests() - before));
+        }
+        let _ = tx.send(got);
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("24 claims did not end within 60 s: a claim loops on the foreign key");
+    let claimed: Vec<u128> = got.iter().filter_map(|(l, _)| *l).collect();
+    assert_eq!(claimed, [id], "the real job, once; the foreign key never");
+    let most = got.iter().map(|(_, n)| *n).max().unwrap();
+    assert!(most <= 10, "at most a few requests per claim: {got:?}");
+    assert_eq!(q.client.get(foreign).unwrap().status, 200, "left alone");
+}
