@@ -302,7 +302,7 @@ fn no_job(q: &Queue, dir: &std::path::Path) -> Result<Exit, CliError> {
 /// A stdout open for reading only (`1</dev/null`) is refused alike. And from here on a
 /// reader that went away (EPIPE) counts as a failed write, not as the reader's choice
 /// ([`stdout::require_reader`]): the handle reached nobody.
-fn handle_needs_stdout(what: &str) -> Result<(), CliError> {
+pub(super) fn handle_needs_stdout(what: &str) -> Result<(), CliError> {
     // A write past `ulimit -f` raises SIGXFSZ, whose default action ended the process after
     // the claim or renew with the handle half written (breaker finding). Ignored, the write
     // fails with EFBIG instead, and the output-failure paths give the job back or say so.

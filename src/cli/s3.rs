@@ -58,6 +58,7 @@ pub use with_s3::run;
 mod with_s3 {
     use super::super::args::{self, Cmd, DeadAction};
     use super::super::exit::Exit;
+    use super::super::stdout::note_done;
     use super::super::CliError;
     use std::io::{Read, Write};
     use std::process::{Command, Stdio};
@@ -172,6 +173,10 @@ mod with_s3 {
             return Err(unsupported("--max-bytes, --evidence-max, --evidence-keep"));
         }
         let q = open_with(&url(&a.dir), Options::default(), true)?;
+        note_done(
+            format!("the queue {} WAS created (or already existed)", url(&a.dir)),
+            "its id",
+        );
         out!("{:032x}", q.queue_id());
         Ok(Exit::Done)
     }
@@ -203,7 +208,9 @@ mod with_s3 {
             let msg = format!("payload of {} bytes is over --max-payload", payload.len());
             return Err(CliError::not_done(msg));
         }
-        out!("{:032x}", q.enqueue(&payload)?);
+        let id = q.enqueue(&payload)?;
+        note_done(format!("the job WAS enqueued as {id:032x}"), "its id");
+        out!("{id:032x}");
         Ok(Exit::Done)
     }
 
@@ -211,6 +218,8 @@ mod with_s3 {
         if a.wait.is_some() || a.aging.is_some() {
             return Err(unsupported("--wait, --aging"));
         }
+        // A closed stdout would lose the handle with the job leased: refused before the claim.
+        super::super::cmd::handle_needs_stdout("claim")?;
         let opts = Options {
             lease_ms: ms(a.lease),
             ..Options::default()
@@ -229,14 +238,27 @@ mod with_s3 {
                 CliError::new(Exit::Indeterminate, msg)
             })?;
         }
+        note_done(
+            format!(
+                "the job {:032x} WAS claimed; its lease handle is {}",
+                l.id,
+                handle(&l)
+            ),
+            "the handle",
+        );
         out!("{}", handle(&l));
         Ok(Exit::Done)
     }
 
     fn renew(a: args::Renew) -> Result<Exit, CliError> {
+        super::super::cmd::handle_needs_stdout("renew")?;
         let q = open(&url(&a.dir))?;
         let mut l = parse_handle(&q, &a.handle)?;
         q.renew(&mut l, ms(a.lease))?;
+        note_done(
+            format!("the lease WAS renewed; its new handle is {}", handle(&l)),
+            "the handle",
+        );
         out!("{}", handle(&l));
         Ok(Exit::Done)
     }
@@ -245,6 +267,7 @@ mod with_s3 {
         let q = open(&url(&a.dir))?;
         let l = parse_handle(&q, &a.handle)?;
         let r = q.ack(&l)?;
+        note_done(format!("the job {:032x} WAS acked", r.id), "its receipt");
         out!(
             "{:032x} done generation {} attempt {}",
             r.id,
@@ -257,7 +280,12 @@ mod with_s3 {
     fn nack(a: args::Nack) -> Result<Exit, CliError> {
         let q = open(&url(&a.dir))?;
         let l = parse_handle(&q, &a.handle)?;
-        out!("{:?}", q.nack(&l, a.delay, "nacked")?);
+        let n = q.nack(&l, a.delay, "nacked")?;
+        note_done(
+            format!("the job {:032x} WAS nacked ({n:?})", l.id),
+            "its new state",
+        );
+        out!("{n:?}");
         Ok(Exit::Done)
     }
 
@@ -310,6 +338,7 @@ mod with_s3 {
         }
         let q = open(&url(&a.dir))?;
         let r = q.recover()?;
+        note_done("recovery WAS done", "its report");
         out!("ready {} dead {} stale {}", r.ready, r.dead, r.stale);
         let p = q.repair()?;
         out!("index: put {} deleted {}", p.put, p.deleted);
@@ -334,7 +363,9 @@ mod with_s3 {
                     (None, true) => None,
                     _ => return Err(CliError::bad_usage("dead requeue: give one JOB or --all")),
                 };
-                out!("{}", open(&url(&a.dir))?.requeue(only)?);
+                let n = open(&url(&a.dir))?.requeue(only)?;
+                note_done(format!("{n} jobs WERE requeued"), "the report");
+                out!("{n}");
             }
             DeadAction::Purge(_) => return Err(unsupported("dead purge")),
         }
@@ -343,6 +374,7 @@ mod with_s3 {
 
     fn compact(a: args::Compact) -> Result<Exit, CliError> {
         let r = open(&url(&a.dir))?.compact(a.older_than)?;
+        note_done(format!("{} chains WERE compacted", r.chains), "the report");
         out!(
             "compacted {} chains, {} objects deleted",
             r.chains,

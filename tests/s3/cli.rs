@@ -171,3 +171,53 @@ fn an_empty_claim_costs_a_few_lists() {
         per * 3600.0 / mean_pause * 0.005 / 1000.0
     ));
 }
+
+/// Run `steadq` with `args` and stdout on `/dev/full` (or closed, `>&-`); exit code and
+/// stderr.
+fn lost_output(port: u16, args: &[&str], closed: bool) -> (i32, String) {
+    let mut c = if closed {
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", "exec \"$0\" \"$@\" >&-", env!("CARGO_BIN_EXE_steadq")]);
+        c.envs(cli(port).get_envs().filter_map(|(k, v)| Some((k, v?))));
+        c
+    } else {
+        let mut c = cli(port);
+        c.stdout(std::fs::File::create("/dev/full").unwrap());
+        c
+    };
+    let o = c.args(args).stdin(Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    (o.status.code().unwrap_or(-1), err)
+}
+
+/// A command that was done but whose output (a job id, a lease handle) could not be
+/// written exits 8 with what was done on stderr, as on a local queue: an `enqueue` to a full
+/// or closed stdout exited 2 ("not done": a retry enqueues the job twice) or 0 with its id
+/// lost, and a `claim` exited 2 or 0 with the job leased and its handle nowhere.
+#[test]
+fn done_commands_whose_output_is_lost_exit_8_not_2() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clilost/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let (code, err) = lost_output(m.port, &["enqueue", url], false);
+    assert_eq!(code, 8, "{err}");
+    assert!(err.contains("WAS enqueued"), "{err}");
+    let (code, err) = lost_output(m.port, &["enqueue", url], true);
+    assert_eq!(code, 8, "{err}");
+    assert_eq!(status(m.port, url)[0], "ready 2", "both enqueues were done");
+    // A closed stdout is refused before the claim: nothing is leased.
+    let (code, err) = lost_output(m.port, &["claim", url], true);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(status(m.port, url)[2], "leased 0");
+    // A full one fails after it: exit 8, the handle on stderr, and it works.
+    let (code, err) = lost_output(m.port, &["claim", url], false);
+    assert_eq!(code, 8, "{err}");
+    let h = err
+        .split("lease handle is ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no handle in {err:?}"));
+    let (code, err) = lost_output(m.port, &["ack", url, h], false);
+    assert_eq!(code, 8, "the ack was done: {err}");
+    assert_eq!(status(m.port, url)[4], "done 1");
+}
