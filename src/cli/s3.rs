@@ -463,10 +463,23 @@ mod with_s3 {
                 .nack(&l, backoff, &format!("command: {status}"))
                 .map(|n| format!("{n:?}")),
         };
-        Ok(match outcome {
-            Ok(what) => format!("{id} {what}"),
-            Err(e) => format!("{id}: {e}"),
-        })
+        match outcome {
+            Ok(what) => Ok(format!("{id} {what}")),
+            Err(e) if a.once => Err(unsettled(&id, e)),
+            Err(e) => Ok(format!("{id}: {e}")),
+        }
+    }
+
+    /// `work --once` could not settle job `id`: it exits by the settle's outcome (2, 4 when
+    /// unknown, 6 when the lease was lost), never 0, so a cron job sees it.
+    fn unsettled(id: &str, e: Error) -> CliError {
+        let exit = CliError::from(e.clone()).exit();
+        let left = if exit == Exit::LeaseLost {
+            ""
+        } else {
+            "; it stays leased until its lease expires"
+        };
+        CliError::new(exit, format!("job {id} not settled: {e}{left}"))
     }
 
     /// `work` on an `s3://` queue: `--concurrency` threads, each claiming and running one job

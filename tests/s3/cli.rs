@@ -221,3 +221,49 @@ fn done_commands_whose_output_is_lost_exit_8_not_2() {
     assert_eq!(code, 8, "the ack was done: {err}");
     assert_eq!(status(m.port, url)[4], "done 1");
 }
+
+/// `work --once` whose job could not be settled exits by the settle's outcome (README: 2,
+/// 4 when unknown, 6 when the lease was lost), so a cron job sees it: it exited 0 with
+/// the job not acked. Here the lease is settled elsewhere while the command runs, so the
+/// worker's ack finds it lost.
+#[test]
+fn work_once_whose_ack_was_not_done_does_not_exit_0() {
+    let Some(m) = moto() else { return };
+    let url = "s3://cliunsettled/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "cliunsettled", "q", Options::default());
+    let id = q.enqueue(b"job").unwrap();
+    let dir = std::env::temp_dir().join(format!("steadq-s3-unsettled-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (started, go) = (dir.join("started"), dir.join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        go.display()
+    );
+    let worker = cli(m.port)
+        .args(["work", url, "--once", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !started.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the command never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Someone else settles the lease (generation 1) first.
+    let body = q.client.get(&q.keys().gen(id, 1)).unwrap().body;
+    let rec = steadq::s3::keys::Record::decode(&body).expect("the claim's record");
+    let lease = q.resume_lease(id, 1, &rec.token).unwrap();
+    q.ack(&lease).unwrap();
+    std::fs::write(&go, b"").unwrap();
+    let o = worker.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(6), "lease lost: {err}");
+    assert!(err.contains(&format!("{id:032x}")), "names the job: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
