@@ -91,6 +91,19 @@ fn profile_value(file: Option<PathBuf>, profile: &str, key: &str) -> Option<Stri
         .map(|(_, v)| v)
 }
 
+/// `STOWQ_TIMEOUT_MS`: whole milliseconds, at least 1 (0 made every request fail with
+/// "cannot set a 0 duration timeout"; a value that did not parse, `10s`, was silently 10 s).
+///
+/// # Errors
+/// A message naming the variable and its value.
+pub fn parse_timeout_ms(v: &str) -> Result<u64, String> {
+    v.trim()
+        .parse()
+        .ok()
+        .filter(|&ms: &u64| ms > 0)
+        .ok_or_else(|| format!("STOWQ_TIMEOUT_MS={v:?}: expected whole milliseconds, at least 1"))
+}
+
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
@@ -129,9 +142,10 @@ impl Config {
                 None => return Err("no endpoint: set AWS_ENDPOINT_URL=http://host:port".into()),
             };
         let (host, port, tls) = parse_endpoint(&url)?;
-        let ms = env("STOWQ_TIMEOUT_MS")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(10_000);
+        let ms = match env("STOWQ_TIMEOUT_MS") {
+            Some(v) => parse_timeout_ms(&v)?,
+            None => 10_000,
+        };
         Ok(Config {
             host,
             port,
@@ -168,6 +182,12 @@ mod tests {
             assert!(https.unwrap_err().contains("--features tls"));
         }
         assert!(parse_endpoint("ftp://x").is_err());
+        assert_eq!(parse_timeout_ms("2500"), Ok(2500));
+        for bad in ["0", "10s", "-5", ""] {
+            assert!(parse_timeout_ms(bad)
+                .unwrap_err()
+                .contains("STOWQ_TIMEOUT_MS"));
+        }
         let ini = "[default]\naws_access_key_id = A\n[profile x]\nregion=eu-west-1\n[y]\nk=v\n";
         assert_eq!(
             ini_section(ini, "default"),

@@ -267,3 +267,27 @@ fn work_once_whose_ack_was_not_done_does_not_exit_0() {
     assert!(err.contains(&format!("{id:032x}")), "names the job: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `STOWQ_TIMEOUT_MS` that is 0 or not a number is refused naming it, before any request:
+/// 0 failed every request with "cannot set a 0 duration timeout", and `10s` was silently
+/// taken as the default.
+#[test]
+fn a_bad_stowq_timeout_is_refused_by_name() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clitimeout/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    for bad in ["0", "10s", "-1"] {
+        let o = cli(m.port)
+            .env("STOWQ_TIMEOUT_MS", bad)
+            .args(["status", url])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "STOWQ_TIMEOUT_MS={bad}: {err}");
+        assert!(err.contains("STOWQ_TIMEOUT_MS"), "names it: {err}");
+    }
+    let ok = out(cli(m.port)
+        .env("STOWQ_TIMEOUT_MS", "5000")
+        .args(["status", url]));
+    assert_eq!(ok.0, 0);
+}
