@@ -149,7 +149,9 @@ impl Queue {
     /// Make the index agree with the chains, after crash windows (see DESIGN.md): every job's
     /// newest generation gets its marker, and markers of older generations, or of no job, are
     /// deleted. Chains are never touched. Markers are listed before chains, so a marker
-    /// written meanwhile is never taken for stale.
+    /// written meanwhile is never taken for stale. A job whose newest generation is not a
+    /// record (a foreign object at a generation's key) is left as it is, its markers too, and
+    /// reported ([`RepairReport::foreign`], and a warning naming the key).
     ///
     /// Cost: one LIST per 1,000 objects, plus one GET per job whose marker was missing.
     ///
@@ -187,25 +189,31 @@ impl Queue {
             if !has0 && ms.is_empty() {
                 continue; // compacted: the receipt is kept, unindexed
             }
+            let indexed = ms.iter().any(|(_, m)| m.gen == *gen);
+            // The newest generation's record, read before any marker goes: when it is not a
+            // record (a foreign object at a generation's key), the job's markers are its only
+            // way to be found, so they stay, and the object is reported, like fsck's.
+            let rec = match (indexed, *gen) {
+                (true, _) => None,
+                (false, 0) => Some(ready0(*modified)),
+                (false, g) => {
+                    let key = self.keys.gen(*id, g);
+                    let body = self.get(&key).map_err(|e| fail(e, &rep))?;
+                    let Some(r) = body.as_deref().and_then(Record::decode) else {
+                        log::warn!("repair: {key} is not a record: left as it is, with its job's index markers");
+                        rep.foreign += 1;
+                        continue;
+                    };
+                    Some(r)
+                }
+            };
             for (k, _) in ms.iter().filter(|(_, m)| m.gen != *gen) {
                 if !self.hint(false, k) {
                     return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));
                 }
                 rep.deleted += 1;
             }
-            if ms.iter().any(|(_, m)| m.gen == *gen) {
-                continue;
-            }
-            let rec = if *gen == 0 {
-                ready0(*modified)
-            } else {
-                let key = self.keys.gen(*id, *gen);
-                let body = self.get(&key).map_err(|e| fail(e, &rep))?;
-                match body.as_deref().and_then(Record::decode) {
-                    Some(r) => r,
-                    None => continue, // not a record: left for a human, like fsck
-                }
-            };
+            let Some(rec) = rec else { continue };
             let key = self.keys.marker(*id, *gen, &rec);
             if !self.hint(true, &key) {
                 return Err(fail(Error::not_done(ErrorKind::Transport(key)), &rep));

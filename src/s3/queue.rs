@@ -124,6 +124,9 @@ pub struct RepairReport {
     pub put: u32,
     /// Stale markers deleted.
     pub deleted: u32,
+    /// Jobs whose newest generation is not a record (a foreign object at its key): left as
+    /// they are, markers included, and each logged (`log::warn!`).
+    pub foreign: u32,
 }
 
 /// What a compaction did.

@@ -40,3 +40,29 @@ fn a_foreign_key_in_the_ready_index_does_not_stall_claims() {
     assert!(most <= 10, "at most a few requests per claim: {got:?}");
     assert_eq!(q.client.get(foreign).unwrap().status, 200, "left alone");
 }
+
+/// A foreign object at a generation's key above a job's newest (`P/j/<id>/0000000a`, not a
+/// record): `repair` (run by `steadq recover`) took it for the newest generation, deleted
+/// the job's ready marker as stale and put none, so a committed job was never claimed again
+/// (`recover` exited 0 saying "deleted 1").
+#[test]
+fn repair_keeps_the_markers_of_a_job_beside_a_foreign_generation() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "foreign");
+    let q = queue(m.port, "foreign", "rep", Options::default());
+    let id = q.enqueue(b"precious").unwrap();
+    let foreign = q.keys().gen(id, 0xa);
+    assert_eq!(q.client.put(&foreign, b"not ours").unwrap().status, 200);
+    let rep = q.repair().unwrap();
+    assert_eq!((rep.put, rep.deleted), (0, 0), "{rep:?}");
+    let listed: Vec<u128> = q.list().unwrap().iter().map(|l| l.id).collect();
+    assert_eq!(listed, [id], "the job is still indexed");
+    let l = q.claim().unwrap().expect("the job is still claimable");
+    assert_eq!((l.id, l.payload.as_slice()), (id, &b"precious"[..]));
+    assert_eq!(rep.foreign, 1, "the foreign object is reported");
+    assert_eq!(
+        q.client.get(&foreign).unwrap().body,
+        b"not ours",
+        "left alone"
+    );
+}
