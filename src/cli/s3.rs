@@ -356,10 +356,7 @@ mod with_s3 {
             }
             DeadAction::Requeue(a) => {
                 let only = match (&a.job, a.all) {
-                    (Some(j), false) => Some(
-                        u128::from_str_radix(j, 16)
-                            .map_err(|_| CliError::not_done(format!("job {j:?}: not a job id")))?,
-                    ),
+                    (Some(j), false) => Some(job_id(j)?),
                     (None, true) => None,
                     _ => return Err(CliError::bad_usage("dead requeue: give one JOB or --all")),
                 };
@@ -370,6 +367,20 @@ mod with_s3 {
             DeadAction::Purge(_) => return Err(unsupported("dead purge")),
         }
         Ok(Exit::Done)
+    }
+
+    /// A job id as `list` prints it: 32 lowercase hex digits; else bad usage (exit 1), as on
+    /// a local queue.
+    fn job_id(j: &str) -> Result<u128, CliError> {
+        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        (j.len() == 32 && j.bytes().all(hex))
+            .then(|| u128::from_str_radix(j, 16).ok())
+            .flatten()
+            .ok_or_else(|| {
+                CliError::bad_usage(format!(
+                    "bad job id '{j}': expected 32 lowercase hex digits (see `steadq list`)"
+                ))
+            })
     }
 
     fn compact(a: args::Compact) -> Result<Exit, CliError> {

@@ -291,3 +291,25 @@ fn a_bad_stowq_timeout_is_refused_by_name() {
         .args(["status", url]));
     assert_eq!(ok.0, 0);
 }
+
+/// A malformed job id is bad usage (exit 1, README's exit table), checked before anything is
+/// read, as on a local queue: `dead requeue s3://... zz` exited 2, and `+123` was taken
+/// for a job id.
+#[test]
+fn a_malformed_job_id_is_bad_usage() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clijobid/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    for bad in ["zz", "+123", "0123456789ABCDEF0123456789ABCDEF"] {
+        let o = cli(m.port)
+            .args(["dead", "requeue", url, bad])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{bad}: {err}");
+        assert!(err.contains(bad), "names it: {err}");
+    }
+    let none = "0123456789abcdef0123456789abcdef";
+    let code = out(cli(m.port).args(["dead", "requeue", url, none])).0;
+    assert_eq!(code, 2, "a well-formed id that is not dead: not done");
+}
