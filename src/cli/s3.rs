@@ -513,7 +513,9 @@ mod with_s3 {
         let q = Arc::new(open_with(&url(&a.dir), opts, false)?);
         super::super::work::install_handlers();
         let a = Arc::new(a);
-        let threads: Vec<_> = (0..a.concurrency.max(1))
+        // `--once` handles at most one job, whatever `--concurrency` says.
+        let threads = if a.once { 1 } else { a.concurrency.max(1) };
+        let threads: Vec<_> = (0..threads)
             .map(|_| {
                 let (q, a) = (q.clone(), a.clone());
                 std::thread::spawn(move || work_loop(&q, &a))

@@ -313,3 +313,22 @@ fn a_malformed_job_id_is_bad_usage() {
     let code = out(cli(m.port).args(["dead", "requeue", url, none])).0;
     assert_eq!(code, 2, "a well-formed id that is not dead: not done");
 }
+
+/// `work --once` handles at most one job (`--help`), whatever `--concurrency` says: with
+/// `--concurrency 4` it ran up to 4 jobs, and exited 3 ("no job was ready") after running
+/// some when one of its threads found none.
+#[test]
+fn work_once_handles_one_job_whatever_the_concurrency() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clionce/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clionce", "q", Options::default());
+    for i in 0..3 {
+        q.enqueue(format!("job {i}").as_bytes()).unwrap();
+    }
+    let args = ["work", url, "--once", "--concurrency", "4", "--", "cat"];
+    let (code, _) = out(cli(m.port).args(args));
+    assert_eq!(code, 0, "one job handled");
+    assert_eq!(status(m.port, url)[0], "ready 2");
+    assert_eq!(status(m.port, url)[4], "done 1");
+}
