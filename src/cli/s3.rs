@@ -197,21 +197,33 @@ mod with_s3 {
                 "stdin is closed: no payload to read (give one on stdin or with --file); not done, nothing changed",
             ));
         }
+        let payload = read_payload(a.file.as_deref(), a.max_payload)?;
         let q = open(&url(&a.dir))?;
-        let mut payload = Vec::new();
-        let read = match &a.file {
-            Some(f) => std::fs::File::open(f).and_then(|mut h| h.read_to_end(&mut payload)),
-            None => crate::cli::std_fds::stdin_file().and_then(|mut h| h.read_to_end(&mut payload)),
-        };
-        read.map_err(|e| CliError::not_done(format!("read payload: {e}")))?;
-        if payload.len() as u64 > a.max_payload {
-            let msg = format!("payload of {} bytes is over --max-payload", payload.len());
-            return Err(CliError::not_done(msg));
-        }
         let id = q.enqueue(&payload)?;
         note_done(format!("the job WAS enqueued as {id:032x}"), "its id");
         out!("{id:032x}");
         Ok(Exit::Done)
+    }
+
+    /// The payload from `file` or stdin, at most `max` bytes, read before the queue is opened:
+    /// an error names the input, and a payload over `max` is refused after reading `max + 1`
+    /// bytes, not the whole input into memory.
+    fn read_payload(file: Option<&std::path::Path>, max: u64) -> Result<Vec<u8>, CliError> {
+        let what = file.map_or("stdin".into(), |f| f.display().to_string());
+        let input: std::io::Result<Box<dyn Read>> = match file {
+            Some(f) => std::fs::File::open(f).map(|h| Box::new(h) as Box<dyn Read>),
+            None => crate::cli::std_fds::stdin_file().map(|h| Box::new(h) as Box<dyn Read>),
+        };
+        let mut payload = Vec::new();
+        input
+            .and_then(|h| h.take(max.saturating_add(1)).read_to_end(&mut payload))
+            .map_err(|e| CliError::not_done(format!("{what}: {e}; not done, nothing changed")))?;
+        if payload.len() as u64 > max {
+            return Err(CliError::not_done(format!(
+                "{what}: payload over --max-payload ({max} bytes); not done, nothing changed"
+            )));
+        }
+        Ok(payload)
     }
 
     fn claim(a: args::Claim) -> Result<Exit, CliError> {

@@ -332,3 +332,38 @@ fn work_once_handles_one_job_whatever_the_concurrency() {
     assert_eq!(status(m.port, url)[0], "ready 2");
     assert_eq!(status(m.port, url)[4], "done 1");
 }
+
+/// An enqueue's input is named when it cannot be read, and a payload over `--max-payload`
+/// is refused after reading just past the limit: the whole input was read into memory first
+/// (`--file /dev/zero` ran out of memory; here, of a 400 MB address-space limit), and a
+/// missing file was "read payload: No such file or directory", naming nothing.
+#[test]
+fn enqueue_input_is_named_and_read_only_to_the_limit() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clipayload/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let o = cli(m.port)
+        .args(["enqueue", url, "--file", "/nonexistent/payload"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("/nonexistent/payload"), "names it: {err}");
+    let mut c = std::process::Command::new("sh");
+    c.args(["-c", "ulimit -v 400000; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_steadq"))
+        .args([
+            "enqueue",
+            url,
+            "--file",
+            "/dev/zero",
+            "--max-payload",
+            "1000",
+        ])
+        .envs(cli(m.port).get_envs().filter_map(|(k, v)| Some((k, v?))));
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--max-payload"), "{err}");
+    assert_eq!(status(m.port, url)[0], "ready 0", "nothing enqueued");
+}
