@@ -477,8 +477,10 @@ mod with_s3 {
         let l = lease.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let backoff = steadq::backoff(l.attempt, a.backoff, a.max_backoff);
         let outcome = match status.code() {
-            Some(0) => q.ack(&l).map(|r| format!("acked (generation {})", r.gen)),
-            Some(65) => q.fail(&l, "dataerr").map(|()| "dead-lettered".into()),
+            Some(0) => settle(q, &l, a, State::Done, || q.ack(&l).map(|_| ()))
+                .map(|()| format!("acked (generation {})", l.generation() + 1)),
+            Some(65) => settle(q, &l, a, State::Dead, || q.fail(&l, "dataerr"))
+                .map(|()| "dead-lettered".into()),
             Some(75) => q
                 .nack(&l, a.retry_delay, "tempfail")
                 .map(|n| format!("{n:?}")),
@@ -491,6 +493,74 @@ mod with_s3 {
             Err(e) if a.once => Err(unsettled(&id, e)),
             Err(e) => Ok(format!("{id}: {e}")),
         }
+    }
+
+    /// Waits between tries of a settle that met a server error (then 8 s, 16 s and 30 s for a
+    /// long-running worker, until one `--lease` has passed).
+    const SETTLE_WAITS: [Duration; 3] = [
+        Duration::from_secs(1),
+        Duration::from_secs(2),
+        Duration::from_secs(4),
+    ];
+
+    /// Ack or dead-letter (`to`) the job of `l` with `op`, retrying through server errors
+    /// (not a lost lease): `work --once` tries 4 times (about 7 s), a long-running worker
+    /// until one `--lease` has passed. The job's command ran, so giving up at the first outage
+    /// had it run again once its lease expired. After an indeterminate try the next one may
+    /// meet our own earlier create (412, lease lost): the lease's next generation is read,
+    /// and holding `to` under our token it was ours, so done.
+    fn settle(
+        q: &Queue,
+        l: &Lease,
+        a: &args::Work,
+        to: State,
+        op: impl Fn() -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let t0 = Instant::now();
+        let mut maybe = false;
+        for i in 0.. {
+            let e = match op() {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if maybe && e.kind == ErrorKind::LeaseLost && settled_by_us(q, l, to) {
+                return Ok(());
+            }
+            let wait = SETTLE_WAITS.get(i).copied().unwrap_or_else(|| {
+                let later = Duration::from_secs(8 << (i - SETTLE_WAITS.len()).min(2));
+                later.min(Duration::from_secs(30))
+            });
+            let budget = Duration::from_millis(q.options.lease_ms.max(0) as u64);
+            let more = if a.once {
+                i < SETTLE_WAITS.len()
+            } else {
+                t0.elapsed() + wait < budget.max(Duration::from_secs(7))
+            };
+            let retryable = match &e.kind {
+                ErrorKind::Transport(_) => true,
+                ErrorKind::Status { status, .. } => *status >= 500 || *status == 409,
+                _ => false,
+            };
+            if !retryable || !more {
+                return Err(e);
+            }
+            maybe |= e.outcome == Outcome::Indeterminate;
+            eprintln!(
+                "steadq work: {:032x}: {e}; trying again in {} s",
+                l.id,
+                wait.as_secs()
+            );
+            std::thread::sleep(wait);
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Whether the lease's next generation holds `to` under its token: our own settle.
+    fn settled_by_us(q: &Queue, l: &Lease, to: State) -> bool {
+        let key = q.keys().gen(l.id, l.generation() + 1);
+        let rec = q.client.get(&key).ok().filter(|r| r.status == 200);
+        let rec = rec.and_then(|r| steadq::s3::keys::Record::decode(&r.body));
+        rec.is_some_and(|r| r.state == to && r.token == l.token)
     }
 
     /// `work --once` could not settle job `id`: it exits by the settle's outcome (2, 4 when

@@ -367,3 +367,66 @@ fn enqueue_input_is_named_and_read_only_to_the_limit() {
     assert!(err.contains("--max-payload"), "{err}");
     assert_eq!(status(m.port, url)[0], "ready 0", "nothing enqueued");
 }
+
+/// A worker whose command succeeded retries an ack that met a short outage (1, 2, 4 s
+/// apart) instead of giving up at once: the job stayed leased until its lease expired and
+/// then ran again, after a blip of a second or two (the local worker's ack retries, README).
+#[test]
+fn work_retries_an_ack_through_a_short_outage() {
+    ack_through_an_outage(Fault::Outage, "cliackretry");
+}
+
+/// As [`work_retries_an_ack_through_a_short_outage`], but the outage loses the answers, not
+/// the requests: the first ack was applied, so a later try meets its own generation (412).
+/// That is our ack (done, exit 0), not a lost lease.
+#[test]
+fn work_takes_its_own_applied_ack_for_done_not_a_lost_lease() {
+    ack_through_an_outage(Fault::OutageAfter, "cliackown");
+}
+
+/// `work --once` through a proxy that has `outage` for 1.5 s as the command ends.
+fn ack_through_an_outage(outage: Fault, bucket: &str) {
+    let Some(m) = moto() else { return };
+    let url = format!("s3://{bucket}/q");
+    let url = url.as_str();
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, bucket, "q", Options::default());
+    let id = q.enqueue(b"job").unwrap();
+    let p = Proxy::start(m.port);
+    let dir = std::env::temp_dir().join(format!("steadq-s3-{bucket}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (started, go) = (dir.join("started"), dir.join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        go.display()
+    );
+    let worker = cli(p.port)
+        .args(["work", url, "--once", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !started.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the command never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The server goes away as the command ends, and comes back 1.5 s later.
+    p.arm(Some((outage, 0)));
+    std::fs::write(&go, b"").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    p.arm(None);
+    let o = worker.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "acked after the outage: {err}");
+    let (gen, rec) = q.inspect(id).unwrap().unwrap();
+    assert_eq!(
+        (gen, rec.state, rec.attempt),
+        (2, steadq::s3::State::Done, 1)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -189,6 +189,9 @@ pub enum Fault {
     SlowTimeout,
     /// This request and every later one are dropped before forwarding, until disarmed.
     Outage,
+    /// This request and every later one are forwarded and their answers dropped, until
+    /// disarmed (not in [`Fault::ALL`]).
+    OutageAfter,
 }
 
 impl Fault {
@@ -300,6 +303,7 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
         p.seen += 1;
         match p.fault {
             Some((Fault::Outage, at)) if i >= at => Some(Fault::Outage),
+            Some((Fault::OutageAfter, at)) if i >= at => Some(Fault::OutageAfter),
             Some((f, at)) if i == at => Some(f),
             _ => None,
         }
@@ -307,7 +311,7 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
     let reply = match action {
         None => forward(&req, upstream),
         Some(Fault::DropBefore | Fault::Outage) => None,
-        Some(Fault::DropAfter) => {
+        Some(Fault::DropAfter | Fault::OutageAfter) => {
             let _ = forward(&req, upstream);
             None
         }
