@@ -94,19 +94,42 @@ mod with_s3 {
             Config::from_env().map_err(|m| CliError::not_done(format!("queue {url}: {m}")))?;
         let client = Client::new(config, &bucket);
         if create {
-            let r = client.create_bucket().map_err(|f| {
-                CliError::new(
-                    Exit::Indeterminate,
-                    format!("create bucket {bucket}: {f:?}"),
-                )
-            })?;
-            if r.status != 200 && r.status != 409 {
-                let msg = format!("create bucket {bucket}: HTTP {}", r.status);
-                return Err(CliError::not_done(msg));
-            }
+            create_bucket(&client, &bucket)?;
             return Ok(Queue::create(client, &prefix, options)?);
         }
         Ok(Queue::open(client, &prefix, options)?)
+    }
+
+    /// Create `bucket` unless it exists. A request that never left this process (connection
+    /// refused) is not done, like one the service refused (its error code named, e.g.
+    /// `InvalidBucketName`); a lost answer or a 5xx may have been applied: indeterminate.
+    fn create_bucket(client: &Client, bucket: &str) -> Result<(), CliError> {
+        use steadq::s3::http::Fail;
+        let r = match client.create_bucket() {
+            Ok(r) => r,
+            Err(Fail::NotSent(m)) => {
+                let msg = format!("create bucket {bucket}: not done: no connection: {m}");
+                return Err(CliError::not_done(msg));
+            }
+            Err(Fail::MaybeSent(m)) => {
+                let msg = format!("create bucket {bucket}: indeterminate: no answer: {m}");
+                return Err(CliError::new(Exit::Indeterminate, msg));
+            }
+        };
+        if r.status == 200 || r.status == 409 {
+            return Ok(());
+        }
+        let body = String::from_utf8_lossy(&r.body);
+        let code = body
+            .split_once("<Code>")
+            .and_then(|(_, rest)| rest.split_once("</Code>"))
+            .map_or(String::new(), |(c, _)| format!(" {c}"));
+        let msg = format!("create bucket {bucket}: HTTP {}{code}", r.status);
+        Err(if r.status >= 500 {
+            CliError::new(Exit::Indeterminate, format!("{msg}: may have been applied"))
+        } else {
+            CliError::not_done(format!("{msg}: not done"))
+        })
     }
 
     fn open(url: &str) -> Result<Queue, CliError> {

@@ -430,3 +430,26 @@ fn ack_through_an_outage(outage: Fault, bucket: &str) {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `init`'s bucket creation reports its outcome as it is: a connection refused is not done
+/// (exit 2; it exited 4, "indeterminate", printing `NotSent("connect ...")`), and a refusal
+/// names the service's error code (`HTTP 400` named nothing).
+#[test]
+fn init_reports_a_refused_connection_as_not_done() {
+    let Some(m) = moto() else { return };
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let o = cli(port)
+        .args(["init", "s3://initdown/q"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("create bucket initdown: not done"), "{err}");
+    // A bucket name S3 refuses (too short).
+    let o = cli(m.port).args(["init", "s3://b1/q"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("InvalidBucketName"), "{err}");
+}
