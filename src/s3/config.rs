@@ -182,6 +182,10 @@ mod tests {
             assert!(https.unwrap_err().contains("--features tls"));
         }
         assert!(parse_endpoint("ftp://x").is_err());
+        assert_eq!(
+            parse_endpoint("http://[::1]:9000").unwrap(),
+            ("[::1]".into(), 9000, false)
+        );
         assert_eq!(parse_timeout_ms("2500"), Ok(2500));
         for bad in ["0", "10s", "-5", ""] {
             assert!(parse_timeout_ms(bad)

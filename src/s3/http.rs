@@ -69,7 +69,10 @@ pub struct Request<'a> {
 /// [`Fail::NotSent`] if no connection (or TLS session) could be opened, else
 /// [`Fail::MaybeSent`].
 pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
-    let addr = (req.host, req.port)
+    // An IPv6 literal is bracketed in the URL and the Host header (`[::1]:9000`), not in the
+    // address to connect to.
+    let ip = req.host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    let addr = (ip.unwrap_or(req.host), req.port)
         .to_socket_addrs()
         .map_err(|e| Fail::NotSent(format!("resolve {}: {e}", req.host)))?
         .next()

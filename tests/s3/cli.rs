@@ -453,3 +453,20 @@ fn init_reports_a_refused_connection_as_not_done() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("InvalidBucketName"), "{err}");
 }
+
+/// An IPv6 literal endpoint (`http://[::1]:9000`, a MinIO on IPv6) works: the brackets
+/// were kept in the name to resolve ("resolve [::1]: failed to lookup address").
+#[test]
+fn an_ipv6_literal_endpoint_works() {
+    let Some(m) = moto() else { return };
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        report("SKIPPED an_ipv6_literal_endpoint_works: no IPv6 loopback here");
+        return;
+    }
+    let p = Proxy::start_on("[::1]:0", m.port);
+    let mut c = cli(m.port);
+    c.env("AWS_ENDPOINT_URL", format!("http://[::1]:{}", p.port));
+    let (code, id) = out(c.args(["init", "s3://ipsix/q"]));
+    assert_eq!((code, id.len()), (0, 32));
+    assert_eq!(status(m.port, "s3://ipsix/q")[0], "ready 0");
+}

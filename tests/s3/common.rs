@@ -227,7 +227,12 @@ pub const PROXY_TIMEOUT_MS: u64 = 1500;
 impl Proxy {
     /// Start the proxy (threads live until the test process ends).
     pub fn start(upstream: u16) -> Proxy {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        Proxy::start_on("127.0.0.1:0", upstream)
+    }
+
+    /// As [`Proxy::start`], listening on `bind` (e.g. `[::1]:0`).
+    pub fn start_on(bind: &str, upstream: u16) -> Proxy {
+        let l = TcpListener::bind(bind).unwrap();
         let port = l.local_addr().unwrap().port();
         let plan = Arc::new(Mutex::new(Plan::default()));
         let p2 = plan.clone();
