@@ -449,20 +449,30 @@ mod with_s3 {
                 if stop.load(Ordering::Relaxed) {
                     return;
                 }
-                match q.renew(&mut l, q.options.lease_ms) {
-                    Ok(()) => {}
-                    Err(e) if e.outcome == Outcome::Indeterminate => {
-                        // Settle it: our own newer generation (same token) means it was done.
-                        if let Ok(n) = q.resume_lease(l.id, l.generation() + 1, &l.token) {
-                            *l = n;
-                        } else {
-                            eprintln!("steadq work: renew {:032x}: {e}", l.id);
-                        }
+                if let Err(e) = q.renew(&mut l, q.options.lease_ms) {
+                    if take_up_own_renewal(&q, &mut l) {
+                        // Renew the generation taken up at once: it is a round old.
+                        last = Instant::now().checked_sub(every).unwrap_or(last);
+                    } else {
+                        eprintln!("steadq work: renew {:032x}: {e}", l.id);
                     }
-                    Err(e) => eprintln!("steadq work: renew {:032x}: {e}", l.id),
                 }
             }
         })
+    }
+
+    /// Our own renewal may have been applied with its answer lost (a renew that was
+    /// indeterminate, or met as "lease lost" by the next one): when the lease's next
+    /// generation is leased under its token, take it up (true).
+    fn take_up_own_renewal(q: &Queue, l: &mut Lease) -> bool {
+        match q.resume_lease(l.id, l.generation() + 1, &l.token) {
+            Ok(mut n) => {
+                n.payload = std::mem::take(&mut l.payload);
+                *l = n;
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Run `cmd` on the payload of `l`; settle the job by its exit status.
@@ -497,12 +507,12 @@ mod with_s3 {
         stop.store(true, Ordering::Relaxed);
         let _ = r.join();
         let status = status?;
-        let l = lease.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut l = lease.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let backoff = steadq::backoff(l.attempt, a.backoff, a.max_backoff);
         let outcome = match status.code() {
-            Some(0) => settle(q, &l, a, State::Done, || q.ack(&l).map(|_| ()))
+            Some(0) => settle(q, &mut l, a, State::Done, |l| q.ack(l).map(|_| ()))
                 .map(|()| format!("acked (generation {})", l.generation() + 1)),
-            Some(65) => settle(q, &l, a, State::Dead, || q.fail(&l, "dataerr"))
+            Some(65) => settle(q, &mut l, a, State::Dead, |l| q.fail(l, "dataerr"))
                 .map(|()| "dead-lettered".into()),
             Some(75) => q
                 .nack(&l, a.retry_delay, "tempfail")
@@ -531,23 +541,30 @@ mod with_s3 {
     /// until one `--lease` has passed. The job's command ran, so giving up at the first outage
     /// had it run again once its lease expired. After an indeterminate try the next one may
     /// meet our own earlier create (412, lease lost): the lease's next generation is read,
-    /// and holding `to` under our token it was ours, so done.
+    /// and holding `to` under our token it was ours, so done. A lease lost to our own
+    /// renewal, applied with its answer lost, is taken up and the settle made from it.
     fn settle(
         q: &Queue,
-        l: &Lease,
+        l: &mut Lease,
         a: &args::Work,
         to: State,
-        op: impl Fn() -> Result<(), Error>,
+        op: impl Fn(&Lease) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let t0 = Instant::now();
         let mut maybe = false;
-        for i in 0.. {
-            let e = match op() {
+        let mut i = 0;
+        loop {
+            let e = match op(l) {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };
-            if maybe && e.kind == ErrorKind::LeaseLost && settled_by_us(q, l, to) {
-                return Ok(());
+            if e.kind == ErrorKind::LeaseLost {
+                if maybe && settled_by_us(q, l, to) {
+                    return Ok(());
+                }
+                if take_up_own_renewal(q, l) {
+                    continue;
+                }
             }
             let wait = SETTLE_WAITS.get(i).copied().unwrap_or_else(|| {
                 let later = Duration::from_secs(8 << (i - SETTLE_WAITS.len()).min(2));
@@ -574,8 +591,8 @@ mod with_s3 {
                 wait.as_secs()
             );
             std::thread::sleep(wait);
+            i += 1;
         }
-        unreachable!("the loop returns")
     }
 
     /// Whether the lease's next generation holds `to` under its token: our own settle.

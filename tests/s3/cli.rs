@@ -470,3 +470,62 @@ fn an_ipv6_literal_endpoint_works() {
     assert_eq!((code, id.len()), (0, 32));
     assert_eq!(status(m.port, "s3://ipsix/q")[0], "ready 0");
 }
+
+/// A renewal whose answer was lost (applied, but neither it nor the read-back answered)
+/// left the worker holding the generation below its own renewal: every later renewal met
+/// that renewal (412, "lease lost"), so the lease ran out while the command still ran (and
+/// another worker could take the job). A renewal that finds its lease's next generation
+/// leased under its own token takes it up and goes on.
+#[test]
+fn work_takes_up_its_own_renewal_after_lost_answers() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clirenewlost/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clirenewlost", "q", Options::default());
+    let id = q.enqueue(b"job").unwrap();
+    let p = Proxy::start(m.port);
+    let dir = std::env::temp_dir().join(format!("steadq-s3-renewlost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (started, go) = (dir.join("started"), dir.join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        go.display()
+    );
+    // A 3 s lease is renewed every second.
+    let worker = cli(p.port)
+        .args([
+            "work", url, "--once", "--lease", "3s", "--", "sh", "-c", &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !started.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the command never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Answers are lost over the first renewal (about 1 s after the claim).
+    std::thread::sleep(Duration::from_millis(200));
+    p.arm(Some((Fault::OutageAfter, 0)));
+    std::thread::sleep(Duration::from_millis(1500));
+    p.arm(None);
+    // Past the deadline of that lost renewal: the lease must have been renewed since.
+    std::thread::sleep(Duration::from_millis(4500));
+    let (gen, rec) = q.inspect(id).unwrap().unwrap();
+    let now = q.client.clock.now_ms();
+    std::fs::write(&go, b"").unwrap();
+    let o = worker.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(rec.state, steadq::s3::State::Leased, "{err}");
+    assert!(
+        rec.due_ms > now,
+        "generation {gen} expired while the command ran: {err}"
+    );
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
