@@ -289,13 +289,33 @@ mod with_s3 {
         super::super::cmd::handle_needs_stdout("renew")?;
         let q = open(&url(&a.dir))?;
         let mut l = parse_handle(&q, &a.handle)?;
-        q.renew(&mut l, ms(a.lease))?;
+        if let Err(e) = q.renew(&mut l, ms(a.lease)) {
+            return Err(renew_failed(&l, e));
+        }
         note_done(
             format!("the lease WAS renewed; its new handle is {}", handle(&l)),
             "the handle",
         );
         out!("{}", handle(&l));
         Ok(Exit::Done)
+    }
+
+    /// A renew of `l` that was not done: what the caller holds now, as on a local queue. An
+    /// indeterminate renew may have moved the lease to its next generation, whose handle is
+    /// known in advance; a renew not done leaves the old handle holding it.
+    fn renew_failed(l: &Lease, e: Error) -> CliError {
+        let mut c = CliError::from(e);
+        match c.exit() {
+            Exit::Indeterminate => c.add(&format!(
+                "; the lease may have been renewed: its handle is then {:032x}.{:x}.{}, else still the old one",
+                l.id,
+                l.generation() + 1,
+                l.token
+            )),
+            Exit::NotDone => c.add("; the lease was kept as it was: the old handle still holds it"),
+            _ => {}
+        }
+        c
     }
 
     fn ack(a: args::Ack) -> Result<Exit, CliError> {

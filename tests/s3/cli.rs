@@ -529,3 +529,40 @@ fn work_takes_up_its_own_renewal_after_lost_answers() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `renew` whose outcome is unknown says which handle holds the lease if it was done (its
+/// next generation's, known in advance), as on a local queue: it exited 4 naming none, and
+/// the old handle is refused once the renewal was applied (exit 6), so the script lost a
+/// lease it held.
+#[test]
+fn an_indeterminate_renew_names_the_handle_it_may_have_made() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clirenewhint/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clirenewhint", "q", Options::default());
+    q.enqueue(b"job").unwrap();
+    let (code, h) = out(cli(m.port).args(["claim", url]));
+    assert_eq!(code, 0);
+    let p = Proxy::start(m.port);
+    // Answers lost from the renewal's create on (after the identity and the lease's GETs).
+    p.arm(Some((Fault::OutageAfter, 2)));
+    let o = cli(p.port).args(["renew", url, &h]).output().unwrap();
+    p.arm(None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    let new = err
+        .split("its handle is then ")
+        .nth(1)
+        .and_then(|r| r.split([',', ' ']).next())
+        .unwrap_or_else(|| panic!("no handle in {err:?}"));
+    assert_eq!(
+        out(cli(m.port).args(["ack", url, &h])).0,
+        6,
+        "the old one lost it"
+    );
+    assert_eq!(
+        out(cli(m.port).args(["ack", url, new])).0,
+        0,
+        "the named one holds it"
+    );
+}
