@@ -191,6 +191,12 @@ pub(crate) fn transport(f: &Fail) -> ErrorKind {
     }
 }
 
+/// Whether an error body is S3's `NoSuchBucket`.
+fn no_such_bucket(body: &[u8]) -> bool {
+    let code = b"<Code>NoSuchBucket</Code>";
+    body.windows(code.len()).any(|w| w == code)
+}
+
 pub(crate) fn is_taken(status: u16) -> bool {
     status == 412
 }
@@ -308,6 +314,17 @@ impl Queue {
             }
             match self.client.get(key) {
                 Ok(r) if r.status == 200 => return Ok(Some(r.body)),
+                // The bucket itself is missing (a typo in s3://bucket/...): say so, not "no
+                // such key" (which read as "not a stowq queue: no P/queue").
+                Ok(r) if r.status == 404 && no_such_bucket(&r.body) => {
+                    return Err(Error::not_done(ErrorKind::Status {
+                        status: 404,
+                        what: format!(
+                            "bucket {} does not exist (NoSuchBucket)",
+                            self.client.bucket
+                        ),
+                    }))
+                }
                 Ok(r) if r.status == 404 => return Ok(None),
                 Ok(r) => {
                     last = ErrorKind::Status {

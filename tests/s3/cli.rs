@@ -566,3 +566,19 @@ fn an_indeterminate_renew_names_the_handle_it_may_have_made() {
         "the named one holds it"
     );
 }
+
+/// A queue in a bucket that does not exist (a typo) says so, naming the bucket: it said
+/// "not a stowq queue: no q/queue", as if the bucket held something else.
+#[test]
+fn a_missing_bucket_is_named_as_missing() {
+    let Some(m) = moto() else { return };
+    for args in [
+        &["status", "s3://nosuchbucket/q"][..],
+        &["claim", "s3://nosuchbucket/q"],
+    ] {
+        let o = cli(m.port).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("bucket nosuchbucket does not exist"), "{err}");
+    }
+}
