@@ -369,20 +369,28 @@ mod with_s3 {
     }
 
     fn list(a: args::List) -> Result<Exit, CliError> {
-        let only = match a.state {
-            None => None,
-            Some(steadq::State::Ready | steadq::State::Delayed) => Some(State::Ready),
-            Some(steadq::State::Leased) => Some(State::Leased),
-            Some(steadq::State::Acked) => Some(State::Done),
-            Some(steadq::State::Dead) => Some(State::Dead),
-        };
-        for l in open(&url(&a.dir))?.list()? {
-            if only.is_none_or(|s| s == l.state) {
-                let s = l.state.as_str();
-                out!("{:032x} {s} {} {} {}", l.id, l.gen, l.attempt, l.sort_ms);
-            }
+        let q = open(&url(&a.dir))?;
+        let jobs = q.list()?;
+        // Due as `status` and a claim decide it: by the upper bound of the service's time.
+        let due_by = q.client.clock.upper_ms();
+        for l in jobs.iter().filter(|l| listed_as(l, a.state, due_by)) {
+            let s = l.state.as_str();
+            out!("{:032x} {s} {} {} {}", l.id, l.gen, l.attempt, l.sort_ms);
         }
         Ok(Exit::Done)
+    }
+
+    /// Whether `list --state want` shows `l`: a ready job is `delayed` until it is due
+    /// (`due_by`), as `status` counts it; both were listed for either state.
+    fn listed_as(l: &steadq::s3::Listed, want: Option<steadq::State>, due_by: i64) -> bool {
+        match want {
+            None => true,
+            Some(steadq::State::Ready) => l.state == State::Ready && l.sort_ms <= due_by,
+            Some(steadq::State::Delayed) => l.state == State::Ready && l.sort_ms > due_by,
+            Some(steadq::State::Leased) => l.state == State::Leased,
+            Some(steadq::State::Acked) => l.state == State::Done,
+            Some(steadq::State::Dead) => l.state == State::Dead,
+        }
     }
 
     /// Expired leases back to ready (or dead), then the index made to agree with the chains

@@ -582,3 +582,27 @@ fn a_missing_bucket_is_named_as_missing() {
         assert!(err.contains("bucket nosuchbucket does not exist"), "{err}");
     }
 }
+
+/// `list --state delayed` lists the jobs `status` counts as delayed (ready, not yet due),
+/// and `--state ready` the due ones: each listed both.
+#[test]
+fn list_tells_ready_from_delayed_as_status_does() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clilist/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clilist", "q", Options::default());
+    let later = q.enqueue(b"later").unwrap();
+    let l = q.claim().unwrap().unwrap();
+    q.nack(&l, Duration::from_secs(3600), "later").unwrap();
+    let now = q.enqueue(b"now").unwrap();
+    assert_eq!(&status(m.port, url)[..2], ["ready 1", "delayed 1"]);
+    let ids = |state: &str| {
+        let (code, s) = out(cli(m.port).args(["list", url, "--state", state]));
+        assert_eq!(code, 0);
+        s.lines()
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids("delayed"), [format!("{later:032x}")]);
+    assert_eq!(ids("ready"), [format!("{now:032x}")]);
+}
