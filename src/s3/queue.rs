@@ -203,11 +203,14 @@ pub(crate) fn is_taken(status: u16) -> bool {
 
 impl Queue {
     /// Create the queue under `prefix` (or open it if it exists): its identity object is
-    /// created with `If-None-Match: *`, so concurrent creators agree on one queue id.
+    /// created with `If-None-Match: *`, so concurrent creators agree on one queue id. A
+    /// queue it creates is checked to be on a service that honours that header (one
+    /// conditional create more, which must be refused).
     ///
     /// # Errors
-    /// Not done when nothing was created; indeterminate if the identity's create may have been
-    /// applied but could not be read back.
+    /// Not done when nothing was created (also when the service ignores `If-None-Match`);
+    /// indeterminate if the identity's create may have been applied but could not be read
+    /// back.
     pub fn create(client: Client, prefix: &str, options: Options) -> Result<Queue> {
         let keys = Keys::new(prefix);
         let mut q = Queue {
@@ -217,10 +220,19 @@ impl Queue {
             queue_id: 0,
             lost_races: AtomicU64::new(0),
         };
+        // An existing queue is opened as it is: on a service that ignores If-None-Match the
+        // create below would rewrite its identity, and every job's envelope would then fail
+        // verification.
+        let key = q.keys.identity();
+        if q.get(&key)?.is_some() {
+            q.queue_id = q.read_identity()?;
+            return Ok(q);
+        }
         let id = random_u128();
         let body = format!("stowq 1\nqueue {}\n", id_hex(id));
-        match q.create_once(&q.keys.identity(), body.as_bytes())? {
+        match q.create_once(&key, body.as_bytes())? {
             Create::Done => {
+                q.refuse_unconditional_service(&key, body.as_bytes())?;
                 q.queue_id = id;
                 Ok(q)
             }
@@ -228,6 +240,31 @@ impl Queue {
                 q.queue_id = q.read_identity()?;
                 Ok(q)
             }
+        }
+    }
+
+    /// After creating the identity `key` with `body`: the same conditional create again must
+    /// be refused (412). A service that answers 200 ignores `If-None-Match` and cannot run a
+    /// queue (every race would have many winners): the identity is deleted again and the
+    /// creation reported not done (indeterminate if that delete fails).
+    fn refuse_unconditional_service(&self, key: &str, body: &[u8]) -> Result<()> {
+        let Ok(r) = self.client.put_if_absent(key, body) else {
+            return Ok(()); // no answer: nothing learned, the create stands
+        };
+        if r.status != 200 {
+            return Ok(());
+        }
+        let why = format!(
+            "the service ignores If-None-Match: a second conditional create of {key} was \
+             answered 200; StowQ needs conditional writes (If-None-Match: *)"
+        );
+        if self.hint(false, key) {
+            Err(Error::not_done(ErrorKind::Config(format!(
+                "{why}; nothing created"
+            ))))
+        } else {
+            let left = format!("{why}; {key} could not be deleted again");
+            Err(Error::indeterminate(ErrorKind::Config(left)))
         }
     }
 

@@ -211,6 +211,9 @@ impl Fault {
 struct Plan {
     seen: u32,
     fault: Option<(Fault, u32)>,
+    /// Forward requests without their `If-None-Match` header: a service that ignores
+    /// conditional writes.
+    unconditional: bool,
 }
 
 /// A fault proxy on 127.0.0.1 in front of `upstream`.
@@ -250,6 +253,12 @@ impl Proxy {
         let mut p = self.plan.lock().unwrap();
         p.seen = 0;
         p.fault = fault;
+    }
+
+    /// Forward every request without its `If-None-Match` header (a service without
+    /// conditional writes), or again with it.
+    pub fn unconditional(&self, on: bool) {
+        self.plan.lock().unwrap().unconditional = on;
     }
 
     /// Requests seen since the last `arm`.
@@ -298,20 +307,42 @@ fn error_reply(status: u16) -> Vec<u8> {
     .into_bytes()
 }
 
+/// `req` without its `If-None-Match` header line.
+fn strip_if_none_match(req: &[u8]) -> Vec<u8> {
+    let end = req
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(req.len());
+    let head = String::from_utf8_lossy(&req[..end]);
+    let kept: Vec<&str> = head
+        .split("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("if-none-match:"))
+        .collect();
+    let mut out = kept.join("\r\n").into_bytes();
+    out.extend_from_slice(&req[end..]);
+    out
+}
+
 fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
     let Some(req) = read_request(&mut c) else {
         return;
     };
-    let action = {
+    let (action, req) = {
         let mut p = plan.lock().unwrap();
+        let req = if p.unconditional {
+            strip_if_none_match(&req)
+        } else {
+            req
+        };
         let i = p.seen;
         p.seen += 1;
-        match p.fault {
+        let action = match p.fault {
             Some((Fault::Outage, at)) if i >= at => Some(Fault::Outage),
             Some((Fault::OutageAfter, at)) if i >= at => Some(Fault::OutageAfter),
             Some((f, at)) if i == at => Some(f),
             _ => None,
-        }
+        };
+        (action, req)
     };
     let reply = match action {
         None => forward(&req, upstream),

@@ -66,3 +66,41 @@ fn repair_keeps_the_markers_of_a_job_beside_a_foreign_generation() {
         "left alone"
     );
 }
+
+/// A service that ignores `If-None-Match: *` (answers 200 and overwrites) cannot run a
+/// queue: every transition's race would have many winners. `Queue::create` (`steadq init`)
+/// finds out when it creates a queue (a second conditional create must be refused) and
+/// reports it, not done, leaving nothing behind; and it never rewrites an existing queue's
+/// identity, which re-keyed the queue so every job's envelope failed verification and was
+/// dead-lettered as corrupt.
+#[test]
+fn a_service_that_ignores_conditional_writes_is_refused_and_changes_nothing() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "uncond");
+    let p = Proxy::start(m.port);
+    p.unconditional(true);
+    let c = || steadq::s3::client::Client::new(config(p.port, 10_000), "uncond");
+    let e = steadq::s3::Queue::create(c(), "fresh", Options::default()).unwrap_err();
+    assert_eq!(e.outcome, steadq::s3::Outcome::NotDone, "{e}");
+    assert!(e.to_string().contains("If-None-Match"), "{e}");
+    let direct = steadq::s3::client::Client::new(config(m.port, 10_000), "uncond");
+    assert_eq!(
+        direct.get("fresh/queue").unwrap().status,
+        404,
+        "nothing left"
+    );
+    // An existing queue, created through a service that honours it, is opened as it is.
+    let q = queue(m.port, "uncond", "old", Options::default());
+    let id = q.enqueue(b"job").unwrap();
+    let again = steadq::s3::Queue::create(c(), "old", Options::default()).unwrap();
+    assert_eq!(
+        again.queue_id(),
+        q.queue_id(),
+        "the identity was not rewritten"
+    );
+    let l = q
+        .claim()
+        .unwrap()
+        .expect("the job is still claimable, not corrupt");
+    assert_eq!((l.id, l.payload.as_slice()), (id, &b"job"[..]));
+}
