@@ -261,7 +261,7 @@ mod with_s3 {
         };
         let q = open_with(&url(&a.dir), opts, false)?;
         let Some(l) = q.claim()? else {
-            return Err(CliError::new(Exit::NoJob, "no job ready"));
+            return Err(CliError::new(Exit::NoJob, no_job(&q, 0)));
         };
         if let Some(path) = &a.payload_out {
             std::fs::write(path, &l.payload).map_err(|e| {
@@ -283,6 +283,15 @@ mod with_s3 {
         );
         out!("{}", handle(&l));
         Ok(Exit::Done)
+    }
+
+    /// What a claim that found no job says: "no job ready", naming the jobs it dead-lettered
+    /// (counted from `before`) as corrupt if any (each named in a warning above).
+    fn no_job(q: &Queue, before: u64) -> String {
+        match q.claims_dead_lettered() - before {
+            0 => "no job ready".into(),
+            n => format!("{n} job(s) dead-lettered as corrupt (see above); no other job ready"),
+        }
     }
 
     fn renew(a: args::Renew) -> Result<Exit, CliError> {
@@ -687,6 +696,7 @@ mod with_s3 {
     fn work_loop(q: &Arc<Queue>, a: &args::Work) -> Result<Exit, CliError> {
         let mut idle = 0u32;
         while !stopping() {
+            let before = q.claims_dead_lettered();
             let claimed = match q.claim() {
                 Ok(c) => c,
                 // A long-running worker outlives an outage: log, back off, look again.
@@ -697,6 +707,11 @@ mod with_s3 {
                 Err(e) => return Err(e.into()),
             };
             let Some(l) = claimed else {
+                // `--once` that dead-lettered corrupt jobs handled them: exit 0, as locally.
+                if a.once && q.claims_dead_lettered() > before {
+                    eprintln!("steadq work: {}", no_job(q, before));
+                    return Ok(Exit::Done);
+                }
                 if a.once {
                     return Err(CliError::new(Exit::NoJob, "no job ready"));
                 }

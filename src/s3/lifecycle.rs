@@ -115,6 +115,8 @@ impl Queue {
                 // The worker never sees it: dead, with the reason.
                 let reason = format!("corrupt envelope: {c}");
                 self.fail(&lease, &reason)?;
+                self.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                log::warn!("job {}: {reason}: dead-lettered", id_hex(m.id));
                 Ok(None)
             }
         }

@@ -55,6 +55,7 @@ pub struct Queue {
     pub(crate) keys: Keys,
     pub(crate) queue_id: u128,
     pub(crate) lost_races: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
 }
 
 /// A claimed job: the verified payload and what the next transition needs.
@@ -219,6 +220,7 @@ impl Queue {
             keys,
             queue_id: 0,
             lost_races: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
         };
         // An existing queue is opened as it is: on a service that ignores If-None-Match the
         // create below would rewrite its identity, and every job's envelope would then fail
@@ -280,6 +282,7 @@ impl Queue {
             keys: Keys::new(prefix),
             queue_id: 0,
             lost_races: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
         };
         q.queue_id = q.read_identity()?;
         Ok(q)
@@ -331,6 +334,12 @@ impl Queue {
             }),
             _ => Err(Error::not_done(ErrorKind::NotFound)),
         }
+    }
+
+    /// Jobs claims dead-lettered so far because their envelope failed verification (each
+    /// also logged with `log::warn!`).
+    pub fn claims_dead_lettered(&self) -> u64 {
+        self.dead_lettered.load(Ordering::Relaxed)
     }
 
     /// Claims lost to another worker's create (412) so far.

@@ -606,3 +606,44 @@ fn list_tells_ready_from_delayed_as_status_does() {
     assert_eq!(ids("delayed"), [format!("{later:032x}")]);
     assert_eq!(ids("ready"), [format!("{now:032x}")]);
 }
+
+/// A job whose envelope fails verification is dead-lettered by the claim that meets it, and
+/// that is said: a warning names the job, `claim` says it dead-lettered one, and `work
+/// --once` exits 0 (it handled a job), as on a local queue. It was silent: `claim` and
+/// `work --once` exited 3, "no job ready".
+#[test]
+fn a_claim_says_which_corrupt_job_it_dead_lettered() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clicorrupt/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clicorrupt", "q", Options::default());
+    let corrupt = |q: &steadq::s3::Queue| {
+        let id = q.enqueue(b"precious payload").unwrap();
+        let key = q.keys().gen(id, 0);
+        let mut body = q.client.get(&key).unwrap().body;
+        let last = body.len() - 1;
+        body[last] ^= 1;
+        assert_eq!(q.client.put(&key, &body).unwrap().status, 200);
+        format!("{id:032x}")
+    };
+    let id = corrupt(&q);
+    let o = cli(m.port)
+        .args(["work", url, "--once", "--", "cat"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&id) && err.contains("corrupt envelope"),
+        "{err}"
+    );
+    let id = corrupt(&q);
+    let o = cli(m.port).args(["claim", url]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&id) && err.contains("1 job(s) dead-lettered"),
+        "{err}"
+    );
+    assert_eq!(status(m.port, url)[5], "dead 2");
+}
