@@ -1213,7 +1213,17 @@ impl Queue {
     /// # Errors
     /// As [`Lease::ack`]; once any ack of the batch was renamed the outcome is indeterminate
     /// for the batch. Leases not yet renamed when one fails are released as they drop.
+    /// [`ErrorKind::InvalidArgument`] (not done, nothing renamed, every lease released as it
+    /// drops) when a lease belongs to another queue (another queue id): the barriers are this
+    /// queue's, so ack each queue's leases through its own handle.
     pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>, Failure> {
+        if let Some(l) = leases.iter().find(|l| l.q.ident.id != self.ident.id) {
+            return Err(Error::not_done(
+                ErrorKind::InvalidArgument("a lease of another queue in ack_batch"),
+                Some(l.q.root.clone()),
+            )
+            .into());
+        }
         let _op = self.op();
         let mut out = Vec::with_capacity(leases.len());
         let mut shards: Vec<(u16, u16)> = Vec::new();

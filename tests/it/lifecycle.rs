@@ -899,3 +899,49 @@ fn job_id_debug_and_display_agree() {
     assert_eq!(id.to_string(), "0123456789abcdef0011223344556677");
     assert_eq!(format!("{id:?}"), "JobId(0123456789abcdef0011223344556677)");
 }
+
+/// `ack_batch` renames each lease through the lease's own queue but made the batch's
+/// barriers (and applied the receipt policy) on the directories of the queue it was called
+/// on: a lease of another queue came back `Ok` with its receipt never synced (its queue's
+/// plan counted no directory fsync). It is refused now, not done, before any rename.
+#[test]
+fn ack_batch_refuses_a_lease_of_another_queue() {
+    let (da, db) = (TempDir::new("ackb-a"), TempDir::new("ackb-b"));
+    let a = Queue::create(da.path(), opts(2)).unwrap();
+    let plan = sys::FaultPlan::new(vec![]);
+    let b = Queue::create(
+        db.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..opts(2)
+        },
+    )
+    .unwrap();
+    let id = b.enqueue(b"b's job").unwrap();
+    let own = {
+        a.enqueue(b"a's job").unwrap();
+        a.claim().unwrap().unwrap()
+    };
+    let theirs = b.claim().unwrap().unwrap();
+    plan.reset_counts();
+    let e = a.ack_batch(vec![own, theirs]).unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("another queue"), "{e}");
+    assert_eq!(
+        plan.count(sys::Call::Rename),
+        1,
+        "only the release of b's lease"
+    );
+    // Nothing acked in either queue; both leases were released as they dropped.
+    assert_eq!(counts(&a), [1, 0, 0, 0, 0]);
+    assert_eq!(counts(&b), [1, 0, 0, 0, 0]);
+    assert_eq!(b.find(id).unwrap().state, State::Ready);
+    // The lease's own queue acks it, durably.
+    let l = b.claim().unwrap().unwrap();
+    plan.reset_counts();
+    assert_eq!(b.ack_batch(vec![l]).unwrap().len(), 1);
+    if b.barriers() {
+        assert!(plan.count(sys::Call::FsyncDir) >= 1);
+    }
+}
