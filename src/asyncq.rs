@@ -13,6 +13,7 @@
 use crate::disk::layout::{bucket_dir, DELAYED_DIR};
 use crate::ops::capacity::drain;
 use crate::ops::recover::RecoverReport;
+use crate::ops::wait::LOOK_EVERY_NS;
 use crate::{EnqueueError, EnqueueOptions, Enqueued, ErrorKind, Failure, Lease, Queue, Result};
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 use std::os::fd::{AsFd, OwnedFd};
@@ -43,16 +44,22 @@ fn reactor_fd(fd: Option<OwnedFd>) -> Option<AsyncFd<OwnedFd>> {
     fd.and_then(|fd| AsyncFd::new(fd).ok())
 }
 
-/// Wait until `fd` is readable or `max` passes; drain it.
-async fn wait_on(fd: &Option<AsyncFd<OwnedFd>>, max: Duration) {
+/// Wait until `fd` is readable or `max` passes; drain it. True when woken by an event, and
+/// always without inotify (the caller looks again after each sleep then).
+async fn wait_on(fd: &Option<AsyncFd<OwnedFd>>, max: Duration) -> bool {
     match fd {
         Some(afd) => {
             if let Ok(Ok(mut g)) = tokio::time::timeout(max, afd.readable()).await {
                 drain(afd.get_ref());
                 g.clear_ready();
+                return true;
             }
+            false
         }
-        None => tokio::time::sleep(max.min(Duration::from_secs(1))).await,
+        None => {
+            tokio::time::sleep(max.min(Duration::from_secs(1))).await;
+            true
+        }
     }
 }
 
@@ -108,7 +115,7 @@ impl AsyncQueue {
                     if left.is_zero() {
                         return Err(e);
                     }
-                    wait_on(&fd, left).await;
+                    let _ = wait_on(&fd, left).await;
                 }
                 r => return r,
             }
@@ -121,7 +128,8 @@ impl AsyncQueue {
     /// and the current delayed buckets, and on a timer for the next known deadline.
     ///
     /// # Errors
-    /// As [`Queue::claim_for`].
+    /// As [`Queue::claim_for`]; [`ErrorKind::Replaced`] (not done) within about a second once
+    /// the queue's directory is removed or replaced, as [`Queue::claim_wait`].
     pub async fn claim_wait(
         &self,
         lease: Duration,
@@ -154,8 +162,23 @@ impl AsyncQueue {
             let exp = seen
                 .next_expiry_boot_ns
                 .map_or(u64::MAX, |d| d.saturating_sub(c.boot_ns()));
-            let next = Duration::from_nanos(due.min(exp));
-            wait_on(&fd, left.min(next)).await;
+            let until = left.min(Duration::from_nanos(due.min(exp)));
+            // Slept in slices of at most a second, between which the queue's directory is
+            // looked at (two `stat` calls, no listing): removed or replaced under this
+            // handle, no job reaches the directories it holds any more.
+            let slept = Instant::now();
+            loop {
+                let slice = until
+                    .saturating_sub(slept.elapsed())
+                    .min(Duration::from_nanos(LOOK_EVERY_NS));
+                let woken = wait_on(&fd, slice).await;
+                if let Some(e) = self.q.root_replaced() {
+                    return Err(e.into());
+                }
+                if woken || slept.elapsed() >= until {
+                    break;
+                }
+            }
         }
     }
 

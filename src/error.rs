@@ -143,6 +143,12 @@ pub enum ErrorKind {
     },
     /// A directory the layout requires is missing (an interrupted `create`: run it again).
     Incomplete,
+    /// The queue's directory was removed, or removed and made again, since this handle
+    /// opened it (`rm -r`, then perhaps `steadq init`): no job reaches the directory this
+    /// handle holds any more. The path is the queue's root. Not done: open the queue again.
+    /// A waiting claim (`Queue::claim_wait`, `AsyncQueue::claim_wait`) returns it within
+    /// about a second instead of waiting out its timeout on a queue nobody else sees.
+    Replaced,
     /// The payload exceeds the queue's limit.
     PayloadTooLarge {
         /// Payload length, bytes.
@@ -464,6 +470,10 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
         ),
         ErrorKind::BadIdentity => f.write_str(BAD_IDENTITY),
         ErrorKind::Incomplete => f.write_str(INCOMPLETE),
+        ErrorKind::Replaced => f.write_str(
+            "removed or replaced since this queue handle opened it (no job reaches the \
+             directory the handle holds); not done: open the queue again",
+        ),
         ErrorKind::NoSuchJob => f.write_str("no such job"),
         ErrorKind::NoWritableShard { shards, errno } => write!(
             f,

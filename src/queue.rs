@@ -607,6 +607,22 @@ impl Queue {
             .map(|(_, rel)| rel)
     }
 
+    /// Whether the root path no longer names the directory this handle holds (the queue
+    /// was removed, or removed and made again): then [`ErrorKind::Replaced`] (not done)
+    /// naming the root. Two `stat` calls; a failed `stat` other than a missing path says
+    /// nothing (`None`).
+    pub(crate) fn root_replaced(&self) -> Option<Error> {
+        let held = self.sys.file_id(self.dirs.root.as_fd()).ok()?;
+        match self.sys.path_id(&self.root) {
+            Ok(now) if now == held => None,
+            Ok(_) | Err(Errno::NOENT | Errno::NOTDIR) => Some(Error::not_done(
+                ErrorKind::Replaced,
+                Some(self.root.clone()),
+            )),
+            Err(_) => None,
+        }
+    }
+
     /// The queue's root path as given.
     pub fn root(&self) -> &Path {
         &self.root

@@ -454,7 +454,15 @@ fn claim_waiting(
     match gone.into_inner().unwrap() {
         // A job claimed just before the check saw the change is still a claim.
         Some(e) if !matches!(got, Ok(Some(_))) => Err(e),
-        _ => got.map_err(CliError::from),
+        // The wait saw the queue's directory go first (`ErrorKind::Replaced`): the same
+        // message as when this thread's check does.
+        _ => got.map_err(|e| {
+            let gone = matches!(e.kind(), steadq::ErrorKind::Replaced);
+            match gone.then(|| super::work::queue_replaced(q, dir, "this claim waited")) {
+                Some(Some(e)) => e,
+                _ => CliError::from(e),
+            }
+        }),
     }
 }
 

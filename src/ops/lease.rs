@@ -108,6 +108,10 @@ impl Queue {
     /// with one warning; this handle's listings pass it over for the next 10 s, then try it
     /// again.
     ///
+    /// A queue whose directory was removed under this handle looks empty to it: `Ok(None)`.
+    /// [`Queue::is_current`] tells (a waiting claim, [`Queue::claim_wait`], fails with
+    /// [`ErrorKind::Replaced`] then).
+    ///
     /// # Errors
     /// [`ErrorKind::Io`]: not done before the claim's rename; indeterminate after it (the job
     /// is then leased in this process's name and comes back when the lease expires). Not

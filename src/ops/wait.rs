@@ -10,7 +10,7 @@
 //! and a new bucket in `delayed/` gets a watch and bounds the next due time by its start.
 //! Deadlines survive wake-ups that yield no job. An idle wait with any number of leased,
 //! delayed, dead or receipt entries costs one `poll(2)` per stop check (every 250 ms) and
-//! nothing else. Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, or the watch limit is
+//! two `stat(2)` calls a second (is the queue's directory still the one it holds?). Where inotify is unavailable (no `CONFIG_INOTIFY_USER`, or the watch limit is
 //! reached) it polls, backing off from 50 ms to 1 s.
 
 use crate::disk::layout::{bucket_dir, bucket_start, parse_bucket, DELAYED_DIR};
@@ -29,6 +29,9 @@ use std::time::Duration;
 
 /// How often a waiting claim looks at its stop flag, ns.
 const STOP_CHECK_NS: u64 = 250_000_000;
+/// How often a waiting claim looks whether its queue's directory was removed or replaced
+/// ([`Queue::root_replaced`]: two `stat` calls), ns.
+pub(crate) const LOOK_EVERY_NS: u64 = 1_000_000_000;
 /// At most this many delayed buckets are watched; later ones are bounded by their start.
 const MAX_BUCKET_WATCHES: usize = 64;
 
@@ -74,6 +77,10 @@ impl Queue {
     /// As [`Queue::claim_for`]. A job this user may not move (`EPERM`, `EACCES`) does not end
     /// the wait: it goes on for a job it can take, and only at the timeout, if such jobs were
     /// all its last look found, it fails with that error (not done).
+    /// [`ErrorKind::Replaced`](crate::ErrorKind::Replaced) (not done) within about a second
+    /// once the queue's directory is removed, or removed and made again, also before the
+    /// wait began: the wait does not run out its timeout on a queue no job reaches. (One
+    /// shard removed alone is not looked for: [`Queue::replaced_dir`] tells.)
     ///
     /// # Examples
     /// ```
@@ -100,7 +107,7 @@ impl Queue {
     /// true (a worker's shutdown flag, set from a signal handler or another thread).
     ///
     /// # Errors
-    /// As [`Queue::claim_for`].
+    /// As [`Queue::claim_wait`].
     pub fn claim_wait_until(
         &self,
         lease: Duration,
@@ -117,6 +124,7 @@ impl Queue {
             ..Known::default()
         };
         let mut backoff_ms = 50u64;
+        let mut looked = self.clock.boot_ns();
         // Jobs this user may not move (`EPERM`: another user's job in a sticky shard) are
         // all a sweep found: wait on as for no job (a job of its own may come), and at the
         // timeout fail as `claim_for` does, with that error (not done), never "no job".
@@ -172,6 +180,16 @@ impl Queue {
                     std::thread::sleep(Duration::from_millis(ms));
                     backoff_ms = (backoff_ms * 2).min(1000);
                     known.claimable = true;
+                }
+            }
+            // The queue removed (or replaced) under this handle: no job reaches the
+            // directories it holds, and the wait would end in "no job" at its timeout, and
+            // so on for good.
+            let now = self.clock.boot_ns();
+            if now.saturating_sub(looked) >= LOOK_EVERY_NS {
+                looked = now;
+                if let Some(e) = self.root_replaced() {
+                    return Err(e.into());
                 }
             }
         }

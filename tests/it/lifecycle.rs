@@ -945,3 +945,43 @@ fn ack_batch_refuses_a_lease_of_another_queue() {
         assert!(plan.count(sys::Call::FsyncDir) >= 1);
     }
 }
+
+/// A waiting claim on a queue removed under its handle (`rm -r`) waited out its whole
+/// timeout and answered `Ok(None)`, "no job", and so on for good: a worker looping on
+/// `claim_wait` idled on directories no job reaches. It fails now, not done with
+/// `ErrorKind::Replaced`, soon after the removal, and when the queue was removed before
+/// the wait began.
+#[test]
+fn claim_wait_on_a_removed_queue_fails_instead_of_waiting_out_its_timeout() {
+    let d = TempDir::new("wait-removed");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    let t = std::time::Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::remove_dir_all(d.path()).unwrap();
+        });
+        let e = q
+            .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+            .map(|l| l.is_some())
+            .unwrap_err();
+        assert_eq!(
+            (e.outcome(), e.kind()),
+            (Outcome::NotDone, &ErrorKind::Replaced)
+        );
+        assert!(e.to_string().contains("removed or replaced"), "{e}");
+    });
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // Removed before the wait began.
+    let t = std::time::Instant::now();
+    let e = q
+        .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+        .map(|l| l.is_some())
+        .unwrap_err();
+    assert_eq!(
+        (e.outcome(), e.kind()),
+        (Outcome::NotDone, &ErrorKind::Replaced)
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(!q.is_current());
+}

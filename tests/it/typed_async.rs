@@ -93,6 +93,43 @@ mod asynq {
         assert!(lag < Duration::from_secs(2), "{lag:?}");
     }
 
+    /// An async waiting claim on a queue removed under its handle waited out its timeout and
+    /// answered "no job"; it fails now, not done with `ErrorKind::Replaced`, soon after the
+    /// removal, and when the queue was removed before the wait began.
+    #[tokio::test]
+    async fn async_claim_wait_on_a_removed_queue_fails_instead_of_waiting_out_its_timeout() {
+        let d = TempDir::new("async-removed");
+        let q = AsyncQueue::new(Queue::create(d.path(), fast(2)).unwrap());
+        let path = d.path().to_path_buf();
+        let rm = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::remove_dir_all(&path).unwrap();
+        });
+        let t = Instant::now();
+        let e = q
+            .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+            .await
+            .map(|l| l.is_some())
+            .unwrap_err();
+        rm.join().unwrap();
+        assert_eq!(
+            (e.outcome(), e.kind()),
+            (Outcome::NotDone, &ErrorKind::Replaced)
+        );
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        let t = Instant::now();
+        let e = q
+            .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+            .await
+            .map(|l| l.is_some())
+            .unwrap_err();
+        assert_eq!(
+            (e.outcome(), e.kind()),
+            (Outcome::NotDone, &ErrorKind::Replaced)
+        );
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    }
+
     /// An async waiting claim wakes for a job at a priority level whose directories did not
     /// exist when it started waiting (they are made by the level's first job).
     #[tokio::test]
