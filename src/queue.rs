@@ -64,15 +64,24 @@ pub enum Durability {
 pub struct Options {
     /// Barrier policy. Default [`Durability::Strict`].
     pub durability: Durability,
-    /// Largest payload accepted by enqueue and read by claim, bytes. Default 16 MiB.
+    /// Largest payload this handle enqueues and claims, bytes (at least 1). Default 16 MiB
+    /// ([`DEFAULT_MAX_PAYLOAD`]). Not stored in the queue: each handle has its own. An
+    /// enqueue over it is refused ([`ErrorKind::PayloadTooLarge`], not done). A claim that
+    /// meets a job over it (enqueued through a handle with a higher limit) does not hand it
+    /// out: it dead-letters the job with reason `toolarge` ([`crate::Reason::TOO_LARGE`])
+    /// and claims the next one, so give workers at least the producers' limit. Settling a
+    /// lease taken over with [`Queue::lease_from_handle`] is not limited.
     pub max_payload: u64,
     /// Shards (1..=256) for a new queue; ignored when opening. Default 8.
     pub shards: u16,
     /// Delayed-bucket width for a new queue, ns; ignored when opening. Default 60 s.
     pub delayed_bucket_ns: u64,
-    /// Default max attempts for new jobs (1..). Default 5.
+    /// Claims allowed (1..) for a job this handle enqueues without
+    /// [`EnqueueOptions::max_attempts`](crate::EnqueueOptions::max_attempts). Default 5.
+    /// Not stored in the queue: each job carries its own in its name.
     pub max_attempts: u32,
-    /// Default lease (visibility timeout). Default 30 s.
+    /// The lease (visibility timeout) of [`Queue::claim`] on this handle, more than zero and
+    /// at most [`MAX_LEASE`]; the other claims take theirs as an argument. Default 30 s.
     pub lease: Duration,
     /// Fault injection for tests and the crash lab (feature `faults`).
     #[cfg(feature = "faults")]

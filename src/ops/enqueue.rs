@@ -34,7 +34,11 @@ use std::time::Duration;
 pub struct EnqueueOptions {
     /// Claims allowed before the job is dead-lettered; `None` uses the queue's default.
     pub max_attempts: Option<u32>,
-    /// Do not hand the job out before this much time has passed (wall clock).
+    /// Do not hand the job out before this much time has passed; `None` or zero: ready at
+    /// once. The not-before time must fall before the year 2262 (else
+    /// [`ErrorKind::InvalidArgument`], not done). Within this boot the delay runs on the
+    /// boot clock (`CLOCK_BOOTTIME`), so a wall-clock jump does not move it; after a reboot
+    /// the job is due at its wall-clock time (a version-1 queue: the wall clock always).
     pub delay: Option<Duration>,
     /// Idempotency key: at most one job per key (see [`Queue::enqueue_unique`], which also
     /// says whether the enqueue was a duplicate).
@@ -166,7 +170,9 @@ impl Queue {
     }
 
     /// Enqueue with per-job options: a delayed job lands in `delayed/` and becomes ready when
-    /// [`Queue::recover`] (or any claim that finds nothing ready) finds it due.
+    /// [`Queue::recover`] or a claim finds it due (a claiming handle looks for due delayed
+    /// jobs at most every 100 ms before it claims, and whenever it finds nothing ready; a
+    /// waiting claim wakes for it).
     ///
     /// # Errors
     /// As [`Queue::enqueue`], plus [`ErrorKind::InvalidArgument`] (not done) for zero max

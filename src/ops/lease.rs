@@ -124,7 +124,13 @@ impl Queue {
     /// Claim with a lease (visibility timeout) of `lease`. When no job is ready it first makes
     /// due delayed jobs and expired leases ready (the listing it already did shows the leases;
     /// delayed buckets are read only up to the current one) and tries again, so a plain
-    /// `claim` from cron never strands a job. When it found none and a slot was refused by
+    /// `claim` from cron never strands a job.
+    ///
+    /// A job it cannot hand out is dead-lettered, not returned, and the claim goes on to the
+    /// next one: a job file that fails verification (reason `corrupt`), a payload larger than
+    /// this handle's [`Options::max_payload`](crate::Options::max_payload) (reason
+    /// `toolarge`), a job with no attempt left (reason `exhausted`). Each is logged at warn
+    /// level; [`Queue::claims_dead_lettered`] counts them. When it found none and a slot was refused by
     /// a level another user is making (`ops/making.rs`), it looks again every 100 ms for up
     /// to 1 s before it answers.
     ///
@@ -1622,8 +1628,10 @@ impl Lease {
         })
     }
 
-    /// Nack: retry after `delay` (wall clock). Zero goes straight back to ready; with no
-    /// attempt left the job is dead-lettered (reason `exhausted`).
+    /// Nack: retry after `delay`, counted as an enqueue's
+    /// [`EnqueueOptions::delay`](crate::EnqueueOptions::delay) is (the boot clock within this
+    /// boot). Zero goes straight back to ready; with no attempt left (this was claim
+    /// `max_attempts`) the job is dead-lettered (reason `exhausted`) whatever the delay.
     ///
     /// # Errors
     /// As [`Lease::ack`], plus [`ErrorKind::InvalidArgument`] (not done) for a delay
