@@ -104,7 +104,9 @@ impl Queue {
     }
 
     /// [`Queue::claim_wait`] that also returns `Ok(None)` within 250 ms of `stop` becoming
-    /// true (a worker's shutdown flag, set from a signal handler or another thread).
+    /// true (a worker's shutdown flag, set from a signal handler or another thread), and at
+    /// once, claiming nothing, when it is true already: once the flag is set no job is
+    /// taken, whatever is ready.
     ///
     /// # Errors
     /// As [`Queue::claim_wait`].
@@ -130,6 +132,11 @@ impl Queue {
         // timeout fail as `claim_for` does, with that error (not done), never "no job".
         let mut refused: Option<crate::error::Error> = None;
         loop {
+            // Before any sweep: a set flag takes no job, also when jobs are ready (a
+            // worker's loop on this call would otherwise never stop on a busy queue).
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
             if known.claimable || self.deadline_passed(&known) {
                 let mut seen = RecoverReport::default();
                 match self.claim_sweep(lease, &mut seen) {
