@@ -79,7 +79,8 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
     ///
     /// # Errors
     /// [`ErrorKind::Decode`]: the claim was done and the job is now dead (if moving it to
-    /// `dead/` failed, that error is returned instead, with its outcome); the errors of
+    /// `dead/` failed, that error is returned instead, with its outcome); its outcome says
+    /// not done (no job was handed out), so a worker loop should claim again, not stop; the errors of
     /// [`Lease::payload`] for a payload larger than 64 KiB (the job is released); otherwise
     /// as [`Queue::claim_for`].
     pub fn claim_for(&self, lease: Duration) -> Result<Option<TypedLease<T>>, Failure> {
