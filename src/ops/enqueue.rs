@@ -152,7 +152,9 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::PayloadTooLarge`] (not done); [`ErrorKind::Io`] naming the file, not done
-    /// before the linearization point, indeterminate after it (see the module docs).
+    /// before the linearization point, indeterminate after it (see the module docs);
+    /// [`ErrorKind::Replaced`] (not done) when the job file cannot be made because the
+    /// queue's directory was removed (or replaced) since this handle opened it.
     ///
     /// # Examples
     /// ```
@@ -463,6 +465,11 @@ impl Queue {
                     self.sys.force_named_publish();
                 }
                 Err(e) => {
+                    // A removed directory refuses new files (`EPERM` from `O_TMPFILE`,
+                    // `ENOENT`): not a permission, and no slot to avoid.
+                    if let Some(gone) = self.root_replaced() {
+                        return Err(gone);
+                    }
                     let e = self.dir_errno(p.dir.fd(), e);
                     if matches!(e, Errno::ACCESS | Errno::PERM)
                         && p.name.kind == crate::disk::name::Kind::Ready
@@ -484,7 +491,10 @@ impl Queue {
         let fd = self
             .sys
             .create_file(self.dirs.tmp.as_fd(), &tmp)
-            .map_err(|e| nd(Call::Open, e, &rel))?;
+            .map_err(|e| {
+                self.root_replaced()
+                    .unwrap_or_else(|| nd(Call::Open, e, &rel))
+            })?;
         self.share_job_file(fd.as_fd());
         if let Err(e) = fill(fd.as_fd(), &rel) {
             let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
@@ -533,6 +543,11 @@ impl Queue {
                     self.publish(p, w, resync)
                 }
                 Err(e) => {
+                    // Not done, in a removed directory (tmpfs lets `O_TMPFILE` through there
+                    // and refuses the link with `ENOENT`): say so, as `write_with` does.
+                    if let Some(gone) = (e != Errno::IO).then(|| self.root_replaced()).flatten() {
+                        return Err(gone);
+                    }
                     let e = self.dir_errno(p.dir.fd(), e);
                     Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel()))))
                 }
@@ -543,6 +558,9 @@ impl Queue {
                 if let Err(e) = self.retry_making(&p.rel_dir, into) {
                     if e != Errno::IO {
                         let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
+                        if let Some(gone) = self.root_replaced() {
+                            return Err(gone);
+                        }
                     }
                     let e = self.dir_errno(p.dir.fd(), e);
                     return Err(Error::io(

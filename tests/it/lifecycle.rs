@@ -1014,3 +1014,28 @@ fn claim_wait_until_takes_no_job_once_stop_is_set() {
         .expect("a ready job");
     l.ack().unwrap();
 }
+
+/// An enqueue through a handle whose queue was removed (`rm -r`) failed with "ready/00: open
+/// failed: Operation not permitted" (what `O_TMPFILE` answers in a removed directory), took
+/// the shard for one this user may not write, and after one try per shard answered "this
+/// user may not make job files in any of its 8 shards ...: give the shards the owner and
+/// mode of the queue's other directories": a permission hunt for a queue that is gone. It
+/// says the queue was removed (`ErrorKind::Replaced`), not done, every time.
+#[test]
+fn an_enqueue_on_a_removed_queue_says_so_not_permission() {
+    let d = TempDir::new("enq-removed");
+    let q = Queue::create(d.path(), opts(4)).unwrap();
+    q.enqueue(b"before").unwrap();
+    std::fs::remove_dir_all(d.path()).unwrap();
+    for i in 0..6 {
+        let e = q.enqueue(format!("after {i}").as_bytes()).unwrap_err();
+        assert_eq!(
+            (e.outcome(), e.kind()),
+            (Outcome::NotDone, &ErrorKind::Replaced),
+            "try {i}: {e}"
+        );
+        assert_eq!(e.path(), Some(d.path()));
+    }
+    let e = q.enqueue_reader(&mut &[7u8; 100_000][..], &Default::default());
+    assert_eq!(e.unwrap_err().kind(), &ErrorKind::Replaced);
+}
