@@ -101,7 +101,8 @@ fn ns(d: Duration) -> u64 {
 }
 
 impl Queue {
-    /// Claim a job with the queue's default lease. `Ok(None)` when no job is ready.
+    /// Claim a job with this handle's lease, [`Options::lease`](crate::Options::lease)
+    /// (30 s unless opened with another). `Ok(None)` when no job is ready.
     ///
     /// A job this user may not move (the rename fails with `EPERM` or `EACCES`: a sticky
     /// shard directory and another user's file) is passed over, at its level and any other,
