@@ -6,6 +6,42 @@ use crate::sigkill::{cli, out};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use steadq::s3::Options;
+/// `steadq work URL --once EXTRA -- sh -c SCRIPT` whose command marks that it started (a
+/// file `started` in a fresh directory `steadq-s3-TAG-PID` under the temp directory) and
+/// then waits until the test makes `go` there. Returns once the command runs (at most
+/// 30 s), with the worker (stderr piped) and that directory.
+fn gated_work(
+    port: u16,
+    url: &str,
+    tag: &str,
+    extra: &[&str],
+) -> (std::process::Child, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("steadq-s3-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (started, go) = (dir.join("started"), dir.join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        go.display()
+    );
+    let worker = cli(port)
+        .args(["work", url, "--once"])
+        .args(extra)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !started.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the command never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (worker, dir)
+}
 
 fn status(port: u16, url: &str) -> Vec<String> {
     let (code, s) = out(cli(port).args(["status", url]));
@@ -233,28 +269,8 @@ fn work_once_whose_ack_was_not_done_does_not_exit_0() {
     assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
     let q = queue(m.port, "cliunsettled", "q", Options::default());
     let id = q.enqueue(b"job").unwrap();
-    let dir = std::env::temp_dir().join(format!("steadq-s3-unsettled-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (started, go) = (dir.join("started"), dir.join("go"));
-    let script = format!(
-        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-        started.display(),
-        go.display()
-    );
-    let worker = cli(m.port)
-        .args(["work", url, "--once", "--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !started.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the command never ran"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (worker, dir) = gated_work(m.port, url, "unsettled", &[]);
+    let go = dir.join("go");
     // Someone else settles the lease (generation 1) first.
     let body = q.client.get(&q.keys().gen(id, 1)).unwrap().body;
     let rec = steadq::s3::keys::Record::decode(&body).expect("the claim's record");
@@ -393,28 +409,8 @@ fn ack_through_an_outage(outage: Fault, bucket: &str) {
     let q = queue(m.port, bucket, "q", Options::default());
     let id = q.enqueue(b"job").unwrap();
     let p = Proxy::start(m.port);
-    let dir = std::env::temp_dir().join(format!("steadq-s3-{bucket}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (started, go) = (dir.join("started"), dir.join("go"));
-    let script = format!(
-        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-        started.display(),
-        go.display()
-    );
-    let worker = cli(p.port)
-        .args(["work", url, "--once", "--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !started.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the command never ran"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (worker, dir) = gated_work(p.port, url, bucket, &[]);
+    let go = dir.join("go");
     // The server goes away as the command ends, and comes back 1.5 s later.
     p.arm(Some((outage, 0)));
     std::fs::write(&go, b"").unwrap();
@@ -484,31 +480,9 @@ fn work_takes_up_its_own_renewal_after_lost_answers() {
     let q = queue(m.port, "clirenewlost", "q", Options::default());
     let id = q.enqueue(b"job").unwrap();
     let p = Proxy::start(m.port);
-    let dir = std::env::temp_dir().join(format!("steadq-s3-renewlost-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (started, go) = (dir.join("started"), dir.join("go"));
-    let script = format!(
-        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-        started.display(),
-        go.display()
-    );
     // A 3 s lease is renewed every second.
-    let worker = cli(p.port)
-        .args([
-            "work", url, "--once", "--lease", "3s", "--", "sh", "-c", &script,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !started.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the command never ran"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (worker, dir) = gated_work(p.port, url, "renewlost", &["--lease", "3s"]);
+    let go = dir.join("go");
     // Answers are lost over the first renewal (about 1 s after the claim).
     std::thread::sleep(Duration::from_millis(200));
     p.arm(Some((Fault::OutageAfter, 0)));
