@@ -105,29 +105,25 @@ mod asynq {
             std::thread::sleep(Duration::from_millis(300));
             std::fs::remove_dir_all(&path).unwrap();
         });
-        let t = Instant::now();
-        let e = q
-            .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
-            .await
-            .map(|l| l.is_some())
-            .unwrap_err();
+        // A waiting claim fails Replaced, not done, well before its 20 s timeout: removed
+        // while it waits, then removed before it began.
+        let q = &q;
+        let fails_replaced = || async move {
+            let t = Instant::now();
+            let e = q
+                .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+                .await
+                .map(|l| l.is_some())
+                .unwrap_err();
+            assert_eq!(
+                (e.outcome(), e.kind()),
+                (Outcome::NotDone, &ErrorKind::Replaced)
+            );
+            assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        };
+        fails_replaced().await;
         rm.join().unwrap();
-        assert_eq!(
-            (e.outcome(), e.kind()),
-            (Outcome::NotDone, &ErrorKind::Replaced)
-        );
-        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
-        let t = Instant::now();
-        let e = q
-            .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
-            .await
-            .map(|l| l.is_some())
-            .unwrap_err();
-        assert_eq!(
-            (e.outcome(), e.kind()),
-            (Outcome::NotDone, &ErrorKind::Replaced)
-        );
-        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        fails_replaced().await;
     }
 
     /// An async waiting claim wakes for a job at a priority level whose directories did not
