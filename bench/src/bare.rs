@@ -33,8 +33,8 @@ pub enum Sync {
 pub const STEADQ_NAME_LEN: [usize; 3] = [92, 196, 144];
 
 pub struct Bare {
-    ready: OwnedFd,
-    receipts: OwnedFd,
+    ready: Vec<OwnedFd>,
+    receipts: Vec<OwnedFd>,
     sync: Sync,
     tag: String,
     n: u64,
@@ -60,22 +60,36 @@ impl Bare {
         sync: Sync,
         long_names: bool,
         watch: bool,
+        shards: usize,
     ) -> Res<Bare> {
         use rustix::fs::inotify;
-        let ready = dir(&root.join("ready"))?;
+        let sub = |d: &str| -> Res<Vec<OwnedFd>> {
+            if shards <= 1 {
+                return Ok(vec![dir(&root.join(d))?]);
+            }
+            (0..shards)
+                .map(|i| dir(&root.join(d).join(format!("{i:02}"))))
+                .collect()
+        };
+        let ready = sub("ready")?;
         let watch = if watch {
             let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
             let events = inotify::WatchFlags::CREATE
                 | inotify::WatchFlags::MOVED_TO
                 | inotify::WatchFlags::MOVED_FROM;
             inotify::add_watch(&fd, root.join("ready"), events)?;
+            if shards > 1 {
+                for i in 0..shards {
+                    inotify::add_watch(&fd, root.join("ready").join(format!("{i:02}")), events)?;
+                }
+            }
             Some(fd)
         } else {
             None
         };
         Ok(Bare {
             ready,
-            receipts: dir(&root.join("receipts"))?,
+            receipts: sub("receipts")?,
             sync,
             tag: format!("w{worker}"),
             n: 0,
@@ -152,8 +166,13 @@ impl Bare {
     pub fn lifecycle(&mut self, payload: &[u8]) -> Res<()> {
         self.n += 1;
         let (r, l, a) = (self.name(0), self.name(1), self.name(2));
+        // With shards, a job's ready and receipt directories are picked apart, as
+        // SteadQ's are (by the job's id there, by its number here).
+        let n = self.n as usize;
+        let ready = &self.ready[n % self.ready.len()];
+        let receipts = &self.receipts[n.wrapping_mul(5).wrapping_add(3) % self.receipts.len()];
         let f = fs::openat(
-            &self.ready,
+            ready,
             ".",
             OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o644),
@@ -161,24 +180,19 @@ impl Bare {
         rustix::io::write(&f, payload)?;
         self.fsync(&f)?;
         self.write_out(&f)?;
-        fs::linkat(&f, "", &self.ready, &r, AtFlags::EMPTY_PATH)?;
+        fs::linkat(&f, "", ready, &r, AtFlags::EMPTY_PATH)?;
         drop(f);
-        self.fsync_last(&self.ready)?;
+        self.fsync_last(ready)?;
         self.read_watch()?;
-        fs::renameat_with(&self.ready, &r, &self.ready, &l, RenameFlags::NOREPLACE)?;
-        self.fsync_last(&self.ready)?;
-        let f = fs::openat(
-            &self.ready,
-            &l,
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
+        fs::renameat_with(ready, &r, ready, &l, RenameFlags::NOREPLACE)?;
+        self.fsync_last(ready)?;
+        let f = fs::openat(ready, &l, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
         let mut buf = vec![0u8; payload.len()];
         rustix::io::pread(&f, &mut buf[..], 0)?;
         drop(f);
-        fs::renameat_with(&self.ready, &l, &self.receipts, &a, RenameFlags::NOREPLACE)?;
-        self.fsync_last(&self.receipts)?;
-        self.fsync(&self.ready)?;
+        fs::renameat_with(ready, &l, receipts, &a, RenameFlags::NOREPLACE)?;
+        self.fsync_last(receipts)?;
+        self.fsync(ready)?;
         Ok(())
     }
 
@@ -189,7 +203,7 @@ impl Bare {
                 for _ in 0..n {
                     self.lifecycle(payload)?;
                 }
-                fs::syncfs(&self.ready)?;
+                fs::syncfs(&self.ready[0])?;
                 Ok(n)
             }
             _ => self.lifecycle(payload).map(|_| 1),
@@ -229,7 +243,7 @@ mod tests {
             STEADQ_NAME_LEN,
             "ready {ready:?} leased {leased:?} acked {acked:?}"
         );
-        let mut b = Bare::new(&root.join("bare"), 3, Sync::None, true, true).unwrap();
+        let mut b = Bare::new(&root.join("bare"), 3, Sync::None, true, true, 1).unwrap();
         b.n = 123_456;
         for (state, want) in STEADQ_NAME_LEN.iter().enumerate() {
             assert_eq!(b.name(state).len(), *want);
@@ -244,7 +258,7 @@ mod tests {
     fn strict_min_leaves_the_payload_in_its_receipt() {
         let root = std::env::temp_dir().join(format!("bench-min-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        let mut b = Bare::new(&root, 0, Sync::Min, false, false).unwrap();
+        let mut b = Bare::new(&root, 0, Sync::Min, false, false, 1).unwrap();
         assert_eq!(b.step(b"payload-1").unwrap(), 1);
         assert_eq!(std::fs::read_dir(root.join("ready")).unwrap().count(), 0);
         let receipts: Vec<_> = std::fs::read_dir(root.join("receipts"))

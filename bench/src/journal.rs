@@ -1,5 +1,6 @@
 //! Journal commits per job on ext3/ext4: jbd2's commit count for the filesystem under the
-//! benchmark directory, read before and after each case.
+//! benchmark directory, read before and after each case; and, on any filesystem with a
+//! block device, the device's cache flushes and sectors written per job.
 //!
 //! On a journalled filesystem every `fsync(2)` that has something to commit waits for a
 //! jbd2 transaction commit, and a commit costs the device's flushes whatever it carries.
@@ -8,6 +9,47 @@
 //! requested), each up to `B` blocks" (fs/jbd2/journal.c, `jbd2_seq_info_show`).
 
 use std::path::{Path, PathBuf};
+
+/// The `/sys/dev/block/MAJ:MIN` directory of the block device holding `dir` (`None` on
+/// tmpfs and other filesystems without one).
+fn sys_block(dir: &Path) -> Option<PathBuf> {
+    let st = rustix::fs::stat(dir).ok()?;
+    let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+    let p = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    p.join("stat").exists().then_some(p)
+}
+
+/// What the block device did: cache flushes completed and 512-byte sectors written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Device {
+    pub flushes: u64,
+    pub sectors: u64,
+}
+
+/// The block device's `stat` file for `dir`'s filesystem, when it has one.
+pub fn device_file(dir: &Path) -> Option<PathBuf> {
+    sys_block(dir).map(|p| p.join("stat"))
+}
+
+/// Flushes and sectors written from the text of a block device's `stat` file: fields 7
+/// (sectors written) and 16 (flush requests completed), counted from 1
+/// (Documentation/block/stat.rst; the flush fields exist since Linux 5.5).
+pub fn parse_device(stat: &str) -> Option<Device> {
+    let f: Vec<u64> = stat
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    Some(Device {
+        sectors: *f.get(6)?,
+        flushes: *f.get(15)?,
+    })
+}
+
+/// The device's counters now, from `stat` (see [`device_file`]).
+pub fn device(stat: &Path) -> Option<Device> {
+    parse_device(&std::fs::read_to_string(stat).ok()?)
+}
 
 /// The jbd2 `info` file of the filesystem holding `dir`, when it has one (ext3/ext4 with a
 /// journal; `None` on tmpfs, xfs, btrfs, or without `/proc/fs/jbd2`).
@@ -45,6 +87,22 @@ pub fn commits(info: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flushes_and_sectors_are_fields_16_and_7_of_the_device_stat() {
+        let stat = "  5463614  2886 35106708 870239 10208286 13707723 255916895 2459921 \
+                    0 1546836 4526244 61 0 4723736 160 5268809 1195922\n";
+        assert_eq!(
+            parse_device(stat),
+            Some(Device {
+                flushes: 5268809,
+                sectors: 255916895
+            })
+        );
+        // A kernel before 5.5 has no flush fields: nothing is made up.
+        assert_eq!(parse_device("1 2 3 4 5 6 7 8 9 10 11"), None);
+        assert_eq!(parse_device("x y"), None);
+    }
 
     #[test]
     fn the_commit_count_is_the_first_number_of_the_first_line() {

@@ -14,7 +14,13 @@
 //! `bare:strict-min`, is the bare loop with the fewest barriers a strict lifecycle needs on
 //! journaled ext4 and xfs (three directory fsyncs a job, the file written out before its
 //! link): beside `steadq:strict` and `redis:always` it shows SteadQ's overhead over that
-//! pattern and the ceiling any queue with it has against Redis.
+//! pattern and the ceiling any queue with it has against Redis. Its variants
+//! `bare:strict-min-names`, `bare:strict-min-shards` and `bare:strict-min-names-shards` add
+//! SteadQ's name lengths and eight directories a state (a job's ready and receipt
+//! directories picked apart), the two costs of SteadQ's on-disk format on that path.
+//!
+//! On a filesystem with a block device, each case also reports the device's cache flushes
+//! and KiB written per job (`/sys/dev/block/MAJ:MIN/stat`): a strict rate is bound by them.
 //!
 //! Every case runs `--rounds` times, interleaved (round 1 of every case, then round 2, ...),
 //! and the median is kept, so slow phases of a shared machine hit every system alike. The
@@ -117,7 +123,15 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
     // Opt-in, named in --only: the bare loop with SteadQ's name lengths, with an inotify
     // watch read per job, with both (what the tmpfs gap to the bare loop is made of), and
     // with the fewest strict barriers (what a strict lifecycle costs on ext4 and xfs).
-    for m in ["none-names", "none-watch", "none-names-watch", "strict-min"] {
+    for m in [
+        "none-names",
+        "none-watch",
+        "none-names-watch",
+        "strict-min",
+        "strict-min-names",
+        "strict-min-shards",
+        "strict-min-names-shards",
+    ] {
         if a.only.iter().any(|o| o == &format!("bare:{m}")) {
             v.push(c("bare", m, 1));
         }
@@ -159,14 +173,15 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>) -> Res<R
         ("bare", m) => {
             let sync = match m {
                 "strict" => bare::Sync::Strict,
-                "strict-min" => bare::Sync::Min,
+                m if m.starts_with("strict-min") => bare::Sync::Min,
                 "syncfs-batch" => bare::Sync::SyncfsPer(b),
                 _ => bare::Sync::None,
             };
             // The decomposition variants: none-names, none-watch, none-names-watch.
             let (names, watch) = (m.contains("names"), m.contains("watch"));
+            let shards = if m.contains("shards") { 8 } else { 1 };
             timed(case.workers, d, |i| {
-                let mut w = bare::Bare::new(dir, i, sync, names, watch)?;
+                let mut w = bare::Bare::new(dir, i, sync, names, watch, shards)?;
                 Ok(move || w.step(p))
             })?
         }
@@ -255,11 +270,16 @@ fn main() -> Res<()> {
     if let Some(p) = &jbd2 {
         eprintln!("counting journal commits from {}", p.display());
     }
+    let dev = journal::device_file(&base);
+    if let Some(p) = &dev {
+        eprintln!("counting device flushes and writes from {}", p.display());
+    }
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); cases.len()];
     for round in 0..a.rounds {
         for (i, c) in cases.iter().enumerate() {
             // Redis keeps its lists across cases; they are empty after each lifecycle.
             let before = jbd2.as_deref().and_then(journal::commits);
+            let dev_before = dev.as_deref().and_then(journal::device);
             let mut r = run_case(
                 c,
                 &base.join(format!("case{i}")),
@@ -268,8 +288,13 @@ fn main() -> Res<()> {
             )?;
             let after = jbd2.as_deref().and_then(journal::commits);
             r.commits = before.zip(after).map(|(b, a)| a.saturating_sub(b));
+            let dev_after = dev.as_deref().and_then(journal::device);
+            r.device = dev_before.zip(dev_after).map(|(b, a)| journal::Device {
+                flushes: a.flushes.saturating_sub(b.flushes),
+                sectors: a.sectors.saturating_sub(b.sectors),
+            });
             eprintln!(
-                "round {} {:<7} {:<15} {}w {:>9.0} jobs/s",
+                "round {} {:<7} {:<23} {}w {:>9.0} jobs/s",
                 round + 1,
                 c.system,
                 c.mode,

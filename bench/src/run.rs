@@ -2,14 +2,17 @@
 
 use std::time::{Duration, Instant};
 
-/// One run of one system: jobs done, seconds, per-lifecycle latencies (ns, sorted), and
-/// the journal commits the filesystem made meanwhile (ext3/ext4 only; see `journal.rs`).
+/// One run of one system: jobs done, seconds, per-lifecycle latencies (ns, sorted), the
+/// journal commits the filesystem made meanwhile (ext3/ext4 only) and what its block
+/// device did (see `journal.rs`).
 #[derive(Clone, Debug, Default)]
 pub struct Run {
     pub jobs: usize,
     pub secs: f64,
     pub lat: Vec<u64>,
     pub commits: Option<u64>,
+    /// The block device's flushes and sectors written meanwhile (see `journal.rs`).
+    pub device: Option<crate::journal::Device>,
 }
 
 impl Run {
@@ -19,6 +22,16 @@ impl Run {
     /// Journal commits per job, when they were counted.
     pub fn commits_per_job(&self) -> Option<f64> {
         self.commits.map(|c| c as f64 / self.jobs.max(1) as f64)
+    }
+    /// Device cache flushes per job, when they were counted.
+    pub fn flushes_per_job(&self) -> Option<f64> {
+        self.device
+            .map(|d| d.flushes as f64 / self.jobs.max(1) as f64)
+    }
+    /// KiB written to the device per job, when they were counted.
+    pub fn kib_per_job(&self) -> Option<f64> {
+        self.device
+            .map(|d| d.sectors as f64 / 2.0 / self.jobs.max(1) as f64)
     }
     /// Quantile `q` (0..=1) of the latencies, µs.
     pub fn quantile_us(&self, q: f64) -> f64 {
