@@ -728,7 +728,7 @@ impl Queue {
         }
         let fd = dir.fd();
         match dir {
-            crate::ops::enqueue::DirRef::Held(h) => match self.group.get(h.as_raw_fd()) {
+            crate::ops::enqueue::DirRef::Held(h) => match self.group.get(&self.sys, *h) {
                 Some(g) => g.barrier(&self.group.gather, || self.sys.fsync_dir(fd)),
                 None => self.sys.fsync_dir(fd),
             },

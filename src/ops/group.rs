@@ -9,6 +9,10 @@
 //! keeps its meaning: no call returns done before its own rename is covered by a completed
 //! barrier. A single thread sees exactly the fsyncs it made before (one per barrier).
 //!
+//! Where one directory fsync commits every change made before it started, in any directory
+//! ([`Reach::Journal`]: ext4 with a jbd2 journal), the held directories share one
+//! [`DirSync`]: a barrier asked for in `ready/03` may be run as the fsync of `receipts/05`.
+//!
 //! Before a barrier starts, its runner gathers ([`Gather`]): it waits briefly for the other
 //! threads of the handle that are inside an operation to reach their barriers, so that one
 //! journal commit covers them all.
@@ -24,15 +28,40 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// What a completed fsync of a directory makes durable, on the queue's filesystem (DESIGN.md,
+/// Barriers). Learnt once per handle, from `statfs` magic and the ext4 superblock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// The directory's own entries only (btrfs, f2fs, tmpfs, ext2, ext4 without a journal or
+    /// with fast commits, network filesystems, or when a check cannot be made): a move between
+    /// directories needs both fsyncs, and each directory its own barrier.
+    Dir,
+    /// Every change of the log transaction that last changed the directory, and every earlier
+    /// one, since commits reach the disk in order (xfs: `xfs_dir_fsync` forces the log up to
+    /// the directory's last commit sequence, fs/xfs/xfs_file.c). A move needs one fsync, of
+    /// its destination; a run of renames by one thread, one fsync of the directory changed
+    /// last. Another thread's later rename in another directory is *not* covered.
+    Rename,
+    /// Every metadata change that completed before the fsync started, in any directory (ext4
+    /// with a jbd2 journal and no fast commits: a directory is a journalled-data inode, so its
+    /// fsync calls `ext4_force_commit`, which commits the running transaction and waits for
+    /// it, fs/ext4/fsync.c; kernel 6.4-rc1 to -rc4 lacked this for directories, fixed by
+    /// "ext4: Fix fsync for non-directories", Jan Kara, May 2023). All held directories then
+    /// share one group: one fsync covers the renames of every thread, whatever directory.
+    Journal,
+}
+
 /// The group-commit state of every directory a handle holds (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct Group {
     dirs: Vec<(RawFd, DirSync)>,
+    /// The one group of every held directory, where a directory fsync reaches the whole
+    /// journal ([`Reach::Journal`]).
+    shared: DirSync,
     /// Which threads of the handle are inside an operation and which are at a barrier.
     pub(crate) gather: Gather,
-    /// Whether the queue's filesystem makes a rename durable in both directories with one
-    /// fsync of either (see [`Group::one_barrier_per_rename`]); learnt at first use.
-    one_barrier: OnceLock<bool>,
+    /// What one directory fsync covers on the queue's filesystem; learnt at first use.
+    reach: OnceLock<Reach>,
 }
 
 impl Group {
@@ -43,39 +72,76 @@ impl Group {
         dirs.sort_unstable_by_key(|(f, _)| *f);
         Group {
             dirs,
-            gather: Gather::default(),
-            one_barrier: OnceLock::new(),
+            ..Group::default()
         }
+    }
+
+    /// What one fsync of a directory covers on the filesystem of `dir` (any directory of the
+    /// queue), learnt at first use: see [`Reach`] and [`reach_fs`].
+    pub(crate) fn reach(&self, sys: &Sys, dir: BorrowedFd<'_>) -> Reach {
+        *self.reach.get_or_init(|| reach_fs(sys, dir))
     }
 
     /// Whether, on the filesystem of `dir` (any directory of the queue), a completed fsync of
     /// a rename's destination directory also makes the rename's removal from its source
     /// directory durable, so that a move between directories needs one directory fsync, not
-    /// two. True only where the block rig showed it (DESIGN.md, Barriers): xfs, and ext4 with
-    /// a jbd2 journal attached and no fast commits, whose fsync of a directory commits the
-    /// whole journal transaction (or log checkpoint) holding the rename, and every earlier
-    /// one. Everywhere else (btrfs, f2fs, ext2 or ext4 without a journal or with fast commits,
-    /// tmpfs, network filesystems, or when a check cannot be made) both fsyncs stay.
+    /// two: [`Reach::Rename`] or [`Reach::Journal`]. True only where the block rig showed it
+    /// (DESIGN.md, Barriers): xfs, and ext4 with a jbd2 journal attached and no fast commits.
+    /// Everywhere else both fsyncs stay.
     pub(crate) fn one_barrier_per_rename(&self, sys: &Sys, dir: BorrowedFd<'_>) -> bool {
-        *self.one_barrier.get_or_init(|| one_barrier_fs(sys, dir))
+        self.reach(sys, dir) != Reach::Dir
     }
 
-    /// The barrier state of held directory `fd`, or `None` for a directory opened per call.
-    pub(crate) fn get(&self, fd: RawFd) -> Option<&DirSync> {
-        self.dirs
+    /// The barrier group of held directory `fd` (`dir`, borrowed), or `None` for a directory
+    /// opened per call: the directory's own, or with [`Reach::Journal`] the one group all
+    /// held directories share.
+    pub(crate) fn get(&self, sys: &Sys, dir: BorrowedFd<'_>) -> Option<&DirSync> {
+        use std::os::fd::AsRawFd;
+        let fd = dir.as_raw_fd();
+        let own = self
+            .dirs
             .binary_search_by_key(&fd, |(f, _)| *f)
             .ok()
-            .map(|i| &self.dirs[i].1)
+            .map(|i| &self.dirs[i].1)?;
+        Some(match self.reach(sys, dir) {
+            Reach::Journal => &self.shared,
+            Reach::Dir | Reach::Rename => own,
+        })
     }
 }
 
 /// The check behind [`Group::one_barrier_per_rename`], made afresh.
+#[cfg(feature = "faults")]
 pub(crate) fn one_barrier_fs(sys: &Sys, dir: BorrowedFd<'_>) -> bool {
+    reach_fs(sys, dir) != Reach::Dir
+}
+
+/// The check behind [`Group::reach`], made afresh: [`Reach::Rename`] on xfs,
+/// [`Reach::Journal`] on ext2/3/4 with a jbd2 journal attached and no fast commits (see
+/// [`ext4_journal_attached`]) on a kernel other than a 6.4 release candidate
+/// (`/proc/sys/kernel/osrelease`; [`Reach::Rename`] there or when it cannot be read),
+/// [`Reach::Dir`] everywhere else and whenever a check fails.
+pub(crate) fn reach_fs(sys: &Sys, dir: BorrowedFd<'_>) -> Reach {
     match sys.fs_magic(dir).map(|m| m as u32) {
-        Ok(0x5846_5342) => true, // xfs
-        Ok(0xEF53) => ext4_journal_attached(dir),
-        _ => false,
+        Ok(0x5846_5342) => Reach::Rename, // xfs
+        Ok(0xEF53) if ext4_journal_attached(dir) => {
+            // The running kernel's release (uname -r); unknown is treated as unsure.
+            match std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+                Ok(r) if !dir_fsync_may_skip_commit(r.trim()) => Reach::Journal,
+                _ => Reach::Rename,
+            }
+        }
+        _ => Reach::Dir,
     }
+}
+
+/// Whether kernel `release` (`uname -r`) is one of the 6.4 release candidates whose ext4
+/// fsync of a directory waited only for the directory's own transaction (e360c6ed7274, in
+/// 6.4-rc1, until "ext4: Fix fsync for non-directories"): [`Reach::Rename`] still holds there.
+/// Any 6.4 release candidate is treated so; released kernels are not.
+fn dir_fsync_may_skip_commit(release: &str) -> bool {
+    let mut v = release.split(['.', '-']);
+    v.next() == Some("6") && v.next() == Some("4") && release.contains("-rc")
 }
 
 /// Whether the ext2/3/4 filesystem holding `dir` runs a jbd2 journal without fast commits:
@@ -319,6 +385,57 @@ impl DirSync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_6_4_release_candidates_are_treated_as_unsure() {
+        for r in ["6.4.0-rc1", "6.4.0-rc4-00012-gabc", "6.4-rc2"] {
+            assert!(dir_fsync_may_skip_commit(r), "{r}");
+        }
+        for r in [
+            "6.4.0",
+            "6.4.12-arm64",
+            "6.1.0-27-amd64",
+            "6.18.0",
+            "6.40.0-rc1",
+            "5.4.0-rc1",
+        ] {
+            assert!(!dir_fsync_may_skip_commit(r), "{r}");
+        }
+    }
+
+    /// Held directories share one barrier group only where a directory fsync reaches the
+    /// whole journal; a directory opened per call has none.
+    #[test]
+    fn held_directories_share_one_group_only_where_an_fsync_reaches_the_journal() {
+        use std::os::fd::{AsFd, AsRawFd};
+        let sys = Sys::new();
+        let d = std::env::temp_dir().join(format!("group-reach-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        for sub in ["a", "b", "c"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        let open = |sub: &str| sys.open_dir_path(&d.join(sub)).unwrap();
+        let (a, b, c) = (open("a"), open("b"), open("c"));
+        let same = |g: &Group, x: BorrowedFd<'_>, y: BorrowedFd<'_>| {
+            std::ptr::eq(g.get(&sys, x).unwrap(), g.get(&sys, y).unwrap())
+        };
+        for (reach, shared) in [
+            (Reach::Dir, false),
+            (Reach::Rename, false),
+            (Reach::Journal, true),
+        ] {
+            let g = Group::new([a.as_raw_fd(), b.as_raw_fd()]);
+            g.reach.set(reach).unwrap();
+            assert_eq!(same(&g, a.as_fd(), b.as_fd()), shared, "{reach:?}");
+            assert!(same(&g, a.as_fd(), a.as_fd()), "{reach:?}");
+            assert!(g.get(&sys, c.as_fd()).is_none(), "{reach:?}: not held");
+            assert_eq!(
+                g.one_barrier_per_rename(&sys, a.as_fd()),
+                reach != Reach::Dir
+            );
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 

@@ -424,6 +424,73 @@ fn barriers_are_left_out_only_where_fsync_does_nothing() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// The held directories of a handle share one group-commit barrier (a barrier asked for in
+/// one directory may be run as another's fsync) only on ext4 with a jbd2 journal and no fast
+/// commits, whose directory fsync commits the running journal transaction (DESIGN.md,
+/// Barriers); xfs forces its log only up to the directory's own last change, and btrfs,
+/// tmpfs, ext4 without a journal and with fast commits keep a group per directory. On each,
+/// eight threads of one handle then run 40 strict lifecycles each, and every job is acked once.
+#[test]
+fn directories_share_one_barrier_only_where_a_directory_fsync_commits_the_journal() {
+    let Some(base) = own_mounts(
+        "directories_share_one_barrier_only_where_a_directory_fsync_commits_the_journal",
+        "shared",
+    ) else {
+        return;
+    };
+    let lifecycles = |dir: &Path| {
+        let q = Queue::create(dir.join("q"), Options::default()).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8u32 {
+                let q = q.clone();
+                s.spawn(move || {
+                    for i in 0..40u32 {
+                        q.enqueue(&[t.to_le_bytes(), i.to_le_bytes()].concat())
+                            .unwrap();
+                        if let Some(l) = q.claim().unwrap() {
+                            l.ack().unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        while let Some(l) = q.claim().unwrap() {
+            l.ack().unwrap();
+        }
+        assert_eq!(
+            crate::common::counts(&q),
+            [0, 0, 0, 0, 320],
+            "{}",
+            dir.display()
+        );
+    };
+    for (fs, shared) in [
+        ("tmpfs", false),
+        ("ext4", true),
+        ("xfs", false),
+        ("btrfs", false),
+    ] {
+        let Some(m) = mount_or_skip(fs, &base) else {
+            continue;
+        };
+        assert_eq!(steadq::sys::shared_barriers(&m.dir), shared, "{fs}");
+        lifecycles(&m.dir);
+    }
+    for (what, mkfs) in [
+        ("fast_commit", ["-O", "fast_commit"]),
+        ("no journal", ["-O", "^has_journal"]),
+    ] {
+        match mount_ext4_with(&base, 64, &mkfs) {
+            Ok(m) => {
+                assert!(!steadq::sys::shared_barriers(&m.dir), "ext4 {what}");
+                lifecycles(&m.dir);
+            }
+            Err(e) => eprintln!("SKIP ext4 {what}: {e}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// The scratch directory of a test that makes its own mounts, or `None` (said why) when it
 /// cannot: inside a per-filesystem run, or not root.
 fn own_mounts(test: &str, tag: &str) -> Option<std::path::PathBuf> {
