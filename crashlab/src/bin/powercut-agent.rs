@@ -3,7 +3,8 @@
 //! 1. opens the queue (creating it on the first boot) and runs recovery, timed;
 //! 2. reports the queue's whole state to the controller: every entry's path, each job's
 //!    payload digest (`bad` if the file does not verify), fsck's problems;
-//! 3. runs a producer and a worker in this process, and `steadq work` workers as a child if
+//! 3. runs `--threads` loops of producer and worker in this process, sharing one queue handle
+//!    (so their barriers are shared by group commit), and `steadq work` workers as a child if
 //!    `--steadq` is given, and sends every operation that returned done to the controller,
 //!    waiting for its `ok` (recorded and fsynced) before going on.
 //!
@@ -38,6 +39,10 @@ struct Args {
     /// command `steadq work` runs per job (default: sleep 0.3)
     #[argh(option, default = "String::from(\"sleep 0.3\")")]
     work_cmd: String,
+    /// loops of enqueue then claim and settle that share this process's queue handle
+    /// (default 3; the broken build runs 1, so no other thread's barrier covers its acks)
+    #[argh(option, default = "3")]
+    threads: u32,
     /// time the filesystem mount took at boot, ms, if the boot script measured it
     /// (default: $CRASHLAB_MOUNT_MS, else 0)
     #[argh(option)]
@@ -331,13 +336,32 @@ fn main() {
         spawn_work(bin, &a.queue, &a.work_cmd, link.clone());
     }
     let seed = u64::from_le_bytes(q.id().to_le_bytes()[..8].try_into().unwrap()) ^ boot_salt();
-    let mut rng = Rng(seed);
+    let threads = if cfg!(feature = "break-ack-barriers") {
+        1
+    } else {
+        a.threads.max(1)
+    };
+    for t in 1..threads {
+        let (q, link) = (q.clone(), link.clone());
+        std::thread::spawn(move || {
+            run(
+                &q,
+                Rng(seed ^ u64::from(t).wrapping_mul(0x9e37_79b9)),
+                &link,
+            )
+        });
+    }
+    run(&q, Rng(seed), &link);
+}
+
+/// One loop until the power goes: enqueue a random payload, then claim and settle a job.
+fn run(q: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>) -> ! {
     loop {
         let size = rng.between(64, 8192) as usize;
         let payload: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
         let id = q.enqueue(&payload).unwrap_or_else(|e| die("enqueue", e));
         link.lock().unwrap().op("enq", id, digest(&payload));
-        claim_and_settle(&q, &mut rng, &link);
+        claim_and_settle(q, &mut rng, link);
     }
 }
 
