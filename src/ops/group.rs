@@ -45,9 +45,10 @@ pub(crate) enum Reach {
     /// Every metadata change that completed before the fsync started, in any directory (ext4
     /// with a jbd2 journal and no fast commits: a directory is a journalled-data inode, so its
     /// fsync calls `ext4_force_commit`, which commits the running transaction and waits for
-    /// it, fs/ext4/fsync.c; kernel 6.4-rc1 to -rc4 lacked this for directories, fixed by
-    /// "ext4: Fix fsync for non-directories", Jan Kara, May 2023). All held directories then
-    /// share one group: one fsync covers the renames of every thread, whatever directory.
+    /// it, fs/ext4/fsync.c; e360c6ed7274, in 6.4-rc1, lost this for directories until Jan
+    /// Kara's "ext4: Fix fsync for non-directories", May 2023, so every 6.4 kernel is left
+    /// out). All held directories then share one group: one fsync covers the renames of
+    /// every thread, whatever directory.
     Journal,
 }
 
@@ -118,8 +119,8 @@ pub(crate) fn one_barrier_fs(sys: &Sys, dir: BorrowedFd<'_>) -> bool {
 
 /// The check behind [`Group::reach`], made afresh: [`Reach::Rename`] on xfs,
 /// [`Reach::Journal`] on ext2/3/4 with a jbd2 journal attached and no fast commits (see
-/// [`ext4_journal_attached`]) on a kernel other than a 6.4 release candidate
-/// (`/proc/sys/kernel/osrelease`; [`Reach::Rename`] there or when it cannot be read),
+/// [`ext4_journal_attached`]) on a kernel other than 6.4 (`/proc/sys/kernel/osrelease`;
+/// [`Reach::Rename`] there or when it cannot be read),
 /// [`Reach::Dir`] everywhere else and whenever a check fails.
 pub(crate) fn reach_fs(sys: &Sys, dir: BorrowedFd<'_>) -> Reach {
     match sys.fs_magic(dir).map(|m| m as u32) {
@@ -135,13 +136,14 @@ pub(crate) fn reach_fs(sys: &Sys, dir: BorrowedFd<'_>) -> Reach {
     }
 }
 
-/// Whether kernel `release` (`uname -r`) is one of the 6.4 release candidates whose ext4
-/// fsync of a directory waited only for the directory's own transaction (e360c6ed7274, in
-/// 6.4-rc1, until "ext4: Fix fsync for non-directories"): [`Reach::Rename`] still holds there.
-/// Any 6.4 release candidate is treated so; released kernels are not.
+/// Whether kernel `release` (`uname -r`) may be one whose ext4 fsync of a directory waited
+/// only for the directory's own transaction (e360c6ed7274, merged for 6.4-rc1, until "ext4:
+/// Fix fsync for non-directories", posted in May 2023 as a fix of that release cycle):
+/// [`Reach::Rename`] still holds there. Every 6.4 kernel, candidate or release, is treated
+/// so, rather than guess at which one took the fix.
 fn dir_fsync_may_skip_commit(release: &str) -> bool {
     let mut v = release.split(['.', '-']);
-    v.next() == Some("6") && v.next() == Some("4") && release.contains("-rc")
+    v.next() == Some("6") && v.next() == Some("4")
 }
 
 /// Whether the ext2/3/4 filesystem holding `dir` runs a jbd2 journal without fast commits:
@@ -387,17 +389,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_6_4_release_candidates_are_treated_as_unsure() {
-        for r in ["6.4.0-rc1", "6.4.0-rc4-00012-gabc", "6.4-rc2"] {
+    fn only_6_4_kernels_are_treated_as_unsure() {
+        for r in [
+            "6.4.0-rc1",
+            "6.4.0-rc4-00012-gabc",
+            "6.4-rc2",
+            "6.4.0",
+            "6.4.12-arm64",
+        ] {
             assert!(dir_fsync_may_skip_commit(r), "{r}");
         }
         for r in [
-            "6.4.0",
-            "6.4.12-arm64",
             "6.1.0-27-amd64",
             "6.18.0",
             "6.40.0-rc1",
             "5.4.0-rc1",
+            "6.5.0",
+            "5.10.4",
         ] {
             assert!(!dir_fsync_may_skip_commit(r), "{r}");
         }
