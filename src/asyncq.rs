@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 
 /// A queue with async enqueue and claim (feature `tokio`). Must be used inside a tokio
-/// runtime with I/O and time enabled (`#[tokio::main]`, `Builder::enable_all`).
-#[derive(Debug)]
+/// runtime with I/O and time enabled (`#[tokio::main]`, `Builder::enable_all`). Clones share
+/// one handle, as [`Queue`]'s do: clone it into each task that enqueues or claims.
+#[derive(Clone, Debug)]
 pub struct AsyncQueue {
     q: Queue,
 }

@@ -19,10 +19,21 @@ use std::time::Duration;
 
 /// A queue of `T` values: [`Queue`] with a codec (postcard). Every call has the meaning,
 /// outcomes and errors of the [`Queue`] call it wraps, plus [`ErrorKind::Decode`].
+/// Clones share one handle, as [`Queue`]'s do (its group commit and claim cursor), whatever
+/// `T` is: clone it for each thread rather than open the queue again.
 #[derive(Debug)]
 pub struct TypedQueue<T> {
     q: Queue,
     _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for TypedQueue<T> {
+    fn clone(&self) -> Self {
+        TypedQueue {
+            q: self.q.clone(),
+            _t: PhantomData,
+        }
+    }
 }
 
 /// A claimed typed job: the decoded value and its lease. Settle it as a [`Lease`]; dropping

@@ -49,6 +49,36 @@ mod typed {
         assert!(matches!(dead[0].name.kind, Kind::Dead { .. }));
         assert!(q.claim_for(Duration::from_secs(30)).unwrap().is_none());
     }
+
+    /// Clones of a typed queue share one handle and need no `Clone` from `T`: `Mutex<u32>`
+    /// is serde but not `Clone`. Four threads enqueue through clones; every value comes back.
+    #[test]
+    fn a_typed_queue_clones_for_threads_whatever_its_type() {
+        use std::sync::Mutex;
+        let d = TempDir::new("typed-clone");
+        let q: TypedQueue<Mutex<u32>> = TypedQueue::new(Queue::create(d.path(), fast(2)).unwrap());
+        std::thread::scope(|s| {
+            for t in 0..4u32 {
+                let q = q.clone();
+                s.spawn(move || {
+                    for i in 0..5 {
+                        q.enqueue(&Mutex::new(t * 10 + i)).unwrap();
+                    }
+                });
+            }
+        });
+        let mut got = Vec::new();
+        while let Some(l) = q.claim_for(Duration::from_secs(30)).unwrap() {
+            got.push(*l.value().lock().unwrap());
+            l.ack().unwrap();
+        }
+        got.sort_unstable();
+        let want: Vec<u32> = (0..4)
+            .flat_map(|t| (0..5).map(move |i| t * 10 + i))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(counts(q.queue()), [0, 0, 0, 0, 20]);
+    }
 }
 
 #[cfg(feature = "tokio")]
@@ -56,6 +86,39 @@ mod asynq {
     use crate::common::*;
     use std::time::{Duration, Instant};
     use steadq::*;
+
+    /// Clones of an async queue share one handle and move into spawned tasks: three tasks
+    /// wait, three jobs are enqueued through the original, each task claims and acks one.
+    #[tokio::test]
+    async fn async_queue_clones_move_into_tasks() {
+        let d = TempDir::new("async-clone");
+        let q = AsyncQueue::new(Queue::create(d.path(), fast(2)).unwrap());
+        let tasks: Vec<_> = (0..3)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    let l = q
+                        .claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+                        .await
+                        .unwrap()
+                        .expect("a job");
+                    let p = l.payload().unwrap().to_vec();
+                    l.ack().unwrap();
+                    p
+                })
+            })
+            .collect();
+        for i in 0..3u8 {
+            q.enqueue(&[i], &EnqueueOptions::default()).await.unwrap();
+        }
+        let mut got: Vec<u8> = Vec::new();
+        for t in tasks {
+            got.extend(t.await.unwrap());
+        }
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1, 2]);
+        assert_eq!(counts(q.queue()), [0, 0, 0, 0, 3]);
+    }
 
     #[tokio::test]
     async fn async_claim_wakes_on_inotify_and_times_out() {
