@@ -10,7 +10,7 @@
 //! A job's bytes are the plain postcard encoding of the value; the file envelope (header and
 //! SHA-256 digests) is the same as for any job, so `steadq show` and `fsck` work unchanged.
 
-use crate::{EnqueueError, Failure, Receipt, Result, SettleError};
+use crate::{EnqueueError, Failure, Receipt, RenewError, Result, SettleError};
 use crate::{EnqueueOptions, Enqueued, Error, ErrorKind, JobId, Lease, Nacked, Queue, Reason};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -174,5 +174,23 @@ impl<T> TypedLease<T> {
     /// As [`Lease::fail`].
     pub fn fail(self, reason: Reason) -> Result<(), SettleError> {
         self.lease.fail(reason)
+    }
+
+    /// [`Lease::renew`]: extend the lease to `lease` (ns precision, at most
+    /// [`crate::MAX_LEASE`]) from now; the value stays.
+    ///
+    /// # Errors
+    /// As [`Lease::renew`] (lease lost, not done, indeterminate).
+    pub fn renew(&mut self, lease: Duration) -> Result<(), RenewError> {
+        self.lease.renew(lease)
+    }
+
+    /// [`Lease::release`]: the job back to ready now (what dropping the lease does, with the
+    /// error reported); the claim's attempt stays counted, as attempts count claims.
+    ///
+    /// # Errors
+    /// As [`Lease::release`]; a not-done release hands back the [`Lease`].
+    pub fn release(self) -> Result<(), SettleError> {
+        self.lease.release()
     }
 }
