@@ -428,14 +428,33 @@ impl Queue {
                 // claim's listings; shallow ones are cheap and keep the order exact.
                 found_some |= found.len() >= CLAIM_CANDIDATES;
                 *deep_done |= found.len() >= CLAIM_CANDIDATES;
-                let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
-                c.held[slot as usize] = found;
+                self.hold_listed(slot, found);
             }
             if any && self.opts.aging.is_none() {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// Hold `found`, a listing's ready jobs of `slot` (oldest last), as its candidates,
+    /// keeping any the slot was given while this thread listed: another thread may have
+    /// taken arrivals into it meanwhile ([`Queue::take_arrivals`]: the slot was found empty
+    /// by a listing that ended first, then a job arrived), and a name this listing missed
+    /// (made after its `getdents64` passed) would otherwise be dropped with the slot still
+    /// known empty, so that this handle never claimed it (a job of 8-16 threads on one
+    /// handle stayed ready until the handle was opened again). A name held twice is kept
+    /// once; a stale one costs its claim a failed rename.
+    fn hold_listed(&self, slot: u16, found: Vec<JobName>) {
+        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let held = &mut c.held[slot as usize];
+        if held.is_empty() {
+            *held = found;
+            return;
+        }
+        held.extend(found);
+        held.sort_unstable_by_key(|n| (core::cmp::Reverse(n.id), n.generation));
+        held.dedup();
     }
 
     /// Add the ready jobs that arrived in `slot` while it was known empty (ops/shards.rs,
@@ -1847,6 +1866,45 @@ mod tests {
         assert_eq!((ready, q.status().unwrap().ready), (1, 1));
         let found = q.find(id).unwrap();
         assert_eq!((found.state, found.name.generation), (State::Ready, 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Two listings of one slot by two threads, the second ending first with "empty"; a job
+    /// then arrives, and a third thread takes it as a pending name into the slot's
+    /// candidates; the first listing (which began before the job was linked) ends last.
+    /// Its empty result replaced the slot's candidates, dropping the job while the slot
+    /// stayed known empty: this handle's claims answered "no job" beside a ready job.
+    #[test]
+    fn a_listing_ending_after_an_arrival_was_taken_keeps_it() {
+        let dir = std::env::temp_dir().join(format!("steadq-unit-hold-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let opts = crate::Options {
+            shards: 1,
+            ..Default::default()
+        };
+        let q = Queue::create(&dir, opts).unwrap();
+        q.shards.drain(&q); // watches set up, nothing known yet
+        let slot = q.ident.slot(crate::disk::name::DEFAULT_PRIORITY, 0);
+        let now = q.clock.boot_ns();
+        let mut seen = RecoverReport::default();
+        // Thread A begins its listing and reads an empty directory.
+        let gen_a = q.shards.skip(slot, now).unwrap_err();
+        let (found_a, _) = q.sweep_shard(slot, &mut seen).unwrap();
+        assert!(found_a.is_empty());
+        // Thread C lists it too and ends first: known empty.
+        let gen_c = q.shards.skip(slot, now).unwrap_err();
+        let (found_c, _) = q.sweep_shard(slot, &mut seen).unwrap();
+        q.shards.listed(slot, gen_c, found_c.is_empty(), None);
+        // A job arrives; its event makes it a pending name, which thread B takes.
+        let id = q.enqueue(b"arrived").unwrap();
+        q.shards.drain(&q);
+        q.take_arrivals(slot, q.clock.boot_ns());
+        // Thread A's listing ends.
+        q.shards.listed(slot, gen_a, found_a.is_empty(), None);
+        q.hold_listed(slot, found_a);
+        let l = q.claim().unwrap().expect("the arrived job, not \"no job\"");
+        assert_eq!(l.id(), id);
+        l.ack().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
