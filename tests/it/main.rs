@@ -12,6 +12,7 @@ mod enqueue_stream;
 mod faults;
 mod field;
 mod filesystems;
+mod group_stress;
 mod hostile;
 mod identity;
 mod keys;
