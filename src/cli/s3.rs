@@ -58,6 +58,7 @@ pub use with_s3::run;
 mod with_s3 {
     use super::super::args::{self, Cmd, DeadAction};
     use super::super::exit::Exit;
+    use super::super::fixed;
     use super::super::stdout::note_done;
     use super::super::CliError;
     use std::io::{Read, Write};
@@ -66,7 +67,7 @@ mod with_s3 {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
     use steadq::s3::client::Client;
-    use steadq::s3::{Config, Error, ErrorKind, Lease, Options, Outcome, Queue, State};
+    use steadq::s3::{Config, Error, ErrorKind, Lease, Nacked, Options, Outcome, Queue, State};
 
     impl From<Error> for CliError {
         fn from(e: Error) -> CliError {
@@ -344,13 +345,38 @@ mod with_s3 {
     fn nack(a: args::Nack) -> Result<Exit, CliError> {
         let q = open(&url(&a.dir))?;
         let l = parse_handle(&q, &a.handle)?;
-        let n = q.nack(&l, a.delay, "nacked")?;
+        let state = nacked_state(q.nack(&l, a.delay, "nacked")?, a.delay);
         note_done(
-            format!("the job {:032x} WAS nacked ({n:?})", l.id),
+            format!("the job {:032x} WAS nacked ({state})", l.id),
             "its new state",
         );
-        out!("{n:?}");
+        out!("{state}");
         Ok(Exit::Done)
+    }
+
+    /// A nack's outcome as `nack` prints it on a local queue: `ready`, `delayed until unix
+    /// SECS.mmm` (the service's clock) or `dead (attempts exhausted)`. It printed Rust's
+    /// debug form, `Ready(1796438078004)`.
+    fn nacked_state(n: Nacked, delay: Duration) -> String {
+        match n {
+            Nacked::Ready(_) if delay.is_zero() => "ready".into(),
+            Nacked::Ready(due) => format!(
+                "delayed until unix {}",
+                fixed::secs(due.max(0) as u128 * 1_000_000, 3)
+            ),
+            Nacked::Dead => "dead (attempts exhausted)".into(),
+        }
+    }
+
+    /// What `work` says of a job it nacked (`why`: its command's outcome) after `delay`, as
+    /// on a local queue: `back to ready`, `retry in Ns` or `attempts exhausted,
+    /// dead-lettered`.
+    fn describe_nack(n: Nacked, delay: Duration, why: &str) -> String {
+        match n {
+            Nacked::Ready(_) if delay.is_zero() => format!("{why}: back to ready"),
+            Nacked::Ready(_) => format!("{why}: retry in {}s", fixed::secs(delay.as_nanos(), 0)),
+            Nacked::Dead => format!("{why}: attempts exhausted, dead-lettered"),
+        }
     }
 
     fn fail(a: args::Fail) -> Result<Exit, CliError> {
@@ -553,10 +579,10 @@ mod with_s3 {
                 .map(|()| "dead-lettered".into()),
             Some(75) => q
                 .nack(&l, a.retry_delay, "tempfail")
-                .map(|n| format!("{n:?}")),
+                .map(|n| describe_nack(n, a.retry_delay, "exit 75, retry later")),
             _ => q
                 .nack(&l, backoff, &format!("command: {status}"))
-                .map(|n| format!("{n:?}")),
+                .map(|n| describe_nack(n, backoff, &format!("{status}, failed"))),
         };
         match outcome {
             Ok(what) => Ok(format!("{id} {what}")),

@@ -621,3 +621,59 @@ fn a_claim_says_which_corrupt_job_it_dead_lettered() {
     );
     assert_eq!(status(m.port, url)[5], "dead 2");
 }
+
+/// `nack` prints the job's new state as on a local queue (`ready`, `delayed until unix
+/// SECS.mmm`, `dead (attempts exhausted)`), and `work` says what its nack did in words: both
+/// printed Rust's debug form, `Ready(1796438078004)`.
+#[test]
+fn nack_prints_the_new_state_in_words() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clinack/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clinack", "q", Options::default());
+    q.enqueue(b"job").unwrap();
+    let max = Options::default().max_attempts;
+    let claim = || {
+        let (code, h) = out(cli(m.port).args(["claim", url]));
+        assert_eq!(code, 0, "claim");
+        h
+    };
+    for _ in 1..max {
+        assert_eq!(
+            out(cli(m.port).args(["nack", url, &claim()])),
+            (0, "ready".into())
+        );
+    }
+    assert_eq!(
+        out(cli(m.port).args(["nack", url, &claim()])),
+        (0, "dead (attempts exhausted)".into())
+    );
+    assert_eq!(status(m.port, url)[5], "dead 1");
+    // Delayed: until the service's time plus the delay, in seconds with 3 decimals.
+    q.enqueue(b"later").unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let (code, s) = out(cli(m.port).args(["nack", url, &claim(), "--delay", "1h"]));
+    assert_eq!(code, 0);
+    let secs = s
+        .strip_prefix("delayed until unix ")
+        .unwrap_or_else(|| panic!("{s:?}"));
+    assert_eq!(secs.split_once('.').map(|(_, f)| f.len()), Some(3), "{s}");
+    let secs: f64 = secs.parse().unwrap();
+    assert!((secs - now - 3600.0).abs() < 60.0, "{s} vs now {now}");
+    // `work`: the outcome of its nack in words.
+    let id2 = q.enqueue(b"fails").unwrap();
+    let o = cli(m.port)
+        .args(["work", url, "--once", "--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("{id2:032x} exit status: 3, failed: retry in 10s")),
+        "{err}"
+    );
+    assert!(!err.contains("Ready("), "{err}");
+}
