@@ -256,23 +256,55 @@ mod with_s3 {
         }
         // A closed stdout would lose the handle with the job leased: refused before the claim.
         super::super::cmd::handle_needs_stdout("claim")?;
+        if a.payload_out
+            .as_deref()
+            .is_some_and(|p| p.as_os_str() == "-")
+        {
+            return Err(CliError::bad_usage(
+                "--payload-out -: stdout carries the lease handle, so the payload needs a file path (e.g. --payload-out /tmp/payload)",
+            ));
+        }
+        // As on a local queue: the payload file is opened before the claim, so a path that
+        // cannot be written changes nothing (it claimed the job, then exited 4 with it
+        // leased and an attempt used), and cut only once a job is claimed; without one an
+        // existing file keeps its bytes and a new one is removed again.
+        let existed = a.payload_out.as_deref().is_some_and(|p| p.exists());
+        let mut file = match &a.payload_out {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(p)
+                    .map_err(|e| {
+                        CliError::not_done(format!(
+                            "--payload-out {}: {e}; nothing done (no job was claimed)",
+                            p.display()
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
+        let made_file = || {
+            if let (Some(p), false) = (&a.payload_out, existed) {
+                let _ = std::fs::remove_file(p);
+            }
+        };
         let opts = Options {
             lease_ms: ms(a.lease),
             ..Options::default()
         };
-        let q = open_with(&url(&a.dir), opts, false)?;
-        let Some(l) = q.claim()? else {
+        let q = open_with(&url(&a.dir), opts, false).inspect_err(|_| made_file())?;
+        let Some(l) = q.claim().inspect_err(|_| made_file())? else {
+            made_file();
             return Err(CliError::new(Exit::NoJob, no_job(&q, 0)));
         };
-        if let Some(path) = &a.payload_out {
-            std::fs::write(path, &l.payload).map_err(|e| {
-                let msg = format!(
-                    "claimed {}, payload not written: {}: {e}",
-                    handle(&l),
-                    path.display()
-                );
-                CliError::new(Exit::Indeterminate, msg)
-            })?;
+        if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
+            // From here a stop signal interrupts the delivery and the job is given back.
+            super::super::work::install_interrupting_handlers();
+            if let Err(e) = write_payload(f, &l.payload) {
+                return Err(give_back(&q, &l, format!("{}: {e}", p.display())));
+            }
         }
         note_done(
             format!(
@@ -284,6 +316,70 @@ mod with_s3 {
         );
         out!("{}", handle(&l));
         Ok(Exit::Done)
+    }
+
+    /// Write a claimed job's payload to `f` for `claim --payload-out`, as on a local queue:
+    /// only a regular file is cut, and only it or a block device fsynced (/dev/null, a FIFO
+    /// or a terminal takes the bytes as they come); a stop signal ends the delivery.
+    fn write_payload(f: &mut std::fs::File, payload: &[u8]) -> Result<(), String> {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = f.metadata().map(|m| m.file_type());
+        let regular = kind.as_ref().is_ok_and(|t| t.is_file());
+        let sync = regular || kind.is_ok_and(|t| t.is_block_device());
+        if regular {
+            f.set_len(0).map_err(|e| e.to_string())?;
+        }
+        let stopped = || match super::super::work::stop_signal() {
+            0 => Ok(()),
+            sig => Err(format!(
+                "stopped by signal {sig} while the payload was written"
+            )),
+        };
+        let mut left = payload;
+        while !left.is_empty() {
+            match f.write(left) {
+                Ok(0) => return Err("wrote 0 bytes".into()),
+                Ok(n) => left = &left[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+            stopped()?;
+        }
+        stopped()?;
+        if sync {
+            f.sync_all().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// A claimed job that was not handed over (`msg` says why) goes back to ready with its
+    /// attempt given back: not done (exit 2). If that fails the job stays leased until its
+    /// lease expires (exit 2), or may (exit 4): its handle is named either way.
+    fn give_back(q: &Queue, l: &Lease, msg: String) -> CliError {
+        let id = l.id;
+        match q.release_undelivered(l, "payload not delivered") {
+            Ok(()) => CliError::not_done(format!(
+                "{msg}; the job {id:032x} was released to ready, its attempt given back; not done"
+            )),
+            Err(e) => {
+                let exit = match CliError::from(e.clone()).exit() {
+                    Exit::Indeterminate => Exit::Indeterminate,
+                    _ => Exit::NotDone,
+                };
+                let then = if exit == Exit::Indeterminate {
+                    "it may still be leased until its lease expires"
+                } else {
+                    "it stays leased until its lease expires, then it is ready again; not done"
+                };
+                CliError::new(
+                    exit,
+                    format!(
+                        "{msg}; releasing the job {id:032x} failed too: {e}; {then} (its lease handle is {})",
+                        handle(l)
+                    ),
+                )
+            }
+        }
     }
 
     /// What a claim that found no job says: "no job ready", naming the jobs it dead-lettered

@@ -197,6 +197,20 @@ impl Queue {
         Ok(Nacked::Ready(due))
     }
 
+    /// Give back a job that was never handed over (its payload could not be delivered, or
+    /// the command could not be started): ready at once, with this claim's attempt given
+    /// back, so a job that never ran is never dead-lettered as out of attempts. As the local
+    /// queue's `Lease::release_undelivered`.
+    ///
+    /// # Errors
+    /// As [`Queue::renew`].
+    pub fn release_undelivered(&self, lease: &Lease, reason: &str) -> Result<()> {
+        let now = self.client.clock.now_ms();
+        let attempt = lease.attempt.saturating_sub(1);
+        let rec = self.new_record(State::Ready, attempt, now, "", reason);
+        self.finish(lease, &rec)
+    }
+
     /// Fail to dead-letter with `reason`.
     ///
     /// # Errors

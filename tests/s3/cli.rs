@@ -677,3 +677,100 @@ fn nack_prints_the_new_state_in_words() {
     );
     assert!(!err.contains("Ready("), "{err}");
 }
+
+/// `claim --payload-out` as on a local queue: a path that cannot be opened is refused
+/// before the claim (exit 2, nothing leased; it claimed the job and exited 4 with it leased
+/// and an attempt used), and a payload that cannot be written after the claim gives the job
+/// back to ready with its attempt (exit 2). Without a job a new payload file is removed
+/// again and an existing one keeps its bytes.
+#[test]
+fn claim_payload_out_that_cannot_be_written_leaves_the_job_ready() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clipayloadout/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clipayloadout", "q", Options::default());
+    let tmp = std::env::temp_dir().join(format!("steadq-s3-po-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let file = tmp.join("payload");
+    let missing = tmp.join("no-such-dir/payload");
+    let claim = |port: u16, path: &std::path::Path| {
+        let o = cli(port)
+            .args(["claim", url, "--payload-out", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let h = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        (o.status.code().unwrap_or(-1), h, err)
+    };
+    let state = |id: u128| {
+        let (gen, rec) = q.inspect(id).unwrap().unwrap();
+        (gen, rec.state, rec.attempt)
+    };
+    // No job: exit 3; the new file is removed again, an existing one is left as it was.
+    let (code, _, err) = claim(m.port, &file);
+    assert_eq!(code, 3, "{err}");
+    assert!(!file.exists());
+    std::fs::write(&file, b"old").unwrap();
+    assert_eq!(claim(m.port, &file).0, 3);
+    assert_eq!(std::fs::read(&file).unwrap(), b"old");
+    let id = q.enqueue(b"payload").unwrap();
+    // A path that cannot be opened: refused before the claim, naming the option and path.
+    let (code, h, err) = claim(m.port, &missing);
+    assert_eq!((code, h.as_str()), (2, ""), "{err}");
+    assert!(
+        err.contains(&format!("--payload-out {}", missing.display()))
+            && err.contains("no job was claimed"),
+        "{err}"
+    );
+    assert_eq!(state(id), (0, steadq::s3::State::Ready, 0), "not claimed");
+    // Written after the claim and failing (ENOSPC): given back with its attempt.
+    let (code, h, err) = claim(m.port, std::path::Path::new("/dev/full"));
+    assert_eq!((code, h.as_str()), (2, ""), "{err}");
+    assert!(
+        err.contains("/dev/full") && err.contains("released to ready, its attempt given back"),
+        "{err}"
+    );
+    assert_eq!(
+        state(id),
+        (2, steadq::s3::State::Ready, 0),
+        "ready, attempt given back"
+    );
+    assert_eq!(
+        status(m.port, url)[..3],
+        ["ready 1", "delayed 0", "leased 0"]
+    );
+    // The next claim is its first attempt, and delivers the payload.
+    let (code, h, err) = claim(m.port, &file);
+    assert_eq!(code, 0, "{err}");
+    assert!(h.starts_with(&format!("{id:032x}.3.")), "{h}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"payload");
+    assert_eq!(state(id), (3, steadq::s3::State::Leased, 1));
+    assert_eq!(out(cli(m.port).args(["nack", url, &h])).0, 0);
+    // The give-back itself fails (the service is gone from the create of generation 6, the
+    // release of the lease at 5, on): the job stays leased, and the message names its
+    // handle, which still holds it.
+    let p = Proxy::start(m.port);
+    p.outage_from(&format!("/q/j/{id:032x}/00000006 "));
+    let o = cli(p.port)
+        .env("STOWQ_TIMEOUT_MS", "300")
+        .args(["claim", url, "--payload-out", "/dev/full"])
+        .output()
+        .unwrap();
+    p.arm(None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Its create was dropped unanswered: whether it was applied is unknown (exit 4).
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(&format!("releasing the job {id:032x} failed too"))
+            && err.contains("it may still be leased until its lease expires"),
+        "{err}"
+    );
+    let h = err
+        .split("its lease handle is ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("no handle in {err:?}"));
+    assert_eq!(state(id), (5, steadq::s3::State::Leased, 2), "{err}");
+    assert_eq!(out(cli(m.port).args(["nack", url, h])), (0, "ready".into()));
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -211,6 +211,9 @@ impl Fault {
 struct Plan {
     seen: u32,
     fault: Option<(Fault, u32)>,
+    /// An outage ([`Fault::Outage`]) from the first request whose request line contains
+    /// this on.
+    outage_from: Option<String>,
     /// Forward requests without their `If-None-Match` header: a service that ignores
     /// conditional writes.
     unconditional: bool,
@@ -253,6 +256,17 @@ impl Proxy {
         let mut p = self.plan.lock().unwrap();
         p.seen = 0;
         p.fault = fault;
+        p.outage_from = None;
+    }
+
+    /// An outage ([`Fault::Outage`]) from the first request whose request line (e.g.
+    /// `PUT /bucket/q/j/ID/00000006 HTTP/1.1`) contains `needle` on, until disarmed: for a
+    /// request whose index varies (a claim lists one or two times, by its job's shard).
+    pub fn outage_from(&self, needle: &str) {
+        let mut p = self.plan.lock().unwrap();
+        p.seen = 0;
+        p.fault = None;
+        p.outage_from = Some(needle.to_string());
     }
 
     /// Forward every request without its `If-None-Match` header (a service without
@@ -336,6 +350,15 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
         };
         let i = p.seen;
         p.seen += 1;
+        let line = req.split(|&b| b == b'\r').next().unwrap_or_default();
+        let from_here = p
+            .outage_from
+            .as_deref()
+            .is_some_and(|n| String::from_utf8_lossy(line).contains(n));
+        if from_here {
+            p.outage_from = None;
+            p.fault = Some((Fault::Outage, i));
+        }
         let action = match p.fault {
             Some((Fault::Outage, at)) if i >= at => Some(Fault::Outage),
             Some((Fault::OutageAfter, at)) if i >= at => Some(Fault::OutageAfter),
