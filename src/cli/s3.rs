@@ -303,7 +303,8 @@ mod with_s3 {
             // From here a stop signal interrupts the delivery and the job is given back.
             super::super::work::install_interrupting_handlers();
             if let Err(e) = write_payload(f, &l.payload) {
-                return Err(give_back(&q, &l, format!("{}: {e}", p.display())));
+                let msg = format!("{}: {e}", p.display());
+                return Err(give_back(&q, &l, "payload not delivered", msg));
             }
         }
         note_done(
@@ -352,12 +353,13 @@ mod with_s3 {
         Ok(())
     }
 
-    /// A claimed job that was not handed over (`msg` says why) goes back to ready with its
-    /// attempt given back: not done (exit 2). If that fails the job stays leased until its
+    /// A claimed job that was not handed over (`msg` says why: its payload not delivered,
+    /// its command not started) goes back to ready with its attempt given back (`reason`
+    /// recorded): not done (exit 2). If that fails the job stays leased until its
     /// lease expires (exit 2), or may (exit 4): its handle is named either way.
-    fn give_back(q: &Queue, l: &Lease, msg: String) -> CliError {
+    fn give_back(q: &Queue, l: &Lease, reason: &str, msg: String) -> CliError {
         let id = l.id;
-        match q.release_undelivered(l, "payload not delivered") {
+        match q.release_undelivered(l, reason) {
             Ok(()) => CliError::not_done(format!(
                 "{msg}; the job {id:032x} was released to ready, its attempt given back; not done"
             )),
@@ -648,9 +650,14 @@ mod with_s3 {
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
-                // The job is not at fault: give it back at once, then stop.
-                let _ = q.nack(&l, Duration::ZERO, "command could not start");
-                return Err(CliError::not_done(format!("{}: {e}", a.command[0])));
+                // The job is not at fault and did not run: give it back at once with its
+                // attempt, then stop, as on a local queue. It was nacked, which used up an
+                // attempt each time (and dead-lettered the job at its last one) without it
+                // ever running, and the nack's own failure went unsaid.
+                let cmd = super::super::rawargs::os(&a.command[0]);
+                let hint = super::super::work::exec_hint(&cmd, &e);
+                let msg = format!("cannot run {:?}: {e}{hint}", a.command[0]);
+                return Err(give_back(q, &l, "command could not start", msg));
             }
         };
         let payload = l.payload.clone();
@@ -787,6 +794,9 @@ mod with_s3 {
         if a.timeout.is_some() || a.aging.is_some() {
             return Err(unsupported("--timeout, --aging"));
         }
+        // A command that cannot be started is refused before any job is claimed, as on a
+        // local queue: a typo would otherwise use up an attempt of each job it touches.
+        super::super::work::check_command(&super::super::rawargs::os(&a.command[0]))?;
         let opts = Options {
             lease_ms: ms(a.lease),
             ..Options::default()

@@ -77,7 +77,7 @@ pub fn stop_signal() -> libc::c_int {
 
 /// Refuse a command that cannot be started before any job is claimed: a typo would otherwise
 /// use up an attempt of each job it touches.
-fn check_command(cmd: &std::ffi::OsStr) -> Result<(), CliError> {
+pub(super) fn check_command(cmd: &std::ffi::OsStr) -> Result<(), CliError> {
     if find_command(cmd).is_some() {
         Ok(())
     } else {
@@ -109,7 +109,7 @@ fn find_command(cmd: &std::ffi::OsStr) -> Option<std::path::PathBuf> {
 /// ENOENT for a script whose `#!` interpreter is missing (execve(2), "ENOENT ... the
 /// interpreter of the script was not found"), most often a `#!` line ending in a carriage
 /// return (a script saved with CRLF line endings). Empty when the file says nothing more.
-fn exec_hint(cmd: &std::ffi::OsStr, e: &std::io::Error) -> String {
+pub(super) fn exec_hint(cmd: &std::ffi::OsStr, e: &std::io::Error) -> String {
     use std::io::Read;
     if e.kind() != std::io::ErrorKind::NotFound {
         return String::new();

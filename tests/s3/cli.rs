@@ -774,3 +774,68 @@ fn claim_payload_out_that_cannot_be_written_leaves_the_job_ready() {
     assert_eq!(out(cli(m.port).args(["nack", url, h])), (0, "ready".into()));
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A command that cannot start never uses up a job's attempts, as on a local queue: one
+/// that is not there (or not executable) is refused before any claim, and one that passes
+/// that check but cannot be started (a script whose `#!` interpreter is missing) gives the
+/// job back with its attempt. Both nacked the job: five `work --once` runs dead-lettered a
+/// job that never ran.
+#[test]
+fn a_command_that_cannot_start_uses_up_no_attempt() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clinostart/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clinostart", "q", Options::default());
+    let id = q.enqueue(b"job").unwrap();
+    let state = || {
+        let (gen, rec) = q.inspect(id).unwrap().unwrap();
+        (gen, rec.state, rec.attempt)
+    };
+    let work = |args: &[&str]| {
+        let o = cli(m.port).args(["work", url]).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (o.status.code().unwrap_or(-1), err)
+    };
+    let max = Options::default().max_attempts;
+    for _ in 0..=max {
+        let (code, err) = work(&["--once", "--", "/nonexistent/program"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("cannot run \"/nonexistent/program\"")
+                && err.contains("no job was claimed"),
+            "{err}"
+        );
+        assert_eq!(state(), (0, steadq::s3::State::Ready, 0), "{err}");
+    }
+    let dir = std::env::temp_dir().join(format!("steadq-s3-nostart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("job.sh");
+    std::fs::write(&script, "#!/nonexistent/interpreter\ncat\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = script.to_str().unwrap();
+    for i in 1..=u64::from(max) {
+        // The long-running worker stops too: its command will not start for any job.
+        let once: &[&str] = if i == 1 { &[] } else { &["--once"] };
+        let (code, err) = work(&[once, &["--", script]].concat());
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("cannot run {script:?}"))
+                && err.contains(&format!(
+                    "the job {id:032x} was released to ready, its attempt given back"
+                )),
+            "{err}"
+        );
+        assert_eq!(
+            state(),
+            (2 * i, steadq::s3::State::Ready, 0),
+            "given back with its attempt: {err}"
+        );
+    }
+    // The job never ran: its first run is attempt 1.
+    let (code, err) = work(&["--once", "--", "cat"]);
+    assert_eq!(code, 0, "{err}");
+    let g = 2 * u64::from(max);
+    assert_eq!(state(), (g + 2, steadq::s3::State::Done, 1), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
