@@ -639,8 +639,11 @@ mod with_s3 {
     /// Run `cmd` on the payload of `l`; settle the job by its exit status.
     fn run_job(q: &Arc<Queue>, l: Lease, a: &args::Work) -> Result<String, CliError> {
         let id = format!("{:032x}", l.id);
-        let spawned = Command::new(&a.command[0])
-            .args(&a.command[1..])
+        // Arguments that were not UTF-8 get their original bytes back (they were passed as
+        // the placeholders `rawargs` stands them in with), as on a local queue.
+        let raw = super::super::rawargs::os;
+        let spawned = Command::new(raw(&a.command[0]))
+            .args(a.command[1..].iter().map(|c| raw(c)))
             .env("STEADQ_JOB_ID", &id)
             .env("STEADQ_ATTEMPT", l.attempt.to_string())
             .env("STEADQ_MAX_ATTEMPTS", q.options.max_attempts.to_string())

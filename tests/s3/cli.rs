@@ -839,3 +839,28 @@ fn a_command_that_cannot_start_uses_up_no_attempt() {
     assert_eq!(state(), (g + 2, steadq::s3::State::Done, 1), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `work`'s command gets its arguments byte for byte, also those that are not UTF-8, as on
+/// a local queue: it got the placeholder the CLI parses them as (`\u{10fffd}steadq-raw-arg-0`).
+#[test]
+fn work_passes_non_utf8_arguments_byte_for_byte() {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(m) = moto() else { return };
+    let url = "s3://clirawarg/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clirawarg", "q", Options::default());
+    q.enqueue(b"job").unwrap();
+    let dir = std::env::temp_dir().join(format!("steadq-s3-rawarg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let got = dir.join("arg");
+    let script = format!("printf '%s' \"$0\" > {}", got.display());
+    let o = cli(m.port)
+        .args(["work", url, "--once", "--", "sh", "-c", &script])
+        .arg(std::ffi::OsStr::from_bytes(b"a\xffb"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(std::fs::read(&got).unwrap(), b"a\xffb");
+    let _ = std::fs::remove_dir_all(&dir);
+}
