@@ -4,8 +4,11 @@
 # Fresh Debian 12, as root. See crashlab/README.md. Knobs (environment):
 #   CRASHLAB_FS="ext4 xfs btrfs"   filesystems for the normal run
 #   CRASHLAB_NEGATIVE="ext4 xfs btrfs"  filesystems for the negative control ("" to skip)
-#   CRASHLAB_JOBS=80               workload --jobs for the normal run (about 420-590 crash states)
+#   CRASHLAB_JOBS=120              workload --jobs for the normal run (about 400-580 crash states)
 #   CRASHLAB_NEG_JOBS=15           workload --jobs for the negative control
+#   CRASHLAB_THREADS=3             workload --threads for the normal run (one handle shared; the
+#                                  negative control runs one thread, so no other thread's
+#                                  barrier can hide its skipped fsyncs by chance)
 #   CRASHLAB_NEG_FLAG=--skip-file-fsync
 #   CRASHLAB_WORKLOAD_ARGS=""      extra workload arguments (both runs)
 #   CRASHLAB_POINTS=flush          crash states at each flush/FUA ("all": after every write too)
@@ -20,12 +23,12 @@
 #   CRASHLAB_SCRATCH=/dev/shm/...  where crash-state images are copied (tmpfs is fastest)
 #   CRASHLAB_SKIP_APT=1            do not apt-get install missing packages
 #   CRASHLAB_VM_TIMEOUT=900        seconds before a guest run is declared hung
-# Usage: rig.sh [ci|big]   ci (default): the bounded pass; big: 300 jobs, at least 2000 states each.
+# Usage: rig.sh [ci|big]   ci (default): the bounded pass; big: 700 jobs, at least 2000 states each.
 set -euo pipefail
 
 case ${1:-ci} in
   ci) ;;
-  big) : "${CRASHLAB_JOBS:=300}" "${CRASHLAB_MIN_STATES:=2000}" ;;
+  big) : "${CRASHLAB_JOBS:=700}" "${CRASHLAB_MIN_STATES:=2000}" ;;
   *) echo "usage: $0 [ci|big]" >&2; exit 2 ;;
 esac
 
@@ -36,8 +39,9 @@ CACHE=${CRASHLAB_CACHE:-$TARGET_DIR/crashlab-cache}
 WORK=${CRASHLAB_WORK:-$TARGET_DIR/crashlab-work}
 FSLIST=${CRASHLAB_FS-ext4 xfs btrfs}
 NEGLIST=${CRASHLAB_NEGATIVE-ext4 xfs btrfs}
-JOBS=${CRASHLAB_JOBS:-80}
+JOBS=${CRASHLAB_JOBS:-120}
 NEG_JOBS=${CRASHLAB_NEG_JOBS:-15}
+THREADS=${CRASHLAB_THREADS:-3}
 NEG_FLAG=${CRASHLAB_NEG_FLAG:---skip-file-fsync}
 EXTRA_ARGS=${CRASHLAB_WORKLOAD_ARGS:-}
 POINTS=${CRASHLAB_POINTS:-flush}
@@ -203,7 +207,7 @@ run_case() {   # name fs kind(normal|negative) workload-args...
 }
 
 for fs in $FSLIST; do
-  run_case "$fs" "$fs" normal --jobs "$JOBS" $EXTRA_ARGS
+  run_case "$fs" "$fs" normal --jobs "$JOBS" --threads "$THREADS" $EXTRA_ARGS
 done
 for fs in $NEGLIST; do
   run_case "neg-$fs" "$fs" negative --jobs "$NEG_JOBS" "$NEG_FLAG" $EXTRA_ARGS

@@ -152,6 +152,10 @@ impl AlignedBlock {
     }
 }
 
+// SAFETY: the block is a heap allocation owned by this value alone (no aliases, freed on
+// drop), like a `Box<[u8]>`; moving it to another thread moves that ownership.
+unsafe impl Send for AlignedBlock {}
+
 impl Drop for AlignedBlock {
     fn drop(&mut self) {
         // SAFETY: allocated in new() with the same layout.

@@ -4,7 +4,14 @@
 //! `enq <id>`, `claim <id> <attempt>`, `ack <id>`, `nack <id>`, `fail <id>`. Every 16th step
 //! claims and acks a batch (`claim_batch`, `ack_batch`) instead of one job.
 //!
-//! `steadq-workload <mountpoint> <blockdev> <markbase> [--jobs N] [--batched] [--skip-file-fsync]`
+//! With `--threads N` (the rig's normal runs use 3) the steps are shared out among N threads
+//! of one queue handle, step `i` to thread `i % N`, each marking what it finished: their
+//! operations share barriers (a directory fsync started after several threads' renames
+//! covers them all; on journaled ext4 one group spans every directory, steadq's
+//! `ops/group.rs`), so every flush point is also a check of that sharing. The marks' order
+//! across threads is free; the verifier reads them as sets (`crashlab::invariants`).
+//!
+//! `steadq-workload <mountpoint> <blockdev> <markbase> [--jobs N] [--threads N] [--batched] [--skip-file-fsync]`
 //!
 //! `--skip-file-fsync` is the NEGATIVE CONTROL: every fsync of a job file "succeeds" without
 //! being made (a lying barrier, `FaultAction::Skip`), so jobs are published before their data
@@ -18,7 +25,7 @@ use crashlab::args::{self, size};
 use crashlab::marks::{say, MarkWriter};
 use std::path::PathBuf;
 use std::process::exit;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use steadq::sys::{Call, Fault, FaultAction, FaultPlan};
 use steadq::{Durability, JobId, Options, Queue, Reason};
@@ -39,6 +46,9 @@ struct Args {
     /// number of enqueue steps (default 40); every second one also claims and settles a job
     #[argh(option, default = "40")]
     jobs: u64,
+    /// threads sharing the queue handle and the steps (default 1)
+    #[argh(option, default = "1")]
+    threads: u64,
     /// batched durability, and every fourth enqueue a batch of two
     #[argh(switch)]
     batched: bool,
@@ -52,13 +62,14 @@ fn fail(what: &str, e: impl std::fmt::Display) -> ! {
     exit(1)
 }
 
-/// Writes one in-band mark, or ends the run.
-struct Marker(MarkWriter);
+/// Writes one in-band mark, or ends the run; shared by the threads (one mark at a time, each
+/// written only after its operation returned done).
+struct Marker(Mutex<MarkWriter>);
 
 impl Marker {
-    fn mark(&mut self, op: &str, arg: impl std::fmt::Display) {
-        self.0
-            .mark(op, &arg.to_string())
+    fn mark(&self, op: &str, arg: impl std::fmt::Display) {
+        let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        w.mark(op, &arg.to_string())
             .unwrap_or_else(|e| fail("mark", e));
     }
 }
@@ -104,7 +115,7 @@ fn create(a: &Args) -> (Queue, Arc<FaultPlan>) {
 
 /// Enqueue step `i`: payloads from 100 bytes to ~24 KiB, so some span several blocks (a
 /// streamed one ~94 KiB); every fifth at another priority, every fifth keyed.
-fn enqueue(q: &Queue, m: &mut Marker, i: u64, batched: bool) {
+fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool) {
     let size = 100 + (i * 7919 % 24_000) as usize;
     let payload: Vec<u8> = (0..size).map(|j| (i as usize * 31 + j * 7) as u8).collect();
     let ids: Vec<JobId> = if batched && i.is_multiple_of(4) {
@@ -151,7 +162,7 @@ fn enqueue(q: &Queue, m: &mut Marker, i: u64, batched: bool) {
 /// Claims up to three jobs with `claim_batch` and acks them with `ack_batch`: on xfs and
 /// journaled ext4 each batch makes one directory fsync (the last rename's), which commits
 /// the earlier renames in order (DESIGN.md, Barriers).
-fn claim_and_ack_batch(q: &Queue, m: &mut Marker) {
+fn claim_and_ack_batch(q: &Queue, m: &Marker) {
     let leases = q
         .claim_batch(3, Duration::from_secs(600))
         .unwrap_or_else(|e| fail("claim_batch", e));
@@ -166,7 +177,7 @@ fn claim_and_ack_batch(q: &Queue, m: &mut Marker) {
 }
 
 /// Claims a job and settles it by ack, fail or nack, as step `i` says.
-fn claim_and_settle(q: &Queue, m: &mut Marker, i: u64) {
+fn claim_and_settle(q: &Queue, m: &Marker, i: u64) {
     let Some(l) = q
         .claim_for(Duration::from_secs(600))
         .unwrap_or_else(|e| fail("claim", e))
@@ -193,9 +204,12 @@ fn claim_and_settle(q: &Queue, m: &mut Marker, i: u64) {
 
 fn main() {
     let a: Args = args::from_env();
-    let mut m = Marker(
+    if a.threads == 0 {
+        fail("--threads", "must be at least 1");
+    }
+    let m = Marker(Mutex::new(
         MarkWriter::open(&a.blockdev, a.markbase).unwrap_or_else(|e| fail("open mark device", e)),
-    );
+    ));
     let (q, plan) = create(&a);
     // Which journals are attached: on ext4 a move between directories makes one directory
     // fsync, not two, when this lists the disk (steadq's ops/group.rs; DESIGN.md, Barriers).
@@ -208,14 +222,20 @@ fn main() {
         .unwrap_or_default();
     say(&format!("CRASHLAB_WORKLOAD_JBD2 {jbd2:?}"));
     let t = Instant::now();
-    for i in 0..a.jobs {
-        enqueue(&q, &mut m, i, a.batched);
+    let step = |i: u64| {
+        enqueue(&q, &m, i, a.batched);
         if i % 16 == 15 {
-            claim_and_ack_batch(&q, &mut m);
+            claim_and_ack_batch(&q, &m);
         } else if i % 2 == 1 {
-            claim_and_settle(&q, &mut m, i);
+            claim_and_settle(&q, &m, i);
         }
-    }
+    };
+    std::thread::scope(|s| {
+        for t in 0..a.threads {
+            let step = &step;
+            s.spawn(move || (t..a.jobs).step_by(a.threads as usize).for_each(step));
+        }
+    });
     say(&format!(
         "CRASHLAB_WORKLOAD_FSYNCS file {} dir {} write-out {} syncfs {}",
         plan.count(Call::Fsync),
@@ -224,8 +244,9 @@ fn main() {
         plan.count(Call::Syncfs)
     ));
     say(&format!(
-        "CRASHLAB_WORKLOAD_OK {} iterations in {:.2}s{}",
+        "CRASHLAB_WORKLOAD_OK {} iterations on {} threads in {:.2}s{}",
         a.jobs,
+        a.threads,
         t.elapsed().as_secs_f64(),
         if a.skip_file_fsync {
             " (negative control: file fsyncs skipped)"
