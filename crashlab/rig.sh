@@ -23,12 +23,12 @@
 #   CRASHLAB_SCRATCH=/dev/shm/...  where crash-state images are copied (tmpfs is fastest)
 #   CRASHLAB_SKIP_APT=1            do not apt-get install missing packages
 #   CRASHLAB_VM_TIMEOUT=900        seconds before a guest run is declared hung
-# Usage: rig.sh [ci|big]   ci (default): the bounded pass; big: 700 jobs, at least 2000 states each.
+# Usage: rig.sh [ci|big]   ci (default): the bounded pass; big: 800 jobs, at least 2000 states each.
 set -euo pipefail
 
 case ${1:-ci} in
   ci) ;;
-  big) : "${CRASHLAB_JOBS:=700}" "${CRASHLAB_MIN_STATES:=2000}" ;;
+  big) : "${CRASHLAB_JOBS:=800}" "${CRASHLAB_MIN_STATES:=2000}" ;;
   *) echo "usage: $0 [ci|big]" >&2; exit 2 ;;
 esac
 
