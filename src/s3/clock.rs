@@ -2,7 +2,7 @@
 //! `Date` header, so workers need no synchronized clocks: each client keeps the offset between
 //! its own clock and the service's, from the latest response.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Local wall time, unix ms.
@@ -63,6 +63,13 @@ pub fn amz_date(ms: i64) -> String {
     )
 }
 
+/// How far one `Date` may disagree with what is already known of the service's clock and
+/// still be taken on its own, ms; also how close two samples must be to confirm each other.
+/// Genuine samples move the offset by about a second (the header's resolution, plus a slow
+/// response's transit); a clock that stepped, a proxy that rewrites `Date` or a cached answer
+/// disagrees by minutes, hours or days.
+pub const SKEW_TOLERANCE_MS: i64 = 5_000;
+
 /// The offset between the service's clock and a monotonic local clock, learned from `Date`
 /// headers.
 ///
@@ -71,19 +78,47 @@ pub fn amz_date(ms: i64) -> String {
 /// offset kept is the largest lower bound seen. The local side is `Instant`, so a jump of this
 /// machine's wall clock changes nothing; only the two clocks' rates must agree (drift of a few
 /// ppm is lost in the one-second resolution).
+///
+/// One bogus `Date` (a proxy's, a cache's, a server's clock wrong for one answer) must not move
+/// this clock: a day ahead made every live lease look expired to this handle, so `recover`
+/// and `claim` delivered their jobs a second time, and its own leases ran a day long; a day
+/// behind (as the first sample) made its leases expired at birth and no job look due. So:
+/// - the offset is established by a sample that agrees with this machine's wall clock within
+///   [`SKEW_TOLERANCE_MS`] (the common case: one answer, as before), or else by two
+///   consecutive samples that agree with each other (a wall clock that is wrong); until then [`ServiceClock::now_ms`] is this machine's wall clock,
+///   as before any `Date` was seen (a queue handle does not get that far: opening the queue
+///   asks again until two agree, or refuses);
+/// - once established, a sample at most [`SKEW_TOLERANCE_MS`] ahead of it raises it (the
+///   largest lower bound); a sample further ahead is held back and taken only when the next
+///   sample confirms it (a clock that really stepped forward, seen twice in a row); an
+///   unconfirmed one is dropped with a warning;
+/// - a sample behind it never lowers it (it is a lower bound: a slow answer is behind by
+///   its transit). Lowering it would shorten this handle's leases as other workers see them.
+///
+/// What this cannot tell from a genuine clock is a wrong `Date` on two consecutive answers
+/// that agree with each other (a proxy that rewrites every answer): that is the service's
+/// clock as this handle sees it.
 #[derive(Debug)]
 pub struct ServiceClock {
     anchor: Instant,
-    offset_ms: AtomicI64,
-    seen: AtomicBool,
+    state: Mutex<Offset>,
+}
+
+/// What [`ServiceClock`] knows: the established offset (service ms minus monotonic ms), and
+/// a sample waiting for a second one to confirm it.
+#[derive(Debug, Default)]
+struct Offset {
+    established: Option<i64>,
+    pending: Option<i64>,
+    /// Samples dropped as implausible (none confirmed them).
+    dropped: u64,
 }
 
 impl Default for ServiceClock {
     fn default() -> Self {
         ServiceClock {
             anchor: Instant::now(),
-            offset_ms: AtomicI64::new(0),
-            seen: AtomicBool::new(false),
+            state: Mutex::new(Offset::default()),
         }
     }
 }
@@ -93,30 +128,76 @@ impl ServiceClock {
         self.anchor.elapsed().as_millis() as i64
     }
 
-    /// Record a `Date` header just received.
+    fn state(&self) -> std::sync::MutexGuard<'_, Offset> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Record a `Date` header just received (an unparsable one is ignored). See
+    /// [`ServiceClock`] for which samples move the clock.
     pub fn observe(&self, date: &str) {
         if let Some(t) = parse_http_date(date) {
-            let lower = t - self.mono_ms();
-            if !self.seen.swap(true, Ordering::Relaxed) {
-                self.offset_ms.store(lower, Ordering::Relaxed);
-            } else {
-                self.offset_ms.fetch_max(lower, Ordering::Relaxed);
-            }
+            self.observe_ms(t);
         }
     }
 
-    /// Whether a `Date` header has been seen.
+    /// [`ServiceClock::observe`] for a `Date` already parsed to unix ms.
+    pub fn observe_ms(&self, date_ms: i64) {
+        let lower = date_ms - self.mono_ms();
+        let mut st = self.state();
+        let near = |a: i64, b: i64| (a - b).abs() <= SKEW_TOLERANCE_MS;
+        if st.established.is_none() && near(date_ms, local_ms()) {
+            // The first sample that agrees with this machine's wall clock: two witnesses.
+            st.established = Some(lower);
+            st.pending = None;
+            return;
+        }
+        if let Some(p) = st.pending.filter(|&p| near(p, lower)) {
+            // Two in a row agree: the service's clock (a first one, or a step forward).
+            let off = st.established.unwrap_or(i64::MIN);
+            st.established = Some(off.max(p).max(lower));
+            st.pending = None;
+            return;
+        }
+        if let (Some(p), Some(off)) = (st.pending.take(), st.established) {
+            st.dropped += 1;
+            log::warn!(
+                "stowq: ignored a server Date {} s ahead of the service's clock (the next answer did not confirm it)",
+                (p - off) / 1000
+            );
+        }
+        match st.established {
+            Some(off) if lower <= off + SKEW_TOLERANCE_MS => st.established = Some(off.max(lower)),
+            _ => st.pending = Some(lower),
+        }
+    }
+
+    /// Whether the service's clock is known: a `Date` agreed with this machine's wall clock,
+    /// or two consecutive ones agreed with each other.
     pub fn known(&self) -> bool {
-        self.seen.load(Ordering::Relaxed)
+        self.state().established.is_some()
+    }
+
+    /// Whether a `Date` was seen but the clock is not yet known: the samples so far agreed
+    /// neither with this machine's wall clock nor two in a row with each other. [`crate::s3::Queue::open`] asks again until they do.
+    pub fn unconfirmed(&self) -> bool {
+        let st = self.state();
+        st.established.is_none() && st.pending.is_some()
+    }
+
+    /// `Date` headers so far dropped as implausible: further ahead of the established clock
+    /// than [`SKEW_TOLERANCE_MS`], and not confirmed by the next answer.
+    pub fn dropped(&self) -> u64 {
+        self.state().dropped
     }
 
     /// The service's time now, unix ms: a lower bound, at most about 1 s plus one response's
-    /// transit behind. Before any `Date` was seen, this machine's wall clock.
+    /// transit behind. Before the clock is known ([`ServiceClock::known`]), this machine's
+    /// wall clock.
     pub fn now_ms(&self) -> i64 {
-        if !self.known() {
-            return local_ms();
+        match self.state().established {
+            Some(off) => self.mono_ms() + off,
+            None => local_ms(),
         }
-        self.mono_ms() + self.offset_ms.load(Ordering::Relaxed)
     }
 }
 
@@ -141,11 +222,63 @@ mod tests {
         assert!(parse_http_date("garbage").is_none());
         let c = ServiceClock::default();
         c.observe("Tue, 01 Dec 2026 04:07:25 GMT");
+        c.observe("Tue, 01 Dec 2026 04:07:25 GMT");
         assert!((c.now_ms() - ms).abs() < 50);
         c.observe("Tue, 01 Dec 2026 04:07:20 GMT");
         assert!(
             (c.now_ms() - ms).abs() < 50,
             "an older date does not move the clock back"
         );
+    }
+
+    const DAY: i64 = 86_400_000;
+
+    #[test]
+    fn one_implausible_date_does_not_move_the_clock() {
+        let t = 1_796_098_045_000;
+        let c = ServiceClock::default();
+        c.observe_ms(t);
+        assert!(!c.known(), "one sample is not yet the service's clock");
+        assert!((c.now_ms() - local_ms()).abs() < 50, "wall clock meanwhile");
+        c.observe_ms(t + 1000);
+        assert!(c.known());
+        assert!((c.now_ms() - (t + 1000)).abs() < 50);
+        // A day ahead, once: held back, then dropped when the next answer disagrees.
+        c.observe_ms(t + DAY);
+        assert!((c.now_ms() - (t + 1000)).abs() < 50, "held back");
+        c.observe_ms(t + 2000);
+        assert!((c.now_ms() - (t + 2000)).abs() < 50);
+        assert_eq!(c.dropped(), 1);
+        // A day behind never lowers it.
+        c.observe_ms(t - DAY);
+        c.observe_ms(t - DAY);
+        assert!((c.now_ms() - (t + 2000)).abs() < 50);
+        // A forward step seen twice in a row is the service's clock.
+        c.observe_ms(t + 3_600_000);
+        c.observe_ms(t + 3_600_000);
+        assert!((c.now_ms() - (t + 3_600_000)).abs() < 50);
+        assert_eq!(c.dropped(), 1);
+    }
+
+    #[test]
+    fn a_date_that_agrees_with_the_wall_clock_is_taken_at_once() {
+        let c = ServiceClock::default();
+        c.observe_ms(local_ms() - DAY);
+        assert!(!c.known() && c.unconfirmed());
+        c.observe_ms(local_ms() + 2000);
+        assert!(c.known() && !c.unconfirmed());
+        assert!((c.now_ms() - (local_ms() + 2000)).abs() < 50);
+    }
+
+    #[test]
+    fn a_bogus_first_date_is_replaced_by_two_that_agree() {
+        let t = 1_796_098_045_000;
+        let c = ServiceClock::default();
+        c.observe_ms(t - DAY);
+        c.observe_ms(t);
+        assert!(!c.known(), "the first two disagree");
+        c.observe_ms(t + 500);
+        assert!(c.known());
+        assert!((c.now_ms() - (t + 500)).abs() < 50);
     }
 }

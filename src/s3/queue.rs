@@ -202,6 +202,11 @@ pub(crate) fn is_taken(status: u16) -> bool {
     status == 412
 }
 
+/// Extra reads [`Queue::open`] and [`Queue::create`] make at most to learn the service's
+/// clock when the `Date` headers seen so far do not agree (with the wall clock, or two in a
+/// row).
+const CLOCK_SAMPLES: u32 = 3;
+
 impl Queue {
     /// Create the queue under `prefix` (or open it if it exists): its identity object is
     /// created with `If-None-Match: *`, so concurrent creators agree on one queue id. A
@@ -228,6 +233,7 @@ impl Queue {
         let key = q.keys.identity();
         if q.get(&key)?.is_some() {
             q.queue_id = q.read_identity()?;
+            q.learn_clock()?;
             return Ok(q);
         }
         let id = random_u128();
@@ -236,10 +242,12 @@ impl Queue {
             Create::Done => {
                 q.refuse_unconditional_service(&key, body.as_bytes())?;
                 q.queue_id = id;
+                q.learn_clock()?;
                 Ok(q)
             }
             Create::Taken => {
                 q.queue_id = q.read_identity()?;
+                q.learn_clock()?;
                 Ok(q)
             }
         }
@@ -285,7 +293,40 @@ impl Queue {
             dead_lettered: AtomicU64::new(0),
         };
         q.queue_id = q.read_identity()?;
+        q.learn_clock()?;
         Ok(q)
+    }
+
+    /// Make the service's clock known before this handle writes any deadline: a handle whose
+    /// `Date` headers so far agreed neither with this machine's wall clock nor with each other
+    /// ([`crate::s3::clock::ServiceClock`]) reads the identity again, up to [`CLOCK_SAMPLES`]
+    /// times, until they do (no extra read in the common case). A service
+    /// that sends no `Date` leaves this machine's wall clock in use, as before.
+    ///
+    /// # Errors
+    /// Not done ([`ErrorKind::Config`]) if the answers' `Date` headers never agree (with the
+    /// wall clock or two in a row): leases could be judged by nothing trustworthy. A transport or status error of a
+    /// read, as [`Queue::open`].
+    fn learn_clock(&self) -> Result<()> {
+        let clock = &self.client.clock;
+        for _ in 0..CLOCK_SAMPLES {
+            if !clock.unconfirmed() {
+                return Ok(());
+            }
+            self.get(&self.keys.identity())?;
+        }
+        if !clock.unconfirmed() {
+            return Ok(());
+        }
+        Err(Error::not_done(ErrorKind::Config(format!(
+            "{}:{}: the Date headers of {} answers in a row disagree by more than {} s (with each \
+             other and with this machine's clock): the service's clock (which leases are measured by) cannot be learned; is a proxy \
+             rewriting Date?",
+            self.client.config.host,
+            self.client.config.port,
+            CLOCK_SAMPLES + 1,
+            crate::s3::clock::SKEW_TOLERANCE_MS / 1000
+        ))))
     }
 
     fn read_identity(&self) -> Result<u128> {

@@ -217,6 +217,12 @@ struct Plan {
     /// Forward requests without their `If-None-Match` header: a service that ignores
     /// conditional writes.
     unconditional: bool,
+    /// Rewrite the `Date` header of the answer to this request (index since the last
+    /// [`Proxy::arm`]), shifting it by these seconds: a server or proxy with a bogus clock.
+    skew: Option<(u32, i64)>,
+    /// Shift the `Date` of every answer, the `i`th by `(i + 1)` times these seconds: a
+    /// service whose dates never agree.
+    skew_each: Option<i64>,
 }
 
 /// A fault proxy on 127.0.0.1 in front of `upstream`.
@@ -273,6 +279,22 @@ impl Proxy {
     /// conditional writes), or again with it.
     pub fn unconditional(&self, on: bool) {
         self.plan.lock().unwrap().unconditional = on;
+    }
+
+    /// Shift the `Date` header of the answer to the `index`th request from now (0-based) by
+    /// `secs` seconds (negative: into the past); every other answer passes unchanged.
+    pub fn date_skew(&self, index: u32, secs: i64) {
+        let mut p = self.plan.lock().unwrap();
+        p.seen = 0;
+        p.skew = Some((index, secs));
+    }
+
+    /// Shift the `Date` of every answer from now on, the `i`th (0-based) by `(i + 1) * secs`
+    /// seconds, so no two agree.
+    pub fn date_skew_each(&self, secs: i64) {
+        let mut p = self.plan.lock().unwrap();
+        p.seen = 0;
+        p.skew_each = Some(secs);
     }
 
     /// Requests seen since the last `arm`.
@@ -337,11 +359,53 @@ fn strip_if_none_match(req: &[u8]) -> Vec<u8> {
     out
 }
 
+/// An HTTP date (`Sat, 05 Dec 2026 03:00:00 GMT`) for unix seconds `s`.
+pub fn http_date(s: i64) -> String {
+    let a = steadq::s3::clock::amz_date(s * 1000); // YYYYMMDDTHHMMSSZ
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    let m: usize = a[4..6].parse().unwrap();
+    format!(
+        "{}, {} {} {} {}:{}:{} GMT",
+        days[s.div_euclid(86_400).rem_euclid(7) as usize],
+        &a[6..8],
+        months[m - 1],
+        &a[..4],
+        &a[9..11],
+        &a[11..13],
+        &a[13..15]
+    )
+}
+
+/// `resp` with its `Date` header moved by `secs` seconds.
+fn shift_date(resp: &[u8], secs: i64) -> Vec<u8> {
+    let end = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(resp.len());
+    let head = String::from_utf8_lossy(&resp[..end]);
+    let lines: Vec<String> = head
+        .split("\r\n")
+        .map(|l| match l.split_once(':') {
+            Some((n, v)) if n.eq_ignore_ascii_case("date") => {
+                let t = steadq::s3::clock::parse_http_date(v.trim()).expect("server Date");
+                format!("Date: {}", http_date(t / 1000 + secs))
+            }
+            _ => l.to_string(),
+        })
+        .collect();
+    let mut out = lines.join("\r\n").into_bytes();
+    out.extend_from_slice(&resp[end..]);
+    out
+}
+
 fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
     let Some(req) = read_request(&mut c) else {
         return;
     };
-    let (action, req) = {
+    let (action, req, skew) = {
         let mut p = plan.lock().unwrap();
         let req = if p.unconditional {
             strip_if_none_match(&req)
@@ -365,7 +429,9 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
             Some((f, at)) if i == at => Some(f),
             _ => None,
         };
-        (action, req)
+        let skew = p.skew.filter(|&(at, _)| at == i).map(|(_, secs)| secs);
+        let skew = skew.or(p.skew_each.map(|secs| secs * (i64::from(i) + 1)));
+        (action, req, skew)
     };
     let reply = match action {
         None => forward(&req, upstream),
@@ -389,6 +455,10 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
             std::thread::sleep(Duration::from_millis(PROXY_TIMEOUT_MS + 300));
             r
         }
+    };
+    let reply = match (reply, skew) {
+        (Some(r), Some(secs)) => Some(shift_date(&r, secs)),
+        (r, _) => r,
     };
     if let Some(r) = reply {
         let _ = c.write_all(&r);

@@ -4,6 +4,7 @@
 
 mod bench;
 mod cli;
+mod clock;
 
 mod common;
 mod compact;
