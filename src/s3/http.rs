@@ -7,7 +7,7 @@
 //! response) is [`Fail::MaybeSent`]: the server may have acted on it.
 
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// A parsed HTTP response.
@@ -72,13 +72,12 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
     // An IPv6 literal is bracketed in the URL and the Host header (`[::1]:9000`), not in the
     // address to connect to.
     let ip = req.host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
-    let addr = (ip.unwrap_or(req.host), req.port)
+    let endpoint = format!("{}:{}", req.host, req.port);
+    let addrs: Vec<SocketAddr> = (ip.unwrap_or(req.host), req.port)
         .to_socket_addrs()
-        .map_err(|e| Fail::NotSent(format!("resolve {}: {e}", req.host)))?
-        .next()
-        .ok_or_else(|| Fail::NotSent(format!("no address for {}", req.host)))?;
-    let mut s = TcpStream::connect_timeout(&addr, req.timeout)
-        .map_err(|e| Fail::NotSent(format!("connect {addr}: {e}")))?;
+        .map_err(|e| Fail::NotSent(format!("resolve {endpoint}: {e}")))?
+        .collect();
+    let mut s = connect_any(&endpoint, &addrs, req.timeout)?;
     let unsent = |e: std::io::Error| Fail::NotSent(format!("socket: {e}"));
     s.set_read_timeout(Some(req.timeout)).map_err(unsent)?;
     s.set_write_timeout(Some(req.timeout)).map_err(unsent)?;
@@ -89,6 +88,39 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
         return tls::send_tls(req, s, &out);
     }
     exchange(&mut s, &out, req)
+}
+
+/// Connect to the first of `addrs` (as the resolver ordered them) that accepts, trying each in
+/// turn as curl does: a name that resolves to `::1` first and `127.0.0.1` second reaches a
+/// server listening on `127.0.0.1` only. Each try is bounded by `timeout`, so the whole call by
+/// `timeout` times the number of addresses. `endpoint` (`host:port`) names the target in
+/// errors.
+///
+/// # Errors
+/// [`Fail::NotSent`] when no address accepted (or there was none): it names `endpoint` and
+/// each address tried with its error.
+pub fn connect_any(
+    endpoint: &str,
+    addrs: &[SocketAddr],
+    timeout: Duration,
+) -> Result<TcpStream, Fail> {
+    let mut tried = Vec::new();
+    for addr in addrs {
+        match TcpStream::connect_timeout(addr, timeout) {
+            Ok(s) => return Ok(s),
+            Err(e) => tried.push(format!("{addr}: {e}")),
+        }
+    }
+    if tried.is_empty() {
+        return Err(Fail::NotSent(format!(
+            "connect {endpoint}: the name resolved to no address"
+        )));
+    }
+    Err(Fail::NotSent(format!(
+        "connect {endpoint}: tried {} address(es): {}",
+        tried.len(),
+        tried.join("; ")
+    )))
 }
 
 fn head(req: &Request<'_>) -> Vec<u8> {
@@ -317,5 +349,101 @@ mod tests {
             !complete(b"HTTP/1.1 200 OK\r\n\r\nabc", false),
             "no length: until EOF"
         );
+    }
+
+    /// A port free on both 127.0.0.1 and ::1 (nothing listens on it once this returns), and
+    /// a listener on `which` of the two at that port.
+    fn listener_on_one(which: &str) -> (std::net::TcpListener, u16) {
+        use std::net::TcpListener;
+        for _ in 0..50 {
+            let l = TcpListener::bind(format!("{which}:0")).unwrap();
+            let port = l.local_addr().unwrap().port();
+            let other = if which == "127.0.0.1" {
+                "[::1]"
+            } else {
+                "127.0.0.1"
+            };
+            // The other family's address at this port must refuse: bindable, so free.
+            if TcpListener::bind(format!("{other}:{port}")).is_ok() {
+                return (l, port);
+            }
+        }
+        panic!("no port free on both 127.0.0.1 and ::1");
+    }
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn each_resolved_address_is_tried_in_turn() {
+        let t = Duration::from_secs(5);
+        // ::1 first, as getaddrinfo orders `localhost` on many machines, but the server
+        // listens on 127.0.0.1 only.
+        let (l, port) = listener_on_one("127.0.0.1");
+        let addrs = [
+            sa(&format!("[::1]:{port}")),
+            sa(&format!("127.0.0.1:{port}")),
+        ];
+        let s = connect_any(&format!("localhost:{port}"), &addrs, t).unwrap();
+        assert_eq!(s.peer_addr().unwrap(), addrs[1]);
+        let (_, from) = l.accept().unwrap();
+        assert_eq!(from, s.local_addr().unwrap());
+        // And the other way round: 127.0.0.1 first, the server on ::1 only.
+        let (l, port) = listener_on_one("[::1]");
+        let addrs = [
+            sa(&format!("127.0.0.1:{port}")),
+            sa(&format!("[::1]:{port}")),
+        ];
+        let s = connect_any(&format!("localhost:{port}"), &addrs, t).unwrap();
+        assert_eq!(s.peer_addr().unwrap(), addrs[1]);
+        let (_, from) = l.accept().unwrap();
+        assert_eq!(from, s.local_addr().unwrap());
+    }
+
+    #[test]
+    fn when_no_address_accepts_the_error_names_the_endpoint_and_each_address() {
+        let (l, port) = listener_on_one("127.0.0.1");
+        drop(l);
+        let addrs = [
+            sa(&format!("[::1]:{port}")),
+            sa(&format!("127.0.0.1:{port}")),
+        ];
+        let e = connect_any(&format!("localhost:{port}"), &addrs, Duration::from_secs(5));
+        let Err(Fail::NotSent(msg)) = e else {
+            panic!("not NotSent: {e:?}")
+        };
+        assert!(
+            msg.starts_with(&format!("connect localhost:{port}: tried 2 address(es): ")),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("[::1]:{port}: ")), "{msg}");
+        assert!(msg.contains(&format!("127.0.0.1:{port}: ")), "{msg}");
+        assert!(msg.contains("refused"), "{msg}");
+        let e = connect_any("nowhere:80", &[], Duration::from_secs(1)).unwrap_err();
+        assert_eq!(
+            e,
+            Fail::NotSent("connect nowhere:80: the name resolved to no address".into())
+        );
+        // Through send: the endpoint as configured, resolved here.
+        let e = send(&Request {
+            method: "GET",
+            host: "localhost",
+            port,
+            target: "/",
+            headers: &[],
+            body: b"",
+            timeout: Duration::from_secs(5),
+            tls: false,
+        })
+        .unwrap_err();
+        let Fail::NotSent(msg) = e else {
+            panic!("not NotSent: {e:?}")
+        };
+        assert!(
+            msg.starts_with(&format!("connect localhost:{port}: tried ")),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!(":{port}: ")), "{msg}");
     }
 }
