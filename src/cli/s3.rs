@@ -636,7 +636,13 @@ mod with_s3 {
         }
     }
 
-    /// Run `cmd` on the payload of `l`; settle the job by its exit status.
+    /// Run `cmd` on the payload of `l`; settle the job by its exit status. Returns what was
+    /// done, to print (empty when it was printed already: a command that could not start for
+    /// want of resources, its job given back).
+    ///
+    /// # Errors
+    /// The command cannot be run (the worker stops), or, for `--once`, the job was not
+    /// settled or given back.
     fn run_job(q: &Arc<Queue>, l: Lease, a: &args::Work) -> Result<String, CliError> {
         let id = format!("{:032x}", l.id);
         // Arguments that were not UTF-8 get their original bytes back (they were passed as
@@ -652,6 +658,21 @@ mod with_s3 {
             .spawn();
         let mut child = match spawned {
             Ok(c) => c,
+            Err(e) if super::super::work::spawn_short_of_resources(&e) => {
+                // This process or the system is short of descriptors, memory or processes
+                // for the moment (EMFILE, ENFILE, ENOMEM, EAGAIN): nothing about the job or
+                // the command. It goes back to ready with its attempt; a long-running worker
+                // waits a second and carries on, as on a local queue (it stopped, exit 2, a
+                // whole worker lost to a moment's shortage). `--once` is not done (exit 2).
+                let msg = format!("job {id}: cannot start {:?} now: {e}", a.command[0]);
+                let err = give_back(q, &l, "command could not start for want of resources", msg);
+                if a.once {
+                    return Err(err);
+                }
+                eprintln!("steadq work: {err}; trying again in 1 s");
+                pause(Duration::from_secs(1));
+                return Ok(String::new());
+            }
             Err(e) => {
                 // The job is not at fault and did not run: give it back at once with its
                 // attempt, then stop, as on a local queue. It was nacked, which used up an
@@ -856,7 +877,8 @@ mod with_s3 {
             };
             idle = 0;
             let what = run_job(q, l, a).inspect_err(|_| FAILED.store(true, Ordering::Relaxed))?;
-            if !a.quiet {
+            // Empty: the job was given back and that was said already.
+            if !a.quiet && !what.is_empty() {
                 eprintln!("steadq work: {what}");
             }
             if a.once {

@@ -342,7 +342,7 @@ static CHILD_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64
 /// Whether a failed spawn says this process or the system is out of something for now
 /// (descriptors, memory, processes: `EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, fork(2),
 /// pipe(2)) rather than that the command cannot run.
-fn spawn_short_of_resources(e: &std::io::Error) -> bool {
+pub(super) fn spawn_short_of_resources(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EAGAIN)

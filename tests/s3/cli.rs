@@ -864,3 +864,125 @@ fn work_passes_non_utf8_arguments_byte_for_byte() {
     assert_eq!(std::fs::read(&got).unwrap(), b"a\xffb");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The descriptor numbers `pid` has open now (its `/proc/PID/fd` entries).
+fn open_fds(pid: u32) -> std::collections::BTreeSet<u64> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// A long-running `work` whose command cannot start for want of descriptors (EMFILE: its
+/// soft RLIMIT_NOFILE is lowered with prlimit(2) to leave one descriptor free: room for a
+/// request's socket but not for the command's stdin pipe) gives the job back with its
+/// attempt, waits a second and carries on, as `work` on a local queue does; once the limit
+/// is raised again the job runs, as its first attempt. It stopped (exit 2) at the first
+/// such spawn, a whole worker lost to a moment's shortage.
+#[test]
+fn work_outlasts_commands_that_cannot_start_for_want_of_descriptors() {
+    use rustix::process::{prlimit, Pid, Resource, Rlimit};
+
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    let Some(m) = moto() else { return };
+    let url = "s3://clinofd/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clinofd", "q", Options::default());
+    let dir = std::env::temp_dir().join(format!("steadq-s3-nofd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!("cat > {}/$STEADQ_JOB_ID", dir.display());
+    let mut worker = cli(m.port)
+        .args(["work", url, "--lease", "30s", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = Arc::new(Mutex::new(String::new()));
+    let mut pipe = worker.stderr.take().unwrap();
+    let e2 = err.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            e2.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let stderr = || err.lock().unwrap().clone();
+    // Idle (an empty queue): the descriptors it holds between requests (those open in
+    // every sample; a request's socket comes and goes).
+    std::thread::sleep(Duration::from_millis(1500));
+    let held = (0..20)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            open_fds(worker.id())
+        })
+        .reduce(|a, b| a.intersection(&b).copied().collect())
+        .unwrap();
+    assert!(held.is_superset(&[0, 1, 2].into()), "{held:?}");
+    // RLIMIT_NOFILE bounds descriptor numbers: the smallest limit that leaves exactly one
+    // number free below it (a request's socket fits, a pipe's two ends do not).
+    let limit = (1..)
+        .find(|&l| l - held.range(..l).count() as u64 == 1)
+        .unwrap();
+    let pid = Pid::from_raw(worker.id() as i32).unwrap();
+    // The hard limit stays (the worker inherited this process's); the old limits come back.
+    let hard = rustix::process::getrlimit(Resource::Nofile).maximum;
+    let lower = Rlimit {
+        current: Some(limit),
+        maximum: hard,
+    };
+    let before = prlimit(Some(pid), Resource::Nofile, lower).unwrap();
+    let id = q.enqueue(b"job").unwrap();
+    let refusals = || stderr().matches("Too many open files").count();
+    let t0 = Instant::now();
+    while refusals() < 3 {
+        assert!(
+            worker.try_wait().unwrap().is_none(),
+            "the worker stopped: {}",
+            stderr()
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no three refused spawns: {}",
+            stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = stderr();
+    assert!(
+        e.contains(&format!("job {id:032x}: cannot start \"sh\" now: "))
+            && e.contains("its attempt given back"),
+        "{e}"
+    );
+    assert!(!dir.join(format!("{id:032x}")).exists(), "it never ran");
+    // Room again: the job runs, as its first attempt.
+    prlimit(Some(pid), Resource::Nofile, before).unwrap();
+    let t1 = Instant::now();
+    loop {
+        let (_, rec) = q.inspect(id).unwrap().unwrap();
+        if rec.state == steadq::s3::State::Done {
+            assert_eq!(rec.attempt, 1, "{}", stderr());
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(30),
+            "not done: {rec:?} {}",
+            stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let got = std::fs::read_to_string(dir.join(format!("{id:032x}"))).unwrap();
+    assert_eq!(got, "job");
+    let _ = std::process::Command::new("kill")
+        .arg(worker.id().to_string())
+        .status();
+    assert_eq!(worker.wait().unwrap().code(), Some(0), "{}", stderr());
+    reader.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
