@@ -112,3 +112,52 @@ fn a_service_whose_dates_never_agree_is_refused_by_name() {
     );
     assert_eq!(p.seen(), 4, "the identity read, then three more");
 }
+
+/// The service's clock steps forward for good (as this handle sees it: the server's clock
+/// was corrected, or this machine slept and its monotonic clock stood still meanwhile). The
+/// first answer after the step is held back until the next one confirms it; a claim whose
+/// listing was that first answer must not write its lease by the old clock: to every handle
+/// that already knows the new time that lease is expired at birth, and its job is delivered
+/// a second time.
+#[test]
+fn a_claim_right_after_the_service_clock_steps_forward_gives_a_live_lease() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "skew-step");
+    drop(queue(m.port, "skew-step", "q", options()));
+    let p = Proxy::start(m.port);
+    let open = || {
+        Queue::open(
+            Client::new(config(p.port, 10_000), "skew-step"),
+            "q",
+            options(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (open(), open());
+    let id = a.enqueue(b"job").unwrap();
+    // An hour forward, every answer from now on.
+    const STEP_S: i64 = 3600;
+    p.date_shift(STEP_S);
+    // a sees the new time twice in a row: its clock has stepped.
+    for _ in 0..2 {
+        assert_eq!(a.client.get("q/absent").unwrap().status, 404);
+    }
+    let skew = a.client.clock.now_ms() - local_ms();
+    assert!(
+        (skew - STEP_S * 1000).abs() < 3_000,
+        "a's clock stepped: {skew} ms"
+    );
+    // b's first answer after the step is its claim's listing.
+    let l = b.claim().unwrap().expect("b claims the job");
+    assert_eq!(l.id, id);
+    let service_now = local_ms() + STEP_S * 1000;
+    assert!(
+        l.deadline_ms > service_now,
+        "b's lease was born expired: its deadline is {} s before the service's now",
+        (service_now - l.deadline_ms) / 1000
+    );
+    let rep = a.recover().unwrap();
+    assert_eq!((rep.ready, rep.dead), (0, 0), "b's lease is live");
+    assert!(a.claim().unwrap().is_none(), "the job is b's alone");
+    b.ack(&l).unwrap();
+}

@@ -223,6 +223,9 @@ struct Plan {
     /// Shift the `Date` of every answer, the `i`th by `(i + 1)` times these seconds: a
     /// service whose dates never agree.
     skew_each: Option<i64>,
+    /// Shift the `Date` of every answer by these seconds (when no other rewrite applies): a
+    /// service whose clock stepped.
+    shift: Option<i64>,
 }
 
 /// A fault proxy on 127.0.0.1 in front of `upstream`.
@@ -295,6 +298,12 @@ impl Proxy {
         let mut p = self.plan.lock().unwrap();
         p.seen = 0;
         p.skew_each = Some(secs);
+    }
+
+    /// Shift the `Date` of every answer from now on by `secs` seconds, the same for all: the
+    /// service's clock stepped forward (or back) by that much, for good.
+    pub fn date_shift(&self, secs: i64) {
+        self.plan.lock().unwrap().shift = Some(secs);
     }
 
     /// Requests seen since the last `arm`.
@@ -431,6 +440,7 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
         };
         let skew = p.skew.filter(|&(at, _)| at == i).map(|(_, secs)| secs);
         let skew = skew.or(p.skew_each.map(|secs| secs * (i64::from(i) + 1)));
+        let skew = skew.or(p.shift);
         (action, req, skew)
     };
     let reply = match action {
