@@ -184,6 +184,16 @@ impl ServiceClock {
         st.established.is_none() && st.pending.is_some()
     }
 
+    /// Whether the last `Date` was far ahead of the established clock and waits for the next
+    /// answer to confirm it: the service's clock may have stepped forward (or this machine
+    /// slept, its monotonic clock standing still), so [`ServiceClock::now_ms`] may be behind
+    /// by that step. A deadline written now could be expired at birth to every handle that
+    /// knows the new time: [`crate::s3::Queue`] asks once more before writing one.
+    pub fn in_doubt(&self) -> bool {
+        let st = self.state();
+        st.established.is_some() && st.pending.is_some()
+    }
+
     /// `Date` headers so far dropped as implausible: further ahead of the established clock
     /// than [`SKEW_TOLERANCE_MS`], and not confirmed by the next answer.
     pub fn dropped(&self) -> u64 {
@@ -255,8 +265,10 @@ mod tests {
         assert!((c.now_ms() - (t + 2000)).abs() < 50);
         // A forward step seen twice in a row is the service's clock.
         c.observe_ms(t + 3_600_000);
+        assert!(c.in_doubt(), "held back, in doubt until the next answer");
         c.observe_ms(t + 3_600_000);
         assert!((c.now_ms() - (t + 3_600_000)).abs() < 50);
+        assert!(!c.in_doubt());
         assert_eq!(c.dropped(), 1);
     }
 

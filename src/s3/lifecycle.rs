@@ -66,6 +66,7 @@ impl Queue {
     }
 
     fn try_claim(&self, marker: &str, m: &Marker) -> Result<Option<Lease>> {
+        self.settle_clock();
         let now = self.client.clock.now_ms();
         let token = id_hex(random_u128());
         let deadline = now + self.options.lease_ms;
@@ -156,6 +157,7 @@ impl Queue {
     /// indeterminate if the create may have been applied (then the lease object is stale:
     /// stop work, as its next transition would be refused).
     pub fn renew(&self, lease: &mut Lease, lease_ms: i64) -> Result<()> {
+        self.settle_clock();
         let deadline = self.client.clock.now_ms() + lease_ms;
         let rec = self.new_record(State::Leased, lease.attempt, deadline, &lease.token, "");
         self.finish(lease, &rec)?;

@@ -329,6 +329,20 @@ impl Queue {
         ))))
     }
 
+    /// Before a lease deadline is written: if the last `Date` was far ahead of this handle's
+    /// service clock and awaits confirmation ([`crate::s3::clock::ServiceClock::in_doubt`]),
+    /// read the identity once more, so that a real step (the service's clock corrected, this
+    /// machine back from sleep) is taken before the deadline is computed, and a single bogus
+    /// `Date` is dropped. Without this the first claim or renewal after a step wrote its
+    /// deadline by the old clock: expired at birth to every handle that knew the new time,
+    /// so its job was delivered again. Nothing is read in the common case; a failed read
+    /// changes nothing (the deadline is then written as before).
+    pub(crate) fn settle_clock(&self) {
+        if self.client.clock.in_doubt() {
+            let _ = self.client.get(&self.keys.identity());
+        }
+    }
+
     fn read_identity(&self) -> Result<u128> {
         let key = self.keys.identity();
         let body = self
