@@ -9,11 +9,6 @@
 #   CRASHLAB_THREADS=3             workload --threads for the normal run (one handle shared; the
 #                                  negative control runs one thread, so no other thread's
 #                                  barrier can hide its skipped fsyncs by chance)
-#   CRASHLAB_THREADS_BTRFS=1       the same for btrfs: one thread until an open finding is fixed.
-#                                  With three threads, 1 CI run in 2 found a torn job file (shorter
-#                                  than its header) in ready/ after a crash: an enqueue not yet
-#                                  returned done, whose linkat another thread's fsync made durable
-#                                  before its data (btrfs log tree and O_TMPFILE; DESIGN.md)
 #   CRASHLAB_NEG_FLAG=--skip-file-fsync
 #   CRASHLAB_WORKLOAD_ARGS=""      extra workload arguments (both runs)
 #   CRASHLAB_POINTS=flush          crash states at each flush/FUA ("all": after every write too)
@@ -47,7 +42,6 @@ NEGLIST=${CRASHLAB_NEGATIVE-ext4 xfs btrfs}
 JOBS=${CRASHLAB_JOBS:-120}
 NEG_JOBS=${CRASHLAB_NEG_JOBS:-15}
 THREADS=${CRASHLAB_THREADS:-3}
-THREADS_BTRFS=${CRASHLAB_THREADS_BTRFS:-1}
 NEG_FLAG=${CRASHLAB_NEG_FLAG:---skip-file-fsync}
 EXTRA_ARGS=${CRASHLAB_WORKLOAD_ARGS:-}
 POINTS=${CRASHLAB_POINTS:-flush}
@@ -213,8 +207,7 @@ run_case() {   # name fs kind(normal|negative) workload-args...
 }
 
 for fs in $FSLIST; do
-  t=$THREADS; [ "$fs" = btrfs ] && t=$THREADS_BTRFS
-  run_case "$fs" "$fs" normal --jobs "$JOBS" --threads "$t" $EXTRA_ARGS
+  run_case "$fs" "$fs" normal --jobs "$JOBS" --threads "$THREADS" $EXTRA_ARGS
 done
 for fs in $NEGLIST; do
   run_case "neg-$fs" "$fs" negative --jobs "$NEG_JOBS" "$NEG_FLAG" $EXTRA_ARGS

@@ -40,7 +40,10 @@ pub enum ProblemKind {
     /// and moving a stale copy there would run a settled job again.
     Misplaced(String),
     /// The same job id also exists at this other path (never quarantined automatically:
-    /// which copy is right is the operator's call).
+    /// which copy is right is the operator's call). Two names of *one file* (link count 2)
+    /// are a move between directories that a crash split (seen on btrfs); the next recovery
+    /// (a claim that meets the lease, `recover`) keeps the newer generation and removes the
+    /// older name (`ops/split.rs`), after which fsck no longer reports it.
     Duplicate(String),
     /// An entry that is not a regular file where none belongs: `"directory"` (one holding
     /// no job file of this queue), `"symlink"`, `"fifo"`, `"socket"` or `"device"`. Checked

@@ -982,8 +982,8 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
     let err = r.first_error.take();
     stdout::note_done("recovery WAS done", "its report");
     out!(
-        "expired leases to ready {}, to dead {}; delayed jobs due {}; made due now {made_due}; temp files removed {}; foreign entries {}; failed {}; unreadable directories {}",
-        r.expired, r.expired_dead, r.due, r.temp_removed, r.foreign, r.failed, r.unreadable.len()
+        "expired leases to ready {}, to dead {}; delayed jobs due {}; made due now {made_due}; temp files removed {}; split moves settled {}; foreign entries {}; failed {}; unreadable directories {}",
+        r.expired, r.expired_dead, r.due, r.temp_removed, r.split, r.foreign, r.failed, r.unreadable.len()
     );
     // A directory it could not read was not examined: named, and not exit 0 (2 or 4 by the
     // batch rule, as a failed entry).

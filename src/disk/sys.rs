@@ -134,6 +134,17 @@ pub fn one_fsync_per_move(dir: &std::path::Path) -> bool {
         .is_ok_and(|fd| crate::ops::group::one_barrier_fs(&sys, fd.as_fd()))
 }
 
+/// Whether a queue in directory `dir` publishes job files and key entries through a named
+/// file in `tmp/` rather than an `O_TMPFILE` (btrfs with barriers on: `Queue::assemble`,
+/// `logs_fsync_per_inode`; DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
+/// opened. For tests (feature `faults`, as the module's export).
+#[cfg(feature = "faults")]
+pub fn publishes_named(dir: &std::path::Path) -> bool {
+    let sys = Sys::new();
+    sys.open_dir_path(dir)
+        .is_ok_and(|fd| crate::queue::logs_fsync_per_inode(&sys, fd.as_fd()))
+}
+
 /// Whether the held directories of a queue in directory `dir` share one group-commit barrier
 /// (one fsync serves every thread's renames, whatever directory): true on ext4 with a jbd2
 /// journal and no fast commits, where a directory fsync commits the running journal
@@ -953,6 +964,15 @@ impl Sys {
                 mtime_ns: (st.st_mtime as u64).saturating_mul(1_000_000_000)
                     + st.st_mtime_nsec as u64,
             })
+        })
+    }
+
+    /// `fstatat(2)` with `AT_SYMLINK_NOFOLLOW`: `(link count, (st_dev, st_ino))` of `name`.
+    #[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
+    pub fn links_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<(u64, (u64, u64))> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map(|st| (st.st_nlink as u64, (st.st_dev as u64, st.st_ino as u64)))
         })
     }
 

@@ -2,8 +2,11 @@
 //!
 //! Route (probed once, see [`crate::disk::sys::Sys::link_tmpfile`]): `O_TMPFILE` in the target
 //! directory, write, fsync(file), `linkat` into place (the linearization point), fsync(file)
-//! again (btrfs needs it, see DESIGN.md), fsync(dir).
-//! Where `O_TMPFILE` or both `linkat` forms are refused: a named file under `tmp/`, write,
+//! again (btrfs lost such data without it, see DESIGN.md; kept wherever a directory fsync
+//! does not commit the whole journal), fsync(dir).
+//! On btrfs (`queue::logs_fsync_per_inode`: another thread's fsync between the `linkat` and
+//! the second fsync left torn jobs after a crash), and where `O_TMPFILE` or both `linkat`
+//! forms are refused: a named file under `tmp/`, write,
 //! fsync, `renameat2(RENAME_NOREPLACE)` into place (the linearization point), fsync(file)
 //! again, fsync(tmp/), fsync(dir).
 //! On xfs and journaled ext4 the second fsync(file) and fsync(tmp/) are left out: the fsync of

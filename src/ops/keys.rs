@@ -372,10 +372,14 @@ impl Queue {
     ) -> Result<bool> {
         let rel = format!("{KEYS_DIR}/{entry}");
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
-        let fd = match self.retry_making(KEYS_DIR, || self.sys.open_tmpfile(keys)) {
-            Ok(fd) => Some(fd),
-            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => None,
-            Err(e) => return Err(nd(Call::Open, e)),
+        // The named route where the handle publishes jobs through tmp/ (btrfs, or no
+        // `O_TMPFILE`): `Queue::assemble`, `logs_fsync_per_inode`.
+        let named = self.sys.publish_mode() == Some(crate::disk::sys::Publish::Named);
+        let fd = match (!named).then(|| self.retry_making(KEYS_DIR, || self.sys.open_tmpfile(keys)))
+        {
+            None | Some(Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL)) => None,
+            Some(Ok(fd)) => Some(fd),
+            Some(Err(e)) => return Err(nd(Call::Open, e)),
         };
         let linked = match fd {
             Some(fd) => {

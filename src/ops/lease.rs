@@ -608,6 +608,19 @@ impl Queue {
         }
         let mut ready = scan.ready;
         for n in scan.expired {
+            // A lease whose ack, nack or fail a crash split in two (`ops/split.rs`): the
+            // newer name stands, the lease is gone.
+            match self.settle_split(&self.place_ready(s, State::Leased), &n) {
+                Ok(true) => {
+                    seen.split += 1;
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    seen.fail(e);
+                    continue;
+                }
+            }
             match self.expire_lease(s, &n) {
                 Ok(Some(r)) => {
                     seen.expired += 1;

@@ -28,6 +28,10 @@ pub struct RecoverReport {
     pub due: u32,
     /// Abandoned temp files removed from `tmp/`.
     pub temp_removed: u32,
+    /// Older names of moves a crash split in two (both names one file, link count 2), removed
+    /// in favour of the newer name (`ops/split.rs`): a lease whose ack, nack or fail left the
+    /// new name too, or a delayed job whose promotion did.
+    pub split: u32,
     /// Empty past delayed buckets removed.
     pub buckets_removed: u32,
     /// Foreign entries seen (left in place; `fsck` reports them).
@@ -232,6 +236,18 @@ impl Queue {
                 )
             })?;
         for n in &due {
+            // A promotion a crash split in two (`ops/split.rs`): the ready name stands.
+            match self.settle_split(&from, n) {
+                Ok(true) => {
+                    r.split += 1;
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    r.fail(e);
+                    continue;
+                }
+            }
             // Back to the ready directory of its own priority and shard.
             let to = match self.place_ready_new(self.ident.slot_of(n)) {
                 Ok(to) => to,

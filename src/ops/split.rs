@@ -1,0 +1,175 @@
+//! A move between directories that a crash split in two: both names survived, as two links
+//! of one file.
+//!
+//! SteadQ never gives a job file a second name: every transition is a `renameat2`, which the
+//! running kernel makes atomic. A crash can still leave both names of a move between two
+//! directories: the block rig (crashlab, btrfs on the Debian 6.1 kernel, three threads of one
+//! handle) found, in 1 of 1,825 crash states, a lease in `ready/01` and its receipt in
+//! `receipts/01`, one file with link count 2, after an ack that had not returned (log replay
+//! kept the receipt's new entry and the lease's old one; DESIGN.md, "Moves split by a
+//! crash"). Left alone, the lease would be recovered and its job run again beside a receipt
+//! that says it was acked, and the two names would stay.
+//!
+//! So recovery (a lease's expiry, a delayed job's promotion: the moves made on behalf of a
+//! caller that is gone) looks at the link count of the name it is about to move. Above 1, it
+//! looks for the job's other names, same device and inode, in the directories a move could
+//! have reached (the job's ready slot, its receipt shard, every delayed and dead bucket). The
+//! newest generation is the state the split move reached: it is kept, and every older name
+//! is unlinked. The split move had not returned to its caller (its outcome was
+//! indeterminate); it is taken as done. A second link found nowhere there (a hard link
+//! someone made) changes nothing: the move goes on, with a warning.
+
+use crate::disk::layout::{receipts_shard, DEAD_DIR, DELAYED_DIR};
+use crate::disk::name::JobName;
+use crate::disk::sys::Call;
+use crate::error::{Error, Outcome, Result};
+use crate::ops::enqueue::DirRef;
+use crate::ops::transition::Place;
+use crate::queue::Queue;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// The directories a move could have reached, opened (relative path, fd), and the job's
+/// names found in them: `(index into dirs, entry name, generation)`.
+struct Found {
+    dirs: Vec<(String, OwnedFd)>,
+    names: Vec<(usize, String, u64)>,
+}
+
+impl Queue {
+    /// Settle a split move before recovery moves `n` out of `from`. `Ok(true)`: `n` was the
+    /// older half of a split and is gone (nothing more to move); `Ok(false)`: move it as
+    /// usual (any older halves found elsewhere were removed).
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Io`], not done, when a listing or unlink fails; the split stays
+    /// for the next recovery.
+    pub(crate) fn settle_split(&self, from: &Place<'_>, n: &JobName) -> Result<bool> {
+        let name = n.format(self.ident.id);
+        let Ok((links, file)) = self.sys.links_nofollow(from.dir.fd(), &name) else {
+            return Ok(false); // gone meanwhile: the move says so
+        };
+        if links < 2 {
+            return Ok(false);
+        }
+        let found = self.other_names(n, &name, file)?;
+        let Some((i, newest, generation)) = found.names.iter().max_by_key(|o| o.2) else {
+            log::warn!(
+                "{}: job file has {links} links, none of them elsewhere in the queue; recovering it as usual",
+                self.path(&format!("{}/{name}", from.rel)).display()
+            );
+            return Ok(false);
+        };
+        let (rel, dir) = &found.dirs[*i];
+        if *generation > n.generation {
+            // The newer name was there when the filesystem was mounted: make sure it stays
+            // before the older one goes.
+            self.dir_barrier(&DirRef::Held(dir.as_fd())).map_err(|e| {
+                Error::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.path(rel)))
+            })?;
+            self.unlink_split(from.dir.fd(), &from.rel, &name, rel, newest)?;
+            return Ok(true);
+        }
+        for (i, other, _) in &found.names {
+            let (rel, dir) = &found.dirs[*i];
+            self.unlink_split(dir.as_fd(), rel, other, &from.rel, &name)?;
+        }
+        Ok(false)
+    }
+
+    /// Unlink `name` in `dir` (at `rel`), the older half of a split whose newer half is
+    /// `kept` at `kept_rel`, and say so.
+    fn unlink_split(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &str,
+        name: &str,
+        kept_rel: &str,
+        kept: &str,
+    ) -> Result<()> {
+        let path = format!("{rel}/{name}");
+        match self.sys.unlink(dir, name) {
+            Ok(()) | Err(crate::disk::sys::Errno::NOENT) => {}
+            Err(e) => {
+                return Err(Error::io(
+                    Call::Unlink,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&path)),
+                ))
+            }
+        }
+        self.dir_barrier(&DirRef::Held(dir)).map_err(|e| {
+            Error::io(
+                Call::FsyncDir,
+                e,
+                Outcome::Indeterminate,
+                Some(self.path(rel)),
+            )
+        })?;
+        log::warn!(
+            "{}: a move split by a crash left this job also at {kept_rel}/{kept} (one file); kept the newer name, removed this one",
+            self.path(&path).display()
+        );
+        Ok(())
+    }
+
+    /// The other names of job `n` (entry `name`, file `file` = `(st_dev, st_ino)`) in the
+    /// directories a move could reach: its ready slot, its receipt shard, every delayed and
+    /// dead bucket. Entries that are not names of this job, or another file, are left out.
+    fn other_names(&self, n: &JobName, name: &str, file: (u64, u64)) -> Result<Found> {
+        let nd = |c, e, rel: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(rel)));
+        let slot = self.ident.slot_of(n);
+        let shard = n.id.shard(self.ident.shards);
+        let again = |fd: BorrowedFd<'_>, rel: String| {
+            self.sys
+                .open_dir_beneath(fd, ".")
+                .map(|d| (rel.clone(), d))
+                .map_err(|e| nd(Call::Open, e, &rel))
+        };
+        let mut dirs: Vec<(String, OwnedFd)> = Vec::new();
+        if let Some(fd) = self.slot_fd(slot) {
+            dirs.push(again(fd, self.ident.slot_dir_rel(slot).to_string())?);
+        }
+        let receipts = self.dirs.receipts[shard as usize].as_fd();
+        dirs.push(again(receipts, receipts_shard(shard).to_string())?);
+        for (top, fd) in [
+            (DELAYED_DIR, &self.dirs.delayed),
+            (DEAD_DIR, &self.dirs.dead),
+        ] {
+            let mut buckets = Vec::new();
+            self.sys
+                .read_dir(fd.as_fd(), |b, _, _| buckets.extend(b.map(str::to_string)))
+                .map_err(|e| nd(Call::ReadDir, e, top))?;
+            for b in buckets {
+                // Not a directory, or gone: no job of ours there.
+                if let Ok(d) = self.sys.open_dir_beneath(fd.as_fd(), &b) {
+                    dirs.push((format!("{top}/{b}"), d));
+                }
+            }
+        }
+        let id = n.id.to_string();
+        let mut names = Vec::new();
+        for (i, (rel, dir)) in dirs.iter().enumerate() {
+            let mut seen = Vec::new();
+            self.sys
+                .read_dir(dir.as_fd(), |e, _, _| match e {
+                    Some(e) if e.starts_with(&id) && e != name => seen.push(e.to_string()),
+                    _ => {}
+                })
+                .map_err(|e| nd(Call::ReadDir, e, rel))?;
+            for e in seen {
+                let Ok(other) = JobName::parse(&e, self.ident.id) else {
+                    continue; // not a name of this queue: fsck reports it
+                };
+                let same = self
+                    .sys
+                    .links_nofollow(dir.as_fd(), &e)
+                    .is_ok_and(|(_, f)| f == file);
+                if other.id == n.id && same {
+                    names.push((i, e, other.generation));
+                }
+            }
+        }
+        Ok(Found { dirs, names })
+    }
+}
