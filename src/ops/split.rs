@@ -21,7 +21,7 @@
 
 use crate::disk::layout::{receipts_shard, DEAD_DIR, DELAYED_DIR};
 use crate::disk::name::JobName;
-use crate::disk::sys::Call;
+use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::ops::enqueue::DirRef;
 use crate::ops::transition::Place;
@@ -120,18 +120,15 @@ impl Queue {
         let nd = |c, e, rel: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(rel)));
         let slot = self.ident.slot_of(n);
         let shard = n.id.shard(self.ident.shards);
-        let again = |fd: BorrowedFd<'_>, rel: String| {
-            self.sys
-                .open_dir_beneath(fd, ".")
-                .map(|d| (rel.clone(), d))
-                .map_err(|e| nd(Call::Open, e, &rel))
-        };
-        let mut dirs: Vec<(String, OwnedFd)> = Vec::new();
+        // Candidate directories as (relative path, parent, entry): opened one at a time and
+        // kept open only when they hold a name of this job, so a queue with more delayed or
+        // dead buckets than the open-file limit still settles (one fd per bucket would not).
+        let mut cands: Vec<(String, BorrowedFd<'_>, String)> = Vec::new();
         if let Some(fd) = self.slot_fd(slot) {
-            dirs.push(again(fd, self.ident.slot_dir_rel(slot).to_string())?);
+            cands.push((self.ident.slot_dir_rel(slot).to_string(), fd, ".".into()));
         }
         let receipts = self.dirs.receipts[shard as usize].as_fd();
-        dirs.push(again(receipts, receipts_shard(shard).to_string())?);
+        cands.push((receipts_shard(shard).to_string(), receipts, ".".into()));
         for (top, fd) in [
             (DELAYED_DIR, &self.dirs.delayed),
             (DEAD_DIR, &self.dirs.dead),
@@ -141,22 +138,29 @@ impl Queue {
                 .read_dir(fd.as_fd(), |b, _, _| buckets.extend(b.map(str::to_string)))
                 .map_err(|e| nd(Call::ReadDir, e, top))?;
             for b in buckets {
-                // Not a directory, or gone: no job of ours there.
-                if let Ok(d) = self.sys.open_dir_beneath(fd.as_fd(), &b) {
-                    dirs.push((format!("{top}/{b}"), d));
-                }
+                cands.push((format!("{top}/{b}"), fd.as_fd(), b));
             }
         }
         let id = n.id.to_string();
+        let mut dirs: Vec<(String, OwnedFd)> = Vec::new();
         let mut names = Vec::new();
-        for (i, (rel, dir)) in dirs.iter().enumerate() {
+        for (rel, parent, entry) in cands {
+            let dir = match self.sys.open_dir_beneath(parent, &entry) {
+                Ok(d) => d,
+                // Not a directory (or a symlink), or gone: no job of ours there.
+                Err(Errno::NOTDIR | Errno::LOOP | Errno::NOENT) if entry != "." => continue,
+                // Any other failure (no descriptor left, no permission) may hide the newer
+                // name: not done, the split stays for the next recovery.
+                Err(e) => return Err(nd(Call::Open, e, &rel)),
+            };
             let mut seen = Vec::new();
             self.sys
                 .read_dir(dir.as_fd(), |e, _, _| match e {
                     Some(e) if e.starts_with(&id) && e != name => seen.push(e.to_string()),
                     _ => {}
                 })
-                .map_err(|e| nd(Call::ReadDir, e, rel))?;
+                .map_err(|e| nd(Call::ReadDir, e, &rel))?;
+            let before = names.len();
             for e in seen {
                 let Ok(other) = JobName::parse(&e, self.ident.id) else {
                     continue; // not a name of this queue: fsck reports it
@@ -166,8 +170,11 @@ impl Queue {
                     .links_nofollow(dir.as_fd(), &e)
                     .is_ok_and(|(_, f)| f == file);
                 if other.id == n.id && same {
-                    names.push((i, e, other.generation));
+                    names.push((dirs.len(), e, other.generation));
                 }
+            }
+            if names.len() > before {
+                dirs.push((rel, dir));
             }
         }
         Ok(Found { dirs, names })

@@ -4052,3 +4052,37 @@ fn init_of_an_existing_queue_it_may_not_write_does_not_warn_about_evidence_log()
     );
     let _ = std::fs::remove_dir_all(&t.base);
 }
+
+/// Settling a move a crash split in two (`ops/split.rs`) opened every delayed and dead
+/// bucket and held them all open at once: with more buckets than the open-file limit (a
+/// dead bucket per day of a few years, under the usual `ulimit -n 1024`) every `recover`
+/// failed with EMFILE, the split lease stayed forever, and a bucket that failed to open
+/// was skipped as if empty (breaker finding). Now one bucket is open at a time.
+#[test]
+fn a_split_move_settles_with_more_buckets_than_the_open_file_limit() {
+    if std::env::var_os("STEADQ_QEMU_USER").is_some() {
+        return;
+    }
+    let d = TempDir::new("split-nofile");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"once").unwrap();
+    let l = q.claim_for(Duration::from_millis(20)).unwrap().unwrap();
+    let lease = d.path().join(&files(d.path(), "ready")[0]);
+    l.ack().unwrap();
+    let receipt = d.path().join(&files(d.path(), "receipts")[0]);
+    std::fs::hard_link(&receipt, &lease).unwrap();
+    for b in 0..200u64 {
+        std::fs::create_dir(d.path().join(format!("dead/{:016x}", 20_000 + b))).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(40));
+    let o = under_nofile(64, d.path(), "recover {q}");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("split moves settled 1"), "{out}{err}");
+    assert!(!lease.exists() && receipt.exists());
+    assert_eq!(q.find(id).unwrap().state, State::Acked);
+    assert!(q.claim().unwrap().is_none(), "run again");
+}
