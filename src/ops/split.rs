@@ -20,13 +20,16 @@
 //! someone made) changes nothing: the move goes on, with a warning.
 
 use crate::disk::layout::{receipts_shard, DEAD_DIR, DELAYED_DIR};
-use crate::disk::name::JobName;
+use crate::disk::name::{JobName, Kind};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::ops::enqueue::DirRef;
 use crate::ops::transition::Place;
 use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// Whether a name of this kind belongs in a directory a move could have reached.
+type Fits = fn(&Kind) -> bool;
 
 /// The directories a move could have reached, opened (relative path, fd), and the job's
 /// names found in them: `(index into dirs, entry name, generation)`.
@@ -123,28 +126,40 @@ impl Queue {
         // Candidate directories as (relative path, parent, entry): opened one at a time and
         // kept open only when they hold a name of this job, so a queue with more delayed or
         // dead buckets than the open-file limit still settles (one fd per bucket would not).
-        let mut cands: Vec<(String, BorrowedFd<'_>, String)> = Vec::new();
+        // Each with the kinds of name a move can leave there: a name of another kind is
+        // misplaced (fsck reports it), never the state a split move reached.
+        let mut cands: Vec<(String, BorrowedFd<'_>, String, Fits)> = Vec::new();
         if let Some(fd) = self.slot_fd(slot) {
-            cands.push((self.ident.slot_dir_rel(slot).to_string(), fd, ".".into()));
+            let rel = self.ident.slot_dir_rel(slot).to_string();
+            cands.push((rel, fd, ".".into(), |k| {
+                matches!(k, Kind::Ready | Kind::Leased(_))
+            }));
         }
         let receipts = self.dirs.receipts[shard as usize].as_fd();
-        cands.push((receipts_shard(shard).to_string(), receipts, ".".into()));
-        for (top, fd) in [
-            (DELAYED_DIR, &self.dirs.delayed),
-            (DEAD_DIR, &self.dirs.dead),
+        cands.push((
+            receipts_shard(shard).to_string(),
+            receipts,
+            ".".into(),
+            |k| matches!(k, Kind::Receipt { .. }),
+        ));
+        let delayed: Fits = |k| matches!(k, Kind::Delayed { .. });
+        let dead: Fits = |k| matches!(k, Kind::Dead { .. });
+        for (top, fd, fits) in [
+            (DELAYED_DIR, &self.dirs.delayed, delayed),
+            (DEAD_DIR, &self.dirs.dead, dead),
         ] {
             let mut buckets = Vec::new();
             self.sys
                 .read_dir(fd.as_fd(), |b, _, _| buckets.extend(b.map(str::to_string)))
                 .map_err(|e| nd(Call::ReadDir, e, top))?;
             for b in buckets {
-                cands.push((format!("{top}/{b}"), fd.as_fd(), b));
+                cands.push((format!("{top}/{b}"), fd.as_fd(), b, fits));
             }
         }
         let id = n.id.to_string();
         let mut dirs: Vec<(String, OwnedFd)> = Vec::new();
         let mut names = Vec::new();
-        for (rel, parent, entry) in cands {
+        for (rel, parent, entry, fits) in cands {
             let dir = match self.sys.open_dir_beneath(parent, &entry) {
                 Ok(d) => d,
                 // Not a directory (or a symlink), or gone: no job of ours there.
@@ -169,7 +184,7 @@ impl Queue {
                     .sys
                     .links_nofollow(dir.as_fd(), &e)
                     .is_ok_and(|(_, f)| f == file);
-                if other.id == n.id && same {
+                if other.id == n.id && fits(&other.kind) && same {
                     names.push((dirs.len(), e, other.generation));
                 }
             }

@@ -1070,3 +1070,32 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
     assert_eq!((r.split, r.expired), (0, 1));
     assert!(q.claim().unwrap().is_some());
 }
+
+/// A second name of a lease's file whose kind does not belong where it is (a lease's name
+/// in a receipt shard, linked there by hand) was taken for the state a split move reached:
+/// recovery unlinked the lease, the only name the queue could use, and kept the misplaced
+/// one, which no claim sees and `fsck --quarantine` moves to quarantine/ (the job was
+/// neither run nor acked; breaker finding). A move leaves a receipt in a receipt shard, a
+/// delayed name in a delayed bucket, a dead one in a dead bucket: only those count now.
+#[test]
+fn a_misplaced_second_name_is_not_taken_for_a_split_move() {
+    let d = TempDir::new("split-misplaced");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"misplaced").unwrap();
+    let mut l = q.claim_for(Duration::from_millis(30)).unwrap().unwrap();
+    let lease = d.path().join(&files(d.path(), "ready")[0]);
+    l.renew(Duration::from_millis(30)).unwrap();
+    let newer = files(d.path(), "ready")[0].clone();
+    let newer_name = std::path::Path::new(&newer).file_name().unwrap().to_owned();
+    std::mem::forget(l); // a worker that is gone: no release
+                         // The renewed lease (a higher generation) is put back under the first lease's name, and
+                         // linked into the receipt shard under its own.
+    std::fs::rename(d.path().join(&newer), &lease).unwrap();
+    let misplaced = d.path().join("receipts/00").join(newer_name);
+    std::fs::hard_link(&lease, &misplaced).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    let r = q.recover().unwrap();
+    assert_eq!((r.split, r.expired), (0, 1));
+    let l = q.claim().unwrap().expect("the job is lost");
+    assert_eq!(l.id(), id);
+}
