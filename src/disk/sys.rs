@@ -310,6 +310,10 @@ pub struct Meta {
     pub ctime_ns: u64,
     /// Modification time, unix ns (for a directory: when an entry was last added or removed).
     pub mtime_ns: u64,
+    /// Link count (`st_nlink`).
+    pub links: u64,
+    /// `(st_dev, st_ino)`: which file it is.
+    pub file: (u64, u64),
 }
 
 /// A directory entry's type as `getdents64` reported it.
@@ -963,16 +967,9 @@ impl Sys {
                     + st.st_ctime_nsec as u64,
                 mtime_ns: (st.st_mtime as u64).saturating_mul(1_000_000_000)
                     + st.st_mtime_nsec as u64,
+                links: st.st_nlink as u64,
+                file: (st.st_dev as u64, st.st_ino as u64),
             })
-        })
-    }
-
-    /// `fstatat(2)` with `AT_SYMLINK_NOFOLLOW`: `(link count, (st_dev, st_ino))` of `name`.
-    #[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
-    pub fn links_nofollow(&self, dir: BorrowedFd<'_>, name: &str) -> R<(u64, (u64, u64))> {
-        self.run_retry(Call::Stat, || {
-            rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-                .map(|st| (st.st_nlink as u64, (st.st_dev as u64, st.st_ino as u64)))
         })
     }
 

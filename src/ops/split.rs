@@ -20,16 +20,18 @@
 //! someone made) changes nothing: the move goes on, with a warning.
 
 use crate::disk::layout::{receipts_shard, DEAD_DIR, DELAYED_DIR};
-use crate::disk::name::{JobName, Kind};
+use crate::disk::name::JobName;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::ops::enqueue::DirRef;
+use crate::ops::state::State;
 use crate::ops::transition::Place;
 use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// Whether a name of this kind belongs in a directory a move could have reached.
-type Fits = fn(&Kind) -> bool;
+/// The states whose names belong in a candidate directory (one or two).
+type Fits = (State, State);
 
 /// The directories a move could have reached, opened (relative path, fd), and the job's
 /// names found in them: `(index into dirs, entry name, generation)`.
@@ -48,19 +50,16 @@ impl Queue {
     /// for the next recovery.
     pub(crate) fn settle_split(&self, from: &Place<'_>, n: &JobName) -> Result<bool> {
         let name = n.format(self.ident.id);
-        let Ok((links, file)) = self.sys.links_nofollow(from.dir.fd(), &name) else {
+        let Ok(m) = self.sys.stat_nofollow(from.dir.fd(), &name) else {
             return Ok(false); // gone meanwhile: the move says so
         };
+        let (links, file) = (m.links, m.file);
         if links < 2 {
             return Ok(false);
         }
         let found = self.other_names(n, &name, file)?;
         let Some((i, newest, generation)) = found.names.iter().max_by_key(|o| o.2) else {
-            log::warn!(
-                "{}: job file has {links} links, none of them elsewhere in the queue; recovering it as usual",
-                self.path(&format!("{}/{name}", from.rel)).display()
-            );
-            return Ok(false);
+            return Ok(false); // a link someone made elsewhere: recovered as usual
         };
         let (rel, dir) = &found.dirs[*i];
         if *generation > n.generation {
@@ -90,29 +89,15 @@ impl Queue {
         kept: &str,
     ) -> Result<()> {
         let path = format!("{rel}/{name}");
-        match self.sys.unlink(dir, name) {
-            Ok(()) | Err(crate::disk::sys::Errno::NOENT) => {}
-            Err(e) => {
-                return Err(Error::io(
-                    Call::Unlink,
-                    e,
-                    Outcome::NotDone,
-                    Some(self.path(&path)),
-                ))
-            }
-        }
-        self.dir_barrier(&DirRef::Held(dir)).map_err(|e| {
-            Error::io(
-                Call::FsyncDir,
-                e,
-                Outcome::Indeterminate,
-                Some(self.path(rel)),
-            )
-        })?;
-        log::warn!(
-            "{}: a move split by a crash left this job also at {kept_rel}/{kept} (one file); kept the newer name, removed this one",
-            self.path(&path).display()
-        );
+        // Not done if the unlink fails; indeterminate if only its barrier does.
+        let r = match self.sys.unlink(dir, name) {
+            Ok(()) | Err(Errno::NOENT) => self
+                .dir_barrier(&DirRef::Held(dir))
+                .map_err(|e| (Call::FsyncDir, e, Outcome::Indeterminate)),
+            Err(e) => Err((Call::Unlink, e, Outcome::NotDone)),
+        };
+        r.map_err(|(c, e, o)| Error::io(c, e, o, Some(self.path(&path))))?;
+        log::warn!("{path}: split move; kept {kept_rel}/{kept}");
         Ok(())
     }
 
@@ -131,26 +116,25 @@ impl Queue {
         let mut cands: Vec<(String, BorrowedFd<'_>, String, Fits)> = Vec::new();
         if let Some(fd) = self.slot_fd(slot) {
             let rel = self.ident.slot_dir_rel(slot).to_string();
-            cands.push((rel, fd, ".".into(), |k| {
-                matches!(k, Kind::Ready | Kind::Leased(_))
-            }));
+            cands.push((rel, fd, ".".into(), (State::Ready, State::Leased)));
         }
         let receipts = self.dirs.receipts[shard as usize].as_fd();
         cands.push((
             receipts_shard(shard).to_string(),
             receipts,
             ".".into(),
-            |k| matches!(k, Kind::Receipt { .. }),
+            (State::Acked, State::Acked),
         ));
-        let delayed: Fits = |k| matches!(k, Kind::Delayed { .. });
-        let dead: Fits = |k| matches!(k, Kind::Dead { .. });
         for (top, fd, fits) in [
-            (DELAYED_DIR, &self.dirs.delayed, delayed),
-            (DEAD_DIR, &self.dirs.dead, dead),
+            (
+                DELAYED_DIR,
+                &self.dirs.delayed,
+                (State::Delayed, State::Delayed),
+            ),
+            (DEAD_DIR, &self.dirs.dead, (State::Dead, State::Dead)),
         ] {
-            let mut buckets = Vec::new();
-            self.sys
-                .read_dir(fd.as_fd(), |b, _, _| buckets.extend(b.map(str::to_string)))
+            let buckets = self
+                .names_in(fd.as_fd(), "", "")
                 .map_err(|e| nd(Call::ReadDir, e, top))?;
             for b in buckets {
                 cands.push((format!("{top}/{b}"), fd.as_fd(), b, fits));
@@ -168,12 +152,8 @@ impl Queue {
                 // name: not done, the split stays for the next recovery.
                 Err(e) => return Err(nd(Call::Open, e, &rel)),
             };
-            let mut seen = Vec::new();
-            self.sys
-                .read_dir(dir.as_fd(), |e, _, _| match e {
-                    Some(e) if e.starts_with(&id) && e != name => seen.push(e.to_string()),
-                    _ => {}
-                })
+            let seen = self
+                .names_in(dir.as_fd(), &id, name)
                 .map_err(|e| nd(Call::ReadDir, e, &rel))?;
             let before = names.len();
             for e in seen {
@@ -182,9 +162,10 @@ impl Queue {
                 };
                 let same = self
                     .sys
-                    .links_nofollow(dir.as_fd(), &e)
-                    .is_ok_and(|(_, f)| f == file);
-                if other.id == n.id && fits(&other.kind) && same {
+                    .stat_nofollow(dir.as_fd(), &e)
+                    .is_ok_and(|m| m.file == file);
+                let state = crate::disk::scan::state_of(&other.kind);
+                if other.id == n.id && (state == fits.0 || state == fits.1) && same {
                     names.push((dirs.len(), e, other.generation));
                 }
             }
@@ -193,5 +174,23 @@ impl Queue {
             }
         }
         Ok(Found { dirs, names })
+    }
+
+    /// The UTF-8 names in `dir` that start with `prefix`, except `skip` (one listing helper for
+    /// both uses: every instance of the generic `Sys::read_dir` costs appliance bytes).
+    fn names_in(
+        &self,
+        dir: BorrowedFd<'_>,
+        prefix: &str,
+        skip: &str,
+    ) -> core::result::Result<Vec<String>, Errno> {
+        let mut out = Vec::new();
+        self.sys.read_dir(dir, |e, _, _| {
+            out.extend(
+                e.filter(|e| e.starts_with(prefix) && *e != skip)
+                    .map(str::to_string),
+            )
+        })?;
+        Ok(out)
     }
 }
