@@ -597,3 +597,58 @@ fn mount_or_skip(fs: &str, base: &Path) -> Option<Mount> {
         }
     }
 }
+
+/// On btrfs every enqueue now writes its job under a name in tmp/ first. `recover` removes
+/// a temp file only when the pid in its name is gone, so a producer in another pid
+/// namespace (a container sharing the queue directory) killed mid-enqueue leaves its whole
+/// payload in tmp/ for good: its pid there (1 here) is a live process outside (breaker
+/// finding; with `O_TMPFILE` the kernel freed such a file with its last descriptor). Fails.
+#[test]
+fn a_temp_file_of_a_producer_killed_in_another_pid_namespace_is_removed() {
+    let Some(base) = own_mounts(
+        "a_temp_file_of_a_producer_killed_in_another_pid_namespace_is_removed",
+        "tmp-pidns",
+    ) else {
+        return;
+    };
+    let Some(m) = mount_or_skip("btrfs", &base) else {
+        return;
+    };
+    let dir = m.dir.join("q");
+    let q = Queue::create(&dir, Options::default()).unwrap();
+    let mut p = Command::new("unshare")
+        .args(["--pid", "--fork"])
+        .arg(env!("CARGO_BIN_EXE_steadq"))
+        .arg("enqueue")
+        .arg(&dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // A payload past one 64 KiB chunk, its stream kept open: the enqueue waits mid-write.
+    let mut input = p.stdin.take().unwrap();
+    std::io::Write::write_all(&mut input, &[7u8; 1 << 20]).unwrap();
+    let tmp = dir.join("tmp");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_dir(&tmp).unwrap().count() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no temp file");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SIGKILL the enqueue (pid 1 of its namespace), then let unshare go.
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", p.id())).unwrap();
+    for c in children.split_whitespace() {
+        sh("kill", &["-9", c]).unwrap();
+    }
+    drop(input);
+    let _ = p.wait();
+    q.recover().unwrap();
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    drop(q);
+    drop(m);
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(left.is_empty(), "left in tmp/ for good: {left:?}");
+}
