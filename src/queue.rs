@@ -272,6 +272,11 @@ pub struct Shared {
     /// Whether this handle issues durability barriers: false under [`Durability::None`], and
     /// on a filesystem whose fsync does nothing ([`volatile_fs`]). See [`Queue::barriers`].
     pub(crate) barriers: bool,
+    /// Whether an enqueue through `tmp/` leaves out the fsync of `tmp/` after its rename
+    /// (btrfs: [`logs_fsync_per_inode`]). The old name's removal need not be durable: a name
+    /// left in `tmp/` by a crash is an abandoned temp file that recovery unlinks, which
+    /// leaves the job's name in place. The block rig checked it on btrfs (DESIGN.md).
+    pub(crate) tmp_unsynced: bool,
     pub(crate) clock: Clock,
     pub(crate) cursor: Mutex<Cursor>,
     pub(crate) shards: crate::ops::shards::Shards,
@@ -530,7 +535,8 @@ impl Queue {
         let barriers = opts.durability != Durability::None
             && (sys.plan().is_some()
                 || !(volatile_fs(&sys, dirs.root.as_fd()) && volatile_fs(&sys, dirs.tmp.as_fd())));
-        if barriers && logs_fsync_per_inode(&sys, dirs.tmp.as_fd()) {
+        let tmp_unsynced = barriers && logs_fsync_per_inode(&sys, dirs.tmp.as_fd());
+        if tmp_unsynced {
             // btrfs: job files and key entries are published through a named file in tmp/,
             // never from an unnamed `O_TMPFILE` (see `logs_fsync_per_inode`).
             sys.force_named_publish();
@@ -543,6 +549,7 @@ impl Queue {
                 dirs,
                 opts,
                 barriers,
+                tmp_unsynced,
                 clock,
                 cursor: Mutex::new(Cursor {
                     held: vec![Vec::new(); ident.slots() as usize],

@@ -646,19 +646,30 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::NoSuchJob`] (not done), or as [`Queue::list`].
     pub fn find(&self, id: JobId) -> Result<Listed> {
-        let mut found = None;
-        self.walk(|s| {
-            if let Ok(n) = s.parsed {
-                if n.id == id {
-                    found = Some(Listed {
-                        state: state_of(&n.kind),
-                        dir: s.dir_rel.to_string(),
-                        name: n,
-                    });
-                }
-            }
-        })?;
+        let (found, unreadable) = self.names_of(id)?;
+        self.warn_unreadable(unreadable);
+        let found = found.into_iter().last();
         found.ok_or_else(|| Error::not_done(ErrorKind::NoSuchJob, None))
+    }
+
+    /// Every name of job `id` in a place it belongs (ready and receipt shards, delayed and
+    /// dead buckets; a misplaced name is foreign, not listed), in walk order, and the
+    /// directories this user could not read (relative to the root): one walk of the queue.
+    /// For [`Queue::find`] and for a move split by a crash (`ops/split.rs`).
+    pub(crate) fn names_of(&self, id: JobId) -> Result<(Vec<Listed>, Vec<String>)> {
+        let (mut found, mut unreadable) = (Vec::new(), Vec::new());
+        self.walk_noting(&mut unreadable, |s| {
+            match s.parsed {
+                Ok(n) if n.id == id => found.push(Listed {
+                    state: state_of(&n.kind),
+                    dir: s.dir_rel.to_string(),
+                    name: n,
+                }),
+                _ => {}
+            }
+            true
+        })?;
+        Ok((found, unreadable))
     }
 
     /// Read and verify the job file of `job`, returning (header, payload).

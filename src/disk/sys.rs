@@ -462,9 +462,27 @@ impl Sys {
     pub fn create_file(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags =
             OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        self.run(Call::Open, || {
+        let fd = self.run(Call::Open, || {
             rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
-        })
+        })?;
+        // Held until the last descriptor closes (`flock(2)`): how recovery tells a writer
+        // alive in another pid namespace, or dead with its pid reused, from one that is
+        // gone ([`Sys::temp_held`]). Best effort: where it fails, the pid and age decide.
+        let _ = rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive);
+        Ok(fd)
+    }
+
+    /// Whether a writer holds temp file `name` in `dir` (made by [`Sys::create_file`]):
+    /// `flock(2)` `LOCK_SH | LOCK_NB` refused. True as well when the file cannot be opened
+    /// (`O_NOFOLLOW | O_NONBLOCK`) or locked for another reason: unknown, so it is kept.
+    pub fn temp_held(&self, dir: BorrowedFd<'_>, name: &str) -> bool {
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+            Ok(fd) => {
+                rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockShared).is_err()
+            }
+            Err(_) => true,
+        }
     }
 
     /// Open existing regular file `name` in `dir` write-only, never following a symlink or

@@ -586,6 +586,9 @@ impl Queue {
                         Some(self.path(&rel())),
                     )
                 })?;
+                if self.tmp_unsynced {
+                    return Ok(()); // btrfs: a stale name in tmp/ is recovery's (`Shared::tmp_unsynced`)
+                }
                 self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))
                     .map_err(|e| {
                         Error::io(

@@ -17,6 +17,10 @@ use crate::ops::transition::Place;
 use crate::queue::Queue;
 use std::os::fd::AsFd;
 
+/// How long (ns) a temp file of a live pid may go unlocked before recovery takes its writer
+/// for gone: its writer locks it right after making it ([`crate::disk::sys::Sys::create_file`]).
+const TEMP_UNHELD_NS: u64 = 1_000_000_000;
+
 /// What one recovery pass did and saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoverReport {
@@ -302,9 +306,14 @@ impl Queue {
     }
 
     /// Remove temp files (`<boot32>.<pid8>.<rand32>.tmp`, and open-time probes) whose writer
-    /// is gone: another boot, or a pid that no longer exists.
+    /// is gone: another boot, a pid that no longer exists, or a file over [`TEMP_UNHELD_NS`]
+    /// old that no one holds an `flock` on (its pid alive here is another process: the
+    /// writer ran in another pid namespace, a container sharing the queue, or its pid was
+    /// reused). On btrfs every enqueue goes through `tmp/`, so a producer killed there
+    /// leaves its temp file for this to remove.
     fn recover_tmp(&self, r: &mut RecoverReport) -> Result<()> {
         let boot = self.clock.boot_id();
+        let now = self.clock.wall_ns();
         let mut foreign = 0;
         let listed = self
             .list_held(self.dirs.tmp.as_fd(), TMP_DIR, |fd| {
@@ -316,10 +325,18 @@ impl Queue {
                     let Some(t) = crate::disk::name::TempName::parse(name) else {
                         return foreign += 1;
                     };
+                    // Of this boot, its pid alive here, and held by its writer or changed in
+                    // the last second (a writer locks its file at once). A pid alone may be
+                    // another process: the writer's in another pid namespace, or reused.
                     let alive = t.boot_id == boot
                         && rustix::process::Pid::from_raw(t.pid as i32).is_some_and(|pid| {
                             rustix::process::test_kill_process(pid) != Err(Errno::SRCH)
-                        });
+                        })
+                        && (self.sys.temp_held(fd, name)
+                            || self
+                                .sys
+                                .stat_nofollow(fd, name)
+                                .is_ok_and(|m| now.saturating_sub(m.ctime_ns) < TEMP_UNHELD_NS));
                     if !alive {
                         dead.push(name.to_string());
                     }

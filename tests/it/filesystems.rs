@@ -242,8 +242,9 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
     //  ack dir fsyncs], for the O_TMPFILE route and the named route
     let all = [[2, 0, 1, 1, 2], [2, 0, 2, 1, 2]];
     let dropped = [[0, 1, 1, 1, 1], [0, 1, 1, 1, 1]];
-    // btrfs publishes through tmp/ on both routes (`btrfs_publishes_through_a_named_file`).
-    let named = [[2, 0, 2, 1, 2], [2, 0, 2, 1, 2]];
+    // btrfs publishes through tmp/ on both routes (`btrfs_publishes_through_a_named_file`),
+    // and leaves a stale name there to recovery: no fsync of tmp/ (`Shared::tmp_unsynced`).
+    let named = [[2, 0, 1, 1, 2], [2, 0, 1, 1, 2]];
     for (fs, want) in [
         ("tmpfs", all),
         ("ext4", dropped),
@@ -602,7 +603,9 @@ fn mount_or_skip(fs: &str, base: &Path) -> Option<Mount> {
 /// a temp file only when the pid in its name is gone, so a producer in another pid
 /// namespace (a container sharing the queue directory) killed mid-enqueue leaves its whole
 /// payload in tmp/ for good: its pid there (1 here) is a live process outside (breaker
-/// finding; with `O_TMPFILE` the kernel freed such a file with its last descriptor). Fails.
+/// finding; with `O_TMPFILE` the kernel freed such a file with its last descriptor). Now a
+/// writer holds an `flock` on its temp file, and a file no one holds that is over a second
+/// old is removed whatever its pid.
 #[test]
 fn a_temp_file_of_a_producer_killed_in_another_pid_namespace_is_removed() {
     let Some(base) = own_mounts(
@@ -642,6 +645,8 @@ fn a_temp_file_of_a_producer_killed_in_another_pid_namespace_is_removed() {
     }
     drop(input);
     let _ = p.wait();
+    // Past the second a writer may take to lock its new file (recover.rs, TEMP_UNHELD_NS).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     q.recover().unwrap();
     let left: Vec<_> = std::fs::read_dir(&tmp)
         .unwrap()
