@@ -8,7 +8,8 @@
 //! the second fsync left torn jobs after a crash), and where `O_TMPFILE` or both `linkat`
 //! forms are refused: a named file under `tmp/`, write,
 //! fsync, `renameat2(RENAME_NOREPLACE)` into place (the linearization point), fsync(file)
-//! again, fsync(tmp/), fsync(dir).
+//! again, fsync(tmp/) (not on btrfs: a name a crash leaves in tmp/ is recovery's,
+//! `Shared::tmp_unsynced`), fsync(dir).
 //! On xfs and journaled ext4 the second fsync(file) and fsync(tmp/) are left out: the fsync of
 //! the target directory commits the journal transaction holding the link or rename
 //! (`ops/group.rs`, `one_barrier_per_rename`; DESIGN.md, Barriers).
