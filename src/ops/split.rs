@@ -18,7 +18,7 @@
 //! newest generation is the state the split move reached: it is kept, and every older name
 //! is unlinked. The split move had not returned to its caller (its outcome was
 //! indeterminate); it is taken as done. A second link found nowhere there (a hard link
-//! someone made) changes nothing: the move goes on (no warning: the appliance size limit; `fsck` lists it).
+//! someone made) changes nothing: the move goes on (no warning: the appliance size limit).
 
 use crate::disk::name::JobName;
 use crate::disk::sys::{Call, Errno};
