@@ -49,6 +49,17 @@ pub struct Lease {
     settled: bool,
 }
 
+/// What [`Lease::ack_and_claim`] did when its ack was done.
+#[derive(Debug)]
+pub struct AckedNext {
+    /// The ack's receipt: the ack is done (its rename durable).
+    pub receipt: Receipt,
+    /// The next job, claimed under the same barrier as the ack (`Ok(None)`: none ready), or
+    /// the claim's own error with its outcome (not done, or indeterminate: then the job is
+    /// leased in this process's name and comes back when the lease expires).
+    pub next: std::result::Result<Option<Lease>, Failure>,
+}
+
 /// Where a nacked job went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Nacked {
@@ -1658,6 +1669,119 @@ impl Lease {
         Ok(Receipt {
             id: self.name.id,
             name: new.format(self.q.ident.id).to_string(),
+        })
+    }
+
+    /// Ack this job and claim the next one, both covered by one barrier: the worker loop's
+    /// step (`steadq work` uses it between jobs). The ack's rename and the claim's rename
+    /// are made first, then the barriers: on ext4 with a journal and on xfs one directory
+    /// fsync, of the claim's directory, commits both (DESIGN.md, Barriers: "Ack and claim
+    /// next"), so a worker makes one journal commit per job where `ack` then `claim_for`
+    /// make two; elsewhere (btrfs, f2fs, tmpfs, ext4 without a journal) each directory
+    /// gets its own fsync, as the two calls would. Strict keeps its meaning: when this
+    /// returns `Ok`, the ack is done (its receipt durable) and a returned lease is durable
+    /// too.
+    ///
+    /// The claim is [`Queue::claim_for`]'s with lease `lease` (recovery of due and expired
+    /// jobs included), but it does not wait for a level another user is making
+    /// (`ops/making.rs`): then `next` is `Ok(None)` and a later claim finds the job.
+    ///
+    /// # Errors
+    /// The outer `Err` is the ack's, as [`Lease::ack`]: [`SettleError::NotDone`] hands the
+    /// lease back (nothing claimed), with [`ErrorKind::InvalidArgument`] also for a `lease`
+    /// that is zero or longer than [`crate::MAX_LEASE`]; [`SettleError::LeaseLost`];
+    /// [`SettleError::Indeterminate`] when the rename returned `EIO` or the shared barrier
+    /// failed. After a failed barrier a job the claim took (indeterminate too) is given back
+    /// to ready with its attempt, best effort; if that fails its lease expires as any other.
+    ///
+    /// The claim's own outcome is [`AckedNext::next`]: an error there (not done before its
+    /// rename, indeterminate after it, as [`Queue::claim_for`]) leaves the ack done.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-next-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
+    /// for p in [b"job a", b"job b"] {
+    ///     q.enqueue(p)?;
+    /// }
+    /// let mut lease = q.claim()?.expect("a job is ready");
+    /// let mut done = Vec::new();
+    /// loop {
+    ///     done.push(lease.payload()?.to_vec()); // the work
+    ///     let step = lease.ack_and_claim(Duration::from_secs(30))?;
+    ///     match step.next? {
+    ///         Some(next) => lease = next,
+    ///         None => break,
+    ///     }
+    /// }
+    /// assert_eq!(done, [b"job a".to_vec(), b"job b".to_vec()]);
+    /// assert_eq!(q.status()?.acked, 2);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ack_and_claim(mut self, lease: Duration) -> Result<AckedNext, SettleError> {
+        self.ack_claim_in_place(lease)
+            .map_err(|e| SettleError::new(e, self))
+    }
+
+    /// [`Lease::ack_and_claim`] with the crate's error; `settled` is set unless the ack's
+    /// rename was cleanly not done.
+    fn ack_claim_in_place(&mut self, lease: Duration) -> Result<AckedNext> {
+        crate::queue::check_lease(lease)?;
+        let new = self.name.next(self.q.receipt_kind(self.token()), false);
+        let q = self.q.clone();
+        let _op = q.op();
+        let to = q.place_receipts(self.receipt_shard());
+        match q.rename_job(&self.here(), &self.name, &to, &new, Op::Ack) {
+            Ok(()) => self.settled = true,
+            Err(MoveFailed::NotDone(e)) => {
+                self.settled = e.is_lease_lost();
+                return Err(e);
+            }
+            Err(m) => {
+                self.settled = true;
+                return Err(m.into());
+            }
+        }
+        // The claim's rename without its barrier: the one below covers it.
+        let next = q.claim_sweep_with(lease, &mut RecoverReport::default(), false);
+        let from = self.here();
+        let barriers = match &next {
+            Ok(Some(l)) => {
+                let claimed = q.place_ready(l.shard, State::Leased);
+                if q.group.one_barrier_per_rename(&q.sys, to.dir.fd()) {
+                    // The claim's directory changed last in this thread: its fsync forces
+                    // the log past the ack (xfs), or commits the whole journal (ext4).
+                    q.sync_place(&claimed)
+                } else {
+                    q.sync_moved(&from, &to).and_then(|()| {
+                        if claimed.rel == from.rel {
+                            Ok(()) // the fsync of `from` came after the claim's rename
+                        } else {
+                            q.sync_place(&claimed)
+                        }
+                    })
+                }
+            }
+            _ => q.sync_moved(&from, &to),
+        };
+        if let Err(e) = barriers {
+            if let Ok(Some(l)) = next {
+                // Never handed out: back to ready with its attempt, or left to expire.
+                if let Err(r) = l.release_undelivered() {
+                    log::warn!("giving back a claim whose barrier failed: {r}");
+                }
+            }
+            return Err(e);
+        }
+        q.after_ack(self.receipt_shard(), &new, &self.raw);
+        Ok(AckedNext {
+            receipt: Receipt {
+                id: self.name.id,
+                name: new.format(q.ident.id).to_string(),
+            },
+            next: next.map_err(Failure::from),
         })
     }
 

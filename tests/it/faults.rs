@@ -1117,3 +1117,69 @@ fn a_temp_name_left_beside_its_published_job_is_removed_and_the_job_stays() {
     assert_eq!((l.id(), l.payload().unwrap()), (id, &b"published"[..]));
     l.ack().unwrap();
 }
+
+/// `Lease::ack_and_claim` reports the truth when the barrier it shares fails: the ack is
+/// indeterminate (its receipt exists: the rename happened), and the job its claim took,
+/// never handed out, is given back to ready with its attempt. A claim that fails before
+/// its rename leaves the ack done and says so in `next`.
+#[test]
+fn ack_and_claim_with_a_failed_barrier_is_indeterminate_and_gives_the_next_job_back() {
+    let d = TempDir::new("ack-next-fault");
+    drop(Queue::create(d.path(), opts(1)).unwrap());
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::FsyncDir,
+        nth: 1,
+        action: FaultAction::Fail(Errno::IO),
+    }]);
+    let q = Queue::open_with(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..opts(1)
+        },
+    )
+    .unwrap();
+    q.enqueue(b"first").unwrap();
+    q.enqueue(b"second").unwrap();
+    let lease = q.claim().unwrap().unwrap();
+    plan.arm();
+    match lease.ack_and_claim(Duration::from_secs(30)) {
+        Err(e @ SettleError::Indeterminate(_)) => {
+            assert_eq!(e.outcome(), Outcome::Indeterminate, "{e}")
+        }
+        other => panic!("a failed shared barrier must be indeterminate: {other:?}"),
+    }
+    plan.disarm();
+    // The ack's rename happened; the second job is ready again, its attempt given back.
+    assert_eq!(counts(&q), [1, 0, 0, 0, 1]);
+    let again = q.claim().unwrap().unwrap();
+    assert_eq!(again.payload().unwrap(), b"second");
+    assert_eq!(again.attempt(), 1, "the attempt was given back");
+    // A claim that fails before its rename (the listing's open fails) leaves the ack
+    // done and reports the claim's error, not done, in `next`.
+    q.enqueue(b"third").unwrap();
+    let plan2 = FaultPlan::disarmed(vec![Fault {
+        call: Call::Rename,
+        nth: 2,
+        action: FaultAction::Fail(Errno::NOSPC),
+    }]);
+    let q2 = Queue::open_with(
+        d.path(),
+        Options {
+            faults: Some(plan2.clone()),
+            ..opts(1)
+        },
+    )
+    .unwrap();
+    drop(again); // released to ready
+    let l = q2.claim().unwrap().unwrap();
+    plan2.arm();
+    let step = l.ack_and_claim(Duration::from_secs(30)).unwrap();
+    let e = step.next.unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert_eq!(
+        counts(&q2),
+        [1, 0, 0, 0, 2],
+        "the ack is done, one job still ready"
+    );
+}

@@ -268,6 +268,68 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Directory fsyncs of a worker's step between two jobs, `[ack then claim_for,
+/// ack_and_claim]`, in a queue of one shard.
+fn step_barriers(dir: &Path) -> [u32; 2] {
+    use steadq::sys::{Call, FaultPlan};
+    let root = dir.join("q-step");
+    Queue::create(&root, crate::common::opts(1)).unwrap();
+    let plan = FaultPlan::disarmed(vec![]);
+    let q = Queue::open_with(
+        &root,
+        Options {
+            faults: Some(plan.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for p in [&b"warm"[..], b"a", b"b", b"c"] {
+        q.enqueue(p).unwrap();
+        // Ids order by millisecond (then at random): one job per millisecond.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let l = q.claim().unwrap().unwrap();
+    let mut out = [0; 2];
+    plan.reset_counts();
+    l.ack().unwrap();
+    let l = q.claim().unwrap().unwrap();
+    out[0] = plan.count(Call::FsyncDir);
+    plan.reset_counts();
+    let next = l.ack_and_claim(std::time::Duration::from_secs(30)).unwrap();
+    out[1] = plan.count(Call::FsyncDir);
+    let next = next.next.unwrap().expect("a third job");
+    assert_eq!(next.payload().unwrap(), b"b");
+    assert_eq!(crate::common::counts(&q), [1, 1, 0, 0, 2]);
+    out
+}
+
+#[test]
+fn ack_and_claim_shares_one_barrier_where_the_rig_showed_one_covers_both() {
+    // DESIGN.md, Barriers, "Ack and claim next": on xfs and on journaled ext4 the fsync of
+    // the claim's directory, made after both renames, covers the ack too (the same fact
+    // `claim_batch` and `ack_batch` rest on): one fsync for the step, where ack then claim
+    // make two. Elsewhere the ack keeps both of its fsyncs, and the claim in the same
+    // directory is covered by the second of them.
+    let Some(base) = own_mounts(
+        "ack_and_claim_shares_one_barrier_where_the_rig_showed_one_covers_both",
+        "step",
+    ) else {
+        return;
+    };
+    for (fs, want) in [
+        ("tmpfs", [3, 2]),
+        ("ext4", [2, 1]),
+        ("xfs", [2, 1]),
+        ("btrfs", [3, 2]),
+    ] {
+        let Some(m) = mount_or_skip(fs, &base) else {
+            continue;
+        };
+        assert_eq!(step_barriers(&m.dir), want, "step barriers on {fs}");
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// The barriers of one batched lifecycle of 64 jobs over 8 shards: `[enqueue_batch syncfs,
 /// enqueue_batch write-outs, enqueue_batch directory fsyncs, claim_batch directory fsyncs,
 /// ack_batch directory fsyncs]`, and the number of ready shards the batch landed in.

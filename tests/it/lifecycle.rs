@@ -1067,3 +1067,53 @@ fn an_enqueue_on_a_removed_queue_says_so_not_permission() {
     let e = q.enqueue_reader(&mut &[7u8; 100_000][..], &Default::default());
     assert_eq!(e.unwrap_err().kind(), &ErrorKind::Replaced);
 }
+
+/// `Lease::ack_and_claim`: a worker's step acks its job and hands over the next one, oldest
+/// first, until none is ready; every ack is a receipt and no job is left leased. A lease
+/// of zero is refused before anything moves (not done, the lease handed back).
+#[test]
+fn ack_and_claim_acks_then_hands_over_the_next_job_in_order() {
+    let d = TempDir::new("ack-next");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    for p in [b"one", b"two", b"six"] {
+        q.enqueue(p).unwrap();
+        // Ids order by millisecond (then at random): one job per millisecond.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut lease = q.claim().unwrap().unwrap();
+    let lease_for = Duration::from_secs(30);
+    // Refused first: a zero lease. Nothing acked, the job still leased by this guard.
+    lease = match lease.ack_and_claim(Duration::ZERO) {
+        Err(SettleError::NotDone { lease, error }) => {
+            assert!(
+                matches!(error.kind(), ErrorKind::InvalidArgument(_)),
+                "{error}"
+            );
+            *lease
+        }
+        other => panic!("a zero lease must be refused, not done: {other:?}"),
+    };
+    assert_eq!(counts(&q), [2, 1, 0, 0, 0]);
+    let mut seen = Vec::new();
+    let mut receipts = Vec::new();
+    loop {
+        seen.push(lease.payload().unwrap().to_vec());
+        let id = lease.id();
+        let step = lease.ack_and_claim(lease_for).unwrap();
+        assert_eq!(step.receipt.id, id);
+        receipts.push(step.receipt.name.clone());
+        match step.next.unwrap() {
+            Some(next) => {
+                assert_eq!(next.attempt(), 1);
+                // Both moves of the step happened: one more receipt, one job leased.
+                assert_eq!(counts(&q)[1], 1);
+                lease = next;
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, [b"one".to_vec(), b"two".to_vec(), b"six".to_vec()]);
+    assert_eq!(receipts.len(), 3);
+    assert!(receipts.iter().all(|r| r.ends_with(".rct")), "{receipts:?}");
+    assert_eq!(counts(&q), [0, 0, 0, 0, 3]);
+}
