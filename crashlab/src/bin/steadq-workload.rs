@@ -2,7 +2,8 @@
 //! nacks and fails on a queue at `<mountpoint>/q`, each recorded with an in-band mark only
 //! after the operation returned done (past its rename and every barrier):
 //! `enq <id>`, `claim <id> <attempt>`, `ack <id>`, `nack <id>`, `fail <id>`. Every 16th step
-//! claims and acks a batch (`claim_batch`, `ack_batch`) instead of one job.
+//! claims and acks a batch (`claim_batch`, `ack_batch`) instead of one job; every 12th acks
+//! with `ack_and_claim` and acks the job that claim took.
 //!
 //! With `--threads N` (the rig's normal runs use 3) the steps are shared out among N threads
 //! of one queue handle, step `i` to thread `i % N`, each marking what it finished: their
@@ -187,6 +188,20 @@ fn claim_and_settle(q: &Queue, m: &Marker, i: u64) {
     let id = l.id().to_string();
     m.mark("claim", format!("{id} {}", l.attempt()));
     match i % 6 {
+        5 if i % 12 == 5 => {
+            // A worker's step: the ack and the next claim share one barrier
+            // (`Lease::ack_and_claim`); both are marked once it returned done.
+            let step = l
+                .ack_and_claim(Duration::from_secs(600))
+                .unwrap_or_else(|e| fail("ack_and_claim", e));
+            m.mark("ack", id);
+            if let Some(next) = step.next.unwrap_or_else(|e| fail("ack_and_claim (claim)", e)) {
+                let id = next.id().to_string();
+                m.mark("claim", format!("{id} {}", next.attempt()));
+                next.ack().unwrap_or_else(|e| fail("ack", e));
+                m.mark("ack", id);
+            }
+        }
         1 | 5 => {
             l.ack().unwrap_or_else(|e| fail("ack", e));
             m.mark("ack", id);
