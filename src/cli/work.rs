@@ -192,12 +192,19 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
         }
         for _ in 0..concurrency {
             let worker = std::thread::Builder::new().spawn_scoped(s, || {
+                // The job the last ack claimed under its barrier (`Lease::ack_and_claim`):
+                // the next one to run, without a claim (and its barrier) of its own.
+                let mut next: Option<Lease> = None;
                 while !STOP.load(Ordering::SeqCst) {
-                    match q.claim_wait_until(a.lease, Duration::from_secs(3600), &STOP) {
+                    let claimed = match next.take() {
+                        Some(l) => Ok(Some(l)),
+                        None => q.claim_wait_until(a.lease, Duration::from_secs(3600), &STOP),
+                    };
+                    match claimed {
                         Ok(None) => {}
                         Ok(Some(l)) => {
                             busy.fetch_add(1, Ordering::SeqCst);
-                            let end = run_job(&a, l);
+                            let end = run_job(&a, l, Some(&mut next));
                             busy.fetch_sub(1, Ordering::SeqCst);
                             match end {
                                 JobEnd::Continue => {}
@@ -212,6 +219,14 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
                             log::warn!("claim: {e}");
                             std::thread::sleep(Duration::from_secs(1));
                         }
+                    }
+                }
+                // Stopped with a job claimed and never started: back to ready with its
+                // attempt (left to its lease's end if that fails).
+                if let Some(l) = next {
+                    let id = l.id();
+                    if let Err(e) = l.release_undelivered() {
+                        eprintln!("steadq work: job {id}: claimed but not started; giving it back failed: {e}");
                     }
                 }
             });
@@ -265,7 +280,7 @@ fn work_once(a: &Work, q: &steadq::Queue) -> Result<Exit, CliError> {
             eprintln!("no job ready in {}", a.dir.display());
             Ok(Exit::NoJob)
         }
-        Some(l) => match run_job(a, l) {
+        Some(l) => match run_job(a, l, None) {
             JobEnd::Continue => Ok(Exit::Done),
             JobEnd::Unsettled(e) | JobEnd::Fatal(e) => Err(e),
         },
@@ -644,7 +659,10 @@ fn watch(a: &Work, lease: &mut Lease, child: &mut Child, feed: &mut Feed) -> Wat
     }
 }
 
-fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
+/// Run one job's command and settle the job by its exit status. With `next`, a successful
+/// command's ack also claims the worker's next job under the same barrier
+/// (`Lease::ack_and_claim`) and leaves it there.
+fn run_job(a: &Work, mut lease: Lease, next: Option<&mut Option<Lease>>) -> JobEnd {
     let started = Instant::now();
     let id = lease.id();
     let reader = match lease.reader() {
@@ -735,7 +753,7 @@ fn run_job(a: &Work, mut lease: Lease) -> JobEnd {
         }
     };
     drop(feed);
-    settle(a, lease, status, what, started)
+    settle(a, lease, status, what, started, next)
 }
 
 /// A job left unsettled by `e` (a failed settle or release; `what` says which): the exit
@@ -781,13 +799,15 @@ fn settle_unread(a: &Work, lease: Lease, e: &std::io::Error, started: Instant) -
     }
 }
 
-/// Settle by the command's exit status (None: timed out, killed or lost: a failure).
+/// Settle by the command's exit status (None: timed out, killed or lost: a failure). An ack
+/// with `next` claims the next job too (see [`ack_until_settled`]).
 fn settle(
     a: &Work,
     lease: Lease,
     status: Option<ExitStatus>,
     what: Option<String>,
     started: Instant,
+    next: Option<&mut Option<Lease>>,
 ) -> JobEnd {
     let (id, attempt, max) = (lease.id(), lease.attempt(), lease.max_attempts());
     let ms = started.elapsed().as_millis();
@@ -798,7 +818,7 @@ fn settle(
         _ => "lost".into(),
     });
     let result = match code {
-        Some(0) => ack_until_settled(a, lease),
+        Some(0) => ack_until_settled(a, lease, next),
         // A settle that is not done leaves the job leased until its deadline (the lease is
         // detached by the conversion into a Failure, not released).
         Some(EX_DATAERR) => lease
@@ -848,7 +868,15 @@ const ACK_TRIES_ONCE: u32 = 4;
 /// [`ACK_TRIES_ONCE`] tries with `--once`, and once retrying has taken one --lease otherwise:
 /// the job is then left leased until its lease expires (exit 2 with `--once`; a running
 /// worker logs it and goes on with other jobs).
-fn ack_until_settled(a: &Work, lease: Lease) -> Result<String, Failure> {
+///
+/// With `next` (a running worker, not stopping) each try is [`Lease::ack_and_claim`]: the
+/// job it claims under the ack's barrier is left in `next` for the worker to run; a claim
+/// that failed there is logged, and the worker's own waiting claim takes over.
+fn ack_until_settled(
+    a: &Work,
+    lease: Lease,
+    mut next: Option<&mut Option<Lease>>,
+) -> Result<String, Failure> {
     let mut wait = ACK_RETRY_FIRST;
     let mut tries = 1u32;
     let mut lease = lease;
@@ -867,9 +895,18 @@ fn ack_until_settled(a: &Work, lease: Lease) -> Result<String, Failure> {
         } else {
             first.elapsed() < a.lease
         } && stopping(&mut stop_by).is_none_or(|d| Instant::now() < d);
-        let e = match lease.ack() {
-            Ok(_) if tries == 1 => return Ok("acked".to_string()),
-            Ok(_) => return Ok(format!("acked (on try {tries})")),
+        let acked = match next.as_deref_mut() {
+            Some(slot) if !stop_requested() => {
+                lease.ack_and_claim(a.lease).map(|step| match step.next {
+                    Ok(l) => *slot = l,
+                    Err(e) => log::warn!("claim after the ack of job {id}: {e}"),
+                })
+            }
+            _ => lease.ack().map(drop),
+        };
+        let e = match acked {
+            Ok(()) if tries == 1 => return Ok("acked".to_string()),
+            Ok(()) => return Ok(format!("acked (on try {tries})")),
             // Cleanly not done: the ack hands the lease back; keep it and try again.
             Err(SettleError::NotDone { lease: l, error })
                 if more && !matches!(error.kind(), steadq::ErrorKind::Corrupt(_)) =>

@@ -3219,3 +3219,66 @@ fn a_huge_bad_handle_is_not_echoed_in_full() {
         "{err}"
     );
 }
+
+/// `steadq work` acks each job with `Lease::ack_and_claim`: the ack and the claim of the
+/// worker's next job share their barrier. On xfs and journaled ext4 that is one directory
+/// fsync per job (ack then claim made two); elsewhere the claim, in the ack's source
+/// directory, rides on the ack's second fsync (three before: two for the ack, one for the
+/// claim). Counted with strace; without strace or under qemu-user, said and passed.
+#[test]
+fn a_worker_shares_one_barrier_between_each_ack_and_its_next_claim() {
+    if Command::new("strace").arg("-V").output().is_err()
+        || std::env::var_os("STEADQ_QEMU_USER").is_some()
+    {
+        eprintln!("no strace, or under qemu-user: a_worker_shares_one_barrier... skipped");
+        return;
+    }
+    let d = TempDir::new("cli-work-barriers");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+    const JOBS: usize = 20;
+    let queue = Queue::open(q).unwrap();
+    for i in 0..JOBS {
+        queue.enqueue(format!("job {i}").as_bytes()).unwrap();
+    }
+    let trace = q.join("fsyncs.trace");
+    let mut strace = Command::new("strace")
+        .args(["-f", "-qq", "-o", p(&trace), "-e", "trace=fsync", BIN])
+        .args(["work", p(q), "-q", "--", "true"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    while queue.status().unwrap().acked < JOBS as u64 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        queue.status().unwrap().acked,
+        JOBS as u64,
+        "every job acked"
+    );
+    // Stop the worker (strace's child) with SIGTERM; strace exits after it.
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", strace.id())).unwrap();
+    let worker: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(worker, libc::SIGTERM) }, 0);
+    assert!(strace.wait().unwrap().success());
+    let fsyncs = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("fsync("))
+        .count();
+    // Per job: 1 where one directory fsync covers both moves, 2 elsewhere; a few more for
+    // the worker's first claim and its start.
+    let per_job = if steadq::sys::one_fsync_per_move(q) {
+        1
+    } else {
+        2
+    };
+    assert!(
+        (per_job * JOBS..=per_job * JOBS + 4).contains(&fsyncs),
+        "{fsyncs} fsyncs for {JOBS} jobs, want {per_job} per job (+ up to 4)"
+    );
+}

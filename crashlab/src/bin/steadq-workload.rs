@@ -195,7 +195,10 @@ fn claim_and_settle(q: &Queue, m: &Marker, i: u64) {
                 .ack_and_claim(Duration::from_secs(600))
                 .unwrap_or_else(|e| fail("ack_and_claim", e));
             m.mark("ack", id);
-            if let Some(next) = step.next.unwrap_or_else(|e| fail("ack_and_claim (claim)", e)) {
+            if let Some(next) = step
+                .next
+                .unwrap_or_else(|e| fail("ack_and_claim (claim)", e))
+            {
                 let id = next.id().to_string();
                 m.mark("claim", format!("{id} {}", next.attempt()));
                 next.ack().unwrap_or_else(|e| fail("ack", e));
