@@ -19,6 +19,11 @@
 //! SteadQ's name lengths and eight directories a state (a job's ready and receipt
 //! directories picked apart), the two costs of SteadQ's on-disk format on that path.
 //!
+//! Two more run only when named: `steadq:strict-next` and `redis:always-next`, a worker's
+//! step beside a producer's enqueue, where the ack of the job held and the claim of the
+//! next share one barrier (`Lease::ack_and_claim`; in Redis, LREM and LMOVE pipelined, one
+//! AOF fsync), 1 worker.
+//!
 //! On a filesystem with a block device, each case also reports the device's cache flushes
 //! and KiB written per job (`/sys/dev/block/MAJ:MIN/stat`): a strict rate is bound by them.
 //!
@@ -123,6 +128,14 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
     // Opt-in, named in --only: the bare loop with SteadQ's name lengths, with an inotify
     // watch read per job, with both (what the tmpfs gap to the bare loop is made of), and
     // with the fewest strict barriers (what a strict lifecycle costs on ext4 and xfs).
+    // Opt-in, named in --only: a worker's step, where the ack of the job held and the claim
+    // of the next share one barrier (SteadQ's `Lease::ack_and_claim`, Redis's LREM and
+    // LMOVE pipelined), beside a producer's enqueue, 1 worker.
+    for (system, mode) in [("steadq", "strict-next"), ("redis", "always-next")] {
+        if a.only.iter().any(|o| *o == format!("{system}:{mode}")) && (redis || system != "redis") {
+            v.push(c(system, mode, 1));
+        }
+    }
     for m in [
         "none-names",
         "none-watch",
@@ -165,10 +178,18 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>) -> Res<R
                 },
             )?;
             let batch = if m == "batched" { b } else { 1 };
-            timed(case.workers, d, |_| {
-                let q = q.clone();
-                Ok(move || steadq_step(&q, p, batch))
-            })?
+            if m == "strict-next" {
+                timed(case.workers, d, |_| {
+                    let q = q.clone();
+                    let mut held = None;
+                    Ok(move || steadq_step_next(&q, p, &mut held))
+                })?
+            } else {
+                timed(case.workers, d, |_| {
+                    let q = q.clone();
+                    Ok(move || steadq_step(&q, p, batch))
+                })?
+            }
         }
         ("bare", m) => {
             let sync = match m {
@@ -199,11 +220,17 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>) -> Res<R
             timed(case.workers, d, |i| {
                 let mut c = redis::Client::connect(port)?;
                 let mut n = 0u64;
+                let mut held = None;
+                let next = case.mode == "always-next";
                 Ok(move || {
                     n += 1;
                     let mut job = format!("{i}.{n}.").into_bytes();
                     job.extend_from_slice(p);
-                    c.lifecycle(&job)
+                    if next {
+                        c.step_next(&job, &mut held)
+                    } else {
+                        c.lifecycle(&job)
+                    }
                 })
             })?
         }
@@ -229,6 +256,27 @@ fn steadq_step(q: &steadq::Queue, payload: &[u8], batch: usize) -> Res<usize> {
     let n = ls.len();
     q.ack_batch(ls)?;
     Ok(n)
+}
+
+/// A worker's step beside a producer: enqueue one job, then ack the job held and claim the
+/// next under one barrier (`Lease::ack_and_claim`). Returns 1 when a job was acked.
+fn steadq_step_next(
+    q: &steadq::Queue,
+    payload: &[u8],
+    held: &mut Option<steadq::Lease>,
+) -> Res<usize> {
+    let lease = Duration::from_secs(60);
+    q.enqueue(payload)?;
+    Ok(match held.take() {
+        Some(l) => {
+            *held = l.ack_and_claim(lease)?.next?;
+            1
+        }
+        None => {
+            *held = q.claim_for(lease)?;
+            0
+        }
+    })
 }
 
 /// Remove `steadq-bench-PID` directories that an interrupted run (Ctrl-C, kill) left in

@@ -101,13 +101,28 @@ impl Client {
 
     /// Send one command; return a bulk reply's bytes (or an empty Vec).
     pub fn cmd(&mut self, args: &[&[u8]]) -> Res<Vec<u8>> {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            out.extend_from_slice(a);
-            out.extend_from_slice(b"\r\n");
+        self.send(&[args])?;
+        self.reply()
+    }
+
+    /// Send commands in one write (a pipeline): redis-server reads them in one event-loop
+    /// pass and, with `appendfsync always`, makes one AOF write and fsync for them before it
+    /// replies.
+    fn send(&mut self, cmds: &[&[&[u8]]]) -> Res<()> {
+        let mut out = Vec::new();
+        for args in cmds {
+            out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in *args {
+                out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                out.extend_from_slice(a);
+                out.extend_from_slice(b"\r\n");
+            }
         }
-        self.w.write_all(&out)?;
+        Ok(self.w.write_all(&out)?)
+    }
+
+    /// Read one reply: a bulk reply's bytes (or an empty Vec).
+    fn reply(&mut self) -> Res<Vec<u8>> {
         let mut line = String::new();
         self.r.read_line(&mut line)?;
         match line.as_bytes().first() {
@@ -124,6 +139,28 @@ impl Client {
             Some(b'-') => Err(line.trim().to_string().into()),
             _ => Ok(Vec::new()),
         }
+    }
+
+    /// A worker's step, SteadQ's `strict-next` in Redis: RPUSH a unique job, then the ack
+    /// of the job held (LREM) and the claim of the next (LMOVE) pipelined, so that one AOF
+    /// fsync covers both. Returns 1 when a job was acked.
+    pub fn step_next(&mut self, job: &[u8], held: &mut Option<Vec<u8>>) -> Res<usize> {
+        self.cmd(&[b"RPUSH", b"q", job])?;
+        let lmove: &[&[u8]] = &[b"LMOVE", b"q", b"processing", b"LEFT", b"RIGHT"];
+        let acked = match held.take() {
+            Some(h) => {
+                self.send(&[&[b"LREM", b"processing", b"1", &h], lmove])?;
+                self.reply()?;
+                1
+            }
+            None => {
+                self.send(&[lmove])?;
+                0
+            }
+        };
+        let got = self.reply()?;
+        *held = (!got.is_empty()).then_some(got);
+        Ok(acked)
     }
 
     /// One lifecycle: RPUSH a unique job, LMOVE it to processing, LREM it.

@@ -21,7 +21,7 @@ fn find(cases: &[Case], k: &Key) -> Option<usize> {
 type Key = (&'static str, &'static str, usize);
 
 /// The figures of the target table: each a pair of cases of this run.
-fn pairs() -> [(&'static str, Key, Key); 15] {
+fn pairs() -> [(&'static str, Key, Key); 18] {
     [
         (
             "strict 1w / bare strict 1w",
@@ -103,6 +103,23 @@ fn pairs() -> [(&'static str, Key, Key); 15] {
             "bare strict-min 1w / Redis always 1c",
             ("bare", "strict-min", 1),
             ("redis", "always", 1),
+        ),
+        // Opt-in: a worker's step whose ack and next claim share one barrier, beside the
+        // same step in Redis (LREM and LMOVE pipelined), and beside the plain lifecycles.
+        (
+            "strict-next 1w / Redis always-next 1c",
+            ("steadq", "strict-next", 1),
+            ("redis", "always-next", 1),
+        ),
+        (
+            "strict-next 1w / Redis always 1c",
+            ("steadq", "strict-next", 1),
+            ("redis", "always", 1),
+        ),
+        (
+            "strict-next 1w / strict 1w",
+            ("steadq", "strict-next", 1),
+            ("steadq", "strict", 1),
         ),
     ]
 }
