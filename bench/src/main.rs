@@ -166,7 +166,7 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>) -> Res<R
     let r = match (case.system, case.mode) {
         ("steadq", m) => {
             let durability = match m {
-                "strict" => steadq::Durability::Strict,
+                "strict" | "strict-next" => steadq::Durability::Strict,
                 "batched" => steadq::Durability::Batched,
                 _ => steadq::Durability::None,
             };
