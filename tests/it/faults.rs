@@ -1140,8 +1140,11 @@ fn ack_and_claim_with_a_failed_barrier_is_indeterminate_and_gives_the_next_job_b
     )
     .unwrap();
     q.enqueue(b"first").unwrap();
+    // Ids order by millisecond (then at random): "second" one millisecond later.
+    std::thread::sleep(Duration::from_millis(2));
     q.enqueue(b"second").unwrap();
     let lease = q.claim().unwrap().unwrap();
+    assert_eq!(lease.payload().unwrap(), b"first");
     plan.arm();
     match lease.ack_and_claim(Duration::from_secs(30)) {
         Err(e @ SettleError::Indeterminate(_)) => {
