@@ -755,6 +755,15 @@ impl Queue {
             // over like a job this user may not move: it stopped every claim of its level,
             // the oldest job being tried first each time, while the jobs behind it waited
             // (breaker finding). Only a move that may have happened fails the claim.
+            // The older half of a move a crash split (`ops/split.rs`): a dead-lettering
+            // whose dead name survived beside this one, or a newer state. That one stands;
+            // dead-lettering this name again made a second dead name for the job.
+            match self.settle_split(&here, &name) {
+                Ok(true) => return Ok(None),
+                Ok(false) => {}
+                Err(e) if e.outcome() == Outcome::NotDone => return Err(Skip(e)),
+                Err(e) => return Err(Fail(e)),
+            }
             let dead = match self.place_dead() {
                 Ok(d) => d,
                 Err(e) if e.outcome() == Outcome::NotDone => return Err(Skip(e)),

@@ -1186,3 +1186,44 @@ fn ack_and_claim_with_a_failed_barrier_is_indeterminate_and_gives_the_next_job_b
         "the ack is done, one job still ready"
     );
 }
+
+/// A move recovery never sees, split by a crash (`ops/split.rs`): a claim's dead-lettering
+/// of a job with no attempt left, whose ready name survived beside its dead one. The next
+/// claim dead-lettered the ready name again: the same day its new name was the dead name
+/// already there, the rename failed (`EEXIST`) and every claim failed, not done, naming
+/// that job; a day later it made a second dead name, which `fsck` reported as a duplicate.
+/// Now the claim keeps the newer (dead) name and removes the ready one.
+#[test]
+fn a_split_dead_lettering_keeps_the_newer_name() {
+    let only = |d: &std::path::Path, sub: &str| {
+        let f = files(d, sub);
+        assert_eq!(f.len(), 1, "{sub}: {f:?}");
+        d.join(&f[0])
+    };
+    // A claim's dead-lettering: attempt 1 of 1 released to ready, then claimed.
+    let d = TempDir::new("split-exhausted");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let o = EnqueueOptions {
+        max_attempts: Some(1),
+        ..Default::default()
+    };
+    let id = q.enqueue_with(b"no attempt left", &o).unwrap();
+    drop(q.claim().unwrap().unwrap()); // released: ready, attempt 1 of 1
+    let ready = only(d.path(), "ready");
+    assert!(
+        q.claim().unwrap().is_none(),
+        "dead-lettered, not handed out"
+    );
+    let dead = only(d.path(), "dead");
+    std::fs::hard_link(&dead, &ready).unwrap();
+    assert!(q.claim().unwrap().is_none());
+    assert!(!ready.exists() && dead.exists());
+    assert_eq!(
+        files(d.path(), "dead"),
+        files(d.path(), "dead")[..1],
+        "one dead name"
+    );
+    assert_eq!(counts(&q), [0, 0, 0, 1, 0]);
+    assert_eq!(q.find(id).unwrap().state, State::Dead);
+    assert!(q.fsck().unwrap().problems.is_empty());
+}
