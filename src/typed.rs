@@ -131,6 +131,25 @@ pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>,
     }
 }
 
+impl<T: DeserializeOwned> TypedLease<T> {
+    /// [`Lease::ack_and_claim`]: ack this job and claim the next one under the same barrier,
+    /// decoding it as [`TypedQueue::claim_for`] does. Returns the receipt (the ack is done)
+    /// and the next job: `Ok(None)` when none is ready, or the claim's or the decoding's
+    /// error (a payload that is not a `T` is dead-lettered with reason `decode`).
+    ///
+    /// # Errors
+    /// As [`Lease::ack_and_claim`]; a not-done ack hands back the [`Lease`] (not the value).
+    #[allow(clippy::type_complexity)]
+    pub fn ack_and_claim(
+        self,
+        lease: Duration,
+    ) -> Result<(Receipt, Result<Option<TypedLease<T>>, Failure>), SettleError> {
+        let step = self.lease.ack_and_claim(lease)?;
+        let next = step.next.and_then(|l| l.map(decode).transpose());
+        Ok((step.receipt, next))
+    }
+}
+
 impl<T> TypedLease<T> {
     /// The decoded value.
     pub fn value(&self) -> &T {

@@ -50,6 +50,37 @@ mod typed {
         assert!(q.claim_for(Duration::from_secs(30)).unwrap().is_none());
     }
 
+    /// `TypedLease::ack_and_claim` acks and hands over the next job decoded; a next job that
+    /// is not a `T` is dead-lettered (reason `decode`) and reported in the second field,
+    /// with the ack done.
+    #[test]
+    fn a_typed_ack_and_claim_decodes_the_next_job() {
+        let d = TempDir::new("typed-next");
+        let raw = Queue::create(d.path(), opts(1)).unwrap();
+        let q: TypedQueue<Job> = TypedQueue::new(raw.clone());
+        let a: Job = ("a".into(), 1, vec![]);
+        let b: Job = ("b".into(), 2, vec![7]);
+        q.enqueue(&a).unwrap();
+        std::thread::sleep(Duration::from_millis(2)); // ids order by millisecond
+        q.enqueue(&b).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        raw.enqueue(&[0xff; 6]).unwrap();
+        let first = q.claim_for(Duration::from_secs(30)).unwrap().unwrap();
+        assert_eq!(first.value(), &a);
+        let (r, next) = first.ack_and_claim(Duration::from_secs(30)).unwrap();
+        assert!(r.name.ends_with(".rct"));
+        let second = next.unwrap().expect("b is next");
+        assert_eq!(second.value(), &b);
+        let (_, next) = second.ack_and_claim(Duration::from_secs(30)).unwrap();
+        let e = next.unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::Decode(_)), "{e}");
+        assert_eq!(
+            counts(&raw),
+            [0, 0, 0, 1, 2],
+            "two acked, one dead (decode)"
+        );
+    }
+
     /// A typed lease renews and releases without being taken apart: the released job comes
     /// back with the same value at attempt 2.
     #[test]
