@@ -895,15 +895,17 @@ fn ack_until_settled(
         } else {
             first.elapsed() < a.lease
         } && stopping(&mut stop_by).is_none_or(|d| Instant::now() < d);
-        let acked = match next.as_deref_mut() {
-            Some(slot) if !stop_requested() => {
-                lease.ack_and_claim(a.lease).map(|step| match step.next {
-                    Ok(l) => *slot = l,
-                    Err(e) => log::warn!("claim after the ack of job {id}: {e}"),
-                })
-            }
-            _ => lease.ack().map(drop),
-        };
+        let claim_next = (next.is_some() && !stop_requested()).then_some(a.lease);
+        let acked = lease
+            .ack_and_maybe_claim(claim_next)
+            .map(|step| match step.next {
+                Ok(l) => {
+                    if let Some(slot) = next.as_deref_mut() {
+                        *slot = l;
+                    }
+                }
+                Err(e) => log::warn!("claim after the ack of job {id}: {e}"),
+            });
         let e = match acked {
             Ok(()) if tries == 1 => return Ok("acked".to_string()),
             Ok(()) => return Ok(format!("acked (on try {tries})")),

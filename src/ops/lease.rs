@@ -1649,36 +1649,8 @@ impl Lease {
     /// directory): the job is still leased and the lease is handed back, to renew and ack
     /// again; [`SettleError::Indeterminate`] after the rename (its barrier failed, or the
     /// rename returned `EIO`).
-    pub fn ack(mut self) -> Result<Receipt, SettleError> {
-        self.ack_verified().map_err(|e| SettleError::new(e, self))
-    }
-
-    /// The rename into receipts, its barriers and the receipt policy; `settled` is set
-    /// unless the rename was cleanly not done.
-    fn ack_verified(&mut self) -> Result<Receipt> {
-        let new = self.name.next(self.q.receipt_kind(self.token()), false);
-        let q = self.q.clone();
-        let _op = q.op();
-        let to = q.place_receipts(self.receipt_shard());
-        match q.rename_job(&self.here(), &self.name, &to, &new, Op::Ack) {
-            Ok(()) => self.settled = true,
-            // Cleanly not done: still ours, unless the name was gone.
-            Err(MoveFailed::NotDone(e)) => {
-                self.settled = e.is_lease_lost();
-                return Err(e);
-            }
-            // It may have moved: never release it or ack it again.
-            Err(m) => {
-                self.settled = true;
-                return Err(m.into());
-            }
-        }
-        q.sync_moved(&self.here(), &to)?;
-        q.after_ack(self.receipt_shard(), &new, &self.raw);
-        Ok(Receipt {
-            id: self.name.id,
-            name: new.format(self.q.ident.id).to_string(),
-        })
+    pub fn ack(self) -> Result<Receipt, SettleError> {
+        self.ack_and_maybe_claim(None).map(|step| step.receipt)
     }
 
     /// Ack this job and claim the next one, both covered by one barrier: the worker loop's
@@ -1729,46 +1701,72 @@ impl Lease {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn ack_and_claim(mut self, lease: Duration) -> Result<AckedNext, SettleError> {
-        self.ack_claim_in_place(lease)
-            .map_err(|e| SettleError::new(e, self))
+    pub fn ack_and_claim(self, lease: Duration) -> Result<AckedNext, SettleError> {
+        self.ack_and_maybe_claim(Some(lease))
     }
 
-    /// [`Lease::ack_and_claim`] with the crate's error; `settled` is set unless the ack's
-    /// rename was cleanly not done.
-    fn ack_claim_in_place(&mut self, lease: Duration) -> Result<AckedNext> {
-        crate::queue::check_lease(lease)?;
+    /// [`Lease::ack_and_claim`] with a lease of `next`, or [`Lease::ack`] without one (then
+    /// [`AckedNext::next`] is `Ok(None)`): one call for a worker that claims on only while it
+    /// is not stopping (`steadq work`).
+    ///
+    /// # Errors
+    /// As [`Lease::ack_and_claim`], or as [`Lease::ack`] without `next`.
+    pub fn ack_and_maybe_claim(mut self, next: Option<Duration>) -> Result<AckedNext, SettleError> {
+        match self.ack_next(next) {
+            Ok((receipt, next)) => Ok(AckedNext {
+                receipt,
+                next: next.unwrap_or(Ok(None)).map_err(Failure::from),
+            }),
+            Err(e) => Err(SettleError::new(e, self)),
+        }
+    }
+
+    /// The ack's rename, then with `next` the claim of the next job with that lease (its
+    /// rename without its barrier), then the barriers that cover both, then the receipt
+    /// policy: [`Lease::ack`] and [`Lease::ack_and_claim`] (the claim's result is `Some`
+    /// exactly when `next` is). `settled` is set unless the ack's rename was cleanly not
+    /// done.
+    #[allow(clippy::type_complexity)]
+    fn ack_next(
+        &mut self,
+        next: Option<Duration>,
+    ) -> Result<(Receipt, Option<Result<Option<Lease>>>)> {
+        if let Some(lease) = next {
+            crate::queue::check_lease(lease)?;
+        }
         let new = self.name.next(self.q.receipt_kind(self.token()), false);
         let q = self.q.clone();
         let _op = q.op();
         let to = q.place_receipts(self.receipt_shard());
         match q.rename_job(&self.here(), &self.name, &to, &new, Op::Ack) {
             Ok(()) => self.settled = true,
+            // Cleanly not done: still ours, unless the name was gone.
             Err(MoveFailed::NotDone(e)) => {
                 self.settled = e.is_lease_lost();
                 return Err(e);
             }
+            // It may have moved: never release it or ack it again.
             Err(m) => {
                 self.settled = true;
                 return Err(m.into());
             }
         }
         // The claim's rename without its barrier: the one below covers it.
-        let next = q.claim_sweep_with(lease, &mut RecoverReport::default(), false);
+        let claimed = next.map(|l| q.claim_sweep_with(l, &mut RecoverReport::default(), false));
         let from = self.here();
-        let barriers = match &next {
-            Ok(Some(l)) => {
-                let claimed = q.place_ready(l.shard, State::Leased);
+        let barriers = match &claimed {
+            Some(Ok(Some(l))) => {
+                let leased = q.place_ready(l.shard, State::Leased);
                 if q.group.one_barrier_per_rename(&q.sys, to.dir.fd()) {
                     // The claim's directory changed last in this thread: its fsync forces
                     // the log past the ack (xfs), or commits the whole journal (ext4).
-                    q.sync_place(&claimed)
+                    q.sync_place(&leased)
                 } else {
                     q.sync_moved(&from, &to).and_then(|()| {
-                        if claimed.rel == from.rel {
+                        if leased.rel == from.rel {
                             Ok(()) // the fsync of `from` came after the claim's rename
                         } else {
-                            q.sync_place(&claimed)
+                            q.sync_place(&leased)
                         }
                     })
                 }
@@ -1776,7 +1774,7 @@ impl Lease {
             _ => q.sync_moved(&from, &to),
         };
         if let Err(e) = barriers {
-            if let Ok(Some(l)) = next {
+            if let Some(Ok(Some(l))) = claimed {
                 // Never handed out: back to ready with its attempt, or left to expire.
                 if let Err(r) = l.release_undelivered() {
                     log::warn!("giving back a claim whose barrier failed: {r}");
@@ -1785,13 +1783,11 @@ impl Lease {
             return Err(e);
         }
         q.after_ack(self.receipt_shard(), &new, &self.raw);
-        Ok(AckedNext {
-            receipt: Receipt {
-                id: self.name.id,
-                name: new.format(q.ident.id).to_string(),
-            },
-            next: next.map_err(Failure::from),
-        })
+        let receipt = Receipt {
+            id: self.name.id,
+            name: new.format(q.ident.id).to_string(),
+        };
+        Ok((receipt, claimed))
     }
 
     /// Nack: retry after `delay`, counted as an enqueue's
