@@ -223,11 +223,8 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
                 }
                 // Stopped with a job claimed and never started: back to ready with its
                 // attempt (left to its lease's end if that fails).
-                if let Some(l) = next {
-                    let id = l.id();
-                    if let Err(e) = l.release_undelivered() {
-                        eprintln!("steadq work: job {id}: claimed but not started; giving it back failed: {e}");
-                    }
+                if let Some(Err(e)) = next.map(Lease::release_undelivered) {
+                    log::warn!("giving back a job not started: {e}");
                 }
             });
             match worker {
