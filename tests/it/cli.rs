@@ -3286,3 +3286,65 @@ fn a_worker_shares_one_barrier_between_each_ack_and_its_next_claim() {
         "{fsyncs} fsyncs for {JOBS} jobs, want {per_job} per job (+ up to 4)"
     );
 }
+
+/// A stop that arrives while `steadq work` is inside the barrier it shares between an ack
+/// and the next claim leaves that next job claimed and not started: it goes back to ready
+/// with its attempt given back (attempt 0, two generations on), not released as a used
+/// attempt. strace slows every fsync by 400 ms so that the command's SIGTERM, sent 200 ms
+/// after it exits, lands inside that barrier. Said and passed without strace, under
+/// qemu-user, and on tmpfs (no fsyncs there to slow).
+#[test]
+fn a_worker_stopped_inside_its_shared_barrier_gives_the_next_job_back_unstarted() {
+    if Command::new("strace").arg("-V").output().is_err()
+        || std::env::var_os("STEADQ_QEMU_USER").is_some()
+    {
+        eprintln!("no strace, or under qemu-user: a_worker_stopped_inside... skipped");
+        return;
+    }
+    let d = TempDir::new("cli-work-stop-next");
+    let q = d.path();
+    assert!(steadq(&["init", p(q), "--shards", "1"]).status.success());
+    let magic = rustix::fs::statfs(q).unwrap().f_type as u64;
+    if [0x0102_1994, 0x8584_58f6].contains(&magic) {
+        eprintln!("tmpfs: no fsync to slow; a_worker_stopped_inside... skipped");
+        return;
+    }
+    let queue = Queue::open(q).unwrap();
+    for i in 0..3 {
+        queue.enqueue(format!("job {i}").as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let log = q.join("ran.log");
+    let script = format!(
+        "cat >/dev/null; echo $STEADQ_JOB_ID >> {}; (sleep 0.2; kill -TERM $PPID) & exit 0",
+        p(&log)
+    );
+    let o = Command::new("strace")
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync"])
+        .args(["-e", "inject=fsync:delay_exit=400000", BIN])
+        .args(["work", p(q), "-q", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let ran = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(ran.lines().count(), 1, "one job ran: {ran}");
+    let jobs = queue.list(None).unwrap();
+    let states: Vec<(State, u32, u64)> = jobs
+        .iter()
+        .map(|l| (l.state, l.name.attempt, l.name.generation))
+        .collect();
+    let acked = states.iter().filter(|s| s.0 == State::Acked).count();
+    assert_eq!(acked, 1, "{states:?}");
+    let ready: Vec<_> = states.iter().filter(|s| s.0 == State::Ready).collect();
+    assert_eq!(ready.len(), 2, "{states:?}");
+    assert!(
+        ready.iter().all(|s| s.1 == 0),
+        "no attempt used: {states:?}"
+    );
+    assert_eq!(
+        ready.iter().filter(|s| s.2 == 2).count(),
+        1,
+        "the next job was claimed under the ack's barrier and given back: {states:?}"
+    );
+}
