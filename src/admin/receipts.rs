@@ -271,6 +271,16 @@ impl Queue {
                     } => a,
                     _ => self.clock.wall_ns(),
                 };
+                // A split requeue's stale dead name would be visible once this receipt is
+                // gone (DESIGN.md, "Moves split by a crash"): settle it first (one fstatat).
+                match self.settle_split(&self.place_receipts(shard), receipt) {
+                    Ok(false) => {}
+                    Ok(true) => return, // the older half of a split: already removed
+                    Err(e) => {
+                        log::warn!("{rel}: receipt kept: {e}");
+                        return;
+                    }
+                }
                 let line = EvidenceLine::new(receipt, &raw, &h, acked).encode();
                 if let Err(e) = self.append_evidence(&line, |_| Ok(false)) {
                     log::warn!("{rel}: receipt kept: {e}");
@@ -497,11 +507,16 @@ impl Queue {
     /// space, the receipts being compacted are cut to their headers (a cut receipt is still a
     /// receipt) and synced, then the write is tried once more.
     ///
+    /// Before each unlink the receipt's link count is read (one `fstatat`): a second name
+    /// of the job left by a crash that split a move (a stale dead name) is unlinked first, so
+    /// that `dead requeue` cannot run the acked job again (DESIGN.md, "Moves split by a
+    /// crash").
+    ///
     /// # Errors
     /// Not done if the evidence could not be written and synced (nothing removed; receipts
     /// may have been cut); indeterminate if an unlink or the final directory fsync failed
     /// (evidence is durable; a receipt may remain, and compacting again adds a second line
-    /// for it).
+    /// for it), or, with the outcome it reports, if settling such a split failed.
     pub fn compact(&self, older_than: Duration) -> Result<CompactReport, crate::Failure> {
         let cutoff = self
             .clock
@@ -577,6 +592,10 @@ impl Queue {
     ) -> Result<()> {
         let mut shards: Vec<u16> = Vec::new();
         for (s, n) in victims {
+            // Settle a split first, as `after_ack` does under the `none` policy.
+            if self.settle_split(&self.place_receipts(*s), n)? {
+                continue; // the older half of a split: already removed
+            }
             let raw = n.format(self.ident.id);
             let dir: &OwnedFd = &self.dirs.receipts[*s as usize];
             match self.sys.unlink(dir.as_fd(), &raw) {

@@ -1227,3 +1227,54 @@ fn a_split_dead_lettering_keeps_the_newer_name() {
     assert_eq!(q.find(id).unwrap().state, State::Dead);
     assert!(q.fsck().unwrap().problems.is_empty());
 }
+
+/// A requeue (dead to ready) split by a crash leaves the stale dead name beside the job's
+/// newer one. Listings hide it while the newer name exists; once the newer name is removed
+/// (the receipt under `ReceiptPolicy::None`, or by compaction) it would be visible, and
+/// `dead requeue` would run the acked job again. The removal settles the split first.
+#[test]
+fn a_split_requeue_leaves_no_dead_name_once_the_receipt_is_removed() {
+    let only = |d: &std::path::Path, sub: &str| {
+        let f = files(d, sub);
+        assert_eq!(f.len(), 1, "{sub}: {f:?}");
+        d.join(&f[0])
+    };
+    // The receipt removed by the `none` policy at the ack, and by compaction.
+    for policy in [ReceiptPolicy::None, ReceiptPolicy::Job] {
+        let d = TempDir::new("split-requeue");
+        let q = Queue::create(
+            d.path(),
+            Options {
+                receipts: policy,
+                ..opts(1)
+            },
+        )
+        .unwrap();
+        let id = q.enqueue(b"acked once").unwrap();
+        q.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
+        let dead = only(d.path(), "dead");
+        assert_eq!(q.requeue_dead(Some(id)).unwrap(), 1);
+        let ready = only(d.path(), "ready");
+        // The crash kept both names: one file, link count 2.
+        std::fs::hard_link(&ready, &dead).unwrap();
+        assert_eq!(
+            counts(&q),
+            [1, 0, 0, 0, 0],
+            "{policy:?}: the stale name is hidden"
+        );
+        q.claim().unwrap().unwrap().ack().unwrap();
+        if policy == ReceiptPolicy::Job {
+            assert_eq!(q.compact(Duration::ZERO).unwrap().removed, 1);
+        }
+        assert!(files(d.path(), "receipts").is_empty(), "{policy:?}");
+        assert!(!dead.exists(), "{policy:?}: stale dead name left");
+        assert_eq!(counts(&q), [0; 5], "{policy:?}");
+        assert_eq!(
+            q.requeue_dead(None).unwrap(),
+            0,
+            "{policy:?}: acked job requeued"
+        );
+        assert!(q.claim().unwrap().is_none(), "{policy:?}");
+        assert!(q.fsck().unwrap().problems.is_empty(), "{policy:?}");
+    }
+}
