@@ -9,6 +9,8 @@ pub mod demo;
 pub mod encode;
 pub mod exit;
 pub mod fixed;
+#[cfg(all(feature = "appliance", not(target_arch = "arm")))]
+pub mod nounwind;
 pub mod rawargs;
 pub mod s3;
 pub mod std_fds;
