@@ -7,6 +7,11 @@
 //! linker from pulling libunwind's archive members, and with them musl's `printf` family
 //! that libunwind's logging uses: about 20 KB of the 600 KB limit. A panic still prints its
 //! message; its backtrace is empty.
+//!
+//! The entry points are those of the Itanium C++ ABI's level 1 API (`unwind.h`), which
+//! aarch64 and x86_64 use. 32-bit ARM unwinds by its own ABI (EHABI, other symbols), so the
+//! module is not built there. Should std start calling another of them, the link fails with
+//! a duplicate symbol, which `.ci/cross` shows.
 
 use core::ffi::{c_int, c_void};
 
