@@ -141,6 +141,15 @@ pub enum ErrorKind {
         /// Bytes SteadQ needs.
         needed: u64,
     },
+    /// The filesystem has fewer free inodes (`statfs(2)` `f_ffree`) than a new queue's
+    /// layout takes (`2 × shards + 8`: its directories, identity, evidence log and the rename
+    /// probe's temp file). Not done: `create` refused before making anything.
+    TooFewInodes {
+        /// Inodes the new queue takes.
+        needed: u64,
+        /// Inodes free on the filesystem.
+        free: u64,
+    },
     /// A directory the layout requires is missing (an interrupted `create`: run it again).
     Incomplete,
     /// The queue's directory was removed, or removed and made again, since this handle
@@ -448,6 +457,10 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
             "renameat2(RENAME_NOREPLACE) was refused by the system ({errno}): the call is \
              blocked (a seccomp profile or sandbox?), not unsupported by the filesystem; \
              allow renameat2"
+        ),
+        ErrorKind::TooFewInodes { needed, free } => write!(
+            f,
+            "a new queue takes {needed} inodes and the filesystem has {free} free (remove files, or make the filesystem with more inodes: mkfs.ext4 -N)"
         ),
         ErrorKind::NamesTooLong { allowed, needed } => write!(
             f,

@@ -425,6 +425,9 @@ impl Queue {
         let sys = make_sys(&opts);
         let ind =
             |call, e, p: &Path| Error::io(call, e, Outcome::Indeterminate, Some(p.to_path_buf()));
+        // The directory made here, as its parent and name: removed again when the new
+        // queue is refused for want of inodes, so that a refusal changes nothing.
+        let mut made = None;
         match sys.mkdir_path(&root) {
             Ok(()) => {
                 let parent = root
@@ -436,6 +439,7 @@ impl Queue {
                     .map_err(|e| ind(Call::Open, e, parent))?;
                 sys.fsync_dir(pfd.as_fd())
                     .map_err(|e| ind(Call::FsyncDir, e, parent))?;
+                made = root.file_name().and_then(|n| n.to_str()).map(|n| (pfd, n));
             }
             Err(Errno::EXIST) => {}
             Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(root)).into()),
@@ -450,6 +454,16 @@ impl Queue {
                 let damaged = *e.kind() == ErrorKind::BadIdentity;
                 if !damaged {
                     refuse_foreign_entries(&sys, rootfd.as_fd(), &root)?;
+                    if let Err(e) = check_inodes(&sys, rootfd.as_fd(), &root, opts.shards) {
+                        if let Some((pfd, name)) = &made {
+                            // Empty and made by this call: best effort, the error says
+                            // what was refused either way.
+                            if sys.rmdir(pfd.as_fd(), name).is_ok() {
+                                let _ = sys.fsync_dir(pfd.as_fd());
+                            }
+                        }
+                        return Err(e.into());
+                    }
                 }
                 establish_identity(&sys, rootfd.as_fd(), &root, &opts, damaged)?
             }
@@ -1682,6 +1696,23 @@ fn check_names(root: BorrowedFd<'_>, path: &Path) -> Result<()> {
     };
     #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
     check_name_limit(st.f_namelen as i64).map_err(|k| Error::not_done(k, Some(path.to_path_buf())))
+}
+
+/// Refuse a new queue of `shards` shards where the filesystem of `root` has fewer free inodes
+/// than its layout takes: its directories (5 and two per shard), the identity, `evidence.log`
+/// and the rename probe's temp file. Without this `init` on a filesystem out of inodes
+/// published the identity, then failed part-way through the directories (indeterminate,
+/// an incomplete queue). A filesystem that does not count inodes, or a failing `fstatfs`,
+/// is not refused: a `mkdir` that finds none says so.
+fn check_inodes(sys: &Sys, root: BorrowedFd<'_>, path: &Path, shards: u16) -> Result<()> {
+    let needed = CREATED_DIRS.len() as u64 + 2 * u64::from(shards) + 3;
+    match sys.fs_inodes(root) {
+        Ok((total, free)) if total > 0 && free < needed => Err(Error::not_done(
+            ErrorKind::TooFewInodes { needed, free },
+            Some(path.to_path_buf()),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn ensure_dir(sys: &Sys, parent: BorrowedFd<'_>, name: &str, ppath: &Path) -> Result<()> {

@@ -1026,6 +1026,15 @@ impl Sys {
         })
     }
 
+    /// `fstatfs(2)`: the filesystem's inodes as `(total, free)` (`f_files`, `f_ffree`). A
+    /// total of 0 means the filesystem does not count them (btrfs makes inodes as it goes).
+    #[allow(clippy::unnecessary_cast)] // the fields' types differ between targets
+    pub fn fs_inodes(&self, fd: BorrowedFd<'_>) -> R<(u64, u64)> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::fstatfs(fd).map(|s| (s.f_files as u64, s.f_ffree as u64))
+        })
+    }
+
     /// List `dir` with `getdents64(2)`, calling `f(name, type)` for each entry except `.` and
     /// `..`. Names that are not UTF-8 are passed as `None` (they are foreign by definition).
     pub fn read_dir(

@@ -4086,3 +4086,51 @@ fn a_split_move_settles_with_more_buckets_than_the_open_file_limit() {
     assert_eq!(q.find(id).unwrap().state, State::Acked);
     assert!(q.claim().unwrap().is_none(), "run again");
 }
+
+/// `init` on a filesystem with too few free inodes for the layout published the identity,
+/// then failed part-way through the directories: exit 4 ("it may have happened"), an
+/// incomplete queue that every later command refused, and `init` again failed the same way
+/// until inodes were freed. It now refuses first (exit 2), naming both figures, and leaves
+/// nothing behind: not even the queue's directory it made.
+#[test]
+fn init_refuses_a_new_queue_the_free_inodes_cannot_hold_and_changes_nothing() {
+    let Some((_base, m)) = ext4_of_64_inodes("init_too_few_inodes") else {
+        return;
+    };
+    let free = || rustix::fs::statvfs(&m.dir).unwrap().f_ffree;
+    let fill = m.dir.join("fill");
+    std::fs::create_dir(&fill).unwrap();
+    let mut n = 0;
+    while free() > 10 {
+        std::fs::write(fill.join(n.to_string()), b"").unwrap();
+        n += 1;
+    }
+    let q = m.dir.join("q");
+    let qs = q.to_str().unwrap();
+    let out = run(&["init", qs]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("a new queue takes 24 inodes"), "{err}");
+    assert!(err.contains(qs), "{err}");
+    assert!(!q.exists(), "nothing left behind");
+    assert_eq!(free(), 10, "every inode given back");
+    // The library says the same, not done.
+    let e = Queue::create(&q, Options::default()).unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert!(
+        matches!(
+            e.into_error().kind(),
+            steadq::ErrorKind::TooFewInodes { needed: 24, .. }
+        ),
+        "kind"
+    );
+    assert!(!q.exists());
+    // Freed, `init` makes the whole queue.
+    for i in 0..20 {
+        std::fs::remove_file(fill.join(i.to_string())).unwrap();
+    }
+    assert!(run(&["init", qs]).status.success());
+    let q = Queue::open(&q).unwrap();
+    q.enqueue(b"fits").unwrap();
+    assert!(q.fsck().unwrap().clean());
+}
