@@ -412,11 +412,30 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
             Ok(()) => {}
             Err(PayloadOut::Corrupt(e)) => return Err(claimed_corrupt(lease, f, p, &e)),
             Err(PayloadOut::Failed(e)) => {
-                return Err(give_back(lease, format!("{}: {e}", p.display())))
+                let left = discard_partial(f, p, existed);
+                return Err(give_back(lease, format!("{}: {e}{left}", p.display())));
             }
         }
     }
     print_handle(lease)
+}
+
+/// After a delivery to `--payload-out` `p` failed part-way (disk full, `ulimit -f`, a stop
+/// signal): what was written goes, so that a script that misses the exit status does not
+/// read part of a payload as the whole of it (it stayed). A regular file this command made
+/// is removed; one that existed (already cut for the payload) is emptied; a FIFO or device
+/// took the bytes as they came. Returns what was done, for the message ("" for none).
+pub(super) fn discard_partial(f: &std::fs::File, p: &Path, existed: bool) -> String {
+    if !f.metadata().is_ok_and(|m| m.file_type().is_file()) {
+        return String::new();
+    }
+    if !existed && std::fs::remove_file(p).is_ok() {
+        return "; the partial file was removed".into();
+    }
+    match f.set_len(0) {
+        Ok(()) => "; the partial file was emptied".into(),
+        Err(e) => format!("; emptying the partial file failed too ({e}): do not read it"),
+    }
 }
 
 /// `claim --wait`: [`Queue::claim_wait`] that stops within about a second, not done (exit

@@ -303,19 +303,21 @@ mod with_s3 {
             // From here a stop signal interrupts the delivery and the job is given back.
             super::super::work::install_interrupting_handlers();
             if let Err(e) = write_payload(f, &l.payload) {
-                let msg = format!("{}: {e}", p.display());
+                let left = super::super::cmd::discard_partial(f, p, existed);
+                let msg = format!("{}: {e}{left}", p.display());
                 return Err(give_back(&q, &l, "payload not delivered", msg));
             }
         }
-        note_done(
-            format!(
-                "the job {:032x} WAS claimed; its lease handle is {}",
-                l.id,
-                handle(&l)
-            ),
-            "the handle",
-        );
-        out!("{}", handle(&l));
+        // As on a local queue: nobody got the handle, so the job goes back rather than stay
+        // leased and hidden until its lease expires (it exited 8 with the job leased).
+        let text = format!("{}\n", handle(&l)).into_bytes();
+        if let (false, Some(e)) = (
+            super::super::stdout::write(&text),
+            super::super::stdout::take_error(),
+        ) {
+            let msg = format!("the job's lease handle could not be written to stdout: {e}");
+            return Err(give_back(&q, &l, "handle not delivered", msg));
+        }
         Ok(Exit::Done)
     }
 

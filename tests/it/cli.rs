@@ -1545,6 +1545,63 @@ fn claim_writes_the_payload_to_any_writable_file() {
     );
 }
 
+/// `claim --payload-out FILE` whose write fails part-way (here `ulimit -f 1`: EFBIG after
+/// 1,024 bytes of a 5,000-byte payload) gave the job back but left the first 1,024 bytes in
+/// the file, which a script that missed the exit status read as the payload. A file the
+/// claim made is now removed, one that existed is emptied, and the message says which.
+#[test]
+fn a_payload_file_written_part_way_is_not_left_behind() {
+    let d = TempDir::new("cli-payload-partial");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let payload: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    let o = steadq_in(&["enqueue", q, "--max-attempts", "1"], &payload);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+    let out = d.path().with_extension("payload");
+    let limited = |path: &Path| {
+        Command::new("sh")
+            .args([
+                "-c",
+                "ulimit -f 1; exec \"$0\" claim \"$1\" --payload-out \"$2\"",
+            ])
+            .args([BIN, q, p(path)])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for (existed, left) in [(false, "removed"), (true, "emptied")] {
+        if existed {
+            std::fs::write(&out, b"an older file").unwrap();
+        } else {
+            let _ = std::fs::remove_file(&out);
+        }
+        let o = limited(&out);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("; the partial file was {left}"))
+                && err.contains("released to ready, its attempt given back; not done"),
+            "{err}"
+        );
+        match std::fs::metadata(&out) {
+            Ok(m) => assert!(existed && m.len() == 0, "{} bytes left", m.len()),
+            Err(_) => assert!(!existed, "the existing file is kept, emptied"),
+        }
+    }
+    // The job is ready with its one attempt unused, and a claim without the limit gets it
+    // whole.
+    let list = text(&steadq(&["list", q, "--state", "ready"]).stdout);
+    assert!(
+        list.starts_with(&format!("ready   {id} attempt 0/1")),
+        "{list}"
+    );
+    let o = steadq(&["claim", q, "--payload-out", p(&out)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read(&out).unwrap(), payload);
+    std::fs::remove_file(&out).unwrap();
+}
+
 /// `work --timeout 0s` was accepted and stopped every command at once (jobs ended dead,
 /// exhausted): refused at parsing like `--lease 0s`, and --help says so.
 #[test]

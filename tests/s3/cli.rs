@@ -226,10 +226,10 @@ fn lost_output(port: u16, args: &[&str], closed: bool) -> (i32, String) {
     (o.status.code().unwrap_or(-1), err)
 }
 
-/// A command that was done but whose output (a job id, a lease handle) could not be
-/// written exits 8 with what was done on stderr, as on a local queue: an `enqueue` to a full
-/// or closed stdout exited 2 ("not done": a retry enqueues the job twice) or 0 with its id
-/// lost, and a `claim` exited 2 or 0 with the job leased and its handle nowhere.
+/// A command that was done but whose output (a job id, a receipt) could not be written exits
+/// 8 with what was done on stderr, as on a local queue: an `enqueue` to a full or closed
+/// stdout exited 2 ("not done": a retry enqueues the job twice) or 0 with its id lost. A
+/// `claim` whose handle cannot be written gives the job back (exit 2).
 #[test]
 fn done_commands_whose_output_is_lost_exit_8_not_2() {
     let Some(m) = moto() else { return };
@@ -245,15 +245,21 @@ fn done_commands_whose_output_is_lost_exit_8_not_2() {
     let (code, err) = lost_output(m.port, &["claim", url], true);
     assert_eq!(code, 2, "{err}");
     assert_eq!(status(m.port, url)[2], "leased 0");
-    // A full one fails after it: exit 8, the handle on stderr, and it works.
+    // A full one fails after it: nobody got the handle, so the job goes back to ready with
+    // its attempt given back, exit 2, as on a local queue (it exited 8 with the job leased
+    // until its lease expired, an attempt used).
     let (code, err) = lost_output(m.port, &["claim", url], false);
-    assert_eq!(code, 8, "{err}");
-    let h = err
-        .split("lease handle is ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no handle in {err:?}"));
-    let (code, err) = lost_output(m.port, &["ack", url, h], false);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("lease handle could not be written to stdout")
+            && err.contains("released to ready, its attempt given back"),
+        "{err}"
+    );
+    let s = status(m.port, url);
+    assert_eq!((s[0].as_str(), s[2].as_str()), ("ready 2", "leased 0"));
+    let (code, h) = out(cli(m.port).args(["claim", url]));
+    assert_eq!(code, 0, "claim");
+    let (code, err) = lost_output(m.port, &["ack", url, &h], false);
     assert_eq!(code, 8, "the ack was done: {err}");
     assert_eq!(status(m.port, url)[4], "done 1");
 }
@@ -985,4 +991,48 @@ fn work_outlasts_commands_that_cannot_start_for_want_of_descriptors() {
     assert_eq!(worker.wait().unwrap().code(), Some(0), "{}", stderr());
     reader.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// As on a local queue: a `--payload-out` file written part-way (`ulimit -f 1`: EFBIG after
+/// 1,024 bytes of 5,000) is not left behind for a script to read as the payload: one the
+/// claim made is removed, one that existed is emptied, and the job is ready again with its
+/// attempt given back.
+#[test]
+fn claim_payload_out_written_part_way_is_not_left_behind() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clipartial/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clipartial", "q", Options::default());
+    let payload: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    let id = q.enqueue(&payload).unwrap();
+    let tmp = std::env::temp_dir().join(format!("steadq-s3-partial-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let file = tmp.join("payload");
+    for (existed, left) in [(false, "removed"), (true, "emptied")] {
+        if existed {
+            std::fs::write(&file, b"an older file").unwrap();
+        }
+        let mut c = std::process::Command::new("sh");
+        c.args([
+            "-c",
+            "ulimit -f 1; exec \"$0\" claim \"$1\" --payload-out \"$2\"",
+        ])
+        .args([env!("CARGO_BIN_EXE_steadq"), url, file.to_str().unwrap()])
+        .envs(cli(m.port).get_envs().filter_map(|(k, v)| Some((k, v?))));
+        let o = c.stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("; the partial file was {left}"))
+                && err.contains("released to ready, its attempt given back"),
+            "{err}"
+        );
+        match std::fs::metadata(&file) {
+            Ok(md) => assert!(existed && md.len() == 0, "{} bytes left", md.len()),
+            Err(_) => assert!(!existed, "the existing file is kept, emptied"),
+        }
+        let (_, rec) = q.inspect(id).unwrap().unwrap();
+        assert_eq!((rec.state, rec.attempt), (steadq::s3::State::Ready, 0));
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
 }
