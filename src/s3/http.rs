@@ -92,9 +92,11 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
 
 /// Connect to the first of `addrs` (as the resolver ordered them) that accepts, trying each in
 /// turn as curl does: a name that resolves to `::1` first and `127.0.0.1` second reaches a
-/// server listening on `127.0.0.1` only. Each try is bounded by `timeout`, so the whole call by
-/// `timeout` times the number of addresses. `endpoint` (`host:port`) names the target in
-/// errors.
+/// server listening on `127.0.0.1` only. The whole call is bounded by `timeout`: each try
+/// gets an even share of what is left of it (the last try all of it), so an address that
+/// drops every SYN cannot use up the time of those after it (each try had all of `timeout`,
+/// and a name of two such addresses took twice as long as configured). `endpoint`
+/// (`host:port`) names the target in errors.
 ///
 /// # Errors
 /// [`Fail::NotSent`] when no address accepted (or there was none): it names `endpoint` and
@@ -105,8 +107,18 @@ pub fn connect_any(
     timeout: Duration,
 ) -> Result<TcpStream, Fail> {
     let mut tried = Vec::new();
-    for addr in addrs {
-        match TcpStream::connect_timeout(addr, timeout) {
+    let deadline = std::time::Instant::now() + timeout;
+    for (i, addr) in addrs.iter().enumerate() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        // `addrs.len() - i` >= 1; a zero timeout is refused by connect_timeout (EINVAL).
+        let share = left / u32::try_from(addrs.len() - i).unwrap_or(u32::MAX);
+        if share.is_zero() {
+            tried.push(format!(
+                "{addr}: not tried, the {timeout:?} timeout was used up"
+            ));
+            continue;
+        }
+        match TcpStream::connect_timeout(addr, share) {
             Ok(s) => return Ok(s),
             Err(e) => tried.push(format!("{addr}: {e}")),
         }
@@ -399,6 +411,40 @@ mod tests {
         assert_eq!(s.peer_addr().unwrap(), addrs[1]);
         let (_, from) = l.accept().unwrap();
         assert_eq!(from, s.local_addr().unwrap());
+    }
+
+    /// Three addresses that each drop every SYN (a listener whose accept queue is full)
+    /// took three times the timeout; the call now ends within it.
+    #[test]
+    fn addresses_that_drop_every_syn_share_one_timeout() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        // Fill the accept queue (std listens with a backlog of 128, capped by somaxconn):
+        // once it is full the kernel drops new SYNs, and a connect waits out its timeout.
+        let mut held = Vec::new();
+        let full = loop {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+                Ok(s) => held.push(s),
+                Err(_) => break true,
+            }
+            if held.len() > 5000 {
+                break false;
+            }
+        };
+        assert!(full, "the accept queue never filled");
+        let t = Duration::from_millis(1500);
+        let t0 = std::time::Instant::now();
+        let e = connect_any("silent:1", &[addr, addr, addr], t).unwrap_err();
+        let took = t0.elapsed();
+        assert!(took < t * 2, "took {took:?} for a {t:?} timeout");
+        let Fail::NotSent(msg) = e else {
+            panic!("not NotSent: {e:?}")
+        };
+        assert!(
+            msg.starts_with("connect silent:1: tried 3 address(es): "),
+            "{msg}"
+        );
+        drop(l);
     }
 
     #[test]
