@@ -659,20 +659,26 @@ mod with_s3 {
             .stdin(Stdio::piped())
             .spawn();
         let mut child = match spawned {
-            Ok(c) => c,
+            Ok(c) => {
+                super::super::work::spawn_started();
+                c
+            }
             Err(e) if super::super::work::spawn_short_of_resources(&e) => {
                 // This process or the system is short of descriptors, memory or processes
                 // for the moment (EMFILE, ENFILE, ENOMEM, EAGAIN): nothing about the job or
                 // the command. It goes back to ready with its attempt; a long-running worker
-                // waits a second and carries on, as on a local queue (it stopped, exit 2, a
-                // whole worker lost to a moment's shortage). `--once` is not done (exit 2).
+                // waits (1 s, doubling while the shortage lasts, as on a local queue) and
+                // carries on (it stopped, exit 2, a whole worker lost to a moment's
+                // shortage; then it took the job again every second, each time a handful of
+                // billed requests). `--once` is not done (exit 2).
                 let msg = format!("job {id}: cannot start {:?} now: {e}", a.command[0]);
                 let err = give_back(q, &l, "command could not start for want of resources", msg);
                 if a.once {
                     return Err(err);
                 }
-                eprintln!("steadq work: {err}; trying again in 1 s");
-                pause(Duration::from_secs(1));
+                let wait = super::super::work::short_pause();
+                eprintln!("steadq work: {err}; trying again in {} s", wait.as_secs());
+                pause(wait);
                 return Ok(String::new());
             }
             Err(e) => {

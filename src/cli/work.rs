@@ -351,6 +351,37 @@ fn fit_concurrency(a: &Work, jobs: u32) -> Result<u32, CliError> {
 /// descriptors does not change the environment of the jobs it runs.
 static CHILD_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
 
+/// Spawns in a row that failed for want of resources ([`spawn_short_of_resources`]), in this
+/// process (a shortage is the process's or the system's, not one slot's).
+static SHORT_STREAK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// How long a worker waits after giving back a job whose command could not start for want
+/// of resources: 1 s, doubling with every such spawn in a row, up to 64 s. A lasting
+/// shortage then costs a claim and a give-back a minute, not one a second (each a renamed
+/// job and its barriers, on StowQ a handful of billed requests). [`spawn_started`] ends the
+/// streak.
+pub(super) fn short_pause() -> Duration {
+    let n = SHORT_STREAK.fetch_add(1, Ordering::SeqCst).min(6);
+    Duration::from_secs(1 << n)
+}
+
+/// A command started: the next shortage waits 1 s again.
+pub(super) fn spawn_started() {
+    SHORT_STREAK.store(0, Ordering::SeqCst);
+}
+
+/// Sleep `d`, or less when a stop signal arrives (checked every 100 ms).
+fn pause_unless_stopped(d: Duration) {
+    let until = std::time::Instant::now() + d;
+    while !STOP.load(Ordering::SeqCst) {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
+}
+
 /// Whether a failed spawn says this process or the system is out of something for now
 /// (descriptors, memory, processes: `EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, fork(2),
 /// pipe(2)) rather than that the command cannot run.
@@ -679,20 +710,34 @@ fn run_job(a: &Work, mut lease: Lease, next: Option<&mut Option<Lease>>) -> JobE
             };
         }
     };
+    let once = next.is_none();
     let mut child = match spawn_command(a, &lease) {
-        Ok(c) => c,
+        Ok(c) => {
+            spawn_started();
+            c
+        }
         Err(e) if spawn_short_of_resources(&e) => {
             // This process or the system is short of descriptors, memory or processes for
             // the moment: nothing about the job or the command. It goes back to ready (its
-            // attempt given back) and this slot waits a second; other slots go on. Before,
-            // the worker stopped (exit 2) with the job leased until its lease ran out.
-            // Not done either way: `work --once` exits 2 (it exited 0 with the job ready).
+            // attempt given back) at once, and this slot waits (`short_pause`: 1 s, doubling
+            // while the shortage lasts); other slots go on. Before, the worker stopped (exit
+            // 2) with the job leased until its lease ran out; then it waited a second with
+            // the job held and took it again every second for as long as the shortage
+            // lasted. `work --once` is not done (exit 2; it exited 0 with the job ready).
             let msg = format!("job {id}: cannot start {:?} now: {e}", a.command[0]);
-            std::thread::sleep(Duration::from_secs(1));
             return match lease.release_undelivered() {
-                Ok(()) => JobEnd::Unsettled(CliError::not_done(format!(
+                Ok(()) if once => JobEnd::Unsettled(CliError::not_done(format!(
                     "{msg}; given back to ready with its attempt; not done"
                 ))),
+                Ok(()) => {
+                    let wait = short_pause();
+                    eprintln!(
+                        "steadq work: {msg}; given back to ready with its attempt; trying again in {} s",
+                        wait.as_secs()
+                    );
+                    pause_unless_stopped(wait);
+                    JobEnd::Continue
+                }
                 Err(r) => unsettled(r.into(), &format!("{msg}; giving it back failed")),
             };
         }

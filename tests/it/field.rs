@@ -3837,6 +3837,53 @@ fn work_short_of_threads_and_processes_loses_no_attempt() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A shortage that lasts (nobody may fork: RLIMIT_NPROC) made `work` take the job, hold it a
+/// second, give it back and take it again, every second for as long as it lasted. It now
+/// gives the job back at once and waits 1 s, then 2, 4, 8 ... (up to 64 s) while spawns keep
+/// failing: over 9 s, 4 tries where there were 9.
+#[test]
+fn work_waits_longer_while_a_shortage_lasts() {
+    if !rustix::process::geteuid().is_root()
+        || std::env::var_os("STEADQ_TEST_DIR").is_some()
+        || std::env::var_os("STEADQ_QEMU_USER").is_some()
+    {
+        eprintln!("SKIP work_waits_longer_while_a_shortage_lasts: needs root, runs once, not under qemu-user");
+        return;
+    }
+    let (base, bin) = nobody_sandbox("nproc-streak");
+    let (bin, q) = (bin.as_str(), base.join("q"));
+    let qs = q.to_str().unwrap();
+    let (code, _, err) = as_nobody(&format!(
+        "{bin} init {qs} >/dev/null && echo a | {bin} enqueue {qs} >/dev/null"
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    // nobody's tasks: timeout, steadq's main thread, its watcher, one worker: every fork of
+    // `cat` is refused (EAGAIN).
+    let (code, _, err) = as_nobody(&format!(
+        "exec timeout -s TERM 9 prlimit --nproc=4:4 {bin} work {qs} -- cat"
+    ));
+    assert_eq!(code, Some(124), "{err}");
+    let waits: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("cannot start \"cat\" now"))
+        .map(|l| l.rsplit("trying again in ").next().unwrap_or(""))
+        .collect();
+    // Tries at about 0, 1, 3 and 7 s; a slow start may leave the fourth past the 9 s.
+    let doubling = ["1 s", "2 s", "4 s", "8 s"];
+    assert!(
+        (3..=4).contains(&waits.len()) && waits == doubling[..waits.len()],
+        "{waits:?}: {err}"
+    );
+    let queue = Queue::open(&q).unwrap();
+    let ready = queue.list(Some(steadq::State::Ready)).unwrap();
+    assert_eq!(ready.len(), 1, "{err}");
+    assert_eq!(
+        ready[0].name.attempt, 0,
+        "its attempt given back each time: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// `work` raises its own soft open-file limit toward the hard one to fit `--concurrency`;
 /// the commands it runs get the limit it was started with, not the raised one (breaker
 /// finding: they saw 68 where the caller had set 20).
