@@ -221,7 +221,8 @@ impl Client {
     /// continuation token, at most `max` keys. `Ok(Err(status))` if the server refused.
     ///
     /// # Errors
-    /// [`Fail`] from the transport, or `MaybeSent` if a 200 body is not a listing.
+    /// [`Fail`] from the transport, or `MaybeSent` if a 200 body is not a listing or lists a
+    /// key that is not after `start_after` (a service that ignores it).
     pub fn list(
         &self,
         prefix: &str,
@@ -242,9 +243,24 @@ impl Client {
             return Ok(Err(r.status));
         }
         let xml = String::from_utf8_lossy(&r.body);
-        parse_list(&xml)
-            .map(Ok)
-            .ok_or_else(|| Fail::MaybeSent("listing body is not ListBucketResult".into()))
+        let page = parse_list(&xml)
+            .ok_or_else(|| Fail::MaybeSent("listing body is not ListBucketResult".into()))?;
+        // A service that ignores `start-after` lists from the prefix's start on every page:
+        // the listings that page or jump by it (due markers, index repair) would then read
+        // the same page for ever, a billed request each time. Refused at the first key that
+        // is not after it.
+        if let Some((s, e)) = start_after.and_then(|s| {
+            page.entries
+                .iter()
+                .find(|e| e.key.as_str() <= s)
+                .map(|e| (s, e))
+        }) {
+            return Err(Fail::MaybeSent(format!(
+                "the service ignored start-after={s} (it listed {}); StowQ needs ListObjectsV2's start-after",
+                e.key
+            )));
+        }
+        Ok(Ok(page))
     }
 
     /// Create the bucket (200, or 409 if it exists already).

@@ -226,6 +226,8 @@ struct Plan {
     /// Shift the `Date` of every answer by these seconds (when no other rewrite applies): a
     /// service whose clock stepped.
     shift: Option<i64>,
+    /// Forward listings without their `start-after` parameter: a service that ignores it.
+    no_start_after: bool,
 }
 
 /// A fault proxy on 127.0.0.1 in front of `upstream`.
@@ -282,6 +284,12 @@ impl Proxy {
     /// conditional writes), or again with it.
     pub fn unconditional(&self, on: bool) {
         self.plan.lock().unwrap().unconditional = on;
+    }
+
+    /// Forward every request without a `start-after` query parameter (a service that
+    /// ignores it and lists from the prefix's start), or again with it.
+    pub fn ignore_start_after(&self, on: bool) {
+        self.plan.lock().unwrap().no_start_after = on;
     }
 
     /// Shift the `Date` header of the answer to the `index`th request from now (0-based) by
@@ -368,6 +376,34 @@ fn strip_if_none_match(req: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `req` with any `start-after=...` parameter taken out of its request line.
+fn strip_start_after(req: &[u8]) -> Vec<u8> {
+    let line_end = req
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .unwrap_or(req.len());
+    let line = String::from_utf8_lossy(&req[..line_end]).into_owned();
+    let mut parts = line.splitn(3, ' ');
+    let (m, target, v) = (
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+    );
+    let target = match target.split_once('?') {
+        Some((path, q)) => {
+            let kept: Vec<&str> = q
+                .split('&')
+                .filter(|kv| !kv.starts_with("start-after="))
+                .collect();
+            format!("{path}?{}", kept.join("&"))
+        }
+        None => target.to_string(),
+    };
+    let mut out = format!("{m} {target} {v}").into_bytes();
+    out.extend_from_slice(&req[line_end..]);
+    out
+}
+
 /// An HTTP date (`Sat, 05 Dec 2026 03:00:00 GMT`) for unix seconds `s`.
 pub fn http_date(s: i64) -> String {
     let a = steadq::s3::clock::amz_date(s * 1000); // YYYYMMDDTHHMMSSZ
@@ -416,6 +452,11 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
     };
     let (action, req, skew) = {
         let mut p = plan.lock().unwrap();
+        let req = if p.no_start_after {
+            strip_start_after(&req)
+        } else {
+            req
+        };
         let req = if p.unconditional {
             strip_if_none_match(&req)
         } else {

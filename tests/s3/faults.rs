@@ -359,3 +359,61 @@ fn case_count(c: &Ctx, n: usize, op: Op) -> u32 {
     assert_eq!(said, Said::Done);
     c.proxy.seen()
 }
+
+/// A service that ignores ListObjectsV2's `start-after` (lists from the prefix's start on
+/// every page): a claim beside a job that is not due yet jumped past that job's shard with
+/// `start-after=<shard>/~`, got the same first page back, jumped again, and so on for ever,
+/// one billed LIST each time. The client now refuses such a page, naming the parameter, and
+/// the claim fails, not done, the job untouched.
+#[test]
+fn a_service_that_ignores_start_after_fails_a_claim_instead_of_looping() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "nostartafter");
+    let direct = queue(m.port, "nostartafter", "q", Options::default());
+    let id = direct.enqueue(b"later").unwrap();
+    let l = direct.claim().unwrap().expect("the job");
+    direct.nack(&l, Duration::from_secs(3600), "later").unwrap();
+    let p = Proxy::start(m.port);
+    p.ignore_start_after(true);
+    let options = Options {
+        tries: 2,
+        backoff: Duration::from_millis(10),
+        ..Options::default()
+    };
+    let q = Queue::create(
+        Client::new(config(p.port, PROXY_TIMEOUT_MS), "nostartafter"),
+        "q",
+        options,
+    )
+    .unwrap();
+    // The claim starts at a random shard: repeated, some start before the job's shard and
+    // reach the jump. Each must end (in a thread, so a loop shows as a timeout).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for _ in 0..8 {
+            tx.send(
+                q.claim()
+                    .map(|l| l.map(|l| l.id))
+                    .map_err(|e| e.to_string()),
+            )
+            .unwrap();
+        }
+    });
+    let mut refused = 0;
+    for _ in 0..8 {
+        let got = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a claim that never ended: the listing loops");
+        match got {
+            Ok(None) => {}
+            Ok(Some(other)) => panic!("claimed {other:032x}, which is not due"),
+            Err(e) => {
+                assert!(e.contains("ignored start-after="), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "no claim met the jump in 8");
+    let (_, rec) = direct.inspect(id).unwrap().unwrap();
+    assert_eq!((rec.state, rec.attempt), (State::Ready, 1), "untouched");
+}
