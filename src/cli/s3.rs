@@ -539,7 +539,12 @@ mod with_s3 {
         note_done("recovery WAS done", "its report");
         out!("ready {} dead {} stale {}", r.ready, r.dead, r.stale);
         let p = q.repair()?;
-        out!("index: put {} deleted {}", p.put, p.deleted);
+        out!(
+            "index: put {} deleted {} foreign {}",
+            p.put,
+            p.deleted,
+            p.foreign
+        );
         Ok(Exit::Done)
     }
 

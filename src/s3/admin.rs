@@ -151,7 +151,9 @@ impl Queue {
     /// deleted. Chains are never touched. Markers are listed before chains, so a marker
     /// written meanwhile is never taken for stale. A job whose newest generation is not a
     /// record (a foreign object at a generation's key) is left as it is, its markers too, and
-    /// reported ([`RepairReport::foreign`], and a warning naming the key).
+    /// reported ([`RepairReport::foreign`], and a warning naming the key); so is any other
+    /// object under the index or chain prefixes that is no marker or generation (the first 20
+    /// named in warnings).
     ///
     /// Cost: one LIST per 1,000 objects, plus one GET per job whose marker was missing.
     ///
@@ -159,8 +161,11 @@ impl Queue {
     /// As [`Queue::recover`] (the batch rule), though only hints change.
     pub fn repair(&self) -> Result<RepairReport> {
         let mut marks: BTreeMap<u128, Vec<(String, Marker)>> = BTreeMap::new();
+        // Keys under the index or chain prefixes that are none of StowQ's: left as they
+        // are, and reported.
+        let mut strangers = Vec::new();
         for state in State::ALL {
-            for (k, m) in self.markers(state)? {
+            for (k, m) in self.markers_noting(state, &mut strangers)? {
                 marks.entry(m.id).or_default().push((k, m));
             }
         }
@@ -175,6 +180,8 @@ impl Queue {
                     let l = latest.entry(id).or_insert((g, e.modified_ms, false));
                     l.0 = l.0.max(g);
                     l.2 |= g == 0;
+                } else {
+                    strangers.push(e.key.clone());
                 }
             }
             match page.next {
@@ -183,6 +190,14 @@ impl Queue {
             }
         }
         let mut rep = RepairReport::default();
+        // Named one by one up to 20 (a bucket shared with another tool may hold thousands).
+        for k in strangers.iter().take(20) {
+            log::warn!("repair: {k} is not a job generation or index marker: left as it is");
+        }
+        if strangers.len() > 20 {
+            log::warn!("repair: {} more such objects", strangers.len() - 20);
+        }
+        rep.foreign = u32::try_from(strangers.len()).unwrap_or(u32::MAX);
         let fail = |e: Error, rep: &RepairReport| batch(e, rep.put + rep.deleted);
         for (id, (gen, modified, has0)) in &latest {
             let ms = marks.remove(id).unwrap_or_default();
@@ -231,14 +246,25 @@ impl Queue {
 
     /// Every marker of `state`, in key order.
     pub(crate) fn markers(&self, state: State) -> Result<Vec<(String, Marker)>> {
+        self.markers_noting(state, &mut Vec::new())
+    }
+
+    /// [`Queue::markers`], adding to `strangers` every key under the state's index that is
+    /// no marker.
+    fn markers_noting(
+        &self,
+        state: State,
+        strangers: &mut Vec<String>,
+    ) -> Result<Vec<(String, Marker)>> {
         let base = self.keys.index(state);
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
             let page = self.list_page(&base, None, token.as_deref(), 1000)?;
             for e in page.entries {
-                if let Some(m) = self.keys.parse_marker(&e.key) {
-                    out.push((e.key, m));
+                match self.keys.parse_marker(&e.key) {
+                    Some(m) => out.push((e.key, m)),
+                    None => strangers.push(e.key),
                 }
             }
             match page.next {

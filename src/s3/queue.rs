@@ -125,8 +125,9 @@ pub struct RepairReport {
     pub put: u32,
     /// Stale markers deleted.
     pub deleted: u32,
-    /// Jobs whose newest generation is not a record (a foreign object at its key): left as
-    /// they are, markers included, and each logged (`log::warn!`).
+    /// Objects that are not StowQ's: a job's newest generation that is not a record (the job
+    /// left as it is, markers included), and keys under the index or chain prefixes that are
+    /// no marker or generation. Left as they are; logged (`log::warn!`, the first 20 named).
     pub foreign: u32,
 }
 

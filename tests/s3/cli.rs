@@ -166,7 +166,10 @@ fn the_cli_round_trip() {
     let (code, rec) = out(cli(m.port).args(["recover", url]));
     assert_eq!(
         (code, rec.as_str()),
-        (0, "ready 0 dead 0 stale 0\nindex: put 0 deleted 0")
+        (
+            0,
+            "ready 0 dead 0 stale 0\nindex: put 0 deleted 0 foreign 0"
+        )
     );
     // Compaction below the 1 h guard is refused and changes nothing; at 1 h nothing is old
     // enough.
