@@ -3850,18 +3850,35 @@ fn work_waits_longer_while_a_shortage_lasts() {
         eprintln!("SKIP work_waits_longer_while_a_shortage_lasts: needs root, runs once, not under qemu-user");
         return;
     }
+    // A user of its own: RLIMIT_NPROC counts every process of the user, and other tests run
+    // workers as `nobody` at the same time.
+    let user = format!("sqnp{}", std::process::id() % 100_000);
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("userdel").arg(&self.0).output();
+        }
+    }
+    let made = Command::new("useradd")
+        .args(["-M", "-U", &user])
+        .status()
+        .unwrap();
+    assert!(made.success(), "useradd {user}");
+    let _gone = Gone(user.clone());
     let (base, bin) = nobody_sandbox("nproc-streak");
     let (bin, q) = (bin.as_str(), base.join("q"));
     let qs = q.to_str().unwrap();
-    let (code, _, err) = as_nobody(&format!(
-        "{bin} init {qs} >/dev/null && echo a | {bin} enqueue {qs} >/dev/null"
-    ));
+    let (code, err) = as_user(
+        &user,
+        &format!("{bin} init {qs} >/dev/null && echo a | {bin} enqueue {qs} >/dev/null"),
+    );
     assert_eq!(code, Some(0), "{err}");
-    // nobody's tasks: timeout, steadq's main thread, its watcher, one worker: every fork of
-    // `cat` is refused (EAGAIN).
-    let (code, _, err) = as_nobody(&format!(
-        "exec timeout -s TERM 9 prlimit --nproc=4:4 {bin} work {qs} -- cat"
-    ));
+    // The user's tasks: timeout, steadq's main thread, its watcher, one worker: every fork
+    // of `cat` is refused (EAGAIN).
+    let (code, err) = as_user(
+        &user,
+        &format!("exec timeout -s TERM 9 prlimit --nproc=4:4 {bin} work {qs} -- cat"),
+    );
     assert_eq!(code, Some(124), "{err}");
     let waits: Vec<&str> = err
         .lines()
