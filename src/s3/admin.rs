@@ -100,7 +100,7 @@ impl Queue {
                 )
             };
             let moved = self
-                .step(m.id, m.gen, &key, &out.1)
+                .step_from_marker(m.id, m.gen, &key, &out.1)
                 .and_then(|done| Ok(done && self.chain_alive(m.id, m.gen + 1, &out.1)?));
             match moved {
                 Ok(true) if out.0 == State::Dead => rep.dead += 1,
@@ -130,7 +130,7 @@ impl Queue {
             }
             let rec = self.new_record(State::Ready, 0, self.client.clock.now_ms(), "", "requeued");
             let moved = self
-                .step(m.id, m.gen, &key, &rec)
+                .step_from_marker(m.id, m.gen, &key, &rec)
                 .and_then(|done| Ok(done && self.chain_alive(m.id, m.gen + 1, &rec)?));
             match moved {
                 Ok(true) => n += 1,

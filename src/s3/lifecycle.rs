@@ -71,7 +71,7 @@ impl Queue {
         let token = id_hex(random_u128());
         let deadline = now + self.options.lease_ms;
         let rec = self.new_record(State::Leased, m.attempt + 1, deadline, &token, "");
-        if !self.step(m.id, m.gen, marker, &rec)? {
+        if !self.step_from_marker(m.id, m.gen, marker, &rec)? {
             self.lost_races.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }

@@ -648,6 +648,32 @@ impl Queue {
 
     /// Move job `id` from generation `gen` (indexed by `old_marker`) to `rec` at `gen + 1`.
     /// `Ok(false)`: someone else created `gen + 1` first.
+    /// [`Queue::step`] on behalf of index marker `marker` found by a listing (a claim, a
+    /// recovery, a requeue): a marker of a generation above 0 first has that generation's
+    /// record read (one GET). A marker put by SteadQ always has one (the record is written
+    /// first); a marker naming a generation that does not exist is stale (its chain was
+    /// compacted) or not SteadQ's (written by hand, restored from an older backup than the
+    /// chains). Stepping from it created a generation above a gap in the chain, a second
+    /// lease of a job already leased from its true marker. Such a marker is deleted, like
+    /// `repair` deletes one that is not its job's newest, with a warning: `Ok(false)`.
+    /// Generation 0 is not read: its object is the envelope, which the claim reads anyway.
+    pub(crate) fn step_from_marker(
+        &self,
+        id: u128,
+        gen: u64,
+        marker: &str,
+        rec: &Record,
+    ) -> Result<bool> {
+        if gen > 0 && self.get(&self.keys.gen(id, gen))?.is_none() {
+            log::warn!(
+                "index marker {marker} names generation {gen:08x}, which does not exist: deleted, not acted on"
+            );
+            self.hint(false, marker);
+            return Ok(false);
+        }
+        self.step(id, gen, marker, rec)
+    }
+
     pub(crate) fn step(&self, id: u128, gen: u64, old_marker: &str, rec: &Record) -> Result<bool> {
         match self.create_once(&self.keys.gen(id, gen + 1), &rec.encode())? {
             Create::Taken => Ok(false),

@@ -150,3 +150,43 @@ fn repair_reports_every_object_that_is_not_the_queues() {
         "{err}"
     );
 }
+
+/// A ready marker naming a generation above the job's newest (written by hand, or an index
+/// restored from a newer backup than the chains): a claim stepped from it and created a
+/// generation above a gap in the chain, a second lease of the job beside the one taken from
+/// its true marker. A marker whose generation does not exist is now deleted, not acted on.
+#[test]
+fn a_marker_of_a_generation_that_does_not_exist_is_not_claimed() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "foreign");
+    let q = queue(m.port, "foreign", "forged", Options::default());
+    let id = q.enqueue(b"once").unwrap();
+    let rec = steadq::s3::keys::Record {
+        state: steadq::s3::State::Ready,
+        attempt: 0,
+        at_ms: 1,
+        due_ms: 1,
+        token: String::new(),
+        nonce: String::new(),
+        reason: String::new(),
+    };
+    let forged = q.keys().marker(id, 5, &rec);
+    assert_eq!(q.client.put(&forged, b"").unwrap().status, 200);
+    let first = q.claim().unwrap().expect("the job");
+    assert_eq!((first.id, first.payload.as_slice()), (id, &b"once"[..]));
+    assert!(
+        q.claim().unwrap().is_none(),
+        "a second lease of the same job"
+    );
+    assert_eq!(
+        q.client.get(&q.keys().gen(id, 6)).unwrap().status,
+        404,
+        "no gap"
+    );
+    assert_eq!(
+        q.client.get(&forged).unwrap().status,
+        404,
+        "the marker is gone"
+    );
+    q.ack(&first).unwrap();
+}
