@@ -193,6 +193,11 @@ impl Queue {
             self.fail(lease, &why)?;
             return Ok(Nacked::Dead);
         }
+        // As a claim and a renewal do before they write a time: a clock in doubt (the last
+        // answer's `Date` stepped ahead, unconfirmed) is settled first, or the due time was
+        // counted from the old clock, the step's length early: a nack of 60 s after an
+        // hour's step made the job due at once.
+        self.settle_clock();
         let due = self.client.clock.now_ms() + delay.as_millis() as i64;
         let rec = self.new_record(State::Ready, lease.attempt, due, "", reason);
         self.finish(lease, &rec)?;

@@ -161,3 +161,55 @@ fn a_claim_right_after_the_service_clock_steps_forward_gives_a_live_lease() {
     assert!(a.claim().unwrap().is_none(), "the job is b's alone");
     b.ack(&l).unwrap();
 }
+
+/// A nack right after the service clock stepped forward (its first answer seen, not yet
+/// confirmed): the due time was counted from the old clock, so a nack of 60 s after an
+/// hour's step made the job due at once, and another worker ran it again straight away. A
+/// nack now settles a clock in doubt first, as a claim and a renewal do.
+#[test]
+fn a_nack_right_after_the_service_clock_steps_forward_keeps_its_delay() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "skew-nack");
+    drop(queue(m.port, "skew-nack", "q", options()));
+    let p = Proxy::start(m.port);
+    let open = || {
+        Queue::open(
+            Client::new(config(p.port, 10_000), "skew-nack"),
+            "q",
+            options(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (open(), open());
+    let id = a.enqueue(b"job").unwrap();
+    let l = b.claim().unwrap().expect("b claims the job");
+    assert_eq!(l.id, id);
+    const STEP_S: i64 = 3600;
+    p.date_shift(STEP_S);
+    // a confirms the step; b has seen one answer of the new time (in doubt).
+    for _ in 0..2 {
+        assert_eq!(a.client.get("q/absent").unwrap().status, 404);
+    }
+    assert_eq!(b.client.get("q/absent").unwrap().status, 404);
+    assert!(
+        b.client.clock.in_doubt(),
+        "b's clock waits for a confirmation"
+    );
+    let due = match b
+        .nack(&l, std::time::Duration::from_secs(60), "later")
+        .unwrap()
+    {
+        steadq::s3::Nacked::Ready(due) => due,
+        other => panic!("{other:?}"),
+    };
+    let service_now = local_ms() + STEP_S * 1000;
+    assert!(
+        due > service_now + 50_000,
+        "the due time is {} s from the service's now, not about 60",
+        (due - service_now) / 1000
+    );
+    assert!(
+        a.claim().unwrap().is_none(),
+        "the nacked job waits its 60 s"
+    );
+}
