@@ -17,6 +17,23 @@ fn options() -> Options {
     }
 }
 
+/// A queue `q` in a new `bucket`, and two handles of it through one fault proxy.
+fn two_handles_behind_a_proxy(port: u16, bucket_name: &str) -> (Proxy, Queue, Queue) {
+    bucket(port, bucket_name);
+    drop(queue(port, bucket_name, "q", options()));
+    let p = Proxy::start(port);
+    let open = || {
+        Queue::open(
+            Client::new(config(p.port, 10_000), bucket_name),
+            "q",
+            options(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (open(), open());
+    (p, a, b)
+}
+
 /// A lease deadline given now: within the lease (plus a few seconds of slack) of this
 /// machine's clock, which moto shares.
 fn assert_plausible_deadline(deadline_ms: i64, what: &str) {
@@ -122,18 +139,7 @@ fn a_service_whose_dates_never_agree_is_refused_by_name() {
 #[test]
 fn a_claim_right_after_the_service_clock_steps_forward_gives_a_live_lease() {
     let Some(m) = moto() else { return };
-    bucket(m.port, "skew-step");
-    drop(queue(m.port, "skew-step", "q", options()));
-    let p = Proxy::start(m.port);
-    let open = || {
-        Queue::open(
-            Client::new(config(p.port, 10_000), "skew-step"),
-            "q",
-            options(),
-        )
-        .unwrap()
-    };
-    let (a, b) = (open(), open());
+    let (p, a, b) = two_handles_behind_a_proxy(m.port, "skew-step");
     let id = a.enqueue(b"job").unwrap();
     // An hour forward, every answer from now on.
     const STEP_S: i64 = 3600;
@@ -169,18 +175,7 @@ fn a_claim_right_after_the_service_clock_steps_forward_gives_a_live_lease() {
 #[test]
 fn a_nack_right_after_the_service_clock_steps_forward_keeps_its_delay() {
     let Some(m) = moto() else { return };
-    bucket(m.port, "skew-nack");
-    drop(queue(m.port, "skew-nack", "q", options()));
-    let p = Proxy::start(m.port);
-    let open = || {
-        Queue::open(
-            Client::new(config(p.port, 10_000), "skew-nack"),
-            "q",
-            options(),
-        )
-        .unwrap()
-    };
-    let (a, b) = (open(), open());
+    let (p, a, b) = two_handles_behind_a_proxy(m.port, "skew-nack");
     let id = a.enqueue(b"job").unwrap();
     let l = b.claim().unwrap().expect("b claims the job");
     assert_eq!(l.id, id);
