@@ -142,8 +142,9 @@ pub enum ErrorKind {
         needed: u64,
     },
     /// The filesystem has fewer free inodes (`statfs(2)` `f_ffree`) than a new queue's
-    /// layout takes (`2 × shards + 8`: its directories, identity, evidence log and the rename
-    /// probe's temp file). Not done: `create` refused before making anything.
+    /// layout takes (`2 × shards + 8`: its directories, the queue's own directory included
+    /// when `create` makes it, the identity and the evidence log). Not done: `create`
+    /// refused before making anything (and removed the directory it made).
     TooFewInodes {
         /// Inodes the new queue takes.
         needed: u64,
@@ -460,7 +461,7 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
         ),
         ErrorKind::TooFewInodes { needed, free } => write!(
             f,
-            "a new queue takes {needed} inodes and the filesystem has {free} free (remove files, or make the filesystem with more inodes: mkfs.ext4 -N)"
+            "a new queue takes {needed} inodes and the filesystem has {free} free (remove files, or give the filesystem more inodes: mkfs.ext4 -N, tmpfs nr_inodes=)"
         ),
         ErrorKind::NamesTooLong { allowed, needed } => write!(
             f,

@@ -454,7 +454,8 @@ impl Queue {
                 let damaged = *e.kind() == ErrorKind::BadIdentity;
                 if !damaged {
                     refuse_foreign_entries(&sys, rootfd.as_fd(), &root)?;
-                    if let Err(e) = check_inodes(&sys, rootfd.as_fd(), &root, opts.shards) {
+                    let mk = made.is_some();
+                    if let Err(e) = check_inodes(&sys, rootfd.as_fd(), &root, opts.shards, mk) {
                         if let Some((pfd, name)) = &made {
                             // Empty and made by this call: best effort, the error says
                             // what was refused either way.
@@ -1699,16 +1700,27 @@ fn check_names(root: BorrowedFd<'_>, path: &Path) -> Result<()> {
 }
 
 /// Refuse a new queue of `shards` shards where the filesystem of `root` has fewer free inodes
-/// than its layout takes: its directories (5 and two per shard), the identity, `evidence.log`
-/// and the rename probe's temp file. Without this `init` on a filesystem out of inodes
-/// published the identity, then failed part-way through the directories (indeterminate,
-/// an incomplete queue). A filesystem that does not count inodes, or a failing `fstatfs`,
-/// is not refused: a `mkdir` that finds none says so.
-fn check_inodes(sys: &Sys, root: BorrowedFd<'_>, path: &Path, shards: u16) -> Result<()> {
-    let needed = CREATED_DIRS.len() as u64 + 2 * u64::from(shards) + 3;
+/// than its layout takes: its directories (5 and two per shard), the identity and
+/// `evidence.log`, and `root` itself when this call made it (`made`: it is counted on both
+/// sides, as the user saw the inodes before `init`). The rename probe's temp file needs
+/// none: the probe is skipped when the filesystem is full. Without this `init` on a
+/// filesystem out of inodes published the identity, then failed part-way through the
+/// directories (indeterminate, an incomplete queue). A filesystem that does not count
+/// inodes, or a failing `fstatfs`, is not refused: a `mkdir` that finds none says so.
+fn check_inodes(
+    sys: &Sys,
+    root: BorrowedFd<'_>,
+    path: &Path,
+    shards: u16,
+    made: bool,
+) -> Result<()> {
+    let needed = CREATED_DIRS.len() as u64 + 2 * u64::from(shards) + 2 + u64::from(made);
     match sys.fs_inodes(root) {
-        Ok((total, free)) if total > 0 && free < needed => Err(Error::not_done(
-            ErrorKind::TooFewInodes { needed, free },
+        Ok((total, free)) if total > 0 && free + u64::from(made) < needed => Err(Error::not_done(
+            ErrorKind::TooFewInodes {
+                needed,
+                free: free + u64::from(made),
+            },
             Some(path.to_path_buf()),
         )),
         _ => Ok(()),

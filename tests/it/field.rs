@@ -4189,11 +4189,32 @@ fn init_refuses_a_new_queue_the_free_inodes_cannot_hold_and_changes_nothing() {
         "kind"
     );
     assert!(!q.exists());
-    // Freed, `init` makes the whole queue.
-    for i in 0..20 {
+    // One inode short of the 24 (2 x 8 shards + 8, the queue's directory included): refused.
+    // Exactly 24 (a helper's finding: the queue's own directory was counted on one side
+    // only, and an inode for the rename probe, which a full filesystem skips, on the
+    // other): made, every inode used.
+    let mut i = 0;
+    while free() < 23 {
         std::fs::remove_file(fill.join(i.to_string())).unwrap();
+        i += 1;
     }
-    assert!(run(&["init", qs]).status.success());
+    let out = run(&["init", qs]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("takes 24 inodes and the filesystem has 23 free"),
+        "{err}"
+    );
+    std::fs::remove_file(fill.join(i.to_string())).unwrap();
+    assert_eq!(free(), 24);
+    let out = run(&["init", qs]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(free(), 0);
+    std::fs::remove_file(fill.join((i + 1).to_string())).unwrap();
     let q = Queue::open(&q).unwrap();
     q.enqueue(b"fits").unwrap();
     assert!(q.fsck().unwrap().clean());
