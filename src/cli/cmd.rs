@@ -359,7 +359,7 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     };
     let made_file = |p: &Option<std::path::PathBuf>| {
         if let (Some(p), false) = (p, existed) {
-            let _ = std::fs::remove_file(p);
+            remove_made(p);
         }
     };
     // A path outside the queue may still be one of its files: a hard link to it, or a bind
@@ -429,12 +429,24 @@ pub(super) fn discard_partial(f: &std::fs::File, p: &Path, existed: bool) -> Str
     if !f.metadata().is_ok_and(|m| m.file_type().is_file()) {
         return String::new();
     }
-    if !existed && std::fs::remove_file(p).is_ok() {
+    if !existed && remove_made(p) {
         return "; the partial file was removed".into();
     }
     match f.set_len(0) {
         Ok(()) => "; the partial file was emptied".into(),
         Err(e) => format!("; emptying the partial file failed too ({e}): do not read it"),
+    }
+}
+
+/// Remove the file `--payload-out` `p` made (nothing was there, following symlinks, before
+/// the claim opened it): `p` itself, or, where `p` is a symlink, the file the open made at
+/// its end; the link is the user's (it removed the link and left the file). True when
+/// removed.
+pub(super) fn remove_made(p: &Path) -> bool {
+    let link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+    match link {
+        true => std::fs::canonicalize(p).is_ok_and(|t| std::fs::remove_file(t).is_ok()),
+        false => std::fs::remove_file(p).is_ok(),
     }
 }
 

@@ -287,7 +287,7 @@ mod with_s3 {
         };
         let made_file = || {
             if let (Some(p), false) = (&a.payload_out, existed) {
-                let _ = std::fs::remove_file(p);
+                super::super::cmd::remove_made(p);
             }
         };
         let opts = Options {

@@ -1589,6 +1589,22 @@ fn a_payload_file_written_part_way_is_not_left_behind() {
             Err(_) => assert!(!existed, "the existing file is kept, emptied"),
         }
     }
+    // A dangling symlink as the path: the file the claim made at its end goes, the link
+    // stays (it removed the link and left 1,024 bytes in the file: helper's finding).
+    let target = d.path().with_extension("target");
+    let link = d.path().with_extension("link");
+    let _ = std::fs::remove_file(&target);
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = limited(&link);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("; the partial file was removed"), "{err}");
+    assert!(!target.exists(), "the file the claim made is gone");
+    assert!(
+        std::fs::symlink_metadata(&link).is_ok(),
+        "the user's link stays"
+    );
+    std::fs::remove_file(&link).unwrap();
     // The job is ready with its one attempt unused, and a claim without the limit gets it
     // whole.
     let list = text(&steadq(&["list", q, "--state", "ready"]).stdout);
