@@ -351,23 +351,32 @@ fn fit_concurrency(a: &Work, jobs: u32) -> Result<u32, CliError> {
 /// descriptors does not change the environment of the jobs it runs.
 static CHILD_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
 
-/// Spawns in a row that failed for want of resources ([`spawn_short_of_resources`]), in this
-/// process (a shortage is the process's or the system's, not one slot's).
-static SHORT_STREAK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+thread_local! {
+    /// Spawns in a row that failed for want of resources ([`spawn_short_of_resources`]) in
+    /// this worker slot (each slot is a thread). Per slot: one counter for the process made
+    /// the slots of `--concurrency 3` double each other's waits (1, 2 and 4 s within a
+    /// millisecond, then 8, 16, 32), and once the shortage ended two slots slept on for 16
+    /// and 32 s (helper's finding).
+    static SHORT_STREAK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
 
-/// How long a worker waits after giving back a job whose command could not start for want
-/// of resources: 1 s, doubling with every such spawn in a row, up to 64 s. A lasting
-/// shortage then costs a claim and a give-back a minute, not one a second (each a renamed
-/// job and its barriers, on StowQ a handful of billed requests). [`spawn_started`] ends the
-/// streak.
+/// How long a worker slot waits after giving back a job whose command could not start for
+/// want of resources: 1 s, doubling with every such spawn in a row in that slot, up to 64 s.
+/// A lasting shortage then costs a claim and a give-back a minute, not one a second (each a
+/// renamed job and its barriers, on StowQ a handful of billed requests). [`spawn_started`]
+/// ends the slot's streak.
 pub(super) fn short_pause() -> Duration {
-    let n = SHORT_STREAK.fetch_add(1, Ordering::SeqCst).min(6);
+    let n = SHORT_STREAK.with(|c| {
+        let n = c.get();
+        c.set(n.saturating_add(1));
+        n.min(6)
+    });
     Duration::from_secs(1 << n)
 }
 
-/// A command started: the next shortage waits 1 s again.
+/// A command started in this slot: its next shortage waits 1 s again.
 pub(super) fn spawn_started() {
-    SHORT_STREAK.store(0, Ordering::SeqCst);
+    SHORT_STREAK.with(|c| c.set(0));
 }
 
 /// Sleep `d`, or less when a stop signal arrives (checked every 100 ms).

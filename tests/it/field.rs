@@ -3898,6 +3898,22 @@ fn work_waits_longer_while_a_shortage_lasts() {
         ready[0].name.attempt, 0,
         "its attempt given back each time: {err}"
     );
+    // Each slot of `--concurrency 3` keeps its own streak (one for the process made the
+    // three double each other's waits: 1, 2 and 4 s at once, then 8, 16, 32; helper's
+    // finding). Three jobs, six tasks allowed (timeout, main thread, watcher, 3 workers).
+    let (code, err) = as_user(
+        &user,
+        &format!(
+            "echo b | {bin} enqueue {qs} >/dev/null && echo c | {bin} enqueue {qs} >/dev/null && \
+             exec timeout -s TERM 5 prlimit --nproc=6:6 {bin} work {qs} --concurrency 3 -- cat"
+        ),
+    );
+    assert_eq!(code, Some(124), "{err}");
+    let count = |w: &str| err.matches(&format!("trying again in {w}\n")).count();
+    assert_eq!((count("1 s"), count("2 s")), (3, 3), "{err}");
+    assert_eq!(count("8 s") + count("16 s") + count("32 s"), 0, "{err}");
+    let c = counts(&queue);
+    assert_eq!((c[0], c[1]), (3, 0), "{err}");
     let _ = std::fs::remove_dir_all(&base);
 }
 
