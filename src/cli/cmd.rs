@@ -384,6 +384,11 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         },
     )
     .inspect_err(|_| made_file(&a.payload_out))?;
+    // From here a stop signal sets a flag instead of ending the process: one that came
+    // between the claim's rename and the handlers (a large payload is checked first) killed
+    // it with the job leased, an attempt used (helper's finding). A waiting claim ends
+    // within 250 ms of it, nothing claimed; a job claimed meanwhile is given back.
+    super::work::install_interrupting_handlers();
     let lease = match a.wait {
         Some(w) => claim_waiting(&q, &a.dir, a.lease, w),
         None => q.claim_for(a.lease).map_err(CliError::from),
@@ -391,11 +396,20 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     let lease = lease.inspect_err(|_| made_file(&a.payload_out))?;
     let Some(lease) = lease else {
         made_file(&a.payload_out);
-        return no_job(&q, &a.dir);
+        return match super::work::stop_signal() {
+            0 => no_job(&q, &a.dir),
+            sig => Err(CliError::not_done(format!(
+                "stopped by signal {sig} while waiting; no job was claimed"
+            ))),
+        };
     };
+    if let (sig @ 1.., None) = (super::work::stop_signal(), &a.payload_out) {
+        let msg = format!("stopped by signal {sig} before the lease handle was printed");
+        return Err(give_back(lease, msg));
+    }
     if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
-        // From here a stop signal interrupts the delivery and the job is given back.
-        super::work::install_interrupting_handlers();
+        // A stop signal interrupts the delivery (its writes too: no SA_RESTART), and the
+        // job is given back.
         // Only a regular file is cut, and only it or a block device fsynced: /dev/null, a
         // FIFO or a terminal takes the bytes as they come (set_len and fsync fail there with
         // EINVAL, which used up the attempt of a job that never ran).
@@ -467,6 +481,10 @@ fn claim_waiting(
             let mut tick = 0u32;
             while !done.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(250));
+                if super::work::stop_signal() != 0 {
+                    stop.store(true, Ordering::SeqCst);
+                    break;
+                }
                 tick += 1;
                 if !tick.is_multiple_of(4) {
                     continue;

@@ -295,13 +295,20 @@ mod with_s3 {
             ..Options::default()
         };
         let q = open_with(&url(&a.dir), opts, false).inspect_err(|_| made_file())?;
+        // As on a local queue: from here a stop signal sets a flag, and a job claimed
+        // meanwhile is given back (one that came during the claim's requests killed it
+        // with the job leased, an attempt used).
+        super::super::work::install_interrupting_handlers();
         let Some(l) = q.claim().inspect_err(|_| made_file())? else {
             made_file();
             return Err(CliError::new(Exit::NoJob, no_job(&q, 0)));
         };
+        if let (sig @ 1.., None) = (super::super::work::stop_signal(), &a.payload_out) {
+            let msg = format!("stopped by signal {sig} before the lease handle was printed");
+            return Err(give_back(&q, &l, "handle not delivered", msg));
+        }
         if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
-            // From here a stop signal interrupts the delivery and the job is given back.
-            super::super::work::install_interrupting_handlers();
+            // A stop signal interrupts the delivery, and the job is given back.
             if let Err(e) = write_payload(f, &l.payload) {
                 let left = super::super::cmd::discard_partial(f, p, existed);
                 let msg = format!("{}: {e}{left}", p.display());

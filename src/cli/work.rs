@@ -64,8 +64,9 @@ fn set_stop_handlers(flags: libc::c_int) {
 /// written to `--payload-out`): each of [`STOP_SIGNALS`] sets the flag instead of ending the
 /// process, and, installed without `SA_RESTART` (sigaction(2)), interrupts a write blocked
 /// on a slow pipe or disk (EINTR), so that the claim gives the job back with its attempt
-/// instead of dying with it leased and an attempt used. Until then the signals keep their
-/// default action: a `claim --wait` still ends at once.
+/// instead of dying with it leased and an attempt used. `claim` installs them before it
+/// claims (a signal during the claim is seen once it returns: the job is given back); a
+/// `claim --wait` watches the flag and ends its wait within 250 ms.
 pub fn install_interrupting_handlers() {
     set_stop_handlers(0);
 }

@@ -1618,6 +1618,90 @@ fn a_payload_file_written_part_way_is_not_left_behind() {
     std::fs::remove_file(&out).unwrap();
 }
 
+/// A stop signal soon after `claim` began: the handlers that give the job back were
+/// installed only once the claim returned, and a large job's check comes before that, so a
+/// SIGTERM there killed the claim (exit 143) with the job leased and an attempt used
+/// (helper's finding, a 50 MB job at 10-100 ms). They are installed before the claim now: at
+/// every delay the job is back, ready, attempt 0, and no payload file is left. A waiting
+/// claim ends within 250 ms of the signal, nothing claimed, its new file removed.
+#[test]
+fn a_stop_signal_at_any_moment_of_a_claim_leaves_the_job_ready() {
+    use rustix::process::{kill_process, Pid, Signal};
+    let d = TempDir::new("cli-claim-signal");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let big: Vec<u8> = (0..24_000_000u32).map(|i| (i % 253) as u8).collect();
+    let o = steadq_in(
+        &[
+            "enqueue",
+            q,
+            "--max-payload",
+            "30000000",
+            "--max-attempts",
+            "20",
+        ],
+        &big,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = d.path().with_extension("signal-payload");
+    // Claims the signal came too late for (done, exit 0): each used an attempt.
+    let mut whole = 0;
+    let term_after = |args: &[&str], ms: u64| {
+        let c = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(ms));
+        let _ = kill_process(Pid::from_child(&c), Signal::TERM);
+        c.wait_with_output().unwrap()
+    };
+    for ms in [2, 10, 30, 60] {
+        for with_file in [true, false] {
+            let mut args = vec!["claim", q, "--max-payload", "30000000"];
+            if with_file {
+                args.extend(["--payload-out", p(&out)]);
+            }
+            let o = term_after(&args, ms);
+            let err = text(&o.stderr);
+            let c = counts(&Queue::open(d.path()).unwrap());
+            if o.status.code() == Some(0) {
+                // Done before the signal: a whole claim. Hand the job back for the next try.
+                whole += 1;
+                let _ = std::fs::remove_file(&out);
+                let h = text(&o.stdout);
+                let o = steadq(&["nack", q, h.trim(), "--delay", "0s"]);
+                assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+                continue;
+            }
+            assert_eq!(o.status.code(), Some(2), "{ms} ms, file {with_file}: {err}");
+            assert_eq!(c, [1, 0, 0, 0, 0], "{ms} ms, file {with_file}: {err}");
+            assert!(!out.exists(), "{ms} ms: a payload file was left: {err}");
+        }
+    }
+    let list = text(&steadq(&["list", q, "--state", "ready"]).stdout);
+    assert!(list.contains(&format!(" attempt {whole}/20 ")), "{list}");
+    // Waiting on an empty queue: ends, nothing claimed.
+    let empty = TempDir::new("cli-claim-signal-wait");
+    let e = p(empty.path());
+    assert!(steadq(&["init", e]).status.success());
+    let t0 = std::time::Instant::now();
+    let o = term_after(
+        &["claim", e, "--wait", "30s", "--payload-out", p(&out)],
+        300,
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("stopped by signal 15 while waiting; no job was claimed"),
+        "{err}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert!(!out.exists(), "the new payload file is removed");
+}
+
 /// `work --timeout 0s` was accepted and stopped every command at once (jobs ended dead,
 /// exhausted): refused at parsing like `--lease 0s`, and --help says so.
 #[test]
