@@ -448,6 +448,9 @@ impl Queue {
             .open_dir_path(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
         check_names(rootfd.as_fd(), &root)?;
+        // Whether this call changed anything yet: a later failure is indeterminate once it
+        // did, not done before (a `mkdir` that failed did not happen).
+        let mut changed = made.is_some();
         let ident = match read_identity(&sys, rootfd.as_fd(), &root) {
             Ok(i) => i,
             Err(e) if matches!(e.kind(), ErrorKind::NotAQueue | ErrorKind::BadIdentity) => {
@@ -466,6 +469,7 @@ impl Queue {
                         return Err(e.into());
                     }
                 }
+                changed = true;
                 establish_identity(&sys, rootfd.as_fd(), &root, &opts, damaged)?
             }
             Err(e) => return Err(e.into()),
@@ -473,7 +477,7 @@ impl Queue {
         // Make every directory (idempotent), each made durable in its parent. The priority
         // levels' `prio/<l>/<ss>/` are made by the first job placed at their level.
         for d in CREATED_DIRS {
-            ensure_dir(&sys, rootfd.as_fd(), d, &root)?;
+            ensure_dir(&sys, rootfd.as_fd(), d, &root, &mut changed)?;
         }
         for parent in [READY_DIR, RECEIPTS_DIR] {
             let pfd = sys
@@ -485,6 +489,7 @@ impl Queue {
                     pfd.as_fd(),
                     shard_name(s).as_str(),
                     &root.join(parent),
+                    &mut changed,
                 )?;
             }
         }
@@ -1727,34 +1732,36 @@ fn check_inodes(
     }
 }
 
-fn ensure_dir(sys: &Sys, parent: BorrowedFd<'_>, name: &str, ppath: &Path) -> Result<()> {
-    match sys.mkdir(parent, name) {
-        Ok(()) => sys.fsync_dir(parent).map_err(|e| {
-            Error::io(
-                Call::FsyncDir,
-                e,
-                Outcome::Indeterminate,
-                Some(ppath.to_path_buf()),
-            )
-        }),
-        Err(Errno::EXIST) => {
-            // Must be a real directory, not a symlink or file planted under the name.
-            sys.open_dir_beneath(parent, name).map(drop).map_err(|e| {
-                Error::io(
-                    Call::Open,
-                    e,
-                    Outcome::Indeterminate,
-                    Some(ppath.join(name)),
-                )
-            })
+/// Make directory `name` in `parent` (at `ppath`) unless it is there, and make it durable.
+/// `changed` says whether the calling `create` changed anything yet, and is set when this
+/// makes the directory. Errors: indeterminate once something changed (the barrier after
+/// this `mkdir` included); a `mkdir` or check that fails before then is not done (it
+/// reported an incomplete queue out of inodes as "it may have happened": helper's finding).
+fn ensure_dir(
+    sys: &Sys,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    ppath: &Path,
+    changed: &mut bool,
+) -> Result<()> {
+    let r = match sys.mkdir(parent, name) {
+        Ok(()) => {
+            *changed = true;
+            sys.fsync_dir(parent)
+                .map_err(|e| (Call::FsyncDir, e, ppath.to_path_buf()))
         }
-        Err(e) => Err(Error::io(
-            Call::Mkdir,
-            e,
-            Outcome::Indeterminate,
-            Some(ppath.join(name)),
-        )),
-    }
+        // Must be a real directory, not a symlink or file planted under the name.
+        Err(Errno::EXIST) => sys
+            .open_dir_beneath(parent, name)
+            .map(drop)
+            .map_err(|e| (Call::Open, e, ppath.join(name))),
+        Err(e) => Err((Call::Mkdir, e, ppath.join(name))),
+    };
+    let o = match changed {
+        true => Outcome::Indeterminate,
+        false => Outcome::NotDone,
+    };
+    r.map_err(|(c, e, at)| Error::io(c, e, o, Some(at)))
 }
 
 /// Check once per open that `renameat2(RENAME_NOREPLACE)` works here: a probe file in `tmp/`

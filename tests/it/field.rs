@@ -4231,7 +4231,28 @@ fn init_refuses_a_new_queue_the_free_inodes_cannot_hold_and_changes_nothing() {
     );
     assert_eq!(free(), 0);
     std::fs::remove_file(fill.join((i + 1).to_string())).unwrap();
-    let q = Queue::open(&q).unwrap();
-    q.enqueue(b"fits").unwrap();
-    assert!(q.fsck().unwrap().clean());
+    let queue = Queue::open(&q).unwrap();
+    queue.enqueue(b"fits").unwrap();
+    assert!(queue.fsck().unwrap().clean());
+    drop(queue);
+    // An incomplete queue (a shard directory missing) with no inode free: `init` cannot
+    // complete it, and says so as not done (it said "it may have happened", exit 4, for a
+    // mkdir that failed: helper's finding); with one inode free it does.
+    std::fs::remove_dir(q.join("receipts/07")).unwrap();
+    std::fs::write(fill.join("last"), b"").unwrap();
+    assert_eq!(free(), 0);
+    let out = run(&["init", qs]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("receipts/07: mkdir failed: disk full"),
+        "{err}"
+    );
+    assert!(
+        err.contains("not done") && !err.contains("may have happened"),
+        "{err}"
+    );
+    std::fs::remove_file(fill.join("last")).unwrap();
+    assert!(run(&["init", qs]).status.success());
+    assert!(Queue::open(&q).unwrap().fsck().unwrap().clean());
 }
