@@ -327,6 +327,12 @@ pub(super) fn handle_needs_stdout(what: &str) -> Result<(), CliError> {
 
 pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     handle_needs_stdout("claim")?;
+    // From here a stop signal sets a flag instead of ending the process: one that came
+    // between the claim's rename and the handlers (a large payload is checked first) killed
+    // it with the job leased, an attempt used (helper's finding). Installed before the
+    // payload file is made, so a stop before the claim leaves none; a waiting claim ends
+    // within 250 ms of it, nothing claimed; a job claimed meanwhile is given back.
+    super::work::install_interrupting_handlers();
     if a.payload_out
         .as_deref()
         .is_some_and(|p| p.as_os_str() == "-")
@@ -384,11 +390,12 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         },
     )
     .inspect_err(|_| made_file(&a.payload_out))?;
-    // From here a stop signal sets a flag instead of ending the process: one that came
-    // between the claim's rename and the handlers (a large payload is checked first) killed
-    // it with the job leased, an attempt used (helper's finding). A waiting claim ends
-    // within 250 ms of it, nothing claimed; a job claimed meanwhile is given back.
-    super::work::install_interrupting_handlers();
+    if let sig @ 1.. = super::work::stop_signal() {
+        made_file(&a.payload_out);
+        return Err(CliError::not_done(format!(
+            "stopped by signal {sig}; no job was claimed"
+        )));
+    }
     let lease = match a.wait {
         Some(w) => claim_waiting(&q, &a.dir, a.lease, w),
         None => q.claim_for(a.lease).map_err(CliError::from),

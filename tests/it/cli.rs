@@ -1676,7 +1676,12 @@ fn a_stop_signal_at_any_moment_of_a_claim_leaves_the_job_ready() {
                 assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
                 continue;
             }
-            assert_eq!(o.status.code(), Some(2), "{ms} ms, file {with_file}: {err}");
+            // Killed by the signal: only before `claim` installed its handlers, its first
+            // step (a debug build under load may take that long to start), when nothing
+            // was done. Else exit 2, the job given back.
+            if o.status.code().is_some() {
+                assert_eq!(o.status.code(), Some(2), "{ms} ms, file {with_file}: {err}");
+            }
             assert_eq!(c, [1, 0, 0, 0, 0], "{ms} ms, file {with_file}: {err}");
             assert!(!out.exists(), "{ms} ms: a payload file was left: {err}");
         }
