@@ -155,6 +155,9 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
         "its id",
     );
     out!("{:032x}", q.id());
+    for w in super::access::check(&a.dir) {
+        log::warn!("{w}");
+    }
     eprintln!("queue {} ready: {have} shards", a.dir.display());
     Ok(Exit::Done)
 }

@@ -2,6 +2,7 @@
 //! command handlers (`cmd`, plus `work`, `demo` and `bench` in their own files), output
 //! encoders (`encode`) and the exit-code table (`exit`). The queue logic is all in the library.
 
+pub mod access;
 pub mod args;
 pub mod bench;
 pub mod cmd;

@@ -2,6 +2,7 @@
 //! under `$STEADQ_TEST_DIR` (default: the system temp dir), so the `filesystems` test can run
 //! the whole suite again on loop-mounted ext4, xfs, btrfs and tmpfs.
 
+mod access;
 mod budget;
 mod capacity;
 mod cli;
