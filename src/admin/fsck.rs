@@ -68,6 +68,16 @@ pub enum ProblemKind {
     Damaged(&'static str),
     /// An entry of `keys/` whose name is neither a key entry's nor a tombstone's.
     NotKeyName,
+    /// An evidence file (`evidence.log` or a rotated one) with appends a crash cut short:
+    /// `lines` lines that do not parse (a fragment the next append ended, a run of zeros),
+    /// and a last line of `tail` bytes without its newline (0: none; the next ack ends it
+    /// before appending). The acks those fragments recorded are not evidence. Never moved.
+    TornEvidence {
+        /// Lines that are not whole evidence lines.
+        lines: u64,
+        /// Bytes after the last newline.
+        tail: u64,
+    },
     /// A directory made on demand (`keys/`, `prio/`, a level or its shard, a delayed or dead
     /// bucket) that lacks a right the layout directory it is shared like (`like`: `ready`,
     /// `delayed` or `dead`) grants: a read, write or search bit, or setgid, or, under
@@ -122,6 +132,11 @@ impl core::fmt::Display for Problem {
             ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}")?,
             ProblemKind::NotRegular(what) => write!(f, "foreign: {what}")?,
             ProblemKind::Damaged(what) => write!(f, "damaged: {what}")?,
+            ProblemKind::TornEvidence { lines, tail } => write!(
+                f,
+                "torn evidence (an append cut short by a crash): {lines} line(s) that are not \
+                 evidence, a last line of {tail} byte(s) without its newline"
+            )?,
             ProblemKind::NotADirectory => f.write_str(
                 "not a directory where the queue keeps jobs (a file, or a symlink, never \
                  followed): jobs that belong behind it can be neither placed nor taken \
@@ -232,6 +247,7 @@ impl Queue {
         self.check_shard_parents(v3, &mut rep, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;
         self.check_limits(&mut rep);
+        self.check_evidence(&mut rep);
         self.check_keys(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
         self.check_shared(&mut rep, &mut bad);
@@ -959,6 +975,44 @@ impl Queue {
             kind,
             quarantined: false,
         });
+    }
+
+    /// Evidence files hold whole `v1` lines only: torn appends are reported (see
+    /// [`ProblemKind::TornEvidence`]); one that cannot be opened as a regular file is named.
+    fn check_evidence(&self, rep: &mut FsckReport) {
+        let mut names = self.rotated_evidence().unwrap_or_default();
+        names.sort_unstable();
+        names.push(crate::disk::layout::EVIDENCE_FILE.to_string());
+        for name in names {
+            let root = self.dirs.root.as_fd();
+            let kind = match self.sys.open_file_ro(root, &name) {
+                Err(Errno::NOENT) => continue,
+                Err(Errno::LOOP | Errno::NXIO) => {
+                    self.typed(root, &name, ProblemKind::Foreign(Foreign::NotRegular))
+                }
+                Err(e) => ProblemKind::Unreadable(e.into()),
+                Ok(fd) => {
+                    let mut lines = 0u64;
+                    let tail = self.evidence_lines(fd.as_fd(), &mut |l| {
+                        let ok = core::str::from_utf8(l)
+                            .ok()
+                            .and_then(crate::admin::receipts::EvidenceLine::parse);
+                        lines += u64::from(ok.is_none());
+                        true
+                    });
+                    match tail {
+                        Ok(0) if lines == 0 => continue,
+                        Ok(tail) => ProblemKind::TornEvidence { lines, tail },
+                        Err(e) => ProblemKind::Unreadable(e.into()),
+                    }
+                }
+            };
+            rep.problems.push(Problem {
+                path: name,
+                kind,
+                quarantined: false,
+            });
+        }
     }
 
     /// `keys/` holds only key entries (`<64 hex>`) and tombstones

@@ -361,6 +361,28 @@ impl Queue {
                 .map_err(|e| nd(Call::Open, e))?;
             size = self.sys.fstat(fd.as_fd()).map_err(|e| nd(Call::Stat, e))?.1;
         }
+        // A last line without its newline is a torn append (a crash mid-write, or zeros a
+        // filesystem exposed past the data that reached the disk): end it first, so the new
+        // lines start a line of their own and stay evidence. fsck reports the fragment.
+        let mut last = [0u8; 1];
+        let torn = size > 0
+            && self
+                .sys
+                .read_at(fd.as_fd(), &mut last, size - 1)
+                .map_err(|e| nd(Call::Read, e))?
+                == 1
+            && last[0] != b'\n';
+        let owned;
+        let lines = if torn {
+            log::warn!(
+                "{}: its last line is torn (no newline); ended before appending",
+                ev.display()
+            );
+            owned = format!("\n{lines}");
+            owned.as_str()
+        } else {
+            lines
+        };
         if size == 0 {
             // New (or just rotated): every user's ack appends here, so it is shared like
             // `ready/` (its read and write bits), whatever this process's umask: made 600 at
@@ -454,34 +476,47 @@ impl Queue {
                 Err(Errno::NOENT) => continue,
                 Err(e) => return Err(at(Call::Open, e)),
             };
-            // Whole lines of each chunk; a line cut at the chunk's end is carried over.
-            let mut buf = vec![0u8; 64 * 1024];
-            let (mut carried, mut offset) = (Vec::new(), 0u64);
-            loop {
-                let n = self
-                    .sys
-                    .read_at(fd.as_fd(), &mut buf, offset)
-                    .map_err(|e| at(Call::Read, e))?;
-                if n == 0 {
-                    break;
-                }
-                offset += n as u64;
-                carried.extend_from_slice(&buf[..n]);
-                let whole = carried
-                    .iter()
-                    .rposition(|&b| b == b'\n')
-                    .map_or(0, |i| i + 1);
-                if carried[..whole]
-                    .split(|&b| b == b'\n')
-                    .any(|l| l.starts_with(needle.as_bytes()))
-                {
-                    return Ok(true);
-                }
-                carried.drain(..whole);
+            let mut found = false;
+            self.evidence_lines(fd.as_fd(), &mut |l| {
+                found = l.starts_with(needle.as_bytes());
+                !found
+            })
+            .map_err(|e| at(Call::Read, e))?;
+            if found {
+                return Ok(true);
             }
             // A last line without its newline (torn by a crash) is no evidence.
         }
         Ok(false)
+    }
+
+    /// Call `each` with every whole line of the evidence file `fd` (without its newline), in
+    /// order, until it returns `false`; returns the length of a last line that has no newline
+    /// (0 when the file ends with one). Reads 64 KiB at a time (`pread(2)`).
+    pub(crate) fn evidence_lines(
+        &self,
+        fd: BorrowedFd<'_>,
+        each: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> core::result::Result<u64, Errno> {
+        // Whole lines of each chunk; a line cut at the chunk's end is carried over.
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut carried, mut offset) = (Vec::new(), 0u64);
+        loop {
+            let n = self.sys.read_at(fd, &mut buf, offset)?;
+            if n == 0 {
+                return Ok(carried.len() as u64);
+            }
+            offset += n as u64;
+            carried.extend_from_slice(&buf[..n]);
+            let whole = carried
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            if whole > 0 && !carried[..whole - 1].split(|&b| b == b'\n').all(&mut *each) {
+                return Ok(0);
+            }
+            carried.drain(..whole);
+        }
     }
 
     /// Names of the rotated evidence files in the root (`evidence.<16 hex>.log`).

@@ -991,11 +991,12 @@ impl Sys {
         })
     }
 
-    /// Open (creating, mode 0666 less the umask) `name` in `dir` for appending, never following a symlink.
-    /// `openat(2)` with `O_APPEND | O_CREAT | O_NOFOLLOW`.
+    /// Open (creating, mode 0666 less the umask) `name` in `dir` for appending, and reading
+    /// (a torn last line is looked for before appending), never following a symlink.
+    /// `openat(2)` with `O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW`.
     pub fn open_append(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags =
-            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+            OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         self.run(Call::Open, || {
             rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
         })

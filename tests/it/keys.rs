@@ -307,3 +307,61 @@ fn a_key_of_a_job_acked_without_a_receipt_still_names_it() {
             .is_duplicate());
     }
 }
+
+/// A torn last line of `evidence.log` (a power cut mid-append: a text fragment, or zeros a
+/// filesystem exposed past the data that reached the disk) does not swallow the next ack's
+/// line: the key of a job acked after the tear still names it, and fsck reports the tear.
+#[test]
+fn a_torn_evidence_tail_does_not_swallow_the_next_ack() {
+    for torn in [&b"v1 01a24"[..], &[0u8; 16][..]] {
+        let d = TempDir::new("keys-torn");
+        let o = Options {
+            receipts: ReceiptPolicy::None,
+            ..fast(2)
+        };
+        let q = Queue::create(d.path(), o).unwrap();
+        q.enqueue_unique(b"a", &keyed("order-1")).unwrap();
+        q.claim().unwrap().unwrap().ack().unwrap();
+        let ev = d.path().join("evidence.log");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&ev).unwrap();
+        std::io::Write::write_all(&mut f, torn).unwrap();
+        drop(f);
+        assert!(
+            q.fsck()
+                .unwrap()
+                .problems
+                .iter()
+                .any(|p| p.path == "evidence.log"
+                    && p.kind
+                        == ProblemKind::TornEvidence {
+                            lines: 0,
+                            tail: torn.len() as u64
+                        }),
+            "fsck names the open tail"
+        );
+        let second = q.enqueue_unique(b"b", &keyed("order-2")).unwrap();
+        q.claim().unwrap().unwrap().ack().unwrap();
+        let q2 = Queue::open(d.path()).unwrap();
+        assert_eq!(
+            q2.enqueue_unique(b"b", &keyed("order-2")).unwrap(),
+            Enqueued::Duplicate(second.id()),
+            "{torn:?}"
+        );
+        let torn_lines: Vec<Problem> = q2
+            .fsck()
+            .unwrap()
+            .problems
+            .into_iter()
+            .filter(|p| p.path == "evidence.log")
+            .collect();
+        assert_eq!(
+            torn_lines,
+            vec![Problem {
+                path: "evidence.log".into(),
+                kind: ProblemKind::TornEvidence { lines: 1, tail: 0 },
+                quarantined: false
+            }],
+            "{torn:?}"
+        );
+    }
+}
