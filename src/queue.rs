@@ -287,6 +287,9 @@ pub struct Shared {
     /// Boot-clock time (ns, 0: never) of this handle's last pass making due delayed jobs
     /// ready before a claim (`ops/lease.rs`, `claim_sweep_with`).
     pub(crate) promoted_at: std::sync::atomic::AtomicU64,
+    /// What this handle's last reading of the delayed buckets later than the current
+    /// wall-clock one found (`ops/recover.rs`).
+    pub(crate) later_buckets: crate::ops::recover::LaterBuckets,
     /// Per ready shard: this handle could not read it at its last listing (`chmod 000`).
     pub(crate) unreadable: Vec<std::sync::atomic::AtomicBool>,
     /// Per ready shard: its unreadability was logged (once per handle).
@@ -579,6 +582,7 @@ impl Queue {
                 warned_foreign: Default::default(),
                 claim_dead: Default::default(),
                 promoted_at: Default::default(),
+                later_buckets: Default::default(),
                 unreadable: flags(),
                 warned_unreadable: flags(),
                 in_making: flags(),

@@ -5,6 +5,7 @@
 mod budget;
 mod capacity;
 mod cli;
+mod clock_mounts;
 mod common;
 mod contention;
 mod design;
