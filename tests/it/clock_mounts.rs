@@ -134,3 +134,82 @@ fn a_waiting_claim_follows_a_wall_clock_step_back() {
     assert_eq!(got.as_deref(), Some(&b"retry"[..]), "after {took:?}");
     assert!(took < Duration::from_millis(2500), "took {took:?}");
 }
+
+/// Unmounts its directory when dropped.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = crate::filesystems::sh("umount", &[self.0.to_str().unwrap()]);
+    }
+}
+
+/// A queue whose `receipts/` is another filesystem (a tmpfs mounted there, its shards made
+/// again in it): every ack would fail with `EXDEV`. Open and create refuse it naming
+/// `receipts`, before any job can run; fsck reports it (exit 5).
+#[test]
+fn a_queue_split_across_filesystems_is_refused_and_reported() {
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("SKIP a_queue_split_across_filesystems_is_refused_and_reported: needs root");
+        return;
+    }
+    let d = TempDir::new("split-fs");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    q.enqueue(b"the job").unwrap();
+    drop(q);
+    let receipts = d.path().join("receipts");
+    let shards: Vec<_> = std::fs::read_dir(&receipts)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    crate::filesystems::sh(
+        "mount",
+        &[
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=4m",
+            "sq-split",
+            receipts.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    let _m = Mounted(receipts.clone());
+    for s in &shards {
+        std::fs::create_dir(receipts.join(s)).unwrap();
+    }
+    let want = format!("{}: on another filesystem (st_dev ", receipts.display());
+    for e in [
+        Queue::open(d.path()).unwrap_err(),
+        Queue::create(d.path(), opts(2))
+            .unwrap_err()
+            .error()
+            .clone(),
+    ] {
+        assert!(
+            matches!(e.kind(), steadq::ErrorKind::OtherFilesystem { dev, root_dev } if dev != root_dev),
+            "{e:?}"
+        );
+        assert_eq!(
+            steadq::Failure::from(e.clone()).outcome(),
+            steadq::Outcome::NotDone
+        );
+        let msg = e.to_string();
+        assert!(msg.starts_with(&want), "{msg}");
+        assert!(msg.contains("a queue must be on one filesystem"), "{msg}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steadq"))
+        .args(["fsck", d.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert!(
+        text.contains("receipts: on another filesystem (st_dev "),
+        "{text}"
+    );
+    let st = Queue::open_for_check(d.path()).unwrap().fsck().unwrap();
+    assert_eq!(st.problems.len(), 1, "{:?}", st.problems);
+    assert_eq!(st.problems[0].path, "receipts");
+}
