@@ -127,6 +127,15 @@ pub enum ErrorKind {
         /// Name from the `statfs` magic.
         fs_type: &'static str,
     },
+    /// A directory of the queue's layout (named by the error's path) is on another
+    /// filesystem than the queue root (a mount under it): a rename between the two fails
+    /// with `EXDEV`, so no job could cross. Not done.
+    OtherFilesystem {
+        /// Its `st_dev`.
+        dev: u64,
+        /// The queue root's `st_dev`.
+        root_dev: u64,
+    },
     /// `renameat2` of a file SteadQ made was refused with `EPERM` or `ENOSYS`: the call is
     /// blocked (a seccomp profile, a sandbox), not unsupported by the filesystem.
     RenameRefused {
@@ -452,6 +461,11 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
             f,
             "filesystem {fs_type} does not support renameat2(RENAME_NOREPLACE); SteadQ \
              needs a local filesystem such as ext4, xfs, btrfs or tmpfs"
+        ),
+        ErrorKind::OtherFilesystem { dev, root_dev } => write!(
+            f,
+            "on another filesystem (st_dev {dev}, the queue root is {root_dev}); a queue must \
+             be on one filesystem so that its renames are atomic"
         ),
         ErrorKind::RenameRefused { errno } => write!(
             f,

@@ -287,6 +287,9 @@ pub struct Shared {
     /// Boot-clock time (ns, 0: never) of this handle's last pass making due delayed jobs
     /// ready before a claim (`ops/lease.rs`, `claim_sweep_with`).
     pub(crate) promoted_at: std::sync::atomic::AtomicU64,
+    /// What this handle's last reading of the delayed buckets later than the current
+    /// wall-clock one found (`ops/recover.rs`).
+    pub(crate) later_buckets: crate::ops::recover::LaterBuckets,
     /// Per ready shard: this handle could not read it at its last listing (`chmod 000`).
     pub(crate) unreadable: Vec<std::sync::atomic::AtomicBool>,
     /// Per ready shard: its unreadability was logged (once per handle).
@@ -533,6 +536,15 @@ impl Queue {
         check: bool,
     ) -> Result<Queue> {
         let dirs = open_dirs(&sys, rootfd, &root, &ident, check)?;
+        // Split across filesystems, every move between the two parts would fail (`EXDEV`):
+        // a job would run and never be acked. Refused, except to the commands that look
+        // (`check`): fsck reports it.
+        if !check {
+            if let Some((rel, dev, root_dev)) = other_filesystem(&sys, &dirs, &ident) {
+                let kind = ErrorKind::OtherFilesystem { dev, root_dev };
+                return Err(Error::not_done(kind, Some(root.join(rel))));
+            }
+        }
         let clock = Clock::try_new(&sys).map_err(|e| {
             let at = Some(PathBuf::from(crate::disk::sys::BOOT_ID_FILE));
             Error::io(Call::Open, e, Outcome::NotDone, at)
@@ -579,6 +591,7 @@ impl Queue {
                 warned_foreign: Default::default(),
                 claim_dead: Default::default(),
                 promoted_at: Default::default(),
+                later_buckets: Default::default(),
                 unreadable: flags(),
                 warned_unreadable: flags(),
                 in_making: flags(),
@@ -1158,6 +1171,50 @@ fn open_dirs(
         ..dirs
     };
     Ok(dirs)
+}
+
+/// The first directory of the layout `dirs` holds that is on another filesystem than the
+/// queue root (a mount under it, where every rename to or from it fails with `EXDEV`): its
+/// path relative to the root, the topmost on the way that is on the other filesystem
+/// (`receipts`, not `receipts/00`), its `st_dev` and the root's. Found from the `fstat` of
+/// the directories already open (a stand-in is the identity file, on the root's); a
+/// directory whose `fstat` fails is not counted. `None`: all on the root's filesystem.
+pub(crate) fn other_filesystem(
+    sys: &Sys,
+    dirs: &Dirs,
+    ident: &Identity,
+) -> Option<(String, u64, u64)> {
+    let root_dev = sys.file_id(dirs.root.as_fd()).ok()?.0;
+    let named = [TMP_DIR, DELAYED_DIR, DEAD_DIR]
+        .into_iter()
+        .map(String::from)
+        .zip([&dirs.tmp, &dirs.delayed, &dirs.dead]);
+    let receipts = (0..ident.shards)
+        .map(|s| receipts_shard(s).as_str().to_string())
+        .zip(&dirs.receipts);
+    let ready = (0..ident.slots()).filter_map(|s| {
+        let fd = dirs.ready[s as usize].get()?;
+        Some((ident.slot_rel(s).as_str().to_string(), fd))
+    });
+    for (rel, fd) in named.chain(receipts).chain(ready) {
+        let Ok((dev, _)) = sys.file_id(fd.as_fd()) else {
+            continue;
+        };
+        if dev == root_dev {
+            continue;
+        }
+        let ends = rel.match_indices('/').map(|(i, _)| i).chain([rel.len()]);
+        for end in ends {
+            match sys.stat_nofollow(dirs.root.as_fd(), &rel[..end]) {
+                Ok(m) if m.file.0 != root_dev => {
+                    return Some((rel[..end].to_string(), m.file.0, root_dev))
+                }
+                _ => {}
+            }
+        }
+        return Some((rel, dev, root_dev));
+    }
+    None
 }
 
 /// The directory `mkfs.ext4` (and `mkfs.ext2/3`) leaves at a filesystem's root for

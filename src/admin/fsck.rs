@@ -98,6 +98,15 @@ pub enum ProblemKind {
         /// The template's group id.
         want_gid: u32,
     },
+    /// A directory of the layout on another filesystem than the queue root (a mount under
+    /// it): every rename between the two fails with `EXDEV`, so a job there can neither come
+    /// nor go. Never moved.
+    OtherFilesystem {
+        /// Its `st_dev`.
+        dev: u64,
+        /// The queue root's `st_dev`.
+        root_dev: u64,
+    },
     /// Reported once, on `steadq.queue`: most job names fail the tag check, and their headers
     /// all name one other queue id. The identity is what is wrong, not the jobs; nothing is
     /// quarantined.
@@ -152,6 +161,12 @@ impl core::fmt::Display for Problem {
                 f,
                 "not shared like {like}/: mode {mode:o} group {gid}, where {like}/ has mode \
                  {want_mode:o} group {want_gid}; other users of the queue may be refused here"
+            )?,
+            ProblemKind::OtherFilesystem { dev, root_dev } => write!(
+                f,
+                "on another filesystem (st_dev {dev}, the queue root is {root_dev}); a queue \
+                 must be on one filesystem so that its renames are atomic (every command but \
+                 fsck and status refuses the queue)"
             )?,
             ProblemKind::NotKeyName => f.write_str(
                 "foreign: not a key entry (<64 hex>) or tombstone (<64 hex>.<32 hex>.gone)",
@@ -243,6 +258,15 @@ impl Queue {
         let mut rep = FsckReport::default();
         let mut bad = Bad::new();
         let v3 = self.ident.version >= 3;
+        if let Some((path, dev, root_dev)) =
+            crate::queue::other_filesystem(&self.sys, &self.dirs, &self.ident)
+        {
+            rep.problems.push(Problem {
+                path,
+                kind: ProblemKind::OtherFilesystem { dev, root_dev },
+                quarantined: false,
+            });
+        }
         self.check_root(v3, &mut rep, &mut bad)?;
         self.check_shard_parents(v3, &mut rep, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;

@@ -16,10 +16,33 @@ use crate::ops::state::{Op, State};
 use crate::ops::transition::Place;
 use crate::queue::Queue;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// How long (ns) a temp file of a live pid may go unlocked before recovery takes its writer
 /// for gone: its writer locks it right after making it ([`crate::disk::sys::Sys::create_file`]).
 const TEMP_UNHELD_NS: u64 = 1_000_000_000;
+
+/// How long (`CLOCK_BOOTTIME` ns) a handle goes at most between readings of the delayed
+/// buckets later than the current wall-clock one ([`LaterBuckets`]).
+pub(crate) const LATER_RECHECK_NS: u64 = 5_000_000_000;
+
+/// What a handle's last reading of the delayed buckets later than the current wall-clock one
+/// found. A bucket is chosen by a job's wall-clock not-before, but within one boot the job is
+/// due by the boot clock ([`delay_due`]): after the wall clock went back (set a year ahead,
+/// then corrected) a job in a bucket a year ahead may be due in seconds. Nothing on disk that
+/// the queue owns says which later bucket holds such a job (a directory's mtime is set by
+/// whoever last changed it: moving the first due job out of a bucket set it to now), so a
+/// pass reads every later bucket when [`Queue::read_later_buckets`] says so, and between
+/// such readings waits for the earliest boot-clock not-before it found there.
+#[derive(Debug, Default)]
+pub(crate) struct LaterBuckets {
+    /// `CLOCK_BOOTTIME` ns of the last pass that read them all; 0: none yet (or a wall-clock
+    /// step back was seen since: [`Queue::reread_later_buckets`]).
+    read_at: AtomicU64,
+    /// The earliest `CLOCK_BOOTTIME` not-before (ns) of a job of this boot that pass found in
+    /// them not yet due; `u64::MAX`: none.
+    next_due_boot_ns: AtomicU64,
+}
 
 /// What one recovery pass did and saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -130,15 +153,35 @@ impl Queue {
         r
     }
 
-    /// Move due delayed jobs to ready ([`crate::delay_due`]), bucket by bucket up to the
-    /// current one. A later bucket only gives its start as a lower bound of the next due time,
-    /// unless its mtime is in the future: the wall clock went back since a job entered it
-    /// (a clock set a year ahead, then corrected), and its jobs may be due by the boot clock,
-    /// so it is read too.
+    /// Whether this pass reads the delayed buckets later than the current wall-clock one
+    /// (`boot_now`: `CLOCK_BOOTTIME` ns): on a handle's first pass, once a job of this boot
+    /// the last reading found there is due by the boot clock, after a wall-clock step back
+    /// ([`Queue::reread_later_buckets`]), and at least every [`LATER_RECHECK_NS`] (jobs
+    /// other processes placed there while the wall clock was ahead).
+    fn read_later_buckets(&self, boot_now: u64) -> bool {
+        let at = self.later_buckets.read_at.load(Relaxed);
+        at == 0
+            || boot_now >= self.later_buckets.next_due_boot_ns.load(Relaxed)
+            || boot_now.saturating_sub(at) >= LATER_RECHECK_NS
+    }
+
+    /// Have the next pass read every delayed bucket (the wall clock was seen to go back: a job
+    /// placed while it was ahead may be due by the boot clock).
+    pub(crate) fn reread_later_buckets(&self) {
+        self.later_buckets.read_at.store(0, Relaxed);
+    }
+
+    /// Move due delayed jobs to ready ([`crate::delay_due`], the one due rule), bucket by
+    /// bucket up to the current wall-clock one, and every later bucket too when
+    /// [`Queue::read_later_buckets`] says so. Otherwise a later bucket only gives its start
+    /// as a lower bound of the next due time, beside the earliest boot-clock due time the
+    /// last reading of them found ([`LaterBuckets`]).
     pub(crate) fn recover_delayed(&self, r: &mut RecoverReport) -> Result<()> {
         let now = self.clock.wall_ns();
+        let boot_now = self.clock.boot_ns().max(1);
         let width = self.ident.delayed_bucket_ns;
         let current = now / width;
+        let read_later = self.read_later_buckets(boot_now);
         let mut buckets: Vec<u64> = Vec::new();
         let mut foreign = 0;
         let listed = self
@@ -170,29 +213,42 @@ impl Queue {
             return Ok(());
         }
         buckets.sort_unstable();
+        let mut later_due = u64::MAX;
         for b in buckets {
-            if b > current && !self.bucket_from_the_future(b, now) {
+            if b > current && !read_later {
                 r.next_due_wall_ns = min_opt(r.next_due_wall_ns, b.saturating_mul(width));
                 continue;
             }
-            if let Err(e) = self.recover_bucket(b, now, current, r) {
+            if let Err(e) = self.recover_bucket(b, now, current, r, &mut later_due) {
                 r.fail(e);
+            }
+        }
+        let later = &self.later_buckets;
+        if read_later {
+            later.next_due_boot_ns.store(later_due, Relaxed);
+            later.read_at.store(boot_now, Relaxed);
+        } else {
+            let due = later.next_due_boot_ns.load(Relaxed);
+            if due != u64::MAX {
+                let wall = now.saturating_add(due.saturating_sub(boot_now));
+                r.next_due_wall_ns = min_opt(r.next_due_wall_ns, wall);
             }
         }
         Ok(())
     }
 
-    /// Whether later bucket `b` was last changed after `now` (wall clock, unix ns).
-    fn bucket_from_the_future(&self, b: u64, now: u64) -> bool {
-        self.sys
-            .stat_nofollow(self.dirs.delayed.as_fd(), &bucket_dir(b))
-            .is_ok_and(|m| m.mtime_ns > now)
-    }
-
     /// Move the due jobs of delayed bucket `b` to ready; remove the bucket once empty and a
     /// full width in the past. A job not yet due is read without checking its tag; every job
-    /// moved is parsed in full.
-    fn recover_bucket(&self, b: u64, now: u64, current: u64, r: &mut RecoverReport) -> Result<()> {
+    /// moved is parsed in full. In a bucket later than `current`, the earliest boot-clock
+    /// not-before of a job of this boot not yet due lowers `later_due` (ns).
+    fn recover_bucket(
+        &self,
+        b: u64,
+        now: u64,
+        current: u64,
+        r: &mut RecoverReport,
+        later_due: &mut u64,
+    ) -> Result<()> {
         let width = self.ident.delayed_bucket_ns;
         let bname = bucket_dir(b);
         let Some(from) = self.open_bucket(&bname, r)? else {
@@ -216,6 +272,11 @@ impl Queue {
                     if !delay_due(&n.kind, boot, boot_now, now) && fits(&n) {
                         let due = due_wall_ns(&n.kind, boot, boot_now, now);
                         r.next_due_wall_ns = min_opt(r.next_due_wall_ns, due);
+                        if let Kind::Delayed { boot: Some(d), .. } = n.kind {
+                            if b > current && d.boot_id == boot {
+                                *later_due = (*later_due).min(d.not_before_boot_ns);
+                            }
+                        }
                         return;
                     }
                 }

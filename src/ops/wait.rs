@@ -34,6 +34,10 @@ const STOP_CHECK_NS: u64 = 250_000_000;
 pub(crate) const LOOK_EVERY_NS: u64 = 1_000_000_000;
 /// At most this many delayed buckets are watched; later ones are bounded by their start.
 const MAX_BUCKET_WATCHES: usize = 64;
+/// A wall clock that went back by more than this (ns, against `CLOCK_BOOTTIME`) since a
+/// waiting claim's last listing was stepped back, not slewed: its due times, kept on the
+/// wall clock, are listed again, with every delayed bucket.
+const WALL_STEP_NS: i128 = 1_000_000_000;
 
 /// What a watch descriptor watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +131,9 @@ impl Queue {
         };
         let mut backoff_ms = 50u64;
         let mut looked = self.clock.boot_ns();
+        // The wall clock less the boot clock at the last listing (ns): it only changes when
+        // the wall clock is set or slewed.
+        let mut offset = self.wall_offset();
         // Jobs this user may not move (`EPERM`: another user's job in a sticky shard) are
         // all a sweep found: wait on as for no job (a job of its own may come), and at the
         // timeout fail as `claim_for` does, with that error (not done), never "no job".
@@ -145,6 +152,7 @@ impl Queue {
                     Err(e) if crate::ops::lease::only_refused(&e) => refused = Some(e),
                     Err(e) => return Err(e.into()),
                 }
+                offset = self.wall_offset();
                 known = Known {
                     next_due_wall_ns: seen.next_due_wall_ns,
                     next_expiry_boot_ns: seen.next_expiry_boot_ns,
@@ -189,6 +197,13 @@ impl Queue {
                     known.claimable = true;
                 }
             }
+            // The wall clock went back (NTP corrected a clock set ahead): a due time kept on
+            // it is now late by the step, and a job placed in a later bucket while it was
+            // ahead may be due by the boot clock (`Queue::read_later_buckets`).
+            if self.wall_offset() < offset - WALL_STEP_NS {
+                self.reread_later_buckets();
+                known.claimable = true;
+            }
             // The queue removed (or replaced) under this handle: no job reaches the
             // directories it holds, and the wait would end in "no job" at its timeout, and
             // so on for good.
@@ -200,6 +215,11 @@ impl Queue {
                 }
             }
         }
+    }
+
+    /// The wall clock less the boot clock now, ns.
+    fn wall_offset(&self) -> i128 {
+        self.clock.wall_ns() as i128 - self.clock.boot_ns() as i128
     }
 
     /// Nanoseconds until the earlier known deadline (`u64::MAX` if none).

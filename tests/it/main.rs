@@ -6,6 +6,7 @@ mod access;
 mod budget;
 mod capacity;
 mod cli;
+mod clock_mounts;
 mod common;
 mod contention;
 mod design;
