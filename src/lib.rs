@@ -62,6 +62,7 @@
 //! src/disk/name.rs      job names, parsed once into JobName; the delay due rule (delay_due)
 //! src/disk/scan.rs      directory listings turned into typed entries; the lease expiry rule
 //! src/disk/clock.rs     wall and boot clocks, the boot id
+//! src/disk/outside.rs   a file outside the queue opened to write, its final name never followed
 //! src/disk/sys.rs       every syscall, and the fault plan that can fail any of them
 //! src/ops/state.rs      the state table shared with DESIGN.md
 //! src/ops/transition.rs where a rename happens (move_job) and its barriers
@@ -100,7 +101,7 @@ pub mod s3;
 #[cfg(feature = "serde")]
 mod typed;
 
-pub use disk::{format, layout, name};
+pub use disk::{format, layout, name, outside};
 #[cfg(feature = "faults")]
 pub use disk::{scan, sys};
 pub use ops::state;

@@ -5,6 +5,7 @@ use super::args::*;
 use super::encode;
 use super::exit::Exit;
 use super::fixed;
+use super::payload_file::PayloadFile;
 use super::{open, stdout, CliError};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -353,37 +354,27 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     }
     // Open the payload file before claiming, so a bad path changes nothing, but cut it only
     // once a job is claimed: without a job an existing file keeps its bytes and a new one
-    // is removed again.
-    let existed = a.payload_out.as_deref().is_some_and(|p| p.exists());
+    // is removed again. A path outside the queue may still be one of its files: a hard
+    // link to it, or a bind mount of it or of the queue (the identity, the evidence log, a
+    // ready job); cutting it wiped that file (breaker findings). Refused before the claim,
+    // as a symlink at the path, a FIFO with no reader or the claim's own stdout are
+    // ([`PayloadFile::open`]).
     let mut file = match &a.payload_out {
-        Some(p) => Some(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(p)
-                .map_err(|e| CliError::not_done(format!("{}: {e}", p.display())))?,
-        ),
+        Some(p) => Some(PayloadFile::open(p, |f| {
+            queue_file(f, p, &a.dir).map(|why| {
+                format!(
+                    "{why}, which may be one of the queue's own files (a job, the \
+                     identity, the evidence log); write to a new path"
+                )
+            })
+        })?),
         None => None,
     };
-    let made_file = |p: &Option<std::path::PathBuf>| {
-        if let (Some(p), false) = (p, existed) {
-            remove_made(p);
+    let made_file = |f: &Option<PayloadFile>| {
+        if let Some(f) = f {
+            f.remove_if_made();
         }
     };
-    // A path outside the queue may still be one of its files: a hard link to it, or a bind
-    // mount of it or of the queue (the identity, the evidence log, a ready job); cutting it
-    // wiped that file (breaker findings). Refused before the claim.
-    if let (Some(f), Some(p)) = (&file, &a.payload_out) {
-        if let Some(why) = queue_file(f, p, &a.dir) {
-            made_file(&a.payload_out);
-            return Err(CliError::not_done(format!(
-                "--payload-out {}: {why}, which may be one of the queue's own files (a job, \
-                 the identity, the evidence log); nothing done (write to a new path)",
-                p.display()
-            )));
-        }
-    }
     let q = Queue::open_with(
         &a.dir,
         Options {
@@ -392,9 +383,9 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
             ..Options::default()
         },
     )
-    .inspect_err(|_| made_file(&a.payload_out))?;
+    .inspect_err(|_| made_file(&file))?;
     if let sig @ 1.. = super::work::stop_signal() {
-        made_file(&a.payload_out);
+        made_file(&file);
         return Err(CliError::not_done(format!(
             "stopped by signal {sig}; no job was claimed"
         )));
@@ -403,9 +394,9 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         Some(w) => claim_waiting(&q, &a.dir, a.lease, w),
         None => q.claim_for(a.lease).map_err(CliError::from),
     };
-    let lease = lease.inspect_err(|_| made_file(&a.payload_out))?;
+    let lease = lease.inspect_err(|_| made_file(&file))?;
     let Some(lease) = lease else {
-        made_file(&a.payload_out);
+        made_file(&file);
         return match super::work::stop_signal() {
             0 => no_job(&q, &a.dir),
             sig => Err(CliError::not_done(format!(
@@ -419,59 +410,21 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     }
     if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
         // A stop signal interrupts the delivery (its writes too: no SA_RESTART), and the
-        // job is given back.
-        // Only a regular file is cut, and only it or a block device fsynced: /dev/null, a
-        // FIFO or a terminal takes the bytes as they come (set_len and fsync fail there with
+        // job is given back. Only a regular file is cut and fsynced: /dev/null, a FIFO or
+        // a terminal takes the bytes as they come (set_len and fsync fail there with
         // EINVAL, which used up the attempt of a job that never ran).
-        use std::os::unix::fs::FileTypeExt;
-        let kind = f.metadata().map(|m| m.file_type());
-        let regular = kind.as_ref().is_ok_and(|t| t.is_file());
-        let sync = regular || kind.is_ok_and(|t| t.is_block_device());
-        let cut = if regular {
-            f.set_len(0).map_err(|e| PayloadOut::Failed(e.to_string()))
-        } else {
-            Ok(())
-        };
-        match cut.and_then(|()| write_payload(&lease, f, sync)) {
+        let sync = f.regular();
+        let cut = f.cut().map_err(PayloadOut::Failed);
+        match cut.and_then(|()| write_payload(&lease, f.file_mut(), sync)) {
             Ok(()) => {}
-            Err(PayloadOut::Corrupt(e)) => return Err(claimed_corrupt(lease, f, p, &e)),
+            Err(PayloadOut::Corrupt(e)) => return Err(claimed_corrupt(lease, f.file(), p, &e)),
             Err(PayloadOut::Failed(e)) => {
-                let left = discard_partial(f, p, existed);
+                let left = f.discard_partial();
                 return Err(give_back(lease, format!("{}: {e}{left}", p.display())));
             }
         }
     }
     print_handle(lease)
-}
-
-/// After a delivery to `--payload-out` `p` failed part-way (disk full, `ulimit -f`, a stop
-/// signal): what was written goes, so that a script that misses the exit status does not
-/// read part of a payload as the whole of it (it stayed). A regular file this command made
-/// is removed; one that existed (already cut for the payload) is emptied; a FIFO or device
-/// took the bytes as they came. Returns what was done, for the message ("" for none).
-pub(super) fn discard_partial(f: &std::fs::File, p: &Path, existed: bool) -> String {
-    if !f.metadata().is_ok_and(|m| m.file_type().is_file()) {
-        return String::new();
-    }
-    if !existed && remove_made(p) {
-        return "; the partial file was removed".into();
-    }
-    match f.set_len(0) {
-        Ok(()) => "; the partial file was emptied".into(),
-        Err(e) => format!("; emptying the partial file failed too ({e}): do not read it"),
-    }
-}
-
-/// Remove the file `--payload-out` `p` made (nothing was there, following symlinks, before
-/// the claim opened it): `p` itself, or, where `p` is a symlink, the file the open made at
-/// its end; the link is the user's (it removed the link and left the file). True when
-/// removed.
-pub(super) fn remove_made(p: &Path) -> bool {
-    let link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
-    match link {
-        true => std::fs::canonicalize(p).is_ok_and(|t| std::fs::remove_file(t).is_ok()),
-        false => std::fs::remove_file(p).is_ok(),
-    }
 }
 
 /// `claim --wait`: [`Queue::claim_wait`] that stops within about a second, not done (exit

@@ -12,6 +12,7 @@ pub mod exit;
 pub mod fixed;
 #[cfg(all(feature = "appliance", not(target_arch = "arm")))]
 pub mod nounwind;
+pub mod payload_file;
 pub mod rawargs;
 pub mod s3;
 pub mod std_fds;

@@ -59,6 +59,7 @@ mod with_s3 {
     use super::super::args::{self, Cmd, DeadAction};
     use super::super::exit::Exit;
     use super::super::fixed;
+    use super::super::payload_file::PayloadFile;
     use super::super::stdout::note_done;
     use super::super::CliError;
     use std::io::{Read, Write};
@@ -267,27 +268,16 @@ mod with_s3 {
         // As on a local queue: the payload file is opened before the claim, so a path that
         // cannot be written changes nothing (it claimed the job, then exited 4 with it
         // leased and an attempt used), and cut only once a job is claimed; without one an
-        // existing file keeps its bytes and a new one is removed again.
-        let existed = a.payload_out.as_deref().is_some_and(|p| p.exists());
+        // existing file keeps its bytes and a new one is removed again. A symlink at the
+        // path, a FIFO with no reader or the claim's own stdout is refused before the claim
+        // ([`PayloadFile::open`]).
         let mut file = match &a.payload_out {
-            Some(p) => Some(
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(p)
-                    .map_err(|e| {
-                        CliError::not_done(format!(
-                            "--payload-out {}: {e}; nothing done (no job was claimed)",
-                            p.display()
-                        ))
-                    })?,
-            ),
+            Some(p) => Some(PayloadFile::open(p, |_| None)?),
             None => None,
         };
         let made_file = || {
-            if let (Some(p), false) = (&a.payload_out, existed) {
-                super::super::cmd::remove_made(p);
+            if let Some(f) = &file {
+                f.remove_if_made();
             }
         };
         let opts = Options {
@@ -310,7 +300,7 @@ mod with_s3 {
         if let (Some(f), Some(p)) = (file.as_mut(), &a.payload_out) {
             // A stop signal interrupts the delivery, and the job is given back.
             if let Err(e) = write_payload(f, &l.payload) {
-                let left = super::super::cmd::discard_partial(f, p, existed);
+                let left = f.discard_partial();
                 let msg = format!("{}: {e}{left}", p.display());
                 return Err(give_back(&q, &l, "payload not delivered", msg));
             }
@@ -329,16 +319,11 @@ mod with_s3 {
     }
 
     /// Write a claimed job's payload to `f` for `claim --payload-out`, as on a local queue:
-    /// only a regular file is cut, and only it or a block device fsynced (/dev/null, a FIFO
-    /// or a terminal takes the bytes as they come); a stop signal ends the delivery.
-    fn write_payload(f: &mut std::fs::File, payload: &[u8]) -> Result<(), String> {
-        use std::os::unix::fs::FileTypeExt;
-        let kind = f.metadata().map(|m| m.file_type());
-        let regular = kind.as_ref().is_ok_and(|t| t.is_file());
-        let sync = regular || kind.is_ok_and(|t| t.is_block_device());
-        if regular {
-            f.set_len(0).map_err(|e| e.to_string())?;
-        }
+    /// only a regular file is cut and fsynced (/dev/null, a FIFO or a terminal takes the
+    /// bytes as they come); a stop signal ends the delivery.
+    fn write_payload(f: &mut PayloadFile, payload: &[u8]) -> Result<(), String> {
+        let sync = f.regular();
+        f.cut()?;
         let stopped = || match super::super::work::stop_signal() {
             0 => Ok(()),
             sig => Err(format!(
@@ -347,7 +332,7 @@ mod with_s3 {
         };
         let mut left = payload;
         while !left.is_empty() {
-            match f.write(left) {
+            match f.file_mut().write(left) {
                 Ok(0) => return Err("wrote 0 bytes".into()),
                 Ok(n) => left = &left[n..],
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -357,7 +342,7 @@ mod with_s3 {
         }
         stopped()?;
         if sync {
-            f.sync_all().map_err(|e| e.to_string())?;
+            f.file_mut().sync_all().map_err(|e| e.to_string())?;
         }
         Ok(())
     }

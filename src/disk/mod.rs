@@ -9,5 +9,6 @@ pub mod format;
 pub(crate) mod identity;
 pub mod layout;
 pub mod name;
+pub mod outside;
 pub mod scan;
 pub mod sys;

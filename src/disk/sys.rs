@@ -1002,6 +1002,84 @@ impl Sys {
         })
     }
 
+    /// Open directory `path` (a path outside any queue, symlinks followed as `open(2)`
+    /// follows them) as an `O_PATH | O_DIRECTORY` handle: it needs no read permission on
+    /// the directory and serves as the directory of the `*_outside` calls below, which
+    /// never follow a symlink in their final component. `open(2)`.
+    pub fn open_dir_handle_path(&self, path: &std::path::Path) -> R<OwnedFd> {
+        self.run_retry(Call::Open, || {
+            rustix::fs::open(
+                path,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })
+    }
+
+    /// Create a new file `name` in `dir` for writing only: `openat(2)` with `O_WRONLY |
+    /// O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, mode 0666 less the umask (as
+    /// a shell's `>` makes it). Anything already at `name`, a symlink included (even a
+    /// dangling one: `O_EXCL` never follows it, `open(2)`), fails with `EEXIST`. For a file
+    /// outside the queue that a command writes (`claim --payload-out`).
+    pub fn create_new_outside(&self, dir: BorrowedFd<'_>, name: &std::path::Path) -> R<OwnedFd> {
+        let flags = OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY
+            | OFlags::CLOEXEC;
+        self.run(Call::Open, || {
+            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
+        })
+    }
+
+    /// Open existing `name` in `dir` for writing only, without following a symlink there,
+    /// blocking or taking a controlling terminal: `openat(2)` with `O_WRONLY | O_NOFOLLOW |
+    /// O_NONBLOCK | O_NOCTTY`. Nothing is cut. Errors as `open(2)` gives them: `ELOOP` for a
+    /// symlink (magic links such as `/proc/self/fd/1` included), `ENXIO` for a FIFO with
+    /// no reader or a socket, `EISDIR` for a directory, `ENOENT` when nothing is there. The
+    /// caller checks the file type and links with [`Sys::fstat_meta`] before writing.
+    pub fn open_existing_outside(&self, dir: BorrowedFd<'_>, name: &std::path::Path) -> R<OwnedFd> {
+        let flags =
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        self.run_retry(Call::Open, || {
+            rustix::fs::openat(dir, name, flags, Mode::empty())
+        })
+    }
+
+    /// Clear `O_NONBLOCK` on `fd` (`fcntl(2)` `F_GETFL`, `F_SETFL`), once the checks made
+    /// after an `O_NONBLOCK` open passed: writes to a FIFO or a terminal then wait for room
+    /// (a signal still interrupts them). Counted as a [`Call::Open`] (it completes one).
+    pub fn set_blocking(&self, fd: BorrowedFd<'_>) -> R<()> {
+        self.run_retry(Call::Open, || {
+            let flags = rustix::fs::fcntl_getfl(fd)?;
+            rustix::fs::fcntl_setfl(fd, flags - OFlags::NONBLOCK)
+        })
+    }
+
+    /// `fstat(2)` of an open fd as a [`Meta`]: its type, size, times, links and `(st_dev,
+    /// st_ino)`, for checks made on the descriptor that is written, not on a path.
+    pub fn fstat_meta(&self, fd: BorrowedFd<'_>) -> R<Meta> {
+        self.run_retry(Call::Stat, || rustix::fs::fstat(fd).map(|st| meta_of(&st)))
+    }
+
+    /// `fstatat(2)` with `AT_SYMLINK_NOFOLLOW` of `name` in `dir`, a name outside any queue
+    /// (any bytes, not only UTF-8).
+    pub fn stat_outside(&self, dir: BorrowedFd<'_>, name: &std::path::Path) -> R<Meta> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map(|st| meta_of(&st))
+        })
+    }
+
+    /// `unlinkat(2)` of file `name` in `dir`, a name outside any queue (the final component
+    /// is removed, never followed: `unlink(2)`).
+    pub fn unlink_outside(&self, dir: BorrowedFd<'_>, name: &std::path::Path) -> R<()> {
+        self.run(Call::Unlink, || {
+            rustix::fs::unlinkat(dir, name, AtFlags::empty())
+        })
+    }
+
     /// `(st_dev, st_ino)` of an open fd (`fstat(2)`), to tell whether a path still names it.
     #[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
     pub fn file_id(&self, fd: BorrowedFd<'_>) -> R<(u64, u64)> {
@@ -1140,6 +1218,19 @@ fn share_like(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, template: &str, bits: u32
     }
     #[allow(clippy::unnecessary_cast)] // st_mode's type differs between targets
     rustix::fs::fchmod(fd, Mode::from_raw_mode(st.st_mode as u32 & bits))
+}
+
+/// A `stat` as a [`Meta`].
+#[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
+fn meta_of(st: &rustix::fs::Stat) -> Meta {
+    Meta {
+        file_type: FileType::from_raw_mode(st.st_mode as _),
+        size: st.st_size as u64,
+        ctime_ns: (st.st_ctime as u64).saturating_mul(1_000_000_000) + st.st_ctime_nsec as u64,
+        mtime_ns: (st.st_mtime as u64).saturating_mul(1_000_000_000) + st.st_mtime_nsec as u64,
+        links: st.st_nlink as u64,
+        file: (st.st_dev as u64, st.st_ino as u64),
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ mod hostile;
 mod identity;
 mod keys;
 mod lifecycle;
+mod payload_out;
 mod perf;
 mod priority;
 mod stream;
