@@ -10,6 +10,8 @@
 //! - it must be a regular file, a FIFO with a reader or a character device (`/dev/null`, a
 //!   terminal): a FIFO with no reader is refused at once (its open would wait for one,
 //!   past a stop signal), as are a directory, a socket and a block device;
+//! - it must not be another user's file in a sticky directory others may write (`/tmp`):
+//!   the files the kernel's `protected_regular` refuses to an `O_CREAT` open;
 //! - it must have exactly one link: another name of the file may be one this claim must
 //!   not overwrite (a hard link to a symlink is a symlink, refused above);
 //! - it must not be the file this process's stdout or stderr writes to (by `(st_dev,
@@ -132,6 +134,13 @@ fn refused(
     };
     if let Some(why) = why {
         return Some(why.into());
+    }
+    if f.planted_in_shared_dir() {
+        return Some(
+            "is another user's file in a sticky directory others may write (as the kernel's \
+             protected_regular refuses it): it may have been put there to receive the payload"
+                .into(),
+        );
     }
     if let Some(why) = queue_check(f.file()) {
         return Some(why);

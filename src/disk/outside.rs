@@ -162,6 +162,27 @@ impl OutsideFile {
         self.created
     }
 
+    /// Whether this is a file that was already there, owned by neither this process's user
+    /// nor its directory's owner, in a sticky directory others may write (`/tmp`, a group's
+    /// drop directory): the files the kernel's `protected_regular` and `protected_fifos`
+    /// refuse to an `O_CREAT` open (Documentation/admin-guide/sysctl/fs.rst), because
+    /// another user may have put it there to receive what is written. The open above does
+    /// not pass `O_CREAT` for an existing file, so the kernel does not check it: this does.
+    /// False when the owners cannot be read.
+    pub fn planted_in_shared_dir(&self) -> bool {
+        if self.created {
+            return false;
+        }
+        let (Ok((file_uid, _, _)), Ok((dir_uid, _, dir_mode))) = (
+            self.sys.owner_of(self.file.as_fd()),
+            self.sys.owner_of(self.dir.as_fd()),
+        ) else {
+            return false;
+        };
+        let me = rustix::process::geteuid().as_raw();
+        file_uid != me && file_uid != dir_uid && dir_mode & 0o1000 != 0 && dir_mode & 0o022 != 0
+    }
+
     /// Whether open descriptor `fd` refers to this same file (`(st_dev, st_ino)` by
     /// `fstat(2)` of both descriptors). False when `fd` cannot be stat'ed (closed).
     pub fn same_file_as(&self, fd: BorrowedFd<'_>) -> bool {

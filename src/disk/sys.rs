@@ -579,6 +579,14 @@ impl Sys {
         })
     }
 
+    /// `(uid, gid, st_mode)` of open `fd` (`fstat(2)`; an `O_PATH` descriptor works too).
+    #[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
+    pub fn owner_of(&self, fd: BorrowedFd<'_>) -> R<(u32, u32, u32)> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::fstat(fd).map(|st| (st.st_uid as u32, st.st_gid as u32, st.st_mode as u32))
+        })
+    }
+
     /// This process's umask, from the `Umask:` line of `/proc/self/status` (`proc(5)`,
     /// Linux 4.7 and later): `umask(2)` can only read it by setting it, which races with
     /// the other threads of a library user. `None` where `/proc` does not say.

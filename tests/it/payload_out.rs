@@ -273,3 +273,42 @@ fn claim_payload_out_still_writes_a_new_or_an_existing_file() {
     assert_eq!(std::fs::read(&old).unwrap(), second);
     assert_eq!(counts(&Queue::open(&q).unwrap()), [0, 2, 0, 0, 0]);
 }
+
+/// Another user's file planted in a sticky directory others may write (`/tmp`-like, 1777):
+/// a root claim would have written the payload into a file its planter can read. Refused as
+/// the kernel's `protected_regular` refuses it to an `O_CREAT` open; the file keeps its
+/// bytes, the job stays ready. The claimer's own file there is still written.
+#[test]
+fn claim_payload_out_refuses_another_users_file_in_a_sticky_shared_dir() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP claim_payload_out_refuses_another_users_file_in_a_sticky_shared_dir: needs root, runs once");
+        return;
+    }
+    let d = TempDir::new("payload-sticky");
+    let q = queue_with(d.path(), 2);
+    let drop = d.path().join("drop");
+    std::fs::create_dir(&drop).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&drop, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = drop.join("p");
+    std::fs::write(&planted, b"mine").unwrap();
+    // Owned by nobody (65534), as if that user had made it.
+    rustix::fs::chown(&planted, Some(rustix::fs::Uid::from_raw(65534)), None).unwrap();
+    let o = steadq(&[
+        "claim",
+        p(&q),
+        "--lease",
+        "1m",
+        "--payload-out",
+        p(&planted),
+    ]);
+    refused(&o, &planted, "another user's file in a sticky directory");
+    assert_eq!(std::fs::read(&planted).unwrap(), b"mine");
+    all_ready_unused(&q, 2);
+    // The claimer's own file in the same directory takes the payload.
+    let own = drop.join("own");
+    std::fs::write(&own, b"old").unwrap();
+    let o = steadq(&["claim", p(&q), "--lease", "1m", "--payload-out", p(&own)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(std::fs::read(&own).unwrap().starts_with(b"job-"));
+}
