@@ -88,6 +88,16 @@ pub enum ProblemKind {
         /// The template's group id.
         want_gid: u32,
     },
+    /// `--quarantine` did not move this entry (its problem is `kind`) because its quarantine
+    /// path `at` (relative to the root) already exists: a name planted there, or an entry
+    /// quarantined before under the same name. Never replaced; the other entries are moved
+    /// all the same. Move `at` away and run `steadq fsck --quarantine` again.
+    QuarantineTaken {
+        /// What is wrong with the entry itself.
+        kind: Box<ProblemKind>,
+        /// The quarantine path that is taken, relative to the root.
+        at: String,
+    },
     /// Reported once, on `steadq.queue`: most job names fail the tag check, and their headers
     /// all name one other queue id. The identity is what is wrong, not the jobs; nothing is
     /// quarantined.
@@ -168,6 +178,20 @@ impl core::fmt::Display for Problem {
                 "unreadable: {} (not verified; left for a user who may read it)",
                 std::io::Error::from_raw_os_error(e.raw_os_error())
             )?,
+            ProblemKind::QuarantineTaken { kind, at } => {
+                let inner = Problem {
+                    path: String::new(),
+                    kind: (**kind).clone(),
+                    quarantined: false,
+                }
+                .to_string();
+                write!(
+                    f,
+                    "{}; not moved: its quarantine path {at} already exists (never replaced: \
+                     move {at} away and run `steadq fsck --quarantine` again)",
+                    inner.trim_start_matches(": ")
+                )?
+            }
         }
         match (&self.kind, self.quarantined) {
             (ProblemKind::NotShared { .. }, false) => {
@@ -474,6 +498,24 @@ impl Queue {
                     _ => self.quarantine(&dir, &name),
                 } {
                     Ok(q) => q,
+                    // Its quarantine name is taken (renamed without replacing): nothing
+                    // moved, nothing else affected; reported with both paths, and the run
+                    // goes on with the other entries.
+                    Err(e)
+                        if e.outcome() == crate::Outcome::NotDone
+                            && e.errno() == Some(Errno::EXIST.into()) =>
+                    {
+                        let at = format!("{QUARANTINE_DIR}/{path}");
+                        rep.problems.push(Problem {
+                            path,
+                            kind: ProblemKind::QuarantineTaken {
+                                kind: Box::new(kind),
+                                at,
+                            },
+                            quarantined: false,
+                        });
+                        continue;
+                    }
                     // A move this user may not make did not happen: the entry is left, and
                     // reported (it failed the whole run as indeterminate, printing nothing).
                     Err(e) if crate::ops::lease::only_refused(&e) => {
@@ -945,11 +987,17 @@ impl Queue {
             Err(e) => match (e.kind(), e.errno()) {
                 // Opened without following: a symlink (or a fifo) in its place is named by
                 // its type, not "unreadable: Too many levels of symbolic links".
-                (_, Some(x)) if x == Errno::LOOP.into() || x == Errno::NXIO.into() => self.typed(
-                    self.dirs.root.as_fd(),
-                    crate::disk::layout::LIMITS_FILE,
-                    ProblemKind::Foreign(Foreign::NotRegular),
-                ),
+                (_, Some(x))
+                    if x == Errno::LOOP.into()
+                        || x == Errno::NXIO.into()
+                        || x == Errno::ISDIR.into() =>
+                {
+                    self.typed(
+                        self.dirs.root.as_fd(),
+                        crate::disk::layout::LIMITS_FILE,
+                        ProblemKind::Foreign(Foreign::NotRegular),
+                    )
+                }
                 (crate::ErrorKind::Io { errno, .. }, _) => ProblemKind::Unreadable(*errno),
                 _ => return,
             },

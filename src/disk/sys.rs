@@ -449,9 +449,25 @@ impl Sys {
     /// blocking on a fifo (`O_NOFOLLOW | O_NONBLOCK`). The caller checks `fstat` for a regular
     /// file. `openat(2)`.
     pub fn open_file_ro(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        let flags =
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
         self.run_retry(Call::Open, || {
             rustix::fs::openat(dir, name, flags, Mode::empty())
+        })
+    }
+
+    /// [`Sys::open_file_ro`] of a file the queue keeps (its identity, limits, key entries,
+    /// evidence), which must be a regular file: `O_NOCTTY` too, and `fstat(2)` of the fd
+    /// inside the same counted call. `ENXIO` when it is a fifo, socket or device (see
+    /// [`require_regular`]), `EISDIR` for a directory, `ELOOP` for a symlink (never followed).
+    /// Never blocks: nothing is read.
+    pub fn open_regular_ro(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags =
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+        self.run_retry(Call::Open, || {
+            let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
+            require_regular(fd.as_fd())?;
+            Ok(fd)
         })
     }
 
@@ -486,11 +502,17 @@ impl Sys {
     }
 
     /// Open existing regular file `name` in `dir` write-only, never following a symlink or
-    /// blocking on a fifo (`O_WRONLY | O_NOFOLLOW | O_NONBLOCK`): to cut a receipt. `openat(2)`.
+    /// blocking on a fifo (`O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`): to cut a
+    /// receipt. `openat(2)`, then `fstat(2)` in the same counted call: `ENXIO` for anything
+    /// but a regular file (a fifo without a reader says so at the open), `EISDIR` for a
+    /// directory, `ELOOP` for a symlink.
     pub fn open_file_wo(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags = OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        let flags =
+            OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
         self.run_retry(Call::Open, || {
-            rustix::fs::openat(dir, name, flags, Mode::empty())
+            let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
+            require_regular(fd.as_fd())?;
+            Ok(fd)
         })
     }
 
@@ -991,13 +1013,23 @@ impl Sys {
         })
     }
 
-    /// Open (creating, mode 0666 less the umask) `name` in `dir` for appending, never following a symlink.
-    /// `openat(2)` with `O_APPEND | O_CREAT | O_NOFOLLOW`.
+    /// Open (creating, mode 0666 less the umask) regular file `name` in `dir` for appending,
+    /// never following a symlink (`ELOOP`) and never blocking on a fifo: `openat(2)` with
+    /// `O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, then `fstat(2)` in the same
+    /// counted call. A fifo, socket or device is `ENXIO`, a directory `EISDIR` (see
+    /// [`require_regular`]); nothing is written to either.
     pub fn open_append(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags =
-            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let flags = OFlags::WRONLY
+            | OFlags::APPEND
+            | OFlags::CREATE
+            | OFlags::CLOEXEC
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY;
         self.run(Call::Open, || {
-            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
+            let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))?;
+            require_regular(fd.as_fd())?;
+            Ok(fd)
         })
     }
 
@@ -1114,6 +1146,18 @@ pub fn fs_name(magic: i64) -> &'static str {
 /// `fchown(2)` `fd` like `template` in `dir` (owner and group when permitted, else the group
 /// alone, else neither: `EPERM` is not an error), then `fchmod(2)` it to the template's
 /// `st_mode & bits`. One `fstatat(2)`; the caller counts the whole as one call.
+/// `Ok` when open `fd` is a regular file (`fstat(2)`); `EISDIR` for a directory and `ENXIO`
+/// for anything else (a fifo, socket or device: the errno `open(2)` gives a fifo opened for
+/// writing without a reader, or a socket), which the error text reads as "not a regular
+/// file".
+pub fn require_regular(fd: BorrowedFd<'_>) -> R<()> {
+    match FileType::from_raw_mode(rustix::fs::fstat(fd)?.st_mode) {
+        FileType::RegularFile => Ok(()),
+        FileType::Directory => Err(Errno::ISDIR),
+        _ => Err(Errno::NXIO),
+    }
+}
+
 fn share_like(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, template: &str, bits: u32) -> R<()> {
     let st = rustix::fs::statat(dir, template, AtFlags::SYMLINK_NOFOLLOW)?;
     // Only a real directory (or, for a file's read and write bits, a regular file) is a

@@ -239,7 +239,10 @@ impl Queue {
     /// [`ErrorKind::Io`] when it cannot be read.
     pub fn limits(&self) -> Result<Limits> {
         let p = self.path(LIMITS_FILE);
-        let fd = match self.sys.open_file_ro(self.dirs.root.as_fd(), LIMITS_FILE) {
+        let fd = match self
+            .sys
+            .open_regular_ro(self.dirs.root.as_fd(), LIMITS_FILE)
+        {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(Limits::default()),
             Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(p))),

@@ -20,4 +20,5 @@ mod lifecycle;
 mod perf;
 mod priority;
 mod stream;
+mod trust;
 mod typed_async;
