@@ -110,6 +110,8 @@ pub struct Options {
 /// The longest lease (visibility timeout) a claim or renew accepts: 7 days. A longer one
 /// would keep a crashed worker's job hidden for weeks.
 pub const MAX_LEASE: Duration = Duration::from_secs(7 * 86_400);
+// Recovery treats a deadline further away than this as forged (`disk::scan::lease_expired`).
+const _: () = assert!(MAX_LEASE.as_nanos() == crate::disk::scan::LEASE_CAP_NS as u128);
 
 /// The latest not-before time a delay may reach, ns since the Unix epoch: `i64::MAX`
 /// (2262-04-11T23:47:16Z), the end of the signed 64-bit nanosecond range that `SystemTime`

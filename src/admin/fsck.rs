@@ -98,6 +98,14 @@ pub enum ProblemKind {
         /// The quarantine path that is taken, relative to the root.
         at: String,
     },
+    /// A lease of this boot whose deadline is further away than the longest lease
+    /// ([`crate::MAX_LEASE`]): no claim or renewal wrote it, so its name was forged to hide
+    /// the job. Recovery (`steadq recover`, any claim of its slot) treats it as expired and
+    /// gives the job back; never moved by `--quarantine`.
+    LeaseBeyondCap {
+        /// How far away its deadline is, ns.
+        deadline_in_ns: u64,
+    },
     /// Reported once, on `steadq.queue`: most job names fail the tag check, and their headers
     /// all name one other queue id. The identity is what is wrong, not the jobs; nothing is
     /// quarantined.
@@ -177,6 +185,12 @@ impl core::fmt::Display for Problem {
                 f,
                 "unreadable: {} (not verified; left for a user who may read it)",
                 std::io::Error::from_raw_os_error(e.raw_os_error())
+            )?,
+            ProblemKind::LeaseBeyondCap { deadline_in_ns } => write!(
+                f,
+                "lease deadline {} days away, past the 7-day lease cap: forged; it counts as \
+                 expired (`steadq recover` gives the job back)",
+                deadline_in_ns / 86_400_000_000_000
             )?,
             ProblemKind::QuarantineTaken { kind, at } => {
                 let inner = Problem {
@@ -266,11 +280,12 @@ impl Queue {
     /// Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
     /// A job file of this queue there is misplaced (see [`Queue::stray`]).
     fn check_tmp(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
-        let mut odd = Vec::new();
+        let (mut odd, mut wild) = (Vec::new(), Vec::new());
         let listed = self
             .list_held(self.dirs.tmp.as_fd(), TMP_DIR, |fd| {
                 odd.clear();
-                self.sys.read_dir(fd, |name, _, t| {
+                wild.clear();
+                self.sys.read_dir(fd, |name, raw, t| {
                     rep.checked += 1;
                     let named = name.and_then(crate::disk::name::TempName::parse).is_some();
                     let file = matches!(
@@ -278,7 +293,7 @@ impl Queue {
                         crate::disk::sys::EntryType::File | crate::disk::sys::EntryType::Unknown
                     );
                     if !named || !file {
-                        odd.push(name.unwrap_or("?").to_string());
+                        push_odd(&mut odd, &mut wild, name, raw);
                     }
                 })
             })
@@ -300,6 +315,7 @@ impl Queue {
                 bad.push((TMP_DIR.into(), name, kind));
             }
         }
+        not_utf8(bad, TMP_DIR, wild);
         Ok(())
     }
 
@@ -318,9 +334,25 @@ impl Queue {
         let mut dups: Vec<(String, String)> = Vec::new();
         let mut jobs_seen = 0u64;
         let mut unreadable = Vec::new();
+        let (boot, now_boot) = (self.clock.boot_id(), self.clock.boot_ns());
         self.walk_noting(&mut unreadable, |s| {
             rep.checked += 1;
             jobs_seen += 1;
+            if let Ok(JobName {
+                kind: Kind::Leased(l),
+                ..
+            }) = &s.parsed
+            {
+                if l.boot_id == boot && crate::disk::scan::lease_beyond_cap(l, now_boot) {
+                    rep.problems.push(Problem {
+                        path: format!("{}/{}", s.dir_rel, s.raw),
+                        kind: ProblemKind::LeaseBeyondCap {
+                            deadline_in_ns: l.boot_deadline_ns - now_boot,
+                        },
+                        quarantined: false,
+                    });
+                }
+            }
             // A misplaced job counts too: a stale copy of a job that lives (or was acked)
             // elsewhere is reported as its duplicate and left in place.
             let id = match &s.parsed {
@@ -495,7 +527,8 @@ impl Queue {
                 )
                 && match match kind {
                     ProblemKind::NotShared { like, .. } => self.share_made(&path, like),
-                    _ => self.quarantine(&dir, &name),
+                    ProblemKind::Foreign(Foreign::NotUtf8) => self.quarantine(&dir, &name, true),
+                    _ => self.quarantine(&dir, &name, false),
                 } {
                     Ok(q) => q,
                     // Its quarantine name is taken (renamed without replacing): nothing
@@ -577,10 +610,10 @@ impl Queue {
     /// Root level: only the known names belong (`prio/` from version 3 on).
     fn check_root(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let known = ROOT_ENTRIES;
-        let (mut odd, mut blocked) = (Vec::new(), Vec::new());
+        let (mut odd, mut blocked, mut wild) = (Vec::new(), Vec::new(), Vec::new());
         let fs_root = crate::queue::is_fs_root(&self.sys, self.dirs.root.as_fd(), &self.root);
         self.sys
-            .read_dir(self.dirs.root.as_fd(), |name, _, t| {
+            .read_dir(self.dirs.root.as_fd(), |name, raw, t| {
                 rep.checked += 1;
                 match name {
                     // A queue at a filesystem's root (`init` takes one with only this).
@@ -613,7 +646,7 @@ impl Queue {
                         if known.contains(&n)
                             || n.starts_with(&format!(".{IDENTITY_FILE}."))
                             || is_rotated_evidence(n) => {}
-                    _ => odd.push(name.unwrap_or("?").to_string()),
+                    _ => push_odd(&mut odd, &mut wild, name, raw),
                 }
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
@@ -627,6 +660,7 @@ impl Queue {
         for name in blocked {
             bad.push((String::new(), name, ProblemKind::NotADirectory));
         }
+        not_utf8(bad, "", wild);
         Ok(())
     }
 
@@ -648,9 +682,9 @@ impl Queue {
         for (parent, fd) in parents {
             let parent = parent.as_str();
             let shards = self.ident.shards;
-            let (mut odd, mut blocked) = (Vec::new(), Vec::new());
+            let (mut odd, mut blocked, mut wild) = (Vec::new(), Vec::new(), Vec::new());
             self.sys
-                .read_dir(fd.as_fd(), |name, _, t| {
+                .read_dir(fd.as_fd(), |name, raw, t| {
                     let ok = name
                         .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
                         .is_some_and(|s| s < shards as u128);
@@ -661,13 +695,14 @@ impl Queue {
                             blocked.push(n.to_string())
                         }
                         _ if ok => {}
-                        _ => odd.push(name.unwrap_or("?").to_string()),
+                        _ => push_odd(&mut odd, &mut wild, name, raw),
                     }
                 })
                 .map_err(|e| {
                     Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
             self.strays(rep, fd.as_fd(), parent, odd, bad);
+            not_utf8(bad, parent, wild);
             for name in blocked {
                 bad.push((parent.to_string(), name, ProblemKind::NotADirectory));
             }
@@ -700,9 +735,9 @@ impl Queue {
         let Some(fd) = self.dirs_parent(PRIO_DIR, rep)? else {
             return Ok(false);
         };
-        let (mut odd, mut blocked) = (Vec::new(), Vec::new());
+        let (mut odd, mut blocked, mut wild) = (Vec::new(), Vec::new(), Vec::new());
         self.sys
-            .read_dir(fd.as_fd(), |name, _, t| {
+            .read_dir(fd.as_fd(), |name, raw, t| {
                 let level = matches!(name.map(str::as_bytes), Some([d])
                     if (b'0'..b'0' + levels).contains(d)
                         && *d != b'0' + crate::name::DEFAULT_PRIORITY);
@@ -711,11 +746,12 @@ impl Queue {
                         blocked.push(n.to_string())
                     }
                     _ if level => {}
-                    _ => odd.push(name.unwrap_or("?").to_string()),
+                    _ => push_odd(&mut odd, &mut wild, name, raw),
                 }
             })
             .map_err(|e| self.read_dir_error(e, "prio"))?;
         self.strays(rep, fd.as_fd(), "prio", odd, bad);
+        not_utf8(bad, PRIO_DIR, wild);
         for name in blocked {
             bad.push((PRIO_DIR.to_string(), name, ProblemKind::NotADirectory));
         }
@@ -899,8 +935,10 @@ impl Queue {
         Ok(true)
     }
 
-    /// Move `dir/name` to `quarantine/dir/name`. False if it vanished meanwhile.
-    fn quarantine(&self, dir: &str, name: &str) -> Result<bool> {
+    /// Move `dir/name` to `quarantine/dir/name`; with `escaped`, `name` is a name that is
+    /// not UTF-8 as `disk::name::escape_name` wrote it, moved by its bytes. False if it
+    /// vanished meanwhile.
+    fn quarantine(&self, dir: &str, name: &str, escaped: bool) -> Result<bool> {
         let root = self.dirs.root.as_fd();
         let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
         let to = self.quarantine_dir(dir)?;
@@ -909,7 +947,14 @@ impl Queue {
             .sys
             .open_dir_beneath(root, dir)
             .map_err(|e| nd(Call::Open, e, dir))?;
-        match self.sys.rename(from.as_fd(), name, to.as_fd(), name) {
+        let bytes = match escaped {
+            true => crate::disk::name::unescape_name(name).unwrap_or_default(),
+            false => name.as_bytes().to_vec(),
+        };
+        match self
+            .sys
+            .rename_bytes(from.as_fd(), &bytes, to.as_fd(), &bytes)
+        {
             Ok(()) => {}
             Err(Errno::NOENT) => return Ok(false),
             Err(e) => return Err(nd(Call::Rename, e, &format!("{dir}/{name}"))),
@@ -1035,13 +1080,13 @@ impl Queue {
                 ))
             }
         };
-        let (mut odd, mut live) = (Vec::new(), Vec::new());
+        let (mut odd, mut live, mut wild) = (Vec::new(), Vec::new(), Vec::new());
         self.sys
-            .read_dir(keys.as_fd(), |name, _, t| {
+            .read_dir(keys.as_fd(), |name, raw, t| {
                 rep.checked += 1;
                 let named = name.is_some_and(crate::ops::keys::is_key_name);
                 if !named || !matches!(t, EntryType::File | EntryType::Unknown) {
-                    odd.push(name.unwrap_or("?").to_string());
+                    push_odd(&mut odd, &mut wild, name, raw);
                 } else if let Some(n) = name.filter(|n| crate::ops::keys::is_entry_name(n)) {
                     live.push(n.to_string());
                 }
@@ -1062,6 +1107,7 @@ impl Queue {
                 });
             }
         }
+        not_utf8(bad, KEYS_DIR, wild);
         for name in odd {
             let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
             let kind = match self.typed(keys.as_fd(), &name, kind) {
@@ -1168,4 +1214,30 @@ type Bad = Vec<(String, String, ProblemKind)>;
 
 fn is_tag_mismatch(k: &ProblemKind) -> bool {
     *k == ProblemKind::Foreign(Foreign::Name(NameError::Tag))
+}
+
+/// List `name` (as listed: `None` when not UTF-8, `raw` its bytes) among the odd entries of
+/// a directory: `odd` when it is UTF-8, `wild` (escaped, `disk::name::escape_name`) when not.
+fn push_odd(
+    odd: &mut Vec<String>,
+    wild: &mut Vec<String>,
+    name: Option<&str>,
+    raw: &std::ffi::CStr,
+) {
+    match name {
+        Some(n) => odd.push(n.to_string()),
+        None => wild.push(crate::disk::name::escape_name(raw.to_bytes())),
+    }
+}
+
+/// A problem for each entry of `dir` (relative to the root) whose name is not UTF-8
+/// (`wild`, escaped): [`Foreign::NotUtf8`], which `--quarantine` moves by its bytes.
+fn not_utf8(bad: &mut Bad, dir: &str, wild: Vec<String>) {
+    for name in wild {
+        bad.push((
+            dir.to_string(),
+            name,
+            ProblemKind::Foreign(Foreign::NotUtf8),
+        ));
+    }
 }

@@ -314,6 +314,35 @@ pub struct Meta {
     pub links: u64,
     /// `(st_dev, st_ino)`: which file it is.
     pub file: (u64, u64),
+    /// Bytes allocated to it (`st_blocks × 512`).
+    pub allocated: u64,
+}
+
+impl Meta {
+    /// The bytes it is counted for (status, byte limits): its size, or for a file
+    /// [`sparse`] by far, what is allocated to it (a planted file declaring 100 GiB over a
+    /// few blocks does not fill the queue's byte limit).
+    pub fn counted_size(&self) -> u64 {
+        match sparse(self.size, self.allocated) {
+            true => self.allocated,
+            false => self.size,
+        }
+    }
+}
+
+/// Sizes at or below this are never called sparse: allocation granularity and small
+/// holes say nothing there.
+pub const SPARSE_MIN: u64 = 1 << 20;
+
+/// Whether a file of `size` bytes with `allocated` bytes on disk (`st_blocks × 512`) is
+/// sparse by far: larger than [`SPARSE_MIN`] and less than an eighth of it allocated. SteadQ
+/// writes every byte of a job file, so no job file it made is; a forged one (a header
+/// declaring 100 GiB over a hole, `truncate -s`) is, and is reported corrupt unread. (A
+/// filesystem that reports compressed usage in `st_blocks`, like ZFS with compression, can
+/// make a highly compressible payload look sparse; SteadQ's tested filesystems, ext4, xfs,
+/// btrfs and tmpfs, report the logical allocation.)
+pub fn sparse(size: u64, allocated: u64) -> bool {
+    size > SPARSE_MIN && allocated.saturating_mul(8) < size
 }
 
 /// A directory entry's type as `getdents64` reported it.
@@ -823,6 +852,20 @@ impl Sys {
         })
     }
 
+    /// [`Sys::rename`] of names given as bytes (a name that is not UTF-8, moved aside by
+    /// `fsck --quarantine`): `renameat2(2)` with `RENAME_NOREPLACE`.
+    pub fn rename_bytes(
+        &self,
+        from_dir: BorrowedFd<'_>,
+        from: &[u8],
+        to_dir: BorrowedFd<'_>,
+        to: &[u8],
+    ) -> R<()> {
+        self.run(Call::Rename, || {
+            rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE)
+        })
+    }
+
     /// `renameat2(2)` *without* `RENAME_NOREPLACE`: replaces `to` atomically. Only for the
     /// settings files (`steadq.queue` on a settings change, `steadq.limits`), never for a job.
     pub fn rename_replace(
@@ -988,6 +1031,20 @@ impl Sys {
         })
     }
 
+    /// `fstat(2)`: `(file type, size in bytes, bytes allocated: st_blocks × 512)`.
+    #[allow(clippy::unnecessary_cast)] // st_blocks is i64 or u64 by target
+    pub fn fstat_allocated(&self, fd: BorrowedFd<'_>) -> R<(FileType, u64, u64)> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::fstat(fd).map(|st| {
+                (
+                    FileType::from_raw_mode(st.st_mode),
+                    st.st_size as u64,
+                    (st.st_blocks as u64).saturating_mul(512),
+                )
+            })
+        })
+    }
+
     /// `fstat(2)`: the link count (0 once the file was unlinked while open).
     #[allow(clippy::unnecessary_cast)] // st_nlink is u32 on some targets
     pub fn nlink(&self, fd: BorrowedFd<'_>) -> R<u64> {
@@ -1009,6 +1066,7 @@ impl Sys {
                     + st.st_mtime_nsec as u64,
                 links: st.st_nlink as u64,
                 file: (st.st_dev as u64, st.st_ino as u64),
+                allocated: (st.st_blocks as u64).saturating_mul(512),
             })
         })
     }

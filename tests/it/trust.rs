@@ -380,3 +380,183 @@ fn quarantine_goes_on_past_taken_quarantine_names() {
     }
     assert!(qdir.join("junk5").exists(), "{out}");
 }
+
+/// A ready job's file grown to 100 GiB over a hole (`truncate -s`), its header's payload
+/// length forged to match: reported corrupt (sparse) unread (fsck hashed it to its end, at
+/// about 390 MB/s), and counted by what is allocated, not by its apparent size.
+#[test]
+fn a_sparse_job_file_is_corrupt_unread_and_not_counted_at_its_size() {
+    use std::os::unix::fs::FileExt;
+    let d = TempDir::new("trust-sparse");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"grown").unwrap();
+    let rel = q.find(id).unwrap().rel_path(q.id());
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.path().join(&rel))
+        .unwrap();
+    f.set_len(100 << 30).unwrap();
+    // The payload length at offset 56 (src/disk/format.rs) agrees with the new size.
+    f.write_all_at(&((100u64 << 30) - 128).to_le_bytes(), 56)
+        .unwrap();
+    drop(f);
+    let q = std::sync::Arc::new(q);
+    let q2 = q.clone();
+    let rep = within("fsck of a 100 GiB sparse job", move || q2.fsck().unwrap());
+    assert_eq!(rep.problems.len(), 1, "{rep:?}");
+    assert_eq!(rep.problems[0].path, rel);
+    assert!(
+        matches!(
+            rep.problems[0].kind,
+            ProblemKind::Corrupt(format::Corruption::Sparse { declared, allocated })
+                if declared == 100 << 30 && allocated < 1 << 20
+        ),
+        "{rep:?}"
+    );
+    assert!(
+        rep.problems[0].to_string().contains("sparse"),
+        "{}",
+        rep.problems[0]
+    );
+    let st = q.status_with(true).unwrap();
+    assert!(
+        st.bytes.ready < 1 << 20,
+        "counted at {} bytes",
+        st.bytes.ready
+    );
+    // A byte limit of 1 MiB still has room: the forged size fills nothing.
+    q.set_limits(Limits {
+        max_jobs: None,
+        max_bytes: Some(1 << 20),
+    })
+    .unwrap();
+    q.enqueue(b"fits").unwrap();
+    // A claim dead-letters it as corrupt without reading 100 GiB, and hands out the other.
+    let l = within("claim past a sparse job", move || {
+        q.claim().unwrap().map(|l| l.id())
+    });
+    assert!(l.is_some_and(|l| l != id));
+}
+
+/// A lease renamed to a deadline of `u64::MAX` ns of this boot hid its job for 213,503
+/// days: past the 7-day cap it counts as expired, and fsck names it.
+#[test]
+fn a_forged_lease_deadline_past_the_cap_counts_as_expired() {
+    let d = TempDir::new("trust-lease");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"hidden").unwrap();
+    let l = q.claim().unwrap().unwrap();
+    let (dir, old) = {
+        let x = q.find(id).unwrap();
+        (x.dir.clone(), x.name)
+    };
+    let Kind::Leased(mut f) = old.kind else {
+        panic!("not leased: {old:?}")
+    };
+    f.boot_deadline_ns = u64::MAX;
+    let forged = JobName {
+        kind: Kind::Leased(f),
+        ..old
+    };
+    std::fs::rename(
+        d.path().join(&dir).join(old.format(q.id()).as_str()),
+        d.path().join(&dir).join(forged.format(q.id()).as_str()),
+    )
+    .unwrap();
+    std::mem::forget(l); // its name is gone; nothing of it is used again
+    let rep = q.fsck().unwrap();
+    assert!(
+        rep.problems.iter().any(|p| matches!(
+            p.kind,
+            ProblemKind::LeaseBeyondCap { deadline_in_ns } if deadline_in_ns > 7 * 86_400 * 1_000_000_000
+        ) && p.to_string().contains("7-day lease cap")),
+        "{rep:?}"
+    );
+    assert_eq!(q.status().unwrap().expired_leases, 1);
+    let r = q.recover().unwrap();
+    assert_eq!(r.expired, 1, "{r:?}");
+    let again = q.claim().unwrap().expect("given back");
+    assert_eq!(again.id(), id);
+    assert!(q.fsck().unwrap().problems.is_empty());
+}
+
+/// A ready name at generation `ffffffffffffffff`: its next move would wrap to generation 0.
+/// Never claimed or moved by a worker; fsck names it and `--quarantine` moves it.
+#[test]
+fn a_job_at_the_last_generation_is_never_reissued() {
+    let d = TempDir::new("trust-gen");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"forged").unwrap();
+    let x = q.find(id).unwrap();
+    let last = JobName {
+        generation: u64::MAX,
+        ..x.name
+    };
+    let last_name = last.format(q.id()).to_string();
+    let from = d.path().join(&x.dir).join(x.name.format(q.id()).as_str());
+    std::fs::rename(&from, d.path().join(&x.dir).join(&last_name)).unwrap();
+    assert!(q.claim().unwrap().is_none(), "never handed out");
+    assert!(q.recover().is_ok());
+    let gen0 = files(d.path(), "")
+        .into_iter()
+        .filter(|f| f.contains(".g0000000000000000."))
+        .count();
+    assert_eq!(gen0, 0, "nothing re-issued at generation 0");
+    let rep = q.fsck_quarantine().unwrap();
+    assert_eq!(rep.problems.len(), 1, "{rep:?}");
+    assert_eq!(rep.problems[0].path, format!("{}/{last_name}", x.dir));
+    assert_eq!(
+        rep.problems[0].kind,
+        ProblemKind::Foreign(Foreign::Name(name::NameError::LastGeneration))
+    );
+    assert!(rep.problems[0].quarantined);
+    assert!(d
+        .path()
+        .join("quarantine")
+        .join(&x.dir)
+        .join(&last_name)
+        .exists());
+}
+
+/// A name that is not UTF-8 is named (escaped, `\xNN`) and moved by `fsck --quarantine`.
+#[test]
+fn a_name_that_is_not_utf8_is_named_and_quarantined() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = TempDir::new("trust-utf8");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let good = q.enqueue(b"good").unwrap();
+    let raw = std::ffi::OsStr::from_bytes(b"bad\xff\xfename");
+    std::fs::write(d.path().join("ready/00").join(raw), b"x").unwrap();
+    let rep = q.fsck().unwrap();
+    assert_eq!(rep.problems.len(), 1, "{rep:?}");
+    assert_eq!(rep.problems[0].path, "ready/00/bad\\xff\\xfename");
+    assert_eq!(rep.problems[0].kind, ProblemKind::Foreign(Foreign::NotUtf8));
+    let rep = q.fsck_quarantine().unwrap();
+    assert!(rep.problems[0].quarantined, "{rep:?}");
+    assert!(d.path().join("quarantine/ready/00").join(raw).exists());
+    assert!(!d.path().join("ready/00").join(raw).exists());
+    assert!(q.fsck().unwrap().problems.is_empty());
+    assert_eq!(q.claim().unwrap().unwrap().id(), good);
+}
+
+/// A small job's file with bytes appended past what its header declares (4 KiB or more:
+/// the claim's first read is full): dead-lettered as corrupt. The claim indexed past the
+/// end of its buffer and panicked.
+#[test]
+fn a_job_file_longer_than_its_header_says_is_dead_lettered_not_a_panic() {
+    use std::io::Write;
+    let d = TempDir::new("trust-grown");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"small").unwrap();
+    let good = q.enqueue(b"good").unwrap();
+    let rel = q.find(id).unwrap().rel_path(q.id());
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(d.path().join(&rel))
+        .unwrap();
+    f.write_all(&[b'x'; 8192]).unwrap();
+    drop(f);
+    let l = q.claim().unwrap().expect("the good job");
+    assert_eq!(l.id(), good);
+    assert_eq!(q.find(id).unwrap().state, State::Dead);
+}
