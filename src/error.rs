@@ -374,6 +374,23 @@ fn fmt_io(
             call.name()
         );
     }
+    if (errno == Errno::NXIO.into() || errno == Errno::ISDIR.into())
+        && call == crate::disk::sys::Call::Open
+    {
+        // `Sys` opens a queue's own files only when they are regular files: a fifo, socket
+        // or device is `ENXIO`, a directory `EISDIR` (`sys::require_regular`).
+        let what = match errno == Errno::ISDIR.into() {
+            true => "a directory",
+            false => "a fifo, socket or device",
+        };
+        return write!(
+            f,
+            "{} failed: not a regular file ({what}: {errno}); SteadQ opens only regular \
+             files inside a queue and never reads or writes this one: move it away \
+             (`steadq fsck` names it)",
+            call.name()
+        );
+    }
     if errno == Errno::MFILE.into() {
         // Seen first at a queue's open under a low `ulimit -n` (a handle holds every ready
         // and receipt shard open: 2 per shard and a few more): say which limit and what to do.

@@ -110,6 +110,8 @@ pub struct Options {
 /// The longest lease (visibility timeout) a claim or renew accepts: 7 days. A longer one
 /// would keep a crashed worker's job hidden for weeks.
 pub const MAX_LEASE: Duration = Duration::from_secs(7 * 86_400);
+// Recovery treats a deadline further away than this as forged (`disk::scan::lease_expired`).
+const _: () = assert!(MAX_LEASE.as_nanos() == crate::disk::scan::LEASE_CAP_NS as u128);
 
 /// The latest not-before time a delay may reach, ns since the Unix epoch: `i64::MAX`
 /// (2262-04-11T23:47:16Z), the end of the signed 64-bit nanosecond range that `SystemTime`
@@ -510,6 +512,13 @@ impl Queue {
                     );
                 }
             }
+            // Something not a regular file is there (a fifo, socket, device, directory or
+            // symlink planted by a member of the queue's group): never opened, named.
+            Err(e @ (Errno::NXIO | Errno::ISDIR | Errno::LOOP)) => log::warn!(
+                "{}: {}",
+                root.join(crate::disk::layout::EVIDENCE_FILE).display(),
+                Error::io(Call::Open, e, Outcome::NotDone, None)
+            ),
             // It exists (an `init` of an existing queue by a user who may not write it):
             // nothing to make, nothing to say.
             Err(_)
@@ -1267,7 +1276,7 @@ fn make_sys(_: &Options) -> Sys {
 
 pub(crate) fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<Identity> {
     let p = path.join(IDENTITY_FILE);
-    let fd = match sys.open_file_ro(root, IDENTITY_FILE) {
+    let fd = match sys.open_regular_ro(root, IDENTITY_FILE) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => {
             return Err(Error::not_done(
@@ -1423,7 +1432,7 @@ const HEADER_QUEUE_OFF: usize = 32;
 /// read, and magic, version and header length must be right. `None` when unreadable.
 pub(crate) fn header_queue_id(dir: BorrowedFd<'_>, name: &str, sys: &Sys) -> Option<u128> {
     use crate::disk::format::{HEADER_LEN, MAGIC, VERSION};
-    let fd = sys.open_file_ro(dir, name).ok()?;
+    let fd = sys.open_regular_ro(dir, name).ok()?;
     let mut h = [0u8; HEADER_LEN];
     let n = rustix::io::pread(fd.as_fd(), &mut h[..], 0).ok()?;
     let version = u16::from_le_bytes([h[8], h[9]]);
@@ -1709,7 +1718,7 @@ fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()>
     }
     let mut buf = Vec::new();
     let good = sys
-        .open_file_ro(root, &aside)
+        .open_regular_ro(root, &aside)
         .and_then(|fd| sys.read_all(fd.as_fd(), 4096, &mut buf))
         .is_ok()
         && std::str::from_utf8(&buf).is_ok_and(|t| Identity::decode(t).is_ok());

@@ -107,6 +107,24 @@ pub enum ProblemKind {
         /// The queue root's `st_dev`.
         root_dev: u64,
     },
+    /// `--quarantine` did not move this entry (its problem is `kind`) because its quarantine
+    /// path `at` (relative to the root) already exists: a name planted there, or an entry
+    /// quarantined before under the same name. Never replaced; the other entries are moved
+    /// all the same. Move `at` away and run `steadq fsck --quarantine` again.
+    QuarantineTaken {
+        /// What is wrong with the entry itself.
+        kind: Box<ProblemKind>,
+        /// The quarantine path that is taken, relative to the root.
+        at: String,
+    },
+    /// A lease of this boot whose deadline is further away than the longest lease
+    /// ([`crate::MAX_LEASE`]): no claim or renewal wrote it, so its name was forged to hide
+    /// the job. Recovery (`steadq recover`, any claim of its slot) treats it as expired and
+    /// gives the job back; never moved by `--quarantine`.
+    LeaseBeyondCap {
+        /// How far away its deadline is, ns.
+        deadline_in_ns: u64,
+    },
     /// Reported once, on `steadq.queue`: most job names fail the tag check, and their headers
     /// all name one other queue id. The identity is what is wrong, not the jobs; nothing is
     /// quarantined.
@@ -198,6 +216,26 @@ impl core::fmt::Display for Problem {
                 "unreadable: {} (not verified; left for a user who may read it)",
                 std::io::Error::from_raw_os_error(e.raw_os_error())
             )?,
+            ProblemKind::LeaseBeyondCap { deadline_in_ns } => write!(
+                f,
+                "lease deadline {} days away, past the 7-day lease cap: forged; it counts as \
+                 expired (`steadq recover` gives the job back)",
+                deadline_in_ns / 86_400_000_000_000
+            )?,
+            ProblemKind::QuarantineTaken { kind, at } => {
+                let inner = Problem {
+                    path: String::new(),
+                    kind: (**kind).clone(),
+                    quarantined: false,
+                }
+                .to_string();
+                write!(
+                    f,
+                    "{}; not moved: its quarantine path {at} already exists (never replaced: \
+                     move {at} away and run `steadq fsck --quarantine` again)",
+                    inner.trim_start_matches(": ")
+                )?
+            }
         }
         match (&self.kind, self.quarantined) {
             (ProblemKind::NotShared { .. }, false) => {
@@ -282,11 +320,12 @@ impl Queue {
     /// Temp files: only `<boot32>.<pid8>.<rand32>.tmp|probe` regular files belong in tmp/.
     /// A job file of this queue there is misplaced (see [`Queue::stray`]).
     fn check_tmp(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
-        let mut odd = Vec::new();
+        let (mut odd, mut wild) = (Vec::new(), Vec::new());
         let listed = self
             .list_held(self.dirs.tmp.as_fd(), TMP_DIR, |fd| {
                 odd.clear();
-                self.sys.read_dir(fd, |name, _, t| {
+                wild.clear();
+                self.sys.read_dir(fd, |name, raw, t| {
                     rep.checked += 1;
                     let named = name.and_then(crate::disk::name::TempName::parse).is_some();
                     let file = matches!(
@@ -294,7 +333,7 @@ impl Queue {
                         crate::disk::sys::EntryType::File | crate::disk::sys::EntryType::Unknown
                     );
                     if !named || !file {
-                        odd.push(name.unwrap_or("?").to_string());
+                        push_odd(&mut odd, &mut wild, name, raw);
                     }
                 })
             })
@@ -316,6 +355,7 @@ impl Queue {
                 bad.push((TMP_DIR.into(), name, kind));
             }
         }
+        not_utf8(bad, TMP_DIR, wild);
         Ok(())
     }
 
@@ -334,9 +374,25 @@ impl Queue {
         let mut dups: Vec<(String, String)> = Vec::new();
         let mut jobs_seen = 0u64;
         let mut unreadable = Vec::new();
+        let (boot, now_boot) = (self.clock.boot_id(), self.clock.boot_ns());
         self.walk_noting(&mut unreadable, |s| {
             rep.checked += 1;
             jobs_seen += 1;
+            if let Ok(JobName {
+                kind: Kind::Leased(l),
+                ..
+            }) = &s.parsed
+            {
+                if l.boot_id == boot && crate::disk::scan::lease_beyond_cap(l, now_boot) {
+                    rep.problems.push(Problem {
+                        path: format!("{}/{}", s.dir_rel, s.raw),
+                        kind: ProblemKind::LeaseBeyondCap {
+                            deadline_in_ns: l.boot_deadline_ns - now_boot,
+                        },
+                        quarantined: false,
+                    });
+                }
+            }
             // A misplaced job counts too: a stale copy of a job that lives (or was acked)
             // elsewhere is reported as its duplicate and left in place.
             let id = match &s.parsed {
@@ -511,9 +567,28 @@ impl Queue {
                 )
                 && match match kind {
                     ProblemKind::NotShared { like, .. } => self.share_made(&path, like),
-                    _ => self.quarantine(&dir, &name),
+                    ProblemKind::Foreign(Foreign::NotUtf8) => self.quarantine(&dir, &name, true),
+                    _ => self.quarantine(&dir, &name, false),
                 } {
                     Ok(q) => q,
+                    // Its quarantine name is taken (renamed without replacing): nothing
+                    // moved, nothing else affected; reported with both paths, and the run
+                    // goes on with the other entries.
+                    Err(e)
+                        if e.outcome() == crate::Outcome::NotDone
+                            && e.errno() == Some(Errno::EXIST.into()) =>
+                    {
+                        let at = format!("{QUARANTINE_DIR}/{path}");
+                        rep.problems.push(Problem {
+                            path,
+                            kind: ProblemKind::QuarantineTaken {
+                                kind: Box::new(kind),
+                                at,
+                            },
+                            quarantined: false,
+                        });
+                        continue;
+                    }
                     // A move this user may not make did not happen: the entry is left, and
                     // reported (it failed the whole run as indeterminate, printing nothing).
                     Err(e) if crate::ops::lease::only_refused(&e) => {
@@ -575,10 +650,10 @@ impl Queue {
     /// Root level: only the known names belong (`prio/` from version 3 on).
     fn check_root(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let known = ROOT_ENTRIES;
-        let (mut odd, mut blocked) = (Vec::new(), Vec::new());
+        let (mut odd, mut blocked, mut wild) = (Vec::new(), Vec::new(), Vec::new());
         let fs_root = crate::queue::is_fs_root(&self.sys, self.dirs.root.as_fd(), &self.root);
         self.sys
-            .read_dir(self.dirs.root.as_fd(), |name, _, t| {
+            .read_dir(self.dirs.root.as_fd(), |name, raw, t| {
                 rep.checked += 1;
                 match name {
                     // A queue at a filesystem's root (`init` takes one with only this).
@@ -611,7 +686,7 @@ impl Queue {
                         if known.contains(&n)
                             || n.starts_with(&format!(".{IDENTITY_FILE}."))
                             || is_rotated_evidence(n) => {}
-                    _ => odd.push(name.unwrap_or("?").to_string()),
+                    _ => push_odd(&mut odd, &mut wild, name, raw),
                 }
             })
             .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
@@ -625,6 +700,7 @@ impl Queue {
         for name in blocked {
             bad.push((String::new(), name, ProblemKind::NotADirectory));
         }
+        not_utf8(bad, "", wild);
         Ok(())
     }
 
@@ -646,9 +722,9 @@ impl Queue {
         for (parent, fd) in parents {
             let parent = parent.as_str();
             let shards = self.ident.shards;
-            let (mut odd, mut blocked) = (Vec::new(), Vec::new());
+            let (mut odd, mut blocked, mut wild) = (Vec::new(), Vec::new(), Vec::new());
             self.sys
-                .read_dir(fd.as_fd(), |name, _, t| {
+                .read_dir(fd.as_fd(), |name, raw, t| {
                     let ok = name
                         .and_then(|n| crate::disk::name::parse_hex(n.as_bytes(), 2))
                         .is_some_and(|s| s < shards as u128);
@@ -659,13 +735,14 @@ impl Queue {
                             blocked.push(n.to_string())
                         }
                         _ if ok => {}
-                        _ => odd.push(name.unwrap_or("?").to_string()),
+                        _ => push_odd(&mut odd, &mut wild, name, raw),
                     }
                 })
                 .map_err(|e| {
                     Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
             self.strays(rep, fd.as_fd(), parent, odd, bad);
+            not_utf8(bad, parent, wild);
             for name in blocked {
                 bad.push((parent.to_string(), name, ProblemKind::NotADirectory));
             }
@@ -698,9 +775,9 @@ impl Queue {
         let Some(fd) = self.dirs_parent(PRIO_DIR, rep)? else {
             return Ok(false);
         };
-        let (mut odd, mut blocked) = (Vec::new(), Vec::new());
+        let (mut odd, mut blocked, mut wild) = (Vec::new(), Vec::new(), Vec::new());
         self.sys
-            .read_dir(fd.as_fd(), |name, _, t| {
+            .read_dir(fd.as_fd(), |name, raw, t| {
                 let level = matches!(name.map(str::as_bytes), Some([d])
                     if (b'0'..b'0' + levels).contains(d)
                         && *d != b'0' + crate::name::DEFAULT_PRIORITY);
@@ -709,11 +786,12 @@ impl Queue {
                         blocked.push(n.to_string())
                     }
                     _ if level => {}
-                    _ => odd.push(name.unwrap_or("?").to_string()),
+                    _ => push_odd(&mut odd, &mut wild, name, raw),
                 }
             })
             .map_err(|e| self.read_dir_error(e, "prio"))?;
         self.strays(rep, fd.as_fd(), "prio", odd, bad);
+        not_utf8(bad, PRIO_DIR, wild);
         for name in blocked {
             bad.push((PRIO_DIR.to_string(), name, ProblemKind::NotADirectory));
         }
@@ -897,8 +975,10 @@ impl Queue {
         Ok(true)
     }
 
-    /// Move `dir/name` to `quarantine/dir/name`. False if it vanished meanwhile.
-    fn quarantine(&self, dir: &str, name: &str) -> Result<bool> {
+    /// Move `dir/name` to `quarantine/dir/name`; with `escaped`, `name` is a name that is
+    /// not UTF-8 as `disk::name::escape_name` wrote it, moved by its bytes. False if it
+    /// vanished meanwhile.
+    fn quarantine(&self, dir: &str, name: &str, escaped: bool) -> Result<bool> {
         let root = self.dirs.root.as_fd();
         let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
         let to = self.quarantine_dir(dir)?;
@@ -907,7 +987,14 @@ impl Queue {
             .sys
             .open_dir_beneath(root, dir)
             .map_err(|e| nd(Call::Open, e, dir))?;
-        match self.sys.rename(from.as_fd(), name, to.as_fd(), name) {
+        let bytes = match escaped {
+            true => crate::disk::name::unescape_name(name).unwrap_or_default(),
+            false => name.as_bytes().to_vec(),
+        };
+        match self
+            .sys
+            .rename_bytes(from.as_fd(), &bytes, to.as_fd(), &bytes)
+        {
             Ok(()) => {}
             Err(Errno::NOENT) => return Ok(false),
             Err(e) => return Err(nd(Call::Rename, e, &format!("{dir}/{name}"))),
@@ -985,11 +1072,17 @@ impl Queue {
             Err(e) => match (e.kind(), e.errno()) {
                 // Opened without following: a symlink (or a fifo) in its place is named by
                 // its type, not "unreadable: Too many levels of symbolic links".
-                (_, Some(x)) if x == Errno::LOOP.into() || x == Errno::NXIO.into() => self.typed(
-                    self.dirs.root.as_fd(),
-                    crate::disk::layout::LIMITS_FILE,
-                    ProblemKind::Foreign(Foreign::NotRegular),
-                ),
+                (_, Some(x))
+                    if x == Errno::LOOP.into()
+                        || x == Errno::NXIO.into()
+                        || x == Errno::ISDIR.into() =>
+                {
+                    self.typed(
+                        self.dirs.root.as_fd(),
+                        crate::disk::layout::LIMITS_FILE,
+                        ProblemKind::Foreign(Foreign::NotRegular),
+                    )
+                }
                 (crate::ErrorKind::Io { errno, .. }, _) => ProblemKind::Unreadable(*errno),
                 _ => return,
             },
@@ -1009,9 +1102,9 @@ impl Queue {
         names.push(crate::disk::layout::EVIDENCE_FILE.to_string());
         for name in names {
             let root = self.dirs.root.as_fd();
-            let kind = match self.sys.open_file_ro(root, &name) {
+            let kind = match self.sys.open_regular_ro(root, &name) {
                 Err(Errno::NOENT) => continue,
-                Err(Errno::LOOP | Errno::NXIO) => {
+                Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
                     self.typed(root, &name, ProblemKind::Foreign(Foreign::NotRegular))
                 }
                 Err(e) => ProblemKind::Unreadable(e.into()),
@@ -1065,13 +1158,13 @@ impl Queue {
                 ))
             }
         };
-        let (mut odd, mut live) = (Vec::new(), Vec::new());
+        let (mut odd, mut live, mut wild) = (Vec::new(), Vec::new(), Vec::new());
         self.sys
-            .read_dir(keys.as_fd(), |name, _, t| {
+            .read_dir(keys.as_fd(), |name, raw, t| {
                 rep.checked += 1;
                 let named = name.is_some_and(crate::ops::keys::is_key_name);
                 if !named || !matches!(t, EntryType::File | EntryType::Unknown) {
-                    odd.push(name.unwrap_or("?").to_string());
+                    push_odd(&mut odd, &mut wild, name, raw);
                 } else if let Some(n) = name.filter(|n| crate::ops::keys::is_entry_name(n)) {
                     live.push(n.to_string());
                 }
@@ -1092,6 +1185,7 @@ impl Queue {
                 });
             }
         }
+        not_utf8(bad, KEYS_DIR, wild);
         for name in odd {
             let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
             let kind = match self.typed(keys.as_fd(), &name, kind) {
@@ -1198,4 +1292,30 @@ type Bad = Vec<(String, String, ProblemKind)>;
 
 fn is_tag_mismatch(k: &ProblemKind) -> bool {
     *k == ProblemKind::Foreign(Foreign::Name(NameError::Tag))
+}
+
+/// List `name` (as listed: `None` when not UTF-8, `raw` its bytes) among the odd entries of
+/// a directory: `odd` when it is UTF-8, `wild` (escaped, `disk::name::escape_name`) when not.
+fn push_odd(
+    odd: &mut Vec<String>,
+    wild: &mut Vec<String>,
+    name: Option<&str>,
+    raw: &std::ffi::CStr,
+) {
+    match name {
+        Some(n) => odd.push(n.to_string()),
+        None => wild.push(crate::disk::name::escape_name(raw.to_bytes())),
+    }
+}
+
+/// A problem for each entry of `dir` (relative to the root) whose name is not UTF-8
+/// (`wild`, escaped): [`Foreign::NotUtf8`], which `--quarantine` moves by its bytes.
+fn not_utf8(bad: &mut Bad, dir: &str, wild: Vec<String>) {
+    for name in wild {
+        bad.push((
+            dir.to_string(),
+            name,
+            ProblemKind::Foreign(Foreign::NotUtf8),
+        ));
+    }
 }

@@ -471,7 +471,7 @@ impl Queue {
         let root = self.dirs.root.as_fd();
         for name in names {
             let at = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&name)));
-            let fd = match self.sys.open_file_ro(root, &name) {
+            let fd = match self.sys.open_regular_ro(root, &name) {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) => continue,
                 Err(e) => return Err(at(Call::Open, e)),

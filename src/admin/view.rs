@@ -332,17 +332,21 @@ impl Queue {
     ) -> core::result::Result<bool, Errno> {
         let mut going = true;
         self.sys.read_dir_while(dir, |name, raw, t| {
-            let parsed = match name {
-                Some(n) => classify(&self.sys, dir, n, self.ident.id, t, fits),
+            // A name that is not UTF-8 is passed on escaped (`\xNN`), so it is named, and
+            // `fsck --quarantine` finds it again (`disk::name::unescape_name`).
+            let escaped;
+            let (parsed, raw) = match name {
+                Some(n) => (classify(&self.sys, dir, n, self.ident.id, t, fits), n),
                 None => {
-                    log::warn!("foreign entry with a non-UTF-8 name: {raw:?}");
-                    Err(Foreign::NotUtf8)
+                    escaped = crate::disk::name::escape_name(raw.to_bytes());
+                    log::warn!("{rel}/{escaped}: foreign entry with a non-UTF-8 name");
+                    (Err(Foreign::NotUtf8), escaped.as_str())
                 }
             };
             going = f(Seen {
                 dir_rel: rel,
                 dir,
-                raw: name.unwrap_or(""),
+                raw,
                 parsed,
             });
             going
@@ -368,7 +372,7 @@ impl Queue {
         let mut going = true;
         let listed = self.list_held(parent_fd, parent, |parent_fd| {
             buckets.clear();
-            self.sys.read_dir_while(parent_fd, |name, _, t| {
+            self.sys.read_dir_while(parent_fd, |name, raw, t| {
                 match name {
                     Some(n)
                         if parse_hex(n.as_bytes(), 16).is_some()
@@ -377,12 +381,20 @@ impl Queue {
                     {
                         buckets.push(n.to_string())
                     }
-                    _ => {
+                    Some(n) => {
                         going = f(Seen {
                             dir_rel: parent,
                             dir: parent_fd,
-                            raw: name.unwrap_or(""),
+                            raw: n,
                             parsed: Err(Foreign::WrongPlace),
+                        })
+                    }
+                    None => {
+                        going = f(Seen {
+                            dir_rel: parent,
+                            dir: parent_fd,
+                            raw: &crate::disk::name::escape_name(raw.to_bytes()),
+                            parsed: Err(Foreign::NotUtf8),
                         })
                     }
                 }
@@ -612,7 +624,7 @@ impl Queue {
             let mut size = 0;
             if sized {
                 let meta = self.sys.stat_nofollow(s.dir, s.raw).ok();
-                size = meta.as_ref().map_or(0, |m| m.size);
+                size = meta.as_ref().map_or(0, |m| m.counted_size());
                 if state == State::Ready {
                     p.oldest.stated(&n, meta.as_ref());
                 }
@@ -753,8 +765,16 @@ impl Queue {
             Errno::LOOP | Errno::NXIO => Load::Corrupt(crate::disk::format::Corruption::NotRegular),
             e => Load::Io(Call::Open, e),
         })?;
-        let size = match self.sys.fstat(fd.as_fd()) {
-            Ok((rustix::fs::FileType::RegularFile, size)) => size,
+        let size = match self.sys.fstat_allocated(fd.as_fd()) {
+            Ok((rustix::fs::FileType::RegularFile, size, allocated))
+                if crate::disk::sys::sparse(size, allocated) =>
+            {
+                return Err(Load::Corrupt(crate::disk::format::Corruption::Sparse {
+                    declared: size,
+                    allocated,
+                }))
+            }
+            Ok((rustix::fs::FileType::RegularFile, size, _)) => size,
             Ok(_) => return Err(Load::Corrupt(crate::disk::format::Corruption::NotRegular)),
             Err(e) => return Err(Load::Io(Call::Stat, e)),
         };

@@ -80,6 +80,14 @@ pub enum Corruption {
     EnvelopeDigest,
     /// Not a regular file (symlink, fifo, device, directory).
     NotRegular,
+    /// Sparse by far (`crate::sys::sparse`): `declared` bytes over `allocated` bytes on
+    /// disk. SteadQ writes every byte of a job file; this one is forged, and is not read.
+    Sparse {
+        /// Its size (`st_size`), bytes.
+        declared: u64,
+        /// Bytes allocated to it (`st_blocks × 512`).
+        allocated: u64,
+    },
 }
 
 impl core::fmt::Display for Corruption {
@@ -95,6 +103,13 @@ impl core::fmt::Display for Corruption {
             Corruption::PayloadDigest => f.write_str("payload SHA-256 mismatch"),
             Corruption::EnvelopeDigest => f.write_str("envelope SHA-256 mismatch"),
             Corruption::NotRegular => f.write_str("not a regular file"),
+            Corruption::Sparse {
+                declared,
+                allocated,
+            } => write!(
+                f,
+                "sparse: {declared} bytes declared over {allocated} bytes allocated (not read)"
+            ),
         }
     }
 }

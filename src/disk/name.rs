@@ -361,6 +361,11 @@ pub struct JobName {
 pub enum NameError {
     /// Not in the grammar above.
     Syntax,
+    /// Well-formed, but at generation `u64::MAX` (`g` all `f`s): no job gets there (one
+    /// state change per rename), and its next state change would wrap to generation 0, so
+    /// the name is forged. Never parsed into a [`JobName`]: nothing moves it but `fsck
+    /// --quarantine`.
+    LastGeneration,
     /// Well-formed, but the tag does not match (corrupt, or from another queue).
     Tag,
 }
@@ -401,6 +406,49 @@ pub(crate) fn parse_hex(s: &[u8], width: usize) -> Option<u128> {
     Some(u128::from(parse_hex64(hi)?) << 64 | u128::from(parse_hex64(lo)?))
 }
 
+/// A directory entry's name as text: its UTF-8 runs as they are (a backslash doubled), each
+/// byte that is not part of one as `\xNN`. Reversible ([`unescape_name`]): how a name that
+/// is not UTF-8 is reported and then found again (`fsck --quarantine`).
+pub fn escape_name(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len() + 8);
+    for chunk in raw.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// The bytes [`escape_name`] made `s` from; `None` when `s` is not such an escape.
+pub fn unescape_name(s: &str) -> Option<Vec<u8>> {
+    let (mut out, b) = (Vec::with_capacity(s.len()), s.as_bytes());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' if b.get(i + 1) == Some(&b'\\') => {
+                out.push(b'\\');
+                i += 2;
+            }
+            b'\\' if b.get(i + 1) == Some(&b'x') => {
+                out.push(parse_hex(b.get(i + 2..i + 4)?, 2)? as u8);
+                i += 4;
+            }
+            b'\\' => return None,
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
 impl JobName {
     /// A fresh ready name (generation 0, attempt 0).
     pub fn new_ready(id: JobId, max_attempts: u32) -> JobName {
@@ -420,11 +468,13 @@ impl JobName {
         self
     }
 
-    /// The same job in a new state: generation + 1, attempt + `claimed`.
+    /// The same job in a new state: generation + 1, attempt + `claimed`. A parsed name is
+    /// never at generation `u64::MAX` ([`NameError::LastGeneration`]); one made by hand
+    /// there stays at it rather than wrap to 0.
     pub fn next(&self, kind: Kind, claimed: bool) -> JobName {
         JobName {
             id: self.id,
-            generation: self.generation + 1,
+            generation: self.generation.saturating_add(1),
             attempt: self.attempt + claimed as u32,
             max_attempts: self.max_attempts,
             priority: self.priority,
@@ -586,6 +636,9 @@ impl JobName {
             hex_field(f, letter, width)
         };
         let generation = field(b'g', 16)? as u64;
+        if generation == u64::MAX {
+            return Err(NameError::LastGeneration);
+        }
         let attempt = field(b'a', 8)? as u32;
         let max_attempts = field(b'm', 8)? as u32;
         let mut rest: heapless::Vec<&[u8], 6> =
@@ -825,7 +878,8 @@ pub(crate) fn parse_ready(b: &[u8]) -> Option<(JobName, u64)> {
     let id = (hex64(&b[0..16])? as u128) << 64 | hex64(&b[16..32])? as u128;
     let name = JobName {
         id: JobId(id),
-        generation: hex64(&b[34..50])?,
+        // The last generation is left to the full parse, which refuses it (`LastGeneration`).
+        generation: hex64(&b[34..50]).filter(|&g| g != u64::MAX)?,
         attempt: hex64(&b[52..60])? as u32,
         max_attempts: hex64(&b[62..70])? as u32,
         kind: Kind::Ready,
@@ -1103,7 +1157,7 @@ mod tests {
             ),
             JobName {
                 id: JobId(u128::MAX),
-                generation: u64::MAX,
+                generation: u64::MAX - 1,
                 attempt: u32::MAX,
                 max_attempts: u32::MAX,
                 priority: 7,
@@ -1115,6 +1169,30 @@ mod tests {
                 }),
             },
         ]
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_escape_and_come_back() {
+        for raw in [&b"a\xff\\x41b"[..], b"\x80", b"plain", b"\\\xc3"] {
+            let e = escape_name(raw);
+            assert_eq!(unescape_name(&e).as_deref(), Some(raw), "{e}");
+        }
+        assert_eq!(escape_name(b"a\xffb"), "a\\xffb");
+        assert_eq!(unescape_name("a\\q"), None);
+    }
+
+    #[test]
+    fn the_last_generation_is_refused_never_wrapped() {
+        for n in samples() {
+            let last = JobName {
+                generation: u64::MAX,
+                ..n
+            };
+            let s = last.format(Q);
+            assert_eq!(JobName::parse(&s, Q), Err(NameError::LastGeneration), "{s}");
+            assert_eq!(parse_ready(s.as_bytes()), None, "{s}");
+            assert_eq!(last.next(Kind::Ready, false).generation, u64::MAX);
+        }
     }
 
     #[test]
@@ -1163,6 +1241,9 @@ mod tests {
                     if is_field_letter || is_priority {
                         // e.g. ".a" -> ".b": a different field, so not even the grammar fits.
                         assert!(JobName::parse(t, Q).is_err(), "{t}");
+                    } else if t.contains(".gffffffffffffffff.") {
+                        // A flip into the last generation is refused before the tag.
+                        assert_eq!(JobName::parse(t, Q), Err(NameError::LastGeneration), "{t}");
                     } else {
                         assert_eq!(JobName::parse(t, Q), Err(NameError::Tag), "{t}");
                     }

@@ -29,6 +29,9 @@ impl core::fmt::Display for Foreign {
         f.write_str(match self {
             Foreign::NotUtf8 => "foreign: name is not UTF-8",
             Foreign::Name(NameError::Syntax) => "foreign: not a SteadQ job name",
+            Foreign::Name(NameError::LastGeneration) => {
+                "foreign: a job name at generation ffffffffffffffff, which no job reaches (its next move would wrap to 0): forged"
+            }
             Foreign::Name(NameError::Tag) => {
                 "foreign: name tag mismatch (corrupt name or another queue's job)"
             }
@@ -108,11 +111,23 @@ pub(crate) struct ShardScan {
     pub refused_until: Option<u64>,
 }
 
+/// The longest lease, ns: 7 days (`crate::MAX_LEASE`, which is checked equal to it).
+pub(crate) const LEASE_CAP_NS: u64 = 7 * 86_400 * 1_000_000_000;
+
 /// Whether a lease held under `boot_id` with `CLOCK_BOOTTIME` deadline `deadline_ns` has
 /// expired at `now_ns` on boot `boot`: one from another boot expires at once (its clock
-/// restarted), one of this boot at its deadline. The one place the expiry rule lives.
+/// restarted), one of this boot at its deadline, and one whose deadline is further than
+/// [`lease_beyond_cap`] allows at once (a forged deadline, say `u64::MAX`, hid the job for
+/// 213,503 days). The one place the expiry rule lives.
 pub(crate) fn lease_expired(l: &crate::disk::name::LeaseFields, boot: u128, now_ns: u64) -> bool {
-    l.boot_id != boot || now_ns >= l.boot_deadline_ns
+    l.boot_id != boot || now_ns >= l.boot_deadline_ns || lease_beyond_cap(l, now_ns)
+}
+
+/// Whether lease `l`'s deadline is further from `now_ns` than any claim or renewal sets
+/// ([`LEASE_CAP_NS`] and a minute of slack): no lease SteadQ wrote can be, so the name was
+/// forged, and the lease counts as expired (recovery gives the job back).
+pub(crate) fn lease_beyond_cap(l: &crate::disk::name::LeaseFields, now_ns: u64) -> bool {
+    l.boot_deadline_ns.saturating_sub(now_ns) > LEASE_CAP_NS + 60_000_000_000
 }
 
 /// A ready name kept by a listing: ordered by id alone (a max-heap drops the newest).

@@ -314,6 +314,35 @@ pub struct Meta {
     pub links: u64,
     /// `(st_dev, st_ino)`: which file it is.
     pub file: (u64, u64),
+    /// Bytes allocated to it (`st_blocks × 512`).
+    pub allocated: u64,
+}
+
+impl Meta {
+    /// The bytes it is counted for (status, byte limits): its size, or for a file
+    /// [`sparse`] by far, what is allocated to it (a planted file declaring 100 GiB over a
+    /// few blocks does not fill the queue's byte limit).
+    pub fn counted_size(&self) -> u64 {
+        match sparse(self.size, self.allocated) {
+            true => self.allocated,
+            false => self.size,
+        }
+    }
+}
+
+/// Sizes at or below this are never called sparse: allocation granularity and small
+/// holes say nothing there.
+pub const SPARSE_MIN: u64 = 1 << 20;
+
+/// Whether a file of `size` bytes with `allocated` bytes on disk (`st_blocks × 512`) is
+/// sparse by far: larger than [`SPARSE_MIN`] and less than an eighth of it allocated. SteadQ
+/// writes every byte of a job file, so no job file it made is; a forged one (a header
+/// declaring 100 GiB over a hole, `truncate -s`) is, and is reported corrupt unread. (A
+/// filesystem that reports compressed usage in `st_blocks`, like ZFS with compression, can
+/// make a highly compressible payload look sparse; SteadQ's tested filesystems, ext4, xfs,
+/// btrfs and tmpfs, report the logical allocation.)
+pub fn sparse(size: u64, allocated: u64) -> bool {
+    size > SPARSE_MIN && allocated.saturating_mul(8) < size
 }
 
 /// A directory entry's type as `getdents64` reported it.
@@ -449,9 +478,25 @@ impl Sys {
     /// blocking on a fifo (`O_NOFOLLOW | O_NONBLOCK`). The caller checks `fstat` for a regular
     /// file. `openat(2)`.
     pub fn open_file_ro(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        let flags =
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
         self.run_retry(Call::Open, || {
             rustix::fs::openat(dir, name, flags, Mode::empty())
+        })
+    }
+
+    /// [`Sys::open_file_ro`] of a file the queue keeps (its identity, limits, key entries,
+    /// evidence), which must be a regular file: `O_NOCTTY` too, and `fstat(2)` of the fd
+    /// inside the same counted call. `ENXIO` when it is a fifo, socket or device (see
+    /// [`require_regular`]), `EISDIR` for a directory, `ELOOP` for a symlink (never followed).
+    /// Never blocks: nothing is read.
+    pub fn open_regular_ro(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
+        let flags =
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+        self.run_retry(Call::Open, || {
+            let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
+            require_regular(fd.as_fd())?;
+            Ok(fd)
         })
     }
 
@@ -486,11 +531,17 @@ impl Sys {
     }
 
     /// Open existing regular file `name` in `dir` write-only, never following a symlink or
-    /// blocking on a fifo (`O_WRONLY | O_NOFOLLOW | O_NONBLOCK`): to cut a receipt. `openat(2)`.
+    /// blocking on a fifo (`O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`): to cut a
+    /// receipt. `openat(2)`, then `fstat(2)` in the same counted call: `ENXIO` for anything
+    /// but a regular file (a fifo without a reader says so at the open), `EISDIR` for a
+    /// directory, `ELOOP` for a symlink.
     pub fn open_file_wo(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags = OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        let flags =
+            OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
         self.run_retry(Call::Open, || {
-            rustix::fs::openat(dir, name, flags, Mode::empty())
+            let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
+            require_regular(fd.as_fd())?;
+            Ok(fd)
         })
     }
 
@@ -809,6 +860,20 @@ impl Sys {
         })
     }
 
+    /// [`Sys::rename`] of names given as bytes (a name that is not UTF-8, moved aside by
+    /// `fsck --quarantine`): `renameat2(2)` with `RENAME_NOREPLACE`.
+    pub fn rename_bytes(
+        &self,
+        from_dir: BorrowedFd<'_>,
+        from: &[u8],
+        to_dir: BorrowedFd<'_>,
+        to: &[u8],
+    ) -> R<()> {
+        self.run(Call::Rename, || {
+            rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE)
+        })
+    }
+
     /// `renameat2(2)` *without* `RENAME_NOREPLACE`: replaces `to` atomically. Only for the
     /// settings files (`steadq.queue` on a settings change, `steadq.limits`), never for a job.
     pub fn rename_replace(
@@ -974,6 +1039,20 @@ impl Sys {
         })
     }
 
+    /// `fstat(2)`: `(file type, size in bytes, bytes allocated: st_blocks × 512)`.
+    #[allow(clippy::unnecessary_cast)] // st_blocks is i64 or u64 by target
+    pub fn fstat_allocated(&self, fd: BorrowedFd<'_>) -> R<(FileType, u64, u64)> {
+        self.run_retry(Call::Stat, || {
+            rustix::fs::fstat(fd).map(|st| {
+                (
+                    FileType::from_raw_mode(st.st_mode),
+                    st.st_size as u64,
+                    (st.st_blocks as u64).saturating_mul(512),
+                )
+            })
+        })
+    }
+
     /// `fstat(2)`: the link count (0 once the file was unlinked while open).
     #[allow(clippy::unnecessary_cast)] // st_nlink is u32 on some targets
     pub fn nlink(&self, fd: BorrowedFd<'_>) -> R<u64> {
@@ -995,18 +1074,29 @@ impl Sys {
                     + st.st_mtime_nsec as u64,
                 links: st.st_nlink as u64,
                 file: (st.st_dev as u64, st.st_ino as u64),
+                allocated: (st.st_blocks as u64).saturating_mul(512),
             })
         })
     }
 
-    /// Open (creating, mode 0666 less the umask) `name` in `dir` for appending, and reading
-    /// (a torn last line is looked for before appending), never following a symlink.
-    /// `openat(2)` with `O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW`.
+    /// Open (creating, mode 0666 less the umask) regular file `name` in `dir` for appending,
+    /// and reading (a torn last line is looked for before appending), never following a
+    /// symlink (`ELOOP`) and never blocking on a fifo: `openat(2)` with `O_RDWR | O_APPEND |
+    /// O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, then `fstat(2)` in the same counted
+    /// call. A fifo, socket or device is `ENXIO`, a directory `EISDIR` (see
+    /// [`require_regular`]); nothing is written to either.
     pub fn open_append(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags =
-            OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let flags = OFlags::RDWR
+            | OFlags::APPEND
+            | OFlags::CREATE
+            | OFlags::CLOEXEC
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY;
         self.run(Call::Open, || {
-            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
+            let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))?;
+            require_regular(fd.as_fd())?;
+            Ok(fd)
         })
     }
 
@@ -1201,6 +1291,18 @@ pub fn fs_name(magic: i64) -> &'static str {
 /// `fchown(2)` `fd` like `template` in `dir` (owner and group when permitted, else the group
 /// alone, else neither: `EPERM` is not an error), then `fchmod(2)` it to the template's
 /// `st_mode & bits`. One `fstatat(2)`; the caller counts the whole as one call.
+/// `Ok` when open `fd` is a regular file (`fstat(2)`); `EISDIR` for a directory and `ENXIO`
+/// for anything else (a fifo, socket or device: the errno `open(2)` gives a fifo opened for
+/// writing without a reader, or a socket), which the error text reads as "not a regular
+/// file".
+pub fn require_regular(fd: BorrowedFd<'_>) -> R<()> {
+    match FileType::from_raw_mode(rustix::fs::fstat(fd)?.st_mode) {
+        FileType::RegularFile => Ok(()),
+        FileType::Directory => Err(Errno::ISDIR),
+        _ => Err(Errno::NXIO),
+    }
+}
+
 fn share_like(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, template: &str, bits: u32) -> R<()> {
     let st = rustix::fs::statat(dir, template, AtFlags::SYMLINK_NOFOLLOW)?;
     // Only a real directory (or, for a file's read and write bits, a regular file) is a
@@ -1238,6 +1340,7 @@ fn meta_of(st: &rustix::fs::Stat) -> Meta {
         mtime_ns: (st.st_mtime as u64).saturating_mul(1_000_000_000) + st.st_mtime_nsec as u64,
         links: st.st_nlink as u64,
         file: (st.st_dev as u64, st.st_ino as u64),
+        allocated: (st.st_blocks as u64).saturating_mul(512),
     }
 }
 

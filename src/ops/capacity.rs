@@ -239,7 +239,10 @@ impl Queue {
     /// [`ErrorKind::Io`] when it cannot be read.
     pub fn limits(&self) -> Result<Limits> {
         let p = self.path(LIMITS_FILE);
-        let fd = match self.sys.open_file_ro(self.dirs.root.as_fd(), LIMITS_FILE) {
+        let fd = match self
+            .sys
+            .open_regular_ro(self.dirs.root.as_fd(), LIMITS_FILE)
+        {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(Limits::default()),
             Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(p))),
@@ -561,7 +564,7 @@ impl Queue {
             t.dirs
                 .get(&wd)
                 .and_then(|d| self.sys.stat_nofollow(d.fd.as_fd(), name).ok())
-                .map_or(0, |m| m.size)
+                .map_or(0, |m| m.counted_size())
         };
         if let Some((old, _)) = t.jobs.insert(id, (size, wd)) {
             t.bytes -= old;
@@ -640,7 +643,10 @@ impl Queue {
                 if matches!(n.kind, Kind::Ready | Kind::Leased(_) | Kind::Delayed { .. }) {
                     jobs += 1;
                     if sizes {
-                        bytes += self.sys.stat_nofollow(s.dir, s.raw).map_or(0, |m| m.size);
+                        bytes += self
+                            .sys
+                            .stat_nofollow(s.dir, s.raw)
+                            .map_or(0, |m| m.counted_size());
                     }
                 }
             }

@@ -447,7 +447,7 @@ impl Queue {
     ) -> Result<Option<Taken>> {
         let rel = format!("{KEYS_DIR}/{entry}");
         let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
-        let fd = match self.sys.open_file_ro(keys, entry) {
+        let fd = match self.sys.open_regular_ro(keys, entry) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(nd(Call::Open, e)),
@@ -630,8 +630,18 @@ impl Queue {
             };
             let age = now.saturating_sub(meta.ctime_ns);
             if is_entry_name(&n) {
-                let Some(e) = self.read_key_entry(keys.as_fd(), &n, meta.ctime_ns) else {
-                    continue;
+                let e = match self.load_key_entry(keys.as_fd(), &n, meta.ctime_ns) {
+                    Ok(Some(e)) => e,
+                    Ok(None) | Err(Errno::NOENT) => continue,
+                    Err(err) => {
+                        // A fifo, socket or directory planted here: never read, named.
+                        let p = self.path(&format!("{KEYS_DIR}/{n}"));
+                        log::warn!(
+                            "{}; skipped",
+                            Error::io(Call::Open, err, Outcome::NotDone, Some(p))
+                        );
+                        continue;
+                    }
                 };
                 let expired = age >= retention.as_nanos() as u64 && !live.contains(&e.id);
                 let orphan = !all.contains(&e.id)
@@ -700,12 +710,6 @@ impl Queue {
         Ok(names)
     }
 
-    /// Key entry `name` of `keys/` (changed at `ctime_ns`), or `None` when it cannot be read
-    /// or decoded (compaction then leaves it alone).
-    fn read_key_entry(&self, keys: BorrowedFd<'_>, name: &str, ctime_ns: u64) -> Option<Entry> {
-        self.load_key_entry(keys, name, ctime_ns).ok().flatten()
-    }
-
     /// Key entry `name` of `keys/` (changed at `ctime_ns`): `Err` when it cannot be read,
     /// `Ok(None)` when it reads but does not decode.
     fn load_key_entry(
@@ -716,7 +720,7 @@ impl Queue {
     ) -> core::result::Result<Option<Entry>, Errno> {
         let mut buf = Vec::new();
         self.sys
-            .open_file_ro(keys, name)
+            .open_regular_ro(keys, name)
             .and_then(|fd| self.sys.read_all(fd.as_fd(), 4096, &mut buf))?;
         Ok(std::str::from_utf8(&buf)
             .ok()

@@ -1035,7 +1035,11 @@ impl Queue {
                 // the end (short by exactly that byte), so the file is whole without `fstat`.
                 let declared = crate::disk::format::declared_len(&probe);
                 let limit = max_payload.saturating_add(HEADER_LEN as u64);
-                if let Some(total) = declared.filter(|t| *t <= CHUNK as u64 && *t <= limit) {
+                // Not shorter than the probe: a file longer than its header says (bytes
+                // appended, a forged size) takes the `fstat` path, which finds it corrupt
+                // (it indexed past the end of `buf` here and panicked the claim).
+                let fits = |t: &u64| *t >= n as u64 && *t <= CHUNK as u64 && *t <= limit;
+                if let Some(total) = declared.filter(fits) {
                     let total = total as usize;
                     let mut buf = vec![0u8; total + 1];
                     buf[..n].copy_from_slice(&probe);
@@ -1050,11 +1054,26 @@ impl Queue {
                 }
                 n
             }
-            Err(Errno::SPIPE | Errno::ISDIR | Errno::INVAL | Errno::NXIO | Errno::NODEV) => 0,
+            Err(
+                Errno::SPIPE
+                | Errno::ISDIR
+                | Errno::INVAL
+                | Errno::NXIO
+                | Errno::NODEV
+                | Errno::AGAIN,
+            ) => 0,
             Err(e) => return Err(Err((Call::Read, e))),
         };
-        let size = match self.sys.fstat(fd) {
-            Ok((FileType::RegularFile, size)) => size,
+        let size = match self.sys.fstat_allocated(fd) {
+            Ok((FileType::RegularFile, size, allocated))
+                if crate::disk::sys::sparse(size, allocated) =>
+            {
+                return Err(Ok(Corruption::Sparse {
+                    declared: size,
+                    allocated,
+                }))
+            }
+            Ok((FileType::RegularFile, size, _)) => size,
             Ok(_) => return Err(Ok(Corruption::NotRegular)),
             Err(e) => return Err(Err((Call::Stat, e))),
         };

@@ -23,4 +23,5 @@ mod payload_out;
 mod perf;
 mod priority;
 mod stream;
+mod trust;
 mod typed_async;
