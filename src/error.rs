@@ -196,6 +196,15 @@ pub enum ErrorKind {
     },
     /// The limits file `steadq.limits` is damaged (syntax or checksum).
     BadLimits,
+    /// A ready shard (the path) is a directory owned by another user than `ready/`: not
+    /// the one `init` made (someone moved it away and made their own). It is never listed
+    /// nor placed into. Not done.
+    ForeignDir {
+        /// The directory's owner (uid).
+        owner: u32,
+        /// The owner of `ready/` (uid).
+        expected: u32,
+    },
     /// An idempotency key entry in `keys/` is unreadable or names another key.
     BadKeyEntry,
     /// A typed payload could not be encoded, or a claimed one decoded (`TypedQueue`,
@@ -498,6 +507,12 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
         ErrorKind::BadLimits => f.write_str(
             "the limits file steadq.limits is damaged (malformed, or its sum= line does not \
              match); set the limits again",
+        ),
+        ErrorKind::ForeignDir { owner, expected } => write!(
+            f,
+            "a directory of uid {owner} where the queue's shard (owned by uid {expected}, the \
+             owner of ready/) belongs: never used; not done (move it away and run `steadq \
+             init` as uid {expected})"
         ),
         ErrorKind::Decode(what) => write!(f, "typed payload: {what}"),
         ErrorKind::Input(what) => write!(f, "reading the payload failed: {what}"),

@@ -1137,6 +1137,10 @@ impl Queue {
             crate::ops::levels::SlotDir::Missing => {
                 return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
             }
+            crate::ops::levels::SlotDir::Blocked(_) if self.foreign_slot(shard).is_some() => {
+                let e = self.foreign_slot_error(shard);
+                return Err(e.expect("a foreign slot").into());
+            }
             crate::ops::levels::SlotDir::Blocked(b) => {
                 let e = match self.sys.stat_nofollow(self.dirs.root.as_fd(), &b) {
                     Ok(m) if m.file_type == rustix::fs::FileType::Symlink => Errno::LOOP,
