@@ -335,3 +335,42 @@ fn a_shard_of_another_owner_is_never_listed_nor_placed_into() {
         rep.problems
     );
 }
+
+/// A second name of one job file (a hard link into `ready/` made by a user who may write
+/// the shards) made the job run again: the same job id was claimed and acked once per name.
+/// A claim now refuses a job file with more than one name: it is given back and passed
+/// over, the claim says "no job" (no error), and the lease goes on to its ack.
+#[test]
+fn a_hard_link_of_a_leased_job_into_ready_is_never_claimed() {
+    let d = TempDir::new("hardlink-claim");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"once").unwrap();
+    let ready = q.find(id).unwrap().rel_path(q.id());
+    let l = q.claim().unwrap().unwrap();
+    let leased = q.find(id).unwrap().rel_path(q.id());
+    assert_ne!(ready, leased);
+    std::fs::hard_link(d.path().join(&leased), d.path().join(&ready)).unwrap();
+    // Another worker, while the job is leased, and after its ack.
+    let other = Queue::open(d.path()).unwrap();
+    assert!(other.claim().unwrap().is_none());
+    l.ack().unwrap();
+    for _ in 0..3 {
+        let fresh = Queue::open(d.path()).unwrap();
+        assert!(
+            fresh.claim().unwrap().is_none(),
+            "the link is never a second run"
+        );
+    }
+    assert!(other.claim().unwrap().is_none());
+    let st = q.status().unwrap();
+    assert_eq!(st.leased, 0);
+    assert_eq!(
+        std::fs::read_dir(d.path().join("receipts/00"))
+            .unwrap()
+            .count(),
+        1
+    );
+    // The planted name is left for the operator, and fsck names it.
+    assert_eq!(st.ready, 1);
+    assert!(!q.fsck().unwrap().clean());
+}
