@@ -1101,7 +1101,7 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
         Some(rel[..end].to_string())
     };
     // A default-level shard is made by `init`, as the owner of `ready/`: one owned by
-    // another user was put there by someone else (a member of the queue's group who moved
+    // another user (root excepted) was put there by someone else (a member of the queue's group who moved
     // the owner's shard away, its jobs with it, and made her own). Its jobs are not the
     // queue's to run, and new jobs must not go there: it is held by the stand-in like a
     // blocked shard, named in a warning, and fsck reports it.
@@ -1140,9 +1140,15 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
                 None => Err(e),
             },
             Ok(fd) if !lazy => {
-                let owner = sys.owner_of(fd.as_fd()).ok();
+                // Not the stand-in of a shard this user cannot name: the identity file's
+                // owner says nothing about the shard.
+                let dir = sys
+                    .fstat(fd.as_fd())
+                    .is_ok_and(|(t, _)| t == rustix::fs::FileType::Directory);
+                let owner = sys.owner_of(fd.as_fd()).ok().filter(|_| dir);
                 match (owner, ready_owner) {
-                    (Some(o), Some(r)) if o != r => {
+                    // A shard of root's is not a member's plant: only root could make it.
+                    (Some(o), Some(r)) if o != r && o != 0 => {
                         foreign[s as usize] = Some((o, r));
                         log::warn!(
                             "{}: owned by uid {o}, not by the owner of {READY_DIR}/ (uid {r}): \
