@@ -205,8 +205,30 @@ pub enum ErrorKind {
     },
     /// The limits file `steadq.limits` is damaged (syntax or checksum).
     BadLimits,
+    /// A ready shard (the path) is a directory owned by another user than `ready/`: not
+    /// the one `init` made (someone moved it away and made their own). It is never listed
+    /// nor placed into. Not done.
+    ForeignDir {
+        /// The directory's owner (uid).
+        owner: u32,
+        /// The owner of `ready/` (uid).
+        expected: u32,
+    },
     /// An idempotency key entry in `keys/` is unreadable or names another key.
     BadKeyEntry,
+    /// An enqueue with an idempotency key found the key's entry (the path) held by a
+    /// process that seems alive and has not published its job, and stopped waiting after
+    /// [`crate::KEY_WAIT_MAX`]: an enqueue with the same key still in progress (a large
+    /// streamed payload), or an entry planted by a user of the queue, whose creator pid,
+    /// liveness and age (ctime) are not to be trusted. Not done, nothing enqueued.
+    KeyPending {
+        /// The creator pid the entry names.
+        pid: i32,
+        /// The entry's owner (uid).
+        owner: u32,
+        /// How long this enqueue waited, ms.
+        waited_ms: u64,
+    },
     /// A typed payload could not be encoded, or a claimed one decoded (`TypedQueue`,
     /// feature `serde`); the text says why.
     Decode(String),
@@ -530,8 +552,24 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
             "the limits file steadq.limits is damaged (malformed, or its sum= line does not \
              match); set the limits again",
         ),
+        ErrorKind::ForeignDir { owner, expected } => write!(
+            f,
+            "a directory of uid {owner} where the queue's shard (owned by uid {expected}, the \
+             owner of ready/) belongs: never used; not done (move it away and run `steadq \
+             init` as uid {expected})"
+        ),
         ErrorKind::Decode(what) => write!(f, "typed payload: {what}"),
         ErrorKind::Input(what) => write!(f, "reading the payload failed: {what}"),
+        ErrorKind::KeyPending {
+            pid,
+            owner,
+            waited_ms,
+        } => write!(
+            f,
+            "idempotency key entry held by pid {pid} (entry owned by uid {owner}), whose job \
+             did not appear in {waited_ms} ms: not done, nothing enqueued (try again; if no \
+             enqueue with this key is running, remove the entry)"
+        ),
         ErrorKind::BadKeyEntry => {
             f.write_str("idempotency key entry is damaged or names another key")
         }

@@ -122,7 +122,7 @@ pub use error::{
 };
 pub use ops::capacity::{CapacityUse, Limits, LIMITS_FILE};
 pub use ops::enqueue::EnqueueOptions;
-pub use ops::keys::{Enqueued, Key, KEYS_DIR, KEY_ORPHAN_AFTER, TOMBSTONE_KEEP};
+pub use ops::keys::{Enqueued, Key, KEYS_DIR, KEY_ORPHAN_AFTER, KEY_WAIT_MAX, TOMBSTONE_KEEP};
 pub use ops::lease::{backoff, AckedNext, Lease, Nacked, Receipt};
 pub use ops::payload::PayloadReader;
 pub use ops::recover::RecoverReport;

@@ -227,6 +227,13 @@ pub(crate) struct Dirs {
     /// The raw fds of `ready` and `receipts` that are stand-ins (see `open_dirs`), and
     /// `absent`'s.
     pub standins: Vec<std::os::fd::RawFd>,
+    /// Per ready slot: `Some((owner uid, owner uid of ready/))` for a default-level shard
+    /// owned by another user than `ready/` when the queue was opened (see `open_dirs`). It
+    /// is held by the stand-in, and [`Queue::slot_dir`] calls it blocked: never listed by
+    /// path, never placed into.
+    pub foreign: Vec<Option<(u32, u32)>>,
+    /// The entries `open_dirs` warned about (from the root), so that uses do not warn again.
+    pub warned: Vec<String>,
 }
 
 impl Dirs {
@@ -381,12 +388,12 @@ impl Queue {
         Queue::open_checked(root.as_ref(), opts, false)
     }
 
-    /// Open the queue at `root` to check it ([`Queue::fsck`], [`Queue::status`]): as
-    /// [`Queue::open`], except that a default-level shard that is a symlink
-    /// (`ready/03 -> /elsewhere`) does not refuse the queue. It is never followed: the
-    /// handle holds no job there, a claim passes it over and an enqueue there fails naming
-    /// it, and `fsck` reports it. (On a level's path, `prio -> /elsewhere`, every open treats
-    /// a symlink like a file: the levels behind it are skipped with a warning.)
+    /// Open the queue at `root` to check it ([`Queue::fsck`], [`Queue::status`]): the same
+    /// as [`Queue::open`]. A shard that is a symlink (`ready/03 -> /elsewhere`), a file, or
+    /// a directory of another owner than `ready/` refuses no open: it is never followed
+    /// nor listed, the handle holds no job there, a claim passes it over, an enqueue picks
+    /// another shard, and `fsck` reports it. Unlike [`Queue::open`], a layout split across
+    /// filesystems is not refused (fsck reports it).
     ///
     /// # Errors
     /// As [`Queue::open`].
@@ -488,14 +495,36 @@ impl Queue {
             let pfd = sys
                 .open_dir_beneath(rootfd.as_fd(), parent)
                 .map_err(|e| ind(Call::Open, e, &root.join(parent)))?;
+            // The sticky bit: the shard directories in it are the owner's, and a member of
+            // the queue's group (who may write here) may then neither rename nor remove them
+            // (replace `ready/03` by a symlink or her own directory). Not on the shards: their
+            // entries are the jobs of every user, moved by every user. An existing queue gets
+            // it at its owner's next `init`. Best effort: without it such a swap is found
+            // and skipped when the queue is opened (`open_dirs`).
+            match sys.make_sticky(pfd.as_fd()) {
+                Ok(set) => changed |= set,
+                Err(e) => log::warn!(
+                    "{}: could not set the sticky bit ({}); a member of the queue's group may \
+                     move its shard directories",
+                    root.join(parent).display(),
+                    std::io::Error::from(e)
+                ),
+            }
             for s in 0..ident.shards {
-                ensure_dir(
-                    &sys,
-                    pfd.as_fd(),
-                    shard_name(s).as_str(),
-                    &root.join(parent),
-                    &mut changed,
-                )?;
+                let name = shard_name(s);
+                let at = root.join(parent);
+                match ensure_dir(&sys, pfd.as_fd(), name.as_str(), &at, &mut changed) {
+                    // A symlink or a file in a shard's place (never followed): reported
+                    // when the queue is opened below and by fsck; the other shards work, so
+                    // `init` (a unit's `ExecStartPre`) does not fail for it.
+                    Err(e)
+                        if e.errno().is_some_and(|x| {
+                            [Errno::LOOP, Errno::NOTDIR]
+                                .iter()
+                                .any(|n| n.raw_os_error() == x.raw_os_error())
+                        }) => {}
+                    r => r?,
+                }
             }
         }
         // `evidence.log`, empty, made now while inodes are free: on a filesystem out of
@@ -544,7 +573,7 @@ impl Queue {
         opts: Options,
         check: bool,
     ) -> Result<Queue> {
-        let dirs = open_dirs(&sys, rootfd, &root, &ident, check)?;
+        let dirs = open_dirs(&sys, rootfd, &root, &ident)?;
         // Split across filesystems, every move between the two parts would fail (`EXDEV`):
         // a job would run and never be acked. Refused, except to the commands that look
         // (`check`): fsck reports it.
@@ -571,6 +600,7 @@ impl Queue {
                 .map(|f| f.as_raw_fd()),
         );
         let flags = || (0..ident.slots()).map(|_| Default::default()).collect();
+        let warned = dirs.warned.clone();
         // A fault plan keeps every barrier call, so that tests which fail or count them see
         // the same calls on every filesystem.
         let barriers = opts.durability != Durability::None
@@ -604,7 +634,7 @@ impl Queue {
                 unreadable: flags(),
                 warned_unreadable: flags(),
                 in_making: flags(),
-                warned_blocks: Default::default(),
+                warned_blocks: std::sync::Mutex::new(warned),
                 unwritable: Default::default(),
                 job_mode: OnceLock::new(),
                 warned_refused: Default::default(),
@@ -853,15 +883,25 @@ impl Queue {
     /// so it is named once, not once per slot behind it.
     pub(crate) fn warn_block(&self, block: &str) {
         let mut warned = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
-        if !warned.iter().any(|w| w == block) {
+        if warned.iter().any(|w| w == block) {
+            return;
+        }
+        let slot = (0..self.ident.slots()).find(|&s| self.ident.slot_rel(s) == block);
+        if let Some((owner, expected)) = slot.and_then(|s| self.foreign_slot(s)) {
+            log::warn!(
+                "{}: owned by uid {owner}, not by the owner of ready/ (uid {expected}): its \
+                 jobs are not taken and no job is placed there (fsck names it)",
+                self.path(block).display()
+            );
+        } else {
             log::warn!(
                 "{}: not a directory where the queue keeps ready jobs (a file, or a symlink, \
                  never followed); no job can be in the slots behind it and none can be placed \
                  there until it is moved away (fsck names it)",
                 self.path(block).display()
             );
-            warned.push(block.to_string());
         }
+        warned.push(block.to_string());
     }
 
     /// The first component of path `rel` (from the root) that exists and is not a directory
@@ -1017,13 +1057,7 @@ fn first_non_directory(
 /// # Errors
 /// Not done: [`ErrorKind::Incomplete`] for a missing directory (an interrupted create), or
 /// [`ErrorKind::Io`] naming it.
-fn open_dirs(
-    sys: &Sys,
-    rootfd: OwnedFd,
-    root: &Path,
-    ident: &Identity,
-    check: bool,
-) -> Result<Dirs> {
+fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Result<Dirs> {
     let shards = ident.shards;
     let open_failed = |rel: &str, e: Errno| {
         let kind = if e == Errno::NOENT {
@@ -1072,15 +1106,14 @@ fn open_dirs(
         })
         .collect();
     // A priority level's slot that does not exist yet is opened on first use.
-    // A slot behind something that is not a directory (a file named `prio` in the root, or
-    // in place of `ready/03`) holds no job: its level's slot is left unopened like one not
-    // made yet (`Queue::slot_dir` names the entry at each use), a default-level shard is
-    // held by the stand-in. Every other slot goes on, and fsck names the entry (it stopped
-    // every command before, even `fsck`). A symlink there is never followed: on a level's
-    // path it is treated like a file; as a default-level shard (`ready/03 -> /elsewhere`:
-    // an attempt to keep jobs outside the queue) it refuses the queue, naming it, except
-    // to `fsck` (`check`), which reports it.
-    let blocked = |e: &Error, rel: &str, lazy: bool| {
+    // A slot behind something that is not a directory (a file named `prio` in the root, a
+    // file or a symlink in place of `ready/03`) holds no job: its level's slot is left
+    // unopened like one not made yet (`Queue::slot_dir` names the entry at each use), a
+    // default-level shard is held by the stand-in. Every other slot goes on, and fsck
+    // names the entry. A symlink is never followed (`ready/03 -> /elsewhere`: an attempt
+    // to keep jobs outside the queue, or to stop it): it refused the whole queue, so one
+    // member of the queue's group stopped every worker, enqueue and `init`.
+    let blocked = |e: &Error, rel: &str| {
         let errno = |n: Errno| {
             e.errno()
                 .is_some_and(|x| x.raw_os_error() == n.raw_os_error())
@@ -1088,38 +1121,72 @@ fn open_dirs(
         if !errno(Errno::NOTDIR) && !errno(Errno::LOOP) {
             return None;
         }
-        let (end, t) = first_non_directory(sys, rootfd.as_fd(), rel)?;
-        let symlink = t == rustix::fs::FileType::Symlink;
-        Some((rel[..end].to_string(), !symlink || lazy || check))
+        let (end, _) = first_non_directory(sys, rootfd.as_fd(), rel)?;
+        Some(rel[..end].to_string())
     };
-    // A symlink where the layout has a directory, refused (never followed), named where it
-    // stands.
-    let symlink_refused = |block: &str| {
-        Error::io(
-            Call::Open,
-            Errno::LOOP,
-            Outcome::NotDone,
-            Some(root.join(block)),
-        )
-    };
-    let slot = |s: u16| {
+    // A default-level shard is made by `init`, as the owner of `ready/`: one owned by
+    // another user (root excepted) was put there by someone else (a member of the queue's group who moved
+    // the owner's shard away, its jobs with it, and made her own). Its jobs are not the
+    // queue's to run, and new jobs must not go there: it is held by the stand-in like a
+    // blocked shard, named in a warning, and fsck reports it.
+    let ready_owner = sys
+        .owner_nofollow(rootfd.as_fd(), READY_DIR)
+        .ok()
+        .filter(|(_, _, mode)| {
+            rustix::fs::FileType::from_raw_mode(*mode) == rustix::fs::FileType::Directory
+        })
+        .map(|(uid, _, _)| uid);
+    let mut foreign = vec![None; ident.slots() as usize];
+    let mut warned: Vec<String> = Vec::new();
+    let mut slot = |s: u16| {
         let rel = ident.slot_rel(s);
         let lazy = ident.slot_is_lazy(s);
         if lazy && level_missing[ident.slot_parts(s).0 as usize] {
             return Ok(None);
         }
+        let standin = || sys.open_file_path_only(rootfd.as_fd(), IDENTITY_FILE);
         match held(&rel) {
             Err(e) if *e.kind() == ErrorKind::Incomplete && lazy => Ok(None),
-            Err(e) => match blocked(&e, &rel, lazy) {
-                Some((_, true)) if lazy => Ok(None),
-                Some((_, true)) => sys
-                    .open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
-                    .map(Some)
-                    .map_err(|_| e),
-                // Named where it stands: `ready/03`, not a path behind it.
-                Some((block, false)) => Err(symlink_refused(&block)),
+            Err(e) => match blocked(&e, &rel) {
+                Some(_) if lazy => Ok(None),
+                Some(block) => {
+                    if !warned.contains(&block) {
+                        log::warn!(
+                            "{}: not a directory where the queue keeps ready jobs (a file, or \
+                             a symlink, never followed); no job can be in the shards behind it \
+                             and none is placed there until it is moved away (fsck names it)",
+                            root.join(&block).display()
+                        );
+                        warned.push(block);
+                    }
+                    standin().map(Some).map_err(|_| e)
+                }
                 None => Err(e),
             },
+            Ok(fd) if !lazy => {
+                // Not the stand-in of a shard this user cannot name: the identity file's
+                // owner says nothing about the shard.
+                let dir = sys
+                    .fstat(fd.as_fd())
+                    .is_ok_and(|(t, _)| t == rustix::fs::FileType::Directory);
+                let owner = sys.owner_of(fd.as_fd()).ok().filter(|_| dir);
+                match (owner, ready_owner) {
+                    // A shard of root's is not a member's plant: only root could make it.
+                    (Some(o), Some(r)) if o != r && o != 0 => {
+                        foreign[s as usize] = Some((o, r));
+                        log::warn!(
+                            "{}: owned by uid {o}, not by the owner of {READY_DIR}/ (uid {r}): \
+                             not the shard `init` made; its jobs are not taken and no job is \
+                             placed there (fsck names it; move it away and run `steadq init` \
+                             as uid {r})",
+                            root.join(&rel).display()
+                        );
+                        warned.push(rel.clone());
+                        standin().map(Some).map_err(|e| open_failed(&rel, e))
+                    }
+                    _ => Ok(Some(fd)),
+                }
+            }
             r => r.map(Some),
         }
     };
@@ -1132,11 +1199,10 @@ fn open_dirs(
     // `tmp/`, `delayed/`, `dead/` or a receipt shard that is not a directory (a file, or a
     // symlink, never followed) stopped every command with "Not a directory", `fsck`
     // included. It is held by the stand-in now: the commands that need it fail naming it,
-    // the others go on, and fsck names it. A symlink refuses the queue as a default-level
-    // ready shard's does, except to the commands that look (`check`).
+    // the others go on, and fsck names it.
     let other = |rel: &str| match held(rel) {
-        Err(e) => match blocked(&e, rel, false) {
-            Some((block, true)) => {
+        Err(e) => match blocked(&e, rel) {
+            Some(block) => {
                 log::warn!(
                     "{}: not a directory where the queue has one (a file, or a symlink, never \
                      followed); what belongs there can be neither placed nor taken until it \
@@ -1146,7 +1212,6 @@ fn open_dirs(
                 sys.open_file_path_only(rootfd.as_fd(), IDENTITY_FILE)
                     .map_err(|_| e)
             }
-            Some((block, false)) => Err(symlink_refused(&block)),
             None => Err(e),
         },
         r => r,
@@ -1166,6 +1231,8 @@ fn open_dirs(
         dead: other(DEAD_DIR)?,
         root: rootfd,
         standins: Vec::new(),
+        foreign,
+        warned,
     };
     let standins = dirs.ready.iter().filter_map(|c| c.get());
     let standins = standins.chain(&dirs.receipts).chain([&dirs.absent]);

@@ -62,6 +62,17 @@ pub enum ProblemKind {
     /// moved (`--quarantine` moves no root entry); in `prio/` or a shard parent it is
     /// quarantined like any stray.
     NotADirectory,
+    /// A default-level ready shard owned by another user than `ready/` (`init` makes
+    /// every shard as the owner of `ready/`): someone put their own directory in its place,
+    /// and the owner's shard, with its jobs, may be elsewhere. No claim lists it and no job
+    /// is placed there. Never moved by `--quarantine` (it may hold jobs): the owner moves it
+    /// away and runs `steadq init`, which makes the shard again.
+    ForeignOwner {
+        /// The directory's owner (uid).
+        owner: u32,
+        /// The owner of `ready/` (uid).
+        expected: u32,
+    },
     /// A file that does not decode: `steadq.limits` (every enqueue fails while it is
     /// damaged), or a live idempotency key entry in `keys/` (every enqueue with its key
     /// fails). Reported, never moved.
@@ -168,6 +179,12 @@ impl core::fmt::Display for Problem {
                 "not a directory where the queue keeps jobs (a file, or a symlink, never \
                  followed): jobs that belong behind it can be neither placed nor taken \
                  until it is moved away",
+            )?,
+            ProblemKind::ForeignOwner { owner, expected } => write!(
+                f,
+                "owned by uid {owner}, not by the owner of ready/ (uid {expected}): not the \
+                 shard init made; its jobs are not taken and no job is placed there (move it \
+                 away and run `steadq init` as uid {expected})"
             )?,
             ProblemKind::NotShared {
                 like,
@@ -747,6 +764,15 @@ impl Queue {
                 bad.push((parent.to_string(), name, ProblemKind::NotADirectory));
             }
         }
+        for s in 0..self.ident.slots() {
+            if let Some((owner, expected)) = self.foreign_slot(s) {
+                rep.problems.push(Problem {
+                    path: self.ident.slot_rel(s),
+                    kind: ProblemKind::ForeignOwner { owner, expected },
+                    quarantined: false,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -906,7 +932,8 @@ impl Queue {
             if want.2 & 0o170000 != 0o040000 {
                 continue;
             }
-            let (want_mode, mode) = (want.2 & 0o7777, got.2 & 0o7777);
+            // The sticky bit of `ready/` is its own: never shared (`Sys::copy_owner_and_mode`).
+            let (want_mode, mode) = (want.2 & 0o6777, got.2 & 0o7777);
             // A right the template grants that this directory lacks (read, write, search
             // for owner, group or others; setgid), or, under another group, one the
             // template's group had that others do not get here. More rights refuse nobody.

@@ -174,8 +174,8 @@ impl OutsideFile {
             return false;
         }
         let (Ok((file_uid, _, _)), Ok((dir_uid, _, dir_mode))) = (
-            self.sys.owner_of(self.file.as_fd()),
-            self.sys.owner_of(self.dir.as_fd()),
+            self.sys.owner_mode_of(self.file.as_fd()),
+            self.sys.owner_mode_of(self.dir.as_fd()),
         ) else {
             return false;
         };

@@ -568,8 +568,9 @@ impl Sys {
         })
     }
 
-    /// Give directory `fd` the owner, group and permission bits (setgid included) of
-    /// directory `template` in `dir`: `fstatat(2)`, then `fchown(2)` (owner and group when
+    /// Give directory `fd` the owner, group and permission bits (setgid included, the
+    /// sticky bit not: `ready/` has it, the directories made like it hold entries of many
+    /// users) of directory `template` in `dir`: `fstatat(2)`, then `fchown(2)` (owner and group when
     /// permitted, else the group alone, else neither: `EPERM` is not an error) and
     /// `fchmod(2)`. For directories made after init (a priority level's), so that a
     /// producer with another umask or user makes them as usable as `init` made the rest.
@@ -580,7 +581,7 @@ impl Sys {
         dir: BorrowedFd<'_>,
         template: &str,
     ) -> R<()> {
-        self.run(Call::Mkdir, || share_like(fd, dir, template, 0o7777))
+        self.run(Call::Mkdir, || share_like(fd, dir, template, 0o6777))
     }
 
     /// Give file `fd` the owner and group of `template` in `dir` (as
@@ -632,9 +633,32 @@ impl Sys {
 
     /// `(uid, gid, st_mode)` of open `fd` (`fstat(2)`; an `O_PATH` descriptor works too).
     #[allow(clippy::unnecessary_cast)] // stat field types differ between 64- and 32-bit targets
-    pub fn owner_of(&self, fd: BorrowedFd<'_>) -> R<(u32, u32, u32)> {
+    pub fn owner_mode_of(&self, fd: BorrowedFd<'_>) -> R<(u32, u32, u32)> {
         self.run_retry(Call::Stat, || {
             rustix::fs::fstat(fd).map(|st| (st.st_uid as u32, st.st_gid as u32, st.st_mode as u32))
+        })
+    }
+
+    /// The owner (`st_uid`) of open file or directory `fd`. `fstat(2)`, counted as a
+    /// [`Call::Stat`].
+    pub fn owner_of(&self, fd: BorrowedFd<'_>) -> R<u32> {
+        self.owner_mode_of(fd).map(|(uid, _, _)| uid)
+    }
+
+    /// Set the sticky bit (`S_ISVTX`) on directory `fd` when this user owns it and it lacks
+    /// the bit: `fstat(2)`, then `fchmod(2)`. `Ok(true)` when it was set now, `Ok(false)`
+    /// when it had it or belongs to another user (who alone may set it). Counted and
+    /// faulted as [`Call::Open`].
+    pub fn make_sticky(&self, fd: BorrowedFd<'_>) -> R<bool> {
+        self.run(Call::Open, || {
+            let st = rustix::fs::fstat(fd)?;
+            #[allow(clippy::unnecessary_cast)] // st_mode's type differs between targets
+            let mode = st.st_mode as u32;
+            if st.st_uid != rustix::process::geteuid().as_raw() || mode & 0o1000 != 0 {
+                return Ok(false);
+            }
+            rustix::fs::fchmod(fd, Mode::from_raw_mode((mode & 0o7777) | 0o1000))?;
+            Ok(true)
         })
     }
 

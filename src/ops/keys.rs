@@ -21,7 +21,9 @@
 //! publishing, or is being published right now. While its creator process is alive (same boot
 //! and pid namespace, `pidfd_open(2)` answers) and the key is younger than [`KEY_ORPHAN_AFTER`],
 //! a duplicate waits on inotify for the job to appear (and on the creator's pidfd for its
-//! exit). Once the creator is gone (or the key is older), the key is an **orphan**: it is
+//! exit), at most [`KEY_WAIT_MAX`] in all: then it fails not done naming the entry and the pid
+//! it names (a user who may write `keys/` can plant an entry naming a live process of hers
+//! and refresh its ctime; neither is trusted for longer than that). Once the creator is gone (or the key is older), the key is an **orphan**: it is
 //! retired by renaming it, without replacing, to `keys/<64 hex>.<job id>.gone` (a tombstone;
 //! of two processes retiring the same orphan exactly one rename succeeds, and a stale retire
 //! of a newer key fails with `EEXIST` on the tombstone) and the enqueue starts again.
@@ -49,6 +51,14 @@ pub use crate::disk::layout::KEYS_DIR;
 /// A key whose job never appeared is an orphan after this long even if its creator seems
 /// alive (a reused pid): 10 minutes.
 pub const KEY_ORPHAN_AFTER: Duration = Duration::from_secs(600);
+/// The longest an enqueue with a key waits for the job of a key entry whose creator seems
+/// alive (3 s), then fails not done ([`crate::ErrorKind::KeyPending`]) naming the entry.
+/// The creator's liveness and the entry's age are what a user who may write `keys/` can
+/// fake (a planted entry naming one of her live processes, its ctime refreshed by a rename):
+/// without the bound every enqueue with that key waited up to [`KEY_ORPHAN_AFTER`], and
+/// for ever while she refreshed it. An honest creator publishes its job within
+/// milliseconds once it holds the key, unless it streams a large payload.
+pub const KEY_WAIT_MAX: Duration = Duration::from_secs(3);
 /// Tombstones of retired keys are kept this long (1 hour) before `compact_keys` removes them.
 pub const TOMBSTONE_KEEP: Duration = Duration::from_secs(3600);
 
@@ -291,13 +301,26 @@ impl Queue {
         };
         let entry = key.entry_name(self.ident.id);
         let keys = self.keys_dir()?;
+        let started = self.clock.boot_ns();
         loop {
             match self.key_taken(keys.as_fd(), &entry, &key)? {
                 None => {}
                 Some(Taken::Job(id)) => return Ok(Enqueued::Duplicate(id)),
                 Some(Taken::Gone) => continue,
                 Some(Taken::Pending(e)) => {
-                    self.wait_for_job(&e);
+                    let waited = self.clock.boot_ns().saturating_sub(started);
+                    let left = (KEY_WAIT_MAX.as_nanos() as u64).saturating_sub(waited);
+                    if left == 0 {
+                        let owner = self.sys.owner_nofollow(keys.as_fd(), &entry);
+                        let kind = ErrorKind::KeyPending {
+                            pid: e.pid,
+                            owner: owner.map_or(u32::MAX, |o| o.0),
+                            waited_ms: waited / 1_000_000,
+                        };
+                        let at = self.path(&format!("{KEYS_DIR}/{entry}"));
+                        return Err(Error::not_done(kind, Some(at)));
+                    }
+                    self.wait_for_job(&e, left);
                     continue;
                 }
                 Some(Taken::Orphan(e)) => {
@@ -515,13 +538,15 @@ impl Queue {
     }
 
     /// Wait for the job of a pending key: inotify on its first directory (any name starting
-    /// with its id) and the creator's pidfd (its exit), up to the orphan age. One wake-up
-    /// and the caller looks again.
-    fn wait_for_job(&self, e: &Entry) {
+    /// with its id) and the creator's pidfd (its exit), up to the orphan age and at most
+    /// `max_ns`. One wake-up and the caller looks again.
+    fn wait_for_job(&self, e: &Entry, max_ns: u64) {
         use rustix::event::{poll, PollFd, PollFlags};
         use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
         let age = self.clock.wall_ns().saturating_sub(e.ctime_ns);
-        let left = (KEY_ORPHAN_AFTER.as_nanos() as u64).saturating_sub(age);
+        let left = (KEY_ORPHAN_AFTER.as_nanos() as u64)
+            .saturating_sub(age)
+            .min(max_ns);
         let dir = e
             .name
             .as_deref()

@@ -853,7 +853,15 @@ impl Queue {
     fn live_refusal(&self) -> Option<Error> {
         let r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.clock.boot_ns();
-        r.iter().find(|x| x.1 > now).map(|x| x.2.clone())
+        // A job passed over for its second name (`EMLINK`, see `take_leased`) is not a job
+        // this user may not move: it makes no claim fail.
+        let mlink = |e: &Error| {
+            e.errno()
+                .is_some_and(|x| x.raw_os_error() == Errno::MLINK.raw_os_error())
+        };
+        r.iter()
+            .find(|x| x.1 > now && !mlink(&x.2))
+            .map(|x| x.2.clone())
     }
 
     /// Log job `id`, which a claim could not move or open for lack of permission (`e`), once
@@ -918,6 +926,22 @@ impl Queue {
             }
             Err(e) => return Err(ind(Call::Open, e).into()),
         };
+        // A job file with a second name in the queue that is a lease or a receipt (a hard
+        // link into `ready/` of a leased or acked job, made by a user who may write the
+        // shards) is not run again: each name was claimed, run and acked in turn. It goes
+        // back to ready with its attempt and is passed over like a job this user may not
+        // move (named once per handle), without failing the claim; fsck names both names.
+        // One `fstat` per claim; a walk of the queue only for a file with more than one name.
+        if let Ok(2..) = self.sys.nlink(file.as_fd()) {
+            if let Some(other) = self.live_twin(file.as_fd(), &leased, &to.rel)? {
+                drop(file);
+                self.warn_twin(&leased, &to.rel, &other);
+                return match self.give_back(shard, leased, Errno::MLINK, true) {
+                    Skip(_) => Ok(None),
+                    f => Err(f),
+                };
+            }
+        }
         // The descriptor is closed here: a lease holds none.
         let checked = self.load_verified(file, &leased);
         // Until `Ok`, dropping `lease` releases the job back to ready.
@@ -948,6 +972,72 @@ impl Queue {
             // Dropping `lease` releases the job back to ready.
             Err(Err((c, e))) => Err(ind(c, e).into()),
         }
+    }
+
+    /// Another name of open job file `file` (just claimed as `leased` in `rel`) that says the
+    /// job is leased or acked: a lease or a receipt of the same id and the same file
+    /// (device, inode) where such names belong, found by one walk of the queue
+    /// ([`Queue::names_of`]); its path from the root. `None` for a second name that is a
+    /// ready, delayed or dead name (a move split by a crash, `ops/split.rs`, or a planted
+    /// ready twin: the lease now shares the file with it, so the twin is refused in turn),
+    /// or one outside the queue's places (a hard-link snapshot of the queue).
+    ///
+    /// A walk that fails is `Some` (its error): the job is not known not to have a twin.
+    ///
+    /// # Errors
+    /// Indeterminate (the claim's rename is done): the `fstat` failed.
+    fn live_twin(
+        &self,
+        file: std::os::fd::BorrowedFd<'_>,
+        leased: &JobName,
+        rel: &str,
+    ) -> core::result::Result<Option<String>, TryFailed> {
+        let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(rel)));
+        let me = self.sys.file_id(file).map_err(|e| ind(Call::Stat, e))?;
+        let mine = leased.format(self.ident.id);
+        // A walk that fails cannot tell: the job is passed over, as if a twin were found.
+        let names = match self.names_of(leased.id) {
+            Ok((names, _)) => names,
+            Err(e) => return Ok(Some(format!("(not known: the walk failed: {e})"))),
+        };
+        for l in names {
+            if !matches!(l.state, State::Leased | State::Acked) {
+                continue;
+            }
+            let raw = l.name.format(self.ident.id);
+            if l.dir == rel && raw.as_str() == mine.as_str() {
+                continue;
+            }
+            let path = format!("{}/{raw}", l.dir);
+            let same = self
+                .sys
+                .stat_nofollow(self.dirs.root.as_fd(), &path)
+                .is_ok_and(|m| m.file == me);
+            if same {
+                return Ok(Some(path));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Warn once per handle that job `leased` (claimed in `rel`) shares its file with `other`.
+    fn warn_twin(&self, leased: &JobName, rel: &str, other: &str) {
+        let key = format!("twin {}", leased.id);
+        let mut w = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if w.contains(&key) || w.len() >= 256 {
+            return;
+        }
+        w.push(key);
+        log::warn!(
+            "job {} ({}): its file is also {} (a hard link: a second name of a job that is \
+             leased or acked); not claimed, passed over (fsck names both)",
+            leased.id,
+            self.path(rel).display(),
+            match other.starts_with('(') {
+                true => other.to_string(),
+                false => self.path(other).display().to_string(),
+            }
+        );
     }
 
     /// Leased job `leased` in `shard`, which this user may not open (`errno`: `EACCES`,
@@ -1155,6 +1245,10 @@ impl Queue {
             crate::ops::levels::SlotDir::Held(fd) => fd,
             crate::ops::levels::SlotDir::Missing => {
                 return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
+            }
+            crate::ops::levels::SlotDir::Blocked(_) if self.foreign_slot(shard).is_some() => {
+                let e = self.foreign_slot_error(shard);
+                return Err(e.expect("a foreign slot").into());
             }
             crate::ops::levels::SlotDir::Blocked(b) => {
                 let e = match self.sys.stat_nofollow(self.dirs.root.as_fd(), &b) {

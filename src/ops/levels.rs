@@ -89,10 +89,14 @@ impl Queue {
 
     /// What stands at ready slot `s`'s path: its directory (opened now when this handle has
     /// not opened it yet), nothing (a level's slot not made yet), or an entry that is not a
-    /// directory on the way (`ENOTDIR`, or `ELOOP` for a symlink: looked at with `fstatat`,
+    /// directory on the way, or the slot itself when it is a shard of another owner
+    /// ([`Queue::foreign_slot`]) (`ENOTDIR`, or `ELOOP` for a symlink: looked at with `fstatat`,
     /// never followed), which costs a `fstatat` per path component at each call.
     pub(crate) fn slot_dir(&self, s: u16) -> SlotDir<'_> {
         let cell = &self.dirs.ready[s as usize];
+        if self.dirs.foreign[s as usize].is_some() {
+            return SlotDir::Blocked(self.ident.slot_rel(s));
+        }
         if let Some(fd) = cell.get() {
             return SlotDir::Held(fd.as_fd());
         }
@@ -106,6 +110,24 @@ impl Queue {
             },
             Err(_) => SlotDir::Held(self.dirs.absent.as_fd()),
         }
+    }
+
+    /// The owner of default-level shard `s` and the owner of `ready/`, when they differed
+    /// as the queue was opened: a directory someone else put in the shard's place, never
+    /// listed nor placed into (see `open_dirs`).
+    pub(crate) fn foreign_slot(&self, s: u16) -> Option<(u32, u32)> {
+        self.dirs.foreign[s as usize]
+    }
+
+    /// The error (not done) for a job operation on foreign shard `s` ([`Queue::foreign_slot`]),
+    /// naming it.
+    pub(crate) fn foreign_slot_error(&self, s: u16) -> Option<Error> {
+        let (owner, expected) = self.foreign_slot(s)?;
+        let kind = crate::ErrorKind::ForeignDir { owner, expected };
+        Some(Error::not_done(
+            kind,
+            Some(self.path(&self.ident.slot_rel(s))),
+        ))
     }
 
     /// The entry (from the root) that is not a directory and stands on ready slot `s`'s path

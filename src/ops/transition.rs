@@ -77,11 +77,12 @@ impl Queue {
     /// job is (a source, or a move within its slot).
     pub(crate) fn place_ready(&self, slot: u16, state: State) -> Place<'_> {
         let rel = self.ident.slot_dir_rel(slot);
-        Place {
-            dir: self.held_dir(self.ready_fd(slot), &rel),
-            rel,
-            state,
-        }
+        // A foreign shard is never opened by its path: every call on the stand-in fails.
+        let dir = match self.foreign_slot(slot) {
+            Some(_) => crate::ops::enqueue::DirRef::Held(self.dirs.absent.as_fd()),
+            None => self.held_dir(self.ready_fd(slot), &rel),
+        };
+        Place { dir, rel, state }
     }
 
     /// Ready slot `slot` as the destination of a job coming from elsewhere (an enqueue, a

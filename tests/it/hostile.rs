@@ -94,23 +94,46 @@ fn symlink_fifo_zero_filled_and_truncated_files_are_never_processed() {
     let _ = std::fs::remove_file(&outside);
 }
 
+/// A shard directory replaced by a symlink (a member of the queue's group can do it in a
+/// `ready/` without the sticky bit) refused every open: every worker, enqueue and `init`
+/// failed. It is never followed, and now skipped: the queue opens, enqueues go to the
+/// other shard, claims take the other shard's jobs, and fsck names it.
 #[test]
-fn a_symlinked_shard_directory_is_refused() {
+fn a_symlinked_shard_directory_is_skipped_never_followed() {
     let d = TempDir::new("symdir");
-    drop(Queue::create(d.path(), opts(2)).unwrap());
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    let kept = q.enqueue(b"before").unwrap();
+    let shard = |q: &Queue, id| q.find(id).unwrap().rel_path(q.id());
+    let before = shard(&q, kept);
+    drop(q);
     let elsewhere = d.path().with_extension("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
-    std::fs::remove_dir(d.path().join("ready/01")).unwrap();
-    symlink(&elsewhere, d.path().join("ready/01")).unwrap();
-    let e = Queue::open(d.path()).unwrap_err();
-    // openat2(RESOLVE_NO_SYMLINKS) answers ELOOP; O_DIRECTORY|O_NOFOLLOW answers ENOTDIR.
-    assert!(
-        [sys::Errno::LOOP, sys::Errno::NOTDIR]
-            .iter()
-            .any(|&x| e.errno() == Some(x.into())),
-        "{e}"
-    );
-    assert!(e.to_string().contains("ready/01"), "{e}");
+    // The shard that does not hold the job is replaced.
+    let victim = if before.starts_with("ready/00/") {
+        "ready/01"
+    } else {
+        "ready/00"
+    };
+    std::fs::remove_dir(d.path().join(victim)).unwrap();
+    symlink(&elsewhere, d.path().join(victim)).unwrap();
+    let q = Queue::open(d.path()).unwrap();
+    for i in 0..20 {
+        let id = q.enqueue(format!("job {i}").as_bytes()).unwrap();
+        assert!(!shard(&q, id).starts_with(victim), "{i}");
+    }
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    let mut claimed = 0;
+    while let Some(l) = q.claim().unwrap() {
+        l.ack().unwrap();
+        claimed += 1;
+    }
+    assert_eq!(claimed, 21);
+    let rep = q.fsck().unwrap();
+    assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
+    assert_eq!(rep.problems[0].path, victim);
+    assert_eq!(rep.problems[0].kind, ProblemKind::NotADirectory);
+    // `init` on the existing queue does not fail for it either.
+    drop(Queue::create(d.path(), opts(2)).unwrap());
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
 
@@ -261,4 +284,93 @@ fn entries_that_appear_in_a_shard_known_empty_are_checked_before_any_claim_moves
     assert_eq!(std::fs::read(&outside).unwrap(), b"not a job");
     assert!(q.list(Some(State::Dead)).unwrap().is_empty());
     let _ = std::fs::remove_file(&outside);
+}
+
+/// A default-level shard owned by another user than `ready/` (a member of the queue's group
+/// moved the owner's shard away and made her own) is not the queue's: a job file in it is
+/// never claimed, no enqueue goes there, and fsck names it. Before, its jobs were claimed
+/// and new jobs went into it.
+#[test]
+fn a_shard_of_another_owner_is_never_listed_nor_placed_into() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP a_shard_of_another_owner_is_never_listed_nor_placed_into: needs root");
+        return;
+    }
+    let d = TempDir::new("foreign-shard");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    // A job in each shard, then ready/01 given to another user with its job in it.
+    let mut planted = None;
+    while planted.is_none() {
+        let id = q.enqueue(b"x").unwrap();
+        if q.find(id)
+            .unwrap()
+            .rel_path(q.id())
+            .starts_with("ready/01/")
+        {
+            planted = Some(id);
+        } else {
+            q.claim().unwrap().unwrap().ack().unwrap();
+        }
+    }
+    drop(q);
+    std::os::unix::fs::chown(d.path().join("ready/01"), Some(54_321), None).unwrap();
+    let q = Queue::open(d.path()).unwrap();
+    for i in 0..20 {
+        let id = q.enqueue(format!("job {i}").as_bytes()).unwrap();
+        let at = q.find(id).unwrap().rel_path(q.id());
+        assert!(at.starts_with("ready/00/"), "{i}: {at}");
+    }
+    let mut claimed = Vec::new();
+    while let Some(l) = q.claim().unwrap() {
+        claimed.push(l.id());
+        l.ack().unwrap();
+    }
+    assert_eq!(claimed.len(), 20);
+    assert!(!claimed.contains(&planted.unwrap()));
+    let rep = q.fsck().unwrap();
+    assert!(
+        rep.problems.iter().any(|p| p.path == "ready/01"
+            && matches!(p.kind, ProblemKind::ForeignOwner { owner: 54_321, .. })),
+        "{:?}",
+        rep.problems
+    );
+}
+
+/// A second name of one job file (a hard link into `ready/` made by a user who may write
+/// the shards) made the job run again: the same job id was claimed and acked once per name.
+/// A claim now refuses a job file with more than one name: it is given back and passed
+/// over, the claim says "no job" (no error), and the lease goes on to its ack.
+#[test]
+fn a_hard_link_of_a_leased_job_into_ready_is_never_claimed() {
+    let d = TempDir::new("hardlink-claim");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let id = q.enqueue(b"once").unwrap();
+    let ready = q.find(id).unwrap().rel_path(q.id());
+    let l = q.claim().unwrap().unwrap();
+    let leased = q.find(id).unwrap().rel_path(q.id());
+    assert_ne!(ready, leased);
+    std::fs::hard_link(d.path().join(&leased), d.path().join(&ready)).unwrap();
+    // Another worker, while the job is leased, and after its ack.
+    let other = Queue::open(d.path()).unwrap();
+    assert!(other.claim().unwrap().is_none());
+    l.ack().unwrap();
+    for _ in 0..3 {
+        let fresh = Queue::open(d.path()).unwrap();
+        assert!(
+            fresh.claim().unwrap().is_none(),
+            "the link is never a second run"
+        );
+    }
+    assert!(other.claim().unwrap().is_none());
+    let st = q.status().unwrap();
+    assert_eq!(st.leased, 0);
+    assert_eq!(
+        std::fs::read_dir(d.path().join("receipts/00"))
+            .unwrap()
+            .count(),
+        1
+    );
+    // The planted name is left for the operator, and fsck names it.
+    assert_eq!(st.ready, 1);
+    assert!(!q.fsck().unwrap().clean());
 }

@@ -365,3 +365,54 @@ fn a_torn_evidence_tail_does_not_swallow_the_next_ack() {
         );
     }
 }
+
+/// A key entry planted by a user who may write `keys/`, naming one of her live processes as
+/// its creator (its age is its ctime, which she can refresh), made every `enqueue --key K`
+/// wait up to KEY_ORPHAN_AFTER (10 minutes; for ever while refreshed). The wait is bounded
+/// now (KEY_WAIT_MAX, 3 s): the enqueue fails not done (exit 2), naming the entry and the
+/// pid it names, and nothing is enqueued.
+#[test]
+fn a_planted_key_entry_of_a_live_process_bounds_the_wait() {
+    let d = TempDir::new("keys-planted");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    let k = Key::new("pay-7").unwrap();
+    let mut live = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = live.id();
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let ns = ns.to_string_lossy();
+    let ns = ns.trim_start_matches("pid:[").trim_end_matches(']');
+    std::fs::create_dir_all(d.path().join(KEYS_DIR)).unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .replace('-', "");
+    let entry = k.entry_name(q.id());
+    std::fs::write(
+        d.path().join(KEYS_DIR).join(&entry),
+        format!(
+            "steadq-key 1\nkey=pay-7\nid=0123456789abcdef0123456789abcdef\nname=-\ncreator={boot} {pid} {ns}\n"
+        ),
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["enqueue", d.path().to_str().unwrap(), "--key", "pay-7"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    let _ = live.kill();
+    let _ = live.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("gave up after {took:?}: {err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("keys/{entry}")), "{err}");
+    assert!(err.contains(&format!("pid {pid}")), "{err}");
+    assert!(err.contains("not done"), "{err}");
+    assert!(took >= KEY_WAIT_MAX, "{took:?}");
+    assert!(
+        took < KEY_WAIT_MAX + Duration::from_millis(1500),
+        "{took:?}"
+    );
+    assert_eq!(q.status().unwrap().ready, 0);
+}
