@@ -876,19 +876,20 @@ fn settle(
         Some(EX_DATAERR) => lease
             .fail(Reason::new("dataerr").expect("valid reason"))
             .map(|_| "dead-lettered (exit 65: bad input)".to_string())
-            .map_err(Failure::from),
+            .map_err(SettleFailed::from),
         Some(EX_TEMPFAIL) => lease
             .nack(a.retry_delay)
             .map(|n| describe_nack(n, "retry later"))
-            .map_err(Failure::from),
+            .map_err(SettleFailed::from),
         _ => {
             let delay = backoff(attempt, a.backoff, a.max_backoff);
             lease
                 .nack(delay)
                 .map(|n| describe_nack(n, "failed"))
-                .map_err(Failure::from)
+                .map_err(SettleFailed::from)
         }
     };
+    let failed = format!("job {id} attempt {attempt}/{max}: {what}, but settling failed");
     match result {
         Ok(msg) => {
             if !a.quiet {
@@ -896,10 +897,74 @@ fn settle(
             }
             JobEnd::Continue
         }
-        Err(e) => unsettled(
-            e,
-            &format!("job {id} attempt {attempt}/{max}: {what}, but settling failed"),
-        ),
+        Err(SettleFailed::Failure(e)) => unsettled(e, &failed),
+        Err(SettleFailed::CrossDevice(lease, e)) => give_back_cross_device(*lease, &e, &failed),
+    }
+}
+
+/// How settling a job failed.
+enum SettleFailed {
+    /// As the failure says; a lease handed back was detached (the job stays leased until
+    /// its lease expires).
+    Failure(Failure),
+    /// Cleanly not done with `EXDEV`: the move crossed filesystems (a mount appeared under
+    /// the queue after this worker opened it). The lease is handed back, the job still ours.
+    CrossDevice(Box<Lease>, steadq::Error),
+}
+
+impl From<Failure> for SettleFailed {
+    fn from(e: Failure) -> SettleFailed {
+        SettleFailed::Failure(e)
+    }
+}
+
+impl From<SettleError> for SettleFailed {
+    fn from(e: SettleError) -> SettleFailed {
+        match e {
+            SettleError::NotDone { lease, error } if crosses_filesystems(&error) => {
+                SettleFailed::CrossDevice(lease, error)
+            }
+            e => SettleFailed::Failure(e.into()),
+        }
+    }
+}
+
+/// Whether `e` is a move refused with `EXDEV` (rename(2): the two directories are on
+/// different mounts).
+fn crosses_filesystems(e: &steadq::Error) -> bool {
+    e.errno().is_some_and(|n| n.raw_os_error() == libc::EXDEV)
+}
+
+/// A job whose settle was refused with `EXDEV` (`e`; `what` says which job and how it
+/// ended): no settle can work while the queue spans filesystems, so it is not retried. The
+/// job goes back to ready with its attempt given back (it is to run again once the queue is
+/// whole; an operator unmounts what was mounted under it) and the worker stops: exit 2
+/// naming the directory, or by the give-back's outcome when that fails too.
+fn give_back_cross_device(lease: Lease, e: &steadq::Error, what: &str) -> JobEnd {
+    let id = lease.id();
+    let from = e.path().and_then(|p| p.parent());
+    let dirs = match (e.into_dir(), from) {
+        (Some(into), Some(from)) => {
+            format!(
+                "{} and {} are on different filesystems",
+                into.display(),
+                from.display()
+            )
+        }
+        (Some(d), None) | (None, Some(d)) => format!("{} is on another filesystem", d.display()),
+        (None, None) => "a directory of the queue is on another filesystem".to_string(),
+    };
+    let msg = format!(
+        "{what}: {e}; the queue spans filesystems: {dirs} (a mount under the queue appeared after this worker opened it), so no job can be settled there; stopping (unmount it and start the worker again)"
+    );
+    match lease.release_undelivered() {
+        Ok(()) => JobEnd::Fatal(CliError::not_done(format!(
+            "{msg}; job {id} given back to ready with its attempt; not done"
+        ))),
+        Err(r) => match unsettled(r.into(), &format!("{msg}; giving job {id} back failed")) {
+            JobEnd::Unsettled(e) | JobEnd::Fatal(e) => JobEnd::Fatal(e),
+            JobEnd::Continue => JobEnd::Continue,
+        },
     }
 }
 
@@ -921,6 +986,9 @@ const ACK_TRIES_ONCE: u32 = 4;
 /// the job is then left leased until its lease expires (exit 2 with `--once`; a running
 /// worker logs it and goes on with other jobs).
 ///
+/// An ack refused with `EXDEV` (a mount under the queue: it would fail every time) is not
+/// retried: [`SettleFailed::CrossDevice`] hands the lease back (see [`give_back_cross_device`]).
+///
 /// With `next` (a running worker, not stopping) each try is [`Lease::ack_and_claim`]: the
 /// job it claims under the ack's barrier is left in `next` for the worker to run; a claim
 /// that failed there is logged, and the worker's own waiting claim takes over.
@@ -928,7 +996,7 @@ fn ack_until_settled(
     a: &Work,
     lease: Lease,
     mut next: Option<&mut Option<Lease>>,
-) -> Result<String, Failure> {
+) -> Result<String, SettleFailed> {
     let mut wait = ACK_RETRY_FIRST;
     let mut tries = 1u32;
     let mut lease = lease;
@@ -961,6 +1029,10 @@ fn ack_until_settled(
         let e = match acked {
             Ok(()) if tries == 1 => return Ok("acked".to_string()),
             Ok(()) => return Ok(format!("acked (on try {tries})")),
+            // A move across filesystems fails the same way every time: not retried.
+            Err(SettleError::NotDone { lease: l, error }) if crosses_filesystems(&error) => {
+                return Err(SettleFailed::CrossDevice(l, error));
+            }
             // Cleanly not done: the ack hands the lease back; keep it and try again.
             Err(SettleError::NotDone { lease: l, error })
                 if more && !matches!(error.kind(), steadq::ErrorKind::Corrupt(_)) =>
@@ -974,7 +1046,7 @@ fn ack_until_settled(
                 if tries > 1 {
                     eprintln!("job {id}: ack not done after {tries} tries; giving up");
                 }
-                return Err(e.into());
+                return Err(SettleFailed::Failure(e.into()));
             }
         };
         eprintln!(
@@ -994,11 +1066,11 @@ fn ack_until_settled(
             }
             std::thread::sleep(Duration::from_millis(100).min(end - now));
             if renewed.elapsed() >= a.lease / 3 {
-                lease.renew(a.lease)?;
+                lease.renew(a.lease).map_err(Failure::from)?;
                 renewed = Instant::now();
             }
         }
-        lease.renew(a.lease)?;
+        lease.renew(a.lease).map_err(Failure::from)?;
         wait = (wait * 2).min(ACK_RETRY_MAX);
         tries += 1;
     }
@@ -1033,4 +1105,93 @@ fn stop_child(child: &mut std::process::Child) {
     }
     let _ = kill_process_group(pg, Signal::KILL);
     let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argh::FromArgs;
+    use std::os::unix::process::ExitStatusExt;
+    use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
+
+    /// A queue at a new directory with one job ready, reopened with a fault plan (disarmed)
+    /// that fails the first rename after `arm()` with EXDEV, as a move into a directory on
+    /// another mount does; the job claimed through it; and `work --once`'s arguments.
+    fn claimed_with_exdev(tag: &str) -> (std::path::PathBuf, Lease, Work) {
+        let dir = std::env::temp_dir().join(format!("steadq-xdev-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        steadq::Queue::create(&dir, steadq::Options::default())
+            .unwrap()
+            .enqueue(b"job")
+            .unwrap();
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::Rename,
+            nth: 1,
+            action: FaultAction::Fail(Errno::XDEV),
+        }]);
+        let o = steadq::Options {
+            faults: Some(plan.clone()),
+            ..Default::default()
+        };
+        let q = steadq::Queue::open_with(&dir, o).unwrap();
+        let lease = q.claim().unwrap().expect("a job is ready");
+        assert_eq!(lease.attempt(), 1);
+        plan.arm();
+        let d = dir.to_str().unwrap();
+        let a = Work::from_args(&["work"], &[d, "--once", "--", "true"]).unwrap();
+        (dir, lease, a)
+    }
+
+    /// After the give-back: the job is ready again with its attempt restored (its next claim
+    /// is attempt 1 again), nothing leased.
+    fn assert_given_back(dir: &std::path::Path) {
+        let q = steadq::Queue::open(dir).unwrap();
+        let st = q.status().unwrap();
+        assert_eq!((st.ready, st.leased, st.delayed, st.acked), (1, 0, 0, 0));
+        assert_eq!(q.claim().unwrap().expect("ready").attempt(), 1);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// An ack refused with EXDEV (the queue spans filesystems) is not retried: the job goes
+    /// back to ready with its attempt and the worker stops, exit 2, naming the directories
+    /// and saying the queue spans filesystems. Before, `--once` retried for about 7 s (a
+    /// running worker for a whole lease) and left the job leased, its attempt used.
+    #[test]
+    fn an_ack_across_filesystems_gives_the_job_back_and_stops() {
+        let (dir, lease, a) = claimed_with_exdev("ack");
+        let t = Instant::now();
+        let end = settle(&a, lease, Some(ExitStatus::from_raw(0)), None, t, None);
+        let took = t.elapsed();
+        let JobEnd::Fatal(e) = end else {
+            panic!("not a stop");
+        };
+        let msg = e.to_string();
+        assert_eq!(e.exit(), Exit::NotDone, "{msg}");
+        assert!(msg.contains("spans filesystems"), "{msg}");
+        assert!(msg.contains("receipts/"), "{msg}");
+        assert!(
+            msg.contains("given back to ready with its attempt"),
+            "{msg}"
+        );
+        assert!(took < Duration::from_millis(900), "took {took:?}: {msg}");
+        assert_given_back(&dir);
+    }
+
+    /// The same for a nack (a failed command's settle).
+    #[test]
+    fn a_nack_across_filesystems_gives_the_job_back_and_stops() {
+        let (dir, lease, a) = claimed_with_exdev("nack");
+        let t = Instant::now();
+        let end = settle(&a, lease, Some(ExitStatus::from_raw(1 << 8)), None, t, None);
+        let JobEnd::Fatal(e) = end else {
+            panic!("not a stop");
+        };
+        let msg = e.to_string();
+        assert_eq!(e.exit(), Exit::NotDone, "{msg}");
+        assert!(
+            msg.contains("spans filesystems") && msg.contains("exit 1"),
+            "{msg}"
+        );
+        assert_given_back(&dir);
+    }
 }
