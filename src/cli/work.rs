@@ -44,9 +44,16 @@ pub fn install_handlers() {
     set_stop_handlers(libc::SA_RESTART);
 }
 
-/// Install [`on_signal`] for each of [`STOP_SIGNALS`] with `sigaction(2)` flags `flags`.
+/// Install [`on_signal`] for each of [`STOP_SIGNALS`] with `sigaction(2)` flags `flags`. A
+/// signal this process was started with ignored (`SIG_IGN`: SIGHUP under nohup(1), SIGINT
+/// and SIGQUIT for a non-interactive shell's background job) stays ignored, as POSIX tools
+/// leave it; except SIGTERM, always handled, so that a service manager's or `kill`'s stop
+/// works whatever the worker inherited.
 fn set_stop_handlers(flags: libc::c_int) {
     for sig in STOP_SIGNALS {
+        if sig != libc::SIGTERM && ignored(sig) {
+            continue;
+        }
         // SAFETY: `sa` is fully initialised (zeroed, then its handler, an empty mask and
         // `flags`); `on_signal` only stores to atomics, which is async-signal-safe;
         // sigaction reads `sa` and writes nothing through the null old-action pointer.
@@ -57,6 +64,17 @@ fn set_stop_handlers(flags: libc::c_int) {
             sa.sa_flags = flags;
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
+    }
+}
+
+/// Whether signal `sig`'s disposition is `SIG_IGN` now (`sigaction(2)` with a null new
+/// action only reads it). False when it cannot be read.
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: a null new action makes sigaction(2) change nothing; it only writes the
+    // current action into `old`, a zeroed sigaction that lives across the call.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
 

@@ -23,3 +23,4 @@ mod perf;
 mod priority;
 mod stream;
 mod typed_async;
+mod worker_process;
