@@ -1,6 +1,7 @@
 //! `steadq work`: run a command once per job.
 
 use super::args::Work;
+use super::children::{is_stopped, reap_orphans, spawn_job, JobChild};
 use super::exit::Exit;
 use super::fixed;
 use super::CliError;
@@ -184,6 +185,9 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
         },
     )?;
     install_handlers();
+    // Orphaned descendants of its commands become its children, reaped by the queue
+    // watcher (and after each job): as a container's PID 1 they piled up as zombies.
+    super::children::become_subreaper();
     if a.once {
         // Room for its one job's descriptors before it claims (breaker finding: at the
         // limit, `--once` claimed, could not start the command, and gave the job back).
@@ -439,6 +443,8 @@ pub(super) fn queue_replaced(
     })
 }
 
+/// Every 250 ms, reap this subreaper's orphaned descendants ([`reap_orphans`]); once a
+/// second, check the queue (see above).
 fn watch_queue(
     a: &Work,
     q: &steadq::Queue,
@@ -450,6 +456,7 @@ fn watch_queue(
     let (mut last, mut last_recover) = (Instant::now(), Instant::now());
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(250));
+        reap_orphans();
         if last.elapsed() < Duration::from_secs(1) {
             continue;
         }
@@ -590,6 +597,9 @@ enum Watch {
     Exited(Option<ExitStatus>),
     /// It ran past --timeout and was stopped.
     TimedOut,
+    /// It was stopped by a signal (state `T`) and stayed so for a whole lease, which was not
+    /// renewed meanwhile: it was ended.
+    Hung,
     /// The worker was stopped and --grace ran out: the command was stopped.
     Stopped,
     /// The lease was lost: the command was stopped.
@@ -618,7 +628,12 @@ fn queue_path(dir: &std::path::Path) -> std::path::PathBuf {
         .unwrap_or_else(|| dir.to_path_buf())
 }
 
-fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
+/// Start the job's command in a session of its own (setsid(2)): it has no controlling
+/// terminal, so one that opens `/dev/tty` gets ENXIO instead of being stopped by SIGTTIN
+/// while the worker renews its lease for ever, and a terminal's Ctrl-C or hang-up reaches
+/// steadq, which decides about the job. Being its session's (and process group's) leader,
+/// its process group is the command's own: [`stop_child`] signals it whole.
+fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<JobChild> {
     let parent = rustix::process::getpid();
     // Arguments that were not UTF-8 get their original bytes back.
     let mut cmd = Command::new(super::rawargs::os(&a.command[0]));
@@ -630,15 +645,16 @@ fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
         .env("STEADQ_JOB_ID", lease.id().to_string())
         .env("STEADQ_ATTEMPT", lease.attempt().to_string())
         .env("STEADQ_MAX_ATTEMPTS", lease.max_attempts().to_string())
-        .stdin(Stdio::piped())
-        // A terminal's Ctrl-C reaches steadq, which decides about the job.
-        .process_group(0);
+        .stdin(Stdio::piped());
     // SAFETY: the closure runs in the child between fork and exec and only makes raw system
-    // calls through rustix (prctl(2), getppid(2), prlimit(2) for getrlimit/setrlimit), all
-    // async-signal-safe, and reads an atomic; it allocates nothing and touches no memory of
-    // the parent.
+    // calls through rustix (setsid(2), prctl(2), getppid(2), prlimit(2) for
+    // getrlimit/setrlimit), all async-signal-safe, and reads an atomic; it allocates nothing
+    // and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(move || {
+            // A new session, without the worker's controlling terminal (a fresh child is no
+            // process group leader, so setsid cannot fail with EPERM).
+            rustix::process::setsid()?;
             // If this worker dies (SIGKILL, OOM), its job's lease will expire and the job will
             // run elsewhere: the orphaned command must not go on running beside it.
             use rustix::process::{getppid, set_parent_process_death_signal, Signal};
@@ -657,7 +673,7 @@ fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
             Ok(())
         });
     }
-    cmd.spawn()
+    spawn_job(&mut cmd)
 }
 
 /// Feed, renew and wait until the command exits, runs out of time, is stopped or loses its
@@ -698,7 +714,16 @@ fn watch(a: &Work, lease: &mut Lease, child: &mut Child, feed: &mut Feed) -> Wat
                 return Watch::Stopped;
             }
         }
-        if last_renew.elapsed() >= a.lease / 3 {
+        // A command stopped by a signal makes no progress: its lease is not renewed while it
+        // is stopped, and once a whole lease went by unrenewed it is ended as hung.
+        let renew_due = last_renew.elapsed() >= a.lease / 3;
+        if renew_due && is_stopped(child.id()) {
+            if last_renew.elapsed() >= a.lease {
+                feed.close();
+                stop_child(child);
+                return Watch::Hung;
+            }
+        } else if renew_due {
             match lease.renew(a.lease) {
                 Ok(()) => last_renew = Instant::now(),
                 Err(e) if e.is_lease_lost() => {
@@ -784,8 +809,11 @@ fn run_job(a: &Work, mut lease: Lease, next: Option<&mut Option<Lease>>) -> JobE
             };
         }
     };
-    let mut feed = Feed::new(child.stdin.take(), reader, lease.payload_len());
-    let (status, what) = match watch(a, &mut lease, &mut child, &mut feed) {
+    let mut feed = Feed::new(child.child.stdin.take(), reader, lease.payload_len());
+    let watched = watch(a, &mut lease, &mut child.child, &mut feed);
+    // Its background children that have exited since, orphaned to this subreaper.
+    reap_orphans();
+    let (status, what) = match watched {
         Watch::Exited(st) => {
             // Acking needs the whole payload checked, also the part the command left unread.
             let drain = st.and_then(|s| s.code()) == Some(0);
@@ -807,6 +835,13 @@ fn run_job(a: &Work, mut lease: Lease, next: Option<&mut Option<Lease>>) -> JobE
                 Some(format!("timed out after {t:?} (--timeout), stopped")),
             )
         }
+        Watch::Hung => (
+            None,
+            Some(format!(
+                "stopped by a signal (SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU) and not renewed for a whole lease ({:?}): hung, ended",
+                a.lease
+            )),
+        ),
         Watch::Stopped => {
             let msg = format!("job {id}: stopped after the grace period");
             return match lease.release() {
@@ -1107,13 +1142,15 @@ fn describe_nack(n: Nacked, why: &str) -> String {
     }
 }
 
-/// SIGTERM the command's process group, then SIGKILL after 2 s.
+/// SIGTERM (and SIGCONT) the command's process group, then SIGKILL after 2 s.
 fn stop_child(child: &mut std::process::Child) {
     use rustix::process::{kill_process_group, Pid, Signal};
     let Some(pg) = Pid::from_raw(child.id() as i32) else {
         return;
     };
     let _ = kill_process_group(pg, Signal::TERM);
+    // A stopped process takes its SIGTERM only once continued.
+    let _ = kill_process_group(pg, Signal::CONT);
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(2) {
         if let Ok(Some(_)) = child.try_wait() {
