@@ -5,6 +5,7 @@
 pub mod access;
 pub mod args;
 pub mod bench;
+pub mod children;
 pub mod cmd;
 pub mod demo;
 pub mod encode;

@@ -1,6 +1,7 @@
 //! `steadq work`: run a command once per job.
 
 use super::args::Work;
+use super::children::{is_stopped, reap_orphans, spawn_job, JobChild};
 use super::exit::Exit;
 use super::fixed;
 use super::CliError;
@@ -44,9 +45,16 @@ pub fn install_handlers() {
     set_stop_handlers(libc::SA_RESTART);
 }
 
-/// Install [`on_signal`] for each of [`STOP_SIGNALS`] with `sigaction(2)` flags `flags`.
+/// Install [`on_signal`] for each of [`STOP_SIGNALS`] with `sigaction(2)` flags `flags`. A
+/// signal this process was started with ignored (`SIG_IGN`: SIGHUP under nohup(1), SIGINT
+/// and SIGQUIT for a non-interactive shell's background job) stays ignored, as POSIX tools
+/// leave it; except SIGTERM, always handled, so that a service manager's or `kill`'s stop
+/// works whatever the worker inherited.
 fn set_stop_handlers(flags: libc::c_int) {
     for sig in STOP_SIGNALS {
+        if sig != libc::SIGTERM && ignored(sig) {
+            continue;
+        }
         // SAFETY: `sa` is fully initialised (zeroed, then its handler, an empty mask and
         // `flags`); `on_signal` only stores to atomics, which is async-signal-safe;
         // sigaction reads `sa` and writes nothing through the null old-action pointer.
@@ -57,6 +65,17 @@ fn set_stop_handlers(flags: libc::c_int) {
             sa.sa_flags = flags;
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
+    }
+}
+
+/// Whether signal `sig`'s disposition is `SIG_IGN` now (`sigaction(2)` with a null new
+/// action only reads it). False when it cannot be read.
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: a null new action makes sigaction(2) change nothing; it only writes the
+    // current action into `old`, a zeroed sigaction that lives across the call.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
 
@@ -166,6 +185,9 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
         },
     )?;
     install_handlers();
+    // Orphaned descendants of its commands become its children, reaped by the queue
+    // watcher (and after each job): as a container's PID 1 they piled up as zombies.
+    super::children::become_subreaper();
     if a.once {
         // Room for its one job's descriptors before it claims (breaker finding: at the
         // limit, `--once` claimed, could not start the command, and gave the job back).
@@ -421,6 +443,8 @@ pub(super) fn queue_replaced(
     })
 }
 
+/// Every 250 ms, reap this subreaper's orphaned descendants ([`reap_orphans`]); once a
+/// second, check the queue (see above).
 fn watch_queue(
     a: &Work,
     q: &steadq::Queue,
@@ -432,6 +456,7 @@ fn watch_queue(
     let (mut last, mut last_recover) = (Instant::now(), Instant::now());
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(250));
+        reap_orphans();
         if last.elapsed() < Duration::from_secs(1) {
             continue;
         }
@@ -572,6 +597,9 @@ enum Watch {
     Exited(Option<ExitStatus>),
     /// It ran past --timeout and was stopped.
     TimedOut,
+    /// It was stopped by a signal (state `T`) and stayed so for a whole lease, which was not
+    /// renewed meanwhile: it was ended.
+    Hung,
     /// The worker was stopped and --grace ran out: the command was stopped.
     Stopped,
     /// The lease was lost: the command was stopped.
@@ -600,7 +628,12 @@ fn queue_path(dir: &std::path::Path) -> std::path::PathBuf {
         .unwrap_or_else(|| dir.to_path_buf())
 }
 
-fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
+/// Start the job's command in a session of its own (setsid(2)): it has no controlling
+/// terminal, so one that opens `/dev/tty` gets ENXIO instead of being stopped by SIGTTIN
+/// while the worker renews its lease for ever, and a terminal's Ctrl-C or hang-up reaches
+/// steadq, which decides about the job. Being its session's (and process group's) leader,
+/// its process group is the command's own: [`stop_child`] signals it whole.
+fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<JobChild> {
     let parent = rustix::process::getpid();
     // Arguments that were not UTF-8 get their original bytes back.
     let mut cmd = Command::new(super::rawargs::os(&a.command[0]));
@@ -612,15 +645,16 @@ fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
         .env("STEADQ_JOB_ID", lease.id().to_string())
         .env("STEADQ_ATTEMPT", lease.attempt().to_string())
         .env("STEADQ_MAX_ATTEMPTS", lease.max_attempts().to_string())
-        .stdin(Stdio::piped())
-        // A terminal's Ctrl-C reaches steadq, which decides about the job.
-        .process_group(0);
+        .stdin(Stdio::piped());
     // SAFETY: the closure runs in the child between fork and exec and only makes raw system
-    // calls through rustix (prctl(2), getppid(2), prlimit(2) for getrlimit/setrlimit), all
-    // async-signal-safe, and reads an atomic; it allocates nothing and touches no memory of
-    // the parent.
+    // calls through rustix (setsid(2), prctl(2), getppid(2), prlimit(2) for
+    // getrlimit/setrlimit), all async-signal-safe, and reads an atomic; it allocates nothing
+    // and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(move || {
+            // A new session, without the worker's controlling terminal (a fresh child is no
+            // process group leader, so setsid cannot fail with EPERM).
+            rustix::process::setsid()?;
             // If this worker dies (SIGKILL, OOM), its job's lease will expire and the job will
             // run elsewhere: the orphaned command must not go on running beside it.
             use rustix::process::{getppid, set_parent_process_death_signal, Signal};
@@ -639,7 +673,7 @@ fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<Child> {
             Ok(())
         });
     }
-    cmd.spawn()
+    spawn_job(&mut cmd)
 }
 
 /// Feed, renew and wait until the command exits, runs out of time, is stopped or loses its
@@ -680,7 +714,16 @@ fn watch(a: &Work, lease: &mut Lease, child: &mut Child, feed: &mut Feed) -> Wat
                 return Watch::Stopped;
             }
         }
-        if last_renew.elapsed() >= a.lease / 3 {
+        // A command stopped by a signal makes no progress: its lease is not renewed while it
+        // is stopped, and once a whole lease went by unrenewed it is ended as hung.
+        let renew_due = last_renew.elapsed() >= a.lease / 3;
+        if renew_due && is_stopped(child.id()) {
+            if last_renew.elapsed() >= a.lease {
+                feed.close();
+                stop_child(child);
+                return Watch::Hung;
+            }
+        } else if renew_due {
             match lease.renew(a.lease) {
                 Ok(()) => last_renew = Instant::now(),
                 Err(e) if e.is_lease_lost() => {
@@ -766,8 +809,11 @@ fn run_job(a: &Work, mut lease: Lease, next: Option<&mut Option<Lease>>) -> JobE
             };
         }
     };
-    let mut feed = Feed::new(child.stdin.take(), reader, lease.payload_len());
-    let (status, what) = match watch(a, &mut lease, &mut child, &mut feed) {
+    let mut feed = Feed::new(child.child.stdin.take(), reader, lease.payload_len());
+    let watched = watch(a, &mut lease, &mut child.child, &mut feed);
+    // Its background children that have exited since, orphaned to this subreaper.
+    reap_orphans();
+    let (status, what) = match watched {
         Watch::Exited(st) => {
             // Acking needs the whole payload checked, also the part the command left unread.
             let drain = st.and_then(|s| s.code()) == Some(0);
@@ -789,6 +835,13 @@ fn run_job(a: &Work, mut lease: Lease, next: Option<&mut Option<Lease>>) -> JobE
                 Some(format!("timed out after {t:?} (--timeout), stopped")),
             )
         }
+        Watch::Hung => (
+            None,
+            Some(format!(
+                "stopped by a signal (SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU) and not renewed for a whole lease ({:?}): hung, ended",
+                a.lease
+            )),
+        ),
         Watch::Stopped => {
             let msg = format!("job {id}: stopped after the grace period");
             return match lease.release() {
@@ -876,19 +929,20 @@ fn settle(
         Some(EX_DATAERR) => lease
             .fail(Reason::new("dataerr").expect("valid reason"))
             .map(|_| "dead-lettered (exit 65: bad input)".to_string())
-            .map_err(Failure::from),
+            .map_err(SettleFailed::from),
         Some(EX_TEMPFAIL) => lease
             .nack(a.retry_delay)
             .map(|n| describe_nack(n, "retry later"))
-            .map_err(Failure::from),
+            .map_err(SettleFailed::from),
         _ => {
             let delay = backoff(attempt, a.backoff, a.max_backoff);
             lease
                 .nack(delay)
                 .map(|n| describe_nack(n, "failed"))
-                .map_err(Failure::from)
+                .map_err(SettleFailed::from)
         }
     };
+    let failed = format!("job {id} attempt {attempt}/{max}: {what}, but settling failed");
     match result {
         Ok(msg) => {
             if !a.quiet {
@@ -896,10 +950,74 @@ fn settle(
             }
             JobEnd::Continue
         }
-        Err(e) => unsettled(
-            e,
-            &format!("job {id} attempt {attempt}/{max}: {what}, but settling failed"),
-        ),
+        Err(SettleFailed::Failure(e)) => unsettled(e, &failed),
+        Err(SettleFailed::CrossDevice(lease, e)) => give_back_cross_device(*lease, &e, &failed),
+    }
+}
+
+/// How settling a job failed.
+enum SettleFailed {
+    /// As the failure says; a lease handed back was detached (the job stays leased until
+    /// its lease expires).
+    Failure(Failure),
+    /// Cleanly not done with `EXDEV`: the move crossed filesystems (a mount appeared under
+    /// the queue after this worker opened it). The lease is handed back, the job still ours.
+    CrossDevice(Box<Lease>, steadq::Error),
+}
+
+impl From<Failure> for SettleFailed {
+    fn from(e: Failure) -> SettleFailed {
+        SettleFailed::Failure(e)
+    }
+}
+
+impl From<SettleError> for SettleFailed {
+    fn from(e: SettleError) -> SettleFailed {
+        match e {
+            SettleError::NotDone { lease, error } if crosses_filesystems(&error) => {
+                SettleFailed::CrossDevice(lease, error)
+            }
+            e => SettleFailed::Failure(e.into()),
+        }
+    }
+}
+
+/// Whether `e` is a move refused with `EXDEV` (rename(2): the two directories are on
+/// different mounts).
+fn crosses_filesystems(e: &steadq::Error) -> bool {
+    e.errno().is_some_and(|n| n.raw_os_error() == libc::EXDEV)
+}
+
+/// A job whose settle was refused with `EXDEV` (`e`; `what` says which job and how it
+/// ended): no settle can work while the queue spans filesystems, so it is not retried. The
+/// job goes back to ready with its attempt given back (it is to run again once the queue is
+/// whole; an operator unmounts what was mounted under it) and the worker stops: exit 2
+/// naming the directory, or by the give-back's outcome when that fails too.
+fn give_back_cross_device(lease: Lease, e: &steadq::Error, what: &str) -> JobEnd {
+    let id = lease.id();
+    let from = e.path().and_then(|p| p.parent());
+    let dirs = match (e.into_dir(), from) {
+        (Some(into), Some(from)) => {
+            format!(
+                "{} and {} are on different filesystems",
+                into.display(),
+                from.display()
+            )
+        }
+        (Some(d), None) | (None, Some(d)) => format!("{} is on another filesystem", d.display()),
+        (None, None) => "a directory of the queue is on another filesystem".to_string(),
+    };
+    let msg = format!(
+        "{what}: {e}; the queue spans filesystems: {dirs} (a mount under the queue appeared after this worker opened it), so no job can be settled there; stopping (unmount it and start the worker again)"
+    );
+    match lease.release_undelivered() {
+        Ok(()) => JobEnd::Fatal(CliError::not_done(format!(
+            "{msg}; job {id} given back to ready with its attempt; not done"
+        ))),
+        Err(r) => match unsettled(r.into(), &format!("{msg}; giving job {id} back failed")) {
+            JobEnd::Unsettled(e) | JobEnd::Fatal(e) => JobEnd::Fatal(e),
+            JobEnd::Continue => JobEnd::Continue,
+        },
     }
 }
 
@@ -921,6 +1039,9 @@ const ACK_TRIES_ONCE: u32 = 4;
 /// the job is then left leased until its lease expires (exit 2 with `--once`; a running
 /// worker logs it and goes on with other jobs).
 ///
+/// An ack refused with `EXDEV` (a mount under the queue: it would fail every time) is not
+/// retried: [`SettleFailed::CrossDevice`] hands the lease back (see [`give_back_cross_device`]).
+///
 /// With `next` (a running worker, not stopping) each try is [`Lease::ack_and_claim`]: the
 /// job it claims under the ack's barrier is left in `next` for the worker to run; a claim
 /// that failed there is logged, and the worker's own waiting claim takes over.
@@ -928,7 +1049,7 @@ fn ack_until_settled(
     a: &Work,
     lease: Lease,
     mut next: Option<&mut Option<Lease>>,
-) -> Result<String, Failure> {
+) -> Result<String, SettleFailed> {
     let mut wait = ACK_RETRY_FIRST;
     let mut tries = 1u32;
     let mut lease = lease;
@@ -961,6 +1082,10 @@ fn ack_until_settled(
         let e = match acked {
             Ok(()) if tries == 1 => return Ok("acked".to_string()),
             Ok(()) => return Ok(format!("acked (on try {tries})")),
+            // A move across filesystems fails the same way every time: not retried.
+            Err(SettleError::NotDone { lease: l, error }) if crosses_filesystems(&error) => {
+                return Err(SettleFailed::CrossDevice(l, error));
+            }
             // Cleanly not done: the ack hands the lease back; keep it and try again.
             Err(SettleError::NotDone { lease: l, error })
                 if more && !matches!(error.kind(), steadq::ErrorKind::Corrupt(_)) =>
@@ -974,7 +1099,7 @@ fn ack_until_settled(
                 if tries > 1 {
                     eprintln!("job {id}: ack not done after {tries} tries; giving up");
                 }
-                return Err(e.into());
+                return Err(SettleFailed::Failure(e.into()));
             }
         };
         eprintln!(
@@ -994,11 +1119,11 @@ fn ack_until_settled(
             }
             std::thread::sleep(Duration::from_millis(100).min(end - now));
             if renewed.elapsed() >= a.lease / 3 {
-                lease.renew(a.lease)?;
+                lease.renew(a.lease).map_err(Failure::from)?;
                 renewed = Instant::now();
             }
         }
-        lease.renew(a.lease)?;
+        lease.renew(a.lease).map_err(Failure::from)?;
         wait = (wait * 2).min(ACK_RETRY_MAX);
         tries += 1;
     }
@@ -1017,13 +1142,15 @@ fn describe_nack(n: Nacked, why: &str) -> String {
     }
 }
 
-/// SIGTERM the command's process group, then SIGKILL after 2 s.
+/// SIGTERM (and SIGCONT) the command's process group, then SIGKILL after 2 s.
 fn stop_child(child: &mut std::process::Child) {
     use rustix::process::{kill_process_group, Pid, Signal};
     let Some(pg) = Pid::from_raw(child.id() as i32) else {
         return;
     };
     let _ = kill_process_group(pg, Signal::TERM);
+    // A stopped process takes its SIGTERM only once continued.
+    let _ = kill_process_group(pg, Signal::CONT);
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(2) {
         if let Ok(Some(_)) = child.try_wait() {
@@ -1033,4 +1160,93 @@ fn stop_child(child: &mut std::process::Child) {
     }
     let _ = kill_process_group(pg, Signal::KILL);
     let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argh::FromArgs;
+    use std::os::unix::process::ExitStatusExt;
+    use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
+
+    /// A queue at a new directory with one job ready, reopened with a fault plan (disarmed)
+    /// that fails the first rename after `arm()` with EXDEV, as a move into a directory on
+    /// another mount does; the job claimed through it; and `work --once`'s arguments.
+    fn claimed_with_exdev(tag: &str) -> (std::path::PathBuf, Lease, Work) {
+        let dir = std::env::temp_dir().join(format!("steadq-xdev-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        steadq::Queue::create(&dir, steadq::Options::default())
+            .unwrap()
+            .enqueue(b"job")
+            .unwrap();
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::Rename,
+            nth: 1,
+            action: FaultAction::Fail(Errno::XDEV),
+        }]);
+        let o = steadq::Options {
+            faults: Some(plan.clone()),
+            ..Default::default()
+        };
+        let q = steadq::Queue::open_with(&dir, o).unwrap();
+        let lease = q.claim().unwrap().expect("a job is ready");
+        assert_eq!(lease.attempt(), 1);
+        plan.arm();
+        let d = dir.to_str().unwrap();
+        let a = Work::from_args(&["work"], &[d, "--once", "--", "true"]).unwrap();
+        (dir, lease, a)
+    }
+
+    /// After the give-back: the job is ready again with its attempt restored (its next claim
+    /// is attempt 1 again), nothing leased.
+    fn assert_given_back(dir: &std::path::Path) {
+        let q = steadq::Queue::open(dir).unwrap();
+        let st = q.status().unwrap();
+        assert_eq!((st.ready, st.leased, st.delayed, st.acked), (1, 0, 0, 0));
+        assert_eq!(q.claim().unwrap().expect("ready").attempt(), 1);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// An ack refused with EXDEV (the queue spans filesystems) is not retried: the job goes
+    /// back to ready with its attempt and the worker stops, exit 2, naming the directories
+    /// and saying the queue spans filesystems. Before, `--once` retried for about 7 s (a
+    /// running worker for a whole lease) and left the job leased, its attempt used.
+    #[test]
+    fn an_ack_across_filesystems_gives_the_job_back_and_stops() {
+        let (dir, lease, a) = claimed_with_exdev("ack");
+        let t = Instant::now();
+        let end = settle(&a, lease, Some(ExitStatus::from_raw(0)), None, t, None);
+        let took = t.elapsed();
+        let JobEnd::Fatal(e) = end else {
+            panic!("not a stop");
+        };
+        let msg = e.to_string();
+        assert_eq!(e.exit(), Exit::NotDone, "{msg}");
+        assert!(msg.contains("spans filesystems"), "{msg}");
+        assert!(msg.contains("receipts/"), "{msg}");
+        assert!(
+            msg.contains("given back to ready with its attempt"),
+            "{msg}"
+        );
+        assert!(took < Duration::from_millis(900), "took {took:?}: {msg}");
+        assert_given_back(&dir);
+    }
+
+    /// The same for a nack (a failed command's settle).
+    #[test]
+    fn a_nack_across_filesystems_gives_the_job_back_and_stops() {
+        let (dir, lease, a) = claimed_with_exdev("nack");
+        let t = Instant::now();
+        let end = settle(&a, lease, Some(ExitStatus::from_raw(1 << 8)), None, t, None);
+        let JobEnd::Fatal(e) = end else {
+            panic!("not a stop");
+        };
+        let msg = e.to_string();
+        assert_eq!(e.exit(), Exit::NotDone, "{msg}");
+        assert!(
+            msg.contains("spans filesystems") && msg.contains("exit 1"),
+            "{msg}"
+        );
+        assert_given_back(&dir);
+    }
 }

@@ -25,3 +25,4 @@ mod priority;
 mod stream;
 mod trust;
 mod typed_async;
+mod worker_process;
