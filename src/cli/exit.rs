@@ -1,5 +1,5 @@
 //! The exit-code table: one enum that `--help` (argh's `error_code` lines), the conversion
-//! from library errors and README's table all follow. A test checks the three agree.
+//! from library errors and docs/cli.md's table all follow. A test checks the three agree.
 
 use steadq::Failure;
 
@@ -49,7 +49,7 @@ impl Exit {
         self as i32
     }
 
-    /// What the code means, as `--help` and README say it.
+    /// What the code means, as `--help` and docs/cli.md say it.
     #[cfg(test)]
     pub fn meaning(self) -> &'static str {
         match self {
@@ -122,15 +122,15 @@ mod tests {
     }
 
     #[test]
-    fn help_and_readme_follow_the_table() {
+    fn help_and_cli_reference_follow_the_table() {
         let help = Top::from_args(&["steadq"], &["--help"])
             .err()
             .unwrap()
             .output;
-        let readme = include_str!("../../README.md");
+        let reference = include_str!("../../docs/cli.md");
         for e in Exit::ALL {
             let row = format!("| {} | {} |", e.code(), e.meaning());
-            assert!(readme.contains(&row), "README lacks the row {row:?}");
+            assert!(reference.contains(&row), "docs/cli.md lacks the row {row:?}");
             // argh lists the error codes (2 and up) with their meaning.
             if e.code() >= 2 {
                 let line = help
