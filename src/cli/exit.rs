@@ -130,7 +130,10 @@ mod tests {
         let reference = include_str!("../../docs/cli.md");
         for e in Exit::ALL {
             let row = format!("| {} | {} |", e.code(), e.meaning());
-            assert!(reference.contains(&row), "docs/cli.md lacks the row {row:?}");
+            assert!(
+                reference.contains(&row),
+                "docs/cli.md lacks the row {row:?}"
+            );
             // argh lists the error codes (2 and up) with their meaning.
             if e.code() >= 2 {
                 let line = help
