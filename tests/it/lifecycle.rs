@@ -445,8 +445,8 @@ fn tmpfile_route_is_used_where_it_works() {
     let d = TempDir::new("tmpfile");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"x").unwrap();
-    // Everywhere but btrfs, which publishes through tmp/ (DESIGN.md, "Found and fixed:
-    // btrfs with threads"; filesystems::btrfs_publishes_through_a_named_file).
+    // Everywhere but btrfs, which publishes through tmp/ (DESIGN.md, "btrfs: every job
+    // file is published through a named file"; filesystems::btrfs_publishes_through_a_named_file).
     if sys::publishes_named(d.path()) {
         assert_eq!(q.sys().publish_mode(), Some(sys::Publish::Named));
         return;
