@@ -358,7 +358,10 @@ pub(crate) fn random() -> u128 {
 }
 
 impl Queue {
-    /// Open the queue at `root` with default [`Options`].
+    /// Open the queue at `root` with default [`Options`]. The filesystem is checked first, from
+    /// one `fstatfs(2)` of the root (NFS is refused then, before any `flock` that its lock
+    /// daemon could hold up), then `renameat2(RENAME_NOREPLACE)` is tried on a probe file in
+    /// `tmp/` (made, renamed and removed).
     ///
     /// # Errors
     /// Not done in every case (opening changes nothing but a probe file in `tmp/`):
@@ -399,7 +402,7 @@ impl Queue {
         let rootfd = sys
             .open_dir_path(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
-        check_names(rootfd.as_fd(), &root)?;
+        check_filesystem(&sys, rootfd.as_fd(), &root)?;
         let ident = read_identity(&sys, rootfd.as_fd(), &root)?;
         Queue::assemble(root, sys, rootfd, ident, opts, check)
     }
@@ -450,7 +453,15 @@ impl Queue {
         let rootfd = sys
             .open_dir_path(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
-        check_names(rootfd.as_fd(), &root)?;
+        if let Err(e) = check_filesystem(&sys, rootfd.as_fd(), &root) {
+            if let Some((pfd, name)) = &made {
+                // Empty and made by this call: best effort, as for `check_inodes` below.
+                if sys.rmdir(pfd.as_fd(), name).is_ok() {
+                    let _ = sys.fsync_dir(pfd.as_fd());
+                }
+            }
+            return Err(e.into());
+        }
         // Whether this call changed anything yet: a later failure is indeterminate once it
         // did, not done before (a `mkdir` that failed did not happen).
         let mut changed = made.is_some();
@@ -1751,14 +1762,38 @@ fn check_name_limit(f_namelen: i64) -> core::result::Result<(), ErrorKind> {
     }
 }
 
-/// [`check_name_limit`] for the filesystem holding `root` (a failing `fstatfs` is not a
-/// refusal: the first long rename will say what is wrong).
-fn check_names(root: BorrowedFd<'_>, path: &Path) -> Result<()> {
-    let Ok(st) = rustix::fs::fstatfs(root) else {
+/// The name of a filesystem refused from its `statfs(2)` magic (`f_type`) alone, `None` for
+/// any other. NFS (`NFS_SUPER_MAGIC` 0x6969, every version): its `rename` takes no flags, so
+/// `renameat2(RENAME_NOREPLACE)` fails with `EINVAL` (`rename(2)`), and its `flock` goes to
+/// the lock daemon and waits as long as that does not answer. Other filesystems are judged by
+/// the rename probe ([`probe_rename`]).
+pub(crate) fn refused_filesystem(magic: i64) -> Option<&'static str> {
+    match magic as u32 {
+        0x6969 => Some(fs_name(magic)),
+        _ => None,
+    }
+}
+
+/// Check the filesystem holding `root` (at `path`) with one `fstatfs(2)`, the first call
+/// after the root's open and before anything that could block there (a `flock`, the probe):
+/// [`refused_filesystem`], then [`check_name_limit`]. A failing `fstatfs` is not a refusal:
+/// the probe or the first long rename will say what is wrong.
+///
+/// # Errors
+/// Not done: [`ErrorKind::UnsupportedFilesystem`] naming the filesystem, or
+/// [`ErrorKind::NamesTooLong`], with `path`.
+fn check_filesystem(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    let Ok((magic, name_max)) = sys.fs_type_and_name_max(root) else {
         return Ok(());
     };
-    #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
-    check_name_limit(st.f_namelen as i64).map_err(|k| Error::not_done(k, Some(path.to_path_buf())))
+    let refuse = |kind| Err(Error::not_done(kind, Some(path.to_path_buf())));
+    if let Some(fs_type) = refused_filesystem(magic) {
+        return refuse(ErrorKind::UnsupportedFilesystem { fs_type });
+    }
+    match check_name_limit(name_max) {
+        Err(kind) => refuse(kind),
+        Ok(()) => Ok(()),
+    }
 }
 
 /// Refuse a new queue of `shards` shards where the filesystem of `root` has fewer free inodes
@@ -2042,6 +2077,24 @@ mod tests {
     }
 
     #[test]
+    fn only_nfs_is_refused_by_its_magic() {
+        assert_eq!(refused_filesystem(0x6969), Some("nfs"));
+        // ext4, xfs, btrfs, tmpfs, fuse, cifs, overlayfs, f2fs: judged by the rename probe.
+        for ok in [
+            0xEF53_i64,
+            0x5846_5342,
+            0x9123_683E,
+            0x0102_1994,
+            0x6573_5546,
+            0xFF53_4D42,
+            0x794C_7630,
+            0xF2F5_2010,
+        ] {
+            assert_eq!(refused_filesystem(ok), None, "{ok:#x}");
+        }
+    }
+
+    #[test]
     fn name_limit_is_checked() {
         assert_eq!(
             check_name_limit(143),
@@ -2057,6 +2110,6 @@ mod tests {
         // The real filesystem the tests run on allows 196-byte names.
         let here = std::env::temp_dir();
         let fd = Sys::new().open_dir_path(&here).unwrap();
-        assert_eq!(check_names(fd.as_fd(), &here), Ok(()));
+        assert_eq!(check_filesystem(&Sys::new(), fd.as_fd(), &here), Ok(()));
     }
 }

@@ -21,5 +21,6 @@ mod keys;
 mod lifecycle;
 mod perf;
 mod priority;
+mod readonly;
 mod stream;
 mod typed_async;
