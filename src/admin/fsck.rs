@@ -302,8 +302,11 @@ impl Queue {
     /// # Errors
     /// [`crate::ErrorKind::Io`] if a directory cannot be listed (not done), or a quarantine
     /// move fails: not done, or indeterminate when the move may have happened or moves
-    /// before it are done (they stay done).
+    /// before it are done (they stay done). First the rename probe of [`Queue::open`] (a
+    /// handle from [`Queue::open_for_check`] was opened without it): its refusal
+    /// ([`crate::ErrorKind::UnsupportedFilesystem`], ...) moves nothing.
     pub fn fsck_quarantine(&self) -> Result<FsckReport, crate::Failure> {
+        self.probe_renames()?;
         Ok(self.fsck_with(true)?)
     }
 

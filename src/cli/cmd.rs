@@ -825,7 +825,8 @@ fn now(q: &Queue) -> encode::Now {
 }
 
 pub fn cmd_list(a: List) -> Result<Exit, CliError> {
-    let q = open(&a.dir)?;
+    // Opened to read: writes nothing (no rename probe in tmp/).
+    let q = Queue::open_read_only(&a.dir)?;
     let now = now(&q);
     q.list_each(a.state, !a.stream, |l| {
         let n = &l.name;
@@ -848,7 +849,7 @@ pub fn cmd_list(a: List) -> Result<Exit, CliError> {
 
 pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
     let id = parse_job_id(&a.job)?;
-    let q = open(&a.dir)?;
+    let q = Queue::open_read_only(&a.dir)?;
     let l = q.find(id).map_err(|e| match e.kind() {
         ErrorKind::NoSuchJob => CliError::not_done(format!("{}: no job {id}", a.dir.display())),
         _ => e.into(),

@@ -47,11 +47,14 @@ pub enum Call {
     Unlink,
     /// `fstat(2)`, `fstatat(2)`, `fstatfs(2)`.
     Stat,
+    /// `flock(2)` on a temp file (taken by its writer, tried by recovery). Over NFS it is
+    /// served by the lock daemon and blocks while that daemon does not answer.
+    Flock,
 }
 
 impl Call {
     /// Every kind, in declaration order.
-    pub const ALL: [Call; 13] = [
+    pub const ALL: [Call; 14] = [
         Call::Open,
         Call::Mkdir,
         Call::ReadDir,
@@ -65,6 +68,7 @@ impl Call {
         Call::Rename,
         Call::Unlink,
         Call::Stat,
+        Call::Flock,
     ];
 
     /// The lowercase name used in messages, e.g. `"rename"`.
@@ -83,6 +87,7 @@ impl Call {
             Call::Rename => "renameat2",
             Call::Unlink => "unlink",
             Call::Stat => "stat",
+            Call::Flock => "flock",
         }
     }
 
@@ -168,6 +173,7 @@ pub struct FaultPlan {
     fired: AtomicBool,
     disarmed: AtomicBool,
     trace: Mutex<Vec<Call>>,
+    fs_magic: std::sync::atomic::AtomicI64,
 }
 
 enum Decision {
@@ -226,6 +232,13 @@ impl FaultPlan {
     /// The sequence of calls made so far, oldest first.
     pub fn trace(&self) -> Vec<Call> {
         self.trace.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Make every `fstatfs(2)` through this plan report filesystem magic `magic` (`f_type`,
+    /// `linux/magic.h`) instead of the real one: for tests of a filesystem that cannot be
+    /// mounted where they run (NFS, `0x6969`). 0 reports the real one again.
+    pub fn pretend_fs_magic(&self, magic: i64) {
+        self.fs_magic.store(magic, Ordering::SeqCst);
     }
 
     /// Zero the counters and the trace (the faults stay armed relative to the new zero).
@@ -513,7 +526,9 @@ impl Sys {
         // Held until the last descriptor closes (`flock(2)`): how recovery tells a writer
         // alive in another pid namespace, or dead with its pid reused, from one that is
         // gone ([`Sys::temp_held`]). Best effort: where it fails, the pid and age decide.
-        let _ = rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive);
+        let _ = self.run(Call::Flock, || {
+            rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)
+        });
         Ok(fd)
     }
 
@@ -523,9 +538,11 @@ impl Sys {
     pub fn temp_held(&self, dir: BorrowedFd<'_>, name: &str) -> bool {
         let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
         match rustix::fs::openat(dir, name, flags, Mode::empty()) {
-            Ok(fd) => {
-                rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockShared).is_err()
-            }
+            Ok(fd) => self
+                .run(Call::Flock, || {
+                    rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockShared)
+                })
+                .is_err(),
             Err(_) => true,
         }
     }
@@ -1219,21 +1236,41 @@ impl Sys {
         })
     }
 
+    /// `fstatfs(2)`, one [`Call::Stat`]; `f_type` as the fault plan pretends, if it does
+    /// ([`FaultPlan::pretend_fs_magic`]).
+    #[allow(clippy::unnecessary_cast)] // f_type is i32 on 32-bit ARM
+    fn statfs(&self, fd: BorrowedFd<'_>) -> R<rustix::fs::StatFs> {
+        let mut st = self.run_retry(Call::Stat, || rustix::fs::fstatfs(fd))?;
+        let pretend = self
+            .plan
+            .as_ref()
+            .map(|p| p.fs_magic.load(Ordering::SeqCst));
+        if let Some(m) = pretend.filter(|m| *m != 0) {
+            st.f_type = m as _;
+        }
+        Ok(st)
+    }
+
     /// `fstatfs(2)`: the filesystem magic (`f_type`), see `statfs(2)` and `linux/magic.h`.
     #[allow(clippy::unnecessary_cast)] // f_type is i32 on 32-bit ARM
     pub fn fs_magic(&self, fd: BorrowedFd<'_>) -> R<i64> {
-        self.run_retry(Call::Stat, || {
-            rustix::fs::fstatfs(fd).map(|s| s.f_type as i64)
-        })
+        self.statfs(fd).map(|s| s.f_type as i64)
+    }
+
+    /// `fstatfs(2)`, one call: the filesystem magic (`f_type`) and its longest name in bytes
+    /// (`f_namelen`; 0 or less where it does not say).
+    #[allow(clippy::unnecessary_cast)] // the fields' types differ between targets
+    pub fn fs_type_and_name_max(&self, fd: BorrowedFd<'_>) -> R<(i64, i64)> {
+        self.statfs(fd)
+            .map(|s| (s.f_type as i64, s.f_namelen as i64))
     }
 
     /// `fstatfs(2)`: the filesystem's inodes as `(total, free)` (`f_files`, `f_ffree`). A
     /// total of 0 means the filesystem does not count them (btrfs makes inodes as it goes).
     #[allow(clippy::unnecessary_cast)] // the fields' types differ between targets
     pub fn fs_inodes(&self, fd: BorrowedFd<'_>) -> R<(u64, u64)> {
-        self.run_retry(Call::Stat, || {
-            rustix::fs::fstatfs(fd).map(|s| (s.f_files as u64, s.f_ffree as u64))
-        })
+        self.statfs(fd)
+            .map(|s| (s.f_files as u64, s.f_ffree as u64))
     }
 
     /// List `dir` with `getdents64(2)`, calling `f(name, type)` for each entry except `.` and

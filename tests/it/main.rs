@@ -22,6 +22,7 @@ mod lifecycle;
 mod payload_out;
 mod perf;
 mod priority;
+mod readonly;
 mod stream;
 mod trust;
 mod typed_async;
