@@ -24,5 +24,4 @@ mod perf;
 mod priority;
 mod stream;
 mod trust;
-mod typed_async;
 mod worker_process;
