@@ -94,7 +94,7 @@ cd "$REPO"
 cargo build -q --release -p crashlab --target $MUSL --bin powercut-agent $FEAT
 mkdir -p "$CACHE/bin"
 cp "$TARGET_DIR/$MUSL/release/powercut-agent" "$CACHE/bin/$AGENT"
-cargo build -q --release -p steadq --target $MUSL --bin steadq
+cargo build -q --release -p steadq-cli --target $MUSL --bin steadq
 cargo build -q --release -p crashlab --bin powercut
 
 # ---- kernel (shared with rig.sh) and initramfs ------------------------------------------------

@@ -482,7 +482,7 @@ fn claim_waiting(
 /// regular file on the queue's filesystem (same `st_dev`, which a bind mount keeps) can
 /// be. It may when it has more than one hard link, when it is the same inode as an entry
 /// of the queue's root (the identity, the evidence log and its rotations, the limits), or
-/// when it starts with a job file's magic (`STEADQJ\0`: a job or a receipt; `src/disk/
+/// when it starts with a job file's magic (`STEADQJ\0`: a job or a receipt; `crates/steadq/src/disk/
 /// format.rs`). One `fstat`, one listing of the root, one 8-byte read.
 fn queue_file(f: &std::fs::File, path: &std::path::Path, dir: &std::path::Path) -> Option<String> {
     use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};

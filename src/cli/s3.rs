@@ -1,5 +1,5 @@
 //! `s3://bucket/prefix` queues in steadq's own subcommands (feature `s3`): the dispatch on
-//! the queue argument, and the handlers, which call `steadq::s3` (StowQ). Without the
+//! the queue argument, and the handlers, which call `stowq` (StowQ). Without the
 //! feature an `s3://` queue argument is refused with an error naming it.
 //!
 //! Exit codes are steadq's: 0 done, 2 not done, 3 no job ready, 4 indeterminate, 6 lease
@@ -67,8 +67,8 @@ mod with_s3 {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
-    use steadq::s3::client::Client;
-    use steadq::s3::{Config, Error, ErrorKind, Lease, Nacked, Options, Outcome, Queue, State};
+    use stowq::Client;
+    use stowq::{Config, Error, ErrorKind, Lease, Nacked, Options, Outcome, Queue, State};
 
     impl From<Error> for CliError {
         fn from(e: Error) -> CliError {
@@ -91,47 +91,15 @@ mod with_s3 {
     }
 
     fn open_with(url: &str, options: Options, create: bool) -> Result<Queue, CliError> {
-        let (bucket, prefix) = steadq::s3::parse_s3_url(url).map_err(CliError::not_done)?;
+        let (bucket, prefix) = stowq::parse_s3_url(url).map_err(CliError::not_done)?;
         let config =
             Config::from_env().map_err(|m| CliError::not_done(format!("queue {url}: {m}")))?;
         let client = Client::new(config, &bucket);
         if create {
-            create_bucket(&client, &bucket)?;
+            client.create_bucket()?;
             return Ok(Queue::create(client, &prefix, options)?);
         }
         Ok(Queue::open(client, &prefix, options)?)
-    }
-
-    /// Create `bucket` unless it exists. A request that never left this process (connection
-    /// refused) is not done, like one the service refused (its error code named, e.g.
-    /// `InvalidBucketName`); a lost answer or a 5xx may have been applied: indeterminate.
-    fn create_bucket(client: &Client, bucket: &str) -> Result<(), CliError> {
-        use steadq::s3::http::Fail;
-        let r = match client.create_bucket() {
-            Ok(r) => r,
-            Err(Fail::NotSent(m)) => {
-                let msg = format!("create bucket {bucket}: not done: no connection: {m}");
-                return Err(CliError::not_done(msg));
-            }
-            Err(Fail::MaybeSent(m)) => {
-                let msg = format!("create bucket {bucket}: indeterminate: no answer: {m}");
-                return Err(CliError::new(Exit::Indeterminate, msg));
-            }
-        };
-        if r.status == 200 || r.status == 409 {
-            return Ok(());
-        }
-        let body = String::from_utf8_lossy(&r.body);
-        let code = body
-            .split_once("<Code>")
-            .and_then(|(_, rest)| rest.split_once("</Code>"))
-            .map_or(String::new(), |(c, _)| format!(" {c}"));
-        let msg = format!("create bucket {bucket}: HTTP {}{code}", r.status);
-        Err(if r.status >= 500 {
-            CliError::new(Exit::Indeterminate, format!("{msg}: may have been applied"))
-        } else {
-            CliError::not_done(format!("{msg}: not done"))
-        })
     }
 
     fn open(url: &str) -> Result<Queue, CliError> {
@@ -509,7 +477,7 @@ mod with_s3 {
 
     /// Whether `list --state want` shows `l`: a ready job is `delayed` until it is due
     /// (`due_by`), as `status` counts it; both were listed for either state.
-    fn listed_as(l: &steadq::s3::Listed, want: Option<steadq::State>, due_by: i64) -> bool {
+    fn listed_as(l: &stowq::Listed, want: Option<steadq::State>, due_by: i64) -> bool {
         match want {
             None => true,
             Some(steadq::State::Ready) => l.state == State::Ready && l.sort_ms <= due_by,
@@ -794,7 +762,7 @@ mod with_s3 {
     fn settled_by_us(q: &Queue, l: &Lease, to: State) -> bool {
         let key = q.keys().gen(l.id, l.generation() + 1);
         let rec = q.client.get(&key).ok().filter(|r| r.status == 200);
-        let rec = rec.and_then(|r| steadq::s3::keys::Record::decode(&r.body));
+        let rec = rec.and_then(|r| stowq::keys::Record::decode(&r.body));
         rec.is_some_and(|r| r.state == to && r.token == l.token)
     }
 
@@ -811,7 +779,7 @@ mod with_s3 {
     }
 
     /// `work` on an `s3://` queue: `--concurrency` threads, each claiming and running one job
-    /// at a time. An empty claim backs off ([`steadq::s3::idle_pause`]: 100 ms doubling to
+    /// at a time. An empty claim backs off ([`stowq::idle_pause`]: 100 ms doubling to
     /// 10 s, jittered; reset by a claim), as S3 has nothing to wait on. SIGTERM or SIGINT:
     /// no new claims; running commands finish (their leases renewed meanwhile).
     fn work(a: args::Work) -> Result<Exit, CliError> {
@@ -877,7 +845,7 @@ mod with_s3 {
                     return Err(CliError::new(Exit::NoJob, "no job ready"));
                 }
                 idle = idle.saturating_add(1);
-                pause(steadq::s3::idle_pause(idle));
+                pause(stowq::idle_pause(idle));
                 continue;
             };
             idle = 0;

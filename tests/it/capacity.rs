@@ -1,4 +1,4 @@
-//! Capacity limits and backpressure (`steadq.limits`, `src/ops/capacity.rs`): the limit is
+//! Capacity limits and backpressure (`steadq.limits`, `crates/steadq/src/ops/capacity.rs`): the limit is
 //! refused with its own error and exit code, a waiting enqueue wakes on inotify when room
 //! appears, the per-handle tally follows other processes' changes, and the overshoot with 8
 //! concurrent producers stays within the documented bound (`P - 1` jobs).

@@ -1,4 +1,4 @@
-//! Idempotency keys (`keys/<sha256>`, `src/ops/keys.rs`): one job per key, duplicates named,
+//! Idempotency keys (`keys/<sha256>`, `crates/steadq/src/ops/keys.rs`): one job per key, duplicates named,
 //! across processes and across crashes (a key left without its job is retired, not obeyed).
 
 use crate::common::*;

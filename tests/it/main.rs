@@ -25,5 +25,4 @@ mod priority;
 mod readonly;
 mod stream;
 mod trust;
-mod typed_async;
 mod worker_process;

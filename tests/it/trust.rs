@@ -399,7 +399,7 @@ fn a_sparse_job_file_is_corrupt_unread_and_not_counted_at_its_size() {
         .open(d.path().join(&rel))
         .unwrap();
     f.set_len(100 << 30).unwrap();
-    // The payload length at offset 56 (src/disk/format.rs) agrees with the new size.
+    // The payload length at offset 56 (crates/steadq/src/disk/format.rs) agrees with the new size.
     f.write_all_at(&((100u64 << 30) - 128).to_le_bytes(), 56)
         .unwrap();
     drop(f);

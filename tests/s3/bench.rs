@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use std::time::Instant;
-use steadq::s3::{client::Client, Options, Queue};
+use stowq::{Client, Options, Queue};
 
 /// Claim and ack until empty with `workers` threads; returns (jobs/s, requests/job).
 fn stowq_run(port: u16, prefix: &str, workers: usize, jobs: usize) -> (f64, f64) {

@@ -5,7 +5,7 @@ use crate::common::*;
 use crate::sigkill::{cli, out};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use steadq::s3::Options;
+use stowq::Options;
 /// `steadq work URL --once EXTRA -- sh -c SCRIPT` whose command marks that it started (a
 /// file `started` in a fresh directory `steadq-s3-TAG-PID` under the temp directory) and
 /// then waits until the test makes `go` there. Returns once the command runs (at most
@@ -201,11 +201,11 @@ fn an_empty_claim_costs_a_few_lists() {
     // Ready LIST (+1 wrapping when the start shard is not the first), then the same for
     // the leased index in recover: 2 to 4.
     assert!((2.0..=4.0).contains(&per), "{per} requests per empty claim");
-    let mean_pause = (steadq::s3::IDLE_MAX.as_secs_f64() * 0.75).max(0.001);
+    let mean_pause = (stowq::IDLE_MAX.as_secs_f64() * 0.75).max(0.001);
     report(&format!(
         "s3 idle: {per:.2} requests (LISTs) per empty claim; at the {} s cap one empty claim \
          per {mean_pause:.1} s: {:.0} LISTs per idle worker-hour (${:.4} at $0.005/1,000)",
-        steadq::s3::IDLE_MAX.as_secs(),
+        stowq::IDLE_MAX.as_secs(),
         per * 3600.0 / mean_pause,
         per * 3600.0 / mean_pause * 0.005 / 1000.0
     ));
@@ -282,7 +282,7 @@ fn work_once_whose_ack_was_not_done_does_not_exit_0() {
     let go = dir.join("go");
     // Someone else settles the lease (generation 1) first.
     let body = q.client.get(&q.keys().gen(id, 1)).unwrap().body;
-    let rec = steadq::s3::keys::Record::decode(&body).expect("the claim's record");
+    let rec = stowq::keys::Record::decode(&body).expect("the claim's record");
     let lease = q.resume_lease(id, 1, &rec.token).unwrap();
     q.ack(&lease).unwrap();
     std::fs::write(&go, b"").unwrap();
@@ -429,10 +429,7 @@ fn ack_through_an_outage(outage: Fault, bucket: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "acked after the outage: {err}");
     let (gen, rec) = q.inspect(id).unwrap().unwrap();
-    assert_eq!(
-        (gen, rec.state, rec.attempt),
-        (2, steadq::s3::State::Done, 1)
-    );
+    assert_eq!((gen, rec.state, rec.attempt), (2, stowq::State::Done, 1));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -504,7 +501,7 @@ fn work_takes_up_its_own_renewal_after_lost_answers() {
     std::fs::write(&go, b"").unwrap();
     let o = worker.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(rec.state, steadq::s3::State::Leased, "{err}");
+    assert_eq!(rec.state, stowq::State::Leased, "{err}");
     assert!(
         rec.due_ms > now,
         "generation {gen} expired while the command ran: {err}"
@@ -600,7 +597,7 @@ fn a_claim_says_which_corrupt_job_it_dead_lettered() {
     let url = "s3://clicorrupt/q";
     assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
     let q = queue(m.port, "clicorrupt", "q", Options::default());
-    let corrupt = |q: &steadq::s3::Queue| {
+    let corrupt = |q: &stowq::Queue| {
         let id = q.enqueue(b"precious payload").unwrap();
         let key = q.keys().gen(id, 0);
         let mut body = q.client.get(&key).unwrap().body;
@@ -731,7 +728,7 @@ fn claim_payload_out_that_cannot_be_written_leaves_the_job_ready() {
             && err.contains("no job was claimed"),
         "{err}"
     );
-    assert_eq!(state(id), (0, steadq::s3::State::Ready, 0), "not claimed");
+    assert_eq!(state(id), (0, stowq::State::Ready, 0), "not claimed");
     // Written after the claim and failing (ENOSPC): given back with its attempt.
     let (code, h, err) = claim(m.port, std::path::Path::new("/dev/full"));
     assert_eq!((code, h.as_str()), (2, ""), "{err}");
@@ -741,7 +738,7 @@ fn claim_payload_out_that_cannot_be_written_leaves_the_job_ready() {
     );
     assert_eq!(
         state(id),
-        (2, steadq::s3::State::Ready, 0),
+        (2, stowq::State::Ready, 0),
         "ready, attempt given back"
     );
     assert_eq!(
@@ -753,7 +750,7 @@ fn claim_payload_out_that_cannot_be_written_leaves_the_job_ready() {
     assert_eq!(code, 0, "{err}");
     assert!(h.starts_with(&format!("{id:032x}.3.")), "{h}");
     assert_eq!(std::fs::read(&file).unwrap(), b"payload");
-    assert_eq!(state(id), (3, steadq::s3::State::Leased, 1));
+    assert_eq!(state(id), (3, stowq::State::Leased, 1));
     assert_eq!(out(cli(m.port).args(["nack", url, &h])).0, 0);
     // The give-back itself fails (the service is gone from the create of generation 6, the
     // release of the lease at 5, on): the job stays leased, and the message names its
@@ -779,7 +776,7 @@ fn claim_payload_out_that_cannot_be_written_leaves_the_job_ready() {
         .nth(1)
         .and_then(|r| r.split(')').next())
         .unwrap_or_else(|| panic!("no handle in {err:?}"));
-    assert_eq!(state(id), (5, steadq::s3::State::Leased, 2), "{err}");
+    assert_eq!(state(id), (5, stowq::State::Leased, 2), "{err}");
     assert_eq!(out(cli(m.port).args(["nack", url, h])), (0, "ready".into()));
     let _ = std::fs::remove_dir_all(&tmp);
 }
@@ -814,7 +811,7 @@ fn a_command_that_cannot_start_uses_up_no_attempt() {
                 && err.contains("no job was claimed"),
             "{err}"
         );
-        assert_eq!(state(), (0, steadq::s3::State::Ready, 0), "{err}");
+        assert_eq!(state(), (0, stowq::State::Ready, 0), "{err}");
     }
     let dir = std::env::temp_dir().join(format!("steadq-s3-nostart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -837,7 +834,7 @@ fn a_command_that_cannot_start_uses_up_no_attempt() {
         );
         assert_eq!(
             state(),
-            (2 * i, steadq::s3::State::Ready, 0),
+            (2 * i, stowq::State::Ready, 0),
             "given back with its attempt: {err}"
         );
     }
@@ -845,7 +842,7 @@ fn a_command_that_cannot_start_uses_up_no_attempt() {
     let (code, err) = work(&["--once", "--", "cat"]);
     assert_eq!(code, 0, "{err}");
     let g = 2 * u64::from(max);
-    assert_eq!(state(), (g + 2, steadq::s3::State::Done, 1), "{err}");
+    assert_eq!(state(), (g + 2, stowq::State::Done, 1), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -975,7 +972,7 @@ fn work_outlasts_commands_that_cannot_start_for_want_of_descriptors() {
     let t1 = Instant::now();
     loop {
         let (_, rec) = q.inspect(id).unwrap().unwrap();
-        if rec.state == steadq::s3::State::Done {
+        if rec.state == stowq::State::Done {
             assert_eq!(rec.attempt, 1, "{}", stderr());
             break;
         }
@@ -1035,7 +1032,7 @@ fn claim_payload_out_written_part_way_is_not_left_behind() {
             Err(_) => assert!(!existed, "the existing file is kept, emptied"),
         }
         let (_, rec) = q.inspect(id).unwrap().unwrap();
-        assert_eq!((rec.state, rec.attempt), (steadq::s3::State::Ready, 0));
+        assert_eq!((rec.state, rec.attempt), (stowq::State::Ready, 0));
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -4,8 +4,8 @@
 //! rewrites one answer's `Date`, in front of moto.
 
 use crate::common::*;
-use steadq::s3::clock::local_ms;
-use steadq::s3::{client::Client, ErrorKind, Options, Outcome, Queue};
+use stowq::clock::local_ms;
+use stowq::{Client, ErrorKind, Options, Outcome, Queue};
 
 const LEASE_MS: i64 = 30_000;
 const DAY: i64 = 86_400;
@@ -194,7 +194,7 @@ fn a_nack_right_after_the_service_clock_steps_forward_keeps_its_delay() {
         .nack(&l, std::time::Duration::from_secs(60), "later")
         .unwrap()
     {
-        steadq::s3::Nacked::Ready(due) => due,
+        stowq::Nacked::Ready(due) => due,
         other => panic!("{other:?}"),
     };
     let service_now = local_ms() + STEP_S * 1000;

@@ -3,8 +3,8 @@
 
 use crate::common::*;
 use std::time::Duration;
-use steadq::s3::keys::{id_hex, Record, State};
-use steadq::s3::{client::Client, ErrorKind, Options, Outcome, Queue};
+use stowq::keys::{id_hex, Record, State};
+use stowq::{Client, ErrorKind, Options, Outcome, Queue};
 
 /// No guard: tests compact at once (production keeps 1 h).
 fn opts() -> Options {

@@ -7,7 +7,7 @@ use crate::common::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use steadq::s3::{client::Client, Lease, Options, Outcome, Queue, State};
+use stowq::{Client, Lease, Options, Outcome, Queue, State};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Op {
@@ -39,7 +39,7 @@ enum Said {
     Indeterminate,
 }
 
-fn said<T>(r: &Result<T, steadq::s3::Error>, done: impl Fn(&T) -> bool) -> Said {
+fn said<T>(r: &Result<T, stowq::Error>, done: impl Fn(&T) -> bool) -> Said {
     match r {
         Ok(v) if done(v) => Said::Done,
         Ok(_) => Said::NotDone,
@@ -206,7 +206,7 @@ fn case(c: &Ctx, n: usize, op: Op, fault: Option<(Fault, u32)>) -> (Said, String
 
 /// The first chain keys under the queue's prefix, read without faults (retried: moto answers
 /// 500 to some listings racing writes, and a loaded machine may time a request out).
-fn chains(d: &Queue) -> steadq::s3::client::Page {
+fn chains(d: &Queue) -> stowq::Page {
     for _ in 0..20 {
         if let Ok(Ok(p)) = d.client.list(&d.keys().chains(), None, None, 10) {
             return p;

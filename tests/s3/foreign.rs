@@ -4,7 +4,7 @@
 use crate::common::*;
 use std::sync::mpsc;
 use std::time::Duration;
-use steadq::s3::Options;
+use stowq::Options;
 
 /// A key under `i/ready/` whose shard part is not the one hex digit StowQ writes (`00`, a
 /// copy made by hand, another tool's object) parsed as a marker; when not yet due, the
@@ -79,11 +79,11 @@ fn a_service_that_ignores_conditional_writes_is_refused_and_changes_nothing() {
     bucket(m.port, "uncond");
     let p = Proxy::start(m.port);
     p.unconditional(true);
-    let c = || steadq::s3::client::Client::new(config(p.port, 10_000), "uncond");
-    let e = steadq::s3::Queue::create(c(), "fresh", Options::default()).unwrap_err();
-    assert_eq!(e.outcome, steadq::s3::Outcome::NotDone, "{e}");
+    let c = || stowq::Client::new(config(p.port, 10_000), "uncond");
+    let e = stowq::Queue::create(c(), "fresh", Options::default()).unwrap_err();
+    assert_eq!(e.outcome, stowq::Outcome::NotDone, "{e}");
     assert!(e.to_string().contains("If-None-Match"), "{e}");
-    let direct = steadq::s3::client::Client::new(config(m.port, 10_000), "uncond");
+    let direct = stowq::Client::new(config(m.port, 10_000), "uncond");
     assert_eq!(
         direct.get("fresh/queue").unwrap().status,
         404,
@@ -92,7 +92,7 @@ fn a_service_that_ignores_conditional_writes_is_refused_and_changes_nothing() {
     // An existing queue, created through a service that honours it, is opened as it is.
     let q = queue(m.port, "uncond", "old", Options::default());
     let id = q.enqueue(b"job").unwrap();
-    let again = steadq::s3::Queue::create(c(), "old", Options::default()).unwrap();
+    let again = stowq::Queue::create(c(), "old", Options::default()).unwrap();
     assert_eq!(
         again.queue_id(),
         q.queue_id(),
@@ -161,8 +161,8 @@ fn a_marker_of_a_generation_that_does_not_exist_is_not_claimed() {
     bucket(m.port, "foreign");
     let q = queue(m.port, "foreign", "forged", Options::default());
     let id = q.enqueue(b"once").unwrap();
-    let rec = steadq::s3::keys::Record {
-        state: steadq::s3::State::Ready,
+    let rec = stowq::keys::Record {
+        state: stowq::State::Ready,
         attempt: 0,
         at_ms: 1,
         due_ms: 1,

@@ -2,7 +2,7 @@
 
 use crate::common::*;
 use std::time::Duration;
-use steadq::s3::{client::Client, ErrorKind, Nacked, Options, Outcome, Queue, State};
+use stowq::{Client, ErrorKind, Nacked, Options, Outcome, Queue, State};
 
 #[test]
 fn whole_lifecycle_against_moto() {
@@ -18,7 +18,7 @@ fn whole_lifecycle_against_moto() {
     let q2 = queue(m.port, "life", "app/q1", opts.clone());
     assert_eq!(q.queue_id(), q2.queue_id());
     assert!(q.client.clock.known(), "service clock learned from Date");
-    let skew = q.client.clock.now_ms() - steadq::s3::clock::local_ms();
+    let skew = q.client.clock.now_ms() - stowq::clock::local_ms();
     assert!(
         skew.abs() < 2_000,
         "moto runs on this machine: skew {skew} ms"
@@ -165,7 +165,7 @@ fn conditional_writes_are_refused_when_unsigned_and_settled_when_signed() {
     assert_eq!(c.get("k").unwrap().body, b"1");
     // Unsigned, on the existing key: moto answers 403, not 412, which is why every request is
     // signed.
-    let r = steadq::s3::http::send(&steadq::s3::http::Request {
+    let r = stowq::http::send(&stowq::http::Request {
         method: "PUT",
         host: "127.0.0.1",
         port: m.port,
@@ -196,7 +196,7 @@ fn repair_restores_the_index_after_crash_windows() {
     // A claim of b died right after its create: leased, deadline passed, no leased marker,
     // and the ready marker still there.
     let b = q.enqueue(b"b").unwrap();
-    let rec = steadq::s3::keys::Record {
+    let rec = stowq::keys::Record {
         state: State::Leased,
         attempt: 1,
         at_ms: 0,
@@ -219,7 +219,7 @@ fn repair_restores_the_index_after_crash_windows() {
     assert_eq!((rep.put, rep.deleted), (2, 1));
     assert_eq!(
         q.repair().unwrap(),
-        steadq::s3::RepairReport::default(),
+        stowq::RepairReport::default(),
         "idempotent"
     );
     let st = q.status().unwrap();

@@ -4,7 +4,7 @@ use crate::common::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use steadq::s3::{client::Client, Options, Queue, State};
+use stowq::{Client, Options, Queue, State};
 
 #[test]
 fn thirty_two_workers_ack_two_hundred_jobs_exactly_once() {

@@ -8,7 +8,7 @@ use crate::common::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use steadq::s3::{client::Client, Options, Queue};
+use stowq::{Client, Options, Queue};
 
 /// Enqueue `n` jobs under `prefix` with 16 threads.
 fn fill(port: u16, prefix: &str, n: usize) {

@@ -3,7 +3,7 @@
 use crate::common::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use steadq::s3::{Options, State};
+use stowq::{Options, State};
 
 /// `steadq` (built with `s3`) pointed at moto on `port`.
 pub fn cli(port: u16) -> Command {

@@ -1,12 +1,12 @@
 //! The job lifecycle: enqueue, claim, renew, ack, nack and fail. Each is one conditional
 //! create of the job's next generation ([`Queue::step`] in `queue.rs`).
 
-use crate::format;
-use crate::s3::error::{Error, ErrorKind, Result};
-use crate::s3::keys::{id_hex, Marker, Record, State};
-use crate::s3::queue::{random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt};
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::{id_hex, Marker, Record, State};
+use crate::queue::{random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use steadq::format;
 
 impl Queue {
     /// Enqueue `payload`; returns the job id.

@@ -2,10 +2,10 @@
 //! receipt (the done generation); its envelope, its older records and its done marker are
 //! deleted. See `DESIGN-S3.md`, "Compaction".
 
-use crate::s3::error::{Error, ErrorKind, Result};
-use crate::s3::http::Fail;
-use crate::s3::keys::State;
-use crate::s3::queue::{batch, transport, CompactReport, Queue};
+use crate::error::{Error, ErrorKind, Result};
+use crate::http::Fail;
+use crate::keys::State;
+use crate::queue::{batch, transport, CompactReport, Queue};
 use std::time::Duration;
 
 impl Queue {
@@ -40,7 +40,7 @@ impl Queue {
             if m.sort_ms > cutoff {
                 continue;
             }
-            let chain = format!("{}{}/", self.keys.chains(), crate::s3::keys::id_hex(m.id));
+            let chain = format!("{}{}/", self.keys.chains(), crate::keys::id_hex(m.id));
             let page = self
                 .list_page(&chain, None, None, 1000)
                 .map_err(|e| batch(e, rep.objects))?;

@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn design_doc_shows_the_table() {
-        let doc = include_str!("../../DESIGN.md");
+        let doc = include_str!("../../../../DESIGN.md");
         assert!(
             doc.contains(&table_markdown()),
             "DESIGN.md's transition table differs from state::TRANSITIONS:\n{}",

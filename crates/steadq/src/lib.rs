@@ -50,7 +50,7 @@
 //! `ops/transition.rs` (`Queue::move_job`); every syscall, fsync included, goes through
 //! `disk/sys.rs` (`Sys`). `DESIGN.md` documents the bytes, the table and the crash cases.
 //!
-//! The layers, one folder each:
+//! The layers, one folder each (paths from `crates/steadq/`):
 //!
 //! ```text
 //! src/lib.rs            the crate: layers, public re-exports
@@ -80,9 +80,11 @@
 //! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
 //! src/typed.rs         TypedQueue<T>: serde values with postcard (feature `serde`)
 //! src/asyncq.rs        AsyncQueue: async enqueue and claim on tokio's reactor (feature `tokio`)
-//! src/s3/               StowQ: the lifecycle on S3-compatible object storage (feature `s3`)
-//! src/cli/              the `steadq` binary (feature `cli`; `s3://` queues with `s3`)
 //! ```
+//!
+//! Beside this crate (`crates/steadq`) in the repository: `crates/stowq` (StowQ, the same
+//! lifecycle on S3-compatible object storage), the `steadq` binary (`src/`, package
+//! `steadq-cli`), `crashlab/` and `bench/`.
 
 #![deny(missing_docs)]
 // One `unsafe` block in the library: the `sync_file_range(2)` call of `Sys::write_out`
@@ -96,8 +98,6 @@ mod disk;
 mod error;
 mod ops;
 mod queue;
-#[cfg(feature = "s3")]
-pub mod s3;
 #[cfg(feature = "serde")]
 mod typed;
 

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! P/queue                                  identity: "stowq 1\nqueue <32 hex>\n"
-//! P/j/<id>/00000000                        the job envelope (crate::format), generation 0
+//! P/j/<id>/00000000                        the job envelope (steadq::format), generation 0
 //! P/j/<id>/<gen 8 hex>                     generation gen >= 1: a Record (the job's state)
 //! P/i/<state>/<shard>/<sort 13>.<id>.<gen 8 hex>.<attempt>   index marker (a hint)
 //! ```

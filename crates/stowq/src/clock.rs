@@ -178,7 +178,7 @@ impl ServiceClock {
     }
 
     /// Whether a `Date` was seen but the clock is not yet known: the samples so far agreed
-    /// neither with this machine's wall clock nor two in a row with each other. [`crate::s3::Queue::open`] asks again until they do.
+    /// neither with this machine's wall clock nor two in a row with each other. [`crate::Queue::open`] asks again until they do.
     pub fn unconfirmed(&self) -> bool {
         let st = self.state();
         st.established.is_none() && st.pending.is_some()
@@ -188,7 +188,7 @@ impl ServiceClock {
     /// answer to confirm it: the service's clock may have stepped forward (or this machine
     /// slept, its monotonic clock standing still), so [`ServiceClock::now_ms`] may be behind
     /// by that step. A deadline written now could be expired at birth to every handle that
-    /// knows the new time: [`crate::s3::Queue`] asks once more before writing one.
+    /// knows the new time: [`crate::Queue`] asks once more before writing one.
     pub fn in_doubt(&self) -> bool {
         let st = self.state();
         st.established.is_some() && st.pending.is_some()

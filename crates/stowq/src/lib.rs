@@ -4,7 +4,7 @@
 //! A job is a chain of immutable objects; each state change creates the job's next generation
 //! with `If-None-Match: *`, the object-store counterpart of `renameat2(RENAME_NOREPLACE)`: of
 //! all workers racing for one transition exactly one create succeeds. Payloads carry SteadQ's
-//! SHA-256 envelope ([`crate::format`]) and are verified before a worker sees them.
+//! SHA-256 envelope ([`steadq::format`]) and are verified before a worker sees them.
 //!
 //! Every mutating call returns `Ok` only when it is **done** (its create was answered 200, or
 //! a read-back found our own nonce in place); an [`Error`] carries [`Outcome::NotDone`] or
@@ -12,7 +12,7 @@
 //! See `DESIGN-S3.md` at the repository's root.
 
 mod admin;
-pub mod client;
+mod client;
 pub mod clock;
 mod compact;
 pub mod config;
@@ -21,9 +21,9 @@ pub mod http;
 pub mod keys;
 mod lifecycle;
 pub mod queue;
-pub mod sigv4;
+mod sigv4;
 
-pub use crate::Outcome;
+pub use client::{Client, Page};
 pub use config::Config;
 pub use error::{Error, ErrorKind};
 pub use keys::State;
@@ -31,7 +31,9 @@ pub use queue::{
     CompactReport, Lease, Listed, Nacked, Options, Queue, Receipt, RecoverReport, RepairReport,
     Status,
 };
+pub use sigv4::Credentials;
 use std::time::Duration;
+pub use steadq::Outcome;
 
 /// `work`'s first pause after a claim found nothing ready.
 pub const IDLE_FIRST: Duration = Duration::from_millis(100);

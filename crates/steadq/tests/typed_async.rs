@@ -1,9 +1,12 @@
 //! The optional features: `serde` (TypedQueue with postcard) and `tokio` (AsyncQueue on
-//! tokio's reactor). Run with `cargo test --features serde,tokio --test it typed_async::`.
+//! tokio's reactor). Run with `cargo test -p steadq --features serde,tokio --test typed_async`.
+
+#[allow(dead_code)] // each test target uses some of the helpers
+mod support;
 
 #[cfg(feature = "serde")]
 mod typed {
-    use crate::common::*;
+    use crate::support::*;
     use std::time::Duration;
     use steadq::*;
 
@@ -142,7 +145,7 @@ mod typed {
 
 #[cfg(feature = "tokio")]
 mod asynq {
-    use crate::common::*;
+    use crate::support::*;
     use std::time::{Duration, Instant};
     use steadq::*;
 

@@ -1,7 +1,7 @@
 //! Where the bucket is and who we are: the standard AWS environment variables, then the
 //! shared profile files (`~/.aws/credentials`, `~/.aws/config`).
 
-use crate::s3::sigv4::Credentials;
+use crate::sigv4::Credentials;
 use std::path::PathBuf;
 
 /// An S3 endpoint, credentials and region.

@@ -1,7 +1,7 @@
 //! Errors: what went wrong, and the outcome (not done or indeterminate).
 
-use crate::format::Corruption;
-use crate::Outcome;
+use steadq::format::Corruption;
+use steadq::Outcome;
 
 /// What went wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +29,13 @@ pub enum ErrorKind {
     PayloadUnavailable(String),
     /// Bad configuration or arguments.
     Config(String),
+    /// The bucket could not be created ([`crate::Client::create_bucket`]).
+    Bucket {
+        /// Its name.
+        bucket: String,
+        /// Why: no connection, no answer, or the service's status and error code.
+        why: String,
+    },
 }
 
 /// A failed call: what happened and whether it may have taken effect.
@@ -77,6 +84,7 @@ impl std::fmt::Display for Error {
                 write!(f, "{o}: claimed, but the payload could not be read: {m}")
             }
             ErrorKind::Config(m) => write!(f, "{o}: {m}"),
+            ErrorKind::Bucket { bucket, why } => write!(f, "create bucket {bucket}: {o}: {why}"),
         }
     }
 }

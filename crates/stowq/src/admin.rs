@@ -1,9 +1,9 @@
 //! Reading and upkeep of the index: listing due markers, recovery of expired leases,
 //! requeue, repair, list, status and the true state of one job.
 
-use crate::s3::error::{Error, ErrorKind, Result};
-use crate::s3::keys::{id_hex, Marker, Record, State, SHARDS};
-use crate::s3::queue::{
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::{id_hex, Marker, Record, State, SHARDS};
+use crate::queue::{
     batch, random_u128, ready0, Listed, Queue, RecoverReport, RepairReport, Status,
 };
 use std::collections::BTreeMap;

@@ -1,11 +1,13 @@
 //! The few S3 requests StowQ makes, path-style, each signed: conditional create, plain put,
 //! get, delete, list (ListObjectsV2) and create bucket. No retries here; callers decide.
 
-use crate::s3::clock::{amz_date, local_ms, ServiceClock};
-use crate::s3::config::Config;
-use crate::s3::http::{self, Fail, Response};
-use crate::s3::sigv4::{sign, uri_encode, ToSign};
+use crate::clock::{amz_date, local_ms, ServiceClock};
+use crate::config::Config;
+use crate::error::{Error, ErrorKind};
+use crate::http::{self, Fail, Response};
+use crate::sigv4::{sign, uri_encode, ToSign};
 use std::sync::atomic::{AtomicU64, Ordering};
+use steadq::Outcome;
 
 /// A signed S3 client for one bucket, with the service clock and a request counter.
 #[derive(Debug)]
@@ -89,7 +91,7 @@ pub fn parse_iso8601(s: &str) -> Option<i64> {
         "X, {dd:02} {} {y} {h:02}:{mi:02}:{se:02} GMT",
         months.get((m - 1) as usize)?
     );
-    Some(crate::s3::clock::parse_http_date(&http)? + ms)
+    Some(crate::clock::parse_http_date(&http)? + ms)
 }
 
 impl Client {
@@ -263,11 +265,51 @@ impl Client {
         Ok(Ok(page))
     }
 
-    /// Create the bucket (200, or 409 if it exists already).
+    /// Create the bucket unless it exists (`PUT /bucket`; 200, or 409 when it exists).
     ///
     /// # Errors
-    /// [`Fail`] from the transport.
-    pub fn create_bucket(&self) -> Result<Response, Fail> {
+    /// [`ErrorKind::Bucket`]: not done when the request never left this process (connection
+    /// refused) or the service refused it (its error `<Code>` named, e.g.
+    /// `InvalidBucketName`); indeterminate when the answer was lost or was a 5xx: it may
+    /// have been applied.
+    pub fn create_bucket(&self) -> Result<(), Error> {
+        let bucket = self.bucket.clone();
+        let fail = |outcome, why: String| Error {
+            outcome,
+            kind: ErrorKind::Bucket {
+                bucket: bucket.clone(),
+                why,
+            },
+        };
+        let r = match self.put_bucket() {
+            Ok(r) => r,
+            Err(Fail::NotSent(m)) => {
+                return Err(fail(Outcome::NotDone, format!("no connection: {m}")))
+            }
+            Err(Fail::MaybeSent(m)) => {
+                return Err(fail(Outcome::Indeterminate, format!("no answer: {m}")))
+            }
+        };
+        if r.status == 200 || r.status == 409 {
+            return Ok(());
+        }
+        let body = String::from_utf8_lossy(&r.body);
+        let code = body
+            .split_once("<Code>")
+            .and_then(|(_, rest)| rest.split_once("</Code>"))
+            .map_or(String::new(), |(c, _)| format!(" {c}"));
+        Err(if r.status >= 500 {
+            fail(
+                Outcome::Indeterminate,
+                format!("HTTP {}{code}: may have been applied", r.status),
+            )
+        } else {
+            fail(Outcome::NotDone, format!("HTTP {}{code}", r.status))
+        })
+    }
+
+    /// `PUT /bucket`, with the region's location constraint outside us-east-1.
+    fn put_bucket(&self) -> Result<Response, Fail> {
         let body = if self.config.region == "us-east-1" {
             String::new()
         } else {

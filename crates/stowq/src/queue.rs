@@ -4,10 +4,10 @@
 //! point), followed by index upkeep that is only a hint: the new marker is put first, the old
 //! one deleted after, so a job is never unindexed while its markers are healthy.
 
-use crate::s3::client::Client;
-use crate::s3::error::{Error, ErrorKind, Result};
-use crate::s3::http::Fail;
-use crate::s3::keys::{id_hex, Keys, Record, State};
+use crate::client::Client;
+use crate::error::{Error, ErrorKind, Result};
+use crate::http::Fail;
+use crate::keys::{id_hex, Keys, Record, State};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -300,7 +300,7 @@ impl Queue {
 
     /// Make the service's clock known before this handle writes any deadline: a handle whose
     /// `Date` headers so far agreed neither with this machine's wall clock nor with each other
-    /// ([`crate::s3::clock::ServiceClock`]) reads the identity again, up to [`CLOCK_SAMPLES`]
+    /// ([`crate::clock::ServiceClock`]) reads the identity again, up to [`CLOCK_SAMPLES`]
     /// times, until they do (no extra read in the common case). A service
     /// that sends no `Date` leaves this machine's wall clock in use, as before.
     ///
@@ -326,12 +326,12 @@ impl Queue {
             self.client.config.host,
             self.client.config.port,
             CLOCK_SAMPLES + 1,
-            crate::s3::clock::SKEW_TOLERANCE_MS / 1000
+            crate::clock::SKEW_TOLERANCE_MS / 1000
         ))))
     }
 
     /// Before a lease deadline is written: if the last `Date` was far ahead of this handle's
-    /// service clock and awaits confirmation ([`crate::s3::clock::ServiceClock::in_doubt`]),
+    /// service clock and awaits confirmation ([`crate::clock::ServiceClock::in_doubt`]),
     /// read the identity once more, so that a real step (the service's clock corrected, this
     /// machine back from sleep) is taken before the deadline is computed, and a single bogus
     /// `Date` is dropped. Without this the first claim or renewal after a step wrote its
@@ -451,7 +451,7 @@ impl Queue {
         after: Option<&str>,
         token: Option<&str>,
         max: u32,
-    ) -> Result<crate::s3::client::Page> {
+    ) -> Result<crate::client::Page> {
         let mut last = ErrorKind::Transport("no try".into());
         for i in 0..self.options.tries.max(1) {
             if i > 0 {
