@@ -1,6 +1,6 @@
 //! DESIGN.md is the specification: these tests fail when a name a real queue writes, or an
 //! entry it creates at its root, no longer matches the document (the transition table has its
-//! own test in `crates/steadq/src/ops/state.rs`).
+//! own test in `crates/steadq/src/disk/state.rs`).
 
 use crate::common::*;
 use std::time::Duration;

@@ -64,7 +64,7 @@
 //! src/disk/clock.rs     wall and boot clocks, the boot id
 //! src/disk/outside.rs   a file outside the queue opened to write, its final name never followed
 //! src/disk/sys.rs       every syscall, and the fault plan that can fail any of them
-//! src/ops/state.rs      the state table shared with DESIGN.md
+//! src/disk/state.rs      the state table shared with DESIGN.md
 //! src/ops/transition.rs where a rename happens (move_job) and its barriers
 //! src/ops/group.rs      group commit: threads of a process share directory fsyncs
 //! src/ops/enqueue.rs    enqueue (O_TMPFILE + linkat, or a named temp file + rename)
@@ -101,10 +101,18 @@ mod queue;
 #[cfg(feature = "serde")]
 mod typed;
 
-pub use disk::{format, layout, name, outside};
 #[cfg(feature = "faults")]
-pub use disk::{scan, sys};
-pub use ops::state;
+pub use disk::scan;
+pub use disk::{format, layout, name, outside};
+/// The syscall layer and its fault plan (feature `faults`: for tests and the crash lab), and
+/// what a test needs to know of the filesystem under a directory.
+#[cfg(feature = "faults")]
+pub mod sys {
+    pub use crate::disk::sys::*;
+    pub use crate::ops::group::{one_fsync_per_move, shared_barriers};
+    pub use crate::queue::publishes_named;
+}
+pub use disk::state;
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
 pub use admin::receipts::{
@@ -116,6 +124,7 @@ pub use asyncq::AsyncQueue;
 pub use disk::clock::Clock;
 pub use disk::name::{delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason};
 pub use disk::scan::Foreign;
+pub use disk::state::State;
 pub use disk::sys::Call;
 pub use error::{
     EnqueueError, Error, ErrorKind, Failure, OsErrno, Outcome, RenewError, Result, SettleError,
@@ -126,7 +135,6 @@ pub use ops::keys::{Enqueued, Key, KEYS_DIR, KEY_ORPHAN_AFTER, KEY_WAIT_MAX, TOM
 pub use ops::lease::{backoff, AckedNext, Lease, Nacked, Receipt};
 pub use ops::payload::PayloadReader;
 pub use ops::recover::RecoverReport;
-pub use ops::state::State;
 pub use queue::{
     orphan_shards, Durability, Identity, Options, OrphanShards, Queue, DEFAULT_MAX_PAYLOAD,
     IDENTITY_FILE, MAX_LEASE, QUEUE_VERSION,

@@ -18,6 +18,7 @@
 use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
 use crate::disk::clock::Clock;
 pub use crate::disk::identity::Identity;
+use crate::disk::identity::IdentityError;
 use crate::disk::layout::{
     receipts_shard, CREATED_DIRS, DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR, TMP_DIR,
 };
@@ -36,13 +37,7 @@ use std::sync::Mutex;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// The queue format version this build writes (and the newest it opens). Version 2 adds the
-/// receipt policy and evidence limits to the identity file, the ack time to receipt names and
-/// the boot clock to delayed names. Version 3 adds priorities: `prio/<l>/<ss>/` directories
-/// for the levels other than the default (made when a job is first placed at that level) and
-/// a `.p<l>` name field. Version-1 and version-2
-/// queues open and keep their format (and refuse a non-default priority).
-pub const QUEUE_VERSION: u32 = 3;
+pub use crate::disk::identity::QUEUE_VERSION;
 pub use crate::disk::layout::IDENTITY_FILE;
 
 /// Which durability barriers a queue issues.
@@ -1435,7 +1430,15 @@ pub(crate) fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Res
         .map_err(|e| Error::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
     let text = std::str::from_utf8(&buf)
         .map_err(|_| Error::not_done(ErrorKind::BadIdentity, Some(p.clone())))?;
-    Identity::decode(text).map_err(|k| Error::not_done(k, Some(p)))
+    Identity::decode(text).map_err(|e| {
+        let kind = match e {
+            IdentityError::Bad => ErrorKind::BadIdentity,
+            IdentityError::Newer { found, supported } => {
+                ErrorKind::UnsupportedVersion { found, supported }
+            }
+        };
+        Error::not_done(kind, Some(p))
+    })
 }
 
 /// `.steadq.queue.<32 hex>` in the root holding `ident`, written and fsynced, about to be
@@ -2158,6 +2161,17 @@ fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Resul
         )),
         None => Ok(()),
     }
+}
+
+/// Whether a queue in directory `dir` publishes job files and key entries through a named
+/// file in `tmp/` rather than an `O_TMPFILE` (btrfs with barriers on: `Queue::assemble`,
+/// `logs_fsync_per_inode`; DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
+/// opened. For tests (feature `faults`, as the module's export).
+#[cfg(feature = "faults")]
+pub fn publishes_named(dir: &std::path::Path) -> bool {
+    let sys = crate::disk::sys::Sys::new();
+    sys.open_dir_path(dir)
+        .is_ok_and(|fd| logs_fsync_per_inode(&sys, fd.as_fd()))
 }
 
 #[cfg(test)]

@@ -16,9 +16,9 @@
 use crate::disk::format::{hex32, verify_receipt, Header, HEADER_LEN};
 use crate::disk::layout::receipts_shard;
 use crate::disk::name::{parse_hex, JobId, JobName, Kind};
+use crate::disk::state::State;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
-use crate::ops::state::State;
 use crate::queue::{publish_identity_replacing, Identity, Queue};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
@@ -26,68 +26,7 @@ use std::time::Duration;
 /// The evidence file compaction appends to, in the queue root.
 pub use crate::disk::layout::EVIDENCE_FILE;
 
-/// What an ack keeps (queue version 2; a version-1 queue always keeps the job).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ReceiptPolicy {
-    /// Keep the whole job file as the receipt (the default; what version 1 does).
-    #[default]
-    Job,
-    /// Cut the receipt to its 128-byte header after the ack (the payload's blocks are freed;
-    /// the header keeps both digests).
-    Header,
-    /// Append one evidence line and remove the receipt after the ack.
-    None,
-}
-
-impl core::fmt::Display for ReceiptPolicy {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(match self {
-            ReceiptPolicy::Job => "job",
-            ReceiptPolicy::Header => "header",
-            ReceiptPolicy::None => "none",
-        })
-    }
-}
-
-impl core::str::FromStr for ReceiptPolicy {
-    type Err = &'static str;
-    /// `job`, `header` or `none`.
-    fn from_str(s: &str) -> core::result::Result<Self, Self::Err> {
-        match s {
-            "job" => Ok(ReceiptPolicy::Job),
-            "header" => Ok(ReceiptPolicy::Header),
-            "none" => Ok(ReceiptPolicy::None),
-            _ => Err("receipt policy must be job, header or none"),
-        }
-    }
-}
-
-/// How large the evidence log may grow (queue version 2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EvidenceLimits {
-    /// Rotate `evidence.log` before an append would take it past this many bytes (> 0).
-    pub max_bytes: u64,
-    /// Rotated files kept; older ones are removed at rotation.
-    pub keep: u32,
-}
-
-impl EvidenceLimits {
-    /// What a version-1 queue has: one log that never rotates.
-    pub const UNBOUNDED: EvidenceLimits = EvidenceLimits {
-        max_bytes: u64::MAX,
-        keep: 0,
-    };
-}
-
-impl Default for EvidenceLimits {
-    /// 16 MiB, keep 3: at most about 64 MiB of evidence.
-    fn default() -> Self {
-        EvidenceLimits {
-            max_bytes: 16 << 20,
-            keep: 3,
-        }
-    }
-}
+pub use crate::disk::identity::{EvidenceLimits, ReceiptPolicy};
 
 /// What [`Queue::compact`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -5,9 +5,9 @@ use crate::disk::format::{verify, verify_receipt, HEADER_LEN};
 use crate::disk::layout::{receipts_shard, DEAD_DIR};
 use crate::disk::name::{parse_hex, parse_ready, raw_tag, JobId, JobName, Kind, NameError};
 use crate::disk::scan::{state_of, Foreign};
+use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
-use crate::ops::state::{Op, State};
 use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
@@ -877,7 +877,7 @@ impl Queue {
                 // Back to the ready directory of its own priority.
                 let to = self.place_ready_new(self.ident.slot_of(&l.name))?;
                 let mut new = l.name.next(Kind::Ready, false);
-                new.attempt = crate::ops::state::attempt_after(Op::Requeue, l.name.attempt);
+                new.attempt = crate::disk::state::attempt_after(Op::Requeue, l.name.attempt);
                 self.move_job(&from, &l.name, &to, &new, Op::Requeue)
                     .map_err(Error::from)
             });

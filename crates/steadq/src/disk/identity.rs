@@ -2,10 +2,93 @@
 //! publishing and replacing the file are the queue's (`src/queue.rs`); this module only turns
 //! an [`Identity`] into bytes and back.
 
-use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
 use crate::disk::name::{JobId, JobName};
-use crate::error::ErrorKind;
-use crate::queue::QUEUE_VERSION;
+
+/// The queue format version this build writes (and the newest it opens). Version 2 adds the
+/// receipt policy and evidence limits to the identity file, the ack time to receipt names and
+/// the boot clock to delayed names. Version 3 adds priorities: `prio/<l>/<ss>/` directories
+/// for the levels other than the default (made when a job is first placed at that level) and
+/// a `.p<l>` name field. Version-1 and version-2
+/// queues open and keep their format (and refuse a non-default priority).
+pub const QUEUE_VERSION: u32 = 3;
+
+/// What an ack keeps (queue version 2; a version-1 queue always keeps the job).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReceiptPolicy {
+    /// Keep the whole job file as the receipt (the default; what version 1 does).
+    #[default]
+    Job,
+    /// Cut the receipt to its 128-byte header after the ack (the payload's blocks are freed;
+    /// the header keeps both digests).
+    Header,
+    /// Append one evidence line and remove the receipt after the ack.
+    None,
+}
+
+impl core::fmt::Display for ReceiptPolicy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            ReceiptPolicy::Job => "job",
+            ReceiptPolicy::Header => "header",
+            ReceiptPolicy::None => "none",
+        })
+    }
+}
+
+impl core::str::FromStr for ReceiptPolicy {
+    type Err = &'static str;
+    /// `job`, `header` or `none`.
+    fn from_str(s: &str) -> core::result::Result<Self, Self::Err> {
+        match s {
+            "job" => Ok(ReceiptPolicy::Job),
+            "header" => Ok(ReceiptPolicy::Header),
+            "none" => Ok(ReceiptPolicy::None),
+            _ => Err("receipt policy must be job, header or none"),
+        }
+    }
+}
+
+/// How large the evidence log may grow (queue version 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EvidenceLimits {
+    /// Rotate `evidence.log` before an append would take it past this many bytes (> 0).
+    pub max_bytes: u64,
+    /// Rotated files kept; older ones are removed at rotation.
+    pub keep: u32,
+}
+
+impl EvidenceLimits {
+    /// What a version-1 queue has: one log that never rotates.
+    pub const UNBOUNDED: EvidenceLimits = EvidenceLimits {
+        max_bytes: u64::MAX,
+        keep: 0,
+    };
+}
+
+impl Default for EvidenceLimits {
+    /// 16 MiB, keep 3: at most about 64 MiB of evidence.
+    fn default() -> Self {
+        EvidenceLimits {
+            max_bytes: 16 << 20,
+            keep: 3,
+        }
+    }
+}
+
+/// Why an identity file's text does not decode ([`Identity::decode`]); the queue handle
+/// turns it into its error, naming the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IdentityError {
+    /// Malformed, or its sum does not match.
+    Bad,
+    /// Written by a newer format than this build reads.
+    Newer {
+        /// Version found on disk.
+        found: u32,
+        /// Newest this build reads ([`QUEUE_VERSION`]).
+        supported: u32,
+    },
+}
 
 /// The identity of a queue, from `steadq.queue`:
 ///
@@ -22,7 +105,7 @@ use crate::queue::QUEUE_VERSION;
 /// ```
 ///
 /// The sum line is always written; a file without it (SteadQ 0.1 before the sum existed)
-/// still opens. A sum that does not match is [`ErrorKind::BadIdentity`].
+/// still opens. A sum that does not match is [`IdentityError::Bad`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Identity {
     /// Format version.
@@ -162,72 +245,66 @@ impl Identity {
     /// Parse the file's text (with or without its sum line).
     ///
     /// # Errors
-    /// [`ErrorKind::BadIdentity`] for anything malformed or a sum that does not match;
-    /// [`ErrorKind::UnsupportedVersion`] for a newer format.
-    pub(crate) fn decode(text: &str) -> core::result::Result<Identity, ErrorKind> {
-        let (body, sum) = split_sum(text).ok_or(ErrorKind::BadIdentity)?;
+    /// [`IdentityError::Bad`] for anything malformed or a sum that does not match;
+    /// [`IdentityError::Newer`] for a newer format.
+    pub(crate) fn decode(text: &str) -> core::result::Result<Identity, IdentityError> {
+        let (body, sum) = split_sum(text).ok_or(IdentityError::Bad)?;
         let ident = Identity::decode_body(body);
         // A newer format may sum differently: say "upgrade", not "damaged".
-        if matches!(ident, Err(ErrorKind::UnsupportedVersion { .. })) {
+        if matches!(ident, Err(IdentityError::Newer { .. })) {
             return ident;
         }
         if sum.is_some_and(|s| s != identity_sum(body.as_bytes())) {
-            return Err(ErrorKind::BadIdentity);
+            return Err(IdentityError::Bad);
         }
         ident
     }
 
     /// The five lines (version 1) or eight (version 2) before the optional sum line; nothing
     /// else may follow them.
-    fn decode_body(body: &str) -> core::result::Result<Identity, ErrorKind> {
+    fn decode_body(body: &str) -> core::result::Result<Identity, IdentityError> {
         let mut lines = body.lines();
         if lines.next() != Some("steadq-queue") {
-            return Err(ErrorKind::BadIdentity);
+            return Err(IdentityError::Bad);
         }
-        let mut field = |key: &str| -> core::result::Result<&str, ErrorKind> {
+        let mut field = |key: &str| -> core::result::Result<&str, IdentityError> {
             lines
                 .next()
                 .and_then(|l| l.strip_prefix(key))
                 .and_then(|l| l.strip_prefix('='))
-                .ok_or(ErrorKind::BadIdentity)
+                .ok_or(IdentityError::Bad)
         };
-        let version: u32 = field("version")?
-            .parse()
-            .map_err(|_| ErrorKind::BadIdentity)?;
+        let version: u32 = field("version")?.parse().map_err(|_| IdentityError::Bad)?;
         if version == 0 {
-            return Err(ErrorKind::BadIdentity);
+            return Err(IdentityError::Bad);
         }
         if version > QUEUE_VERSION {
-            return Err(ErrorKind::UnsupportedVersion {
+            return Err(IdentityError::Newer {
                 found: version,
                 supported: QUEUE_VERSION,
             });
         }
-        let id = JobId::parse(field("id")?).ok_or(ErrorKind::BadIdentity)?.0;
-        let shards: u16 = field("shards")?
-            .parse()
-            .map_err(|_| ErrorKind::BadIdentity)?;
+        let id = JobId::parse(field("id")?).ok_or(IdentityError::Bad)?.0;
+        let shards: u16 = field("shards")?.parse().map_err(|_| IdentityError::Bad)?;
         let delayed_bucket_ns: u64 = field("delayed_bucket_ns")?
             .parse()
-            .map_err(|_| ErrorKind::BadIdentity)?;
+            .map_err(|_| IdentityError::Bad)?;
         let (mut receipts, mut evidence) = (ReceiptPolicy::Job, EvidenceLimits::UNBOUNDED);
         if version >= 2 {
-            receipts = field("receipts")?
-                .parse()
-                .map_err(|_| ErrorKind::BadIdentity)?;
+            receipts = field("receipts")?.parse().map_err(|_| IdentityError::Bad)?;
             evidence.max_bytes = field("evidence_max")?
                 .parse()
-                .map_err(|_| ErrorKind::BadIdentity)?;
+                .map_err(|_| IdentityError::Bad)?;
             evidence.keep = field("evidence_keep")?
                 .parse()
-                .map_err(|_| ErrorKind::BadIdentity)?;
+                .map_err(|_| IdentityError::Bad)?;
         }
         if !(1..=256).contains(&shards)
             || delayed_bucket_ns == 0
             || evidence.max_bytes == 0
             || lines.next().is_some()
         {
-            return Err(ErrorKind::BadIdentity);
+            return Err(IdentityError::Bad);
         }
         Ok(Identity {
             version,
@@ -270,23 +347,20 @@ mod tests {
         assert_eq!(Identity::decode(&v2.encode()), Ok(v2));
         // A version-2 identity without its extra lines is damaged.
         let short = i.encode().replace("version=1", "version=2");
-        assert_eq!(Identity::decode(&short), Err(ErrorKind::BadIdentity));
+        assert_eq!(Identity::decode(&short), Err(IdentityError::Bad));
         let newer = i.encode().replace("version=1", "version=4");
         assert_eq!(
             Identity::decode(&newer),
-            Err(ErrorKind::UnsupportedVersion {
+            Err(IdentityError::Newer {
                 found: 4,
                 supported: 3
             })
         );
-        assert_eq!(
-            Identity::decode("steadq-queue\n"),
-            Err(ErrorKind::BadIdentity)
-        );
+        assert_eq!(Identity::decode("steadq-queue\n"), Err(IdentityError::Bad));
         let v0 = i.encode().replace("version=1", "version=0");
-        assert_eq!(Identity::decode(&v0), Err(ErrorKind::BadIdentity));
+        assert_eq!(Identity::decode(&v0), Err(IdentityError::Bad));
         let zero = i.encode().replace("shards=16", "shards=0");
-        assert_eq!(Identity::decode(&zero), Err(ErrorKind::BadIdentity));
+        assert_eq!(Identity::decode(&zero), Err(IdentityError::Bad));
     }
 
     #[test]
@@ -307,7 +381,7 @@ mod tests {
         assert_eq!(Identity::decode(body), Ok(i));
         // One changed hex digit of the id: only the sum tells.
         let flipped = text.replace("id=1234", "id=1235");
-        assert_eq!(Identity::decode(&flipped), Err(ErrorKind::BadIdentity));
+        assert_eq!(Identity::decode(&flipped), Err(IdentityError::Bad));
         // A malformed sum line, a sum of the wrong length, junk after the fields.
         for bad in [
             text.replace("sum=", "sum=x"),
@@ -315,7 +389,7 @@ mod tests {
             text.replace("\nsum=", "\nsun="),
             format!("{body}junk\n"),
         ] {
-            assert_eq!(Identity::decode(&bad), Err(ErrorKind::BadIdentity), "{bad}");
+            assert_eq!(Identity::decode(&bad), Err(IdentityError::Bad), "{bad}");
         }
     }
 }

@@ -11,4 +11,5 @@ pub mod layout;
 pub mod name;
 pub mod outside;
 pub mod scan;
+pub mod state;
 pub mod sys;

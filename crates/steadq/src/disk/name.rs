@@ -1,7 +1,7 @@
 //! Job file names: the whole state of a job, parsed once into a [`JobName`].
 //!
 //! Every numeric field is fixed-width lowercase hex, so names stay within `[0-9a-z.]` (safe on
-//! vfat) and a sorted listing is oldest job first. The five kinds (see also [`crate::ops::state`]):
+//! vfat) and a sorted listing is oldest job first. The five kinds (see also [`crate::disk::state`]):
 //!
 //! ```text
 //! ready    <id32>.g<gen16>.a<att8>.m<max8>.k<tag16>.sqj

@@ -5,8 +5,8 @@
 //! processed or moved by a worker.
 
 use crate::disk::name::{JobName, Kind, NameError};
+use crate::disk::state::State;
 use crate::disk::sys::{EntryType, Errno, Sys};
-use crate::ops::state::State;
 use rustix::fs::FileType;
 use std::os::fd::BorrowedFd;
 

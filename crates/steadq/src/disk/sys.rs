@@ -128,41 +128,6 @@ pub struct Fault {
     pub action: FaultAction,
 }
 
-/// Whether a queue in directory `dir` makes one fsync per move between directories and
-/// writes a job file out (`sync_file_range`) instead of fsyncing it: true on xfs and on ext4 with a jbd2 journal
-/// and no fast commits (DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
-/// opened. For tests that count barriers (feature `faults`, as the module's export).
-#[cfg(feature = "faults")]
-pub fn one_fsync_per_move(dir: &std::path::Path) -> bool {
-    let sys = Sys::new();
-    sys.open_dir_path(dir)
-        .is_ok_and(|fd| crate::ops::group::one_barrier_fs(&sys, fd.as_fd()))
-}
-
-/// Whether a queue in directory `dir` publishes job files and key entries through a named
-/// file in `tmp/` rather than an `O_TMPFILE` (btrfs with barriers on: `Queue::assemble`,
-/// `logs_fsync_per_inode`; DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
-/// opened. For tests (feature `faults`, as the module's export).
-#[cfg(feature = "faults")]
-pub fn publishes_named(dir: &std::path::Path) -> bool {
-    let sys = Sys::new();
-    sys.open_dir_path(dir)
-        .is_ok_and(|fd| crate::queue::logs_fsync_per_inode(&sys, fd.as_fd()))
-}
-
-/// Whether the held directories of a queue in directory `dir` share one group-commit barrier
-/// (one fsync serves every thread's renames, whatever directory): true on ext4 with a jbd2
-/// journal and no fast commits, where a directory fsync commits the running journal
-/// transaction (`ops/group.rs`, `Reach::Journal`; DESIGN.md, Barriers), false elsewhere or
-/// when `dir` cannot be opened. For tests (feature `faults`, as the module's export).
-#[cfg(feature = "faults")]
-pub fn shared_barriers(dir: &std::path::Path) -> bool {
-    let sys = Sys::new();
-    sys.open_dir_path(dir).is_ok_and(|fd| {
-        crate::ops::group::reach_fs(&sys, fd.as_fd()) == crate::ops::group::Reach::Journal
-    })
-}
-
 /// A fault-injection plan shared by one or more [`Sys`] values. With no faults it only counts
 /// calls, which is how a test learns how many calls of each kind an operation makes.
 #[derive(Debug, Default)]

@@ -384,6 +384,29 @@ impl DirSync {
     }
 }
 
+/// Whether a queue in directory `dir` makes one fsync per move between directories and
+/// writes a job file out (`sync_file_range`) instead of fsyncing it: true on xfs and on ext4 with a jbd2 journal
+/// and no fast commits (DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
+/// opened. For tests that count barriers (feature `faults`, as the module's export).
+#[cfg(feature = "faults")]
+pub fn one_fsync_per_move(dir: &std::path::Path) -> bool {
+    let sys = crate::disk::sys::Sys::new();
+    sys.open_dir_path(dir)
+        .is_ok_and(|fd| one_barrier_fs(&sys, std::os::fd::AsFd::as_fd(&fd)))
+}
+
+/// Whether the held directories of a queue in directory `dir` share one group-commit barrier
+/// (one fsync serves every thread's renames, whatever directory): true on ext4 with a jbd2
+/// journal and no fast commits, where a directory fsync commits the running journal
+/// transaction (`ops/group.rs`, `Reach::Journal`; DESIGN.md, Barriers), false elsewhere or
+/// when `dir` cannot be opened. For tests (feature `faults`, as the module's export).
+#[cfg(feature = "faults")]
+pub fn shared_barriers(dir: &std::path::Path) -> bool {
+    let sys = crate::disk::sys::Sys::new();
+    sys.open_dir_path(dir)
+        .is_ok_and(|fd| reach_fs(&sys, std::os::fd::AsFd::as_fd(&fd)) == Reach::Journal)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

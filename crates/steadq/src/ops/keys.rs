@@ -35,12 +35,12 @@
 
 use crate::disk::layout::{DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName};
+use crate::disk::state::State;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{EnqueueError, Error, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::EnqueueOptions;
 use crate::ops::enqueue_stream::Source;
 use crate::ops::making::Origin;
-use crate::ops::state::State;
 use crate::queue::Queue;
 use std::collections::HashSet;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -8,13 +8,13 @@
 
 use crate::disk::format::{Corruption, Header, HEADER_LEN};
 use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, NameError, Reason};
+use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Failure, Outcome, RenewError, Result, SettleError};
 use crate::ops::payload::{
     check_file, check_whole, Checked, LoadFailed, PayloadReader, StreamFailed, CHUNK, PROBE,
 };
 use crate::ops::recover::RecoverReport;
-use crate::ops::state::{Op, State};
 use crate::ops::transition::MoveFailed;
 use crate::queue::{random, Queue};
 use rustix::fs::FileType;
@@ -1056,7 +1056,7 @@ impl Queue {
         let from = self.place_ready(shard, State::Leased);
         let to = self.place_ready(shard, State::Ready);
         let mut back = leased.next(Kind::Ready, false);
-        back.attempt = crate::ops::state::attempt_after(Op::ClaimUnreadable, leased.attempt);
+        back.attempt = crate::disk::state::attempt_after(Op::ClaimUnreadable, leased.attempt);
         let at = |n: &JobName, rel: &str| self.path(&format!("{rel}/{}", n.format(self.ident.id)));
         let skip = Error::io(
             Call::Open,
@@ -2018,7 +2018,7 @@ impl Lease {
         let q = self.q.clone();
         let to = q.place_ready(self.shard, State::Ready);
         let mut back = self.name.next(Kind::Ready, false);
-        back.attempt = crate::ops::state::attempt_after(Op::ClaimUndelivered, self.name.attempt);
+        back.attempt = crate::disk::state::attempt_after(Op::ClaimUndelivered, self.name.attempt);
         self.settle(&to, back, Op::ClaimUndelivered)
             .map_err(|e| SettleError::new(e, self))
     }

@@ -15,6 +15,5 @@ pub(crate) mod payload;
 pub(crate) mod recover;
 pub(crate) mod shards;
 pub(crate) mod split;
-pub mod state;
 pub(crate) mod transition;
 pub(crate) mod wait;

@@ -9,10 +9,10 @@
 
 use crate::disk::layout::{bucket_dir, parse_bucket, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{delay_due, due_wall_ns, JobName, Kind};
+use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Error, Outcome, Result};
 use crate::ops::enqueue::DirRef;
-use crate::ops::state::{Op, State};
 use crate::ops::transition::Place;
 use crate::queue::Queue;
 use std::os::fd::AsFd;

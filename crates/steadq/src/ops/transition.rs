@@ -15,10 +15,10 @@ use crate::disk::layout::{
     dead_bucket, delayed_bucket, dir_rel, receipts_shard, DEAD_DIR, DELAYED_DIR,
 };
 use crate::disk::name::JobName;
+use crate::disk::state::{self, Op, State};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::DirRef;
-use crate::ops::state::{self, Op, State};
 use crate::queue::Queue;
 use std::os::fd::AsFd;
 
