@@ -1,5 +1,5 @@
 //! The job lifecycle N times in one thread (enqueue, claim, ack), for counting syscalls:
-//! `strace -c -f target/release/examples/lifecycle DIR 2000 strict|batched|none`.
+//! `strace -c -f target/release/lifecycle-calls DIR 2000 strict|batched|none`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -1,5 +1,5 @@
 //! Enqueue N jobs one call at a time (64-byte payloads), for counting syscalls per enqueue:
-//! `strace -c -f target/release/examples/enqueue DIR N [strict|none] [limit]`. With `limit`
+//! `strace -c -f target/release/enqueue-calls DIR N [strict|none] [limit]`. With `limit`
 //! the queue gets a job limit far above N (so every enqueue is checked and admitted).
 
 use steadq::{Durability, Limits, Options, Queue};
