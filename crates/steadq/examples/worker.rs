@@ -38,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // claim_wait sleeps on inotify: no polling while the queue is empty.
     while let Some(lease) = q.claim_wait(lease_for, Duration::from_secs(2))? {
         let attempt = lease.attempt();
-        match process(&lease.payload()?) {
+        match process(lease.payload()?) {
             Outcome::Done => {
                 lease.ack()?;
             }
