@@ -1506,12 +1506,20 @@ fn claim_writes_the_payload_to_any_writable_file() {
     };
     enq(b"to the void", "1");
     settle(steadq(&["claim", q, "--payload-out", "/dev/null"]));
-    // A FIFO: claim blocks opening it until this reader opens the other end.
+    // A FIFO with a reader: this test opens the reading end first (non-blocking, so the
+    // open needs no writer), then the claim writes the payload into it. A FIFO with no
+    // reader is refused (tests/it/payload_out.rs).
     let fifo = d.path().with_extension("fifo");
     let _ = std::fs::remove_file(&fifo);
     let mk = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(mk.success());
     enq(b"through a pipe", "1");
+    let reader = rustix::fs::open(
+        &fifo,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
     let child = Command::new(BIN)
         .args(["claim", q, "--payload-out", p(&fifo)])
         .stdin(Stdio::null())
@@ -1519,8 +1527,11 @@ fn claim_writes_the_payload_to_any_writable_file() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert_eq!(std::fs::read(&fifo).unwrap(), b"through a pipe");
     settle(child.wait_with_output().unwrap());
+    // The payload waits in the pipe's buffer; the writer is gone, so the read ends there.
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut std::fs::File::from(reader), &mut got).unwrap();
+    assert_eq!(got, b"through a pipe");
     std::fs::remove_file(&fifo).unwrap();
     let c = [0, 0, 0, 0, 2];
     assert_eq!(counts(&Queue::open(d.path()).unwrap()), c, "two receipts");
@@ -2048,11 +2059,22 @@ fn claim_gives_the_job_back_when_a_file_size_limit_or_a_stop_signal_cuts_its_out
     // The reader opens the FIFO and never drains it: the claim blocks in its write until
     // the signal. The signal is sent once the job is leased (not after a fixed delay, which
     // under CI load could land before the claim had installed its handler).
+    // Opened read-write, the FIFO is held without waiting for a writer (fifo(7)); the claim
+    // starts once the reader holds it (a FIFO with no reader is refused at once).
     let mut reader = Command::new("sh")
-        .args(["-c", "exec 3<\"$F\"; sleep 30"])
+        .args(["-c", "exec 3<>\"$F\"; sleep 30"])
         .env("F", &fifo)
         .spawn()
         .unwrap();
+    let held = format!("/proc/{}/fd/3", reader.id());
+    let t0 = std::time::Instant::now();
+    while std::fs::symlink_metadata(&held).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the reader never opened the FIFO"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let claim = Command::new(BIN)
         .args(["claim", q2s, "--lease", "30s", "--payload-out", p(&fifo)])
         .stdin(Stdio::null())
