@@ -413,6 +413,16 @@ fn fmt_io(
             call.name()
         );
     }
+    if errno == Errno::MLINK.into() && call == crate::disk::sys::Call::Open {
+        // `Sys` writes a queue's own files in place only when they have one name
+        // (`sys::require_single_regular`): another is a hard link, maybe to a file outside.
+        return write!(
+            f,
+            "{} failed: the file has more than one link ({errno}); another name may be a \
+             file outside the queue, so SteadQ never writes this one: move it away",
+            call.name()
+        );
+    }
     if errno == Errno::MFILE.into() {
         // Seen first at a queue's open under a low `ulimit -n` (a handle holds every ready
         // and receipt shard open: 2 per shard and a few more): say which limit and what to do.

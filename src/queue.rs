@@ -542,8 +542,9 @@ impl Queue {
                 }
             }
             // Something not a regular file is there (a fifo, socket, device, directory or
-            // symlink planted by a member of the queue's group): never opened, named.
-            Err(e @ (Errno::NXIO | Errno::ISDIR | Errno::LOOP)) => log::warn!(
+            // symlink planted by a member of the queue's group), or a hard link: never
+            // written, named.
+            Err(e @ (Errno::NXIO | Errno::ISDIR | Errno::LOOP | Errno::MLINK)) => log::warn!(
                 "{}: {}",
                 root.join(crate::disk::layout::EVIDENCE_FILE).display(),
                 Error::io(Call::Open, e, Outcome::NotDone, None)

@@ -534,13 +534,14 @@ impl Sys {
     /// blocking on a fifo (`O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`): to cut a
     /// receipt. `openat(2)`, then `fstat(2)` in the same counted call: `ENXIO` for anything
     /// but a regular file (a fifo without a reader says so at the open), `EISDIR` for a
-    /// directory, `ELOOP` for a symlink.
+    /// directory, `ELOOP` for a symlink, `EMLINK` for a file with another name (see
+    /// [`require_single_regular`]).
     pub fn open_file_wo(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags =
             OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
         self.run_retry(Call::Open, || {
             let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
-            require_regular(fd.as_fd())?;
+            require_single_regular(fd.as_fd())?;
             Ok(fd)
         })
     }
@@ -1107,8 +1108,8 @@ impl Sys {
     /// and reading (a torn last line is looked for before appending), never following a
     /// symlink (`ELOOP`) and never blocking on a fifo: `openat(2)` with `O_RDWR | O_APPEND |
     /// O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, then `fstat(2)` in the same counted
-    /// call. A fifo, socket or device is `ENXIO`, a directory `EISDIR` (see
-    /// [`require_regular`]); nothing is written to either.
+    /// call. A fifo, socket or device is `ENXIO`, a directory `EISDIR`, a file with more
+    /// than one link `EMLINK` (see [`require_single_regular`]); nothing is written to any.
     pub fn open_append(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags = OFlags::RDWR
             | OFlags::APPEND
@@ -1119,7 +1120,7 @@ impl Sys {
             | OFlags::NOCTTY;
         self.run(Call::Open, || {
             let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))?;
-            require_regular(fd.as_fd())?;
+            require_single_regular(fd.as_fd())?;
             Ok(fd)
         })
     }
@@ -1321,6 +1322,20 @@ pub fn fs_name(magic: i64) -> &'static str {
 /// file".
 pub fn require_regular(fd: BorrowedFd<'_>) -> R<()> {
     match FileType::from_raw_mode(rustix::fs::fstat(fd)?.st_mode) {
+        FileType::RegularFile => Ok(()),
+        FileType::Directory => Err(Errno::ISDIR),
+        _ => Err(Errno::NXIO),
+    }
+}
+
+/// [`require_regular`], and `EMLINK` when the file has more than one link (`st_nlink`): a
+/// hard link a member of the queue's group made to a file outside the queue, which a write,
+/// cut or `fchown` meant for the queue's own file would change. For the files the queue
+/// writes in place (`evidence.log`, a receipt being cut); a queue never links them twice.
+pub fn require_single_regular(fd: BorrowedFd<'_>) -> R<()> {
+    let st = rustix::fs::fstat(fd)?;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile if st.st_nlink > 1 => Err(Errno::MLINK),
         FileType::RegularFile => Ok(()),
         FileType::Directory => Err(Errno::ISDIR),
         _ => Err(Errno::NXIO),

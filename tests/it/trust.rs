@@ -217,6 +217,57 @@ fn an_ack_under_receipts_none_never_writes_through_a_symlink_at_the_evidence_log
     assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
 }
 
+/// A hard link at `evidence.log` (a member's, to a file outside the queue: the kernel
+/// allows it where `fs.protected_hardlinks` is 0, or for a file the member may write) is a
+/// second name for another file: an ack under `--receipts none` never appends to it, and an
+/// `init` of the queue never gives it the queue's owner, group or mode.
+#[test]
+fn an_ack_or_init_never_writes_or_shares_a_hard_link_at_the_evidence_log() {
+    use std::os::unix::fs::PermissionsExt;
+    let outside = TempDir::new("trust-outside-hardlink");
+    std::fs::create_dir(outside.path()).unwrap();
+    let target = outside.path().join("victim");
+    std::fs::write(&target, b"untouched\n").unwrap();
+    let empty = outside.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let d = TempDir::new("trust-ack-hardlink");
+    let q = with_receipts(&d, ReceiptPolicy::None);
+    let ev = d.path().join("evidence.log");
+    std::fs::remove_file(&ev).unwrap();
+    std::fs::hard_link(&target, &ev).unwrap();
+    q.enqueue(b"work").unwrap();
+    let lease = q.claim().unwrap().unwrap();
+    within("ack, receipts none, hard link at evidence.log", move || {
+        lease.ack().is_ok()
+    })
+    .then_some(())
+    .expect("the ack is done");
+    assert_eq!(std::fs::read(&target).unwrap(), b"untouched\n");
+    assert_eq!(counts(&q), [0, 0, 0, 0, 1], "the receipt is kept");
+    // Through the CLI: done (exit 0), the warning names evidence.log and the link.
+    q.enqueue(b"more").unwrap();
+    let dir = d.path().to_str().unwrap();
+    let h = steadq_within(&["claim", dir]);
+    let h = String::from_utf8(h.stdout).unwrap();
+    let o = steadq_within(&["ack", dir, h.trim()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("evidence.log") && err.contains("more than one link"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"untouched\n");
+    // `init` shares an empty evidence.log like ready/: never the file behind a hard link.
+    std::fs::remove_file(&ev).unwrap();
+    std::fs::hard_link(&empty, &ev).unwrap();
+    let o = steadq_within(&["init", dir]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mode = std::fs::metadata(&empty).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o600, "the outside file keeps its mode");
+    assert_eq!(std::fs::read(&empty).unwrap(), b"");
+}
+
 /// `steadq.limits` is read by every enqueue (and `fsck`): a fifo or a socket there is an
 /// error naming it, not a read of whatever a writer feeds it; the jobs already there stay.
 #[test]
