@@ -559,6 +559,9 @@ impl Queue {
             );
         }
         let quarantine = quarantine && mismatch.is_none() && !blocked;
+        // Whether an entry was moved already: kept as the loop goes (looking it up in
+        // `rep.problems` for every entry made a run over n bad entries cost n² steps).
+        let mut moved = rep.problems.iter().any(|p| p.quarantined);
         for (dir, name, kind) in bad {
             let path = if dir.is_empty() {
                 name.clone()
@@ -566,7 +569,6 @@ impl Queue {
                 format!("{dir}/{name}")
             };
             // The batch rule: once an entry was moved, a failure is indeterminate.
-            let moved = rep.problems.iter().any(|p| p.quarantined);
             // Not moved: a root entry; a directory holding jobs; a default-level or receipt
             // shard that is not a directory (moved away, the queue would be incomplete: the
             // operator replaces it, `steadq init` remakes it).
@@ -620,6 +622,7 @@ impl Queue {
                 kind,
                 quarantined,
             });
+            moved |= quarantined;
         }
         Ok(())
     }
