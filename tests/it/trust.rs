@@ -393,6 +393,43 @@ fn fsck_of_many_foreign_entries_takes_time_in_proportion_to_them() {
     );
 }
 
+/// Names of one job id forged by a member (the tag is computable from `steadq.queue`), each
+/// an empty file in the job's shard: `fsck` reports each as corrupt and as a duplicate, in
+/// time in proportion to them (60,000 took 24 s, 20,000 2 s: each duplicate was looked up
+/// in every problem so far).
+#[test]
+fn fsck_of_many_forged_duplicates_takes_time_in_proportion_to_them() {
+    let timed = |n: u64| {
+        let d = TempDir::new("trust-fsck-dups");
+        let q = Queue::create(d.path(), opts(1)).unwrap();
+        let id = q.enqueue(b"one").unwrap();
+        let l = q.find(id).unwrap();
+        let shard = d.path().join(&l.dir);
+        for g in 0..n {
+            let mut name = l.name.clone();
+            name.generation = 100 + g;
+            std::fs::File::create(shard.join(name.format(q.id()).as_str())).unwrap();
+        }
+        let t = Instant::now();
+        let rep = q.fsck().unwrap();
+        let took = t.elapsed();
+        let dups = rep
+            .problems
+            .iter()
+            .filter(|p| matches!(p.kind, ProblemKind::Duplicate(_)))
+            .count();
+        assert_eq!(dups as u64, n);
+        took
+    };
+    let small = timed(1_500);
+    let large = timed(6_000);
+    eprintln!("fsck: 1,500 forged duplicates {small:?}, 6,000 {large:?}");
+    assert!(
+        large < small * 8 + Duration::from_millis(200),
+        "1,500 duplicates {small:?}, 6,000 {large:?}: more than linear"
+    );
+}
+
 #[test]
 fn quarantine_goes_on_past_taken_quarantine_names() {
     let d = TempDir::new("trust-quarantine");
