@@ -109,6 +109,10 @@ pub enum FaultAction {
 
 /// Mode of every file SteadQ creates, before the process umask (`umask(2)`) takes bits away.
 const FILE_MODE: u32 = 0o666;
+/// Mode of a file SteadQ creates outside the queue for a command (`claim --payload-out`),
+/// before the umask: a payload is never readable by every user, whatever the umask (root's
+/// usual 022 made it so in `/tmp`).
+const OUTSIDE_FILE_MODE: u32 = 0o660;
 /// Mode of every directory SteadQ creates, before the umask.
 const DIR_MODE: u32 = 0o777;
 
@@ -1140,8 +1144,9 @@ impl Sys {
     }
 
     /// Create a new file `name` in `dir` for writing only: `openat(2)` with `O_WRONLY |
-    /// O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, mode 0666 less the umask (as
-    /// a shell's `>` makes it). Anything already at `name`, a symlink included (even a
+    /// O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, mode 0660 less the umask (as
+    /// a shell's `>` makes it, without the bits for every other user: a payload is for the
+    /// queue's users only). Anything already at `name`, a symlink included (even a
     /// dangling one: `O_EXCL` never follows it, `open(2)`), fails with `EEXIST`. For a file
     /// outside the queue that a command writes (`claim --payload-out`).
     pub fn create_new_outside(&self, dir: BorrowedFd<'_>, name: &std::path::Path) -> R<OwnedFd> {
@@ -1153,7 +1158,7 @@ impl Sys {
             | OFlags::NOCTTY
             | OFlags::CLOEXEC;
         self.run(Call::Open, || {
-            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
+            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(OUTSIDE_FILE_MODE))
         })
     }
 

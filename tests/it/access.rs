@@ -134,6 +134,47 @@ fn the_shared_queue_recipe_keeps_outsiders_out() {
     assert_eq!((code, out.trim()), (Some(0), "secret"), "{err}");
 }
 
+/// Root runs the README's script (`claim --payload-out /tmp/...`) with its usual umask 022:
+/// the payload file it makes is not readable by a user outside the queue's group.
+#[test]
+fn a_payload_file_made_under_umask_022_is_not_readable_by_an_outsider() {
+    if !needs_root("a_payload_file_made_under_umask_022_is_not_readable_by_an_outsider") {
+        return;
+    }
+    let (users, [owner, member, outsider], group, bin) = three_users("sqp");
+    let parent = users.base.join("shared");
+    std::fs::create_dir(&parent).unwrap();
+    run(
+        "chown",
+        &[&format!("{owner}:{group}"), parent.to_str().unwrap()],
+    );
+    run("chmod", &["2770", parent.to_str().unwrap()]);
+    let q = parent.join("q");
+    let q = q.to_str().unwrap();
+    let (code, _, err) = as_user(&owner, "007", &format!("{bin} init {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = as_user(&member, "007", &format!("echo secret | {bin} enqueue {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    // The base directory is searchable by everyone, as /tmp is.
+    let payload = users.base.join("payload");
+    let o = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "umask 022; h=$({bin} claim {q} --payload-out {}) && {bin} ack {q} \"$h\"",
+                payload.display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(&payload).unwrap(), b"secret\n");
+    let mode = std::fs::metadata(&payload).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "0660 less umask 022");
+    let (code, out, _) = as_user(&outsider, "007", &format!("cat {}", payload.display()));
+    assert_ne!(code, Some(0), "the outsider read the payload file: {out}");
+}
+
 /// `init` warns, naming the directory, when others can read payloads (README's earlier recipe:
 /// parent 2775, umask 002) and when a shared queue's group cannot write (umask 022); the
 /// warnings change nothing (exit 0, the queue works).
