@@ -391,8 +391,9 @@ fn fmt_io(
         // `openat2(RESOLVE_NO_SYMLINKS)` answers ELOOP for any symlink on the path.
         return write!(
             f,
-            "{} failed: a symlink ({errno}); SteadQ never follows a symlink inside a queue: \
-             move it away (`steadq fsck` names it)",
+            "{} failed: a symlink ({errno}); SteadQ never follows a symlink inside a queue, \
+             nor another user's at the queue's own path: move it away (`steadq fsck` names \
+             one inside)",
             call.name()
         );
     }

@@ -406,7 +406,7 @@ impl Queue {
         let root = root.to_path_buf();
         let sys = make_sys(&opts);
         let rootfd = sys
-            .open_dir_path(&root)
+            .open_queue_root(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
         check_names(rootfd.as_fd(), &root)?;
         let ident = read_identity(&sys, rootfd.as_fd(), &root)?;
@@ -457,7 +457,7 @@ impl Queue {
             Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(root)).into()),
         }
         let rootfd = sys
-            .open_dir_path(&root)
+            .open_queue_root(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
         check_names(rootfd.as_fd(), &root)?;
         // Whether this call changed anything yet: a later failure is indeterminate once it

@@ -422,6 +422,63 @@ impl Sys {
         })
     }
 
+    /// Open a queue's root directory by path. Every component but the last is followed as
+    /// `open(2)` follows it (the operator's path). The last, which anyone who may write
+    /// its parent directory can replace (a shared queue's members: the recipe's parent is
+    /// 2770), is followed only when it is a symlink of root, of this user or of the
+    /// parent's owner: a member's symlink there would point this user's command at another
+    /// queue (a private one: its jobs claimed, its payloads written where the member reads
+    /// them). The symlink is held by an `O_PATH | O_NOFOLLOW` descriptor while its owner
+    /// and target are read (`fstat(2)`, `readlinkat(2)`), so the target read is the one
+    /// checked. `ELOOP` for a symlink of another user; otherwise the errors of `open(2)`.
+    pub fn open_queue_root(&self, path: &std::path::Path) -> R<OwnedFd> {
+        let (parent, name) = match (path.parent(), path.file_name()) {
+            (Some(p), Some(n)) => (
+                if p.as_os_str().is_empty() {
+                    std::path::Path::new(".")
+                } else {
+                    p
+                },
+                n,
+            ),
+            _ => return self.open_dir_path(path),
+        };
+        let pfd = self.open_dir_path(parent)?;
+        let dir = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        match self.run_retry(Call::Open, || {
+            rustix::fs::openat(&pfd, name, dir | OFlags::NOFOLLOW, Mode::empty())
+        }) {
+            // `O_DIRECTORY | O_NOFOLLOW` on a symlink: `ENOTDIR` (Linux), or `ELOOP`.
+            Err(Errno::LOOP | Errno::NOTDIR) => {}
+            r => return r,
+        }
+        let link = self.run_retry(Call::Open, || {
+            rustix::fs::openat(
+                &pfd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })?;
+        let st = self.run_retry(Call::Stat, || rustix::fs::fstat(&link))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
+            return Err(Errno::NOTDIR);
+        }
+        let owner = st.st_uid;
+        let parent_owner = self
+            .run_retry(Call::Stat, || rustix::fs::fstat(&pfd))?
+            .st_uid;
+        let me = rustix::process::geteuid().as_raw();
+        if owner != 0 && owner != me && owner != parent_owner {
+            return Err(Errno::LOOP);
+        }
+        let target =
+            self.run_retry(Call::Open, || rustix::fs::readlinkat(&link, "", Vec::new()))?;
+        self.run_retry(Call::Open, || {
+            rustix::fs::openat(&pfd, target.as_c_str(), dir, Mode::empty())
+        })
+    }
+
     /// Open directory `name` beneath `dir` without following any symlink: `openat2(2)` with
     /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the kernel has it (5.6+), otherwise
     /// `openat(2)` one component at a time with `O_NOFOLLOW`.

@@ -134,6 +134,73 @@ fn the_shared_queue_recipe_keeps_outsiders_out() {
     assert_eq!((code, out.trim()), (Some(0), "secret"), "{err}");
 }
 
+/// A member may rename entries of the queue's parent (2770): a symlink of theirs put at the
+/// queue's path, to a private queue of root's, is not followed by root's `claim` (which
+/// would take a private job and write its payload where the member reads it). A symlink
+/// of root's or of the parent's owner there is followed as before.
+#[test]
+fn a_members_symlink_at_the_queue_path_is_not_followed() {
+    if !needs_root("a_members_symlink_at_the_queue_path_is_not_followed") {
+        return;
+    }
+    let (users, [owner, member, _], group, bin) = three_users("sqs");
+    let parent = users.base.join("shared");
+    std::fs::create_dir(&parent).unwrap();
+    run(
+        "chown",
+        &[&format!("{owner}:{group}"), parent.to_str().unwrap()],
+    );
+    run("chmod", &["2770", parent.to_str().unwrap()]);
+    let q = parent.join("q");
+    let (q, p) = (q.to_str().unwrap(), parent.to_str().unwrap());
+    let (code, _, err) = as_user(&owner, "007", &format!("{bin} init {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    let private = users.base.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let pq = private.join("pq");
+    let pq = pq.to_str().unwrap();
+    let o = Command::new(BIN).args(["init", pq]).output().unwrap();
+    assert!(o.status.success());
+    let mut c = Command::new(BIN)
+        .args(["enqueue", pq])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    feed(c.stdin.take(), b"private");
+    assert!(c.wait().unwrap().success());
+    let (code, _, err) = as_user(
+        &member,
+        "007",
+        &format!("mv {q} {q}.real && ln -s {pq} {q}"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let out = format!("{p}/payload");
+    let o = Command::new(BIN)
+        .args(["claim", q, "--payload-out", &out])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(q) && err.contains("symlink"), "{err}");
+    assert!(std::fs::metadata(&out).is_err(), "no payload written");
+    let st = Command::new(BIN)
+        .args(["status", "--json", pq])
+        .output()
+        .unwrap();
+    let st = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        st.contains("\"ready\":1,"),
+        "the private job is still ready: {st}"
+    );
+    // Root's own symlink at the path is followed.
+    std::fs::remove_file(q).unwrap();
+    std::os::unix::fs::symlink(format!("{q}.real"), q).unwrap();
+    let o = Command::new(BIN).args(["status", q]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// Root runs the README's script (`claim --payload-out /tmp/...`) with its usual umask 022:
 /// the payload file it makes is not readable by a user outside the queue's group.
 #[test]
