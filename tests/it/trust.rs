@@ -268,6 +268,59 @@ fn an_ack_or_init_never_writes_or_shares_a_hard_link_at_the_evidence_log() {
     assert_eq!(std::fs::read(&empty).unwrap(), b"");
 }
 
+/// A keyed enqueue whose key names a job with no file left reads the evidence logs for its
+/// ack line, and `fsck` reads them whole: a member's sparse `evidence.log` (`truncate -s
+/// 1T`) is refused unread, naming it, where both read zeros for ever (a 50 GiB one: over
+/// 2 minutes, memory growing, a line without a newline carried whole).
+#[test]
+fn a_sparse_evidence_log_is_refused_unread_by_a_keyed_enqueue_and_fsck() {
+    let d = TempDir::new("trust-evidence-sparse");
+    let q = with_receipts(&d, ReceiptPolicy::None);
+    let key = EnqueueOptions {
+        key: Key::new("order-1"),
+        ..Default::default()
+    };
+    q.enqueue_unique(b"charge", &key).unwrap();
+    q.claim().unwrap().unwrap().ack().unwrap();
+    let ev = d.path().join("evidence.log");
+    std::fs::remove_file(&ev).unwrap();
+    std::fs::File::create(&ev)
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+    let dir = d.path().to_path_buf();
+    let e = within("keyed enqueue, sparse evidence.log", move || {
+        let q = Queue::open(&dir).unwrap();
+        q.enqueue_unique(b"charge", &key)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .unwrap_err();
+    assert!(e.contains("evidence.log"), "{e}");
+    let dir = d.path().to_path_buf();
+    let rep = within("fsck, sparse evidence.log", move || {
+        Queue::open(&dir).unwrap().fsck().unwrap()
+    });
+    assert!(
+        rep.problems.iter().any(|p| p.path == "evidence.log"),
+        "{:?}",
+        rep.problems
+    );
+    // 32 MiB written without a newline: read once, in flat memory (it was carried whole and
+    // searched again at every 64 KiB read: minutes), and reported torn.
+    std::fs::write(&ev, vec![b'x'; 32 << 20]).unwrap();
+    let dir = d.path().to_path_buf();
+    let rep = within("fsck, 32 MiB line in evidence.log", move || {
+        Queue::open(&dir).unwrap().fsck().unwrap()
+    });
+    assert!(
+        rep.problems.iter().any(|p| p.path == "evidence.log"
+            && matches!(p.kind, ProblemKind::TornEvidence { tail, .. } if tail == 32 << 20)),
+        "{:?}",
+        rep.problems
+    );
+}
+
 /// `steadq.limits` is read by every enqueue (and `fsck`): a fifo or a socket there is an
 /// error naming it, not a read of whatever a writer feeds it; the jobs already there stay.
 #[test]
