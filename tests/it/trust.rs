@@ -321,6 +321,50 @@ fn a_sparse_evidence_log_is_refused_unread_by_a_keyed_enqueue_and_fsck() {
     );
 }
 
+/// A key entry whose job is gone is retired by a rename to its tombstone name, without
+/// replacing: a member who plants that tombstone beside the entry made every enqueue of the
+/// key rename, fail with `EEXIST`, take it for "retired by another" and look again, for
+/// ever (100% of a core). The enqueue now fails at once naming the entry, and
+/// `compact_keys` leaves the pair and goes on.
+#[test]
+fn a_planted_key_tombstone_fails_the_keyed_enqueue_at_once() {
+    let d = TempDir::new("trust-key-tomb");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let key = EnqueueOptions {
+        key: Key::new("order-7"),
+        ..Default::default()
+    };
+    let id = q.enqueue_unique(b"x", &key).unwrap().id();
+    std::fs::remove_file(d.path().join(q.find(id).unwrap().rel_path(q.id()))).unwrap();
+    let keys = d.path().join("keys");
+    let entry = std::fs::read_dir(&keys)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let entry = entry.to_str().unwrap().to_string();
+    std::fs::write(keys.join(format!("{entry}.{id}.gone")), b"").unwrap();
+    let dir = d.path().to_path_buf();
+    let e = within("keyed enqueue, tombstone taken", move || {
+        let q = Queue::open(&dir).unwrap();
+        q.enqueue_unique(b"x", &key)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .unwrap_err();
+    assert!(e.contains(&entry), "{e}");
+    let dir = d.path().to_path_buf();
+    let retired = within("compact_keys, tombstone taken", move || {
+        Queue::open(&dir)
+            .unwrap()
+            .compact_keys(Duration::ZERO)
+            .map_err(|e| e.to_string())
+    });
+    assert_eq!(retired, Ok(0));
+    assert!(keys.join(&entry).exists(), "the entry stays");
+}
+
 /// `steadq.limits` is read by every enqueue (and `fsck`): a fifo or a socket there is an
 /// error naming it, not a read of whatever a writer feeds it; the jobs already there stay.
 #[test]
