@@ -503,7 +503,7 @@ fn fsck_of_many_forged_duplicates_takes_time_in_proportion_to_them() {
         let l = q.find(id).unwrap();
         let shard = d.path().join(&l.dir);
         for g in 0..n {
-            let mut name = l.name.clone();
+            let mut name = l.name;
             name.generation = 100 + g;
             std::fs::File::create(shard.join(name.format(q.id()).as_str())).unwrap();
         }
