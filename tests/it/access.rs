@@ -134,6 +134,114 @@ fn the_shared_queue_recipe_keeps_outsiders_out() {
     assert_eq!((code, out.trim()), (Some(0), "secret"), "{err}");
 }
 
+/// A member may rename entries of the queue's parent (2770): a symlink of theirs put at the
+/// queue's path, to a private queue of root's, is not followed by root's `claim` (which
+/// would take a private job and write its payload where the member reads it). A symlink
+/// of root's or of the parent's owner there is followed as before.
+#[test]
+fn a_members_symlink_at_the_queue_path_is_not_followed() {
+    if !needs_root("a_members_symlink_at_the_queue_path_is_not_followed") {
+        return;
+    }
+    let (users, [owner, member, _], group, bin) = three_users("sqs");
+    let parent = users.base.join("shared");
+    std::fs::create_dir(&parent).unwrap();
+    run(
+        "chown",
+        &[&format!("{owner}:{group}"), parent.to_str().unwrap()],
+    );
+    run("chmod", &["2770", parent.to_str().unwrap()]);
+    let q = parent.join("q");
+    let (q, p) = (q.to_str().unwrap(), parent.to_str().unwrap());
+    let (code, _, err) = as_user(&owner, "007", &format!("{bin} init {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    let private = users.base.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let pq = private.join("pq");
+    let pq = pq.to_str().unwrap();
+    let o = Command::new(BIN).args(["init", pq]).output().unwrap();
+    assert!(o.status.success());
+    let mut c = Command::new(BIN)
+        .args(["enqueue", pq])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    feed(c.stdin.take(), b"private");
+    assert!(c.wait().unwrap().success());
+    let (code, _, err) = as_user(
+        &member,
+        "007",
+        &format!("mv {q} {q}.real && ln -s {pq} {q}"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let out = format!("{p}/payload");
+    let o = Command::new(BIN)
+        .args(["claim", q, "--payload-out", &out])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(q) && err.contains("symlink"), "{err}");
+    assert!(std::fs::metadata(&out).is_err(), "no payload written");
+    let st = Command::new(BIN)
+        .args(["status", "--json", pq])
+        .output()
+        .unwrap();
+    let st = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        st.contains("\"ready\":1,"),
+        "the private job is still ready: {st}"
+    );
+    // Root's own symlink at the path is followed.
+    std::fs::remove_file(q).unwrap();
+    std::os::unix::fs::symlink(format!("{q}.real"), q).unwrap();
+    let o = Command::new(BIN).args(["status", q]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Root runs the README's script (`claim --payload-out /tmp/...`) with its usual umask 022:
+/// the payload file it makes is not readable by a user outside the queue's group.
+#[test]
+fn a_payload_file_made_under_umask_022_is_not_readable_by_an_outsider() {
+    if !needs_root("a_payload_file_made_under_umask_022_is_not_readable_by_an_outsider") {
+        return;
+    }
+    let (users, [owner, member, outsider], group, bin) = three_users("sqp");
+    let parent = users.base.join("shared");
+    std::fs::create_dir(&parent).unwrap();
+    run(
+        "chown",
+        &[&format!("{owner}:{group}"), parent.to_str().unwrap()],
+    );
+    run("chmod", &["2770", parent.to_str().unwrap()]);
+    let q = parent.join("q");
+    let q = q.to_str().unwrap();
+    let (code, _, err) = as_user(&owner, "007", &format!("{bin} init {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = as_user(&member, "007", &format!("echo secret | {bin} enqueue {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    // The base directory is searchable by everyone, as /tmp is.
+    let payload = users.base.join("payload");
+    let o = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "umask 022; h=$({bin} claim {q} --payload-out {}) && {bin} ack {q} \"$h\"",
+                payload.display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(&payload).unwrap(), b"secret\n");
+    let mode = std::fs::metadata(&payload).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "0660 less umask 022");
+    let (code, out, _) = as_user(&outsider, "007", &format!("cat {}", payload.display()));
+    assert_ne!(code, Some(0), "the outsider read the payload file: {out}");
+}
+
 /// `init` warns, naming the directory, when others can read payloads (README's earlier recipe:
 /// parent 2775, umask 002) and when a shared queue's group cannot write (umask 022); the
 /// warnings change nothing (exit 0, the queue works).

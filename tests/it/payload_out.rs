@@ -249,7 +249,7 @@ fn claim_payload_out_still_writes_a_new_or_an_existing_file() {
         .map(|m| u32::from_str_radix(m.trim(), 8).unwrap())
         .unwrap();
     let mode = std::fs::metadata(&new).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o666 & !umask);
+    assert_eq!(mode, 0o660 & !umask, "never readable by every user");
     let old = d.path().join("old");
     std::fs::write(&old, b"a longer old content").unwrap();
     let o = steadq(&["claim", p(&q), "--payload-out", p(&old)]);

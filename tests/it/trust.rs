@@ -217,6 +217,154 @@ fn an_ack_under_receipts_none_never_writes_through_a_symlink_at_the_evidence_log
     assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
 }
 
+/// A hard link at `evidence.log` (a member's, to a file outside the queue: the kernel
+/// allows it where `fs.protected_hardlinks` is 0, or for a file the member may write) is a
+/// second name for another file: an ack under `--receipts none` never appends to it, and an
+/// `init` of the queue never gives it the queue's owner, group or mode.
+#[test]
+fn an_ack_or_init_never_writes_or_shares_a_hard_link_at_the_evidence_log() {
+    use std::os::unix::fs::PermissionsExt;
+    let outside = TempDir::new("trust-outside-hardlink");
+    std::fs::create_dir(outside.path()).unwrap();
+    let target = outside.path().join("victim");
+    std::fs::write(&target, b"untouched\n").unwrap();
+    let empty = outside.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let d = TempDir::new("trust-ack-hardlink");
+    let q = with_receipts(&d, ReceiptPolicy::None);
+    let ev = d.path().join("evidence.log");
+    std::fs::remove_file(&ev).unwrap();
+    std::fs::hard_link(&target, &ev).unwrap();
+    q.enqueue(b"work").unwrap();
+    let lease = q.claim().unwrap().unwrap();
+    within("ack, receipts none, hard link at evidence.log", move || {
+        lease.ack().is_ok()
+    })
+    .then_some(())
+    .expect("the ack is done");
+    assert_eq!(std::fs::read(&target).unwrap(), b"untouched\n");
+    assert_eq!(counts(&q), [0, 0, 0, 0, 1], "the receipt is kept");
+    // Through the CLI: done (exit 0), the warning names evidence.log and the link.
+    q.enqueue(b"more").unwrap();
+    let dir = d.path().to_str().unwrap();
+    let h = steadq_within(&["claim", dir]);
+    let h = String::from_utf8(h.stdout).unwrap();
+    let o = steadq_within(&["ack", dir, h.trim()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("evidence.log") && err.contains("more than one link"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"untouched\n");
+    // `init` shares an empty evidence.log like ready/: never the file behind a hard link.
+    std::fs::remove_file(&ev).unwrap();
+    std::fs::hard_link(&empty, &ev).unwrap();
+    let o = steadq_within(&["init", dir]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mode = std::fs::metadata(&empty).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o600, "the outside file keeps its mode");
+    assert_eq!(std::fs::read(&empty).unwrap(), b"");
+}
+
+/// A keyed enqueue whose key names a job with no file left reads the evidence logs for its
+/// ack line, and `fsck` reads them whole: a member's sparse `evidence.log` (`truncate -s
+/// 1T`) is refused unread, naming it, where both read zeros for ever (a 50 GiB one: over
+/// 2 minutes, memory growing, a line without a newline carried whole).
+#[test]
+fn a_sparse_evidence_log_is_refused_unread_by_a_keyed_enqueue_and_fsck() {
+    let d = TempDir::new("trust-evidence-sparse");
+    let q = with_receipts(&d, ReceiptPolicy::None);
+    let key = EnqueueOptions {
+        key: Key::new("order-1"),
+        ..Default::default()
+    };
+    q.enqueue_unique(b"charge", &key).unwrap();
+    q.claim().unwrap().unwrap().ack().unwrap();
+    let ev = d.path().join("evidence.log");
+    std::fs::remove_file(&ev).unwrap();
+    std::fs::File::create(&ev)
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+    let dir = d.path().to_path_buf();
+    let e = within("keyed enqueue, sparse evidence.log", move || {
+        let q = Queue::open(&dir).unwrap();
+        q.enqueue_unique(b"charge", &key)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .unwrap_err();
+    assert!(e.contains("evidence.log"), "{e}");
+    let dir = d.path().to_path_buf();
+    let rep = within("fsck, sparse evidence.log", move || {
+        Queue::open(&dir).unwrap().fsck().unwrap()
+    });
+    assert!(
+        rep.problems.iter().any(|p| p.path == "evidence.log"),
+        "{:?}",
+        rep.problems
+    );
+    // 32 MiB written without a newline: read once, in flat memory (it was carried whole and
+    // searched again at every 64 KiB read: minutes), and reported torn.
+    std::fs::write(&ev, vec![b'x'; 32 << 20]).unwrap();
+    let dir = d.path().to_path_buf();
+    let rep = within("fsck, 32 MiB line in evidence.log", move || {
+        Queue::open(&dir).unwrap().fsck().unwrap()
+    });
+    assert!(
+        rep.problems.iter().any(|p| p.path == "evidence.log"
+            && matches!(p.kind, ProblemKind::TornEvidence { tail, .. } if tail == 32 << 20)),
+        "{:?}",
+        rep.problems
+    );
+}
+
+/// A key entry whose job is gone is retired by a rename to its tombstone name, without
+/// replacing: a member who plants that tombstone beside the entry made every enqueue of the
+/// key rename, fail with `EEXIST`, take it for "retired by another" and look again, for
+/// ever (100% of a core). The enqueue now fails at once naming the entry, and
+/// `compact_keys` leaves the pair and goes on.
+#[test]
+fn a_planted_key_tombstone_fails_the_keyed_enqueue_at_once() {
+    let d = TempDir::new("trust-key-tomb");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let key = EnqueueOptions {
+        key: Key::new("order-7"),
+        ..Default::default()
+    };
+    let id = q.enqueue_unique(b"x", &key).unwrap().id();
+    std::fs::remove_file(d.path().join(q.find(id).unwrap().rel_path(q.id()))).unwrap();
+    let keys = d.path().join("keys");
+    let entry = std::fs::read_dir(&keys)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let entry = entry.to_str().unwrap().to_string();
+    std::fs::write(keys.join(format!("{entry}.{id}.gone")), b"").unwrap();
+    let dir = d.path().to_path_buf();
+    let e = within("keyed enqueue, tombstone taken", move || {
+        let q = Queue::open(&dir).unwrap();
+        q.enqueue_unique(b"x", &key)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .unwrap_err();
+    assert!(e.contains(&entry), "{e}");
+    let dir = d.path().to_path_buf();
+    let retired = within("compact_keys, tombstone taken", move || {
+        Queue::open(&dir)
+            .unwrap()
+            .compact_keys(Duration::ZERO)
+            .map_err(|e| e.to_string())
+    });
+    assert_eq!(retired, Ok(0));
+    assert!(keys.join(&entry).exists(), "the entry stays");
+}
+
 /// `steadq.limits` is read by every enqueue (and `fsck`): a fifo or a socket there is an
 /// error naming it, not a read of whatever a writer feeds it; the jobs already there stay.
 #[test]
@@ -315,6 +463,70 @@ fn a_fifo_at_the_identity_file_is_named() {
 
 /// Two entries whose quarantine paths were planted beforehand: both are reported with both
 /// paths, the other bad entries are moved all the same.
+/// `fsck` of a queue a member filled with foreign entries (one empty file each, a few
+/// hundred thousand inodes) takes time in proportion to them, not to their square: four
+/// times the entries took sixteen times as long (200,000: 21 s, where 25,000 took 0.3 s).
+#[test]
+fn fsck_of_many_foreign_entries_takes_time_in_proportion_to_them() {
+    let timed = |n: usize| {
+        let d = TempDir::new("trust-fsck-many");
+        let q = Queue::create(d.path(), opts(1)).unwrap();
+        let shard = d.path().join("ready/00");
+        for i in 0..n {
+            std::fs::File::create(shard.join(format!("junk{i:06}"))).unwrap();
+        }
+        let t = Instant::now();
+        let rep = q.fsck().unwrap();
+        let took = t.elapsed();
+        assert_eq!(rep.problems.len(), n);
+        took
+    };
+    let small = timed(8_000);
+    let large = timed(32_000);
+    eprintln!("fsck: 8,000 foreign entries {small:?}, 32,000 {large:?}");
+    assert!(
+        large < small * 8 + Duration::from_millis(300),
+        "8,000 entries {small:?}, 32,000 {large:?}: more than linear"
+    );
+}
+
+/// Names of one job id forged by a member (the tag is computable from `steadq.queue`), each
+/// an empty file in the job's shard: `fsck` reports each as corrupt and as a duplicate, in
+/// time in proportion to them (60,000 took 24 s, 20,000 2 s: each duplicate was looked up
+/// in every problem so far).
+#[test]
+fn fsck_of_many_forged_duplicates_takes_time_in_proportion_to_them() {
+    let timed = |n: u64| {
+        let d = TempDir::new("trust-fsck-dups");
+        let q = Queue::create(d.path(), opts(1)).unwrap();
+        let id = q.enqueue(b"one").unwrap();
+        let l = q.find(id).unwrap();
+        let shard = d.path().join(&l.dir);
+        for g in 0..n {
+            let mut name = l.name;
+            name.generation = 100 + g;
+            std::fs::File::create(shard.join(name.format(q.id()).as_str())).unwrap();
+        }
+        let t = Instant::now();
+        let rep = q.fsck().unwrap();
+        let took = t.elapsed();
+        let dups = rep
+            .problems
+            .iter()
+            .filter(|p| matches!(p.kind, ProblemKind::Duplicate(_)))
+            .count();
+        assert_eq!(dups as u64, n);
+        took
+    };
+    let small = timed(1_500);
+    let large = timed(6_000);
+    eprintln!("fsck: 1,500 forged duplicates {small:?}, 6,000 {large:?}");
+    assert!(
+        large < small * 8 + Duration::from_millis(200),
+        "1,500 duplicates {small:?}, 6,000 {large:?}: more than linear"
+    );
+}
+
 #[test]
 fn quarantine_goes_on_past_taken_quarantine_names() {
     let d = TempDir::new("trust-quarantine");

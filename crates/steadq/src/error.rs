@@ -391,8 +391,9 @@ fn fmt_io(
         // `openat2(RESOLVE_NO_SYMLINKS)` answers ELOOP for any symlink on the path.
         return write!(
             f,
-            "{} failed: a symlink ({errno}); SteadQ never follows a symlink inside a queue: \
-             move it away (`steadq fsck` names it)",
+            "{} failed: a symlink ({errno}); SteadQ never follows a symlink inside a queue, \
+             nor another user's at the queue's own path: move it away (`steadq fsck` names \
+             one inside)",
             call.name()
         );
     }
@@ -410,6 +411,16 @@ fn fmt_io(
             "{} failed: not a regular file ({what}: {errno}); SteadQ opens only regular \
              files inside a queue and never reads or writes this one: move it away \
              (`steadq fsck` names it)",
+            call.name()
+        );
+    }
+    if errno == Errno::MLINK.into() && call == crate::disk::sys::Call::Open {
+        // `Sys` writes a queue's own files in place only when they have one name
+        // (`sys::require_single_regular`): another is a hard link, maybe to a file outside.
+        return write!(
+            f,
+            "{} failed: the file has more than one link ({errno}); another name may be a \
+             file outside the queue, so SteadQ never writes this one: move it away",
             call.name()
         );
     }

@@ -442,7 +442,7 @@ impl Queue {
         let root = root.to_path_buf();
         let sys = make_sys(&opts);
         let rootfd = sys
-            .open_dir_path(&root)
+            .open_queue_root(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
         check_filesystem(&sys, rootfd.as_fd(), &root)?;
         let ident = read_identity(&sys, rootfd.as_fd(), &root)?;
@@ -515,7 +515,7 @@ impl Queue {
             Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(root)).into()),
         }
         let rootfd = sys
-            .open_dir_path(&root)
+            .open_queue_root(&root)
             .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
         if let Err(e) = check_filesystem(&sys, rootfd.as_fd(), &root) {
             if let Some((pfd, name)) = &made {
@@ -608,8 +608,9 @@ impl Queue {
                 }
             }
             // Something not a regular file is there (a fifo, socket, device, directory or
-            // symlink planted by a member of the queue's group): never opened, named.
-            Err(e @ (Errno::NXIO | Errno::ISDIR | Errno::LOOP)) => log::warn!(
+            // symlink planted by a member of the queue's group), or a hard link: never
+            // written, named.
+            Err(e @ (Errno::NXIO | Errno::ISDIR | Errno::LOOP | Errno::MLINK)) => log::warn!(
                 "{}: {}",
                 root.join(crate::disk::layout::EVIDENCE_FILE).display(),
                 Error::io(Call::Open, e, Outcome::NotDone, None)

@@ -496,20 +496,26 @@ impl Queue {
     /// the duplicate (left in place: which copy is right is the operator's call), so its
     /// [`ProblemKind::Misplaced`] entry is taken out of `bad` before anything is moved.
     fn report_dups(&self, rep: &mut FsckReport, bad: &mut Bad, dups: Vec<(String, String)>) {
+        use std::collections::HashSet;
         let root = self.dirs.root.as_fd();
         let exists = |p: &str| self.sys.stat_nofollow(root, p).is_ok();
+        // Looked up once per duplicate: sets, not a walk of `bad` and `rep.problems` each
+        // time (a member's tens of thousands of forged names of one id made that n²).
+        let mut misplaced: HashSet<String> = bad
+            .iter()
+            .filter(|b| matches!(b.2, ProblemKind::Misplaced(_)))
+            .map(|b| format!("{}/{}", b.0, b.1))
+            .collect();
+        let mut reported: HashSet<String> = rep.problems.iter().map(|p| p.path.clone()).collect();
+        let mut stays: HashSet<String> = HashSet::new();
         for (later, first) in dups {
-            let misplaced = |p: &str| {
-                bad.iter().any(|b| {
-                    matches!(b.2, ProblemKind::Misplaced(_)) && format!("{}/{}", b.0, b.1) == p
-                })
-            };
-            let (path, other) = match (misplaced(&later), misplaced(&first)) {
+            let (path, other) = match (misplaced.contains(&later), misplaced.contains(&first)) {
                 (false, true) => (first, later),
                 _ => (later, first),
             };
-            if misplaced(&path) {
-                bad.retain(|b| format!("{}/{}", b.0, b.1) != path);
+            if misplaced.remove(&path) {
+                // Out of `bad` (below): not moved, and not misplaced for the next pair.
+                stays.insert(path.clone());
                 // Whether or not the other copy moved on meanwhile, this one stays where it is.
                 if !exists(&path) {
                     continue;
@@ -519,7 +525,7 @@ impl Queue {
                 // the next: a duplicate counts only if both names still exist.
                 continue;
             }
-            if rep.problems.iter().any(|p| p.path == path) {
+            if !reported.insert(path.clone()) {
                 continue;
             }
             rep.problems.push(Problem {
@@ -527,6 +533,9 @@ impl Queue {
                 kind: ProblemKind::Duplicate(other),
                 quarantined: false,
             });
+        }
+        if !stays.is_empty() {
+            bad.retain(|b| !stays.contains(&format!("{}/{}", b.0, b.1)));
         }
     }
 
@@ -562,6 +571,9 @@ impl Queue {
             );
         }
         let quarantine = quarantine && mismatch.is_none() && !blocked;
+        // Whether an entry was moved already: kept as the loop goes (looking it up in
+        // `rep.problems` for every entry made a run over n bad entries cost n² steps).
+        let mut moved = rep.problems.iter().any(|p| p.quarantined);
         for (dir, name, kind) in bad {
             let path = if dir.is_empty() {
                 name.clone()
@@ -569,7 +581,6 @@ impl Queue {
                 format!("{dir}/{name}")
             };
             // The batch rule: once an entry was moved, a failure is indeterminate.
-            let moved = rep.problems.iter().any(|p| p.quarantined);
             // Not moved: a root entry; a directory holding jobs; a default-level or receipt
             // shard that is not a directory (moved away, the queue would be incomplete: the
             // operator replaces it, `steadq init` remakes it).
@@ -623,6 +634,7 @@ impl Queue {
                 kind,
                 quarantined,
             });
+            moved |= quarantined;
         }
         Ok(())
     }

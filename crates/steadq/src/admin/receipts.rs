@@ -134,6 +134,9 @@ fn unhex32(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// The longest evidence line passed on whole (bytes); SteadQ writes lines of about 300.
+pub(crate) const EVIDENCE_LINE_MAX: usize = 4096;
+
 impl Queue {
     /// This handle's receipt policy (read from the identity file when it was opened).
     pub fn receipt_policy(&self) -> ReceiptPolicy {
@@ -431,30 +434,66 @@ impl Queue {
 
     /// Call `each` with every whole line of the evidence file `fd` (without its newline), in
     /// order, until it returns `false`; returns the length of a last line that has no newline
-    /// (0 when the file ends with one). Reads 64 KiB at a time (`pread(2)`).
+    /// (0 when the file ends with one). Reads 64 KiB at a time (`pread(2)`). A line longer
+    /// than [`EVIDENCE_LINE_MAX`] (SteadQ writes lines of about 300 bytes) is passed on cut
+    /// to that length, the rest of it skipped: memory stays flat whatever a member wrote.
+    ///
+    /// # Errors
+    /// `EFBIG` for a file sparse by far ([`crate::disk::sys::sparse`]: a member's
+    /// `truncate -s 1T evidence.log`), unread; a read's errno.
     pub(crate) fn evidence_lines(
         &self,
         fd: BorrowedFd<'_>,
         each: &mut dyn FnMut(&[u8]) -> bool,
     ) -> core::result::Result<u64, Errno> {
+        let (_, size, allocated) = self.sys.fstat_allocated(fd)?;
+        if crate::disk::sys::sparse(size, allocated) {
+            return Err(Errno::FBIG);
+        }
         // Whole lines of each chunk; a line cut at the chunk's end is carried over.
         let mut buf = vec![0u8; 64 * 1024];
         let (mut carried, mut offset) = (Vec::new(), 0u64);
+        // Bytes of an overlong line skipped since it was passed on (its length counts on).
+        let mut skipped = 0u64;
         loop {
             let n = self.sys.read_at(fd, &mut buf, offset)?;
             if n == 0 {
-                return Ok(carried.len() as u64);
+                return Ok(carried.len() as u64 + skipped);
             }
             offset += n as u64;
-            carried.extend_from_slice(&buf[..n]);
-            let whole = carried
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |i| i + 1);
-            if whole > 0 && !carried[..whole - 1].split(|&b| b == b'\n').all(&mut *each) {
+            let chunk = &buf[..n];
+            // Only the new bytes are searched: the carried ones hold no newline.
+            let Some(last) = chunk.iter().rposition(|&b| b == b'\n') else {
+                if skipped > 0 {
+                    skipped += n as u64;
+                    continue;
+                }
+                carried.extend_from_slice(chunk);
+                if carried.len() > EVIDENCE_LINE_MAX {
+                    if !each(&carried[..EVIDENCE_LINE_MAX]) {
+                        return Ok(0);
+                    }
+                    skipped = carried.len() as u64;
+                    carried.clear();
+                }
+                continue;
+            };
+            let mut lines = chunk[..last].split(|&b| b == b'\n');
+            let first = lines.next().unwrap_or_default();
+            let go_on = if skipped > 0 {
+                // The end of an overlong line already passed on.
+                skipped = 0;
+                true
+            } else {
+                carried.extend_from_slice(first);
+                let whole = &carried[..carried.len().min(EVIDENCE_LINE_MAX)];
+                each(whole)
+            };
+            if !go_on || !lines.all(|l| each(&l[..l.len().min(EVIDENCE_LINE_MAX)])) {
                 return Ok(0);
             }
-            carried.drain(..whole);
+            carried.clear();
+            carried.extend_from_slice(&chunk[last + 1..]);
         }
     }
 

@@ -114,6 +114,10 @@ pub enum FaultAction {
 
 /// Mode of every file SteadQ creates, before the process umask (`umask(2)`) takes bits away.
 const FILE_MODE: u32 = 0o666;
+/// Mode of a file SteadQ creates outside the queue for a command (`claim --payload-out`),
+/// before the umask: a payload is never readable by every user, whatever the umask (root's
+/// usual 022 made it so in `/tmp`).
+const OUTSIDE_FILE_MODE: u32 = 0o660;
 /// Mode of every directory SteadQ creates, before the umask.
 const DIR_MODE: u32 = 0o777;
 
@@ -396,6 +400,63 @@ impl Sys {
         })
     }
 
+    /// Open a queue's root directory by path. Every component but the last is followed as
+    /// `open(2)` follows it (the operator's path). The last, which anyone who may write
+    /// its parent directory can replace (a shared queue's members: the recipe's parent is
+    /// 2770), is followed only when it is a symlink of root, of this user or of the
+    /// parent's owner: a member's symlink there would point this user's command at another
+    /// queue (a private one: its jobs claimed, its payloads written where the member reads
+    /// them). The symlink is held by an `O_PATH | O_NOFOLLOW` descriptor while its owner
+    /// and target are read (`fstat(2)`, `readlinkat(2)`), so the target read is the one
+    /// checked. `ELOOP` for a symlink of another user; otherwise the errors of `open(2)`.
+    pub fn open_queue_root(&self, path: &std::path::Path) -> R<OwnedFd> {
+        let (parent, name) = match (path.parent(), path.file_name()) {
+            (Some(p), Some(n)) => (
+                if p.as_os_str().is_empty() {
+                    std::path::Path::new(".")
+                } else {
+                    p
+                },
+                n,
+            ),
+            _ => return self.open_dir_path(path),
+        };
+        let pfd = self.open_dir_path(parent)?;
+        let dir = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        match self.run_retry(Call::Open, || {
+            rustix::fs::openat(&pfd, name, dir | OFlags::NOFOLLOW, Mode::empty())
+        }) {
+            // `O_DIRECTORY | O_NOFOLLOW` on a symlink: `ENOTDIR` (Linux), or `ELOOP`.
+            Err(Errno::LOOP | Errno::NOTDIR) => {}
+            r => return r,
+        }
+        let link = self.run_retry(Call::Open, || {
+            rustix::fs::openat(
+                &pfd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })?;
+        let st = self.run_retry(Call::Stat, || rustix::fs::fstat(&link))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
+            return Err(Errno::NOTDIR);
+        }
+        let owner = st.st_uid;
+        let parent_owner = self
+            .run_retry(Call::Stat, || rustix::fs::fstat(&pfd))?
+            .st_uid;
+        let me = rustix::process::geteuid().as_raw();
+        if owner != 0 && owner != me && owner != parent_owner {
+            return Err(Errno::LOOP);
+        }
+        let target =
+            self.run_retry(Call::Open, || rustix::fs::readlinkat(&link, "", Vec::new()))?;
+        self.run_retry(Call::Open, || {
+            rustix::fs::openat(&pfd, target.as_c_str(), dir, Mode::empty())
+        })
+    }
+
     /// Open directory `name` beneath `dir` without following any symlink: `openat2(2)` with
     /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the kernel has it (5.6+), otherwise
     /// `openat(2)` one component at a time with `O_NOFOLLOW`.
@@ -516,13 +577,14 @@ impl Sys {
     /// blocking on a fifo (`O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`): to cut a
     /// receipt. `openat(2)`, then `fstat(2)` in the same counted call: `ENXIO` for anything
     /// but a regular file (a fifo without a reader says so at the open), `EISDIR` for a
-    /// directory, `ELOOP` for a symlink.
+    /// directory, `ELOOP` for a symlink, `EMLINK` for a file with another name (see
+    /// [`require_single_regular`]).
     pub fn open_file_wo(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags =
             OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
         self.run_retry(Call::Open, || {
             let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
-            require_regular(fd.as_fd())?;
+            require_single_regular(fd.as_fd())?;
             Ok(fd)
         })
     }
@@ -1089,8 +1151,8 @@ impl Sys {
     /// and reading (a torn last line is looked for before appending), never following a
     /// symlink (`ELOOP`) and never blocking on a fifo: `openat(2)` with `O_RDWR | O_APPEND |
     /// O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, then `fstat(2)` in the same counted
-    /// call. A fifo, socket or device is `ENXIO`, a directory `EISDIR` (see
-    /// [`require_regular`]); nothing is written to either.
+    /// call. A fifo, socket or device is `ENXIO`, a directory `EISDIR`, a file with more
+    /// than one link `EMLINK` (see [`require_single_regular`]); nothing is written to any.
     pub fn open_append(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
         let flags = OFlags::RDWR
             | OFlags::APPEND
@@ -1101,7 +1163,7 @@ impl Sys {
             | OFlags::NOCTTY;
         self.run(Call::Open, || {
             let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))?;
-            require_regular(fd.as_fd())?;
+            require_single_regular(fd.as_fd())?;
             Ok(fd)
         })
     }
@@ -1121,8 +1183,9 @@ impl Sys {
     }
 
     /// Create a new file `name` in `dir` for writing only: `openat(2)` with `O_WRONLY |
-    /// O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, mode 0666 less the umask (as
-    /// a shell's `>` makes it). Anything already at `name`, a symlink included (even a
+    /// O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, mode 0660 less the umask (as
+    /// a shell's `>` makes it, without the bits for every other user: a payload is for the
+    /// queue's users only). Anything already at `name`, a symlink included (even a
     /// dangling one: `O_EXCL` never follows it, `open(2)`), fails with `EEXIST`. For a file
     /// outside the queue that a command writes (`claim --payload-out`).
     pub fn create_new_outside(&self, dir: BorrowedFd<'_>, name: &std::path::Path) -> R<OwnedFd> {
@@ -1134,7 +1197,7 @@ impl Sys {
             | OFlags::NOCTTY
             | OFlags::CLOEXEC;
         self.run(Call::Open, || {
-            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE))
+            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(OUTSIDE_FILE_MODE))
         })
     }
 
@@ -1323,6 +1386,20 @@ pub fn fs_name(magic: i64) -> &'static str {
 /// file".
 pub fn require_regular(fd: BorrowedFd<'_>) -> R<()> {
     match FileType::from_raw_mode(rustix::fs::fstat(fd)?.st_mode) {
+        FileType::RegularFile => Ok(()),
+        FileType::Directory => Err(Errno::ISDIR),
+        _ => Err(Errno::NXIO),
+    }
+}
+
+/// [`require_regular`], and `EMLINK` when the file has more than one link (`st_nlink`): a
+/// hard link a member of the queue's group made to a file outside the queue, which a write,
+/// cut or `fchown` meant for the queue's own file would change. For the files the queue
+/// writes in place (`evidence.log`, a receipt being cut); a queue never links them twice.
+pub fn require_single_regular(fd: BorrowedFd<'_>) -> R<()> {
+    let st = rustix::fs::fstat(fd)?;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile if st.st_nlink > 1 => Err(Errno::MLINK),
         FileType::RegularFile => Ok(()),
         FileType::Directory => Err(Errno::ISDIR),
         _ => Err(Errno::NXIO),

@@ -324,7 +324,16 @@ impl Queue {
                     continue;
                 }
                 Some(Taken::Orphan(e)) => {
-                    self.retire_key(keys.as_fd(), &entry, e.id)?;
+                    if !self.retire_key(keys.as_fd(), &entry, e.id)? {
+                        // Its tombstone is taken: it cannot be retired, nor the key used.
+                        let at = self.path(&format!("{KEYS_DIR}/{entry}"));
+                        return Err(Error::io(
+                            Call::Rename,
+                            Errno::EXIST,
+                            Outcome::NotDone,
+                            Some(at),
+                        ));
+                    }
                     continue;
                 }
             }
@@ -594,13 +603,31 @@ impl Queue {
     }
 
     /// Retire the entry `entry` whose job is `id`: rename it, without replacing, to its
-    /// tombstone `keys/<entry>.<id>.gone`, then fsync `keys/`. `Ok` also when someone else
-    /// retired it first.
-    fn retire_key(&self, keys: std::os::fd::BorrowedFd<'_>, entry: &str, id: JobId) -> Result<()> {
+    /// tombstone `keys/<entry>.<id>.gone`, then fsync `keys/`. `Ok(true)` also when someone
+    /// else retired it first (the entry is gone). `Ok(false)` when the tombstone's name is
+    /// taken and the entry is still there (a member planted both: retiring it again would
+    /// never end); the entry stays, named in a warning.
+    fn retire_key(
+        &self,
+        keys: std::os::fd::BorrowedFd<'_>,
+        entry: &str,
+        id: JobId,
+    ) -> Result<bool> {
         let tomb = format!("{entry}.{id}.gone");
         match self.sys.rename(keys, entry, keys, &tomb) {
             Ok(()) => {}
-            Err(Errno::NOENT | Errno::EXIST) => return Ok(()),
+            Err(Errno::NOENT) => return Ok(true),
+            Err(Errno::EXIST) => {
+                if let Err(Errno::NOENT) = self.sys.stat_nofollow(keys, entry) {
+                    return Ok(true);
+                }
+                log::warn!(
+                    "{}: an orphan key entry whose tombstone {tomb} already exists; left in \
+                     place (move one of them away)",
+                    self.path(&format!("{KEYS_DIR}/{entry}")).display()
+                );
+                return Ok(false);
+            }
             Err(e) => {
                 return Err(Error::io(
                     Call::Rename,
@@ -612,6 +639,7 @@ impl Queue {
         }
         self.barrier(keys)
             .map_err(|e| ind(Call::FsyncDir, e, self.path(KEYS_DIR)))
+            .map(|()| true)
     }
 
     /// Live keys: entries of `keys/` that are 64 hex digits (tombstones excluded). 0 when the
@@ -673,15 +701,17 @@ impl Queue {
                     && (age >= KEY_ORPHAN_AFTER.as_nanos() as u64 || !self.creator_alive(&e))
                     && !self.job_exists(&e).unwrap_or(true);
                 if expired || orphan {
-                    self.retire_key(keys.as_fd(), &n, e.id).map_err(|err| {
+                    let done = self.retire_key(keys.as_fd(), &n, e.id).map_err(|err| {
                         if removed_any {
                             err.with_outcome(Outcome::Indeterminate)
                         } else {
                             err
                         }
                     })?;
-                    removed_any = true;
-                    retired += 1;
+                    if done {
+                        removed_any = true;
+                        retired += 1;
+                    }
                 }
             } else if n.ends_with(".gone") && age >= TOMBSTONE_KEEP.as_nanos() as u64 {
                 match self.sys.unlink(keys.as_fd(), &n) {
