@@ -8,22 +8,6 @@ use steadq::{Queue, State};
 
 const BIN: &str = env!("CARGO_BIN_EXE_steadq");
 
-fn steadq(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
 fn snapshot(dir: &Path) -> Vec<String> {
     files(dir, "")
 }

@@ -208,3 +208,22 @@ impl StderrLines {
         self.reader.join().unwrap()
     }
 }
+
+/// Run the binary with `args` and no stdin; its exit status and output.
+pub fn steadq(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_steadq"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Output bytes as text (lossy).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A path as `&str` (test paths are UTF-8).
+pub fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}

@@ -12,22 +12,6 @@ use steadq::Queue;
 
 const BIN: &str = env!("CARGO_BIN_EXE_steadq");
 
-fn steadq(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
 /// A queue at `dir/q` with `n` jobs ("job-1", ...).
 fn queue_with(dir: &Path, n: usize) -> std::path::PathBuf {
     std::fs::create_dir_all(dir).unwrap();

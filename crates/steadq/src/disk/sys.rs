@@ -923,9 +923,7 @@ impl Sys {
         to_dir: BorrowedFd<'_>,
         to: &str,
     ) -> R<()> {
-        self.run(Call::Rename, || {
-            rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE)
-        })
+        self.rename_bytes(from_dir, from.as_bytes(), to_dir, to.as_bytes())
     }
 
     /// [`Sys::rename`] of names given as bytes (a name that is not UTF-8, moved aside by
