@@ -1484,6 +1484,18 @@ fn a_lease_over_the_default_payload_limit_settles_by_its_handle() {
     let _ = std::fs::remove_file(&pf);
 }
 
+/// The reading end of the FIFO at `path`, opened without waiting for a writer
+/// (`O_NONBLOCK`), so a `claim --payload-out` started after it finds its reader. Read at
+/// end of stream (the writer gone), it gives what is left in the pipe.
+fn fifo_reader(path: &Path) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .unwrap()
+}
+
 /// `claim --payload-out` takes any writable file: /dev/null and a FIFO get the payload (they
 /// were cut with set_len, EINVAL: exit 4 and the attempt used, so with --max-attempts 1 the
 /// job was dead-lettered without running). A write that fails after the claim (/dev/full:
@@ -1507,21 +1519,23 @@ fn claim_writes_the_payload_to_any_writable_file() {
     };
     enq(b"to the void", "1");
     settle(steadq(&["claim", q, "--payload-out", "/dev/null"]));
-    // A FIFO: claim blocks opening it until this reader opens the other end.
+    // A FIFO, its reading end open before the claim starts (the claim refuses a FIFO with
+    // no reader); the payload fits in the pipe's buffer, read once the claim is done.
     let fifo = d.path().with_extension("fifo");
     let _ = std::fs::remove_file(&fifo);
     let mk = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(mk.success());
     enq(b"through a pipe", "1");
-    let child = Command::new(BIN)
+    let mut reader = fifo_reader(&fifo);
+    let o = Command::new(BIN)
         .args(["claim", q, "--payload-out", p(&fifo)])
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    assert_eq!(std::fs::read(&fifo).unwrap(), b"through a pipe");
-    settle(child.wait_with_output().unwrap());
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut reader, &mut got).unwrap();
+    assert_eq!(got, b"through a pipe");
+    settle(o);
     std::fs::remove_file(&fifo).unwrap();
     let c = [0, 0, 0, 0, 2];
     assert_eq!(counts(&Queue::open(d.path()).unwrap()), c, "two receipts");
@@ -2047,14 +2061,11 @@ fn claim_gives_the_job_back_when_a_file_size_limit_or_a_stop_signal_cuts_its_out
         .status()
         .unwrap()
         .success());
-    // The reader opens the FIFO and never drains it: the claim blocks in its write until
-    // the signal. The signal is sent once the job is leased (not after a fixed delay, which
-    // under CI load could land before the claim had installed its handler).
-    let mut reader = Command::new("sh")
-        .args(["-c", "exec 3<\"$F\"; sleep 30"])
-        .env("F", &fifo)
-        .spawn()
-        .unwrap();
+    // The FIFO's reading end, open before the claim starts (the claim refuses a FIFO with
+    // no reader) and never drained: the claim blocks in its write until the signal. The
+    // signal is sent once the job is leased (not after a fixed delay, which under CI load
+    // could land before the claim had installed its handler).
+    let reader = fifo_reader(&fifo);
     let claim = Command::new(BIN)
         .args(["claim", q2s, "--lease", "30s", "--payload-out", p(&fifo)])
         .stdin(Stdio::null())
@@ -2074,8 +2085,7 @@ fn claim_gives_the_job_back_when_a_file_size_limit_or_a_stop_signal_cuts_its_out
     let pid = rustix::process::Pid::from_raw(claim.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let o = claim.wait_with_output().unwrap();
-    let _ = reader.kill();
-    let _ = reader.wait();
+    drop(reader);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains("stopped by signal 15"),
