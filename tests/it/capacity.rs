@@ -301,7 +301,7 @@ fn cli_limits_exit_7_and_wait() {
 /// jobs, default 100,000, ~400 MB on ext4). Run:
 /// `cargo test --release --test it capacity::check_cost_at_scale -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "manual benchmark, in neither tier: run it by name with --ignored"]
 fn check_cost_at_scale() {
     let n: u64 = std::env::var("STEADQ_SCALE_JOBS")
         .ok()

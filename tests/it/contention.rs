@@ -73,6 +73,7 @@ fn contention_child() {
 }
 
 #[test]
+#[ignore = "slow tier: 20,000 jobs through 4 producer and 4 worker processes (~90 s)"]
 fn four_producers_four_workers_each_job_exactly_once() {
     let total: usize = std::env::var("STEADQ_CONTENTION_JOBS")
         .ok()

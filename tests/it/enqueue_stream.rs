@@ -230,6 +230,7 @@ fn p(path: &Path) -> &str {
 }
 
 #[test]
+#[ignore = "slow tier: 40 MiB enqueues, peak memory measured (~25 s)"]
 fn the_cli_enqueues_a_40_mib_file_and_stdin_in_flat_memory() {
     // Before streaming, `steadq enqueue --file` of 40 MiB peaked at 43.6 MB (`time -v`): it
     // held the payload. Now: one 64 KiB buffer; the process's own few MB.

@@ -1497,6 +1497,7 @@ fn an_unreadable_parent_of_job_directories_is_reported_and_skipped() {
 /// in 64 KiB chunks and the payload streamed (found by a fresh-user trial: a 100 MiB job
 /// made fsck and show peak at 105 MB RSS, where `work` used 2.7 MB).
 #[test]
+#[ignore = "slow tier: 64 MiB jobs through fsck and show, peak memory measured (~30 s)"]
 fn fsck_and_show_of_a_64_mib_job_stay_in_flat_memory() {
     use crate::enqueue_stream::{run_polled, run_polled_out};
     let d = TempDir::new("fsck-rss");
@@ -3340,6 +3341,7 @@ fn a_passed_over_job_is_tried_again_when_its_refusal_lapses_whatever_the_concurr
 /// the modes are made here by hand: each level and its shards made at 700 (root's) while
 /// root enqueues its jobs, the jobs then set to 600, and the level opened.
 #[test]
+#[ignore = "slow tier: waits out the 10 s refusal retry, then measures 4 s of CPU (~15 s)"]
 fn a_worker_beside_refused_jobs_at_new_levels_stays_nearly_idle() {
     if std::env::var_os("STEADQ_QEMU_USER").is_some() {
         eprintln!("under qemu-user the ticks are the emulator's: skipped");
@@ -3834,6 +3836,7 @@ fn work_short_of_threads_and_processes_loses_no_attempt() {
 /// gives the job back at once and waits 1 s, then 2, 4, 8 ... (up to 64 s) while spawns keep
 /// failing: over 9 s, 4 tries where there were 9.
 #[test]
+#[ignore = "slow tier: watches a worker's backoff for 9 s, then 5 s more (~15 s)"]
 fn work_waits_longer_while_a_shortage_lasts() {
     if !rustix::process::geteuid().is_root()
         || std::env::var_os("STEADQ_TEST_DIR").is_some()

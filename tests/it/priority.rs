@@ -345,6 +345,7 @@ fn within_a_shard_the_oldest_ready_job_goes_first_at_any_depth() {
 /// `shards` times. Fails if the rule were dropped for "list only the first slot" (unbounded)
 /// or if deep slots were never relisted.
 #[test]
+#[ignore = "slow tier: 2,400 jobs claimed one by one through a fresh handle (~15 s)"]
 fn deep_slots_pass_over_the_oldest_job_fewer_than_shards_times() {
     let d = TempDir::new("prio-deep");
     let shards = 8u16;
