@@ -50,11 +50,12 @@ pub fn warnings(
     if others_reach && ready.mode & 0o004 != 0 {
         out.push(format!(
             "{}: every local user can read this queue's payloads (mode {:o} on the queue and \
-             search access for others on every directory above it); make the queue's parent \
-             mode 2770 (or run `chmod -R o-rwx {}`) and run what touches the queue with umask \
-             007 (docs/security.md)",
+             search access for others on every directory above it); keep them out with \
+             `chmod -R o-rwx {}` (a queue of one user: `chmod 700 {}`; one shared by a group: \
+             its parent at mode 2770 and umask 007, docs/operations.md)",
             root.path.display(),
             root.mode,
+            root.path.display(),
             root.path.display()
         ));
     }
