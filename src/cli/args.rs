@@ -46,6 +46,9 @@ pub enum Cmd {
     Dead(Dead),
     Compact(Compact),
     Demo(Demo),
+    // Not in the appliance build (the Pis' binary): `bench` is about 20 KB of it, and the
+    // stripped aarch64 binary must stay at or under 600,000 bytes.
+    #[cfg(not(feature = "appliance"))]
     Bench(Bench),
     DemoJob(DemoJob),
 }
@@ -734,6 +737,7 @@ pub struct DemoJob {
 
 /// Benchmark the full job lifecycle (enqueue, claim, verify, ack): jobs/s and p50/p99
 /// latency per durability mode and worker count (threads sharing one queue handle).
+#[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
 #[argh(
     subcommand,

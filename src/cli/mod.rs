@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod args;
+#[cfg(not(feature = "appliance"))]
 pub mod bench;
 pub mod children;
 pub mod cmd;
@@ -127,6 +128,7 @@ pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
         Cmd::Dead(a) => cmd::cmd_dead(a),
         Cmd::Compact(a) => cmd::cmd_compact(a),
         Cmd::Demo(a) => demo::cmd_demo(a),
+        #[cfg(not(feature = "appliance"))]
         Cmd::Bench(a) => bench::cmd_bench(a),
         // The demo's job command speaks the worker's protocol (sysexits codes), not ours.
         Cmd::DemoJob(a) => return demo::cmd_demo_job(a),

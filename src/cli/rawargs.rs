@@ -96,6 +96,7 @@ pub fn restore(cmd: &mut Cmd) {
         },
         Cmd::Compact(a) => path(&mut a.dir),
         Cmd::Demo(a) => a.dir.iter_mut().for_each(path),
+        #[cfg(not(feature = "appliance"))]
         Cmd::Bench(a) => a.dir.iter_mut().for_each(path),
         Cmd::DemoJob(a) => path(&mut a.results),
     }

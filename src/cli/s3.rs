@@ -34,7 +34,9 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
             DeadAction::Purge(a) => &a.dir,
         },
         Cmd::Compact(a) => &a.dir,
-        Cmd::Demo(_) | Cmd::Bench(_) | Cmd::DemoJob(_) => return None,
+        Cmd::Demo(_) | Cmd::DemoJob(_) => return None,
+        #[cfg(not(feature = "appliance"))]
+        Cmd::Bench(_) => return None,
     };
     dir.to_str().filter(|s| s.starts_with("s3://"))
 }
@@ -153,7 +155,9 @@ mod with_s3 {
             Cmd::Config(_) => Err(unsupported("config")),
             Cmd::Show(_) => Err(unsupported("show")),
             Cmd::Fsck(_) => Err(unsupported("fsck (recover repairs the index)")),
-            Cmd::Demo(_) | Cmd::Bench(_) | Cmd::DemoJob(_) => Err(unsupported("this command")),
+            Cmd::Demo(_) | Cmd::DemoJob(_) => Err(unsupported("this command")),
+            #[cfg(not(feature = "appliance"))]
+            Cmd::Bench(_) => Err(unsupported("this command")),
         }?;
         Ok(e.code())
     }
