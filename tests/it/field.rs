@@ -295,33 +295,42 @@ fn as_user(user: &str, script: &str) -> (Option<i32>, String) {
     )
 }
 
-/// Two real users in one group share a queue made in a setgid directory with umask 002: the
-/// producer enqueues into the worker's queue, both use buckets the other created.
-#[test]
-fn a_group_shared_queue_works_for_two_real_users() {
-    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
-        eprintln!("SKIP a_group_shared_queue_works_for_two_real_users: needs root, runs once");
-        return;
-    }
-    let tag = format!("sq{}", std::process::id() % 100_000);
-    let (group, a, b) = (format!("{tag}g"), format!("{tag}a"), format!("{tag}b"));
-    struct Users(Vec<String>, String);
-    impl Drop for Users {
-        fn drop(&mut self) {
-            for u in &self.0 {
-                let _ = Command::new("userdel").arg(u).output();
-            }
-            let _ = Command::new("groupdel").arg(&self.1).output();
+/// Test users removed (with their group) on drop.
+struct Users(Vec<String>, String);
+
+impl Drop for Users {
+    fn drop(&mut self) {
+        for u in &self.0 {
+            let _ = Command::new("userdel").arg(u).output();
         }
+        let _ = Command::new("groupdel").arg(&self.1).output();
     }
+}
+
+/// Two new users `a` and `b` in a new group, a copy of the binary both may run, and a
+/// setgid directory of the group at mode 2775 to share a queue in, under
+/// `/tmp/steadq-{dir}-{tag}` (outside the test's temp dir tree, which other users may not
+/// traverse): (users, a, b, that base directory, the binary, the shared directory).
+fn two_users_in_a_group(
+    tag: &str,
+    dir: &str,
+) -> (
+    Users,
+    String,
+    String,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let tag = format!("{tag}{}", std::process::id() % 100_000);
+    let (group, a, b) = (format!("{tag}g"), format!("{tag}a"), format!("{tag}b"));
     let ok =
         |c: &str, args: &[&str]| assert!(Command::new(c).args(args).status().unwrap().success());
     ok("groupadd", &["-f", &group]);
-    let _users = Users(vec![a.clone(), b.clone()], group.clone());
+    let users = Users(vec![a.clone(), b.clone()], group.clone());
     ok("useradd", &["-M", "-g", &group, &a]);
     ok("useradd", &["-M", "-g", &group, &b]);
-    // Outside the test's temp dir tree, which other users may not traverse.
-    let base = std::path::PathBuf::from(format!("/tmp/steadq-shared-{tag}"));
+    let base = std::path::PathBuf::from(format!("/tmp/steadq-{dir}-{tag}"));
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(base.join("bin")).unwrap();
     let bin = base.join("bin/steadq");
@@ -338,6 +347,18 @@ fn a_group_shared_queue_works_for_two_real_users() {
     std::fs::create_dir(&shared).unwrap();
     ok("chgrp", &[&group, shared.to_str().unwrap()]);
     ok("chmod", &["2775", shared.to_str().unwrap()]);
+    (users, a, b, base, bin, shared)
+}
+
+/// Two real users in one group share a queue made in a setgid directory with umask 002: the
+/// producer enqueues into the worker's queue, both use buckets the other created.
+#[test]
+fn a_group_shared_queue_works_for_two_real_users() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_group_shared_queue_works_for_two_real_users: needs root, runs once");
+        return;
+    }
+    let (_users, a, b, base, bin, shared) = two_users_in_a_group("sq", "shared");
     let (bin, q) = (bin.to_str().unwrap(), shared.join("q"));
     let q = q.to_str().unwrap();
     let steps = [
@@ -4266,40 +4287,9 @@ fn a_members_directory_or_symlink_in_place_of_a_shard_is_skipped() {
         eprintln!("SKIP a_members_directory_or_symlink_in_place_of_a_shard_is_skipped: needs root");
         return;
     }
-    let tag = format!("sw{}", std::process::id() % 100_000);
-    let (group, a, b) = (format!("{tag}g"), format!("{tag}a"), format!("{tag}b"));
-    struct Users(Vec<String>, String);
-    impl Drop for Users {
-        fn drop(&mut self) {
-            for u in &self.0 {
-                let _ = Command::new("userdel").arg(u).output();
-            }
-            let _ = Command::new("groupdel").arg(&self.1).output();
-        }
-    }
+    let (_users, a, b, base, bin, shared) = two_users_in_a_group("sw", "swap");
     let ok =
         |c: &str, args: &[&str]| assert!(Command::new(c).args(args).status().unwrap().success());
-    ok("groupadd", &["-f", &group]);
-    let _users = Users(vec![a.clone(), b.clone()], group.clone());
-    ok("useradd", &["-M", "-g", &group, &a]);
-    ok("useradd", &["-M", "-g", &group, &b]);
-    let base = std::path::PathBuf::from(format!("/tmp/steadq-swap-{tag}"));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(base.join("bin")).unwrap();
-    let bin = base.join("bin/steadq");
-    std::fs::copy(BIN, &bin).unwrap();
-    ok(
-        "chmod",
-        &[
-            "755",
-            base.to_str().unwrap(),
-            base.join("bin").to_str().unwrap(),
-        ],
-    );
-    let shared = base.join("shared");
-    std::fs::create_dir(&shared).unwrap();
-    ok("chgrp", &[&group, shared.to_str().unwrap()]);
-    ok("chmod", &["2775", shared.to_str().unwrap()]);
     let (bin, qp) = (bin.to_str().unwrap(), shared.join("q"));
     let q = qp.to_str().unwrap();
     let must = |u: &str, s: &str| {

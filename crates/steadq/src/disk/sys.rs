@@ -530,11 +530,23 @@ impl Sys {
     /// [`require_regular`]), `EISDIR` for a directory, `ELOOP` for a symlink (never followed).
     /// Never blocks: nothing is read.
     pub fn open_regular_ro(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags =
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+        self.open_checked(dir, name, OFlags::RDONLY, require_regular)
+    }
+
+    /// `openat(2)` of existing `name` in `dir` with `access` and `O_CLOEXEC | O_NOFOLLOW |
+    /// O_NONBLOCK | O_NOCTTY`, then `check` on the descriptor (`fstat(2)`), in one counted
+    /// call: what [`Sys::open_regular_ro`] and [`Sys::open_file_wo`] share.
+    fn open_checked(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        access: OFlags,
+        check: fn(BorrowedFd<'_>) -> R<()>,
+    ) -> R<OwnedFd> {
+        let flags = access | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
         self.run_retry(Call::Open, || {
             let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
-            require_regular(fd.as_fd())?;
+            check(fd.as_fd())?;
             Ok(fd)
         })
     }
@@ -580,13 +592,7 @@ impl Sys {
     /// directory, `ELOOP` for a symlink, `EMLINK` for a file with another name (see
     /// [`require_single_regular`]).
     pub fn open_file_wo(&self, dir: BorrowedFd<'_>, name: &str) -> R<OwnedFd> {
-        let flags =
-            OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
-        self.run_retry(Call::Open, || {
-            let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
-            require_single_regular(fd.as_fd())?;
-            Ok(fd)
-        })
+        self.open_checked(dir, name, OFlags::WRONLY, require_single_regular)
     }
 
     /// `ftruncate(2)` to `len` bytes; counted (and faulted) as a [`Call::Write`].
