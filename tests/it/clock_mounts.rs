@@ -213,3 +213,83 @@ fn a_queue_split_across_filesystems_is_refused_and_reported() {
     assert_eq!(st.problems.len(), 1, "{:?}", st.problems);
     assert_eq!(st.problems[0].path, "receipts");
 }
+
+/// `steadq` run by `unshare --time --boottime <shift_s>` (`time_namespaces(7)`): a process
+/// whose `CLOCK_BOOTTIME` reads `shift_s` seconds off the host's, with the host's boot id.
+/// `None` where time namespaces cannot be made (no CAP_SYS_ADMIN, a kernel without them).
+fn steadq_in_time_namespace(shift_s: i64, args: &[&str]) -> Option<std::process::Output> {
+    let probe = std::process::Command::new("unshare")
+        .args(["--time", "--boottime", &shift_s.to_string(), "true"])
+        .output()
+        .ok()?;
+    if !probe.status.success() {
+        eprintln!("skipped: unshare --time: {}", text(&probe.stderr));
+        return None;
+    }
+    let o = std::process::Command::new("unshare")
+        .args(["--time", "--boottime", &shift_s.to_string()])
+        .arg(env!("CARGO_BIN_EXE_steadq"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    Some(o)
+}
+
+/// Seconds since boot, from `/proc/uptime`.
+fn uptime_s() -> f64 {
+    let t = std::fs::read_to_string("/proc/uptime").unwrap();
+    t.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// A lease taken in a time namespace whose boot clock runs 20 s behind the host's: its
+/// 10-minute lease must look live to the host (it looked 10 s past expiry, so the host took
+/// the job while its holder ran it), and the holder's ack from inside the namespace is done.
+#[test]
+fn a_lease_taken_in_a_time_namespace_behind_the_host_is_live_to_the_host() {
+    if uptime_s() < 60.0 {
+        eprintln!("skipped: the boot clock must read more than 60 s to be shifted back 20 s");
+        return;
+    }
+    let d = TempDir::new("timens-behind");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let o = steadq_in(&["enqueue", q], b"job");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let Some(o) = steadq_in_time_namespace(-20, &["claim", q, "--lease", "10s"]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let handle = text(&o.stdout).trim().to_string();
+    let host = steadq(&["claim", q, "--lease", "10s"]);
+    assert_eq!(
+        host.status.code(),
+        Some(3),
+        "the host took a job whose lease is live: {}",
+        text(&host.stdout)
+    );
+    let ack = steadq_in_time_namespace(-20, &["ack", q, &handle]).unwrap();
+    assert!(ack.status.success(), "{}", text(&ack.stderr));
+}
+
+/// A lease taken in a time namespace whose boot clock runs an hour ahead of the host's: a
+/// 1-second lease must lapse for the host after about a second (it stuck for an hour).
+#[test]
+fn a_lease_taken_in_a_time_namespace_ahead_of_the_host_lapses_on_time() {
+    let d = TempDir::new("timens-ahead");
+    let q = p(d.path());
+    assert!(steadq(&["init", q]).status.success());
+    let o = steadq_in(&["enqueue", q], b"job");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let Some(o) = steadq_in_time_namespace(3600, &["claim", q, "--lease", "1s"]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let host = steadq(&["claim", q, "--lease", "10s", "--wait", "5s"]);
+    assert_eq!(
+        host.status.code(),
+        Some(0),
+        "the host could not take the job whose 1 s lease lapsed: {}",
+        text(&host.stderr)
+    );
+}

@@ -653,9 +653,8 @@ impl Queue {
                 return Err(Error::not_done(kind, Some(root.join(rel))));
             }
         }
-        let clock = Clock::try_new(&sys).map_err(|e| {
-            let at = Some(PathBuf::from(crate::disk::sys::BOOT_ID_FILE));
-            Error::io(Call::Open, e, Outcome::NotDone, at)
+        let clock = Clock::try_new(&sys).map_err(|(file, e)| {
+            Error::io(Call::Open, e, Outcome::NotDone, Some(PathBuf::from(file)))
         })?;
         if probe {
             probe_rename(&sys, dirs.tmp.as_fd(), &root, clock.boot_id())?;

@@ -7,6 +7,11 @@
 //! time (`CLOCK_REALTIME`) is used where another boot or a person needs it: the wall-clock
 //! not-before of a delay (which picks its bucket and decides on another boot, or in a
 //! version-1 queue), the `w` deadline in leased names, dead-letter buckets, ack times.
+//!
+//! A process in a time namespace (`unshare --time`, CRIU's restore; `time_namespaces(7)`)
+//! shares the host's boot id but reads `CLOCK_BOOTTIME` shifted by its namespace's offset.
+//! The offset is read once from `/proc/self/timens_offsets` and taken off, so every process
+//! that opens the queue reads the same boot clock and a lease means the same to all of them.
 
 use crate::disk::sys::Sys;
 use rustix::time::{clock_gettime, ClockId};
@@ -16,6 +21,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 #[derive(Debug)]
 pub struct Clock {
     boot_id: u128,
+    /// This process's time namespace's `CLOCK_BOOTTIME` offset, ns (subtracted).
+    timens_ns: i64,
     boot_offset_ns: AtomicI64,
     wall_offset_ns: AtomicI64,
 }
@@ -32,10 +39,12 @@ fn add(ns: u64, off: i64) -> u64 {
 /// A clock whose boot id could not be read (`e`): boot id 0, with the warning that says
 /// what that costs.
 fn no_boot_id(e: crate::disk::sys::Errno) -> Clock {
-    log::warn!(
-        "cannot read {} ({e}); leases from earlier boots will expire by time only",
-        crate::disk::sys::BOOT_ID_FILE
-    );
+    no_clock_file(crate::disk::sys::BOOT_ID_FILE, e)
+}
+
+/// A clock of boot id 0 and no namespace offset, for a `file` that could not be read.
+fn no_clock_file(file: &str, e: crate::disk::sys::Errno) -> Clock {
+    log::warn!("cannot read {file} ({e}); leases from earlier boots will expire by time only");
     Clock::with_boot_id(0)
 }
 
@@ -44,7 +53,7 @@ impl Clock {
     /// `/proc`, the boot id is 0: leases then all look like this boot's and expire by
     /// `CLOCK_BOOTTIME` only (a warning is logged).
     pub fn new(sys: &Sys) -> Clock {
-        Clock::try_new(sys).unwrap_or_else(no_boot_id)
+        Clock::try_new(sys).unwrap_or_else(|(file, e)| no_clock_file(file, e))
     }
 
     /// As [`Clock::new`], but a boot id that cannot be read *for now* is an error, not a
@@ -54,20 +63,35 @@ impl Clock {
     /// `ulimit -n` the warning came first, then the queue's own EMFILE). Without `/proc`, or
     /// with an unreadable or malformed file, the boot id is 0 and a warning is logged.
     ///
+    /// The time namespace's boot-clock offset is read from `/proc/self/timens_offsets`;
+    /// without that file (`ENOENT`: a kernel without time namespaces, or no `/proc`) it is 0.
+    ///
     /// # Errors
-    /// The errno of the open or read of `/proc/sys/kernel/random/boot_id`, for the errnos above.
-    pub fn try_new(sys: &Sys) -> Result<Clock, crate::disk::sys::Errno> {
-        use crate::disk::sys::Errno;
-        match sys.boot_id() {
-            Ok(id) => Ok(Clock::with_boot_id(id)),
-            Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOMEM | Errno::NOBUFS)) => Err(e),
-            Err(e) => Ok(no_boot_id(e)),
-        }
+    /// The file and the errno: `/proc/sys/kernel/random/boot_id` for the errnos above;
+    /// `/proc/self/timens_offsets` when it exists but cannot be read or parsed (`EINVAL`):
+    /// this process's boot clock could then be shifted from every other's, so its leases
+    /// would not mean the same to them.
+    pub fn try_new(sys: &Sys) -> Result<Clock, (&'static str, crate::disk::sys::Errno)> {
+        use crate::disk::sys::{Errno, BOOT_ID_FILE, TIMENS_FILE};
+        let mut clock = match sys.boot_id() {
+            Ok(id) => Clock::with_boot_id(id),
+            Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOMEM | Errno::NOBUFS)) => {
+                return Err((BOOT_ID_FILE, e))
+            }
+            Err(e) => no_boot_id(e),
+        };
+        clock.timens_ns = match sys.timens_boot_offset() {
+            Ok(ns) => ns,
+            Err(Errno::NOENT) => 0,
+            Err(e) => return Err((TIMENS_FILE, e)),
+        };
+        Ok(clock)
     }
 
     fn with_boot_id(boot_id: u128) -> Clock {
         Clock {
             boot_id,
+            timens_ns: 0,
             boot_offset_ns: AtomicI64::new(0),
             wall_offset_ns: AtomicI64::new(0),
         }
@@ -78,12 +102,11 @@ impl Clock {
         self.boot_id
     }
 
-    /// `CLOCK_BOOTTIME` now, ns.
+    /// `CLOCK_BOOTTIME` now as the host reads it (this process's time namespace offset
+    /// taken off), ns.
     pub fn boot_ns(&self) -> u64 {
-        add(
-            ts_ns(ClockId::Boottime),
-            self.boot_offset_ns.load(Ordering::Relaxed),
-        )
+        let off = self.boot_offset_ns.load(Ordering::Relaxed);
+        add(ts_ns(ClockId::Boottime), off.saturating_sub(self.timens_ns))
     }
 
     /// `CLOCK_REALTIME` now, unix ns.
@@ -131,6 +154,25 @@ pub fn parse_boot_id(text: &str) -> Option<u128> {
     (digits == 32).then_some(v)
 }
 
+/// The `boottime` line of `/proc/PID/timens_offsets` (`boottime <secs> <nanosecs>`, see
+/// `time_namespaces(7)`) as ns; a file without that line has offset 0.
+pub fn parse_timens_boottime(text: &str) -> Option<i64> {
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let Some(clock) = f.next() else { continue };
+        if clock != "boottime" && clock != "7" {
+            continue;
+        }
+        let secs: i64 = f.next()?.parse().ok()?;
+        let nanos: i64 = f.next()?.parse().ok()?;
+        if f.next().is_some() || !(0..1_000_000_000).contains(&nanos) {
+            return None;
+        }
+        return secs.checked_mul(1_000_000_000)?.checked_add(nanos);
+    }
+    Some(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +185,17 @@ mod tests {
         );
         assert_eq!(parse_boot_id("0123456789abcdef0123456789abcdef"), None);
         assert_eq!(parse_boot_id("01234567-89ab-cdef-0123-456789abcdeg"), None);
+    }
+
+    #[test]
+    fn timens_offsets_parse() {
+        let host = "monotonic           0         0\nboottime            0         0\n";
+        assert_eq!(parse_timens_boottime(host), Some(0));
+        let shifted = "monotonic         100         0\nboottime        -2460    500000\n";
+        assert_eq!(parse_timens_boottime(shifted), Some(-2_459_999_500_000));
+        assert_eq!(parse_timens_boottime("boottime 1\n"), None);
+        assert_eq!(parse_timens_boottime("boottime x 0\n"), None);
+        assert_eq!(parse_timens_boottime("boottime 1 1000000000\n"), None);
     }
 
     #[test]

@@ -272,6 +272,8 @@ pub const IOV_MAX_PARTS: usize = 8;
 
 /// This boot's id, a UUID that changes at every boot (`random(4)`: "boot_id").
 pub const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+/// The clock offsets of this process's time namespace (`time_namespaces(7)`, Linux 5.6+).
+pub const TIMENS_FILE: &str = "/proc/self/timens_offsets";
 
 /// The syscall layer. Cheap to create; one per open queue.
 #[derive(Debug, Default)]
@@ -1040,6 +1042,21 @@ impl Sys {
         std::str::from_utf8(&buf)
             .ok()
             .and_then(crate::disk::clock::parse_boot_id)
+            .ok_or(Errno::INVAL)
+    }
+
+    /// The `CLOCK_BOOTTIME` offset of this process's time namespace from [`TIMENS_FILE`],
+    /// in ns (0 outside a time namespace), with the errno when it cannot be read (`ENOENT`:
+    /// a kernel without time namespaces, or no `/proc`; `EINVAL`: read but not understood).
+    pub fn timens_boot_offset(&self) -> R<i64> {
+        let fd = self.run_retry(Call::Open, || {
+            rustix::fs::open(TIMENS_FILE, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+        })?;
+        let mut buf = Vec::with_capacity(128);
+        self.read_all(fd.as_fd(), 256, &mut buf)?;
+        std::str::from_utf8(&buf)
+            .ok()
+            .and_then(crate::disk::clock::parse_timens_boottime)
             .ok_or(Errno::INVAL)
     }
 
