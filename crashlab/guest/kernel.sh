@@ -3,7 +3,8 @@
 # order of each module set (deps and softdeps first) in mods/<set>.order. Needs apt-get,
 # dpkg, depmod and modprobe (kmod); log and die from the caller.
 # Sets KPKG, KVER, KDEBVER and KDIR (KDIR/vmlinuz, KDIR/mods/*.ko, KDIR/mods/*.order).
-# Sets: common (virtio block), ext4, xfs, btrfs, f2fs, net (virtio-net, for the power-cut agent).
+# Sets: common (virtio block), ext4, xfs, btrfs, f2fs, net (virtio-net, for the power-cut agent),
+# gpio (configfs, for relay-sim.sh's gpio-sim, which Debian's kernel lacks and relay-sim.sh builds).
 crashlab_kernel() {
   local CACHE=$1
   kpkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
@@ -12,7 +13,7 @@ crashlab_kernel() {
   [ -n "$KPKG" ] || die "cannot resolve linux-image-amd64 to a kernel package"
   KVER=${KPKG#linux-image-}
   KDEBVER=$(apt-cache show "$KPKG" | awk '/^Version:/{print $2; exit}')
-  KDIR=$CACHE/kernel-$KVER-$KDEBVER-m2   # -m2: module sets f2fs and net added
+  KDIR=$CACHE/kernel-$KVER-$KDEBVER-m3   # -m3: module set gpio added
   if [ ! -f "$KDIR/ready" ]; then
     log "fetching $KPKG $KDEBVER"
     rm -rf "$KDIR" "$KDIR.tmp"; mkdir -p "$KDIR.tmp/mods"
@@ -40,6 +41,7 @@ crashlab_kernel() {
     modset btrfs crc32c_generic xxhash_generic sha256_generic blake2b_generic btrfs
     modset f2fs crc32_generic crc32c_generic f2fs
     modset net virtio_net
+    modset gpio configfs
     rm -rf "$KDIR.tmp/x" "$KDIR.tmp"/*.deb
     touch "$KDIR.tmp/ready"
     for old in "$CACHE"/kernel-*; do [ "$old" = "$KDIR.tmp" ] || rm -rf "$old"; done   # older kernels

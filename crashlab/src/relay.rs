@@ -3,9 +3,16 @@
 //! line come from the device's board file in `boards/` (`gpio_chip`, `gpio_line`).
 //!
 //! A `gpioset` that holds a line keeps running: v1 with `--mode=signal`, v2 by default. Each
-//! change of level replaces that process. [`Relay`] restores power when dropped (an error or a
-//! normal exit); `powercut.sh` restores it again from its EXIT/INT/TERM trap (Ctrl-C).
+//! change of level replaces that process. The holder dies with the controller
+//! (`PR_SET_PDEATHSIG`, `prctl(2)`), so a controller that exits without dropping its
+//! [`Relay`] (an error through `exit`, a panic, SIGKILL, Ctrl-C) releases the line, and a
+//! released line falls back to its bias: on a Raspberry Pi GPIO 17 is pulled down, so with
+//! the relay wired through its normally-closed contact (cut level 1) the device is powered.
+//! A dropped [`Relay`] (a normal exit) drives the line to "power on" with a holder that
+//! outlives the controller; `powercut.sh` restores power again from its EXIT/INT/TERM trap.
+//! `crashlab/relay-sim.sh` checks all of this against the kernel's simulated GPIO chip.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -95,19 +102,37 @@ impl Relay {
         Ok(r)
     }
 
-    /// Drive the line to power on (`true`) or off, and hold it there.
+    /// Drive the line to power on (`true`) or off, and hold it there while this process
+    /// lives.
     pub fn power(&mut self, on: bool) -> Result<(), String> {
+        self.hold(on, false)
+    }
+
+    /// Drive the line and hold it with a `gpioset` that dies with this process's thread
+    /// (`outlive` false) or outlives it.
+    fn hold(&mut self, on: bool, outlive: bool) -> Result<(), String> {
         self.release();
         let level = if on {
             1 - self.cut_level
         } else {
             self.cut_level
         };
-        let mut c = Command::new("gpioset")
-            .args(args(self.v, &self.gpio.chip, self.gpio.line, level))
-            .stdin(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("gpioset: {e}"))?;
+        let mut cmd = Command::new("gpioset");
+        cmd.args(args(self.v, &self.gpio.chip, self.gpio.line, level))
+            .stdin(Stdio::null());
+        if !outlive {
+            // SAFETY: the closure runs in the child between fork and exec and only makes the
+            // prctl(2) system call: async-signal-safe, no allocation, no lock.
+            unsafe {
+                cmd.pre_exec(|| {
+                    rustix::process::set_parent_process_death_signal(Some(
+                        rustix::process::Signal::TERM,
+                    ))
+                    .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let mut c = cmd.spawn().map_err(|e| format!("gpioset: {e}"))?;
         std::thread::sleep(Duration::from_millis(50));
         if let Ok(Some(st)) = c.try_wait() {
             return Err(format!(
@@ -129,7 +154,7 @@ impl Relay {
 
 impl Drop for Relay {
     fn drop(&mut self) {
-        if let Err(e) = self.power(true) {
+        if let Err(e) = self.hold(true, true) {
             eprintln!("powercut: RESTORE POWER BY HAND: {e}");
         }
         // Leave the holder running: the line stays at "power on" until powercut.sh's trap.
