@@ -224,6 +224,18 @@ pub fn steadq(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Run the built `steadq` with `args`, stdin empty, its clocks `secs` seconds ahead
+/// (`STEADQ_TEST_CLOCK_SHIFT_S`, honoured only by the tests' build of the library, feature
+/// `faults`): a lease or a delay is past without sleeping.
+pub fn steadq_later(secs: i64, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .env("STEADQ_TEST_CLOCK_SHIFT_S", secs.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 /// Output bytes as text (lossy).
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

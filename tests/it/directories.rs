@@ -79,11 +79,11 @@ fn recover_names_a_file_in_place_of_a_directory_as_not_a_directory() {
         assert!(steadq_in(&["enqueue", qs], b"kept").status.success());
         let out = run(&["claim", qs, "--lease", "1s"]);
         assert!(out.status.success(), "{out:?}");
-        std::thread::sleep(std::time::Duration::from_millis(1100));
         let at = d.path().join(entry);
         std::fs::remove_dir_all(&at).unwrap();
         std::fs::write(&at, b"not a directory").unwrap();
-        let out = run(&["recover", qs]);
+        // Past the 1 s lease by the test clock.
+        let out = steadq_later(2, &["recover", qs]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(4), "{entry}: {err}");
         assert!(

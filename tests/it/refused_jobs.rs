@@ -438,8 +438,8 @@ fn a_due_job_this_user_may_not_move_is_not_no_job_and_is_retried() {
     std::os::unix::fs::chown(&bucket, Some(0), Some(0)).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&bucket, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let (code, out, err) = t.run("$S claim $Q");
+    // Due by the test clock.
+    let (code, out, err) = t.run("STEADQ_TEST_CLOCK_SHIFT_S=2 $S claim $Q");
     assert_eq!(code, Some(2), "not done, not 'no job': {out} {err}");
     assert!(err.contains("Operation not permitted"), "{err}");
     // Mended a second into a wait: the waiting claim takes it (it waited out its 30 s).
@@ -448,7 +448,7 @@ fn a_due_job_this_user_may_not_move_is_not_no_job_and_is_retried() {
         std::thread::sleep(Duration::from_secs(1));
         std::fs::set_permissions(&mend, std::fs::Permissions::from_mode(0o777)).unwrap();
     });
-    let (code, out, err) = t.run("$S claim $Q --wait 30s");
+    let (code, out, err) = t.run("STEADQ_TEST_CLOCK_SHIFT_S=2 $S claim $Q --wait 30s");
     fix.join().unwrap();
     assert_eq!(code, Some(0), "{out} {err}");
     assert!(out.starts_with(&id), "{out} / {id}");

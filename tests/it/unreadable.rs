@@ -182,9 +182,8 @@ fn recover_names_the_directories_it_could_not_read() {
     // was not examined (4: something changed).
     let (code, _, err) = t.run("$S claim $Q --lease 1s >/dev/null");
     assert_eq!(code, Some(0), "{err}");
-    std::thread::sleep(Duration::from_millis(1100));
     t.chmod("delayed", 0o000);
-    let (code, out, err) = t.run("$S recover $Q");
+    let (code, out, err) = t.run("STEADQ_TEST_CLOCK_SHIFT_S=2 $S recover $Q");
     assert_eq!(code, Some(4), "recover: {out}{err}");
     assert!(out.starts_with("expired leases to ready 1,"), "{out}");
     assert!(out.contains("unreadable directories 2"), "{out}");
@@ -204,8 +203,7 @@ fn recover_names_the_directories_it_could_not_read() {
     assert_eq!(soon.len(), 1, "{soon:?}");
     let soon = format!("delayed/{}", soon[0]);
     t.chmod(&soon, 0o000);
-    std::thread::sleep(Duration::from_millis(1100));
-    let (code, out, err) = t.run("$S recover $Q");
+    let (code, out, err) = t.run("STEADQ_TEST_CLOCK_SHIFT_S=2 $S recover $Q");
     assert_eq!(code, Some(2), "recover: {out}{err}");
     assert!(out.contains("delayed jobs due 0;"), "{out}");
     assert!(out.contains("failed 0; unreadable directories 1"), "{out}");
@@ -310,8 +308,7 @@ fn recover_does_not_read_dead_or_receipts_and_names_dead_when_it_must_write_ther
     assert_eq!(code, Some(0), "{err}");
     t.chmod("dead", 0o000);
     t.chmod("receipts", 0o000);
-    std::thread::sleep(Duration::from_millis(1500));
-    let (code, out, err) = t.run("$S recover $Q");
+    let (code, out, err) = t.run("STEADQ_TEST_CLOCK_SHIFT_S=2 $S recover $Q");
     assert_eq!(code, Some(2), "{out}{err}");
     assert!(
         err.contains("q/dead") && err.contains("Permission denied"),

@@ -87,9 +87,11 @@ fn a_group_shared_queue_works_for_two_real_users() {
         let (code, err) = as_user(u, s);
         assert_eq!(code, Some(0), "as {u}: {s}: {err}");
     }
-    std::thread::sleep(Duration::from_millis(1200));
-    // B makes A's delayed job ready (A's bucket), A claims B's jobs.
-    let (code, err) = as_user(&b, &format!("{bin} recover {q}"));
+    // B makes A's delayed job ready (A's bucket; due by the test clock), A claims B's jobs.
+    let (code, err) = as_user(
+        &b,
+        &format!("STEADQ_TEST_CLOCK_SHIFT_S=2 {bin} recover {q}"),
+    );
     assert_eq!(code, Some(0), "B recovers A's bucket: {err}");
     for _ in 0..3 {
         let (code, err) = as_user(
