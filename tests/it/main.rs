@@ -7,6 +7,7 @@ mod arguments;
 mod budget;
 mod capacity;
 mod claim;
+mod cli_reference;
 mod clock_mounts;
 mod common;
 mod contention;
