@@ -28,7 +28,6 @@ mod leases;
 mod levels;
 mod lifecycle;
 mod open_file_limit;
-mod payload_file;
 mod payload_out;
 mod perf;
 mod priority;
