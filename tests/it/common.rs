@@ -1,5 +1,11 @@
 use std::path::{Path, PathBuf};
-use steadq::{Options, Queue};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use steadq::sys::FaultPlan;
+use steadq::{EnqueueOptions, Options, Queue};
+
+const BIN: &str = env!("CARGO_BIN_EXE_steadq");
 
 #[path = "../../crates/steadq/tests/support/mod.rs"]
 mod support;
@@ -218,6 +224,18 @@ pub fn steadq(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Run the built `steadq` with `args`, stdin empty, its clocks `secs` seconds ahead
+/// (`STEADQ_TEST_CLOCK_SHIFT_S`, honoured only by the tests' build of the library, feature
+/// `faults`): a lease or a delay is past without sleeping.
+pub fn steadq_later(secs: i64, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .env("STEADQ_TEST_CLOCK_SHIFT_S", secs.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 /// Output bytes as text (lossy).
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -226,4 +244,168 @@ pub fn text(b: &[u8]) -> String {
 /// A path as `&str` (test paths are UTF-8).
 pub fn p(path: &Path) -> &str {
     path.to_str().unwrap()
+}
+
+/// A queue whose calls go through `plan` (counted, and failed where it says).
+pub fn with_plan(d: &TempDir, plan: &Arc<FaultPlan>, o: Options) -> Queue {
+    Queue::create(
+        d.path(),
+        Options {
+            faults: Some(plan.clone()),
+            ..o
+        },
+    )
+    .unwrap()
+}
+
+pub fn delayed(q: &Queue, payload: &[u8], delay: Duration) {
+    q.enqueue_with(
+        payload,
+        &EnqueueOptions {
+            delay: Some(delay),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+}
+
+pub fn run(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Runs `sh -c script` as `user` with umask 002, returning (exit code, stderr).
+pub fn as_user(user: &str, script: &str) -> (Option<i32>, String) {
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", user, "-c", &format!("umask 002; {script}")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A directory for a test run as `nobody`, outside the test's temp dir tree (which `nobody`
+/// may not traverse), mode 777, with a copy of the binary: (the directory, the binary's path).
+pub fn nobody_sandbox(tag: &str) -> (std::path::PathBuf, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let base = std::path::PathBuf::from(format!("/tmp/steadq-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let bin = base.join("steadq");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bin = bin.to_str().unwrap().to_string();
+    (base, bin)
+}
+
+/// Run `script` with `sh` as `nobody`: (exit code, stdout, stderr).
+pub fn as_nobody(script: &str) -> (Option<i32>, String, String) {
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A queue made by `nobody` under /tmp (outside the test's temp dir tree, which `nobody` may
+/// not traverse), with a copy of the binary; removed on drop. `None` unless run as root.
+pub struct AsNobody {
+    pub base: std::path::PathBuf,
+    pub q: std::path::PathBuf,
+}
+
+impl AsNobody {
+    pub fn new(tag: &str) -> Option<AsNobody> {
+        if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+            eprintln!("SKIP {tag}: needs root, runs once");
+            return None;
+        }
+        let base = std::path::PathBuf::from(format!("/tmp/steadq-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::copy(BIN, base.join("steadq")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let q = base.join("q");
+        Some(AsNobody { base, q })
+    }
+
+    /// `sh -c script` as `nobody`, with `$S` the binary and `$Q` the queue: (code, out, err).
+    pub fn run(&self, script: &str) -> (Option<i32>, String, String) {
+        let out = Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .args(["sh", "-c", script])
+            .env("S", self.base.join("steadq"))
+            .env("Q", &self.q)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    }
+
+    /// `sh -c script` as root at umask 077 (an admin or a producer with a strict umask),
+    /// with `$S` and `$Q` as in [`AsNobody::run`]; it must succeed: its stdout, trimmed.
+    pub fn run_root_077(&self, script: &str) -> String {
+        let out = Command::new("sh")
+            .args(["-c", &format!("umask 077; {script}")])
+            .env("S", self.base.join("steadq"))
+            .env("Q", &self.q)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// `chmod -R a+rwX` the queue: a queue opened to every user.
+    pub fn open_to_all(&self) {
+        let status = Command::new("chmod")
+            .arg("-R")
+            .arg("a+rwX")
+            .arg(&self.q)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    pub fn chmod(&self, rel: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.q.join(rel);
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// The entries of directory `rel` of the queue, sorted.
+    pub fn ls(&self, rel: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.q.join(rel))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for AsNobody {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+pub fn snapshot(dir: &Path) -> Vec<String> {
+    files(dir, "")
+}
+
+pub fn job_files(q: &Path, sub: &str, ext: &str) -> Vec<String> {
+    files(q, sub)
+        .into_iter()
+        .filter(|f| f.ends_with(ext))
+        .collect()
 }

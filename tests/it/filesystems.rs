@@ -116,7 +116,7 @@ pub(crate) fn mount_ext4_with(base: &Path, size_mb: u64, mkfs: &[&str]) -> Resul
 const RERUN_SKIP: [&str; 5] = [
     "budget::footprint_per_job_under_each_policy",
     "enqueue_stream::the_cli_enqueues_a_40_mib_file_and_stdin_in_flat_memory",
-    "field::fsck_and_show_of_a_64_mib_job_stay_in_flat_memory",
+    "fsck::fsck_and_show_of_a_64_mib_job_stay_in_flat_memory",
     "perf::twenty_thousand_leases_hold_no_file_descriptors",
     "stream::a_worker_takes_a_large_job_in_flat_memory",
 ];

@@ -89,11 +89,12 @@ impl Clock {
     }
 
     fn with_boot_id(boot_id: u128) -> Clock {
+        let shift = test_shift_ns();
         Clock {
             boot_id,
             timens_ns: 0,
-            boot_offset_ns: AtomicI64::new(0),
-            wall_offset_ns: AtomicI64::new(0),
+            boot_offset_ns: AtomicI64::new(shift),
+            wall_offset_ns: AtomicI64::new(shift),
         }
     }
 
@@ -130,6 +131,23 @@ impl Clock {
     pub fn shift_wall(&self, ns: i64) {
         self.wall_offset_ns.fetch_add(ns, Ordering::Relaxed);
     }
+}
+
+/// The tests' clock for a whole process (the `steadq` binary they run): both clocks of every
+/// queue it opens start `STEADQ_TEST_CLOCK_SHIFT_S` seconds (an integer, may be negative)
+/// ahead, so a lease or a delay is past without sleeping. Only with feature `faults`; any
+/// other build reads no such variable.
+#[cfg(feature = "faults")]
+fn test_shift_ns() -> i64 {
+    std::env::var("STEADQ_TEST_CLOCK_SHIFT_S")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .map_or(0, |s| s.saturating_mul(1_000_000_000))
+}
+
+#[cfg(not(feature = "faults"))]
+fn test_shift_ns() -> i64 {
+    0
 }
 
 /// Parse a boot id as the kernel prints it (`8-4-4-4-12` hex digits) into 128 bits.
