@@ -8,6 +8,7 @@ use steadq::State;
 
 /// SteadQ: a durable job queue in a directory. No daemon, no database.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     example = "steadq demo",
     example = "steadq init /var/lib/jobs && echo hello | steadq enqueue /var/lib/jobs",
@@ -27,6 +28,7 @@ pub struct Top {
 }
 
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(subcommand)]
 pub enum Cmd {
     Init(Init),
@@ -50,6 +52,9 @@ pub enum Cmd {
     // stripped aarch64 binary must stay at or under 600,000 bytes.
     #[cfg(not(feature = "appliance"))]
     Bench(Bench),
+    // Not in the appliance build either: its packages carry the scripts made by a full build.
+    #[cfg(not(feature = "appliance"))]
+    Completions(Completions),
     DemoJob(DemoJob),
 }
 
@@ -159,6 +164,7 @@ fn parse_state(s: &str) -> Result<State, String> {
 
 /// Create a queue (or complete an interrupted creation); print its id.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "init",
@@ -273,6 +279,7 @@ pub fn receipt_policy(s: &str) -> Result<steadq::ReceiptPolicy, String> {
 /// Change a queue's settings: the receipt policy and the evidence log limits (queue format
 /// version 2). Workers already running keep the old settings until they restart.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "config",
@@ -296,6 +303,7 @@ pub struct Config {
 
 /// Enqueue one job (payload from --file or stdin); print its id.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "enqueue",
@@ -338,6 +346,7 @@ pub struct Enqueue {
 
 /// Claim one job; print its lease handle (for renew/ack/nack/fail).
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "claim",
@@ -376,6 +385,7 @@ pub struct Claim {
 
 /// Extend a lease; print the new handle.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "renew",
@@ -395,6 +405,7 @@ pub struct Renew {
 
 /// Ack a leased job: it becomes a receipt.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(subcommand, name = "ack", example = "steadq ack /var/lib/jobs \"$h\"")]
 pub struct Ack {
     /// queue directory
@@ -407,6 +418,7 @@ pub struct Ack {
 
 /// Nack a leased job: retry after --delay (dead-lettered when attempts are exhausted).
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "nack",
@@ -426,6 +438,7 @@ pub struct Nack {
 
 /// Dead-letter a leased job now.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "fail",
@@ -445,6 +458,7 @@ pub struct Fail {
 
 /// Counts per state, oldest ready job's age, expired leases, dead jobs; bytes with --bytes.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "status",
@@ -469,6 +483,7 @@ pub struct Status {
 
 /// List jobs: state, id, attempts, deadlines or reasons, path.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "list",
@@ -489,6 +504,7 @@ pub struct List {
 
 /// Show one job: state, name fields, header, digests and payload.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "show",
@@ -511,6 +527,7 @@ pub struct Show {
 /// directory it cannot read (say `chmod 000 ready/03`: named on stderr) is reported and the
 /// rest are recovered (exit 2 if nothing was changed, 4 if something was).
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "recover",
@@ -536,6 +553,7 @@ pub struct Recover {
 /// are left (an unreadable directory, a duplicate job, a wrong identity file, a move that
 /// would replace a file).
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "fsck",
@@ -556,6 +574,7 @@ pub struct Fsck {
 
 /// Dead-letters: list, requeue (JOB or --all; attempts reset), purge.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "dead",
@@ -571,6 +590,7 @@ pub struct Dead {
 
 /// What `dead` does.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(subcommand)]
 pub enum DeadAction {
     List(DeadList),
@@ -580,6 +600,7 @@ pub enum DeadAction {
 
 /// List dead-lettered jobs with their reasons.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(subcommand, name = "list")]
 pub struct DeadList {
     /// queue directory
@@ -589,6 +610,7 @@ pub struct DeadList {
 
 /// Requeue dead jobs to ready with their attempts reset: one JOB, or --all.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(subcommand, name = "requeue")]
 pub struct DeadRequeue {
     /// queue directory
@@ -604,6 +626,7 @@ pub struct DeadRequeue {
 
 /// Delete every dead job (they are gone for good).
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(subcommand, name = "purge")]
 pub struct DeadPurge {
     /// queue directory
@@ -614,6 +637,7 @@ pub struct DeadPurge {
 /// Remove old receipts, keeping verifiable evidence in evidence.log (append-only, fsynced);
 /// also expire idempotency keys older than --older-than whose job is settled.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "compact",
@@ -640,6 +664,7 @@ pub struct Compact {
 /// SIGINT, SIGHUP or SIGQUIT: stop taking jobs, let running ones finish within --grace, then stop them and
 /// release their jobs. An empty queue is waited on with inotify, not polled.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "work",
@@ -705,6 +730,7 @@ pub struct Work {
 /// Demo: hash a few thousand files of this machine through a queue with several worker
 /// processes, SIGKILL one of them mid-job, and show that every job is acked and fsck is clean.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "demo",
@@ -728,6 +754,7 @@ pub struct Demo {
 
 /// (used by demo) read a file path on stdin, append "sha256  path" to RESULTS.
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(subcommand, name = "demo-job")]
 pub struct DemoJob {
     /// results file to append to
@@ -739,6 +766,7 @@ pub struct DemoJob {
 /// latency per durability mode and worker count (threads sharing one queue handle).
 #[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
     subcommand,
     name = "bench",
@@ -769,6 +797,42 @@ pub struct Bench {
     /// payload size, bytes (default 64)
     #[argh(option, default = "64")]
     pub payload: usize,
+}
+
+/// Print the shell completion script for bash, zsh or fish.
+#[cfg(not(feature = "appliance"))]
+#[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
+#[argh(
+    subcommand,
+    name = "completions",
+    example = "steadq completions bash > /etc/bash_completion.d/steadq",
+    example = "steadq completions zsh > /usr/local/share/zsh/site-functions/_steadq",
+    example = "steadq completions fish > ~/.config/fish/completions/steadq.fish"
+)]
+pub struct Completions {
+    /// the shell: bash, zsh or fish
+    #[argh(positional, from_str_fn(shell))]
+    pub shell: Shell,
+}
+
+/// A shell that `steadq completions` writes a script for.
+#[cfg(not(feature = "appliance"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+#[cfg(not(feature = "appliance"))]
+fn shell(s: &str) -> Result<Shell, String> {
+    match s {
+        "bash" => Ok(Shell::Bash),
+        "zsh" => Ok(Shell::Zsh),
+        "fish" => Ok(Shell::Fish),
+        _ => Err(format!("unknown shell '{s}': use bash, zsh or fish")),
+    }
 }
 
 #[cfg(test)]

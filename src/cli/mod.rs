@@ -8,6 +8,8 @@ pub mod args;
 pub mod bench;
 pub mod children;
 pub mod cmd;
+#[cfg(not(feature = "appliance"))]
+pub mod completions;
 pub mod demo;
 pub mod encode;
 pub mod exit;
@@ -130,6 +132,8 @@ pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
         Cmd::Demo(a) => demo::cmd_demo(a),
         #[cfg(not(feature = "appliance"))]
         Cmd::Bench(a) => bench::cmd_bench(a),
+        #[cfg(not(feature = "appliance"))]
+        Cmd::Completions(a) => completions::cmd_completions(a),
         // The demo's job command speaks the worker's protocol (sysexits codes), not ours.
         Cmd::DemoJob(a) => return demo::cmd_demo_job(a),
     }?;

@@ -98,6 +98,8 @@ pub fn restore(cmd: &mut Cmd) {
         Cmd::Demo(a) => a.dir.iter_mut().for_each(path),
         #[cfg(not(feature = "appliance"))]
         Cmd::Bench(a) => a.dir.iter_mut().for_each(path),
+        #[cfg(not(feature = "appliance"))]
+        Cmd::Completions(_) => {}
         Cmd::DemoJob(a) => path(&mut a.results),
     }
 }

@@ -36,7 +36,7 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
         Cmd::Compact(a) => &a.dir,
         Cmd::Demo(_) | Cmd::DemoJob(_) => return None,
         #[cfg(not(feature = "appliance"))]
-        Cmd::Bench(_) => return None,
+        Cmd::Bench(_) | Cmd::Completions(_) => return None,
     };
     dir.to_str().filter(|s| s.starts_with("s3://"))
 }
@@ -157,7 +157,7 @@ mod with_s3 {
             Cmd::Fsck(_) => Err(unsupported("fsck (recover repairs the index)")),
             Cmd::Demo(_) | Cmd::DemoJob(_) => Err(unsupported("this command")),
             #[cfg(not(feature = "appliance"))]
-            Cmd::Bench(_) => Err(unsupported("this command")),
+            Cmd::Bench(_) | Cmd::Completions(_) => Err(unsupported("this command")),
         }?;
         Ok(e.code())
     }

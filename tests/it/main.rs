@@ -10,6 +10,7 @@ mod claim;
 mod cli_reference;
 mod clock_mounts;
 mod common;
+mod completions;
 mod contention;
 mod delays_and_clocks;
 mod design;
