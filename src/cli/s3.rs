@@ -451,10 +451,50 @@ mod with_s3 {
     }
 
     fn status(a: args::Status) -> Result<Exit, CliError> {
-        if a.json || a.prometheus {
-            return Err(unsupported("--json, --prometheus"));
+        if a.json && a.prometheus {
+            return Err(CliError::bad_usage("--json and --prometheus are exclusive"));
         }
-        let s = open(&url(&a.dir))?.status()?;
+        let u = url(&a.dir);
+        let q = open(&u)?;
+        let s = q.status()?;
+        // The local queue's names: `acked` for done, `expired_leases` for leases past their
+        // deadline (counted in `leased` too). Byte counts, limits and priorities have no
+        // StowQ counterpart and are left out.
+        let rows = [
+            ("ready", s.ready),
+            ("leased", s.leased),
+            ("delayed", s.delayed),
+            ("dead", s.dead),
+            ("acked", s.done),
+        ];
+        if a.json {
+            let mut o = format!(
+                "{{\"queue\":{},\"queue_id\":\"{:032x}\"",
+                super::super::encode::json_string(&u),
+                q.queue_id()
+            );
+            for (n, c) in rows {
+                o += &format!(",\"{n}\":{c}");
+            }
+            out!("{o},\"expired_leases\":{}}}", s.expired);
+            return Ok(Exit::Done);
+        }
+        if a.prometheus {
+            let ql = u
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            let mut o =
+                String::from("# HELP steadq_jobs Jobs in each state.\n# TYPE steadq_jobs gauge\n");
+            for (n, c) in rows {
+                o += &format!("steadq_jobs{{queue=\"{ql}\",state=\"{n}\"}} {c}\n");
+            }
+            o += "# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n\
+                  # TYPE steadq_expired_leases gauge\n";
+            o += &format!("steadq_expired_leases{{queue=\"{ql}\"}} {}", s.expired);
+            out!("{o}");
+            return Ok(Exit::Done);
+        }
         out!(
             "ready {}\ndelayed {}\nleased {}\nexpired {}\ndone {}\ndead {}",
             s.ready,

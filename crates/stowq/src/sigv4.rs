@@ -16,21 +16,13 @@ pub struct Credentials {
     pub session_token: Option<String>,
 }
 
-/// HMAC-SHA256 (RFC 2104) of `msg` under `key`.
+/// HMAC-SHA256 (RFC 2104) of `msg` under `key`, by the `hmac` crate.
 pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
-    let mut k = [0u8; 64];
-    if key.len() > 64 {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    inner.update(msg);
-    let mut outer = Sha256::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
+    use hmac::{Hmac, Mac};
+    // HMAC takes a key of any length; `new_from_slice` cannot fail for it.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(msg);
+    mac.finalize().into_bytes().into()
 }
 
 /// Lowercase hex of `bytes`.
