@@ -68,7 +68,12 @@
 //! src/ops/transition.rs where a rename happens (move_job) and its barriers
 //! src/ops/group.rs      group commit: threads of a process share directory fsyncs
 //! src/ops/enqueue.rs    enqueue (O_TMPFILE + linkat, or a named temp file + rename)
-//! src/ops/lease.rs      claim and the lease guard (renew, ack, nack, fail, release)
+//! src/ops/lease.rs      the lease guard (renew, ack, nack, fail, release), ack_batch
+//! src/ops/lease/claim.rs   claim scheduling: levels, candidates per slot, pick, claim_batch
+//! src/ops/lease/sweep.rs   the claim's listing of one slot, expiring its leases
+//! src/ops/lease/take.rs    taking one candidate: rename, open, twin check, give back
+//! src/ops/lease/refusal.rs jobs this user may not move, remembered and passed over
+//! src/ops/lease/verify.rs  a leased file verified in 64 KiB chunks; lease_from_handle
 //! src/ops/payload.rs    claim verification in 64 KiB chunks; PayloadReader (Lease::reader)
 //! src/ops/recover.rs    recovery of expired leases, due delayed jobs, stale temp files
 //! src/ops/shards.rs     which ready shards a handle knows empty (inotify), so claims skip them
