@@ -80,7 +80,10 @@
 //! src/ops/wait.rs       the blocking claim on inotify and timers
 //! src/ops/capacity.rs   capacity limits (steadq.limits), the inotify tally, enqueue_wait
 //! src/ops/keys.rs       idempotency keys (keys/<sha256>), enqueue_unique, compact_keys
-//! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
+//! src/admin/walk.rs     the walk over every entry of the job areas, each classified once
+//! src/admin/view.rs     list, find, reading one job's file
+//! src/admin/status.rs   status: counts, bytes and ages per state, in one shared pass
+//! src/admin/dead.rs     requeue and purge of dead-letters, make_due of delayed jobs
 //! src/admin/fsck.rs     fsck and quarantine
 //! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
 //! src/typed.rs         TypedQueue<T>: serde values with postcard (feature `serde`)

@@ -112,11 +112,7 @@ impl Queue {
     /// [`MAKING_RECHECK`](crate::ops::making::MAKING_RECHECK) when the refusal is a
     /// directory in its making ([`Queue::in_making`]), when a waiting claim wakes to try it
     /// again.
-    fn unreadable_shard(
-        &self,
-        s: u16,
-        seen: &mut RecoverReport,
-    ) -> (Vec<JobName>, Option<u64>) {
+    fn unreadable_shard(&self, s: u16, seen: &mut RecoverReport) -> (Vec<JobName>, Option<u64>) {
         let wait = match self.in_making[s as usize].load(std::sync::atomic::Ordering::Relaxed) {
             true => crate::ops::making::MAKING_RECHECK,
             false => UNREADABLE_RECHECK,
