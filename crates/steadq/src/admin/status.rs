@@ -328,6 +328,19 @@ impl Sightings {
 }
 
 impl Queue {
+    /// Fill the capacity and key fields of a status (a damaged limits file or an unreadable
+    /// `keys/` is logged, not fatal: status must work on a damaged queue).
+    fn fill_limits_and_keys(&self, st: &mut Status) {
+        st.limits = self.limits().unwrap_or_else(|e| {
+            log::warn!("{e}");
+            crate::ops::capacity::Limits::default()
+        });
+        st.live_keys = self.live_keys().unwrap_or_else(|e| {
+            log::warn!("{e}");
+            0
+        });
+    }
+
     /// Counts, bytes and ages per state: [`Queue::status_with`] with bytes.
     ///
     /// # Errors
@@ -361,7 +374,7 @@ impl Queue {
     /// As [`Queue::list`].
     pub fn status_with(&self, bytes: bool) -> Result<Status> {
         let mut st = Status::default();
-        self.status_hook(&mut st); // hook: ops/capacity.rs (limits, live keys)
+        self.fill_limits_and_keys(&mut st);
         st.bytes_counted = bytes || st.limits.max_bytes.is_some();
         let sized = st.bytes_counted;
         // The ready slots are shared out among threads, one slot in each `threads` to each

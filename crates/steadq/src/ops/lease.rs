@@ -157,7 +157,7 @@ impl Queue {
         let mut after: Vec<(u16, JobName, Vec<u8>)> = Vec::new();
         while let Some(mut l) = leases.next() {
             let r = l.ack_rename().map(|(r, new)| {
-                if self.ident.receipts != crate::ReceiptPolicy::Job {
+                if self.ident.receipts != crate::disk::identity::ReceiptPolicy::Job {
                     after.push((l.receipt_shard(), new, l.raw.to_vec()));
                 }
                 r
