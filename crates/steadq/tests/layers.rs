@@ -208,9 +208,9 @@ fn ops_violations(text: &str, depth: usize, admin: &BTreeSet<String>) -> Vec<(us
     for (line, segs) in crate_paths_full(text) {
         let first = segs[0].as_str();
         let second = segs.get(1).map_or("", String::as_str);
-        if first == "admin" || admin.contains(first) {
-            bad.push((line, format!("crate::{}", segs.join("::"))));
-        } else if first == "queue" && !OPS_MAY_NAME_FROM_QUEUE.contains(&second) {
+        let upward = first == "admin" || admin.contains(first);
+        let internal = first == "queue" && !OPS_MAY_NAME_FROM_QUEUE.contains(&second);
+        if upward || internal {
             bad.push((line, format!("crate::{}", segs.join("::"))));
         }
     }
