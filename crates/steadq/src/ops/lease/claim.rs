@@ -347,24 +347,32 @@ impl Queue {
                     continue;
                 }
                 *budget -= 1;
-                let failed = seen.failed;
-                let (mut found, expiry) = self.sweep_shard(slot, seen)?;
-                let empty = found.is_empty() && seen.failed == failed;
-                self.shards.listed(slot, generation, empty, expiry);
-                // Oldest last, so pop() gives the oldest.
-                found.sort_unstable_by_key(|n| core::cmp::Reverse(n.id));
-                any |= !found.is_empty();
+                let found = self.list_slot(slot, generation, seen)?;
+                any |= found != 0;
                 // A deep slot (a full set of candidates: it may hold many more) ends this
                 // claim's listings; shallow ones are cheap and keep the order exact.
-                found_some |= found.len() >= CLAIM_CANDIDATES;
-                *deep_done |= found.len() >= CLAIM_CANDIDATES;
-                self.hold_listed(slot, found);
+                found_some |= found >= CLAIM_CANDIDATES;
+                *deep_done |= found >= CLAIM_CANDIDATES;
             }
             if any && self.opts.aging.is_none() {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// List `slot` (its listing generation `generation`), note what the listing knows of it,
+    /// and hold the ready jobs it found as the slot's candidates. Returns how many it found.
+    fn list_slot(&self, slot: u16, generation: u64, seen: &mut RecoverReport) -> Result<usize> {
+        let failed = seen.failed;
+        let (mut found, expiry) = self.sweep_shard(slot, seen)?;
+        let empty = found.is_empty() && seen.failed == failed;
+        self.shards.listed(slot, generation, empty, expiry);
+        // Oldest last, so pop() gives the oldest.
+        found.sort_unstable_by_key(|n| core::cmp::Reverse(n.id));
+        let n = found.len();
+        self.hold_listed(slot, found);
+        Ok(n)
     }
 
     /// Hold `found`, a listing's ready jobs of `slot` (oldest last), as its candidates,

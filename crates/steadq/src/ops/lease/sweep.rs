@@ -61,7 +61,40 @@ impl Queue {
             seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(x, |y| y.min(x)));
         }
         let mut ready = scan.ready;
-        for n in scan.expired {
+        self.move_expired(s, scan.expired, &mut ready, seen);
+        // A listing that kept only the oldest knows the slot is not emptied by claiming them:
+        // never "known empty" after its last candidate (recheck time 0).
+        let mut expiry = if scan.truncated {
+            Some(0)
+        } else {
+            scan.next_expiry_boot_ns
+        };
+        if scan.refused != 0 {
+            // Jobs passed over as refused: listed again when the first of their refusals
+            // lapses, when a waiting claim wakes to try them again. At that lapse, not a
+            // full UNREADABLE_RECHECK from this listing (one of `work --concurrency 3`'s
+            // threads listing just before another's refusal lapsed waited 10 s more), and
+            // at the lapse of this slot's jobs, not of any (a worker beside 400 refused
+            // jobs then relisted every slot at each lapse: 1.5 cores).
+            let recheck = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
+            let at = scan.refused_until.unwrap_or(recheck).min(recheck);
+            expiry = Some(expiry.map_or(at, |x| x.min(at)));
+            seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(at, |y| y.min(at)));
+        }
+        Ok((ready, expiry))
+    }
+
+    /// Move slot `s`'s expired leases `expired` back to ready (their new names pushed on
+    /// `ready`) or to dead (no attempt left), settling a split lease first; each move that
+    /// fails is counted in `seen`, and the others are still made.
+    fn move_expired(
+        &self,
+        s: u16,
+        expired: Vec<JobName>,
+        ready: &mut Vec<JobName>,
+        seen: &mut RecoverReport,
+    ) {
+        for n in expired {
             // A lease whose ack, nack or fail a crash split in two (`ops/split.rs`): the
             // newer name stands, the lease is gone.
             match self.settle_split(&self.place_ready(s, State::Leased), &n) {
@@ -85,26 +118,6 @@ impl Queue {
                 Err(e) => seen.fail(e),
             }
         }
-        // A listing that kept only the oldest knows the slot is not emptied by claiming them:
-        // never "known empty" after its last candidate (recheck time 0).
-        let mut expiry = if scan.truncated {
-            Some(0)
-        } else {
-            scan.next_expiry_boot_ns
-        };
-        if scan.refused != 0 {
-            // Jobs passed over as refused: listed again when the first of their refusals
-            // lapses, when a waiting claim wakes to try them again. At that lapse, not a
-            // full UNREADABLE_RECHECK from this listing (one of `work --concurrency 3`'s
-            // threads listing just before another's refusal lapsed waited 10 s more), and
-            // at the lapse of this slot's jobs, not of any (a worker beside 400 refused
-            // jobs then relisted every slot at each lapse: 1.5 cores).
-            let recheck = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
-            let at = scan.refused_until.unwrap_or(recheck).min(recheck);
-            expiry = Some(expiry.map_or(at, |x| x.min(at)));
-            seen.next_expiry_boot_ns = Some(seen.next_expiry_boot_ns.map_or(at, |y| y.min(at)));
-        }
-        Ok((ready, expiry))
     }
 
     /// Shard `s`, which this user cannot read (logged by `list_ready_shard`): no

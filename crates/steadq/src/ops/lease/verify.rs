@@ -11,7 +11,7 @@ use crate::error::{Error, ErrorKind, Failure, Outcome, Result};
 use crate::ops::payload::{check_file, check_whole, Checked, LoadFailed, CHUNK, PROBE};
 use crate::queue::Queue;
 use rustix::fs::FileType;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 impl Queue {
     /// Read job file `file` (named `name`) once, in chunks of 64 KiB, and verify both
@@ -83,36 +83,9 @@ impl Queue {
             ) => 0,
             Err(e) => return Err(Err((Call::Read, e))),
         };
-        let size = match self.sys.fstat_allocated(fd) {
-            Ok((FileType::RegularFile, size, allocated))
-                if crate::disk::sys::sparse(size, allocated) =>
-            {
-                return Err(Ok(Corruption::Sparse {
-                    declared: size,
-                    allocated,
-                }))
-            }
-            Ok((FileType::RegularFile, size, _)) => size,
-            Ok(_) => return Err(Ok(Corruption::NotRegular)),
-            Err(e) => return Err(Err((Call::Stat, e))),
-        };
-        let limit = max_payload.saturating_add(HEADER_LEN as u64);
-        if size > limit {
-            // Too large for this worker (EFBIG) if the header agrees with the file's size,
-            // corrupt otherwise.
-            let mut h = [0u8; HEADER_LEN];
-            self.sys
-                .read_exact_at0(fd, &mut h)
-                .map_err(|e| Err((Call::Read, e)))?;
-            let consistent = h[..8] == crate::disk::format::MAGIC
-                && u64::from_le_bytes(h[56..64].try_into().unwrap_or_default())
-                    .checked_add(HEADER_LEN as u64)
-                    == Some(size);
-            return Err(if consistent {
-                Err((Call::Read, Errno::FBIG))
-            } else {
-                Ok(Corruption::Length)
-            });
+        let size = self.regular_size(fd)?;
+        if size > max_payload.saturating_add(HEADER_LEN as u64) {
+            return Err(self.too_large(fd, size));
         }
         check_file(
             &self.sys,
@@ -122,6 +95,42 @@ impl Queue {
             name.id.0,
             self.ident.id,
         )
+    }
+
+    /// The size of job file `fd` (`fstat`): corrupt if it is not a regular file or is
+    /// sparse (fewer bytes allocated than its size says).
+    fn regular_size(&self, fd: BorrowedFd<'_>) -> core::result::Result<u64, LoadFailed> {
+        match self.sys.fstat_allocated(fd) {
+            Ok((FileType::RegularFile, size, allocated))
+                if crate::disk::sys::sparse(size, allocated) =>
+            {
+                Err(Ok(Corruption::Sparse {
+                    declared: size,
+                    allocated,
+                }))
+            }
+            Ok((FileType::RegularFile, size, _)) => Ok(size),
+            Ok(_) => Err(Ok(Corruption::NotRegular)),
+            Err(e) => Err(Err((Call::Stat, e))),
+        }
+    }
+
+    /// Why job file `fd` of `size` bytes, over the payload limit, is not loaded: too large
+    /// for this worker (`EFBIG`) if its header agrees with its size, corrupt otherwise.
+    fn too_large(&self, fd: BorrowedFd<'_>, size: u64) -> LoadFailed {
+        let mut h = [0u8; HEADER_LEN];
+        if let Err(e) = self.sys.read_exact_at0(fd, &mut h) {
+            return Err((Call::Read, e));
+        }
+        let consistent = h[..8] == crate::disk::format::MAGIC
+            && u64::from_le_bytes(h[56..64].try_into().unwrap_or_default())
+                .checked_add(HEADER_LEN as u64)
+                == Some(size);
+        if consistent {
+            Err((Call::Read, Errno::FBIG))
+        } else {
+            Ok(Corruption::Length)
+        }
     }
 
     /// Move leased job `name` in `shard` to `dead/` with `reason`.
