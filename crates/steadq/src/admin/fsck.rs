@@ -10,6 +10,7 @@
 
 use crate::admin::receipts::is_rotated_evidence;
 use crate::admin::view::Load;
+use crate::admin::walk::Seen;
 use crate::disk::format::Corruption;
 use crate::disk::layout::{
     PRIO_DIR, QUARANTINE_DIR, READY_DIR, RECEIPTS_DIR, ROOT_ENTRIES, TMP_DIR,
@@ -164,96 +165,7 @@ pub struct Problem {
 impl core::fmt::Display for Problem {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "{}: ", self.path)?;
-        match &self.kind {
-            ProblemKind::Foreign(x) => write!(f, "{x}")?,
-            ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}")?,
-            ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}")?,
-            ProblemKind::NotRegular(what) => write!(f, "foreign: {what}")?,
-            ProblemKind::Damaged(what) => write!(f, "damaged: {what}")?,
-            ProblemKind::TornEvidence { lines, tail } => write!(
-                f,
-                "torn evidence (an append cut short by a crash): {lines} line(s) that are not \
-                 evidence, a last line of {tail} byte(s) without its newline"
-            )?,
-            ProblemKind::NotADirectory => f.write_str(
-                "not a directory where the queue keeps jobs (a file, or a symlink, never \
-                 followed): jobs that belong behind it can be neither placed nor taken \
-                 until it is moved away",
-            )?,
-            ProblemKind::ForeignOwner { owner, expected } => write!(
-                f,
-                "owned by uid {owner}, not by the owner of ready/ (uid {expected}): not the \
-                 shard init made; its jobs are not taken and no job is placed there (move it \
-                 away and run `steadq init` as uid {expected})"
-            )?,
-            ProblemKind::NotShared {
-                like,
-                mode,
-                gid,
-                want_mode,
-                want_gid,
-            } => write!(
-                f,
-                "not shared like {like}/: mode {mode:o} group {gid}, where {like}/ has mode \
-                 {want_mode:o} group {want_gid}; other users of the queue may be refused here"
-            )?,
-            ProblemKind::OtherFilesystem { dev, root_dev } => write!(
-                f,
-                "on another filesystem (st_dev {dev}, the queue root is {root_dev}); a queue \
-                 must be on one filesystem so that its renames are atomic (every command but \
-                 fsck and status refuses the queue)"
-            )?,
-            ProblemKind::NotKeyName => f.write_str(
-                "foreign: not a key entry (<64 hex>) or tombstone (<64 hex>.<32 hex>.gone)",
-            )?,
-            ProblemKind::JobsInside(n) => write!(
-                f,
-                "foreign: directory holding {n} job file{} of this queue, left in place \
-                 (move each job to where its name belongs)",
-                if *n == 1 { "" } else { "s" }
-            )?,
-            ProblemKind::Misplaced(home) => write!(
-                f,
-                "misplaced: its name belongs in {home}/ (fsck never moves it there: a copy of a \
-                 job settled since would run again; move it by hand if it is the only one)"
-            )?,
-            ProblemKind::IdentityMismatch {
-                identity,
-                jobs_id,
-                jobs,
-            } => write!(
-                f,
-                "the identity file names queue id {identity:032x}, but {jobs} job files \
-                 carry queue id {jobs_id:032x} in their headers and fail the name tag \
-                 check: the identity file is wrong, not the jobs (restore it from a backup, \
-                 or remove it and run `steadq init`, which restores it from the headers)"
-            )?,
-            ProblemKind::Unreadable(e) => write!(
-                f,
-                "unreadable: {} (not verified; left for a user who may read it)",
-                std::io::Error::from_raw_os_error(e.raw_os_error())
-            )?,
-            ProblemKind::LeaseBeyondCap { deadline_in_ns } => write!(
-                f,
-                "lease deadline {} days away, past the 7-day lease cap: forged; it counts as \
-                 expired (`steadq recover` gives the job back)",
-                deadline_in_ns / 86_400_000_000_000
-            )?,
-            ProblemKind::QuarantineTaken { kind, at } => {
-                let inner = Problem {
-                    path: String::new(),
-                    kind: (**kind).clone(),
-                    quarantined: false,
-                }
-                .to_string();
-                write!(
-                    f,
-                    "{}; not moved: its quarantine path {at} already exists (never replaced: \
-                     move {at} away and run `steadq fsck --quarantine` again)",
-                    inner.trim_start_matches(": ")
-                )?
-            }
-        }
+        describe(&self.kind, f)?;
         match (&self.kind, self.quarantined) {
             (ProblemKind::NotShared { .. }, false) => {
                 f.write_str(" (`steadq fsck --quarantine` shares it in place)")?
@@ -263,6 +175,119 @@ impl core::fmt::Display for Problem {
             (_, true) => f.write_str(" (moved to quarantine/)")?,
         }
         Ok(())
+    }
+}
+
+/// What `kind` says of an entry's content or name; the kinds about where an entry is and
+/// what it is (a directory, its owner, its sharing, its filesystem) are [`describe_place`]'s.
+fn describe(kind: &ProblemKind, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    match kind {
+        ProblemKind::Foreign(x) => write!(f, "{x}"),
+        ProblemKind::Corrupt(c) => write!(f, "corrupt: {c}"),
+        ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}"),
+        ProblemKind::NotRegular(what) => write!(f, "foreign: {what}"),
+        ProblemKind::Damaged(what) => write!(f, "damaged: {what}"),
+        ProblemKind::TornEvidence { lines, tail } => write!(
+            f,
+            "torn evidence (an append cut short by a crash): {lines} line(s) that are not \
+             evidence, a last line of {tail} byte(s) without its newline"
+        ),
+        ProblemKind::NotKeyName => {
+            f.write_str("foreign: not a key entry (<64 hex>) or tombstone (<64 hex>.<32 hex>.gone)")
+        }
+        ProblemKind::IdentityMismatch {
+            identity,
+            jobs_id,
+            jobs,
+        } => write!(
+            f,
+            "the identity file names queue id {identity:032x}, but {jobs} job files \
+             carry queue id {jobs_id:032x} in their headers and fail the name tag \
+             check: the identity file is wrong, not the jobs (restore it from a backup, \
+             or remove it and run `steadq init`, which restores it from the headers)"
+        ),
+        ProblemKind::Unreadable(e) => write!(
+            f,
+            "unreadable: {} (not verified; left for a user who may read it)",
+            std::io::Error::from_raw_os_error(e.raw_os_error())
+        ),
+        ProblemKind::LeaseBeyondCap { deadline_in_ns } => write!(
+            f,
+            "lease deadline {} days away, past the 7-day lease cap: forged; it counts as \
+             expired (`steadq recover` gives the job back)",
+            deadline_in_ns / 86_400_000_000_000
+        ),
+        ProblemKind::QuarantineTaken { kind, at } => {
+            let inner = Problem {
+                path: String::new(),
+                kind: (**kind).clone(),
+                quarantined: false,
+            }
+            .to_string();
+            write!(
+                f,
+                "{}; not moved: its quarantine path {at} already exists (never replaced: \
+                 move {at} away and run `steadq fsck --quarantine` again)",
+                inner.trim_start_matches(": ")
+            )
+        }
+        _ => describe_place(kind, f),
+    }
+}
+
+/// What `kind` says of where an entry is or what it is (see [`describe`]).
+fn describe_place(kind: &ProblemKind, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    match kind {
+        ProblemKind::NotADirectory => f.write_str(
+            "not a directory where the queue keeps jobs (a file, or a symlink, never \
+             followed): jobs that belong behind it can be neither placed nor taken \
+             until it is moved away",
+        ),
+        ProblemKind::ForeignOwner { owner, expected } => write!(
+            f,
+            "owned by uid {owner}, not by the owner of ready/ (uid {expected}): not the \
+             shard init made; its jobs are not taken and no job is placed there (move it \
+             away and run `steadq init` as uid {expected})"
+        ),
+        ProblemKind::NotShared {
+            like,
+            mode,
+            gid,
+            want_mode,
+            want_gid,
+        } => write!(
+            f,
+            "not shared like {like}/: mode {mode:o} group {gid}, where {like}/ has mode \
+             {want_mode:o} group {want_gid}; other users of the queue may be refused here"
+        ),
+        ProblemKind::OtherFilesystem { dev, root_dev } => write!(
+            f,
+            "on another filesystem (st_dev {dev}, the queue root is {root_dev}); a queue \
+             must be on one filesystem so that its renames are atomic (every command but \
+             fsck and status refuses the queue)"
+        ),
+        ProblemKind::JobsInside(n) => write!(
+            f,
+            "foreign: directory holding {n} job file{} of this queue, left in place \
+             (move each job to where its name belongs)",
+            if *n == 1 { "" } else { "s" }
+        ),
+        ProblemKind::Misplaced(home) => write!(
+            f,
+            "misplaced: its name belongs in {home}/ (fsck never moves it there: a copy of a \
+             job settled since would run again; move it by hand if it is the only one)"
+        ),
+        ProblemKind::Foreign(_)
+        | ProblemKind::Corrupt(_)
+        | ProblemKind::Duplicate(_)
+        | ProblemKind::NotRegular(_)
+        | ProblemKind::Damaged(_)
+        | ProblemKind::TornEvidence { .. }
+        | ProblemKind::NotKeyName
+        | ProblemKind::IdentityMismatch { .. }
+        | ProblemKind::Unreadable(_)
+        | ProblemKind::LeaseBeyondCap { .. }
+        | ProblemKind::QuarantineTaken { .. } => describe(kind, f),
     }
 }
 
@@ -431,65 +456,45 @@ impl Queue {
                     }
                 }
             }
-            let at = || (s.dir_rel.to_string(), s.raw.to_string());
-            match s.parsed {
-                Err(Foreign::WrongPlace) if self.home_of(s.raw).is_some() => {
-                    let n = JobName::parse(s.raw, self.ident.id).ok();
-                    let home = self.home_of(s.raw).unwrap_or_default();
-                    match n.map(|n| self.check_file(s.dir, s.raw, &n)) {
-                        Some(Ok(true)) => {
-                            rep.verified += 1;
-                            bad.push((at().0, at().1, ProblemKind::Misplaced(home)));
-                        }
-                        Some(Err(k)) => bad.push((at().0, at().1, self.typed(s.dir, s.raw, k))),
-                        _ => {}
-                    }
-                }
-                Err(f) => {
-                    let k = self.typed(s.dir, s.raw, ProblemKind::Foreign(f));
-                    bad.push((at().0, at().1, k))
-                }
-                Ok(n) => match self.check_file(s.dir, s.raw, &n) {
-                    Ok(true) => rep.verified += 1,
-                    Ok(false) => {}
-                    Err(ProblemKind::Corrupt(_))
-                        if matches!(n.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) =>
-                    {
-                        rep.dead_corrupt += 1
-                    }
-                    Err(k) => bad.push((at().0, at().1, self.typed(s.dir, s.raw, k))),
-                },
-            }
+            self.check_entry(s, rep, bad);
             true
         })?;
-        // A directory this user cannot read was skipped by the walk: say so, unless an entry
-        // that is not a directory stands on its path (reported once, above).
-        let blocked: Vec<String> = bad
-            .iter()
-            .filter(|b| b.2 == ProblemKind::NotADirectory)
-            .map(|(dir, name, _)| match dir.is_empty() {
-                true => name.clone(),
-                false => format!("{dir}/{name}"),
-            })
-            .collect();
-        for path in unreadable {
-            let behind = |b: &String| {
-                path == *b
-                    || path
-                        .strip_prefix(b.as_str())
-                        .is_some_and(|r| r.starts_with('/'))
-            };
-            if blocked.iter().any(behind) {
-                continue;
-            }
-            rep.problems.push(Problem {
-                path,
-                kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
-                quarantined: false,
-            });
-        }
+        report_unreadable(rep, bad, unreadable);
         self.report_dups(rep, bad, dups);
         Ok(jobs_seen)
+    }
+
+    /// Check one entry the walk saw, `s`: a job file is verified (a corrupt one that is
+    /// dead with reason `corrupt` only counted), a misplaced one verified and reported as
+    /// misplaced, anything else reported as foreign; each problem is added to `bad`.
+    fn check_entry(&self, s: Seen<'_>, rep: &mut FsckReport, bad: &mut Bad) {
+        let at = || (s.dir_rel.to_string(), s.raw.to_string());
+        match s.parsed {
+            Err(Foreign::WrongPlace) if self.home_of(s.raw).is_some() => {
+                let n = JobName::parse(s.raw, self.ident.id).ok();
+                let home = self.home_of(s.raw).unwrap_or_default();
+                match n.map(|n| self.check_file(s.dir, s.raw, &n)) {
+                    Some(Ok(true)) => {
+                        rep.verified += 1;
+                        bad.push((at().0, at().1, ProblemKind::Misplaced(home)));
+                    }
+                    Some(Err(k)) => bad.push((at().0, at().1, self.typed(s.dir, s.raw, k))),
+                    _ => {}
+                }
+            }
+            Err(f) => {
+                let k = self.typed(s.dir, s.raw, ProblemKind::Foreign(f));
+                bad.push((at().0, at().1, k))
+            }
+            Ok(n) => match self.check_file(s.dir, s.raw, &n) {
+                Ok(true) => rep.verified += 1,
+                Ok(false) => {}
+                Err(ProblemKind::Corrupt(_)) if matches!(n.kind, Kind::Dead { reason } if reason == Reason::CORRUPT) => {
+                    rep.dead_corrupt += 1
+                }
+                Err(k) => bad.push((at().0, at().1, self.typed(s.dir, s.raw, k))),
+            },
+        }
     }
 
     /// Report each job id seen at two paths. A misplaced copy whose id is also elsewhere is
@@ -557,20 +562,7 @@ impl Queue {
                 quarantined: false,
             });
         }
-        // With a wrong identity every check is suspect: move nothing. Nor with a file or a
-        // symlink at `quarantine` (never followed): every move would fail, and the first
-        // failure stopped the run with "Not a directory", listing nothing.
-        let blocked = bad
-            .iter()
-            .any(|b| b.0.is_empty() && b.1 == QUARANTINE_DIR && b.2 == ProblemKind::NotADirectory);
-        if quarantine && blocked {
-            log::warn!(
-                "{}: not a directory (a file or a symlink, never followed): nothing was moved; \
-                 move it away to quarantine",
-                self.path(QUARANTINE_DIR).display()
-            );
-        }
-        let quarantine = quarantine && mismatch.is_none() && !blocked;
+        let quarantine = quarantine && self.may_move_any(&bad, mismatch.is_some());
         // Whether an entry was moved already: kept as the loop goes (looking it up in
         // `rep.problems` for every entry made a run over n bad entries cost n² steps).
         let mut moved = rep.problems.iter().any(|p| p.quarantined);
@@ -581,26 +573,9 @@ impl Queue {
                 format!("{dir}/{name}")
             };
             // The batch rule: once an entry was moved, a failure is indeterminate.
-            // Not moved: a root entry; a directory holding jobs; a default-level or receipt
-            // shard that is not a directory (moved away, the queue would be incomplete: the
-            // operator replaces it, `steadq init` remakes it).
-            let shard_entry = kind == ProblemKind::NotADirectory
-                && (dir == crate::disk::layout::READY_DIR
-                    || dir == crate::disk::layout::RECEIPTS_DIR);
-            // Nor an entry this user cannot read: it is not known to be bad (a valid job of
-            // another user at mode 600 was moved out of the queue, and nothing ran it).
             let quarantined = quarantine
-                && (!dir.is_empty() || matches!(kind, ProblemKind::NotShared { .. }))
-                && !shard_entry
-                && !matches!(
-                    kind,
-                    ProblemKind::JobsInside(_) | ProblemKind::Unreadable(_)
-                )
-                && match match kind {
-                    ProblemKind::NotShared { like, .. } => self.share_made(&path, like),
-                    ProblemKind::Foreign(Foreign::NotUtf8) => self.quarantine(&dir, &name, true),
-                    _ => self.quarantine(&dir, &name, false),
-                } {
+                && movable(&dir, &kind)
+                && match self.deal_with(&dir, &name, &path, &kind) {
                     Ok(q) => q,
                     // Its quarantine name is taken (renamed without replacing): nothing
                     // moved, nothing else affected; reported with both paths, and the run
@@ -637,6 +612,35 @@ impl Queue {
             moved |= quarantined;
         }
         Ok(())
+    }
+
+    /// Whether `--quarantine` may move anything of `bad`: not with a wrong identity
+    /// (`mismatch`: every check is suspect), nor with a file or a symlink at `quarantine`
+    /// (never followed: every move would fail, and the first failure stopped the run with
+    /// "Not a directory", listing nothing), which is warned about.
+    fn may_move_any(&self, bad: &Bad, mismatch: bool) -> bool {
+        let blocked = bad
+            .iter()
+            .any(|b| b.0.is_empty() && b.1 == QUARANTINE_DIR && b.2 == ProblemKind::NotADirectory);
+        if blocked {
+            log::warn!(
+                "{}: not a directory (a file or a symlink, never followed): nothing was moved; \
+                 move it away to quarantine",
+                self.path(QUARANTINE_DIR).display()
+            );
+        }
+        !mismatch && !blocked
+    }
+
+    /// What `--quarantine` does with bad entry `name` in `dir` (at `path`) of `kind`: a
+    /// directory not shared like its siblings is shared in place, anything else is moved to
+    /// `quarantine/`. `Ok(true)`: done.
+    fn deal_with(&self, dir: &str, name: &str, path: &str, kind: &ProblemKind) -> Result<bool> {
+        match kind {
+            ProblemKind::NotShared { like, .. } => self.share_made(path, like),
+            ProblemKind::Foreign(Foreign::NotUtf8) => self.quarantine(dir, name, true),
+            _ => self.quarantine(dir, name, false),
+        }
     }
 
     /// [`ProblemKind::IdentityMismatch`] when every one of the `jobs_seen` job entries, and
@@ -1326,6 +1330,52 @@ impl Queue {
             }
         }
         n
+    }
+}
+
+/// Whether `--quarantine` may deal with a bad entry in `dir` of `kind`. Not a root entry
+/// (but a root directory not shared is shared in place); not a directory holding jobs; not
+/// a default-level or receipt shard that is not a directory (moved away, the queue would be
+/// incomplete: the operator replaces it, `steadq init` remakes it); nor an entry this user
+/// cannot read: it is not known to be bad (a valid job of another user at mode 600 was
+/// moved out of the queue, and nothing ran it).
+fn movable(dir: &str, kind: &ProblemKind) -> bool {
+    let shard_entry = *kind == ProblemKind::NotADirectory
+        && (dir == crate::disk::layout::READY_DIR || dir == crate::disk::layout::RECEIPTS_DIR);
+    (!dir.is_empty() || matches!(kind, ProblemKind::NotShared { .. }))
+        && !shard_entry
+        && !matches!(
+            kind,
+            ProblemKind::JobsInside(_) | ProblemKind::Unreadable(_)
+        )
+}
+
+/// Report each directory in `unreadable` (skipped by the walk: this user cannot read it),
+/// unless an entry that is not a directory stands on its path (reported already, in `bad`).
+fn report_unreadable(rep: &mut FsckReport, bad: &Bad, unreadable: Vec<String>) {
+    let blocked: Vec<String> = bad
+        .iter()
+        .filter(|b| b.2 == ProblemKind::NotADirectory)
+        .map(|(dir, name, _)| match dir.is_empty() {
+            true => name.clone(),
+            false => format!("{dir}/{name}"),
+        })
+        .collect();
+    for path in unreadable {
+        let behind = |b: &String| {
+            path == *b
+                || path
+                    .strip_prefix(b.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        };
+        if blocked.iter().any(behind) {
+            continue;
+        }
+        rep.problems.push(Problem {
+            path,
+            kind: ProblemKind::Unreadable(Errno::ACCESS.into()),
+            quarantined: false,
+        });
     }
 }
 
