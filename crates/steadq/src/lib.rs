@@ -63,7 +63,8 @@
 //! src/disk/scan.rs      directory listings turned into typed entries; the lease expiry rule
 //! src/disk/clock.rs     wall and boot clocks, the boot id
 //! src/disk/outside.rs   a file outside the queue opened to write, its final name never followed
-//! src/disk/sys.rs       every syscall, and the fault plan that can fail any of them
+//! src/disk/sys.rs       every syscall, each through the fault plan when one is set
+//! src/disk/fault.rs     the fault plan that can fail, skip or stop after any call
 //! src/disk/state.rs      the state table shared with DESIGN.md
 //! src/ops/transition.rs where a rename happens (move_job) and its barriers
 //! src/ops/group.rs      group commit: threads of a process share directory fsyncs
