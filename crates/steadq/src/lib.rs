@@ -60,6 +60,7 @@
 //! src/disk/identity.rs  the identity file's text (steadq.queue), encoded and decoded
 //! src/disk/format.rs    the job envelope (128-byte header, SHA-256 digests, verify)
 //! src/disk/name.rs      job names, parsed once into JobName; the delay due rule (delay_due)
+//! src/disk/tempname.rs  names of the files in tmp/ (TempName), whose writer they name
 //! src/disk/scan.rs      directory listings turned into typed entries; the lease expiry rule
 //! src/disk/clock.rs     wall and boot clocks, the boot id
 //! src/disk/outside.rs   a file outside the queue opened to write, its final name never followed

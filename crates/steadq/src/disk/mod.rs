@@ -14,3 +14,4 @@ pub mod outside;
 pub mod scan;
 pub mod state;
 pub mod sys;
+pub(crate) mod tempname;
