@@ -86,7 +86,11 @@
 //! src/admin/view.rs     list, find, reading one job's file
 //! src/admin/status.rs   status: counts, bytes and ages per state, in one shared pass
 //! src/admin/dead.rs     requeue and purge of dead-letters, make_due of delayed jobs
-//! src/admin/fsck.rs     fsck and quarantine
+//! src/admin/fsck.rs     fsck: the problems it reports, and the run
+//! src/admin/fsck/jobs.rs       its check of the job files, duplicates, a wrong identity
+//! src/admin/fsck/layout.rs     its check of the layout: root, shards, levels, tmp/, sharing
+//! src/admin/fsck/side.rs       its check of the limits file, the evidence log and keys/
+//! src/admin/fsck/quarantine.rs the report and --quarantine's moves
 //! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
 //! src/typed.rs         TypedQueue<T>: serde values with postcard (feature `serde`)
 //! src/asyncq.rs        AsyncQueue: async enqueue and claim on tokio's reactor (feature `tokio`)
