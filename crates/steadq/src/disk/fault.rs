@@ -33,7 +33,7 @@ pub struct Fault {
     pub action: FaultAction,
 }
 
-/// A fault-injection plan shared by one or more [`Sys`] values. With no faults it only counts
+/// A fault-injection plan shared by one or more [`Sys`](super::sys::Sys) values. With no faults it only counts
 /// calls, which is how a test learns how many calls of each kind an operation makes.
 #[derive(Debug, Default)]
 pub struct FaultPlan {
