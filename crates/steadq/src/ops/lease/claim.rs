@@ -41,13 +41,16 @@ impl Queue {
     ///
     /// A queue whose directory was removed under this handle looks empty to it: `Ok(None)`.
     /// [`Queue::is_current`] tells (a waiting claim, [`Queue::claim_wait`], fails with
-    /// [`ErrorKind::Replaced`](crate::ErrorKind::Replaced) then).
+    /// [`ErrorKind::Replaced`] then).
     ///
     /// # Errors
-    /// [`ErrorKind::Io`](crate::ErrorKind::Io): not done before the claim's rename; indeterminate after it (the job
+    /// [`ErrorKind::Io`]: not done before the claim's rename; indeterminate after it (the job
     /// is then leased in this process's name and comes back when the lease expires). Not
     /// done, with that `EPERM`/`EACCES` and the job's path, when such jobs are all it found
     /// (never `Ok(None)`, "no job", then).
+    ///
+    /// [`ErrorKind::Replaced`]: crate::ErrorKind::Replaced
+    /// [`ErrorKind::Io`]: crate::ErrorKind::Io
     pub fn claim(&self) -> Result<Option<Lease>, Failure> {
         self.claim_for(self.opts.lease)
     }
@@ -66,7 +69,7 @@ impl Queue {
     /// to 1 s before it answers.
     ///
     /// # Errors
-    /// As [`Queue::claim`], plus [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) (not done) for a lease that is
+    /// As [`Queue::claim`], plus [`ErrorKind::InvalidArgument`] (not done) for a lease that is
     /// zero or longer than [`crate::MAX_LEASE`].
     ///
     /// # Examples
@@ -83,6 +86,8 @@ impl Queue {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), steadq::Failure>(())
     /// ```
+    ///
+    /// [`ErrorKind::InvalidArgument`]: crate::ErrorKind::InvalidArgument
     pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Failure> {
         use crate::ops::making::{MAKING_RECHECK, MAKING_WINDOW};
         let started = self.clock.boot_ns();
