@@ -21,108 +21,106 @@ fn find(cases: &[Case], k: &Key) -> Option<usize> {
 type Key = (&'static str, &'static str, usize);
 
 /// The figures of the target table: each a pair of cases of this run.
-fn pairs() -> [(&'static str, Key, Key); 18] {
-    [
-        (
-            "strict 1w / bare strict 1w",
-            ("steadq", "strict", 1),
-            ("bare", "strict", 1),
-        ),
-        (
-            "strict 1w / Redis always 1c",
-            ("steadq", "strict", 1),
-            ("redis", "always", 1),
-        ),
-        (
-            "strict 1w / SQLite FULL 1c",
-            ("steadq", "strict", 1),
-            ("sqlite", "full", 1),
-        ),
-        (
-            "strict 8w / bare strict 8w",
-            ("steadq", "strict", 8),
-            ("bare", "strict", 8),
-        ),
-        (
-            "strict 8w / SQLite FULL 8c",
-            ("steadq", "strict", 8),
-            ("sqlite", "full", 8),
-        ),
-        (
-            "batched 1w / bare syncfs per batch",
-            ("steadq", "batched", 1),
-            ("bare", "syncfs-batch", 1),
-        ),
-        (
-            "batched 1w / SQLite FULL 1c, per-job txns",
-            ("steadq", "batched", 1),
-            ("sqlite", "full", 1),
-        ),
-        (
-            "none 1w / bare none 1w",
-            ("steadq", "none", 1),
-            ("bare", "none", 1),
-        ),
-        (
-            "batched 1w / SQLite FULL 1c, one txn per batch",
-            ("steadq", "batched", 1),
-            ("sqlite", "full-txn-batch", 1),
-        ),
-        // The decomposition (opt-in cases): what names and the watch cost the bare loop,
-        // and SteadQ beside the bare loop that pays both.
-        (
-            "bare none+names / bare none",
-            ("bare", "none-names", 1),
-            ("bare", "none", 1),
-        ),
-        (
-            "bare none+watch / bare none",
-            ("bare", "none-watch", 1),
-            ("bare", "none", 1),
-        ),
-        (
-            "none 1w / bare none+names+watch",
-            ("steadq", "none", 1),
-            ("bare", "none-names-watch", 1),
-        ),
-        // Opt-in: SteadQ strict beside the bare loop with the same three commits a job, and
-        // that loop beside Redis (the ceiling of any strict queue with three commits).
-        (
-            "strict 1w / bare strict-min 1w",
-            ("steadq", "strict", 1),
-            ("bare", "strict-min", 1),
-        ),
-        // The same loop with SteadQ's name lengths and eight shards a state: what is left
-        // of SteadQ's gap once its on-disk format is paid for.
-        (
-            "strict 1w / bare strict-min+names+shards",
-            ("steadq", "strict", 1),
-            ("bare", "strict-min-names-shards", 1),
-        ),
-        (
-            "bare strict-min 1w / Redis always 1c",
-            ("bare", "strict-min", 1),
-            ("redis", "always", 1),
-        ),
-        // Opt-in: a worker's step whose ack and next claim share one barrier, beside the
-        // same step in Redis (LREM and LMOVE pipelined), and beside the plain lifecycles.
-        (
-            "strict-next 1w / Redis always-next 1c",
-            ("steadq", "strict-next", 1),
-            ("redis", "always-next", 1),
-        ),
-        (
-            "strict-next 1w / Redis always 1c",
-            ("steadq", "strict-next", 1),
-            ("redis", "always", 1),
-        ),
-        (
-            "strict-next 1w / strict 1w",
-            ("steadq", "strict-next", 1),
-            ("steadq", "strict", 1),
-        ),
-    ]
-}
+const PAIRS: [(&str, Key, Key); 18] = [
+    (
+        "strict 1w / bare strict 1w",
+        ("steadq", "strict", 1),
+        ("bare", "strict", 1),
+    ),
+    (
+        "strict 1w / Redis always 1c",
+        ("steadq", "strict", 1),
+        ("redis", "always", 1),
+    ),
+    (
+        "strict 1w / SQLite FULL 1c",
+        ("steadq", "strict", 1),
+        ("sqlite", "full", 1),
+    ),
+    (
+        "strict 8w / bare strict 8w",
+        ("steadq", "strict", 8),
+        ("bare", "strict", 8),
+    ),
+    (
+        "strict 8w / SQLite FULL 8c",
+        ("steadq", "strict", 8),
+        ("sqlite", "full", 8),
+    ),
+    (
+        "batched 1w / bare syncfs per batch",
+        ("steadq", "batched", 1),
+        ("bare", "syncfs-batch", 1),
+    ),
+    (
+        "batched 1w / SQLite FULL 1c, per-job txns",
+        ("steadq", "batched", 1),
+        ("sqlite", "full", 1),
+    ),
+    (
+        "none 1w / bare none 1w",
+        ("steadq", "none", 1),
+        ("bare", "none", 1),
+    ),
+    (
+        "batched 1w / SQLite FULL 1c, one txn per batch",
+        ("steadq", "batched", 1),
+        ("sqlite", "full-txn-batch", 1),
+    ),
+    // The decomposition (opt-in cases): what names and the watch cost the bare loop,
+    // and SteadQ beside the bare loop that pays both.
+    (
+        "bare none+names / bare none",
+        ("bare", "none-names", 1),
+        ("bare", "none", 1),
+    ),
+    (
+        "bare none+watch / bare none",
+        ("bare", "none-watch", 1),
+        ("bare", "none", 1),
+    ),
+    (
+        "none 1w / bare none+names+watch",
+        ("steadq", "none", 1),
+        ("bare", "none-names-watch", 1),
+    ),
+    // Opt-in: SteadQ strict beside the bare loop with the same three commits a job, and
+    // that loop beside Redis (the ceiling of any strict queue with three commits).
+    (
+        "strict 1w / bare strict-min 1w",
+        ("steadq", "strict", 1),
+        ("bare", "strict-min", 1),
+    ),
+    // The same loop with SteadQ's name lengths and eight shards a state: what is left
+    // of SteadQ's gap once its on-disk format is paid for.
+    (
+        "strict 1w / bare strict-min+names+shards",
+        ("steadq", "strict", 1),
+        ("bare", "strict-min-names-shards", 1),
+    ),
+    (
+        "bare strict-min 1w / Redis always 1c",
+        ("bare", "strict-min", 1),
+        ("redis", "always", 1),
+    ),
+    // Opt-in: a worker's step whose ack and next claim share one barrier, beside the
+    // same step in Redis (LREM and LMOVE pipelined), and beside the plain lifecycles.
+    (
+        "strict-next 1w / Redis always-next 1c",
+        ("steadq", "strict-next", 1),
+        ("redis", "always-next", 1),
+    ),
+    (
+        "strict-next 1w / Redis always 1c",
+        ("steadq", "strict-next", 1),
+        ("redis", "always", 1),
+    ),
+    (
+        "strict-next 1w / strict 1w",
+        ("steadq", "strict-next", 1),
+        ("steadq", "strict", 1),
+    ),
+];
 
 /// One figure: the ratio of the two cases' medians, and the lowest and highest ratio of
 /// the two within one round (the cases of a round run one after the other, so a round's
@@ -139,7 +137,7 @@ pub struct Ratio {
 /// the runs of `cases[i]`, in round order).
 pub fn ratios(cases: &[Case], rounds: &[Vec<Run>]) -> Vec<Ratio> {
     let medians: Vec<Run> = rounds.iter().cloned().map(median).collect();
-    pairs()
+    PAIRS
         .iter()
         .filter_map(|(name, a, b)| {
             let i = find(cases, a)?;

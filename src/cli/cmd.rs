@@ -61,7 +61,9 @@ fn counts_list(fits: &[u16]) -> String {
     v.join(", ")
 }
 
-pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
+/// `init` of a queue whose identity file is missing: refused, before anything is made,
+/// unless its shard count can be told (see below); `Ok` for a queue that has its identity.
+fn check_orphan_shards(a: &Init) -> Result<(), CliError> {
     // A queue whose identity file is missing is restored with the shard count its layout
     // tells, or, where shard directories are missing too, the --shards given if every job
     // name fits it. Anything else is refused before anything is made: a wrong count strands
@@ -99,6 +101,11 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
         }
         _ => {}
     }
+    Ok(())
+}
+
+pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
+    check_orphan_shards(&a)?;
     let defaults = Options::default();
     let q = Queue::create(
         &a.dir,
@@ -329,14 +336,10 @@ pub(super) fn handle_needs_stdout(what: &str) -> Result<(), CliError> {
     )))
 }
 
-pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
-    handle_needs_stdout("claim")?;
-    // From here a stop signal sets a flag instead of ending the process: one that came
-    // between the claim's rename and the handlers (a large payload is checked first) killed
-    // it with the job leased, an attempt used (helper's finding). Installed before the
-    // payload file is made, so a stop before the claim leaves none; a waiting claim ends
-    // within 250 ms of it, nothing claimed; a job claimed meanwhile is given back.
-    super::work::install_interrupting_handlers();
+/// `claim --payload-out`'s file, opened before the claim (`None` without the option):
+/// refused for `-` (stdout carries the lease handle) and for a path inside the queue
+/// directory, or one that may be a file of the queue; nothing done then.
+fn payload_out_file(a: &Claim) -> Result<Option<PayloadFile>, CliError> {
     if a.payload_out
         .as_deref()
         .is_some_and(|p| p.as_os_str() == "-")
@@ -359,7 +362,7 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     // ready job); cutting it wiped that file (breaker findings). Refused before the claim,
     // as a symlink at the path, a FIFO with no reader or the claim's own stdout are
     // ([`PayloadFile::open`]).
-    let mut file = match &a.payload_out {
+    let file = match &a.payload_out {
         Some(p) => Some(PayloadFile::open(p, |f| {
             queue_file(f, p, &a.dir).map(|why| {
                 format!(
@@ -370,6 +373,18 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
         })?),
         None => None,
     };
+    Ok(file)
+}
+
+pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
+    handle_needs_stdout("claim")?;
+    // From here a stop signal sets a flag instead of ending the process: one that came
+    // between the claim's rename and the handlers (a large payload is checked first) killed
+    // it with the job leased, an attempt used (helper's finding). Installed before the
+    // payload file is made, so a stop before the claim leaves none; a waiting claim ends
+    // within 250 ms of it, nothing claimed; a job claimed meanwhile is given back.
+    super::work::install_interrupting_handlers();
+    let mut file = payload_out_file(&a)?;
     let made_file = |f: &Option<PayloadFile>| {
         if let Some(f) = f {
             f.remove_if_made();

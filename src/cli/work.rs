@@ -162,19 +162,7 @@ enum JobEnd {
 }
 
 pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
-    if a.command.first().is_none_or(|c| c.is_empty()) {
-        return Err(CliError::bad_usage(
-            "work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh (an empty one names no program)",
-        ));
-    }
-    // --concurrency (1..=1024) and --lease (1s..=7d) were checked by argh (exit 1).
-    if a.backoff > a.max_backoff {
-        // The first retry would already wait past the cap: one of the two is a slip.
-        return Err(CliError::bad_usage(format!(
-            "--backoff ({:?}) is longer than --max-backoff ({:?}); raise --max-backoff or lower --backoff",
-            a.backoff, a.max_backoff
-        )));
-    }
+    check_work_args(&a)?;
     check_command(&super::rawargs::os(&a.command[0]))?;
     let q = steadq::Queue::open_with(
         &a.dir,
@@ -214,42 +202,8 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
             return;
         }
         for _ in 0..concurrency {
-            let worker = std::thread::Builder::new().spawn_scoped(s, || {
-                // The job the last ack claimed under its barrier (`Lease::ack_and_claim`):
-                // the next one to run, without a claim (and its barrier) of its own.
-                let mut next: Option<Lease> = None;
-                while !STOP.load(Ordering::SeqCst) {
-                    let claimed = match next.take() {
-                        Some(l) => Ok(Some(l)),
-                        None => q.claim_wait_until(a.lease, Duration::from_secs(3600), &STOP),
-                    };
-                    match claimed {
-                        Ok(None) => {}
-                        Ok(Some(l)) => {
-                            busy.fetch_add(1, Ordering::SeqCst);
-                            let end = run_job(&a, l, Some(&mut next));
-                            busy.fetch_sub(1, Ordering::SeqCst);
-                            match end {
-                                JobEnd::Continue => {}
-                                JobEnd::Unsettled(e) => eprintln!("steadq work: {e}"),
-                                JobEnd::Fatal(e) => {
-                                    *fatal.lock().unwrap() = Some(e);
-                                    STOP.store(true, Ordering::SeqCst);
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            log::warn!("claim: {e}");
-                            std::thread::sleep(Duration::from_secs(1));
-                        }
-                    }
-                }
-                // Stopped with a job claimed and never started: back to ready with its
-                // attempt (left to its lease's end if that fails).
-                if let Some(Err(e)) = next.map(Lease::release_undelivered) {
-                    log::warn!("giving back a job not started: {e}");
-                }
-            });
+            let worker =
+                std::thread::Builder::new().spawn_scoped(s, || worker_loop(&a, &q, &busy, &fatal));
             match worker {
                 Ok(_) => {
                     started.fetch_add(1, Ordering::SeqCst);
@@ -279,6 +233,69 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
         eprintln!("steadq work: stopped by signal {sig}");
     }
     Ok(Exit::Done)
+}
+
+/// `work`'s arguments that argh does not check: a command after `--` that names a program,
+/// and `--backoff` not longer than `--max-backoff`.
+fn check_work_args(a: &Work) -> Result<(), CliError> {
+    if a.command.first().is_none_or(|c| c.is_empty()) {
+        return Err(CliError::bad_usage(
+            "work needs a command after --, e.g. steadq work DIR -- ./handle-job.sh (an empty one names no program)",
+        ));
+    }
+    // --concurrency (1..=1024) and --lease (1s..=7d) were checked by argh (exit 1).
+    if a.backoff > a.max_backoff {
+        // The first retry would already wait past the cap: one of the two is a slip.
+        return Err(CliError::bad_usage(format!(
+            "--backoff ({:?}) is longer than --max-backoff ({:?}); raise --max-backoff or lower --backoff",
+            a.backoff, a.max_backoff
+        )));
+    }
+    Ok(())
+}
+
+/// One worker thread of `work`: claim and run jobs until [`STOP`]; a fatal job end is put in
+/// `fatal` and stops every worker; `busy` counts the jobs running.
+fn worker_loop(
+    a: &Work,
+    q: &steadq::Queue,
+    busy: &AtomicU32,
+    fatal: &std::sync::Mutex<Option<CliError>>,
+) {
+    // The job the last ack claimed under its barrier (`Lease::ack_and_claim`):
+    // the next one to run, without a claim (and its barrier) of its own.
+    let mut next: Option<Lease> = None;
+    while !STOP.load(Ordering::SeqCst) {
+        let claimed = match next.take() {
+            Some(l) => Ok(Some(l)),
+            None => q.claim_wait_until(a.lease, Duration::from_secs(3600), &STOP),
+        };
+        match claimed {
+            Ok(None) => {}
+            Ok(Some(l)) => {
+                busy.fetch_add(1, Ordering::SeqCst);
+                let end = run_job(a, l, Some(&mut next));
+                busy.fetch_sub(1, Ordering::SeqCst);
+                match end {
+                    JobEnd::Continue => {}
+                    JobEnd::Unsettled(e) => eprintln!("steadq work: {e}"),
+                    JobEnd::Fatal(e) => {
+                        *fatal.lock().unwrap() = Some(e);
+                        STOP.store(true, Ordering::SeqCst);
+                    }
+                }
+            }
+            Err(e) => {
+                log::warn!("claim: {e}");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+    // Stopped with a job claimed and never started: back to ready with its
+    // attempt (left to its lease's end if that fails).
+    if let Some(Err(e)) = next.map(Lease::release_undelivered) {
+        log::warn!("giving back a job not started: {e}");
+    }
 }
 
 /// `work --once`: claim at most one job and run it. Exit 0 when it was settled (or the claim
@@ -769,45 +786,7 @@ fn run_job(a: &Work, mut lease: Lease, next: Option<&mut Option<Lease>>) -> JobE
             spawn_started();
             c
         }
-        Err(e) if spawn_short_of_resources(&e) => {
-            // This process or the system is short of descriptors, memory or processes for
-            // the moment: nothing about the job or the command. It goes back to ready (its
-            // attempt given back) at once, and this slot waits (`short_pause`: 1 s, doubling
-            // while the shortage lasts); other slots go on. Before, the worker stopped (exit
-            // 2) with the job leased until its lease ran out; then it waited a second with
-            // the job held and took it again every second for as long as the shortage
-            // lasted. `work --once` is not done (exit 2; it exited 0 with the job ready).
-            let msg = format!("job {id}: cannot start {:?} now: {e}", a.command[0]);
-            return match lease.release_undelivered() {
-                Ok(()) if once => JobEnd::Unsettled(CliError::not_done(format!(
-                    "{msg}; given back to ready with its attempt; not done"
-                ))),
-                Ok(()) => {
-                    let wait = short_pause();
-                    eprintln!(
-                        "steadq work: {msg}; given back to ready with its attempt; trying again in {} s",
-                        wait.as_secs()
-                    );
-                    pause_unless_stopped(wait);
-                    JobEnd::Continue
-                }
-                Err(r) => unsettled(r.into(), &format!("{msg}; giving it back failed")),
-            };
-        }
-        Err(e) => {
-            // A command that cannot start would burn every job's attempts: stop instead. It
-            // did not run, so the job goes back with its attempt given back: a timer retrying
-            // `work --once` against a script whose interpreter is missing dead-lettered the
-            // job as exhausted without ever running it.
-            let hint = exec_hint(&super::rawargs::os(&a.command[0]), &e);
-            let msg = format!("cannot run {:?}: {e}{hint}", a.command[0]);
-            return match lease.release_undelivered() {
-                Ok(()) => JobEnd::Fatal(CliError::not_done(format!(
-                    "{msg}; job {id} given back to ready with its attempt; not done"
-                ))),
-                Err(r) => unsettled(r.into(), &format!("{msg}; giving job {id} back failed")),
-            };
-        }
+        Err(e) => return spawn_failed(a, lease, once, &e),
     };
     let mut feed = Feed::new(child.child.stdin.take(), reader, lease.payload_len());
     let watched = watch(a, &mut lease, &mut child.child, &mut feed);
@@ -859,6 +838,54 @@ fn run_job(a: &Work, mut lease: Lease, next: Option<&mut Option<Lease>>) -> JobE
     };
     drop(feed);
     settle(a, lease, status, what, started, next)
+}
+
+/// Job `lease`'s command could not be started (`e`): the job goes back to ready with its
+/// attempt. Short of resources for the moment (`once`: not done), the slot pauses and goes
+/// on; any other failure stops the worker.
+fn spawn_failed(a: &Work, lease: Lease, once: bool, e: &std::io::Error) -> JobEnd {
+    let id = lease.id();
+    match e {
+        e if spawn_short_of_resources(e) => {
+            // This process or the system is short of descriptors, memory or processes for
+            // the moment: nothing about the job or the command. It goes back to ready (its
+            // attempt given back) at once, and this slot waits (`short_pause`: 1 s, doubling
+            // while the shortage lasts); other slots go on. Before, the worker stopped (exit
+            // 2) with the job leased until its lease ran out; then it waited a second with
+            // the job held and took it again every second for as long as the shortage
+            // lasted. `work --once` is not done (exit 2; it exited 0 with the job ready).
+            let msg = format!("job {id}: cannot start {:?} now: {e}", a.command[0]);
+            match lease.release_undelivered() {
+                Ok(()) if once => JobEnd::Unsettled(CliError::not_done(format!(
+                    "{msg}; given back to ready with its attempt; not done"
+                ))),
+                Ok(()) => {
+                    let wait = short_pause();
+                    eprintln!(
+                        "steadq work: {msg}; given back to ready with its attempt; trying again in {} s",
+                        wait.as_secs()
+                    );
+                    pause_unless_stopped(wait);
+                    JobEnd::Continue
+                }
+                Err(r) => unsettled(r.into(), &format!("{msg}; giving it back failed")),
+            }
+        }
+        e => {
+            // A command that cannot start would burn every job's attempts: stop instead. It
+            // did not run, so the job goes back with its attempt given back: a timer retrying
+            // `work --once` against a script whose interpreter is missing dead-lettered the
+            // job as exhausted without ever running it.
+            let hint = exec_hint(&super::rawargs::os(&a.command[0]), e);
+            let msg = format!("cannot run {:?}: {e}{hint}", a.command[0]);
+            match lease.release_undelivered() {
+                Ok(()) => JobEnd::Fatal(CliError::not_done(format!(
+                    "{msg}; job {id} given back to ready with its attempt; not done"
+                ))),
+                Err(r) => unsettled(r.into(), &format!("{msg}; giving job {id} back failed")),
+            }
+        }
+    }
 }
 
 /// A job left unsettled by `e` (a failed settle or release; `what` says which): the exit
@@ -1056,18 +1083,12 @@ fn ack_until_settled(
     let (first, id) = (Instant::now(), lease.id());
     // When a stop was first seen here: retries go on until --grace after it.
     let mut stop_by: Option<Instant> = None;
-    let stopping = |stop_by: &mut Option<Instant>| {
-        if stop_requested() && stop_by.is_none() {
-            *stop_by = Some(Instant::now() + a.grace);
-        }
-        *stop_by
-    };
     loop {
         let more = if a.once {
             tries < ACK_TRIES_ONCE
         } else {
             first.elapsed() < a.lease
-        } && stopping(&mut stop_by).is_none_or(|d| Instant::now() < d);
+        } && stop_deadline(a, &mut stop_by).is_none_or(|d| Instant::now() < d);
         let claim_next = (next.is_some() && !stop_requested()).then_some(a.lease);
         let acked = lease
             .ack_and_maybe_claim(claim_next)
@@ -1107,26 +1128,45 @@ fn ack_until_settled(
             lease.id(),
             wait.as_secs()
         );
-        // Sleep in steps, renewing every third of the lease, so the job stays ours; a stop
-        // cuts the wait to its grace.
-        let until = Instant::now() + wait;
-        let mut renewed = Instant::now();
-        loop {
-            let end = stopping(&mut stop_by).map_or(until, |d| d.min(until));
-            let now = Instant::now();
-            if now >= end {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100).min(end - now));
-            if renewed.elapsed() >= a.lease / 3 {
-                lease.renew(a.lease).map_err(Failure::from)?;
-                renewed = Instant::now();
-            }
-        }
-        lease.renew(a.lease).map_err(Failure::from)?;
+        wait_renewing(a, &mut lease, wait, &mut stop_by)?;
         wait = (wait * 2).min(ACK_RETRY_MAX);
         tries += 1;
     }
+}
+
+/// When a stop seen by [`ack_until_settled`] ends its retries: `--grace` after the stop was
+/// first seen (kept in `stop_by`); `None` while no stop was asked for.
+fn stop_deadline(a: &Work, stop_by: &mut Option<Instant>) -> Option<Instant> {
+    if stop_requested() && stop_by.is_none() {
+        *stop_by = Some(Instant::now() + a.grace);
+    }
+    *stop_by
+}
+
+/// Wait `wait` between two acks of `lease`, in steps, renewing it every third of the lease
+/// and once at the end, so the job stays ours; a stop cuts the wait to its grace.
+fn wait_renewing(
+    a: &Work,
+    lease: &mut Lease,
+    wait: Duration,
+    stop_by: &mut Option<Instant>,
+) -> Result<(), Failure> {
+    let until = Instant::now() + wait;
+    let mut renewed = Instant::now();
+    loop {
+        let end = stop_deadline(a, stop_by).map_or(until, |d| d.min(until));
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100).min(end - now));
+        if renewed.elapsed() >= a.lease / 3 {
+            lease.renew(a.lease)?;
+            renewed = Instant::now();
+        }
+    }
+    lease.renew(a.lease)?;
+    Ok(())
 }
 
 fn describe_nack(n: Nacked, why: &str) -> String {

@@ -60,23 +60,37 @@
 //! src/disk/identity.rs  the identity file's text (steadq.queue), encoded and decoded
 //! src/disk/format.rs    the job envelope (128-byte header, SHA-256 digests, verify)
 //! src/disk/name.rs      job names, parsed once into JobName; the delay due rule (delay_due)
+//! src/disk/tempname.rs  names of the files in tmp/ (TempName), whose writer they name
 //! src/disk/scan.rs      directory listings turned into typed entries; the lease expiry rule
 //! src/disk/clock.rs     wall and boot clocks, the boot id
 //! src/disk/outside.rs   a file outside the queue opened to write, its final name never followed
-//! src/disk/sys.rs       every syscall, and the fault plan that can fail any of them
+//! src/disk/sys.rs       every syscall, each through the fault plan when one is set
+//! src/disk/fault.rs     the fault plan that can fail, skip or stop after any call
 //! src/disk/state.rs      the state table shared with DESIGN.md
 //! src/ops/transition.rs where a rename happens (move_job) and its barriers
 //! src/ops/group.rs      group commit: threads of a process share directory fsyncs
 //! src/ops/enqueue.rs    enqueue (O_TMPFILE + linkat, or a named temp file + rename)
-//! src/ops/lease.rs      claim and the lease guard (renew, ack, nack, fail, release)
+//! src/ops/lease.rs      the lease guard (renew, ack, nack, fail, release), ack_batch
+//! src/ops/lease/claim.rs   claim scheduling: levels, candidates per slot, pick, claim_batch
+//! src/ops/lease/sweep.rs   the claim's listing of one slot, expiring its leases
+//! src/ops/lease/take.rs    taking one candidate: rename, open, twin check, give back
+//! src/ops/lease/refusal.rs jobs this user may not move, remembered and passed over
+//! src/ops/lease/verify.rs  a leased file verified in 64 KiB chunks; lease_from_handle
 //! src/ops/payload.rs    claim verification in 64 KiB chunks; PayloadReader (Lease::reader)
 //! src/ops/recover.rs    recovery of expired leases, due delayed jobs, stale temp files
 //! src/ops/shards.rs     which ready shards a handle knows empty (inotify), so claims skip them
 //! src/ops/wait.rs       the blocking claim on inotify and timers
 //! src/ops/capacity.rs   capacity limits (steadq.limits), the inotify tally, enqueue_wait
 //! src/ops/keys.rs       idempotency keys (keys/<sha256>), enqueue_unique, compact_keys
-//! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
-//! src/admin/fsck.rs     fsck and quarantine
+//! src/admin/walk.rs     the walk over every entry of the job areas, each classified once
+//! src/admin/view.rs     list, find, reading one job's file
+//! src/admin/status.rs   status: counts, bytes and ages per state, in one shared pass
+//! src/admin/dead.rs     requeue and purge of dead-letters, make_due of delayed jobs
+//! src/admin/fsck.rs     fsck: the problems it reports, and the run
+//! src/admin/fsck/jobs.rs       its check of the job files, duplicates, a wrong identity
+//! src/admin/fsck/layout.rs     its check of the layout: root, shards, levels, tmp/, sharing
+//! src/admin/fsck/side.rs       its check of the limits file, the evidence log and keys/
+//! src/admin/fsck/quarantine.rs the report and --quarantine's moves
 //! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
 //! src/typed.rs         TypedQueue<T>: serde values with postcard (feature `serde`)
 //! src/asyncq.rs        AsyncQueue: async enqueue and claim on tokio's reactor (feature `tokio`)

@@ -4,8 +4,15 @@
 //! crate root's re-exports of a `disk` item (`crate::name`, `crate::JobId`, ...); `super::`
 //! may not climb out of it.
 //!
-//! The rule is read from the source, so a new upward import fails this test with the file,
-//! the line and the path it named.
+//! The operations (`src/ops/`) name nothing of administration (`src/admin/`): no
+//! `crate::admin::` path and no crate-root re-export of an admin item (`crate::Status`,
+//! `crate::FsckReport`, ...), and `super::` may not climb out of `ops`. Of the queue handle
+//! (`src/queue.rs`) they name only [`OPS_MAY_NAME_FROM_QUEUE`]; its public items re-exported
+//! at the crate root (`crate::Options`, `crate::MAX_LEASE`, ...) are the public API and
+//! allowed.
+//!
+//! The rules are read from the source, so a new upward import fails a test here with the
+//! file, the line and the path it named.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -13,11 +20,29 @@ use std::path::Path;
 /// Names the crate root re-exports from `disk` (`pub use disk::{a, b}` and
 /// `pub use disk::m::{A, B}` lines of `lib.rs`), and `disk` itself.
 fn disk_names(lib: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::from(["disk".to_string()]);
-    for line in lib.lines().map(str::trim) {
-        let Some(rest) = line.strip_prefix("pub use disk::") else {
+    let mut names = reexports(lib, "disk");
+    names.insert("disk".to_string());
+    names
+}
+
+/// Names the crate root re-exports from `module` (`pub use <module>::...` lines of `lib.rs`,
+/// the last segment of each path or each name of a `{...}` list).
+fn reexports(lib: &str, module: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let prefix = format!("pub use {module}::");
+    let mut lines = lib.lines().map(str::trim);
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix(&prefix) else {
             continue;
         };
+        // A `{...}` list that rustfmt broke over several lines.
+        let mut rest = rest.to_string();
+        while rest.contains('{') && !rest.contains('}') {
+            match lines.next() {
+                Some(l) => rest.push_str(l),
+                None => break,
+            }
+        }
         let rest = rest.trim_end_matches(';');
         let list = match rest.split_once('{') {
             Some((_, l)) => l.trim_end_matches('}').to_string(),
@@ -32,26 +57,87 @@ fn disk_names(lib: &str) -> BTreeSet<String> {
     names
 }
 
-/// Every `crate::<first segment>` in the code of `text` (comments left out), with its line.
-fn crate_paths(text: &str) -> Vec<(usize, String)> {
+/// Every `crate::` path in the code of `text` (comments left out), with its line, as its
+/// segments up to the first one that is not a plain name: `crate::queue::{random, Queue}`
+/// gives `["queue", "random"]` and `["queue", "Queue"]`; `crate::{a, b}` gives `["a"]` and
+/// `["b"]`.
+fn crate_paths_full(text: &str) -> Vec<(usize, Vec<String>)> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let code = line.split("//").next().unwrap_or("");
         let mut rest = code;
         while let Some(at) = rest.find("crate::") {
             let tail = &rest[at + "crate::".len()..];
-            let seg: String = tail
+            let path: String = tail
                 .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .take_while(|c| ident(*c) || *c == ':')
                 .collect();
-            out.push((i + 1, seg));
+            let mut segs: Vec<String> = path
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+            let after = &tail[path.len()..];
+            match after.strip_prefix('{') {
+                Some(group) => {
+                    let group = group.split('}').next().unwrap_or("");
+                    for item in group.split(',') {
+                        let first: String = item.trim().chars().take_while(|c| ident(*c)).collect();
+                        let mut s = segs.clone();
+                        s.push(first);
+                        out.push((i + 1, s));
+                    }
+                }
+                None => {
+                    if segs.is_empty() {
+                        segs.push(String::new());
+                    }
+                    out.push((i + 1, segs));
+                }
+            }
             rest = tail;
         }
+    }
+    out
+}
+
+/// Every `crate::<first segment>` in the code of `text` (comments left out), with its line;
+/// `super::super` counts as a path of its own.
+fn crate_paths(text: &str) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = crate_paths_full(text)
+        .into_iter()
+        .map(|(l, s)| (l, s[0].clone()))
+        .collect();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
         if code.contains("super::super") {
             out.push((i + 1, "super::super".to_string()));
         }
     }
+    out.sort();
     out
+}
+
+/// The `.rs` files under `dir`, at any depth, with their depth below it (0: in `dir`).
+fn rs_files(dir: &Path, depth: usize, out: &mut Vec<(std::path::PathBuf, usize)>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rs_files(&p, depth + 1, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push((p, depth));
+        }
+    }
+}
+
+/// `p` relative to the crate's `src/`.
+fn rel(src: &Path, p: &Path) -> String {
+    p.strip_prefix(src).unwrap().to_string_lossy().into_owned()
 }
 
 #[test]
@@ -68,20 +154,17 @@ fn the_disk_layer_imports_nothing_above_it() {
         );
     }
     let mut bad = Vec::new();
-    let mut files = 0;
-    for e in std::fs::read_dir(src.join("disk")).unwrap() {
-        let p = e.unwrap().path();
-        let text = std::fs::read_to_string(&p).unwrap();
-        files += 1;
+    let mut files = Vec::new();
+    rs_files(&src.join("disk"), 0, &mut files);
+    for (p, _) in &files {
+        let text = std::fs::read_to_string(p).unwrap();
         for (line, seg) in crate_paths(&text) {
             if !allowed.contains(&seg) {
-                bad.push(format!(
-                    "src/disk/{}:{line}: crate::{seg}",
-                    p.file_name().unwrap().to_string_lossy()
-                ));
+                bad.push(format!("src/{}:{line}: crate::{seg}", rel(&src, p)));
             }
         }
     }
+    let files = files.len();
     assert!(files >= 8, "src/disk holds {files} files");
     assert!(
         bad.is_empty(),
@@ -102,4 +185,120 @@ fn the_layer_check_finds_an_upward_path() {
     let allowed = disk_names("pub use disk::{format, name};\npub use disk::name::{JobId, Kind};\n");
     let up: Vec<_> = found.iter().filter(|(_, s)| !allowed.contains(s)).collect();
     assert_eq!(up, vec![&(2, "ops".to_string())]);
+}
+
+/// What `src/ops/` may name of `src/queue.rs` (`crate::queue::<item>`): the handle every
+/// operation is a method of; its `Durability` option; and three helpers the handle and the
+/// operations share: the lease bound (`check_lease`), the latest due time (`due_after`), the
+/// per-thread random source (`random`); and the identity file's name (`IDENTITY_FILE`, which
+/// capacity's temp-file rule must not count). Anything else of the handle's internals is
+/// reached through `Queue`'s methods or moved down.
+const OPS_MAY_NAME_FROM_QUEUE: [&str; 6] = [
+    "Queue",
+    "Durability",
+    "check_lease",
+    "due_after",
+    "random",
+    "IDENTITY_FILE",
+];
+
+/// What a file of `src/ops/` at `depth` below it names that the rules above forbid.
+fn ops_violations(text: &str, depth: usize, admin: &BTreeSet<String>) -> Vec<(usize, String)> {
+    let mut bad = Vec::new();
+    for (line, segs) in crate_paths_full(text) {
+        let first = segs[0].as_str();
+        let second = segs.get(1).map_or("", String::as_str);
+        let upward = first == "admin" || admin.contains(first);
+        let internal = first == "queue" && !OPS_MAY_NAME_FROM_QUEUE.contains(&second);
+        if upward || internal {
+            bad.push((line, format!("crate::{}", segs.join("::"))));
+        }
+    }
+    // `super::` once per level below `src/ops/` stays inside it; once more is the crate root.
+    let climb = "super::".repeat(depth + 2);
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        if code.contains(climb.trim_end_matches("::")) {
+            bad.push((i + 1, climb.trim_end_matches("::").to_string()));
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_operations_name_nothing_of_administration() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let admin = reexports(&lib, "admin");
+    // What lib.rs re-exports from admin, as this test reads it.
+    for must in [
+        "FsckReport",
+        "Status",
+        "Listed",
+        "RequeueReport",
+        "CompactReport",
+    ] {
+        assert!(
+            admin.contains(must),
+            "lib.rs re-export of admin's {must} not found: {admin:?}"
+        );
+    }
+    let mut files = Vec::new();
+    rs_files(&src.join("ops"), 0, &mut files);
+    let mut bad = Vec::new();
+    for (p, depth) in &files {
+        let text = std::fs::read_to_string(p).unwrap();
+        for (line, path) in ops_violations(&text, *depth, &admin) {
+            bad.push(format!("src/{}:{line}: {path}", rel(&src, p)));
+        }
+    }
+    assert!(files.len() >= 15, "src/ops holds {} files", files.len());
+    assert!(
+        bad.is_empty(),
+        "the operations name administration or the queue handle's internals:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The operations' checker itself: each kind of forbidden path is found, what is allowed
+/// is not, and a comment is not read.
+#[test]
+fn the_ops_check_finds_each_forbidden_path() {
+    let admin = reexports(
+        "pub use admin::fsck::{FsckReport, Problem};\npub use admin::view::{\n    Listed, Status,\n};\n",
+        "admin",
+    );
+    assert_eq!(
+        admin,
+        BTreeSet::from(["FsckReport", "Problem", "Listed", "Status"].map(String::from))
+    );
+    let text = "use crate::admin::view::Load;\n\
+                fn f(s: &mut crate::Status) {}\n\
+                use crate::queue::{random, Queue, open_dirs};\n\
+                let x = crate::queue::LOST_FOUND; // crate::admin\n\
+                use crate::{Options, Listed};\n\
+                use super::super::admin;\n\
+                use super::levels;\n\
+                let m = crate::MAX_LEASE;\n";
+    let found = ops_violations(text, 0, &admin);
+    assert_eq!(
+        found,
+        vec![
+            (1, "crate::admin::view::Load".to_string()),
+            (2, "crate::Status".to_string()),
+            (3, "crate::queue::open_dirs".to_string()),
+            (4, "crate::queue::LOST_FOUND".to_string()),
+            (5, "crate::Listed".to_string()),
+            (6, "super::super".to_string()),
+        ]
+    );
+    // One level down (`ops/lease/claim.rs`), `super::super` is `ops` itself.
+    assert_eq!(
+        ops_violations("use super::super::levels;\n", 1, &admin),
+        vec![]
+    );
+    assert_eq!(
+        ops_violations("use super::super::super::admin;\n", 1, &admin),
+        vec![(1, "super::super::super".to_string())]
+    );
 }

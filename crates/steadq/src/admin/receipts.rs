@@ -331,26 +331,7 @@ impl Queue {
             // umask 077, every other user's ack kept its receipt instead, with a warning.
             self.share_file(fd.as_fd(), crate::disk::layout::READY_DIR, EVIDENCE_FILE);
         }
-        match self.sys.write_all(fd.as_fd(), lines.as_bytes()) {
-            Ok(()) => {}
-            Err(e @ (Errno::NOSPC | Errno::DQUOT)) => {
-                // Never leave half a line: put the file back as it was, then make room.
-                self.sys
-                    .truncate(fd.as_fd(), size)
-                    .map_err(|e| nd(Call::Write, e))?;
-                if !free(self)? {
-                    return Err(nd(Call::Write, e));
-                }
-                if let Err(e) = self.sys.write_all(fd.as_fd(), lines.as_bytes()) {
-                    let _ = self.sys.truncate(fd.as_fd(), size);
-                    return Err(nd(Call::Write, e));
-                }
-            }
-            Err(e) => {
-                let _ = self.sys.truncate(fd.as_fd(), size);
-                return Err(nd(Call::Write, e));
-            }
-        }
+        self.write_evidence(fd.as_fd(), size, lines, free)?;
         self.barrier_file(fd.as_fd())
             .map_err(|e| nd(Call::Fsync, e))?;
         // Another process may have rotated this file and removed it (keep = 0) between our
@@ -363,6 +344,41 @@ impl Queue {
             return self.append_evidence_once(lines, &mut |_| Ok(false), false);
         }
         self.barrier(root).map_err(|e| nd(Call::FsyncDir, e))
+    }
+
+    /// Write `lines` at the end of the evidence log `fd`, `size` bytes long before: on a
+    /// full filesystem (`ENOSPC`, `EDQUOT`) the file is put back as it was, `free` is asked
+    /// to make room, and the lines are written once more; a failed write never leaves half
+    /// a line. Not done on error.
+    fn write_evidence(
+        &self,
+        fd: BorrowedFd<'_>,
+        size: u64,
+        lines: &str,
+        free: &mut dyn FnMut(&Queue) -> Result<bool>,
+    ) -> Result<()> {
+        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(EVIDENCE_FILE)));
+        match self.sys.write_all(fd, lines.as_bytes()) {
+            Ok(()) => {}
+            Err(e @ (Errno::NOSPC | Errno::DQUOT)) => {
+                // Never leave half a line: put the file back as it was, then make room.
+                self.sys
+                    .truncate(fd, size)
+                    .map_err(|e| nd(Call::Write, e))?;
+                if !free(self)? {
+                    return Err(nd(Call::Write, e));
+                }
+                if let Err(e) = self.sys.write_all(fd, lines.as_bytes()) {
+                    let _ = self.sys.truncate(fd, size);
+                    return Err(nd(Call::Write, e));
+                }
+            }
+            Err(e) => {
+                let _ = self.sys.truncate(fd, size);
+                return Err(nd(Call::Write, e));
+            }
+        }
+        Ok(())
     }
 
     /// Rename `evidence.log` to `evidence.<16 hex: unix ns>.log` (no-replace), make it

@@ -5,6 +5,7 @@
 //! Fault injection reaches every syscall because [`sys::Sys`] is the only door to it.
 
 pub(crate) mod clock;
+pub(crate) mod fault;
 pub mod format;
 pub(crate) mod identity;
 pub mod layout;
@@ -13,3 +14,4 @@ pub mod outside;
 pub mod scan;
 pub mod state;
 pub mod sys;
+pub(crate) mod tempname;

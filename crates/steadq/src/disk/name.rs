@@ -41,7 +41,6 @@
 //! Parsing allocates nothing; a name that does not parse or whose tag does not match is
 //! foreign.
 
-use core::fmt::Write as _;
 use sha2::{Digest, Sha256};
 
 /// Longest name SteadQ writes, in bytes (a leased name, the longest, is 196; 199 with a
@@ -779,77 +778,7 @@ pub(crate) fn tag_of(queue_id: u128, canonical: &[u8]) -> u64 {
     u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
-/// What a file in `tmp/` is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TempKind {
-    /// A job being written by the named-temp-file publishing route (`.tmp`).
-    Job,
-    /// The open-time check that `renameat2(RENAME_NOREPLACE)` works (`.probe`).
-    Probe,
-}
-
-/// A name in `tmp/`: `<boot32>.<pid8>.<rand32>.tmp|probe` (80 bytes for a probe). The boot id
-/// and pid say whose it is, so recovery removes the files of writers that are gone (another
-/// boot, or a pid that no longer exists). Encoded and decoded here only.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TempName {
-    /// Boot id of the writer (`/proc/sys/kernel/random/boot_id`).
-    pub boot_id: u128,
-    /// Process id of the writer.
-    pub pid: u32,
-    /// Random, so two names of one process never collide.
-    pub rand: u128,
-    /// Job or probe.
-    pub kind: TempKind,
-}
-
-impl TempName {
-    /// A new name for this process.
-    pub fn new(boot_id: u128, kind: TempKind, rand: u128) -> TempName {
-        TempName {
-            boot_id,
-            pid: std::process::id(),
-            rand,
-            kind,
-        }
-    }
-
-    /// The file name.
-    pub fn format(&self) -> heapless::String<96> {
-        let mut s = heapless::String::new();
-        let ext = match self.kind {
-            TempKind::Job => "tmp",
-            TempKind::Probe => "probe",
-        };
-        // 32 + 1 + 8 + 1 + 32 + 1 + 5 = 80 bytes: always fits.
-        let _ = write!(
-            s,
-            "{:032x}.{:08x}.{:032x}.{ext}",
-            self.boot_id, self.pid, self.rand
-        );
-        s
-    }
-
-    /// Parse a `tmp/` entry name; `None` for anything else.
-    pub fn parse(name: &str) -> Option<TempName> {
-        let mut f = name.split('.');
-        let (b, p, r, ext) = (f.next()?, f.next()?, f.next()?, f.next()?);
-        if f.next().is_some() {
-            return None;
-        }
-        let kind = match ext {
-            "tmp" => TempKind::Job,
-            "probe" => TempKind::Probe,
-            _ => return None,
-        };
-        Some(TempName {
-            boot_id: parse_hex(b.as_bytes(), 32)?,
-            pid: parse_hex(p.as_bytes(), 8)? as u32,
-            rand: parse_hex(r.as_bytes(), 32)?,
-            kind,
-        })
-    }
-}
+pub use crate::disk::tempname::{TempKind, TempName};
 
 pub use crate::disk::layout::{bucket_name, shard_name};
 
@@ -1064,30 +993,6 @@ mod tests {
         assert_eq!(JobName::parse(&bad, q1), Err(NameError::Tag));
         assert_eq!(JobName::parse(&a, q1), Ok(n));
         assert_eq!(JobName::parse(&a, q2), Err(NameError::Tag));
-    }
-
-    #[test]
-    fn temp_names_round_trip_and_reject_others() {
-        for kind in [TempKind::Job, TempKind::Probe] {
-            let t = TempName {
-                boot_id: u128::MAX - 1,
-                pid: 4242,
-                rand: 7,
-                kind,
-            };
-            let s = t.format();
-            assert_eq!(TempName::parse(&s), Some(t), "{s}");
-        }
-        let probe = TempName::new(1, TempKind::Probe, 2).format();
-        assert_eq!(probe.len(), 80);
-        for bad in [
-            "x.tmp",
-            "a.b.c.tmp",
-            &format!("{probe}.x"),
-            &probe.replace("probe", "job"),
-        ] {
-            assert_eq!(TempName::parse(bad), None, "{bad}");
-        }
     }
 
     const Q: u128 = 0x0123_4567_89ab_cdef_0011_2233_4455_6677;

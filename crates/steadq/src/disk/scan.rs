@@ -4,7 +4,7 @@
 //! directory, or whose entry is not a regular file is [`Foreign`]: it is reported and never
 //! processed or moved by a worker.
 
-use crate::disk::name::{JobName, Kind, NameError};
+use crate::disk::name::{JobId, JobName, Kind, NameError};
 use crate::disk::state::State;
 use crate::disk::sys::{EntryType, Errno, Sys};
 use rustix::fs::FileType;
@@ -223,23 +223,7 @@ pub(crate) fn scan_ready_shard(
                         return live(&mut out, &l);
                     }
                     Kind::Ready if fits(&n) => {
-                        if let Ok(i) = at.refused.binary_search_by_key(&n.id.0, |r| r.0) {
-                            let until = at.refused[i].1;
-                            out.refused += 1;
-                            out.refused_until =
-                                Some(out.refused_until.map_or(until, |u| u.min(until)));
-                            return;
-                        }
-                        if kept.len() < at.max_ready {
-                            kept.push(Kept(n.id, name.to_string(), t));
-                        } else {
-                            out.truncated = true;
-                            if kept.peek().is_some_and(|k| n.id < k.0) {
-                                kept.pop();
-                                kept.push(Kept(n.id, name.to_string(), t));
-                            }
-                        }
-                        return;
+                        return keep_ready(&mut kept, &mut out, at, n.id, name, t);
                     }
                     _ => {}
                 }
@@ -259,6 +243,34 @@ pub(crate) fn scan_ready_shard(
         }
     }
     Ok(out)
+}
+
+/// A ready job `id` (entry `name` of type `t`) seen by [`scan_ready_shard`]: counted as
+/// refused while its refusal lasts, else kept in `kept` if among the `max_ready` oldest seen
+/// so far (a listing that drops one is truncated).
+fn keep_ready(
+    kept: &mut std::collections::BinaryHeap<Kept>,
+    out: &mut ShardScan,
+    at: &SlotScan,
+    id: JobId,
+    name: &str,
+    t: EntryType,
+) {
+    if let Ok(i) = at.refused.binary_search_by_key(&id.0, |r| r.0) {
+        let until = at.refused[i].1;
+        out.refused += 1;
+        out.refused_until = Some(out.refused_until.map_or(until, |u| u.min(until)));
+        return;
+    }
+    if kept.len() < at.max_ready {
+        kept.push(Kept(id, name.to_string(), t));
+    } else {
+        out.truncated = true;
+        if kept.peek().is_some_and(|k| id < k.0) {
+            kept.pop();
+            kept.push(Kept(id, name.to_string(), t));
+        }
+    }
 }
 
 /// Parse `name` in full (tag checked) and check that it belongs here and is a regular file.

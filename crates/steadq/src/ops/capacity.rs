@@ -350,19 +350,6 @@ impl Queue {
         })
     }
 
-    /// Fill the capacity and key fields of a status (a damaged limits file or an unreadable
-    /// `keys/` is logged, not fatal: status must work on a damaged queue).
-    pub(crate) fn status_hook(&self, st: &mut crate::Status) {
-        st.limits = self.limits().unwrap_or_else(|e| {
-            log::warn!("{e}");
-            Limits::default()
-        });
-        st.live_keys = self.live_keys().unwrap_or_else(|e| {
-            log::warn!("{e}");
-            0
-        });
-    }
-
     /// The limits in force, as [`Queue::limits`], without reading the file when the handle's
     /// watch on the root saw no change since it last did (one `read` of the inotify fd, which
     /// finds nothing, instead of an `openat`, a `read` and a `close`; or, on a queue without

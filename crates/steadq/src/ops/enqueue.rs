@@ -263,15 +263,7 @@ impl Queue {
         let total: u64 = payloads.iter().map(|p| p.len() as u64).sum();
         let _room = self.admit(payloads.len() as u64, total)?; // hook: ops/capacity.rs
         if self.opts.durability != Durability::Batched {
-            let mut ids = Vec::with_capacity(payloads.len());
-            for (i, p) in payloads.iter().enumerate() {
-                match self.enqueue_as(None, p, &EnqueueOptions::default()) {
-                    Ok(id) => ids.push(id),
-                    Err(e) if i > 0 => return Err(e.with_outcome(Outcome::Indeterminate).into()),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            return Ok(ids);
+            return Ok(self.enqueue_each(payloads)?);
         }
         let o = EnqueueOptions::default();
         let prepared: Vec<Prepared<'_>> = payloads
@@ -339,6 +331,20 @@ impl Queue {
             })?;
         }
         Ok(prepared.iter().map(|p| p.name.id).collect())
+    }
+
+    /// [`Queue::enqueue_batch`] under `Strict`: each job with its own barriers; once one
+    /// was published a failure is indeterminate.
+    fn enqueue_each(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>> {
+        let mut ids = Vec::with_capacity(payloads.len());
+        for (i, p) in payloads.iter().enumerate() {
+            match self.enqueue_as(None, p, &EnqueueOptions::default()) {
+                Ok(id) => ids.push(id),
+                Err(e) if i > 0 => return Err(e.with_outcome(Outcome::Indeterminate)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(ids)
     }
 
     /// Name and place a job of `payload` (`None`: a payload to be streamed; its header is
@@ -468,24 +474,7 @@ impl Queue {
                     );
                     self.sys.force_named_publish();
                 }
-                Err(e) => {
-                    // A removed directory refuses new files (`EPERM` from `O_TMPFILE`,
-                    // `ENOENT`): not a permission, and no slot to avoid.
-                    if let Some(gone) = self.root_replaced() {
-                        return Err(gone);
-                    }
-                    let e = self.dir_errno(p.dir.fd(), e);
-                    if matches!(e, Errno::ACCESS | Errno::PERM)
-                        && p.name.kind == crate::disk::name::Kind::Ready
-                    {
-                        // Not writable after all (the probe raced a chmod, or an LSM said
-                        // no): the next enqueues avoid the slot.
-                        let s = self.ident.slot_of(&p.name);
-                        self.avoid_slot(s, &p.rel_dir);
-                        self.warn_unwritable(s, e, &p.rel_dir);
-                    }
-                    return Err(nd(Call::Open, e, &p.rel_dir));
-                }
+                Err(e) => return Err(self.tmpfile_failed(p, e)),
             }
         }
         let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
@@ -505,6 +494,25 @@ impl Queue {
             return Err(e);
         }
         Ok(Written::Named(tmp, fd))
+    }
+
+    /// The error of an `O_TMPFILE` open in `p`'s directory that failed with `e` (not the
+    /// refusals that fall back to `tmp/`). A removed directory refuses new files (`EPERM`
+    /// from `O_TMPFILE`, `ENOENT`): not a permission, and no slot to avoid. A ready slot that
+    /// is not writable after all (the probe raced a chmod, or an LSM said no) is avoided by
+    /// the next enqueues. Not done.
+    fn tmpfile_failed(&self, p: &Prepared<'_>, e: Errno) -> Error {
+        if let Some(gone) = self.root_replaced() {
+            return gone;
+        }
+        let e = self.dir_errno(p.dir.fd(), e);
+        if matches!(e, Errno::ACCESS | Errno::PERM) && p.name.kind == crate::disk::name::Kind::Ready
+        {
+            let s = self.ident.slot_of(&p.name);
+            self.avoid_slot(s, &p.rel_dir);
+            self.warn_unwritable(s, e, &p.rel_dir);
+        }
+        Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&p.rel_dir)))
     }
 
     /// The linearization point: give the written file its job name.
@@ -556,50 +564,62 @@ impl Queue {
                     Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel()))))
                 }
             },
-            Written::Named(tmp, fd) => {
-                let t = self.dirs.tmp.as_fd();
-                let into = || self.sys.rename(t, &tmp, p.dir.fd(), &name);
-                if let Err(e) = self.retry_making(&p.rel_dir, into) {
-                    if e != Errno::IO {
-                        let _ = self.sys.unlink(self.dirs.tmp.as_fd(), &tmp);
-                        if let Some(gone) = self.root_replaced() {
-                            return Err(gone);
-                        }
-                    }
-                    let e = self.dir_errno(p.dir.fd(), e);
-                    return Err(Error::io(
-                        Call::Rename,
-                        e,
-                        is_eio(e),
-                        Some(self.path(&rel())),
-                    ));
-                }
-                if !resync {
-                    // No barrier here: none asked (policy None, a batch's syncfs), or the
-                    // target directory's fsync commits the rename out of tmp/ as well.
-                    return Ok(());
-                }
-                self.barrier_file(fd.as_fd()).map_err(|e| {
-                    Error::io(
-                        Call::Fsync,
-                        e,
-                        Outcome::Indeterminate,
-                        Some(self.path(&rel())),
-                    )
-                })?;
-                if self.tmp_unsynced {
-                    return Ok(()); // btrfs: a stale name in tmp/ is recovery's (`Shared::tmp_unsynced`)
-                }
-                self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))
-                    .map_err(|e| {
-                        Error::io(
-                            Call::FsyncDir,
-                            e,
-                            Outcome::Indeterminate,
-                            Some(self.path(TMP_DIR)),
-                        )
-                    })
-            }
+            Written::Named(tmp, fd) => self.publish_named(p, &tmp, fd.as_fd(), &name, resync),
         }
+    }
+    /// [`Queue::publish`] of a job written in `tmp/` as `tmp` (open as `fd`): renamed to its
+    /// job name `name` (a failure not `EIO` removes it from `tmp/`), then with `resync` the
+    /// file and `tmp/` fsynced.
+    fn publish_named(
+        &self,
+        p: &Prepared<'_>,
+        tmp: &str,
+        fd: BorrowedFd<'_>,
+        name: &str,
+        resync: bool,
+    ) -> Result<()> {
+        let rel = || format!("{}/{}", p.rel_dir, name);
+        let t = self.dirs.tmp.as_fd();
+        let into = || self.sys.rename(t, tmp, p.dir.fd(), name);
+        if let Err(e) = self.retry_making(&p.rel_dir, into) {
+            if e != Errno::IO {
+                let _ = self.sys.unlink(self.dirs.tmp.as_fd(), tmp);
+                if let Some(gone) = self.root_replaced() {
+                    return Err(gone);
+                }
+            }
+            let e = self.dir_errno(p.dir.fd(), e);
+            return Err(Error::io(
+                Call::Rename,
+                e,
+                is_eio(e),
+                Some(self.path(&rel())),
+            ));
+        }
+        if !resync {
+            // No barrier here: none asked (policy None, a batch's syncfs), or the
+            // target directory's fsync commits the rename out of tmp/ as well.
+            return Ok(());
+        }
+        self.barrier_file(fd).map_err(|e| {
+            Error::io(
+                Call::Fsync,
+                e,
+                Outcome::Indeterminate,
+                Some(self.path(&rel())),
+            )
+        })?;
+        if self.tmp_unsynced {
+            return Ok(()); // btrfs: a stale name in tmp/ is recovery's (`Shared::tmp_unsynced`)
+        }
+        self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))
+            .map_err(|e| {
+                Error::io(
+                    Call::FsyncDir,
+                    e,
+                    Outcome::Indeterminate,
+                    Some(self.path(TMP_DIR)),
+                )
+            })
     }
 }

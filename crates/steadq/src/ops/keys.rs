@@ -339,21 +339,7 @@ impl Queue {
             }
             let _room = self.admit(1, src.len())?;
             let id = fresh;
-            let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
-            let first = match o.delay.filter(|d| !d.is_zero()) {
-                None => {
-                    let n = JobName::new_ready(id, max).with_priority(priority);
-                    let rel = self.ident.slot_rel(self.ident.slot_of(&n));
-                    format!("{rel}/{}", n.format(self.ident.id))
-                }
-                Some(_) => "-".to_string(),
-            };
-            let text = format!(
-                "steadq-key 1\nkey={key}\nid={id}\nname={first}\ncreator={:032x} {} {}\n",
-                self.clock.boot_id(),
-                std::process::id(),
-                pidns()
-            );
+            let text = self.key_text(&key, id, priority, o);
             let _flight = InFlight::new(self.ident.id, id);
             if !self.link_key(keys.as_fd(), &entry, text.as_bytes())? {
                 continue; // EEXIST: taken meanwhile; look at it
@@ -369,6 +355,26 @@ impl Queue {
                 Err(e) => Err(e),
             };
         }
+    }
+
+    /// The text of key entry `key` for job `id` at `priority`: the key, the id, the job's
+    /// first name (`-` for a delayed job) and its creator (boot id, pid, pid namespace).
+    fn key_text(&self, key: &Key, id: JobId, priority: u8, o: &EnqueueOptions) -> String {
+        let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
+        let first = match o.delay.filter(|d| !d.is_zero()) {
+            None => {
+                let n = JobName::new_ready(id, max).with_priority(priority);
+                let rel = self.ident.slot_rel(self.ident.slot_of(&n));
+                format!("{rel}/{}", n.format(self.ident.id))
+            }
+            Some(_) => "-".to_string(),
+        };
+        format!(
+            "steadq-key 1\nkey={key}\nid={id}\nname={first}\ncreator={:032x} {} {}\n",
+            self.clock.boot_id(),
+            std::process::id(),
+            pidns()
+        )
     }
 
     /// `keys/`, made (and made durable in the root) on first use.

@@ -300,9 +300,25 @@ impl Queue {
                     Some(self.path(&from.rel)),
                 )
             })?;
-        for n in &due {
+        self.promote_due(&from, &due, r);
+        // Remove buckets at least one full width in the past once empty; a nack or delayed
+        // enqueue only ever targets the current bucket or later ones.
+        if entries as usize == due.len() && b + 1 < current {
+            match self.sys.rmdir(self.dirs.delayed.as_fd(), &bname) {
+                Ok(()) => r.buckets_removed += 1,
+                Err(e) => log::debug!("keeping delayed/{bname}: {e}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Move delayed jobs `due`, listed in bucket `from`, to the ready directory of each one's
+    /// own priority and shard, settling a split promotion first; each move that fails is
+    /// counted in `r`, and the others are still made.
+    fn promote_due(&self, from: &Place<'_>, due: &[JobName], r: &mut RecoverReport) {
+        for n in due {
             // A promotion a crash split in two (`ops/split.rs`): the ready name stands.
-            match self.settle_split(&from, n) {
+            match self.settle_split(from, n) {
                 Ok(true) => {
                     r.split += 1;
                     continue;
@@ -321,21 +337,12 @@ impl Queue {
                     continue;
                 }
             };
-            match self.move_job(&from, n, &to, &n.next(Kind::Ready, false), Op::Due) {
+            match self.move_job(from, n, &to, &n.next(Kind::Ready, false), Op::Due) {
                 Ok(()) => r.due += 1,
                 Err(e) if e.is_lease_lost() => {}
                 Err(e) => r.fail(e.into()),
             }
         }
-        // Remove buckets at least one full width in the past once empty; a nack or delayed
-        // enqueue only ever targets the current bucket or later ones.
-        if entries as usize == due.len() && b + 1 < current {
-            match self.sys.rmdir(self.dirs.delayed.as_fd(), &bname) {
-                Ok(()) => r.buckets_removed += 1,
-                Err(e) => log::debug!("keeping delayed/{bname}: {e}"),
-            }
-        }
-        Ok(())
     }
 
     /// Open delayed bucket `bname`; `None` when it is gone (another recoverer removed it) or

@@ -160,13 +160,7 @@ impl Shards {
         let mut k = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let mut ws = w.slots.lock().unwrap_or_else(|p| p.into_inner());
         if k.generation.is_empty() {
-            k.generation = vec![0; ws.len()];
-            k.empty_until = vec![None; ws.len()];
-            k.listed_at = vec![None; ws.len()];
-            k.arrived = vec![None; ws.len()];
-            k.pending = vec![Vec::new(); ws.len()];
-            k.own = vec![Vec::new(); ws.len()];
-            k.unwatched = w.refused.clone();
+            k.size_for(ws.len(), &w.refused);
         }
         k.unwatched.resize(ws.len(), false);
         let mut buf = [core::mem::MaybeUninit::<u8>::uninit(); EVENT_BUF];
@@ -179,11 +173,7 @@ impl Shards {
             let name = ev.file_name().and_then(|n| n.to_str().ok()).unwrap_or("");
             filled += event_len(name.len());
             if ev.events().contains(ReadFlags::QUEUE_OVERFLOW) {
-                k.empty_until.iter_mut().for_each(|e| *e = None);
-                k.generation.iter_mut().for_each(|g| *g += 1);
-                k.arrived.iter_mut().for_each(|a| *a = Some(0));
-                k.pending.iter_mut().for_each(Vec::clear);
-                k.own.iter_mut().for_each(Vec::clear);
+                k.forget_all();
                 for s in 0..ws.len() {
                     if ws[s].slot.is_none() {
                         k.unwatched[s] = w.rewatch(q, &mut ws[s], s);
@@ -196,10 +186,7 @@ impl Shards {
                     if ws[s].made_by(q, s as u16, ev.wd(), name) {
                         // Watched again before it is listed again: no job is missed.
                         k.unwatched[s] = w.rewatch(q, &mut ws[s], s);
-                        k.generation[s] += 1;
-                        k.empty_until[s] = None;
-                        k.arrived[s] = Some(0);
-                        k.pending[s].clear();
+                        k.forget(s);
                     }
                 }
             }
@@ -228,10 +215,7 @@ impl Shards {
             for s in 0..ws.len() {
                 if k.unwatched[s] && !w.rewatch(q, &mut ws[s], s) {
                     k.unwatched[s] = false;
-                    k.generation[s] += 1;
-                    k.empty_until[s] = None;
-                    k.arrived[s] = Some(0);
-                    k.pending[s].clear();
+                    k.forget(s);
                     learnt = true;
                 }
             }
@@ -425,6 +409,37 @@ impl Shards {
 }
 
 impl Known {
+    /// Size the per-slot vectors for `n` slots, on the first drain; `refused`: the slots
+    /// whose watch was refused.
+    fn size_for(&mut self, n: usize, refused: &[bool]) {
+        self.generation = vec![0; n];
+        self.empty_until = vec![None; n];
+        self.listed_at = vec![None; n];
+        self.arrived = vec![None; n];
+        self.pending = vec![Vec::new(); n];
+        self.own = vec![Vec::new(); n];
+        self.unwatched = refused.to_vec();
+    }
+
+    /// Forget what is known of slot `s` (watched again, or made meanwhile): not known
+    /// empty, a new listing generation, and every name arrived there stands for a listing.
+    fn forget(&mut self, s: usize) {
+        self.generation[s] += 1;
+        self.empty_until[s] = None;
+        self.arrived[s] = Some(0);
+        self.pending[s].clear();
+    }
+
+    /// Forget what is known of every slot (the kernel's event queue overflowed), this
+    /// handle's own pending names included.
+    fn forget_all(&mut self) {
+        self.empty_until.iter_mut().for_each(|e| *e = None);
+        self.generation.iter_mut().for_each(|g| *g += 1);
+        self.arrived.iter_mut().for_each(|a| *a = Some(0));
+        self.pending.iter_mut().for_each(Vec::clear);
+        self.own.iter_mut().for_each(Vec::clear);
+    }
+
     /// Remember name `name` made from `job` in slot `s` (see [`Shards::made`]).
     fn remember_made(&mut self, s: u16, name: &NameBuf, job: &JobName) {
         if self.made.len() == MADE_MAX {

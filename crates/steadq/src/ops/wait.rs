@@ -153,29 +153,7 @@ impl Queue {
                     Err(e) => return Err(e.into()),
                 }
                 offset = self.wall_offset();
-                known = Known {
-                    next_due_wall_ns: seen.next_due_wall_ns,
-                    next_expiry_boot_ns: seen.next_expiry_boot_ns,
-                    claimable: false,
-                };
-                if seen.failed != 0 {
-                    // A due job or an expired lease it could not move (a permission, a full
-                    // disk): no event says when that is mended, so look again in a while.
-                    // It waited for the next enqueue, for good on an idle queue.
-                    // As long as for a job it may not move, or a shard it cannot read.
-                    let retry = crate::ops::lease::UNREADABLE_RECHECK.as_nanos() as u64;
-                    let at = self.clock.boot_ns().saturating_add(retry);
-                    known.next_expiry_boot_ns = min_opt(known.next_expiry_boot_ns, at);
-                }
-                if let Some(w) = watch.as_mut() {
-                    self.watch_buckets(w);
-                    // A slot that was unreadable (a level seen in its making, a mended
-                    // mode) and was read now: watched from now on, then listed again, so a
-                    // job placed there between this listing and the watch is not missed.
-                    if self.watch_readable_slots(w) {
-                        known.claimable = true;
-                    }
-                }
+                known = self.known_after_sweep(&seen, watch.as_mut());
             }
             let now = self.clock.boot_ns();
             if stop.load(Ordering::Relaxed) {
@@ -204,17 +182,51 @@ impl Queue {
                 self.reread_later_buckets();
                 known.claimable = true;
             }
-            // The queue removed (or replaced) under this handle: no job reaches the
-            // directories it holds, and the wait would end in "no job" at its timeout, and
-            // so on for good.
-            let now = self.clock.boot_ns();
-            if now.saturating_sub(looked) >= LOOK_EVERY_NS {
-                looked = now;
-                if let Some(e) = self.root_replaced() {
-                    return Err(e.into());
-                }
+            if let Some(e) = self.replaced_since(&mut looked) {
+                return Err(e.into());
             }
         }
+    }
+
+    /// What a waiting claim knows after a sweep that saw `seen` (next due time, next lease
+    /// expiry), its watch `watch` (if any) brought up to date.
+    fn known_after_sweep(&self, seen: &RecoverReport, watch: Option<&mut Watch>) -> Known {
+        let mut known = Known {
+            next_due_wall_ns: seen.next_due_wall_ns,
+            next_expiry_boot_ns: seen.next_expiry_boot_ns,
+            claimable: false,
+        };
+        if seen.failed != 0 {
+            // A due job or an expired lease it could not move (a permission, a full
+            // disk): no event says when that is mended, so look again in a while.
+            // It waited for the next enqueue, for good on an idle queue.
+            // As long as for a job it may not move, or a shard it cannot read.
+            let retry = crate::ops::lease::UNREADABLE_RECHECK.as_nanos() as u64;
+            let at = self.clock.boot_ns().saturating_add(retry);
+            known.next_expiry_boot_ns = min_opt(known.next_expiry_boot_ns, at);
+        }
+        if let Some(w) = watch {
+            self.watch_buckets(w);
+            // A slot that was unreadable (a level seen in its making, a mended
+            // mode) and was read now: watched from now on, then listed again, so a
+            // job placed there between this listing and the watch is not missed.
+            if self.watch_readable_slots(w) {
+                known.claimable = true;
+            }
+        }
+        known
+    }
+
+    /// The queue removed (or replaced) under this handle, looked at when [`LOOK_EVERY_NS`]
+    /// passed since `looked` (then set to now): no job reaches the directories it holds,
+    /// and a wait would end in "no job" at its timeout, and so on for good.
+    fn replaced_since(&self, looked: &mut u64) -> Option<crate::error::Error> {
+        let now = self.clock.boot_ns();
+        if now.saturating_sub(*looked) < LOOK_EVERY_NS {
+            return None;
+        }
+        *looked = now;
+        self.root_replaced()
     }
 
     /// The wall clock less the boot clock now, ns.
