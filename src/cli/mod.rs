@@ -21,6 +21,8 @@ pub mod rawargs;
 pub mod s3;
 pub mod std_fds;
 pub mod stdout;
+#[cfg(all(feature = "appliance", target_env = "musl"))]
+pub mod threadname;
 pub mod work;
 
 use args::Cmd;

@@ -17,7 +17,9 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
 pub use rustix::io::Errno;
 
 use super::fault::Decision;
-pub use super::fault::{Fault, FaultAction, FaultPlan, TRACE_MAX};
+pub use super::fault::FaultPlan;
+#[cfg(feature = "faults")]
+pub use super::fault::{Fault, FaultAction, TRACE_MAX};
 
 /// The kinds of filesystem call, for fault injection and for error reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
