@@ -14,7 +14,7 @@ use crate::disk::layout::{bucket_dir, DELAYED_DIR};
 use crate::ops::capacity::drain;
 use crate::ops::recover::RecoverReport;
 use crate::ops::wait::LOOK_EVERY_NS;
-use crate::{EnqueueError, EnqueueOptions, Enqueued, ErrorKind, Failure, Lease, Queue, Result};
+use crate::{EnqueueError, EnqueueOptions, Enqueued, ErrorKind, Error, Lease, Queue, Result};
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -135,7 +135,7 @@ impl AsyncQueue {
         &self,
         lease: Duration,
         timeout: Duration,
-    ) -> Result<Option<Lease>, Failure> {
+    ) -> Result<Option<Lease>, Error> {
         let start = Instant::now();
         let fd = reactor_fd(self.claim_watch());
         let mut absent: Vec<u16> = (0..self.q.ident.slots())
@@ -187,7 +187,7 @@ impl AsyncQueue {
     ///
     /// # Errors
     /// As [`Queue::claim_for`].
-    pub async fn claim(&self, lease: Duration) -> Result<Option<Lease>, Failure> {
+    pub async fn claim(&self, lease: Duration) -> Result<Option<Lease>, Error> {
         self.q.claim_for(lease)
     }
 

@@ -15,7 +15,7 @@
 //!     lease.ack()?; // or lease.nack(delay), lease.fail(reason); dropping releases it
 //! }
 //! # std::fs::remove_dir_all(&dir).unwrap();
-//! # Ok::<(), steadq::Failure>(())
+//! # Ok::<(), steadq::Error>(())
 //! ```
 //!
 //! # Outcomes are types
@@ -23,20 +23,20 @@
 //! A mutating call returns `Ok` only when it is **done**. Its error type says what else it
 //! can have been, one variant per outcome: **not done** (nothing changed), **indeterminate**
 //! (it may have happened, or may not survive a crash: look before redoing it), and where an
-//! operation has more to say, its own variants. A read-only call returns [`Error`] (what,
+//! operation has more to say, its own variants. A read-only call returns [`Cause`] (what,
 //! where, the errno), which has no outcome: it changed nothing. `?` turns every one of them
-//! into a [`Failure`], so a function that makes several calls can return
-//! `Result<T, steadq::Failure>`.
+//! into an [`Error`], so a function that makes several calls can return
+//! `Result<T, steadq::Error>`.
 //!
 //! | operation | error type | possible outcomes |
 //! |---|---|---|
-//! | `Queue::open`, `open_with`, `status`, `list`, `list_each`, `find`, `read_job`, `open_job`, `limits`, `capacity_use`, `live_keys`, `fsck`, `Options::validate` | [`Error`] | none: read-only |
+//! | `Queue::open`, `open_with`, `status`, `list`, `list_each`, `find`, `read_job`, `open_job`, `limits`, `capacity_use`, `live_keys`, `fsck`, `Options::validate` | [`Cause`] | none: read-only |
 //! | `enqueue`, `enqueue_with`, `enqueue_unique`, `enqueue_wait` (and `TypedQueue`, `AsyncQueue` enqueues) | [`EnqueueError`] | `NotDone` (no job made); `Indeterminate { id, .. }`: the job `id` may exist, [`Queue::find`] tells |
 //! | `Lease::renew` | [`RenewError`] | `NotDone` (the lease is as it was); `LeaseLost`; `Indeterminate` (the lease follows whichever name exists) |
 //! | `Lease::ack`, `nack`, `fail`, `release` (and `TypedLease`'s) | [`SettleError`] | `NotDone { lease, .. }`: the lease is handed back, still holding the job; `LeaseLost`; `Indeterminate` |
-//! | `Queue::create`, `claim`, `claim_for`, `claim_wait`, `claim_wait_until`, `claim_batch`, `lease_from_handle` (it dead-letters a corrupt job), `ack_batch`, `enqueue_batch`, `recover`, `requeue_dead`, `requeue_dead_report` (its report's `first_error`), `make_due`, `purge_dead`, `fsck_quarantine`, `set_limits`, `set_receipt_policy`, `compact`, `compact_keys` | [`Failure`] | `NotDone`; `Indeterminate` (a batch that failed after part of it was done included) |
+//! | `Queue::create`, `claim`, `claim_for`, `claim_wait`, `claim_wait_until`, `claim_batch`, `lease_from_handle` (it dead-letters a corrupt job), `ack_batch`, `enqueue_batch`, `recover`, `requeue_dead`, `requeue_dead_report` (its report's `first_error`), `make_due`, `purge_dead`, `fsck_quarantine`, `set_limits`, `set_receipt_policy`, `compact`, `compact_keys` | [`Error`] | `NotDone`; `Indeterminate` (a batch that failed after part of it was done included) |
 //!
-//! [`RecoverReport::first_error`] is a [`Failure`] too. What went wrong is the
+//! [`RecoverReport::first_error`] is an [`Error`] too. What went wrong is the
 //! [`ErrorKind`] of the error inside (`kind()` on every type); a lost lease is
 //! [`ErrorKind::LeaseLost`], always not done.
 //!
@@ -54,7 +54,7 @@
 //!
 //! ```text
 //! src/lib.rs            the crate: layers, public re-exports
-//! src/error.rs          Error (what, where) and the outcome types (Failure, EnqueueError, ...)
+//! src/error.rs          Cause (what, where) and the outcome types (Error, EnqueueError, ...)
 //! src/queue.rs          the queue handle: create/open, reading and publishing the identity
 //! src/disk/layout.rs    the root layout: every root name once; shard and bucket names
 //! src/disk/identity.rs  the identity file's text (steadq.queue), encoded and decoded
@@ -127,8 +127,12 @@ pub use disk::scan::Foreign;
 pub use disk::state::State;
 pub use disk::sys::Call;
 pub use error::{
-    EnqueueError, Error, ErrorKind, Failure, OsErrno, Outcome, RenewError, Result, SettleError,
+    Cause, EnqueueError, Error, ErrorKind, OsErrno, Outcome, RenewError, SettleError,
 };
+/// `Result<T>` is `Result<T, steadq::Error>`: what every call returns but the enqueues (their
+/// [`EnqueueError`]) and a lease's renew and settling calls ([`RenewError`], [`SettleError`]),
+/// all of which `?` turns into an [`Error`].
+pub type Result<T, E = Error> = core::result::Result<T, E>;
 pub use ops::capacity::{CapacityUse, Limits, LIMITS_FILE};
 pub use ops::enqueue::EnqueueOptions;
 pub use ops::keys::{Enqueued, Key, KEYS_DIR, KEY_ORPHAN_AFTER, KEY_WAIT_MAX, TOMBSTONE_KEEP};

@@ -27,7 +27,7 @@ use crate::disk::name::{TempKind, TempName};
 #[cfg(feature = "faults")]
 use crate::disk::sys::FaultPlan;
 use crate::disk::sys::{fs_name, Call, Errno, Sys};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::ops::levels::SlotDir;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -113,8 +113,8 @@ const _: () = assert!(MAX_LEASE.as_nanos() == crate::disk::scan::LEASE_CAP_NS as
 /// arithmetic and the other tools reading these names can hold.
 pub(crate) const LATEST_DUE_NS: u64 = i64::MAX as u64;
 
-fn invalid(what: &'static str) -> Error {
-    Error::not_done(ErrorKind::InvalidArgument(what), None)
+fn invalid(what: &'static str) -> Cause {
+    Cause::not_done(ErrorKind::InvalidArgument(what), None)
 }
 
 /// Check a lease: longer than zero, at most [`MAX_LEASE`].
@@ -146,7 +146,12 @@ impl Options {
     /// bucket width, zero max attempts, a zero payload limit, a lease that is zero or longer
     /// than [`MAX_LEASE`], a format version other than 1, 2 or 3, a zero evidence limit, or
     /// an aging interval under 1 ms.
-    pub fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> crate::Result<()> {
+        Ok(self.check()?)
+    }
+
+    /// [`Options::validate`] inside the crate.
+    pub(crate) fn check(&self) -> Result<()> {
         if !(1..=256).contains(&self.shards) {
             return Err(invalid("shards must be 1..=256"));
         }
@@ -320,7 +325,7 @@ pub struct Shared {
     /// Jobs a claim of this handle could not move (`EPERM`, `EACCES`), by id, each with the
     /// `CLOCK_BOOTTIME` ns until which listings pass it over, and the error it gave
     /// (`ops/lease.rs`, at most 4,096).
-    pub(crate) refused: std::sync::Mutex<Vec<(u128, u64, Error)>>,
+    pub(crate) refused: std::sync::Mutex<Vec<(u128, u64, Cause)>>,
     /// Capacity tally and reservations (ops/capacity.rs).
     pub(crate) cap: crate::ops::capacity::CapState,
 }
@@ -378,7 +383,7 @@ impl Queue {
     /// [`ErrorKind::Incomplete`], [`ErrorKind::UnsupportedFilesystem`], or [`ErrorKind::Io`]
     /// naming the path (`/proc/sys/kernel/random/boot_id` when this boot's id cannot be read
     /// for want of descriptors or memory: [`Clock::try_new`]).
-    pub fn open(root: impl AsRef<Path>) -> Result<Queue> {
+    pub fn open(root: impl AsRef<Path>) -> crate::Result<Queue> {
         Queue::open_with(root, Options::default())
     }
 
@@ -387,7 +392,7 @@ impl Queue {
     /// # Errors
     /// As [`Queue::open`], plus [`ErrorKind::InvalidArgument`] for an option out of range
     /// ([`Options::validate`]).
-    pub fn open_with(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
+    pub fn open_with(root: impl AsRef<Path>, opts: Options) -> crate::Result<Queue> {
         Queue::open_checked(root.as_ref(), opts, false, true)
     }
 
@@ -401,7 +406,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::open`].
-    pub fn open_read_only(root: impl AsRef<Path>) -> Result<Queue> {
+    pub fn open_read_only(root: impl AsRef<Path>) -> crate::Result<Queue> {
         Queue::open_read_only_with(root, Options::default())
     }
 
@@ -409,7 +414,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::open_with`].
-    pub fn open_read_only_with(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
+    pub fn open_read_only_with(root: impl AsRef<Path>, opts: Options) -> crate::Result<Queue> {
         Queue::open_checked(root.as_ref(), opts, false, false)
     }
 
@@ -424,7 +429,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::open`].
-    pub fn open_for_check(root: impl AsRef<Path>) -> Result<Queue> {
+    pub fn open_for_check(root: impl AsRef<Path>) -> crate::Result<Queue> {
         Queue::open_for_check_with(root, Options::default())
     }
 
@@ -432,18 +437,27 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::open_with`].
-    pub fn open_for_check_with(root: impl AsRef<Path>, opts: Options) -> Result<Queue> {
+    pub fn open_for_check_with(root: impl AsRef<Path>, opts: Options) -> crate::Result<Queue> {
         Queue::open_checked(root.as_ref(), opts, true, false)
     }
 
     /// Open: `check` as [`Queue::open_for_check`]; `probe`: make the rename probe.
-    fn open_checked(root: &Path, opts: Options, check: bool, probe: bool) -> Result<Queue> {
-        opts.validate()?;
+    fn open_checked(
+        root: &Path,
+        opts: Options,
+        check: bool,
+        probe: bool,
+    ) -> crate::Result<Queue> {
+        Ok(Queue::open_internal(root, opts, check, probe)?)
+    }
+
+    fn open_internal(root: &Path, opts: Options, check: bool, probe: bool) -> Result<Queue> {
+        opts.check()?;
         let root = root.to_path_buf();
         let sys = make_sys(&opts);
         let rootfd = sys
             .open_queue_root(&root)
-            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
+            .map_err(|e| Cause::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
         check_filesystem(&sys, rootfd.as_fd(), &root)?;
         let ident = read_identity(&sys, rootfd.as_fd(), &root)?;
         Queue::assemble(root, sys, rootfd, ident, opts, check, probe)
@@ -489,12 +503,12 @@ impl Queue {
     /// [`ErrorKind::IdentityLost`] (not done) when the identity is missing or damaged and the
     /// job headers do not agree on one queue id; otherwise as [`Queue::open`]. Outcome:
     /// indeterminate once anything was created.
-    pub fn create(root: impl AsRef<Path>, opts: Options) -> Result<Queue, crate::Failure> {
+    pub fn create(root: impl AsRef<Path>, opts: Options) -> Result<Queue, crate::Error> {
         opts.validate()?;
         let root = root.as_ref().to_path_buf();
         let sys = make_sys(&opts);
         let ind =
-            |call, e, p: &Path| Error::io(call, e, Outcome::Indeterminate, Some(p.to_path_buf()));
+            |call, e, p: &Path| Cause::io(call, e, Outcome::Indeterminate, Some(p.to_path_buf()));
         // The directory made here, as its parent and name: removed again when the new
         // queue is refused for want of inodes, so that a refusal changes nothing.
         let mut made = None;
@@ -512,11 +526,11 @@ impl Queue {
                 made = root.file_name().and_then(|n| n.to_str()).map(|n| (pfd, n));
             }
             Err(Errno::EXIST) => {}
-            Err(e) => return Err(Error::io(Call::Mkdir, e, Outcome::NotDone, Some(root)).into()),
+            Err(e) => return Err(Cause::io(Call::Mkdir, e, Outcome::NotDone, Some(root)).into()),
         }
         let rootfd = sys
             .open_queue_root(&root)
-            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
+            .map_err(|e| Cause::io(Call::Open, e, Outcome::NotDone, Some(root.clone())))?;
         if let Err(e) = check_filesystem(&sys, rootfd.as_fd(), &root) {
             if let Some((pfd, name)) = &made {
                 // Empty and made by this call: best effort, as for `check_inodes` below.
@@ -613,7 +627,7 @@ impl Queue {
             Err(e @ (Errno::NXIO | Errno::ISDIR | Errno::LOOP | Errno::MLINK)) => log::warn!(
                 "{}: {}",
                 root.join(crate::disk::layout::EVIDENCE_FILE).display(),
-                Error::io(Call::Open, e, Outcome::NotDone, None)
+                Cause::io(Call::Open, e, Outcome::NotDone, None)
             ),
             // It exists (an `init` of an existing queue by a user who may not write it):
             // nothing to make, nothing to say.
@@ -650,12 +664,12 @@ impl Queue {
         if !check {
             if let Some((rel, dev, root_dev)) = other_filesystem(&sys, &dirs, &ident) {
                 let kind = ErrorKind::OtherFilesystem { dev, root_dev };
-                return Err(Error::not_done(kind, Some(root.join(rel))));
+                return Err(Cause::not_done(kind, Some(root.join(rel))));
             }
         }
         let clock = Clock::try_new(&sys).map_err(|e| {
             let at = Some(PathBuf::from(crate::disk::sys::BOOT_ID_FILE));
-            Error::io(Call::Open, e, Outcome::NotDone, at)
+            Cause::io(Call::Open, e, Outcome::NotDone, at)
         })?;
         if probe {
             probe_rename(&sys, dirs.tmp.as_fd(), &root, clock.boot_id())?;
@@ -777,11 +791,11 @@ impl Queue {
     /// was removed, or removed and made again): then [`ErrorKind::Replaced`] (not done)
     /// naming the root. Two `stat` calls; a failed `stat` other than a missing path says
     /// nothing (`None`).
-    pub(crate) fn root_replaced(&self) -> Option<Error> {
+    pub(crate) fn root_replaced(&self) -> Option<Cause> {
         let held = self.sys.file_id(self.dirs.root.as_fd()).ok()?;
         match self.sys.path_id(&self.root) {
             Ok(now) if now == held => None,
-            Ok(_) | Err(Errno::NOENT | Errno::NOTDIR) => Some(Error::not_done(
+            Ok(_) | Err(Errno::NOENT | Errno::NOTDIR) => Some(Cause::not_done(
                 ErrorKind::Replaced,
                 Some(self.root.clone()),
             )),
@@ -851,12 +865,12 @@ impl Queue {
     /// reason: a file (or a symlink, never followed) standing where the directory or one of
     /// its parents belongs is `ENOTDIR` naming that entry, anything else `EACCES` naming the
     /// directory. (`EACCES` was hard-coded and sent users to chmod a file.)
-    pub(crate) fn unreadable_dir_error(&self, rel: &str) -> crate::Error {
+    pub(crate) fn unreadable_dir_error(&self, rel: &str) -> crate::Cause {
         let (errno, at) = match self.not_a_directory_on(rel) {
             Some(entry) => (Errno::NOTDIR, entry),
             None => (Errno::ACCESS, rel.to_string()),
         };
-        crate::Error::io(
+        crate::Cause::io(
             crate::disk::sys::Call::Open,
             errno,
             crate::Outcome::NotDone,
@@ -1141,7 +1155,7 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
                 errno: e.into(),
             }
         };
-        Error::not_done(kind, Some(root.join(rel)))
+        Cause::not_done(kind, Some(root.join(rel)))
     };
     let open = |rel: &str| {
         sys.open_dir_beneath(rootfd.as_fd(), rel)
@@ -1186,7 +1200,7 @@ fn open_dirs(sys: &Sys, rootfd: OwnedFd, root: &Path, ident: &Identity) -> Resul
     // names the entry. A symlink is never followed (`ready/03 -> /elsewhere`: an attempt
     // to keep jobs outside the queue, or to stop it): it refused the whole queue, so one
     // member of the queue's group stopped every worker, enqueue and `init`.
-    let blocked = |e: &Error, rel: &str| {
+    let blocked = |e: &Cause, rel: &str| {
         let errno = |n: Errno| {
             e.errno()
                 .is_some_and(|x| x.raw_os_error() == n.raw_os_error())
@@ -1419,18 +1433,18 @@ pub(crate) fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Res
     let fd = match sys.open_regular_ro(root, IDENTITY_FILE) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::NotAQueue,
                 Some(path.to_path_buf()),
             ))
         }
-        Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(p))),
+        Err(e) => return Err(Cause::io(Call::Open, e, Outcome::NotDone, Some(p))),
     };
     let mut buf = Vec::new();
     sys.read_all(fd.as_fd(), 4096, &mut buf)
-        .map_err(|e| Error::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
+        .map_err(|e| Cause::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
     let text = std::str::from_utf8(&buf)
-        .map_err(|_| Error::not_done(ErrorKind::BadIdentity, Some(p.clone())))?;
+        .map_err(|_| Cause::not_done(ErrorKind::BadIdentity, Some(p.clone())))?;
     Identity::decode(text).map_err(|e| {
         let kind = match e {
             IdentityError::Bad => ErrorKind::BadIdentity,
@@ -1438,7 +1452,7 @@ pub(crate) fn read_identity(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Res
                 ErrorKind::UnsupportedVersion { found, supported }
             }
         };
-        Error::not_done(kind, Some(p))
+        Cause::not_done(kind, Some(p))
     })
 }
 
@@ -1455,7 +1469,7 @@ fn identity_temp_file(
     keep: bool,
 ) -> Result<String> {
     let tmp = format!(".{IDENTITY_FILE}.{:032x}", random_u128());
-    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
+    let nd = |call, e| Cause::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
     let fd = sys.create_file(root, &tmp).map_err(|e| nd(Call::Open, e))?;
     if keep {
         if let Err(e) = sys.share_file_like(fd.as_fd(), root, IDENTITY_FILE) {
@@ -1485,8 +1499,8 @@ pub(crate) fn publish_identity(
     ident: &Identity,
 ) -> Result<()> {
     let tmp = identity_temp_file(sys, root, path, ident, false)?;
-    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
-    let cleanup = |e: Error| {
+    let nd = |call, e| Cause::io(call, e, Outcome::NotDone, Some(path.join(&tmp)));
+    let cleanup = |e: Cause| {
         let _ = sys.unlink(root, &tmp);
         e
     };
@@ -1499,7 +1513,7 @@ pub(crate) fn publish_identity(
         Err(Errno::INVAL) => {
             let _ = sys.unlink(root, &tmp);
             let fs_type = sys.fs_magic(root).map(fs_name).unwrap_or("unknown");
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::UnsupportedFilesystem { fs_type },
                 Some(path.to_path_buf()),
             ));
@@ -1508,7 +1522,7 @@ pub(crate) fn publish_identity(
         Err(e) => return Err(cleanup(nd(Call::Rename, e))),
     }
     sys.fsync_dir(root).map_err(|e| {
-        Error::io(
+        Cause::io(
             Call::FsyncDir,
             e,
             Outcome::Indeterminate,
@@ -1536,13 +1550,13 @@ pub(crate) fn publish_identity_replacing(
         return Err(if e == Errno::IO {
             // EIO from the rename itself: the new identity may be in place.
             let at = Some(path.join(IDENTITY_FILE));
-            Error::io(Call::Rename, e, Outcome::Indeterminate, at)
+            Cause::io(Call::Rename, e, Outcome::Indeterminate, at)
         } else {
-            Error::io(Call::Rename, e, Outcome::NotDone, Some(path.join(&tmp)))
+            Cause::io(Call::Rename, e, Outcome::NotDone, Some(path.join(&tmp)))
         });
     }
     sys.fsync_dir(root).map_err(|e| {
-        Error::io(
+        Cause::io(
             Call::FsyncDir,
             e,
             Outcome::Indeterminate,
@@ -1676,11 +1690,11 @@ pub enum OrphanShards {
 ///
 /// # Errors
 /// `dir` cannot be opened (not done, nothing changed).
-pub fn orphan_shards(dir: &Path) -> Result<OrphanShards> {
+pub fn orphan_shards(dir: &Path) -> crate::Result<OrphanShards> {
     let sys = Sys::new();
     let root = sys
         .open_dir_path(dir)
-        .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(dir.to_path_buf())))?;
+        .map_err(|e| Cause::io(Call::Open, e, Outcome::NotDone, Some(dir.to_path_buf())))?;
     Ok(shard_evidence(&sys, root.as_fd()))
 }
 
@@ -1817,7 +1831,7 @@ fn establish_identity(
                     (opts.shards, "from the options: the job names fit it")
                 }
                 OrphanShards::Fits(fits) => {
-                    return Err(Error::not_done(
+                    return Err(Cause::not_done(
                         ErrorKind::ShardsUnknown { fits },
                         Some(path.to_path_buf()),
                     ))
@@ -1840,7 +1854,7 @@ fn establish_identity(
             .settled()
         }
         Survey::Lost { jobs, ids } => {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::IdentityLost { jobs, ids },
                 Some(path.to_path_buf()),
             ))
@@ -1858,7 +1872,7 @@ fn establish_identity(
 /// good identity (another creator published it meanwhile), it is moved back.
 fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()> {
     let aside = format!(".{IDENTITY_FILE}.damaged.{:032x}", random_u128());
-    let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(path.join(IDENTITY_FILE)));
+    let nd = |call, e| Cause::io(call, e, Outcome::NotDone, Some(path.join(IDENTITY_FILE)));
     match sys.rename(root, IDENTITY_FILE, root, &aside) {
         Ok(()) => {}
         Err(Errno::NOENT) => return Ok(()),
@@ -1882,8 +1896,8 @@ fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()>
 
 /// `EPERM` or `ENOSYS` from `renameat2` of a file SteadQ just made: the call is blocked (a
 /// seccomp profile, a sandbox), which is not the filesystem's doing.
-fn rename_refused(errno: Errno, path: &Path) -> Error {
-    Error::not_done(
+fn rename_refused(errno: Errno, path: &Path) -> Cause {
+    Cause::not_done(
         ErrorKind::RenameRefused {
             errno: errno.into(),
         },
@@ -1932,7 +1946,7 @@ fn check_filesystem(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Result<()> 
     let Ok((magic, name_max)) = sys.fs_type_and_name_max(root) else {
         return Ok(());
     };
-    let refuse = |kind| Err(Error::not_done(kind, Some(path.to_path_buf())));
+    let refuse = |kind| Err(Cause::not_done(kind, Some(path.to_path_buf())));
     if let Some(fs_type) = refused_filesystem(magic) {
         return refuse(ErrorKind::UnsupportedFilesystem { fs_type });
     }
@@ -1959,7 +1973,7 @@ fn check_inodes(
 ) -> Result<()> {
     let needed = CREATED_DIRS.len() as u64 + 2 * u64::from(shards) + 2 + u64::from(made);
     match sys.fs_inodes(root) {
-        Ok((total, free)) if total > 0 && free + u64::from(made) < needed => Err(Error::not_done(
+        Ok((total, free)) if total > 0 && free + u64::from(made) < needed => Err(Cause::not_done(
             ErrorKind::TooFewInodes {
                 needed,
                 free: free + u64::from(made),
@@ -1999,7 +2013,7 @@ fn ensure_dir(
         true => Outcome::Indeterminate,
         false => Outcome::NotDone,
     };
-    r.map_err(|(c, e, at)| Error::io(c, e, o, Some(at)))
+    r.map_err(|(c, e, at)| Cause::io(c, e, o, Some(at)))
 }
 
 /// Check once per open that `renameat2(RENAME_NOREPLACE)` works here: a probe file in `tmp/`
@@ -2008,7 +2022,7 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
     let probe = || TempName::new(boot_id, TempKind::Probe, random_u128()).format();
     let (a, b) = (probe(), probe());
     let nd = |call, e| {
-        Error::io(
+        Cause::io(
             call,
             e,
             Outcome::NotDone,
@@ -2046,7 +2060,7 @@ fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> R
         Ok(()) => Ok(()),
         Err(Errno::INVAL) => {
             let fs_type = sys.fs_magic(tmp).map(fs_name).unwrap_or("unknown");
-            Err(Error::not_done(
+            Err(Cause::not_done(
                 ErrorKind::UnsupportedFilesystem { fs_type },
                 Some(root.to_path_buf()),
             ))
@@ -2068,7 +2082,7 @@ fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Resul
             foreign = Some(n);
         }
     };
-    let read_err = |e, at: &str| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(path.join(at)));
+    let read_err = |e, at: &str| Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(path.join(at)));
     let fs_root = is_fs_root(sys, root, path);
     sys.read_dir(root, |name, raw, t| {
         let ours = name.is_some_and(|n| {
@@ -2117,7 +2131,7 @@ fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Resul
                 continue;
             }
             Err(e) => {
-                return Err(Error::io(
+                return Err(Cause::io(
                     Call::Open,
                     e,
                     Outcome::NotDone,
@@ -2156,7 +2170,7 @@ fn refuse_foreign_entries(sys: &Sys, root: BorrowedFd<'_>, path: &Path) -> Resul
         todo.extend(deeper);
     }
     match foreign {
-        Some(entry) => Err(Error::not_done(
+        Some(entry) => Err(Cause::not_done(
             ErrorKind::NotEmpty { entry },
             Some(path.to_path_buf()),
         )),

@@ -10,8 +10,8 @@
 //! A job's bytes are the plain postcard encoding of the value; the file envelope (header and
 //! SHA-256 digests) is the same as for any job, so `steadq show` and `fsck` work unchanged.
 
-use crate::{EnqueueError, Failure, Receipt, RenewError, Result, SettleError};
-use crate::{EnqueueOptions, Enqueued, Error, ErrorKind, JobId, Lease, Nacked, Queue, Reason};
+use crate::{EnqueueError, Error, Receipt, RenewError, Result, SettleError};
+use crate::{EnqueueOptions, Enqueued, Cause, ErrorKind, JobId, Lease, Nacked, Queue, Reason};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::marker::PhantomData;
@@ -44,8 +44,8 @@ pub struct TypedLease<T> {
     value: T,
 }
 
-fn decode_error(what: String) -> Error {
-    Error::new(ErrorKind::Decode(what), None)
+fn decode_error(what: String) -> Cause {
+    Cause::new(ErrorKind::Decode(what), None)
 }
 
 impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
@@ -94,7 +94,7 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
     /// not done (no job was handed out), so a worker loop should claim again, not stop; the errors of
     /// [`Lease::payload`] for a payload larger than 64 KiB (the job is released); otherwise
     /// as [`Queue::claim_for`].
-    pub fn claim_for(&self, lease: Duration) -> Result<Option<TypedLease<T>>, Failure> {
+    pub fn claim_for(&self, lease: Duration) -> Result<Option<TypedLease<T>>, Error> {
         self.q.claim_for(lease)?.map(decode).transpose()
     }
 
@@ -106,7 +106,7 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
         &self,
         lease: Duration,
         timeout: Duration,
-    ) -> Result<Option<TypedLease<T>>, Failure> {
+    ) -> Result<Option<TypedLease<T>>, Error> {
         self.q.claim_wait(lease, timeout)?.map(decode).transpose()
     }
 }
@@ -115,7 +115,7 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
 /// memory ([`Lease::payload`]: a large one is loaded once); when loading it fails the error is
 /// returned and the job released (a file changed since the claim is dead-lettered by the
 /// next claim's check).
-pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>, Failure> {
+pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>, Error> {
     match postcard::from_bytes::<T>(lease.payload()?) {
         Ok(value) => Ok(TypedLease { lease, value }),
         Err(e) => {
@@ -143,7 +143,7 @@ impl<T: DeserializeOwned> TypedLease<T> {
     pub fn ack_and_claim(
         self,
         lease: Duration,
-    ) -> Result<(Receipt, Result<Option<TypedLease<T>>, Failure>), SettleError> {
+    ) -> Result<(Receipt, Result<Option<TypedLease<T>>, Error>), SettleError> {
         let step = self.lease.ack_and_claim(lease)?;
         let next = step.next.and_then(|l| l.map(decode).transpose());
         Ok((step.receipt, next))

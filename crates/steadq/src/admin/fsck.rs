@@ -18,7 +18,7 @@ use crate::disk::name::NameError;
 use crate::disk::name::{JobName, Kind, Reason};
 use crate::disk::scan::Foreign;
 use crate::disk::sys::{Call, EntryType, Errno};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Cause, Outcome, Result};
 use crate::queue::{header_queue_id, Queue, IDENTITY_FILE};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -292,8 +292,8 @@ impl Queue {
     ///
     /// # Errors
     /// [`crate::ErrorKind::Io`] if a directory cannot be listed. Nothing was changed.
-    pub fn fsck(&self) -> Result<FsckReport> {
-        self.fsck_with(false)
+    pub fn fsck(&self) -> crate::Result<FsckReport> {
+        Ok(self.fsck_with(false)?)
     }
 
     /// Check every entry and move each bad entry to `quarantine/<its path>` (renamed without
@@ -305,7 +305,7 @@ impl Queue {
     /// before it are done (they stay done). First the rename probe of [`Queue::open`] (a
     /// handle from [`Queue::open_for_check`] was opened without it): its refusal
     /// ([`crate::ErrorKind::UnsupportedFilesystem`], ...) moves nothing.
-    pub fn fsck_quarantine(&self) -> Result<FsckReport, crate::Failure> {
+    pub fn fsck_quarantine(&self) -> Result<FsckReport, crate::Error> {
         self.probe_renames()?;
         Ok(self.fsck_with(true)?)
     }
@@ -721,7 +721,7 @@ impl Queue {
                     _ => push_odd(&mut odd, &mut wild, name, raw),
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+            .map_err(|e| Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
         // Named by type (a `prio/` holding jobs on a version-2 queue says how many); root
         // entries are never moved.
         for name in odd {
@@ -771,7 +771,7 @@ impl Queue {
                     }
                 })
                 .map_err(|e| {
-                    Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
+                    Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
             self.strays(rep, fd.as_fd(), parent, odd, bad);
             not_utf8(bad, parent, wild);
@@ -876,7 +876,7 @@ impl Queue {
                 });
                 Ok(None)
             }
-            Err(e) => Err(Error::io(
+            Err(e) => Err(Cause::io(
                 Call::Open,
                 e,
                 Outcome::NotDone,
@@ -986,7 +986,7 @@ impl Queue {
     /// Not done when it cannot be opened or changed; indeterminate when the fsync fails.
     fn share_made(&self, rel: &str, like: &str) -> Result<bool> {
         let root = self.dirs.root.as_fd();
-        let at = |c, e, o| Error::io(c, e, o, Some(self.path(rel)));
+        let at = |c, e, o| Cause::io(c, e, o, Some(self.path(rel)));
         // A directory this user may not even open (700, another user's) it may not change.
         let changed = match self.sys.open_dir_beneath(root, rel) {
             Ok(fd) => self
@@ -1022,7 +1022,7 @@ impl Queue {
     /// vanished meanwhile.
     fn quarantine(&self, dir: &str, name: &str, escaped: bool) -> Result<bool> {
         let root = self.dirs.root.as_fd();
-        let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
+        let nd = |c, e, p: &str| Cause::io(c, e, Outcome::NotDone, Some(self.path(p)));
         let to = self.quarantine_dir(dir)?;
         let qdir = format!("{QUARANTINE_DIR}/{dir}");
         let from = self
@@ -1042,7 +1042,7 @@ impl Queue {
             Err(e) => return Err(nd(Call::Rename, e, &format!("{dir}/{name}"))),
         }
         let ind = |e, p: &str| {
-            Error::io(
+            Cause::io(
                 Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
@@ -1065,14 +1065,14 @@ impl Queue {
         let mut parent = self
             .sys
             .open_dir_beneath(self.dirs.root.as_fd(), ".")
-            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path("."))))?;
+            .map_err(|e| Cause::io(Call::Open, e, Outcome::NotDone, Some(self.path("."))))?;
         for part in std::iter::once(QUARANTINE_DIR).chain(dir.split('/').filter(|p| !p.is_empty()))
         {
             if !rel.is_empty() {
                 rel.push('/');
             }
             rel.push_str(part);
-            let at = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+            let at = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
             let made = match self.sys.mkdir(parent.as_fd(), part) {
                 Ok(()) => true,
                 Err(Errno::EXIST) => false,
@@ -1087,7 +1087,7 @@ impl Queue {
                 // whoever ran fsck first: the next user's `fsck --quarantine` moves into it.
                 self.share_like(child.as_fd(), crate::disk::layout::DEAD_DIR, &rel);
                 self.barrier(parent.as_fd()).map_err(|e| {
-                    Error::io(
+                    Cause::io(
                         Call::FsyncDir,
                         e,
                         Outcome::Indeterminate,
@@ -1192,7 +1192,7 @@ impl Queue {
                 return Ok(());
             }
             Err(e) => {
-                return Err(Error::io(
+                return Err(Cause::io(
                     Call::Open,
                     e,
                     Outcome::NotDone,

@@ -7,7 +7,7 @@ use crate::disk::name::{parse_hex, parse_ready, raw_tag, JobId, JobName, Kind, N
 use crate::disk::scan::{state_of, Foreign};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, EntryType, Errno};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
@@ -39,7 +39,7 @@ pub struct RequeueReport {
     pub failed: u32,
     /// The first failed move, naming its job: not done when nothing moved, indeterminate once
     /// anything did (part of the batch happened).
-    pub first_error: Option<crate::Failure>,
+    pub first_error: Option<crate::Error>,
     /// Directories under `dead/` this user could not read (or that are not directories),
     /// relative to the root: their jobs were not tried. With no failed move, `first_error`
     /// names the first of them.
@@ -354,8 +354,8 @@ impl Queue {
         Ok(going)
     }
 
-    pub(crate) fn read_dir_error(&self, e: Errno, rel: &str) -> Error {
-        Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
+    pub(crate) fn read_dir_error(&self, e: Errno, rel: &str) -> Cause {
+        Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
     }
 
     /// The buckets of `delayed/` or `dead/` for [`Queue::walk_while`], in time order; anything
@@ -432,7 +432,7 @@ impl Queue {
                 }
                 Err(e) => {
                     let path = Some(self.path(&rel));
-                    return Err(Error::io(Call::Open, e, Outcome::NotDone, path));
+                    return Err(Cause::io(Call::Open, e, Outcome::NotDone, path));
                 }
             };
             going = self.walk_dir(fd.as_fd(), &rel, self.bucket_fits(area, b), f)?;
@@ -461,7 +461,7 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::Io`] (not done) naming the directory that could not be read.
-    pub fn list(&self, state: Option<State>) -> Result<Vec<Listed>> {
+    pub fn list(&self, state: Option<State>) -> crate::Result<Vec<Listed>> {
         let mut unreadable = Vec::new();
         let out = self.list_noting(state, &mut unreadable)?;
         self.warn_unreadable(unreadable);
@@ -507,7 +507,7 @@ impl Queue {
         state: Option<State>,
         once: bool,
         mut f: impl FnMut(Listed) -> bool,
-    ) -> Result<()> {
+    ) -> crate::Result<()> {
         let mut seen = IdSet::default();
         let mut going = true;
         self.walk_while(|s| {
@@ -522,14 +522,15 @@ impl Queue {
                 }
             }
             going
-        })
+        })?;
+        Ok(())
     }
 
     /// Counts, bytes and ages per state: [`Queue::status_with`] with bytes.
     ///
     /// # Errors
     /// As [`Queue::list`].
-    pub fn status(&self) -> Result<Status> {
+    pub fn status(&self) -> crate::Result<Status> {
         self.status_with(true)
     }
 
@@ -556,7 +557,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::list`].
-    pub fn status_with(&self, bytes: bool) -> Result<Status> {
+    pub fn status_with(&self, bytes: bool) -> crate::Result<Status> {
         let mut st = Status::default();
         self.status_hook(&mut st); // hook: ops/capacity.rs (limits, live keys)
         st.bytes_counted = bytes || st.limits.max_bytes.is_some();
@@ -657,11 +658,11 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::NoSuchJob`] (not done), or as [`Queue::list`].
-    pub fn find(&self, id: JobId) -> Result<Listed> {
+    pub fn find(&self, id: JobId) -> crate::Result<Listed> {
         let (found, unreadable) = self.names_of(id)?;
         self.warn_unreadable(unreadable);
         let found = found.into_iter().last();
-        found.ok_or_else(|| Error::not_done(ErrorKind::NoSuchJob, None))
+        Ok(found.ok_or_else(|| Cause::not_done(ErrorKind::NoSuchJob, None))?)
     }
 
     /// Every name of job `id` in a place it belongs (ready and receipt shards, delayed and
@@ -689,19 +690,19 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Corrupt`] if it fails verification (nothing is moved);
     /// [`ErrorKind::LeaseLost`] if it moved meanwhile; [`ErrorKind::Io`]. Not done.
-    pub fn read_job(&self, job: &Listed) -> Result<(crate::disk::format::Header, Vec<u8>)> {
+    pub fn read_job(&self, job: &Listed) -> crate::Result<(crate::disk::format::Header, Vec<u8>)> {
         let rel = job.rel_path(self.ident.id);
         let dir = self
             .sys
             .open_dir_beneath(self.dirs.root.as_fd(), &job.dir)
-            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&job.dir))))?;
+            .map_err(|e| Cause::io(Call::Open, e, Outcome::NotDone, Some(self.path(&job.dir))))?;
         let name = job.name.format(self.ident.id);
         let path = Some(self.path(&rel));
         match self.load_job(dir.as_fd(), &name, job.name.id.0) {
             Ok(x) => Ok(x),
-            Err(Load::Missing) => Err(Error::not_done(ErrorKind::LeaseLost, path)),
-            Err(Load::Corrupt(c)) => Err(Error::not_done(ErrorKind::Corrupt(c), path)),
-            Err(Load::Io(call, e)) => Err(Error::io(call, e, Outcome::NotDone, path)),
+            Err(Load::Missing) => Err(Cause::not_done(ErrorKind::LeaseLost, path).into()),
+            Err(Load::Corrupt(c)) => Err(Cause::not_done(ErrorKind::Corrupt(c), path).into()),
+            Err(Load::Io(call, e)) => Err(Cause::io(call, e, Outcome::NotDone, path).into()),
         }
     }
 
@@ -715,7 +716,7 @@ impl Queue {
     pub fn open_job(
         &self,
         job: &Listed,
-    ) -> Result<(crate::disk::format::Header, crate::PayloadReader)> {
+    ) -> crate::Result<(crate::disk::format::Header, crate::PayloadReader)> {
         let rel = job.rel_path(self.ident.id);
         let path = Some(self.path(&rel));
         let opened = self
@@ -735,9 +736,9 @@ impl Queue {
                 let path = self.path(&rel);
                 Ok((h, crate::PayloadReader::file(self.clone(), fd, &h, path)))
             }
-            Err(Load::Missing) => Err(Error::not_done(ErrorKind::LeaseLost, path)),
-            Err(Load::Corrupt(c)) => Err(Error::not_done(ErrorKind::Corrupt(c), path)),
-            Err(Load::Io(call, e)) => Err(Error::io(call, e, Outcome::NotDone, path)),
+            Err(Load::Missing) => Err(Cause::not_done(ErrorKind::LeaseLost, path).into()),
+            Err(Load::Corrupt(c)) => Err(Cause::not_done(ErrorKind::Corrupt(c), path).into()),
+            Err(Load::Io(call, e)) => Err(Cause::io(call, e, Outcome::NotDone, path).into()),
         }
     }
 
@@ -839,7 +840,7 @@ impl Queue {
     /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error,
     /// after trying every job: not done if nothing moved, indeterminate if anything did (the
     /// rule of [`Queue::recover`]). [`Queue::requeue_dead_report`] also says how many moved.
-    pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32, crate::Failure> {
+    pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32, crate::Error> {
         let mut r = self.requeue_dead_report(id)?;
         match r.first_error.take() {
             Some(e) => Err(e),
@@ -854,7 +855,7 @@ impl Queue {
     /// # Errors
     /// Only what stops the whole call before any move: [`ErrorKind::NoSuchJob`] if `id` is
     /// not dead, or a listing that failed (not done). A failed move is in the report.
-    pub fn requeue_dead_report(&self, id: Option<JobId>) -> Result<RequeueReport, crate::Failure> {
+    pub fn requeue_dead_report(&self, id: Option<JobId>) -> Result<RequeueReport, crate::Error> {
         let mut r = RequeueReport::default();
         let dead = match id {
             Some(_) => self.jobs_in(State::Dead, id)?,
@@ -870,7 +871,7 @@ impl Queue {
                 out
             }
         };
-        let mut first: Option<Error> = None;
+        let mut first: Option<Cause> = None;
         for l in dead {
             let bucket = l.dir.trim_start_matches("dead/");
             let moved = self.source_bucket(true, bucket).and_then(|from| {
@@ -879,7 +880,7 @@ impl Queue {
                 let mut new = l.name.next(Kind::Ready, false);
                 new.attempt = crate::disk::state::attempt_after(Op::Requeue, l.name.attempt);
                 self.move_job(&from, &l.name, &to, &new, Op::Requeue)
-                    .map_err(Error::from)
+                    .map_err(Cause::from)
             });
             match moved {
                 Ok(()) => r.requeued += 1,
@@ -909,12 +910,13 @@ impl Queue {
     /// The jobs in `state`, or only job `id` (which must be there: [`ErrorKind::NoSuchJob`]).
     fn jobs_in(&self, state: State, id: Option<JobId>) -> Result<Vec<Listed>> {
         let jobs: Vec<Listed> = self
-            .list(Some(state))?
+            .list(Some(state))
+            .map_err(crate::Error::into_internal)?
             .into_iter()
             .filter(|l| id.is_none_or(|i| l.name.id == i))
             .collect();
         if id.is_some() && jobs.is_empty() {
-            return Err(Error::not_done(ErrorKind::NoSuchJob, None));
+            return Err(Cause::not_done(ErrorKind::NoSuchJob, None));
         }
         Ok(jobs)
     }
@@ -928,7 +930,7 @@ impl Queue {
     /// [`ErrorKind::NoSuchJob`] if `id` is not delayed; otherwise the first failing move,
     /// after trying every job: not done if nothing moved, indeterminate if anything did (the
     /// rule of [`Queue::recover`]).
-    pub fn make_due(&self, id: Option<JobId>) -> Result<u32, crate::Failure> {
+    pub fn make_due(&self, id: Option<JobId>) -> Result<u32, crate::Error> {
         let delayed = self.jobs_in(State::Delayed, id)?;
         let mut r = crate::RecoverReport::default();
         for l in delayed {
@@ -942,7 +944,7 @@ impl Queue {
                     &l.name.next(Kind::Ready, false),
                     Op::Due,
                 )
-                .map_err(Error::from)
+                .map_err(Cause::from)
             });
             match moved {
                 Ok(()) => r.due += 1,
@@ -951,7 +953,7 @@ impl Queue {
             }
         }
         match r.first_error.take() {
-            Some(e) => Err(crate::ops::recover::partial(e.into_error(), &r).into()),
+            Some(e) => Err(crate::ops::recover::partial(e.into_cause(), &r).into()),
             None => Ok(r.due),
         }
     }
@@ -965,7 +967,7 @@ impl Queue {
     /// when nothing was deleted; indeterminate once a job was (the batch rule of
     /// [`Queue::requeue_dead`] and [`Queue::recover`]), and for any failed fsync. Never
     /// creates a directory.
-    pub fn purge_dead(&self) -> Result<u32, crate::Failure> {
+    pub fn purge_dead(&self) -> Result<u32, crate::Error> {
         // A dead bucket (or `dead/`) this user cannot read holds jobs that are not purged:
         // a failure, not a warning beside "purged N" and exit 0 (breaker finding; `requeue
         // --all` fails the same way).
@@ -976,8 +978,8 @@ impl Queue {
         // The first failure and how many jobs failed: a job that cannot be deleted (a
         // bucket another user owns, an unlink refused) no longer stops the purge of the
         // jobs after it (breaker finding: `requeue --all` went on, `purge` stopped).
-        let (mut first, mut failed): (Option<Error>, u32) = (None, 0);
-        let mut fail = |e: Error| {
+        let (mut first, mut failed): (Option<Cause>, u32) = (None, 0);
+        let mut fail = |e: Cause| {
             log::warn!("{e}; passed over");
             failed += 1;
             first.get_or_insert(e);
@@ -1011,7 +1013,7 @@ impl Queue {
                         Errno::IO => Outcome::Indeterminate,
                         _ => Outcome::NotDone,
                     };
-                    fail(Error::io(Call::Unlink, e, o, Some(self.path(&rel))));
+                    fail(Cause::io(Call::Unlink, e, o, Some(self.path(&rel))));
                     continue;
                 }
             }
@@ -1037,7 +1039,7 @@ impl Queue {
 
     /// [`Queue::purge_dead`]'s barriers: each bucket it deleted from (removed when it is
     /// now empty), then `dead/`.
-    fn sync_purged(&self, dirs: &[String], n: u32) -> Result<(), crate::Failure> {
+    fn sync_purged(&self, dirs: &[String], n: u32) -> Result<(), crate::Error> {
         for d in dirs {
             let bucket = d.trim_start_matches("dead/").to_string();
             let place = match self.source_bucket(true, &bucket) {
@@ -1046,7 +1048,7 @@ impl Queue {
                 Err(e) => return Err(e.with_outcome(batch_outcome(n)).into()),
             };
             self.barrier(place.dir.fd()).map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::FsyncDir,
                     e,
                     Outcome::Indeterminate,
@@ -1056,7 +1058,7 @@ impl Queue {
             let _ = self.sys.rmdir(self.dirs.dead.as_fd(), &bucket);
         }
         self.barrier(self.dirs.dead.as_fd()).map_err(|e| {
-            Error::io(
+            Cause::io(
                 Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,

@@ -28,7 +28,7 @@ use crate::disk::name::{JobId, JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::state::{self, Op, State};
 use crate::disk::sys::{Call, Errno, Publish};
-use crate::error::{EnqueueError, Error, ErrorKind, Failure, Outcome, Result};
+use crate::error::{EnqueueError, Cause, ErrorKind, Error, Outcome, Result};
 use crate::queue::{random, Durability, Queue};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
@@ -62,7 +62,7 @@ impl EnqueueOptions {
     pub(crate) fn priority_on(&self, ident: &crate::Identity) -> Result<u8> {
         use crate::disk::name::{DEFAULT_PRIORITY, PRIORITY_LEVELS};
         let p = self.priority.unwrap_or(DEFAULT_PRIORITY);
-        let bad = |what| Err(Error::not_done(ErrorKind::InvalidArgument(what), None));
+        let bad = |what| Err(Cause::not_done(ErrorKind::InvalidArgument(what), None));
         if p >= PRIORITY_LEVELS {
             return bad("priority must be 0..=7 (7 is claimed first; the default is 3)");
         }
@@ -129,7 +129,7 @@ impl Written {
 /// error (a payload over the limit, an input that could not be read).
 pub(crate) enum FillError {
     Call(Call, Errno),
-    Other(Error),
+    Other(Cause),
 }
 
 impl From<(Call, Errno)> for FillError {
@@ -169,7 +169,7 @@ impl Queue {
     /// assert_eq!((lease.id(), lease.payload()?), (id, &b"resize photo 17"[..]));
     /// lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
     pub fn enqueue(&self, payload: &[u8]) -> Result<JobId, EnqueueError> {
         self.enqueue_with(payload, &EnqueueOptions::default())
@@ -196,7 +196,7 @@ impl Queue {
     /// assert!(q.claim()?.is_none(), "not due for ten minutes");
     /// assert_eq!(q.status()?.delayed, 1);
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
     pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId, EnqueueError> {
         // Hook (ops/keys.rs, ops/capacity.rs): keys and the capacity check.
@@ -237,7 +237,7 @@ impl Queue {
         self.publish(p, w, resync)
             .map_err(|e| e.with_job(p.name.id))?;
         self.dir_barrier(&p.dir).map_err(|e| {
-            Error::io(
+            Cause::io(
                 Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
@@ -258,7 +258,7 @@ impl Queue {
     /// # Errors
     /// As [`Queue::enqueue`]; once any job of the batch was published the outcome is
     /// indeterminate for the batch (each job is either fully present or absent).
-    pub fn enqueue_batch(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>, Failure> {
+    pub fn enqueue_batch(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>, Error> {
         let _op = self.op();
         let total: u64 = payloads.iter().map(|p| p.len() as u64).sum();
         let _room = self.admit(payloads.len() as u64, total)?; // hook: ops/capacity.rs
@@ -291,7 +291,7 @@ impl Queue {
                 .first()
                 .is_some_and(|p| self.group.one_barrier_per_rename(&self.sys, p.dir.fd()));
         if one_commit {
-            let nd = |e| Error::io(Call::WriteOut, e, Outcome::NotDone, Some(self.root.clone()));
+            let nd = |e| Cause::io(Call::WriteOut, e, Outcome::NotDone, Some(self.root.clone()));
             for w in &written {
                 self.sys.start_write_out(w.fd()).map_err(nd)?;
             }
@@ -300,7 +300,7 @@ impl Queue {
             }
         } else if self.barriers {
             self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
-                Error::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone()))
+                Cause::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone()))
             })?;
         }
         for (i, (p, w)) in prepared.iter().zip(written).enumerate() {
@@ -321,7 +321,7 @@ impl Queue {
         let last = prepared.last().filter(|_| self.barriers);
         if let Some(p) = last.filter(|_| one_commit) {
             self.dir_barrier(&p.dir).map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::FsyncDir,
                     e,
                     Outcome::Indeterminate,
@@ -330,7 +330,7 @@ impl Queue {
             })?;
         } else if last.is_some() {
             self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::Syncfs,
                     e,
                     Outcome::Indeterminate,
@@ -351,14 +351,14 @@ impl Queue {
     ) -> Result<Prepared<'a>> {
         let limit = self.opts.max_payload;
         if let Some(len) = payload.map(|p| p.len() as u64).filter(|&l| l > limit) {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::PayloadTooLarge { len, limit },
                 None,
             ));
         }
         let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
         if max == 0 {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::InvalidArgument("max attempts must be at least 1"),
                 None,
             ));
@@ -391,7 +391,7 @@ impl Queue {
                 let rel = dir_rel(format_args!("{DELAYED_DIR}/{b}"));
                 let fd = self
                     .bucket_dir(false, &b)
-                    .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
+                    .map_err(|(c, e)| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
                 (DirRef::Opened(fd), rel)
             }
         };
@@ -413,7 +413,7 @@ impl Queue {
                     .map_err(|e| FillError::Call(Call::Write, e))
             }),
             // Only a publication redone through tmp/ gets here: copy the written file.
-            Body::Streamed { .. } => Err(Error::not_done(
+            Body::Streamed { .. } => Err(Cause::not_done(
                 ErrorKind::InvalidArgument("a streamed job is written by its stream"),
                 None,
             )),
@@ -430,7 +430,7 @@ impl Queue {
         sync: bool,
         fill: &mut dyn FnMut(BorrowedFd<'_>) -> core::result::Result<(), FillError>,
     ) -> Result<Written> {
-        let nd = |c, e, rel: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(rel)));
+        let nd = |c, e, rel: &str| Cause::io(c, e, Outcome::NotDone, Some(self.path(rel)));
         let sync = sync && self.barriers;
         // Where the target directory's fsync after the link commits the journal in order,
         // flushing the device first (xfs, journaled ext4: `one_barrier_per_rename`), writing
@@ -527,7 +527,7 @@ impl Queue {
         match w {
             Written::Unnamed(fd) => match self.sys.link_tmpfile(fd.as_fd(), p.dir.fd(), &name) {
                 Ok(()) if resync => self.barrier_file(fd.as_fd()).map_err(|e| {
-                    Error::io(
+                    Cause::io(
                         Call::Fsync,
                         e,
                         Outcome::Indeterminate,
@@ -553,7 +553,7 @@ impl Queue {
                         return Err(gone);
                     }
                     let e = self.dir_errno(p.dir.fd(), e);
-                    Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel()))))
+                    Err(Cause::io(Call::Link, e, is_eio(e), Some(self.path(&rel()))))
                 }
             },
             Written::Named(tmp, fd) => {
@@ -567,7 +567,7 @@ impl Queue {
                         }
                     }
                     let e = self.dir_errno(p.dir.fd(), e);
-                    return Err(Error::io(
+                    return Err(Cause::io(
                         Call::Rename,
                         e,
                         is_eio(e),
@@ -580,7 +580,7 @@ impl Queue {
                     return Ok(());
                 }
                 self.barrier_file(fd.as_fd()).map_err(|e| {
-                    Error::io(
+                    Cause::io(
                         Call::Fsync,
                         e,
                         Outcome::Indeterminate,
@@ -592,7 +592,7 @@ impl Queue {
                 }
                 self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))
                     .map_err(|e| {
-                        Error::io(
+                        Cause::io(
                             Call::FsyncDir,
                             e,
                             Outcome::Indeterminate,

@@ -12,7 +12,7 @@
 
 use crate::disk::format::{encode_prefix, Envelope, PayloadDigest, HEADER_LEN};
 use crate::disk::sys::Call;
-use crate::error::{EnqueueError, Error, ErrorKind, Result};
+use crate::error::{EnqueueError, Cause, ErrorKind, Result};
 use crate::ops::enqueue::{Body, EnqueueOptions, FillError, Prepared, Written};
 use crate::ops::keys::Enqueued;
 use crate::queue::Queue;
@@ -44,7 +44,7 @@ impl Staged<'_> {
     /// Publish it (once): the linearization point and the barriers after it.
     pub(crate) fn publish(&mut self) -> Result<JobId> {
         let w = self.w.take().ok_or_else(|| {
-            Error::not_done(
+            Cause::not_done(
                 ErrorKind::InvalidArgument("a streamed job is published once"),
                 None,
             )
@@ -104,7 +104,7 @@ impl Queue {
     /// assert_eq!((lease.id(), lease.payload()?), (id, &big[..]));
     /// # lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
     pub fn enqueue_reader(
         &self,
@@ -193,7 +193,7 @@ impl Queue {
             let total = *len + n as u64;
             if total > limit {
                 let kind = ErrorKind::PayloadTooLarge { len: total, limit };
-                return Err(FillError::Other(Error::not_done(kind, None)));
+                return Err(FillError::Other(Cause::not_done(kind, None)));
             }
             digest.update(&buf[..n]);
             let at = HEADER_LEN as u64 + *len;
@@ -278,7 +278,7 @@ fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> Result<usize> {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::not_done(ErrorKind::Input(e.to_string()), None)),
+            Err(e) => return Err(Cause::not_done(ErrorKind::Input(e.to_string()), None)),
         }
     }
     Ok(n)

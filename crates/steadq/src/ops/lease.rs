@@ -10,7 +10,7 @@ use crate::disk::format::{Corruption, Header, HEADER_LEN};
 use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, NameError, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Failure, Outcome, RenewError, Result, SettleError};
+use crate::error::{Cause, ErrorKind, Error, Outcome, RenewError, Result, SettleError};
 use crate::ops::payload::{
     check_file, check_whole, Checked, LoadFailed, PayloadReader, StreamFailed, CHUNK, PROBE,
 };
@@ -57,7 +57,7 @@ pub struct AckedNext {
     /// The next job, claimed under the same barrier as the ack (`Ok(None)`: none ready), or
     /// the claim's own error with its outcome (not done, or indeterminate: then the job is
     /// leased in this process's name and comes back when the lease expires).
-    pub next: std::result::Result<Option<Lease>, Failure>,
+    pub next: std::result::Result<Option<Lease>, Error>,
 }
 
 /// Where a nacked job went.
@@ -129,7 +129,7 @@ impl Queue {
     /// is then leased in this process's name and comes back when the lease expires). Not
     /// done, with that `EPERM`/`EACCES` and the job's path, when such jobs are all it found
     /// (never `Ok(None)`, "no job", then).
-    pub fn claim(&self) -> Result<Option<Lease>, Failure> {
+    pub fn claim(&self) -> Result<Option<Lease>, Error> {
         self.claim_for(self.opts.lease)
     }
 
@@ -162,9 +162,9 @@ impl Queue {
     /// assert!(receipt.name.ends_with(".rct"));
     /// assert_eq!(q.status()?.acked, 1);
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Failure> {
+    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Error> {
         use crate::ops::making::{MAKING_RECHECK, MAKING_WINDOW};
         let started = self.clock.boot_ns();
         loop {
@@ -222,7 +222,7 @@ impl Queue {
         }
         // A due delayed job or an expired lease this user may not move (another user's
         // file in a sticky directory) is a job waiting, not "no job": not done, naming it.
-        match seen.first_error.as_ref().map(|f| f.error()) {
+        match seen.first_error.as_ref().map(|f| f.cause()) {
             Some(e) if only_refused(e) => Err(e.clone()),
             _ => Ok(None),
         }
@@ -266,7 +266,7 @@ impl Queue {
         // user's file) is passed over for the next candidate: it stopped every claim, the
         // oldest job being tried first each time. If nothing else can be claimed, the claim
         // fails with its error (not done) instead of saying "no job".
-        let mut refused: Option<Error> = None;
+        let mut refused: Option<Cause> = None;
         // Whether this claim made its one deep listing: a candidate dead-lettered (its attempts
         // used up) or lost to a race is followed by the next one held, not by a deep listing
         // of another slot (a new handle at 1,000,000 jobs whose oldest job was exhausted
@@ -604,7 +604,7 @@ impl Queue {
             }
             Err(e) => {
                 let rel = self.ident.slot_rel(s);
-                return Err(Error::io(
+                return Err(Cause::io(
                     Call::ReadDir,
                     e,
                     Outcome::NotDone,
@@ -789,7 +789,7 @@ impl Queue {
                 }
                 Err(e) if e.is_lease_lost() => Ok(None),
                 Err(MoveFailed::NotDone(e)) => Err(Skip(e)),
-                Err(e) => Err(Error::from(e).into()),
+                Err(e) => Err(Cause::from(e).into()),
             };
         }
         let fields = LeaseFields {
@@ -809,13 +809,13 @@ impl Queue {
             Ok(()) => self.take_leased(shard, leased, &to),
             Err(e) if e.is_lease_lost() => Ok(None),
             Err(MoveFailed::NotDone(e)) if refused(&e) => Err(Skip(e)),
-            Err(e) => Err(Error::from(e).into()),
+            Err(e) => Err(Cause::from(e).into()),
         }
     }
 
     /// Remember job `id`, which a claim could not move (`e`), for [`UNREADABLE_RECHECK`]:
     /// listings pass it over until then.
-    fn remember_refused(&self, id: crate::disk::name::JobId, e: &Error) {
+    fn remember_refused(&self, id: crate::disk::name::JobId, e: &Cause) {
         let until = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
         let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         r.retain(|x| x.0 != id.0);
@@ -850,12 +850,12 @@ impl Queue {
     }
 
     /// The error of a job remembered as refused and not lapsed, if any.
-    fn live_refusal(&self) -> Option<Error> {
+    fn live_refusal(&self) -> Option<Cause> {
         let r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.clock.boot_ns();
         // A job passed over for its second name (`EMLINK`, see `take_leased`) is not a job
         // this user may not move: it makes no claim fail.
-        let mlink = |e: &Error| {
+        let mlink = |e: &Cause| {
             e.errno()
                 .is_some_and(|x| x.raw_os_error() == Errno::MLINK.raw_os_error())
         };
@@ -868,7 +868,7 @@ impl Queue {
     /// per job per handle, and by name for the first [`REFUSED_WARNINGS`] jobs only: one `claim` beside
     /// 200 such jobs printed 200 warnings. Past that, one line says so and the rest go to
     /// the debug level.
-    fn warn_refused(&self, id: crate::disk::name::JobId, e: &Error) {
+    fn warn_refused(&self, id: crate::disk::name::JobId, e: &Cause) {
         use std::sync::atomic::Ordering::Relaxed;
         // By job id: the path changes each time a claim gives the job back.
         let key = format!("job {id}");
@@ -902,7 +902,7 @@ impl Queue {
         let raw = leased.format(self.ident.id);
         // The job's path, for messages only: made when one is (not a heap string per claim).
         let rel = || format!("{}/{raw}", to.rel);
-        let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel())));
+        let ind = |c, e| Cause::io(c, e, Outcome::Indeterminate, Some(self.path(&rel())));
         let file = match self.sys.open_file_ro(to.dir.fd(), &raw) {
             Ok(f) => f,
             Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
@@ -992,7 +992,7 @@ impl Queue {
         leased: &JobName,
         rel: &str,
     ) -> core::result::Result<Option<String>, TryFailed> {
-        let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(rel)));
+        let ind = |c, e| Cause::io(c, e, Outcome::Indeterminate, Some(self.path(rel)));
         let me = self.sys.file_id(file).map_err(|e| ind(Call::Stat, e))?;
         let mine = leased.format(self.ident.id);
         // A walk that fails cannot tell: the job is passed over, as if a twin were found.
@@ -1058,7 +1058,7 @@ impl Queue {
         let mut back = leased.next(Kind::Ready, false);
         back.attempt = crate::disk::state::attempt_after(Op::ClaimUnreadable, leased.attempt);
         let at = |n: &JobName, rel: &str| self.path(&format!("{rel}/{}", n.format(self.ident.id)));
-        let skip = Error::io(
+        let skip = Cause::io(
             Call::Open,
             errno,
             Outcome::NotDone,
@@ -1075,7 +1075,7 @@ impl Queue {
             Ok(()) => Fail(skip),
             Err(e) => {
                 log::warn!("giving back a job this user may not open: {e}");
-                Fail(Error::io(
+                Fail(Cause::io(
                     Call::Open,
                     errno,
                     Outcome::Indeterminate,
@@ -1224,11 +1224,11 @@ impl Queue {
     /// The file is read and verified in 64 KiB chunks, whatever its size:
     /// [`Options::max_payload`](crate::Options::max_payload) limits what is claimed, not
     /// the settling of a lease already held.
-    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease, Failure> {
+    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease, Error> {
         // Named in the message: the queue the handle was given to (a handle of another queue
         // is the common mistake: two queues, one script).
         let refuse =
-            |why| Error::not_done(ErrorKind::InvalidArgument(why), Some(self.root.clone()));
+            |why| Cause::not_done(ErrorKind::InvalidArgument(why), Some(self.root.clone()));
         let name = match JobName::parse(handle, self.ident.id) {
             Ok(n) if matches!(n.kind, Kind::Leased(_)) && self.ident.has_priority(n.priority) => n,
             Err(NameError::Tag) => {
@@ -1244,7 +1244,7 @@ impl Queue {
         let fd = match self.slot_dir(shard) {
             crate::ops::levels::SlotDir::Held(fd) => fd,
             crate::ops::levels::SlotDir::Missing => {
-                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
+                return Err(Cause::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
             }
             crate::ops::levels::SlotDir::Blocked(_) if self.foreign_slot(shard).is_some() => {
                 let e = self.foreign_slot_error(shard);
@@ -1256,19 +1256,19 @@ impl Queue {
                     _ => Errno::NOTDIR,
                 };
                 let path = Some(self.path(&b));
-                return Err(Error::io(Call::Open, e, Outcome::NotDone, path).into());
+                return Err(Cause::io(Call::Open, e, Outcome::NotDone, path).into());
             }
         };
         let dir = self.held_dir(fd, &self.ident.slot_rel(shard));
         let file = match self.sys.open_file_ro(dir.fd(), handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {
-                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
+                return Err(Cause::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
             }
             Err(e) => {
                 let e = self.dir_errno(dir.fd(), e);
                 return Err(
-                    Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel))).into(),
+                    Cause::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel))).into(),
                 );
             }
         };
@@ -1282,13 +1282,13 @@ impl Queue {
                 self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 let dead = self.path(crate::disk::layout::DEAD_DIR);
                 Err(
-                    Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel)))
+                    Cause::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel)))
                         .moving_into(dead)
                         .into(),
                 )
             }
             Err(Err((c, e))) => {
-                Err(Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))).into())
+                Err(Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel))).into())
             }
         }
     }
@@ -1331,7 +1331,7 @@ impl Queue {
     /// As [`Queue::claim_for`]. When a barrier fails, the outcome is indeterminate for the
     /// whole batch, and the leases already taken are released as they drop (each comes back
     /// by itself at its lease's end if the release fails too).
-    pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>, Failure> {
+    pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>, Error> {
         let _op = self.op();
         let mut out: Vec<Lease> = Vec::with_capacity(max.min(1024));
         let mut seen = RecoverReport::default();
@@ -1392,9 +1392,9 @@ impl Queue {
     /// [`ErrorKind::InvalidArgument`] (not done, nothing renamed, every lease released as it
     /// drops) when a lease belongs to another queue (another queue id): the barriers are this
     /// queue's, so ack each queue's leases through its own handle.
-    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>, Failure> {
+    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>, Error> {
         if let Some(l) = leases.iter().find(|l| l.q.ident.id != self.ident.id) {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::InvalidArgument("a lease of another queue in ack_batch"),
                 Some(l.q.root.clone()),
             )
@@ -1537,9 +1537,9 @@ impl Lease {
     /// assert_eq!(lease.payload()?, b"resize photo 17");
     /// lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn payload(&self) -> Result<&[u8]> {
+    pub fn payload(&self) -> crate::Result<&[u8]> {
         if let Some(f) = self.file.get() {
             return Ok(&f[HEADER_LEN..]);
         }
@@ -1556,11 +1556,11 @@ impl Lease {
             match r.next(&mut file[at..]) {
                 Ok(0) => break,
                 Ok(n) => at += n,
-                Err(e) => return Err(self.read_error(r.path(), e)),
+                Err(e) => return Err(self.read_error(r.path(), e).into()),
             }
         }
         if at != len {
-            return Err(self.read_error(r.path(), StreamFailed::Changed("short")));
+            return Err(self.read_error(r.path(), StreamFailed::Changed("short")).into());
         }
         let f = self.file.get_or_init(|| Arc::new(file));
         Ok(&f[HEADER_LEN..])
@@ -1612,7 +1612,7 @@ impl Lease {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn reader(&self) -> Result<PayloadReader> {
+    pub fn reader(&self) -> crate::Result<PayloadReader> {
         if let Some(f) = self.file.get() {
             return Ok(PayloadReader::memory(f.clone()));
         }
@@ -1621,13 +1621,13 @@ impl Lease {
         let path = self.q.path(&format!("{}/{name}", here.rel));
         match self.q.sys.open_file_ro(here.dir.fd(), &name) {
             Ok(fd) => Ok(PayloadReader::file(self.q.clone(), fd, &self.header, path)),
-            Err(Errno::NOENT) => Err(Error::not_done(ErrorKind::LeaseLost, Some(path))),
-            Err(e) => Err(Error::io(Call::Open, e, Outcome::NotDone, Some(path))),
+            Err(Errno::NOENT) => Err(Cause::not_done(ErrorKind::LeaseLost, Some(path)).into()),
+            Err(e) => Err(Cause::io(Call::Open, e, Outcome::NotDone, Some(path)).into()),
         }
     }
 
     /// A failed read of the payload as an error (not done): `EBADMSG` when the file changed.
-    fn read_error(&self, path: Option<&std::path::Path>, e: StreamFailed) -> Error {
+    fn read_error(&self, path: Option<&std::path::Path>, e: StreamFailed) -> Cause {
         let errno = match e {
             StreamFailed::Errno(e) => e,
             StreamFailed::Changed(why) => {
@@ -1638,7 +1638,7 @@ impl Lease {
                 Errno::BADMSG
             }
         };
-        Error::io(
+        Cause::io(
             Call::Read,
             errno,
             Outcome::NotDone,
@@ -1828,7 +1828,7 @@ impl Lease {
         match self.ack_next(next) {
             Ok((receipt, next)) => Ok(AckedNext {
                 receipt,
-                next: next.unwrap_or(Ok(None)).map_err(Failure::from),
+                next: next.unwrap_or(Ok(None)).map_err(Error::from),
             }),
             Err(e) => Err(SettleError::new(e, self)),
         }
@@ -1913,7 +1913,7 @@ impl Lease {
     /// reaching past the year 2262. On any not-done error (a bucket directory that cannot be
     /// made on a full disk included) the job stays leased under its name and the lease is
     /// handed back ([`SettleError::NotDone`]): dropping it releases the job, converting the
-    /// error into a [`Failure`] leaves the job leased until its deadline.
+    /// error into an [`Error`] leaves the job leased until its deadline.
     pub fn nack(mut self, delay: Duration) -> Result<Nacked, SettleError> {
         self.nack_in_place(delay)
             .map_err(|e| SettleError::new(e, self))
@@ -2054,26 +2054,26 @@ const REFUSED_WARNINGS: u32 = 3;
 /// else (the claim fails).
 enum TryFailed {
     /// The rename was refused (`EPERM`, `EACCES`): not done, nothing moved.
-    Skip(Error),
+    Skip(Cause),
     /// Any other failure.
-    Fail(Error),
+    Fail(Cause),
 }
 use TryFailed::{Fail, Skip};
 
-impl From<Error> for TryFailed {
-    fn from(e: Error) -> TryFailed {
+impl From<Cause> for TryFailed {
+    fn from(e: Cause) -> TryFailed {
         Fail(e)
     }
 }
 
 /// Whether a claim failed only because the jobs it found were all jobs this user may not
 /// move (see [`Queue::claim_for`]): not done, `EPERM` or `EACCES`.
-pub(crate) fn only_refused(e: &Error) -> bool {
+pub(crate) fn only_refused(e: &Cause) -> bool {
     refused(e) && e.outcome() == Outcome::NotDone
 }
 
 /// Whether a not-done move failed for lack of permission on the job's directory.
-fn refused(e: &Error) -> bool {
+fn refused(e: &Cause) -> bool {
     let perm = |n: Errno| {
         e.errno()
             .is_some_and(|x| x.raw_os_error() == n.raw_os_error())
@@ -2110,7 +2110,7 @@ mod tests {
         let mut seen = RecoverReport::default();
         let mut budget = 2 * q.ident.slots() as u32;
         q.load_levels(&mut seen, &mut budget, &mut false).unwrap();
-        let skip = Error::io(Call::Open, Errno::ACCESS, Outcome::NotDone, None);
+        let skip = Cause::io(Call::Open, Errno::ACCESS, Outcome::NotDone, None);
         q.remember_refused(id, &skip);
         let e = match q.claim() {
             Err(e) => e,

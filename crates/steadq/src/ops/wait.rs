@@ -97,13 +97,13 @@ impl Queue {
     /// let lease = q.claim_wait(Duration::from_secs(30), Duration::from_secs(5))?.unwrap();
     /// lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
     pub fn claim_wait(
         &self,
         lease: Duration,
         timeout: Duration,
-    ) -> Result<Option<Lease>, crate::Failure> {
+    ) -> Result<Option<Lease>, crate::Error> {
         self.claim_wait_until(lease, timeout, &AtomicBool::new(false))
     }
 
@@ -119,7 +119,7 @@ impl Queue {
         lease: Duration,
         timeout: Duration,
         stop: &AtomicBool,
-    ) -> Result<Option<Lease>, crate::Failure> {
+    ) -> Result<Option<Lease>, crate::Error> {
         let deadline = self
             .clock
             .boot_ns()
@@ -137,7 +137,7 @@ impl Queue {
         // Jobs this user may not move (`EPERM`: another user's job in a sticky shard) are
         // all a sweep found: wait on as for no job (a job of its own may come), and at the
         // timeout fail as `claim_for` does, with that error (not done), never "no job".
-        let mut refused: Option<crate::error::Error> = None;
+        let mut refused: Option<crate::error::Cause> = None;
         loop {
             // Before any sweep: a set flag takes no job, also when jobs are ready (a
             // worker's loop on this call would otherwise never stop on a busy queue).
