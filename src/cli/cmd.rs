@@ -1092,7 +1092,7 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
         }
     };
     let q = open(&a.dir)?;
-    let no_such = |e: steadq::Failure| match (e.kind(), id) {
+    let no_such = |e: steadq::Error| match (e.kind(), id) {
         (ErrorKind::NoSuchJob, Some(id)) => {
             CliError::not_done(format!("{}: no dead job {id}", a.dir.display()))
         }

@@ -112,17 +112,17 @@ fn keyed() -> EnqueueOptions {
 
 /// "Nothing moved" where the operation itself says `Ok` (no job to claim, a pass that moved
 /// nothing): the "not done" of the move under test.
-fn nothing() -> Failure {
-    Failure::NotDone(Error::new(ErrorKind::NoSuchJob, None))
+fn nothing() -> Error {
+    Error::NotDone(Cause::new(ErrorKind::NoSuchJob, None))
 }
 
-/// A settling call's result as a `Failure`, keeping a lease it handed back (not done).
-fn settled<T>(r: Result<T, SettleError>, back: &mut Option<Lease>) -> Result<(), Failure> {
+/// A settling call's result as an `Error`, keeping a lease it handed back (not done).
+fn settled<T>(r: Result<T, SettleError>, back: &mut Option<Lease>) -> Result<(), Error> {
     match r {
         Ok(_) => Ok(()),
         Err(SettleError::NotDone { lease, error }) => {
             *back = Some(*lease);
-            Err(Failure::NotDone(error))
+            Err(Error::NotDone(error))
         }
         Err(e) => Err(e.into()),
     }
@@ -131,8 +131,8 @@ fn settled<T>(r: Result<T, SettleError>, back: &mut Option<Lease>) -> Result<(),
 /// Run `op` once against a fresh queue with `faults`; return (result, did-it-happen, plan).
 /// Each operation's own outcome type is checked against the directory here (an indeterminate
 /// enqueue names the only job that may exist; a not-done settle hands back a lease that still
-/// holds the job and settles it once the fault is gone), then folded into a `Failure`.
-fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>, TempDir) {
+/// holds the job and settles it once the fault is gone), then folded into an `Error`.
+fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, TempDir) {
     let d = TempDir::new("fault");
     let receipts = match op {
         Op::AckHeader => ReceiptPolicy::Header,
@@ -244,10 +244,10 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
     let mut named = |r: Result<(), EnqueueError>| {
         r.map_err(|e| {
             maybe_job = e.id();
-            Failure::from(e)
+            Error::from(e)
         })
     };
-    let res: Result<(), Failure> = match op {
+    let res: Result<(), Error> = match op {
         Op::Enqueue | Op::EnqueueNamed => named(q.enqueue(b"payload").map(drop)),
         Op::EnqueueDelayed => named(
             q.enqueue_with(
@@ -293,7 +293,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                 assert!(e.is_lease_lost() && e.outcome() == Outcome::NotDone);
                 Err(e.into())
             }
-            r => r.map_err(Failure::from),
+            r => r.map_err(Error::from),
         },
         Op::Ack | Op::AckHeader | Op::AckNone | Op::AckPrio => {
             settled(lease.take().unwrap().ack(), &mut back)
@@ -366,7 +366,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
             all.is_empty() || all.len() == 1 && all[0].name.id == id,
             "indeterminate enqueue of {id} left {all:?}"
         );
-        assert!(matches!(&res, Err(Failure::Indeterminate(_))), "{res:?}");
+        assert!(matches!(&res, Err(Error::Indeterminate(_))), "{res:?}");
         IDS_CHECKED.fetch_add(1, Ordering::Relaxed);
     }
     if let Some(l) = back.as_ref() {
@@ -804,7 +804,7 @@ fn an_indeterminate_enqueue_names_its_job_present_or_absent() {
 
 /// A not-done nack (its delayed bucket cannot be made: the disk is full) hands the lease back,
 /// still holding the job under its name: dropping it releases the job as dropping any lease
-/// does, while converting the error into a `Failure` (`?`) detaches it, so the job stays
+/// does, while converting the error into an `Error` (`?`) detaches it, so the job stays
 /// leased until its deadline and the handle still settles it.
 #[test]
 fn a_not_done_nack_hands_the_lease_back_and_the_conversion_keeps_it_leased() {
@@ -831,8 +831,8 @@ fn a_not_done_nack_hands_the_lease_back_and_the_conversion_keeps_it_leased() {
                 "drop released it"
             );
         } else {
-            let f = Failure::from(e);
-            assert!(matches!(f, Failure::NotDone(_)), "{f:?}");
+            let f = Error::from(e);
+            assert!(matches!(f, Error::NotDone(_)), "{f:?}");
             assert_eq!(leased(&q), 1, "the conversion changed nothing");
             plan.disarm();
             let again = q.lease_from_handle(&handle).unwrap();
@@ -969,7 +969,7 @@ fn a_level_that_cannot_be_made_is_not_done_and_names_its_directory() {
         )
         .unwrap();
         plan.arm();
-        let e = Failure::from(q.enqueue_with(b"x", &prio6).unwrap_err());
+        let e = Error::from(q.enqueue_with(b"x", &prio6).unwrap_err());
         let ctx = format!("{call:?}#{nth}: {e}");
         assert!(plan.fired(), "{ctx}");
         assert_eq!(e.outcome(), Outcome::NotDone, "{ctx}");

@@ -4215,7 +4215,7 @@ fn init_refuses_a_new_queue_the_free_inodes_cannot_hold_and_changes_nothing() {
     assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
     assert!(
         matches!(
-            e.into_error().kind(),
+            e.into_cause().kind(),
             steadq::ErrorKind::TooFewInodes { needed: 24, .. }
         ),
         "kind"

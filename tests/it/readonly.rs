@@ -226,7 +226,7 @@ fn nfs_is_refused_from_statfs_before_any_flock() {
             Queue::open_for_check_with(p, o)
         }),
         ("create", |p, o| {
-            Queue::create(p, o).map_err(|f| f.into_error())
+            Queue::create(p, o)
         }),
     ];
     let other = TempDir::new("readonly-nfs-new");
