@@ -101,28 +101,34 @@ mod queue;
 #[cfg(feature = "serde")]
 mod typed;
 
+pub use disk::{format, outside};
+// Test hooks (feature `faults`, hidden from the docs): the on-disk layer's modules as the
+// tests and the crash lab read them.
 #[cfg(feature = "faults")]
-pub use disk::scan;
-pub use disk::{format, layout, name, outside};
+#[doc(hidden)]
+pub use disk::{layout, name, scan, state};
 /// The syscall layer and its fault plan (feature `faults`: for tests and the crash lab), and
 /// what a test needs to know of the filesystem under a directory.
 #[cfg(feature = "faults")]
+#[doc(hidden)]
 pub mod sys {
     pub use crate::disk::sys::*;
     pub use crate::ops::group::{one_fsync_per_move, shared_barriers};
     pub use crate::queue::publishes_named;
 }
-pub use disk::state;
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
-pub use admin::receipts::{
-    CompactReport, EvidenceLimits, EvidenceLine, ReceiptPolicy, EVIDENCE_FILE,
-};
+pub use admin::receipts::{CompactReport, EvidenceLimits, EvidenceLine, ReceiptPolicy};
 pub use admin::view::{Listed, RequeueReport, StateBytes, Status};
 #[cfg(feature = "tokio")]
 pub use asyncq::AsyncQueue;
+#[doc(hidden)]
 pub use disk::clock::Clock;
-pub use disk::name::{delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason};
+pub use disk::layout::{EVIDENCE_FILE, IDENTITY_FILE, KEYS_DIR, LIMITS_FILE};
+pub use disk::name::{
+    delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason, DEFAULT_PRIORITY,
+    PRIORITY_LEVELS,
+};
 pub use disk::scan::Foreign;
 pub use disk::state::State;
 pub use disk::sys::Call;
@@ -133,15 +139,15 @@ pub use error::{
 /// [`EnqueueError`]) and a lease's renew and settling calls ([`RenewError`], [`SettleError`]),
 /// all of which `?` turns into an [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
-pub use ops::capacity::{CapacityUse, Limits, LIMITS_FILE};
+pub use ops::capacity::{CapacityUse, Limits};
 pub use ops::enqueue::EnqueueOptions;
-pub use ops::keys::{Enqueued, Key, KEYS_DIR, KEY_ORPHAN_AFTER, KEY_WAIT_MAX, TOMBSTONE_KEEP};
-pub use ops::lease::{backoff, AckedNext, Lease, Nacked, Receipt};
+pub use ops::keys::{Enqueued, Key, KEY_ORPHAN_AFTER, KEY_WAIT_MAX, TOMBSTONE_KEEP};
+pub use ops::lease::{backoff, AckedNext, ClaimOptions, Lease, Nacked, Receipt};
 pub use ops::payload::PayloadReader;
 pub use ops::recover::RecoverReport;
 pub use queue::{
     orphan_shards, Durability, Identity, Options, OrphanShards, Queue, DEFAULT_MAX_PAYLOAD,
-    IDENTITY_FILE, MAX_LEASE, QUEUE_VERSION,
+    MAX_LEASE, QUEUE_VERSION,
 };
 #[cfg(feature = "serde")]
 pub use typed::{TypedLease, TypedQueue};

@@ -22,7 +22,8 @@ use crate::disk::identity::IdentityError;
 use crate::disk::layout::{
     receipts_shard, CREATED_DIRS, DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR, TMP_DIR,
 };
-use crate::disk::name::{shard_name, JobName};
+use crate::disk::layout::shard_name;
+use crate::disk::name::JobName;
 use crate::disk::name::{TempKind, TempName};
 #[cfg(feature = "faults")]
 use crate::disk::sys::FaultPlan;
@@ -80,10 +81,12 @@ pub struct Options {
     pub lease: Duration,
     /// Fault injection for tests and the crash lab (feature `faults`).
     #[cfg(feature = "faults")]
+    #[doc(hidden)]
     pub faults: Option<Arc<FaultPlan>>,
     /// Publish with a named temp file even where `O_TMPFILE` works (tests of the fallback;
     /// feature `faults`).
     #[cfg(feature = "faults")]
+    #[doc(hidden)]
     pub force_named_publish: bool,
     /// Format version for a new queue (1, 2 or 3); ignored when opening. Default
     /// [`QUEUE_VERSION`]; 1 (2) makes a queue that SteadQ builds before version 2 (3) can
@@ -261,6 +264,9 @@ pub struct Queue {
     pub(crate) shared: std::sync::Arc<Shared>,
 }
 
+// The handle's state is reached through `Deref` inside the crate (`self.sys`, `self.dirs`);
+// `Shared` has no public field or method.
+#[doc(hidden)]
 impl core::ops::Deref for Queue {
     type Target = Shared;
     fn deref(&self) -> &Shared {
@@ -270,6 +276,7 @@ impl core::ops::Deref for Queue {
 
 /// What every clone of a [`Queue`] shares (not nameable outside the crate).
 #[derive(Debug)]
+#[doc(hidden)]
 pub struct Shared {
     pub(crate) root: PathBuf,
     pub(crate) sys: Sys,
@@ -833,12 +840,14 @@ impl Queue {
     }
 
     /// The clocks (tests shift them to expire leases without sleeping).
+    #[doc(hidden)]
     pub fn clock(&self) -> &Clock {
         &self.clock
     }
 
     /// The syscall layer (its fault plan, its publishing route; feature `faults`).
     #[cfg(feature = "faults")]
+    #[doc(hidden)]
     pub fn sys(&self) -> &Sys {
         &self.sys
     }

@@ -741,7 +741,7 @@ impl Queue {
     fn check_shard_parents(&self, v3: bool, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
         let mut rels = vec![READY_DIR.to_string(), RECEIPTS_DIR.to_string()];
         if v3 && self.check_levels(rep, bad)? {
-            for l in (0..self.ident.levels()).filter(|&l| l != crate::name::DEFAULT_PRIORITY) {
+            for l in (0..self.ident.levels()).filter(|&l| l != crate::DEFAULT_PRIORITY) {
                 rels.push(format!("prio/{l}"));
             }
         }
@@ -821,7 +821,7 @@ impl Queue {
             .read_dir(fd.as_fd(), |name, raw, t| {
                 let level = matches!(name.map(str::as_bytes), Some([d])
                     if (b'0'..b'0' + levels).contains(d)
-                        && *d != b'0' + crate::name::DEFAULT_PRIORITY);
+                        && *d != b'0' + crate::DEFAULT_PRIORITY);
                 match name {
                     Some(n) if level && !self.is_dir_entry(fd.as_fd(), n, t) => {
                         blocked.push(n.to_string())

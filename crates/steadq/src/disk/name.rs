@@ -851,6 +851,7 @@ impl TempName {
     }
 }
 
+#[cfg(feature = "faults")]
 pub use crate::disk::layout::{bucket_name, shard_name};
 
 /// [`JobName::parse_untagged`] for the one shape most entries of a deep queue have, a ready

@@ -699,7 +699,7 @@ impl Queue {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn enqueue_wait(
+    pub(crate) fn enqueue_wait(
         &self,
         payload: &[u8],
         o: &crate::EnqueueOptions,

@@ -44,13 +44,19 @@ pub struct EnqueueOptions {
     /// boot clock (`CLOCK_BOOTTIME`), so a wall-clock jump does not move it; after a reboot
     /// the job is due at its wall-clock time (a version-1 queue: the wall clock always).
     pub delay: Option<Duration>,
-    /// Idempotency key: at most one job per key (see [`Queue::enqueue_unique`], which also
-    /// says whether the enqueue was a duplicate).
+    /// Idempotency key: at most one job per key. When the key is taken nothing is enqueued
+    /// and [`Queue::enqueue_with`] returns [`crate::Enqueued::Duplicate`] with the job the
+    /// key names. Works across processes and crashes (DESIGN.md, Keys).
     pub key: Option<crate::ops::keys::Key>,
     /// Priority `0..`[`crate::name::PRIORITY_LEVELS`] (0..=7): a claim takes the highest
     /// level's oldest ready job first. `None` is [`crate::name::DEFAULT_PRIORITY`] (3).
     /// A version-1 or version-2 queue takes only the default.
     pub priority: Option<u8>,
+    /// When the queue is full ([`crate::Limits`]), wait up to this long for room: the
+    /// enqueue sleeps on inotify (a job leaving `ready/`, or `steadq.limits` replaced) and
+    /// tries again, no polling. `None`: a full queue refuses at once
+    /// ([`ErrorKind::QueueFull`], not done).
+    pub wait: Option<Duration>,
 }
 
 impl EnqueueOptions {
@@ -173,42 +179,68 @@ impl Queue {
     /// ```
     pub fn enqueue(&self, payload: &[u8]) -> Result<JobId, EnqueueError> {
         self.enqueue_with(payload, &EnqueueOptions::default())
+            .map(|e| e.id())
     }
 
-    /// Enqueue with per-job options: a delayed job lands in `delayed/` and becomes ready when
-    /// [`Queue::recover`] or a claim finds it due (a claiming handle looks for due delayed
-    /// jobs at most every 100 ms before it claims, and whenever it finds nothing ready; a
-    /// waiting claim wakes for it).
+    /// Enqueue with per-job options ([`EnqueueOptions`]: delay, priority, max attempts,
+    /// idempotency key, wait for room). Returns [`crate::Enqueued::New`] with the new job's
+    /// id, or, when the key is taken, [`crate::Enqueued::Duplicate`] with the job the key
+    /// names (nothing enqueued). [`crate::Enqueued::id`] is the id either way.
+    ///
+    /// A delayed job lands in `delayed/` and becomes ready when [`Queue::recover`] or a
+    /// claim finds it due (a claiming handle looks for due delayed jobs at most every 100 ms
+    /// before it claims, and whenever it finds nothing ready; a waiting claim wakes for it).
+    /// A keyed duplicate whose first enqueue is still publishing (another process between
+    /// its key and its job) waits for it, on inotify, for as long as that process lives (at
+    /// most [`crate::KEY_ORPHAN_AFTER`]).
     ///
     /// # Errors
     /// As [`Queue::enqueue`], plus [`ErrorKind::InvalidArgument`] (not done) for zero max
     /// attempts, a delay reaching past the year 2262, or a priority out of 0..=7 (or other
-    /// than the default on a version-1 or version-2 queue).
+    /// than the default on a version-1 or version-2 queue); [`ErrorKind::QueueFull`] (not
+    /// done) when there was no room within [`EnqueueOptions::wait`]. With a key: a duplicate
+    /// is answered even when the queue is full; a not-done error leaves no key behind that
+    /// blocks a retry; indeterminate means the job may exist, and a retry with the same key
+    /// answers which.
     ///
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use steadq::{EnqueueOptions, Queue, Options};
+    /// use steadq::{EnqueueOptions, Enqueued, Key, Options, Queue};
     /// # let dir = std::env::temp_dir().join(format!("steadq-doc-delay-{}", std::process::id()));
     /// let q = Queue::create(&dir, Options::default())?;
     /// let later = EnqueueOptions { delay: Some(Duration::from_secs(600)), max_attempts: Some(3), ..Default::default() };
     /// q.enqueue_with(b"send the daily report", &later)?;
     /// assert!(q.claim()?.is_none(), "not due for ten minutes");
     /// assert_eq!(q.status()?.delayed, 1);
+    ///
+    /// // At most one job per key:
+    /// let once = EnqueueOptions { key: Key::new("order-1234"), ..Default::default() };
+    /// let first = q.enqueue_with(b"charge order 1234", &once)?;
+    /// let again = q.enqueue_with(b"charge order 1234", &once)?;
+    /// assert_eq!(again, Enqueued::Duplicate(first.id()));
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId, EnqueueError> {
-        // Hook (ops/keys.rs, ops/capacity.rs): keys and the capacity check.
+    pub fn enqueue_with(
+        &self,
+        payload: &[u8],
+        o: &EnqueueOptions,
+    ) -> Result<crate::Enqueued, EnqueueError> {
+        // Hook (ops/keys.rs, ops/capacity.rs): keys, the capacity check and its wait.
         o.priority_on(&self.ident)
             .map_err(EnqueueError::from_internal)?;
+        if let Some(timeout) = o.wait {
+            return self.enqueue_wait(payload, o, timeout);
+        }
         if o.key.is_some() {
-            return self.enqueue_unique(payload, o).map(|e| e.id());
+            return self.enqueue_unique(payload, o);
         }
         let _room = self
             .admit(1, payload.len() as u64)
             .map_err(EnqueueError::from_internal)?;
         self.enqueue_as(None, payload, o)
+            .map(crate::Enqueued::New)
             .map_err(EnqueueError::from_internal)
     }
 

@@ -111,22 +111,7 @@ impl Queue {
         input: &mut impl Read,
         o: &EnqueueOptions,
     ) -> Result<Enqueued, EnqueueError> {
-        self.enqueue_reader_as(input, o, None)
-            .map_err(EnqueueError::from_internal)
-    }
-
-    /// [`Queue::enqueue_reader`] that waits, up to `timeout`, for room when the queue is
-    /// full, as [`Queue::enqueue_wait`] does (the payload is read once, before the wait).
-    ///
-    /// # Errors
-    /// As [`Queue::enqueue_reader`] and [`Queue::enqueue_wait`].
-    pub fn enqueue_reader_wait(
-        &self,
-        input: &mut impl Read,
-        o: &EnqueueOptions,
-        timeout: Duration,
-    ) -> Result<Enqueued, EnqueueError> {
-        self.enqueue_reader_as(input, o, Some(timeout))
+        self.enqueue_reader_as(input, o, o.wait)
             .map_err(EnqueueError::from_internal)
     }
 

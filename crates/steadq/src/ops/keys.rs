@@ -264,7 +264,7 @@ impl Queue {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn enqueue_unique(
+    pub(crate) fn enqueue_unique(
         &self,
         payload: &[u8],
         o: &EnqueueOptions,

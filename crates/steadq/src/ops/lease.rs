@@ -111,6 +111,25 @@ fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
+/// How [`Queue::claim_with`] claims: the lease's length, and whether and how long to wait
+/// for a job. `ClaimOptions::default()` is [`Queue::claim`]: the handle's lease, no wait.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClaimOptions<'a> {
+    /// The lease (visibility timeout): a job not settled or renewed within it goes back to
+    /// ready. `None`: the handle's [`Options::lease`](crate::Options::lease) (30 s unless
+    /// opened with another). Zero, or longer than [`crate::MAX_LEASE`]:
+    /// [`ErrorKind::InvalidArgument`], not done.
+    pub lease: Option<Duration>,
+    /// When no job is ready, wait up to this long for one (on inotify, no polling), making
+    /// delayed jobs ready as they fall due and expired leases ready as they expire, so one
+    /// waiting worker keeps a queue moving. `Ok(None)` at the end. `None`: answer at once.
+    pub wait: Option<Duration>,
+    /// A shutdown flag (set from a signal handler or another thread): the claim returns
+    /// `Ok(None)` within 250 ms of it becoming true, and at once, claiming nothing, when it
+    /// is true already, whatever is ready.
+    pub stop: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
 impl Queue {
     /// Claim a job with this handle's lease, [`Options::lease`](crate::Options::lease)
     /// (30 s unless opened with another). `Ok(None)` when no job is ready.
@@ -131,6 +150,49 @@ impl Queue {
     /// (never `Ok(None)`, "no job", then).
     pub fn claim(&self) -> Result<Option<Lease>, Error> {
         self.claim_for(self.opts.lease)
+    }
+
+    /// Claim as [`ClaimOptions`] say: with a lease of their length, waiting up to their
+    /// `wait` for a job, stopping when their `stop` flag is set. As [`Queue::claim`]
+    /// otherwise: when no job is ready it first makes due delayed jobs and expired leases
+    /// ready and tries again; a job it cannot hand out is dead-lettered, not returned.
+    ///
+    /// # Errors
+    /// As [`Queue::claim`], plus [`ErrorKind::InvalidArgument`] (not done) for a lease that
+    /// is zero or longer than [`crate::MAX_LEASE`]. A waiting claim: a job this user may not
+    /// move (`EPERM`, `EACCES`) does not end the wait; only at its end, if such jobs were
+    /// all its last look found, it fails with that error (not done).
+    /// [`ErrorKind::Replaced`] (not done) within about a second once the queue's directory
+    /// is removed, or removed and made again, also before the wait began. (One shard
+    /// removed alone is not looked for: [`Queue::replaced_dir`] tells.)
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use steadq::ClaimOptions;
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-claim-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
+    /// let five_minutes = ClaimOptions { lease: Some(Duration::from_secs(300)), ..Default::default() };
+    /// // Nothing ready: returns None after about 50 ms, without polling (inotify).
+    /// let briefly = ClaimOptions { wait: Some(Duration::from_millis(50)), ..five_minutes };
+    /// assert!(q.claim_with(&briefly)?.is_none());
+    /// q.enqueue(b"thumbnail a.jpg")?;
+    /// let mut lease = q.claim_with(&five_minutes)?.expect("a job is ready");
+    /// lease.renew(Duration::from_secs(300))?; // still working: push the deadline out
+    /// let receipt = lease.ack()?;
+    /// assert!(receipt.name.ends_with(".rct"));
+    /// assert_eq!(q.status()?.acked, 1);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
+    pub fn claim_with(&self, o: &ClaimOptions<'_>) -> Result<Option<Lease>, Error> {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        let lease = o.lease.unwrap_or(self.opts.lease);
+        match (o.wait, o.stop) {
+            (Some(t), stop) => self.claim_wait_until(lease, t, stop.unwrap_or(&AtomicBool::new(false))),
+            (None, Some(stop)) if stop.load(Relaxed) => Ok(None),
+            (None, _) => self.claim_for(lease),
+        }
     }
 
     /// Claim with a lease (visibility timeout) of `lease`. When no job is ready it first makes
@@ -164,7 +226,7 @@ impl Queue {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Error> {
+    pub(crate) fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Error> {
         use crate::ops::making::{MAKING_RECHECK, MAKING_WINDOW};
         let started = self.clock.boot_ns();
         loop {

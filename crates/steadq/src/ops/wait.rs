@@ -72,49 +72,12 @@ fn min_opt(a: Option<u64>, b: u64) -> Option<u64> {
 }
 
 impl Queue {
-    /// Claim a job, waiting up to `timeout` for one. `Ok(None)` on timeout. While waiting it
-    /// makes delayed jobs ready when they fall due and expired leases ready when they expire,
-    /// so one waiting worker is enough to keep a queue moving. See the module docs for what
-    /// an idle wait costs.
-    ///
-    /// # Errors
-    /// As [`Queue::claim_for`]. A job this user may not move (`EPERM`, `EACCES`) does not end
-    /// the wait: it goes on for a job it can take, and only at the timeout, if such jobs were
-    /// all its last look found, it fails with that error (not done).
-    /// [`ErrorKind::Replaced`](crate::ErrorKind::Replaced) (not done) within about a second
-    /// once the queue's directory is removed, or removed and made again, also before the
-    /// wait began: the wait does not run out its timeout on a queue no job reaches. (One
-    /// shard removed alone is not looked for: [`Queue::replaced_dir`] tells.)
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-wait-{}", std::process::id()));
-    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
-    /// // Nothing ready: returns None after about 50 ms, without polling (inotify).
-    /// assert!(q.claim_wait(Duration::from_secs(30), Duration::from_millis(50))?.is_none());
-    /// q.enqueue(b"job")?;
-    /// let lease = q.claim_wait(Duration::from_secs(30), Duration::from_secs(5))?.unwrap();
-    /// lease.ack()?;
-    /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
-    /// ```
-    pub fn claim_wait(
-        &self,
-        lease: Duration,
-        timeout: Duration,
-    ) -> Result<Option<Lease>, crate::Error> {
-        self.claim_wait_until(lease, timeout, &AtomicBool::new(false))
-    }
-
-    /// [`Queue::claim_wait`] that also returns `Ok(None)` within 250 ms of `stop` becoming
-    /// true (a worker's shutdown flag, set from a signal handler or another thread), and at
-    /// once, claiming nothing, when it is true already: once the flag is set no job is
-    /// taken, whatever is ready.
-    ///
-    /// # Errors
-    /// As [`Queue::claim_wait`].
-    pub fn claim_wait_until(
+    /// The waiting claim of [`Queue::claim_with`] (`ClaimOptions::wait`): claim a job with
+    /// a lease of `lease`, waiting up to `timeout` for one; `Ok(None)` on timeout, and within
+    /// 250 ms of `stop` becoming true, at once when it is true already (no job taken). While
+    /// waiting it makes delayed jobs ready when they fall due and expired leases ready when
+    /// they expire. See the module docs for what an idle wait costs.
+    pub(crate) fn claim_wait_until(
         &self,
         lease: Duration,
         timeout: Duration,
