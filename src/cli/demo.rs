@@ -37,7 +37,7 @@ pub fn cmd_demo_job(a: DemoJob) -> Result<i32, CliError> {
     }
     let line = format!(
         "{}  {}\n",
-        steadq::format::hex32(&h.finalize().into()),
+        super::encode::hex(&h.finalize()),
         path.trim()
     );
     let mut out = std::fs::OpenOptions::new()

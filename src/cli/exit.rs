@@ -93,7 +93,7 @@ mod tests {
     use super::*;
     use crate::cli::args::Top;
     use argh::FromArgs;
-    use steadq::{Error, ErrorKind, Cause};
+    use steadq::{Cause, Error, ErrorKind};
 
     #[test]
     fn exit_codes_follow_the_outcome_type() {

@@ -221,7 +221,11 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
                 while !STOP.load(Ordering::SeqCst) {
                     let claimed = match next.take() {
                         Some(l) => Ok(Some(l)),
-                        None => q.claim_wait_until(a.lease, Duration::from_secs(3600), &STOP),
+                        None => q.claim_with(&steadq::ClaimOptions {
+                            lease: Some(a.lease),
+                            wait: Some(Duration::from_secs(3600)),
+                            stop: Some(&STOP),
+                        }),
                     };
                     match claimed {
                         Ok(None) => {}
@@ -286,7 +290,10 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
 /// error's outcome (2, 4 or 6).
 fn work_once(a: &Work, q: &steadq::Queue) -> Result<Exit, CliError> {
     let before = q.claims_dead_lettered();
-    match q.claim_for(a.lease)? {
+    match q.claim_with(&steadq::ClaimOptions {
+        lease: Some(a.lease),
+        ..Default::default()
+    })? {
         // The claim handled jobs by dead-lettering them (logged with their reasons).
         None if q.claims_dead_lettered() > before => {
             let n = q.claims_dead_lettered() - before;

@@ -3209,7 +3209,13 @@ fn an_expired_lease_with_no_attempt_left_is_named_when_dead_lettered() {
     let id = text(&e.stdout).trim().to_string();
     {
         let lq = Queue::open(&q).unwrap();
-        let l = lq.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        let l = lq
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(60)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         drop(l);
     }
     let listed = text(&steadq(&["list", qs]).stdout);

@@ -172,7 +172,8 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
                         ..Default::default()
                     },
                 )
-                .unwrap();
+                .unwrap()
+                .id();
         }
         Op::Requeue => {
             setup.enqueue(b"x").unwrap();
@@ -197,7 +198,8 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
                         ..Default::default()
                     },
                 )
-                .unwrap();
+                .unwrap()
+                .id();
         }
     }
     drop(setup);
@@ -226,7 +228,14 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
         | Op::Release
         | Op::AckPrio
         | Op::NackPrio
-        | Op::RecoverExpired => Some(q.claim_for(Duration::from_secs(1)).unwrap().unwrap()),
+        | Op::RecoverExpired => Some(
+            q.claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(1)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap(),
+        ),
         _ => None,
     };
     if op == Op::RecoverExpired {
@@ -257,11 +266,12 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
                     ..Default::default()
                 },
             )
+            .map(steadq::Enqueued::id)
             .map(drop),
         ),
         Op::EnqueueBatch => q.enqueue_batch(&[b"one", b"two", b"three"]).map(drop),
         Op::EnqueueKeyed => named(
-            q.enqueue_unique(b"payload", &keyed())
+            q.enqueue_with(b"payload", &keyed())
                 .map(|r| assert!(!r.is_duplicate())),
         ),
         Op::EnqueueCapped => named(q.enqueue(b"payload").map(drop)),
@@ -277,6 +287,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
                     ..Default::default()
                 },
             )
+            .map(steadq::Enqueued::id)
             .map(drop),
         ),
         // "No job" is the claim's "not done".
@@ -396,7 +407,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
         if happened {
             assert_eq!(live_keys, 1, "a keyed job without its key: {res:?}");
         }
-        let retry = clean.enqueue_unique(b"payload", &keyed()).unwrap();
+        let retry = clean.enqueue_with(b"payload", &keyed()).unwrap();
         assert_eq!(retry.is_duplicate(), happened, "{res:?} then {retry:?}");
         assert_eq!(clean.list(None).unwrap().len(), 1, "one job per key");
     }
@@ -630,7 +641,12 @@ fn a_failed_claim_fsync_is_indeterminate_and_the_job_comes_back() {
     Queue::open(d.path()).unwrap().enqueue(b"x").unwrap();
     let (q, plan) = open_failing(d.path(), Call::FsyncDir, 1, Errno::IO);
     plan.arm();
-    let e = q.claim_for(Duration::from_secs(1)).unwrap_err();
+    let e = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap_err();
     assert_eq!(
         (e.outcome(), e.errno()),
         (Outcome::Indeterminate, Some(Errno::IO.into()))
@@ -733,7 +749,7 @@ fn purge_and_requeue_follow_the_batch_rule_and_create_nothing() {
         delay: Some(Duration::from_secs(600)),
         ..Default::default()
     };
-    q.enqueue_with(b"later", &delay).unwrap();
+    q.enqueue_with(b"later", &delay).unwrap().id();
     plan.reset_counts();
     plan.arm();
     // The second unlink fails (EIO): the purge goes on past it, so two of the three are
@@ -850,7 +866,13 @@ fn a_lost_lease_is_its_own_variant_for_renew_and_ack() {
     let d = TempDir::new("lostvariant");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"x").unwrap();
-    let mut l = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let mut l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let other = Queue::open(d.path()).unwrap();
     other.clock().shift_boot(2 * SEC);
     assert_eq!(other.recover().unwrap().expired, 1);
@@ -976,7 +998,7 @@ fn a_level_that_cannot_be_made_is_not_done_and_names_its_directory() {
         assert_eq!(e.path(), Some(d.path().join(dir).as_path()), "{ctx}");
         let clean = Queue::open(d.path()).unwrap();
         assert!(clean.list(None).unwrap().is_empty(), "{ctx}");
-        clean.enqueue_with(b"x", &prio6).unwrap();
+        clean.enqueue_with(b"x", &prio6).unwrap().id();
         assert_eq!(clean.list(None).unwrap()[0].dir, "prio/6/00", "{ctx}");
     }
 }
@@ -999,7 +1021,13 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
         let d = TempDir::new("split");
         let q = Queue::create(d.path(), opts(1)).unwrap();
         let id = q.enqueue(b"once").unwrap();
-        let l = q.claim_for(Duration::from_millis(20)).unwrap().unwrap();
+        let l = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_millis(20)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         let lease = only(d.path(), "ready");
         let newer = if nack {
             l.nack(Duration::from_secs(3600)).unwrap();
@@ -1037,7 +1065,7 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
         delay: Some(Duration::from_millis(10)),
         ..Default::default()
     };
-    let id = q.enqueue_with(b"due once", &o).unwrap();
+    let id = q.enqueue_with(b"due once", &o).unwrap().id();
     let delayed = only(d.path(), "delayed");
     std::thread::sleep(Duration::from_millis(30));
     assert_eq!(q.recover().unwrap().due, 1);
@@ -1054,7 +1082,13 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
     let d = TempDir::new("split-foreign");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"linked elsewhere").unwrap();
-    let _l = q.claim_for(Duration::from_millis(20)).unwrap().unwrap();
+    let _l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(20)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let outside = d.path().join("outside-link");
     std::fs::hard_link(only(d.path(), "ready"), &outside).unwrap();
     std::thread::sleep(Duration::from_millis(40));
@@ -1074,7 +1108,13 @@ fn a_misplaced_second_name_is_not_taken_for_a_split_move() {
     let d = TempDir::new("split-misplaced");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     let id = q.enqueue(b"misplaced").unwrap();
-    let mut l = q.claim_for(Duration::from_millis(30)).unwrap().unwrap();
+    let mut l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(30)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let lease = d.path().join(&files(d.path(), "ready")[0]);
     l.renew(Duration::from_millis(30)).unwrap();
     let newer = files(d.path(), "ready")[0].clone();
@@ -1208,7 +1248,7 @@ fn a_split_dead_lettering_keeps_the_newer_name() {
         max_attempts: Some(1),
         ..Default::default()
     };
-    let id = q.enqueue_with(b"no attempt left", &o).unwrap();
+    let id = q.enqueue_with(b"no attempt left", &o).unwrap().id();
     drop(q.claim().unwrap().unwrap()); // released: ready, attempt 1 of 1
     let ready = only(d.path(), "ready");
     assert!(

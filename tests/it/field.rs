@@ -31,7 +31,8 @@ fn delayed(q: &Queue, payload: &[u8], delay: Duration) {
             ..Default::default()
         },
     )
-    .unwrap();
+    .unwrap()
+    .id();
 }
 
 /// A plain claim (no waiting) that finds nothing ready makes a due delayed job ready first.
@@ -58,7 +59,10 @@ fn plain_claim_takes_an_expired_lease() {
     let q = Queue::create(d.path(), opts(4)).unwrap();
     q.enqueue(b"job").unwrap();
     let handle = q
-        .claim_for(Duration::from_secs(10))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(10)),
+            ..Default::default()
+        })
         .unwrap()
         .unwrap()
         .into_handle();
@@ -82,8 +86,12 @@ fn claim_wait_keeps_its_deadline_after_a_wake_up_without_a_job() {
             std::thread::sleep(Duration::from_millis(300));
             std::fs::write(d.path().join("ready/00/stray-file"), b"x").unwrap();
         });
-        q.claim_wait(Duration::from_secs(30), Duration::from_secs(20))
-            .unwrap()
+        q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(20)),
+            ..Default::default()
+        })
+        .unwrap()
     });
     let took = t.elapsed();
     assert_eq!(l.expect("claimed").payload().unwrap(), b"due in 1.5 s");
@@ -105,8 +113,12 @@ fn claim_wait_learns_a_delayed_job_enqueued_while_it_waits() {
                 Duration::from_secs(1),
             );
         });
-        q.claim_wait(Duration::from_secs(30), Duration::from_secs(20))
-            .unwrap()
+        q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(20)),
+            ..Default::default()
+        })
+        .unwrap()
     });
     let took = t.elapsed();
     assert!(l.is_some());
@@ -124,7 +136,13 @@ fn an_idle_waiting_claim_does_not_relist() {
         q.enqueue(&i.to_le_bytes()).unwrap();
     }
     let mut held = Vec::new();
-    while let Some(l) = q.claim_for(Duration::from_secs(3600)).unwrap() {
+    while let Some(l) = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(3600)),
+            ..Default::default()
+        })
+        .unwrap()
+    {
         held.push(l.into_handle());
     }
     assert_eq!(held.len(), 200);
@@ -136,7 +154,11 @@ fn an_idle_waiting_claim_does_not_relist() {
             stop.store(true, Ordering::SeqCst);
         });
         let r = q
-            .claim_wait_until(Duration::from_secs(30), Duration::from_secs(60), &stop)
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                wait: Some(Duration::from_secs(60)),
+                stop: Some(&stop),
+            })
             .unwrap();
         assert!(r.is_none());
     });
@@ -207,10 +229,13 @@ fn recovery_does_all_it_can() {
         q.enqueue(&[i]).unwrap();
     }
     for _ in 0..40 {
-        q.claim_for(Duration::from_secs(5))
-            .unwrap()
-            .unwrap()
-            .into_handle();
+        q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(5)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap()
+        .into_handle();
     }
     q.clock().shift_boot(6_000_000_000);
     plan.arm();
@@ -411,14 +436,21 @@ fn claim_wait_takes_a_lease_that_expires_while_it_waits() {
     let q = Queue::create(d.path(), opts(4)).unwrap();
     q.enqueue(b"orphan").unwrap();
     let h = q
-        .claim_for(Duration::from_millis(1200))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(1200)),
+            ..Default::default()
+        })
         .unwrap()
         .unwrap()
         .into_handle();
     let other = Queue::open(d.path()).unwrap();
     let t = Instant::now();
     let l = other
-        .claim_wait(Duration::from_secs(30), Duration::from_secs(15))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(15)),
+            ..Default::default()
+        })
         .unwrap()
         .expect("the expired lease is taken");
     assert!(
@@ -732,7 +764,13 @@ fn a_nack_or_fail_that_is_not_done_keeps_the_lease() {
         }]);
         let q = with_plan(&d, &plan, opts(1));
         q.enqueue(b"x").unwrap();
-        let l = q.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        let l = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(60)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         let handle = l.handle();
         plan.arm();
         let e = if fail {
@@ -1306,7 +1344,7 @@ fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
         priority: Some(5),
         ..EnqueueOptions::default()
     };
-    let id = q.enqueue_with(b"once", &o).unwrap();
+    let id = q.enqueue_with(b"once", &o).unwrap().id();
     let l = q.find(id).unwrap();
     let name = l.name.format(q.id()).to_string();
     let shard = &l.dir[l.dir.len() - 2..];
@@ -1335,7 +1373,7 @@ fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
 
     // A misplaced job whose id is unique is quarantined too, never moved into the queue.
     std::fs::remove_file(d.path().join(&copy)).unwrap();
-    let id2 = q.enqueue_with(b"twice", &o).unwrap();
+    let id2 = q.enqueue_with(b"twice", &o).unwrap().id();
     let l2 = q.find(id2).unwrap();
     let s2 = &l2.dir[l2.dir.len() - 2..];
     let o2 = if s2 == "07" { "02" } else { "07" };
@@ -1579,7 +1617,7 @@ fn fsck_reports_damaged_limits_junk_keys_and_two_receipts_of_one_job() {
         key: Some(steadq::Key::new("order-1").unwrap()),
         ..EnqueueOptions::default()
     };
-    q.enqueue_unique(b"k", &o).unwrap();
+    q.enqueue_with(b"k", &o).unwrap();
     std::fs::write(d.path().join("keys/notes.txt"), b"junk").unwrap();
     // One job acked twice: a copy of its ready file put back after the first ack.
     let id = q.enqueue(b"twice").unwrap();
@@ -1907,7 +1945,8 @@ fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
     let dirs = files(&root, "prio");
     assert!(
         !dirs.is_empty(),
@@ -1997,7 +2036,8 @@ fn a_level_made_by_another_user_is_owned_and_shared_like_ready() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
     use std::os::unix::fs::MetadataExt;
     let ready = std::fs::metadata(t.q.join("ready")).unwrap();
     let slot = q.find(id).unwrap();
@@ -3590,8 +3630,8 @@ fn an_exhausted_job_that_cannot_be_dead_lettered_does_not_block_the_jobs_behind_
         ..Default::default()
     };
     let behind = [
-        q.enqueue_with(b"D", &good).unwrap(),
-        q.enqueue_with(b"E", &good).unwrap(),
+        q.enqueue_with(b"D", &good).unwrap().id(),
+        q.enqueue_with(b"E", &good).unwrap().id(),
     ];
     drop(q);
     std::fs::remove_dir_all(d.path().join("dead")).unwrap();
@@ -4162,7 +4202,13 @@ fn a_split_move_settles_with_more_buckets_than_the_open_file_limit() {
     let d = TempDir::new("split-nofile");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     let id = q.enqueue(b"once").unwrap();
-    let l = q.claim_for(Duration::from_millis(20)).unwrap().unwrap();
+    let l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(20)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let lease = d.path().join(&files(d.path(), "ready")[0]);
     l.ack().unwrap();
     let receipt = d.path().join(&files(d.path(), "receipts")[0]);

@@ -199,7 +199,10 @@ fn mixed(threads: usize, rounds: usize, fault: Option<u32>, durability: Durabili
                     }
                     Err(e) => note(&tally, "claim_batch", e2(e.outcome(), e.cause().errno())),
                 },
-                _ => match q.claim_for(Duration::from_secs(60)) {
+                _ => match q.claim_with(&steadq::ClaimOptions {
+                    lease: Some(Duration::from_secs(60)),
+                    ..Default::default()
+                }) {
                     Ok(None) => note(&tally, "claim", Ok(())),
                     Ok(Some(mut l)) => {
                         note(&tally, "claim", Ok(()));

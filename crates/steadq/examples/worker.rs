@@ -36,7 +36,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let q = Queue::open_with(&dir, Options::default())?;
     let lease_for = Duration::from_secs(60);
     // claim_wait sleeps on inotify: no polling while the queue is empty.
-    while let Some(lease) = q.claim_wait(lease_for, Duration::from_secs(2))? {
+    while let Some(lease) = q.claim_with(&steadq::ClaimOptions {
+        lease: Some(lease_for),
+        wait: Some(Duration::from_secs(2)),
+        ..Default::default()
+    })? {
         let attempt = lease.attempt();
         match process(lease.payload()?) {
             Outcome::Done => {

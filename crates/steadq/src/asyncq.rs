@@ -14,7 +14,7 @@ use crate::disk::layout::{bucket_dir, DELAYED_DIR};
 use crate::ops::capacity::drain;
 use crate::ops::recover::RecoverReport;
 use crate::ops::wait::LOOK_EVERY_NS;
-use crate::{EnqueueError, EnqueueOptions, Enqueued, ErrorKind, Error, Lease, Queue, Result};
+use crate::{EnqueueError, EnqueueOptions, Enqueued, Error, ErrorKind, Lease, Queue, Result};
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 use std::os::fd::{AsFd, OwnedFd};
 

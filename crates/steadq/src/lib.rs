@@ -132,9 +132,7 @@ pub use disk::name::{
 pub use disk::scan::Foreign;
 pub use disk::state::State;
 pub use disk::sys::Call;
-pub use error::{
-    Cause, EnqueueError, Error, ErrorKind, OsErrno, Outcome, RenewError, SettleError,
-};
+pub use error::{Cause, EnqueueError, Error, ErrorKind, OsErrno, Outcome, RenewError, SettleError};
 /// `Result<T>` is `Result<T, steadq::Error>`: what every call returns but the enqueues (their
 /// [`EnqueueError`]) and a lease's renew and settling calls ([`RenewError`], [`SettleError`]),
 /// all of which `?` turns into an [`Error`].
@@ -146,8 +144,8 @@ pub use ops::lease::{backoff, AckedNext, ClaimOptions, Lease, Nacked, Receipt};
 pub use ops::payload::PayloadReader;
 pub use ops::recover::RecoverReport;
 pub use queue::{
-    orphan_shards, Durability, Identity, Options, OrphanShards, Queue, DEFAULT_MAX_PAYLOAD,
-    MAX_LEASE, QUEUE_VERSION,
+    orphan_shards, Durability, Identity, OpenMode, Options, OrphanShards, Queue,
+    DEFAULT_MAX_PAYLOAD, MAX_LEASE, QUEUE_VERSION,
 };
 #[cfg(feature = "serde")]
 pub use typed::{TypedLease, TypedQueue};

@@ -10,8 +10,10 @@
 //! A job's bytes are the plain postcard encoding of the value; the file envelope (header and
 //! SHA-256 digests) is the same as for any job, so `steadq show` and `fsck` work unchanged.
 
+use crate::{
+    Cause, ClaimOptions, EnqueueOptions, Enqueued, ErrorKind, JobId, Lease, Nacked, Queue, Reason,
+};
 use crate::{EnqueueError, Error, Receipt, RenewError, Result, SettleError};
-use crate::{ClaimOptions, EnqueueOptions, Enqueued, Cause, ErrorKind, JobId, Lease, Nacked, Queue, Reason};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::marker::PhantomData;

@@ -22,7 +22,13 @@ mod typed {
         let l = q.queue().list(None).unwrap();
         let (_, payload) = q.queue().read_job(&l[0]).unwrap();
         assert_eq!(payload.len(), 12, "{payload:?}");
-        let lease = q.claim_for(Duration::from_secs(30)).unwrap().unwrap();
+        let lease = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         assert_eq!((lease.lease().id(), lease.value()), (id, &v));
         lease.ack().unwrap();
         // Keys work through the typed API.
@@ -32,11 +38,15 @@ mod typed {
         };
         let a = q.enqueue_with(&v, &o).unwrap();
         assert_eq!(q.enqueue_with(&v, &o).unwrap(), Enqueued::Duplicate(a.id()));
-        q.claim_wait(Duration::from_secs(30), Duration::from_secs(1))
-            .unwrap()
-            .unwrap()
-            .ack()
-            .unwrap();
+        q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap()
+        .ack()
+        .unwrap();
     }
 
     #[test]
@@ -45,12 +55,23 @@ mod typed {
         let raw = Queue::create(d.path(), fast(1)).unwrap();
         raw.enqueue(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).unwrap();
         let q: TypedQueue<Job> = TypedQueue::new(raw);
-        let e = q.claim_for(Duration::from_secs(30)).unwrap_err();
+        let e = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::Decode(_)), "{e}");
         assert_eq!(counts(q.queue()), [0, 0, 0, 1, 0], "dead, reason decode");
         let dead = q.queue().list(Some(State::Dead)).unwrap();
         assert!(matches!(dead[0].name.kind, Kind::Dead { .. }));
-        assert!(q.claim_for(Duration::from_secs(30)).unwrap().is_none());
+        assert!(q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+            .is_none());
     }
 
     /// `TypedLease::ack_and_claim` acks and hands over the next job decoded; a next job that
@@ -68,7 +89,13 @@ mod typed {
         q.enqueue(&b).unwrap();
         std::thread::sleep(Duration::from_millis(2));
         raw.enqueue(&[0xff; 6]).unwrap();
-        let first = q.claim_for(Duration::from_secs(30)).unwrap().unwrap();
+        let first = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         assert_eq!(first.value(), &a);
         let (r, next) = first.ack_and_claim(Duration::from_secs(30)).unwrap();
         assert!(r.name.ends_with(".rct"));
@@ -92,7 +119,13 @@ mod typed {
         let q: TypedQueue<Job> = TypedQueue::new(Queue::create(d.path(), fast(1)).unwrap());
         let v: Job = ("transcode".into(), 7, vec![9]);
         let id = q.enqueue(&v).unwrap();
-        let mut l = q.claim_for(Duration::from_secs(5)).unwrap().unwrap();
+        let mut l = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(5)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         let deadline = |l: &TypedLease<Job>| match l.lease().name().kind {
             Kind::Leased(f) => (l.lease().name().generation, f.boot_deadline_ns),
             k => panic!("not leased: {k:?}"),
@@ -104,7 +137,13 @@ mod typed {
         assert!(d1 > d0 + 500_000_000_000, "deadline {d0} -> {d1} ns");
         assert_eq!(l.value(), &v, "the value stays across a renew");
         l.release().unwrap();
-        let again = q.claim_for(Duration::from_secs(30)).unwrap().unwrap();
+        let again = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (again.lease().id(), again.lease().attempt(), again.value()),
             (id, 2, &v)
@@ -130,7 +169,13 @@ mod typed {
             }
         });
         let mut got = Vec::new();
-        while let Some(l) = q.claim_for(Duration::from_secs(30)).unwrap() {
+        while let Some(l) = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+        {
             got.push(*l.value().lock().unwrap());
             l.ack().unwrap();
         }
@@ -265,7 +310,11 @@ mod asynq {
                 priority: Some(5),
                 ..Default::default()
             };
-            Queue::open(&path).unwrap().enqueue_with(b"x", &o).unwrap()
+            Queue::open(&path)
+                .unwrap()
+                .enqueue_with(b"x", &o)
+                .unwrap()
+                .id()
         });
         let t = Instant::now();
         let l = q
@@ -289,7 +338,8 @@ mod asynq {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
         let q = AsyncQueue::new(q);
         let waits = (0..16).map(|_| q.claim_wait(Duration::from_secs(30), Duration::from_secs(3)));
         let t = Instant::now();

@@ -28,7 +28,7 @@ use crate::disk::name::{JobId, JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::state::{self, Op, State};
 use crate::disk::sys::{Call, Errno, Publish};
-use crate::error::{EnqueueError, Cause, ErrorKind, Error, Outcome, Result};
+use crate::error::{Cause, EnqueueError, Error, ErrorKind, Outcome, Result};
 use crate::queue::{random, Durability, Queue};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;

@@ -37,7 +37,7 @@ use crate::disk::layout::{DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName};
 use crate::disk::state::State;
 use crate::disk::sys::{Call, Errno};
-use crate::error::{EnqueueError, Cause, ErrorKind, Outcome, Result};
+use crate::error::{Cause, EnqueueError, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::EnqueueOptions;
 use crate::ops::enqueue_stream::Source;
 use crate::ops::making::Origin;

@@ -10,7 +10,7 @@ use crate::disk::format::{Corruption, Header, HEADER_LEN};
 use crate::disk::name::{BootDue, JobId, JobName, Kind, LeaseFields, NameError, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Cause, ErrorKind, Error, Outcome, RenewError, Result, SettleError};
+use crate::error::{Cause, Error, ErrorKind, Outcome, RenewError, Result, SettleError};
 use crate::ops::payload::{
     check_file, check_whole, Checked, LoadFailed, PayloadReader, StreamFailed, CHUNK, PROBE,
 };
@@ -189,7 +189,9 @@ impl Queue {
         use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
         let lease = o.lease.unwrap_or(self.opts.lease);
         match (o.wait, o.stop) {
-            (Some(t), stop) => self.claim_wait_until(lease, t, stop.unwrap_or(&AtomicBool::new(false))),
+            (Some(t), stop) => {
+                self.claim_wait_until(lease, t, stop.unwrap_or(&AtomicBool::new(false)))
+            }
             (None, Some(stop)) if stop.load(Relaxed) => Ok(None),
             (None, _) => self.claim_for(lease),
         }
@@ -1622,7 +1624,9 @@ impl Lease {
             }
         }
         if at != len {
-            return Err(self.read_error(r.path(), StreamFailed::Changed("short")).into());
+            return Err(self
+                .read_error(r.path(), StreamFailed::Changed("short"))
+                .into());
         }
         let f = self.file.get_or_init(|| Arc::new(file));
         Ok(&f[HEADER_LEN..])

@@ -2,10 +2,8 @@
 
 use super::*;
 use crate::disk::identity::Identity;
-use crate::disk::layout::{
-    CREATED_DIRS, READY_DIR, RECEIPTS_DIR,
-};
 use crate::disk::layout::shard_name;
+use crate::disk::layout::{CREATED_DIRS, READY_DIR, RECEIPTS_DIR};
 use crate::disk::sys::{Call, Errno, Sys};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
 use std::os::fd::{AsFd, BorrowedFd};

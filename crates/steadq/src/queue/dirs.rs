@@ -3,9 +3,7 @@
 
 use super::*;
 use crate::disk::identity::Identity;
-use crate::disk::layout::{
-    receipts_shard, DEAD_DIR, DELAYED_DIR, READY_DIR, TMP_DIR,
-};
+use crate::disk::layout::{receipts_shard, DEAD_DIR, DELAYED_DIR, READY_DIR, TMP_DIR};
 use crate::disk::name::JobName;
 use crate::disk::sys::{Call, Errno, Sys};
 use crate::error::{Cause, ErrorKind, Result};

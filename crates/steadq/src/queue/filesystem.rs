@@ -4,15 +4,12 @@
 
 use super::*;
 use crate::disk::identity::Identity;
-use crate::disk::layout::{
-    receipts_shard, CREATED_DIRS, DEAD_DIR, DELAYED_DIR, TMP_DIR,
-};
+use crate::disk::layout::{receipts_shard, CREATED_DIRS, DEAD_DIR, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{fs_name, Call, Errno, Sys};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
-
 
 /// The first directory of the layout `dirs` holds that is on another filesystem than the
 /// queue root (a mount under it, where every rename to or from it fails with `EXDEV`): its
@@ -185,7 +182,12 @@ pub(super) fn check_inodes(
 
 /// Check once per open that `renameat2(RENAME_NOREPLACE)` works here: a probe file in `tmp/`
 /// is renamed and removed. NFS and old FUSE answer `EINVAL` (see `rename(2)`).
-pub(super) fn probe_rename(sys: &Sys, tmp: BorrowedFd<'_>, root: &Path, boot_id: u128) -> Result<()> {
+pub(super) fn probe_rename(
+    sys: &Sys,
+    tmp: BorrowedFd<'_>,
+    root: &Path,
+    boot_id: u128,
+) -> Result<()> {
     let probe = || TempName::new(boot_id, TempKind::Probe, random_u128()).format();
     let (a, b) = (probe(), probe());
     let nd = |call, e| {

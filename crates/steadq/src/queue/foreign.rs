@@ -1,9 +1,7 @@
 //! Entries in the queue root that are not the queue's: refused at create, never followed.
 
 use super::*;
-use crate::disk::layout::{
-    DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR, TMP_DIR,
-};
+use crate::disk::layout::{DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR, TMP_DIR};
 use crate::disk::name::JobName;
 use crate::disk::name::TempName;
 use crate::disk::sys::{Call, Errno, Sys};

@@ -23,9 +23,7 @@
 
 use crate::disk::clock::Clock;
 pub use crate::disk::identity::Identity;
-use crate::disk::layout::{
-    receipts_shard, DEAD_DIR, DELAYED_DIR, TMP_DIR,
-};
+use crate::disk::layout::{receipts_shard, DEAD_DIR, DELAYED_DIR, TMP_DIR};
 use crate::disk::sys::{Errno, Sys};
 use crate::error::{Cause, ErrorKind};
 use std::os::fd::{AsFd, OwnedFd};
@@ -46,17 +44,16 @@ mod options;
 mod survey;
 
 pub(crate) use dirs::*;
-pub(crate) use filesystem::*;
 #[cfg(feature = "faults")]
 pub use filesystem::publishes_named;
+pub(crate) use filesystem::*;
 use foreign::*;
 pub(crate) use identity_file::*;
 use open::*;
 pub(crate) use options::*;
-pub use options::{Durability, Options, DEFAULT_MAX_PAYLOAD, MAX_LEASE};
+pub use options::{Durability, OpenMode, Options, DEFAULT_MAX_PAYLOAD, MAX_LEASE};
 pub(crate) use survey::*;
 pub use survey::{orphan_shards, OrphanShards};
-
 
 /// An open queue: a cheap handle (an `Arc` inside). Clone it to share the queue between
 /// threads; every clone uses the same directory handles, claim cursor and group-commit
@@ -183,7 +180,6 @@ pub(crate) fn random() -> u128 {
 }
 
 impl Queue {
-
     /// Whether the root path still names the directory this handle opened. False once the
     /// queue was removed or replaced (say `rm -rf` and `steadq init` again): this handle
     /// then works on a directory nobody else sees, and should be reopened.
@@ -309,5 +305,4 @@ impl Queue {
     pub fn barriers(&self) -> bool {
         self.barriers
     }
-
 }

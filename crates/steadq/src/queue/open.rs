@@ -10,80 +10,39 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::OnceLock;
 
-
 impl Queue {
-    /// Open the queue at `root` with default [`Options`]. The filesystem is checked first, from
-    /// one `fstatfs(2)` of the root (NFS is refused then, before any `flock` that its lock
-    /// daemon could hold up), then `renameat2(RENAME_NOREPLACE)` is tried on a probe file in
-    /// `tmp/` (made, renamed and removed: 14 KiB of journal writes on ext4 with 1 KiB blocks,
-    /// 56 KiB with 4 KiB blocks). A handle that only reads is opened with
-    /// [`Queue::open_read_only`], which writes nothing.
+    /// Open the queue at `root` with default [`Options`] (read-write). The filesystem is
+    /// checked first, from one `fstatfs(2)` of the root (NFS is refused then, before any
+    /// `flock` that its lock daemon could hold up), then `renameat2(RENAME_NOREPLACE)` is
+    /// tried on a probe file in `tmp/` (made, renamed and removed: 14 KiB of journal writes
+    /// on ext4 with 1 KiB blocks, 56 KiB with 4 KiB blocks). A handle that only reads is
+    /// opened with [`OpenMode::ReadOnly`], which writes nothing.
     ///
     /// # Errors
     /// Not done in every case (opening changes nothing but a probe file in `tmp/`):
     /// [`ErrorKind::NotAQueue`], [`ErrorKind::BadIdentity`], [`ErrorKind::UnsupportedVersion`],
     /// [`ErrorKind::Incomplete`], [`ErrorKind::UnsupportedFilesystem`], or [`ErrorKind::Io`]
     /// naming the path (`/proc/sys/kernel/random/boot_id` when this boot's id cannot be read
-    /// for want of descriptors or memory: [`Clock::try_new`]).
+    /// for want of descriptors or memory).
     pub fn open(root: impl AsRef<Path>) -> crate::Result<Queue> {
         Queue::open_with(root, Options::default())
     }
 
-    /// Open with explicit options.
+    /// Open with explicit options; [`Options::mode`] says read-write (the default),
+    /// [`OpenMode::ReadOnly`] or [`OpenMode::Check`].
     ///
     /// # Errors
     /// As [`Queue::open`], plus [`ErrorKind::InvalidArgument`] for an option out of range
     /// ([`Options::validate`]).
     pub fn open_with(root: impl AsRef<Path>, opts: Options) -> crate::Result<Queue> {
-        Queue::open_checked(root.as_ref(), opts, false, true)
+        let (check, probe) = match opts.mode {
+            OpenMode::ReadWrite => (false, true),
+            OpenMode::ReadOnly => (false, false),
+            OpenMode::Check => (true, false),
+        };
+        Queue::open_checked(root.as_ref(), opts, check, probe)
     }
 
-    /// Open the queue at `root` to read it (`list`, `show`, [`Queue::list`], [`Queue::find`],
-    /// [`Queue::open_job`], [`Queue::status`]): as [`Queue::open`], with the same refusals,
-    /// except that opening writes nothing (no rename probe in `tmp/`), so a command that only
-    /// looks, run every 30 s on an SD card, costs it no writes. A change made through this
-    /// handle works as through [`Queue::open`], except that a filesystem without
-    /// `renameat2(RENAME_NOREPLACE)` (other than NFS, which is refused here too) is not
-    /// refused in advance: its first rename fails with `EINVAL`, not done.
-    ///
-    /// # Errors
-    /// As [`Queue::open`].
-    pub fn open_read_only(root: impl AsRef<Path>) -> crate::Result<Queue> {
-        Queue::open_read_only_with(root, Options::default())
-    }
-
-    /// [`Queue::open_read_only`] with explicit options.
-    ///
-    /// # Errors
-    /// As [`Queue::open_with`].
-    pub fn open_read_only_with(root: impl AsRef<Path>, opts: Options) -> crate::Result<Queue> {
-        Queue::open_checked(root.as_ref(), opts, false, false)
-    }
-
-    /// Open the queue at `root` to check it ([`Queue::fsck`], [`Queue::status`]): the same
-    /// as [`Queue::open`]. A shard that is a symlink (`ready/03 -> /elsewhere`), a file, or
-    /// a directory of another owner than `ready/` refuses no open: it is never followed
-    /// nor listed, the handle holds no job there, a claim passes it over, an enqueue picks
-    /// another shard, and `fsck` reports it. Unlike [`Queue::open`], a layout split across
-    /// filesystems is not refused (fsck reports it). Like [`Queue::open_read_only`], opening
-    /// writes nothing; [`Queue::fsck_quarantine`] makes the rename probe before it moves
-    /// anything.
-    ///
-    /// # Errors
-    /// As [`Queue::open`].
-    pub fn open_for_check(root: impl AsRef<Path>) -> crate::Result<Queue> {
-        Queue::open_for_check_with(root, Options::default())
-    }
-
-    /// [`Queue::open_for_check`] with explicit options.
-    ///
-    /// # Errors
-    /// As [`Queue::open_with`].
-    pub fn open_for_check_with(root: impl AsRef<Path>, opts: Options) -> crate::Result<Queue> {
-        Queue::open_checked(root.as_ref(), opts, true, false)
-    }
-
-    /// Open: `check` as [`Queue::open_for_check`]; `probe`: make the rename probe.
     pub(super) fn open_checked(
         root: &Path,
         opts: Options,
@@ -93,7 +52,12 @@ impl Queue {
         Ok(Queue::open_internal(root, opts, check, probe)?)
     }
 
-    pub(super) fn open_internal(root: &Path, opts: Options, check: bool, probe: bool) -> Result<Queue> {
+    pub(super) fn open_internal(
+        root: &Path,
+        opts: Options,
+        check: bool,
+        probe: bool,
+    ) -> Result<Queue> {
         opts.check()?;
         let root = root.to_path_buf();
         let sys = make_sys(&opts);

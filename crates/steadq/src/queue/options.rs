@@ -24,11 +24,39 @@ pub enum Durability {
     None,
 }
 
+/// How [`Queue::open_with`] opens a queue ([`Options::mode`]; `create` ignores it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OpenMode {
+    /// To use it: enqueue, claim, settle (the default). Opening makes the rename probe of
+    /// [`Queue::open`] in `tmp/`.
+    #[default]
+    ReadWrite,
+    /// To read it (`list`, `show`, [`Queue::list`], [`Queue::find`], [`Queue::open_job`],
+    /// [`Queue::status`]): as `ReadWrite`, with the same refusals, except that opening
+    /// writes nothing (no rename probe in `tmp/`), so a command that only looks, run every
+    /// 30 s on an SD card, costs it no writes. A change made through this handle works as
+    /// through a read-write one, except that a filesystem without
+    /// `renameat2(RENAME_NOREPLACE)` (other than NFS, which is refused here too) is not
+    /// refused in advance: its first rename fails with `EINVAL`, not done.
+    ReadOnly,
+    /// To check it ([`Queue::fsck`], [`Queue::status`]): a shard that is a symlink
+    /// (`ready/03 -> /elsewhere`), a file, or a directory of another owner than `ready/`
+    /// refuses no open: it is never followed nor listed, the handle holds no job there, a
+    /// claim passes it over, an enqueue picks another shard, and `fsck` reports it. A layout
+    /// split across filesystems is not refused (fsck reports it). Like `ReadOnly`, opening
+    /// writes nothing; [`Queue::fsck_quarantine`] makes the rename probe before it moves
+    /// anything.
+    Check,
+}
+
 /// Settings for opening or creating a queue.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Barrier policy. Default [`Durability::Strict`].
     pub durability: Durability,
+    /// How [`Queue::open_with`] opens the queue: read-write (the default), read-only or to
+    /// check it. Ignored by [`Queue::create`].
+    pub mode: OpenMode,
     /// Largest payload this handle enqueues and claims, bytes (at least 1). Default 16 MiB
     /// ([`DEFAULT_MAX_PAYLOAD`]). Not stored in the queue: each handle has its own. An
     /// enqueue over it is refused ([`ErrorKind::PayloadTooLarge`], not done). A claim that
@@ -158,6 +186,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             durability: Durability::Strict,
+            mode: OpenMode::ReadWrite,
             max_payload: DEFAULT_MAX_PAYLOAD,
             shards: 8,
             delayed_bucket_ns: 60_000_000_000,

@@ -1,14 +1,11 @@
 //! What a directory that is to become (or is) a queue already holds: jobs of another
 //! queue, and the shard count its layout tells when its identity is lost.
 
-use crate::disk::layout::{
-    DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR,
-};
+use crate::disk::layout::{DEAD_DIR, DELAYED_DIR, READY_DIR, RECEIPTS_DIR};
 use crate::disk::sys::{Call, Sys};
 use crate::error::{Cause, Outcome};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-
 
 /// What the job files of a directory without a usable identity say about its queue.
 #[derive(Debug, PartialEq, Eq)]
@@ -53,7 +50,11 @@ pub(crate) fn header_queue_id(dir: BorrowedFd<'_>, name: &str, sys: &Sys) -> Opt
 }
 
 /// Names of the entries of `dir` accepted by `keep`.
-pub(super) fn list_names(sys: &Sys, dir: BorrowedFd<'_>, keep: impl Fn(&str) -> bool) -> Vec<String> {
+pub(super) fn list_names(
+    sys: &Sys,
+    dir: BorrowedFd<'_>,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<String> {
     let mut out = Vec::new();
     let _ = sys.read_dir(dir, |name, _, _| {
         if let Some(n) = name.filter(|n| keep(n)) {
