@@ -34,10 +34,11 @@ pub fn json_string(s: &str) -> String {
 
 /// Lowercase hex of a digest (64 characters for SHA-256).
 pub fn hex(d: &[u8]) -> String {
-    d.iter().fold(String::with_capacity(d.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    d.iter()
+        .fold(String::with_capacity(d.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// An age or span for people: `42s`, `17m`, `5h`, `3d` (rounded down).

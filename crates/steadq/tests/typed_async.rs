@@ -205,7 +205,11 @@ mod asynq {
                 let q = q.clone();
                 tokio::spawn(async move {
                     let l = q
-                        .claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+                        .claim_with(&steadq::ClaimOptions {
+                            lease: Some(Duration::from_secs(30)),
+                            wait: Some(Duration::from_secs(20)),
+                            ..Default::default()
+                        })
                         .await
                         .unwrap()
                         .expect("a job");
@@ -216,7 +220,9 @@ mod asynq {
             })
             .collect();
         for i in 0..3u8 {
-            q.enqueue(&[i], &EnqueueOptions::default()).await.unwrap();
+            q.enqueue_with(&[i], &EnqueueOptions::default())
+                .await
+                .unwrap();
         }
         let mut got: Vec<u8> = Vec::new();
         for t in tasks {
@@ -233,7 +239,11 @@ mod asynq {
         let q = AsyncQueue::new(Queue::create(d.path(), fast(2)).unwrap());
         let t = Instant::now();
         assert!(q
-            .claim_wait(Duration::from_secs(30), Duration::from_millis(200))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                wait: Some(Duration::from_millis(200)),
+                ..Default::default()
+            })
             .await
             .unwrap()
             .is_none());
@@ -247,7 +257,11 @@ mod asynq {
             sent
         });
         let l = q
-            .claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                wait: Some(Duration::from_secs(20)),
+                ..Default::default()
+            })
             .await
             .unwrap()
             .expect("a job");
@@ -281,7 +295,11 @@ mod asynq {
         let fails_replaced = || async move {
             let t = Instant::now();
             let e = q
-                .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+                .claim_with(&steadq::ClaimOptions {
+                    lease: Some(Duration::from_secs(5)),
+                    wait: Some(Duration::from_secs(20)),
+                    ..Default::default()
+                })
                 .await
                 .map(|l| l.is_some())
                 .unwrap_err();
@@ -318,7 +336,11 @@ mod asynq {
         });
         let t = Instant::now();
         let l = q
-            .claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                wait: Some(Duration::from_secs(20)),
+                ..Default::default()
+            })
             .await
             .unwrap()
             .expect("a job");
@@ -341,7 +363,12 @@ mod asynq {
         .unwrap()
         .id();
         let q = AsyncQueue::new(q);
-        let waits = (0..16).map(|_| q.claim_wait(Duration::from_secs(30), Duration::from_secs(3)));
+        let o = steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(3)),
+            ..Default::default()
+        };
+        let waits = (0..16).map(|_| q.claim_with(&o));
         let t = Instant::now();
         let got = futures_join(waits).await;
         let claimed: Vec<_> = got.into_iter().filter_map(|r| r.unwrap()).collect();
@@ -387,8 +414,8 @@ mod asynq {
         .unwrap();
         let q = AsyncQueue::new(q);
         let o = EnqueueOptions::default();
-        q.enqueue(b"one", &o).await.unwrap();
-        let e = q.enqueue(b"two", &o).await.unwrap_err();
+        q.enqueue_with(b"one", &o).await.unwrap();
+        let e = q.enqueue_with(b"two", &o).await.unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::QueueFull { .. }));
         let path = d.path().to_path_buf();
         let acker = std::thread::spawn(move || {
@@ -397,7 +424,13 @@ mod asynq {
             c.claim().unwrap().unwrap().ack().unwrap();
         });
         let r = q
-            .enqueue_wait(b"two", &o, Duration::from_secs(20))
+            .enqueue_with(
+                b"two",
+                &steadq::EnqueueOptions {
+                    wait: Some(Duration::from_secs(20)),
+                    ..o
+                },
+            )
             .await
             .unwrap();
         assert!(!r.is_duplicate());
