@@ -165,7 +165,7 @@ pub enum ErrorKind {
     /// The queue's directory was removed, or removed and made again, since this handle
     /// opened it (`rm -r`, then perhaps `steadq init`): no job reaches the directory this
     /// handle holds any more. The path is the queue's root. Not done: open the queue again.
-    /// A waiting claim (`Queue::claim_wait`, `AsyncQueue::claim_wait`) returns it within
+    /// A waiting claim (`Queue::claim_with`, `AsyncQueue::claim_with` with a wait) returns it within
     /// about a second instead of waiting out its timeout on a queue nobody else sees.
     Replaced,
     /// The payload exceeds the queue's limit.
@@ -710,8 +710,8 @@ impl core::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// How an enqueue failed (`Queue::enqueue`, `enqueue_with`, `enqueue_unique`,
-/// `enqueue_wait`, `enqueue_reader`, `enqueue_reader_wait`, and their typed and async forms).
+/// How an enqueue failed (`Queue::enqueue`, `enqueue_with`, `enqueue_reader`, and their
+/// typed and async forms).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EnqueueError {
     /// Not done: no job was made ([`ErrorKind::QueueFull`], [`ErrorKind::PayloadTooLarge`],

@@ -7,10 +7,14 @@
 //!
 //! ```
 //! use std::time::Duration;
+//! use steadq::{ClaimOptions, EnqueueOptions, Options, Queue};
 //! # let dir = std::env::temp_dir().join(format!("steadq-lib-doc-{}", std::process::id()));
-//! let q = steadq::Queue::create(&dir, steadq::Options::default())?;
+//! let q = Queue::create(&dir, Options::default())?; // or Queue::open(&dir)
 //! q.enqueue(b"transcode clip-42.mov")?;
-//! if let Some(lease) = q.claim_for(Duration::from_secs(60))? {
+//! let later = EnqueueOptions { delay: Some(Duration::from_secs(60)), ..Default::default() };
+//! q.enqueue_with(b"send the digest", &later)?;
+//! let o = ClaimOptions { lease: Some(Duration::from_secs(60)), ..Default::default() };
+//! if let Some(lease) = q.claim_with(&o)? {
 //!     assert_eq!(lease.payload()?, b"transcode clip-42.mov");
 //!     lease.ack()?; // or lease.nack(delay), lease.fail(reason); dropping releases it
 //! }
@@ -18,26 +22,32 @@
 //! # Ok::<(), steadq::Error>(())
 //! ```
 //!
+//! The core calls: [`Queue::create`], [`Queue::open`] ([`Queue::open_with`] and
+//! [`Options`]), [`Queue::enqueue`] and [`Queue::enqueue_with`] ([`EnqueueOptions`]: delay,
+//! priority, max attempts, idempotency key, wait for room), [`Queue::claim`] and
+//! [`Queue::claim_with`] ([`ClaimOptions`]: lease, wait, stop flag), and on the [`Lease`]:
+//! [`Lease::payload`], [`Lease::ack`], [`Lease::nack`], [`Lease::fail`], [`Lease::renew`].
+//!
 //! # Outcomes are types
 //!
 //! A mutating call returns `Ok` only when it is **done**. Its error type says what else it
 //! can have been, one variant per outcome: **not done** (nothing changed), **indeterminate**
 //! (it may have happened, or may not survive a crash: look before redoing it), and where an
-//! operation has more to say, its own variants. A read-only call returns [`Cause`] (what,
-//! where, the errno), which has no outcome: it changed nothing. `?` turns every one of them
-//! into an [`Error`], so a function that makes several calls can return
-//! `Result<T, steadq::Error>`.
+//! operation has more to say, its own variants. A read-only call changed nothing: its error
+//! is always [`Error::NotDone`]. Every variant holds a [`Cause`] (what, where, the errno).
+//! `?` turns every per-operation type into an [`Error`], so a function that makes several
+//! calls returns [`steadq::Result<T>`](Result), `Result<T, steadq::Error>`.
 //!
 //! | operation | error type | possible outcomes |
 //! |---|---|---|
-//! | `Queue::open`, `open_with`, `status`, `list`, `list_each`, `find`, `read_job`, `open_job`, `limits`, `capacity_use`, `live_keys`, `fsck`, `Options::validate` | [`Cause`] | none: read-only |
-//! | `enqueue`, `enqueue_with`, `enqueue_unique`, `enqueue_wait` (and `TypedQueue`, `AsyncQueue` enqueues) | [`EnqueueError`] | `NotDone` (no job made); `Indeterminate { id, .. }`: the job `id` may exist, [`Queue::find`] tells |
+//! | `Queue::open`, `open_with`, `status`, `list`, `list_each`, `find`, `read_job`, `open_job`, `limits`, `capacity_use`, `live_keys`, `fsck`, `Options::validate` | [`Error`] | `NotDone` only: read-only |
+//! | `enqueue`, `enqueue_with`, `enqueue_reader` (and `TypedQueue`, `AsyncQueue` enqueues) | [`EnqueueError`] | `NotDone` (no job made); `Indeterminate { id, .. }`: the job `id` may exist, [`Queue::find`] tells |
 //! | `Lease::renew` | [`RenewError`] | `NotDone` (the lease is as it was); `LeaseLost`; `Indeterminate` (the lease follows whichever name exists) |
 //! | `Lease::ack`, `nack`, `fail`, `release` (and `TypedLease`'s) | [`SettleError`] | `NotDone { lease, .. }`: the lease is handed back, still holding the job; `LeaseLost`; `Indeterminate` |
-//! | `Queue::create`, `claim`, `claim_for`, `claim_wait`, `claim_wait_until`, `claim_batch`, `lease_from_handle` (it dead-letters a corrupt job), `ack_batch`, `enqueue_batch`, `recover`, `requeue_dead`, `requeue_dead_report` (its report's `first_error`), `make_due`, `purge_dead`, `fsck_quarantine`, `set_limits`, `set_receipt_policy`, `compact`, `compact_keys` | [`Error`] | `NotDone`; `Indeterminate` (a batch that failed after part of it was done included) |
+//! | `Queue::create`, `claim`, `claim_with`, `claim_batch`, `lease_from_handle` (it dead-letters a corrupt job), `ack_batch`, `enqueue_batch`, `recover`, `requeue_dead`, `requeue_dead_report` (its report's `first_error`), `make_due`, `purge_dead`, `fsck_quarantine`, `set_limits`, `set_receipt_policy`, `compact`, `compact_keys` | [`Error`] | `NotDone`; `Indeterminate` (a batch that failed after part of it was done included) |
 //!
 //! [`RecoverReport::first_error`] is an [`Error`] too. What went wrong is the
-//! [`ErrorKind`] of the error inside (`kind()` on every type); a lost lease is
+//! [`ErrorKind`] of the cause inside (`kind()` on every type); a lost lease is
 //! [`ErrorKind::LeaseLost`], always not done.
 //!
 //! Memory: a claim verifies a job file in 64 KiB chunks, so it costs O(64 KiB) whatever the
@@ -45,8 +55,9 @@
 //! kept from the claim's one read); [`Lease::reader`] streams it, O(1) beyond the caller's
 //! buffer, checking its digest again (read it to the end before acting).
 //!
-//! Where to look: names are parsed in [`name`] (and only in `disk/scan.rs` from directory
-//! listings); the state table is [`state::TRANSITIONS`]; every rename happens in
+//! Where to look: names are parsed in `disk/name.rs` (and only in `disk/scan.rs` from
+//! directory listings); the state table is `TRANSITIONS` in `disk/state.rs`; every rename
+//! happens in
 //! `ops/transition.rs` (`Queue::move_job`); every syscall, fsync included, goes through
 //! `disk/sys.rs` (`Sys`). `DESIGN.md` documents the bytes, the table and the crash cases.
 //!
@@ -54,8 +65,17 @@
 //!
 //! ```text
 //! src/lib.rs            the crate: layers, public re-exports
-//! src/error.rs          Cause (what, where) and the outcome types (Error, EnqueueError, ...)
-//! src/queue.rs          the queue handle: create/open, reading and publishing the identity
+//! src/error.rs          Error (outcome-typed), Cause (what, where), EnqueueError, ...
+//! src/queue/mod.rs      the queue handle (Queue) and what its clones share
+//! src/queue/options.rs  Options, OpenMode, Durability and their checks
+//! src/queue/create.rs   create: the layout's directories, then the identity, published last
+//! src/queue/open.rs     open/open_with: the checks, then the handle's assembly
+//! src/queue/identity_file.rs  steadq.queue read, and published through a temp file
+//! src/queue/dirs.rs     the directories a handle holds, opened once
+//! src/queue/filesystem.rs     what a filesystem must offer (NFS refused, rename probe, ...)
+//! src/queue/survey.rs   what a directory holds already (jobs of another queue, orphan shards)
+//! src/queue/foreign.rs  root entries that are not the queue's, refused at create
+//! src/queue/info.rs     what a handle tells of itself (root, id, options, is_current)
 //! src/disk/layout.rs    the root layout: every root name once; shard and bucket names
 //! src/disk/identity.rs  the identity file's text (steadq.queue), encoded and decoded
 //! src/disk/format.rs    the job envelope (128-byte header, SHA-256 digests, verify)
@@ -67,14 +87,15 @@
 //! src/disk/state.rs      the state table shared with DESIGN.md
 //! src/ops/transition.rs where a rename happens (move_job) and its barriers
 //! src/ops/group.rs      group commit: threads of a process share directory fsyncs
-//! src/ops/enqueue.rs    enqueue (O_TMPFILE + linkat, or a named temp file + rename)
-//! src/ops/lease.rs      claim and the lease guard (renew, ack, nack, fail, release)
+//! src/ops/enqueue.rs    enqueue, enqueue_with (EnqueueOptions): O_TMPFILE + linkat, or a
+//!                       named temp file + rename
+//! src/ops/lease.rs      claim, claim_with (ClaimOptions) and the lease guard (renew, ack, ...)
 //! src/ops/payload.rs    claim verification in 64 KiB chunks; PayloadReader (Lease::reader)
 //! src/ops/recover.rs    recovery of expired leases, due delayed jobs, stale temp files
 //! src/ops/shards.rs     which ready shards a handle knows empty (inotify), so claims skip them
 //! src/ops/wait.rs       the blocking claim on inotify and timers
-//! src/ops/capacity.rs   capacity limits (steadq.limits), the inotify tally, enqueue_wait
-//! src/ops/keys.rs       idempotency keys (keys/<sha256>), enqueue_unique, compact_keys
+//! src/ops/capacity.rs   capacity limits (steadq.limits), the inotify tally, the wait for room
+//! src/ops/keys.rs       idempotency keys (keys/<sha256>), compact_keys
 //! src/admin/view.rs     list, status, find, requeue and purge of dead-letters
 //! src/admin/fsck.rs     fsck and quarantine
 //! src/admin/receipts.rs receipt policy, evidence log and its rotation, compaction
@@ -91,6 +112,8 @@
 // (src/disk/sys.rs), which rustix does not wrap. Everything else is safe code.
 #![deny(unsafe_code)]
 
+// Declared in the order rustdoc lists `Queue`'s methods: opening it, then the operations
+// (enqueue and claim first), then administration.
 mod admin;
 #[cfg(feature = "tokio")]
 mod asyncq;
@@ -98,6 +121,8 @@ mod disk;
 mod error;
 mod ops;
 mod queue;
+#[path = "queue/info.rs"]
+mod queue_info;
 #[cfg(feature = "serde")]
 mod typed;
 

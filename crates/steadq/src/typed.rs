@@ -134,7 +134,7 @@ pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>,
 
 impl<T: DeserializeOwned> TypedLease<T> {
     /// [`Lease::ack_and_claim`]: ack this job and claim the next one under the same barrier,
-    /// decoding it as [`TypedQueue::claim_for`] does. Returns the receipt (the ack is done)
+    /// decoding it as [`TypedQueue::claim_with`] does. Returns the receipt (the ack is done)
     /// and the next job: `Ok(None)` when none is ready, or the claim's or the decoding's
     /// error (a payload that is not a `T` is dead-lettered with reason `decode`).
     ///

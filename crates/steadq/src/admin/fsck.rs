@@ -303,7 +303,7 @@ impl Queue {
     /// [`crate::ErrorKind::Io`] if a directory cannot be listed (not done), or a quarantine
     /// move fails: not done, or indeterminate when the move may have happened or moves
     /// before it are done (they stay done). First the rename probe of [`Queue::open`] (a
-    /// handle from [`Queue::open_for_check`] was opened without it): its refusal
+    /// handle opened with [`crate::OpenMode::Check`] was opened without it): its refusal
     /// ([`crate::ErrorKind::UnsupportedFilesystem`], ...) moves nothing.
     pub fn fsck_quarantine(&self) -> Result<FsckReport, crate::Error> {
         self.probe_renames()?;

@@ -83,7 +83,7 @@ pub struct Status {
     /// counts above.
     pub unreadable_dirs: Vec<String>,
     /// Ready jobs per priority level (index = priority, 0..=7; a queue before version 3
-    /// has them all at [`crate::name::DEFAULT_PRIORITY`]).
+    /// has them all at [`crate::DEFAULT_PRIORITY`]).
     pub ready_by_priority: [u64; crate::disk::name::PRIORITY_LEVELS as usize],
     /// Whether [`Status::bytes`] were counted (see [`Queue::status_with`]); when false they
     /// are all 0 and mean nothing.

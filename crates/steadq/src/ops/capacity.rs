@@ -681,24 +681,6 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::QueueFull`] (not done) when there was no room before `timeout`; otherwise
     /// as [`Queue::enqueue_with`].
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use steadq::{Limits, EnqueueOptions};
-    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-full-{}", std::process::id()));
-    /// let q = steadq::Queue::create(&dir, Default::default())?;
-    /// q.set_limits(Limits { max_jobs: Some(1), max_bytes: None })?;
-    /// q.enqueue(b"one")?;
-    /// let e = q.enqueue(b"two").unwrap_err();
-    /// assert!(matches!(e.kind(), steadq::ErrorKind::QueueFull { .. }));
-    /// let o = EnqueueOptions::default();
-    /// assert!(q.enqueue_wait(b"two", &o, Duration::from_millis(50)).is_err()); // still full
-    /// q.claim()?.unwrap().ack()?;
-    /// q.enqueue_wait(b"two", &o, Duration::from_secs(5))?; // room now
-    /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
-    /// ```
     pub(crate) fn enqueue_wait(
         &self,
         payload: &[u8],

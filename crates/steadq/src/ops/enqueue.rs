@@ -48,8 +48,8 @@ pub struct EnqueueOptions {
     /// and [`Queue::enqueue_with`] returns [`crate::Enqueued::Duplicate`] with the job the
     /// key names. Works across processes and crashes (DESIGN.md, Keys).
     pub key: Option<crate::ops::keys::Key>,
-    /// Priority `0..`[`crate::name::PRIORITY_LEVELS`] (0..=7): a claim takes the highest
-    /// level's oldest ready job first. `None` is [`crate::name::DEFAULT_PRIORITY`] (3).
+    /// Priority `0..`[`crate::PRIORITY_LEVELS`] (0..=7): a claim takes the highest
+    /// level's oldest ready job first. `None` is [`crate::DEFAULT_PRIORITY`] (3).
     /// A version-1 or version-2 queue takes only the default.
     pub priority: Option<u8>,
     /// When the queue is full ([`crate::Limits`]), wait up to this long for room: the

@@ -83,14 +83,14 @@ impl Source<'_> {
 impl Queue {
     /// Enqueue the payload `input` yields until its end, reading it in 64 KiB chunks:
     /// memory stays about 64 KiB (plus two SHA-256 states) whatever the payload's size, up
-    /// to [`crate::Options::max_payload`]. Options, keys and capacity limits work as in
-    /// [`Queue::enqueue_unique`], whose result it returns. A payload of less than 64 KiB is
+    /// to [`crate::Options::max_payload`]. Options (a key, a wait for room included) work
+    /// as in [`Queue::enqueue_with`], whose result it returns. A payload of less than 64 KiB is
     /// written with one `writev`, as [`Queue::enqueue_with`] does; a longer one is written
     /// as it is read, then read back once for its envelope digest. A delay counts from the
     /// start of the call.
     ///
     /// # Errors
-    /// As [`Queue::enqueue_unique`]; [`ErrorKind::PayloadTooLarge`] as soon as the input
+    /// As [`Queue::enqueue_with`]; [`ErrorKind::PayloadTooLarge`] as soon as the input
     /// passes the limit (its `len` is the bytes read by then), and [`ErrorKind::Input`] when
     /// `input` fails: both not done, nothing left behind.
     ///

@@ -251,19 +251,6 @@ impl Queue {
     /// answered even when the queue is full). A not-done error leaves no key behind that
     /// blocks a retry (an entry left by a failed cleanup is an orphan, retired by the retry).
     /// Indeterminate: the job may exist; a retry with the same key answers which.
-    ///
-    /// # Examples
-    /// ```
-    /// use steadq::{EnqueueOptions, Enqueued, Key};
-    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-key-{}", std::process::id()));
-    /// let q = steadq::Queue::create(&dir, Default::default())?;
-    /// let o = EnqueueOptions { key: Key::new("order-1234"), ..Default::default() };
-    /// let first = q.enqueue_unique(b"charge order 1234", &o)?;
-    /// let again = q.enqueue_unique(b"charge order 1234", &o)?;
-    /// assert_eq!(again, Enqueued::Duplicate(first.id()));
-    /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
-    /// ```
     pub(crate) fn enqueue_unique(
         &self,
         payload: &[u8],

@@ -140,7 +140,7 @@ impl Queue {
     /// again.
     ///
     /// A queue whose directory was removed under this handle looks empty to it: `Ok(None)`.
-    /// [`Queue::is_current`] tells (a waiting claim, [`Queue::claim_wait`], fails with
+    /// [`Queue::is_current`] tells (a waiting claim, [`Queue::claim_with`], fails with
     /// [`ErrorKind::Replaced`] then).
     ///
     /// # Errors
@@ -213,21 +213,6 @@ impl Queue {
     /// # Errors
     /// As [`Queue::claim`], plus [`ErrorKind::InvalidArgument`] (not done) for a lease that is
     /// zero or longer than [`crate::MAX_LEASE`].
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-claim-{}", std::process::id()));
-    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
-    /// q.enqueue(b"thumbnail a.jpg")?;
-    /// let mut lease = q.claim_for(Duration::from_secs(300))?.expect("a job is ready");
-    /// lease.renew(Duration::from_secs(300))?; // still working: push the deadline out
-    /// let receipt = lease.ack()?;
-    /// assert!(receipt.name.ends_with(".rct"));
-    /// assert_eq!(q.status()?.acked, 1);
-    /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Error>(())
-    /// ```
     pub(crate) fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Error> {
         use crate::ops::making::{MAKING_RECHECK, MAKING_WINDOW};
         let started = self.clock.boot_ns();
@@ -1387,12 +1372,12 @@ impl Queue {
     /// renames first, then one fsync per ready directory touched (grouped with other threads'
     /// fsyncs), so every claim is durable when this returns, under `Strict` as under
     /// `Batched`. An empty `Vec` when no job is ready. Recovery runs as in
-    /// [`Queue::claim_for`] when nothing is ready at first. The batch sees every job
+    /// [`Queue::claim`] when nothing is ready at first. The batch sees every job
     /// published before it began (the queue's inotify events are read when the candidates
     /// it knows of run out, not before each job).
     ///
     /// # Errors
-    /// As [`Queue::claim_for`]. When a barrier fails, the outcome is indeterminate for the
+    /// As [`Queue::claim_with`]. When a barrier fails, the outcome is indeterminate for the
     /// whole batch, and the leases already taken are released as they drop (each comes back
     /// by itself at its lease's end if the release fails too).
     pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>, Error> {
@@ -1566,7 +1551,7 @@ impl Lease {
         self.name.id
     }
 
-    /// The job's priority (`0..`[`crate::name::PRIORITY_LEVELS`], higher first).
+    /// The job's priority (`0..`[`crate::PRIORITY_LEVELS`], higher first).
     pub fn priority(&self) -> u8 {
         self.name.priority
     }
@@ -1836,13 +1821,13 @@ impl Lease {
     /// step (`steadq work` uses it between jobs). The ack's rename and the claim's rename
     /// are made first, then the barriers: on ext4 with a journal and on xfs one directory
     /// fsync, of the claim's directory, commits both (DESIGN.md, Barriers: "Ack and claim
-    /// next"), so a worker makes one journal commit per job where `ack` then `claim_for`
+    /// next"), so a worker makes one journal commit per job where `ack` then `claim_with`
     /// make two; elsewhere (btrfs, f2fs, tmpfs, ext4 without a journal) each directory
     /// gets its own fsync, as the two calls would. Strict keeps its meaning: when this
     /// returns `Ok`, the ack is done (its receipt durable) and a returned lease is durable
     /// too.
     ///
-    /// The claim is [`Queue::claim_for`]'s with lease `lease` (recovery of due and expired
+    /// The claim is [`Queue::claim_with`]'s with lease `lease` (recovery of due and expired
     /// jobs included), but it does not wait for a level another user is making
     /// (`ops/making.rs`): then `next` is `Ok(None)` and a later claim finds the job.
     ///
@@ -1855,7 +1840,7 @@ impl Lease {
     /// to ready with its attempt, best effort; if that fails its lease expires as any other.
     ///
     /// The claim's own outcome is [`AckedNext::next`]: an error there (not done before its
-    /// rename, indeterminate after it, as [`Queue::claim_for`]) leaves the ack done.
+    /// rename, indeterminate after it, as [`Queue::claim_with`]) leaves the ack done.
     ///
     /// # Examples
     /// ```
@@ -2072,7 +2057,7 @@ impl Lease {
     }
 
     /// Release a lease whose job never reached what would run it, giving back the attempt
-    /// its claim used ([`crate::state::Op::ClaimUndelivered`]): for a claimer that could not
+    /// its claim used (`Op::ClaimUndelivered`): for a claimer that could not
     /// write the payload or the lease handle out (a full disk under `steadq claim
     /// --payload-out`), which otherwise used up an attempt per try and dead-lettered jobs
     /// that never ran. Only for that: a job that may have run is released with
@@ -2133,7 +2118,7 @@ impl From<Cause> for TryFailed {
 }
 
 /// Whether a claim failed only because the jobs it found were all jobs this user may not
-/// move (see [`Queue::claim_for`]): not done, `EPERM` or `EACCES`.
+/// move (see [`Queue::claim`]): not done, `EPERM` or `EACCES`.
 pub(crate) fn only_refused(e: &Cause) -> bool {
     refused(e) && e.outcome() == Outcome::NotDone
 }

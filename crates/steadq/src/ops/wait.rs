@@ -2,7 +2,7 @@
 //! instead of polling.
 //!
 //! A waiting claim lists the queue once (that listing also makes due and expired jobs ready,
-//! see [`Queue::claim_for`]) and remembers two deadlines: when the next delayed job falls due
+//! see [`Queue::claim`]) and remembers two deadlines: when the next delayed job falls due
 //! (wall clock) and when the next lease of this boot expires (`CLOCK_BOOTTIME`). It then sleeps
 //! until one of them, the timeout, or an inotify event. Events carry names, so it learns
 //! without listing: a ready name in `ready/<ss>/` means "try to claim", a leased name moves

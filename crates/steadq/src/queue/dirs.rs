@@ -261,20 +261,6 @@ impl Queue {
         }
     }
 
-    /// How many ready slots (`ready/<ss>`, `prio/<l>/<ss>`) the queue has: shards × levels.
-    pub fn ready_slots(&self) -> usize {
-        self.ident.slots() as usize
-    }
-
-    /// The ready slots (`ready/<ss>`, `prio/<l>/<ss>`) this handle could not read at their
-    /// last listing, relative to the root.
-    pub fn unreadable_ready_dirs(&self) -> Vec<String> {
-        let n = self.unreadable.iter().enumerate();
-        n.filter(|(_, f)| f.load(std::sync::atomic::Ordering::Relaxed))
-            .map(|(s, _)| self.ident.slot_rel(s as u16))
-            .collect()
-    }
-
     /// Ready shards that could not be read at their last listing by this handle.
     pub(crate) fn unreadable_shards(&self) -> u64 {
         let n = self.unreadable.iter();

@@ -70,7 +70,7 @@ impl Queue {
     }
 
     /// Make the rename probe of [`Queue::open`] now, for a handle opened without it
-    /// ([`Queue::open_for_check`]) that is about to move entries; nothing where the handle
+    /// ([`OpenMode::Check`]) that is about to move entries; nothing where the handle
     /// made it already.
     ///
     /// # Errors

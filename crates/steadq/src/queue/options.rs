@@ -20,31 +20,31 @@ pub enum Durability {
     /// directory (and one `syncfs` for file contents) across the batch.
     Batched,
     /// No fsync at all: for tests and throwaway queues. A crash can lose anything. (On tmpfs
-    /// and ramfs every policy makes no fsync, as theirs does nothing: [`Queue::barriers`].)
+    /// and ramfs every policy makes no fsync, as theirs does nothing: [`Queue::barriers`](crate::Queue::barriers).)
     None,
 }
 
-/// How [`Queue::open_with`] opens a queue ([`Options::mode`]; `create` ignores it).
+/// How [`Queue::open_with`](crate::Queue::open_with) opens a queue ([`Options::mode`]; `create` ignores it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum OpenMode {
     /// To use it: enqueue, claim, settle (the default). Opening makes the rename probe of
-    /// [`Queue::open`] in `tmp/`.
+    /// [`Queue::open`](crate::Queue::open) in `tmp/`.
     #[default]
     ReadWrite,
-    /// To read it (`list`, `show`, [`Queue::list`], [`Queue::find`], [`Queue::open_job`],
-    /// [`Queue::status`]): as `ReadWrite`, with the same refusals, except that opening
+    /// To read it (`list`, `show`, [`Queue::list`](crate::Queue::list), [`Queue::find`](crate::Queue::find), [`Queue::open_job`](crate::Queue::open_job),
+    /// [`Queue::status`](crate::Queue::status)): as `ReadWrite`, with the same refusals, except that opening
     /// writes nothing (no rename probe in `tmp/`), so a command that only looks, run every
     /// 30 s on an SD card, costs it no writes. A change made through this handle works as
     /// through a read-write one, except that a filesystem without
     /// `renameat2(RENAME_NOREPLACE)` (other than NFS, which is refused here too) is not
     /// refused in advance: its first rename fails with `EINVAL`, not done.
     ReadOnly,
-    /// To check it ([`Queue::fsck`], [`Queue::status`]): a shard that is a symlink
+    /// To check it ([`Queue::fsck`](crate::Queue::fsck), [`Queue::status`](crate::Queue::status)): a shard that is a symlink
     /// (`ready/03 -> /elsewhere`), a file, or a directory of another owner than `ready/`
     /// refuses no open: it is never followed nor listed, the handle holds no job there, a
     /// claim passes it over, an enqueue picks another shard, and `fsck` reports it. A layout
     /// split across filesystems is not refused (fsck reports it). Like `ReadOnly`, opening
-    /// writes nothing; [`Queue::fsck_quarantine`] makes the rename probe before it moves
+    /// writes nothing; [`Queue::fsck_quarantine`](crate::Queue::fsck_quarantine) makes the rename probe before it moves
     /// anything.
     Check,
 }
@@ -54,8 +54,8 @@ pub enum OpenMode {
 pub struct Options {
     /// Barrier policy. Default [`Durability::Strict`].
     pub durability: Durability,
-    /// How [`Queue::open_with`] opens the queue: read-write (the default), read-only or to
-    /// check it. Ignored by [`Queue::create`].
+    /// How [`Queue::open_with`](crate::Queue::open_with) opens the queue: read-write (the default), read-only or to
+    /// check it. Ignored by [`Queue::create`](crate::Queue::create).
     pub mode: OpenMode,
     /// Largest payload this handle enqueues and claims, bytes (at least 1). Default 16 MiB
     /// ([`DEFAULT_MAX_PAYLOAD`]). Not stored in the queue: each handle has its own. An
@@ -63,7 +63,7 @@ pub struct Options {
     /// meets a job over it (enqueued through a handle with a higher limit) does not hand it
     /// out: it dead-letters the job with reason `toolarge` ([`crate::Reason::TOO_LARGE`])
     /// and claims the next one, so give workers at least the producers' limit. Settling a
-    /// lease taken over with [`Queue::lease_from_handle`] is not limited.
+    /// lease taken over with [`Queue::lease_from_handle`](crate::Queue::lease_from_handle) is not limited.
     pub max_payload: u64,
     /// Shards (1..=256) for a new queue; ignored when opening. Default 8.
     pub shards: u16,
@@ -73,7 +73,7 @@ pub struct Options {
     /// [`EnqueueOptions::max_attempts`](crate::EnqueueOptions::max_attempts). Default 5.
     /// Not stored in the queue: each job carries its own in its name.
     pub max_attempts: u32,
-    /// The lease (visibility timeout) of [`Queue::claim`] on this handle, more than zero and
+    /// The lease (visibility timeout) of [`Queue::claim`](crate::Queue::claim) on this handle, more than zero and
     /// at most [`MAX_LEASE`]; the other claims take theirs as an argument. Default 30 s.
     pub lease: Duration,
     /// Fault injection for tests and the crash lab (feature `faults`).
@@ -95,7 +95,7 @@ pub struct Options {
     /// strict priority, a lower level waits while any higher level has a ready job.
     pub aging: Option<Duration>,
     /// Receipt policy for a new version-2 queue; ignored when opening (see
-    /// [`Queue::set_receipt_policy`]). Default [`ReceiptPolicy::Job`].
+    /// [`Queue::set_receipt_policy`](crate::Queue::set_receipt_policy)). Default [`ReceiptPolicy::Job`].
     pub receipts: ReceiptPolicy,
     /// Evidence log limits for a new version-2 queue; ignored when opening. Default 16 MiB,
     /// keep 3.
