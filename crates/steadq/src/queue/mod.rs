@@ -1,7 +1,7 @@
 //! The queue handle: [`Queue`], what its clones share, and what it tells of itself. Beside
 //! it, one idea a file: `options.rs` (what a handle is opened with), `open.rs` (opening),
 //! `create.rs` (creating), `identity_file.rs` (`steadq.queue`), `dirs.rs` (the directories
-//! a handle holds), `filesystem.rs` (what a filesystem must offer), `survey.rs` (what a
+//! a handle holds), `open_dirs.rs` (opening them), `filesystem.rs` (what a filesystem must offer), `survey.rs` (what a
 //! directory holds already), `foreign.rs` (entries that are not the queue's).
 //!
 //! The root layout:
@@ -32,13 +32,15 @@ use std::sync::OnceLock;
 pub use crate::disk::identity::QUEUE_VERSION;
 pub use crate::disk::layout::IDENTITY_FILE;
 
-// `create` and `open` first: rustdoc lists `Queue`'s methods in declaration order.
+// rustdoc lists `Queue`'s methods in declaration order (rustfmt keeps these sorted): create,
+// then open; the other files here hold no public method.
 mod create;
 mod dirs;
 mod filesystem;
 mod foreign;
 mod identity_file;
 mod open;
+mod open_dirs;
 mod options;
 mod survey;
 
@@ -49,6 +51,7 @@ pub(crate) use filesystem::*;
 use foreign::*;
 pub(crate) use identity_file::*;
 use open::*;
+use open_dirs::*;
 pub(crate) use options::*;
 pub use options::{Durability, OpenMode, Options, DEFAULT_MAX_PAYLOAD, MAX_LEASE};
 pub(crate) use survey::*;
