@@ -502,6 +502,50 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
         | ErrorKind::IdentityLost { .. }
         | ErrorKind::ShardsUnknown { .. }
         | ErrorKind::QueueFull { .. } => Ok(()),
+        ErrorKind::PayloadTooLarge { len, limit } => write!(
+            f,
+            "payload of {len} bytes exceeds the limit of {limit} bytes"
+        ),
+        // Whether it was moved is the error's `into` (see `Display for Cause`).
+        ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c})"),
+        ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+        ErrorKind::LeaseLost => f.write_str(LEASE_LOST),
+        ErrorKind::NoSuchJob => f.write_str("no such job"),
+        ErrorKind::Decode(what) => write!(f, "typed payload: {what}"),
+        ErrorKind::Input(what) => write!(f, "reading the payload failed: {what}"),
+        ErrorKind::KeyPending {
+            pid,
+            owner,
+            waited_ms,
+        } => write!(
+            f,
+            "idempotency key entry held by pid {pid} (entry owned by uid {owner}), whose job \
+             did not appear in {waited_ms} ms: not done, nothing enqueued (try again; if no \
+             enqueue with this key is running, remove the entry)"
+        ),
+        ErrorKind::BadKeyEntry => {
+            f.write_str("idempotency key entry is damaged or names another key")
+        }
+        ErrorKind::UnsupportedVersion { .. }
+        | ErrorKind::UnsupportedFilesystem { .. }
+        | ErrorKind::OtherFilesystem { .. }
+        | ErrorKind::RenameRefused { .. }
+        | ErrorKind::TooFewInodes { .. }
+        | ErrorKind::NamesTooLong { .. }
+        | ErrorKind::NotAQueue
+        | ErrorKind::NotEmpty { .. }
+        | ErrorKind::BadIdentity
+        | ErrorKind::Incomplete
+        | ErrorKind::Replaced
+        | ErrorKind::NoWritableShard { .. }
+        | ErrorKind::ForeignDir { .. }
+        | ErrorKind::BadLimits => fmt_layout_message(f, kind),
+    }
+}
+
+/// The kinds about the queue's layout and filesystem, for [`fmt_message`].
+fn fmt_layout_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt::Result {
+    match kind {
         ErrorKind::UnsupportedVersion { found, supported } => write!(
             f,
             "queue format version {found} is newer than this steadq supports \
@@ -531,14 +575,6 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
             f,
             "filesystem allows names of {allowed} bytes; SteadQ needs {needed}"
         ),
-        ErrorKind::PayloadTooLarge { len, limit } => write!(
-            f,
-            "payload of {len} bytes exceeds the limit of {limit} bytes"
-        ),
-        // Whether it was moved is the error's `into` (see `Display for Cause`).
-        ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c})"),
-        ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
-        ErrorKind::LeaseLost => f.write_str(LEASE_LOST),
         ErrorKind::NotAQueue => f.write_str(NOT_A_QUEUE),
         ErrorKind::NotEmpty { entry } => write!(
             f,
@@ -552,7 +588,6 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
             "removed or replaced since this queue handle opened it (no job reaches the \
              directory the handle holds); not done: open the queue again",
         ),
-        ErrorKind::NoSuchJob => f.write_str("no such job"),
         ErrorKind::NoWritableShard { shards, errno } => write!(
             f,
             "this user may not make job files in any of its {shards} shards ({errno}); not \
@@ -569,21 +604,7 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
              owner of ready/) belongs: never used; not done (move it away and run `steadq \
              init` as uid {expected})"
         ),
-        ErrorKind::Decode(what) => write!(f, "typed payload: {what}"),
-        ErrorKind::Input(what) => write!(f, "reading the payload failed: {what}"),
-        ErrorKind::KeyPending {
-            pid,
-            owner,
-            waited_ms,
-        } => write!(
-            f,
-            "idempotency key entry held by pid {pid} (entry owned by uid {owner}), whose job \
-             did not appear in {waited_ms} ms: not done, nothing enqueued (try again; if no \
-             enqueue with this key is running, remove the entry)"
-        ),
-        ErrorKind::BadKeyEntry => {
-            f.write_str("idempotency key entry is damaged or names another key")
-        }
+        _ => Ok(()),
     }
 }
 

@@ -130,17 +130,7 @@ impl Queue {
         );
         let flags = || (0..ident.slots()).map(|_| Default::default()).collect();
         let warned = dirs.warned.clone();
-        // A fault plan keeps every barrier call, so that tests which fail or count them see
-        // the same calls on every filesystem.
-        let barriers = opts.durability != Durability::None
-            && (sys.plan().is_some()
-                || !(volatile_fs(&sys, dirs.root.as_fd()) && volatile_fs(&sys, dirs.tmp.as_fd())));
-        let tmp_unsynced = barriers && logs_fsync_per_inode(&sys, dirs.tmp.as_fd());
-        if tmp_unsynced {
-            // btrfs: job files and key entries are published through a named file in tmp/,
-            // never from an unnamed `O_TMPFILE` (see `logs_fsync_per_inode`).
-            sys.force_named_publish();
-        }
+        let (barriers, tmp_unsynced) = barrier_policy(&sys, &dirs, &opts);
         Ok(Queue {
             shared: std::sync::Arc::new(Shared {
                 root,
@@ -174,6 +164,21 @@ impl Queue {
             }),
         })
     }
+}
+
+/// Whether the handle makes barriers, and whether `tmp/` goes unsynced (btrfs: then job
+/// files and key entries are published through a named file in tmp/, never from an unnamed
+/// `O_TMPFILE`, see `logs_fsync_per_inode`). A fault plan keeps every barrier call, so that
+/// tests which fail or count them see the same calls on every filesystem.
+fn barrier_policy(sys: &Sys, dirs: &Dirs, opts: &Options) -> (bool, bool) {
+    let barriers = opts.durability != Durability::None
+        && (sys.plan().is_some()
+            || !(volatile_fs(sys, dirs.root.as_fd()) && volatile_fs(sys, dirs.tmp.as_fd())));
+    let tmp_unsynced = barriers && logs_fsync_per_inode(sys, dirs.tmp.as_fd());
+    if tmp_unsynced {
+        sys.force_named_publish();
+    }
+    (barriers, tmp_unsynced)
 }
 
 #[cfg(feature = "faults")]
