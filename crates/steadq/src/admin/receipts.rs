@@ -569,7 +569,7 @@ impl Queue {
                     log::warn!("not compacting it: {e} (`steadq fsck` reports it)")
                 }
                 Err(e) if e.is_lease_lost() => {} // removed meanwhile by another compactor
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         }
         if victims.is_empty() {
