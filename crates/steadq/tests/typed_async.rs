@@ -233,6 +233,35 @@ mod asynq {
         assert_eq!(counts(q.queue()), [0, 0, 0, 0, 3]);
     }
 
+    /// A waiting async claim with a stop flag returns `Ok(None)` soon after the flag is set
+    /// (it looks between sleeps of at most 250 ms), not at the end of its wait; one whose
+    /// flag is set already claims nothing, though a job is ready.
+    #[tokio::test]
+    async fn async_claim_with_stops_on_its_flag() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let d = TempDir::new("async-stop");
+        let q = AsyncQueue::new(Queue::create(d.path(), fast(1)).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        let o = ClaimOptions {
+            wait: Some(Duration::from_secs(10)),
+            stop: Some(&stop),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        assert!(q.claim_with(&o).await.unwrap().is_none());
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        q.enqueue(b"x").await.unwrap();
+        assert!(q.claim_with(&o).await.unwrap().is_none(), "the flag is set");
+        assert_eq!(counts(q.queue()), [1, 0, 0, 0, 0]);
+        assert!(q.claim().await.unwrap().is_some());
+    }
+
     #[tokio::test]
     async fn async_claim_wakes_on_inotify_and_times_out() {
         let d = TempDir::new("async-claim");
