@@ -232,7 +232,10 @@ mod tests {
         };
         let ready = lens(steadq::State::Ready);
         let lease = q
-            .claim_for(std::time::Duration::from_secs(60))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(std::time::Duration::from_secs(60)),
+                ..Default::default()
+            })
             .unwrap()
             .unwrap();
         let leased = lens(steadq::State::Leased);

@@ -245,10 +245,15 @@ fn steadq_step(q: &steadq::Queue, payload: &[u8], batch: usize) -> Res<usize> {
         q.enqueue(payload)?;
         // Under contention another worker may take every job this one could see: its own
         // job is then claimed by someone else later.
-        return Ok(match q.claim_for(lease)? {
-            Some(l) => l.ack().map(|_| 1)?,
-            None => 0,
-        });
+        return Ok(
+            match q.claim_with(&steadq::ClaimOptions {
+                lease: Some(lease),
+                ..Default::default()
+            })? {
+                Some(l) => l.ack().map(|_| 1)?,
+                None => 0,
+            },
+        );
     }
     let refs: Vec<&[u8]> = vec![payload; batch];
     q.enqueue_batch(&refs)?;
@@ -273,7 +278,10 @@ fn steadq_step_next(
             1
         }
         None => {
-            *held = q.claim_for(lease)?;
+            *held = q.claim_with(&steadq::ClaimOptions {
+                lease: Some(lease),
+                ..Default::default()
+            })?;
             0
         }
     })

@@ -379,7 +379,13 @@ mod tests {
         let mut e = Expect::default();
         let a = enq(&t, &mut e, b"acked");
         let b = enq(&t, &mut e, b"not acked");
-        let l = t.1.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        let l =
+            t.1.claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(60)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         // Either may be claimed first (oldest-first holds only within a shard).
         let (a, b) = if l.id() == a { (a, b) } else { (b, a) };
         assert_eq!(l.id(), a);
@@ -404,7 +410,13 @@ mod tests {
         let mut e = Expect::default();
         let a = enq(&t, &mut e, b"once");
         let ready = t.path_of(a);
-        let l = t.1.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        let l =
+            t.1.claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(60)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         l.ack().unwrap();
         e.acked.insert(a);
         assert!(t.verify(&e).is_empty());
@@ -431,7 +443,13 @@ mod tests {
         let t = Tree::new("attempt");
         let mut e = Expect::default();
         let a = enq(&t, &mut e, b"retried");
-        let l = t.1.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        let l =
+            t.1.claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(60)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         e.claimed.insert(a, l.attempt());
         l.nack(Duration::ZERO).unwrap();
         assert_eq!(e.claimed[&a], 1);
@@ -460,7 +478,13 @@ mod tests {
         let t = Tree::new("lease");
         let mut e = Expect::default();
         enq(&t, &mut e, b"leased");
-        let _l = t.1.claim_for(Duration::from_secs(600)).unwrap().unwrap();
+        let _l =
+            t.1.claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(600)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         let s = Snapshot::of_queue(&t.1).unwrap();
         assert_eq!(s.jobs.len(), 1);
         let v = check(&s, &e);

@@ -37,7 +37,13 @@ fn queue_with_marks(t: &Tmp) -> (Queue, Vec<Mark>) {
     let b = q.enqueue(&[7u8; 10_000]).unwrap();
     mark("enq", b.to_string());
     for settle_by_ack in [true, false] {
-        let l = q.claim_for(Duration::from_secs(600)).unwrap().unwrap();
+        let l = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(600)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         let id = l.id().to_string();
         mark("claim", format!("{id} {}", l.attempt()));
         if settle_by_ack {

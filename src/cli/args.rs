@@ -213,7 +213,7 @@ pub fn limit(s: &str) -> Result<Option<u64>, String> {
 /// One digit only: `u8::from_str` would also take `+7` and `07`.
 pub fn priority(s: &str) -> Result<u8, String> {
     match s.as_bytes() {
-        [d @ b'0'..=b'9'] if d - b'0' < steadq::name::PRIORITY_LEVELS => Ok(d - b'0'),
+        [d @ b'0'..=b'9'] if d - b'0' < steadq::PRIORITY_LEVELS => Ok(d - b'0'),
         _ => Err("a priority is 0..=7 (7 is claimed first; the default is 3)".into()),
     }
 }

@@ -41,7 +41,10 @@ fn worker(
         let t = Instant::now();
         if batch <= 1 {
             q.enqueue(payload)?;
-            if let Some(l) = q.claim_for(lease)? {
+            if let Some(l) = q.claim_with(&steadq::ClaimOptions {
+                lease: Some(lease),
+                ..Default::default()
+            })? {
                 l.ack()?;
                 done += 1;
             }

@@ -243,12 +243,11 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
         delay: a.delay,
         key,
         priority: a.priority,
+        wait: a.wait,
     };
-    let r = match a.wait {
-        Some(w) => q.enqueue_reader_wait(&mut input, &o, w),
-        None => q.enqueue_reader(&mut input, &o),
-    }
-    .map_err(|e| name_input(e, &what))?;
+    let r = q
+        .enqueue_reader(&mut input, &o)
+        .map_err(|e| name_input(e, &what))?;
     match r {
         steadq::Enqueued::New(id) => {
             stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");
@@ -407,7 +406,12 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     }
     let lease = match a.wait {
         Some(w) => claim_waiting(&q, &a.dir, a.lease, w),
-        None => q.claim_for(a.lease).map_err(CliError::from),
+        None => q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(a.lease),
+                ..Default::default()
+            })
+            .map_err(CliError::from),
     };
     let lease = lease.inspect_err(|_| made_file(&file))?;
     let Some(lease) = lease else {
@@ -474,7 +478,11 @@ fn claim_waiting(
                 }
             }
         });
-        let got = q.claim_wait_until(lease, wait, &stop);
+        let got = q.claim_with(&steadq::ClaimOptions {
+            lease: Some(lease),
+            wait: Some(wait),
+            stop: Some(&stop),
+        });
         done.store(true, Ordering::SeqCst);
         got
     });
@@ -811,7 +819,13 @@ pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
     }
     // A symlinked shard is reported, never followed (it refuses the queue to every command
     // that moves jobs).
-    let q = Queue::open_for_check(&a.dir)?;
+    let q = Queue::open_with(
+        &a.dir,
+        steadq::Options {
+            mode: steadq::OpenMode::Check,
+            ..Default::default()
+        },
+    )?;
     let s = q.status_with(a.bytes)?;
     let dir = a.dir.display().to_string();
     let label = encode::QueueLabel {
@@ -841,7 +855,13 @@ fn now(q: &Queue) -> encode::Now {
 
 pub fn cmd_list(a: List) -> Result<Exit, CliError> {
     // Opened to read: writes nothing (no rename probe in tmp/).
-    let q = Queue::open_read_only(&a.dir)?;
+    let q = Queue::open_with(
+        &a.dir,
+        steadq::Options {
+            mode: steadq::OpenMode::ReadOnly,
+            ..Default::default()
+        },
+    )?;
     let now = now(&q);
     q.list_each(a.state, !a.stream, |l| {
         let n = &l.name;
@@ -864,7 +884,13 @@ pub fn cmd_list(a: List) -> Result<Exit, CliError> {
 
 pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
     let id = parse_job_id(&a.job)?;
-    let q = Queue::open_read_only(&a.dir)?;
+    let q = Queue::open_with(
+        &a.dir,
+        steadq::Options {
+            mode: steadq::OpenMode::ReadOnly,
+            ..Default::default()
+        },
+    )?;
     let l = q.find(id).map_err(|e| match e.kind() {
         ErrorKind::NoSuchJob => CliError::not_done(format!("{}: no job {id}", a.dir.display())),
         _ => e.into(),
@@ -906,8 +932,8 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
         fixed::secs(u128::from(h.created_ns), 3)
     );
     out!("bytes     {}", h.payload_len);
-    out!("sha256    {}", steadq::format::hex32(&h.payload_sha256));
-    out!("envelope  {}", steadq::format::hex32(&h.envelope_sha256));
+    out!("sha256    {}", encode::hex(&h.payload_sha256));
+    out!("envelope  {}", encode::hex(&h.envelope_sha256));
     let (text, head) = utf8_head(&mut payload).map_err(|e| CliError::not_done(e.to_string()))?;
     match head {
         Some(t) if t.is_empty() && h.payload_len > 0 => out!(
@@ -1042,7 +1068,13 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
-    let q = Queue::open_for_check(&a.dir)?;
+    let q = Queue::open_with(
+        &a.dir,
+        steadq::Options {
+            mode: steadq::OpenMode::Check,
+            ..Default::default()
+        },
+    )?;
     let r = if a.quarantine {
         q.fsck_quarantine()?
     } else {
@@ -1107,7 +1139,7 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
         }
     };
     let q = open(&a.dir)?;
-    let no_such = |e: steadq::Failure| match (e.kind(), id) {
+    let no_such = |e: steadq::Error| match (e.kind(), id) {
         (ErrorKind::NoSuchJob, Some(id)) => {
             CliError::not_done(format!("{}: no dead job {id}", a.dir.display()))
         }

@@ -35,11 +35,7 @@ pub fn cmd_demo_job(a: DemoJob) -> Result<i32, CliError> {
         }
         h.update(&buf[..n]);
     }
-    let line = format!(
-        "{}  {}\n",
-        steadq::format::hex32(&h.finalize().into()),
-        path.trim()
-    );
+    let line = format!("{}  {}\n", super::encode::hex(&h.finalize()), path.trim());
     let mut out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

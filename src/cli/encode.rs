@@ -32,6 +32,15 @@ pub fn json_string(s: &str) -> String {
     o
 }
 
+/// Lowercase hex of a digest (64 characters for SHA-256).
+pub fn hex(d: &[u8]) -> String {
+    d.iter()
+        .fold(String::with_capacity(d.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 /// An age or span for people: `42s`, `17m`, `5h`, `3d` (rounded down).
 pub fn fmt_age(ns: u64) -> String {
     let s = ns / 1_000_000_000;
@@ -302,7 +311,7 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     }
     // Ready depth per priority, highest first, once any ready job is not at the default.
     let by = &s.ready_by_priority;
-    let default = steadq::name::DEFAULT_PRIORITY as usize;
+    let default = steadq::DEFAULT_PRIORITY as usize;
     if by.iter().enumerate().any(|(p, n)| p != default && *n > 0) {
         let levels: Vec<String> = (0..by.len())
             .rev()

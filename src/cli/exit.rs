@@ -1,7 +1,7 @@
 //! The exit-code table: one enum that `--help` (argh's `error_code` lines), the conversion
 //! from library errors and docs/cli.md's table all follow. A test checks the three agree.
 
-use steadq::Failure;
+use steadq::Error;
 
 /// How a `steadq` command ended, as its process exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,21 +69,21 @@ impl Exit {
 
     /// The exit code a library failure maps to: lease lost 6, queue full 7, indeterminate 4,
     /// else 2 (the outcome is the variant; a read-only call's error is not done).
-    pub fn of(e: &Failure) -> Exit {
+    pub fn of(e: &Error) -> Exit {
         match e {
-            Failure::Indeterminate(_) => Exit::Indeterminate,
-            Failure::NotDone(e) if matches!(e.kind(), steadq::ErrorKind::QueueFull { .. }) => {
+            Error::Indeterminate(_) => Exit::Indeterminate,
+            Error::NotDone(e) if matches!(e.kind(), steadq::ErrorKind::QueueFull { .. }) => {
                 Exit::Full
             }
-            Failure::NotDone(e) if e.is_lease_lost() => Exit::LeaseLost,
+            Error::NotDone(e) if e.is_lease_lost() => Exit::LeaseLost,
             // A settle or renew that found the leased file changed moved it to dead/ as
             // corrupt: the handle holds no lease any more, as after a lost lease.
-            Failure::NotDone(e)
+            Error::NotDone(e)
                 if matches!(e.kind(), steadq::ErrorKind::Corrupt(_)) && e.into_dir().is_some() =>
             {
                 Exit::LeaseLost
             }
-            Failure::NotDone(_) => Exit::NotDone,
+            Error::NotDone(_) => Exit::NotDone,
         }
     }
 }
@@ -93,11 +93,11 @@ mod tests {
     use super::*;
     use crate::cli::args::Top;
     use argh::FromArgs;
-    use steadq::{Error, ErrorKind};
+    use steadq::{Cause, Error, ErrorKind};
 
     #[test]
     fn exit_codes_follow_the_outcome_type() {
-        let e = |k| Error::new(k, None);
+        let e = |k| Cause::new(k, None);
         let full = ErrorKind::QueueFull {
             jobs: 1,
             bytes: 0,
@@ -105,20 +105,20 @@ mod tests {
             max_bytes: None,
         };
         for (f, want) in [
-            (Failure::NotDone(e(ErrorKind::NoSuchJob)), Exit::NotDone),
-            (Failure::NotDone(e(ErrorKind::LeaseLost)), Exit::LeaseLost),
-            (Failure::NotDone(e(full)), Exit::Full),
+            (Error::NotDone(e(ErrorKind::NoSuchJob)), Exit::NotDone),
+            (Error::NotDone(e(ErrorKind::LeaseLost)), Exit::LeaseLost),
+            (Error::NotDone(e(full)), Exit::Full),
             (
-                Failure::Indeterminate(e(ErrorKind::NoSuchJob)),
+                Error::Indeterminate(e(ErrorKind::NoSuchJob)),
                 Exit::Indeterminate,
             ),
         ] {
             assert_eq!(Exit::of(&f), want, "{f}");
         }
         // The indeterminate note follows the variant, even for an error built outside.
-        let f = Failure::Indeterminate(e(ErrorKind::NoSuchJob));
+        let f = Error::Indeterminate(e(ErrorKind::NoSuchJob));
         assert!(f.to_string().contains("indeterminate"), "{f}");
-        assert!(!f.into_error().to_string().contains("indeterminate"));
+        assert!(!f.into_cause().to_string().contains("indeterminate"));
     }
 
     #[test]

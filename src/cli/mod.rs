@@ -28,7 +28,7 @@ pub mod work;
 use args::Cmd;
 use exit::Exit;
 use std::path::Path;
-use steadq::{EnqueueError, Error, Failure, Queue, RenewError, SettleError};
+use steadq::{EnqueueError, Error, Queue, RenewError, SettleError};
 
 /// An error for the command line: a message and an exit code.
 pub struct CliError {
@@ -70,28 +70,21 @@ impl std::fmt::Display for CliError {
     }
 }
 
-impl From<Failure> for CliError {
-    fn from(e: Failure) -> CliError {
-        CliError::new(Exit::of(&e), e.to_string())
-    }
-}
-
-/// A read-only call's error: nothing changed (exit 2, or 6 for a job that moved).
 impl From<Error> for CliError {
     fn from(e: Error) -> CliError {
-        Failure::from(e).into()
+        CliError::new(Exit::of(&e), e.to_string())
     }
 }
 
 impl From<EnqueueError> for CliError {
     fn from(e: EnqueueError) -> CliError {
-        Failure::from(e).into()
+        Error::from(e).into()
     }
 }
 
 impl From<RenewError> for CliError {
     fn from(e: RenewError) -> CliError {
-        Failure::from(e).into()
+        Error::from(e).into()
     }
 }
 
@@ -99,7 +92,7 @@ impl From<RenewError> for CliError {
 /// released), so the command's "not done" stays true and the handle still works.
 impl From<SettleError> for CliError {
     fn from(e: SettleError) -> CliError {
-        Failure::from(e).into()
+        Error::from(e).into()
     }
 }
 

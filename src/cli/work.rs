@@ -10,7 +10,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use steadq::{backoff, Failure, Lease, Nacked, PayloadReader, Reason, SettleError};
+use steadq::{backoff, Error, Lease, Nacked, PayloadReader, Reason, SettleError};
 
 /// The command's "retry later" exit code (EX_TEMPFAIL, sysexits.h).
 pub const EX_TEMPFAIL: i32 = 75;
@@ -268,7 +268,11 @@ fn worker_loop(
     while !STOP.load(Ordering::SeqCst) {
         let claimed = match next.take() {
             Some(l) => Ok(Some(l)),
-            None => q.claim_wait_until(a.lease, Duration::from_secs(3600), &STOP),
+            None => q.claim_with(&steadq::ClaimOptions {
+                lease: Some(a.lease),
+                wait: Some(Duration::from_secs(3600)),
+                stop: Some(&STOP),
+            }),
         };
         match claimed {
             Ok(None) => {}
@@ -303,7 +307,10 @@ fn worker_loop(
 /// error's outcome (2, 4 or 6).
 fn work_once(a: &Work, q: &steadq::Queue) -> Result<Exit, CliError> {
     let before = q.claims_dead_lettered();
-    match q.claim_for(a.lease)? {
+    match q.claim_with(&steadq::ClaimOptions {
+        lease: Some(a.lease),
+        ..Default::default()
+    })? {
         // The claim handled jobs by dead-lettering them (logged with their reasons).
         None if q.claims_dead_lettered() > before => {
             let n = q.claims_dead_lettered() - before;
@@ -891,7 +898,7 @@ fn spawn_failed(a: &Work, lease: Lease, once: bool, e: &std::io::Error) -> JobEn
 /// A job left unsettled by `e` (a failed settle or release; `what` says which): the exit
 /// code follows the error's outcome (2 not done: the job stays leased until its lease
 /// expires; 4 indeterminate; 6 lease lost).
-fn unsettled(e: Failure, what: &str) -> JobEnd {
+fn unsettled(e: Error, what: &str) -> JobEnd {
     let exit = Exit::of(&e);
     let then = match exit {
         Exit::NotDone | Exit::Full => "; not done: the job stays leased until its lease expires",
@@ -952,7 +959,7 @@ fn settle(
     let result = match code {
         Some(0) => ack_until_settled(a, lease, next),
         // A settle that is not done leaves the job leased until its deadline (the lease is
-        // detached by the conversion into a Failure, not released).
+        // detached by the conversion into a Error, not released).
         Some(EX_DATAERR) => lease
             .fail(Reason::new("dataerr").expect("valid reason"))
             .map(|_| "dead-lettered (exit 65: bad input)".to_string())
@@ -977,7 +984,7 @@ fn settle(
             }
             JobEnd::Continue
         }
-        Err(SettleFailed::Failure(e)) => unsettled(e, &failed),
+        Err(SettleFailed::Error(e)) => unsettled(e, &failed),
         Err(SettleFailed::CrossDevice(lease, e)) => give_back_cross_device(*lease, &e, &failed),
     }
 }
@@ -986,15 +993,15 @@ fn settle(
 enum SettleFailed {
     /// As the failure says; a lease handed back was detached (the job stays leased until
     /// its lease expires).
-    Failure(Failure),
+    Error(Error),
     /// Cleanly not done with `EXDEV`: the move crossed filesystems (a mount appeared under
     /// the queue after this worker opened it). The lease is handed back, the job still ours.
-    CrossDevice(Box<Lease>, steadq::Error),
+    CrossDevice(Box<Lease>, steadq::Cause),
 }
 
-impl From<Failure> for SettleFailed {
-    fn from(e: Failure) -> SettleFailed {
-        SettleFailed::Failure(e)
+impl From<Error> for SettleFailed {
+    fn from(e: Error) -> SettleFailed {
+        SettleFailed::Error(e)
     }
 }
 
@@ -1004,14 +1011,14 @@ impl From<SettleError> for SettleFailed {
             SettleError::NotDone { lease, error } if crosses_filesystems(&error) => {
                 SettleFailed::CrossDevice(lease, error)
             }
-            e => SettleFailed::Failure(e.into()),
+            e => SettleFailed::Error(e.into()),
         }
     }
 }
 
 /// Whether `e` is a move refused with `EXDEV` (rename(2): the two directories are on
 /// different mounts).
-fn crosses_filesystems(e: &steadq::Error) -> bool {
+fn crosses_filesystems(e: &steadq::Cause) -> bool {
     e.errno().is_some_and(|n| n.raw_os_error() == libc::EXDEV)
 }
 
@@ -1020,7 +1027,7 @@ fn crosses_filesystems(e: &steadq::Error) -> bool {
 /// job goes back to ready with its attempt given back (it is to run again once the queue is
 /// whole; an operator unmounts what was mounted under it) and the worker stops: exit 2
 /// naming the directory, or by the give-back's outcome when that fails too.
-fn give_back_cross_device(lease: Lease, e: &steadq::Error, what: &str) -> JobEnd {
+fn give_back_cross_device(lease: Lease, e: &steadq::Cause, what: &str) -> JobEnd {
     let id = lease.id();
     let from = e.path().and_then(|p| p.parent());
     let dirs = match (e.into_dir(), from) {
@@ -1120,7 +1127,7 @@ fn ack_until_settled(
                 if tries > 1 {
                     eprintln!("job {id}: ack not done after {tries} tries; giving up");
                 }
-                return Err(SettleFailed::Failure(e.into()));
+                return Err(SettleFailed::Error(e.into()));
             }
         };
         eprintln!(
@@ -1150,7 +1157,7 @@ fn wait_renewing(
     lease: &mut Lease,
     wait: Duration,
     stop_by: &mut Option<Instant>,
-) -> Result<(), Failure> {
+) -> Result<(), Error> {
     let until = Instant::now() + wait;
     let mut renewed = Instant::now();
     loop {

@@ -54,7 +54,8 @@ fn over_the_limit_is_not_done_with_its_own_kind() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
     assert!(q.enqueue(b"x").is_err(), "a delayed job counts");
     assert_eq!(q.capacity_use().unwrap().jobs, 3);
     let _ = id;
@@ -103,7 +104,13 @@ fn a_waiting_enqueue_wakes_when_room_appears() {
     q.enqueue(b"first").unwrap();
     let t = Instant::now();
     let e = q
-        .enqueue_wait(b"x", &EnqueueOptions::default(), Duration::from_millis(300))
+        .enqueue_with(
+            b"x",
+            &steadq::EnqueueOptions {
+                wait: Some(Duration::from_millis(300)),
+                ..EnqueueOptions::default()
+            },
+        )
         .unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::QueueFull { .. }));
     assert!(t.elapsed() >= Duration::from_millis(300));
@@ -115,10 +122,12 @@ fn a_waiting_enqueue_wakes_when_room_appears() {
         Instant::now()
     });
     let r = q
-        .enqueue_wait(
+        .enqueue_with(
             b"second",
-            &EnqueueOptions::default(),
-            Duration::from_secs(20),
+            &steadq::EnqueueOptions {
+                wait: Some(Duration::from_secs(20)),
+                ..EnqueueOptions::default()
+            },
         )
         .unwrap();
     let done = Instant::now();
@@ -136,10 +145,12 @@ fn a_waiting_enqueue_wakes_when_room_appears() {
         std::thread::sleep(Duration::from_millis(300));
         Queue::open(&path).unwrap().set_limits(jobs(5)).unwrap();
     });
-    q.enqueue_wait(
+    q.enqueue_with(
         b"third",
-        &EnqueueOptions::default(),
-        Duration::from_secs(20),
+        &steadq::EnqueueOptions {
+            wait: Some(Duration::from_secs(20)),
+            ..EnqueueOptions::default()
+        },
     )
     .unwrap();
     raiser.join().unwrap();
@@ -186,7 +197,8 @@ fn the_tally_follows_other_handles() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
     other.requeue_dead(None).unwrap();
     // Delays follow the boot clock within a boot (version 2): move both clocks on.
     other.clock().shift_wall(3 * 3600 * 1_000_000_000);

@@ -23,8 +23,12 @@ fn claim_wait_keeps_its_deadline_after_a_wake_up_without_a_job() {
             std::thread::sleep(Duration::from_millis(300));
             std::fs::write(d.path().join("ready/00/stray-file"), b"x").unwrap();
         });
-        q.claim_wait(Duration::from_secs(30), Duration::from_secs(20))
-            .unwrap()
+        q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(20)),
+            ..Default::default()
+        })
+        .unwrap()
     });
     let took = t.elapsed();
     assert_eq!(l.expect("claimed").payload().unwrap(), b"due in 1.5 s");
@@ -42,7 +46,13 @@ fn an_idle_waiting_claim_does_not_relist() {
         q.enqueue(&i.to_le_bytes()).unwrap();
     }
     let mut held = Vec::new();
-    while let Some(l) = q.claim_for(Duration::from_secs(3600)).unwrap() {
+    while let Some(l) = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(3600)),
+            ..Default::default()
+        })
+        .unwrap()
+    {
         held.push(l.into_handle());
     }
     assert_eq!(held.len(), 200);
@@ -54,7 +64,11 @@ fn an_idle_waiting_claim_does_not_relist() {
             stop.store(true, Ordering::SeqCst);
         });
         let r = q
-            .claim_wait_until(Duration::from_secs(30), Duration::from_secs(60), &stop)
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                wait: Some(Duration::from_secs(60)),
+                stop: Some(&stop),
+            })
             .unwrap();
         assert!(r.is_none());
     });

@@ -16,7 +16,8 @@ fn delayed(q: &Queue, payload: &[u8], delay: Duration) {
             ..Default::default()
         },
     )
-    .unwrap();
+    .unwrap()
+    .id();
 }
 
 /// Shift `q`'s wall clock about a year ahead, to 1 s into a delayed bucket, so that delays of
@@ -123,7 +124,11 @@ fn a_waiting_claim_follows_a_wall_clock_step_back() {
     let waiter = std::thread::spawn(move || {
         let t = std::time::Instant::now();
         let l = w
-            .claim_wait(Duration::from_secs(30), Duration::from_secs(4))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                wait: Some(Duration::from_secs(4)),
+                ..Default::default()
+            })
             .unwrap();
         (l.map(|l| l.payload().unwrap().to_vec()), t.elapsed())
     });
@@ -181,19 +186,13 @@ fn a_queue_split_across_filesystems_is_refused_and_reported() {
     let want = format!("{}: on another filesystem (st_dev ", receipts.display());
     for e in [
         Queue::open(d.path()).unwrap_err(),
-        Queue::create(d.path(), opts(2))
-            .unwrap_err()
-            .error()
-            .clone(),
+        Queue::create(d.path(), opts(2)).unwrap_err(),
     ] {
         assert!(
             matches!(e.kind(), steadq::ErrorKind::OtherFilesystem { dev, root_dev } if dev != root_dev),
             "{e:?}"
         );
-        assert_eq!(
-            steadq::Failure::from(e.clone()).outcome(),
-            steadq::Outcome::NotDone
-        );
+        assert_eq!(e.outcome(), steadq::Outcome::NotDone);
         let msg = e.to_string();
         assert!(msg.starts_with(&want), "{msg}");
         assert!(msg.contains("a queue must be on one filesystem"), "{msg}");
@@ -209,7 +208,16 @@ fn a_queue_split_across_filesystems_is_refused_and_reported() {
         text.contains("receipts: on another filesystem (st_dev "),
         "{text}"
     );
-    let st = Queue::open_for_check(d.path()).unwrap().fsck().unwrap();
+    let st = Queue::open_with(
+        d.path(),
+        steadq::Options {
+            mode: steadq::OpenMode::Check,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .fsck()
+    .unwrap();
     assert_eq!(st.problems.len(), 1, "{:?}", st.problems);
     assert_eq!(st.problems[0].path, "receipts");
 }

@@ -53,7 +53,11 @@ fn contention_child() {
             let done = dir.with_extension("producers-done");
             loop {
                 match q
-                    .claim_wait(Duration::from_secs(60), Duration::from_millis(200))
+                    .claim_with(&steadq::ClaimOptions {
+                        lease: Some(Duration::from_secs(60)),
+                        wait: Some(Duration::from_millis(200)),
+                        ..Default::default()
+                    })
                     .unwrap()
                 {
                     Some(l) => {

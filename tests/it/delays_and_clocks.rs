@@ -37,8 +37,12 @@ fn claim_wait_learns_a_delayed_job_enqueued_while_it_waits() {
                 Duration::from_secs(1),
             );
         });
-        q.claim_wait(Duration::from_secs(30), Duration::from_secs(20))
-            .unwrap()
+        q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(20)),
+            ..Default::default()
+        })
+        .unwrap()
     });
     let took = t.elapsed();
     assert!(l.is_some());

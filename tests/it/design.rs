@@ -120,14 +120,14 @@ fn names_match_design(version: u32, priority: Option<u8>) {
         priority,
         ..Default::default()
     };
-    q.enqueue_with(b"ready", &plain).unwrap();
+    q.enqueue_with(b"ready", &plain).unwrap().id();
     let delay = EnqueueOptions {
         delay: Some(Duration::from_secs(3600)),
         ..plain
     };
-    q.enqueue_with(b"delayed", &delay).unwrap();
+    q.enqueue_with(b"delayed", &delay).unwrap().id();
     for _ in 0..3 {
-        q.enqueue_with(b"more", &plain).unwrap();
+        q.enqueue_with(b"more", &plain).unwrap().id();
     }
     let a = q.claim().unwrap().unwrap();
     let b = q.claim().unwrap().unwrap();
@@ -194,7 +194,7 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
         priority: Some(7),
         ..Default::default()
     };
-    q.enqueue_with(b"p7", &high).unwrap();
+    q.enqueue_with(b"p7", &high).unwrap().id();
     q.claim().unwrap().unwrap().ack().unwrap();
     q.enqueue(b"a").unwrap();
     q.enqueue(b"b").unwrap();
@@ -202,7 +202,7 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
         delay: Some(Duration::from_secs(3600)),
         ..Default::default()
     };
-    q.enqueue_with(b"c", &delay).unwrap();
+    q.enqueue_with(b"c", &delay).unwrap().id();
     q.claim().unwrap().unwrap().ack().unwrap();
     q.claim()
         .unwrap()
@@ -226,12 +226,12 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
         key: Key::new(k),
         ..Default::default()
     };
-    q.enqueue_unique(b"e", &key("order-1")).unwrap();
-    q.enqueue_unique(b"f", &key("order-2")).unwrap();
+    q.enqueue_with(b"e", &key("order-1")).unwrap();
+    q.enqueue_with(b"f", &key("order-2")).unwrap();
     while let Some(l) = q.claim().unwrap() {
         l.ack().unwrap();
     }
-    q.enqueue_unique(b"g", &key("order-3")).unwrap();
+    q.enqueue_with(b"g", &key("order-3")).unwrap();
     q.compact_keys(Duration::ZERO).unwrap();
     assert_eq!(q.live_keys().unwrap(), 1);
     std::fs::write(d.path().join("ready/00/stray.txt"), b"foreign").unwrap();

@@ -114,17 +114,17 @@ fn keyed() -> EnqueueOptions {
 
 /// "Nothing moved" where the operation itself says `Ok` (no job to claim, a pass that moved
 /// nothing): the "not done" of the move under test.
-fn nothing() -> Failure {
-    Failure::NotDone(Error::new(ErrorKind::NoSuchJob, None))
+fn nothing() -> Error {
+    Error::NotDone(Cause::new(ErrorKind::NoSuchJob, None))
 }
 
-/// A settling call's result as a `Failure`, keeping a lease it handed back (not done).
-fn settled<T>(r: Result<T, SettleError>, back: &mut Option<Lease>) -> Result<(), Failure> {
+/// A settling call's result as an `Error`, keeping a lease it handed back (not done).
+fn settled<T>(r: Result<T, SettleError>, back: &mut Option<Lease>) -> Result<(), Error> {
     match r {
         Ok(_) => Ok(()),
         Err(SettleError::NotDone { lease, error }) => {
             *back = Some(*lease);
-            Err(Failure::NotDone(error))
+            Err(Error::NotDone(error))
         }
         Err(e) => Err(e.into()),
     }
@@ -133,8 +133,8 @@ fn settled<T>(r: Result<T, SettleError>, back: &mut Option<Lease>) -> Result<(),
 /// Run `op` once against a fresh queue with `faults`; return (result, did-it-happen, plan).
 /// Each operation's own outcome type is checked against the directory here (an indeterminate
 /// enqueue names the only job that may exist; a not-done settle hands back a lease that still
-/// holds the job and settles it once the fault is gone), then folded into a `Failure`.
-fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>, TempDir) {
+/// holds the job and settles it once the fault is gone), then folded into an `Error`.
+fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, TempDir) {
     let d = TempDir::new("fault");
     let receipts = match op {
         Op::AckHeader => ReceiptPolicy::Header,
@@ -174,7 +174,8 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                         ..Default::default()
                     },
                 )
-                .unwrap();
+                .unwrap()
+                .id();
         }
         Op::Requeue => {
             setup.enqueue(b"x").unwrap();
@@ -199,7 +200,8 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                         ..Default::default()
                     },
                 )
-                .unwrap();
+                .unwrap()
+                .id();
         }
     }
     drop(setup);
@@ -228,7 +230,14 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
         | Op::Release
         | Op::AckPrio
         | Op::NackPrio
-        | Op::RecoverExpired => Some(q.claim_for(Duration::from_secs(1)).unwrap().unwrap()),
+        | Op::RecoverExpired => Some(
+            q.claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(1)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap(),
+        ),
         _ => None,
     };
     if op == Op::RecoverExpired {
@@ -246,10 +255,10 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
     let mut named = |r: Result<(), EnqueueError>| {
         r.map_err(|e| {
             maybe_job = e.id();
-            Failure::from(e)
+            Error::from(e)
         })
     };
-    let res: Result<(), Failure> = match op {
+    let res: Result<(), Error> = match op {
         Op::Enqueue | Op::EnqueueNamed => named(q.enqueue(b"payload").map(drop)),
         Op::EnqueueDelayed => named(
             q.enqueue_with(
@@ -259,11 +268,12 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                     ..Default::default()
                 },
             )
+            .map(steadq::Enqueued::id)
             .map(drop),
         ),
         Op::EnqueueBatch => q.enqueue_batch(&[b"one", b"two", b"three"]).map(drop),
         Op::EnqueueKeyed => named(
-            q.enqueue_unique(b"payload", &keyed())
+            q.enqueue_with(b"payload", &keyed())
                 .map(|r| assert!(!r.is_duplicate())),
         ),
         Op::EnqueueCapped => named(q.enqueue(b"payload").map(drop)),
@@ -279,6 +289,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                     ..Default::default()
                 },
             )
+            .map(steadq::Enqueued::id)
             .map(drop),
         ),
         // "No job" is the claim's "not done".
@@ -295,7 +306,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
                 assert!(e.is_lease_lost() && e.outcome() == Outcome::NotDone);
                 Err(e.into())
             }
-            r => r.map_err(Failure::from),
+            r => r.map_err(Error::from),
         },
         Op::Ack | Op::AckHeader | Op::AckNone | Op::AckPrio => {
             settled(lease.take().unwrap().ack(), &mut back)
@@ -368,7 +379,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
             all.is_empty() || all.len() == 1 && all[0].name.id == id,
             "indeterminate enqueue of {id} left {all:?}"
         );
-        assert!(matches!(&res, Err(Failure::Indeterminate(_))), "{res:?}");
+        assert!(matches!(&res, Err(Error::Indeterminate(_))), "{res:?}");
         IDS_CHECKED.with(|c| c.set(c.get() + 1));
     }
     if let Some(l) = back.as_ref() {
@@ -398,7 +409,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Failure>, bool, Arc<FaultPlan>
         if happened {
             assert_eq!(live_keys, 1, "a keyed job without its key: {res:?}");
         }
-        let retry = clean.enqueue_unique(b"payload", &keyed()).unwrap();
+        let retry = clean.enqueue_with(b"payload", &keyed()).unwrap();
         assert_eq!(retry.is_duplicate(), happened, "{res:?} then {retry:?}");
         assert_eq!(clean.list(None).unwrap().len(), 1, "one job per key");
     }
@@ -703,7 +714,12 @@ fn a_failed_claim_fsync_is_indeterminate_and_the_job_comes_back() {
     Queue::open(d.path()).unwrap().enqueue(b"x").unwrap();
     let (q, plan) = open_failing(d.path(), Call::FsyncDir, 1, Errno::IO);
     plan.arm();
-    let e = q.claim_for(Duration::from_secs(1)).unwrap_err();
+    let e = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap_err();
     assert_eq!(
         (e.outcome(), e.errno()),
         (Outcome::Indeterminate, Some(Errno::IO.into()))
@@ -806,7 +822,7 @@ fn purge_and_requeue_follow_the_batch_rule_and_create_nothing() {
         delay: Some(Duration::from_secs(600)),
         ..Default::default()
     };
-    q.enqueue_with(b"later", &delay).unwrap();
+    q.enqueue_with(b"later", &delay).unwrap().id();
     plan.reset_counts();
     plan.arm();
     // The second unlink fails (EIO): the purge goes on past it, so two of the three are
@@ -877,7 +893,7 @@ fn an_indeterminate_enqueue_names_its_job_present_or_absent() {
 
 /// A not-done nack (its delayed bucket cannot be made: the disk is full) hands the lease back,
 /// still holding the job under its name: dropping it releases the job as dropping any lease
-/// does, while converting the error into a `Failure` (`?`) detaches it, so the job stays
+/// does, while converting the error into an `Error` (`?`) detaches it, so the job stays
 /// leased until its deadline and the handle still settles it.
 #[test]
 fn a_not_done_nack_hands_the_lease_back_and_the_conversion_keeps_it_leased() {
@@ -904,8 +920,8 @@ fn a_not_done_nack_hands_the_lease_back_and_the_conversion_keeps_it_leased() {
                 "drop released it"
             );
         } else {
-            let f = Failure::from(e);
-            assert!(matches!(f, Failure::NotDone(_)), "{f:?}");
+            let f = Error::from(e);
+            assert!(matches!(f, Error::NotDone(_)), "{f:?}");
             assert_eq!(leased(&q), 1, "the conversion changed nothing");
             plan.disarm();
             let again = q.lease_from_handle(&handle).unwrap();
@@ -923,7 +939,13 @@ fn a_lost_lease_is_its_own_variant_for_renew_and_ack() {
     let d = TempDir::new("lostvariant");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"x").unwrap();
-    let mut l = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let mut l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let other = Queue::open(d.path()).unwrap();
     other.clock().shift_boot(2 * SEC);
     assert_eq!(other.recover().unwrap().expired, 1);
@@ -1042,14 +1064,14 @@ fn a_level_that_cannot_be_made_is_not_done_and_names_its_directory() {
         )
         .unwrap();
         plan.arm();
-        let e = Failure::from(q.enqueue_with(b"x", &prio6).unwrap_err());
+        let e = Error::from(q.enqueue_with(b"x", &prio6).unwrap_err());
         let ctx = format!("{call:?}#{nth}: {e}");
         assert!(plan.fired(), "{ctx}");
         assert_eq!(e.outcome(), Outcome::NotDone, "{ctx}");
         assert_eq!(e.path(), Some(d.path().join(dir).as_path()), "{ctx}");
         let clean = Queue::open(d.path()).unwrap();
         assert!(clean.list(None).unwrap().is_empty(), "{ctx}");
-        clean.enqueue_with(b"x", &prio6).unwrap();
+        clean.enqueue_with(b"x", &prio6).unwrap().id();
         assert_eq!(clean.list(None).unwrap()[0].dir, "prio/6/00", "{ctx}");
     }
 }
@@ -1072,7 +1094,13 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
         let d = TempDir::new("split");
         let q = Queue::create(d.path(), opts(1)).unwrap();
         let id = q.enqueue(b"once").unwrap();
-        let l = q.claim_for(Duration::from_millis(20)).unwrap().unwrap();
+        let l = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_millis(20)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         let lease = only(d.path(), "ready");
         let newer = if nack {
             l.nack(Duration::from_secs(3600)).unwrap();
@@ -1110,7 +1138,7 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
         delay: Some(Duration::from_millis(10)),
         ..Default::default()
     };
-    let id = q.enqueue_with(b"due once", &o).unwrap();
+    let id = q.enqueue_with(b"due once", &o).unwrap().id();
     let delayed = only(d.path(), "delayed");
     std::thread::sleep(Duration::from_millis(30));
     assert_eq!(q.recover().unwrap().due, 1);
@@ -1127,7 +1155,13 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
     let d = TempDir::new("split-foreign");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"linked elsewhere").unwrap();
-    let _l = q.claim_for(Duration::from_millis(20)).unwrap().unwrap();
+    let _l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(20)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let outside = d.path().join("outside-link");
     std::fs::hard_link(only(d.path(), "ready"), &outside).unwrap();
     std::thread::sleep(Duration::from_millis(40));
@@ -1147,7 +1181,13 @@ fn a_misplaced_second_name_is_not_taken_for_a_split_move() {
     let d = TempDir::new("split-misplaced");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     let id = q.enqueue(b"misplaced").unwrap();
-    let mut l = q.claim_for(Duration::from_millis(30)).unwrap().unwrap();
+    let mut l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(30)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let lease = d.path().join(&files(d.path(), "ready")[0]);
     l.renew(Duration::from_millis(30)).unwrap();
     let newer = files(d.path(), "ready")[0].clone();
@@ -1281,7 +1321,7 @@ fn a_split_dead_lettering_keeps_the_newer_name() {
         max_attempts: Some(1),
         ..Default::default()
     };
-    let id = q.enqueue_with(b"no attempt left", &o).unwrap();
+    let id = q.enqueue_with(b"no attempt left", &o).unwrap().id();
     drop(q.claim().unwrap().unwrap()); // released: ready, attempt 1 of 1
     let ready = only(d.path(), "ready");
     assert!(

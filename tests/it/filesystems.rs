@@ -602,7 +602,7 @@ fn publish_calls(dir: &Path) -> [[u32; 2]; 3] {
                 ..Default::default()
             };
             count(1, &|| {
-                q.enqueue_unique(b"keyed", &key).unwrap();
+                q.enqueue_with(b"keyed", &key).unwrap();
             });
         } else {
             count(2, &|| {

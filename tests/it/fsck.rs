@@ -171,7 +171,7 @@ fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
         priority: Some(5),
         ..EnqueueOptions::default()
     };
-    let id = q.enqueue_with(b"once", &o).unwrap();
+    let id = q.enqueue_with(b"once", &o).unwrap().id();
     let l = q.find(id).unwrap();
     let name = l.name.format(q.id()).to_string();
     let shard = &l.dir[l.dir.len() - 2..];
@@ -200,7 +200,7 @@ fn fsck_never_moves_home_a_misplaced_copy_of_a_job_that_exists_elsewhere() {
 
     // A misplaced job whose id is unique is quarantined too, never moved into the queue.
     std::fs::remove_file(d.path().join(&copy)).unwrap();
-    let id2 = q.enqueue_with(b"twice", &o).unwrap();
+    let id2 = q.enqueue_with(b"twice", &o).unwrap().id();
     let l2 = q.find(id2).unwrap();
     let s2 = &l2.dir[l2.dir.len() - 2..];
     let o2 = if s2 == "07" { "02" } else { "07" };
@@ -362,7 +362,7 @@ fn fsck_reports_damaged_limits_junk_keys_and_two_receipts_of_one_job() {
         key: Some(steadq::Key::new("order-1").unwrap()),
         ..EnqueueOptions::default()
     };
-    q.enqueue_unique(b"k", &o).unwrap();
+    q.enqueue_with(b"k", &o).unwrap().id();
     std::fs::write(d.path().join("keys/notes.txt"), b"junk").unwrap();
     // One job acked twice: a copy of its ready file put back after the first ack.
     let id = q.enqueue(b"twice").unwrap();

@@ -24,10 +24,13 @@ fn recovery_does_all_it_can() {
         q.enqueue(&[i]).unwrap();
     }
     for _ in 0..40 {
-        q.claim_for(Duration::from_secs(5))
-            .unwrap()
-            .unwrap()
-            .into_handle();
+        q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(5)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap()
+        .into_handle();
     }
     q.clock().shift_boot(6_000_000_000);
     plan.arm();
@@ -119,7 +122,8 @@ fn a_default_queue_fits_64_inodes_and_makes_a_level_on_first_use() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
     let dirs = files(&root, "prio");
     assert!(
         !dirs.is_empty(),
@@ -220,8 +224,8 @@ fn an_exhausted_job_that_cannot_be_dead_lettered_does_not_block_the_jobs_behind_
         ..Default::default()
     };
     let behind = [
-        q.enqueue_with(b"D", &good).unwrap(),
-        q.enqueue_with(b"E", &good).unwrap(),
+        q.enqueue_with(b"D", &good).unwrap().id(),
+        q.enqueue_with(b"E", &good).unwrap().id(),
     ];
     drop(q);
     std::fs::remove_dir_all(d.path().join("dead")).unwrap();
@@ -279,7 +283,7 @@ fn init_refuses_a_new_queue_the_free_inodes_cannot_hold_and_changes_nothing() {
     assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
     assert!(
         matches!(
-            e.into_error().kind(),
+            e.into_cause().kind(),
             steadq::ErrorKind::TooFewInodes { needed: 24, .. }
         ),
         "kind"

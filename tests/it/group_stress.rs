@@ -182,7 +182,7 @@ fn mixed(threads: usize, rounds: usize, fault: Option<u32>, durability: Durabili
                             ok_ids.lock().unwrap().extend(ids);
                             note(&tally, "enqueue_batch", Ok(()))
                         }
-                        Err(e) => note(&tally, "enqueue_batch", e2(e.outcome(), e.error().errno())),
+                        Err(e) => note(&tally, "enqueue_batch", e2(e.outcome(), e.cause().errno())),
                     }
                 }
                 4 => match q.claim_batch(4, Duration::from_secs(60)) {
@@ -192,14 +192,17 @@ fn mixed(threads: usize, rounds: usize, fault: Option<u32>, durability: Durabili
                             match q.ack_batch(ls) {
                                 Ok(_) => note(&tally, "ack_batch", Ok(())),
                                 Err(e) => {
-                                    note(&tally, "ack_batch", e2(e.outcome(), e.error().errno()))
+                                    note(&tally, "ack_batch", e2(e.outcome(), e.cause().errno()))
                                 }
                             }
                         }
                     }
-                    Err(e) => note(&tally, "claim_batch", e2(e.outcome(), e.error().errno())),
+                    Err(e) => note(&tally, "claim_batch", e2(e.outcome(), e.cause().errno())),
                 },
-                _ => match q.claim_for(Duration::from_secs(60)) {
+                _ => match q.claim_with(&steadq::ClaimOptions {
+                    lease: Some(Duration::from_secs(60)),
+                    ..Default::default()
+                }) {
                     Ok(None) => note(&tally, "claim", Ok(())),
                     Ok(Some(mut l)) => {
                         note(&tally, "claim", Ok(()));
@@ -232,7 +235,7 @@ fn mixed(threads: usize, rounds: usize, fault: Option<u32>, durability: Durabili
                         };
                         note(&tally, r.0, r.1);
                     }
-                    Err(e) => note(&tally, "claim", e2(e.outcome(), e.error().errno())),
+                    Err(e) => note(&tally, "claim", e2(e.outcome(), e.cause().errno())),
                 },
             }
         }

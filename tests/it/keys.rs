@@ -20,13 +20,16 @@ fn keyed(k: &str) -> EnqueueOptions {
 fn one_job_per_key_and_duplicates_name_it() {
     let d = TempDir::new("keys-one");
     let q = Queue::create(d.path(), fast(2)).unwrap();
-    let first = q.enqueue_unique(b"charge 1", &keyed("order-1")).unwrap();
+    let first = q.enqueue_with(b"charge 1", &keyed("order-1")).unwrap();
     assert!(!first.is_duplicate());
-    let again = q.enqueue_unique(b"charge 1", &keyed("order-1")).unwrap();
+    let again = q.enqueue_with(b"charge 1", &keyed("order-1")).unwrap();
     assert_eq!(again, Enqueued::Duplicate(first.id()));
     // enqueue_with with a key returns the same id.
-    assert_eq!(q.enqueue_with(b"x", &keyed("order-1")).unwrap(), first.id());
-    let other = q.enqueue_unique(b"charge 2", &keyed("order-2")).unwrap();
+    assert_eq!(
+        q.enqueue_with(b"x", &keyed("order-1")).unwrap().id(),
+        first.id()
+    );
+    let other = q.enqueue_with(b"charge 2", &keyed("order-2")).unwrap();
     assert_ne!(other.id(), first.id());
     assert_eq!(q.live_keys().unwrap(), 2);
     assert_eq!(q.status().unwrap().live_keys, 2);
@@ -35,7 +38,7 @@ fn one_job_per_key_and_duplicates_name_it() {
         l.ack().unwrap();
     }
     assert_eq!(
-        q.enqueue_unique(b"charge 1", &keyed("order-1")).unwrap(),
+        q.enqueue_with(b"charge 1", &keyed("order-1")).unwrap(),
         Enqueued::Duplicate(first.id())
     );
     // A delayed keyed job.
@@ -43,9 +46,9 @@ fn one_job_per_key_and_duplicates_name_it() {
         delay: Some(Duration::from_secs(600)),
         ..keyed("report-7")
     };
-    let r = q.enqueue_unique(b"r", &later).unwrap();
+    let r = q.enqueue_with(b"r", &later).unwrap();
     assert_eq!(
-        q.enqueue_unique(b"r", &later).unwrap(),
+        q.enqueue_with(b"r", &later).unwrap(),
         Enqueued::Duplicate(r.id())
     );
     // Retention: nothing younger than a day goes; with zero retention the settled keys go,
@@ -53,7 +56,7 @@ fn one_job_per_key_and_duplicates_name_it() {
     assert_eq!(q.compact_keys(Duration::from_secs(86_400)).unwrap(), 0);
     assert_eq!(q.compact_keys(Duration::ZERO).unwrap(), 2);
     assert_eq!(q.live_keys().unwrap(), 1);
-    let n = q.enqueue_unique(b"charge 1", &keyed("order-1")).unwrap();
+    let n = q.enqueue_with(b"charge 1", &keyed("order-1")).unwrap();
     assert!(!n.is_duplicate(), "an expired key enqueues anew");
     assert!(q.fsck().unwrap().clean(), "keys/ belongs");
     // Tombstones are listed with ls and removed after an hour.
@@ -155,7 +158,7 @@ fn a_crash_at_any_step_then_a_retry_gives_one_job() {
         )
         .unwrap();
         plan.reset_counts();
-        q.enqueue_unique(b"p", &keyed("k")).unwrap();
+        q.enqueue_with(b"p", &keyed("k")).unwrap();
         plan.trace()
     };
     let mut seen: std::collections::HashMap<Call, u32> = Default::default();
@@ -178,11 +181,11 @@ fn a_crash_at_any_step_then_a_retry_gives_one_job() {
         )
         .unwrap();
         plan.arm();
-        let res = q.enqueue_unique(b"p", &keyed("k"));
+        let res = q.enqueue_with(b"p", &keyed("k"));
         drop(q);
         let fresh = Queue::open(d.path()).unwrap();
         let before = fresh.list(None).unwrap();
-        let retry = fresh.enqueue_unique(b"p", &keyed("k")).unwrap();
+        let retry = fresh.enqueue_with(b"p", &keyed("k")).unwrap();
         let after = fresh.list(None).unwrap();
         assert_eq!(after.len(), 1, "{call:?}#{n}: {res:?} then {retry:?}");
         match before.as_slice() {
@@ -240,7 +243,7 @@ fn an_orphan_key_of_a_dead_process_is_retired() {
     .unwrap();
     let t = std::time::Instant::now();
     let r = q
-        .enqueue_unique(
+        .enqueue_with(
             b"x",
             &EnqueueOptions {
                 key: Some(k),
@@ -276,7 +279,7 @@ fn a_key_of_a_job_acked_without_a_receipt_still_names_it() {
             ..fast(2)
         };
         let q = Queue::create(d.path(), o).unwrap();
-        let first = q.enqueue_unique(b"charge", &keyed("order-1234")).unwrap();
+        let first = q.enqueue_with(b"charge", &keyed("order-1234")).unwrap();
         let l = q.claim().unwrap().unwrap();
         assert_eq!(l.id(), first.id());
         l.ack().unwrap();
@@ -290,7 +293,7 @@ fn a_key_of_a_job_acked_without_a_receipt_still_names_it() {
         // Another handle (a new process): nothing of this one's memory helps it.
         let q2 = Queue::open(d.path()).unwrap();
         assert_eq!(
-            q2.enqueue_unique(b"charge", &keyed("order-1234")).unwrap(),
+            q2.enqueue_with(b"charge", &keyed("order-1234")).unwrap(),
             Enqueued::Duplicate(first.id()),
             "{policy}"
         );
@@ -302,7 +305,7 @@ fn a_key_of_a_job_acked_without_a_receipt_still_names_it() {
         assert_eq!(q2.compact_keys(Duration::from_secs(86_400)).unwrap(), 0);
         assert_eq!(q2.compact_keys(Duration::ZERO).unwrap(), 1);
         assert!(!q2
-            .enqueue_unique(b"charge", &keyed("order-1234"))
+            .enqueue_with(b"charge", &keyed("order-1234"))
             .unwrap()
             .is_duplicate());
     }
@@ -320,7 +323,7 @@ fn a_torn_evidence_tail_does_not_swallow_the_next_ack() {
             ..fast(2)
         };
         let q = Queue::create(d.path(), o).unwrap();
-        q.enqueue_unique(b"a", &keyed("order-1")).unwrap();
+        q.enqueue_with(b"a", &keyed("order-1")).unwrap();
         q.claim().unwrap().unwrap().ack().unwrap();
         let ev = d.path().join("evidence.log");
         let mut f = std::fs::OpenOptions::new().append(true).open(&ev).unwrap();
@@ -339,11 +342,11 @@ fn a_torn_evidence_tail_does_not_swallow_the_next_ack() {
                         }),
             "fsck names the open tail"
         );
-        let second = q.enqueue_unique(b"b", &keyed("order-2")).unwrap();
+        let second = q.enqueue_with(b"b", &keyed("order-2")).unwrap();
         q.claim().unwrap().unwrap().ack().unwrap();
         let q2 = Queue::open(d.path()).unwrap();
         assert_eq!(
-            q2.enqueue_unique(b"b", &keyed("order-2")).unwrap(),
+            q2.enqueue_with(b"b", &keyed("order-2")).unwrap(),
             Enqueued::Duplicate(second.id()),
             "{torn:?}"
         );

@@ -16,7 +16,10 @@ fn plain_claim_takes_an_expired_lease() {
     let q = Queue::create(d.path(), opts(4)).unwrap();
     q.enqueue(b"job").unwrap();
     let handle = q
-        .claim_for(Duration::from_secs(10))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(10)),
+            ..Default::default()
+        })
         .unwrap()
         .unwrap()
         .into_handle();
@@ -35,14 +38,21 @@ fn claim_wait_takes_a_lease_that_expires_while_it_waits() {
     let q = Queue::create(d.path(), opts(4)).unwrap();
     q.enqueue(b"orphan").unwrap();
     let h = q
-        .claim_for(Duration::from_millis(1200))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(1200)),
+            ..Default::default()
+        })
         .unwrap()
         .unwrap()
         .into_handle();
     let other = Queue::open(d.path()).unwrap();
     let t = Instant::now();
     let l = other
-        .claim_wait(Duration::from_secs(30), Duration::from_secs(15))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(15)),
+            ..Default::default()
+        })
         .unwrap()
         .expect("the expired lease is taken");
     assert!(
@@ -148,7 +158,13 @@ fn a_nack_or_fail_that_is_not_done_keeps_the_lease() {
         }]);
         let q = with_plan(&d, &plan, opts(1));
         q.enqueue(b"x").unwrap();
-        let l = q.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        let l = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(60)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         let handle = l.handle();
         plan.arm();
         let e = if fail {
@@ -500,7 +516,13 @@ fn an_expired_lease_with_no_attempt_left_is_named_when_dead_lettered() {
     let id = text(&e.stdout).trim().to_string();
     {
         let lq = Queue::open(&q).unwrap();
-        let l = lq.claim_for(Duration::from_secs(60)).unwrap().unwrap();
+        let l = lq
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(60)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         drop(l);
     }
     let listed = text(&steadq(&["list", qs]).stdout);

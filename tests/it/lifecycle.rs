@@ -66,7 +66,8 @@ fn delayed_job_waits_until_due() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
     assert_eq!(counts(&q), [0, 0, 1, 0, 0]);
     assert!(q.claim().unwrap().is_none());
     assert_eq!(q.recover().unwrap().due, 0);
@@ -91,7 +92,8 @@ fn nack_backs_off_then_dead_letters_after_max_attempts() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
     let l = q.claim().unwrap().unwrap();
     let Nacked::Delayed(nb) = l.nack(Duration::from_secs(5)).unwrap() else {
         panic!("expected delayed")
@@ -143,7 +145,8 @@ fn claim_dead_letters_a_ready_job_with_no_attempt_left() {
             ..Default::default()
         },
     )
-    .unwrap();
+    .unwrap()
+    .id();
     let l = q.claim().unwrap().unwrap();
     drop(l); // released to ready with attempt 1 of 1
     assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
@@ -157,7 +160,10 @@ fn expired_lease_is_recovered_and_redelivered() {
     let q = Queue::create(d.path(), opts(2)).unwrap();
     let id = q.enqueue(b"work").unwrap();
     let h = q
-        .claim_for(Duration::from_secs(2))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(2)),
+            ..Default::default()
+        })
         .unwrap()
         .unwrap()
         .into_handle();
@@ -182,7 +188,10 @@ fn lease_from_another_boot_is_recovered_at_once() {
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"work").unwrap();
     let h = q
-        .claim_for(Duration::from_secs(3600))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(3600)),
+            ..Default::default()
+        })
         .unwrap()
         .unwrap()
         .into_handle();
@@ -209,7 +218,13 @@ fn stale_lease_cannot_ack_renew_or_nack() {
     let q1 = Queue::create(d.path(), opts(2)).unwrap();
     let q2 = Queue::open(d.path()).unwrap();
     q1.enqueue(b"once").unwrap();
-    let mut stale = q1.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let mut stale = q1
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     q2.clock().shift_boot(2 * SEC);
     assert_eq!(q2.recover().unwrap().expired, 1);
     let fresh = q2.claim().unwrap().unwrap();
@@ -233,8 +248,20 @@ fn stale_lease_nack_and_fail_change_nothing() {
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"a").unwrap();
     q.enqueue(b"b").unwrap();
-    let s1 = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
-    let s2 = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let s1 = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
+    let s2 = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let q2 = Queue::open(d.path()).unwrap();
     q2.clock().shift_boot(2 * SEC);
     assert_eq!(q2.recover().unwrap().expired, 2);
@@ -249,7 +276,13 @@ fn renew_moves_the_deadline_and_invalidates_the_old_name() {
     let d = TempDir::new("renew");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     q.enqueue(b"long job").unwrap();
-    let mut l = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let mut l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let old = l.handle();
     let (g, tok) = (l.name().generation, l.token());
     l.renew(Duration::from_secs(100)).unwrap();
@@ -598,7 +631,11 @@ fn claim_wait_wakes_on_enqueue_and_times_out_when_empty() {
     let d = TempDir::new("wait");
     let q = Queue::create(d.path(), opts(4)).unwrap();
     assert!(q
-        .claim_wait(Duration::from_secs(5), Duration::from_millis(200))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(5)),
+            wait: Some(Duration::from_millis(200)),
+            ..Default::default()
+        })
         .unwrap()
         .is_none());
     std::thread::scope(|s| {
@@ -607,7 +644,11 @@ fn claim_wait_wakes_on_enqueue_and_times_out_when_empty() {
             Queue::open(d.path()).unwrap().enqueue(b"wake up").unwrap();
         });
         let l = q
-            .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(5)),
+                wait: Some(Duration::from_secs(20)),
+                ..Default::default()
+            })
             .unwrap()
             .expect("woken by the enqueue");
         assert_eq!(l.payload().unwrap(), b"wake up");
@@ -626,9 +667,14 @@ fn claim_wait_picks_up_a_delayed_job_when_due() {
             ..Default::default()
         },
     )
-    .unwrap();
+    .unwrap()
+    .id();
     let l = q
-        .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(5)),
+            wait: Some(Duration::from_secs(20)),
+            ..Default::default()
+        })
         .unwrap()
         .expect("due after 400 ms");
     assert_eq!(l.payload().unwrap(), b"soon");
@@ -673,7 +719,10 @@ fn status_counts_and_ages() {
         q.enqueue(format!("{i}").as_bytes()).unwrap();
     }
     let h = q
-        .claim_for(Duration::from_secs(1))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
         .unwrap()
         .unwrap()
         .into_handle();
@@ -769,7 +818,8 @@ fn stray_entries_named_like_buckets_or_temp_files_do_not_stop_recovery() {
             ..Default::default()
         },
     )
-    .unwrap();
+    .unwrap()
+    .id();
     std::fs::write(d.path().join("delayed/0000000000000001"), b"not a bucket").unwrap();
     let boot = q.clock().boot_id();
     std::fs::create_dir(
@@ -889,7 +939,13 @@ fn out_of_range_options_are_refused_and_change_nothing() {
 
     // A claim or renew past the 7-day cap is refused, and the job stays where it was.
     q.enqueue(b"x").unwrap();
-    let e = q.claim_for(MAX_LEASE * 2).map(|_| ()).unwrap_err();
+    let e = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(MAX_LEASE * 2),
+            ..Default::default()
+        })
+        .map(|_| ())
+        .unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)), "{e}");
     assert_eq!(counts(&q), [1, 0, 0, 0, 0]);
     let mut l = q.claim().unwrap().unwrap();
@@ -990,7 +1046,11 @@ fn claim_wait_on_a_removed_queue_fails_instead_of_waiting_out_its_timeout() {
             std::fs::remove_dir_all(d.path()).unwrap();
         });
         let e = q
-            .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(5)),
+                wait: Some(Duration::from_secs(20)),
+                ..Default::default()
+            })
             .map(|l| l.is_some())
             .unwrap_err();
         assert_eq!(
@@ -1003,7 +1063,11 @@ fn claim_wait_on_a_removed_queue_fails_instead_of_waiting_out_its_timeout() {
     // Removed before the wait began.
     let t = std::time::Instant::now();
     let e = q
-        .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(5)),
+            wait: Some(Duration::from_secs(20)),
+            ..Default::default()
+        })
         .map(|l| l.is_some())
         .unwrap_err();
     assert_eq!(
@@ -1029,7 +1093,11 @@ fn claim_wait_until_takes_no_job_once_stop_is_set() {
     let stop = std::sync::atomic::AtomicBool::new(true);
     let t = std::time::Instant::now();
     let got = q
-        .claim_wait_until(Duration::from_secs(30), Duration::from_secs(20), &stop)
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(20)),
+            stop: Some(&stop),
+        })
         .unwrap();
     assert!(got.is_none(), "a job was claimed after stop was set");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
@@ -1037,7 +1105,11 @@ fn claim_wait_until_takes_no_job_once_stop_is_set() {
     // Cleared, it claims as before.
     stop.store(false, std::sync::atomic::Ordering::SeqCst);
     let l = q
-        .claim_wait_until(Duration::from_secs(30), Duration::from_secs(5), &stop)
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(5)),
+            stop: Some(&stop),
+        })
         .unwrap()
         .expect("a ready job");
     l.ack().unwrap();

@@ -373,7 +373,13 @@ fn a_split_move_settles_with_more_buckets_than_the_open_file_limit() {
     let d = TempDir::new("split-nofile");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     let id = q.enqueue(b"once").unwrap();
-    let l = q.claim_for(Duration::from_millis(20)).unwrap().unwrap();
+    let l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(20)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let lease = d.path().join(&files(d.path(), "ready")[0]);
     l.ack().unwrap();
     let receipt = d.path().join(&files(d.path(), "receipts")[0]);

@@ -42,13 +42,26 @@ fn twenty_thousand_leases_hold_no_file_descriptors() {
     // Leases long enough to outlive a slow (debug, loaded) run of this test.
     let hour = std::time::Duration::from_secs(3600);
     let leases: Vec<Lease> = (0..n)
-        .map(|_| q.claim_for(hour).unwrap().unwrap())
+        .map(|_| {
+            q.claim_with(&steadq::ClaimOptions {
+                lease: Some(hour),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap()
+        })
         .collect();
     // /proc/self/fd counts the whole test process, and other tests run beside this one (a CI
     // run saw 16 more): the bound is far above them and far below one fd per lease (20,000).
     let grown = fds().saturating_sub(before);
     assert!(grown < 1_000, "{grown} fds for {n} leases");
-    assert!(q.claim_for(hour).unwrap().is_none());
+    assert!(q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(hour),
+            ..Default::default()
+        })
+        .unwrap()
+        .is_none());
     q.ack_batch(leases).unwrap();
     assert_eq!(counts(&q)[4], n);
 }
@@ -299,7 +312,10 @@ fn an_abandoned_lease_is_recovered_while_new_jobs_keep_arriving_in_its_shard() {
     assert!(worker.claim().unwrap().is_none());
     let abandoned = producer.enqueue(b"abandoned").unwrap();
     let lease = producer
-        .claim_for(Duration::from_millis(300))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(300)),
+            ..Default::default()
+        })
         .unwrap()
         .unwrap();
     assert_eq!(lease.id(), abandoned);
@@ -532,7 +548,7 @@ fn a_claim_whose_deep_listing_was_all_exhausted_lists_on_and_finds_the_job_below
         ..Default::default()
     };
     for i in 0..300u32 {
-        q.enqueue_with(&i.to_le_bytes(), &top).unwrap();
+        q.enqueue_with(&i.to_le_bytes(), &top).unwrap().id();
     }
     // All claimed, then all released: each has used its one attempt and is ready again.
     let held: Vec<Lease> = (0..300)

@@ -4,8 +4,8 @@
 
 use crate::common::*;
 use std::time::Duration;
-use steadq::name::{DEFAULT_PRIORITY, PRIORITY_LEVELS};
 use steadq::{EnqueueOptions, ErrorKind, JobId, Options, Outcome, Queue, Reason, State};
+use steadq::{DEFAULT_PRIORITY, PRIORITY_LEVELS};
 
 fn at(p: u8) -> EnqueueOptions {
     EnqueueOptions {
@@ -24,7 +24,7 @@ fn claims_take_the_highest_level_first_across_every_shard_and_the_oldest_within_
     let mut want: Vec<(u8, JobId)> = Vec::new();
     for i in 0..96u32 {
         let p = (i * 5 % PRIORITY_LEVELS as u32) as u8;
-        want.push((p, q.enqueue_with(b"x", &at(p)).unwrap()));
+        want.push((p, q.enqueue_with(b"x", &at(p)).unwrap().id()));
     }
     // Highest level first, oldest (smallest id) first within it.
     want.sort_by_key(|&(p, id)| (std::cmp::Reverse(p), id));
@@ -40,10 +40,10 @@ fn claims_take_the_highest_level_first_across_every_shard_and_the_oldest_within_
     }
     let first = q.claim().unwrap().unwrap(); // the handle now holds default-level candidates
     assert_eq!(first.priority(), DEFAULT_PRIORITY);
-    let urgent = q.enqueue_with(b"urgent", &at(7)).unwrap();
+    let urgent = q.enqueue_with(b"urgent", &at(7)).unwrap().id();
     let next = q.claim().unwrap().unwrap();
     assert_eq!((next.id(), next.priority()), (urgent, 7));
-    let low = q.enqueue_with(b"low", &at(0)).unwrap();
+    let low = q.enqueue_with(b"low", &at(0)).unwrap().id();
     let mut order = Vec::new();
     while let Some(l) = q.claim().unwrap() {
         order.push(l.id());
@@ -63,7 +63,7 @@ fn claims_take_the_highest_level_first_across_every_shard_and_the_oldest_within_
 fn a_job_keeps_its_priority_through_every_transition() {
     let d = TempDir::new("prio-keep");
     let q = Queue::create(d.path(), fast(4)).unwrap();
-    let id = q.enqueue_with(b"p6", &at(6)).unwrap();
+    let id = q.enqueue_with(b"p6", &at(6)).unwrap().id();
     let shard = format!("{:02x}", id.shard(4));
     let where_ = |q: &Queue| {
         let l = q.find(id).unwrap();
@@ -81,7 +81,13 @@ fn a_job_keeps_its_priority_through_every_transition() {
     assert_eq!(q.make_due(Some(id)).unwrap(), 1);
     assert_eq!(where_(&q), (State::Ready, format!("prio/6/{shard}")));
     // A lease that expires is recovered into its own level.
-    let lease = q.claim_for(Duration::from_secs(1)).unwrap().unwrap();
+    let lease = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let _ = lease.into_handle();
     q.clock().shift_boot(2_000_000_000);
     assert_eq!(q.recover().unwrap().expired, 1);
@@ -112,7 +118,7 @@ fn old_version_queues_keep_the_default_and_refuse_other_priorities() {
         };
         let q = Queue::create(d.path(), o).unwrap();
         assert!(!d.path().join("prio").exists());
-        let id = q.enqueue_with(b"a", &at(DEFAULT_PRIORITY)).unwrap();
+        let id = q.enqueue_with(b"a", &at(DEFAULT_PRIORITY)).unwrap().id();
         let e = q.enqueue_with(b"b", &at(5)).unwrap_err();
         assert_eq!(e.outcome(), Outcome::NotDone);
         let msg = e.to_string();
@@ -125,7 +131,7 @@ fn old_version_queues_keep_the_default_and_refuse_other_priorities() {
             key: steadq::Key::new("k1"),
             ..at(1)
         };
-        assert!(q.enqueue_unique(b"c", &key).is_err());
+        assert!(q.enqueue_with(b"c", &key).is_err());
         let q = Queue::open(d.path()).unwrap();
         assert_eq!(q.identity().version, v);
         let l = q.claim().unwrap().unwrap();
@@ -153,14 +159,14 @@ fn aging_serves_a_low_priority_job_under_sustained_high_load() {
         let d = TempDir::new("prio-aging");
         let o = Options { aging, ..fast(4) };
         let q = Queue::create(d.path(), o).unwrap();
-        let low = q.enqueue_with(b"low", &at(level)).unwrap();
+        let low = q.enqueue_with(b"low", &at(level)).unwrap().id();
         for _ in 0..10 {
-            q.enqueue_with(b"high", &at(7)).unwrap();
+            q.enqueue_with(b"high", &at(7)).unwrap().id();
         }
         let mut before = 0;
         for n in 1..=claims {
             q.clock().shift_wall(1_000_000_000);
-            q.enqueue_with(b"high", &at(7)).unwrap();
+            q.enqueue_with(b"high", &at(7)).unwrap().id();
             let age = q.clock().wall_ns() / 1_000_000 - low.unix_ms();
             let l = q.claim().unwrap().unwrap();
             let (id, p) = (l.id(), l.priority());
@@ -393,9 +399,10 @@ fn a_due_delayed_job_is_claimed_before_lower_levels() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
     for _ in 0..3 {
-        q.enqueue_with(b"L0", &at(0)).unwrap();
+        q.enqueue_with(b"L0", &at(0)).unwrap().id();
     }
     q.clock().shift_wall(2_000_000_000);
     q.clock().shift_boot(2_000_000_000);
@@ -405,7 +412,7 @@ fn a_due_delayed_job_is_claimed_before_lower_levels() {
     // The same for a job nacked with a delay by a handle that has claimed meanwhile.
     let l = q.claim().unwrap().unwrap();
     assert_eq!(l.priority(), 0);
-    let retry = q.enqueue_with(b"R7", &at(7)).unwrap();
+    let retry = q.enqueue_with(b"R7", &at(7)).unwrap().id();
     let r = q.claim().unwrap().unwrap();
     assert_eq!(r.id(), retry);
     r.nack(Duration::from_secs(1)).unwrap();
@@ -428,7 +435,7 @@ fn a_claim_finds_a_job_at_a_level_made_after_it_last_looked() {
     let other = Queue::open(d.path()).unwrap();
     let mut ids = Vec::new();
     for _ in 0..16 {
-        ids.push(other.enqueue_with(b"x", &at(6)).unwrap());
+        ids.push(other.enqueue_with(b"x", &at(6)).unwrap().id());
     }
     ids.sort();
     let mut got = Vec::new();
@@ -453,14 +460,19 @@ fn a_waiting_claim_wakes_for_a_job_at_a_level_made_while_it_waits() {
     assert!(!d.path().join("prio").exists());
     let waiter = std::thread::spawn(move || {
         let t = std::time::Instant::now();
-        let l = q.claim_wait(Duration::from_secs(30), Duration::from_secs(20));
+        let l = q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(20)),
+            ..Default::default()
+        });
         (l.unwrap().map(|l| (l.priority(), l.id())), t.elapsed())
     });
     std::thread::sleep(Duration::from_millis(700));
     let id = Queue::open(d.path())
         .unwrap()
         .enqueue_with(b"x", &at(1))
-        .unwrap();
+        .unwrap()
+        .id();
     let (got, took) = waiter.join().unwrap();
     assert_eq!(got, Some((1, id)));
     assert!(took < Duration::from_secs(10), "woke only after {took:?}");
@@ -476,7 +488,7 @@ fn fsck_of_a_new_queue_reports_nothing_and_a_missing_shard_is_still_found() {
     assert!(!d.path().join("prio").exists());
     let r = q.fsck().unwrap();
     assert!(r.clean(), "{:?}", r.problems);
-    q.enqueue_with(b"x", &at(0)).unwrap();
+    q.enqueue_with(b"x", &at(0)).unwrap().id();
     let r = q.fsck().unwrap();
     assert!(r.clean(), "{:?}", r.problems);
     assert_eq!(r.verified, 1);

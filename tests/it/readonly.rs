@@ -48,18 +48,31 @@ fn every_state(dir: &Path) -> (JobId, Vec<u8>) {
     }
     q.claim().unwrap().unwrap().ack().unwrap();
     q.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
-    let leased = q.claim_for(Duration::from_secs(3600)).unwrap().unwrap();
+    let leased = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(3600)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
     let id = (leased.id(), leased.payload().unwrap().to_vec());
     // Kept leased (not released on drop): forgotten, as a worker that died would leave it.
     std::mem::forget(leased);
-    std::mem::forget(q.claim_for(Duration::from_millis(20)).unwrap().unwrap());
+    std::mem::forget(
+        q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(20)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap(),
+    );
     q.enqueue(b"ready 1").unwrap();
     q.enqueue(b"ready 2").unwrap();
     let later = EnqueueOptions {
         delay: Some(Duration::from_secs(3600)),
         ..Default::default()
     };
-    q.enqueue_with(b"later", &later).unwrap();
+    q.enqueue_with(b"later", &later).unwrap().id();
     let start = Instant::now();
     while q.status().unwrap().expired_leases == 0 {
         assert!(
@@ -112,7 +125,14 @@ fn commands_that_look_write_nothing() {
     type Look = fn(&Path, Options, JobId, &[u8]);
     let looks: [(&str, Look); 5] = [
         ("status", |p, o, _, _| {
-            let s = Queue::open_for_check_with(p, o).unwrap();
+            let s = Queue::open_with(
+                p,
+                steadq::Options {
+                    mode: steadq::OpenMode::Check,
+                    ..o
+                },
+            )
+            .unwrap();
             let s = s.status_with(true).unwrap();
             assert_eq!(
                 (
@@ -127,15 +147,36 @@ fn commands_that_look_write_nothing() {
             );
         }),
         ("list", |p, o, _, _| {
-            let q = Queue::open_read_only_with(p, o).unwrap();
+            let q = Queue::open_with(
+                p,
+                steadq::Options {
+                    mode: steadq::OpenMode::ReadOnly,
+                    ..o
+                },
+            )
+            .unwrap();
             assert_eq!(q.list(None).unwrap().len(), 7);
         }),
         ("dead list", |p, o, _, _| {
-            let q = Queue::open_read_only_with(p, o).unwrap();
+            let q = Queue::open_with(
+                p,
+                steadq::Options {
+                    mode: steadq::OpenMode::ReadOnly,
+                    ..o
+                },
+            )
+            .unwrap();
             assert_eq!(q.list(Some(steadq::State::Dead)).unwrap().len(), 1);
         }),
         ("show", |p, o, id, payload| {
-            let q = Queue::open_read_only_with(p, o).unwrap();
+            let q = Queue::open_with(
+                p,
+                steadq::Options {
+                    mode: steadq::OpenMode::ReadOnly,
+                    ..o
+                },
+            )
+            .unwrap();
             let l = q.find(id).unwrap();
             let (_, mut reader) = q.open_job(&l).unwrap();
             let mut got = Vec::new();
@@ -143,7 +184,16 @@ fn commands_that_look_write_nothing() {
             assert_eq!(got, payload);
         }),
         ("fsck", |p, o, _, _| {
-            let r = Queue::open_for_check_with(p, o).unwrap().fsck().unwrap();
+            let r = Queue::open_with(
+                p,
+                steadq::Options {
+                    mode: steadq::OpenMode::Check,
+                    ..o
+                },
+            )
+            .unwrap()
+            .fsck()
+            .unwrap();
             assert!(r.problems.is_empty(), "{:?}", r.problems);
         }),
     ];
@@ -193,7 +243,14 @@ fn fsck_quarantine_still_probes_renames() {
     let d = TempDir::new("readonly-quarantine");
     drop(Queue::create(d.path(), opts(1)).unwrap());
     let (o, plan) = counted();
-    let q = Queue::open_for_check_with(d.path(), o).unwrap();
+    let q = Queue::open_with(
+        d.path(),
+        steadq::Options {
+            mode: steadq::OpenMode::Check,
+            ..o
+        },
+    )
+    .unwrap();
     assert_eq!(plan.count(Call::Rename), 0, "opened without the probe");
     let r = q.fsck_quarantine().unwrap();
     assert!(r.problems.is_empty(), "{:?}", r.problems);
@@ -220,14 +277,24 @@ fn nfs_is_refused_from_statfs_before_any_flock() {
     let openers: [(&str, Opener); 4] = [
         ("open_with", |p, o| Queue::open_with(p, o)),
         ("open_read_only_with", |p, o| {
-            Queue::open_read_only_with(p, o)
+            Queue::open_with(
+                p,
+                steadq::Options {
+                    mode: steadq::OpenMode::ReadOnly,
+                    ..o
+                },
+            )
         }),
         ("open_for_check_with", |p, o| {
-            Queue::open_for_check_with(p, o)
+            Queue::open_with(
+                p,
+                steadq::Options {
+                    mode: steadq::OpenMode::Check,
+                    ..o
+                },
+            )
         }),
-        ("create", |p, o| {
-            Queue::create(p, o).map_err(|f| f.into_error())
-        }),
+        ("create", |p, o| Queue::create(p, o)),
     ];
     let other = TempDir::new("readonly-nfs-new");
     let fresh = other.path().to_path_buf();

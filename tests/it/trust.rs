@@ -280,7 +280,7 @@ fn a_sparse_evidence_log_is_refused_unread_by_a_keyed_enqueue_and_fsck() {
         key: Key::new("order-1"),
         ..Default::default()
     };
-    q.enqueue_unique(b"charge", &key).unwrap();
+    q.enqueue_with(b"charge", &key).unwrap();
     q.claim().unwrap().unwrap().ack().unwrap();
     let ev = d.path().join("evidence.log");
     std::fs::remove_file(&ev).unwrap();
@@ -291,7 +291,7 @@ fn a_sparse_evidence_log_is_refused_unread_by_a_keyed_enqueue_and_fsck() {
     let dir = d.path().to_path_buf();
     let e = within("keyed enqueue, sparse evidence.log", move || {
         let q = Queue::open(&dir).unwrap();
-        q.enqueue_unique(b"charge", &key)
+        q.enqueue_with(b"charge", &key)
             .map(|_| ())
             .map_err(|e| e.to_string())
     })
@@ -334,7 +334,7 @@ fn a_planted_key_tombstone_fails_the_keyed_enqueue_at_once() {
         key: Key::new("order-7"),
         ..Default::default()
     };
-    let id = q.enqueue_unique(b"x", &key).unwrap().id();
+    let id = q.enqueue_with(b"x", &key).unwrap().id();
     std::fs::remove_file(d.path().join(q.find(id).unwrap().rel_path(q.id()))).unwrap();
     let keys = d.path().join("keys");
     let entry = std::fs::read_dir(&keys)
@@ -348,7 +348,7 @@ fn a_planted_key_tombstone_fails_the_keyed_enqueue_at_once() {
     let dir = d.path().to_path_buf();
     let e = within("keyed enqueue, tombstone taken", move || {
         let q = Queue::open(&dir).unwrap();
-        q.enqueue_unique(b"x", &key)
+        q.enqueue_with(b"x", &key)
             .map(|_| ())
             .map_err(|e| e.to_string())
     })
@@ -417,7 +417,7 @@ fn a_fifo_or_socket_at_a_key_entry_is_named_and_refused() {
             key: Some(key),
             ..Default::default()
         };
-        q.enqueue_unique(b"first", &o).unwrap(); // makes keys/
+        q.enqueue_with(b"first", &o).unwrap(); // makes keys/
         let entry = key.entry_name(q.id());
         let p = d.path().join("keys").join(&entry);
         std::fs::remove_file(&p).unwrap();
@@ -428,7 +428,7 @@ fn a_fifo_or_socket_at_a_key_entry_is_named_and_refused() {
         let q = std::sync::Arc::new(q);
         let q2 = q.clone();
         let e = within(&format!("enqueue_unique, {kind} at keys/"), move || {
-            q2.enqueue_unique(b"again", &o).map_err(|e| e.to_string())
+            q2.enqueue_with(b"again", &o).map_err(|e| e.to_string())
         })
         .unwrap_err();
         assert!(

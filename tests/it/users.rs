@@ -137,7 +137,8 @@ fn a_level_made_by_another_user_is_owned_and_shared_like_ready() {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
     use std::os::unix::fs::MetadataExt;
     let ready = std::fs::metadata(t.q.join("ready")).unwrap();
     let slot = q.find(id).unwrap();

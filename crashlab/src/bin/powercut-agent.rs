@@ -235,7 +235,10 @@ fn work_line(line: &str) -> Option<(JobId, u32)> {
 #[cfg(not(feature = "break-ack-barriers"))]
 fn claim_and_settle(q: &Queue, rng: &mut Rng, link: &Arc<Mutex<Link>>) {
     let Some(l) = q
-        .claim_for(Duration::from_secs(30))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            ..Default::default()
+        })
         .unwrap_or_else(|e| die("claim", e))
     else {
         return;
@@ -267,7 +270,10 @@ fn claim_and_settle(q: &Queue, rng: &mut Rng, link: &Arc<Mutex<Link>>) {
     )
     .unwrap_or_else(|e| die("open", e));
     let Some(l) = bq
-        .claim_for(Duration::from_secs(30))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            ..Default::default()
+        })
         .unwrap_or_else(|e| die("claim", e))
     else {
         return;

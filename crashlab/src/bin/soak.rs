@@ -201,7 +201,10 @@ impl Proc {
                 ..Default::default()
             };
             let payload = format!("soak job {i} {}", "x".repeat(rng.below(3000) as usize));
-            let r = self.q.enqueue_with(payload.as_bytes(), &o);
+            let r = self
+                .q
+                .enqueue_with(payload.as_bytes(), &o)
+                .map(steadq::Enqueued::id);
             self.alive();
             if let Ok(id) = r {
                 self.marks.mark("enq", &id.to_string());
@@ -214,9 +217,11 @@ impl Proc {
 
     fn work(mut self) -> ! {
         loop {
-            let r = self
-                .q
-                .claim_wait(Duration::from_millis(300), Duration::from_millis(100));
+            let r = self.q.claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_millis(300)),
+                wait: Some(Duration::from_millis(100)),
+                ..Default::default()
+            });
             self.alive();
             let Ok(Some(mut l)) = r else { continue };
             self.marks

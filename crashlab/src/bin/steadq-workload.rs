@@ -131,6 +131,7 @@ fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool) {
         };
         vec![q
             .enqueue_with(&payload, &o)
+            .map(steadq::Enqueued::id)
             .unwrap_or_else(|e| fail("enqueue (priority)", e))]
     } else if i % 5 == 4 {
         // A keyed enqueue (keys/<sha256> linked no-replace before the job), every other one
@@ -149,7 +150,7 @@ fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool) {
                 .collect();
             q.enqueue_reader(&mut &big[..], &o)
         } else {
-            q.enqueue_unique(&payload, &o)
+            q.enqueue_with(&payload, &o)
         };
         vec![done.unwrap_or_else(|e| fail("enqueue (keyed)", e)).id()]
     } else {
@@ -180,7 +181,10 @@ fn claim_and_ack_batch(q: &Queue, m: &Marker) {
 /// Claims a job and settles it by ack, fail or nack, as step `i` says.
 fn claim_and_settle(q: &Queue, m: &Marker, i: u64) {
     let Some(l) = q
-        .claim_for(Duration::from_secs(600))
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(600)),
+            ..Default::default()
+        })
         .unwrap_or_else(|e| fail("claim", e))
     else {
         return;

@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             key: Some(key),
             ..Default::default()
         };
-        match q.enqueue_unique(payload.as_bytes(), &opts) {
+        match q.enqueue_with(payload.as_bytes(), &opts) {
             Ok(Enqueued::New(id)) => println!("{id} {line}"),
             Ok(Enqueued::Duplicate(id)) => println!("{id} {line} (already enqueued)"),
             Err(e @ EnqueueError::Indeterminate { .. }) => {

@@ -9,7 +9,7 @@
 //! the job runs again, so `process` must be safe to run twice for one job id.
 
 use std::time::Duration;
-use steadq::{backoff, Options, Queue, Reason};
+use steadq::{backoff, ClaimOptions, Options, Queue, Reason};
 
 /// What a job's outcome is: done, worth another try later, or never going to work.
 enum Outcome {
@@ -34,9 +34,14 @@ fn process(payload: &[u8]) -> Outcome {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args().nth(1).ok_or("usage: worker DIR")?;
     let q = Queue::open_with(&dir, Options::default())?;
-    let lease_for = Duration::from_secs(60);
-    // claim_wait sleeps on inotify: no polling while the queue is empty.
-    while let Some(lease) = q.claim_wait(lease_for, Duration::from_secs(2))? {
+    // A 60 s lease; a wait of up to 2 s sleeps on inotify: no polling while the queue is
+    // empty.
+    let o = ClaimOptions {
+        lease: Some(Duration::from_secs(60)),
+        wait: Some(Duration::from_secs(2)),
+        ..Default::default()
+    };
+    while let Some(lease) = q.claim_with(&o)? {
         let attempt = lease.attempt();
         match process(lease.payload()?) {
             Outcome::Done => {

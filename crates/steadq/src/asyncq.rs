@@ -14,7 +14,13 @@ use crate::disk::layout::{bucket_dir, DELAYED_DIR};
 use crate::ops::capacity::drain;
 use crate::ops::recover::RecoverReport;
 use crate::ops::wait::LOOK_EVERY_NS;
-use crate::{EnqueueError, EnqueueOptions, Enqueued, ErrorKind, Failure, Lease, Queue, Result};
+use crate::{ClaimOptions, EnqueueError, EnqueueOptions, Enqueued, Error, ErrorKind, JobId};
+use crate::{Lease, Queue, Result};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+/// How often a waiting claim with a stop flag looks at it (ns): between sleeps of at most
+/// this long.
+const STOP_LOOK_NS: u64 = 250_000_000;
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -80,32 +86,30 @@ impl AsyncQueue {
         self.q
     }
 
-    /// Enqueue (with an optional idempotency key), as [`Queue::enqueue_unique`].
+    /// Enqueue `payload` with default options, as [`Queue::enqueue`].
     ///
     /// # Errors
-    /// As [`Queue::enqueue_unique`]; a full queue is [`ErrorKind::QueueFull`] at once (use
-    /// [`AsyncQueue::enqueue_wait`] to wait for room).
-    pub async fn enqueue(
-        &self,
-        payload: &[u8],
-        o: &EnqueueOptions,
-    ) -> Result<Enqueued, EnqueueError> {
-        self.q.enqueue_unique(payload, o)
+    /// As [`Queue::enqueue`].
+    pub async fn enqueue(&self, payload: &[u8]) -> Result<JobId, EnqueueError> {
+        self.enqueue_with(payload, &EnqueueOptions::default())
+            .await
+            .map(Enqueued::id)
     }
 
-    /// Enqueue, waiting up to `timeout` for room when the queue is at its capacity limit:
-    /// the task sleeps on inotify (a job leaving a ready shard, the limits file replaced)
-    /// through tokio's reactor.
+    /// Enqueue with options, as [`Queue::enqueue_with`]. With [`EnqueueOptions::wait`] and
+    /// the queue at its capacity limit, the task sleeps on inotify (a job leaving a ready
+    /// shard, the limits file replaced) through tokio's reactor, up to the wait.
     ///
     /// # Errors
-    /// [`ErrorKind::QueueFull`] (not done) when there was no room before `timeout`;
-    /// otherwise as [`Queue::enqueue_unique`].
-    pub async fn enqueue_wait(
+    /// As [`Queue::enqueue_with`].
+    pub async fn enqueue_with(
         &self,
         payload: &[u8],
         o: &EnqueueOptions,
-        timeout: Duration,
     ) -> Result<Enqueued, EnqueueError> {
+        let Some(timeout) = o.wait else {
+            return self.q.enqueue_unique(payload, o);
+        };
         let start = Instant::now();
         loop {
             // Watched again each time: a level's slot made meanwhile is watched too.
@@ -123,19 +127,49 @@ impl AsyncQueue {
         }
     }
 
-    /// Claim a job with lease `lease`, waiting up to `timeout` for one. `Ok(None)` on
-    /// timeout. While waiting it makes due delayed jobs and expired leases ready, as
-    /// [`Queue::claim_wait`] does; it wakes on inotify events in the ready shards, `delayed/`
-    /// and the current delayed buckets, and on a timer for the next known deadline.
+    /// Claim a job with the handle's lease, without waiting (`Ok(None)`: no job ready), as
+    /// [`Queue::claim`].
     ///
     /// # Errors
-    /// As [`Queue::claim_for`]; [`ErrorKind::Replaced`] (not done) within about a second once
-    /// the queue's directory is removed or replaced, as [`Queue::claim_wait`].
-    pub async fn claim_wait(
+    /// As [`Queue::claim`].
+    pub async fn claim(&self) -> Result<Option<Lease>, Error> {
+        self.claim_with(&ClaimOptions::default()).await
+    }
+
+    /// Claim as [`ClaimOptions`] say, as [`Queue::claim_with`]. A waiting claim sleeps on
+    /// tokio's reactor: it wakes on inotify events in the ready shards, `delayed/` and the
+    /// current delayed buckets, and on a timer for the next known deadline, and makes due
+    /// delayed jobs and expired leases ready as it goes. A `stop` flag is looked at between
+    /// sleeps of at most 250 ms.
+    ///
+    /// # Errors
+    /// As [`Queue::claim_with`]; [`ErrorKind::Replaced`] (not done) within about a second
+    /// once the queue's directory is removed or replaced.
+    pub async fn claim_with(&self, o: &ClaimOptions<'_>) -> Result<Option<Lease>, Error> {
+        let lease = o.lease.unwrap_or(self.q.opts.lease);
+        if o.stop.is_some_and(|s| s.load(Relaxed)) {
+            return Ok(None);
+        }
+        match o.wait {
+            None => self.q.claim_for(lease),
+            Some(timeout) => self.claim_wait(lease, timeout, o.stop).await,
+        }
+    }
+
+    /// The waiting claim of [`AsyncQueue::claim_with`]: `Ok(None)` at `timeout`, or once
+    /// `stop` is set.
+    async fn claim_wait(
         &self,
         lease: Duration,
         timeout: Duration,
-    ) -> Result<Option<Lease>, Failure> {
+        stop: Option<&AtomicBool>,
+    ) -> Result<Option<Lease>, Error> {
+        let stopped = || stop.is_some_and(|s| s.load(Relaxed));
+        let most = if stop.is_some() {
+            STOP_LOOK_NS
+        } else {
+            LOOK_EVERY_NS
+        };
         let start = Instant::now();
         let fd = reactor_fd(self.claim_watch());
         let mut absent: Vec<u16> = (0..self.q.ident.slots())
@@ -150,7 +184,7 @@ impl AsyncQueue {
                 return Ok(Some(l));
             }
             let left = timeout.saturating_sub(start.elapsed());
-            if left.is_zero() {
+            if left.is_zero() || stopped() {
                 return Ok(None);
             }
             if let Some(afd) = &fd {
@@ -171,24 +205,19 @@ impl AsyncQueue {
             loop {
                 let slice = until
                     .saturating_sub(slept.elapsed())
-                    .min(Duration::from_nanos(LOOK_EVERY_NS));
+                    .min(Duration::from_nanos(most));
                 let woken = wait_on(&fd, slice).await;
                 if let Some(e) = self.q.root_replaced() {
                     return Err(e.into());
+                }
+                if stopped() {
+                    return Ok(None);
                 }
                 if woken || slept.elapsed() >= until {
                     break;
                 }
             }
         }
-    }
-
-    /// Claim without waiting (`Ok(None)`: no job ready), as [`Queue::claim_for`].
-    ///
-    /// # Errors
-    /// As [`Queue::claim_for`].
-    pub async fn claim(&self, lease: Duration) -> Result<Option<Lease>, Failure> {
-        self.q.claim_for(lease)
     }
 
     /// Watch the levels' slots made since `fd` was set up (a parent's event woke the

@@ -6,10 +6,10 @@
 //! the failure came before the linearization point, or the rename itself failed cleanly) or
 //! **indeterminate** (the change may or may not have happened, or may not survive a crash: a
 //! barrier failed after the rename, or the rename failed with `EIO`), and where an operation
-//! has more to say, its own variants ([`Failure`], [`EnqueueError`], [`RenewError`],
-//! [`SettleError`]). A read-only call returns a plain [`Error`] (what and where), which has
-//! no outcome: it changed nothing. SteadQ never guesses and never retries an fsync into
-//! "done".
+//! has more to say, its own variants ([`Error`], [`EnqueueError`], [`RenewError`],
+//! [`SettleError`]). A read-only call changed nothing: its error is always
+//! [`Error::NotDone`]. Every variant holds a [`Cause`]: what went wrong and where. SteadQ
+//! never guesses and never retries an fsync into "done".
 
 use crate::disk::format::Corruption;
 use crate::disk::name::JobId;
@@ -61,7 +61,7 @@ impl core::fmt::Display for OsErrno {
     }
 }
 
-/// The outcome of a failed mutating call, as [`Failure::outcome`] and the other outcome
+/// The outcome of a failed mutating call, as [`Error::outcome`] and the other outcome
 /// types' `outcome()` give it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -165,7 +165,7 @@ pub enum ErrorKind {
     /// The queue's directory was removed, or removed and made again, since this handle
     /// opened it (`rm -r`, then perhaps `steadq init`): no job reaches the directory this
     /// handle holds any more. The path is the queue's root. Not done: open the queue again.
-    /// A waiting claim (`Queue::claim_wait`, `AsyncQueue::claim_wait`) returns it within
+    /// A waiting claim (`Queue::claim_with`, `AsyncQueue::claim_with` with a wait) returns it within
     /// about a second instead of waiting out its timeout on a queue nobody else sees.
     Replaced,
     /// The payload exceeds the queue's limit.
@@ -237,11 +237,11 @@ pub enum ErrorKind {
     Input(String),
 }
 
-/// A SteadQ error: what went wrong and where (a path when there is one), with the errno of
-/// a failed system call. A read-only call returns it as is; a mutating call wraps it in a
-/// type that gives the outcome ([`Failure`] and the per-operation types).
+/// What went wrong and where (a path when there is one), with the errno of a failed system
+/// call: what every variant of [`Error`] and of the per-operation error types holds (their
+/// `cause()`), without the outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error(Box<Inner>);
+pub struct Cause(Box<Inner>);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Inner {
@@ -256,11 +256,11 @@ struct Inner {
     into: Option<PathBuf>,
 }
 
-impl Error {
-    /// A new error: `kind`, about `path`. It has no outcome; wrapped in a [`Failure`] (or
-    /// converted with `?`) it is [`Failure::NotDone`] unless wrapped as indeterminate.
-    pub fn new(kind: ErrorKind, path: Option<PathBuf>) -> Error {
-        Error(Box::new(Inner {
+impl Cause {
+    /// A new cause: `kind`, about `path`. It has no outcome; converted into an [`Error`]
+    /// (`?`) it is [`Error::NotDone`] unless wrapped as [`Error::Indeterminate`].
+    pub fn new(kind: ErrorKind, path: Option<PathBuf>) -> Cause {
+        Cause(Box::new(Inner {
             kind,
             outcome: Outcome::NotDone,
             path,
@@ -270,14 +270,14 @@ impl Error {
     }
 
     /// A "not done" error.
-    pub(crate) fn not_done(kind: ErrorKind, path: Option<PathBuf>) -> Error {
-        Error::new(kind, path)
+    pub(crate) fn not_done(kind: ErrorKind, path: Option<PathBuf>) -> Cause {
+        Cause::new(kind, path)
     }
 
     /// A failed system call.
-    pub(crate) fn io(call: Call, errno: Errno, outcome: Outcome, path: Option<PathBuf>) -> Error {
+    pub(crate) fn io(call: Call, errno: Errno, outcome: Outcome, path: Option<PathBuf>) -> Cause {
         let errno = errno.into();
-        Error::new(ErrorKind::Io { call, errno }, path).with_outcome(outcome)
+        Cause::new(ErrorKind::Io { call, errno }, path).with_outcome(outcome)
     }
 
     /// What went wrong.
@@ -297,7 +297,7 @@ impl Error {
 
     /// For a failed move between directories (`renameat2`), the directory it was moving
     /// into: `rename(2)` fails with `EACCES` when either directory is not writable, so
-    /// [`Error::path`] (the source) alone may point at the wrong one. For
+    /// [`Cause::path`] (the source) alone may point at the wrong one. For
     /// [`ErrorKind::Corrupt`], the directory the corrupt job was moved to (`dead/`), or
     /// `None` when it was left where it is.
     pub fn into_dir(&self) -> Option<&std::path::Path> {
@@ -305,7 +305,7 @@ impl Error {
     }
 
     /// The same error, naming `dir` as the directory its move was going into.
-    pub(crate) fn moving_into(mut self, dir: PathBuf) -> Error {
+    pub(crate) fn moving_into(mut self, dir: PathBuf) -> Cause {
         self.0.into = Some(dir);
         self
     }
@@ -323,19 +323,19 @@ impl Error {
         self.0.kind == ErrorKind::LeaseLost
     }
 
-    pub(crate) fn with_outcome(mut self, outcome: Outcome) -> Error {
+    pub(crate) fn with_outcome(mut self, outcome: Outcome) -> Cause {
         self.0.outcome = outcome;
         self
     }
 
     /// Name the job an indeterminate enqueue may have made.
-    pub(crate) fn with_job(mut self, id: JobId) -> Error {
+    pub(crate) fn with_job(mut self, id: JobId) -> Cause {
         self.0.job = Some(id);
         self
     }
 }
 
-impl core::fmt::Display for Error {
+impl core::fmt::Display for Cause {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         if let Some(p) = &self.0.path {
             write!(f, "{}: ", p.display())?;
@@ -495,13 +495,57 @@ fn fmt_identity_lost(f: &mut core::fmt::Formatter<'_>, jobs: u32, ids: u32) -> c
 }
 
 /// Every kind whose message needs no more than its own fields (those with more are written by
-/// `Error::fmt` itself).
+/// `Cause::fmt` itself).
 fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt::Result {
     match kind {
         ErrorKind::Io { .. }
         | ErrorKind::IdentityLost { .. }
         | ErrorKind::ShardsUnknown { .. }
         | ErrorKind::QueueFull { .. } => Ok(()),
+        ErrorKind::PayloadTooLarge { len, limit } => write!(
+            f,
+            "payload of {len} bytes exceeds the limit of {limit} bytes"
+        ),
+        // Whether it was moved is the error's `into` (see `Display for Cause`).
+        ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c})"),
+        ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+        ErrorKind::LeaseLost => f.write_str(LEASE_LOST),
+        ErrorKind::NoSuchJob => f.write_str("no such job"),
+        ErrorKind::Decode(what) => write!(f, "typed payload: {what}"),
+        ErrorKind::Input(what) => write!(f, "reading the payload failed: {what}"),
+        ErrorKind::KeyPending {
+            pid,
+            owner,
+            waited_ms,
+        } => write!(
+            f,
+            "idempotency key entry held by pid {pid} (entry owned by uid {owner}), whose job \
+             did not appear in {waited_ms} ms: not done, nothing enqueued (try again; if no \
+             enqueue with this key is running, remove the entry)"
+        ),
+        ErrorKind::BadKeyEntry => {
+            f.write_str("idempotency key entry is damaged or names another key")
+        }
+        ErrorKind::UnsupportedVersion { .. }
+        | ErrorKind::UnsupportedFilesystem { .. }
+        | ErrorKind::OtherFilesystem { .. }
+        | ErrorKind::RenameRefused { .. }
+        | ErrorKind::TooFewInodes { .. }
+        | ErrorKind::NamesTooLong { .. }
+        | ErrorKind::NotAQueue
+        | ErrorKind::NotEmpty { .. }
+        | ErrorKind::BadIdentity
+        | ErrorKind::Incomplete
+        | ErrorKind::Replaced
+        | ErrorKind::NoWritableShard { .. }
+        | ErrorKind::ForeignDir { .. }
+        | ErrorKind::BadLimits => fmt_layout_message(f, kind),
+    }
+}
+
+/// The kinds about the queue's layout and filesystem, for [`fmt_message`].
+fn fmt_layout_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt::Result {
+    match kind {
         ErrorKind::UnsupportedVersion { found, supported } => write!(
             f,
             "queue format version {found} is newer than this steadq supports \
@@ -531,14 +575,6 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
             f,
             "filesystem allows names of {allowed} bytes; SteadQ needs {needed}"
         ),
-        ErrorKind::PayloadTooLarge { len, limit } => write!(
-            f,
-            "payload of {len} bytes exceeds the limit of {limit} bytes"
-        ),
-        // Whether it was moved is the error's `into` (see `Display for Error`).
-        ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c})"),
-        ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
-        ErrorKind::LeaseLost => f.write_str(LEASE_LOST),
         ErrorKind::NotAQueue => f.write_str(NOT_A_QUEUE),
         ErrorKind::NotEmpty { entry } => write!(
             f,
@@ -552,7 +588,6 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
             "removed or replaced since this queue handle opened it (no job reaches the \
              directory the handle holds); not done: open the queue again",
         ),
-        ErrorKind::NoSuchJob => f.write_str("no such job"),
         ErrorKind::NoWritableShard { shards, errno } => write!(
             f,
             "this user may not make job files in any of its {shards} shards ({errno}); not \
@@ -569,21 +604,7 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
              owner of ready/) belongs: never used; not done (move it away and run `steadq \
              init` as uid {expected})"
         ),
-        ErrorKind::Decode(what) => write!(f, "typed payload: {what}"),
-        ErrorKind::Input(what) => write!(f, "reading the payload failed: {what}"),
-        ErrorKind::KeyPending {
-            pid,
-            owner,
-            waited_ms,
-        } => write!(
-            f,
-            "idempotency key entry held by pid {pid} (entry owned by uid {owner}), whose job \
-             did not appear in {waited_ms} ms: not done, nothing enqueued (try again; if no \
-             enqueue with this key is running, remove the entry)"
-        ),
-        ErrorKind::BadKeyEntry => {
-            f.write_str("idempotency key entry is damaged or names another key")
-        }
+        _ => Ok(()),
     }
 }
 
@@ -595,15 +616,15 @@ const BAD_IDENTITY: &str = "the identity file steadq.queue is damaged (malformed
     headers";
 const INCOMPLETE: &str = "queue layout incomplete (an interrupted init?); run `steadq init` again";
 
-impl std::error::Error for Error {}
+impl std::error::Error for Cause {}
 
-/// Shorthand: `Result<T>` for a read-only call, `Result<T, Failure>` (or another outcome type)
-/// for a mutating one.
-pub type Result<T, E = Error> = core::result::Result<T, E>;
+/// Inside the crate: `Result<T>` carries a [`Cause`] (with its outcome) until the public
+/// boundary turns it into the operation's error type.
+pub(crate) type Result<T, E = Cause> = core::result::Result<T, E>;
 
 /// Display `e` as the failure of outcome `o` (the indeterminate note follows the variant,
 /// also for a variant built outside the crate).
-fn display_as(e: &Error, o: Outcome, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+fn display_as(e: &Cause, o: Outcome, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
     if e.outcome() == o {
         core::fmt::Display::fmt(e, f)
     } else {
@@ -611,103 +632,112 @@ fn display_as(e: &Error, o: Outcome, f: &mut core::fmt::Formatter<'_>) -> core::
     }
 }
 
-/// The accessors every outcome type shares: the [`Error`] inside and what it says.
+/// The accessors every outcome type shares: the [`Cause`] inside and what it says.
 macro_rules! error_accessors {
     () => {
-        /// What went wrong ([`Error::kind`] of the error inside).
+        /// What went wrong ([`Cause::kind`] of the error inside).
         pub fn kind(&self) -> &ErrorKind {
-            self.error().kind()
+            self.cause().kind()
         }
 
         /// The file or directory involved, if any.
         pub fn path(&self) -> Option<&std::path::Path> {
-            self.error().path()
+            self.cause().path()
         }
 
         /// The errno, for [`ErrorKind::Io`].
         pub fn errno(&self) -> Option<OsErrno> {
-            self.error().errno()
+            self.cause().errno()
         }
 
-        /// The error inside, without its outcome.
-        pub fn into_error(self) -> Error {
+        /// The cause inside, without its outcome.
+        pub fn into_cause(self) -> Cause {
             self.into_parts().1
         }
     };
 }
 
-/// How a mutating call failed, for the calls whose only outcomes are the two: not done or
+/// A SteadQ error, outcome-typed: what a function making several SteadQ calls returns
+/// (`steadq::Result<T>`). The calls whose only outcomes are the two, not done or
 /// indeterminate (`create`, claims, `recover`, `set_limits`, the dead-letter and receipt
-/// administration, `fsck_quarantine`). `?` turns an [`Error`] from a read-only call into
-/// [`Failure::NotDone`], and every other outcome type into a `Failure`.
+/// administration, `fsck_quarantine`), return it directly; a read-only call (`open`,
+/// `status`, `list`, `fsck`, ...) returns it as [`Error::NotDone`], always. `?` turns every
+/// per-operation error type ([`EnqueueError`], [`RenewError`], [`SettleError`]) into an
+/// `Error`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Failure {
+pub enum Error {
     /// Not done: nothing changed that matters (the failure came before the linearization
     /// point, or the rename itself failed cleanly).
-    NotDone(Error),
+    NotDone(Cause),
     /// Indeterminate: it may have happened, or may not survive a crash (a barrier failed
     /// after the rename, the rename returned `EIO`, or a batch failed after part of it was
     /// done). Look at the queue to learn which.
-    Indeterminate(Error),
+    Indeterminate(Cause),
 }
 
-impl Failure {
+impl Error {
     /// Not done, or indeterminate.
     pub fn outcome(&self) -> Outcome {
         match self {
-            Failure::NotDone(_) => Outcome::NotDone,
-            Failure::Indeterminate(_) => Outcome::Indeterminate,
+            Error::NotDone(_) => Outcome::NotDone,
+            Error::Indeterminate(_) => Outcome::Indeterminate,
         }
     }
 
-    /// The error: what went wrong, and where.
-    pub fn error(&self) -> &Error {
+    /// The cause: what went wrong, and where.
+    pub fn cause(&self) -> &Cause {
         match self {
-            Failure::NotDone(e) | Failure::Indeterminate(e) => e,
+            Error::NotDone(e) | Error::Indeterminate(e) => e,
         }
     }
 
     /// True for [`ErrorKind::LeaseLost`] (always not done).
     pub fn is_lease_lost(&self) -> bool {
-        self.error().is_lease_lost()
+        self.cause().is_lease_lost()
     }
 
-    fn into_parts(self) -> (Outcome, Error) {
+    fn into_parts(self) -> (Outcome, Cause) {
         match self {
-            Failure::NotDone(e) => (Outcome::NotDone, e),
-            Failure::Indeterminate(e) => (Outcome::Indeterminate, e),
+            Error::NotDone(e) => (Outcome::NotDone, e),
+            Error::Indeterminate(e) => (Outcome::Indeterminate, e),
         }
     }
 
     error_accessors!();
+
+    /// Back inside the crate: the cause, carrying this error's outcome.
+    pub(crate) fn into_internal(self) -> Cause {
+        let (o, c) = self.into_parts();
+        c.with_outcome(o)
+    }
 }
 
-impl From<Error> for Failure {
+impl From<Cause> for Error {
     /// The outcome the error carries inside the crate; an error of a read-only call is
-    /// always [`Failure::NotDone`].
-    fn from(e: Error) -> Failure {
+    /// always [`Error::NotDone`].
+    fn from(e: Cause) -> Error {
         match e.outcome() {
-            Outcome::NotDone => Failure::NotDone(e),
-            Outcome::Indeterminate => Failure::Indeterminate(e),
+            Outcome::NotDone => Error::NotDone(e),
+            Outcome::Indeterminate => Error::Indeterminate(e),
         }
     }
 }
 
-impl core::fmt::Display for Failure {
+impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        display_as(self.error(), self.outcome(), f)
+        display_as(self.cause(), self.outcome(), f)
     }
 }
 
-impl std::error::Error for Failure {}
+impl std::error::Error for Error {}
 
-/// How an enqueue failed (`Queue::enqueue`, `enqueue_with`, `enqueue_unique`,
-/// `enqueue_wait`, `enqueue_reader`, `enqueue_reader_wait`, and their typed and async forms).
+/// How an enqueue failed (`Queue::enqueue`, `enqueue_with`, `enqueue_reader`, and their
+/// typed and async forms).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EnqueueError {
     /// Not done: no job was made ([`ErrorKind::QueueFull`], [`ErrorKind::PayloadTooLarge`],
     /// a bad argument, or a failure before the job got its name). A retry is safe.
-    NotDone(Error),
+    NotDone(Cause),
     /// Indeterminate: the job `id` may exist (its name was linked, or the link returned
     /// `EIO`, and a barrier after it failed): [`crate::Queue::find`] with `id` tells whether
     /// it is there now, and a job that is there may still not survive a crash. With a key,
@@ -716,14 +746,14 @@ pub enum EnqueueError {
         /// The id of the job this enqueue may have made.
         id: JobId,
         /// What went wrong, and where.
-        error: Error,
+        error: Cause,
     },
 }
 
 impl EnqueueError {
     /// At the public boundary: an enqueue's internal error. Only the publish step of
     /// `enqueue_as` is indeterminate, and it names its job.
-    pub(crate) fn from_internal(e: Error) -> EnqueueError {
+    pub(crate) fn from_internal(e: Cause) -> EnqueueError {
         match (e.outcome(), e.0.job) {
             (Outcome::NotDone, _) => EnqueueError::NotDone(e),
             (Outcome::Indeterminate, Some(id)) => EnqueueError::Indeterminate { id, error: e },
@@ -741,8 +771,8 @@ impl EnqueueError {
         }
     }
 
-    /// The error: what went wrong, and where.
-    pub fn error(&self) -> &Error {
+    /// The cause: what went wrong, and where.
+    pub fn cause(&self) -> &Cause {
         match self {
             EnqueueError::NotDone(e) | EnqueueError::Indeterminate { error: e, .. } => e,
         }
@@ -756,7 +786,7 @@ impl EnqueueError {
         }
     }
 
-    fn into_parts(self) -> (Outcome, Error) {
+    fn into_parts(self) -> (Outcome, Cause) {
         match self {
             EnqueueError::NotDone(e) => (Outcome::NotDone, e),
             EnqueueError::Indeterminate { error, .. } => (Outcome::Indeterminate, error),
@@ -766,18 +796,18 @@ impl EnqueueError {
     error_accessors!();
 }
 
-impl From<EnqueueError> for Failure {
-    fn from(e: EnqueueError) -> Failure {
+impl From<EnqueueError> for Error {
+    fn from(e: EnqueueError) -> Error {
         match e {
-            EnqueueError::NotDone(e) => Failure::NotDone(e),
-            EnqueueError::Indeterminate { error, .. } => Failure::Indeterminate(error),
+            EnqueueError::NotDone(e) => Error::NotDone(e),
+            EnqueueError::Indeterminate { error, .. } => Error::Indeterminate(error),
         }
     }
 }
 
 impl core::fmt::Display for EnqueueError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        display_as(self.error(), self.outcome(), f)?;
+        display_as(self.cause(), self.outcome(), f)?;
         match self {
             EnqueueError::Indeterminate { id, .. } => write!(f, " (job {id})"),
             EnqueueError::NotDone(_) => Ok(()),
@@ -792,19 +822,19 @@ impl std::error::Error for EnqueueError {}
 pub enum RenewError {
     /// Not done: the lease keeps its old deadline and stays usable (a bad duration, or the
     /// rename failed cleanly).
-    NotDone(Error),
+    NotDone(Cause),
     /// The lease's exact name was gone: it expired and was recovered, or was settled or
     /// renewed elsewhere. Nothing changed; the job is no longer this lease's.
-    LeaseLost(Error),
+    LeaseLost(Cause),
     /// Indeterminate: the rename happened but its barrier failed (the lease holds its new
     /// name, which may not survive a crash), or the rename returned `EIO` (the lease follows
     /// whichever name exists). The lease stays usable: a next renew or settle says more.
-    Indeterminate(Error),
+    Indeterminate(Cause),
 }
 
 impl RenewError {
     /// At the public boundary: a renew's internal error.
-    pub(crate) fn from_internal(e: Error) -> RenewError {
+    pub(crate) fn from_internal(e: Cause) -> RenewError {
         match e.outcome() {
             _ if e.is_lease_lost() => RenewError::LeaseLost(e),
             Outcome::NotDone => RenewError::NotDone(e),
@@ -820,8 +850,8 @@ impl RenewError {
         }
     }
 
-    /// The error: what went wrong, and where.
-    pub fn error(&self) -> &Error {
+    /// The cause: what went wrong, and where.
+    pub fn cause(&self) -> &Cause {
         match self {
             RenewError::NotDone(e) | RenewError::LeaseLost(e) | RenewError::Indeterminate(e) => e,
         }
@@ -832,7 +862,7 @@ impl RenewError {
         matches!(self, RenewError::LeaseLost(_))
     }
 
-    fn into_parts(self) -> (Outcome, Error) {
+    fn into_parts(self) -> (Outcome, Cause) {
         let o = self.outcome();
         match self {
             RenewError::NotDone(e) | RenewError::LeaseLost(e) | RenewError::Indeterminate(e) => {
@@ -844,18 +874,18 @@ impl RenewError {
     error_accessors!();
 }
 
-impl From<RenewError> for Failure {
-    fn from(e: RenewError) -> Failure {
+impl From<RenewError> for Error {
+    fn from(e: RenewError) -> Error {
         match e.into_parts() {
-            (Outcome::NotDone, e) => Failure::NotDone(e),
-            (Outcome::Indeterminate, e) => Failure::Indeterminate(e),
+            (Outcome::NotDone, e) => Error::NotDone(e),
+            (Outcome::Indeterminate, e) => Error::Indeterminate(e),
         }
     }
 }
 
 impl core::fmt::Display for RenewError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        display_as(self.error(), self.outcome(), f)
+        display_as(self.cause(), self.outcome(), f)
     }
 }
 
@@ -868,27 +898,27 @@ pub enum SettleError {
     /// Not done: the job is still leased by this lease, under its name, and the lease is
     /// handed back: settle it again (a second `ack` after the disk has room), renew it, or
     /// drop it (which releases the job to ready, as dropping any lease does). Converting
-    /// this variant into a [`Failure`] (`?`) keeps the job leased until its deadline
+    /// this variant into an [`Error`] (`?`) keeps the job leased until its deadline
     /// instead, as [`Lease::into_handle`] does.
     NotDone {
         /// The lease, still holding the job (boxed: a lease is large, an error should not be).
         lease: Box<Lease>,
         /// What went wrong, and where.
-        error: Error,
+        error: Cause,
     },
     /// The lease's exact name was gone: it expired and was recovered, or was settled or
     /// renewed elsewhere. Nothing changed.
-    LeaseLost(Error),
+    LeaseLost(Cause),
     /// Indeterminate: the rename happened but a barrier after it failed, or the rename
     /// returned `EIO`. The job may be settled; it is never released or settled again by
     /// this lease.
-    Indeterminate(Error),
+    Indeterminate(Cause),
 }
 
 impl SettleError {
     /// At the public boundary: a settling call's internal error, with the lease it was made
     /// on. Not done (and not lost) hands the lease back as a live guard.
-    pub(crate) fn new(e: Error, mut lease: Lease) -> SettleError {
+    pub(crate) fn new(e: Cause, mut lease: Lease) -> SettleError {
         match e.outcome() {
             _ if e.is_lease_lost() => SettleError::LeaseLost(e),
             Outcome::NotDone => {
@@ -910,8 +940,8 @@ impl SettleError {
         }
     }
 
-    /// The error: what went wrong, and where.
-    pub fn error(&self) -> &Error {
+    /// The cause: what went wrong, and where.
+    pub fn cause(&self) -> &Cause {
         match self {
             SettleError::NotDone { error: e, .. }
             | SettleError::LeaseLost(e)
@@ -934,7 +964,7 @@ impl SettleError {
 
     /// The outcome and the error; a lease handed back is detached (the job stays leased
     /// until its deadline).
-    fn into_parts(self) -> (Outcome, Error) {
+    fn into_parts(self) -> (Outcome, Cause) {
         let o = self.outcome();
         match self {
             SettleError::NotDone { lease, error } => {
@@ -948,20 +978,20 @@ impl SettleError {
     error_accessors!();
 }
 
-impl From<SettleError> for Failure {
+impl From<SettleError> for Error {
     /// A lease handed back by [`SettleError::NotDone`] is detached, not released: the job
     /// stays leased under its name until its deadline, so the conversion changes nothing.
-    fn from(e: SettleError) -> Failure {
+    fn from(e: SettleError) -> Error {
         match e.into_parts() {
-            (Outcome::NotDone, e) => Failure::NotDone(e),
-            (Outcome::Indeterminate, e) => Failure::Indeterminate(e),
+            (Outcome::NotDone, e) => Error::NotDone(e),
+            (Outcome::Indeterminate, e) => Error::Indeterminate(e),
         }
     }
 }
 
 impl core::fmt::Display for SettleError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        display_as(self.error(), self.outcome(), f)
+        display_as(self.cause(), self.outcome(), f)
     }
 }
 

@@ -10,8 +10,10 @@
 //! A job's bytes are the plain postcard encoding of the value; the file envelope (header and
 //! SHA-256 digests) is the same as for any job, so `steadq show` and `fsck` work unchanged.
 
-use crate::{EnqueueError, Failure, Receipt, RenewError, Result, SettleError};
-use crate::{EnqueueOptions, Enqueued, Error, ErrorKind, JobId, Lease, Nacked, Queue, Reason};
+use crate::{
+    Cause, ClaimOptions, EnqueueOptions, Enqueued, ErrorKind, JobId, Lease, Nacked, Queue, Reason,
+};
+use crate::{EnqueueError, Error, Receipt, RenewError, Result, SettleError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::marker::PhantomData;
@@ -44,8 +46,8 @@ pub struct TypedLease<T> {
     value: T,
 }
 
-fn decode_error(what: String) -> Error {
-    Error::new(ErrorKind::Decode(what), None)
+fn decode_error(what: String) -> Cause {
+    Cause::new(ErrorKind::Decode(what), None)
 }
 
 impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
@@ -74,40 +76,39 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
             .map(Enqueued::id)
     }
 
-    /// Encode `v` and enqueue it with options (delay, max attempts, idempotency key).
+    /// Encode `v` and enqueue it with options (delay, priority, max attempts, idempotency
+    /// key, wait for room), as [`Queue::enqueue_with`].
     ///
     /// # Errors
-    /// As [`TypedQueue::enqueue`] and [`Queue::enqueue_unique`].
+    /// As [`TypedQueue::enqueue`] and [`Queue::enqueue_with`].
     pub fn enqueue_with(&self, v: &T, o: &EnqueueOptions) -> Result<Enqueued, EnqueueError> {
         let bytes = postcard::to_stdvec(v)
             .map_err(|e| EnqueueError::NotDone(decode_error(e.to_string())))?;
-        self.q.enqueue_unique(&bytes, o)
+        self.q.enqueue_with(&bytes, o)
     }
 
-    /// Claim a job and decode it. `Ok(None)` when no job is ready. A payload that does not
-    /// decode as `T` is dead-lettered with reason `decode` (it would fail on every attempt)
-    /// and reported as [`ErrorKind::Decode`].
+    /// Claim a job with the handle's lease and decode it: [`TypedQueue::claim_with`] with
+    /// the default [`ClaimOptions`].
+    ///
+    /// # Errors
+    /// As [`TypedQueue::claim_with`].
+    pub fn claim(&self) -> Result<Option<TypedLease<T>>, Error> {
+        self.claim_with(&ClaimOptions::default())
+    }
+
+    /// Claim a job as [`Queue::claim_with`] does (lease, wait, stop flag) and decode it.
+    /// `Ok(None)` when no job is ready (within the wait). A payload that does not decode as
+    /// `T` is dead-lettered with reason `decode` (it would fail on every attempt) and
+    /// reported as [`ErrorKind::Decode`].
     ///
     /// # Errors
     /// [`ErrorKind::Decode`]: the claim was done and the job is now dead (if moving it to
     /// `dead/` failed, that error is returned instead, with its outcome); its outcome says
     /// not done (no job was handed out), so a worker loop should claim again, not stop; the errors of
     /// [`Lease::payload`] for a payload larger than 64 KiB (the job is released); otherwise
-    /// as [`Queue::claim_for`].
-    pub fn claim_for(&self, lease: Duration) -> Result<Option<TypedLease<T>>, Failure> {
-        self.q.claim_for(lease)?.map(decode).transpose()
-    }
-
-    /// Claim, waiting up to `timeout` for a job (inotify, as [`Queue::claim_wait`]).
-    ///
-    /// # Errors
-    /// As [`TypedQueue::claim_for`].
-    pub fn claim_wait(
-        &self,
-        lease: Duration,
-        timeout: Duration,
-    ) -> Result<Option<TypedLease<T>>, Failure> {
-        self.q.claim_wait(lease, timeout)?.map(decode).transpose()
+    /// as [`Queue::claim_with`].
+    pub fn claim_with(&self, o: &ClaimOptions<'_>) -> Result<Option<TypedLease<T>>, Error> {
+        self.q.claim_with(o)?.map(decode).transpose()
     }
 }
 
@@ -115,7 +116,7 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
 /// memory ([`Lease::payload`]: a large one is loaded once); when loading it fails the error is
 /// returned and the job released (a file changed since the claim is dead-lettered by the
 /// next claim's check).
-pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>, Failure> {
+pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>, Error> {
     match postcard::from_bytes::<T>(lease.payload()?) {
         Ok(value) => Ok(TypedLease { lease, value }),
         Err(e) => {
@@ -133,7 +134,7 @@ pub(crate) fn decode<T: DeserializeOwned>(lease: Lease) -> Result<TypedLease<T>,
 
 impl<T: DeserializeOwned> TypedLease<T> {
     /// [`Lease::ack_and_claim`]: ack this job and claim the next one under the same barrier,
-    /// decoding it as [`TypedQueue::claim_for`] does. Returns the receipt (the ack is done)
+    /// decoding it as [`TypedQueue::claim_with`] does. Returns the receipt (the ack is done)
     /// and the next job: `Ok(None)` when none is ready, or the claim's or the decoding's
     /// error (a payload that is not a `T` is dead-lettered with reason `decode`).
     ///
@@ -143,7 +144,7 @@ impl<T: DeserializeOwned> TypedLease<T> {
     pub fn ack_and_claim(
         self,
         lease: Duration,
-    ) -> Result<(Receipt, Result<Option<TypedLease<T>>, Failure>), SettleError> {
+    ) -> Result<(Receipt, Result<Option<TypedLease<T>>, Error>), SettleError> {
         let step = self.lease.ack_and_claim(lease)?;
         let next = step.next.and_then(|l| l.map(decode).transpose());
         Ok((step.receipt, next))

@@ -22,7 +22,13 @@ mod typed {
         let l = q.queue().list(None).unwrap();
         let (_, payload) = q.queue().read_job(&l[0]).unwrap();
         assert_eq!(payload.len(), 12, "{payload:?}");
-        let lease = q.claim_for(Duration::from_secs(30)).unwrap().unwrap();
+        let lease = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         assert_eq!((lease.lease().id(), lease.value()), (id, &v));
         lease.ack().unwrap();
         // Keys work through the typed API.
@@ -32,11 +38,15 @@ mod typed {
         };
         let a = q.enqueue_with(&v, &o).unwrap();
         assert_eq!(q.enqueue_with(&v, &o).unwrap(), Enqueued::Duplicate(a.id()));
-        q.claim_wait(Duration::from_secs(30), Duration::from_secs(1))
-            .unwrap()
-            .unwrap()
-            .ack()
-            .unwrap();
+        q.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap()
+        .ack()
+        .unwrap();
     }
 
     #[test]
@@ -45,12 +55,23 @@ mod typed {
         let raw = Queue::create(d.path(), fast(1)).unwrap();
         raw.enqueue(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).unwrap();
         let q: TypedQueue<Job> = TypedQueue::new(raw);
-        let e = q.claim_for(Duration::from_secs(30)).unwrap_err();
+        let e = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::Decode(_)), "{e}");
         assert_eq!(counts(q.queue()), [0, 0, 0, 1, 0], "dead, reason decode");
         let dead = q.queue().list(Some(State::Dead)).unwrap();
         assert!(matches!(dead[0].name.kind, Kind::Dead { .. }));
-        assert!(q.claim_for(Duration::from_secs(30)).unwrap().is_none());
+        assert!(q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+            .is_none());
     }
 
     /// `TypedLease::ack_and_claim` acks and hands over the next job decoded; a next job that
@@ -68,7 +89,13 @@ mod typed {
         q.enqueue(&b).unwrap();
         std::thread::sleep(Duration::from_millis(2));
         raw.enqueue(&[0xff; 6]).unwrap();
-        let first = q.claim_for(Duration::from_secs(30)).unwrap().unwrap();
+        let first = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         assert_eq!(first.value(), &a);
         let (r, next) = first.ack_and_claim(Duration::from_secs(30)).unwrap();
         assert!(r.name.ends_with(".rct"));
@@ -92,7 +119,13 @@ mod typed {
         let q: TypedQueue<Job> = TypedQueue::new(Queue::create(d.path(), fast(1)).unwrap());
         let v: Job = ("transcode".into(), 7, vec![9]);
         let id = q.enqueue(&v).unwrap();
-        let mut l = q.claim_for(Duration::from_secs(5)).unwrap().unwrap();
+        let mut l = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(5)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         let deadline = |l: &TypedLease<Job>| match l.lease().name().kind {
             Kind::Leased(f) => (l.lease().name().generation, f.boot_deadline_ns),
             k => panic!("not leased: {k:?}"),
@@ -104,7 +137,13 @@ mod typed {
         assert!(d1 > d0 + 500_000_000_000, "deadline {d0} -> {d1} ns");
         assert_eq!(l.value(), &v, "the value stays across a renew");
         l.release().unwrap();
-        let again = q.claim_for(Duration::from_secs(30)).unwrap().unwrap();
+        let again = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (again.lease().id(), again.lease().attempt(), again.value()),
             (id, 2, &v)
@@ -130,7 +169,13 @@ mod typed {
             }
         });
         let mut got = Vec::new();
-        while let Some(l) = q.claim_for(Duration::from_secs(30)).unwrap() {
+        while let Some(l) = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+        {
             got.push(*l.value().lock().unwrap());
             l.ack().unwrap();
         }
@@ -160,7 +205,11 @@ mod asynq {
                 let q = q.clone();
                 tokio::spawn(async move {
                     let l = q
-                        .claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+                        .claim_with(&steadq::ClaimOptions {
+                            lease: Some(Duration::from_secs(30)),
+                            wait: Some(Duration::from_secs(20)),
+                            ..Default::default()
+                        })
                         .await
                         .unwrap()
                         .expect("a job");
@@ -171,7 +220,9 @@ mod asynq {
             })
             .collect();
         for i in 0..3u8 {
-            q.enqueue(&[i], &EnqueueOptions::default()).await.unwrap();
+            q.enqueue_with(&[i], &EnqueueOptions::default())
+                .await
+                .unwrap();
         }
         let mut got: Vec<u8> = Vec::new();
         for t in tasks {
@@ -182,13 +233,46 @@ mod asynq {
         assert_eq!(counts(q.queue()), [0, 0, 0, 0, 3]);
     }
 
+    /// A waiting async claim with a stop flag returns `Ok(None)` soon after the flag is set
+    /// (it looks between sleeps of at most 250 ms), not at the end of its wait; one whose
+    /// flag is set already claims nothing, though a job is ready.
+    #[tokio::test]
+    async fn async_claim_with_stops_on_its_flag() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let d = TempDir::new("async-stop");
+        let q = AsyncQueue::new(Queue::create(d.path(), fast(1)).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        let o = ClaimOptions {
+            wait: Some(Duration::from_secs(10)),
+            stop: Some(&stop),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        assert!(q.claim_with(&o).await.unwrap().is_none());
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        q.enqueue(b"x").await.unwrap();
+        assert!(q.claim_with(&o).await.unwrap().is_none(), "the flag is set");
+        assert_eq!(counts(q.queue()), [1, 0, 0, 0, 0]);
+        assert!(q.claim().await.unwrap().is_some());
+    }
+
     #[tokio::test]
     async fn async_claim_wakes_on_inotify_and_times_out() {
         let d = TempDir::new("async-claim");
         let q = AsyncQueue::new(Queue::create(d.path(), fast(2)).unwrap());
         let t = Instant::now();
         assert!(q
-            .claim_wait(Duration::from_secs(30), Duration::from_millis(200))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                wait: Some(Duration::from_millis(200)),
+                ..Default::default()
+            })
             .await
             .unwrap()
             .is_none());
@@ -202,7 +286,11 @@ mod asynq {
             sent
         });
         let l = q
-            .claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                wait: Some(Duration::from_secs(20)),
+                ..Default::default()
+            })
             .await
             .unwrap()
             .expect("a job");
@@ -236,7 +324,11 @@ mod asynq {
         let fails_replaced = || async move {
             let t = Instant::now();
             let e = q
-                .claim_wait(Duration::from_secs(5), Duration::from_secs(20))
+                .claim_with(&steadq::ClaimOptions {
+                    lease: Some(Duration::from_secs(5)),
+                    wait: Some(Duration::from_secs(20)),
+                    ..Default::default()
+                })
                 .await
                 .map(|l| l.is_some())
                 .unwrap_err();
@@ -265,11 +357,19 @@ mod asynq {
                 priority: Some(5),
                 ..Default::default()
             };
-            Queue::open(&path).unwrap().enqueue_with(b"x", &o).unwrap()
+            Queue::open(&path)
+                .unwrap()
+                .enqueue_with(b"x", &o)
+                .unwrap()
+                .id()
         });
         let t = Instant::now();
         let l = q
-            .claim_wait(Duration::from_secs(30), Duration::from_secs(20))
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                wait: Some(Duration::from_secs(20)),
+                ..Default::default()
+            })
             .await
             .unwrap()
             .expect("a job");
@@ -289,9 +389,15 @@ mod asynq {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .id();
         let q = AsyncQueue::new(q);
-        let waits = (0..16).map(|_| q.claim_wait(Duration::from_secs(30), Duration::from_secs(3)));
+        let o = steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(30)),
+            wait: Some(Duration::from_secs(3)),
+            ..Default::default()
+        };
+        let waits = (0..16).map(|_| q.claim_with(&o));
         let t = Instant::now();
         let got = futures_join(waits).await;
         let claimed: Vec<_> = got.into_iter().filter_map(|r| r.unwrap()).collect();
@@ -337,8 +443,8 @@ mod asynq {
         .unwrap();
         let q = AsyncQueue::new(q);
         let o = EnqueueOptions::default();
-        q.enqueue(b"one", &o).await.unwrap();
-        let e = q.enqueue(b"two", &o).await.unwrap_err();
+        q.enqueue_with(b"one", &o).await.unwrap();
+        let e = q.enqueue_with(b"two", &o).await.unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::QueueFull { .. }));
         let path = d.path().to_path_buf();
         let acker = std::thread::spawn(move || {
@@ -347,7 +453,13 @@ mod asynq {
             c.claim().unwrap().unwrap().ack().unwrap();
         });
         let r = q
-            .enqueue_wait(b"two", &o, Duration::from_secs(20))
+            .enqueue_with(
+                b"two",
+                &steadq::EnqueueOptions {
+                    wait: Some(Duration::from_secs(20)),
+                    ..o
+                },
+            )
             .await
             .unwrap();
         assert!(!r.is_duplicate());

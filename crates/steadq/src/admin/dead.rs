@@ -6,7 +6,7 @@ use crate::disk::layout::DEAD_DIR;
 use crate::disk::name::{JobId, Kind};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::queue::Queue;
 use std::os::fd::AsFd;
 
@@ -19,7 +19,7 @@ pub struct RequeueReport {
     pub failed: u32,
     /// The first failed move, naming its job: not done when nothing moved, indeterminate once
     /// anything did (part of the batch happened).
-    pub first_error: Option<crate::Failure>,
+    pub first_error: Option<crate::Error>,
     /// Directories under `dead/` this user could not read (or that are not directories),
     /// relative to the root: their jobs were not tried. With no failed move, `first_error`
     /// names the first of them.
@@ -44,7 +44,7 @@ impl Queue {
     /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error,
     /// after trying every job: not done if nothing moved, indeterminate if anything did (the
     /// rule of [`Queue::recover`]). [`Queue::requeue_dead_report`] also says how many moved.
-    pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32, crate::Failure> {
+    pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32, crate::Error> {
         let mut r = self.requeue_dead_report(id)?;
         match r.first_error.take() {
             Some(e) => Err(e),
@@ -59,7 +59,7 @@ impl Queue {
     /// # Errors
     /// Only what stops the whole call before any move: [`ErrorKind::NoSuchJob`] if `id` is
     /// not dead, or a listing that failed (not done). A failed move is in the report.
-    pub fn requeue_dead_report(&self, id: Option<JobId>) -> Result<RequeueReport, crate::Failure> {
+    pub fn requeue_dead_report(&self, id: Option<JobId>) -> Result<RequeueReport, crate::Error> {
         let mut r = RequeueReport::default();
         let dead = match id {
             Some(_) => self.jobs_in(State::Dead, id)?,
@@ -75,7 +75,7 @@ impl Queue {
                 out
             }
         };
-        let mut first: Option<Error> = None;
+        let mut first: Option<Cause> = None;
         for l in dead {
             let bucket = l.dir.trim_start_matches("dead/");
             let moved = self.source_bucket(true, bucket).and_then(|from| {
@@ -84,7 +84,7 @@ impl Queue {
                 let mut new = l.name.next(Kind::Ready, false);
                 new.attempt = crate::disk::state::attempt_after(Op::Requeue, l.name.attempt);
                 self.move_job(&from, &l.name, &to, &new, Op::Requeue)
-                    .map_err(Error::from)
+                    .map_err(Cause::from)
             });
             match moved {
                 Ok(()) => r.requeued += 1,
@@ -114,12 +114,13 @@ impl Queue {
     /// The jobs in `state`, or only job `id` (which must be there: [`ErrorKind::NoSuchJob`]).
     fn jobs_in(&self, state: State, id: Option<JobId>) -> Result<Vec<Listed>> {
         let jobs: Vec<Listed> = self
-            .list(Some(state))?
+            .list(Some(state))
+            .map_err(crate::Error::into_internal)?
             .into_iter()
             .filter(|l| id.is_none_or(|i| l.name.id == i))
             .collect();
         if id.is_some() && jobs.is_empty() {
-            return Err(Error::not_done(ErrorKind::NoSuchJob, None));
+            return Err(Cause::not_done(ErrorKind::NoSuchJob, None));
         }
         Ok(jobs)
     }
@@ -133,7 +134,7 @@ impl Queue {
     /// [`ErrorKind::NoSuchJob`] if `id` is not delayed; otherwise the first failing move,
     /// after trying every job: not done if nothing moved, indeterminate if anything did (the
     /// rule of [`Queue::recover`]).
-    pub fn make_due(&self, id: Option<JobId>) -> Result<u32, crate::Failure> {
+    pub fn make_due(&self, id: Option<JobId>) -> Result<u32, crate::Error> {
         let delayed = self.jobs_in(State::Delayed, id)?;
         let mut r = crate::RecoverReport::default();
         for l in delayed {
@@ -147,7 +148,7 @@ impl Queue {
                     &l.name.next(Kind::Ready, false),
                     Op::Due,
                 )
-                .map_err(Error::from)
+                .map_err(Cause::from)
             });
             match moved {
                 Ok(()) => r.due += 1,
@@ -156,7 +157,7 @@ impl Queue {
             }
         }
         match r.first_error.take() {
-            Some(e) => Err(crate::ops::recover::partial(e.into_error(), &r).into()),
+            Some(e) => Err(crate::ops::recover::partial(e.into_cause(), &r).into()),
             None => Ok(r.due),
         }
     }
@@ -170,7 +171,7 @@ impl Queue {
     /// when nothing was deleted; indeterminate once a job was (the batch rule of
     /// [`Queue::requeue_dead`] and [`Queue::recover`]), and for any failed fsync. Never
     /// creates a directory.
-    pub fn purge_dead(&self) -> Result<u32, crate::Failure> {
+    pub fn purge_dead(&self) -> Result<u32, crate::Error> {
         // A dead bucket (or `dead/`) this user cannot read holds jobs that are not purged:
         // a failure, not a warning beside "purged N" and exit 0 (breaker finding; `requeue
         // --all` fails the same way).
@@ -181,8 +182,8 @@ impl Queue {
         // The first failure and how many jobs failed: a job that cannot be deleted (a
         // bucket another user owns, an unlink refused) no longer stops the purge of the
         // jobs after it (breaker finding: `requeue --all` went on, `purge` stopped).
-        let (mut first, mut failed): (Option<Error>, u32) = (None, 0);
-        let mut fail = |e: Error| {
+        let (mut first, mut failed): (Option<Cause>, u32) = (None, 0);
+        let mut fail = |e: Cause| {
             log::warn!("{e}; passed over");
             failed += 1;
             first.get_or_insert(e);
@@ -216,7 +217,7 @@ impl Queue {
                         Errno::IO => Outcome::Indeterminate,
                         _ => Outcome::NotDone,
                     };
-                    fail(Error::io(Call::Unlink, e, o, Some(self.path(&rel))));
+                    fail(Cause::io(Call::Unlink, e, o, Some(self.path(&rel))));
                     continue;
                 }
             }
@@ -242,7 +243,7 @@ impl Queue {
 
     /// [`Queue::purge_dead`]'s barriers: each bucket it deleted from (removed when it is
     /// now empty), then `dead/`.
-    fn sync_purged(&self, dirs: &[String], n: u32) -> Result<(), crate::Failure> {
+    fn sync_purged(&self, dirs: &[String], n: u32) -> Result<(), crate::Error> {
         for d in dirs {
             let bucket = d.trim_start_matches("dead/").to_string();
             let place = match self.source_bucket(true, &bucket) {
@@ -251,7 +252,7 @@ impl Queue {
                 Err(e) => return Err(e.with_outcome(batch_outcome(n)).into()),
             };
             self.barrier(place.dir.fd()).map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::FsyncDir,
                     e,
                     Outcome::Indeterminate,
@@ -261,7 +262,7 @@ impl Queue {
             let _ = self.sys.rmdir(self.dirs.dead.as_fd(), &bucket);
         }
         self.barrier(self.dirs.dead.as_fd()).map_err(|e| {
-            Error::io(
+            Cause::io(
                 Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,

@@ -318,8 +318,8 @@ impl Queue {
     ///
     /// # Errors
     /// [`crate::ErrorKind::Io`] if a directory cannot be listed. Nothing was changed.
-    pub fn fsck(&self) -> Result<FsckReport> {
-        self.fsck_with(false)
+    pub fn fsck(&self) -> crate::Result<FsckReport> {
+        Ok(self.fsck_with(false)?)
     }
 
     /// Check every entry and move each bad entry to `quarantine/<its path>` (renamed without
@@ -329,9 +329,9 @@ impl Queue {
     /// [`crate::ErrorKind::Io`] if a directory cannot be listed (not done), or a quarantine
     /// move fails: not done, or indeterminate when the move may have happened or moves
     /// before it are done (they stay done). First the rename probe of [`Queue::open`] (a
-    /// handle from [`Queue::open_for_check`] was opened without it): its refusal
+    /// handle opened with [`crate::OpenMode::Check`] was opened without it): its refusal
     /// ([`crate::ErrorKind::UnsupportedFilesystem`], ...) moves nothing.
-    pub fn fsck_quarantine(&self) -> Result<FsckReport, crate::Failure> {
+    pub fn fsck_quarantine(&self) -> Result<FsckReport, crate::Error> {
         self.probe_renames()?;
         Ok(self.fsck_with(true)?)
     }

@@ -18,7 +18,7 @@ use crate::disk::layout::receipts_shard;
 use crate::disk::name::{parse_hex, JobId, JobName, Kind};
 use crate::disk::state::State;
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::queue::{publish_identity_replacing, Identity, Queue};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
@@ -154,9 +154,9 @@ impl Queue {
         &self,
         policy: ReceiptPolicy,
         evidence: Option<EvidenceLimits>,
-    ) -> Result<Identity, crate::Failure> {
+    ) -> Result<Identity, crate::Error> {
         if self.ident.version < 2 {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::InvalidArgument(
                     "receipt policies need queue version 2 (this queue is version 1)",
                 ),
@@ -170,7 +170,7 @@ impl Queue {
             ..self.ident
         };
         if ident.evidence.max_bytes == 0 {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::InvalidArgument("the evidence limit must be > 0"),
                 None,
             )
@@ -287,7 +287,7 @@ impl Queue {
     ) -> Result<()> {
         let _guard = self.evidence_lock.lock().unwrap_or_else(|p| p.into_inner());
         let ev = self.path(EVIDENCE_FILE);
-        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(ev.clone()));
+        let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(ev.clone()));
         let root = self.dirs.root.as_fd();
         let mut fd = self
             .sys
@@ -357,7 +357,7 @@ impl Queue {
         lines: &str,
         free: &mut dyn FnMut(&Queue) -> Result<bool>,
     ) -> Result<()> {
-        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(EVIDENCE_FILE)));
+        let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(EVIDENCE_FILE)));
         match self.sys.write_all(fd, lines.as_bytes()) {
             Ok(()) => {}
             Err(e @ (Errno::NOSPC | Errno::DQUOT)) => {
@@ -390,7 +390,7 @@ impl Queue {
             // Another process rotated it first (or the same nanosecond is taken): fine.
             Ok(()) | Err(Errno::NOENT) | Err(Errno::EXIST) => {}
             Err(e) => {
-                return Err(Error::io(
+                return Err(Cause::io(
                     Call::Rename,
                     e,
                     Outcome::NotDone,
@@ -409,7 +409,7 @@ impl Queue {
             }
         }
         self.barrier(root)
-            .map_err(|e| Error::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.root.clone())))
+            .map_err(|e| Cause::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.root.clone())))
     }
 
     /// Whether job `id` has a line in `evidence.log` or a rotated evidence file: it was
@@ -428,7 +428,7 @@ impl Queue {
         let needle = format!("v1 {id} ");
         let root = self.dirs.root.as_fd();
         for name in names {
-            let at = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&name)));
+            let at = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&name)));
             let fd = match self.sys.open_regular_ro(root, &name) {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) => continue,
@@ -522,7 +522,7 @@ impl Queue {
                     out.push(n.to_string());
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+            .map_err(|e| Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
         Ok(out)
     }
 
@@ -546,7 +546,7 @@ impl Queue {
     /// may have been cut); indeterminate if an unlink or the final directory fsync failed
     /// (evidence is durable; a receipt may remain, and compacting again adds a second line
     /// for it), or, with the outcome it reports, if settling such a split failed.
-    pub fn compact(&self, older_than: Duration) -> Result<CompactReport, crate::Failure> {
+    pub fn compact(&self, older_than: Duration) -> Result<CompactReport, crate::Error> {
         let cutoff = self
             .clock
             .wall_ns()
@@ -585,7 +585,7 @@ impl Queue {
                     log::warn!("not compacting it: {e} (`steadq fsck` reports it)")
                 }
                 Err(e) if e.is_lease_lost() => {} // removed meanwhile by another compactor
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         }
         if victims.is_empty() {
@@ -603,7 +603,7 @@ impl Queue {
                     Err((_, Errno::NOENT)) => {}
                     Err((c, e)) => {
                         let rel = format!("{}/{raw}", receipts_shard(*s));
-                        return Err(Error::io(c, e, Outcome::NotDone, Some(q.path(&rel))));
+                        return Err(Cause::io(c, e, Outcome::NotDone, Some(q.path(&rel))));
                     }
                 }
             }
@@ -632,7 +632,7 @@ impl Queue {
                 Err(Errno::NOENT) => {} // another compactor removed it
                 Err(e) => {
                     let rel = format!("{}/{raw}", receipts_shard(*s));
-                    return Err(Error::io(
+                    return Err(Cause::io(
                         Call::Unlink,
                         e,
                         Outcome::Indeterminate,
@@ -647,7 +647,7 @@ impl Queue {
         for s in shards {
             self.barrier(self.dirs.receipts[s as usize].as_fd())
                 .map_err(|e| {
-                    Error::io(
+                    Cause::io(
                         Call::FsyncDir,
                         e,
                         Outcome::Indeterminate,

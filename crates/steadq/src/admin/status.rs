@@ -47,7 +47,7 @@ pub struct Status {
     /// counts above.
     pub unreadable_dirs: Vec<String>,
     /// Ready jobs per priority level (index = priority, 0..=7; a queue before version 3
-    /// has them all at [`crate::name::DEFAULT_PRIORITY`]).
+    /// has them all at [`crate::disk::name::DEFAULT_PRIORITY`]).
     pub ready_by_priority: [u64; crate::disk::name::PRIORITY_LEVELS as usize],
     /// Whether [`Status::bytes`] were counted (see [`Queue::status_with`]); when false they
     /// are all 0 and mean nothing.
@@ -345,7 +345,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::list`].
-    pub fn status(&self) -> Result<Status> {
+    pub fn status(&self) -> crate::Result<Status> {
         self.status_with(true)
     }
 
@@ -372,7 +372,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::list`].
-    pub fn status_with(&self, bytes: bool) -> Result<Status> {
+    pub fn status_with(&self, bytes: bool) -> crate::Result<Status> {
         let mut st = Status::default();
         self.fill_limits_and_keys(&mut st);
         st.bytes_counted = bytes || st.limits.max_bytes.is_some();

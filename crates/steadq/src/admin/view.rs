@@ -9,7 +9,7 @@ use crate::disk::name::{JobId, JobName};
 use crate::disk::scan::state_of;
 use crate::disk::state::State;
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -51,7 +51,7 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::Io`] (not done) naming the directory that could not be read.
-    pub fn list(&self, state: Option<State>) -> Result<Vec<Listed>> {
+    pub fn list(&self, state: Option<State>) -> crate::Result<Vec<Listed>> {
         let mut unreadable = Vec::new();
         let out = self.list_noting(state, &mut unreadable)?;
         self.warn_unreadable(unreadable);
@@ -97,7 +97,7 @@ impl Queue {
         state: Option<State>,
         once: bool,
         mut f: impl FnMut(Listed) -> bool,
-    ) -> Result<()> {
+    ) -> crate::Result<()> {
         let mut seen = IdSet::default();
         let mut going = true;
         self.walk_while(|s| {
@@ -112,18 +112,19 @@ impl Queue {
                 }
             }
             going
-        })
+        })?;
+        Ok(())
     }
 
     /// Find job `id` in any state.
     ///
     /// # Errors
     /// [`ErrorKind::NoSuchJob`] (not done), or as [`Queue::list`].
-    pub fn find(&self, id: JobId) -> Result<Listed> {
+    pub fn find(&self, id: JobId) -> crate::Result<Listed> {
         let (found, unreadable) = self.names_of(id)?;
         self.warn_unreadable(unreadable);
         let found = found.into_iter().last();
-        found.ok_or_else(|| Error::not_done(ErrorKind::NoSuchJob, None))
+        Ok(found.ok_or_else(|| Cause::not_done(ErrorKind::NoSuchJob, None))?)
     }
 
     /// Every name of job `id` in a place it belongs (ready and receipt shards, delayed and
@@ -151,19 +152,19 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Corrupt`] if it fails verification (nothing is moved);
     /// [`ErrorKind::LeaseLost`] if it moved meanwhile; [`ErrorKind::Io`]. Not done.
-    pub fn read_job(&self, job: &Listed) -> Result<(crate::disk::format::Header, Vec<u8>)> {
+    pub fn read_job(&self, job: &Listed) -> crate::Result<(crate::disk::format::Header, Vec<u8>)> {
         let rel = job.rel_path(self.ident.id);
         let dir = self
             .sys
             .open_dir_beneath(self.dirs.root.as_fd(), &job.dir)
-            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&job.dir))))?;
+            .map_err(|e| Cause::io(Call::Open, e, Outcome::NotDone, Some(self.path(&job.dir))))?;
         let name = job.name.format(self.ident.id);
         let path = Some(self.path(&rel));
         match self.load_job(dir.as_fd(), &name, job.name.id.0) {
             Ok(x) => Ok(x),
-            Err(Load::Missing) => Err(Error::not_done(ErrorKind::LeaseLost, path)),
-            Err(Load::Corrupt(c)) => Err(Error::not_done(ErrorKind::Corrupt(c), path)),
-            Err(Load::Io(call, e)) => Err(Error::io(call, e, Outcome::NotDone, path)),
+            Err(Load::Missing) => Err(Cause::not_done(ErrorKind::LeaseLost, path).into()),
+            Err(Load::Corrupt(c)) => Err(Cause::not_done(ErrorKind::Corrupt(c), path).into()),
+            Err(Load::Io(call, e)) => Err(Cause::io(call, e, Outcome::NotDone, path).into()),
         }
     }
 
@@ -177,7 +178,7 @@ impl Queue {
     pub fn open_job(
         &self,
         job: &Listed,
-    ) -> Result<(crate::disk::format::Header, crate::PayloadReader)> {
+    ) -> crate::Result<(crate::disk::format::Header, crate::PayloadReader)> {
         let rel = job.rel_path(self.ident.id);
         let path = Some(self.path(&rel));
         let opened = self
@@ -197,9 +198,9 @@ impl Queue {
                 let path = self.path(&rel);
                 Ok((h, crate::PayloadReader::file(self.clone(), fd, &h, path)))
             }
-            Err(Load::Missing) => Err(Error::not_done(ErrorKind::LeaseLost, path)),
-            Err(Load::Corrupt(c)) => Err(Error::not_done(ErrorKind::Corrupt(c), path)),
-            Err(Load::Io(call, e)) => Err(Error::io(call, e, Outcome::NotDone, path)),
+            Err(Load::Missing) => Err(Cause::not_done(ErrorKind::LeaseLost, path).into()),
+            Err(Load::Corrupt(c)) => Err(Cause::not_done(ErrorKind::Corrupt(c), path).into()),
+            Err(Load::Io(call, e)) => Err(Cause::io(call, e, Outcome::NotDone, path).into()),
         }
     }
 

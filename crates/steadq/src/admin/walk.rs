@@ -7,7 +7,7 @@ use crate::disk::name::{parse_hex, parse_ready, raw_tag, JobName, Kind, NameErro
 use crate::disk::scan::Foreign;
 use crate::disk::state::State;
 use crate::disk::sys::{Call, EntryType, Errno};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Cause, Outcome, Result};
 use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -219,8 +219,8 @@ impl Queue {
         Ok(going)
     }
 
-    pub(crate) fn read_dir_error(&self, e: Errno, rel: &str) -> Error {
-        Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
+    pub(crate) fn read_dir_error(&self, e: Errno, rel: &str) -> Cause {
+        Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
     }
 
     /// The buckets of `delayed/` or `dead/` for [`Queue::walk_while`], in time order; anything
@@ -297,7 +297,7 @@ impl Queue {
                 }
                 Err(e) => {
                     let path = Some(self.path(&rel));
-                    return Err(Error::io(Call::Open, e, Outcome::NotDone, path));
+                    return Err(Cause::io(Call::Open, e, Outcome::NotDone, path));
                 }
             };
             going = self.walk_dir(fd.as_fd(), &rel, self.bucket_fits(area, b), f)?;

@@ -384,7 +384,7 @@ fn verify_header(file: &[u8], id: u128, queue_id: u128) -> Result<Header, Corrup
 }
 
 /// Lowercase hex of a digest (64 characters).
-pub fn hex32(d: &[u8; 32]) -> heapless::String<64> {
+pub(crate) fn hex32(d: &[u8; 32]) -> heapless::String<64> {
     let mut s = heapless::String::new();
     for b in d {
         let _ = core::fmt::Write::write_fmt(&mut s, format_args!("{b:02x}"));

@@ -105,7 +105,7 @@ pub(crate) enum IdentityError {
 /// ```
 ///
 /// The sum line is always written; a file without it (SteadQ 0.1 before the sum existed)
-/// still opens. A sum that does not match is [`IdentityError::Bad`].
+/// still opens. A sum that does not match is `IdentityError::Bad`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Identity {
     /// Format version.
@@ -149,7 +149,7 @@ fn split_sum(text: &str) -> Option<(&str, Option<u64>)> {
 }
 
 impl Identity {
-    /// Priority levels this queue's layout has: [`crate::name::PRIORITY_LEVELS`] from
+    /// Priority levels this queue's layout has: [`crate::PRIORITY_LEVELS`] from
     /// version 3 on, before that only the default.
     pub fn levels(&self) -> u8 {
         if self.version >= 3 {
@@ -245,7 +245,7 @@ impl Identity {
     /// Parse the file's text (with or without its sum line).
     ///
     /// # Errors
-    /// [`IdentityError::Bad`] for anything malformed or a sum that does not match;
+    /// `IdentityError::Bad` for anything malformed or a sum that does not match;
     /// [`IdentityError::Newer`] for a newer format.
     pub(crate) fn decode(text: &str) -> core::result::Result<Identity, IdentityError> {
         let (body, sum) = split_sum(text).ok_or(IdentityError::Bad)?;

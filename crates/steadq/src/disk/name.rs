@@ -128,7 +128,7 @@ pub const MEMO: usize = 4;
 type Kept = Option<(u128, JobName, u64)>;
 
 std::thread_local! {
-    /// The tags of the last [`MEMO`] names formatted on this thread, and the slot the next
+    /// The tags of the last `MEMO` names formatted on this thread, and the slot the next
     /// one takes.
     static FORMATTED: core::cell::RefCell<([Kept; MEMO], usize)> =
         const { core::cell::RefCell::new(([const { None }; MEMO], 0)) };
@@ -468,7 +468,7 @@ impl JobName {
     }
 
     /// The same job in a new state: generation + 1, attempt + `claimed`. A parsed name is
-    /// never at generation `u64::MAX` ([`NameError::LastGeneration`]); one made by hand
+    /// never at generation `u64::MAX` (`NameError::LastGeneration`); one made by hand
     /// there stays at it rather than wrap to 0.
     pub fn next(&self, kind: Kind, claimed: bool) -> JobName {
         JobName {
@@ -547,7 +547,7 @@ impl JobName {
     /// Format the full name, tag included. The fields are written once: the tag is taken over
     /// them and the suffix, then goes in before the suffix.
     ///
-    /// The tags of the last [`MEMO`] names formatted on the calling thread are kept: an
+    /// The tags of the last `MEMO` names formatted on the calling thread are kept: an
     /// operation formats the same name several times (a claim's rename, then its open; an
     /// ack's rename, from the lease's name), and the tag is a SHA-256 each time (about 7% of a
     /// lifecycle's CPU on tmpfs before, perf). A tag is a function of the fields and
@@ -586,7 +586,7 @@ impl JobName {
     /// Parse a name and check its tag against `queue_id`. Allocates nothing.
     ///
     /// # Errors
-    /// [`NameError::Syntax`] if it is not a SteadQ name, [`NameError::Tag`] if the tag does not
+    /// `NameError::Syntax` if it is not a SteadQ name, `NameError::Tag` if the tag does not
     /// match.
     pub fn parse(name: &str, queue_id: u128) -> Result<JobName, NameError> {
         let (parsed, tag) = JobName::parse_untagged(name)?;
@@ -604,7 +604,7 @@ impl JobName {
     /// given on a command line). Anything acted on is parsed with [`JobName::parse`].
     ///
     /// # Errors
-    /// [`NameError::Syntax`] if it is not a SteadQ name.
+    /// `NameError::Syntax` if it is not a SteadQ name.
     pub fn parse_any_queue(name: &str) -> Result<JobName, NameError> {
         JobName::parse_untagged(name).map(|(n, _)| n)
     }
@@ -780,6 +780,7 @@ pub(crate) fn tag_of(queue_id: u128, canonical: &[u8]) -> u64 {
 
 pub use crate::disk::tempname::{TempKind, TempName};
 
+#[cfg(feature = "faults")]
 pub use crate::disk::layout::{bucket_name, shard_name};
 
 /// [`JobName::parse_untagged`] for the one shape most entries of a deep queue have, a ready

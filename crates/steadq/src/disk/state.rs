@@ -146,6 +146,7 @@ pub fn attempt_after(op: Op, attempt: u32) -> u32 {
     }
 }
 
+#[cfg(any(test, feature = "faults"))]
 /// The table as Markdown rows (with each op's attempt rule), for the docs and for the
 /// doc-matches-code test.
 pub fn table_markdown() -> String {

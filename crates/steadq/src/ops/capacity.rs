@@ -45,7 +45,7 @@ use crate::disk::layout::{parse_bucket, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::queue::{random, Queue};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use std::collections::HashMap;
@@ -237,7 +237,7 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::BadLimits`] (not done) when the file is damaged (checksum or syntax);
     /// [`ErrorKind::Io`] when it cannot be read.
-    pub fn limits(&self) -> Result<Limits> {
+    pub fn limits(&self) -> crate::Result<Limits> {
         let p = self.path(LIMITS_FILE);
         let fd = match self
             .sys
@@ -245,16 +245,14 @@ impl Queue {
         {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(Limits::default()),
-            Err(e) => return Err(Error::io(Call::Open, e, Outcome::NotDone, Some(p))),
+            Err(e) => return Err(Cause::io(Call::Open, e, Outcome::NotDone, Some(p)).into()),
         };
         let mut buf = Vec::new();
         self.sys
             .read_all(fd.as_fd(), 4096, &mut buf)
-            .map_err(|e| Error::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
-        std::str::from_utf8(&buf)
-            .ok()
-            .and_then(Limits::decode)
-            .ok_or_else(|| Error::not_done(ErrorKind::BadLimits, Some(p)))
+            .map_err(|e| Cause::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
+        let limits = std::str::from_utf8(&buf).ok().and_then(Limits::decode);
+        Ok(limits.ok_or_else(|| Cause::not_done(ErrorKind::BadLimits, Some(p)))?)
     }
 
     /// Set (or with [`Limits::default`], remove the effect of) the capacity limits. Jobs
@@ -266,7 +264,7 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
-    pub fn set_limits(&self, limits: Limits) -> Result<(), crate::Failure> {
+    pub fn set_limits(&self, limits: Limits) -> Result<(), crate::Error> {
         // Read by every enqueue of every user: shared like `steadq.queue`, whatever this
         // process's umask (made 600 at umask 077, it failed every other user's enqueue).
         let like = Some(crate::queue::IDENTITY_FILE);
@@ -282,10 +280,10 @@ impl Queue {
                 let _ = self.sys.unlink(t, &tmp);
                 Outcome::NotDone
             };
-            return Err(Error::io(Call::Rename, e, outcome, Some(self.path(LIMITS_FILE))).into());
+            return Err(Cause::io(Call::Rename, e, outcome, Some(self.path(LIMITS_FILE))).into());
         }
         self.barrier(self.dirs.root.as_fd()).map_err(|e| {
-            Error::io(
+            Cause::io(
                 Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
@@ -303,7 +301,7 @@ impl Queue {
             .format()
             .to_string();
         let nd = |c, e| {
-            Error::io(
+            Cause::io(
                 c,
                 e,
                 Outcome::NotDone,
@@ -339,7 +337,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::limits`]; [`ErrorKind::Io`] (not done) if a directory cannot be listed.
-    pub fn capacity_use(&self) -> Result<CapacityUse> {
+    pub fn capacity_use(&self) -> crate::Result<CapacityUse> {
         let limits = self.limits()?;
         let mut g = self.cap.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (jobs, bytes) = self.tally_now(&mut g, limits.max_bytes.is_some())?;
@@ -358,7 +356,7 @@ impl Queue {
         let mut g = self.cap.inner.lock().unwrap_or_else(|p| p.into_inner());
         if g.no_root_watch {
             drop(g);
-            return self.limits();
+            return self.limits().map_err(crate::Error::into_internal);
         }
         let ino = match g.known.take() {
             Some(k) if !limits_touched(&k.ino) => {
@@ -374,12 +372,12 @@ impl Queue {
                 Err(_) => {
                     g.no_root_watch = true;
                     drop(g);
-                    return self.limits();
+                    return self.limits().map_err(crate::Error::into_internal);
                 }
             },
         };
         // Watched before this read: a change from now on is seen at the next check.
-        let limits = self.limits()?;
+        let limits = self.limits().map_err(crate::Error::into_internal)?;
         g.known = Some(KnownLimits { ino, limits });
         Ok(limits)
     }
@@ -399,7 +397,7 @@ impl Queue {
         let over_jobs = limits.max_jobs.is_some_and(|m| used_jobs + jobs > m);
         let over_bytes = limits.max_bytes.is_some_and(|m| used_bytes + bytes > m);
         if over_jobs || over_bytes {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::QueueFull {
                     jobs: used_jobs,
                     bytes: used_bytes,
@@ -489,7 +487,7 @@ impl Queue {
                 }
             })
             .map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::ReadDir,
                     e,
                     Outcome::NotDone,
@@ -515,7 +513,7 @@ impl Queue {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(true),
             Err(e) => {
-                return Err(Error::io(
+                return Err(Cause::io(
                     Call::Open,
                     e,
                     Outcome::NotDone,
@@ -531,7 +529,7 @@ impl Queue {
                         names.push(n.to_string());
                     }
                 })
-                .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel))))?;
+                .map_err(|e| Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel))))?;
             t.dirs.insert(wd, WDir { fd, delayed_root });
             for n in names {
                 self.tally_plus(t, wd, &n);
@@ -670,25 +668,7 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::QueueFull`] (not done) when there was no room before `timeout`; otherwise
     /// as [`Queue::enqueue_with`].
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use steadq::{Limits, EnqueueOptions};
-    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-full-{}", std::process::id()));
-    /// let q = steadq::Queue::create(&dir, Default::default())?;
-    /// q.set_limits(Limits { max_jobs: Some(1), max_bytes: None })?;
-    /// q.enqueue(b"one")?;
-    /// let e = q.enqueue(b"two").unwrap_err();
-    /// assert!(matches!(e.kind(), steadq::ErrorKind::QueueFull { .. }));
-    /// let o = EnqueueOptions::default();
-    /// assert!(q.enqueue_wait(b"two", &o, Duration::from_millis(50)).is_err()); // still full
-    /// q.claim()?.unwrap().ack()?;
-    /// q.enqueue_wait(b"two", &o, Duration::from_secs(5))?; // room now
-    /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
-    /// ```
-    pub fn enqueue_wait(
+    pub(crate) fn enqueue_wait(
         &self,
         payload: &[u8],
         o: &crate::EnqueueOptions,

@@ -28,7 +28,7 @@ use crate::disk::name::{JobId, JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::state::{self, Op, State};
 use crate::disk::sys::{Call, Errno, Publish};
-use crate::error::{EnqueueError, Error, ErrorKind, Failure, Outcome, Result};
+use crate::error::{Cause, EnqueueError, Error, ErrorKind, Outcome, Result};
 use crate::queue::{random, Durability, Queue};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
@@ -44,13 +44,19 @@ pub struct EnqueueOptions {
     /// boot clock (`CLOCK_BOOTTIME`), so a wall-clock jump does not move it; after a reboot
     /// the job is due at its wall-clock time (a version-1 queue: the wall clock always).
     pub delay: Option<Duration>,
-    /// Idempotency key: at most one job per key (see [`Queue::enqueue_unique`], which also
-    /// says whether the enqueue was a duplicate).
+    /// Idempotency key: at most one job per key. When the key is taken nothing is enqueued
+    /// and [`Queue::enqueue_with`] returns [`crate::Enqueued::Duplicate`] with the job the
+    /// key names. Works across processes and crashes (DESIGN.md, Keys).
     pub key: Option<crate::ops::keys::Key>,
-    /// Priority `0..`[`crate::name::PRIORITY_LEVELS`] (0..=7): a claim takes the highest
-    /// level's oldest ready job first. `None` is [`crate::name::DEFAULT_PRIORITY`] (3).
+    /// Priority `0..`[`crate::PRIORITY_LEVELS`] (0..=7): a claim takes the highest
+    /// level's oldest ready job first. `None` is [`crate::DEFAULT_PRIORITY`] (3).
     /// A version-1 or version-2 queue takes only the default.
     pub priority: Option<u8>,
+    /// When the queue is full ([`crate::Limits`]), wait up to this long for room: the
+    /// enqueue sleeps on inotify (a job leaving `ready/`, or `steadq.limits` replaced) and
+    /// tries again, no polling. `None`: a full queue refuses at once
+    /// ([`ErrorKind::QueueFull`], not done).
+    pub wait: Option<Duration>,
 }
 
 impl EnqueueOptions {
@@ -62,7 +68,7 @@ impl EnqueueOptions {
     pub(crate) fn priority_on(&self, ident: &crate::Identity) -> Result<u8> {
         use crate::disk::name::{DEFAULT_PRIORITY, PRIORITY_LEVELS};
         let p = self.priority.unwrap_or(DEFAULT_PRIORITY);
-        let bad = |what| Err(Error::not_done(ErrorKind::InvalidArgument(what), None));
+        let bad = |what| Err(Cause::not_done(ErrorKind::InvalidArgument(what), None));
         if p >= PRIORITY_LEVELS {
             return bad("priority must be 0..=7 (7 is claimed first; the default is 3)");
         }
@@ -129,7 +135,7 @@ impl Written {
 /// error (a payload over the limit, an input that could not be read).
 pub(crate) enum FillError {
     Call(Call, Errno),
-    Other(Error),
+    Other(Cause),
 }
 
 impl From<(Call, Errno)> for FillError {
@@ -169,46 +175,72 @@ impl Queue {
     /// assert_eq!((lease.id(), lease.payload()?), (id, &b"resize photo 17"[..]));
     /// lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
     pub fn enqueue(&self, payload: &[u8]) -> Result<JobId, EnqueueError> {
         self.enqueue_with(payload, &EnqueueOptions::default())
+            .map(|e| e.id())
     }
 
-    /// Enqueue with per-job options: a delayed job lands in `delayed/` and becomes ready when
-    /// [`Queue::recover`] or a claim finds it due (a claiming handle looks for due delayed
-    /// jobs at most every 100 ms before it claims, and whenever it finds nothing ready; a
-    /// waiting claim wakes for it).
+    /// Enqueue with per-job options ([`EnqueueOptions`]: delay, priority, max attempts,
+    /// idempotency key, wait for room). Returns [`crate::Enqueued::New`] with the new job's
+    /// id, or, when the key is taken, [`crate::Enqueued::Duplicate`] with the job the key
+    /// names (nothing enqueued). [`crate::Enqueued::id`] is the id either way.
+    ///
+    /// A delayed job lands in `delayed/` and becomes ready when [`Queue::recover`] or a
+    /// claim finds it due (a claiming handle looks for due delayed jobs at most every 100 ms
+    /// before it claims, and whenever it finds nothing ready; a waiting claim wakes for it).
+    /// A keyed duplicate whose first enqueue is still publishing (another process between
+    /// its key and its job) waits for it, on inotify, for as long as that process lives (at
+    /// most [`crate::KEY_ORPHAN_AFTER`]).
     ///
     /// # Errors
     /// As [`Queue::enqueue`], plus [`ErrorKind::InvalidArgument`] (not done) for zero max
     /// attempts, a delay reaching past the year 2262, or a priority out of 0..=7 (or other
-    /// than the default on a version-1 or version-2 queue).
+    /// than the default on a version-1 or version-2 queue); [`ErrorKind::QueueFull`] (not
+    /// done) when there was no room within [`EnqueueOptions::wait`]. With a key: a duplicate
+    /// is answered even when the queue is full; a not-done error leaves no key behind that
+    /// blocks a retry; indeterminate means the job may exist, and a retry with the same key
+    /// answers which.
     ///
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use steadq::{EnqueueOptions, Queue, Options};
+    /// use steadq::{EnqueueOptions, Enqueued, Key, Options, Queue};
     /// # let dir = std::env::temp_dir().join(format!("steadq-doc-delay-{}", std::process::id()));
     /// let q = Queue::create(&dir, Options::default())?;
     /// let later = EnqueueOptions { delay: Some(Duration::from_secs(600)), max_attempts: Some(3), ..Default::default() };
     /// q.enqueue_with(b"send the daily report", &later)?;
     /// assert!(q.claim()?.is_none(), "not due for ten minutes");
     /// assert_eq!(q.status()?.delayed, 1);
+    ///
+    /// // At most one job per key:
+    /// let once = EnqueueOptions { key: Key::new("order-1234"), ..Default::default() };
+    /// let first = q.enqueue_with(b"charge order 1234", &once)?;
+    /// let again = q.enqueue_with(b"charge order 1234", &once)?;
+    /// assert_eq!(again, Enqueued::Duplicate(first.id()));
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn enqueue_with(&self, payload: &[u8], o: &EnqueueOptions) -> Result<JobId, EnqueueError> {
-        // Hook (ops/keys.rs, ops/capacity.rs): keys and the capacity check.
+    pub fn enqueue_with(
+        &self,
+        payload: &[u8],
+        o: &EnqueueOptions,
+    ) -> Result<crate::Enqueued, EnqueueError> {
+        // Hook (ops/keys.rs, ops/capacity.rs): keys, the capacity check and its wait.
         o.priority_on(&self.ident)
             .map_err(EnqueueError::from_internal)?;
+        if let Some(timeout) = o.wait {
+            return self.enqueue_wait(payload, o, timeout);
+        }
         if o.key.is_some() {
-            return self.enqueue_unique(payload, o).map(|e| e.id());
+            return self.enqueue_unique(payload, o);
         }
         let _room = self
             .admit(1, payload.len() as u64)
             .map_err(EnqueueError::from_internal)?;
         self.enqueue_as(None, payload, o)
+            .map(crate::Enqueued::New)
             .map_err(EnqueueError::from_internal)
     }
 
@@ -237,7 +269,7 @@ impl Queue {
         self.publish(p, w, resync)
             .map_err(|e| e.with_job(p.name.id))?;
         self.dir_barrier(&p.dir).map_err(|e| {
-            Error::io(
+            Cause::io(
                 Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
@@ -258,7 +290,7 @@ impl Queue {
     /// # Errors
     /// As [`Queue::enqueue`]; once any job of the batch was published the outcome is
     /// indeterminate for the batch (each job is either fully present or absent).
-    pub fn enqueue_batch(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>, Failure> {
+    pub fn enqueue_batch(&self, payloads: &[&[u8]]) -> Result<Vec<JobId>, Error> {
         let _op = self.op();
         let total: u64 = payloads.iter().map(|p| p.len() as u64).sum();
         let _room = self.admit(payloads.len() as u64, total)?; // hook: ops/capacity.rs
@@ -283,7 +315,7 @@ impl Queue {
                 .first()
                 .is_some_and(|p| self.group.one_barrier_per_rename(&self.sys, p.dir.fd()));
         if one_commit {
-            let nd = |e| Error::io(Call::WriteOut, e, Outcome::NotDone, Some(self.root.clone()));
+            let nd = |e| Cause::io(Call::WriteOut, e, Outcome::NotDone, Some(self.root.clone()));
             for w in &written {
                 self.sys.start_write_out(w.fd()).map_err(nd)?;
             }
@@ -292,7 +324,7 @@ impl Queue {
             }
         } else if self.barriers {
             self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
-                Error::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone()))
+                Cause::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone()))
             })?;
         }
         for (i, (p, w)) in prepared.iter().zip(written).enumerate() {
@@ -313,7 +345,7 @@ impl Queue {
         let last = prepared.last().filter(|_| self.barriers);
         if let Some(p) = last.filter(|_| one_commit) {
             self.dir_barrier(&p.dir).map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::FsyncDir,
                     e,
                     Outcome::Indeterminate,
@@ -322,7 +354,7 @@ impl Queue {
             })?;
         } else if last.is_some() {
             self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::Syncfs,
                     e,
                     Outcome::Indeterminate,
@@ -357,14 +389,14 @@ impl Queue {
     ) -> Result<Prepared<'a>> {
         let limit = self.opts.max_payload;
         if let Some(len) = payload.map(|p| p.len() as u64).filter(|&l| l > limit) {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::PayloadTooLarge { len, limit },
                 None,
             ));
         }
         let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
         if max == 0 {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::InvalidArgument("max attempts must be at least 1"),
                 None,
             ));
@@ -397,7 +429,7 @@ impl Queue {
                 let rel = dir_rel(format_args!("{DELAYED_DIR}/{b}"));
                 let fd = self
                     .bucket_dir(false, &b)
-                    .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
+                    .map_err(|(c, e)| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
                 (DirRef::Opened(fd), rel)
             }
         };
@@ -419,7 +451,7 @@ impl Queue {
                     .map_err(|e| FillError::Call(Call::Write, e))
             }),
             // Only a publication redone through tmp/ gets here: copy the written file.
-            Body::Streamed { .. } => Err(Error::not_done(
+            Body::Streamed { .. } => Err(Cause::not_done(
                 ErrorKind::InvalidArgument("a streamed job is written by its stream"),
                 None,
             )),
@@ -436,7 +468,7 @@ impl Queue {
         sync: bool,
         fill: &mut dyn FnMut(BorrowedFd<'_>) -> core::result::Result<(), FillError>,
     ) -> Result<Written> {
-        let nd = |c, e, rel: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(rel)));
+        let nd = |c, e, rel: &str| Cause::io(c, e, Outcome::NotDone, Some(self.path(rel)));
         let sync = sync && self.barriers;
         // Where the target directory's fsync after the link commits the journal in order,
         // flushing the device first (xfs, journaled ext4: `one_barrier_per_rename`), writing
@@ -501,7 +533,7 @@ impl Queue {
     /// from `O_TMPFILE`, `ENOENT`): not a permission, and no slot to avoid. A ready slot that
     /// is not writable after all (the probe raced a chmod, or an LSM said no) is avoided by
     /// the next enqueues. Not done.
-    fn tmpfile_failed(&self, p: &Prepared<'_>, e: Errno) -> Error {
+    fn tmpfile_failed(&self, p: &Prepared<'_>, e: Errno) -> Cause {
         if let Some(gone) = self.root_replaced() {
             return gone;
         }
@@ -512,7 +544,7 @@ impl Queue {
             self.avoid_slot(s, &p.rel_dir);
             self.warn_unwritable(s, e, &p.rel_dir);
         }
-        Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&p.rel_dir)))
+        Cause::io(Call::Open, e, Outcome::NotDone, Some(self.path(&p.rel_dir)))
     }
 
     /// The linearization point: give the written file its job name.
@@ -535,7 +567,7 @@ impl Queue {
         match w {
             Written::Unnamed(fd) => match self.sys.link_tmpfile(fd.as_fd(), p.dir.fd(), &name) {
                 Ok(()) if resync => self.barrier_file(fd.as_fd()).map_err(|e| {
-                    Error::io(
+                    Cause::io(
                         Call::Fsync,
                         e,
                         Outcome::Indeterminate,
@@ -561,7 +593,7 @@ impl Queue {
                         return Err(gone);
                     }
                     let e = self.dir_errno(p.dir.fd(), e);
-                    Err(Error::io(Call::Link, e, is_eio(e), Some(self.path(&rel()))))
+                    Err(Cause::io(Call::Link, e, is_eio(e), Some(self.path(&rel()))))
                 }
             },
             Written::Named(tmp, fd) => self.publish_named(p, &tmp, fd.as_fd(), &name, resync),
@@ -589,7 +621,7 @@ impl Queue {
                 }
             }
             let e = self.dir_errno(p.dir.fd(), e);
-            return Err(Error::io(
+            return Err(Cause::io(
                 Call::Rename,
                 e,
                 is_eio(e),
@@ -602,7 +634,7 @@ impl Queue {
             return Ok(());
         }
         self.barrier_file(fd).map_err(|e| {
-            Error::io(
+            Cause::io(
                 Call::Fsync,
                 e,
                 Outcome::Indeterminate,
@@ -614,7 +646,7 @@ impl Queue {
         }
         self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))
             .map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::FsyncDir,
                     e,
                     Outcome::Indeterminate,

@@ -12,7 +12,7 @@
 
 use crate::disk::format::{encode_prefix, Envelope, PayloadDigest, HEADER_LEN};
 use crate::disk::sys::Call;
-use crate::error::{EnqueueError, Error, ErrorKind, Result};
+use crate::error::{Cause, EnqueueError, ErrorKind, Result};
 use crate::ops::enqueue::{Body, EnqueueOptions, FillError, Prepared, Written};
 use crate::ops::keys::Enqueued;
 use crate::queue::Queue;
@@ -44,7 +44,7 @@ impl Staged<'_> {
     /// Publish it (once): the linearization point and the barriers after it.
     pub(crate) fn publish(&mut self) -> Result<JobId> {
         let w = self.w.take().ok_or_else(|| {
-            Error::not_done(
+            Cause::not_done(
                 ErrorKind::InvalidArgument("a streamed job is published once"),
                 None,
             )
@@ -83,14 +83,14 @@ impl Source<'_> {
 impl Queue {
     /// Enqueue the payload `input` yields until its end, reading it in 64 KiB chunks:
     /// memory stays about 64 KiB (plus two SHA-256 states) whatever the payload's size, up
-    /// to [`crate::Options::max_payload`]. Options, keys and capacity limits work as in
-    /// [`Queue::enqueue_unique`], whose result it returns. A payload of less than 64 KiB is
+    /// to [`crate::Options::max_payload`]. Options (a key, a wait for room included) work
+    /// as in [`Queue::enqueue_with`], whose result it returns. A payload of less than 64 KiB is
     /// written with one `writev`, as [`Queue::enqueue_with`] does; a longer one is written
     /// as it is read, then read back once for its envelope digest. A delay counts from the
     /// start of the call.
     ///
     /// # Errors
-    /// As [`Queue::enqueue_unique`]; [`ErrorKind::PayloadTooLarge`] as soon as the input
+    /// As [`Queue::enqueue_with`]; [`ErrorKind::PayloadTooLarge`] as soon as the input
     /// passes the limit (its `len` is the bytes read by then), and [`ErrorKind::Input`] when
     /// `input` fails: both not done, nothing left behind.
     ///
@@ -104,29 +104,14 @@ impl Queue {
     /// assert_eq!((lease.id(), lease.payload()?), (id, &big[..]));
     /// # lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
     pub fn enqueue_reader(
         &self,
         input: &mut impl Read,
         o: &EnqueueOptions,
     ) -> Result<Enqueued, EnqueueError> {
-        self.enqueue_reader_as(input, o, None)
-            .map_err(EnqueueError::from_internal)
-    }
-
-    /// [`Queue::enqueue_reader`] that waits, up to `timeout`, for room when the queue is
-    /// full, as [`Queue::enqueue_wait`] does (the payload is read once, before the wait).
-    ///
-    /// # Errors
-    /// As [`Queue::enqueue_reader`] and [`Queue::enqueue_wait`].
-    pub fn enqueue_reader_wait(
-        &self,
-        input: &mut impl Read,
-        o: &EnqueueOptions,
-        timeout: Duration,
-    ) -> Result<Enqueued, EnqueueError> {
-        self.enqueue_reader_as(input, o, Some(timeout))
+        self.enqueue_reader_as(input, o, o.wait)
             .map_err(EnqueueError::from_internal)
     }
 
@@ -193,7 +178,7 @@ impl Queue {
             let total = *len + n as u64;
             if total > limit {
                 let kind = ErrorKind::PayloadTooLarge { len: total, limit };
-                return Err(FillError::Other(Error::not_done(kind, None)));
+                return Err(FillError::Other(Cause::not_done(kind, None)));
             }
             digest.update(&buf[..n]);
             let at = HEADER_LEN as u64 + *len;
@@ -278,7 +263,7 @@ fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> Result<usize> {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::not_done(ErrorKind::Input(e.to_string()), None)),
+            Err(e) => return Err(Cause::not_done(ErrorKind::Input(e.to_string()), None)),
         }
     }
     Ok(n)

@@ -37,7 +37,7 @@ use crate::disk::layout::{DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName};
 use crate::disk::state::State;
 use crate::disk::sys::{Call, Errno};
-use crate::error::{EnqueueError, Error, ErrorKind, Outcome, Result};
+use crate::error::{Cause, EnqueueError, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::EnqueueOptions;
 use crate::ops::enqueue_stream::Source;
 use crate::ops::making::Origin;
@@ -232,8 +232,8 @@ enum Taken {
     Gone,
 }
 
-fn ind(c: Call, e: Errno, p: std::path::PathBuf) -> Error {
-    Error::io(c, e, Outcome::Indeterminate, Some(p))
+fn ind(c: Call, e: Errno, p: std::path::PathBuf) -> Cause {
+    Cause::io(c, e, Outcome::Indeterminate, Some(p))
 }
 
 impl Queue {
@@ -251,20 +251,7 @@ impl Queue {
     /// answered even when the queue is full). A not-done error leaves no key behind that
     /// blocks a retry (an entry left by a failed cleanup is an orphan, retired by the retry).
     /// Indeterminate: the job may exist; a retry with the same key answers which.
-    ///
-    /// # Examples
-    /// ```
-    /// use steadq::{EnqueueOptions, Enqueued, Key};
-    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-key-{}", std::process::id()));
-    /// let q = steadq::Queue::create(&dir, Default::default())?;
-    /// let o = EnqueueOptions { key: Key::new("order-1234"), ..Default::default() };
-    /// let first = q.enqueue_unique(b"charge order 1234", &o)?;
-    /// let again = q.enqueue_unique(b"charge order 1234", &o)?;
-    /// assert_eq!(again, Enqueued::Duplicate(first.id()));
-    /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
-    /// ```
-    pub fn enqueue_unique(
+    pub(crate) fn enqueue_unique(
         &self,
         payload: &[u8],
         o: &EnqueueOptions,
@@ -318,7 +305,7 @@ impl Queue {
                             waited_ms: waited / 1_000_000,
                         };
                         let at = self.path(&format!("{KEYS_DIR}/{entry}"));
-                        return Err(Error::not_done(kind, Some(at)));
+                        return Err(Cause::not_done(kind, Some(at)));
                     }
                     self.wait_for_job(&e, left);
                     continue;
@@ -327,7 +314,7 @@ impl Queue {
                     if !self.retire_key(keys.as_fd(), &entry, e.id)? {
                         // Its tombstone is taken: it cannot be retired, nor the key used.
                         let at = self.path(&format!("{KEYS_DIR}/{entry}"));
-                        return Err(Error::io(
+                        return Err(Cause::io(
                             Call::Rename,
                             Errno::EXIST,
                             Outcome::NotDone,
@@ -380,7 +367,7 @@ impl Queue {
     /// `keys/`, made (and made durable in the root) on first use.
     fn keys_dir(&self) -> Result<OwnedFd> {
         let root = self.dirs.root.as_fd();
-        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(KEYS_DIR)));
+        let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(KEYS_DIR)));
         let (fd, origin) = self
             .made_dir(root, KEYS_DIR, KEYS_DIR)
             .map_err(|(c, e)| nd(c, e))?;
@@ -409,7 +396,7 @@ impl Queue {
         text: &[u8],
     ) -> Result<bool> {
         let rel = format!("{KEYS_DIR}/{entry}");
-        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         // The named route where the handle publishes jobs through tmp/ (btrfs, or no
         // `O_TMPFILE`): `Queue::assemble`, `logs_fsync_per_inode`.
         let named = self.sys.publish_mode() == Some(crate::disk::sys::Publish::Named);
@@ -449,7 +436,7 @@ impl Queue {
     }
 
     /// Best-effort removal of our own key entry after a failure before the job existed.
-    fn unlink_key(&self, keys: std::os::fd::BorrowedFd<'_>, entry: &str, e: Error) -> Error {
+    fn unlink_key(&self, keys: std::os::fd::BorrowedFd<'_>, entry: &str, e: Cause) -> Cause {
         let _ = self.sys.unlink(keys, entry);
         e
     }
@@ -463,7 +450,7 @@ impl Queue {
     ) -> Result<bool> {
         let tmp = self.durable_temp_file(text, None)?;
         let rel = format!("{TMP_DIR}/{tmp}");
-        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         let t = self.dirs.tmp.as_fd();
         let r = match self.retry_making(KEYS_DIR, || self.sys.rename(t, &tmp, keys, entry)) {
             Ok(()) => Ok(true),
@@ -484,7 +471,7 @@ impl Queue {
         key: &Key,
     ) -> Result<Option<Taken>> {
         let rel = format!("{KEYS_DIR}/{entry}");
-        let nd = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         let fd = match self.sys.open_regular_ro(keys, entry) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(None),
@@ -502,7 +489,7 @@ impl Queue {
             .ok()
             .and_then(|t| Entry::decode(t, meta.ctime_ns))
             .filter(|e| e.key == key.as_str())
-            .ok_or_else(|| Error::not_done(ErrorKind::BadKeyEntry, Some(self.path(&rel))))?;
+            .ok_or_else(|| Cause::not_done(ErrorKind::BadKeyEntry, Some(self.path(&rel))))?;
         if self.job_exists(&e)? {
             return Ok(Some(Taken::Job(e.id)));
         }
@@ -545,7 +532,7 @@ impl Queue {
                 return Ok(true);
             }
         }
-        match self.find(e.id) {
+        match self.find(e.id).map_err(crate::Error::into_internal) {
             Ok(_) => Ok(true),
             Err(err) if *err.kind() == ErrorKind::NoSuchJob => self.acked_in_evidence(e.id),
             Err(err) => Err(err),
@@ -635,7 +622,7 @@ impl Queue {
                 return Ok(false);
             }
             Err(e) => {
-                return Err(Error::io(
+                return Err(Cause::io(
                     Call::Rename,
                     e,
                     Outcome::NotDone,
@@ -653,7 +640,7 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::Io`] (not done) if `keys/` cannot be listed.
-    pub fn live_keys(&self) -> Result<u64> {
+    pub fn live_keys(&self) -> crate::Result<u64> {
         let Ok(keys) = self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) else {
             return Ok(0);
         };
@@ -674,7 +661,7 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::Io`]: not done if nothing was removed yet, indeterminate after.
-    pub fn compact_keys(&self, retention: Duration) -> Result<u32, crate::Failure> {
+    pub fn compact_keys(&self, retention: Duration) -> Result<u32, crate::Error> {
         let Ok(keys) = self.sys.open_dir_beneath(self.dirs.root.as_fd(), KEYS_DIR) else {
             return Ok(0);
         };
@@ -697,7 +684,7 @@ impl Queue {
                         let p = self.path(&format!("{KEYS_DIR}/{n}"));
                         log::warn!(
                             "{}; skipped",
-                            Error::io(Call::Open, err, Outcome::NotDone, Some(p))
+                            Cause::io(Call::Open, err, Outcome::NotDone, Some(p))
                         );
                         continue;
                     }
@@ -728,7 +715,7 @@ impl Queue {
                         } else {
                             Outcome::NotDone
                         };
-                        return Err(Error::io(
+                        return Err(Cause::io(
                             Call::Unlink,
                             e,
                             o,
@@ -750,7 +737,7 @@ impl Queue {
     /// (`live`): (live, all).
     fn job_ids(&self) -> Result<(HashSet<JobId>, HashSet<JobId>)> {
         let (mut live, mut all) = (HashSet::new(), HashSet::new());
-        for l in self.list(None)? {
+        for l in self.list(None).map_err(crate::Error::into_internal)? {
             all.insert(l.name.id);
             if matches!(l.state, State::Ready | State::Leased | State::Delayed) {
                 live.insert(l.name.id);
@@ -766,7 +753,7 @@ impl Queue {
             .read_dir(keys, |n, _, _| names.extend(n.map(str::to_string)))
             .map_err(|e| {
                 let at = Some(self.path(KEYS_DIR));
-                Error::io(Call::ReadDir, e, Outcome::NotDone, at)
+                Cause::io(Call::ReadDir, e, Outcome::NotDone, at)
             })?;
         Ok(names)
     }

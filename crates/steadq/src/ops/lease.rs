@@ -23,7 +23,7 @@ use crate::disk::format::{Header, HEADER_LEN};
 use crate::disk::name::{BootDue, JobId, JobName, Kind, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Failure, Outcome, RenewError, Result, SettleError};
+use crate::error::{Cause, Error, ErrorKind, Outcome, RenewError, Result, SettleError};
 use crate::ops::payload::{Checked, PayloadReader, StreamFailed};
 use crate::ops::recover::RecoverReport;
 use crate::ops::transition::MoveFailed;
@@ -67,7 +67,7 @@ pub struct AckedNext {
     /// The next job, claimed under the same barrier as the ack (`Ok(None)`: none ready), or
     /// the claim's own error with its outcome (not done, or indeterminate: then the job is
     /// leased in this process's name and comes back when the lease expires).
-    pub next: std::result::Result<Option<Lease>, Failure>,
+    pub next: std::result::Result<Option<Lease>, Error>,
 }
 
 /// Where a nacked job went.
@@ -102,6 +102,25 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
 
 fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+/// How [`Queue::claim_with`] claims: the lease's length, and whether and how long to wait
+/// for a job. `ClaimOptions::default()` is [`Queue::claim`]: the handle's lease, no wait.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClaimOptions<'a> {
+    /// The lease (visibility timeout): a job not settled or renewed within it goes back to
+    /// ready. `None`: the handle's [`Options::lease`](crate::Options::lease) (30 s unless
+    /// opened with another). Zero, or longer than [`crate::MAX_LEASE`]:
+    /// [`ErrorKind::InvalidArgument`], not done.
+    pub lease: Option<Duration>,
+    /// When no job is ready, wait up to this long for one (on inotify, no polling), making
+    /// delayed jobs ready as they fall due and expired leases ready as they expire, so one
+    /// waiting worker keeps a queue moving. `Ok(None)` at the end. `None`: answer at once.
+    pub wait: Option<Duration>,
+    /// A shutdown flag (set from a signal handler or another thread): the claim returns
+    /// `Ok(None)` within 250 ms of it becoming true, and at once, claiming nothing, when it
+    /// is true already, whatever is ready.
+    pub stop: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 impl Queue {
@@ -140,9 +159,9 @@ impl Queue {
     /// [`ErrorKind::InvalidArgument`] (not done, nothing renamed, every lease released as it
     /// drops) when a lease belongs to another queue (another queue id): the barriers are this
     /// queue's, so ack each queue's leases through its own handle.
-    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>, Failure> {
+    pub fn ack_batch(&self, leases: Vec<Lease>) -> Result<Vec<Receipt>, Error> {
         if let Some(l) = leases.iter().find(|l| l.q.ident.id != self.ident.id) {
-            return Err(Error::not_done(
+            return Err(Cause::not_done(
                 ErrorKind::InvalidArgument("a lease of another queue in ack_batch"),
                 Some(l.q.root.clone()),
             )
@@ -250,7 +269,7 @@ impl Lease {
         self.name.id
     }
 
-    /// The job's priority (`0..`[`crate::name::PRIORITY_LEVELS`], higher first).
+    /// The job's priority (`0..`[`crate::PRIORITY_LEVELS`], higher first).
     pub fn priority(&self) -> u8 {
         self.name.priority
     }
@@ -285,9 +304,9 @@ impl Lease {
     /// assert_eq!(lease.payload()?, b"resize photo 17");
     /// lease.ack()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
+    /// # Ok::<(), steadq::Error>(())
     /// ```
-    pub fn payload(&self) -> Result<&[u8]> {
+    pub fn payload(&self) -> crate::Result<&[u8]> {
         if let Some(f) = self.file.get() {
             return Ok(&f[HEADER_LEN..]);
         }
@@ -304,11 +323,13 @@ impl Lease {
             match r.next(&mut file[at..]) {
                 Ok(0) => break,
                 Ok(n) => at += n,
-                Err(e) => return Err(self.read_error(r.path(), e)),
+                Err(e) => return Err(self.read_error(r.path(), e).into()),
             }
         }
         if at != len {
-            return Err(self.read_error(r.path(), StreamFailed::Changed("short")));
+            return Err(self
+                .read_error(r.path(), StreamFailed::Changed("short"))
+                .into());
         }
         let f = self.file.get_or_init(|| Arc::new(file));
         Ok(&f[HEADER_LEN..])
@@ -360,7 +381,7 @@ impl Lease {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn reader(&self) -> Result<PayloadReader> {
+    pub fn reader(&self) -> crate::Result<PayloadReader> {
         if let Some(f) = self.file.get() {
             return Ok(PayloadReader::memory(f.clone()));
         }
@@ -369,13 +390,13 @@ impl Lease {
         let path = self.q.path(&format!("{}/{name}", here.rel));
         match self.q.sys.open_file_ro(here.dir.fd(), &name) {
             Ok(fd) => Ok(PayloadReader::file(self.q.clone(), fd, &self.header, path)),
-            Err(Errno::NOENT) => Err(Error::not_done(ErrorKind::LeaseLost, Some(path))),
-            Err(e) => Err(Error::io(Call::Open, e, Outcome::NotDone, Some(path))),
+            Err(Errno::NOENT) => Err(Cause::not_done(ErrorKind::LeaseLost, Some(path)).into()),
+            Err(e) => Err(Cause::io(Call::Open, e, Outcome::NotDone, Some(path)).into()),
         }
     }
 
     /// A failed read of the payload as an error (not done): `EBADMSG` when the file changed.
-    fn read_error(&self, path: Option<&std::path::Path>, e: StreamFailed) -> Error {
+    fn read_error(&self, path: Option<&std::path::Path>, e: StreamFailed) -> Cause {
         let errno = match e {
             StreamFailed::Errno(e) => e,
             StreamFailed::Changed(why) => {
@@ -386,7 +407,7 @@ impl Lease {
                 Errno::BADMSG
             }
         };
-        Error::io(
+        Cause::io(
             Call::Read,
             errno,
             Outcome::NotDone,
@@ -518,13 +539,13 @@ impl Lease {
     /// step (`steadq work` uses it between jobs). The ack's rename and the claim's rename
     /// are made first, then the barriers: on ext4 with a journal and on xfs one directory
     /// fsync, of the claim's directory, commits both (DESIGN.md, Barriers: "Ack and claim
-    /// next"), so a worker makes one journal commit per job where `ack` then `claim_for`
+    /// next"), so a worker makes one journal commit per job where `ack` then `claim_with`
     /// make two; elsewhere (btrfs, f2fs, tmpfs, ext4 without a journal) each directory
     /// gets its own fsync, as the two calls would. Strict keeps its meaning: when this
     /// returns `Ok`, the ack is done (its receipt durable) and a returned lease is durable
     /// too.
     ///
-    /// The claim is [`Queue::claim_for`]'s with lease `lease` (recovery of due and expired
+    /// The claim is [`Queue::claim_with`]'s with lease `lease` (recovery of due and expired
     /// jobs included), but it does not wait for a level another user is making
     /// (`ops/making.rs`): then `next` is `Ok(None)` and a later claim finds the job.
     ///
@@ -537,7 +558,7 @@ impl Lease {
     /// to ready with its attempt, best effort; if that fails its lease expires as any other.
     ///
     /// The claim's own outcome is [`AckedNext::next`]: an error there (not done before its
-    /// rename, indeterminate after it, as [`Queue::claim_for`]) leaves the ack done.
+    /// rename, indeterminate after it, as [`Queue::claim_with`]) leaves the ack done.
     ///
     /// # Examples
     /// ```
@@ -576,7 +597,7 @@ impl Lease {
         match self.ack_next(next) {
             Ok((receipt, next)) => Ok(AckedNext {
                 receipt,
-                next: next.unwrap_or(Ok(None)).map_err(Failure::from),
+                next: next.unwrap_or(Ok(None)).map_err(Error::from),
             }),
             Err(e) => Err(SettleError::new(e, self)),
         }
@@ -661,7 +682,7 @@ impl Lease {
     /// reaching past the year 2262. On any not-done error (a bucket directory that cannot be
     /// made on a full disk included) the job stays leased under its name and the lease is
     /// handed back ([`SettleError::NotDone`]): dropping it releases the job, converting the
-    /// error into a [`Failure`] leaves the job leased until its deadline.
+    /// error into an [`Error`] leaves the job leased until its deadline.
     pub fn nack(mut self, delay: Duration) -> Result<Nacked, SettleError> {
         self.nack_in_place(delay)
             .map_err(|e| SettleError::new(e, self))
@@ -754,7 +775,7 @@ impl Lease {
     }
 
     /// Release a lease whose job never reached what would run it, giving back the attempt
-    /// its claim used ([`crate::state::Op::ClaimUndelivered`]): for a claimer that could not
+    /// its claim used (`Op::ClaimUndelivered`): for a claimer that could not
     /// write the payload or the lease handle out (a full disk under `steadq claim
     /// --payload-out`), which otherwise used up an attempt per try and dead-lettered jobs
     /// that never ran. Only for that: a job that may have run is released with

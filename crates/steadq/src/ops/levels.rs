@@ -18,7 +18,7 @@
 use crate::disk::layout::{shard_name, PRIO_DIR, READY_DIR};
 use crate::disk::name::JobId;
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Cause, Outcome, Result};
 use crate::ops::making::{Origin, MAKING_POLL, MAKING_WINDOW};
 use crate::queue::Queue;
 use rustix::fs::inotify::{self, WatchFlags};
@@ -121,10 +121,10 @@ impl Queue {
 
     /// The error (not done) for a job operation on foreign shard `s` ([`Queue::foreign_slot`]),
     /// naming it.
-    pub(crate) fn foreign_slot_error(&self, s: u16) -> Option<Error> {
+    pub(crate) fn foreign_slot_error(&self, s: u16) -> Option<Cause> {
         let (owner, expected) = self.foreign_slot(s)?;
         let kind = crate::ErrorKind::ForeignDir { owner, expected };
-        Some(Error::not_done(
+        Some(Cause::not_done(
             kind,
             Some(self.path(&self.ident.slot_rel(s))),
         ))
@@ -188,7 +188,7 @@ impl Queue {
                             shards: self.ident.shards,
                             errno: e.into(),
                         };
-                        return Err(Error::not_done(kind, Some(self.path(level))));
+                        return Err(Cause::not_done(kind, Some(self.path(level))));
                     }
                     // A directory shards of the level (or the level) would be made in
                     // refuses more than one shard: named first, and the call it refuses
@@ -197,7 +197,7 @@ impl Queue {
                         Some(r) => (Call::Mkdir, r.1.clone()),
                         None => (Call::Open, rel),
                     };
-                    return Err(Error::io(call, e, Outcome::NotDone, Some(self.path(&rel))));
+                    return Err(Cause::io(call, e, Outcome::NotDone, Some(self.path(&rel))));
                 }
             }
         }
@@ -417,7 +417,7 @@ impl Queue {
             (root, "."),
         ] {
             self.barrier(fd).map_err(|e| {
-                Error::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.path(rel)))
+                Cause::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.path(rel)))
             })?;
         }
         let _ = self.dirs.ready[s as usize].get_or_init(|| sfd);
@@ -428,7 +428,7 @@ impl Queue {
     /// Directory `name` of `parent` (`rel` from the root), made if missing
     /// ([`Queue::made_dir`]) and then owned and shared like `ready/`.
     fn make_dir(&self, parent: BorrowedFd<'_>, name: &str, rel: &str) -> Result<OwnedFd> {
-        let nd = |call, e| Error::io(call, e, Outcome::NotDone, Some(self.path(rel)));
+        let nd = |call, e| Cause::io(call, e, Outcome::NotDone, Some(self.path(rel)));
         let (fd, origin) = self
             .made_dir(parent, name, rel)
             .map_err(|(c, e)| nd(c, e))?;

@@ -3,6 +3,7 @@
 //! [`state::TRANSITIONS`] is the table DESIGN.md shows; `transition.rs` is where a rename
 //! happens; enqueue, claim/lease, recovery and the blocking wait each own one file.
 
+// Declared in the order rustdoc lists `Queue`'s methods: enqueue and claim first.
 pub(crate) mod capacity;
 pub(crate) mod enqueue;
 pub(crate) mod enqueue_stream;

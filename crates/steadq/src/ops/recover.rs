@@ -11,7 +11,7 @@ use crate::disk::layout::{bucket_dir, parse_bucket, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{delay_due, due_wall_ns, JobName, Kind};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, EntryType, Errno};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Cause, Outcome, Result};
 use crate::ops::enqueue::DirRef;
 use crate::ops::transition::Place;
 use crate::queue::Queue;
@@ -74,7 +74,7 @@ pub struct RecoverReport {
     pub failed: u32,
     /// The first failure, with its outcome (indeterminate when its rename may have happened).
     /// A pass that could not read a directory has one (naming it) even when `failed` is 0.
-    pub first_error: Option<crate::Failure>,
+    pub first_error: Option<crate::Error>,
     /// Directories this user could not look into (`EACCES`, `EPERM`: a ready slot holding
     /// ready and leased jobs, `delayed/` or a delayed bucket), relative to the root: their
     /// jobs were not examined.
@@ -95,7 +95,7 @@ impl RecoverReport {
     }
 
     /// Count and log a failure; keep the first.
-    pub(crate) fn fail(&mut self, e: crate::Error) {
+    pub(crate) fn fail(&mut self, e: crate::Cause) {
         log::warn!("recover: {e}");
         self.failed += 1;
         if self.first_error.is_none() {
@@ -120,11 +120,11 @@ impl Queue {
     /// (the moves before and after the failure are done) or if the failing move itself is
     /// indeterminate. A move that loses a race (`ENOENT`) is not an error. Use
     /// [`Queue::recover_report`] to get the counts alongside the failure.
-    pub fn recover(&self) -> Result<RecoverReport, crate::Failure> {
+    pub fn recover(&self) -> Result<RecoverReport, crate::Error> {
         let mut r = self.recover_report();
         match r.first_error.take() {
             None => Ok(r),
-            Some(e) => Err(partial(e.into_error(), &r).into()),
+            Some(e) => Err(partial(e.into_cause(), &r).into()),
         }
     }
 
@@ -148,7 +148,7 @@ impl Queue {
             r.first_error = Some(self.unreadable_dir_error(rel).into());
         }
         if let Some(e) = r.first_error.take() {
-            r.first_error = Some(partial(e.into_error(), &r).into());
+            r.first_error = Some(partial(e.into_cause(), &r).into());
         }
         r
     }
@@ -200,7 +200,7 @@ impl Queue {
                 })
             })
             .map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::ReadDir,
                     e,
                     Outcome::NotDone,
@@ -293,7 +293,7 @@ impl Queue {
                 }
             })
             .map_err(|e| {
-                Error::io(
+                Cause::io(
                     Call::ReadDir,
                     e,
                     Outcome::NotDone,
@@ -364,7 +364,7 @@ impl Queue {
                 r.unreadable_dir(rel.as_str().to_owned());
                 Ok(None)
             }
-            Err(e) => Err(Error::io(
+            Err(e) => Err(Cause::io(
                 Call::Open,
                 e,
                 Outcome::NotDone,
@@ -411,7 +411,7 @@ impl Queue {
                 })?;
                 Ok(dead)
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))?;
+            .map_err(|e| Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(TMP_DIR))))?;
         r.foreign += foreign;
         let Some(dead) = listed else {
             r.unreadable_dir(TMP_DIR.to_string());
@@ -424,7 +424,7 @@ impl Queue {
                 // A directory (or an entry we may not remove) named like a temp file is
                 // foreign: reported by fsck, never a reason to stop recovering.
                 Err(Errno::ISDIR | Errno::PERM | Errno::ACCESS) => r.foreign += 1,
-                Err(e) => r.fail(Error::io(
+                Err(e) => r.fail(Cause::io(
                     Call::Unlink,
                     e,
                     Outcome::NotDone,
@@ -437,7 +437,7 @@ impl Queue {
 }
 
 /// The one rule for a batch that failed part-way: indeterminate once anything was changed.
-pub(crate) fn partial(e: crate::Error, r: &RecoverReport) -> crate::Error {
+pub(crate) fn partial(e: crate::Cause, r: &RecoverReport) -> crate::Cause {
     if r.moved() + r.temp_removed + r.buckets_removed > 0 {
         e.with_outcome(Outcome::Indeterminate)
     } else {

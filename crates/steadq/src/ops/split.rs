@@ -22,7 +22,7 @@
 
 use crate::disk::name::JobName;
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Cause, Outcome, Result};
 use crate::ops::enqueue::DirRef;
 use crate::ops::transition::Place;
 use crate::queue::Queue;
@@ -45,7 +45,7 @@ impl Queue {
         if m.links < 2 {
             return Ok(false);
         }
-        let nd = |c, e, rel: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(rel)));
+        let nd = |c, e, rel: &str| Cause::io(c, e, Outcome::NotDone, Some(self.path(rel)));
         let (names, unreadable) = self.names_of(n.id)?;
         if let Some(rel) = unreadable.first() {
             return Err(nd(Call::ReadDir, Errno::ACCESS, rel));
@@ -105,7 +105,7 @@ impl Queue {
                 .map_err(|e| (Call::FsyncDir, e, Outcome::Indeterminate)),
             Err(e) => Err((Call::Unlink, e, Outcome::NotDone)),
         };
-        r.map_err(|(c, e, o)| Error::io(c, e, o, Some(self.path(&path))))?;
+        r.map_err(|(c, e, o)| Cause::io(c, e, o, Some(self.path(&path))))?;
         log::warn!("{path}: split move; kept {kept_rel}/{kept}");
         Ok(())
     }

@@ -17,23 +17,23 @@ use crate::disk::layout::{
 use crate::disk::name::JobName;
 use crate::disk::state::{self, Op, State};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Outcome, Result};
+use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::DirRef;
 use crate::queue::Queue;
 use std::os::fd::AsFd;
 
-/// How a move that did not complete ended. Each carries the public [`Error`] it becomes
+/// How a move that did not complete ended. Each carries the public [`Cause`] it becomes
 /// (`?` converts it), whose [`Outcome`] agrees with the variant.
 #[derive(Debug)]
 pub(crate) enum MoveFailed {
     /// Nothing moved: a failure before the rename, or the rename failed cleanly (`ENOENT`,
     /// the exact old name is gone: [`ErrorKind::LeaseLost`]). Outcome: not done.
-    NotDone(Error),
+    NotDone(Cause),
     /// The rename happened and a barrier after it failed: the job lives under the new name,
     /// which may not survive a crash. Outcome: indeterminate.
-    Renamed(Error),
+    Renamed(Cause),
     /// The rename itself returned `EIO`: either name may exist now. Outcome: indeterminate.
-    Unknown(Error),
+    Unknown(Cause),
 }
 
 impl MoveFailed {
@@ -54,8 +54,8 @@ impl core::fmt::Display for MoveFailed {
     }
 }
 
-impl From<MoveFailed> for Error {
-    fn from(m: MoveFailed) -> Error {
+impl From<MoveFailed> for Cause {
+    fn from(m: MoveFailed) -> Cause {
         match m {
             MoveFailed::NotDone(e) | MoveFailed::Renamed(e) | MoveFailed::Unknown(e) => e,
         }
@@ -126,7 +126,7 @@ impl Queue {
         ));
         let fd = self
             .bucket_dir(dead, bucket)
-            .map_err(|(c, e)| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
+            .map_err(|(c, e)| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel))))?;
         Ok(Place {
             dir: DirRef::Opened(fd),
             rel,
@@ -150,10 +150,10 @@ impl Queue {
         let fd = match self.sys.open_dir_beneath(parent.as_fd(), bucket) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => {
-                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))))
+                return Err(Cause::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))))
             }
             Err(e) => {
-                return Err(Error::io(
+                return Err(Cause::io(
                     Call::Open,
                     e,
                     Outcome::NotDone,
@@ -202,7 +202,7 @@ impl Queue {
     /// The barrier after a move: fsync `place`'s directory (indeterminate on failure).
     pub(crate) fn sync_place(&self, place: &Place<'_>) -> Result<()> {
         self.dir_barrier(&place.dir).map_err(|e| {
-            Error::io(
+            Cause::io(
                 Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
@@ -242,7 +242,7 @@ impl Queue {
         match self.retry_making(&to.rel, rename) {
             Ok(()) => {}
             Err(Errno::NOENT) => {
-                return Err(MoveFailed::NotDone(Error::not_done(
+                return Err(MoveFailed::NotDone(Cause::not_done(
                     ErrorKind::LeaseLost,
                     Some(self.path(&format!("{}/{a}", from.rel))),
                 )))
@@ -251,8 +251,8 @@ impl Queue {
                 let e = self.dir_errno(to.dir.fd(), self.dir_errno(from.dir.fd(), e));
                 let path = Some(self.path(&format!("{}/{a}", from.rel)));
                 let err = |o| match to.rel == from.rel {
-                    true => Error::io(Call::Rename, e, o, path),
-                    false => Error::io(Call::Rename, e, o, path).moving_into(self.path(&to.rel)),
+                    true => Cause::io(Call::Rename, e, o, path),
+                    false => Cause::io(Call::Rename, e, o, path).moving_into(self.path(&to.rel)),
                 };
                 return Err(if e == Errno::IO {
                     MoveFailed::Unknown(err(Outcome::Indeterminate))

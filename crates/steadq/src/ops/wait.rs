@@ -2,7 +2,7 @@
 //! instead of polling.
 //!
 //! A waiting claim lists the queue once (that listing also makes due and expired jobs ready,
-//! see [`Queue::claim_for`]) and remembers two deadlines: when the next delayed job falls due
+//! see [`Queue::claim`]) and remembers two deadlines: when the next delayed job falls due
 //! (wall clock) and when the next lease of this boot expires (`CLOCK_BOOTTIME`). It then sleeps
 //! until one of them, the timeout, or an inotify event. Events carry names, so it learns
 //! without listing: a ready name in `ready/<ss>/` means "try to claim", a leased name moves
@@ -72,54 +72,17 @@ fn min_opt(a: Option<u64>, b: u64) -> Option<u64> {
 }
 
 impl Queue {
-    /// Claim a job, waiting up to `timeout` for one. `Ok(None)` on timeout. While waiting it
-    /// makes delayed jobs ready when they fall due and expired leases ready when they expire,
-    /// so one waiting worker is enough to keep a queue moving. See the module docs for what
-    /// an idle wait costs.
-    ///
-    /// # Errors
-    /// As [`Queue::claim_for`]. A job this user may not move (`EPERM`, `EACCES`) does not end
-    /// the wait: it goes on for a job it can take, and only at the timeout, if such jobs were
-    /// all its last look found, it fails with that error (not done).
-    /// [`ErrorKind::Replaced`](crate::ErrorKind::Replaced) (not done) within about a second
-    /// once the queue's directory is removed, or removed and made again, also before the
-    /// wait began: the wait does not run out its timeout on a queue no job reaches. (One
-    /// shard removed alone is not looked for: [`Queue::replaced_dir`] tells.)
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-wait-{}", std::process::id()));
-    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
-    /// // Nothing ready: returns None after about 50 ms, without polling (inotify).
-    /// assert!(q.claim_wait(Duration::from_secs(30), Duration::from_millis(50))?.is_none());
-    /// q.enqueue(b"job")?;
-    /// let lease = q.claim_wait(Duration::from_secs(30), Duration::from_secs(5))?.unwrap();
-    /// lease.ack()?;
-    /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
-    /// ```
-    pub fn claim_wait(
-        &self,
-        lease: Duration,
-        timeout: Duration,
-    ) -> Result<Option<Lease>, crate::Failure> {
-        self.claim_wait_until(lease, timeout, &AtomicBool::new(false))
-    }
-
-    /// [`Queue::claim_wait`] that also returns `Ok(None)` within 250 ms of `stop` becoming
-    /// true (a worker's shutdown flag, set from a signal handler or another thread), and at
-    /// once, claiming nothing, when it is true already: once the flag is set no job is
-    /// taken, whatever is ready.
-    ///
-    /// # Errors
-    /// As [`Queue::claim_wait`].
-    pub fn claim_wait_until(
+    /// The waiting claim of [`Queue::claim_with`] (`ClaimOptions::wait`): claim a job with
+    /// a lease of `lease`, waiting up to `timeout` for one; `Ok(None)` on timeout, and within
+    /// 250 ms of `stop` becoming true, at once when it is true already (no job taken). While
+    /// waiting it makes delayed jobs ready when they fall due and expired leases ready when
+    /// they expire. See the module docs for what an idle wait costs.
+    pub(crate) fn claim_wait_until(
         &self,
         lease: Duration,
         timeout: Duration,
         stop: &AtomicBool,
-    ) -> Result<Option<Lease>, crate::Failure> {
+    ) -> Result<Option<Lease>, crate::Error> {
         let deadline = self
             .clock
             .boot_ns()
@@ -137,7 +100,7 @@ impl Queue {
         // Jobs this user may not move (`EPERM`: another user's job in a sticky shard) are
         // all a sweep found: wait on as for no job (a job of its own may come), and at the
         // timeout fail as `claim_for` does, with that error (not done), never "no job".
-        let mut refused: Option<crate::error::Error> = None;
+        let mut refused: Option<crate::error::Cause> = None;
         loop {
             // Before any sweep: a set flag takes no job, also when jobs are ready (a
             // worker's loop on this call would otherwise never stop on a busy queue).
@@ -220,7 +183,7 @@ impl Queue {
     /// The queue removed (or replaced) under this handle, looked at when [`LOOK_EVERY_NS`]
     /// passed since `looked` (then set to now): no job reaches the directories it holds,
     /// and a wait would end in "no job" at its timeout, and so on for good.
-    fn replaced_since(&self, looked: &mut u64) -> Option<crate::error::Error> {
+    fn replaced_since(&self, looked: &mut u64) -> Option<crate::error::Cause> {
         let now = self.clock.boot_ns();
         if now.saturating_sub(*looked) < LOOK_EVERY_NS {
             return None;

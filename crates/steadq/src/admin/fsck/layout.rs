@@ -11,7 +11,7 @@ use crate::disk::name::JobName;
 use crate::disk::name::NameError;
 use crate::disk::scan::Foreign;
 use crate::disk::sys::{Call, EntryType, Errno};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Cause, Outcome, Result};
 use crate::queue::{Queue, IDENTITY_FILE};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -100,7 +100,7 @@ impl Queue {
                     _ => push_odd(&mut odd, &mut wild, name, raw),
                 }
             })
-            .map_err(|e| Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
+            .map_err(|e| Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.root.clone())))?;
         // Named by type (a `prio/` holding jobs on a version-2 queue says how many); root
         // entries are never moved.
         for name in odd {
@@ -125,7 +125,8 @@ impl Queue {
     ) -> Result<()> {
         let mut rels = vec![READY_DIR.to_string(), RECEIPTS_DIR.to_string()];
         if v3 && self.check_levels(rep, bad)? {
-            for l in (0..self.ident.levels()).filter(|&l| l != crate::name::DEFAULT_PRIORITY) {
+            for l in (0..self.ident.levels()).filter(|&l| l != crate::disk::name::DEFAULT_PRIORITY)
+            {
                 rels.push(format!("prio/{l}"));
             }
         }
@@ -155,7 +156,7 @@ impl Queue {
                     }
                 })
                 .map_err(|e| {
-                    Error::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
+                    Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(parent)))
                 })?;
             self.strays(rep, fd.as_fd(), parent, odd, bad);
             not_utf8(bad, parent, wild);
@@ -205,7 +206,7 @@ impl Queue {
             .read_dir(fd.as_fd(), |name, raw, t| {
                 let level = matches!(name.map(str::as_bytes), Some([d])
                     if (b'0'..b'0' + levels).contains(d)
-                        && *d != b'0' + crate::name::DEFAULT_PRIORITY);
+                        && *d != b'0' + crate::disk::name::DEFAULT_PRIORITY);
                 match name {
                     Some(n) if level && !self.is_dir_entry(fd.as_fd(), n, t) => {
                         blocked.push(n.to_string())
@@ -260,7 +261,7 @@ impl Queue {
                 });
                 Ok(None)
             }
-            Err(e) => Err(Error::io(
+            Err(e) => Err(Cause::io(
                 Call::Open,
                 e,
                 Outcome::NotDone,

@@ -6,7 +6,7 @@ use super::{is_tag_mismatch, Bad, FsckReport, Problem, ProblemKind};
 use crate::disk::layout::QUARANTINE_DIR;
 use crate::disk::scan::Foreign;
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Cause, Outcome, Result};
 use crate::queue::{Queue, IDENTITY_FILE};
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -120,7 +120,7 @@ impl Queue {
     /// Not done when it cannot be opened or changed; indeterminate when the fsync fails.
     fn share_made(&self, rel: &str, like: &str) -> Result<bool> {
         let root = self.dirs.root.as_fd();
-        let at = |c, e, o| Error::io(c, e, o, Some(self.path(rel)));
+        let at = |c, e, o| Cause::io(c, e, o, Some(self.path(rel)));
         // A directory this user may not even open (700, another user's) it may not change.
         let changed = match self.sys.open_dir_beneath(root, rel) {
             Ok(fd) => self
@@ -156,7 +156,7 @@ impl Queue {
     /// vanished meanwhile.
     pub(super) fn quarantine(&self, dir: &str, name: &str, escaped: bool) -> Result<bool> {
         let root = self.dirs.root.as_fd();
-        let nd = |c, e, p: &str| Error::io(c, e, Outcome::NotDone, Some(self.path(p)));
+        let nd = |c, e, p: &str| Cause::io(c, e, Outcome::NotDone, Some(self.path(p)));
         let to = self.quarantine_dir(dir)?;
         let qdir = format!("{QUARANTINE_DIR}/{dir}");
         let from = self
@@ -176,7 +176,7 @@ impl Queue {
             Err(e) => return Err(nd(Call::Rename, e, &format!("{dir}/{name}"))),
         }
         let ind = |e, p: &str| {
-            Error::io(
+            Cause::io(
                 Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
@@ -197,14 +197,14 @@ impl Queue {
         let mut parent = self
             .sys
             .open_dir_beneath(self.dirs.root.as_fd(), ".")
-            .map_err(|e| Error::io(Call::Open, e, Outcome::NotDone, Some(self.path("."))))?;
+            .map_err(|e| Cause::io(Call::Open, e, Outcome::NotDone, Some(self.path("."))))?;
         for part in std::iter::once(QUARANTINE_DIR).chain(dir.split('/').filter(|p| !p.is_empty()))
         {
             if !rel.is_empty() {
                 rel.push('/');
             }
             rel.push_str(part);
-            let at = |c, e| Error::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+            let at = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
             let made = match self.sys.mkdir(parent.as_fd(), part) {
                 Ok(()) => true,
                 Err(Errno::EXIST) => false,
@@ -219,7 +219,7 @@ impl Queue {
                 // whoever ran fsck first: the next user's `fsck --quarantine` moves into it.
                 self.share_like(child.as_fd(), crate::disk::layout::DEAD_DIR, &rel);
                 self.barrier(parent.as_fd()).map_err(|e| {
-                    Error::io(
+                    Cause::io(
                         Call::FsyncDir,
                         e,
                         Outcome::Indeterminate,

@@ -5,7 +5,7 @@ use super::{not_utf8, push_odd, Bad, FsckReport, Problem, ProblemKind};
 use crate::disk::name::NameError;
 use crate::disk::scan::Foreign;
 use crate::disk::sys::{Call, EntryType, Errno};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Cause, Outcome, Result};
 use crate::queue::Queue;
 use std::os::fd::AsFd;
 
@@ -100,7 +100,7 @@ impl Queue {
                 return Ok(());
             }
             Err(e) => {
-                return Err(Error::io(
+                return Err(Cause::io(
                     Call::Open,
                     e,
                     Outcome::NotDone,

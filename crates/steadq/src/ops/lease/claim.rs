@@ -12,7 +12,8 @@ use super::Lease;
 use crate::disk::name::{JobId, JobName, Kind};
 use crate::disk::state::State;
 use crate::disk::sys::Errno;
-use crate::error::{Error, Failure, Outcome, Result};
+use crate::error::{Cause, Error, Outcome, Result};
+use crate::ops::lease::ClaimOptions;
 use crate::ops::recover::RecoverReport;
 use crate::queue::Queue;
 use std::time::Duration;
@@ -40,7 +41,7 @@ impl Queue {
     /// again.
     ///
     /// A queue whose directory was removed under this handle looks empty to it: `Ok(None)`.
-    /// [`Queue::is_current`] tells (a waiting claim, [`Queue::claim_wait`], fails with
+    /// [`Queue::is_current`] tells (a waiting claim, [`Queue::claim_with`], fails with
     /// [`ErrorKind::Replaced`] then).
     ///
     /// # Errors
@@ -48,11 +49,53 @@ impl Queue {
     /// is then leased in this process's name and comes back when the lease expires). Not
     /// done, with that `EPERM`/`EACCES` and the job's path, when such jobs are all it found
     /// (never `Ok(None)`, "no job", then).
-    ///
-    /// [`ErrorKind::Replaced`]: crate::ErrorKind::Replaced
-    /// [`ErrorKind::Io`]: crate::ErrorKind::Io
-    pub fn claim(&self) -> Result<Option<Lease>, Failure> {
+    pub fn claim(&self) -> Result<Option<Lease>, Error> {
         self.claim_for(self.opts.lease)
+    }
+
+    /// Claim as [`ClaimOptions`] say: with a lease of their length, waiting up to their
+    /// `wait` for a job, stopping when their `stop` flag is set. As [`Queue::claim`]
+    /// otherwise: when no job is ready it first makes due delayed jobs and expired leases
+    /// ready and tries again; a job it cannot hand out is dead-lettered, not returned.
+    ///
+    /// # Errors
+    /// As [`Queue::claim`], plus [`ErrorKind::InvalidArgument`] (not done) for a lease that
+    /// is zero or longer than [`crate::MAX_LEASE`]. A waiting claim: a job this user may not
+    /// move (`EPERM`, `EACCES`) does not end the wait; only at its end, if such jobs were
+    /// all its last look found, it fails with that error (not done).
+    /// [`ErrorKind::Replaced`] (not done) within about a second once the queue's directory
+    /// is removed, or removed and made again, also before the wait began. (One shard
+    /// removed alone is not looked for: [`Queue::replaced_dir`] tells.)
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use steadq::ClaimOptions;
+    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-claim-{}", std::process::id()));
+    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
+    /// let five_minutes = ClaimOptions { lease: Some(Duration::from_secs(300)), ..Default::default() };
+    /// // Nothing ready: returns None after about 50 ms, without polling (inotify).
+    /// let briefly = ClaimOptions { wait: Some(Duration::from_millis(50)), ..five_minutes };
+    /// assert!(q.claim_with(&briefly)?.is_none());
+    /// q.enqueue(b"thumbnail a.jpg")?;
+    /// let mut lease = q.claim_with(&five_minutes)?.expect("a job is ready");
+    /// lease.renew(Duration::from_secs(300))?; // still working: push the deadline out
+    /// let receipt = lease.ack()?;
+    /// assert!(receipt.name.ends_with(".rct"));
+    /// assert_eq!(q.status()?.acked, 1);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), steadq::Error>(())
+    /// ```
+    pub fn claim_with(&self, o: &ClaimOptions<'_>) -> Result<Option<Lease>, Error> {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        let lease = o.lease.unwrap_or(self.opts.lease);
+        match (o.wait, o.stop) {
+            (Some(t), stop) => {
+                self.claim_wait_until(lease, t, stop.unwrap_or(&AtomicBool::new(false)))
+            }
+            (None, Some(stop)) if stop.load(Relaxed) => Ok(None),
+            (None, _) => self.claim_for(lease),
+        }
     }
 
     /// Claim with a lease (visibility timeout) of `lease`. When no job is ready it first makes
@@ -71,24 +114,7 @@ impl Queue {
     /// # Errors
     /// As [`Queue::claim`], plus [`ErrorKind::InvalidArgument`] (not done) for a lease that is
     /// zero or longer than [`crate::MAX_LEASE`].
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// # let dir = std::env::temp_dir().join(format!("steadq-doc-claim-{}", std::process::id()));
-    /// let q = steadq::Queue::create(&dir, steadq::Options::default())?;
-    /// q.enqueue(b"thumbnail a.jpg")?;
-    /// let mut lease = q.claim_for(Duration::from_secs(300))?.expect("a job is ready");
-    /// lease.renew(Duration::from_secs(300))?; // still working: push the deadline out
-    /// let receipt = lease.ack()?;
-    /// assert!(receipt.name.ends_with(".rct"));
-    /// assert_eq!(q.status()?.acked, 1);
-    /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok::<(), steadq::Failure>(())
-    /// ```
-    ///
-    /// [`ErrorKind::InvalidArgument`]: crate::ErrorKind::InvalidArgument
-    pub fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Failure> {
+    pub(crate) fn claim_for(&self, lease: Duration) -> Result<Option<Lease>, Error> {
         use crate::ops::making::{MAKING_RECHECK, MAKING_WINDOW};
         let started = self.clock.boot_ns();
         loop {
@@ -146,7 +172,7 @@ impl Queue {
         }
         // A due delayed job or an expired lease this user may not move (another user's
         // file in a sticky directory) is a job waiting, not "no job": not done, naming it.
-        match seen.first_error.as_ref().map(|f| f.error()) {
+        match seen.first_error.as_ref().map(|f| f.cause()) {
             Some(e) if only_refused(e) => Err(e.clone()),
             _ => Ok(None),
         }
@@ -190,7 +216,7 @@ impl Queue {
         // user's file) is passed over for the next candidate: it stopped every claim, the
         // oldest job being tried first each time. If nothing else can be claimed, the claim
         // fails with its error (not done) instead of saying "no job".
-        let mut refused: Option<Error> = None;
+        let mut refused: Option<Cause> = None;
         // Whether this claim made its one deep listing: a candidate dead-lettered (its attempts
         // used up) or lost to a race is followed by the next one held, not by a deep listing
         // of another slot (a new handle at 1,000,000 jobs whose oldest job was exhausted
@@ -512,7 +538,7 @@ impl Queue {
     /// As [`Queue::claim_for`]. When a barrier fails, the outcome is indeterminate for the
     /// whole batch, and the leases already taken are released as they drop (each comes back
     /// by itself at its lease's end if the release fails too).
-    pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>, Failure> {
+    pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>, Error> {
         let _op = self.op();
         let mut out: Vec<Lease> = Vec::with_capacity(max.min(1024));
         let mut seen = RecoverReport::default();
@@ -585,7 +611,7 @@ mod tests {
         let mut seen = RecoverReport::default();
         let mut budget = 2 * q.ident.slots() as u32;
         q.load_levels(&mut seen, &mut budget, &mut false).unwrap();
-        let skip = Error::io(Call::Open, Errno::ACCESS, Outcome::NotDone, None);
+        let skip = Cause::io(Call::Open, Errno::ACCESS, Outcome::NotDone, None);
         q.remember_refused(id, &skip);
         let e = match q.claim() {
             Err(e) => e,

@@ -3,7 +3,7 @@
 //! listings pass them over, and warned about a few at a time.
 
 use crate::disk::sys::Errno;
-use crate::error::{Error, Outcome};
+use crate::error::{Cause, Outcome};
 use crate::queue::Queue;
 use std::time::Duration;
 
@@ -17,12 +17,12 @@ const REFUSED_WARNINGS: u32 = 3;
 
 /// Whether a claim failed only because the jobs it found were all jobs this user may not
 /// move (see [`Queue::claim_for`]): not done, `EPERM` or `EACCES`.
-pub(crate) fn only_refused(e: &Error) -> bool {
+pub(crate) fn only_refused(e: &Cause) -> bool {
     refused(e) && e.outcome() == Outcome::NotDone
 }
 
 /// Whether a not-done move failed for lack of permission on the job's directory.
-pub(super) fn refused(e: &Error) -> bool {
+pub(super) fn refused(e: &Cause) -> bool {
     let perm = |n: Errno| {
         e.errno()
             .is_some_and(|x| x.raw_os_error() == n.raw_os_error())
@@ -33,7 +33,7 @@ pub(super) fn refused(e: &Error) -> bool {
 impl Queue {
     /// Remember job `id`, which a claim could not move (`e`), for [`UNREADABLE_RECHECK`]:
     /// listings pass it over until then.
-    pub(super) fn remember_refused(&self, id: crate::disk::name::JobId, e: &Error) {
+    pub(super) fn remember_refused(&self, id: crate::disk::name::JobId, e: &Cause) {
         let until = self.clock.boot_ns() + UNREADABLE_RECHECK.as_nanos() as u64;
         let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         r.retain(|x| x.0 != id.0);
@@ -68,12 +68,12 @@ impl Queue {
     }
 
     /// The error of a job remembered as refused and not lapsed, if any.
-    pub(super) fn live_refusal(&self) -> Option<Error> {
+    pub(super) fn live_refusal(&self) -> Option<Cause> {
         let r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.clock.boot_ns();
         // A job passed over for its second name (`EMLINK`, see `take_leased`) is not a job
         // this user may not move: it makes no claim fail.
-        let mlink = |e: &Error| {
+        let mlink = |e: &Cause| {
             e.errno()
                 .is_some_and(|x| x.raw_os_error() == Errno::MLINK.raw_os_error())
         };
@@ -86,7 +86,7 @@ impl Queue {
     /// per job per handle, and by name for the first [`REFUSED_WARNINGS`] jobs only: one `claim` beside
     /// 200 such jobs printed 200 warnings. Past that, one line says so and the rest go to
     /// the debug level.
-    pub(super) fn warn_refused(&self, id: crate::disk::name::JobId, e: &Error) {
+    pub(super) fn warn_refused(&self, id: crate::disk::name::JobId, e: &Cause) {
         use std::sync::atomic::Ordering::Relaxed;
         // By job id: the path changes each time a claim gives the job back.
         let key = format!("job {id}");

@@ -6,7 +6,7 @@ use super::refusal::UNREADABLE_RECHECK;
 use crate::disk::name::{JobName, Kind, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Cause, Outcome, Result};
 use crate::ops::recover::RecoverReport;
 use crate::queue::Queue;
 
@@ -47,7 +47,7 @@ impl Queue {
             }
             Err(e) => {
                 let rel = self.ident.slot_rel(s);
-                return Err(Error::io(
+                return Err(Cause::io(
                     Call::ReadDir,
                     e,
                     Outcome::NotDone,

@@ -7,7 +7,7 @@ use super::{ns, Lease};
 use crate::disk::name::{JobName, Kind, LeaseFields, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, Outcome};
+use crate::error::{Cause, Outcome};
 use crate::ops::transition::MoveFailed;
 use crate::queue::{random, Queue};
 use std::os::fd::AsFd;
@@ -17,15 +17,15 @@ use std::time::Duration;
 /// else (the claim fails).
 pub(super) enum TryFailed {
     /// The rename was refused (`EPERM`, `EACCES`): not done, nothing moved.
-    Skip(Error),
+    Skip(Cause),
     /// Any other failure.
-    Fail(Error),
+    Fail(Cause),
 }
 
 use TryFailed::{Fail, Skip};
 
-impl From<Error> for TryFailed {
-    fn from(e: Error) -> TryFailed {
+impl From<Cause> for TryFailed {
+    fn from(e: Cause) -> TryFailed {
         Fail(e)
     }
 }
@@ -80,7 +80,7 @@ impl Queue {
                 }
                 Err(e) if e.is_lease_lost() => Ok(None),
                 Err(MoveFailed::NotDone(e)) => Err(Skip(e)),
-                Err(e) => Err(Error::from(e).into()),
+                Err(e) => Err(Cause::from(e).into()),
             };
         }
         let fields = LeaseFields {
@@ -100,7 +100,7 @@ impl Queue {
             Ok(()) => self.take_leased(shard, leased, &to),
             Err(e) if e.is_lease_lost() => Ok(None),
             Err(MoveFailed::NotDone(e)) if refused(&e) => Err(Skip(e)),
-            Err(e) => Err(Error::from(e).into()),
+            Err(e) => Err(Cause::from(e).into()),
         }
     }
 
@@ -117,7 +117,7 @@ impl Queue {
         let raw = leased.format(self.ident.id);
         // The job's path, for messages only: made when one is (not a heap string per claim).
         let rel = || format!("{}/{raw}", to.rel);
-        let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(&rel())));
+        let ind = |c, e| Cause::io(c, e, Outcome::Indeterminate, Some(self.path(&rel())));
         let file = match self.sys.open_file_ro(to.dir.fd(), &raw) {
             Ok(f) => f,
             Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
@@ -207,7 +207,7 @@ impl Queue {
         leased: &JobName,
         rel: &str,
     ) -> core::result::Result<Option<String>, TryFailed> {
-        let ind = |c, e| Error::io(c, e, Outcome::Indeterminate, Some(self.path(rel)));
+        let ind = |c, e| Cause::io(c, e, Outcome::Indeterminate, Some(self.path(rel)));
         let me = self.sys.file_id(file).map_err(|e| ind(Call::Stat, e))?;
         let mine = leased.format(self.ident.id);
         // A walk that fails cannot tell: the job is passed over, as if a twin were found.
@@ -279,7 +279,7 @@ impl Queue {
         let mut back = leased.next(Kind::Ready, false);
         back.attempt = crate::disk::state::attempt_after(Op::ClaimUnreadable, leased.attempt);
         let at = |n: &JobName, rel: &str| self.path(&format!("{rel}/{}", n.format(self.ident.id)));
-        let skip = Error::io(
+        let skip = Cause::io(
             Call::Open,
             errno,
             Outcome::NotDone,
@@ -296,7 +296,7 @@ impl Queue {
             Ok(()) => Fail(skip),
             Err(e) => {
                 log::warn!("giving back a job this user may not open: {e}");
-                Fail(Error::io(
+                Fail(Cause::io(
                     Call::Open,
                     errno,
                     Outcome::Indeterminate,

@@ -7,7 +7,7 @@ use crate::disk::format::{Corruption, HEADER_LEN};
 use crate::disk::name::{JobName, Kind, NameError, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Error, ErrorKind, Failure, Outcome, Result};
+use crate::error::{Cause, Error, ErrorKind, Outcome, Result};
 use crate::ops::payload::{check_file, check_whole, Checked, LoadFailed, CHUNK, PROBE};
 use crate::queue::Queue;
 use rustix::fs::FileType;
@@ -168,11 +168,11 @@ impl Queue {
     /// The file is read and verified in 64 KiB chunks, whatever its size:
     /// [`Options::max_payload`](crate::Options::max_payload) limits what is claimed, not
     /// the settling of a lease already held.
-    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease, Failure> {
+    pub fn lease_from_handle(&self, handle: &str) -> Result<Lease, Error> {
         // Named in the message: the queue the handle was given to (a handle of another queue
         // is the common mistake: two queues, one script).
         let refuse =
-            |why| Error::not_done(ErrorKind::InvalidArgument(why), Some(self.root.clone()));
+            |why| Cause::not_done(ErrorKind::InvalidArgument(why), Some(self.root.clone()));
         let name = match JobName::parse(handle, self.ident.id) {
             Ok(n) if matches!(n.kind, Kind::Leased(_)) && self.ident.has_priority(n.priority) => n,
             Err(NameError::Tag) => {
@@ -188,7 +188,7 @@ impl Queue {
         let fd = match self.slot_dir(shard) {
             crate::ops::levels::SlotDir::Held(fd) => fd,
             crate::ops::levels::SlotDir::Missing => {
-                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
+                return Err(Cause::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
             }
             crate::ops::levels::SlotDir::Blocked(_) if self.foreign_slot(shard).is_some() => {
                 let e = self.foreign_slot_error(shard);
@@ -200,19 +200,19 @@ impl Queue {
                     _ => Errno::NOTDIR,
                 };
                 let path = Some(self.path(&b));
-                return Err(Error::io(Call::Open, e, Outcome::NotDone, path).into());
+                return Err(Cause::io(Call::Open, e, Outcome::NotDone, path).into());
             }
         };
         let dir = self.held_dir(fd, &self.ident.slot_rel(shard));
         let file = match self.sys.open_file_ro(dir.fd(), handle) {
             Ok(f) => f,
             Err(Errno::NOENT) => {
-                return Err(Error::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
+                return Err(Cause::not_done(ErrorKind::LeaseLost, Some(self.path(&rel))).into())
             }
             Err(e) => {
                 let e = self.dir_errno(dir.fd(), e);
                 return Err(
-                    Error::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel))).into(),
+                    Cause::io(Call::Open, e, Outcome::NotDone, Some(self.path(&rel))).into(),
                 );
             }
         };
@@ -226,13 +226,13 @@ impl Queue {
                 self.dead_letter(shard, name, Reason::CORRUPT, Op::ClaimCorrupt)?;
                 let dead = self.path(crate::disk::layout::DEAD_DIR);
                 Err(
-                    Error::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel)))
+                    Cause::not_done(ErrorKind::Corrupt(c), Some(self.path(&rel)))
                         .moving_into(dead)
                         .into(),
                 )
             }
             Err(Err((c, e))) => {
-                Err(Error::io(c, e, Outcome::NotDone, Some(self.path(&rel))).into())
+                Err(Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel))).into())
             }
         }
     }
