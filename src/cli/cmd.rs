@@ -259,8 +259,8 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
                 a.key.as_deref().unwrap_or("")
             );
             // Nothing was done, but the id is what a caller's `$(...)` waits for: a closed,
-            // read-only or unread stdout is a failed output (exit 2, as on a full one), not a
-            // quiet exit 0 with an empty id (breaker finding).
+            // read-only or unread stdout is a failed output (exit 2, as on a full one), never a
+            // quiet exit 0 with an empty id.
             stdout::require_reader();
             out!("{id}");
         }
@@ -313,9 +313,9 @@ fn no_job(q: &Queue, dir: &std::path::Path) -> Result<Exit, CliError> {
 /// reader that went away (EPIPE) counts as a failed write, not as the reader's choice
 /// ([`stdout::require_reader`]): the handle reached nobody.
 pub(super) fn handle_needs_stdout(what: &str) -> Result<(), CliError> {
-    // A write past `ulimit -f` raises SIGXFSZ, whose default action ended the process after
-    // the claim or renew with the handle half written (breaker finding). Ignored, the write
-    // fails with EFBIG instead, and the output-failure paths give the job back or say so.
+    // A write past `ulimit -f` raises SIGXFSZ, whose default action would end the process
+    // after the claim or renew with the handle half written. Ignored, the write fails with
+    // EFBIG instead, and the output-failure paths give the job back or say so.
     // Only here: `work` does not ignore it, so its commands do not inherit the ignoring.
     // SAFETY: signal(2) with SIG_IGN has no preconditions and installs no handler code.
     unsafe {
@@ -358,7 +358,7 @@ fn payload_out_file(a: &Claim) -> Result<Option<PayloadFile>, CliError> {
     // once a job is claimed: without a job an existing file keeps its bytes and a new one
     // is removed again. A path outside the queue may still be one of its files: a hard
     // link to it, or a bind mount of it or of the queue (the identity, the evidence log, a
-    // ready job); cutting it wiped that file (breaker findings). Refused before the claim,
+    // ready job), and cutting it would wipe that file. Refused before the claim,
     // as a symlink at the path, a FIFO with no reader or the claim's own stdout are
     // ([`PayloadFile::open`]).
     let file = match &a.payload_out {
@@ -377,9 +377,9 @@ fn payload_out_file(a: &Claim) -> Result<Option<PayloadFile>, CliError> {
 
 pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
     handle_needs_stdout("claim")?;
-    // From here a stop signal sets a flag instead of ending the process: one that came
-    // between the claim's rename and the handlers (a large payload is checked first) killed
-    // it with the job leased, an attempt used (helper's finding). Installed before the
+    // From here a stop signal sets a flag instead of ending the process: one that comes
+    // between the claim's rename and the handlers (a large payload is checked first) would
+    // kill it with the job leased, an attempt used. Installed before the
     // payload file is made, so a stop before the claim leaves none; a waiting claim ends
     // within 250 ms of it, nothing claimed; a job claimed meanwhile is given back.
     super::work::install_interrupting_handlers();
@@ -554,7 +554,7 @@ fn queue_file(f: &std::fs::File, path: &std::path::Path, dir: &std::path::Path) 
 
 /// Whether `path` (which may not exist yet: its directory is resolved) lies inside the
 /// directory `dir`, symlinks resolved on both sides (`claim --payload-out` into the queue
-/// overwrote a job or the identity file: breaker finding). False when either cannot be
+/// would overwrite a job or the identity file). False when either cannot be
 /// resolved (the open that follows reports a bad path).
 fn inside(path: &std::path::Path, dir: &std::path::Path) -> bool {
     let Ok(root) = std::fs::canonicalize(dir) else {

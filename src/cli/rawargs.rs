@@ -39,8 +39,8 @@ pub fn os(s: &str) -> OsString {
 
 /// `msg` with every placeholder in it (as is, or as `{:?}` writes it: `\u{10fffd}...`)
 /// replaced by the argument it stands for, its bytes that are not UTF-8 escaped (`caf\xE9`):
-/// a refused argument is shown as it was typed, not as the placeholder (breaker finding:
-/// `ack Q $'\xff'` said `handle "\u{10fffd}steadq-raw-arg-0" ...`).
+/// a refused argument is shown as it was typed (`ack Q $'\xff'` names `\xff`), never as the
+/// placeholder (`"\u{10fffd}steadq-raw-arg-0"`).
 pub fn shown(msg: &str) -> String {
     let Some(raw) = RAW.get().filter(|r| !r.is_empty()) else {
         return msg.to_string();

@@ -56,8 +56,8 @@ pub fn stdout_read_only() -> bool {
 }
 
 /// Fd 0 for reading a payload, read directly: `std::io::stdin()` reports `EBADF` (a stdin
-/// open for writing only, `0>>file`) as the end of input, so the command enqueued an empty
-/// payload and said done (breaker finding). Read this way the error reaches the caller.
+/// open for writing only, `0>>file`) as the end of input, and the command would enqueue an
+/// empty payload and say done. Read this way the error reaches the caller.
 ///
 /// # Errors
 /// `dup(2)`'s errno when fd 0 cannot be duplicated (`EMFILE`).

@@ -174,11 +174,11 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     )?;
     install_handlers();
     // Orphaned descendants of its commands become its children, reaped by the queue
-    // watcher (and after each job): as a container's PID 1 they piled up as zombies.
+    // watcher (and after each job): as a container's PID 1 they would pile up as zombies.
     super::children::become_subreaper();
     if a.once {
-        // Room for its one job's descriptors before it claims (breaker finding: at the
-        // limit, `--once` claimed, could not start the command, and gave the job back).
+        // Room for its one job's descriptors before it claims: at the limit, `--once` would
+        // claim, fail to start the command, and give the job back.
         fit_concurrency(&a, 1)?;
         return work_once(&a, &q);
     }
@@ -189,8 +189,8 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     }
     let concurrency = fit_concurrency(&a, a.concurrency)?;
     // Worker threads that started: a thread that cannot be started (RLIMIT_NPROC, memory)
-    // panicked the scope (exit 134) with a job already claimed by an earlier thread left
-    // leased, its attempt used (breaker finding). Now the workers that started run on.
+    // is logged and the workers that started run on; a panic of the scope (exit 134) would
+    // leave a job an earlier thread claimed leased, its attempt used.
     let started = AtomicU32::new(0);
     std::thread::scope(|s| {
         let watcher = std::thread::Builder::new()
@@ -400,10 +400,10 @@ static CHILD_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64
 
 thread_local! {
     /// Spawns in a row that failed for want of resources ([`spawn_short_of_resources`]) in
-    /// this worker slot (each slot is a thread). Per slot: one counter for the process made
-    /// the slots of `--concurrency 3` double each other's waits (1, 2 and 4 s within a
-    /// millisecond, then 8, 16, 32), and once the shortage ended two slots slept on for 16
-    /// and 32 s (helper's finding).
+    /// this worker slot (each slot is a thread). Per slot, so that the slots of
+    /// `--concurrency 3` do not double each other's waits (one counter for the process would
+    /// give 1, 2 and 4 s within a millisecond, then 8, 16, 32, and once the shortage ends two
+    /// slots would sleep on for 16 and 32 s).
     static SHORT_STREAK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
@@ -857,10 +857,9 @@ fn spawn_failed(a: &Work, lease: Lease, once: bool, e: &std::io::Error) -> JobEn
             // This process or the system is short of descriptors, memory or processes for
             // the moment: nothing about the job or the command. It goes back to ready (its
             // attempt given back) at once, and this slot waits (`short_pause`: 1 s, doubling
-            // while the shortage lasts); other slots go on. Before, the worker stopped (exit
-            // 2) with the job leased until its lease ran out; then it waited a second with
-            // the job held and took it again every second for as long as the shortage
-            // lasted. `work --once` is not done (exit 2; it exited 0 with the job ready).
+            // while the shortage lasts); other slots go on, and neither the worker nor the
+            // job is held for the length of the shortage. `work --once` is not done (exit
+            // 2), never exit 0 with the job ready.
             let msg = format!("job {id}: cannot start {:?} now: {e}", a.command[0]);
             match lease.release_undelivered() {
                 Ok(()) if once => JobEnd::Unsettled(CliError::not_done(format!(
@@ -1066,9 +1065,9 @@ const ACK_TRIES_ONCE: u32 = 4;
 /// Ack a job whose command succeeded. An ack that is cleanly not done (a full disk, an
 /// immutable directory) does not let the job run again: the lease is kept and renewed, and the
 /// ack retried after 1 s, doubling to 30 s, until it is done, the lease is lost, or the worker
-/// was stopped --grace ago (then the lease is left to expire, as after any failed ack: a stop
-/// used to give up at once, and the job ran again although its command had succeeded). It
-/// gives up after
+/// was stopped --grace ago (then the lease is left to expire, as after any failed ack; a stop
+/// does not give up at once, which would run the job again although its command succeeded).
+/// It gives up after
 /// [`ACK_TRIES_ONCE`] tries with `--once`, and once retrying has taken one --lease otherwise:
 /// the job is then left leased until its lease expires (exit 2 with `--once`; a running
 /// worker logs it and goes on with other jobs).
@@ -1256,8 +1255,8 @@ mod tests {
 
     /// An ack refused with EXDEV (the queue spans filesystems) is not retried: the job goes
     /// back to ready with its attempt and the worker stops, exit 2, naming the directories
-    /// and saying the queue spans filesystems. Before, `--once` retried for about 7 s (a
-    /// running worker for a whole lease) and left the job leased, its attempt used.
+    /// and saying the queue spans filesystems. Retrying (about 7 s with `--once`, a whole
+    /// lease for a running worker) would leave the job leased, its attempt used.
     #[test]
     fn an_ack_across_filesystems_gives_the_job_back_and_stops() {
         let (dir, lease, a) = claimed_with_exdev("ack");

@@ -1,4 +1,4 @@
-//! Depth figures at a large backlog (issue 11): `depth fill DIR N [SHARDS]` enqueues N ready jobs
+//! Depth figures at a large backlog: `depth fill DIR N [SHARDS]` enqueues N ready jobs
 //! (durability none, in batches), `depth claim DIR` times a new worker's first claim and
 //! prints its peak RSS, `depth lease DIR N` claims N jobs with an hour's lease and leaves
 //! them leased (the idle-cost figure: an idle `steadq work` and a CLI `claim` beside N leased

@@ -700,8 +700,8 @@ mod tests {
 
     #[test]
     fn an_after_ack_cut_waits_for_an_ack_past_its_moment() {
-        // The bug: the read up to the moment timed out and the cut fell by time, so the
-        // broken build went 4 cuts uncaught.
+        // A read up to the moment that times out waits for the ack instead of cutting by
+        // time: a cut by time would miss the broken build's ack window.
         assert_eq!(on_timeout(true, false), OnTimeout::Wait);
         assert_eq!(on_timeout(true, true), OnTimeout::GiveUp);
         assert_eq!(on_timeout(false, false), OnTimeout::Cut);
@@ -723,7 +723,8 @@ mod tests {
 
     #[test]
     fn kill_guest_kills_and_reaps_the_running_guest() {
-        // The bug: die() called exit(), which runs no destructor, and QEMU kept running.
+        // die() calls exit(), which runs no destructor: the guest is killed and reaped
+        // explicitly, or QEMU would keep running.
         let c = Command::new("sleep").arg("60").spawn().unwrap();
         let pid = c.id();
         *GUEST.lock().unwrap() = Some(c);

@@ -59,8 +59,8 @@ impl Clock {
     /// As [`Clock::new`], but a boot id that cannot be read *for now* is an error, not a
     /// boot id of 0: out of descriptors or memory (`EMFILE`, `ENFILE`, `ENOMEM`,
     /// `ENOBUFS`). A handle whose leases carried boot id 0 on a machine with `/proc` would
-    /// take every other handle's leases for an earlier boot's (breaker finding: at a low
-    /// `ulimit -n` the warning came first, then the queue's own EMFILE). Without `/proc`, or
+    /// take every other handle's leases for an earlier boot's (at a low `ulimit -n` the
+    /// boot id is the first file a handle reads). Without `/proc`, or
     /// with an unreadable or malformed file, the boot id is 0 and a warning is logged.
     ///
     /// The time namespace's boot-clock offset is read from `/proc/self/timens_offsets`;

@@ -1291,9 +1291,9 @@ pub fn require_single_regular(fd: BorrowedFd<'_>) -> R<()> {
 fn share_like(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, template: &str, bits: u32) -> R<()> {
     let st = rustix::fs::statat(dir, template, AtFlags::SYMLINK_NOFOLLOW)?;
     // Only a real directory (or, for a file's read and write bits, a regular file) is a
-    // template: a symlink at `ready` (its lstat mode 777) made `fsck --quarantine` give
-    // every level directory mode 777, and a file there (0644) made new level directories
-    // nobody could search (breaker finding). Without one, what was made stays as made.
+    // template: a symlink at `ready` (its lstat mode 777) would give every level directory
+    // `fsck --quarantine` makes mode 777, and a file there (0644) would make new level
+    // directories nobody can search. Without one, what was made stays as made.
     let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
     let usable = kind == rustix::fs::FileType::Directory
         || (bits == 0o666 && kind == rustix::fs::FileType::RegularFile);

@@ -502,9 +502,10 @@ mod tests {
     use super::*;
     use rustix::fs::inotify::{CreateFlags, Reader};
 
-    /// A file named `prio` in the root made watching a level's slot fail (`ENOTDIR`), which
-    /// left every watcher of the handle blind. Now the watch stops at the file and covers
-    /// the root, and the directory made in its place is an event that names the slot.
+    /// A file named `prio` in the root does not make watching a level's slot fail
+    /// (`ENOTDIR`, which would leave every watcher of the handle blind): the watch stops at
+    /// the file and covers the root, and the directory made in its place is an event that
+    /// names the slot.
     #[test]
     fn a_file_in_the_way_of_a_slot_is_watched_around() {
         let dir = std::env::temp_dir().join(format!("steadq-levels-{}", std::process::id()));

@@ -286,8 +286,8 @@ fn new_identity(
         );
     }
     // No job to go by, but the layout may still tell (a queue whose every shard
-    // directory is there): 16 shards were restored as 8, with `ready/08`..`0f`
-    // then foreign (breaker finding).
+    // directory is there), so that 16 shards are not restored as 8 with `ready/08`..`0f`
+    // left foreign.
     let shards = match shard_evidence(sys, root) {
         OrphanShards::Told(n) => n,
         _ => opts.shards,
@@ -383,8 +383,9 @@ pub(super) fn set_aside_damaged(sys: &Sys, root: BorrowedFd<'_>, path: &Path) ->
 /// Make directory `name` in `parent` (at `ppath`) unless it is there, and make it durable.
 /// `changed` says whether the calling `create` changed anything yet, and is set when this
 /// makes the directory. Errors: indeterminate once something changed (the barrier after
-/// this `mkdir` included); a `mkdir` or check that fails before then is not done (it
-/// reported an incomplete queue out of inodes as "it may have happened": helper's finding).
+/// this `mkdir` included); a `mkdir` or check that fails before then is not done (a queue
+/// that runs out of inodes before anything was made is reported not done, not "it may have
+/// happened").
 pub(super) fn ensure_dir(
     sys: &Sys,
     parent: BorrowedFd<'_>,

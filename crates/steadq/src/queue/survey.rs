@@ -69,8 +69,8 @@ pub(super) fn list_names(
 pub(super) fn survey_jobs(sys: &Sys, root: BorrowedFd<'_>) -> Survey {
     let mut jobs = 0u32;
     let mut ids: std::collections::BTreeMap<u128, u32> = Default::default();
-    // The priority levels' slots too (`prio/<l>/<ss>`): a restore said "from 5 job
-    // headers" of a queue of 6 jobs, one at priority 6 (breaker finding).
+    // The priority levels' slots too (`prio/<l>/<ss>`): a job at a non-default priority
+    // is a job of the queue, and a restore counts its header.
     let mut parents: Vec<String> = [READY_DIR, RECEIPTS_DIR, DELAYED_DIR, DEAD_DIR]
         .map(String::from)
         .to_vec();
@@ -193,7 +193,7 @@ pub(super) fn shard_evidence(sys: &Sys, root: BorrowedFd<'_>) -> OrphanShards {
     let fits = |n: u16| found.iter().all(|(id, s)| id % n as u64 == *s as u64);
     // Told only when `ready/` and `receipts/` both hold every shard directory of one count
     // (`init` makes them all): a cleanup that removed the empty ones leaves a layout that
-    // no longer tells (`ready/00`..`03` left of 8 restored 4 shards, breaker finding).
+    // does not tell (`ready/00`..`03` left of 8 would restore 4 shards).
     let complete = |v: &mut Vec<u16>| {
         v.sort_unstable();
         v.iter().enumerate().all(|(i, s)| i as u16 == *s)

@@ -165,9 +165,9 @@ impl Queue {
         // One stray job in an empty queue is a foreign job (as a copied-in file looks), not
         // evidence against the identity: at least two are needed.
         // And every job must fail it: one job that passes shows the identity is this
-        // queue's, and the others are foreign (two jobs copied in from another queue beside
-        // one of its own were blamed on the identity, with advice to remove it that would
-        // have made `init` adopt the other queue's id: breaker finding).
+        // queue's, and the others are foreign. Blaming the identity for jobs copied in
+        // beside one of the queue's own would advise removing it, and `init` would then
+        // adopt the other queue's id.
         if tagged.len() < 2 || tagged.len() as u64 != jobs_seen {
             return None;
         }

@@ -43,9 +43,9 @@ impl Queue {
         if name.exhausted() {
             // A job with no attempt left that cannot go to `dead/` (this user may not write
             // there, no inode left for the bucket, a full disk) stays ready and is passed
-            // over like a job this user may not move: it stopped every claim of its level,
-            // the oldest job being tried first each time, while the jobs behind it waited
-            // (breaker finding). Only a move that may have happened fails the claim.
+            // over like a job this user may not move: failing the claim would stop every
+            // claim of its level, the oldest job being tried first each time, while the
+            // jobs behind it wait. Only a move that may have happened fails the claim.
             // The older half of a move a crash split (`ops/split.rs`): a dead-lettering
             // whose dead name survived beside this one, or a newer state. That one stands;
             // dead-lettering this name again made a second dead name for the job.
@@ -132,10 +132,10 @@ impl Queue {
                 return Err(self.give_back(shard, leased, e, true))
             }
             // This process is out of descriptors or memory: nothing about the job. It goes
-            // back with its attempt and the claim is not done. Before, the claim was
-            // indeterminate with the attempt used and the job leased until expiry, so a
-            // worker at its fd limit dead-lettered whole queues `exhausted` without running
-            // a job (breaker finding: `ulimit -n 32`, `work --concurrency 1024`).
+            // back with its attempt and the claim is not done. Were the claim indeterminate,
+            // with the attempt used and the job leased until expiry, a worker at its fd
+            // limit (`ulimit -n 32`, `work --concurrency 1024`) would dead-letter whole
+            // queues `exhausted` without running a job.
             Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOMEM)) => {
                 return Err(self.give_back(shard, leased, e, false))
             }
