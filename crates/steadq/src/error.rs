@@ -6,15 +6,14 @@
 //! the failure came before the linearization point, or the rename itself failed cleanly) or
 //! **indeterminate** (the change may or may not have happened, or may not survive a crash: a
 //! barrier failed after the rename, or the rename failed with `EIO`), and where an operation
-//! has more to say, its own variants ([`Error`], [`EnqueueError`], [`RenewError`],
-//! [`SettleError`]). A read-only call changed nothing: its error is always
+//! has more to say, its own variants ([`Error`], [`EnqueueError`](crate::EnqueueError), [`RenewError`](crate::RenewError),
+//! [`SettleError`](crate::SettleError)). A read-only call changed nothing: its error is always
 //! [`Error::NotDone`]. Every variant holds a [`Cause`]: what went wrong and where. SteadQ
 //! never guesses and never retries an fsync into "done".
 
 use crate::disk::format::Corruption;
 use crate::disk::name::JobId;
 use crate::disk::sys::{Call, Errno};
-use crate::ops::lease::Lease;
 use std::path::PathBuf;
 
 /// An operating-system error number (errno), the way `std::io::Error` carries one: SteadQ's
@@ -250,7 +249,7 @@ struct Inner {
     /// it into a variant of the operation's error type.
     outcome: Outcome,
     path: Option<PathBuf>,
-    /// The job an indeterminate enqueue may have made ([`EnqueueError::Indeterminate`]).
+    /// The job an indeterminate enqueue may have made ([`EnqueueError::Indeterminate`](crate::EnqueueError::Indeterminate)).
     job: Option<JobId>,
     /// For a failed move: the directory it was moving into (a rename fails for either side).
     into: Option<PathBuf>,
@@ -326,6 +325,11 @@ impl Cause {
     pub(crate) fn with_outcome(mut self, outcome: Outcome) -> Cause {
         self.0.outcome = outcome;
         self
+    }
+
+    /// The job an indeterminate enqueue may have made, if named ([`Cause::with_job`]).
+    pub(crate) fn job(&self) -> Option<JobId> {
+        self.0.job
     }
 
     /// Name the job an indeterminate enqueue may have made.
@@ -458,7 +462,7 @@ fn fmt_shards_unknown(f: &mut core::fmt::Formatter<'_>, fits: &[u16]) -> core::f
         f,
         "the identity file {} is missing and so are shard directories: the shard count \
          cannot be told from the layout",
-        crate::queue::IDENTITY_FILE
+        crate::disk::layout::IDENTITY_FILE
     )?;
     match fits {
         [] => write!(f, ", and no count from 1 to 256 fits every job name"),
@@ -624,7 +628,11 @@ pub(crate) type Result<T, E = Cause> = core::result::Result<T, E>;
 
 /// Display `e` as the failure of outcome `o` (the indeterminate note follows the variant,
 /// also for a variant built outside the crate).
-fn display_as(e: &Cause, o: Outcome, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+pub(crate) fn display_as(
+    e: &Cause,
+    o: Outcome,
+    f: &mut core::fmt::Formatter<'_>,
+) -> core::fmt::Result {
     if e.outcome() == o {
         core::fmt::Display::fmt(e, f)
     } else {
@@ -636,7 +644,7 @@ fn display_as(e: &Cause, o: Outcome, f: &mut core::fmt::Formatter<'_>) -> core::
 macro_rules! error_accessors {
     () => {
         /// What went wrong ([`Cause::kind`] of the error inside).
-        pub fn kind(&self) -> &ErrorKind {
+        pub fn kind(&self) -> &$crate::ErrorKind {
             self.cause().kind()
         }
 
@@ -646,23 +654,24 @@ macro_rules! error_accessors {
         }
 
         /// The errno, for [`ErrorKind::Io`].
-        pub fn errno(&self) -> Option<OsErrno> {
+        pub fn errno(&self) -> Option<$crate::OsErrno> {
             self.cause().errno()
         }
 
         /// The cause inside, without its outcome.
-        pub fn into_cause(self) -> Cause {
+        pub fn into_cause(self) -> $crate::Cause {
             self.into_parts().1
         }
     };
 }
+pub(crate) use error_accessors;
 
 /// A SteadQ error, outcome-typed: what a function making several SteadQ calls returns
 /// (`steadq::Result<T>`). The calls whose only outcomes are the two, not done or
 /// indeterminate (`create`, claims, `recover`, `set_limits`, the dead-letter and receipt
 /// administration, `fsck_quarantine`), return it directly; a read-only call (`open`,
 /// `status`, `list`, `fsck`, ...) returns it as [`Error::NotDone`], always. `?` turns every
-/// per-operation error type ([`EnqueueError`], [`RenewError`], [`SettleError`]) into an
+/// per-operation error type ([`EnqueueError`](crate::EnqueueError), [`RenewError`](crate::RenewError), [`SettleError`](crate::SettleError)) into an
 /// `Error`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
@@ -730,269 +739,3 @@ impl core::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-/// How an enqueue failed (`Queue::enqueue`, `enqueue_with`, `enqueue_reader`, and their
-/// typed and async forms).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EnqueueError {
-    /// Not done: no job was made ([`ErrorKind::QueueFull`], [`ErrorKind::PayloadTooLarge`],
-    /// a bad argument, or a failure before the job got its name). A retry is safe.
-    NotDone(Cause),
-    /// Indeterminate: the job `id` may exist (its name was linked, or the link returned
-    /// `EIO`, and a barrier after it failed): [`crate::Queue::find`] with `id` tells whether
-    /// it is there now, and a job that is there may still not survive a crash. With a key,
-    /// enqueueing again with the same key answers which.
-    Indeterminate {
-        /// The id of the job this enqueue may have made.
-        id: JobId,
-        /// What went wrong, and where.
-        error: Cause,
-    },
-}
-
-impl EnqueueError {
-    /// At the public boundary: an enqueue's internal error. Only the publish step of
-    /// `enqueue_as` is indeterminate, and it names its job.
-    pub(crate) fn from_internal(e: Cause) -> EnqueueError {
-        match (e.outcome(), e.0.job) {
-            (Outcome::NotDone, _) => EnqueueError::NotDone(e),
-            (Outcome::Indeterminate, Some(id)) => EnqueueError::Indeterminate { id, error: e },
-            (Outcome::Indeterminate, None) => {
-                unreachable!("an indeterminate enqueue names its job (ops/enqueue.rs enqueue_as)")
-            }
-        }
-    }
-
-    /// Not done, or indeterminate.
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            EnqueueError::NotDone(_) => Outcome::NotDone,
-            EnqueueError::Indeterminate { .. } => Outcome::Indeterminate,
-        }
-    }
-
-    /// The cause: what went wrong, and where.
-    pub fn cause(&self) -> &Cause {
-        match self {
-            EnqueueError::NotDone(e) | EnqueueError::Indeterminate { error: e, .. } => e,
-        }
-    }
-
-    /// The id of the job an indeterminate enqueue may have made; `None` when not done.
-    pub fn id(&self) -> Option<JobId> {
-        match self {
-            EnqueueError::NotDone(_) => None,
-            EnqueueError::Indeterminate { id, .. } => Some(*id),
-        }
-    }
-
-    fn into_parts(self) -> (Outcome, Cause) {
-        match self {
-            EnqueueError::NotDone(e) => (Outcome::NotDone, e),
-            EnqueueError::Indeterminate { error, .. } => (Outcome::Indeterminate, error),
-        }
-    }
-
-    error_accessors!();
-}
-
-impl From<EnqueueError> for Error {
-    fn from(e: EnqueueError) -> Error {
-        match e {
-            EnqueueError::NotDone(e) => Error::NotDone(e),
-            EnqueueError::Indeterminate { error, .. } => Error::Indeterminate(error),
-        }
-    }
-}
-
-impl core::fmt::Display for EnqueueError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        display_as(self.cause(), self.outcome(), f)?;
-        match self {
-            EnqueueError::Indeterminate { id, .. } => write!(f, " (job {id})"),
-            EnqueueError::NotDone(_) => Ok(()),
-        }
-    }
-}
-
-impl std::error::Error for EnqueueError {}
-
-/// How [`Lease::renew`] failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RenewError {
-    /// Not done: the lease keeps its old deadline and stays usable (a bad duration, or the
-    /// rename failed cleanly).
-    NotDone(Cause),
-    /// The lease's exact name was gone: it expired and was recovered, or was settled or
-    /// renewed elsewhere. Nothing changed; the job is no longer this lease's.
-    LeaseLost(Cause),
-    /// Indeterminate: the rename happened but its barrier failed (the lease holds its new
-    /// name, which may not survive a crash), or the rename returned `EIO` (the lease follows
-    /// whichever name exists). The lease stays usable: a next renew or settle says more.
-    Indeterminate(Cause),
-}
-
-impl RenewError {
-    /// At the public boundary: a renew's internal error.
-    pub(crate) fn from_internal(e: Cause) -> RenewError {
-        match e.outcome() {
-            _ if e.is_lease_lost() => RenewError::LeaseLost(e),
-            Outcome::NotDone => RenewError::NotDone(e),
-            Outcome::Indeterminate => RenewError::Indeterminate(e),
-        }
-    }
-
-    /// Not done (a lost lease included), or indeterminate.
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            RenewError::NotDone(_) | RenewError::LeaseLost(_) => Outcome::NotDone,
-            RenewError::Indeterminate(_) => Outcome::Indeterminate,
-        }
-    }
-
-    /// The cause: what went wrong, and where.
-    pub fn cause(&self) -> &Cause {
-        match self {
-            RenewError::NotDone(e) | RenewError::LeaseLost(e) | RenewError::Indeterminate(e) => e,
-        }
-    }
-
-    /// True for [`RenewError::LeaseLost`].
-    pub fn is_lease_lost(&self) -> bool {
-        matches!(self, RenewError::LeaseLost(_))
-    }
-
-    fn into_parts(self) -> (Outcome, Cause) {
-        let o = self.outcome();
-        match self {
-            RenewError::NotDone(e) | RenewError::LeaseLost(e) | RenewError::Indeterminate(e) => {
-                (o, e)
-            }
-        }
-    }
-
-    error_accessors!();
-}
-
-impl From<RenewError> for Error {
-    fn from(e: RenewError) -> Error {
-        match e.into_parts() {
-            (Outcome::NotDone, e) => Error::NotDone(e),
-            (Outcome::Indeterminate, e) => Error::Indeterminate(e),
-        }
-    }
-}
-
-impl core::fmt::Display for RenewError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        display_as(self.cause(), self.outcome(), f)
-    }
-}
-
-impl std::error::Error for RenewError {}
-
-/// How a settling call of a lease failed: [`Lease::ack`], [`Lease::nack`], [`Lease::fail`],
-/// [`Lease::release`] (and `TypedLease`'s, with the `serde` feature).
-#[derive(Debug)]
-pub enum SettleError {
-    /// Not done: the job is still leased by this lease, under its name, and the lease is
-    /// handed back: settle it again (a second `ack` after the disk has room), renew it, or
-    /// drop it (which releases the job to ready, as dropping any lease does). Converting
-    /// this variant into an [`Error`] (`?`) keeps the job leased until its deadline
-    /// instead, as [`Lease::into_handle`] does.
-    NotDone {
-        /// The lease, still holding the job (boxed: a lease is large, an error should not be).
-        lease: Box<Lease>,
-        /// What went wrong, and where.
-        error: Cause,
-    },
-    /// The lease's exact name was gone: it expired and was recovered, or was settled or
-    /// renewed elsewhere. Nothing changed.
-    LeaseLost(Cause),
-    /// Indeterminate: the rename happened but a barrier after it failed, or the rename
-    /// returned `EIO`. The job may be settled; it is never released or settled again by
-    /// this lease.
-    Indeterminate(Cause),
-}
-
-impl SettleError {
-    /// At the public boundary: a settling call's internal error, with the lease it was made
-    /// on. Not done (and not lost) hands the lease back as a live guard.
-    pub(crate) fn new(e: Cause, mut lease: Lease) -> SettleError {
-        match e.outcome() {
-            _ if e.is_lease_lost() => SettleError::LeaseLost(e),
-            Outcome::NotDone => {
-                lease.rearm();
-                SettleError::NotDone {
-                    lease: Box::new(lease),
-                    error: e,
-                }
-            }
-            Outcome::Indeterminate => SettleError::Indeterminate(e),
-        }
-    }
-
-    /// Not done (a lost lease included), or indeterminate.
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            SettleError::NotDone { .. } | SettleError::LeaseLost(_) => Outcome::NotDone,
-            SettleError::Indeterminate(_) => Outcome::Indeterminate,
-        }
-    }
-
-    /// The cause: what went wrong, and where.
-    pub fn cause(&self) -> &Cause {
-        match self {
-            SettleError::NotDone { error: e, .. }
-            | SettleError::LeaseLost(e)
-            | SettleError::Indeterminate(e) => e,
-        }
-    }
-
-    /// True for [`SettleError::LeaseLost`].
-    pub fn is_lease_lost(&self) -> bool {
-        matches!(self, SettleError::LeaseLost(_))
-    }
-
-    /// The lease handed back by [`SettleError::NotDone`] (`None` for the other variants).
-    pub fn into_lease(self) -> Option<Lease> {
-        match self {
-            SettleError::NotDone { lease, .. } => Some(*lease),
-            _ => None,
-        }
-    }
-
-    /// The outcome and the error; a lease handed back is detached (the job stays leased
-    /// until its deadline).
-    fn into_parts(self) -> (Outcome, Cause) {
-        let o = self.outcome();
-        match self {
-            SettleError::NotDone { lease, error } => {
-                let _ = lease.into_handle();
-                (o, error)
-            }
-            SettleError::LeaseLost(e) | SettleError::Indeterminate(e) => (o, e),
-        }
-    }
-
-    error_accessors!();
-}
-
-impl From<SettleError> for Error {
-    /// A lease handed back by [`SettleError::NotDone`] is detached, not released: the job
-    /// stays leased under its name until its deadline, so the conversion changes nothing.
-    fn from(e: SettleError) -> Error {
-        match e.into_parts() {
-            (Outcome::NotDone, e) => Error::NotDone(e),
-            (Outcome::Indeterminate, e) => Error::Indeterminate(e),
-        }
-    }
-}
-
-impl core::fmt::Display for SettleError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        display_as(self.cause(), self.outcome(), f)
-    }
-}
-
-impl std::error::Error for SettleError {}

@@ -65,7 +65,7 @@
 //!
 //! ```text
 //! src/lib.rs            the crate: layers, public re-exports
-//! src/error.rs          Error (outcome-typed), Cause (what, where), EnqueueError, ...
+//! src/error.rs          Error (outcome-typed), Cause (what, where), ErrorKind, Outcome
 //! src/queue/mod.rs      the queue handle (Queue) and what its clones share
 //! src/queue/options.rs  Options, OpenMode, Durability and their checks
 //! src/queue/create.rs   create: the layout's directories, then the identity, published last
@@ -89,10 +89,10 @@
 //! src/disk/state.rs      the state table shared with DESIGN.md
 //! src/ops/transition.rs where a rename happens (move_job) and its barriers
 //! src/ops/group.rs      group commit: threads of a process share directory fsyncs
-//! src/ops/enqueue.rs    enqueue, enqueue_with (EnqueueOptions): O_TMPFILE + linkat, or a
-//!                       named temp file + rename
-//! src/ops/lease.rs      the lease guard (renew, ack, nack, fail, release), ack_batch,
-//!                       ClaimOptions
+//! src/ops/enqueue.rs    enqueue, enqueue_with (EnqueueOptions, EnqueueError): O_TMPFILE +
+//!                       linkat, or a named temp file + rename
+//! src/ops/lease.rs      the lease guard (renew, ack, nack, fail, release; RenewError,
+//!                       SettleError), ack_batch, ClaimOptions
 //! src/ops/lease/claim.rs   claim, claim_with; scheduling: levels, candidates, pick, claim_batch
 //! src/ops/lease/sweep.rs   the claim's listing of one slot, expiring its leases
 //! src/ops/lease/take.rs    taking one candidate: rename, open, twin check, give back
@@ -170,15 +170,17 @@ pub use disk::name::{DEFAULT_PRIORITY, PRIORITY_LEVELS};
 pub use disk::scan::Foreign;
 pub use disk::state::State;
 pub use disk::sys::Call;
-pub use error::{Cause, EnqueueError, Error, ErrorKind, OsErrno, Outcome, RenewError, SettleError};
+pub use error::{Cause, Error, ErrorKind, OsErrno, Outcome};
 /// `Result<T>` is `Result<T, steadq::Error>`: what every call returns but the enqueues (their
 /// [`EnqueueError`]) and a lease's renew and settling calls ([`RenewError`], [`SettleError`]),
 /// all of which `?` turns into an [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
 pub use ops::capacity::{CapacityUse, Limits};
-pub use ops::enqueue::EnqueueOptions;
+pub use ops::enqueue::{EnqueueError, EnqueueOptions};
 pub use ops::keys::{Enqueued, Key, KEY_ORPHAN_AFTER, KEY_WAIT_MAX, TOMBSTONE_KEEP};
-pub use ops::lease::{backoff, AckedNext, ClaimOptions, Lease, Nacked, Receipt};
+pub use ops::lease::{
+    backoff, AckedNext, ClaimOptions, Lease, Nacked, Receipt, RenewError, SettleError,
+};
 pub use ops::payload::PayloadReader;
 pub use ops::recover::RecoverReport;
 pub use queue::{

@@ -11,6 +11,12 @@
 //! at the crate root (`crate::Options`, `crate::MAX_LEASE`, ...) are the public API and
 //! allowed.
 //!
+//! The error types (`src/error.rs`: `Error`, `Cause`, `ErrorKind`, `Outcome`, `OsErrno`) sit
+//! just above the on-disk layer and name nothing else: the operations' own error types live
+//! beside their operations (`EnqueueError` in `ops/enqueue.rs`, `RenewError` and
+//! `SettleError` in `ops/lease.rs`), so `error.rs` names no operation, no part of the queue
+//! handle and no administration.
+//!
 //! The rules are read from the source, so a new upward import fails a test here with the
 //! file, the line and the path it named.
 
@@ -300,5 +306,74 @@ fn the_ops_check_finds_each_forbidden_path() {
     assert_eq!(
         ops_violations("use super::super::super::admin;\n", 1, &admin),
         vec![(1, "super::super::super".to_string())]
+    );
+}
+
+/// What `src/error.rs` names that its rule forbids: any `crate::` path but into `disk` (or a
+/// crate-root re-export of a `disk` item) and its own re-exports (`$crate::ErrorKind` in its
+/// accessor macro).
+fn error_violations(text: &str, lib: &str) -> Vec<(usize, String)> {
+    let mut allowed = disk_names(lib);
+    allowed.extend(reexports(lib, "error"));
+    allowed.insert("error".to_string());
+    crate_paths(text)
+        .into_iter()
+        .filter(|(_, seg)| !allowed.contains(seg))
+        .map(|(line, seg)| (line, format!("crate::{seg}")))
+        .collect()
+}
+
+#[test]
+fn the_error_types_name_only_the_disk_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let ours = reexports(&lib, "error");
+    for must in ["Error", "Cause", "ErrorKind", "Outcome"] {
+        assert!(
+            ours.contains(must),
+            "lib.rs re-export of error's {must} not found: {ours:?}"
+        );
+    }
+    // The per-operation error types are re-exported from their operations, not from here.
+    for op in ["EnqueueError", "RenewError", "SettleError"] {
+        assert!(
+            !ours.contains(op),
+            "{op} is re-exported from error.rs: {ours:?}"
+        );
+        assert!(
+            reexports(&lib, "ops").contains(op),
+            "{op} is not re-exported from ops"
+        );
+    }
+    let text = std::fs::read_to_string(src.join("error.rs")).unwrap();
+    let bad: Vec<String> = error_violations(&text, &lib)
+        .into_iter()
+        .map(|(line, path)| format!("src/error.rs:{line}: {path}"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "error.rs names an operation, the queue handle or administration:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The error checker itself: an operation's path and a re-export of one are found, the disk
+/// layer and error.rs's own items are not, and a comment is not read.
+#[test]
+fn the_error_check_finds_an_operation_path() {
+    let lib = "pub use disk::name::{JobId, Kind};\npub use error::{Cause, Error};\npub use ops::lease::{Lease, SettleError};\n";
+    let text = "use crate::disk::sys::Errno;\n\
+                use crate::ops::lease::Lease;\n\
+                let f = crate::queue::IDENTITY_FILE; // crate::admin\n\
+                fn k() -> $crate::Cause {}\n\
+                let e: crate::SettleError;\n\
+                let j = crate::JobId::new(1, 2);\n";
+    assert_eq!(
+        error_violations(text, lib),
+        vec![
+            (2, "crate::ops".to_string()),
+            (3, "crate::queue".to_string()),
+            (5, "crate::SettleError".to_string()),
+        ]
     );
 }

@@ -28,7 +28,7 @@ use crate::disk::name::{JobId, JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::state::{self, Op, State};
 use crate::disk::sys::{Call, Errno, Publish};
-use crate::error::{Cause, EnqueueError, Error, ErrorKind, Outcome, Result};
+use crate::error::{display_as, error_accessors, Cause, Error, ErrorKind, Outcome, Result};
 use crate::queue::{random, Durability, Queue};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
@@ -655,3 +655,89 @@ impl Queue {
             })
     }
 }
+
+/// How an enqueue failed (`Queue::enqueue`, `enqueue_with`, `enqueue_reader`, and their
+/// typed and async forms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnqueueError {
+    /// Not done: no job was made ([`ErrorKind::QueueFull`], [`ErrorKind::PayloadTooLarge`],
+    /// a bad argument, or a failure before the job got its name). A retry is safe.
+    NotDone(Cause),
+    /// Indeterminate: the job `id` may exist (its name was linked, or the link returned
+    /// `EIO`, and a barrier after it failed): [`crate::Queue::find`] with `id` tells whether
+    /// it is there now, and a job that is there may still not survive a crash. With a key,
+    /// enqueueing again with the same key answers which.
+    Indeterminate {
+        /// The id of the job this enqueue may have made.
+        id: JobId,
+        /// What went wrong, and where.
+        error: Cause,
+    },
+}
+
+impl EnqueueError {
+    /// At the public boundary: an enqueue's internal error. Only the publish step of
+    /// `enqueue_as` is indeterminate, and it names its job.
+    pub(crate) fn from_internal(e: Cause) -> EnqueueError {
+        match (e.outcome(), e.job()) {
+            (Outcome::NotDone, _) => EnqueueError::NotDone(e),
+            (Outcome::Indeterminate, Some(id)) => EnqueueError::Indeterminate { id, error: e },
+            (Outcome::Indeterminate, None) => {
+                unreachable!("an indeterminate enqueue names its job (ops/enqueue.rs enqueue_as)")
+            }
+        }
+    }
+
+    /// Not done, or indeterminate.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            EnqueueError::NotDone(_) => Outcome::NotDone,
+            EnqueueError::Indeterminate { .. } => Outcome::Indeterminate,
+        }
+    }
+
+    /// The cause: what went wrong, and where.
+    pub fn cause(&self) -> &Cause {
+        match self {
+            EnqueueError::NotDone(e) | EnqueueError::Indeterminate { error: e, .. } => e,
+        }
+    }
+
+    /// The id of the job an indeterminate enqueue may have made; `None` when not done.
+    pub fn id(&self) -> Option<JobId> {
+        match self {
+            EnqueueError::NotDone(_) => None,
+            EnqueueError::Indeterminate { id, .. } => Some(*id),
+        }
+    }
+
+    fn into_parts(self) -> (Outcome, Cause) {
+        match self {
+            EnqueueError::NotDone(e) => (Outcome::NotDone, e),
+            EnqueueError::Indeterminate { error, .. } => (Outcome::Indeterminate, error),
+        }
+    }
+
+    error_accessors!();
+}
+
+impl From<EnqueueError> for Error {
+    fn from(e: EnqueueError) -> Error {
+        match e {
+            EnqueueError::NotDone(e) => Error::NotDone(e),
+            EnqueueError::Indeterminate { error, .. } => Error::Indeterminate(error),
+        }
+    }
+}
+
+impl core::fmt::Display for EnqueueError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        display_as(self.cause(), self.outcome(), f)?;
+        match self {
+            EnqueueError::Indeterminate { id, .. } => write!(f, " (job {id})"),
+            EnqueueError::NotDone(_) => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for EnqueueError {}

@@ -12,7 +12,8 @@
 
 use crate::disk::format::{encode_prefix, Envelope, PayloadDigest, HEADER_LEN};
 use crate::disk::sys::Call;
-use crate::error::{Cause, EnqueueError, ErrorKind, Result};
+use crate::error::{Cause, ErrorKind, Result};
+use crate::ops::enqueue::EnqueueError;
 use crate::ops::enqueue::{Body, EnqueueOptions, FillError, Prepared, Written};
 use crate::ops::keys::Enqueued;
 use crate::queue::Queue;

@@ -23,7 +23,7 @@ use crate::disk::format::{Header, HEADER_LEN};
 use crate::disk::name::{BootDue, JobId, JobName, Kind, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
-use crate::error::{Cause, Error, ErrorKind, Outcome, RenewError, Result, SettleError};
+use crate::error::{display_as, error_accessors, Cause, Error, ErrorKind, Outcome, Result};
 use crate::ops::payload::{Checked, PayloadReader, StreamFailed};
 use crate::ops::recover::RecoverReport;
 use crate::ops::transition::MoveFailed;
@@ -223,62 +223,8 @@ impl Queue {
     }
 }
 
+// The core calls first: rustdoc lists methods in the source order of the impl blocks.
 impl Lease {
-    /// The guard for leased job `name` in `shard`, whose file the claim checked (`None`: the
-    /// check failed; the guard only releases or dead-letters it then).
-    fn new(q: Queue, shard: u16, name: JobName, checked: Option<&Checked>) -> Lease {
-        let (raw, header, file) = match checked {
-            Some(c) => (c.raw, c.header, c.file.clone()),
-            None => ([0; HEADER_LEN], Header::default(), None),
-        };
-        let lease = Lease {
-            q,
-            shard,
-            name,
-            raw,
-            header,
-            file: OnceLock::new(),
-            settled: false,
-        };
-        if let Some(f) = file {
-            let _ = lease.file.set(f);
-        }
-        lease
-    }
-
-    /// Rename into receipts without barriers (for [`Queue::ack_batch`]).
-    fn ack_rename(&mut self) -> Result<(Receipt, JobName)> {
-        self.settled = true;
-        let new = self.name.next(self.q.receipt_kind(self.token()), false);
-        self.q.rename_job(
-            &self.here(),
-            &self.name,
-            &self.q.place_receipts(self.receipt_shard()),
-            &new,
-            Op::Ack,
-        )?;
-        let r = Receipt {
-            id: self.name.id,
-            name: new.format(self.q.ident.id).to_string(),
-        };
-        Ok((r, new))
-    }
-
-    /// The job id.
-    pub fn id(&self) -> JobId {
-        self.name.id
-    }
-
-    /// The job's priority (`0..`[`crate::PRIORITY_LEVELS`], higher first).
-    pub fn priority(&self) -> u8 {
-        self.name.priority
-    }
-
-    /// The `receipts/<ss>` shard of this job (its id's shard; every level shares them).
-    fn receipt_shard(&self) -> u16 {
-        self.name.id.shard(self.q.ident.shards)
-    }
-
     /// The payload, verified against both digests, in memory.
     ///
     /// Memory: a job file of up to 64 KiB (header included) was kept from the claim's read,
@@ -333,11 +279,6 @@ impl Lease {
         }
         let f = self.file.get_or_init(|| Arc::new(file));
         Ok(&f[HEADER_LEN..])
-    }
-
-    /// The payload's length, bytes (from the header the claim verified; no I/O).
-    pub fn payload_len(&self) -> u64 {
-        self.header.payload_len
     }
 
     /// The payload as a stream: a [`PayloadReader`] ([`std::io::Read`]) that does not borrow
@@ -395,85 +336,46 @@ impl Lease {
         }
     }
 
-    /// A failed read of the payload as an error (not done): `EBADMSG` when the file changed.
-    fn read_error(&self, path: Option<&std::path::Path>, e: StreamFailed) -> Cause {
-        let errno = match e {
-            StreamFailed::Errno(e) => e,
-            StreamFailed::Changed(why) => {
-                log::warn!(
-                    "job {}: payload changed since its claim ({why})",
-                    self.name.id
-                );
-                Errno::BADMSG
-            }
-        };
-        Cause::io(
-            Call::Read,
-            errno,
-            Outcome::NotDone,
-            path.map(|p| p.to_path_buf()),
-        )
+    /// Ack: rename the job into `receipts/<shard>/` and make that durable; then apply the
+    /// queue's receipt policy ([`crate::ReceiptPolicy`]: cut the receipt to its header, or
+    /// write its evidence line and remove it). The ack is done once the receipt is durable: a
+    /// policy step that fails is logged and leaves a whole receipt. The file is not read
+    /// again: it was verified once, at claim (a file corrupted while leased is not caught
+    /// here).
+    ///
+    /// # Errors
+    /// [`SettleError::LeaseLost`] (no receipt written); [`SettleError::NotDone`] with
+    /// [`ErrorKind::Io`] when the rename failed cleanly (a full disk, an immutable
+    /// directory): the job is still leased and the lease is handed back, to renew and ack
+    /// again; [`SettleError::Indeterminate`] after the rename (its barrier failed, or the
+    /// rename returned `EIO`).
+    pub fn ack(self) -> Result<Receipt, SettleError> {
+        self.ack_and_maybe_claim(None).map(|step| step.receipt)
     }
 
-    /// This claim's attempt number (1 for the first claim).
-    pub fn attempt(&self) -> u32 {
-        self.name.attempt
+    /// Nack: retry after `delay`, counted as an enqueue's
+    /// [`EnqueueOptions::delay`](crate::EnqueueOptions::delay) is (the boot clock within this
+    /// boot). Zero goes straight back to ready; with no attempt left (this was claim
+    /// `max_attempts`) the job is dead-lettered (reason `exhausted`) whatever the delay.
+    ///
+    /// # Errors
+    /// As [`Lease::ack`], plus [`ErrorKind::InvalidArgument`] (not done) for a delay
+    /// reaching past the year 2262. On any not-done error (a bucket directory that cannot be
+    /// made on a full disk included) the job stays leased under its name and the lease is
+    /// handed back ([`SettleError::NotDone`]): dropping it releases the job, converting the
+    /// error into an [`Error`] leaves the job leased until its deadline.
+    pub fn nack(mut self, delay: Duration) -> Result<Nacked, SettleError> {
+        self.nack_in_place(delay)
+            .map_err(|e| SettleError::new(e, self))
     }
 
-    /// Claims allowed in all.
-    pub fn max_attempts(&self) -> u32 {
-        self.name.max_attempts
-    }
-
-    /// The current leased name (generation, deadlines, token).
-    pub fn name(&self) -> &JobName {
-        &self.name
-    }
-
-    /// The lease token (128 bits).
-    pub fn token(&self) -> u128 {
-        match self.name.kind {
-            Kind::Leased(l) => l.token,
-            _ => 0,
-        }
-    }
-
-    /// The handle that [`Queue::lease_from_handle`] accepts: the leased file name.
-    pub fn handle(&self) -> String {
-        self.name.format(self.q.ident.id).to_string()
-    }
-
-    /// Detach: return the handle and do not release on drop (the lease then lives until it is
-    /// settled through the handle or expires).
-    pub fn into_handle(mut self) -> String {
-        self.settled = true;
-        self.handle()
-    }
-
-    /// Make this guard release its job on drop again (a settling call that was not done
-    /// hands it back through [`crate::SettleError::NotDone`]).
-    pub(crate) fn rearm(&mut self) {
-        self.settled = false;
-    }
-
-    fn here(&self) -> crate::ops::transition::Place<'_> {
-        self.q.place_ready(self.shard, State::Leased)
-    }
-
-    /// Run a settling move. Whatever the result, drop will not release afterwards: a failed
-    /// ack, nack, fail or release reports its own outcome, and a lease it left in place
-    /// expires and is recovered like any other (unless a not-done failure hands the lease
-    /// back, re-armed: `SettleError::new`).
-    fn settle(
-        &mut self,
-        to: &crate::ops::transition::Place<'_>,
-        new: JobName,
-        op: Op,
-    ) -> Result<()> {
-        self.settled = true;
-        let q = self.q.clone();
-        let _op = q.op();
-        Ok(q.move_job(&self.here(), &self.name, to, &new, op)?)
+    /// Fail: dead-letter the job now with `reason` ([`Reason::FAILED`] for a generic one).
+    ///
+    /// # Errors
+    /// As [`Lease::nack`].
+    pub fn fail(mut self, reason: Reason) -> Result<(), SettleError> {
+        self.fail_in_place(reason)
+            .map_err(|e| SettleError::new(e, self))
     }
 
     /// Extend the lease to `lease` from now (generation + 1, same token).
@@ -517,24 +419,63 @@ impl Lease {
         self.name = new;
         self.q.sync_place(&here).map_err(RenewError::from_internal)
     }
+}
 
-    /// Ack: rename the job into `receipts/<shard>/` and make that durable; then apply the
-    /// queue's receipt policy ([`crate::ReceiptPolicy`]: cut the receipt to its header, or
-    /// write its evidence line and remove it). The ack is done once the receipt is durable: a
-    /// policy step that fails is logged and leaves a whole receipt. The file is not read
-    /// again: it was verified once, at claim (a file corrupted while leased is not caught
-    /// here).
-    ///
-    /// # Errors
-    /// [`SettleError::LeaseLost`] (no receipt written); [`SettleError::NotDone`] with
-    /// [`ErrorKind::Io`] when the rename failed cleanly (a full disk, an immutable
-    /// directory): the job is still leased and the lease is handed back, to renew and ack
-    /// again; [`SettleError::Indeterminate`] after the rename (its barrier failed, or the
-    /// rename returned `EIO`).
-    pub fn ack(self) -> Result<Receipt, SettleError> {
-        self.ack_and_maybe_claim(None).map(|step| step.receipt)
+// What the lease holds: the job's id, priority, attempts, name and handle.
+impl Lease {
+    /// The job id.
+    pub fn id(&self) -> JobId {
+        self.name.id
     }
 
+    /// The job's priority (`0..`[`crate::PRIORITY_LEVELS`], higher first).
+    pub fn priority(&self) -> u8 {
+        self.name.priority
+    }
+
+    /// The payload's length, bytes (from the header the claim verified; no I/O).
+    pub fn payload_len(&self) -> u64 {
+        self.header.payload_len
+    }
+
+    /// This claim's attempt number (1 for the first claim).
+    pub fn attempt(&self) -> u32 {
+        self.name.attempt
+    }
+
+    /// Claims allowed in all.
+    pub fn max_attempts(&self) -> u32 {
+        self.name.max_attempts
+    }
+
+    /// The current leased name (generation, deadlines, token).
+    pub fn name(&self) -> &JobName {
+        &self.name
+    }
+
+    /// The lease token (128 bits).
+    pub fn token(&self) -> u128 {
+        match self.name.kind {
+            Kind::Leased(l) => l.token,
+            _ => 0,
+        }
+    }
+
+    /// The handle that [`Queue::lease_from_handle`] accepts: the leased file name.
+    pub fn handle(&self) -> String {
+        self.name.format(self.q.ident.id).to_string()
+    }
+
+    /// Detach: return the handle and do not release on drop (the lease then lives until it is
+    /// settled through the handle or expires).
+    pub fn into_handle(mut self) -> String {
+        self.settled = true;
+        self.handle()
+    }
+}
+
+// The other ways to settle a lease.
+impl Lease {
     /// Ack this job and claim the next one, both covered by one barrier: the worker loop's
     /// step (`steadq work` uses it between jobs). The ack's rename and the claim's rename
     /// are made first, then the barriers: on ext4 with a journal and on xfs one directory
@@ -601,6 +542,127 @@ impl Lease {
             }),
             Err(e) => Err(SettleError::new(e, self)),
         }
+    }
+
+    /// Release the job back to ready now (what drop does, with the error reported).
+    ///
+    /// # Errors
+    /// As [`Lease::nack`].
+    pub fn release(mut self) -> Result<(), SettleError> {
+        self.release_in_place()
+            .map_err(|e| SettleError::new(e, self))
+    }
+
+    /// Release a lease whose job never reached what would run it, giving back the attempt
+    /// its claim used (`Op::ClaimUndelivered`): for a claimer that could not
+    /// write the payload or the lease handle out (a full disk under `steadq claim
+    /// --payload-out`), which otherwise used up an attempt per try and dead-lettered jobs
+    /// that never ran. Only for that: a job that may have run is released with
+    /// [`Lease::release`] (attempts count claims, and never go down otherwise).
+    ///
+    /// # Errors
+    /// As [`Lease::nack`]: not done (the lease is handed back), indeterminate, or lease lost.
+    pub fn release_undelivered(mut self) -> Result<(), SettleError> {
+        let q = self.q.clone();
+        let to = q.place_ready(self.shard, State::Ready);
+        let mut back = self.name.next(Kind::Ready, false);
+        back.attempt = crate::disk::state::attempt_after(Op::ClaimUndelivered, self.name.attempt);
+        self.settle(&to, back, Op::ClaimUndelivered)
+            .map_err(|e| SettleError::new(e, self))
+    }
+}
+
+// Internals of the calls above.
+impl Lease {
+    /// The guard for leased job `name` in `shard`, whose file the claim checked (`None`: the
+    /// check failed; the guard only releases or dead-letters it then).
+    fn new(q: Queue, shard: u16, name: JobName, checked: Option<&Checked>) -> Lease {
+        let (raw, header, file) = match checked {
+            Some(c) => (c.raw, c.header, c.file.clone()),
+            None => ([0; HEADER_LEN], Header::default(), None),
+        };
+        let lease = Lease {
+            q,
+            shard,
+            name,
+            raw,
+            header,
+            file: OnceLock::new(),
+            settled: false,
+        };
+        if let Some(f) = file {
+            let _ = lease.file.set(f);
+        }
+        lease
+    }
+
+    /// Rename into receipts without barriers (for [`Queue::ack_batch`]).
+    fn ack_rename(&mut self) -> Result<(Receipt, JobName)> {
+        self.settled = true;
+        let new = self.name.next(self.q.receipt_kind(self.token()), false);
+        self.q.rename_job(
+            &self.here(),
+            &self.name,
+            &self.q.place_receipts(self.receipt_shard()),
+            &new,
+            Op::Ack,
+        )?;
+        let r = Receipt {
+            id: self.name.id,
+            name: new.format(self.q.ident.id).to_string(),
+        };
+        Ok((r, new))
+    }
+
+    /// The `receipts/<ss>` shard of this job (its id's shard; every level shares them).
+    fn receipt_shard(&self) -> u16 {
+        self.name.id.shard(self.q.ident.shards)
+    }
+
+    /// A failed read of the payload as an error (not done): `EBADMSG` when the file changed.
+    fn read_error(&self, path: Option<&std::path::Path>, e: StreamFailed) -> Cause {
+        let errno = match e {
+            StreamFailed::Errno(e) => e,
+            StreamFailed::Changed(why) => {
+                log::warn!(
+                    "job {}: payload changed since its claim ({why})",
+                    self.name.id
+                );
+                Errno::BADMSG
+            }
+        };
+        Cause::io(
+            Call::Read,
+            errno,
+            Outcome::NotDone,
+            path.map(|p| p.to_path_buf()),
+        )
+    }
+
+    /// Make this guard release its job on drop again (a settling call that was not done
+    /// hands it back through [`crate::SettleError::NotDone`]).
+    pub(crate) fn rearm(&mut self) {
+        self.settled = false;
+    }
+
+    fn here(&self) -> crate::ops::transition::Place<'_> {
+        self.q.place_ready(self.shard, State::Leased)
+    }
+
+    /// Run a settling move. Whatever the result, drop will not release afterwards: a failed
+    /// ack, nack, fail or release reports its own outcome, and a lease it left in place
+    /// expires and is recovered like any other (unless a not-done failure hands the lease
+    /// back, re-armed: `SettleError::new`).
+    fn settle(
+        &mut self,
+        to: &crate::ops::transition::Place<'_>,
+        new: JobName,
+        op: Op,
+    ) -> Result<()> {
+        self.settled = true;
+        let q = self.q.clone();
+        let _op = q.op();
+        Ok(q.move_job(&self.here(), &self.name, to, &new, op)?)
     }
 
     /// The ack's rename, then with `next` the claim of the next job with that lease (its
@@ -672,22 +734,6 @@ impl Lease {
         Ok((receipt, claimed))
     }
 
-    /// Nack: retry after `delay`, counted as an enqueue's
-    /// [`EnqueueOptions::delay`](crate::EnqueueOptions::delay) is (the boot clock within this
-    /// boot). Zero goes straight back to ready; with no attempt left (this was claim
-    /// `max_attempts`) the job is dead-lettered (reason `exhausted`) whatever the delay.
-    ///
-    /// # Errors
-    /// As [`Lease::ack`], plus [`ErrorKind::InvalidArgument`] (not done) for a delay
-    /// reaching past the year 2262. On any not-done error (a bucket directory that cannot be
-    /// made on a full disk included) the job stays leased under its name and the lease is
-    /// handed back ([`SettleError::NotDone`]): dropping it releases the job, converting the
-    /// error into an [`Error`] leaves the job leased until its deadline.
-    pub fn nack(mut self, delay: Duration) -> Result<Nacked, SettleError> {
-        self.nack_in_place(delay)
-            .map_err(|e| SettleError::new(e, self))
-    }
-
     /// [`Lease::nack`] with the crate's error; the caller hands the lease back on failure.
     fn nack_in_place(&mut self, delay: Duration) -> Result<Nacked> {
         // Whatever fails from here (a bucket that cannot be made on a full disk, a bad delay,
@@ -736,15 +782,6 @@ impl Lease {
         ))
     }
 
-    /// Fail: dead-letter the job now with `reason` ([`Reason::FAILED`] for a generic one).
-    ///
-    /// # Errors
-    /// As [`Lease::nack`].
-    pub fn fail(mut self, reason: Reason) -> Result<(), SettleError> {
-        self.fail_in_place(reason)
-            .map_err(|e| SettleError::new(e, self))
-    }
-
     /// [`Lease::fail`] with the crate's error; the caller hands the lease back on failure.
     fn fail_in_place(&mut self, reason: Reason) -> Result<()> {
         // As in `nack`: a failure leaves the job leased, never released by drop.
@@ -758,38 +795,11 @@ impl Lease {
         )
     }
 
-    /// Release the job back to ready now (what drop does, with the error reported).
-    ///
-    /// # Errors
-    /// As [`Lease::nack`].
-    pub fn release(mut self) -> Result<(), SettleError> {
-        self.release_in_place()
-            .map_err(|e| SettleError::new(e, self))
-    }
-
     /// [`Lease::release`] with the crate's error; the caller hands the lease back on failure.
     fn release_in_place(&mut self) -> Result<()> {
         let q = self.q.clone();
         let to = q.place_ready(self.shard, State::Ready);
         self.settle(&to, self.name.next(Kind::Ready, false), Op::Release)
-    }
-
-    /// Release a lease whose job never reached what would run it, giving back the attempt
-    /// its claim used (`Op::ClaimUndelivered`): for a claimer that could not
-    /// write the payload or the lease handle out (a full disk under `steadq claim
-    /// --payload-out`), which otherwise used up an attempt per try and dead-lettered jobs
-    /// that never ran. Only for that: a job that may have run is released with
-    /// [`Lease::release`] (attempts count claims, and never go down otherwise).
-    ///
-    /// # Errors
-    /// As [`Lease::nack`]: not done (the lease is handed back), indeterminate, or lease lost.
-    pub fn release_undelivered(mut self) -> Result<(), SettleError> {
-        let q = self.q.clone();
-        let to = q.place_ready(self.shard, State::Ready);
-        let mut back = self.name.next(Kind::Ready, false);
-        back.attempt = crate::disk::state::attempt_after(Op::ClaimUndelivered, self.name.attempt);
-        self.settle(&to, back, Op::ClaimUndelivered)
-            .map_err(|e| SettleError::new(e, self))
     }
 }
 
@@ -814,6 +824,186 @@ impl Drop for Lease {
         }
     }
 }
+
+/// How [`Lease::renew`] failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RenewError {
+    /// Not done: the lease keeps its old deadline and stays usable (a bad duration, or the
+    /// rename failed cleanly).
+    NotDone(Cause),
+    /// The lease's exact name was gone: it expired and was recovered, or was settled or
+    /// renewed elsewhere. Nothing changed; the job is no longer this lease's.
+    LeaseLost(Cause),
+    /// Indeterminate: the rename happened but its barrier failed (the lease holds its new
+    /// name, which may not survive a crash), or the rename returned `EIO` (the lease follows
+    /// whichever name exists). The lease stays usable: a next renew or settle says more.
+    Indeterminate(Cause),
+}
+
+impl RenewError {
+    /// At the public boundary: a renew's internal error.
+    pub(crate) fn from_internal(e: Cause) -> RenewError {
+        match e.outcome() {
+            _ if e.is_lease_lost() => RenewError::LeaseLost(e),
+            Outcome::NotDone => RenewError::NotDone(e),
+            Outcome::Indeterminate => RenewError::Indeterminate(e),
+        }
+    }
+
+    /// Not done (a lost lease included), or indeterminate.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            RenewError::NotDone(_) | RenewError::LeaseLost(_) => Outcome::NotDone,
+            RenewError::Indeterminate(_) => Outcome::Indeterminate,
+        }
+    }
+
+    /// The cause: what went wrong, and where.
+    pub fn cause(&self) -> &Cause {
+        match self {
+            RenewError::NotDone(e) | RenewError::LeaseLost(e) | RenewError::Indeterminate(e) => e,
+        }
+    }
+
+    /// True for [`RenewError::LeaseLost`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, RenewError::LeaseLost(_))
+    }
+
+    fn into_parts(self) -> (Outcome, Cause) {
+        let o = self.outcome();
+        match self {
+            RenewError::NotDone(e) | RenewError::LeaseLost(e) | RenewError::Indeterminate(e) => {
+                (o, e)
+            }
+        }
+    }
+
+    error_accessors!();
+}
+
+impl From<RenewError> for Error {
+    fn from(e: RenewError) -> Error {
+        match e.into_parts() {
+            (Outcome::NotDone, e) => Error::NotDone(e),
+            (Outcome::Indeterminate, e) => Error::Indeterminate(e),
+        }
+    }
+}
+
+impl core::fmt::Display for RenewError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        display_as(self.cause(), self.outcome(), f)
+    }
+}
+
+impl std::error::Error for RenewError {}
+
+/// How a settling call of a lease failed: [`Lease::ack`], [`Lease::nack`], [`Lease::fail`],
+/// [`Lease::release`] (and `TypedLease`'s, with the `serde` feature).
+#[derive(Debug)]
+pub enum SettleError {
+    /// Not done: the job is still leased by this lease, under its name, and the lease is
+    /// handed back: settle it again (a second `ack` after the disk has room), renew it, or
+    /// drop it (which releases the job to ready, as dropping any lease does). Converting
+    /// this variant into an [`Error`] (`?`) keeps the job leased until its deadline
+    /// instead, as [`Lease::into_handle`] does.
+    NotDone {
+        /// The lease, still holding the job (boxed: a lease is large, an error should not be).
+        lease: Box<Lease>,
+        /// What went wrong, and where.
+        error: Cause,
+    },
+    /// The lease's exact name was gone: it expired and was recovered, or was settled or
+    /// renewed elsewhere. Nothing changed.
+    LeaseLost(Cause),
+    /// Indeterminate: the rename happened but a barrier after it failed, or the rename
+    /// returned `EIO`. The job may be settled; it is never released or settled again by
+    /// this lease.
+    Indeterminate(Cause),
+}
+
+impl SettleError {
+    /// At the public boundary: a settling call's internal error, with the lease it was made
+    /// on. Not done (and not lost) hands the lease back as a live guard.
+    pub(crate) fn new(e: Cause, mut lease: Lease) -> SettleError {
+        match e.outcome() {
+            _ if e.is_lease_lost() => SettleError::LeaseLost(e),
+            Outcome::NotDone => {
+                lease.rearm();
+                SettleError::NotDone {
+                    lease: Box::new(lease),
+                    error: e,
+                }
+            }
+            Outcome::Indeterminate => SettleError::Indeterminate(e),
+        }
+    }
+
+    /// Not done (a lost lease included), or indeterminate.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            SettleError::NotDone { .. } | SettleError::LeaseLost(_) => Outcome::NotDone,
+            SettleError::Indeterminate(_) => Outcome::Indeterminate,
+        }
+    }
+
+    /// The cause: what went wrong, and where.
+    pub fn cause(&self) -> &Cause {
+        match self {
+            SettleError::NotDone { error: e, .. }
+            | SettleError::LeaseLost(e)
+            | SettleError::Indeterminate(e) => e,
+        }
+    }
+
+    /// True for [`SettleError::LeaseLost`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, SettleError::LeaseLost(_))
+    }
+
+    /// The lease handed back by [`SettleError::NotDone`] (`None` for the other variants).
+    pub fn into_lease(self) -> Option<Lease> {
+        match self {
+            SettleError::NotDone { lease, .. } => Some(*lease),
+            _ => None,
+        }
+    }
+
+    /// The outcome and the error; a lease handed back is detached (the job stays leased
+    /// until its deadline).
+    fn into_parts(self) -> (Outcome, Cause) {
+        let o = self.outcome();
+        match self {
+            SettleError::NotDone { lease, error } => {
+                let _ = lease.into_handle();
+                (o, error)
+            }
+            SettleError::LeaseLost(e) | SettleError::Indeterminate(e) => (o, e),
+        }
+    }
+
+    error_accessors!();
+}
+
+impl From<SettleError> for Error {
+    /// A lease handed back by [`SettleError::NotDone`] is detached, not released: the job
+    /// stays leased under its name until its deadline, so the conversion changes nothing.
+    fn from(e: SettleError) -> Error {
+        match e.into_parts() {
+            (Outcome::NotDone, e) => Error::NotDone(e),
+            (Outcome::Indeterminate, e) => Error::Indeterminate(e),
+        }
+    }
+}
+
+impl core::fmt::Display for SettleError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        display_as(self.cause(), self.outcome(), f)
+    }
+}
+
+impl std::error::Error for SettleError {}
 
 #[cfg(test)]
 mod tests {

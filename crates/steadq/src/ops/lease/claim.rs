@@ -12,6 +12,8 @@ use super::Lease;
 use crate::disk::name::{JobId, JobName, Kind};
 use crate::disk::state::State;
 use crate::disk::sys::Errno;
+#[cfg(doc)]
+use crate::error::ErrorKind; // named by the docs' links only
 use crate::error::{Cause, Error, Outcome, Result};
 use crate::ops::lease::ClaimOptions;
 use crate::ops::recover::RecoverReport;
@@ -530,12 +532,12 @@ impl Queue {
     /// renames first, then one fsync per ready directory touched (grouped with other threads'
     /// fsyncs), so every claim is durable when this returns, under `Strict` as under
     /// `Batched`. An empty `Vec` when no job is ready. Recovery runs as in
-    /// [`Queue::claim_for`] when nothing is ready at first. The batch sees every job
+    /// [`Queue::claim`] when nothing is ready at first. The batch sees every job
     /// published before it began (the queue's inotify events are read when the candidates
     /// it knows of run out, not before each job).
     ///
     /// # Errors
-    /// As [`Queue::claim_for`]. When a barrier fails, the outcome is indeterminate for the
+    /// As [`Queue::claim`]. When a barrier fails, the outcome is indeterminate for the
     /// whole batch, and the leases already taken are released as they drop (each comes back
     /// by itself at its lease's end if the release fails too).
     pub fn claim_batch(&self, max: usize, lease: Duration) -> Result<Vec<Lease>, Error> {
