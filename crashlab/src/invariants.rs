@@ -122,9 +122,15 @@ pub fn verify(
     q.clock().shift_boot(1 << 50);
     // And every delayed job due, so that the first pass leaves nothing for the second.
     q.clock().shift_wall(1 << 50);
-    let r = q.recover().map_err(|e| format!("recover: {e}"))?;
+    let r = q
+        .recover()
+        .into_result()
+        .map_err(|e| format!("recover: {e}"))?;
     v.recovered = r.moved();
-    let again = q.recover().map_err(|e| format!("second recover: {e}"))?;
+    let again = q
+        .recover()
+        .into_result()
+        .map_err(|e| format!("second recover: {e}"))?;
     if again.moved() != 0 {
         v.violations.push(format!(
             "recovery not idempotent: the second pass moved {} jobs",

@@ -826,7 +826,7 @@ pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
             ..Default::default()
         },
     )?;
-    let s = q.status_with(a.bytes)?;
+    let s = q.status_with(&steadq::StatusOptions { bytes: a.bytes })?;
     let dir = a.dir.display().to_string();
     let label = encode::QueueLabel {
         dir: &dir,
@@ -1032,7 +1032,7 @@ fn show_corrupt(a: &Show, q: &Queue, l: &steadq::Listed, e: &Error) -> Result<Ex
 pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
     let q = open(&a.dir)?;
     let made_due = if a.due_now { q.make_due(None)? } else { 0 };
-    let mut r = q.recover_report();
+    let mut r = q.recover();
     let err = r.first_error.take();
     stdout::note_done("recovery WAS done", "its report");
     out!(
@@ -1147,8 +1147,12 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
     };
     let Some(id) = id else {
         // --all: every dead job is tried; a part-way failure says how many moved.
-        let mut r = q.requeue_dead_report(None).map_err(no_such)?;
+        let mut r = q.requeue_dead(None);
         let n = r.requeued;
+        if r.failed == 0 && r.unreadable.is_empty() {
+            // Stopped before any move (the listing failed: not done), or all moved.
+            r = r.into_result().map_err(no_such)?;
+        }
         if n > 0 || r.first_error.is_none() {
             stdout::note_done(format!("{n} jobs WERE requeued"), "the report");
             out!("requeued {n} jobs");
@@ -1178,7 +1182,7 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
             }
         });
     };
-    q.requeue_dead(Some(id)).map_err(no_such)?;
+    q.requeue_dead(Some(id)).into_result().map_err(no_such)?;
     stdout::note_done(format!("the job {id} WAS requeued"), "the report");
     out!("requeued {id}");
     Ok(Exit::Done)

@@ -184,7 +184,7 @@ pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     }
     let fatal: std::sync::Mutex<Option<CliError>> = std::sync::Mutex::new(None);
     let busy = AtomicU32::new(0);
-    if let Err(e) = q.recover() {
+    if let Some(e) = q.recover().first_error {
         log::warn!("recover: {e}");
     }
     let concurrency = fit_concurrency(&a, a.concurrency)?;
@@ -493,7 +493,7 @@ fn watch_queue(
         let all_busy = busy.load(Ordering::SeqCst) >= started.load(Ordering::SeqCst);
         if all_busy && last_recover.elapsed() >= every {
             last_recover = Instant::now();
-            if let Err(e) = q.recover() {
+            if let Some(e) = q.recover().first_error {
                 log::warn!("recover: {e}");
             }
         }

@@ -208,7 +208,7 @@ fn a_version_1_queue_keeps_working() {
     assert_eq!(q.identity().version, 1);
     // Delays follow the wall clock; compaction ages by ctime.
     q.clock().shift_wall(31 * SEC);
-    assert_eq!(q.recover().unwrap().due, 1);
+    assert_eq!(q.recover().into_result().unwrap().due, 1);
     assert_eq!(q.compact(Duration::from_secs(3600)).unwrap().removed, 0);
     q.clock().shift_wall(7200 * SEC);
     assert_eq!(q.compact(Duration::from_secs(3600)).unwrap().removed, 1);

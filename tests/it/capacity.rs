@@ -199,11 +199,11 @@ fn the_tally_follows_other_handles() {
         )
         .unwrap()
         .id();
-    other.requeue_dead(None).unwrap();
+    other.requeue_dead(None).into_result().unwrap();
     // Delays follow the boot clock within a boot (version 2): move both clocks on.
     other.clock().shift_wall(3 * 3600 * 1_000_000_000);
     other.clock().shift_boot(3 * 3600 * 1_000_000_000);
-    other.recover().unwrap();
+    other.recover().into_result().unwrap();
     check("requeue, due");
     while let Some(l) = other.claim().unwrap() {
         l.ack().unwrap();

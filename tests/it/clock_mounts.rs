@@ -65,7 +65,7 @@ fn delayed_jobs_in_a_later_bucket_follow_the_boot_clock_whatever_its_mtime() {
     // A long-lived handle on the corrected clocks.
     let b = Queue::open(d.path()).unwrap();
     b.clock().shift_boot(2 * SEC);
-    let r = b.recover().unwrap();
+    let r = b.recover().into_result().unwrap();
     assert_eq!(r.due, 1, "the first job is due by the boot clock");
     let wall = b.clock().wall_ns();
     let next = r.next_due_wall_ns.expect("the second job's due time");
@@ -78,7 +78,7 @@ fn delayed_jobs_in_a_later_bucket_follow_the_boot_clock_whatever_its_mtime() {
     l.ack().unwrap();
 
     b.clock().shift_boot(19 * SEC);
-    let r = b.recover().unwrap();
+    let r = b.recover().into_result().unwrap();
     assert_eq!(
         r.due, 1,
         "the second job is due 20 s later by the boot clock"

@@ -57,7 +57,7 @@ fn oldest_ready_age_counts_from_when_the_job_became_ready() {
     let q = Queue::create(d.path(), opts(2)).unwrap();
     delayed(&q, b"x", Duration::from_millis(1000));
     std::thread::sleep(Duration::from_millis(1600));
-    assert_eq!(q.recover().unwrap().due, 1);
+    assert_eq!(q.recover().into_result().unwrap().due, 1);
     let age = q.status().unwrap().oldest_ready_age.unwrap().as_nanos() as u64;
     assert!(
         age < 1_000_000_000,
@@ -73,7 +73,7 @@ fn delayed_jobs_can_be_made_due_now() {
     let q = Queue::create(d.path(), opts(2)).unwrap();
     delayed(&q, b"a year away", Duration::from_secs(365 * 86400));
     q.enqueue(b"ready anyway").unwrap();
-    assert_eq!(q.recover().unwrap().due, 0);
+    assert_eq!(q.recover().into_result().unwrap().due, 0);
     assert_eq!(counts(&q), [1, 0, 1, 0, 0]);
     let out = run(&["recover", d.path().to_str().unwrap(), "--due-now"]);
     assert_eq!(out.status.code(), Some(0));
@@ -109,7 +109,7 @@ fn delays_follow_the_boot_clock_when_the_wall_clock_jumps() {
         .unwrap();
     q.clock().shift_wall(DAY);
     assert_eq!(
-        q.recover().unwrap().due,
+        q.recover().into_result().unwrap().due,
         0,
         "a day of wall clock is not 60 s"
     );
@@ -124,9 +124,17 @@ fn delays_follow_the_boot_clock_when_the_wall_clock_jumps() {
     let ahead = std::time::UNIX_EPOCH + Duration::from_nanos(q.clock().wall_ns());
     stamp_buckets(d.path(), ahead);
     q.clock().shift_wall(-365 * DAY);
-    assert_eq!(q.recover().unwrap().due, 0, "not before its 60 s");
+    assert_eq!(
+        q.recover().into_result().unwrap().due,
+        0,
+        "not before its 60 s"
+    );
     q.clock().shift_boot(61 * SEC);
-    assert_eq!(q.recover().unwrap().due, 1, "60 s later, not a year later");
+    assert_eq!(
+        q.recover().into_result().unwrap().due,
+        1,
+        "60 s later, not a year later"
+    );
     assert_eq!(q.claim().unwrap().unwrap().attempt(), 3);
 }
 
@@ -161,7 +169,11 @@ fn a_delay_from_another_boot_follows_the_wall_clock() {
         dir.join(other.format(q.id()).as_str()),
     )
     .unwrap();
-    assert_eq!(q.recover().unwrap().due, 0);
+    assert_eq!(q.recover().into_result().unwrap().due, 0);
     q.clock().shift_wall(61 * SEC);
-    assert_eq!(q.recover().unwrap().due, 1, "the wall clock decides");
+    assert_eq!(
+        q.recover().into_result().unwrap().due,
+        1,
+        "the wall clock decides"
+    );
 }

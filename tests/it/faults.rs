@@ -330,16 +330,20 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
         Op::Fail => settled(lease.take().unwrap().fail(Reason::FAILED), &mut back),
         Op::Release => settled(lease.take().unwrap().release(), &mut back),
         // A pass that moved nothing reports "not done" for the move under test.
-        Op::RecoverExpired | Op::RecoverDue => q.recover().and_then(|r| {
+        Op::RecoverExpired | Op::RecoverDue => q.recover().into_result().and_then(|r| {
             if r.moved() == 1 {
                 Ok(())
             } else {
                 Err(nothing())
             }
         }),
-        Op::Requeue => q
-            .requeue_dead(None)
-            .and_then(|n| if n == 1 { Ok(()) } else { Err(nothing()) }),
+        Op::Requeue => q.requeue_dead(None).into_result().and_then(|r| {
+            if r.requeued == 1 {
+                Ok(())
+            } else {
+                Err(nothing())
+            }
+        }),
         Op::Compact => q.compact(Duration::from_secs(1)).and_then(|r| {
             if r.removed == 1 {
                 Ok(())
@@ -483,8 +487,9 @@ fn check_invariants(d: &TempDir, ctx: &str, prio: bool) {
     q.clock().shift_boot(3600 * SEC);
     q.clock().shift_wall(3600 * SEC);
     q.recover()
+        .into_result()
         .unwrap_or_else(|e| panic!("{ctx}: recover failed: {e}"));
-    let again = q.recover().unwrap();
+    let again = q.recover().into_result().unwrap();
     assert_eq!(again.moved(), 0, "{ctx}: recovery not idempotent");
     let f = q.fsck().unwrap();
     assert!(f.clean(), "{ctx}: fsck: {:?}", f.problems);
@@ -730,7 +735,7 @@ fn a_failed_claim_fsync_is_indeterminate_and_the_job_comes_back() {
     );
     let q2 = Queue::open(d.path()).unwrap();
     q2.clock().shift_boot(2 * SEC);
-    assert_eq!(q2.recover().unwrap().expired, 1);
+    assert_eq!(q2.recover().into_result().unwrap().expired, 1);
     assert_eq!(q2.claim().unwrap().unwrap().attempt(), 2);
 }
 
@@ -831,7 +836,7 @@ fn purge_and_requeue_follow_the_batch_rule_and_create_nothing() {
     assert_eq!(e.outcome(), Outcome::Indeterminate, "{e}");
     assert_eq!(counts(&q)[3], 1, "the job whose unlink failed is left");
     // Requeue and make_due move jobs out of existing buckets without making any.
-    assert_eq!(q.requeue_dead(None).unwrap(), 1);
+    assert_eq!(q.requeue_dead(None).into_result().unwrap().requeued, 1);
     assert_eq!(q.make_due(None).unwrap(), 1);
     assert_eq!(
         plan.count(Call::Mkdir),
@@ -948,7 +953,7 @@ fn a_lost_lease_is_its_own_variant_for_renew_and_ack() {
         .unwrap();
     let other = Queue::open(d.path()).unwrap();
     other.clock().shift_boot(2 * SEC);
-    assert_eq!(other.recover().unwrap().expired, 1);
+    assert_eq!(other.recover().into_result().unwrap().expired, 1);
     let e = l.renew(Duration::from_secs(30)).unwrap_err();
     assert!(matches!(e, RenewError::LeaseLost(_)), "{e:?}");
     assert_eq!(e.outcome(), Outcome::NotDone);
@@ -1111,7 +1116,7 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
         };
         std::fs::hard_link(&newer, &lease).unwrap();
         std::thread::sleep(Duration::from_millis(40));
-        let r = q.recover().unwrap();
+        let r = q.recover().into_result().unwrap();
         assert_eq!(
             (r.split, r.expired, r.expired_dead),
             (1, 0, 0),
@@ -1141,10 +1146,10 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
     let id = q.enqueue_with(b"due once", &o).unwrap().id();
     let delayed = only(d.path(), "delayed");
     std::thread::sleep(Duration::from_millis(30));
-    assert_eq!(q.recover().unwrap().due, 1);
+    assert_eq!(q.recover().into_result().unwrap().due, 1);
     let ready = only(d.path(), "ready");
     std::fs::hard_link(&ready, &delayed).unwrap();
-    let r = q.recover().unwrap();
+    let r = q.recover().into_result().unwrap();
     assert_eq!((r.split, r.due), (1, 0));
     assert!(!delayed.exists() && ready.exists());
     let l = q.claim().unwrap().unwrap();
@@ -1165,7 +1170,7 @@ fn a_move_split_by_a_crash_keeps_the_newer_name() {
     let outside = d.path().join("outside-link");
     std::fs::hard_link(only(d.path(), "ready"), &outside).unwrap();
     std::thread::sleep(Duration::from_millis(40));
-    let r = q.recover().unwrap();
+    let r = q.recover().into_result().unwrap();
     assert_eq!((r.split, r.expired), (0, 1));
     assert!(q.claim().unwrap().is_some());
 }
@@ -1199,7 +1204,7 @@ fn a_misplaced_second_name_is_not_taken_for_a_split_move() {
     let misplaced = d.path().join("receipts/00").join(newer_name);
     std::fs::hard_link(&lease, &misplaced).unwrap();
     std::thread::sleep(Duration::from_millis(60));
-    let r = q.recover().unwrap();
+    let r = q.recover().into_result().unwrap();
     assert_eq!((r.split, r.expired), (0, 1));
     let l = q.claim().unwrap().expect("the job is lost");
     assert_eq!(l.id(), id);
@@ -1223,7 +1228,7 @@ fn a_temp_name_left_beside_its_published_job_is_removed_and_the_job_stays() {
         9
     ));
     std::fs::hard_link(d.path().join(&job[0]), &stale).unwrap();
-    let r = q.recover().unwrap();
+    let r = q.recover().into_result().unwrap();
     assert_eq!((r.temp_removed, r.split), (1, 0));
     assert!(!stale.exists());
     assert_eq!(files(d.path(), "ready"), job);
@@ -1367,7 +1372,7 @@ fn a_split_requeue_leaves_no_dead_name_once_the_receipt_is_removed() {
         let id = q.enqueue(b"acked once").unwrap();
         q.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
         let dead = only(d.path(), "dead");
-        assert_eq!(q.requeue_dead(Some(id)).unwrap(), 1);
+        assert_eq!(q.requeue_dead(Some(id)).into_result().unwrap().requeued, 1);
         let ready = only(d.path(), "ready");
         // The crash kept both names: one file, link count 2.
         std::fs::hard_link(&ready, &dead).unwrap();
@@ -1384,7 +1389,7 @@ fn a_split_requeue_leaves_no_dead_name_once_the_receipt_is_removed() {
         assert!(!dead.exists(), "{policy:?}: stale dead name left");
         assert_eq!(counts(&q), [0; 5], "{policy:?}");
         assert_eq!(
-            q.requeue_dead(None).unwrap(),
+            q.requeue_dead(None).into_result().unwrap().requeued,
             0,
             "{policy:?}: acked job requeued"
         );

@@ -721,7 +721,7 @@ fn a_temp_file_of_a_producer_killed_in_another_pid_namespace_is_removed() {
     let _ = p.wait();
     // Past the second a writer may take to lock its new file (recover.rs, TEMP_UNHELD_NS).
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    q.recover().unwrap();
+    q.recover().into_result().unwrap();
     let left: Vec<_> = std::fs::read_dir(&tmp)
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -34,13 +34,17 @@ fn recovery_does_all_it_can() {
     }
     q.clock().shift_boot(6_000_000_000);
     plan.arm();
-    let r = q.recover_report();
+    let r = q.recover();
     assert_eq!((r.expired, r.failed), (39, 1));
     let e = r.first_error.clone().expect("the failure is reported");
     assert_eq!(e.outcome(), Outcome::Indeterminate);
     assert!(e.to_string().contains("disk full"), "{e}");
     assert_eq!(counts(&q), [39, 1, 0, 0, 0]);
-    assert_eq!(q.recover().unwrap().expired, 1, "the fault fired once");
+    assert_eq!(
+        q.recover().into_result().unwrap().expired,
+        1,
+        "the fault fired once"
+    );
     assert_eq!(counts(&q), [40, 0, 0, 0, 0]);
 }
 

@@ -70,10 +70,10 @@ fn delayed_job_waits_until_due() {
         .id();
     assert_eq!(counts(&q), [0, 0, 1, 0, 0]);
     assert!(q.claim().unwrap().is_none());
-    assert_eq!(q.recover().unwrap().due, 0);
+    assert_eq!(q.recover().into_result().unwrap().due, 0);
     q.clock().shift_wall(11 * SEC);
     q.clock().shift_boot(11 * SEC);
-    let r = q.recover().unwrap();
+    let r = q.recover().into_result().unwrap();
     assert_eq!(r.due, 1);
     let l = q.claim().unwrap().unwrap();
     assert_eq!((l.id(), l.name().generation, l.attempt()), (id, 2, 1));
@@ -103,7 +103,7 @@ fn nack_backs_off_then_dead_letters_after_max_attempts() {
     assert_eq!(counts(&q), [0, 0, 1, 0, 0]);
     q.clock().shift_wall(6 * SEC);
     q.clock().shift_boot(6 * SEC);
-    assert_eq!(q.recover().unwrap().due, 1);
+    assert_eq!(q.recover().into_result().unwrap().due, 1);
     let l = q.claim().unwrap().unwrap();
     assert_eq!(l.attempt(), 2);
     assert_eq!(l.nack(Duration::from_secs(5)).unwrap(), Nacked::Dead);
@@ -119,7 +119,7 @@ fn nack_backs_off_then_dead_letters_after_max_attempts() {
     assert_eq!((dead[0].name.attempt, dead[0].name.generation), (2, 5));
     assert!(q.claim().unwrap().is_none());
     // Requeue resets attempts.
-    assert_eq!(q.requeue_dead(Some(id)).unwrap(), 1);
+    assert_eq!(q.requeue_dead(Some(id)).into_result().unwrap().requeued, 1);
     let l = q.claim().unwrap().unwrap();
     assert_eq!(l.attempt(), 1);
     l.fail(Reason::new("badinput").unwrap()).unwrap();
@@ -168,14 +168,18 @@ fn expired_lease_is_recovered_and_redelivered() {
         .unwrap()
         .into_handle();
     assert_eq!(
-        q.recover().unwrap().expired,
+        q.recover().into_result().unwrap().expired,
         0,
         "a live lease is left alone"
     );
     q.clock().shift_boot(3 * SEC);
-    let r = q.recover().unwrap();
+    let r = q.recover().into_result().unwrap();
     assert_eq!((r.expired, r.live_leases), (1, 0));
-    assert_eq!(q.recover().unwrap().moved(), 0, "recovery is idempotent");
+    assert_eq!(
+        q.recover().into_result().unwrap().moved(),
+        0,
+        "recovery is idempotent"
+    );
     let l = q.claim().unwrap().unwrap();
     assert_eq!((l.id(), l.attempt(), l.name().generation), (id, 2, 3));
     l.ack().unwrap();
@@ -207,7 +211,7 @@ fn lease_from_another_boot_is_recovered_at_once() {
     };
     let dir = d.path().join("ready/00");
     std::fs::rename(dir.join(&h), dir.join(other.format(q.id()).as_str())).unwrap();
-    let r = q.recover().unwrap();
+    let r = q.recover().into_result().unwrap();
     assert_eq!(r.expired, 1);
     assert_eq!(q.claim().unwrap().unwrap().attempt(), 2);
 }
@@ -226,7 +230,7 @@ fn stale_lease_cannot_ack_renew_or_nack() {
         .unwrap()
         .unwrap();
     q2.clock().shift_boot(2 * SEC);
-    assert_eq!(q2.recover().unwrap().expired, 1);
+    assert_eq!(q2.recover().into_result().unwrap().expired, 1);
     let fresh = q2.claim().unwrap().unwrap();
     assert_eq!(fresh.attempt(), 2);
     fresh.ack().unwrap();
@@ -264,7 +268,7 @@ fn stale_lease_nack_and_fail_change_nothing() {
         .unwrap();
     let q2 = Queue::open(d.path()).unwrap();
     q2.clock().shift_boot(2 * SEC);
-    assert_eq!(q2.recover().unwrap().expired, 2);
+    assert_eq!(q2.recover().into_result().unwrap().expired, 2);
     let before = files(d.path(), "");
     assert!(s1.nack(Duration::from_secs(1)).unwrap_err().is_lease_lost());
     assert!(s2.fail(Reason::FAILED).unwrap_err().is_lease_lost());
@@ -288,7 +292,11 @@ fn renew_moves_the_deadline_and_invalidates_the_old_name() {
     l.renew(Duration::from_secs(100)).unwrap();
     assert_eq!((l.name().generation, l.token()), (g + 1, tok));
     q.clock().shift_boot(5 * SEC);
-    assert_eq!(q.recover().unwrap().expired, 0, "renewed lease is live");
+    assert_eq!(
+        q.recover().into_result().unwrap().expired,
+        0,
+        "renewed lease is live"
+    );
     assert!(q.lease_from_handle(&old).unwrap_err().is_lease_lost());
     let via_handle = q.lease_from_handle(&l.into_handle()).unwrap();
     via_handle.ack().unwrap();
@@ -511,7 +519,7 @@ fn abandoned_temp_files_are_removed_live_ones_kept() {
     for p in [&other_boot, &dead_pid, &live] {
         std::fs::write(p, b"partial").unwrap();
     }
-    assert_eq!(q.recover().unwrap().temp_removed, 2);
+    assert_eq!(q.recover().into_result().unwrap().temp_removed, 2);
     assert!(live.exists() && !other_boot.exists() && !dead_pid.exists());
     // A live pid is not enough once the file is over a second old: its writer holds an
     // `flock` on it (a pid may be another process's, in another pid namespace or reused).
@@ -524,13 +532,17 @@ fn abandoned_temp_files_are_removed_live_ones_kept() {
     let lock = std::fs::File::open(&held).unwrap();
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
     std::thread::sleep(Duration::from_millis(1100));
-    assert_eq!(q.recover().unwrap().temp_removed, 1, "the unheld one goes");
+    assert_eq!(
+        q.recover().into_result().unwrap().temp_removed,
+        1,
+        "the unheld one goes"
+    );
     assert!(!live.exists() && held.exists());
     drop(lock);
     // A child another test forks before its exec shares the lock until the exec (flock
     // belongs to the open file description): slow under qemu, so ask again for a while.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while q.recover().unwrap().temp_removed == 0 {
+    while q.recover().into_result().unwrap().temp_removed == 0 {
         assert!(std::time::Instant::now() < deadline, "still held: {held:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -802,7 +814,7 @@ fn a_job_larger_than_the_workers_limit_is_dead_lettered_as_toolarge_not_corrupt(
     );
     // It is intact: a worker with a higher limit can requeue and run it.
     assert!(producer.fsck().unwrap().clean());
-    producer.requeue_dead(Some(big)).unwrap();
+    producer.requeue_dead(Some(big)).into_result().unwrap();
     let l = producer.claim().unwrap().unwrap();
     assert_eq!(l.payload().unwrap().len(), 5000);
 }
@@ -829,7 +841,7 @@ fn stray_entries_named_like_buckets_or_temp_files_do_not_stop_recovery() {
     .unwrap();
     q.clock().shift_wall(5 * SEC);
     q.clock().shift_boot(5 * SEC);
-    let r = q.recover().unwrap();
+    let r = q.recover().into_result().unwrap();
     assert_eq!((r.due, r.foreign), (1, 2));
     let f = q.fsck().unwrap();
     assert_eq!(f.problems.len(), 2, "{:?}", f.problems);

@@ -194,7 +194,9 @@ fn status_without_bytes_counts_alike_and_finds_the_oldest_ready_time() {
     std::fs::write(d.path().join(forged), b"not a job").unwrap();
     let t0 = std::time::Instant::now();
     let full = q.status().unwrap();
-    let fast = q.status_with(false).unwrap();
+    let fast = q
+        .status_with(&steadq::StatusOptions { bytes: false })
+        .unwrap();
     let between = t0.elapsed();
     assert!(full.bytes_counted && !fast.bytes_counted);
     assert_eq!((fast.ready, fast.foreign), (20, 1));

@@ -90,11 +90,11 @@ fn a_job_keeps_its_priority_through_every_transition() {
         .unwrap();
     let _ = lease.into_handle();
     q.clock().shift_boot(2_000_000_000);
-    assert_eq!(q.recover().unwrap().expired, 1);
+    assert_eq!(q.recover().into_result().unwrap().expired, 1);
     assert_eq!(where_(&q), (State::Ready, format!("prio/6/{shard}")));
     q.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
     assert_eq!(where_(&q).0, State::Dead);
-    assert_eq!(q.requeue_dead(Some(id)).unwrap(), 1);
+    assert_eq!(q.requeue_dead(Some(id)).into_result().unwrap().requeued, 1);
     assert_eq!(where_(&q), (State::Ready, format!("prio/6/{shard}")));
     let st = q.status().unwrap();
     assert_eq!(st.ready_by_priority, [0, 0, 0, 0, 0, 0, 1, 0]);

@@ -133,7 +133,7 @@ fn commands_that_look_write_nothing() {
                 },
             )
             .unwrap();
-            let s = s.status_with(true).unwrap();
+            let s = s.status().unwrap();
             assert_eq!(
                 (
                     s.ready,

@@ -633,7 +633,7 @@ fn a_sparse_job_file_is_corrupt_unread_and_not_counted_at_its_size() {
         "{}",
         rep.problems[0]
     );
-    let st = q.status_with(true).unwrap();
+    let st = q.status().unwrap();
     assert!(
         st.bytes.ready < 1 << 20,
         "counted at {} bytes",
@@ -688,7 +688,7 @@ fn a_forged_lease_deadline_past_the_cap_counts_as_expired() {
         "{rep:?}"
     );
     assert_eq!(q.status().unwrap().expired_leases, 1);
-    let r = q.recover().unwrap();
+    let r = q.recover().into_result().unwrap();
     assert_eq!(r.expired, 1, "{r:?}");
     let again = q.claim().unwrap().expect("given back");
     assert_eq!(again.id(), id);
@@ -711,7 +711,7 @@ fn a_job_at_the_last_generation_is_never_reissued() {
     let from = d.path().join(&x.dir).join(x.name.format(q.id()).as_str());
     std::fs::rename(&from, d.path().join(&x.dir).join(&last_name)).unwrap();
     assert!(q.claim().unwrap().is_none(), "never handed out");
-    assert!(q.recover().is_ok());
+    assert!(q.recover().first_error.is_none());
     let gen0 = files(d.path(), "")
         .into_iter()
         .filter(|f| f.contains(".g0000000000000000."))

@@ -328,7 +328,10 @@ fn main() {
     let mut link = Link::connect(&a.connect);
     let t = Instant::now();
     let q = open(&a.queue);
-    let r = q.recover().unwrap_or_else(|e| die("recover", e));
+    let r = q
+        .recover()
+        .into_result()
+        .unwrap_or_else(|e| die("recover", e));
     let boot = Boot {
         queue_id: q.id(),
         mount_ms,

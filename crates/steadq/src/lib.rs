@@ -44,9 +44,10 @@
 //! | `enqueue`, `enqueue_with`, `enqueue_reader` (and `TypedQueue`, `AsyncQueue` enqueues) | [`EnqueueError`] | `NotDone` (no job made); `Indeterminate { id, .. }`: the job `id` may exist, [`Queue::find`] tells |
 //! | `Lease::renew` | [`RenewError`] | `NotDone` (the lease is as it was); `LeaseLost`; `Indeterminate` (the lease follows whichever name exists) |
 //! | `Lease::ack`, `nack`, `fail`, `release` (and `TypedLease`'s) | [`SettleError`] | `NotDone { lease, .. }`: the lease is handed back, still holding the job; `LeaseLost`; `Indeterminate` |
-//! | `Queue::create`, `claim`, `claim_with`, `claim_batch`, `lease_from_handle` (it dead-letters a corrupt job), `ack_batch`, `enqueue_batch`, `recover`, `requeue_dead`, `requeue_dead_report` (its report's `first_error`), `make_due`, `purge_dead`, `fsck_quarantine`, `set_limits`, `set_receipt_policy`, `compact`, `compact_keys` | [`Error`] | `NotDone`; `Indeterminate` (a batch that failed after part of it was done included) |
+//! | `Queue::create`, `claim`, `claim_with`, `claim_batch`, `lease_from_handle` (it dead-letters a corrupt job), `ack_batch`, `enqueue_batch`, `recover` and `requeue_dead` (their report's `first_error`; `into_result()` for `?`), `make_due`, `purge_dead`, `fsck_quarantine`, `set_limits`, `set_receipt_policy`, `compact`, `compact_keys` | [`Error`] | `NotDone`; `Indeterminate` (a batch that failed after part of it was done included) |
 //!
-//! [`RecoverReport::first_error`] is an [`Error`] too. What went wrong is the
+//! [`RecoverReport::first_error`] and [`RequeueReport::first_error`] are [`Error`]s too:
+//! not done if nothing moved, indeterminate once anything did. What went wrong is the
 //! [`ErrorKind`] of the cause inside (`kind()` on every type); a lost lease is
 //! [`ErrorKind::LeaseLost`], always not done.
 //!
@@ -159,7 +160,7 @@ pub mod sys {
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
 pub use admin::receipts::{CompactReport, EvidenceLimits, EvidenceLine, ReceiptPolicy};
-pub use admin::view::{Listed, RequeueReport, StateBytes, Status};
+pub use admin::view::{Listed, RequeueReport, StateBytes, Status, StatusOptions};
 #[cfg(feature = "tokio")]
 pub use asyncq::AsyncQueue;
 #[doc(hidden)]

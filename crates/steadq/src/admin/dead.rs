@@ -10,7 +10,7 @@ use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::queue::Queue;
 use std::os::fd::AsFd;
 
-/// What one [`Queue::requeue_dead_report`] did.
+/// What one [`Queue::requeue_dead`] did, with its first failure.
 #[derive(Debug, Default)]
 pub struct RequeueReport {
     /// Dead jobs moved back to ready (done: each past its rename and barrier).
@@ -26,6 +26,22 @@ pub struct RequeueReport {
     pub unreadable: Vec<String>,
 }
 
+impl RequeueReport {
+    /// The report as a result: `Ok` with the report when nothing failed
+    /// ([`RequeueReport::first_error`] is `None`), else `Err` with that first error (not done
+    /// if nothing moved, indeterminate once anything did). The counts of a failed call are in
+    /// the report only: read them before calling this.
+    ///
+    /// # Errors
+    /// [`RequeueReport::first_error`], when there is one.
+    pub fn into_result(mut self) -> crate::Result<Self> {
+        match self.first_error.take() {
+            None => Ok(self),
+            Some(e) => Err(e),
+        }
+    }
+}
+
 /// The batch rule of a purge (as requeue and recovery): a failure before anything was
 /// deleted is not done; after `deleted` > 0 it is indeterminate (part of the batch happened).
 fn batch_outcome(deleted: u32) -> Outcome {
@@ -38,33 +54,37 @@ fn batch_outcome(deleted: u32) -> Outcome {
 
 impl Queue {
     /// Move dead job `id` (or every dead job, for `None`) back to ready with its attempt count
-    /// reset to 0. Returns how many moved.
+    /// reset to 0, and report how many moved. Every dead job is tried: one that cannot be
+    /// moved (a full disk, a directory that refuses the rename) is counted in
+    /// [`RequeueReport::failed`] and the others still move.
     ///
-    /// # Errors
-    /// [`ErrorKind::NoSuchJob`] if `id` is not dead; otherwise the first failing move's error,
-    /// after trying every job: not done if nothing moved, indeterminate if anything did (the
-    /// rule of [`Queue::recover`]). [`Queue::requeue_dead_report`] also says how many moved.
-    pub fn requeue_dead(&self, id: Option<JobId>) -> Result<u32, crate::Error> {
-        let mut r = self.requeue_dead_report(id)?;
-        match r.first_error.take() {
-            Some(e) => Err(e),
-            None => Ok(r.requeued),
+    /// # Outcome
+    /// [`RequeueReport::first_error`] is `None` when every job tried was moved. Otherwise it
+    /// is [`ErrorKind::NoSuchJob`] if `id` is not dead, a listing that failed, the first
+    /// failing move (naming its job) or the first directory of dead jobs that could not be
+    /// read: **not done** if nothing moved, **indeterminate** once anything did (the batch
+    /// rule of [`Queue::recover`]). [`RequeueReport::into_result`] turns the report into a
+    /// [`crate::Result`] for `?`.
+    #[must_use = "its first_error says what could not be done"]
+    pub fn requeue_dead(&self, id: Option<JobId>) -> RequeueReport {
+        let mut r = RequeueReport::default();
+        if let Err(e) = self.requeue_dead_into(id, &mut r) {
+            r.first_error = Some(e);
         }
+        r
     }
 
-    /// [`Queue::requeue_dead`], with the count of a batch that failed part-way: every dead
-    /// job is tried; one that cannot be moved (a full disk, a directory that refuses the
-    /// rename) is counted in [`RequeueReport::failed`] and the others still move.
-    ///
-    /// # Errors
-    /// Only what stops the whole call before any move: [`ErrorKind::NoSuchJob`] if `id` is
-    /// not dead, or a listing that failed (not done). A failed move is in the report.
-    pub fn requeue_dead_report(&self, id: Option<JobId>) -> Result<RequeueReport, crate::Error> {
-        let mut r = RequeueReport::default();
+    /// [`Queue::requeue_dead`]'s pass into `r`; `Err` only for what stops it before any move
+    /// (`id` not dead, a listing that failed: not done).
+    fn requeue_dead_into(
+        &self,
+        id: Option<JobId>,
+        r: &mut RequeueReport,
+    ) -> Result<(), crate::Error> {
         let dead = match id {
             Some(_) => self.jobs_in(State::Dead, id)?,
-            // Every dead job: a `dead/` or bucket this user cannot read is noted, so that
-            // "requeued N jobs" is not exit 0 beside jobs never tried (breaker finding).
+            // Every dead job: a `dead/` or bucket this user cannot read is noted and fails
+            // the call, so that "requeued N jobs" never stands beside jobs never tried.
             None => {
                 let mut unreadable = Vec::new();
                 let out = self.list_noting(Some(State::Dead), &mut unreadable)?;
@@ -108,7 +128,7 @@ impl Queue {
                 e.into()
             }
         });
-        Ok(r)
+        Ok(())
     }
 
     /// The jobs in `state`, or only job `id` (which must be there: [`ErrorKind::NoSuchJob`]).
@@ -173,15 +193,14 @@ impl Queue {
     /// creates a directory.
     pub fn purge_dead(&self) -> Result<u32, crate::Error> {
         // A dead bucket (or `dead/`) this user cannot read holds jobs that are not purged:
-        // a failure, not a warning beside "purged N" and exit 0 (breaker finding; `requeue
-        // --all` fails the same way).
+        // a failure, not a warning beside "purged N" (as in `requeue_dead`).
         let mut unreadable = Vec::new();
         let dead = self.list_noting(Some(State::Dead), &mut unreadable)?;
         let mut n = 0;
         let mut dirs: Vec<String> = Vec::new();
         // The first failure and how many jobs failed: a job that cannot be deleted (a
-        // bucket another user owns, an unlink refused) no longer stops the purge of the
-        // jobs after it (breaker finding: `requeue --all` went on, `purge` stopped).
+        // bucket another user owns, an unlink refused) is counted and the purge goes on
+        // with the jobs after it, as `requeue_dead` does.
         let (mut first, mut failed): (Option<Cause>, u32) = (None, 0);
         let mut fail = |e: Cause| {
             log::warn!("{e}; passed over");

@@ -10,6 +10,21 @@ use crate::error::Result;
 use crate::queue::Queue;
 use std::time::Duration;
 
+/// What [`Queue::status_with`] counts. `StatusOptions::default()` is [`Queue::status`]:
+/// counts, bytes and ages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusOptions {
+    /// Count the bytes per state ([`Status::bytes`]): a `stat` of each job, about twice the
+    /// cost of the listing. Counted anyway when the queue has a byte limit. Default: true.
+    pub bytes: bool,
+}
+
+impl Default for StatusOptions {
+    fn default() -> Self {
+        StatusOptions { bytes: true }
+    }
+}
+
 /// Counts and sizes per state, from [`Queue::status`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Status {
@@ -341,16 +356,17 @@ impl Queue {
         });
     }
 
-    /// Counts, bytes and ages per state: [`Queue::status_with`] with bytes.
+    /// Counts, bytes and ages per state: [`Queue::status_with`] with
+    /// `StatusOptions::default()`.
     ///
     /// # Errors
     /// As [`Queue::list`].
     pub fn status(&self) -> crate::Result<Status> {
-        self.status_with(true)
+        self.status_with(&StatusOptions::default())
     }
 
-    /// Counts and ages per state, and bytes when `bytes` is true or the queue has a byte
-    /// limit ([`Status::bytes_counted`] says whether they were).
+    /// Counts and ages per state, and bytes when [`StatusOptions::bytes`] is true or the queue
+    /// has a byte limit ([`Status::bytes_counted`] says whether they were).
     ///
     /// Cost: one pass over the directories (`getdents64`) and one SHA-256 of each name (its
     /// tag: an entry whose name does not verify, is of the wrong kind for its directory or is
@@ -372,7 +388,8 @@ impl Queue {
     ///
     /// # Errors
     /// As [`Queue::list`].
-    pub fn status_with(&self, bytes: bool) -> crate::Result<Status> {
+    pub fn status_with(&self, o: &StatusOptions) -> crate::Result<Status> {
+        let bytes = o.bytes;
         let mut st = Status::default();
         self.fill_limits_and_keys(&mut st);
         st.bytes_counted = bytes || st.limits.max_bytes.is_some();
@@ -595,7 +612,7 @@ mod tests {
             }
         }
         std::fs::write(dir.join("ready/01/stray"), b"x").unwrap();
-        let st = q.status_with(true).unwrap();
+        let st = q.status().unwrap();
         // One part holding every slot, and the rest: the single-thread pass.
         let all: Vec<u16> = (0..q.ident.slots()).collect();
         let one = q.status_part(&all, true, true).unwrap();

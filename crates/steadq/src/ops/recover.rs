@@ -44,7 +44,7 @@ pub(crate) struct LaterBuckets {
     next_due_boot_ns: AtomicU64,
 }
 
-/// What one recovery pass did and saw.
+/// What one recovery pass ([`Queue::recover`]) did and saw, with its first failure.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoverReport {
     /// Expired leases moved back to ready.
@@ -94,6 +94,20 @@ impl RecoverReport {
         self.expired + self.expired_dead + self.due
     }
 
+    /// The report as a result: `Ok` with the report when nothing failed
+    /// ([`RecoverReport::first_error`] is `None`), else `Err` with that first error (not done
+    /// if nothing was changed, indeterminate once anything was). The counts of a failed pass
+    /// are in the report only: read them before calling this.
+    ///
+    /// # Errors
+    /// [`RecoverReport::first_error`], when there is one.
+    pub fn into_result(mut self) -> crate::Result<Self> {
+        match self.first_error.take() {
+            None => Ok(self),
+            Some(e) => Err(e),
+        }
+    }
+
     /// Count and log a failure; keep the first.
     pub(crate) fn fail(&mut self, e: crate::Cause) {
         log::warn!("recover: {e}");
@@ -109,28 +123,21 @@ fn min_opt(a: Option<u64>, b: u64) -> Option<u64> {
 }
 
 impl Queue {
-    /// One recovery pass over the whole queue. It does all it can: an entry that cannot be
-    /// moved (say the disk is full) is counted and the pass goes on with the others.
+    /// One recovery pass over the whole queue, and its report. It does all it can: an entry
+    /// that cannot be moved (say the disk is full) is counted in [`RecoverReport::failed`] and
+    /// the pass goes on with the others.
     ///
-    /// # Errors
-    /// After the whole pass, if anything failed or a directory could not be read
-    /// ([`RecoverReport::unreadable`]): the first failure, naming its path.
-    /// Partial batches follow one rule (the same for `recover`, `requeue_dead` and
-    /// `purge_dead`): **not done** if nothing was changed, **indeterminate** if anything was
-    /// (the moves before and after the failure are done) or if the failing move itself is
-    /// indeterminate. A move that loses a race (`ENOENT`) is not an error. Use
-    /// [`Queue::recover_report`] to get the counts alongside the failure.
-    pub fn recover(&self) -> Result<RecoverReport, crate::Error> {
-        let mut r = self.recover_report();
-        match r.first_error.take() {
-            None => Ok(r),
-            Some(e) => Err(partial(e.into_cause(), &r).into()),
-        }
-    }
-
-    /// [`Queue::recover`] that always returns the report: `failed` and `first_error` say what
-    /// could not be done.
-    pub fn recover_report(&self) -> RecoverReport {
+    /// # Outcome
+    /// [`RecoverReport::first_error`] holds the first failure, naming its path, or names the
+    /// first directory that could not be read ([`RecoverReport::unreadable`]); `None` when
+    /// everything was examined and every move was done. Its outcome follows the batch rule
+    /// (the same for `recover`, `requeue_dead` and `purge_dead`): **not done** if nothing was
+    /// changed, **indeterminate** if anything was (the moves before and after the failure are
+    /// done) or if the failing move itself is indeterminate. A move that loses a race
+    /// (`ENOENT`) is not a failure. [`RecoverReport::into_result`] turns the report into a
+    /// [`crate::Result`] for `?`.
+    #[must_use = "its first_error says what could not be done"]
+    pub fn recover(&self) -> RecoverReport {
         let mut r = RecoverReport::default();
         for s in 0..self.ident.slots() {
             if let Err(e) = self.sweep_shard(s, &mut r) {
