@@ -366,6 +366,44 @@ pub fn describe(now: &Now, k: &Kind) -> String {
     }
 }
 
+/// A job as one line of JSON (`list --json`, `claim --json`): its id, state, attempt,
+/// max attempts, priority, generation, deadline (unix seconds: a lease's expiry, a delayed
+/// job's due time, a receipt's ack; `null` otherwise or for a lease from an earlier boot,
+/// which has expired), reason (dead jobs), path relative to the queue root and, when given,
+/// the lease handle.
+pub fn job_json(now: &Now, n: &steadq::JobName, state: State, path: &str, handle: Option<&str>) -> String {
+    let deadline = match &n.kind {
+        Kind::Leased(l) if l.boot_id == now.boot_id => {
+            Some(i128::from(now.wall_ns) + i128::from(l.boot_deadline_ns) - i128::from(now.boot_ns))
+        }
+        k @ Kind::Delayed { .. } => {
+            Some(steadq::due_wall_ns(k, now.boot_id, now.boot_ns, now.wall_ns).into())
+        }
+        Kind::Receipt { acked_ns, .. } => acked_ns.map(i128::from),
+        _ => None,
+    };
+    let deadline = deadline.map_or("null".into(), |d| fixed::secs(d.max(0) as u128, 3));
+    let reason = match &n.kind {
+        Kind::Dead { reason } => json_string(&reason.to_string()),
+        _ => "null".into(),
+    };
+    let mut o = format!(
+        "{{\"id\":\"{}\",\"state\":\"{}\",\"attempt\":{},\"max\":{},\"priority\":{},\"gen\":{},\"deadline\":{deadline},\"reason\":{reason},\"path\":{}",
+        n.id,
+        state_name(state),
+        n.attempt,
+        n.max_attempts,
+        n.priority,
+        n.generation,
+        json_string(path)
+    );
+    if let Some(h) = handle {
+        let _ = write!(o, ",\"handle\":{}", json_string(h));
+    }
+    o += "}\n";
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,7 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
             DeadAction::Purge(a) => &a.dir,
         },
         Cmd::Compact(a) => &a.dir,
+        Cmd::Wait(a) => &a.dir,
         Cmd::Demo(_) | Cmd::DemoJob(_) => return None,
         #[cfg(not(feature = "appliance"))]
         Cmd::Bench(_) | Cmd::Completions(_) => return None,
@@ -154,6 +155,7 @@ mod with_s3 {
             Cmd::Compact(a) => compact(a),
             Cmd::Config(_) => Err(unsupported("config")),
             Cmd::Show(_) => Err(unsupported("show")),
+            Cmd::Wait(_) => Err(unsupported("wait")),
             Cmd::Fsck(_) => Err(unsupported("fsck (recover repairs the index)")),
             Cmd::Demo(_) | Cmd::DemoJob(_) => Err(unsupported("this command")),
             #[cfg(not(feature = "appliance"))]

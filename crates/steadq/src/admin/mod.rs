@@ -3,6 +3,7 @@
 //! purge of dead-letters ([`dead`]), the checker ([`fsck`]), and the receipt policy,
 //! evidence log and compaction ([`receipts`]).
 
+pub(crate) mod counts;
 pub(crate) mod dead;
 pub(crate) mod fsck;
 pub(crate) mod receipts;

@@ -265,14 +265,25 @@ impl Queue {
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
     pub fn set_limits(&self, limits: Limits) -> Result<(), crate::Error> {
+        Ok(self.replace_root_file(LIMITS_FILE, limits.encode().as_bytes())?)
+    }
+
+    /// Replace settings file `name` in the root with `bytes`: written to `tmp/`, fsynced,
+    /// renamed over `name` (the linearization point), the root fsynced. Its owner and mode
+    /// are those of `steadq.queue` (every user reads it).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
+    /// if the rename fails with `EIO` or the root's fsync fails.
+    pub(crate) fn replace_root_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
         // Read by every enqueue of every user: shared like `steadq.queue`, whatever this
         // process's umask (made 600 at umask 077, it failed every other user's enqueue).
         let like = Some(crate::queue::IDENTITY_FILE);
-        let tmp = self.durable_temp_file(limits.encode().as_bytes(), like)?;
+        let tmp = self.durable_temp_file(bytes, like)?;
         let t = self.dirs.tmp.as_fd();
         if let Err(e) = self
             .sys
-            .rename_replace(t, &tmp, self.dirs.root.as_fd(), LIMITS_FILE)
+            .rename_replace(t, &tmp, self.dirs.root.as_fd(), name)
         {
             let outcome = if e == Errno::IO {
                 Outcome::Indeterminate
@@ -280,7 +291,7 @@ impl Queue {
                 let _ = self.sys.unlink(t, &tmp);
                 Outcome::NotDone
             };
-            return Err(Cause::io(Call::Rename, e, outcome, Some(self.path(LIMITS_FILE))).into());
+            return Err(Cause::io(Call::Rename, e, outcome, Some(self.path(name))));
         }
         self.barrier(self.dirs.root.as_fd()).map_err(|e| {
             Cause::io(
@@ -289,8 +300,7 @@ impl Queue {
                 Outcome::Indeterminate,
                 Some(self.root.clone()),
             )
-        })?;
-        Ok(())
+        })
     }
 
     /// A new file in `tmp/` holding `bytes`, fsynced (a settings file or a key entry on the

@@ -5,6 +5,7 @@
 
 // Declared in the order rustdoc lists `Queue`'s methods: enqueue and claim first.
 pub(crate) mod capacity;
+pub(crate) mod drain;
 pub(crate) mod enqueue;
 pub(crate) mod enqueue_stream;
 pub(crate) mod group;
