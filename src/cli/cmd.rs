@@ -820,13 +820,17 @@ pub fn cmd_nack(a: Nack) -> Result<Exit, CliError> {
     Ok(Exit::Done)
 }
 
-pub fn cmd_fail(a: Fail) -> Result<Exit, CliError> {
-    let reason = Reason::new(&a.reason).ok_or_else(|| {
+/// A `--reason` as typed: 1 to 16 characters of `[a-z0-9]`, else bad usage.
+fn parse_reason(r: &str) -> Result<Reason, CliError> {
+    Reason::new(r).ok_or_else(|| {
         CliError::bad_usage(format!(
-            "bad --reason '{}': use 1 to 16 characters of [a-z0-9]",
-            a.reason
+            "bad --reason '{r}': use 1 to 16 characters of [a-z0-9]"
         ))
-    })?;
+    })
+}
+
+pub fn cmd_fail(a: Fail) -> Result<Exit, CliError> {
+    let reason = parse_reason(&a.reason)?;
     lease_name(&a.handle)?;
     let q = open(&a.dir)?;
     q.lease_from_handle(&a.handle)?.fail(reason)?;
@@ -888,10 +892,13 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
             ..Default::default()
         },
     )?;
-    let l = q.find(id).map_err(|e| match e.kind() {
-        ErrorKind::NoSuchJob => CliError::not_done(format!("{}: no job {id}", a.dir.display())),
-        _ => e.into(),
-    })?;
+    let l = match q.find(id) {
+        Ok(l) => l,
+        Err(e) if matches!(e.kind(), ErrorKind::NoSuchJob) => {
+            return super::drain::show_compacted(&a, &q, id)
+        }
+        Err(e) => return Err(e.into()),
+    };
     // Verified in 64 KiB chunks; the payload is streamed, never held whole.
     let (h, mut payload) = match q.open_job(&l) {
         Ok(x) => x,
@@ -1127,16 +1134,10 @@ pub fn cmd_dead(a: Dead) -> Result<Exit, CliError> {
 }
 
 fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
-    if let Some(r) = &a.reason {
-        if a.job.is_some() && a.all {
-            return Err(CliError::bad_usage(
-                "dead requeue takes a job id or --all (not both)",
-            ));
-        }
-        return super::drain::requeue_by_reason(&a, r);
-    }
-    let id = match (&a.job, a.all) {
-        (Some(j), false) => Some(parse_job_id(j)?),
+    let reason = a.reason.as_deref().map(parse_reason).transpose()?;
+    // --reason alone stands for --all with that reason.
+    let id = match (&a.job, a.all || reason.is_some()) {
+        (Some(j), _) if !a.all => Some(parse_job_id(j)?),
         (None, true) => None,
         _ => {
             return Err(CliError::bad_usage(
@@ -1145,15 +1146,17 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
         }
     };
     let q = open(&a.dir)?;
+    let with = reason.map_or(String::new(), |r| format!(" with reason {r}"));
     let no_such = |e: steadq::Error| match (e.kind(), id) {
-        (ErrorKind::NoSuchJob, Some(id)) => {
-            CliError::not_done(format!("{}: no dead job {id}", a.dir.display()))
-        }
+        (ErrorKind::NoSuchJob, Some(id)) => CliError::not_done(format!(
+            "{}: no dead job {id}{with}; nothing changed",
+            a.dir.display()
+        )),
         _ => e.into(),
     };
     let Some(id) = id else {
         // --all: every dead job is tried; a part-way failure says how many moved.
-        let mut r = q.requeue_dead_report(None).map_err(no_such)?;
+        let mut r = q.requeue_dead_with(None, reason).map_err(no_such)?;
         let n = r.requeued;
         if n > 0 || r.first_error.is_none() {
             stdout::note_done(format!("{n} jobs WERE requeued"), "the report");
@@ -1184,7 +1187,13 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
             }
         });
     };
-    q.requeue_dead(Some(id)).map_err(no_such)?;
+    if let Some(e) = q
+        .requeue_dead_with(Some(id), reason)
+        .map_err(no_such)?
+        .first_error
+    {
+        return Err(e.into());
+    }
     stdout::note_done(format!("the job {id} WAS requeued"), "the report");
     out!("requeued {id}");
     Ok(Exit::Done)

@@ -1,14 +1,13 @@
-//! `steadq wait`, `list --json` and `dead requeue --reason`: the commands a script reaches
-//! for around a queue it does not own (waiting for it to drain, reading its jobs as data,
-//! requeueing one kind of failure).
+//! `steadq wait`, `list` (and `--json`) and `show` of a compacted job: what a script reaches
+//! for around a queue it does not own (waiting for it to drain, reading its jobs as data).
 
-use super::args::{DeadRequeue, List};
+use super::args::{List, Show};
 use super::exit::Exit;
-use super::{cmd, encode, open, stdout, CliError};
+use super::{cmd, encode, stdout, CliError};
 use argh::FromArgs;
 use std::path::PathBuf;
 use std::time::Duration;
-use steadq::{Kind, Queue, Reason, State};
+use steadq::{JobId, Queue};
 
 /// Wait until the queue is drained: no job ready, leased or delayed (dead jobs and
 /// receipts do not count). Waits on inotify, not by polling; changes nothing.
@@ -86,53 +85,25 @@ pub fn cmd_list(a: List) -> Result<Exit, CliError> {
     Ok(Exit::Done)
 }
 
-/// `dead requeue --reason R`: every dead job with reason `R` (or job JOB, if it has it),
-/// each requeued on its own; a failure is reported and the rest are tried (exit 2 if none
-/// moved, 4 if some did).
-pub fn requeue_by_reason(a: &DeadRequeue, r: &str) -> Result<Exit, CliError> {
-    let reason = Reason::new(r).ok_or_else(|| {
-        CliError::bad_usage(format!(
-            "bad --reason '{r}': use 1 to 16 characters of [a-z0-9]"
-        ))
-    })?;
-    let only = a.job.as_deref().map(cmd::parse_job_id).transpose()?;
-    let q = open(&a.dir)?;
-    let mut ids = Vec::new();
-    q.list_each(Some(State::Dead), true, |l| {
-        if matches!(l.name.kind, Kind::Dead { reason: x } if x == reason)
-            && only.is_none_or(|j| j == l.name.id)
-        {
-            ids.push(l.name.id);
-        }
-        true
-    })?;
-    if let (Some(j), true) = (only, ids.is_empty()) {
+/// `show` of a job with no file left: its evidence line, when compaction (or receipt policy
+/// `none`) removed its receipt; else "no job" (exit 2).
+pub fn show_compacted(a: &Show, q: &Queue, id: JobId) -> Result<Exit, CliError> {
+    let d = a.dir.display();
+    let Some(e) = q.evidence_of(id)? else {
+        return Err(CliError::not_done(format!("{d}: no job {id}")));
+    };
+    if a.raw {
         return Err(CliError::not_done(format!(
-            "{}: no dead job {j} with reason {reason}; nothing changed",
-            a.dir.display()
+            "{d}: job {id} was acked and its receipt compacted: its payload was not kept"
         )));
     }
-    let (mut n, mut first) = (0u32, None);
-    for id in &ids {
-        match q.requeue_dead(Some(*id)) {
-            Ok(_) => n += 1,
-            Err(e) => {
-                first.get_or_insert(CliError::from(e));
-            }
-        }
-    }
-    if n > 0 || first.is_none() {
-        stdout::note_done(format!("{n} jobs WERE requeued"), "the report");
-        out!("requeued {n} jobs with reason {reason}");
-    }
-    Ok(match first {
-        None => Exit::Done,
-        Some(e) => {
-            eprintln!(
-                "steadq: {} dead jobs with reason {reason} could not be requeued ({n} others were); first: {e}",
-                ids.len() as u32 - n
-            );
-            if n > 0 { Exit::Indeterminate } else { e.exit() }
-        }
-    })
+    out!(
+        "job       {id}\nstate     acked, receipt removed (compacted): from its evidence line\n\
+         receipt   {}\nacked     unix {}\nsha256    {}\nenvelope  {}",
+        e.receipt,
+        super::fixed::secs(u128::from(e.acked_ns), 3),
+        encode::hex(&e.payload_sha256),
+        encode::hex(&e.envelope_sha256)
+    );
+    Ok(Exit::Done)
 }

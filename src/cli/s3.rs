@@ -140,6 +140,14 @@ mod with_s3 {
     /// A [`CliError`] with the exit code of the outcome.
     pub fn run(cmd: Cmd) -> Result<i32, CliError> {
         let e = match cmd {
+            Cmd::List(a) if a.json => Err(unsupported("list --json")),
+            Cmd::Claim(a) if a.json => Err(unsupported("claim --json")),
+            Cmd::Compact(a) if a.keys_older_than.is_some() => {
+                Err(unsupported("compact --keys-older-than"))
+            }
+            Cmd::Dead(d) if matches!(&d.action, args::DeadAction::Requeue(r) if r.reason.is_some()) => {
+                Err(unsupported("dead requeue --reason"))
+            }
             Cmd::Init(a) => init(a),
             Cmd::Enqueue(a) => enqueue(a),
             Cmd::Work(a) => work(a),

@@ -14,7 +14,7 @@
 
 use crate::disk::counts::Counts;
 use crate::disk::layout::COUNTS_FILE;
-use crate::disk::sys::{Call, Errno};
+use crate::disk::sys::Call;
 use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::queue::Queue;
 use std::os::fd::{AsFd, OwnedFd};
@@ -31,21 +31,11 @@ impl Queue {
     }
 
     pub(crate) fn read_counts(&self) -> Result<Counts> {
-        let p = self.path(COUNTS_FILE);
-        let fd = match self
-            .sys
-            .open_regular_ro(self.dirs.root.as_fd(), COUNTS_FILE)
-        {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(Counts::default()),
-            Err(e) => return Err(Cause::io(Call::Open, e, Outcome::NotDone, Some(p))),
+        let Some(text) = self.read_root_file(COUNTS_FILE)? else {
+            return Ok(Counts::default());
         };
-        let mut buf = Vec::new();
-        self.sys
-            .read_all(fd.as_fd(), 4096, &mut buf)
-            .map_err(|e| Cause::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
-        let c = std::str::from_utf8(&buf).ok().and_then(Counts::decode);
-        c.ok_or_else(|| Cause::not_done(ErrorKind::BadCounts, Some(p)))
+        Counts::decode(&text)
+            .ok_or_else(|| Cause::not_done(ErrorKind::BadCounts, Some(self.path(COUNTS_FILE))))
     }
 
     /// The counting lock (see the module docs): an exclusive `flock(2)` on a new descriptor

@@ -3,7 +3,7 @@
 
 use super::view::Listed;
 use crate::disk::layout::DEAD_DIR;
-use crate::disk::name::{JobId, Kind};
+use crate::disk::name::{JobId, Kind, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
@@ -60,9 +60,19 @@ impl Queue {
     /// Only what stops the whole call before any move: [`ErrorKind::NoSuchJob`] if `id` is
     /// not dead, or a listing that failed (not done). A failed move is in the report.
     pub fn requeue_dead_report(&self, id: Option<JobId>) -> Result<RequeueReport, crate::Error> {
+        self.requeue_dead_with(id, None)
+    }
+
+    /// [`Queue::requeue_dead_report`] of the dead jobs with reason `reason` only (`None`:
+    /// any reason); with `id`, [`ErrorKind::NoSuchJob`] also when that job has another.
+    pub fn requeue_dead_with(
+        &self,
+        id: Option<JobId>,
+        reason: Option<Reason>,
+    ) -> Result<RequeueReport, crate::Error> {
         let _counting = self.counts_lock()?;
         let mut r = RequeueReport::default();
-        let dead = match id {
+        let mut dead = match id {
             Some(_) => self.jobs_in(State::Dead, id)?,
             // Every dead job: a `dead/` or bucket this user cannot read is noted, so that
             // "requeued N jobs" is not exit 0 beside jobs never tried (breaker finding).
@@ -76,6 +86,10 @@ impl Queue {
                 out
             }
         };
+        dead.retain(|l| reason.is_none_or(|r| l.name.kind == Kind::Dead { reason: r }));
+        if id.is_some() && dead.is_empty() {
+            return Err(Cause::not_done(ErrorKind::NoSuchJob, None).into());
+        }
         let mut first: Option<Cause> = None;
         let listed = dead.len() as i64;
         self.add_counts(0, listed)?;

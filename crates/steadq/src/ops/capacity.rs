@@ -238,21 +238,32 @@ impl Queue {
     /// [`ErrorKind::BadLimits`] (not done) when the file is damaged (checksum or syntax);
     /// [`ErrorKind::Io`] when it cannot be read.
     pub fn limits(&self) -> crate::Result<Limits> {
+        let Some(text) = self.read_root_file(LIMITS_FILE)? else {
+            return Ok(Limits::default());
+        };
+        let limits = Limits::decode(&text);
         let p = self.path(LIMITS_FILE);
-        let fd = match self
-            .sys
-            .open_regular_ro(self.dirs.root.as_fd(), LIMITS_FILE)
-        {
+        Ok(limits.ok_or_else(|| Cause::not_done(ErrorKind::BadLimits, Some(p)))?)
+    }
+
+    /// Settings file `name` of the root (a regular file, never followed), at most 4096
+    /// bytes; `None` when it is missing. Text that is not UTF-8 is read as empty (it then
+    /// fails to decode).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`] (not done) when it cannot be opened or read.
+    pub(crate) fn read_root_file(&self, name: &str) -> Result<Option<String>> {
+        let p = || Some(self.path(name));
+        let fd = match self.sys.open_regular_ro(self.dirs.root.as_fd(), name) {
             Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(Limits::default()),
-            Err(e) => return Err(Cause::io(Call::Open, e, Outcome::NotDone, Some(p)).into()),
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(Cause::io(Call::Open, e, Outcome::NotDone, p())),
         };
         let mut buf = Vec::new();
         self.sys
             .read_all(fd.as_fd(), 4096, &mut buf)
-            .map_err(|e| Cause::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
-        let limits = std::str::from_utf8(&buf).ok().and_then(Limits::decode);
-        Ok(limits.ok_or_else(|| Cause::not_done(ErrorKind::BadLimits, Some(p)))?)
+            .map_err(|e| Cause::io(Call::Read, e, Outcome::NotDone, p()))?;
+        Ok(Some(String::from_utf8(buf).unwrap_or_default()))
     }
 
     /// Set (or with [`Limits::default`], remove the effect of) the capacity limits. Jobs
