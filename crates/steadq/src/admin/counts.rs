@@ -14,7 +14,7 @@
 
 use crate::disk::counts::Counts;
 use crate::disk::layout::COUNTS_FILE;
-use crate::disk::sys::Call;
+use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::queue::Queue;
 use std::os::fd::{AsFd, OwnedFd};
@@ -50,6 +50,27 @@ impl Queue {
             .lock_exclusive(fd.as_fd())
             .map_err(|e| nd(Call::Flock, e))?;
         Ok(fd)
+    }
+
+    /// Count `acked` receipts and `dead` jobs about to be removed ([`Queue::add_counts`]),
+    /// or, when the filesystem is full (`ENOSPC`, `EDQUOT`: no inode or block for the temp
+    /// file), count nothing and return `true`: the caller counts them after the removal
+    /// freed room (compaction and purge are how a full disk is cured, and must not need
+    /// room first). A crash in between then never counts them.
+    pub(crate) fn count_ahead(&self, acked: i64, dead: i64) -> Result<bool> {
+        let full = |x| x == Errno::NOSPC.into() || x == Errno::DQUOT.into();
+        match self.add_counts(acked, dead) {
+            Err(e) if e.errno().is_some_and(full) => Ok(true),
+            r => r.map(|()| false),
+        }
+    }
+
+    /// [`Queue::add_counts`] after the removal, its failure logged: the entries are gone
+    /// and so is their count (`what` names them).
+    pub(crate) fn count_after(&self, acked: i64, dead: i64, what: &str) {
+        if let Err(e) = self.add_counts(acked, dead) {
+            log::warn!("{e}: {what} not counted in steadq.counts");
+        }
     }
 
     /// Add `acked` and `dead` (either may be negative: taken back) to `steadq.counts`, under

@@ -92,7 +92,7 @@ impl Queue {
         }
         let mut first: Option<Cause> = None;
         let listed = dead.len() as i64;
-        self.add_counts(0, listed)?;
+        let later = self.count_ahead(0, listed)?;
         for l in dead {
             let bucket = l.dir.trim_start_matches("dead/");
             let moved = self.source_bucket(true, bucket).and_then(|from| {
@@ -114,7 +114,7 @@ impl Queue {
                 }
             }
         }
-        self.take_back_dead(listed - i64::from(r.requeued));
+        self.settle_dead(later, listed, r.requeued);
         if let (None, Some(rel)) = (&first, r.unreadable.first()) {
             first = Some(self.unreadable_dir_error(rel));
         }
@@ -196,7 +196,7 @@ impl Queue {
         let _counting = self.counts_lock()?;
         let mut unreadable = Vec::new();
         let dead = self.list_noting(Some(State::Dead), &mut unreadable)?;
-        self.add_counts(0, dead.len() as i64)?;
+        let later = self.count_ahead(0, dead.len() as i64)?;
         let mut n = 0;
         let mut dirs: Vec<String> = Vec::new();
         // The first failure and how many jobs failed: a job that cannot be deleted (a
@@ -245,7 +245,7 @@ impl Queue {
                 dirs.push(l.dir.clone());
             }
         }
-        self.take_back_dead(dead.len() as i64 - i64::from(n));
+        self.settle_dead(later, dead.len() as i64, n);
         if let Some(e) = first {
             log::warn!(
                 "purged {n} dead job(s); {failed} job(s) or director(ies) could not be (the first is named below)"
@@ -262,12 +262,16 @@ impl Queue {
         Ok(n)
     }
 
-    /// Take back from `steadq.counts` `n` dead jobs counted before a requeue or purge that
-    /// then did not remove them (admin/counts.rs); a failure leaves them counted twice
-    /// (logged): a total may run ahead, never behind.
-    fn take_back_dead(&self, n: i64) {
-        if let Err(e) = self.add_counts(0, -n) {
-            log::warn!("{e}: dead_total now counts {n} job(s) twice");
+    /// After a requeue or purge of `listed` dead jobs that removed `moved`: take back from
+    /// `steadq.counts` those counted ahead and not removed, or, when none were counted
+    /// ahead (`later`: a full filesystem), count those removed (admin/counts.rs). A failure
+    /// is logged: taking back, a total runs ahead; counting, it drops by them.
+    fn settle_dead(&self, later: bool, listed: i64, moved: u32) {
+        let moved = i64::from(moved);
+        if later {
+            self.count_after(0, moved, "dead jobs requeued or purged");
+        } else if moved < listed {
+            self.count_after(0, moved - listed, "dead jobs counted ahead and not removed");
         }
     }
 

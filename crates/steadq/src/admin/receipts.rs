@@ -631,9 +631,14 @@ impl Queue {
             }
             Ok(report.cut > 0)
         })?;
-        // Counted before they are removed: a total never goes down (admin/counts.rs).
-        self.add_counts(victims.len() as i64, 0)?;
+        // Counted before they are removed: a total never goes down (admin/counts.rs); on a
+        // full filesystem after.
+        let n = victims.len() as i64;
+        let later = self.count_ahead(n, 0)?;
         self.remove_receipts(&victims, &mut report)?;
+        if later {
+            self.count_after(n, 0, "compacted receipts");
+        }
         Ok(report)
     }
 
