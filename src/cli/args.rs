@@ -48,6 +48,7 @@ pub enum Cmd {
     Dead(Dead),
     Compact(Compact),
     Demo(Demo),
+    Wait(super::drain::Wait),
     // Not in the appliance build (the Pis' binary): `bench` is about 20 KB of it, and the
     // stripped aarch64 binary must stay at or under 600,000 bytes.
     #[cfg(not(feature = "appliance"))]
@@ -381,6 +382,10 @@ pub struct Claim {
     /// much age, e.g. 60s (default: strict priority)
     #[argh(option, from_str_fn(aging))]
     pub aging: Option<Duration>,
+    /// print the claimed job as one JSON object (as `list --json`, with its "handle")
+    /// instead of the bare handle
+    #[argh(switch)]
+    pub json: bool,
 }
 
 /// Extend a lease; print the new handle.
@@ -500,6 +505,10 @@ pub struct List {
     /// the directories are read may then be printed twice
     #[argh(switch)]
     pub stream: bool,
+    /// print one JSON object per job and line: id, state, attempt, max, priority, gen,
+    /// deadline (unix seconds), reason, path
+    #[argh(switch)]
+    pub json: bool,
 }
 
 /// Show one job: state, name fields, header, digests and payload.
@@ -581,6 +590,7 @@ pub struct Fsck {
     example = "steadq dead list /var/lib/jobs",
     example = "steadq dead requeue /var/lib/jobs 019d2f6a7c3e4b5a8d9e0f1a2b3c4d5e",
     example = "steadq dead requeue /var/lib/jobs --all",
+    example = "steadq dead requeue /var/lib/jobs --reason timeout",
     example = "steadq dead purge /var/lib/jobs"
 )]
 pub struct Dead {
@@ -622,6 +632,10 @@ pub struct DeadRequeue {
     /// requeue every dead job
     #[argh(switch)]
     pub all: bool,
+    /// requeue only the dead jobs with this reason (with --all, or alone: every dead job
+    /// with it; with JOB: that job, if it has it)
+    #[argh(option)]
+    pub reason: Option<String>,
 }
 
 /// Delete every dead job (they are gone for good).
@@ -641,15 +655,21 @@ pub struct DeadPurge {
 #[argh(
     subcommand,
     name = "compact",
-    example = "steadq compact /var/lib/jobs --older-than 7d"
+    example = "steadq compact /var/lib/jobs --older-than 7d",
+    example = "steadq compact /var/lib/jobs --older-than 1d --keys-older-than 30d"
 )]
 pub struct Compact {
     /// queue directory
     #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
-    /// remove receipts acked (and keys made) longer ago than this (e.g. 7d)
+    /// remove receipts acked (and keys made, without --keys-older-than) longer ago than
+    /// this (e.g. 7d)
     #[argh(option, from_str_fn(dur))]
     pub older_than: Duration,
+    /// expire idempotency keys made longer ago than this instead (e.g. 30d), whose job is
+    /// settled: key retention apart from receipts
+    #[argh(option, from_str_fn(dur))]
+    pub keys_older_than: Option<Duration>,
 }
 
 /// Run CMD once per job: payload on stdin; STEADQ_JOB_ID, STEADQ_ATTEMPT,

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use steadq::{EnqueueOptions, Error, ErrorKind, JobId, Options, Queue, Reason, State};
 
-fn parse_job_id(s: &str) -> Result<JobId, CliError> {
+pub(super) fn parse_job_id(s: &str) -> Result<JobId, CliError> {
     // Accept a bare id or any job file name (its first field is the id).
     let first = s
         .rsplit('/')
@@ -247,7 +247,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
     };
     let r = q
         .enqueue_reader(&mut input, &o)
-        .map_err(|e| name_input(e, &what))?;
+        .map_err(|e| waited(name_input(e, &what), a.wait))?;
     match r {
         steadq::Enqueued::New(id) => {
             stdout::note_done(format!("the job WAS enqueued as {id}"), "its id");
@@ -266,6 +266,18 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
         }
     }
     Ok(Exit::Done)
+}
+
+/// An `enqueue --wait` refused for a full queue says that it waited, and how long (its
+/// message read as if it had not waited at all).
+fn waited(mut e: CliError, wait: Option<Duration>) -> CliError {
+    if let (Exit::Full, Some(w)) = (e.exit(), wait) {
+        e.add(&format!(
+            " (waited {}s for room, --wait)",
+            fixed::secs(w.as_nanos(), 3)
+        ));
+    }
+    e
 }
 
 /// A claim that found no job: exit 3 only when it could look at every ready shard. With a
@@ -443,7 +455,7 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
             }
         }
     }
-    print_handle(lease)
+    print_handle(lease, a.json.then(|| now(&q)))
 }
 
 /// `claim --wait`: [`Queue::claim_wait`] that stops within about a second, not done (exit
@@ -689,10 +701,18 @@ fn claimed_corrupt(
     )
 }
 
-/// Print a claimed lease's handle and keep the lease (release it when nobody got the handle).
-fn print_handle(lease: steadq::Lease) -> Result<Exit, CliError> {
+/// Print a claimed lease's handle (with `json`: the job as JSON, [`encode::job_json`], the
+/// handle in it) and keep the lease (release it when nobody got the handle).
+fn print_handle(lease: steadq::Lease, json: Option<encode::Now>) -> Result<Exit, CliError> {
     let handle = lease.handle();
-    let text = format!("{handle}\n").into_bytes();
+    let text = match json {
+        Some(now) => {
+            let path = lease.rel_path();
+            encode::job_json(&now, lease.name(), State::Leased, &path, Some(&handle))
+        }
+        None => format!("{handle}\n"),
+    }
+    .into_bytes();
     if let (false, Some(e)) = (stdout::write(&text), stdout::take_error()) {
         // Nobody got the handle: give the job back rather than leave it hidden for a lease.
         let msg = format!("the job's lease handle could not be written to stdout: {e}");
@@ -800,13 +820,17 @@ pub fn cmd_nack(a: Nack) -> Result<Exit, CliError> {
     Ok(Exit::Done)
 }
 
-pub fn cmd_fail(a: Fail) -> Result<Exit, CliError> {
-    let reason = Reason::new(&a.reason).ok_or_else(|| {
+/// A `--reason` as typed: 1 to 16 characters of `[a-z0-9]`, else bad usage.
+fn parse_reason(r: &str) -> Result<Reason, CliError> {
+    Reason::new(r).ok_or_else(|| {
         CliError::bad_usage(format!(
-            "bad --reason '{}': use 1 to 16 characters of [a-z0-9]",
-            a.reason
+            "bad --reason '{r}': use 1 to 16 characters of [a-z0-9]"
         ))
-    })?;
+    })
+}
+
+pub fn cmd_fail(a: Fail) -> Result<Exit, CliError> {
+    let reason = parse_reason(&a.reason)?;
     lease_name(&a.handle)?;
     let q = open(&a.dir)?;
     q.lease_from_handle(&a.handle)?.fail(reason)?;
@@ -827,7 +851,13 @@ pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
         },
     )?;
     let s = q.status_with(&steadq::StatusOptions { bytes: a.bytes })?;
-    let dir = a.dir.display().to_string();
+    // Prometheus: the canonical absolute path, so that `status q` and `status /abs/q`
+    // (a cron job and a unit with another working directory) make one series, not two.
+    let dir = match a.prometheus {
+        true => std::fs::canonicalize(&a.dir).unwrap_or_else(|_| a.dir.clone()),
+        false => a.dir.clone(),
+    };
+    let dir = dir.display().to_string();
     let label = encode::QueueLabel {
         dir: &dir,
         id: q.id(),
@@ -844,42 +874,13 @@ pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
 }
 
 /// The queue's clocks now, for [`encode::describe`].
-fn now(q: &Queue) -> encode::Now {
+pub(super) fn now(q: &Queue) -> encode::Now {
     let c = q.clock();
     encode::Now {
         wall_ns: c.wall_ns(),
         boot_ns: c.boot_ns(),
         boot_id: c.boot_id(),
     }
-}
-
-pub fn cmd_list(a: List) -> Result<Exit, CliError> {
-    // Opened to read: writes nothing (no rename probe in tmp/).
-    let q = Queue::open_with(
-        &a.dir,
-        steadq::Options {
-            mode: steadq::OpenMode::ReadOnly,
-            ..Default::default()
-        },
-    )?;
-    let now = now(&q);
-    q.list_each(a.state, !a.stream, |l| {
-        let n = &l.name;
-        let line = format!(
-            "{:<7} {} attempt {}/{} gen {} prio {} {} {}\n",
-            encode::state_name(l.state),
-            n.id,
-            n.attempt,
-            n.max_attempts,
-            n.generation,
-            n.priority,
-            encode::describe(&now, &n.kind),
-            l.rel_path(q.id())
-        );
-        // A closed pipe (| head) is a clean exit; another error exits 2 in main.
-        stdout::write(line.as_bytes())
-    })?;
-    Ok(Exit::Done)
 }
 
 pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
@@ -891,10 +892,13 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
             ..Default::default()
         },
     )?;
-    let l = q.find(id).map_err(|e| match e.kind() {
-        ErrorKind::NoSuchJob => CliError::not_done(format!("{}: no job {id}", a.dir.display())),
-        _ => e.into(),
-    })?;
+    let l = match q.find(id) {
+        Ok(l) => l,
+        Err(e) if matches!(e.kind(), ErrorKind::NoSuchJob) => {
+            return super::drain::show_compacted(&a, &q, id)
+        }
+        Err(e) => return Err(e.into()),
+    };
     // Verified in 64 KiB chunks; the payload is streamed, never held whole.
     let (h, mut payload) = match q.open_job(&l) {
         Ok(x) => x,
@@ -1113,10 +1117,11 @@ pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
 
 pub fn cmd_dead(a: Dead) -> Result<Exit, CliError> {
     match a.action {
-        DeadAction::List(l) => cmd_list(List {
+        DeadAction::List(l) => super::drain::cmd_list(List {
             dir: l.dir,
             state: Some(State::Dead),
             stream: false,
+            json: false,
         }),
         DeadAction::Requeue(r) => dead_requeue(r),
         DeadAction::Purge(p) => {
@@ -1129,8 +1134,10 @@ pub fn cmd_dead(a: Dead) -> Result<Exit, CliError> {
 }
 
 fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
-    let id = match (&a.job, a.all) {
-        (Some(j), false) => Some(parse_job_id(j)?),
+    let reason = a.reason.as_deref().map(parse_reason).transpose()?;
+    // --reason alone stands for --all with that reason.
+    let id = match (&a.job, a.all || reason.is_some()) {
+        (Some(j), _) if !a.all => Some(parse_job_id(j)?),
         (None, true) => None,
         _ => {
             return Err(CliError::bad_usage(
@@ -1139,15 +1146,17 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
         }
     };
     let q = open(&a.dir)?;
+    let with = reason.map_or(String::new(), |r| format!(" with reason {r}"));
     let no_such = |e: steadq::Error| match (e.kind(), id) {
-        (ErrorKind::NoSuchJob, Some(id)) => {
-            CliError::not_done(format!("{}: no dead job {id}", a.dir.display()))
-        }
+        (ErrorKind::NoSuchJob, Some(id)) => CliError::not_done(format!(
+            "{}: no dead job {id}{with}; nothing changed",
+            a.dir.display()
+        )),
         _ => e.into(),
     };
     let Some(id) = id else {
         // --all: every dead job is tried; a part-way failure says how many moved.
-        let mut r = q.requeue_dead(None);
+        let mut r = q.requeue_dead_with(None, reason);
         let n = r.requeued;
         if r.failed == 0 && r.unreadable.is_empty() {
             // Stopped before any move (the listing failed: not done), or all moved.
@@ -1182,7 +1191,9 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
             }
         });
     };
-    q.requeue_dead(Some(id)).into_result().map_err(no_such)?;
+    q.requeue_dead_with(Some(id), reason)
+        .into_result()
+        .map_err(no_such)?;
     stdout::note_done(format!("the job {id} WAS requeued"), "the report");
     out!("requeued {id}");
     Ok(Exit::Done)
@@ -1192,7 +1203,8 @@ pub fn cmd_compact(a: Compact) -> Result<Exit, CliError> {
     let q = open(&a.dir)?;
     let r = q.compact(a.older_than)?;
     let n = r.removed;
-    let k = q.compact_keys(a.older_than)?; // expired idempotency keys
+    // Expired idempotency keys: their own retention when given.
+    let k = q.compact_keys(a.keys_older_than.unwrap_or(a.older_than))?;
     if k > 0 {
         eprintln!("{k} idempotency keys expired");
     }

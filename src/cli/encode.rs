@@ -121,8 +121,18 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     );
     // Ready jobs per priority: index = level (0..=7, 7 claimed first).
     let by: Vec<String> = s.ready_by_priority.iter().map(u64::to_string).collect();
-    let _ = write!(o, ",\"ready_by_priority\":[{}]}}", by.join(","));
+    let _ = write!(o, ",\"ready_by_priority\":[{}]", by.join(","));
+    for (n, v) in totals(s) {
+        let _ = write!(o, ",\"{n}\":{}", lim(v));
+    }
+    o.push('}');
     o
+}
+
+/// The totals that only go up, by their `status --json` names (`None`: `steadq.counts`
+/// could not be read).
+fn totals(s: &Status) -> [(&'static str, Option<u64>); 2] {
+    [("acked_total", s.acked_total), ("dead_total", s.dead_total)]
 }
 
 /// `status --prometheus`: the text exposition format for node_exporter's textfile collector.
@@ -151,6 +161,15 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
     health_gauges(&mut o, &ql, s);
     capacity_gauges(&mut o, &ql, s);
     ready_by_priority_gauge(&mut o, &ql, s);
+    for (n, v) in totals(s) {
+        if let Some(v) = v {
+            let _ = writeln!(
+                o,
+                "# HELP steadq_{n} Jobs ever {}, kept across compaction, requeue and purge.\n# TYPE steadq_{n} counter\nsteadq_{n}{{queue=\"{ql}\"}} {v}",
+                &n[..n.len() - 6]
+            );
+        }
+    }
     o
 }
 
@@ -366,6 +385,50 @@ pub fn describe(now: &Now, k: &Kind) -> String {
     }
 }
 
+/// A job as one line of JSON (`list --json`, `claim --json`): its id, state, attempt,
+/// max attempts, priority, generation, deadline (unix seconds: a lease's expiry, a delayed
+/// job's due time, a receipt's ack; `null` otherwise or for a lease from an earlier boot,
+/// which has expired), reason (dead jobs), path relative to the queue root and, when given,
+/// the lease handle.
+pub fn job_json(
+    now: &Now,
+    n: &steadq::JobName,
+    state: State,
+    path: &str,
+    handle: Option<&str>,
+) -> String {
+    let deadline = match &n.kind {
+        Kind::Leased(l) if l.boot_id == now.boot_id => {
+            Some(i128::from(now.wall_ns) + i128::from(l.boot_deadline_ns) - i128::from(now.boot_ns))
+        }
+        k @ Kind::Delayed { .. } => {
+            Some(steadq::due_wall_ns(k, now.boot_id, now.boot_ns, now.wall_ns).into())
+        }
+        Kind::Receipt { acked_ns, .. } => acked_ns.map(i128::from),
+        _ => None,
+    };
+    let deadline = deadline.map_or("null".into(), |d| fixed::secs(d.max(0) as u128, 3));
+    let reason = match &n.kind {
+        Kind::Dead { reason } => json_string(&reason.to_string()),
+        _ => "null".into(),
+    };
+    let mut o = format!(
+        "{{\"id\":\"{}\",\"state\":\"{}\",\"attempt\":{},\"max\":{},\"priority\":{},\"gen\":{},\"deadline\":{deadline},\"reason\":{reason},\"path\":{}",
+        n.id,
+        state_name(state),
+        n.attempt,
+        n.max_attempts,
+        n.priority,
+        n.generation,
+        json_string(path)
+    );
+    if let Some(h) = handle {
+        let _ = write!(o, ",\"handle\":{}", json_string(h));
+    }
+    o += "}\n";
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +458,8 @@ mod tests {
             unreadable_shards: 1,
             unreadable_dirs: vec!["ready/01".into(), "dead/00000000000004d2".into()],
             ready_by_priority: [0, 0, 0, 2, 0, 0, 0, 1],
+            acked_total: Some(9),
+            dead_total: None,
             bytes_counted: true,
         }
     }
@@ -420,7 +485,7 @@ mod tests {
                 r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700},"#,
                 r#""oldest_ready_age_seconds":1.500,"#,
                 r#""capacity":{"jobs":6,"bytes":600,"max_jobs":10,"max_bytes":null},"live_keys":4,"#,
-                r#""ready_by_priority":[0,0,0,2,0,0,0,1]}"#
+                r#""ready_by_priority":[0,0,0,2,0,0,0,1],"acked_total":9,"dead_total":null}"#
             )
         );
         let none = Status::default();
@@ -442,11 +507,15 @@ mod tests {
         assert!(p.contains(
             "steadq_ready_by_priority{queue=\"/var/lib/\\\"jobs\\\"\",priority=\"7\"} 1\n"
         ));
-        assert!(p.ends_with(",priority=\"7\"} 1\n"));
+        assert!(p.contains(",priority=\"7\"} 1\n# HELP steadq_acked_total"));
         assert!(!p.contains("max_bytes"));
         assert!(p.contains("steadq_unreadable_shards{queue=\"/var/lib/\\\"jobs\\\"\"} 1\n"));
         assert!(p.contains("steadq_unreadable_dirs{queue=\"/var/lib/\\\"jobs\\\"\"} 2\n"));
-        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 10);
+        assert!(p.contains(
+            "# HELP steadq_acked_total Jobs ever acked, kept across compaction, requeue and purge.\n# TYPE steadq_acked_total counter\nsteadq_acked_total{queue=\"/var/lib/\\\"jobs\\\"\"} 9\n"
+        ));
+        assert!(!p.contains("dead_total"));
+        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 11);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod cmd;
 #[cfg(not(feature = "appliance"))]
 pub mod completions;
 pub mod demo;
+pub mod drain;
 pub mod encode;
 pub mod exit;
 pub mod fixed;
@@ -118,13 +119,14 @@ pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
         Cmd::Nack(a) => cmd::cmd_nack(a),
         Cmd::Fail(a) => cmd::cmd_fail(a),
         Cmd::Status(a) => cmd::cmd_status(a),
-        Cmd::List(a) => cmd::cmd_list(a),
+        Cmd::List(a) => drain::cmd_list(a),
         Cmd::Show(a) => cmd::cmd_show(a),
         Cmd::Recover(a) => cmd::cmd_recover(a),
         Cmd::Fsck(a) => cmd::cmd_fsck(a),
         Cmd::Dead(a) => cmd::cmd_dead(a),
         Cmd::Compact(a) => cmd::cmd_compact(a),
         Cmd::Demo(a) => demo::cmd_demo(a),
+        Cmd::Wait(a) => drain::cmd_wait(a),
         #[cfg(not(feature = "appliance"))]
         Cmd::Bench(a) => bench::cmd_bench(a),
         #[cfg(not(feature = "appliance"))]

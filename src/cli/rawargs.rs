@@ -95,6 +95,7 @@ pub fn restore(cmd: &mut Cmd) {
             DeadAction::Purge(a) => path(&mut a.dir),
         },
         Cmd::Compact(a) => path(&mut a.dir),
+        Cmd::Wait(a) => path(&mut a.dir),
         Cmd::Demo(a) => a.dir.iter_mut().for_each(path),
         #[cfg(not(feature = "appliance"))]
         Cmd::Bench(a) => a.dir.iter_mut().for_each(path),

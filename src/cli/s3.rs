@@ -34,6 +34,7 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
             DeadAction::Purge(a) => &a.dir,
         },
         Cmd::Compact(a) => &a.dir,
+        Cmd::Wait(a) => &a.dir,
         Cmd::Demo(_) | Cmd::DemoJob(_) => return None,
         #[cfg(not(feature = "appliance"))]
         Cmd::Bench(_) | Cmd::Completions(_) => return None,
@@ -139,6 +140,14 @@ mod with_s3 {
     /// A [`CliError`] with the exit code of the outcome.
     pub fn run(cmd: Cmd) -> Result<i32, CliError> {
         let e = match cmd {
+            Cmd::List(a) if a.json => Err(unsupported("list --json")),
+            Cmd::Claim(a) if a.json => Err(unsupported("claim --json")),
+            Cmd::Compact(a) if a.keys_older_than.is_some() => {
+                Err(unsupported("compact --keys-older-than"))
+            }
+            Cmd::Dead(d) if matches!(&d.action, args::DeadAction::Requeue(r) if r.reason.is_some()) => {
+                Err(unsupported("dead requeue --reason"))
+            }
             Cmd::Init(a) => init(a),
             Cmd::Enqueue(a) => enqueue(a),
             Cmd::Work(a) => work(a),
@@ -154,6 +163,7 @@ mod with_s3 {
             Cmd::Compact(a) => compact(a),
             Cmd::Config(_) => Err(unsupported("config")),
             Cmd::Show(_) => Err(unsupported("show")),
+            Cmd::Wait(_) => Err(unsupported("wait")),
             Cmd::Fsck(_) => Err(unsupported("fsck (recover repairs the index)")),
             Cmd::Demo(_) | Cmd::DemoJob(_) => Err(unsupported("this command")),
             #[cfg(not(feature = "appliance"))]

@@ -187,11 +187,14 @@ fn compaction_frees_inodes_on_a_filesystem_that_has_none_left() {
         .compact(Duration::ZERO)
         .expect("compaction on a filesystem with no free inode");
     assert_eq!(r.removed as u64, n);
+    // Less the one `steadq.counts` takes, made by this first compaction after the receipts
+    // were removed (on a full filesystem it counts after removing).
     assert!(
-        free() >= n,
+        free() >= n - 1,
         "{} inodes free after compacting {n} receipts",
         free()
     );
+    assert_eq!(q.status().unwrap().acked_total, Some(n));
     q.enqueue(b"room again").unwrap();
     assert!(q.fsck().unwrap().clean());
     drop(q);

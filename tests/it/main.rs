@@ -32,6 +32,7 @@ mod open_file_limit;
 mod payload_out;
 mod perf;
 mod priority;
+mod reach;
 mod readonly;
 mod refused_jobs;
 mod stdio;

@@ -204,6 +204,8 @@ pub enum ErrorKind {
     },
     /// The limits file `steadq.limits` is damaged (syntax or checksum).
     BadLimits,
+    /// The counts file `steadq.counts` is damaged (syntax or checksum). Not done.
+    BadCounts,
     /// A ready shard (the path) is a directory owned by another user than `ready/`: not
     /// the one `init` made (someone moved it away and made their own). It is never listed
     /// nor placed into. Not done.
@@ -543,7 +545,8 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
         | ErrorKind::Replaced
         | ErrorKind::NoWritableShard { .. }
         | ErrorKind::ForeignDir { .. }
-        | ErrorKind::BadLimits => fmt_layout_message(f, kind),
+        | ErrorKind::BadLimits
+        | ErrorKind::BadCounts => fmt_layout_message(f, kind),
     }
 }
 
@@ -597,6 +600,11 @@ fn fmt_layout_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> cor
             "this user may not make job files in any of its {shards} shards ({errno}); not \
              done, nothing changed: give the shards the owner and mode of the queue's other \
              directories, or enqueue as a user who may"
+        ),
+        ErrorKind::BadCounts => f.write_str(
+            "the counts file steadq.counts is damaged (malformed, or its sum= line does not \
+             match); not done: remove it to count again from the entries present (the \
+             totals then restart lower)",
         ),
         ErrorKind::BadLimits => f.write_str(
             "the limits file steadq.limits is damaged (malformed, or its sum= line does not \

@@ -86,6 +86,7 @@
 //! src/disk/clock.rs     wall and boot clocks, the boot id
 //! src/disk/outside.rs   a file outside the queue opened to write, its final name never followed
 //! src/disk/sys.rs       every syscall, each through the fault plan when one is set
+//! src/disk/counts.rs    the bytes of steadq.counts (the totals file)
 //! src/disk/fault.rs     the fault plan that can fail, skip or stop after any call
 //! src/disk/state.rs      the state table shared with DESIGN.md
 //! src/ops/transition.rs where a rename happens (move_job) and its barriers
@@ -109,6 +110,8 @@
 //! src/admin/view.rs     list, find, reading one job's file
 //! src/admin/status.rs   status: counts, bytes and ages per state, in one shared pass
 //! src/admin/dead.rs     requeue and purge of dead-letters, make_due of delayed jobs
+//! src/admin/drain.rs    wait_empty: until no job is ready, leased or delayed (inotify)
+//! src/admin/counts.rs   the totals that only go up (acked, dead), kept across compaction
 //! src/admin/fsck.rs     fsck: the problems it reports, and the run
 //! src/admin/fsck/jobs.rs       its check of the job files, duplicates, a wrong identity
 //! src/admin/fsck/layout.rs     its check of the layout: root, shards, levels, tmp/, sharing

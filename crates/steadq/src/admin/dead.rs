@@ -3,7 +3,7 @@
 
 use super::view::Listed;
 use crate::disk::layout::DEAD_DIR;
-use crate::disk::name::{JobId, Kind};
+use crate::disk::name::{JobId, Kind, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
@@ -67,21 +67,31 @@ impl Queue {
     /// [`crate::Result`] for `?`.
     #[must_use = "its first_error says what could not be done"]
     pub fn requeue_dead(&self, id: Option<JobId>) -> RequeueReport {
+        self.requeue_dead_with(id, None)
+    }
+
+    /// [`Queue::requeue_dead`] of the dead jobs with reason `reason` only (`None`: any
+    /// reason); with `id`, [`ErrorKind::NoSuchJob`] also when that job has another reason.
+    /// The same outcome rule.
+    #[must_use = "its first_error says what could not be done"]
+    pub fn requeue_dead_with(&self, id: Option<JobId>, reason: Option<Reason>) -> RequeueReport {
         let mut r = RequeueReport::default();
-        if let Err(e) = self.requeue_dead_into(id, &mut r) {
+        if let Err(e) = self.requeue_dead_into(id, reason, &mut r) {
             r.first_error = Some(e);
         }
         r
     }
 
-    /// [`Queue::requeue_dead`]'s pass into `r`; `Err` only for what stops it before any move
-    /// (`id` not dead, a listing that failed: not done).
+    /// [`Queue::requeue_dead_with`]'s pass into `r`; `Err` only for what stops it before any
+    /// move (`id` not dead, a listing that failed: not done).
     fn requeue_dead_into(
         &self,
         id: Option<JobId>,
+        reason: Option<Reason>,
         r: &mut RequeueReport,
     ) -> Result<(), crate::Error> {
-        let dead = match id {
+        let _counting = self.counts_lock()?;
+        let mut dead = match id {
             Some(_) => self.jobs_in(State::Dead, id)?,
             // Every dead job: a `dead/` or bucket this user cannot read is noted and fails
             // the call, so that "requeued N jobs" never stands beside jobs never tried.
@@ -95,7 +105,13 @@ impl Queue {
                 out
             }
         };
+        dead.retain(|l| reason.is_none_or(|r| l.name.kind == Kind::Dead { reason: r }));
+        if id.is_some() && dead.is_empty() {
+            return Err(Cause::not_done(ErrorKind::NoSuchJob, None).into());
+        }
         let mut first: Option<Cause> = None;
+        let listed = dead.len() as i64;
+        let later = self.count_ahead(0, listed)?;
         for l in dead {
             let bucket = l.dir.trim_start_matches("dead/");
             let moved = self.source_bucket(true, bucket).and_then(|from| {
@@ -117,6 +133,7 @@ impl Queue {
                 }
             }
         }
+        self.settle_dead(later, listed, r.requeued);
         if let (None, Some(rel)) = (&first, r.unreadable.first()) {
             first = Some(self.unreadable_dir_error(rel));
         }
@@ -194,8 +211,10 @@ impl Queue {
     pub fn purge_dead(&self) -> Result<u32, crate::Error> {
         // A dead bucket (or `dead/`) this user cannot read holds jobs that are not purged:
         // a failure, not a warning beside "purged N" (as in `requeue_dead`).
+        let _counting = self.counts_lock()?;
         let mut unreadable = Vec::new();
         let dead = self.list_noting(Some(State::Dead), &mut unreadable)?;
+        let later = self.count_ahead(0, dead.len() as i64)?;
         let mut n = 0;
         let mut dirs: Vec<String> = Vec::new();
         // The first failure and how many jobs failed: a job that cannot be deleted (a
@@ -244,6 +263,7 @@ impl Queue {
                 dirs.push(l.dir.clone());
             }
         }
+        self.settle_dead(later, dead.len() as i64, n);
         if let Some(e) = first {
             log::warn!(
                 "purged {n} dead job(s); {failed} job(s) or director(ies) could not be (the first is named below)"
@@ -258,6 +278,19 @@ impl Queue {
         }
         self.sync_purged(&dirs, n)?;
         Ok(n)
+    }
+
+    /// After a requeue or purge of `listed` dead jobs that removed `moved`: take back from
+    /// `steadq.counts` those counted ahead and not removed, or, when none were counted
+    /// ahead (`later`: a full filesystem), count those removed (admin/counts.rs). A failure
+    /// is logged: taking back, a total runs ahead; counting, it drops by them.
+    fn settle_dead(&self, later: bool, listed: i64, moved: u32) {
+        let moved = i64::from(moved);
+        if later {
+            self.count_after(0, moved, "dead jobs requeued or purged");
+        } else if moved < listed {
+            self.count_after(0, moved - listed, "dead jobs counted ahead and not removed");
+        }
     }
 
     /// [`Queue::purge_dead`]'s barriers: each bucket it deleted from (removed when it is

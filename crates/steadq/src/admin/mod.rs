@@ -1,9 +1,11 @@
 //! Administration: what an operator runs on a queue rather than a worker: the walk over
 //! the job areas ([`walk`]), listing and finding jobs ([`view`]), [`status`], requeue and
-//! purge of dead-letters ([`dead`]), the checker ([`fsck`]), and the receipt policy,
-//! evidence log and compaction ([`receipts`]).
+//! purge of dead-letters ([`dead`]), waiting until a queue is drained ([`drain`]), the
+//! checker ([`fsck`]), and the receipt policy, evidence log and compaction ([`receipts`]).
 
+pub(crate) mod counts;
 pub(crate) mod dead;
+pub(crate) mod drain;
 pub(crate) mod fsck;
 pub(crate) mod receipts;
 pub(crate) mod status;

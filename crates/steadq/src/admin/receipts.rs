@@ -422,6 +422,23 @@ impl Queue {
     /// [`ErrorKind::Io`] (not done) when the root cannot be listed or an evidence file
     /// cannot be opened or read: the caller cannot tell, and must not guess.
     pub(crate) fn acked_in_evidence(&self, id: JobId) -> Result<bool> {
+        Ok(self.evidence_line(id)?.is_some())
+    }
+
+    /// The evidence line of job `id`, when it has one that parses (see
+    /// [`Queue::acked_in_evidence`] for where it is looked for and what it costs): the
+    /// record of a receipt removed by compaction or by receipt policy `none`. Reads only.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`] (not done) when the root cannot be listed or an evidence file
+    /// cannot be opened or read.
+    pub fn evidence_of(&self, id: JobId) -> crate::Result<Option<EvidenceLine>> {
+        let line = self.evidence_line(id)?;
+        Ok(line.as_deref().and_then(EvidenceLine::parse))
+    }
+
+    /// The first line of job `id` in the evidence files, newest file first.
+    fn evidence_line(&self, id: JobId) -> Result<Option<String>> {
         let mut names = self.rotated_evidence()?;
         names.sort_unstable_by(|a, b| b.cmp(a));
         names.insert(0, EVIDENCE_FILE.to_string());
@@ -434,18 +451,20 @@ impl Queue {
                 Err(Errno::NOENT) => continue,
                 Err(e) => return Err(at(Call::Open, e)),
             };
-            let mut found = false;
+            let mut found = None;
             self.evidence_lines(fd.as_fd(), &mut |l| {
-                found = l.starts_with(needle.as_bytes());
-                !found
+                if l.starts_with(needle.as_bytes()) {
+                    found = Some(String::from_utf8_lossy(l).into_owned());
+                }
+                found.is_none()
             })
             .map_err(|e| at(Call::Read, e))?;
-            if found {
-                return Ok(true);
+            if found.is_some() {
+                return Ok(found);
             }
             // A last line without its newline (torn by a crash) is no evidence.
         }
-        Ok(false)
+        Ok(None)
     }
 
     /// Call `each` with every whole line of the evidence file `fd` (without its newline), in
@@ -542,11 +561,14 @@ impl Queue {
     /// crash").
     ///
     /// # Errors
-    /// Not done if the evidence could not be written and synced (nothing removed; receipts
-    /// may have been cut); indeterminate if an unlink or the final directory fsync failed
+    /// Not done if the evidence could not be written and synced, or `steadq.counts` could
+    /// not be read ([`ErrorKind::BadCounts`]) or replaced (nothing removed; receipts may
+    /// have been cut); indeterminate if an unlink or the final directory fsync failed
     /// (evidence is durable; a receipt may remain, and compacting again adds a second line
     /// for it), or, with the outcome it reports, if settling such a split failed.
     pub fn compact(&self, older_than: Duration) -> Result<CompactReport, crate::Error> {
+        // One compaction at a time counts (admin/counts.rs): held to the end.
+        let _counting = self.counts_lock()?;
         let cutoff = self
             .clock
             .wall_ns()
@@ -609,7 +631,14 @@ impl Queue {
             }
             Ok(report.cut > 0)
         })?;
+        // Counted before they are removed: a total never goes down (admin/counts.rs); on a
+        // full filesystem after.
+        let n = victims.len() as i64;
+        let later = self.count_ahead(n, 0)?;
         self.remove_receipts(&victims, &mut report)?;
+        if later {
+            self.count_after(n, 0, "compacted receipts");
+        }
         Ok(report)
     }
 

@@ -64,6 +64,14 @@ pub struct Status {
     /// Ready jobs per priority level (index = priority, 0..=7; a queue before version 3
     /// has them all at [`crate::disk::name::DEFAULT_PRIORITY`]).
     pub ready_by_priority: [u64; crate::disk::name::PRIORITY_LEVELS as usize],
+    /// Jobs ever acked, as far as this queue's directories tell: receipts now plus those
+    /// compaction removed (`steadq.counts`); only goes up (see `admin/counts.rs` for a
+    /// crash). `None` when `steadq.counts` is damaged or cannot be read. Acks under receipt
+    /// policy `none`, whose receipt is never kept, are not counted.
+    pub acked_total: Option<u64>,
+    /// Jobs ever dead-lettered (a requeued job that dies again counts again): dead jobs now
+    /// plus those requeued or purged. As [`Status::acked_total`].
+    pub dead_total: Option<u64>,
     /// Whether [`Status::bytes`] were counted (see [`Queue::status_with`]); when false they
     /// are all 0 and mean nothing.
     pub bytes_counted: bool,
@@ -437,6 +445,15 @@ impl Queue {
         let now = self.clock.wall_ns();
         st.oldest_ready_age = since.map(|t| Duration::from_nanos(now.saturating_sub(t)));
         st.unreadable_shards = self.unreadable_shards();
+        // Read after the listing: what it saw present is counted here or still present, so
+        // a total never goes down (admin/counts.rs).
+        match self.read_counts() {
+            Ok(c) => {
+                st.acked_total = Some(st.acked + c.acked);
+                st.dead_total = Some(st.dead + c.dead);
+            }
+            Err(e) => log::warn!("{e}"),
+        }
         Ok(st)
     }
 

@@ -14,6 +14,7 @@
 //! <root>/quarantine/...      QUARANTINE_DIR
 //! <root>/evidence.log        EVIDENCE_FILE (rotated: evidence.<hex16>.log)
 //! <root>/steadq.limits       LIMITS_FILE
+//! <root>/steadq.counts       COUNTS_FILE (src/disk/counts.rs)
 //! <root>/keys/               KEYS_DIR
 //! ```
 
@@ -23,6 +24,9 @@ use core::fmt::Write as _;
 pub const IDENTITY_FILE: &str = "steadq.queue";
 /// The capacity limits file (optional).
 pub const LIMITS_FILE: &str = "steadq.limits";
+/// The totals that only go up: what compaction, requeue and purge removed (optional;
+/// `src/disk/counts.rs`).
+pub const COUNTS_FILE: &str = "steadq.counts";
 /// The evidence log (one line per compacted receipt); rotated ones are `evidence.<hex16>.log`.
 pub const EVIDENCE_FILE: &str = "evidence.log";
 /// Named temp files (fallback publishing) and rename probes.
@@ -50,7 +54,7 @@ pub(crate) const CREATED_DIRS: [&str; 5] =
 
 /// Every fixed name the root may hold (rotated evidence and the identity's temp and damaged
 /// names come on top; see `fsck`).
-pub const ROOT_ENTRIES: [&str; 10] = [
+pub const ROOT_ENTRIES: [&str; 11] = [
     IDENTITY_FILE,
     TMP_DIR,
     READY_DIR,
@@ -61,6 +65,7 @@ pub const ROOT_ENTRIES: [&str; 10] = [
     EVIDENCE_FILE,
     KEYS_DIR,
     LIMITS_FILE,
+    COUNTS_FILE,
 ];
 
 /// Width of a dead-letter bucket: one day, in ns.

@@ -5,6 +5,7 @@
 //! Fault injection reaches every syscall because [`sys::Sys`] is the only door to it.
 
 pub(crate) mod clock;
+pub mod counts;
 pub(crate) mod fault;
 pub mod format;
 pub(crate) mod identity;

@@ -433,6 +433,14 @@ impl Sys {
         Ok(fd)
     }
 
+    /// Take an exclusive `flock(2)` on `fd`, waiting for it; held until the last descriptor
+    /// of its open file description closes. Retried on `EINTR`.
+    pub fn lock_exclusive(&self, fd: BorrowedFd<'_>) -> R<()> {
+        self.run_retry(Call::Flock, || {
+            rustix::fs::flock(fd, rustix::fs::FlockOperation::LockExclusive)
+        })
+    }
+
     /// Whether a writer holds temp file `name` in `dir` (made by [`Sys::create_file`]):
     /// `flock(2)` `LOCK_SH | LOCK_NB` refused. True as well when the file cannot be opened
     /// (`O_NOFOLLOW | O_NONBLOCK`) or locked for another reason: unknown, so it is kept.

@@ -238,21 +238,32 @@ impl Queue {
     /// [`ErrorKind::BadLimits`] (not done) when the file is damaged (checksum or syntax);
     /// [`ErrorKind::Io`] when it cannot be read.
     pub fn limits(&self) -> crate::Result<Limits> {
+        let Some(text) = self.read_root_file(LIMITS_FILE)? else {
+            return Ok(Limits::default());
+        };
+        let limits = Limits::decode(&text);
         let p = self.path(LIMITS_FILE);
-        let fd = match self
-            .sys
-            .open_regular_ro(self.dirs.root.as_fd(), LIMITS_FILE)
-        {
+        Ok(limits.ok_or_else(|| Cause::not_done(ErrorKind::BadLimits, Some(p)))?)
+    }
+
+    /// Settings file `name` of the root (a regular file, never followed), at most 4096
+    /// bytes; `None` when it is missing. Text that is not UTF-8 is read as empty (it then
+    /// fails to decode).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`] (not done) when it cannot be opened or read.
+    pub(crate) fn read_root_file(&self, name: &str) -> Result<Option<String>> {
+        let p = || Some(self.path(name));
+        let fd = match self.sys.open_regular_ro(self.dirs.root.as_fd(), name) {
             Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(Limits::default()),
-            Err(e) => return Err(Cause::io(Call::Open, e, Outcome::NotDone, Some(p)).into()),
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(Cause::io(Call::Open, e, Outcome::NotDone, p())),
         };
         let mut buf = Vec::new();
         self.sys
             .read_all(fd.as_fd(), 4096, &mut buf)
-            .map_err(|e| Cause::io(Call::Read, e, Outcome::NotDone, Some(p.clone())))?;
-        let limits = std::str::from_utf8(&buf).ok().and_then(Limits::decode);
-        Ok(limits.ok_or_else(|| Cause::not_done(ErrorKind::BadLimits, Some(p)))?)
+            .map_err(|e| Cause::io(Call::Read, e, Outcome::NotDone, p()))?;
+        Ok(Some(String::from_utf8(buf).unwrap_or_default()))
     }
 
     /// Set (or with [`Limits::default`], remove the effect of) the capacity limits. Jobs
@@ -265,14 +276,25 @@ impl Queue {
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
     pub fn set_limits(&self, limits: Limits) -> Result<(), crate::Error> {
+        Ok(self.replace_root_file(LIMITS_FILE, limits.encode().as_bytes())?)
+    }
+
+    /// Replace settings file `name` in the root with `bytes`: written to `tmp/`, fsynced,
+    /// renamed over `name` (the linearization point), the root fsynced. Its owner and mode
+    /// are those of `steadq.queue` (every user reads it).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
+    /// if the rename fails with `EIO` or the root's fsync fails.
+    pub(crate) fn replace_root_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
         // Read by every enqueue of every user: shared like `steadq.queue`, whatever this
         // process's umask (made 600 at umask 077, it failed every other user's enqueue).
         let like = Some(crate::queue::IDENTITY_FILE);
-        let tmp = self.durable_temp_file(limits.encode().as_bytes(), like)?;
+        let tmp = self.durable_temp_file(bytes, like)?;
         let t = self.dirs.tmp.as_fd();
         if let Err(e) = self
             .sys
-            .rename_replace(t, &tmp, self.dirs.root.as_fd(), LIMITS_FILE)
+            .rename_replace(t, &tmp, self.dirs.root.as_fd(), name)
         {
             let outcome = if e == Errno::IO {
                 Outcome::Indeterminate
@@ -280,7 +302,7 @@ impl Queue {
                 let _ = self.sys.unlink(t, &tmp);
                 Outcome::NotDone
             };
-            return Err(Cause::io(Call::Rename, e, outcome, Some(self.path(LIMITS_FILE))).into());
+            return Err(Cause::io(Call::Rename, e, outcome, Some(self.path(name))));
         }
         self.barrier(self.dirs.root.as_fd()).map_err(|e| {
             Cause::io(
@@ -289,8 +311,7 @@ impl Queue {
                 Outcome::Indeterminate,
                 Some(self.root.clone()),
             )
-        })?;
-        Ok(())
+        })
     }
 
     /// A new file in `tmp/` holding `bytes`, fsynced (a settings file or a key entry on the

@@ -461,6 +461,13 @@ impl Lease {
         }
     }
 
+    /// The leased file's path relative to the queue root: `<slot dir>/<handle>`, e.g.
+    /// `ready/03/...` (or `prio/<l>/<ss>/...` for a level other than the default).
+    pub fn rel_path(&self) -> String {
+        let slot = self.q.ident.slot_of(&self.name);
+        format!("{}/{}", self.q.ident.slot_rel(slot), self.handle())
+    }
+
     /// The handle that [`Queue::lease_from_handle`] accepts: the leased file name.
     pub fn handle(&self) -> String {
         self.name.format(self.q.ident.id).to_string()

@@ -1,0 +1,102 @@
+//! Waiting for a queue to drain: no job ready, leased or delayed (`steadq wait --empty`).
+//!
+//! The waiter watches every ready slot (or the directories on the way to a level's slot not
+//! made yet), `delayed/` and each of its buckets on inotify for names coming and going, and
+//! counts the queue again ([`Queue::status_with`], without bytes) only after an event: an
+//! idle wait costs one `poll(2)` and two `stat(2)` calls a second (is the queue's directory
+//! still the one it holds?), never a listing.
+
+use crate::disk::layout::DELAYED_DIR;
+use crate::disk::sys::{Call, Errno};
+use crate::error::{Cause, Outcome};
+use crate::ops::wait::LOOK_EVERY_NS;
+use crate::queue::Queue;
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+/// Names made, moved in, moved out or removed, in a directory (never followed).
+const DRAIN_WATCH: WatchFlags = WatchFlags::CREATE
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::DONT_FOLLOW)
+    .union(WatchFlags::ONLYDIR);
+
+impl Queue {
+    /// Wait until the queue holds no ready, leased or delayed job (dead jobs and receipts
+    /// do not count), up to `timeout` (`None`: no limit). `Ok(true)` once it is empty (at
+    /// once if it is now), `Ok(false)` at the timeout. Changes nothing. Waits on inotify, not
+    /// by polling (see the module docs); a leased job counts until it is settled or
+    /// recovered, a delayed one until it is claimed.
+    ///
+    /// # Errors
+    /// Not done (nothing changes either way): [`crate::ErrorKind::Io`] when inotify cannot
+    /// be set up or a directory cannot be listed; [`crate::ErrorKind::Replaced`] when the
+    /// queue's directory was removed or replaced while it waited.
+    pub fn wait_empty(&self, timeout: Option<Duration>) -> crate::Result<bool> {
+        let io = |e| Cause::io(Call::Open, e, Outcome::NotDone, Some(self.root.clone()));
+        let ino = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).map_err(io)?;
+        let nanos = |d: Duration| d.as_nanos().min(u64::MAX as u128) as u64;
+        let deadline = timeout.map(|t| self.clock.boot_ns().saturating_add(nanos(t)));
+        loop {
+            // Watched before counting: a job that moves after the count is an event.
+            self.watch_live_dirs(&ino).map_err(io)?;
+            let s = self.status_with(&crate::StatusOptions { bytes: false })?;
+            if s.ready + s.leased + s.delayed == 0 {
+                return Ok(true);
+            }
+            loop {
+                let now = self.clock.boot_ns();
+                let left = match deadline {
+                    Some(d) if now >= d => return Ok(false),
+                    Some(d) => d - now,
+                    None => u64::MAX,
+                };
+                let ns = left.min(LOOK_EVERY_NS);
+                let ts = rustix::time::Timespec {
+                    tv_sec: (ns / 1_000_000_000) as _,
+                    tv_nsec: (ns % 1_000_000_000) as _,
+                };
+                let mut fds = [PollFd::new(&ino, PollFlags::IN)];
+                let woke = matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0);
+                if let Some(e) = self.root_replaced() {
+                    return Err(e.into());
+                }
+                if woke {
+                    crate::ops::capacity::drain(&ino);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Watch every ready slot (see [`Queue::watch_slot`]), `delayed/` and its buckets on
+    /// `ino`; a watch that exists already is kept (same watch descriptor).
+    fn watch_live_dirs(&self, ino: &OwnedFd) -> core::result::Result<(), Errno> {
+        for s in 0..self.ident.slots() {
+            match self.watch_slot(ino.as_fd(), s, DRAIN_WATCH) {
+                // A slot this user may not read is counted as unreadable by `status`.
+                Ok(_) | Err(Errno::ACCESS | Errno::PERM) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let delayed = self.root.join(DELAYED_DIR);
+        inotify::add_watch(ino, &delayed, DRAIN_WATCH)?;
+        let mut buckets = Vec::new();
+        self.sys.read_dir(self.dirs.delayed.as_fd(), |name, _, _| {
+            if let Some(b) = name.filter(|n| crate::disk::layout::parse_bucket(n).is_some()) {
+                buckets.push(delayed.join(b));
+            }
+        })?;
+        for b in buckets {
+            match inotify::add_watch(ino, &b, DRAIN_WATCH) {
+                // Removed since the listing (emptied): an event on `delayed/` already.
+                Ok(_) | Err(Errno::NOENT | Errno::NOTDIR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}

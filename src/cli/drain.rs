@@ -1,0 +1,109 @@
+//! `steadq wait`, `list` (and `--json`) and `show` of a compacted job: what a script reaches
+//! for around a queue it does not own (waiting for it to drain, reading its jobs as data).
+
+use super::args::{List, Show};
+use super::exit::Exit;
+use super::{cmd, encode, stdout, CliError};
+use argh::FromArgs;
+use std::path::PathBuf;
+use std::time::Duration;
+use steadq::{JobId, Queue};
+
+/// Wait until the queue is drained: no job ready, leased or delayed (dead jobs and
+/// receipts do not count). Waits on inotify, not by polling; changes nothing.
+#[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
+#[argh(
+    subcommand,
+    name = "wait",
+    example = "steadq wait /var/lib/jobs --empty --timeout 10m && echo drained",
+    error_code(2, "not done: the queue could not be read, or its directory was removed or replaced while waiting"),
+    error_code(3, "timeout: jobs were still ready, leased or delayed")
+)]
+pub struct Wait {
+    /// queue directory
+    #[argh(positional, from_str_fn(super::args::path))]
+    pub dir: PathBuf,
+    /// wait until no job is ready, leased or delayed (required: the one condition so far)
+    #[argh(switch)]
+    pub empty: bool,
+    /// give up after this long, exit 3 (default: wait for good)
+    #[argh(option, from_str_fn(super::args::dur))]
+    pub timeout: Option<Duration>,
+}
+
+/// A queue opened to read only (no rename probe in `tmp/`).
+fn open_ro(dir: &std::path::Path) -> Result<Queue, CliError> {
+    let o = steadq::Options {
+        mode: steadq::OpenMode::ReadOnly,
+        ..Default::default()
+    };
+    Ok(Queue::open_with(dir, o)?)
+}
+
+pub fn cmd_wait(a: Wait) -> Result<Exit, CliError> {
+    if !a.empty {
+        return Err(CliError::bad_usage("wait needs a condition: --empty"));
+    }
+    let q = open_ro(&a.dir)?;
+    if q.wait_empty(a.timeout)? {
+        return Ok(Exit::Done);
+    }
+    let waited = a.timeout.unwrap_or_default();
+    eprintln!(
+        "{}: waited {}s: jobs are still ready, leased or delayed",
+        a.dir.display(),
+        super::fixed::secs(waited.as_nanos(), 3)
+    );
+    Ok(Exit::NoJob)
+}
+
+/// `list`, as text or with `--json` one object per line ([`encode::job_json`]).
+pub fn cmd_list(a: List) -> Result<Exit, CliError> {
+    let q = open_ro(&a.dir)?;
+    let now = cmd::now(&q);
+    q.list_each(a.state, !a.stream, |l| {
+        let n = &l.name;
+        let path = l.rel_path(q.id());
+        let line = if a.json {
+            encode::job_json(&now, n, l.state, &path, None)
+        } else {
+            format!(
+                "{:<7} {} attempt {}/{} gen {} prio {} {} {path}\n",
+                encode::state_name(l.state),
+                n.id,
+                n.attempt,
+                n.max_attempts,
+                n.generation,
+                n.priority,
+                encode::describe(&now, &n.kind),
+            )
+        };
+        // A closed pipe (| head) is a clean exit; another error exits 2 in main.
+        stdout::write(line.as_bytes())
+    })?;
+    Ok(Exit::Done)
+}
+
+/// `show` of a job with no file left: its evidence line, when compaction (or receipt policy
+/// `none`) removed its receipt; else "no job" (exit 2).
+pub fn show_compacted(a: &Show, q: &Queue, id: JobId) -> Result<Exit, CliError> {
+    let d = a.dir.display();
+    let Some(e) = q.evidence_of(id)? else {
+        return Err(CliError::not_done(format!("{d}: no job {id}")));
+    };
+    if a.raw {
+        return Err(CliError::not_done(format!(
+            "{d}: job {id} was acked and its receipt compacted: its payload was not kept"
+        )));
+    }
+    out!(
+        "job       {id}\nstate     acked, receipt removed (compacted): from its evidence line\n\
+         receipt   {}\nacked     unix {}\nsha256    {}\nenvelope  {}",
+        e.receipt,
+        super::fixed::secs(u128::from(e.acked_ns), 3),
+        encode::hex(&e.payload_sha256),
+        encode::hex(&e.envelope_sha256)
+    );
+    Ok(Exit::Done)
+}
