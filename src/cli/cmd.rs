@@ -6,6 +6,7 @@ use super::encode;
 use super::exit::Exit;
 use super::fixed;
 use super::payload_file::PayloadFile;
+use super::progress::Progress;
 use super::{open, stdout, CliError};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -819,14 +820,10 @@ pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
     }
     // A symlinked shard is reported, never followed (it refuses the queue to every command
     // that moves jobs).
-    let q = Queue::open_with(
-        &a.dir,
-        steadq::Options {
-            mode: steadq::OpenMode::Check,
-            ..Default::default()
-        },
-    )?;
+    let p = Progress::start(format!("status {}", a.dir.display()), "entries", None);
+    let q = p.open(&a.dir, steadq::OpenMode::Check)?;
     let s = q.status_with(a.bytes)?;
+    drop(p);
     let dir = a.dir.display().to_string();
     let label = encode::QueueLabel {
         dir: &dir,
@@ -1068,18 +1065,14 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
-    let q = Queue::open_with(
-        &a.dir,
-        steadq::Options {
-            mode: steadq::OpenMode::Check,
-            ..Default::default()
-        },
-    )?;
+    let p = Progress::start(format!("fsck {}", a.dir.display()), "entries", None);
+    let q = p.open(&a.dir, steadq::OpenMode::Check)?;
     let r = if a.quarantine {
         q.fsck_quarantine()?
     } else {
         q.fsck()?
     };
+    drop(p);
     if a.quarantine {
         stdout::note_done("fsck --quarantine WAS done", "its list of problems");
     }
@@ -1138,7 +1131,8 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
             ))
         }
     };
-    let q = open(&a.dir)?;
+    let p = Progress::start(format!("dead requeue {}", a.dir.display()), "steps", None);
+    let q = p.open(&a.dir, steadq::OpenMode::ReadWrite)?;
     let no_such = |e: steadq::Error| match (e.kind(), id) {
         (ErrorKind::NoSuchJob, Some(id)) => {
             CliError::not_done(format!("{}: no dead job {id}", a.dir.display()))
@@ -1148,6 +1142,7 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
     let Some(id) = id else {
         // --all: every dead job is tried; a part-way failure says how many moved.
         let mut r = q.requeue_dead_report(None).map_err(no_such)?;
+        drop(p);
         let n = r.requeued;
         if n > 0 || r.first_error.is_none() {
             stdout::note_done(format!("{n} jobs WERE requeued"), "the report");
@@ -1185,10 +1180,12 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_compact(a: Compact) -> Result<Exit, CliError> {
-    let q = open(&a.dir)?;
+    let p = Progress::start(format!("compact {}", a.dir.display()), "steps", None);
+    let q = p.open(&a.dir, steadq::OpenMode::ReadWrite)?;
     let r = q.compact(a.older_than)?;
     let n = r.removed;
     let k = q.compact_keys(a.older_than)?; // expired idempotency keys
+    drop(p);
     if k > 0 {
         eprintln!("{k} idempotency keys expired");
     }

@@ -77,6 +77,7 @@ impl Queue {
         };
         let mut first: Option<Cause> = None;
         for l in dead {
+            self.count_progress();
             let bucket = l.dir.trim_start_matches("dead/");
             let moved = self.source_bucket(true, bucket).and_then(|from| {
                 // Back to the ready directory of its own priority.
