@@ -41,6 +41,8 @@ pub enum Cmd {
     Nack(Nack),
     Fail(Fail),
     Status(Status),
+    // Not in the appliance build: about 7.8 KB of the size-limited aarch64 binary.
+    #[cfg(not(feature = "appliance"))]
     Top(TopView),
     List(List),
     Show(Show),
@@ -486,6 +488,7 @@ pub struct Status {
 /// job, dead jobs by reason, leases by holder (the claimer's boot). Redrawn when the queue's
 /// directories change (inotify) and every second; q or Ctrl-C quits. When stdout is not a
 /// terminal it prints one snapshot (no rates) and exits.
+#[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(

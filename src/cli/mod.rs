@@ -24,6 +24,7 @@ pub mod std_fds;
 pub mod stdout;
 #[cfg(all(feature = "appliance", target_env = "musl"))]
 pub mod threadname;
+#[cfg(not(feature = "appliance"))]
 pub mod top;
 pub mod work;
 
@@ -120,6 +121,7 @@ pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
         Cmd::Nack(a) => cmd::cmd_nack(a),
         Cmd::Fail(a) => cmd::cmd_fail(a),
         Cmd::Status(a) => cmd::cmd_status(a),
+        #[cfg(not(feature = "appliance"))]
         Cmd::Top(a) => top::cmd_top(a),
         Cmd::List(a) => cmd::cmd_list(a),
         Cmd::Show(a) => cmd::cmd_show(a),

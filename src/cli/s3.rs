@@ -24,6 +24,7 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
         Cmd::Nack(a) => &a.dir,
         Cmd::Fail(a) => &a.dir,
         Cmd::Status(a) => &a.dir,
+        #[cfg(not(feature = "appliance"))]
         Cmd::Top(a) => &a.dir,
         Cmd::List(a) => &a.dir,
         Cmd::Show(a) => &a.dir,
@@ -155,6 +156,7 @@ mod with_s3 {
             Cmd::Compact(a) => compact(a),
             Cmd::Config(_) => Err(unsupported("config")),
             Cmd::Show(_) => Err(unsupported("show")),
+            #[cfg(not(feature = "appliance"))]
             Cmd::Top(_) => Err(unsupported("top")),
             Cmd::Fsck(_) => Err(unsupported("fsck (recover repairs the index)")),
             Cmd::Demo(_) | Cmd::DemoJob(_) => Err(unsupported("this command")),

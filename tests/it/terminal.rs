@@ -171,14 +171,22 @@ fn top_gives_the_terminal_back_on_sigterm() {
     assert!(s.contains("\nicanon\n") && s.contains("\necho\n"), "{s}");
 }
 
-/// With stdout not a terminal, `top` prints one snapshot, no escape sequences, and exits.
+/// With stdout not a terminal, `top` prints one snapshot, no escape sequences, and exits;
+/// the holder's line counts its live and expired leases.
 #[test]
 fn top_without_a_terminal_prints_one_snapshot() {
     let d = TempDir::new("top-pipe");
     let q = Queue::create(d.path(), fast(1)).unwrap();
-    q.enqueue(b"a").unwrap();
-    q.enqueue(b"b").unwrap();
+    for p in [b"a", b"b", b"c"] {
+        q.enqueue(p).unwrap();
+    }
+    let short = steadq::ClaimOptions {
+        lease: Some(Duration::from_millis(1)),
+        ..Default::default()
+    };
+    let _expired = q.claim_with(&short).unwrap().unwrap();
     let _l = q.claim().unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(5));
     let out = Command::new(BIN)
         .args(["top", p(d.path())])
         .stdin(Stdio::null())
@@ -186,16 +194,17 @@ fn top_without_a_terminal_prints_one_snapshot() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
-    assert!(s.contains("ready 1  leased 1 (0 expired)"), "{s}");
+    assert!(s.contains("ready 1  leased 2 (1 expired)"), "{s}");
     assert!(s.contains("claims/s -  acks/s -"), "{s}");
-    assert!(s.contains("(this boot)  1 live, 0 expired"), "{s}");
+    assert!(s.contains("(this boot)  1 live, 1 expired"), "{s}");
+    assert_eq!(s.matches(" live, ").count(), 1, "{s}");
     assert!(!s.contains('\x1b'), "{s:?}");
 }
 
-/// A queue of `n` ready jobs.
-fn deep_queue(d: &TempDir, n: usize) {
+/// A queue of `n` ready jobs of `size` bytes each.
+fn deep_queue(d: &TempDir, n: usize, size: usize) {
     let q = Queue::create(d.path(), fast(8)).unwrap();
-    let payloads: Vec<Vec<u8>> = (0..n).map(|i| i.to_string().into_bytes()).collect();
+    let payloads: Vec<Vec<u8>> = (0..n).map(|i| vec![i as u8; size]).collect();
     for chunk in payloads.chunks(500) {
         let refs: Vec<&[u8]> = chunk.iter().map(|p| p.as_slice()).collect();
         q.enqueue_batch(&refs).unwrap();
@@ -208,7 +217,7 @@ fn deep_queue(d: &TempDir, n: usize) {
 #[test]
 fn fsck_on_a_terminal_shows_a_progress_line_and_erases_it() {
     let d = TempDir::new("progress");
-    deep_queue(&d, 4000);
+    deep_queue(&d, 4000, 4096);
     let logs = TempDir::new("progress-log");
     std::fs::create_dir(logs.path()).unwrap();
     let log = logs.path().join("pane.log");
@@ -217,7 +226,8 @@ fn fsck_on_a_terminal_shows_a_progress_line_and_erases_it() {
     };
     let out = t.tmux(&["pipe-pane", "-o", &format!("cat >> {}", p(&log))]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    // Slow the walk down only through the terminal: each of 4,000 jobs is read and verified.
+    // Each of the 4,000 jobs is read and its 4 KiB verified: well over the 0.2 s before
+    // the first line is drawn.
     t.tmux(&[
         "send-keys",
         &format!("{BIN} fsck {}; echo fsck-exit-$?", p(d.path())),
@@ -255,7 +265,7 @@ fn fsck_on_a_terminal_shows_a_progress_line_and_erases_it() {
 #[test]
 fn fsck_writes_no_progress_bytes_when_stderr_is_not_a_terminal() {
     let d = TempDir::new("no-progress");
-    deep_queue(&d, 2000);
+    deep_queue(&d, 2000, 16);
     let out = Command::new(BIN)
         .args(["fsck", p(d.path())])
         .output()
@@ -271,7 +281,7 @@ fn fsck_writes_no_progress_bytes_when_stderr_is_not_a_terminal() {
 #[test]
 fn the_progress_counter_counts_entries_read_and_jobs_moved() {
     let d = TempDir::new("progress-counter");
-    deep_queue(&d, 300);
+    deep_queue(&d, 300, 16);
     let c = Arc::new(AtomicU64::new(0));
     let q = Queue::open_with(
         d.path(),
