@@ -189,6 +189,12 @@ fn render(dir: &str, s: &Snap, rates: Option<(String, String)>, this_boot: u128)
         Some((c, a)) => format!("claims/s {c}  acks/s {a}"),
         None => "claims/s -  acks/s -  (rates need two looks)".into(),
     });
+    if !st.unreadable_dirs.is_empty() {
+        out.push(format!(
+            "cannot read (their jobs are not counted): {}",
+            st.unreadable_dirs.join(" ")
+        ));
+    }
     out.push(format!(
         "oldest ready {}",
         st.oldest_ready_age
@@ -256,6 +262,10 @@ pub fn cmd_top(a: TopView) -> Result<Exit, CliError> {
         return Ok(Exit::Done);
     }
     super::work::install_interrupting_handlers();
+    // Warnings on stderr would land in the middle of the screen until the next redraw (one
+    // about a foreign entry with a non-UTF-8 name comes at every look): a directory it
+    // cannot read is on the screen instead, and `fsck` names the rest.
+    log::set_max_level(log::LevelFilter::Error);
     let ino = rustix::fs::inotify::init(
         rustix::fs::inotify::CreateFlags::CLOEXEC | rustix::fs::inotify::CreateFlags::NONBLOCK,
     )

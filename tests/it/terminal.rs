@@ -303,3 +303,39 @@ fn the_progress_counter_counts_entries_read_and_jobs_moved() {
     // 300 entries listed, 10 jobs moved.
     assert_eq!(c.load(Ordering::Relaxed), 310);
 }
+
+/// A directory `top` cannot read is named on the screen (its jobs are not counted), and no
+/// warning is left on the screen across redraws (stderr goes to the same terminal here).
+#[test]
+fn top_names_an_unreadable_directory_on_its_screen_not_over_it() {
+    let Some(n) = AsNobody::new("top-unread") else {
+        return;
+    };
+    let (code, _, err) =
+        n.run("$S init $Q --shards 2 && for i in $(seq 6); do echo j$i | $S enqueue $Q; done");
+    assert_eq!(code, Some(0), "{err}");
+    let in_01 = n.ls("ready/01").len();
+    n.chmod("ready/01", 0o000);
+    let cmd = format!(
+        "setpriv --reuid=nobody --regid=nogroup --clear-groups {} top {}; sleep 60",
+        p(&n.base.join("steadq")),
+        p(&n.q)
+    );
+    let Some(t) = Tmux::start("topunread", &cmd) else {
+        return;
+    };
+    let s = t.wait_for("the first screen", |s| s.contains("q quits"));
+    assert!(
+        s.contains("cannot read (their jobs are not counted): ready/01"),
+        "{s}"
+    );
+    assert!(s.contains(&format!("ready {}  leased 0", 6 - in_01)), "{s}");
+    // Two more redraws (one a second): still no warning on the screen.
+    std::thread::sleep(Duration::from_millis(2100));
+    let s = t.screen();
+    assert!(s.starts_with("steadq top "), "{s}");
+    assert!(
+        !s.contains("WARN") && !s.contains("Permission denied"),
+        "{s}"
+    );
+}
