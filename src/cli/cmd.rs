@@ -6,6 +6,7 @@ use super::encode;
 use super::exit::Exit;
 use super::fixed;
 use super::payload_file::PayloadFile;
+use super::progress::Progress;
 use super::{open, stdout, CliError};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -843,14 +844,10 @@ pub fn cmd_status(a: Status) -> Result<Exit, CliError> {
     }
     // A symlinked shard is reported, never followed (it refuses the queue to every command
     // that moves jobs).
-    let q = Queue::open_with(
-        &a.dir,
-        steadq::Options {
-            mode: steadq::OpenMode::Check,
-            ..Default::default()
-        },
-    )?;
+    let p = Progress::start(format!("status {}", a.dir.display()), "entries", None);
+    let q = p.open(&a.dir, steadq::OpenMode::Check)?;
     let s = q.status_with(&steadq::StatusOptions { bytes: a.bytes })?;
+    drop(p);
     // Prometheus: the canonical absolute path, so that `status q` and `status /abs/q`
     // (a cron job and a unit with another working directory) make one series, not two.
     let dir = match a.prometheus {
@@ -1072,18 +1069,14 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
-    let q = Queue::open_with(
-        &a.dir,
-        steadq::Options {
-            mode: steadq::OpenMode::Check,
-            ..Default::default()
-        },
-    )?;
+    let p = Progress::start(format!("fsck {}", a.dir.display()), "entries", None);
+    let q = p.open(&a.dir, steadq::OpenMode::Check)?;
     let r = if a.quarantine {
         q.fsck_quarantine()?
     } else {
         q.fsck()?
     };
+    drop(p);
     if a.quarantine {
         stdout::note_done("fsck --quarantine WAS done", "its list of problems");
     }
@@ -1145,7 +1138,8 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
             ))
         }
     };
-    let q = open(&a.dir)?;
+    let p = Progress::start(format!("dead requeue {}", a.dir.display()), "steps", None);
+    let q = p.open(&a.dir, steadq::OpenMode::ReadWrite)?;
     let with = reason.map_or(String::new(), |r| format!(" with reason {r}"));
     let no_such = |e: steadq::Error| match (e.kind(), id) {
         (ErrorKind::NoSuchJob, Some(id)) => CliError::not_done(format!(
@@ -1157,6 +1151,7 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
     let Some(id) = id else {
         // --all: every dead job is tried; a part-way failure says how many moved.
         let mut r = q.requeue_dead_with(None, reason);
+        drop(p);
         let n = r.requeued;
         if r.failed == 0 && r.unreadable.is_empty() {
             // Stopped before any move (the listing failed: not done), or all moved.
@@ -1200,11 +1195,13 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_compact(a: Compact) -> Result<Exit, CliError> {
-    let q = open(&a.dir)?;
+    let p = Progress::start(format!("compact {}", a.dir.display()), "steps", None);
+    let q = p.open(&a.dir, steadq::OpenMode::ReadWrite)?;
     let r = q.compact(a.older_than)?;
     let n = r.removed;
     // Expired idempotency keys: their own retention when given.
     let k = q.compact_keys(a.keys_older_than.unwrap_or(a.older_than))?;
+    drop(p);
     if k > 0 {
         eprintln!("{k} idempotency keys expired");
     }

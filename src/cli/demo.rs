@@ -245,8 +245,10 @@ fn start_and_kill_one(
 fn wait_settled(q: &Queue, total: u64) -> Result<steadq::Status, CliError> {
     let give_up = Instant::now() + Duration::from_secs(600);
     let mut last_print = Instant::now();
+    let p = super::progress::Progress::start("demo".into(), "jobs settled", Some(total));
     loop {
         let s = q.status()?;
+        p.set(s.acked + s.dead);
         if s.acked + s.dead >= total && s.leased == 0 {
             return Ok(s);
         }
@@ -259,7 +261,8 @@ fn wait_settled(q: &Queue, total: u64) -> Result<steadq::Status, CliError> {
                 s.acked + s.dead
             )));
         }
-        if last_print.elapsed() >= Duration::from_secs(2) {
+        // On a terminal the progress line says it (a line printed under it would be cut).
+        if last_print.elapsed() >= Duration::from_secs(2) && !p.shown_with_stdout() {
             out!(
                 "  ... {} acked, {} ready, {} leased ({} expired), {} delayed",
                 s.acked,

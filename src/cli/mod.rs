@@ -18,12 +18,15 @@ pub mod fixed;
 #[cfg(all(feature = "appliance", not(target_arch = "arm")))]
 pub mod nounwind;
 pub mod payload_file;
+pub mod progress;
 pub mod rawargs;
 pub mod s3;
 pub mod std_fds;
 pub mod stdout;
 #[cfg(all(feature = "appliance", target_env = "musl"))]
 pub mod threadname;
+#[cfg(not(feature = "appliance"))]
+pub mod top;
 pub mod work;
 
 use args::Cmd;
@@ -119,6 +122,8 @@ pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
         Cmd::Nack(a) => cmd::cmd_nack(a),
         Cmd::Fail(a) => cmd::cmd_fail(a),
         Cmd::Status(a) => cmd::cmd_status(a),
+        #[cfg(not(feature = "appliance"))]
+        Cmd::Top(a) => top::cmd_top(a),
         Cmd::List(a) => drain::cmd_list(a),
         Cmd::Show(a) => cmd::cmd_show(a),
         Cmd::Recover(a) => cmd::cmd_recover(a),

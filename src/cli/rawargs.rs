@@ -85,6 +85,8 @@ pub fn restore(cmd: &mut Cmd) {
         Cmd::Nack(a) => path(&mut a.dir),
         Cmd::Fail(a) => path(&mut a.dir),
         Cmd::Status(a) => path(&mut a.dir),
+        #[cfg(not(feature = "appliance"))]
+        Cmd::Top(a) => path(&mut a.dir),
         Cmd::List(a) => path(&mut a.dir),
         Cmd::Show(a) => path(&mut a.dir),
         Cmd::Recover(a) => path(&mut a.dir),

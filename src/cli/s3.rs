@@ -24,6 +24,8 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
         Cmd::Nack(a) => &a.dir,
         Cmd::Fail(a) => &a.dir,
         Cmd::Status(a) => &a.dir,
+        #[cfg(not(feature = "appliance"))]
+        Cmd::Top(a) => &a.dir,
         Cmd::List(a) => &a.dir,
         Cmd::Show(a) => &a.dir,
         Cmd::Recover(a) => &a.dir,
@@ -164,6 +166,8 @@ mod with_s3 {
             Cmd::Config(_) => Err(unsupported("config")),
             Cmd::Show(_) => Err(unsupported("show")),
             Cmd::Wait(_) => Err(unsupported("wait")),
+            #[cfg(not(feature = "appliance"))]
+            Cmd::Top(_) => Err(unsupported("top")),
             Cmd::Fsck(_) => Err(unsupported("fsck (recover repairs the index)")),
             Cmd::Demo(_) | Cmd::DemoJob(_) => Err(unsupported("this command")),
             #[cfg(not(feature = "appliance"))]

@@ -37,6 +37,7 @@ mod readonly;
 mod refused_jobs;
 mod stdio;
 mod stream;
+mod terminal;
 mod trust;
 mod unreadable;
 mod users;

@@ -113,6 +113,7 @@ impl Queue {
         let listed = dead.len() as i64;
         let later = self.count_ahead(0, listed)?;
         for l in dead {
+            self.count_progress();
             let bucket = l.dir.trim_start_matches("dead/");
             let moved = self.source_bucket(true, bucket).and_then(|from| {
                 // Back to the ready directory of its own priority.

@@ -577,6 +577,7 @@ impl Queue {
         let mut lines = String::new();
         let mut victims: Vec<(u16, JobName)> = Vec::new();
         for l in self.list(Some(State::Acked))? {
+            self.count_progress();
             let shard = l.name.id.shard(self.ident.shards);
             let name = l.name.format(self.ident.id);
             let acked = match l.name.kind {
@@ -650,6 +651,7 @@ impl Queue {
     ) -> Result<()> {
         let mut shards: Vec<u16> = Vec::new();
         for (s, n) in victims {
+            self.count_progress();
             // Settle a split first, as `after_ack` does under the `none` policy.
             if self.settle_split(&self.place_receipts(*s), n)? {
                 continue; // the older half of a split: already removed

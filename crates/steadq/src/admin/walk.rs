@@ -52,6 +52,13 @@ pub(super) fn classify(
 }
 
 impl Queue {
+    /// Add 1 to [`Options::progress`](crate::Options::progress), if the handle has one.
+    pub(crate) fn count_progress(&self) {
+        if let Some(p) = &self.opts.progress {
+            p.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Visit every entry of the four job areas (ready and receipt shards, delayed and dead
     /// buckets), foreign ones included. Unexpected subdirectories of `delayed/` and `dead/`
     /// are reported as foreign entries of those directories.
@@ -197,6 +204,7 @@ impl Queue {
     ) -> core::result::Result<bool, Errno> {
         let mut going = true;
         self.sys.read_dir_while(dir, |name, raw, t| {
+            self.count_progress();
             // A name that is not UTF-8 is passed on escaped (`\xNN`), so it is named, and
             // `fsck --quarantine` finds it again (`disk::name::unescape_name`).
             let escaped;

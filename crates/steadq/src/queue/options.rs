@@ -4,7 +4,7 @@ use crate::admin::receipts::{EvidenceLimits, ReceiptPolicy};
 #[cfg(feature = "faults")]
 use crate::disk::sys::FaultPlan;
 use crate::error::{Cause, ErrorKind, Result};
-#[cfg(feature = "faults")]
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,6 +100,15 @@ pub struct Options {
     /// Evidence log limits for a new version-2 queue; ignored when opening. Default 16 MiB,
     /// keep 3.
     pub evidence: EvidenceLimits,
+    /// A progress counter for long calls on this handle, for a progress display: each
+    /// directory entry a walk reads ([`Queue::fsck`](crate::Queue::fsck),
+    /// [`Queue::status`](crate::Queue::status), [`Queue::list`](crate::Queue::list) and the
+    /// listings of the batch calls) adds 1, and so does each job that
+    /// [`Queue::requeue_dead`](crate::Queue::requeue_dead) then tries to move
+    /// and each receipt that [`Queue::compact`](crate::Queue::compact) then looks at and
+    /// removes. Only added to (relaxed), never reset or read by the library; share it with
+    /// the thread that draws. `None` (the default): nothing is counted.
+    pub progress: Option<Arc<AtomicU64>>,
 }
 
 /// The longest lease (visibility timeout) a claim or renew accepts: 7 days. A longer one
@@ -200,6 +209,7 @@ impl Default for Options {
             aging: None,
             receipts: ReceiptPolicy::Job,
             evidence: EvidenceLimits::default(),
+            progress: None,
         }
     }
 }
