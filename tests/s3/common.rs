@@ -42,7 +42,63 @@ pub struct Server {
     pub port: u16,
     /// Which server it is.
     pub kind: Kind,
-    dir: Option<PathBuf>,
+    /// Removes what `weed` leaves outside its data dir (after the child is reaped: fields
+    /// drop after `Drop::drop`).
+    _leftovers: Option<WeedLeftovers>,
+}
+
+/// What a SeaweedFS process leaves outside the directories it is given: `weed` (4.48) puts a
+/// Unix socket per gRPC port at the fixed path `/tmp/seaweedfs-<service>-grpc-<port>.sock`
+/// (not under TMPDIR, not configurable) and never removes it, and without `-logdir` its glog
+/// files go to the temp dir (`weed.<host>.<user>.log.<LEVEL>.<time>.<pid>`). Dropped after
+/// the processes are dead: removes the sockets of `grpc_ports` and the directory `dir`.
+pub struct WeedLeftovers {
+    /// The gRPC ports given to the processes.
+    pub grpc_ports: Vec<u16>,
+    /// The scratch directory (data, logs) to remove.
+    pub dir: PathBuf,
+}
+
+/// The socket paths `weed` may create for gRPC port `port`.
+pub fn weed_sockets(port: u16) -> Vec<PathBuf> {
+    ["master", "volume", "filer", "s3", "admin"]
+        .iter()
+        .map(|s| PathBuf::from(format!("/tmp/seaweedfs-{s}-grpc-{port}.sock")))
+        .collect()
+}
+
+impl Drop for WeedLeftovers {
+    fn drop(&mut self) {
+        for p in &self.grpc_ports {
+            for s in weed_sockets(*p) {
+                let _ = std::fs::remove_file(s);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `weed` with its logs in `dir` (`-logdir`, a global flag, so it comes first).
+pub fn weed_command(dir: &std::path::Path) -> Command {
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut c = Command::new(weed());
+    c.arg(format!("-logdir={}", logs.display()));
+    c
+}
+
+impl Server {
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// For SeaweedFS: its gRPC ports and scratch directory.
+    pub fn leftovers(&self) -> Option<(&[u16], &std::path::Path)> {
+        self._leftovers
+            .as_ref()
+            .map(|l| (l.grpc_ports.as_slice(), l.dir.as_path()))
+    }
 }
 
 /// The tests' historical name for [`Server`].
@@ -54,9 +110,6 @@ impl Drop for Server {
         // outlives the test.
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Some(d) = &self.dir {
-            let _ = std::fs::remove_dir_all(d);
-        }
     }
 }
 
@@ -153,7 +206,7 @@ pub fn moto_with(extra: &[&str]) -> Option<Server> {
             child,
             port,
             kind: Kind::Moto,
-            dir: None,
+            _leftovers: None,
         };
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(60) {
@@ -229,7 +282,7 @@ pub fn seaweed() -> Option<Server> {
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let p = free_ports(8);
         let d = |s: &str| dir.join(s).display().to_string();
-        let child = Command::new(weed())
+        let child = weed_command(&dir)
             .args([
                 "server".to_string(),
                 format!("-dir={}", d("data")),
@@ -260,7 +313,10 @@ pub fn seaweed() -> Option<Server> {
             child,
             port: p[6],
             kind: Kind::Seaweed,
-            dir: Some(dir),
+            _leftovers: Some(WeedLeftovers {
+                grpc_ports: vec![p[1], p[3], p[5], p[7]],
+                dir,
+            }),
         };
         if wait_s3(s.port, &mut s.child) {
             return Some(s);
