@@ -1,6 +1,9 @@
 //! Benchmark: jobs/s (enqueued beforehand, then claimed and acked) with 1, 4 and 16 workers
-//! against moto on 127.0.0.1, requests per job, and the local SteadQ queue beside it.
-//! `STOWQ_BENCH_JOBS` (default 24) sets the jobs per run.
+//! (threads of one process, a handle each) against the server on 127.0.0.1, requests per
+//! job, and the local SteadQ queue beside it; then the server's own ceiling (GETs/s).
+//! `STOWQ_BENCH_JOBS` (default 24) sets the jobs per run. The figures in BENCHMARKS.md:
+//! `STOWQ_SERVER=seaweedfs STOWQ_BENCH_JOBS=200 cargo test --release --features tls --test s3
+//! bench_workers -- --nocapture`.
 
 use crate::common::*;
 use std::time::Instant;
@@ -69,6 +72,30 @@ fn local_run(workers: usize, jobs: usize) -> f64 {
     jobs as f64 / secs
 }
 
+/// The server's own ceiling on this machine: `threads` clients, each with its own kept-alive
+/// connection, GET one small object for `secs` seconds; requests answered per second.
+fn server_limit(port: u16, threads: usize, secs: f64) -> f64 {
+    let q = queue(port, "bench", "limit", Options::default());
+    let key = q.keys().identity();
+    let t0 = Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let key = key.clone();
+            std::thread::spawn(move || {
+                let c = Client::new(config(port, 30_000), "bench");
+                let mut n = 0u64;
+                while t0.elapsed().as_secs_f64() < secs {
+                    assert_eq!(c.get(&key).unwrap().status, 200);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let n: u64 = hs.into_iter().map(|h| h.join().unwrap()).sum();
+    n as f64 / t0.elapsed().as_secs_f64()
+}
+
 #[test]
 fn bench_workers_against_moto_and_the_local_queue() {
     let Some(m) = moto() else { return };
@@ -84,4 +111,10 @@ fn bench_workers_against_moto_and_the_local_queue() {
         ));
         assert!(jps > 0.5, "{jps} jobs/s");
     }
+    let limit = server_limit(m.port, 16, 2.0);
+    report(&format!(
+        "stowq bench: the server's ceiling here: {limit:.0} GETs/s of one small object from 16 \
+         threads (kept-alive connections; {:?})",
+        m.kind
+    ));
 }

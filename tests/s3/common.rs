@@ -572,12 +572,31 @@ fn read_request(c: &mut TcpStream) -> Option<Vec<u8>> {
     }
 }
 
+/// One request, one connection: the proxy forwards with `Connection: close` (read to the
+/// end below) and tells the client the same, so a client that keeps connections alive opens a
+/// new one per request here, and each fault hits exactly one request.
 fn forward(req: &[u8], upstream: u16) -> Option<Vec<u8>> {
     let mut s = TcpStream::connect(("127.0.0.1", upstream)).ok()?;
-    s.write_all(req).ok()?;
+    s.write_all(&with_connection_close(req)).ok()?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).ok()?;
-    Some(out)
+    Some(with_connection_close(&out))
+}
+
+/// An HTTP message with its `Connection` header (if any) replaced by `Connection: close`.
+fn with_connection_close(msg: &[u8]) -> Vec<u8> {
+    let Some(end) = msg.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return msg.to_vec();
+    };
+    let head = String::from_utf8_lossy(&msg[..end]);
+    let mut kept: Vec<&str> = head
+        .split("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+        .collect();
+    kept.push("Connection: close");
+    let mut out = kept.join("\r\n").into_bytes();
+    out.extend_from_slice(&msg[end..]);
+    out
 }
 
 fn error_reply(status: u16) -> Vec<u8> {

@@ -3,9 +3,11 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{id_hex, Marker, Record, State};
-use crate::queue::{random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt};
+use crate::queue::{
+    random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt, CANDIDATES_KEEP,
+};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use steadq::format;
 
 impl Queue {
@@ -38,7 +40,9 @@ impl Queue {
     /// Claim one due job with a lease of `options.lease_ms`, or `Ok(None)` if none is ready
     /// (after recovering expired leases once).
     ///
-    /// Lists ready markers (one LIST in the common case), picks a random due one, and creates
+    /// Tries the due ready markers kept from this handle's last listing (at most
+    /// [`CANDIDATES_KEEP`] old; none after a lost race), else lists ready markers (one LIST in
+    /// the common case); picks a random due one, and creates
     /// its next generation (leased). A 412 is a lost race: another one is tried. The envelope
     /// is then read and verified; a corrupt one is sent to dead and the claim goes on.
     ///
@@ -47,12 +51,25 @@ impl Queue {
     /// applied; [`ErrorKind::PayloadUnavailable`] (indeterminate) if the claim was done but
     /// the payload could not be read.
     pub fn claim(&self) -> Result<Option<Lease>> {
+        // The markers left from this handle's last listing first: no LIST for them.
+        while let Some((key, m)) = self.next_candidate() {
+            let lost = self.lost_races.load(Ordering::Relaxed);
+            if let Some(lease) = self.try_claim(&key, &m)? {
+                return Ok(Some(lease));
+            }
+            if self.lost_races.load(Ordering::Relaxed) > lost {
+                // Others claim from the same markers: list afresh.
+                self.take_candidates();
+            }
+        }
         for pass in 0..2 {
             let now = self.client.clock.upper_ms();
             let mut cands = self.due_markers(State::Ready, Some(now))?;
+            let listed = Instant::now();
             shuffle(&mut cands);
-            for (key, m) in cands {
+            while let Some((key, m)) = cands.pop() {
                 if let Some(lease) = self.try_claim(&key, &m)? {
+                    self.keep_candidates(listed, cands);
                     return Ok(Some(lease));
                 }
             }
@@ -63,6 +80,28 @@ impl Queue {
             }
         }
         Ok(None)
+    }
+
+    /// The next kept candidate of this handle's last claim listing, if it is recent.
+    fn next_candidate(&self) -> Option<(String, Marker)> {
+        let mut c = self.candidates.lock().ok()?;
+        if c.0.is_none_or(|t| t.elapsed() >= CANDIDATES_KEEP) {
+            c.1.clear();
+            return None;
+        }
+        c.1.pop()
+    }
+
+    fn take_candidates(&self) {
+        if let Ok(mut c) = self.candidates.lock() {
+            c.1.clear();
+        }
+    }
+
+    fn keep_candidates(&self, listed: Instant, cands: Vec<(String, Marker)>) {
+        if let Ok(mut c) = self.candidates.lock() {
+            *c = (Some(listed), cands);
+        }
     }
 
     fn try_claim(&self, marker: &str, m: &Marker) -> Result<Option<Lease>> {
