@@ -421,6 +421,11 @@ pub enum Fault {
     /// This request and every later one are forwarded and their answers dropped, until
     /// disarmed (not in [`Fault::ALL`]).
     OutageAfter,
+    /// Answer `409 ConditionalRequestConflict` without forwarding to the first N conditional
+    /// writes (requests with `If-None-Match`) after arming, N being the armed index: what
+    /// AWS S3 answers to a conditional write that raced another operation on its key (not
+    /// applied; AWS says to retry). Not in [`Fault::ALL`].
+    Conflict409,
 }
 
 impl Fault {
@@ -608,6 +613,18 @@ fn error_reply(status: u16) -> Vec<u8> {
     .into_bytes()
 }
 
+/// S3's answer to a conditional write that raced another operation on its key.
+fn conflict_reply() -> Vec<u8> {
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>ConditionalRequestConflict</Code>\
+        <Message>A conflicting conditional operation is currently in progress against this resource. \
+        Please try again.</Message></Error>";
+    format!(
+        "HTTP/1.1 409 Conflict\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 /// `req` without its `If-None-Match` header line.
 fn strip_if_none_match(req: &[u8]) -> Vec<u8> {
     let end = req
@@ -721,7 +738,15 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
             p.outage_from = None;
             p.fault = Some((Fault::Outage, i));
         }
+        let conditional = String::from_utf8_lossy(&req)
+            .to_ascii_lowercase()
+            .contains("\r\nif-none-match:");
         let action = match p.fault {
+            Some((Fault::Conflict409, left)) if conditional && left > 0 => {
+                p.fault = Some((Fault::Conflict409, left - 1));
+                Some(Fault::Conflict409)
+            }
+            Some((Fault::Conflict409, _)) => None,
             Some((Fault::Outage, at)) if i >= at => Some(Fault::Outage),
             Some((Fault::OutageAfter, at)) if i >= at => Some(Fault::OutageAfter),
             Some((f, at)) if i == at => Some(f),
@@ -740,6 +765,7 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
             None
         }
         Some(Fault::Error500) => Some(error_reply(500)),
+        Some(Fault::Conflict409) => Some(conflict_reply()),
         Some(Fault::Error503After) => {
             let _ = forward(&req, upstream);
             Some(error_reply(503))
