@@ -367,3 +367,55 @@ fn a_worker_stopped_across_a_compaction_cannot_finish_into_it() {
         stopped.elapsed().as_secs_f64()
     ));
 }
+
+/// Idempotency keys (`enqueue --key` on `s3://`): the first enqueue of a key makes the job,
+/// later ones name it; of 8 racing enqueues exactly one makes it; a key whose maker died
+/// before its job is completed by the next enqueue; a key whose job was compacted does not
+/// bring generation 0 back under the receipt; a malformed key changes nothing.
+#[test]
+fn an_idempotency_key_makes_one_job() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "idem");
+    let q = queue(m.port, "idem", "k", opts());
+    let (id, new) = q.enqueue_keyed(b"first", "order-1").unwrap();
+    assert!(new);
+    assert_eq!(q.enqueue_keyed(b"second", "order-1").unwrap(), (id, false));
+    assert_eq!(q.status().unwrap().ready, 1);
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!((l.id, l.payload.as_slice()), (id, &b"first"[..]));
+    q.ack(&l).unwrap();
+    // Racing enqueues of one key: one job.
+    let hs: Vec<_> = (0..8)
+        .map(|i| {
+            let port = m.port;
+            std::thread::spawn(move || {
+                let c = Client::new(config(port, 10_000), "idem");
+                let q = Queue::open(c, "k", opts()).unwrap();
+                q.enqueue_keyed(format!("racer {i}").as_bytes(), "race")
+                    .unwrap()
+            })
+        })
+        .collect();
+    let got: Vec<(u128, bool)> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got.iter().filter(|g| g.1).count(), 1, "{got:?}");
+    assert!(got.iter().all(|g| g.0 == got[0].0), "{got:?}");
+    assert_eq!(q.status().unwrap().ready, 1);
+    // A key whose maker died before the job: the next enqueue makes the job it names.
+    let orphan = 0x1234_5678_9abc_def0_1234_5678_9abc_def0u128;
+    let body = format!("stowq-key 1\njob {}\n", id_hex(orphan));
+    let r = q.client.put(&q.keys().idem("orphan"), body.as_bytes());
+    assert_eq!(r.unwrap().status, 200);
+    assert_eq!(q.enqueue_keyed(b"late", "orphan").unwrap(), (orphan, true));
+    assert_eq!(gens(&q, orphan), [0]);
+    // The first job was acked; compacted to its receipt, its key still names it, and an
+    // enqueue with the key neither makes a job nor leaves a generation 0 under the receipt.
+    assert_eq!(gens(&q, id), [0, 1, 2]);
+    assert!(q.compact(Duration::ZERO).unwrap().chains >= 1);
+    assert_eq!(gens(&q, id), [2]);
+    assert_eq!(q.enqueue_keyed(b"again", "order-1").unwrap(), (id, false));
+    assert_eq!(gens(&q, id), [2], "no generation 0 brought back");
+    // A malformed key: refused, nothing made.
+    let e = q.enqueue_keyed(b"x", "a b").unwrap_err();
+    assert_eq!(e.outcome, Outcome::NotDone);
+    assert!(matches!(e.kind, ErrorKind::Config(_)), "{e}");
+}

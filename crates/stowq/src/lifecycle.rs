@@ -37,6 +37,74 @@ impl Queue {
         }
     }
 
+    /// Enqueue `payload` under idempotency key `key` (1 to 128 of `A-Z a-z 0-9 . _ : -`):
+    /// the first enqueue of a key makes the job; later ones make nothing and name it.
+    /// Returns the job id and whether this call made it.
+    ///
+    /// The key is an object `P/k/<key>` naming a job id, created conditionally before the
+    /// job: of all the enqueues racing with one key exactly one creates it, and every one
+    /// then creates that id's generation 0 conditionally, so the job exists once, with the
+    /// payload of whichever create came first. An enqueue that finds the key (its maker
+    /// died before the job, or is still on its way) completes the job itself. One that
+    /// creates generation 0 after finding the key also lists the chain: a job compacted since
+    /// (generation 0 deleted, its receipt kept) is not made again, the stray generation 0 is
+    /// deleted and the call names the job as a duplicate. Three requests when new (key,
+    /// envelope, marker); a duplicate costs a GET, a refused create and a LIST. Keys are
+    /// kept as long as the queue (compaction does not expire them).
+    ///
+    /// # Errors
+    /// Not done ([`ErrorKind::Config`]) for a malformed key or a key object that names no
+    /// job; otherwise as [`Queue::enqueue`].
+    pub fn enqueue_keyed(&self, payload: &[u8], key: &str) -> Result<(u128, bool)> {
+        let ok = (1..=128).contains(&key.len())
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-_:".contains(&b));
+        if !ok {
+            return Err(Error::not_done(ErrorKind::Config(format!(
+                "idempotency key {key:?}: 1 to 128 of A-Z a-z 0-9 . _ : -"
+            ))));
+        }
+        let kkey = self.keys.idem(key);
+        let mine = random_u128();
+        let body = format!("stowq-key 1\njob {}\n", id_hex(mine));
+        let (id, made_key) = match self.create_once(&kkey, body.as_bytes())? {
+            Create::Done => (mine, true),
+            Create::Taken => {
+                let b = self.get(&kkey)?.unwrap_or_default();
+                let named = String::from_utf8_lossy(&b)
+                    .strip_prefix("stowq-key 1\njob ")
+                    .and_then(|h| u128::from_str_radix(h.trim(), 16).ok());
+                let Some(id) = named else {
+                    return Err(Error::not_done(ErrorKind::Config(format!(
+                        "{kkey} names no job: not an idempotency key of this queue"
+                    ))));
+                };
+                (id, false)
+            }
+        };
+        let now = self.client.clock.now_ms();
+        let created_ns = (now as u64).saturating_mul(1_000_000);
+        let mut file = format::encode_header(id, self.queue_id, created_ns, payload).to_vec();
+        file.extend_from_slice(payload);
+        let made = match self.create_once(&self.keys.gen(id, 0), &file) {
+            Ok(Create::Done) => {
+                // Found the key: the job may have been compacted meanwhile (its generation
+                // 0 deleted under its receipt). Ours is then a stray below the receipt.
+                if !made_key && !self.unless_stray(id, 0, &ready0(now))? {
+                    return Ok((id, false));
+                }
+                self.hint(true, &self.keys.marker(id, 0, &ready0(now)));
+                true
+            }
+            Ok(Create::Taken) => false,
+            // Not done leaves the key naming a job that does not exist yet: the next enqueue
+            // with the key makes it.
+            Err(e) => return Err(e),
+        };
+        Ok((id, made))
+    }
+
     /// Claim one due job with a lease of `options.lease_ms`, or `Ok(None)` if none is ready
     /// (after recovering expired leases once).
     ///
