@@ -9,6 +9,18 @@ use crate::common::*;
 use std::time::Instant;
 use stowq::{Client, Options, Queue};
 
+fn rand_id() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
+    u128::from(h.finish()) << 64 | u128::from(h.finish().rotate_left(17))
+}
+
 /// Claim and ack until empty with `workers` threads; returns (jobs/s, requests/job).
 fn stowq_run(port: u16, prefix: &str, workers: usize, jobs: usize) -> (f64, f64) {
     queue(port, "bench", prefix, Options::default()); // creates the identity
@@ -73,8 +85,9 @@ fn local_run(workers: usize, jobs: usize) -> f64 {
 }
 
 /// The server's own ceiling on this machine: `threads` clients, each with its own kept-alive
-/// connection, GET one small object for `secs` seconds; requests answered per second.
-fn server_limit(port: u16, threads: usize, secs: f64) -> f64 {
+/// connection, GET one small object (`put`: PUT a new 200-byte object, as a job's records
+/// are) for `secs` seconds; requests answered per second.
+fn server_limit(port: u16, threads: usize, secs: f64, put: bool) -> f64 {
     let q = queue(port, "bench", "limit", Options::default());
     let key = q.keys().identity();
     let t0 = Instant::now();
@@ -84,8 +97,14 @@ fn server_limit(port: u16, threads: usize, secs: f64) -> f64 {
             std::thread::spawn(move || {
                 let c = Client::new(config(port, 30_000), "bench");
                 let mut n = 0u64;
+                let body = [b'x'; 200];
                 while t0.elapsed().as_secs_f64() < secs {
-                    assert_eq!(c.get(&key).unwrap().status, 200);
+                    let r = if put {
+                        c.put(&format!("limit/put/{:032x}", rand_id()), &body)
+                    } else {
+                        c.get(&key)
+                    };
+                    assert_eq!(r.unwrap().status, 200);
                     n += 1;
                 }
                 n
@@ -111,10 +130,11 @@ fn bench_workers_against_moto_and_the_local_queue() {
         ));
         assert!(jps > 0.5, "{jps} jobs/s");
     }
-    let limit = server_limit(m.port, 16, 2.0);
+    let gets = server_limit(m.port, 16, 2.0, false);
+    let puts = server_limit(m.port, 16, 2.0, true);
     report(&format!(
-        "stowq bench: the server's ceiling here: {limit:.0} GETs/s of one small object from 16 \
-         threads (kept-alive connections; {:?})",
+        "stowq bench: the server's ceiling here ({:?}, 16 threads, kept-alive connections): \
+         {gets:.0} GETs/s of one small object, {puts:.0} PUTs/s of new 200-byte objects",
         m.kind
     ));
 }
