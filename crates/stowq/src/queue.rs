@@ -59,8 +59,11 @@ pub struct Queue {
     pub(crate) dead_lettered: AtomicU64,
     /// Due ready markers left over from this handle's last claim listing, and when it was
     /// made: the next claims try them before listing again ([`CANDIDATES_KEEP`]).
-    pub(crate) candidates: Mutex<(Option<Instant>, Vec<(String, Marker)>)>,
+    pub(crate) candidates: Mutex<Candidates>,
 }
+
+/// When a claim listing was made, and its due ready markers (key, parsed) not yet tried.
+pub(crate) type Candidates = (Option<Instant>, Vec<(String, Marker)>);
 
 /// How long the due ready markers of one claim listing are kept for the claims after it.
 /// A marker is a hint whatever its age (a claim's conditional create decides), so a stale one
