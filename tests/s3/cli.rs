@@ -206,8 +206,14 @@ fn the_cli_round_trip() {
     assert_eq!(c, (0, "compacted 0 chains, 0 objects deleted".into()));
     assert_eq!(status(m.port, url)[4], "done 2");
     // Options a queue in a bucket does not have are refused, naming them.
-    let (code, _) = out(cli(m.port).args(["enqueue", url, "--key", "k1", "--file", file]));
-    assert_eq!(code, 2);
+    let o = cli(m.port)
+        .args(["enqueue", url, "--delay", "1s", "--file", file])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--delay"), "{err}");
+    assert_eq!(status(m.port, url)[0], "ready 0", "nothing enqueued");
     let _ = std::fs::remove_file(&p);
     let _ = std::fs::remove_file(&got);
 }
