@@ -193,15 +193,9 @@ mod with_s3 {
     }
 
     fn enqueue(a: args::Enqueue) -> Result<Exit, CliError> {
-        if a.max_attempts.is_some()
-            || a.delay.is_some()
-            || a.key.is_some()
-            || a.wait.is_some()
-            || a.priority.is_some()
+        if a.max_attempts.is_some() || a.delay.is_some() || a.wait.is_some() || a.priority.is_some()
         {
-            return Err(unsupported(
-                "--max-attempts, --delay, --key, --wait, --priority",
-            ));
+            return Err(unsupported("--max-attempts, --delay, --wait, --priority"));
         }
         if a.file.is_none() && crate::cli::std_fds::stdin_closed() {
             return Err(CliError::not_done(
@@ -210,9 +204,24 @@ mod with_s3 {
         }
         let payload = read_payload(a.file.as_deref(), a.max_payload)?;
         let q = open(&url(&a.dir))?;
-        let id = q.enqueue(&payload)?;
-        note_done(format!("the job WAS enqueued as {id:032x}"), "its id");
-        out!("{id:032x}");
+        let Some(key) = a.key.as_deref() else {
+            let id = q.enqueue(&payload)?;
+            note_done(format!("the job WAS enqueued as {id:032x}"), "its id");
+            out!("{id:032x}");
+            return Ok(Exit::Done);
+        };
+        match q.enqueue_keyed(&payload, key)? {
+            (id, true) => {
+                note_done(format!("the job WAS enqueued as {id:032x}"), "its id");
+                out!("{id:032x}");
+            }
+            (id, false) => {
+                eprintln!("duplicate: key {key} already names job {id:032x}; nothing enqueued");
+                // As on a local queue: the id is what a caller's `$(...)` waits for.
+                super::super::stdout::require_reader();
+                out!("{id:032x}");
+            }
+        }
         Ok(Exit::Done)
     }
 
@@ -238,8 +247,8 @@ mod with_s3 {
     }
 
     fn claim(a: args::Claim) -> Result<Exit, CliError> {
-        if a.wait.is_some() || a.aging.is_some() {
-            return Err(unsupported("--wait, --aging"));
+        if a.aging.is_some() {
+            return Err(unsupported("--aging"));
         }
         // A closed stdout would lose the handle with the job leased: refused before the claim.
         super::super::cmd::handle_needs_stdout("claim")?;
@@ -275,9 +284,31 @@ mod with_s3 {
         // meanwhile is given back (one that came during the claim's requests killed it
         // with the job leased, an attempt used).
         super::super::work::install_interrupting_handlers();
-        let Some(l) = q.claim().inspect_err(|_| made_file())? else {
-            made_file();
-            return Err(CliError::new(Exit::NoJob, no_job(&q, 0)));
+        // `--wait D`: S3 has nothing to wait on, so an empty claim is tried again after the
+        // idle worker's pause (100 ms doubling, jittered, [`stowq::idle_pause`]), cut to
+        // what is left of `D`; a stop signal ends the wait.
+        let until = a.wait.map(|w| Instant::now() + w);
+        let mut idle = 0u32;
+        let l = loop {
+            if let Some(l) = q.claim().inspect_err(|_| made_file())? {
+                break l;
+            }
+            let left = until.map_or(Duration::ZERO, |u| {
+                u.saturating_duration_since(Instant::now())
+            });
+            if left.is_zero() || super::super::work::stop_signal() != 0 {
+                made_file();
+                return Err(CliError::new(Exit::NoJob, no_job(&q, 0)));
+            }
+            idle = idle.saturating_add(1);
+            let wake = Instant::now() + stowq::idle_pause(idle).min(left);
+            while super::super::work::stop_signal() == 0 {
+                let rest = wake.saturating_duration_since(Instant::now());
+                if rest.is_zero() {
+                    break;
+                }
+                std::thread::sleep(rest.min(Duration::from_millis(100)));
+            }
         };
         if let (sig @ 1.., None) = (super::super::work::stop_signal(), &a.payload_out) {
             let msg = format!("stopped by signal {sig} before the lease handle was printed");

@@ -1,10 +1,25 @@
 //! Benchmark: jobs/s (enqueued beforehand, then claimed and acked) with 1, 4 and 16 workers
-//! against moto on 127.0.0.1, requests per job, and the local SteadQ queue beside it.
-//! `STOWQ_BENCH_JOBS` (default 24) sets the jobs per run.
+//! (threads of one process, a handle each) against the server on 127.0.0.1, requests per
+//! job, and the local SteadQ queue beside it; then the server's own ceiling (GETs/s).
+//! `STOWQ_BENCH_JOBS` (default 24) sets the jobs per run. The figures in BENCHMARKS.md:
+//! `STOWQ_SERVER=seaweedfs STOWQ_BENCH_JOBS=200 cargo test --release --features tls --test s3
+//! bench_workers -- --nocapture`.
 
 use crate::common::*;
 use std::time::Instant;
 use stowq::{Client, Options, Queue};
+
+fn rand_id() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
+    u128::from(h.finish()) << 64 | u128::from(h.finish().rotate_left(17))
+}
 
 /// Claim and ack until empty with `workers` threads; returns (jobs/s, requests/job).
 fn stowq_run(port: u16, prefix: &str, workers: usize, jobs: usize) -> (f64, f64) {
@@ -69,6 +84,37 @@ fn local_run(workers: usize, jobs: usize) -> f64 {
     jobs as f64 / secs
 }
 
+/// The server's own ceiling on this machine: `threads` clients, each with its own kept-alive
+/// connection, GET one small object (`put`: PUT a new 200-byte object, as a job's records
+/// are) for `secs` seconds; requests answered per second.
+fn server_limit(port: u16, threads: usize, secs: f64, put: bool) -> f64 {
+    let q = queue(port, "bench", "limit", Options::default());
+    let key = q.keys().identity();
+    let t0 = Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let key = key.clone();
+            std::thread::spawn(move || {
+                let c = Client::new(config(port, 30_000), "bench");
+                let mut n = 0u64;
+                let body = [b'x'; 200];
+                while t0.elapsed().as_secs_f64() < secs {
+                    let r = if put {
+                        c.put(&format!("limit/put/{:032x}", rand_id()), &body)
+                    } else {
+                        c.get(&key)
+                    };
+                    assert_eq!(r.unwrap().status, 200);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let n: u64 = hs.into_iter().map(|h| h.join().unwrap()).sum();
+    n as f64 / t0.elapsed().as_secs_f64()
+}
+
 #[test]
 fn bench_workers_against_moto_and_the_local_queue() {
     let Some(m) = moto() else { return };
@@ -84,4 +130,13 @@ fn bench_workers_against_moto_and_the_local_queue() {
         ));
         assert!(jps > 0.5, "{jps} jobs/s");
     }
+    // 2 s each for the figures (STOWQ_BENCH_JOBS=200), a glimpse in the suite's run.
+    let secs = if jobs >= 100 { 2.0 } else { 0.3 };
+    let gets = server_limit(m.port, 16, secs, false);
+    let puts = server_limit(m.port, 16, secs, true);
+    report(&format!(
+        "stowq bench: the server's ceiling here ({:?}, 16 threads, kept-alive connections): \
+         {gets:.0} GETs/s of one small object, {puts:.0} PUTs/s of new 200-byte objects",
+        m.kind
+    ));
 }

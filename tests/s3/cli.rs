@@ -206,8 +206,14 @@ fn the_cli_round_trip() {
     assert_eq!(c, (0, "compacted 0 chains, 0 objects deleted".into()));
     assert_eq!(status(m.port, url)[4], "done 2");
     // Options a queue in a bucket does not have are refused, naming them.
-    let (code, _) = out(cli(m.port).args(["enqueue", url, "--key", "k1", "--file", file]));
-    assert_eq!(code, 2);
+    let o = cli(m.port)
+        .args(["enqueue", url, "--delay", "1s", "--file", file])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--delay"), "{err}");
+    assert_eq!(status(m.port, url)[0], "ready 0", "nothing enqueued");
     let _ = std::fs::remove_file(&p);
     let _ = std::fs::remove_file(&got);
 }
@@ -1062,4 +1068,79 @@ fn claim_payload_out_written_part_way_is_not_left_behind() {
         assert_eq!((rec.state, rec.attempt), (stowq::State::Ready, 0));
     }
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// `claim --wait D` on an `s3://` queue (was refused): on an empty queue it looks again after
+/// the idle pauses and exits 3 once `D` has passed, not before; a job enqueued during the
+/// wait is claimed (exit 0, its handle printed) well before `D` ends.
+#[test]
+fn claim_wait_waits_for_a_job_on_s3() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "cwait");
+    let url = "s3://cwait/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let t0 = Instant::now();
+    let (code, _) = out(cli(m.port).args(["claim", "--wait", "1s", url]));
+    let took = t0.elapsed();
+    assert_eq!(code, 3, "no job within the wait");
+    assert!(took >= Duration::from_secs(1), "waited {took:?}");
+    let port = m.port;
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        let mut c = cli(port);
+        c.args(["enqueue", url]).stdin(Stdio::piped());
+        let mut ch = c.stdout(Stdio::piped()).spawn().unwrap();
+        std::io::Write::write_all(&mut ch.stdin.take().unwrap(), b"late job").unwrap();
+        let o = ch.wait_with_output().unwrap();
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    });
+    let t0 = Instant::now();
+    let (code, handle) = out(cli(m.port).args(["claim", "--wait", "30s", url]));
+    let took = t0.elapsed();
+    let id = late.join().unwrap();
+    assert_eq!(code, 0);
+    assert!(
+        handle.starts_with(&format!("{id}.")),
+        "{handle} for job {id}"
+    );
+    assert!(took < Duration::from_secs(10), "claimed after {took:?}");
+    report(&format!(
+        "s3 claim --wait: a job enqueued 0.8 s into the wait claimed after {took:?}"
+    ));
+}
+
+/// `enqueue --key K` on an `s3://` queue (was refused): the second enqueue of a key prints
+/// the first one's id, says `duplicate` on stderr and exits 0; one job exists.
+#[test]
+fn enqueue_key_on_s3_names_the_existing_job() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "ckey");
+    let url = "s3://ckey/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let run = |payload: &[u8]| {
+        let mut ch = cli(m.port)
+            .args(["enqueue", "--key", "order-7", url])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut ch.stdin.take().unwrap(), payload).unwrap();
+        let o = ch.wait_with_output().unwrap();
+        (
+            o.status.code().unwrap(),
+            String::from_utf8(o.stdout).unwrap().trim().to_string(),
+            String::from_utf8(o.stderr).unwrap(),
+        )
+    };
+    let (c1, id1, _) = run(b"one");
+    let (c2, id2, err2) = run(b"two");
+    assert_eq!((c1, c2), (0, 0));
+    assert_eq!(id1, id2);
+    assert!(
+        err2.contains(&format!("duplicate: key order-7 already names job {id1}")),
+        "{err2}"
+    );
+    assert_eq!(status(m.port, url)[0], "ready 1");
 }

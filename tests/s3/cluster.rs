@@ -5,7 +5,7 @@
 use crate::common::*;
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ impl Drop for Proc {
 }
 
 fn weed_proc(dir: &Path, log: &str, args: &[String]) -> Proc {
-    let child = Command::new(weed())
+    let child = weed_command(dir)
         .args(args)
         .current_dir(dir)
         .stdout(Stdio::null())
@@ -71,6 +71,11 @@ fn a_volume_server_killed_mid_run_loses_no_ack_and_runs_nothing_after_one() {
     std::fs::create_dir_all(dir.join("m")).unwrap();
     std::fs::create_dir_all(dir.join("f")).unwrap();
     let p = free_ports(12);
+    // Declared before the processes, so dropped after them.
+    let _leftovers = WeedLeftovers {
+        grpc_ports: vec![p[1], p[3], p[5], p[7], p[9]],
+        dir: dir.clone(),
+    };
     let master = format!("127.0.0.1:{}.{}", p[0], p[1]);
     let _master = weed_proc(
         &dir,
@@ -259,5 +264,4 @@ fn a_volume_server_killed_mid_run_loses_no_ack_and_runs_nothing_after_one() {
         failures.len()
     ));
     drop(vol2);
-    let _ = std::fs::remove_dir_all(&dir);
 }

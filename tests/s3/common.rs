@@ -42,7 +42,63 @@ pub struct Server {
     pub port: u16,
     /// Which server it is.
     pub kind: Kind,
-    dir: Option<PathBuf>,
+    /// Removes what `weed` leaves outside its data dir (after the child is reaped: fields
+    /// drop after `Drop::drop`).
+    _leftovers: Option<WeedLeftovers>,
+}
+
+/// What a SeaweedFS process leaves outside the directories it is given: `weed` (4.48) puts a
+/// Unix socket per gRPC port at the fixed path `/tmp/seaweedfs-<service>-grpc-<port>.sock`
+/// (not under TMPDIR, not configurable) and never removes it, and without `-logdir` its glog
+/// files go to the temp dir (`weed.<host>.<user>.log.<LEVEL>.<time>.<pid>`). Dropped after
+/// the processes are dead: removes the sockets of `grpc_ports` and the directory `dir`.
+pub struct WeedLeftovers {
+    /// The gRPC ports given to the processes.
+    pub grpc_ports: Vec<u16>,
+    /// The scratch directory (data, logs) to remove.
+    pub dir: PathBuf,
+}
+
+/// The socket paths `weed` may create for gRPC port `port`.
+pub fn weed_sockets(port: u16) -> Vec<PathBuf> {
+    ["master", "volume", "filer", "s3", "admin"]
+        .iter()
+        .map(|s| PathBuf::from(format!("/tmp/seaweedfs-{s}-grpc-{port}.sock")))
+        .collect()
+}
+
+impl Drop for WeedLeftovers {
+    fn drop(&mut self) {
+        for p in &self.grpc_ports {
+            for s in weed_sockets(*p) {
+                let _ = std::fs::remove_file(s);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `weed` with its logs in `dir` (`-logdir`, a global flag, so it comes first).
+pub fn weed_command(dir: &std::path::Path) -> Command {
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut c = Command::new(weed());
+    c.arg(format!("-logdir={}", logs.display()));
+    c
+}
+
+impl Server {
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// For SeaweedFS: its gRPC ports and scratch directory.
+    pub fn leftovers(&self) -> Option<(&[u16], &std::path::Path)> {
+        self._leftovers
+            .as_ref()
+            .map(|l| (l.grpc_ports.as_slice(), l.dir.as_path()))
+    }
 }
 
 /// The tests' historical name for [`Server`].
@@ -54,9 +110,6 @@ impl Drop for Server {
         // outlives the test.
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Some(d) = &self.dir {
-            let _ = std::fs::remove_dir_all(d);
-        }
     }
 }
 
@@ -153,7 +206,7 @@ pub fn moto_with(extra: &[&str]) -> Option<Server> {
             child,
             port,
             kind: Kind::Moto,
-            dir: None,
+            _leftovers: None,
         };
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(60) {
@@ -229,7 +282,7 @@ pub fn seaweed() -> Option<Server> {
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let p = free_ports(8);
         let d = |s: &str| dir.join(s).display().to_string();
-        let child = Command::new(weed())
+        let child = weed_command(&dir)
             .args([
                 "server".to_string(),
                 format!("-dir={}", d("data")),
@@ -260,7 +313,10 @@ pub fn seaweed() -> Option<Server> {
             child,
             port: p[6],
             kind: Kind::Seaweed,
-            dir: Some(dir),
+            _leftovers: Some(WeedLeftovers {
+                grpc_ports: vec![p[1], p[3], p[5], p[7]],
+                dir,
+            }),
         };
         if wait_s3(s.port, &mut s.child) {
             return Some(s);
@@ -365,6 +421,11 @@ pub enum Fault {
     /// This request and every later one are forwarded and their answers dropped, until
     /// disarmed (not in [`Fault::ALL`]).
     OutageAfter,
+    /// Answer `409 ConditionalRequestConflict` without forwarding to the first N conditional
+    /// writes (requests with `If-None-Match`) after arming, N being the armed index: what
+    /// AWS S3 answers to a conditional write that raced another operation on its key (not
+    /// applied; AWS says to retry). Not in [`Fault::ALL`].
+    Conflict409,
 }
 
 impl Fault {
@@ -516,18 +577,49 @@ fn read_request(c: &mut TcpStream) -> Option<Vec<u8>> {
     }
 }
 
+/// One request, one connection: the proxy forwards with `Connection: close` (read to the
+/// end below) and tells the client the same, so a client that keeps connections alive opens a
+/// new one per request here, and each fault hits exactly one request.
 fn forward(req: &[u8], upstream: u16) -> Option<Vec<u8>> {
     let mut s = TcpStream::connect(("127.0.0.1", upstream)).ok()?;
-    s.write_all(req).ok()?;
+    s.write_all(&with_connection_close(req)).ok()?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).ok()?;
-    Some(out)
+    Some(with_connection_close(&out))
+}
+
+/// An HTTP message with its `Connection` header (if any) replaced by `Connection: close`.
+fn with_connection_close(msg: &[u8]) -> Vec<u8> {
+    let Some(end) = msg.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return msg.to_vec();
+    };
+    let head = String::from_utf8_lossy(&msg[..end]);
+    let mut kept: Vec<&str> = head
+        .split("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+        .collect();
+    kept.push("Connection: close");
+    let mut out = kept.join("\r\n").into_bytes();
+    out.extend_from_slice(&msg[end..]);
+    out
 }
 
 fn error_reply(status: u16) -> Vec<u8> {
     let body = format!("<Error><Code>Injected{status}</Code></Error>");
     format!(
         "HTTP/1.1 {status} Injected\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// S3's answer to a conditional write that raced another operation on its key.
+fn conflict_reply() -> Vec<u8> {
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>ConditionalRequestConflict</Code>\
+        <Message>A conflicting conditional operation is currently in progress against this resource. \
+        Please try again.</Message></Error>";
+    format!(
+        "HTTP/1.1 409 Conflict\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
@@ -646,7 +738,15 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
             p.outage_from = None;
             p.fault = Some((Fault::Outage, i));
         }
+        let conditional = String::from_utf8_lossy(&req)
+            .to_ascii_lowercase()
+            .contains("\r\nif-none-match:");
         let action = match p.fault {
+            Some((Fault::Conflict409, left)) if conditional && left > 0 => {
+                p.fault = Some((Fault::Conflict409, left - 1));
+                Some(Fault::Conflict409)
+            }
+            Some((Fault::Conflict409, _)) => None,
             Some((Fault::Outage, at)) if i >= at => Some(Fault::Outage),
             Some((Fault::OutageAfter, at)) if i >= at => Some(Fault::OutageAfter),
             Some((f, at)) if i == at => Some(f),
@@ -665,6 +765,7 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
             None
         }
         Some(Fault::Error500) => Some(error_reply(500)),
+        Some(Fault::Conflict409) => Some(conflict_reply()),
         Some(Fault::Error503After) => {
             let _ = forward(&req, upstream);
             Some(error_reply(503))

@@ -338,6 +338,32 @@ fn every_reported_outcome_matches_the_server() {
     assert!(odd.is_empty(), "single faults not absorbed: {odd:#?}");
 }
 
+/// AWS S3 answers `409 ConditionalRequestConflict` to a conditional write that raced another
+/// operation on its key: the write was not applied, and AWS's documentation says to retry
+/// it. Through the proxy, every operation whose first conditional create meets one 409 is
+/// done (the create is sent again), with the index left right; one whose every send (3) meets
+/// it is not done and changed nothing (a lease is still usable). `case` checks each outcome
+/// against the server.
+#[test]
+fn a_409_conflict_on_a_conditional_create_is_sent_again() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "faults");
+    let c = Ctx {
+        port: m.port,
+        proxy: Proxy::start(m.port),
+    };
+    for (n, op) in OPS.into_iter().enumerate() {
+        let (said, what) = case(&c, 10_000 + n, op, Some((Fault::Conflict409, 1)));
+        assert_eq!(said, Said::Done, "{what}");
+        assert!(what.ends_with("repair put 0 deleted 0"), "{what}");
+        let (said, what) = case(&c, 10_100 + n, op, Some((Fault::Conflict409, 3)));
+        assert_eq!(said, Said::NotDone, "{what}");
+        report(&format!(
+            "stowq 409: {op:?} once: done; on every send: {what}"
+        ));
+    }
+}
+
 /// Requests `op` makes when nothing fails.
 fn case_count(c: &Ctx, n: usize, op: Op) -> u32 {
     let prefix = format!("c{n}");

@@ -258,3 +258,47 @@ fn a_prefix_with_xml_specials_and_non_ascii_round_trips() {
     let st = q.status().unwrap();
     assert_eq!((st.done, st.ready, st.leased), (3, 0, 0));
 }
+
+/// Claims take several jobs from one listing: the due markers a claim's LIST returned and
+/// did not use are tried by the next claims of the same handle (for up to
+/// `stowq::CANDIDATES_KEEP`), so one worker claiming 20 jobs lists a few times (a listing
+/// starts at a random one of 16 shards and reads on from there), not 20 times: 7 requests a
+/// job (claim: create, marker put, marker delete, envelope GET; ack:
+/// create, marker put, marker delete) plus those LISTs. The requests go over kept-alive
+/// connections: on SeaweedFS a handle opens one (or a few), not one per request.
+#[test]
+fn claims_take_several_jobs_from_one_listing_over_one_connection() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "batch");
+    let q = queue(m.port, "batch", "b", Options::default());
+    for i in 0..20 {
+        q.enqueue(format!("job {i}").as_bytes()).unwrap();
+    }
+    let w = Queue::open(
+        Client::new(config(m.port, 10_000), "batch"),
+        "b",
+        Options::default(),
+    )
+    .unwrap();
+    let (r0, c0) = (w.client.requests(), w.client.pool.opened());
+    let mut n = 0;
+    while let Some(l) = w.claim().unwrap() {
+        w.ack(&l).unwrap();
+        n += 1;
+    }
+    let (reqs, conns) = (w.client.requests() - r0, w.client.pool.opened() - c0);
+    assert_eq!(n, 20);
+    // 20 × 7, the listings that found the jobs, and the empty claim at the end (2-4 LISTs):
+    // at most 12 LISTs, where a LIST per claim made it 20 + 2 at least.
+    assert!(
+        (20 * 7 + 1 + 2..=20 * 7 + 12).contains(&reqs),
+        "{reqs} requests for 20 jobs"
+    );
+    // moto's server (werkzeug) closes every connection after its answer; SeaweedFS keeps them.
+    if m.kind == Kind::Seaweed {
+        assert!(conns <= 2, "{conns} connections for {reqs} requests");
+    }
+    report(&format!(
+        "stowq batch claims: 20 jobs claimed and acked by one handle in {reqs} requests over {conns} connection(s)"
+    ));
+}

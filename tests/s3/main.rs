@@ -13,6 +13,7 @@ mod compact;
 
 mod faults;
 mod foreign;
+mod harness;
 mod lifecycle;
 mod race;
 mod scale;

@@ -19,6 +19,8 @@ pub struct Client {
     /// The service's clock, from every response's `Date`.
     pub clock: ServiceClock,
     requests: AtomicU64,
+    /// Kept-alive connections to the endpoint.
+    pub pool: http::Pool,
 }
 
 /// One entry of a listing.
@@ -130,6 +132,7 @@ impl Client {
             bucket: bucket.to_string(),
             clock: ServiceClock::default(),
             requests: AtomicU64::new(0),
+            pool: http::Pool::default(),
         }
     }
 
@@ -198,16 +201,19 @@ impl Client {
         } else {
             format!("{path}?{query_s}")
         };
-        let resp = http::send(&http::Request {
-            method,
-            host: &c.host,
-            port: c.port,
-            target: &target,
-            headers: &all,
-            body,
-            timeout: c.timeout,
-            tls: c.tls,
-        })?;
+        let resp = http::send_pooled(
+            &http::Request {
+                method,
+                host: &c.host,
+                port: c.port,
+                target: &target,
+                headers: &all,
+                body,
+                timeout: c.timeout,
+                tls: c.tls,
+            },
+            &self.pool,
+        )?;
         if let Some(d) = resp.header("date") {
             self.clock.observe(d);
         }

@@ -1,14 +1,124 @@
 //! A small blocking HTTP/1.1 client over `std::net::TcpStream` (and rustls with the `tls`
-//! feature): one connection per request (`Connection: close`), so what is known about a
-//! failed request is exact.
+//! feature). [`send`] opens one connection per request (`Connection: close`); [`send_pooled`]
+//! keeps connections alive in a [`Pool`] and sends the next request on an idle one.
 //!
-//! A failure is [`Fail::NotSent`] only when the connection could not be opened, so no byte of
-//! the request left this process. Every later failure (write, read, timeout, torn or garbled
-//! response) is [`Fail::MaybeSent`]: the server may have acted on it.
+//! A failure is [`Fail::NotSent`] only when a new connection could not be opened, so no byte
+//! of the request left this process. Every later failure (write, read, timeout, torn or garbled
+//! response), also on a kept-alive connection the server closed meanwhile, is
+//! [`Fail::MaybeSent`]: the server may have acted on it. An idle connection is checked before
+//! reuse (a peer that closed it shows end of file to a non-blocking peek) and dropped after
+//! [`IDLE_KEEP`], so that case is rare; callers' retries absorb it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long an idle kept-alive connection may wait in a [`Pool`] before it is closed
+/// instead of reused (servers close idle connections after 5 s (Go's default keep-alive
+/// tuning behind some proxies) to minutes (S3 about 20 s)).
+pub const IDLE_KEEP: Duration = Duration::from_secs(4);
+
+/// Idle connections a [`Pool`] keeps at most; more are closed.
+pub const POOL_MAX: usize = 64;
+
+/// An open connection, plain or TLS.
+enum Conn {
+    Tcp(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Conn {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Tcp(s) => s,
+            #[cfg(feature = "tls")]
+            Conn::Tls(s) => &s.sock,
+        }
+    }
+
+    /// Whether the peer has neither closed the connection nor sent anything unasked: a
+    /// non-blocking peek would block.
+    fn idle_and_open(&self) -> bool {
+        let s = self.tcp();
+        if s.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut b = [0u8; 1];
+        let open = matches!(s.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        s.set_nonblocking(false).is_ok() && open
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(buf),
+            #[cfg(feature = "tls")]
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.flush(),
+            #[cfg(feature = "tls")]
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// Idle kept-alive connections to one endpoint (a [`crate::Client`] has one), shared by its
+/// threads: each request takes one out while it runs.
+#[derive(Default)]
+pub struct Pool {
+    idle: Mutex<Vec<(Conn, Instant)>>,
+    opened: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.idle.lock().map(|v| v.len()).unwrap_or(0);
+        write!(f, "Pool {{ idle: {n} }}")
+    }
+}
+
+impl Pool {
+    /// Connections opened through this pool so far (requests on reused connections open none).
+    pub fn opened(&self) -> u64 {
+        self.opened.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The most recently used idle connection that is still open, or none.
+    fn take(&self) -> Option<Conn> {
+        let mut idle = self.idle.lock().ok()?;
+        while let Some((c, since)) = idle.pop() {
+            if since.elapsed() < IDLE_KEEP && c.idle_and_open() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn put(&self, c: Conn) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.retain(|(_, since)| since.elapsed() < IDLE_KEEP);
+            if idle.len() < POOL_MAX {
+                idle.push((c, Instant::now()));
+            }
+        }
+    }
+}
 
 /// A parsed HTTP response.
 #[derive(Clone, Debug)]
@@ -69,6 +179,49 @@ pub struct Request<'a> {
 /// [`Fail::NotSent`] if no connection (or TLS session) could be opened, else
 /// [`Fail::MaybeSent`].
 pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
+    let mut c = open(req)?;
+    exchange(&mut c, &head(req, true), req).map(|(r, _)| r)
+}
+
+/// Send `req` on an idle connection of `pool` (or a new one) and read the whole response; the
+/// connection goes back to the pool unless the server said `Connection: close` or the
+/// response was delimited by the end of the connection.
+///
+/// # Errors
+/// [`Fail::NotSent`] if no idle connection was open and no new one could be opened, else
+/// [`Fail::MaybeSent`].
+pub fn send_pooled(req: &Request<'_>, pool: &Pool) -> Result<Response, Fail> {
+    let out = head(req, false);
+    let (mut c, reused) = match pool.take() {
+        Some(c) => (c, true),
+        None => {
+            let c = open(req)?;
+            pool.opened
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (c, false)
+        }
+    };
+    if reused {
+        let s = c.tcp();
+        let maybe = |e: std::io::Error| Fail::MaybeSent(format!("kept-alive socket: {e}"));
+        s.set_read_timeout(Some(req.timeout)).map_err(maybe)?;
+        s.set_write_timeout(Some(req.timeout)).map_err(maybe)?;
+    }
+    let (r, keep) = exchange(&mut c, &out, req).map_err(|f| match f {
+        Fail::MaybeSent(m) if reused => Fail::MaybeSent(format!("{m} (kept-alive connection)")),
+        f => f,
+    })?;
+    let close = r
+        .header("connection")
+        .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    if keep && !close {
+        pool.put(c);
+    }
+    Ok(r)
+}
+
+/// Open a connection for `req` (TLS session included), with its timeouts set.
+fn open(req: &Request<'_>) -> Result<Conn, Fail> {
     // An IPv6 literal is bracketed in the URL and the Host header (`[::1]:9000`), not in the
     // address to connect to.
     let ip = req.host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
@@ -77,17 +230,15 @@ pub fn send(req: &Request<'_>) -> Result<Response, Fail> {
         .to_socket_addrs()
         .map_err(|e| Fail::NotSent(format!("resolve {endpoint}: {e}")))?
         .collect();
-    let mut s = connect_any(&endpoint, &addrs, req.timeout)?;
+    let s = connect_any(&endpoint, &addrs, req.timeout)?;
     let unsent = |e: std::io::Error| Fail::NotSent(format!("socket: {e}"));
     s.set_read_timeout(Some(req.timeout)).map_err(unsent)?;
     s.set_write_timeout(Some(req.timeout)).map_err(unsent)?;
     let _ = s.set_nodelay(true);
-    let mut out = head(req);
-    out.extend_from_slice(req.body);
     if req.tls {
-        return tls::send_tls(req, s, &out);
+        return tls::open_tls(req, s);
     }
-    exchange(&mut s, &out, req)
+    Ok(Conn::Tcp(s))
 }
 
 /// Connect to the first of `addrs` (as the resolver ordered them) that accepts, trying each in
@@ -135,7 +286,8 @@ pub fn connect_any(
     )))
 }
 
-fn head(req: &Request<'_>) -> Vec<u8> {
+/// The request's bytes: head (with `Connection: close` when `close`) and body.
+fn head(req: &Request<'_>, close: bool) -> Vec<u8> {
     let mut head = format!("{} {} HTTP/1.1\r\n", req.method, req.target);
     let default_port = if req.tls { 443 } else { 80 };
     if req.port == default_port {
@@ -146,46 +298,88 @@ fn head(req: &Request<'_>) -> Vec<u8> {
     for (n, v) in req.headers {
         head.push_str(&format!("{n}: {v}\r\n"));
     }
-    head.push_str(&format!(
-        "content-length: {}\r\nconnection: close\r\n\r\n",
-        req.body.len()
-    ));
-    head.into_bytes()
+    head.push_str(&format!("content-length: {}\r\n", req.body.len()));
+    if close {
+        head.push_str("connection: close\r\n");
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(req.body);
+    out
 }
 
-/// Write the request and read the whole response on an open connection.
-fn exchange<S: Read + Write>(s: &mut S, out: &[u8], req: &Request<'_>) -> Result<Response, Fail> {
+/// Write the request and read the whole response on an open connection; also whether the
+/// response ended by its own framing (the connection may carry another request) rather
+/// than by the end of the connection.
+fn exchange<S: Read + Write>(
+    s: &mut S,
+    out: &[u8],
+    req: &Request<'_>,
+) -> Result<(Response, bool), Fail> {
     let maybe = |what: &str, e: std::io::Error| Fail::MaybeSent(format!("{what}: {e}"));
     s.write_all(out).map_err(|e| maybe("send", e))?;
     s.flush().map_err(|e| maybe("send", e))?;
     let head_only = req.method == "HEAD";
     let mut raw = Vec::new();
     let mut buf = [0u8; 16 * 1024];
+    let mut framed = true;
     // Read until the response is complete (a server that keeps the connection open despite
     // `Connection: close` costs nothing) or the server closes.
     while !complete(&raw, head_only) {
         match s.read(&mut buf) {
-            Ok(0) => break,
+            Ok(0) => {
+                framed = false;
+                break;
+            }
             Ok(n) => raw.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             // A TLS peer that closes without close_notify: what was read is judged below.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                framed = false;
+                break;
+            }
             Err(e) => return Err(maybe("receive", e)),
         }
     }
-    parse(&raw, head_only).ok_or_else(|| {
+    let framed = framed && exact_len(&raw, head_only);
+    let r = parse(&raw, head_only).ok_or_else(|| {
         Fail::MaybeSent(format!(
             "torn or bad response ({} bytes) to {} {}",
             raw.len(),
             req.method,
             req.target
         ))
-    })
+    })?;
+    Ok((r, framed))
+}
+
+/// Whether `raw`, a complete response, holds nothing after it (so the connection carries no
+/// stray bytes into the next exchange): its Content-Length body ends the buffer, or it has no
+/// body, or its chunked body's end does.
+fn exact_len(raw: &[u8], head_only: bool) -> bool {
+    let Some(end) = find(raw, b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let status = head.split(' ').nth(1).unwrap_or("");
+    let body = raw.len() - end - 4;
+    if head_only || status == "204" || status == "304" {
+        return body == 0;
+    }
+    for line in head.split("\r\n").skip(1) {
+        let (n, v) = line.split_once(':').unwrap_or((line, ""));
+        match (n.trim(), v.trim()) {
+            ("content-length", v) => return v.parse() == Ok(body),
+            ("transfer-encoding", "chunked") => return raw.ends_with(b"0\r\n\r\n"),
+            _ => {}
+        }
+    }
+    false
 }
 
 #[cfg(feature = "tls")]
 mod tls {
-    use super::{Fail, Request, Response};
+    use super::{Conn, Fail, Request};
     use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
     use std::net::TcpStream;
     use std::sync::{Arc, OnceLock};
@@ -218,8 +412,8 @@ mod tls {
             .clone()
     }
 
-    /// Handshake first (a failure there sent no request: not sent), then the exchange.
-    pub fn send_tls(req: &Request<'_>, mut tcp: TcpStream, out: &[u8]) -> Result<Response, Fail> {
+    /// The handshake (a failure there sent no request: not sent).
+    pub fn open_tls(req: &Request<'_>, mut tcp: TcpStream) -> Result<Conn, Fail> {
         let cfg = config().map_err(Fail::NotSent)?;
         let name = ServerName::try_from(req.host.to_string())
             .map_err(|e| Fail::NotSent(format!("TLS name {}: {e}", req.host)))?;
@@ -229,18 +423,17 @@ mod tls {
             conn.complete_io(&mut tcp)
                 .map_err(|e| Fail::NotSent(format!("TLS handshake with {}: {e}", req.host)))?;
         }
-        let mut s = rustls::StreamOwned::new(conn, tcp);
-        super::exchange(&mut s, out, req)
+        Ok(Conn::Tls(Box::new(rustls::StreamOwned::new(conn, tcp))))
     }
 }
 
 #[cfg(not(feature = "tls"))]
 mod tls {
-    use super::{Fail, Request, Response};
+    use super::{Conn, Fail, Request};
     use std::net::TcpStream;
 
     /// Without the `tls` feature nothing is sent.
-    pub fn send_tls(_: &Request<'_>, _: TcpStream, _: &[u8]) -> Result<Response, Fail> {
+    pub fn open_tls(_: &Request<'_>, _: TcpStream) -> Result<Conn, Fail> {
         Err(Fail::NotSent(
             "https needs stowq built with --features tls".into(),
         ))
@@ -491,5 +684,110 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains(&format!(":{port}: ")), "{msg}");
+    }
+
+    /// A server on 127.0.0.1 that answers each request on a connection with `200` and a
+    /// body naming the connection and the request's number on it; after `per_conn` answers
+    /// it closes the connection (an idle close, as servers do), or sends `Connection: close`
+    /// with the last one when `say_close`.
+    fn keep_alive_server(per_conn: usize, say_close: bool) -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for (conn, s) in l.incoming().enumerate() {
+                let mut s = s.unwrap();
+                std::thread::spawn(move || {
+                    let mut raw = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    for n in 0..per_conn {
+                        while find(&raw, b"\r\n\r\n").is_none() {
+                            match s.read(&mut buf) {
+                                Ok(0) | Err(_) => return,
+                                Ok(k) => raw.extend_from_slice(&buf[..k]),
+                            }
+                        }
+                        let end = find(&raw, b"\r\n\r\n").unwrap();
+                        raw.drain(..end + 4);
+                        let body = format!("c{conn} r{n}");
+                        let close = if say_close && n + 1 == per_conn {
+                            "Connection: close\r\n"
+                        } else {
+                            ""
+                        };
+                        let r = format!(
+                            "HTTP/1.1 200 OK\r\n{close}Content-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        s.write_all(r.as_bytes()).unwrap();
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    fn get(port: u16, pool: &Pool) -> String {
+        let r = send_pooled(
+            &Request {
+                method: "GET",
+                host: "127.0.0.1",
+                port,
+                target: "/",
+                headers: &[],
+                body: b"",
+                timeout: Duration::from_secs(5),
+                tls: false,
+            },
+            pool,
+        )
+        .unwrap();
+        String::from_utf8(r.body).unwrap()
+    }
+
+    /// Requests share one connection; one the server closed while idle is not reused (no
+    /// error, a new connection), nor one whose last answer said `Connection: close`.
+    #[test]
+    fn kept_alive_connections_are_reused_until_the_server_closes_them() {
+        let port = keep_alive_server(3, false);
+        let pool = Pool::default();
+        let got: Vec<String> = (0..3).map(|_| get(port, &pool)).collect();
+        assert_eq!(got, ["c0 r0", "c0 r1", "c0 r2"]);
+        assert_eq!(pool.opened(), 1);
+        // The server closes connection 0 after its third answer: wait until the pool's
+        // connection shows it, then the next request opens connection 1, without error.
+        let t0 = Instant::now();
+        while pool.idle.lock().unwrap()[0].0.idle_and_open() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the server's close is seen"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(get(port, &pool), "c1 r0");
+        assert_eq!(pool.opened(), 2);
+
+        let port = keep_alive_server(2, true);
+        let pool = Pool::default();
+        let got: Vec<String> = (0..4).map(|_| get(port, &pool)).collect();
+        assert_eq!(got, ["c0 r0", "c0 r1", "c1 r0", "c1 r1"]);
+        assert_eq!(pool.opened(), 2);
+        // `send` never keeps a connection: each request says `Connection: close`.
+        let req = Request {
+            method: "GET",
+            host: "h",
+            port: 80,
+            target: "/",
+            headers: &[],
+            body: b"",
+            timeout: Duration::from_secs(1),
+            tls: false,
+        };
+        let h = String::from_utf8(head(&req, true)).unwrap();
+        assert!(
+            h.ends_with("content-length: 0\r\nconnection: close\r\n\r\n"),
+            "{h}"
+        );
+        let h = String::from_utf8(head(&req, false)).unwrap();
+        assert!(!h.contains("connection:"), "{h}");
     }
 }

@@ -177,6 +177,11 @@ impl Keys {
         format!("{}j/{}/{gen:08x}", self.base, id_hex(id))
     }
 
+    /// The object of idempotency key `key` (`P/k/<key>`), which names its job.
+    pub fn idem(&self, key: &str) -> String {
+        format!("{}k/{key}", self.base)
+    }
+
     /// Prefix of every chain.
     pub fn chains(&self) -> String {
         format!("{}j/", self.base)

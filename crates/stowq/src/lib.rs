@@ -29,7 +29,7 @@ pub use error::{Error, ErrorKind};
 pub use keys::State;
 pub use queue::{
     CompactReport, Lease, Listed, Nacked, Options, Queue, Receipt, RecoverReport, RepairReport,
-    Status,
+    Status, CANDIDATES_KEEP,
 };
 pub use sigv4::Credentials;
 use std::time::Duration;

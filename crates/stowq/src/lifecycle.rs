@@ -3,9 +3,11 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{id_hex, Marker, Record, State};
-use crate::queue::{random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt};
+use crate::queue::{
+    random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt, CANDIDATES_KEEP,
+};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use steadq::format;
 
 impl Queue {
@@ -35,10 +37,80 @@ impl Queue {
         }
     }
 
+    /// Enqueue `payload` under idempotency key `key` (1 to 128 of `A-Z a-z 0-9 . _ : -`):
+    /// the first enqueue of a key makes the job; later ones make nothing and name it.
+    /// Returns the job id and whether this call made it.
+    ///
+    /// The key is an object `P/k/<key>` naming a job id, created conditionally before the
+    /// job: of all the enqueues racing with one key exactly one creates it, and every one
+    /// then creates that id's generation 0 conditionally, so the job exists once, with the
+    /// payload of whichever create came first. An enqueue that finds the key (its maker
+    /// died before the job, or is still on its way) completes the job itself. One that
+    /// creates generation 0 after finding the key also lists the chain: a job compacted since
+    /// (generation 0 deleted, its receipt kept) is not made again, the stray generation 0 is
+    /// deleted and the call names the job as a duplicate. Three requests when new (key,
+    /// envelope, marker); a duplicate costs a GET, a refused create and a LIST. Keys are
+    /// kept as long as the queue (compaction does not expire them).
+    ///
+    /// # Errors
+    /// Not done ([`ErrorKind::Config`]) for a malformed key or a key object that names no
+    /// job; otherwise as [`Queue::enqueue`].
+    pub fn enqueue_keyed(&self, payload: &[u8], key: &str) -> Result<(u128, bool)> {
+        let ok = (1..=128).contains(&key.len())
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-_:".contains(&b));
+        if !ok {
+            return Err(Error::not_done(ErrorKind::Config(format!(
+                "idempotency key {key:?}: 1 to 128 of A-Z a-z 0-9 . _ : -"
+            ))));
+        }
+        let kkey = self.keys.idem(key);
+        let mine = random_u128();
+        let body = format!("stowq-key 1\njob {}\n", id_hex(mine));
+        let (id, made_key) = match self.create_once(&kkey, body.as_bytes())? {
+            Create::Done => (mine, true),
+            Create::Taken => {
+                let b = self.get(&kkey)?.unwrap_or_default();
+                let named = String::from_utf8_lossy(&b)
+                    .strip_prefix("stowq-key 1\njob ")
+                    .and_then(|h| u128::from_str_radix(h.trim(), 16).ok());
+                let Some(id) = named else {
+                    return Err(Error::not_done(ErrorKind::Config(format!(
+                        "{kkey} names no job: not an idempotency key of this queue"
+                    ))));
+                };
+                (id, false)
+            }
+        };
+        let now = self.client.clock.now_ms();
+        let created_ns = (now as u64).saturating_mul(1_000_000);
+        let mut file = format::encode_header(id, self.queue_id, created_ns, payload).to_vec();
+        file.extend_from_slice(payload);
+        let made = match self.create_once(&self.keys.gen(id, 0), &file) {
+            Ok(Create::Done) => {
+                // Found the key: the job may have been compacted meanwhile (its generation
+                // 0 deleted under its receipt). Ours is then a stray below the receipt.
+                if !made_key && !self.unless_stray(id, 0, &ready0(now))? {
+                    return Ok((id, false));
+                }
+                self.hint(true, &self.keys.marker(id, 0, &ready0(now)));
+                true
+            }
+            Ok(Create::Taken) => false,
+            // Not done leaves the key naming a job that does not exist yet: the next enqueue
+            // with the key makes it.
+            Err(e) => return Err(e),
+        };
+        Ok((id, made))
+    }
+
     /// Claim one due job with a lease of `options.lease_ms`, or `Ok(None)` if none is ready
     /// (after recovering expired leases once).
     ///
-    /// Lists ready markers (one LIST in the common case), picks a random due one, and creates
+    /// Tries the due ready markers kept from this handle's last listing (at most
+    /// [`CANDIDATES_KEEP`] old; none after a lost race), else lists ready markers (one LIST in
+    /// the common case); picks a random due one, and creates
     /// its next generation (leased). A 412 is a lost race: another one is tried. The envelope
     /// is then read and verified; a corrupt one is sent to dead and the claim goes on.
     ///
@@ -47,12 +119,25 @@ impl Queue {
     /// applied; [`ErrorKind::PayloadUnavailable`] (indeterminate) if the claim was done but
     /// the payload could not be read.
     pub fn claim(&self) -> Result<Option<Lease>> {
+        // The markers left from this handle's last listing first: no LIST for them.
+        while let Some((key, m)) = self.next_candidate() {
+            let lost = self.lost_races.load(Ordering::Relaxed);
+            if let Some(lease) = self.try_claim(&key, &m)? {
+                return Ok(Some(lease));
+            }
+            if self.lost_races.load(Ordering::Relaxed) > lost {
+                // Others claim from the same markers: list afresh.
+                self.take_candidates();
+            }
+        }
         for pass in 0..2 {
             let now = self.client.clock.upper_ms();
             let mut cands = self.due_markers(State::Ready, Some(now))?;
+            let listed = Instant::now();
             shuffle(&mut cands);
-            for (key, m) in cands {
+            while let Some((key, m)) = cands.pop() {
                 if let Some(lease) = self.try_claim(&key, &m)? {
+                    self.keep_candidates(listed, cands);
                     return Ok(Some(lease));
                 }
             }
@@ -63,6 +148,28 @@ impl Queue {
             }
         }
         Ok(None)
+    }
+
+    /// The next kept candidate of this handle's last claim listing, if it is recent.
+    fn next_candidate(&self) -> Option<(String, Marker)> {
+        let mut c = self.candidates.lock().ok()?;
+        if c.0.is_none_or(|t| t.elapsed() >= CANDIDATES_KEEP) {
+            c.1.clear();
+            return None;
+        }
+        c.1.pop()
+    }
+
+    fn take_candidates(&self) {
+        if let Ok(mut c) = self.candidates.lock() {
+            c.1.clear();
+        }
+    }
+
+    fn keep_candidates(&self, listed: Instant, cands: Vec<(String, Marker)>) {
+        if let Ok(mut c) = self.candidates.lock() {
+            *c = (Some(listed), cands);
+        }
     }
 
     fn try_claim(&self, marker: &str, m: &Marker) -> Result<Option<Lease>> {

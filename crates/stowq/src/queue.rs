@@ -7,9 +7,10 @@
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::Fail;
-use crate::keys::{id_hex, Keys, Record, State};
+use crate::keys::{id_hex, Keys, Marker, Record, State};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Queue options.
 #[derive(Clone, Debug)]
@@ -56,7 +57,19 @@ pub struct Queue {
     pub(crate) queue_id: u128,
     pub(crate) lost_races: AtomicU64,
     pub(crate) dead_lettered: AtomicU64,
+    /// Due ready markers left over from this handle's last claim listing, and when it was
+    /// made: the next claims try them before listing again ([`CANDIDATES_KEEP`]).
+    pub(crate) candidates: Mutex<Candidates>,
 }
+
+/// When a claim listing was made, and its due ready markers (key, parsed) not yet tried.
+pub(crate) type Candidates = (Option<Instant>, Vec<(String, Marker)>);
+
+/// How long the due ready markers of one claim listing are kept for the claims after it.
+/// A marker is a hint whatever its age (a claim's conditional create decides), so a stale one
+/// costs one refused create (412), like a lost race; a lost race drops the rest, since
+/// other workers are then claiming from the same markers.
+pub const CANDIDATES_KEEP: Duration = Duration::from_secs(2);
 
 /// A claimed job: the verified payload and what the next transition needs.
 #[derive(Clone, Debug)]
@@ -227,6 +240,7 @@ impl Queue {
             queue_id: 0,
             lost_races: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            candidates: Mutex::default(),
         };
         // An existing queue is opened as it is: on a service that ignores If-None-Match the
         // create below would rewrite its identity, and every job's envelope would then fail
@@ -292,6 +306,7 @@ impl Queue {
             queue_id: 0,
             lost_races: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            candidates: Mutex::default(),
         };
         q.queue_id = q.read_identity()?;
         q.learn_clock()?;
