@@ -15,7 +15,6 @@ from pathlib import Path
 
 import maturin
 from maturin import (  # noqa: F401  (the rest of the PEP 517 interface, as maturin has it)
-    build_sdist,
     get_requires_for_build_editable,
     get_requires_for_build_sdist,
     get_requires_for_build_wheel,
@@ -53,6 +52,15 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
     _data_dir()
     return maturin.prepare_metadata_for_build_editable(metadata_directory, config_settings)
+
+
+def build_sdist(sdist_directory, config_settings=None):
+    # maturin's sdist holds the module's crate and its path dependencies, not the root
+    # package the command is built from, so a wheel built from it would have no command.
+    raise RuntimeError(
+        "steadq: no sdist; build the wheel in a clone of the repository "
+        "(pip install ., pip wheel ., python -m build --wheel)"
+    )
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
