@@ -284,32 +284,7 @@ mod with_s3 {
         // meanwhile is given back (one that came during the claim's requests killed it
         // with the job leased, an attempt used).
         super::super::work::install_interrupting_handlers();
-        // `--wait D`: S3 has nothing to wait on, so an empty claim is tried again after the
-        // idle worker's pause (100 ms doubling, jittered, [`stowq::idle_pause`]), cut to
-        // what is left of `D`; a stop signal ends the wait.
-        let until = a.wait.map(|w| Instant::now() + w);
-        let mut idle = 0u32;
-        let l = loop {
-            if let Some(l) = q.claim().inspect_err(|_| made_file())? {
-                break l;
-            }
-            let left = until.map_or(Duration::ZERO, |u| {
-                u.saturating_duration_since(Instant::now())
-            });
-            if left.is_zero() || super::super::work::stop_signal() != 0 {
-                made_file();
-                return Err(CliError::new(Exit::NoJob, no_job(&q, 0)));
-            }
-            idle = idle.saturating_add(1);
-            let wake = Instant::now() + stowq::idle_pause(idle).min(left);
-            while super::super::work::stop_signal() == 0 {
-                let rest = wake.saturating_duration_since(Instant::now());
-                if rest.is_zero() {
-                    break;
-                }
-                std::thread::sleep(rest.min(Duration::from_millis(100)));
-            }
-        };
+        let l = claim_waiting(&q, a.wait).inspect_err(|_| made_file())?;
         if let (sig @ 1.., None) = (super::super::work::stop_signal(), &a.payload_out) {
             let msg = format!("stopped by signal {sig} before the lease handle was printed");
             return Err(give_back(&q, &l, "handle not delivered", msg));
@@ -333,6 +308,34 @@ mod with_s3 {
             return Err(give_back(&q, &l, "handle not delivered", msg));
         }
         Ok(Exit::Done)
+    }
+
+    /// `claim --wait D`: S3 has nothing to wait on, so an empty claim is tried again after
+    /// the idle worker's pause (100 ms doubling, jittered, [`stowq::idle_pause`]), cut to what
+    /// is left of `D` (`None`: one try); a stop signal ends the wait. No job: exit 3.
+    fn claim_waiting(q: &Queue, wait: Option<Duration>) -> Result<stowq::Lease, CliError> {
+        let until = wait.map(|w| Instant::now() + w);
+        let mut idle = 0u32;
+        loop {
+            if let Some(l) = q.claim()? {
+                return Ok(l);
+            }
+            let left = until.map_or(Duration::ZERO, |u| {
+                u.saturating_duration_since(Instant::now())
+            });
+            if left.is_zero() || super::super::work::stop_signal() != 0 {
+                return Err(CliError::new(Exit::NoJob, no_job(q, 0)));
+            }
+            idle = idle.saturating_add(1);
+            let wake = Instant::now() + stowq::idle_pause(idle).min(left);
+            while super::super::work::stop_signal() == 0 {
+                let rest = wake.saturating_duration_since(Instant::now());
+                if rest.is_zero() {
+                    break;
+                }
+                std::thread::sleep(rest.min(Duration::from_millis(100)));
+            }
+        }
     }
 
     /// Write a claimed job's payload to `f` for `claim --payload-out`, as on a local queue:

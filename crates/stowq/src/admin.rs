@@ -169,26 +169,7 @@ impl Queue {
                 marks.entry(m.id).or_default().push((k, m));
             }
         }
-        // (newest generation, its time, generation 0 present): a chain without generation 0
-        // was compacted and keeps no marker.
-        let mut latest: BTreeMap<u128, (u64, i64, bool)> = BTreeMap::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self.list_page(&self.keys.chains(), None, token.as_deref(), 1000)?;
-            for e in &page.entries {
-                if let Some((id, g)) = self.keys.parse_gen(&e.key) {
-                    let l = latest.entry(id).or_insert((g, e.modified_ms, false));
-                    l.0 = l.0.max(g);
-                    l.2 |= g == 0;
-                } else {
-                    strangers.push(e.key.clone());
-                }
-            }
-            match page.next {
-                Some(t) => token = Some(t),
-                None => break,
-            }
-        }
+        let latest = self.chain_heads(&mut strangers)?;
         let mut rep = RepairReport::default();
         // Named one by one up to 20 (a bucket shared with another tool may hold thousands).
         for k in strangers.iter().take(20) {
@@ -242,6 +223,30 @@ impl Queue {
             rep.deleted += 1;
         }
         Ok(rep)
+    }
+
+    /// For [`Queue::repair`]: per job, (newest generation, its time, generation 0 present)
+    /// from a listing of the chains; a chain without generation 0 was compacted and keeps no
+    /// marker. Keys that are no generation go to `strangers`.
+    fn chain_heads(&self, strangers: &mut Vec<String>) -> Result<BTreeMap<u128, (u64, i64, bool)>> {
+        let mut latest: BTreeMap<u128, (u64, i64, bool)> = BTreeMap::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self.list_page(&self.keys.chains(), None, token.as_deref(), 1000)?;
+            for e in &page.entries {
+                if let Some((id, g)) = self.keys.parse_gen(&e.key) {
+                    let l = latest.entry(id).or_insert((g, e.modified_ms, false));
+                    l.0 = l.0.max(g);
+                    l.2 |= g == 0;
+                } else {
+                    strangers.push(e.key.clone());
+                }
+            }
+            match page.next {
+                Some(t) => token = Some(t),
+                None => return Ok(latest),
+            }
+        }
     }
 
     /// Every marker of `state`, in key order.
