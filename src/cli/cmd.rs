@@ -882,13 +882,7 @@ pub(super) fn now(q: &Queue) -> encode::Now {
 
 pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
     let id = parse_job_id(&a.job)?;
-    let q = Queue::open_with(
-        &a.dir,
-        steadq::Options {
-            mode: steadq::OpenMode::ReadOnly,
-            ..Default::default()
-        },
-    )?;
+    let q = super::open_read_only(&a.dir)?;
     let l = match q.find(id) {
         Ok(l) => l,
         Err(e) if matches!(e.kind(), ErrorKind::NoSuchJob) => {

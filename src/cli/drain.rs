@@ -32,20 +32,11 @@ pub struct Wait {
     pub timeout: Option<Duration>,
 }
 
-/// A queue opened to read only (no rename probe in `tmp/`).
-fn open_ro(dir: &std::path::Path) -> Result<Queue, CliError> {
-    let o = steadq::Options {
-        mode: steadq::OpenMode::ReadOnly,
-        ..Default::default()
-    };
-    Ok(Queue::open_with(dir, o)?)
-}
-
 pub fn cmd_wait(a: Wait) -> Result<Exit, CliError> {
     if !a.empty {
         return Err(CliError::bad_usage("wait needs a condition: --empty"));
     }
-    let q = open_ro(&a.dir)?;
+    let q = super::open_read_only(&a.dir)?;
     if q.wait_empty(a.timeout)? {
         return Ok(Exit::Done);
     }
@@ -60,7 +51,7 @@ pub fn cmd_wait(a: Wait) -> Result<Exit, CliError> {
 
 /// `list`, as text or with `--json` one object per line ([`encode::job_json`]).
 pub fn cmd_list(a: List) -> Result<Exit, CliError> {
-    let q = open_ro(&a.dir)?;
+    let q = super::open_read_only(&a.dir)?;
     let now = cmd::now(&q);
     q.list_each(a.state, !a.stream, |l| {
         let n = &l.name;

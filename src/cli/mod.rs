@@ -105,6 +105,15 @@ pub fn open(dir: &Path) -> Result<Queue, CliError> {
     Ok(Queue::open(dir)?)
 }
 
+/// Open an existing queue to read only: no rename probe in `tmp/`, nothing written.
+pub fn open_read_only(dir: &Path) -> Result<Queue, CliError> {
+    let o = steadq::Options {
+        mode: steadq::OpenMode::ReadOnly,
+        ..Default::default()
+    };
+    Ok(Queue::open_with(dir, o)?)
+}
+
 /// Run one parsed command; its exit code.
 pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
     rawargs::restore(&mut cmd);

@@ -249,13 +249,7 @@ fn render(dir: &str, s: &Snap, rates: Option<(String, String)>, this_boot: u128)
 }
 
 pub fn cmd_top(a: TopView) -> Result<Exit, CliError> {
-    let q = Queue::open_with(
-        &a.dir,
-        steadq::Options {
-            mode: steadq::OpenMode::ReadOnly,
-            ..Default::default()
-        },
-    )?;
+    let q = super::open_read_only(&a.dir)?;
     let dir = a.dir.display().to_string();
     let boot = q.clock().boot_id();
     if !std::io::stdout().is_terminal() {

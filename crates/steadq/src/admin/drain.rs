@@ -9,20 +9,13 @@
 use crate::disk::layout::DELAYED_DIR;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, Outcome};
+use crate::ops::capacity::WATCH;
 use crate::ops::wait::LOOK_EVERY_NS;
 use crate::queue::Queue;
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+use rustix::fs::inotify::{self, CreateFlags};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
-
-/// Names made, moved in, moved out or removed, in a directory (never followed).
-const DRAIN_WATCH: WatchFlags = WatchFlags::CREATE
-    .union(WatchFlags::MOVED_TO)
-    .union(WatchFlags::MOVED_FROM)
-    .union(WatchFlags::DELETE)
-    .union(WatchFlags::DONT_FOLLOW)
-    .union(WatchFlags::ONLYDIR);
 
 impl Queue {
     /// Wait until the queue holds no ready, leased or delayed job (dead jobs and receipts
@@ -76,14 +69,14 @@ impl Queue {
     /// `ino`; a watch that exists already is kept (same watch descriptor).
     fn watch_live_dirs(&self, ino: &OwnedFd) -> core::result::Result<(), Errno> {
         for s in 0..self.ident.slots() {
-            match self.watch_slot(ino.as_fd(), s, DRAIN_WATCH) {
+            match self.watch_slot(ino.as_fd(), s, WATCH) {
                 // A slot this user may not read is counted as unreadable by `status`.
                 Ok(_) | Err(Errno::ACCESS | Errno::PERM) => {}
                 Err(e) => return Err(e),
             }
         }
         let delayed = self.root.join(DELAYED_DIR);
-        inotify::add_watch(ino, &delayed, DRAIN_WATCH)?;
+        inotify::add_watch(ino, &delayed, WATCH)?;
         let mut buckets = Vec::new();
         self.sys.read_dir(self.dirs.delayed.as_fd(), |name, _, _| {
             if let Some(b) = name.filter(|n| crate::disk::layout::parse_bucket(n).is_some()) {
@@ -91,7 +84,7 @@ impl Queue {
             }
         })?;
         for b in buckets {
-            match inotify::add_watch(ino, &b, DRAIN_WATCH) {
+            match inotify::add_watch(ino, &b, WATCH) {
                 // Removed since the listing (emptied): an event on `delayed/` already.
                 Ok(_) | Err(Errno::NOENT | Errno::NOTDIR) => {}
                 Err(e) => return Err(e),

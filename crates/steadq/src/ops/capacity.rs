@@ -224,7 +224,9 @@ pub struct CapacityUse {
     pub limits: Limits,
 }
 
-const WATCH: WatchFlags = WatchFlags::CREATE
+/// Names made, moved in, moved out or removed in a directory (never followed): what changes
+/// a count of its entries (the tally here; `admin/drain.rs`'s wait for an empty queue).
+pub(crate) const WATCH: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::MOVED_TO)
     .union(WatchFlags::MOVED_FROM)
     .union(WatchFlags::DELETE)
