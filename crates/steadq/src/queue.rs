@@ -26,7 +26,7 @@ use crate::disk::name::{shard_name, JobName};
 use crate::disk::name::{TempKind, TempName};
 #[cfg(feature = "faults")]
 use crate::disk::sys::FaultPlan;
-use crate::disk::sys::{fs_name, Call, Errno, Sys};
+use crate::disk::sys::{fs_name, Barrier, Call, Errno, Sys};
 use crate::error::{Error, ErrorKind, Outcome, Result};
 use crate::ops::levels::SlotDir;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -507,7 +507,7 @@ impl Queue {
                 let pfd = sys
                     .open_dir_path(parent)
                     .map_err(|e| ind(Call::Open, e, parent))?;
-                sys.fsync_dir(pfd.as_fd())
+                sys.fsync_dir(Barrier::Create, pfd.as_fd())
                     .map_err(|e| ind(Call::FsyncDir, e, parent))?;
                 made = root.file_name().and_then(|n| n.to_str()).map(|n| (pfd, n));
             }
@@ -521,7 +521,7 @@ impl Queue {
             if let Some((pfd, name)) = &made {
                 // Empty and made by this call: best effort, as for `check_inodes` below.
                 if sys.rmdir(pfd.as_fd(), name).is_ok() {
-                    let _ = sys.fsync_dir(pfd.as_fd());
+                    let _ = sys.fsync_dir(Barrier::Create, pfd.as_fd());
                 }
             }
             return Err(e.into());
@@ -541,7 +541,7 @@ impl Queue {
                             // Empty and made by this call: best effort, the error says
                             // what was refused either way.
                             if sys.rmdir(pfd.as_fd(), name).is_ok() {
-                                let _ = sys.fsync_dir(pfd.as_fd());
+                                let _ = sys.fsync_dir(Barrier::Create, pfd.as_fd());
                             }
                         }
                         return Err(e.into());
@@ -627,7 +627,7 @@ impl Queue {
                 std::io::Error::from(e)
             ),
         }
-        sys.fsync_dir(rootfd.as_fd())
+        sys.fsync_dir(Barrier::Create, rootfd.as_fd())
             .map_err(|e| ind(Call::FsyncDir, e, &root))?;
         Ok(Queue::assemble(
             root, sys, rootfd, ident, opts, false, true,
@@ -875,20 +875,23 @@ impl Queue {
     /// has returned. A directory the handle holds shares the fsync with other threads of
     /// this process (group commit, `ops/group.rs`): it returns once an fsync that started
     /// after this call began has completed.
+    /// `b` names the barrier (a fault plan may remove it: then this thread neither makes
+    /// nor waits for an fsync).
     pub(crate) fn dir_barrier(
         &self,
+        b: Barrier,
         dir: &crate::ops::enqueue::DirRef<'_>,
     ) -> core::result::Result<(), Errno> {
-        if !self.barriers {
+        if !self.barriers || self.sys.skips_barrier(b) {
             return Ok(());
         }
         let fd = dir.fd();
         match dir {
             crate::ops::enqueue::DirRef::Held(h) => match self.group.get(&self.sys, *h) {
-                Some(g) => g.barrier(&self.group.gather, || self.sys.fsync_dir(fd)),
-                None => self.sys.fsync_dir(fd),
+                Some(g) => g.barrier(&self.group.gather, || self.sys.fsync_dir(b, fd)),
+                None => self.sys.fsync_dir(b, fd),
             },
-            crate::ops::enqueue::DirRef::Opened(_) => self.sys.fsync_dir(fd),
+            crate::ops::enqueue::DirRef::Opened(_) => self.sys.fsync_dir(b, fd),
         }
     }
 
@@ -1063,19 +1066,29 @@ impl Queue {
     }
 
     /// fsync directory `fd` unless the policy is `None` (or see [`Queue::barriers`]).
-    pub(crate) fn barrier(&self, fd: BorrowedFd<'_>) -> core::result::Result<(), Errno> {
+    /// `b` names the barrier.
+    pub(crate) fn barrier(
+        &self,
+        b: Barrier,
+        fd: BorrowedFd<'_>,
+    ) -> core::result::Result<(), Errno> {
         if !self.barriers {
             return Ok(());
         }
-        self.sys.fsync_dir(fd)
+        self.sys.fsync_dir(b, fd)
     }
 
     /// fsync file `fd` unless the policy is `None` (or see [`Queue::barriers`]).
-    pub(crate) fn barrier_file(&self, fd: BorrowedFd<'_>) -> core::result::Result<(), Errno> {
+    /// `b` names the barrier.
+    pub(crate) fn barrier_file(
+        &self,
+        b: Barrier,
+        fd: BorrowedFd<'_>,
+    ) -> core::result::Result<(), Errno> {
         if !self.barriers {
             return Ok(());
         }
-        self.sys.fsync(fd)
+        self.sys.fsync(b, fd)
     }
 
     /// Open (creating if needed) bucket directory `name` under `parent` (`delayed` or `dead`).
@@ -1096,7 +1109,7 @@ impl Queue {
         let (fd, origin) = self.made_dir(parent.as_fd(), name, &rel)?;
         if origin == crate::ops::making::Origin::MadeHere {
             self.share_like(fd.as_fd(), template, &rel);
-            self.barrier(parent.as_fd())
+            self.barrier(Barrier::BucketDir, parent.as_fd())
                 .map_err(|e| (Call::FsyncDir, e))?;
         }
         Ok(fd)
@@ -1469,7 +1482,14 @@ fn identity_temp_file(
     let written = sys
         .write_all(fd.as_fd(), ident.encode().as_bytes())
         .map_err(|e| nd(Call::Write, e))
-        .and_then(|()| sys.fsync(fd.as_fd()).map_err(|e| nd(Call::Fsync, e)));
+        .and_then(|()| {
+            let b = if keep {
+                Barrier::Identity
+            } else {
+                Barrier::Create
+            };
+            sys.fsync(b, fd.as_fd()).map_err(|e| nd(Call::Fsync, e))
+        });
     if let Err(e) = written {
         let _ = sys.unlink(root, &tmp);
         return Err(e);
@@ -1506,7 +1526,7 @@ pub(crate) fn publish_identity(
         Err(e @ (Errno::PERM | Errno::NOSYS)) => return Err(cleanup(rename_refused(e, path))),
         Err(e) => return Err(cleanup(nd(Call::Rename, e))),
     }
-    sys.fsync_dir(root).map_err(|e| {
+    sys.fsync_dir(Barrier::Create, root).map_err(|e| {
         Error::io(
             Call::FsyncDir,
             e,
@@ -1540,7 +1560,7 @@ pub(crate) fn publish_identity_replacing(
             Error::io(Call::Rename, e, Outcome::NotDone, Some(path.join(&tmp)))
         });
     }
-    sys.fsync_dir(root).map_err(|e| {
+    sys.fsync_dir(Barrier::Identity, root).map_err(|e| {
         Error::io(
             Call::FsyncDir,
             e,
@@ -1984,7 +2004,7 @@ fn ensure_dir(
     let r = match sys.mkdir(parent, name) {
         Ok(()) => {
             *changed = true;
-            sys.fsync_dir(parent)
+            sys.fsync_dir(Barrier::Create, parent)
                 .map_err(|e| (Call::FsyncDir, e, ppath.to_path_buf()))
         }
         // Must be a real directory, not a symlink or file planted under the name.

@@ -41,6 +41,7 @@
 //! each of the others can have one enqueue between its check and its link.
 //! `tests/it/capacity.rs` measures it with 8 producers.
 
+use crate::disk::barrier::Barrier;
 use crate::disk::layout::{parse_bucket, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
@@ -284,14 +285,15 @@ impl Queue {
             };
             return Err(Error::io(Call::Rename, e, outcome, Some(self.path(LIMITS_FILE))).into());
         }
-        self.barrier(self.dirs.root.as_fd()).map_err(|e| {
-            Error::io(
-                Call::FsyncDir,
-                e,
-                Outcome::Indeterminate,
-                Some(self.root.clone()),
-            )
-        })?;
+        self.barrier(Barrier::Limits, self.dirs.root.as_fd())
+            .map_err(|e| {
+                Error::io(
+                    Call::FsyncDir,
+                    e,
+                    Outcome::Indeterminate,
+                    Some(self.root.clone()),
+                )
+            })?;
         Ok(())
     }
 
@@ -324,7 +326,7 @@ impl Queue {
             .write_all(fd.as_fd(), bytes)
             .map_err(|e| nd(Call::Write, e))
             .and_then(|()| {
-                self.barrier_file(fd.as_fd())
+                self.barrier_file(Barrier::Limits, fd.as_fd())
                     .map_err(|e| nd(Call::Fsync, e))
             });
         if let Err(e) = written {

@@ -33,6 +33,7 @@
 //! an hour. So a key deduplicates from its enqueue until its job is settled *and* the
 //! retention window has passed.
 
+use crate::disk::barrier::Barrier;
 use crate::disk::layout::{DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName};
 use crate::disk::state::State;
@@ -395,7 +396,8 @@ impl Queue {
         // Until the root is synced the directory may vanish in a crash, with any key in it:
         // no job has been published yet, so that is still "not done". (Made by another
         // process just now: that one may not have synced the root yet.)
-        self.barrier(root).map_err(|e| nd(Call::FsyncDir, e))?;
+        self.barrier(Barrier::KeysDirMade, root)
+            .map_err(|e| nd(Call::FsyncDir, e))?;
         Ok(fd)
     }
 
@@ -426,11 +428,11 @@ impl Queue {
                 self.sys
                     .write_all(fd.as_fd(), text)
                     .map_err(|e| nd(Call::Write, e))?;
-                self.barrier_file(fd.as_fd())
+                self.barrier_file(Barrier::KeyFile, fd.as_fd())
                     .map_err(|e| nd(Call::Fsync, e))?;
                 match self.sys.link_tmpfile(fd.as_fd(), keys, entry) {
                     Ok(()) => {
-                        self.barrier_file(fd.as_fd())
+                        self.barrier_file(Barrier::KeyFile, fd.as_fd())
                             .map_err(|e| self.unlink_key(keys, entry, nd(Call::Fsync, e)))?;
                         true
                     }
@@ -442,7 +444,7 @@ impl Queue {
             None => self.link_key_named(keys, entry, text)?,
         };
         if linked {
-            self.barrier(keys)
+            self.barrier(Barrier::KeysDir, keys)
                 .map_err(|e| self.unlink_key(keys, entry, nd(Call::FsyncDir, e)))?;
         }
         Ok(linked)
@@ -643,7 +645,7 @@ impl Queue {
                 ))
             }
         }
-        self.barrier(keys)
+        self.barrier(Barrier::KeysDir, keys)
             .map_err(|e| ind(Call::FsyncDir, e, self.path(KEYS_DIR)))
             .map(|()| true)
     }
@@ -740,7 +742,7 @@ impl Queue {
             }
         }
         if removed_any {
-            self.barrier(keys.as_fd())
+            self.barrier(Barrier::KeysDir, keys.as_fd())
                 .map_err(|e| ind(Call::FsyncDir, e, self.path(KEYS_DIR)))?;
         }
         Ok(retired)
