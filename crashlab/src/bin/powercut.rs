@@ -767,8 +767,8 @@ fn skipped_barriers(out: &Path) -> String {
         let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
         let Some(last) = text
             .lines()
-            .filter_map(|l| l.split_once("CRASHLAB_AGENT_SKIPPED ").map(|x| x.1))
-            .last()
+            .rev()
+            .find_map(|l| l.split_once("CRASHLAB_AGENT_SKIPPED ").map(|x| x.1))
         else {
             continue;
         };
