@@ -13,11 +13,10 @@
 #   --cycles N (stops at the first catch); filesystems ext4, f2fs. Two cells run side by side.
 # block: crashlab/rig.sh --break B (CRASHLAB_NEGATIVE=<fs>, CRASHLAB_NEG_JOBS=--jobs, default
 #   40); every flush point of the log is a crash state; filesystems ext4, xfs, btrfs.
-# --barriers reached (default): the barriers the rig's workload reaches; caught: those the
-#   last whole matrix caught on every filesystem of the rig (CAUGHT_* below); all: every name.
-# --slice I/N: only barriers number I, I+N, I+2N, ... of the list (0-based), each on every
-#   filesystem; auto/N: I = the day of the year mod N; seed/N: I = the seed mod N (what CI
-#   runs: a rotating slice).
+# --barriers reached (default): the barriers the rig's workload reaches; caught: the cells
+#   (barrier/fs) the last whole matrix caught (CAUGHT_<rig> below); all: every name.
+# --slice I/N: only cells number I, I+N, I+2N, ... (0-based, barrier-major order); auto/N:
+#   I = the day of the year mod N; seed/N: I = the seed mod N (what CI runs: a rotating slice).
 # --expect-caught: exit 1 if a cell that ran was not caught (CI, with --barriers caught).
 # Output (DIR, default /dev/shm/crashlab-matrix/<rig>): matrix.csv (rig, barrier, fs, result,
 # at, cycles, seed, reached, seconds), matrix.md (the table), matrix.svg (a grid), one log per
@@ -81,28 +80,33 @@ reached() {
   esac
   [ "$RIG" = block ] || [ "$(op_of "$1")" != - ]
 }
-# Caught on every filesystem by the last whole matrix (DESIGN.md, "The barrier matrix").
-CAUGHT_powercut="enqueue-dir ack-dest"
-CAUGHT_block="enqueue-dir ack-dest"
+# The cells (barrier/fs) the last whole matrix caught (DESIGN.md, "The barrier matrix").
+CAUGHT_powercut="enqueue-data/ext4 enqueue-dir/ext4 claim-dest/ext4 claim-dest/f2fs ack-dest/ext4 nack-dest/ext4 fail-dest/ext4 requeue-dest/ext4 evidence-file/ext4 evidence-file/f2fs"
+CAUGHT_block="ack-dest/ext4"
 case $BARRIERS in
   all) LIST=$ALL ;;
-  caught) v=CAUGHT_$RIG; LIST=${!v} ;;
+  caught) LIST= ;;
   reached) LIST=$(for b in $ALL; do if reached "$b"; then echo "$b"; fi; done) ;;
   *) LIST=$BARRIERS
      for b in $LIST; do grep -qx "$b" <<< "$ALL" || die "unknown barrier $b"; done ;;
 esac
 
+CELLS=()
+for b in $LIST; do for fs in $FSL; do CELLS+=("$b $fs"); done; done
+if [ "$BARRIERS" = caught ]; then
+  v=CAUGHT_$RIG
+  for c in ${!v}; do
+    if grep -qw "${c#*/}" <<< "$FSL"; then CELLS+=("${c%/*} ${c#*/}"); fi
+  done
+fi
 if [ -n "$SLICE" ]; then
   i=${SLICE%/*}; n=${SLICE#*/}
   [ "$i" = auto ] && i=$(( 10#$(date +%j) % n ))
   [ "$i" = seed ] && i=$(( SEED % n ))
-  k=0; sel=
-  for b in $LIST; do [ $((k % n)) = "$i" ] && sel+=" $b"; k=$((k + 1)); done
-  LIST=$sel
-  log "slice $i/$n:$LIST"
+  sel=(); for k in "${!CELLS[@]}"; do [ $((k % n)) = "$i" ] && sel+=("${CELLS[$k]}"); done
+  CELLS=("${sel[@]}")
+  log "slice $i/$n: ${CELLS[*]}"
 fi
-CELLS=()
-for b in $LIST; do for fs in $FSL; do CELLS+=("$b $fs"); done; done
 
 CSV=$OUT/matrix.csv
 [ -f "$CSV" ] || echo "rig,barrier,fs,result,at,cycles,seed,reached,seconds" > "$CSV"

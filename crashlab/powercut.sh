@@ -12,7 +12,7 @@
 # initramfs (crashlab/guest/init, shared with rig.sh), makes the disk image, then runs the
 # controller: boot, report, verify, work, cut, N times, and a last boot to verify the last cut.
 # Last line: `powercut fs=FS cycles=N confirmed=M violations=V`; exit 0 only when V is 0
-# (with --break: only when the broken build was caught).
+# (with --break: only when the removed barrier was caught).
 # Knobs (environment): CRASHLAB_CACHE=/var/cache/crashlab (kernel, initramfs),
 #   CRASHLAB_POWERCUT_WORK=/dev/shm/crashlab-powercut (disk images, records, CSV, chart),
 #   CRASHLAB_SKIP_APT=1.

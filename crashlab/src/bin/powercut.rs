@@ -683,7 +683,7 @@ fn print_row(row: &Row, stop: bool, t_boot: Instant) {
 }
 
 /// Write `cycles.csv`, `chart.svg` and `summary.txt`, print the summary; the exit code (0:
-/// no violation, or with `--expect-caught` the broken build was caught).
+/// no violation, or with `--expect-caught` the removed barrier was caught).
 fn summarize(r: &Run, rows: &[Row], caught_at: Option<u32>, t_run: Instant) -> i32 {
     let cuts = rows.len() as u32 - 1;
     let confirmed: u64 = rows.iter().map(|r| r.confirmed).sum();
