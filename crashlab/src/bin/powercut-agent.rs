@@ -125,6 +125,10 @@ impl Link {
     }
 
     fn op(&mut self, what: &str, id: JobId, arg: String) {
+        // Before the record: a cut right after it must not hide the skips it made.
+        if let Some(s) = SKIPS.get() {
+            s.note();
+        }
         self.seq += 1;
         let line = Op {
             seq: self.seq,
@@ -282,6 +286,9 @@ struct Skips {
     last: Mutex<u64>,
 }
 
+/// The run's skip counter, noted before every record is sent.
+static SKIPS: std::sync::OnceLock<Skips> = std::sync::OnceLock::new();
+
 impl Skips {
     fn note(&self) {
         let Some(p) = &self.plan else { return };
@@ -397,7 +404,7 @@ fn main() {
         let names: Vec<&str> = broken.iter().map(|b| b.name()).collect();
         println!("CRASHLAB_AGENT_BREAK {}", names.join(","));
     }
-    let skips = Arc::new(Skips {
+    let skips = SKIPS.get_or_init(|| Skips {
         plan,
         broken: broken.clone(),
         last: Mutex::new(u64::MAX),
@@ -414,17 +421,17 @@ fn main() {
         1
     };
     for t in 1..threads {
-        let (q, link, skips) = (q.clone(), link.clone(), skips.clone());
+        let (q, link) = (q.clone(), link.clone());
         std::thread::spawn(move || {
             run(
                 &q,
                 Rng(seed ^ u64::from(t).wrapping_mul(0x9e37_79b9)),
                 &link,
-                &skips,
+                skips,
             )
         });
     }
-    run(&q, Rng(seed), &link, &skips);
+    run(&q, Rng(seed), &link, skips);
 }
 
 /// One loop until the power goes: enqueue a random payload, then claim and settle a job;
