@@ -80,8 +80,9 @@ reached() {
   esac
   [ "$RIG" = block ] || [ "$(op_of "$1")" != - ]
 }
-# The cells (barrier/fs) the last whole matrix caught (DESIGN.md, "The barrier matrix").
-CAUGHT_powercut="enqueue-data/ext4 enqueue-dir/ext4 claim-dest/ext4 claim-dest/f2fs ack-dest/ext4 nack-dest/ext4 fail-dest/ext4 requeue-dest/ext4 evidence-file/ext4 evidence-file/f2fs"
+# The cells (barrier/fs) the last whole matrix caught at the first cut (DESIGN.md, "The
+# barrier matrix"); nack-dest/ext4, caught at cut 5 (only a nack by a day shows), is left out.
+CAUGHT_powercut="enqueue-data/ext4 enqueue-dir/ext4 claim-dest/ext4 claim-dest/f2fs ack-dest/ext4 fail-dest/ext4 requeue-dest/ext4 evidence-file/ext4 evidence-file/f2fs"
 CAUGHT_block="ack-dest/ext4"
 case $BARRIERS in
   all) LIST=$ALL ;;
