@@ -1,17 +1,18 @@
 #!/bin/bash
 # crashlab power-cut rig. See crashlab/README.md ("Power cuts").
 #
-#   powercut.sh virtual --fs ext4|f2fs --cycles N [--seed S] [--break ack-barriers]
-#                       [--window LO-HI] [--transport tcp|serial]
+#   powercut.sh virtual --fs ext4|f2fs --cycles N [--seed S] [--break BARRIER[,BARRIER]]
+#                       [--cut-after KIND|rotate] [--window LO-HI] [--transport tcp|serial]
 #   powercut.sh real --board boards/pi-4.toml --cycles N [--seed S] [powercut real options]
 #
 # virtual: a fresh Debian 12 host, as root. Installs its apt packages, builds the static agent
-# and steadq (and, with --break ack-barriers, the agent with acks that skip their barriers),
+# and steadq (with --break NAME the agent removes that barrier, steadq::sys::Barrier's name,
+# e.g. enqueue-dir or ack-dest; `ack-barriers` is ack-dest,ack-source; a negative control),
 # fetches Debian's kernel once (crashlab/guest/kernel.sh, shared with rig.sh), builds the
 # initramfs (crashlab/guest/init, shared with rig.sh), makes the disk image, then runs the
 # controller: boot, report, verify, work, cut, N times, and a last boot to verify the last cut.
 # Last line: `powercut fs=FS cycles=N confirmed=M violations=V`; exit 0 only when V is 0
-# (with --break: only when the broken build was caught).
+# (with --break: only when the removed barrier was caught).
 # Knobs (environment): CRASHLAB_CACHE=/var/cache/crashlab (kernel, initramfs),
 #   CRASHLAB_POWERCUT_WORK=/dev/shm/crashlab-powercut (disk images, records, CSV, chart),
 #   CRASHLAB_SKIP_APT=1.
@@ -54,13 +55,14 @@ case $MODE in
   *) usage ;;
 esac
 
-FS=; CYCLES=; SEED=$(date +%s); BREAK=; WINDOW=1000-3000; TRANSPORT=tcp
+FS=; CYCLES=; SEED=$(date +%s); BREAK=; WINDOW=1000-3000; TRANSPORT=tcp; CUT_AFTER=rotate
 while [ $# -gt 0 ]; do
   case $1 in
     --fs) FS=$2; shift 2 ;;
     --cycles) CYCLES=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
     --break) BREAK=$2; shift 2 ;;
+    --cut-after) CUT_AFTER=$2; shift 2 ;;
     --window) WINDOW=$2; shift 2 ;;
     --transport) TRANSPORT=$2; shift 2 ;;
     *) usage ;;
@@ -68,7 +70,7 @@ while [ $# -gt 0 ]; do
 done
 case $FS in ext4|f2fs) ;; *) die "--fs must be ext4 or f2fs" ;; esac
 [ -n "$CYCLES" ] || usage
-case $BREAK in ""|ack-barriers) ;; *) die "--break takes ack-barriers" ;; esac
+case $BREAK in *[!a-z,-]*) die "--break takes barrier names (steadq::sys::Barrier), comma-separated" ;; esac
 [ "$(id -u)" = 0 ] || die "must run as root (mkfs on images, apt)"
 WORK=${CRASHLAB_POWERCUT_WORK:-/dev/shm/crashlab-powercut}
 T0=$(date +%s)
@@ -87,11 +89,9 @@ crashlab_packages $PKGS
 
 # ---- static agent and steadq for the guest, controller for the host ---------------------------
 rustup target list --installed 2>/dev/null | grep -qx $MUSL || rustup target add $MUSL
-FEAT=; AGENT=powercut-agent
-if [ -n "$BREAK" ]; then FEAT="--features break-ack-barriers"; AGENT=powercut-agent-broken; fi
+AGENT=powercut-agent
 cd "$REPO"
-# shellcheck disable=SC2086
-cargo build -q --release -p crashlab --target $MUSL --bin powercut-agent $FEAT
+cargo build -q --release -p crashlab --target $MUSL --bin powercut-agent
 mkdir -p "$CACHE/bin"
 cp "$TARGET_DIR/$MUSL/release/powercut-agent" "$CACHE/bin/$AGENT"
 cargo build -q --release -p steadq-cli --target $MUSL --bin steadq
@@ -118,25 +118,25 @@ if [ ! -f "$INITRD" ]; then
   done
   (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > "$INITRD.tmp"
   mv "$INITRD.tmp" "$INITRD"; rm -rf "$R"
-  # keep the two newest per filesystem (normal and broken agent)
+  # keep the two newest per filesystem
   ls -t "$CACHE"/powercut-initrd-"$FS"-*.gz | tail -n +3 | xargs -r rm -f
 fi
 
 # ---- a fresh disk image ------------------------------------------------------------------------
-RUN=$WORK/$FS${BREAK:+-broken-$BREAK}
+RUN=$WORK/$FS${BREAK:+-broken-${BREAK//,/+}}
 rm -rf "$RUN"; mkdir -p "$RUN"
 truncate -s 256M "$RUN/fresh.img"
 case $FS in
   ext4) mkfs.ext4 -q -F "$RUN/fresh.img" ;;
   f2fs) mkfs.f2fs -q -f "$RUN/fresh.img" >/dev/null ;;
 esac
-log "fs=$FS cycles=$CYCLES seed=$SEED window=${WINDOW}ms transport=$TRANSPORT${BREAK:+ BROKEN BUILD: $BREAK}; kernel $KPKG; setup $(( $(date +%s) - T0 ))s; output in $RUN"
+log "fs=$FS cycles=$CYCLES seed=$SEED window=${WINDOW}ms transport=$TRANSPORT cut-after=$CUT_AFTER${BREAK:+ BARRIER REMOVED: $BREAK}; kernel $KPKG; setup $(( $(date +%s) - T0 ))s; output in $RUN"
 
 EXTRA=()
-[ -n "$BREAK" ] && EXTRA=(--expect-caught)
+[ -n "$BREAK" ] && EXTRA=(--break "$BREAK")
 rc=0
 "$TARGET_DIR/release/powercut" virtual --fs "$FS" --cycles "$CYCLES" --seed "$SEED" \
-  --window "$WINDOW" --transport "$TRANSPORT" --out "$RUN" --kernel "$KDIR/vmlinuz" \
+  --window "$WINDOW" --transport "$TRANSPORT" --cut-after "$CUT_AFTER" --out "$RUN" --kernel "$KDIR/vmlinuz" \
   --initrd "$INITRD" --image "$RUN/fresh.img" "${EXTRA[@]}" || rc=$?
 rm -f "$RUN/fresh.img" "$RUN/pre.img"
 exit $rc

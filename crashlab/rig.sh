@@ -23,14 +23,27 @@
 #   CRASHLAB_SCRATCH=/dev/shm/...  where crash-state images are copied (tmpfs is fastest)
 #   CRASHLAB_SKIP_APT=1            do not apt-get install missing packages
 #   CRASHLAB_VM_TIMEOUT=900        seconds before a guest run is declared hung
-# Usage: rig.sh [ci|big]   ci (default): the bounded pass; big: 800 jobs, at least 2000 states each.
+# Usage: rig.sh [ci|big] [--break NAME]   ci (default): the bounded pass; big: 800 jobs, at
+#   least 2000 states each. --break NAME: only negative controls, on CRASHLAB_NEGATIVE, each
+#   with the barrier NAME removed (steadq::sys::Barrier; several joined by +) instead of
+#   CRASHLAB_NEG_FLAG; caught = at least one violating state.
 set -euo pipefail
 
-case ${1:-ci} in
+MODE=ci; BREAK=
+while [ $# -gt 0 ]; do
+  case $1 in
+    ci) MODE=ci; shift ;;
+    big) MODE=big; shift ;;
+    --break) BREAK=${2:?--break needs a barrier name}; shift 2 ;;
+    *) echo "usage: $0 [ci|big] [--break NAME]" >&2; exit 2 ;;
+  esac
+done
+case $MODE in
   ci) ;;
   big) : "${CRASHLAB_JOBS:=800}" "${CRASHLAB_MIN_STATES:=2000}" ;;
-  *) echo "usage: $0 [ci|big]" >&2; exit 2 ;;
 esac
+case $BREAK in *[!a-z+-]*) echo "rig.sh: --break takes barrier names joined by +" >&2; exit 2 ;; esac
+if [ -n "$BREAK" ]; then CRASHLAB_FS=; CRASHLAB_NEG_FLAG="--break $BREAK"; fi
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HERE=$REPO/crashlab
@@ -176,7 +189,7 @@ run_case() {   # name fs kind(normal|negative) workload-args...
     tail -30 "$d/console.log" | sed 's/^/    /'
     die "[$name] guest run failed (qemu rc=$rc), console: $d/console.log"
   fi
-  grep -E '^CRASHLAB_(WORKLOAD_OK|MOUNTED|UMOUNT_OK)' "$d/console.log" | tr -d '\r' | sed "s/^/    [$name] /"
+  grep -E '^CRASHLAB_(WORKLOAD_OK|WORKLOAD_SKIPPED|MOUNTED|UMOUNT_OK)' "$d/console.log" | tr -d '\r' | sed "s/^/    [$name] /"
   # the parser must reproduce the guest's final disk exactly (below markbase)
   "$BIN/replay" apply --base "$d/base.img" --log "$d/log.bin" --markbase $MARKBASE --out "$SCRATCH/final.img" > "$d/apply.out"
   cmp -n $MARKBASE "$SCRATCH/final.img" "$d/disk.img" > /dev/null ||
@@ -210,7 +223,8 @@ for fs in $FSLIST; do
   run_case "$fs" "$fs" normal --jobs "$JOBS" --threads "$THREADS" $EXTRA_ARGS
 done
 for fs in $NEGLIST; do
-  run_case "neg-$fs" "$fs" negative --jobs "$NEG_JOBS" "$NEG_FLAG" $EXTRA_ARGS
+  # shellcheck disable=SC2086
+  run_case "neg-$fs" "$fs" negative --jobs "$NEG_JOBS" $NEG_FLAG $EXTRA_ARGS
 done
 
 echo

@@ -6,18 +6,22 @@
 //! boot <queue id hex> mount_ms=<n> recover_ms=<n> moved=<n>
 //! entry <path under the queue root> <payload sha256 | bad | ->   (every entry; `-`: not a job)
 //! fsck <problem>
+//! evidence <id>                                                (each id the evidence log names)
 //! report <entries>                                             (ends the report)
 //! op <seq> enq <id> <payload sha256>
 //! op <seq> claim <id> <attempt>
-//! op <seq> ack <id> | nack <id> | fail <id>
+//! op <seq> ack <id> | fail <id> | renew <id> | requeue <id>
+//! op <seq> nack <id> <delay s>
+//! op <seq> recover <id> <moved>        (recovery after job <id>'s lease ran out)
+//! op <seq> compact <id> <removed>      (compaction of every receipt; <id> acked before it)
 //! ```
 //! The controller answers `report` and every `op` with `ok <seq>` only after the line is in
 //! its records file and fsynced: the agent goes on only then, so a confirmed operation is one
 //! the controller will check after every later boot.
 
-use crate::invariants::{Expect, Found, Snapshot};
+use crate::invariants::{state_of, Expect, Found, Snapshot};
 use std::io::{self, BufRead};
-use steadq::{JobId, JobName};
+use steadq::{JobId, JobName, State};
 
 /// Reads complete lines only: a record torn by the cut (the stream ended mid-line) is
 /// dropped, never parsed. `Ok(None)` at the end of the stream.
@@ -110,6 +114,8 @@ pub struct Report {
     pub boot: Boot,
     pub entries: Vec<(String, String)>,
     pub fsck: Vec<String>,
+    /// Ids in the evidence log (receipts compacted away).
+    pub compacted: std::collections::HashSet<JobId>,
 }
 
 impl Report {
@@ -122,6 +128,9 @@ impl Report {
             self.entries.push((path.to_string(), d.to_string()));
         } else if let Some(p) = line.strip_prefix("fsck ") {
             self.fsck.push(p.to_string());
+        } else if let Some(id) = line.strip_prefix("evidence ") {
+            let id = JobId::parse(id).ok_or(format!("bad {line:?}"))?;
+            self.compacted.insert(id);
         } else if let Some(n) = line.strip_prefix("report ") {
             let n: usize = n.parse().map_err(|_| format!("bad {line:?}"))?;
             if n != self.entries.len() {
@@ -140,7 +149,10 @@ impl Report {
     /// The reported jobs: every entry under a job directory whose name parses for this queue.
     /// Entries that do not parse are left to fsck (which the agent ran and reported).
     pub fn snapshot(&self) -> Snapshot {
-        let mut s = Snapshot::default();
+        let mut s = Snapshot {
+            compacted: self.compacted.clone(),
+            ..Snapshot::default()
+        };
         for (path, d) in &self.entries {
             let top = path.split('/').next().unwrap_or("");
             if !matches!(top, "ready" | "delayed" | "dead" | "receipts") {
@@ -163,6 +175,11 @@ impl Report {
         self.snapshot().jobs.len()
     }
 }
+
+/// Every kind of operation a record may carry.
+pub const KINDS: &[&str] = &[
+    "enq", "claim", "renew", "ack", "nack", "fail", "requeue", "recover", "compact",
+];
 
 /// One confirmed operation: `op <seq> <what> <id> [arg]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,7 +209,7 @@ impl Op {
         let what = f.next().ok_or_else(bad)?.to_string();
         let id = f.next().and_then(JobId::parse).ok_or_else(bad)?;
         let arg = f.next().unwrap_or("").to_string();
-        if !matches!(what.as_str(), "enq" | "claim" | "ack" | "nack" | "fail") {
+        if !KINDS.contains(&what.as_str()) {
             return Err(bad());
         }
         Ok(Some(Op { seq, what, id, arg }))
@@ -222,10 +239,41 @@ pub fn expect_from(records: &str) -> Result<Expect, String> {
                 let slot = e.claimed.entry(op.id).or_default();
                 *slot = (*slot).max(a);
             }
+            // A requeue resets the attempts, and the agent requeues every job it fails right
+            // after: from the fail on, a lower attempt may be the requeue's.
+            "fail" | "requeue" => {
+                e.claimed.remove(&op.id);
+            }
             _ => {}
         }
     }
     Ok(e)
+}
+
+/// What the operation a cut came right after (its record confirmed, its `ok` never sent)
+/// must have left, beyond [`crate::invariants::check`]: a fail leaves the job dead; a nack
+/// by a day leaves it delayed; a requeue leaves it anything but dead. Sound because nothing
+/// else touches such a job before the agent's next step, which the cut stopped. `None`:
+/// it holds (or the kind has no such check).
+pub fn check_cut_op(op: &Op, snap: &Snapshot) -> Option<String> {
+    let states: Vec<State> = snap
+        .jobs
+        .iter()
+        .filter(|f| f.name.id == op.id)
+        .map(|f| state_of(&f.name))
+        .collect();
+    let ok = match op.what.as_str() {
+        "fail" => states == [State::Dead],
+        "nack" if op.arg.parse::<u64>().is_ok_and(|s| s >= 3600) => states == [State::Delayed],
+        "requeue" => !states.contains(&State::Dead),
+        _ => true,
+    };
+    (!ok).then(|| {
+        format!(
+            "{} of {} returned done right before the cut, but the job is {states:?}",
+            op.what, op.id
+        )
+    })
 }
 
 #[cfg(test)]
@@ -278,12 +326,73 @@ mod tests {
     }
 
     #[test]
+    fn the_op_a_cut_came_after_must_have_its_effect() {
+        let id = JobId::new(1_700_000_000_000, 9);
+        let snap_of = |kind: steadq::Kind| Snapshot {
+            jobs: vec![Found {
+                rel: String::new(),
+                name: JobName {
+                    id,
+                    generation: 3,
+                    attempt: 1,
+                    max_attempts: 5,
+                    priority: steadq::DEFAULT_PRIORITY,
+                    kind,
+                },
+                digest: None,
+            }],
+            ..Snapshot::default()
+        };
+        let op = |what: &str, arg: &str| Op {
+            seq: 1,
+            what: what.into(),
+            id,
+            arg: arg.into(),
+        };
+        let ready = snap_of(steadq::Kind::Ready);
+        assert!(check_cut_op(&op("fail", ""), &ready).is_some());
+        assert!(check_cut_op(&op("nack", "86400"), &ready).is_some());
+        assert!(check_cut_op(&op("nack", "0"), &ready).is_none());
+        assert!(check_cut_op(&op("requeue", ""), &ready).is_none());
+        assert!(check_cut_op(&op("renew", ""), &ready).is_none());
+        // A fail then a requeue: the claim's attempt no longer bounds the job's.
+        let recs = format!("op 1 claim {id} 3\nop 2 fail {id}\nop 3 requeue {id}\n");
+        assert!(expect_from(&recs).unwrap().claimed.is_empty());
+    }
+
+    #[test]
+    fn a_compacted_job_is_no_loss_even_before_its_ack_record() {
+        // The bug: an ack by `steadq work`, compacted before its record arrived, was counted
+        // as a lost enqueue; and a torn evidence tail (an append the cut stopped) as damage.
+        let id = JobId::new(1_700_000_000_000, 11);
+        let e = expect_from(&format!("op 1 enq {id}\n")).unwrap();
+        let mut snap = Snapshot::default();
+        assert_eq!(
+            crate::invariants::check(&snap, &e).len(),
+            1,
+            "gone, no evidence"
+        );
+        snap.compacted.insert(id);
+        assert!(crate::invariants::check(&snap, &e).is_empty());
+        assert!(crate::invariants::is_torn_evidence(
+            "evidence.log: torn evidence (an append cut short by a crash): 0 line(s) that are \
+             not evidence, a last line of 46 byte(s) without its newline"
+        ));
+    }
+
+    #[test]
     fn a_report_must_be_complete() {
         let mut r = Report::default();
         assert!(!r
             .feed("boot 0000000000000000000000000000002a mount_ms=120 recover_ms=30 moved=2")
             .unwrap());
         assert!(!r.feed("entry steadq.queue -").unwrap());
+        let id = JobId::new(1_700_000_000_000, 5);
+        assert!(!r.feed(&format!("evidence {id}")).unwrap());
+        assert!(
+            r.snapshot().compacted.contains(&id),
+            "a compacted ack is no loss"
+        );
         assert!(r.feed("report 2").is_err());
         assert!(r.feed("report 1").unwrap());
         assert_eq!(r.boot.queue_id, 42);

@@ -799,6 +799,45 @@ fn a_skip_fault_lies_about_every_matching_barrier() {
     assert_eq!(q.list(None).unwrap().len(), 3);
 }
 
+/// `--break NAME` of the crash rigs: a plan that removes one named barrier skips that site's
+/// fsync, every time it is asked for, and no other barrier.
+#[test]
+fn a_named_barrier_is_removed_at_its_site_and_nowhere_else() {
+    use steadq::sys::Barrier;
+    let run = |skip: Option<Barrier>| {
+        let d = TempDir::new("named-barrier");
+        let plan = FaultPlan::new(Vec::new());
+        if let Some(b) = skip {
+            plan.skip_barrier(b);
+        }
+        let q = with_plan(&d, &plan, opts(1));
+        plan.reset_counts();
+        for _ in 0..2 {
+            q.enqueue(b"x").unwrap();
+            q.claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap()
+            .ack()
+            .unwrap();
+        }
+        (plan.count(Call::FsyncDir), plan)
+    };
+    let (all, _) = run(None);
+    let (fewer, plan) = run(Some(Barrier::AckDest));
+    assert_eq!(plan.skipped(Barrier::AckDest), 2, "one per ack");
+    for b in Barrier::ALL.iter().filter(|b| **b != Barrier::AckDest) {
+        assert_eq!(plan.skipped(*b), 0, "{b}");
+    }
+    assert_eq!(
+        fewer,
+        all - 2,
+        "the acks' receipts-directory fsyncs are not made"
+    );
+}
+
 /// Purge, requeue and make_due follow one rule for a batch that fails part-way (not done
 /// before the first change, indeterminate after it) and never create a directory as a side
 /// effect (they used to `mkdir` every source bucket; purge reported "not done" after deleting).

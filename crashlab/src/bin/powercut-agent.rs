@@ -8,6 +8,12 @@
 //!    `--steadq` is given, and sends every operation that returned done to the controller,
 //!    waiting for its `ok` (recorded and fsynced) before going on.
 //!
+//! Every kind of operation runs: enqueue, claim, renew, ack, nack (now, or in a day), fail
+//! then requeue of the dead job, a lease left to expire then recovery, compaction of receipts.
+//! `--break NAME` removes one named barrier (`steadq::sys::Barrier`, through the fault plan)
+//! for the whole run: the negative control the rig must catch. It runs one loop and no
+//! `steadq work`, so no other thread's or process's barrier covers the removed one.
+//!
 //! It runs until the power goes. Records: see `crashlab::record`.
 
 use argh::FromArgs;
@@ -22,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{exit, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use steadq::sys::{Barrier, FaultPlan};
 use steadq::{JobId, Options, Queue};
 
 #[derive(FromArgs)]
@@ -40,9 +47,13 @@ struct Args {
     #[argh(option, default = "String::from(\"sleep 0.3\")")]
     work_cmd: String,
     /// loops of enqueue then claim and settle that share this process's queue handle
-    /// (default 3; the broken build runs 1, so no other thread's barrier covers its acks)
+    /// (default 3; with --break 1, so no other thread's barrier covers the removed one)
     #[argh(option, default = "3")]
     threads: u32,
+    /// remove these barriers (names of `steadq::sys::Barrier` separated by `,` or `+`, or
+    /// `ack-barriers` for ack-dest,ack-source) for the whole run: a negative control
+    #[argh(option, long = "break")]
+    break_barriers: Option<String>,
     /// time the filesystem mount took at boot, ms, if the boot script measured it
     /// (default: $CRASHLAB_MOUNT_MS, else 0)
     #[argh(option)]
@@ -114,6 +125,10 @@ impl Link {
     }
 
     fn op(&mut self, what: &str, id: JobId, arg: String) {
+        // Before the record: a cut right after it must not hide the skips it made.
+        if let Some(s) = SKIPS.get() {
+            s.note();
+        }
         self.seq += 1;
         let line = Op {
             seq: self.seq,
@@ -126,24 +141,48 @@ impl Link {
     }
 }
 
-fn options() -> Options {
+fn options(faults: Option<Arc<FaultPlan>>) -> Options {
     Options {
         shards: 2,
+        faults,
         ..Options::default()
     }
 }
 
-fn open(dir: &Path) -> Queue {
+fn open(dir: &Path, faults: Option<Arc<FaultPlan>>) -> Queue {
+    let o = || options(faults.clone());
     if !dir.join(steadq::IDENTITY_FILE).exists() {
-        return Queue::create(dir, options()).unwrap_or_else(|e| die("create", e));
+        return Queue::create(dir, o()).unwrap_or_else(|e| die("create", e));
     }
-    match Queue::open_with(dir, options()) {
+    match Queue::open_with(dir, o()) {
         // A cut during the first boot's create: completing it is what `steadq init` does.
         Err(e) if *e.kind() == steadq::ErrorKind::Incomplete => {
-            Queue::create(dir, options()).unwrap_or_else(|e| die("complete create", e))
+            Queue::create(dir, o()).unwrap_or_else(|e| die("complete create", e))
         }
         r => r.unwrap_or_else(|e| die("open", e)),
     }
+}
+
+/// The barriers `--break` names; exits 2 naming an unknown one.
+fn barriers(spec: &str) -> Vec<Barrier> {
+    let mut out = Vec::new();
+    for n in spec.split([',', '+']).filter(|n| !n.is_empty()) {
+        match n {
+            "ack-barriers" => out.extend([Barrier::AckDest, Barrier::AckSource]),
+            n => match Barrier::parse(n) {
+                Some(b) => out.push(b),
+                None => {
+                    let all: Vec<&str> = Barrier::ALL.iter().map(|b| b.name()).collect();
+                    eprintln!(
+                        "powercut-agent: --break: unknown barrier {n:?} (known: ack-barriers, {})",
+                        all.join(", ")
+                    );
+                    exit(2)
+                }
+            },
+        }
+    }
+    out
 }
 
 /// Every entry under `root`, relative, sorted (directories are walked, not listed).
@@ -185,6 +224,14 @@ fn report(link: &mut Link, q: &Queue, boot: &Boot) {
     for e in &entries {
         let d = digests.get(e).map_or("-", String::as_str);
         link.say(&format!("entry {e} {d}"));
+    }
+    let mut compacted: Vec<String> = crashlab::invariants::compacted(q.root())
+        .iter()
+        .map(|id| id.to_string())
+        .collect();
+    compacted.sort();
+    for id in compacted {
+        link.say(&format!("evidence {id}"));
     }
     for p in q.fsck().unwrap_or_else(|e| die("fsck", e)).problems {
         link.say(&format!("fsck {p}"));
@@ -230,91 +277,103 @@ fn work_line(line: &str) -> Option<(JobId, u32)> {
     Some((id, a))
 }
 
-/// Ack. The broken build (`--features break-ack-barriers`) acks through a handle whose every
-/// fsync "succeeds" without being made: the negative control the rig must catch.
-#[cfg(not(feature = "break-ack-barriers"))]
-fn claim_and_settle(q: &Queue, rng: &mut Rng, link: &Arc<Mutex<Link>>) {
-    let Some(l) = q
-        .claim_with(&steadq::ClaimOptions {
-            lease: Some(Duration::from_secs(30)),
-            ..Default::default()
-        })
-        .unwrap_or_else(|e| die("claim", e))
-    else {
-        return;
-    };
-    settle(l, rng, link);
+/// How many times the removed barriers were asked for so far, printed on the console when
+/// it changes (`CRASHLAB_AGENT_SKIPPED <name>=<n> ...`): a negative control that was not
+/// caught says whether its barrier was reached at all.
+struct Skips {
+    plan: Option<Arc<FaultPlan>>,
+    broken: Vec<Barrier>,
+    last: Mutex<u64>,
 }
 
-#[cfg(feature = "break-ack-barriers")]
-fn claim_and_settle(q: &Queue, rng: &mut Rng, link: &Arc<Mutex<Link>>) {
-    use steadq::sys::{Call, Fault, FaultAction, FaultPlan};
-    let skip = |call| Fault {
-        call,
-        nth: 0,
-        action: FaultAction::Skip,
-    };
-    // A handle of its own per job: its plan is armed for the ack only, so the claim keeps its
-    // barriers and the bug under test is the ack's alone.
-    let plan = FaultPlan::disarmed(vec![
-        skip(Call::Fsync),
-        skip(Call::FsyncDir),
-        skip(Call::Syncfs),
-    ]);
-    let bq = Queue::open_with(
-        q.root(),
-        Options {
-            faults: Some(plan.clone()),
-            ..options()
-        },
-    )
-    .unwrap_or_else(|e| die("open", e));
-    let Some(l) = bq
-        .claim_with(&steadq::ClaimOptions {
-            lease: Some(Duration::from_secs(30)),
-            ..Default::default()
-        })
-        .unwrap_or_else(|e| die("claim", e))
-    else {
-        return;
-    };
-    settle_armed(l, rng, link, &plan);
-}
+/// The run's skip counter, noted before every record is sent.
+static SKIPS: std::sync::OnceLock<Skips> = std::sync::OnceLock::new();
 
-#[cfg(feature = "break-ack-barriers")]
-fn settle_armed(
-    l: steadq::Lease,
-    rng: &mut Rng,
-    link: &Arc<Mutex<Link>>,
-    plan: &steadq::sys::FaultPlan,
-) {
-    let id = l.id();
-    link.lock()
-        .unwrap()
-        .op("claim", id, l.attempt().to_string());
-    if rng.chance(70) {
-        plan.arm();
-        l.ack().unwrap_or_else(|e| die("ack", e));
-        link.lock().unwrap().op("ack", id, String::new());
-    } else {
-        l.nack(Duration::ZERO).unwrap_or_else(|e| die("nack", e));
-        link.lock().unwrap().op("nack", id, String::new());
+impl Skips {
+    fn note(&self) {
+        let Some(p) = &self.plan else { return };
+        let counts: Vec<(Barrier, u32)> = self.broken.iter().map(|b| (*b, p.skipped(*b))).collect();
+        let total: u64 = counts.iter().map(|c| u64::from(c.1)).sum();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if total != *last {
+            *last = total;
+            let f: Vec<String> = counts.iter().map(|(b, n)| format!("{b}={n}")).collect();
+            println!("CRASHLAB_AGENT_SKIPPED {}", f.join(" "));
+        }
     }
 }
 
-#[cfg(not(feature = "break-ack-barriers"))]
-fn settle(l: steadq::Lease, rng: &mut Rng, link: &Arc<Mutex<Link>>) {
+/// Settle a claimed job by one of the kinds of operation, each confirmed once done.
+/// Returns whether it acked.
+fn settle(q: &Queue, mut l: steadq::Lease, rng: &mut Rng, link: &Arc<Mutex<Link>>) -> bool {
+    let id = l.id();
+    let op = |what: &str, arg: String| link.lock().unwrap().op(what, id, arg);
+    op("claim", l.attempt().to_string());
+    if rng.chance(25) {
+        l.renew(Duration::from_secs(30))
+            .unwrap_or_else(|e| die("renew", e));
+        op("renew", String::new());
+    }
+    match rng.below(20) {
+        0..=11 => {
+            l.ack().unwrap_or_else(|e| die("ack", e));
+            op("ack", String::new());
+            return true;
+        }
+        12 | 13 => {
+            l.nack(Duration::ZERO).unwrap_or_else(|e| die("nack", e));
+            op("nack", "0".into());
+        }
+        // Not due for a day: nothing moves it before the rig ends, so it must stay delayed.
+        14 | 15 => {
+            l.nack(NACK_LONG).unwrap_or_else(|e| die("nack", e));
+            op("nack", NACK_LONG.as_secs().to_string());
+        }
+        _ => {
+            l.fail(steadq::Reason::FAILED)
+                .unwrap_or_else(|e| die("fail", e));
+            op("fail", String::new());
+            let n = q
+                .requeue_dead(Some(id))
+                .into_result()
+                .unwrap_or_else(|e| die("requeue", e))
+                .requeued;
+            if n == 1 {
+                op("requeue", String::new());
+            }
+        }
+    }
+    false
+}
+
+/// A nack's delay that outlasts any run of the rig (1,000 cycles on a Pi take about 17 h).
+const NACK_LONG: Duration = Duration::from_secs(86_400);
+
+/// A lease left to expire, then recovery, which moves it back to ready.
+fn expire_and_recover(q: &Queue, link: &Arc<Mutex<Link>>) {
+    let Some(l) = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_millis(50)),
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| die("claim", e))
+    else {
+        return;
+    };
     let id = l.id();
     link.lock()
         .unwrap()
         .op("claim", id, l.attempt().to_string());
-    let (what, r) = match rng.below(10) {
-        0..=6 => ("ack", l.ack().map(|_| ())),
-        7 | 8 => ("nack", l.nack(Duration::ZERO).map(|_| ())),
-        _ => ("fail", l.fail(steadq::Reason::FAILED)),
-    };
-    r.unwrap_or_else(|e| die(what, e));
-    link.lock().unwrap().op(what, id, String::new());
+    // Never settled nor released: its lease runs out.
+    std::mem::forget(l);
+    std::thread::sleep(Duration::from_millis(80));
+    let r = q
+        .recover()
+        .into_result()
+        .unwrap_or_else(|e| die("recover", e));
+    link.lock()
+        .unwrap()
+        .op("recover", id, r.moved().to_string());
 }
 
 fn main() {
@@ -325,9 +384,21 @@ fn main() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0)
     });
+    let broken = a
+        .break_barriers
+        .as_deref()
+        .map(barriers)
+        .unwrap_or_default();
+    let plan = (!broken.is_empty()).then(|| {
+        let p = FaultPlan::new(Vec::new());
+        for b in &broken {
+            p.skip_barrier(*b);
+        }
+        p
+    });
     let mut link = Link::connect(&a.connect);
     let t = Instant::now();
-    let q = open(&a.queue);
+    let q = open(&a.queue, plan.clone());
     let r = q
         .recover()
         .into_result()
@@ -340,15 +411,25 @@ fn main() {
     };
     report(&mut link, &q, &boot);
     println!("CRASHLAB_AGENT_REPORTED {}", boot.line());
+    if !broken.is_empty() {
+        let names: Vec<&str> = broken.iter().map(|b| b.name()).collect();
+        println!("CRASHLAB_AGENT_BREAK {}", names.join(","));
+    }
+    let skips = SKIPS.get_or_init(|| Skips {
+        plan,
+        broken: broken.clone(),
+        last: Mutex::new(u64::MAX),
+    });
+    skips.note();
     let link = Arc::new(Mutex::new(link));
-    if let Some(bin) = &a.steadq {
+    if let Some(bin) = a.steadq.as_ref().filter(|_| broken.is_empty()) {
         spawn_work(bin, &a.queue, &a.work_cmd, link.clone());
     }
     let seed = u64::from_le_bytes(q.id().to_le_bytes()[..8].try_into().unwrap()) ^ boot_salt();
-    let threads = if cfg!(feature = "break-ack-barriers") {
-        1
-    } else {
+    let threads = if broken.is_empty() {
         a.threads.max(1)
+    } else {
+        1
     };
     for t in 1..threads {
         let (q, link) = (q.clone(), link.clone());
@@ -357,20 +438,50 @@ fn main() {
                 &q,
                 Rng(seed ^ u64::from(t).wrapping_mul(0x9e37_79b9)),
                 &link,
+                skips,
             )
         });
     }
-    run(&q, Rng(seed), &link);
+    run(&q, Rng(seed), &link, skips);
 }
 
-/// One loop until the power goes: enqueue a random payload, then claim and settle a job.
-fn run(q: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>) -> ! {
+/// One loop until the power goes: enqueue a random payload, then claim and settle a job;
+/// now and then a lease left to expire and recovered, and a compaction of the receipts.
+fn run(q: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>, skips: &Skips) -> ! {
+    let mut last_ack: Option<JobId> = None;
     loop {
         let size = rng.between(64, 8192) as usize;
         let payload: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
         let id = q.enqueue(&payload).unwrap_or_else(|e| die("enqueue", e));
         link.lock().unwrap().op("enq", id, digest(&payload));
-        claim_and_settle(q, &mut rng, link);
+        skips.note();
+        match rng.below(12) {
+            0 => expire_and_recover(q, link),
+            1 => {
+                if let Some(id) = last_ack {
+                    let r = q
+                        .compact(Duration::ZERO)
+                        .unwrap_or_else(|e| die("compact", e));
+                    link.lock()
+                        .unwrap()
+                        .op("compact", id, r.removed.to_string());
+                }
+            }
+            _ => {}
+        }
+        if let Some(l) = q
+            .claim_with(&steadq::ClaimOptions {
+                lease: Some(Duration::from_secs(30)),
+                ..Default::default()
+            })
+            .unwrap_or_else(|e| die("claim", e))
+        {
+            let id = l.id();
+            if settle(q, l, &mut rng, link) {
+                last_ack = Some(id);
+            }
+        }
+        skips.note();
     }
 }
 

@@ -5,17 +5,22 @@
 //! Per boot: the device's report is checked against every operation confirmed so far with the
 //! crash invariants (`crashlab::invariants::check`) and fsck's problems; one line is printed.
 //! Then the cut: at a seeded moment in the window after the workload started, or (half the
-//! cuts, and every cut with `--expect-caught`) right after the first ack confirmed past that
-//! moment, before the device gets its `ok`. Outputs in `--out`: records.log (the observer's
-//! durable records), cycles.csv, chart.svg, summary.txt.
+//! cuts, and every cut with `--expect-caught`) right after the first operation of one kind
+//! confirmed past that moment, before the device gets its `ok` (`--cut-after`: a kind, or
+//! `rotate` through every kind). The next boot also checks that operation's own effect
+//! (`crashlab::record::check_cut_op`). A violation is counted once, at the boot that finds
+//! it, not again at every later boot. Outputs in `--out`: records.log (the observer's durable
+//! records), cycles.csv, chart.svg, summary.txt.
 
 use argh::FromArgs;
 use crashlab::chart::{self, Row};
 use crashlab::diskmodel;
-use crashlab::invariants::check;
+use crashlab::invariants::{check, is_torn_evidence};
+use crashlab::record::{check_cut_op, KINDS};
 use crashlab::record::{expect_from, LineBuf, Op, Report};
 use crashlab::relay::{board_gpio, Relay};
 use crashlab::rng::Rng;
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -57,6 +62,14 @@ struct Virtual {
     /// the run is a negative control: succeed only if a violation is found
     #[argh(switch)]
     expect_caught: bool,
+    /// the agent removes these barriers (`steadq::sys::Barrier` names, comma-separated);
+    /// implies --expect-caught
+    #[argh(option, long = "break")]
+    break_barriers: Option<String>,
+    /// after-op cuts come right after an operation of this kind (enq, claim, renew, ack,
+    /// nack, fail, requeue, recover, compact), or `rotate` through them all (default)
+    #[argh(option, default = "String::from(\"rotate\")")]
+    cut_after: String,
     /// output directory (records, CSV, chart, summary, console logs, disk image)
     #[argh(option)]
     out: PathBuf,
@@ -117,6 +130,9 @@ struct Real {
     /// the run is a negative control
     #[argh(switch)]
     expect_caught: bool,
+    /// after-op cuts come right after an operation of this kind, or `rotate` (default)
+    #[argh(option, default = "String::from(\"rotate\")")]
+    cut_after: String,
 }
 
 /// The running guest, killed by [`die`] too (`exit` runs no destructors).
@@ -244,7 +260,11 @@ impl Device for Qemu {
             ),
             t => die(format!("unknown transport {t:?}")),
         };
-        let args = format!("--queue,/mnt/q,--connect,{connect},--steadq,/steadq");
+        let mut args = format!("--queue,/mnt/q,--connect,{connect},--steadq,/steadq");
+        if let Some(b) = &self.a.break_barriers {
+            // The guest's init splits its arguments at commas.
+            args += &format!(",--break,{}", b.replace(',', "+"));
+        }
         let console = File::create(self.console(boot)).unwrap_or_else(|e| die(e));
         let child = Command::new("qemu-system-x86_64")
             // -cpu max: RDRAND seeds the guest's RNG at once (getrandom would otherwise wait for
@@ -351,6 +371,7 @@ struct Run {
     seed: u64,
     window: (u64, u64),
     expect_caught: bool,
+    cut_after: String,
     out: PathBuf,
     boot_timeout: Duration,
 }
@@ -386,9 +407,9 @@ fn next(s: &mut dyn Stream, buf: &mut LineBuf, wait: Option<Duration>) -> Got {
 enum OnTimeout {
     /// A cut by time: its moment came.
     Cut,
-    /// An after-ack cut whose moment came: wait for the next ack.
+    /// An after-op cut whose moment came: wait for the next operation of its kind.
     Wait,
-    /// An after-ack cut that waited its whole limit past the moment.
+    /// An after-op cut that waited its whole limit past the moment: cut by time.
     GiveUp,
 }
 
@@ -401,9 +422,29 @@ fn on_timeout(after_ack: bool, past_moment: bool) -> OnTimeout {
     }
 }
 
-/// Whether this confirmed record triggers an after-ack cut (before the device hears `ok`).
-fn cut_on_record(after_ack: bool, what: &str, past_moment: bool) -> bool {
-    after_ack && past_moment && what == "ack"
+/// Whether this confirmed record triggers an after-op cut (before the device hears `ok`):
+/// `after` is the kind that cut waits for (`None`: a cut by time).
+fn cut_on_record(after: Option<&str>, what: &str, past_moment: bool) -> bool {
+    past_moment && after == Some(what)
+}
+
+/// The kind the `n`th after-op cut waits for: `cut_after` itself, or with `rotate` each
+/// kind in turn.
+fn cut_kind(cut_after: &str, n: u32) -> String {
+    if cut_after == "rotate" {
+        KINDS[n as usize % KINDS.len()].to_string()
+    } else {
+        cut_after.to_string()
+    }
+}
+
+fn check_cut_after(k: &str) {
+    if k != "rotate" && !KINDS.contains(&k) {
+        die(format!(
+            "--cut-after {k:?}: want rotate or one of {}",
+            KINDS.join(", ")
+        ));
+    }
 }
 
 fn parse_window(w: &str) -> (u64, u64) {
@@ -429,13 +470,16 @@ fn run(r: Run, dev: &mut dyn Device) -> i32 {
     let mut rng = Rng(r.seed);
     let mut rows: Vec<Row> = Vec::new();
     let mut caught_at = None;
+    let mut seen = HashSet::new();
+    let mut cut_op: Option<Op> = None;
+    let mut after_op_cuts = 0;
     let t_run = Instant::now();
     for boot in 0..=r.cycles {
         let t_boot = Instant::now();
         let mut s = dev.start(boot);
         let mut buf = LineBuf::default();
         let report = read_report(&mut *s, &mut buf, boot, r.boot_timeout);
-        let mut row = check_boot(&mut rec, &report, boot);
+        let mut row = check_boot(&mut rec, &report, boot, cut_op.take().as_ref(), &mut seen);
         if row.violations > 0 && caught_at.is_none() {
             caught_at = Some(boot);
         }
@@ -446,8 +490,18 @@ fn run(r: Run, dev: &mut dyn Device) -> i32 {
             s.write_all(b"ok report\n").unwrap_or_else(|e| die(e));
             // Drawn in this order (the moment, then the kind): a seed replays its cuts.
             let cut_at = Duration::from_millis(rng.between(r.window.0, r.window.1));
-            let after_ack = r.expect_caught || rng.chance(50);
-            run_until_cut(&mut *s, &mut buf, &mut rec, cut_at, after_ack, &mut row);
+            let after = (r.expect_caught || rng.chance(50)).then(|| {
+                after_op_cuts += 1;
+                cut_kind(&r.cut_after, after_op_cuts - 1)
+            });
+            cut_op = run_until_cut(
+                &mut *s,
+                &mut buf,
+                &mut rec,
+                cut_at,
+                after.as_deref(),
+                &mut row,
+            );
             let c = dev.cut(&mut rng);
             (row.unflushed, row.kept, row.log_entries) = (c.after, c.kept, c.entries);
         }
@@ -482,20 +536,39 @@ fn read_report(s: &mut dyn Stream, buf: &mut LineBuf, boot: u32, boot_timeout: D
     }
 }
 
-/// Check boot `boot`'s report against every operation confirmed before it (the invariants
-/// and fsck outside quarantine); its row, with the violations counted (the first 5 printed).
-fn check_boot(rec: &mut Records, report: &Report, boot: u32) -> Row {
+/// What a violation is about, so that one lost operation counts once: the first job id it
+/// names (32 hex digits), else its whole text.
+fn violation_key(v: &str) -> String {
+    v.split(|c: char| !c.is_ascii_hexdigit())
+        .find(|w| w.len() == 32)
+        .map_or_else(|| v.to_string(), str::to_string)
+}
+
+/// Check boot `boot`'s report against every operation confirmed before it (the invariants,
+/// the effect of `cut_op`, the operation the last cut came right after, and fsck outside
+/// quarantine); its row, with the violations not found at an earlier boot (`seen`) counted
+/// (the first 5 printed).
+fn check_boot(
+    rec: &mut Records,
+    report: &Report,
+    boot: u32,
+    cut_op: Option<&Op>,
+    seen: &mut HashSet<String>,
+) -> Row {
     rec.append(&format!("# boot {boot} {}", report.boot.line()));
     let records = std::fs::read_to_string(&rec.path).unwrap_or_else(|e| die(e));
     let expect = expect_from(&records).unwrap_or_else(|e| die(e));
-    let mut v = check(&report.snapshot(), &expect);
+    let snap = report.snapshot();
+    let mut v = check(&snap, &expect);
+    v.extend(cut_op.and_then(|op| check_cut_op(op, &snap)));
     v.extend(
         report
             .fsck
             .iter()
-            .filter(|p| !p.starts_with("quarantine/"))
+            .filter(|p| !p.starts_with("quarantine/") && !is_torn_evidence(p))
             .map(|p| format!("fsck: {p}")),
     );
+    v.retain(|x| seen.insert(violation_key(x)));
     for x in v.iter().take(5) {
         println!("  VIOLATION boot {boot}: {x}");
     }
@@ -511,33 +584,48 @@ fn check_boot(rec: &mut Records, report: &Report, boot: u32) -> Row {
 }
 
 /// Confirm the device's operations (each recorded before its `ok`) until the cut: by time
-/// at `cut_at` from now, or (`after_ack`) at the first ack past that moment,
-/// before the device hears its `ok`. Fills the row's confirmed count, cut kind and time.
+/// at `cut_at` from now, or (`after`: a kind) at the first operation of that kind past that
+/// moment, before the device hears its `ok` (by time if none comes within 60 s). Fills the
+/// row's confirmed count, cut kind and time; returns the operation the cut came after.
 fn run_until_cut(
     s: &mut dyn Stream,
     buf: &mut LineBuf,
     rec: &mut Records,
     cut_at: Duration,
-    after_ack: bool,
+    after: Option<&str>,
     row: &mut Row,
-) {
+) -> Option<Op> {
     let boot = row.boot;
     let t0 = Instant::now();
+    let mut cut_op = None;
+    let mut waited = Duration::ZERO;
     loop {
         let left = cut_at.saturating_sub(t0.elapsed());
-        let wait = if left.is_zero() && after_ack {
-            Some(Duration::from_secs(60))
+        let wait = if left.is_zero() && after.is_some() {
+            Some(Duration::from_secs(60).saturating_sub(waited))
         } else {
             Some(left)
         };
-        match next(s, buf, wait) {
-            Got::Timeout => match on_timeout(after_ack, left.is_zero()) {
+        let t_read = Instant::now();
+        let got = next(s, buf, wait);
+        if left.is_zero() {
+            waited += t_read.elapsed();
+        }
+        match got {
+            Got::Timeout => match on_timeout(after.is_some(), left.is_zero()) {
                 OnTimeout::Cut => {
                     row.cut_kind = "time".into();
                     break;
                 }
                 OnTimeout::Wait => {}
-                OnTimeout::GiveUp => die(format!("boot {boot}: no ack in 60 s")),
+                OnTimeout::GiveUp => {
+                    row.cut_kind = "time".into();
+                    println!(
+                        "  boot {boot}: no {} confirmed within 60 s past the moment: cut by time",
+                        after.unwrap_or("")
+                    );
+                    break;
+                }
             },
             Got::Eof => die(format!(
                 "boot {boot}: the device hung up before the cut (see its console log)"
@@ -549,8 +637,9 @@ fn run_until_cut(
                 };
                 rec.append(&l);
                 row.confirmed += 1;
-                if cut_on_record(after_ack, &op.what, t0.elapsed() >= cut_at) {
-                    row.cut_kind = "ack".into();
+                if cut_on_record(after, &op.what, t0.elapsed() >= cut_at) {
+                    row.cut_kind = op.what.clone();
+                    cut_op = Some(op);
                     break; // cut before the device hears its ok
                 }
                 s.write_all(format!("ok {}\n", op.seq).as_bytes())
@@ -559,6 +648,7 @@ fn run_until_cut(
         }
     }
     row.cut_ms = t0.elapsed().as_millis() as u64;
+    cut_op
 }
 
 /// One line per boot: recovery figures, then the cut (or `stop` after the last boot).
@@ -577,7 +667,11 @@ fn print_row(row: &Row, stop: bool, t_boot: Instant) {
             format!(
                 "{} confirmed, cut {} at {:.2} s, {} log entries, kept {}/{} writes after the last flush ({:.1} s)",
                 row.confirmed,
-                if row.cut_kind == "ack" { "after an ack" } else { "by time" },
+                if row.cut_kind == "time" {
+                    "by time".to_string()
+                } else {
+                    format!("after {}", row.cut_kind)
+                },
                 row.cut_ms as f64 / 1000.0,
                 row.log_entries,
                 row.kept,
@@ -589,7 +683,7 @@ fn print_row(row: &Row, stop: bool, t_boot: Instant) {
 }
 
 /// Write `cycles.csv`, `chart.svg` and `summary.txt`, print the summary; the exit code (0:
-/// no violation, or with `--expect-caught` the broken build was caught).
+/// no violation, or with `--expect-caught` the removed barrier was caught).
 fn summarize(r: &Run, rows: &[Row], caught_at: Option<u32>, t_run: Instant) -> i32 {
     let cuts = rows.len() as u32 - 1;
     let confirmed: u64 = rows.iter().map(|r| r.confirmed).sum();
@@ -609,6 +703,19 @@ fn summarize(r: &Run, rows: &[Row], caught_at: Option<u32>, t_run: Instant) -> i
         secs / rows.len() as f64,
         r.seed
     );
+    let mut kinds: Vec<(&str, usize)> = Vec::new();
+    for row in rows.iter().filter(|r| !r.cut_kind.is_empty()) {
+        match kinds.iter_mut().find(|k| k.0 == row.cut_kind) {
+            Some(k) => k.1 += 1,
+            None => kinds.push((&row.cut_kind, 1)),
+        }
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    summary += &format!("cuts after: {}\n", kinds.join(", "));
+    let skipped = skipped_barriers(&r.out);
+    if !skipped.is_empty() {
+        summary += &format!("removed barriers reached: {skipped}\n");
+    }
     if r.expect_caught {
         summary += &match caught_at {
             Some(b) => format!("negative control CAUGHT at cut {b}\n"),
@@ -640,6 +747,46 @@ fn summarize(r: &Run, rows: &[Row], caught_at: Option<u32>, t_run: Instant) -> i
     i32::from(!ok)
 }
 
+/// The removed barriers' skip counts summed over the boots' console logs (the agent's last
+/// `CRASHLAB_AGENT_SKIPPED a=N b=M` line of each boot), as `a=N b=M`; empty without any.
+fn skipped_barriers(out: &Path) -> String {
+    let mut sums: Vec<(String, u64)> = Vec::new();
+    let Ok(rd) = std::fs::read_dir(out) else {
+        return String::new();
+    };
+    let mut logs: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("console-"))
+        })
+        .collect();
+    logs.sort();
+    for log in logs {
+        let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
+        let Some(last) = text
+            .lines()
+            .rev()
+            .find_map(|l| l.split_once("CRASHLAB_AGENT_SKIPPED ").map(|x| x.1))
+        else {
+            continue;
+        };
+        for kv in last.split_whitespace() {
+            let Some((k, n)) = kv.split_once('=') else {
+                continue;
+            };
+            let n: u64 = n.trim().parse().unwrap_or(0);
+            match sums.iter_mut().find(|s| s.0 == k) {
+                Some(s) => s.1 += n,
+                None => sums.push((k.to_string(), n)),
+            }
+        }
+    }
+    let f: Vec<String> = sums.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    f.join(" ")
+}
+
 fn main() {
     let a: Args = argh::from_env();
     let code = match a.cmd {
@@ -647,12 +794,14 @@ fn main() {
             std::fs::create_dir_all(&v.out).unwrap_or_else(|e| die(e));
             let disk = v.out.join("disk.img");
             cp_sparse(&v.image, &disk);
+            check_cut_after(&v.cut_after);
             let r = Run {
                 fs: v.fs.clone(),
                 cycles: v.cycles,
                 seed: v.seed,
                 window: parse_window(&v.window),
-                expect_caught: v.expect_caught,
+                expect_caught: v.expect_caught || v.break_barriers.is_some(),
+                cut_after: v.cut_after.clone(),
                 out: v.out.clone(),
                 boot_timeout: Duration::from_secs(v.boot_timeout),
             };
@@ -678,6 +827,10 @@ fn main() {
                 seed: b.seed,
                 window: parse_window(&b.window),
                 expect_caught: b.expect_caught,
+                cut_after: {
+                    check_cut_after(&b.cut_after);
+                    b.cut_after.clone()
+                },
                 out: b.out.clone(),
                 boot_timeout: Duration::from_secs(b.boot_timeout),
             };
@@ -705,13 +858,39 @@ mod tests {
         assert_eq!(on_timeout(true, false), OnTimeout::Wait);
         assert_eq!(on_timeout(true, true), OnTimeout::GiveUp);
         assert_eq!(on_timeout(false, false), OnTimeout::Cut);
-        assert!(!cut_on_record(true, "ack", false), "not before the moment");
-        assert!(!cut_on_record(true, "enq", true), "only an ack");
-        assert!(cut_on_record(true, "ack", true));
         assert!(
-            !cut_on_record(false, "ack", true),
+            !cut_on_record(Some("ack"), "ack", false),
+            "not before the moment"
+        );
+        assert!(!cut_on_record(Some("ack"), "enq", true), "only an ack");
+        assert!(cut_on_record(Some("ack"), "ack", true));
+        assert!(cut_on_record(Some("fail"), "fail", true));
+        assert!(
+            !cut_on_record(None, "ack", true),
             "a cut by time ignores acks"
         );
+    }
+
+    #[test]
+    fn rotating_cuts_visit_every_kind() {
+        let got: Vec<String> = (0..KINDS.len() as u32)
+            .map(|n| cut_kind("rotate", n))
+            .collect();
+        assert_eq!(got, KINDS);
+        assert_eq!(cut_kind("fail", 7), "fail");
+    }
+
+    #[test]
+    fn a_lost_operation_counts_once_across_boots() {
+        // The bug: every later boot counted the same lost ack again.
+        let id = "0000018c0a1b2c3d4e5f60718293a4b5";
+        let a = format!("ack of {id} returned done, but the job is Some([Ready])");
+        let b = format!("job {id}: attempt went down from 2 to 1");
+        let mut seen = HashSet::new();
+        assert!(seen.insert(violation_key(&a)));
+        assert!(!seen.insert(violation_key(&a)), "the same at the next boot");
+        assert!(!seen.insert(violation_key(&b)), "the same job");
+        assert!(seen.insert(violation_key("fsck: x")));
     }
 
     #[test]

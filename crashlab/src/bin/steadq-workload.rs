@@ -12,11 +12,13 @@
 //! `ops/group.rs`), so every flush point is also a check of that sharing. The marks' order
 //! across threads is free; the verifier reads them as sets (`crashlab::invariants`).
 //!
-//! `steadq-workload <mountpoint> <blockdev> <markbase> [--jobs N] [--threads N] [--batched] [--skip-file-fsync]`
+//! `steadq-workload <mountpoint> <blockdev> <markbase> [--jobs N] [--threads N] [--batched] [--skip-file-fsync] [--break NAME]`
 //!
 //! `--skip-file-fsync` is the NEGATIVE CONTROL: every fsync of a job file "succeeds" without
 //! being made (a lying barrier, `FaultAction::Skip`), so jobs are published before their data
 //! is durable. The rig must find violations with it, or it proves nothing.
+//! `--break NAME` removes one named barrier instead (`steadq::sys::Barrier`, several joined by
+//! `+`): `rig.sh --break NAME`, one cell of the barrier matrix (crashlab/matrix.sh).
 //!
 //! Exit status: 0 done (`CRASHLAB_WORKLOAD_OK` on the console), 1 an operation failed
 //! (`CRASHLAB_WORKLOAD_FAIL`), 2 usage.
@@ -56,6 +58,22 @@ struct Args {
     /// NEGATIVE CONTROL: every fsync of a job file reports success without being made
     #[argh(switch)]
     skip_file_fsync: bool,
+    /// NEGATIVE CONTROL: remove these barriers (`steadq::sys::Barrier` names joined by `+`)
+    #[argh(option, long = "break")]
+    break_barriers: Option<String>,
+}
+
+/// The barriers `--break` names; exits 2 naming an unknown one.
+fn barriers(spec: &str) -> Vec<steadq::sys::Barrier> {
+    spec.split(['+', ','])
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            steadq::sys::Barrier::parse(n).unwrap_or_else(|| {
+                eprintln!("steadq-workload: --break: unknown barrier {n:?}");
+                exit(2)
+            })
+        })
+        .collect()
 }
 
 fn fail(what: &str, e: impl std::fmt::Display) -> ! {
@@ -91,6 +109,14 @@ fn create(a: &Args) -> (Queue, Arc<FaultPlan>) {
     } else {
         Vec::new()
     });
+    for b in a
+        .break_barriers
+        .as_deref()
+        .map(barriers)
+        .unwrap_or_default()
+    {
+        plan.skip_barrier(b);
+    }
     let o = Options {
         shards: 2,
         durability: if a.batched {
@@ -265,6 +291,13 @@ fn main() {
         plan.count(Call::WriteOut),
         plan.count(Call::Syncfs)
     ));
+    if let Some(spec) = &a.break_barriers {
+        let n: Vec<String> = barriers(spec)
+            .iter()
+            .map(|b| format!("{b}={}", plan.skipped(*b)))
+            .collect();
+        say(&format!("CRASHLAB_WORKLOAD_SKIPPED {}", n.join(" ")));
+    }
     say(&format!(
         "CRASHLAB_WORKLOAD_OK {} iterations on {} threads in {:.2}s{}",
         a.jobs,

@@ -83,6 +83,10 @@ impl Queue {
         let mut c = self.read_counts()?;
         c.acked = c.acked.saturating_add_signed(acked);
         c.dead = c.dead.saturating_add_signed(dead);
-        self.replace_root_file(COUNTS_FILE, c.encode().as_bytes())
+        self.replace_root_file(
+            crate::disk::barrier::Barrier::Counts,
+            COUNTS_FILE,
+            c.encode().as_bytes(),
+        )
     }
 }

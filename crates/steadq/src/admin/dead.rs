@@ -2,6 +2,7 @@
 //! now, purge `dead/`; each a batch whose outcome follows the batch rule.
 
 use super::view::Listed;
+use crate::disk::barrier::Barrier;
 use crate::disk::layout::DEAD_DIR;
 use crate::disk::name::{JobId, Kind, Reason};
 use crate::disk::state::{Op, State};
@@ -304,24 +305,26 @@ impl Queue {
                 Err(e) if e.is_lease_lost() => continue,
                 Err(e) => return Err(e.with_outcome(batch_outcome(n)).into()),
             };
-            self.barrier(place.dir.fd()).map_err(|e| {
+            self.barrier(Barrier::PurgeDead, place.dir.fd())
+                .map_err(|e| {
+                    Cause::io(
+                        Call::FsyncDir,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path(d)),
+                    )
+                })?;
+            let _ = self.sys.rmdir(self.dirs.dead.as_fd(), &bucket);
+        }
+        self.barrier(Barrier::PurgeDead, self.dirs.dead.as_fd())
+            .map_err(|e| {
                 Cause::io(
                     Call::FsyncDir,
                     e,
                     Outcome::Indeterminate,
-                    Some(self.path(d)),
+                    Some(self.path("dead")),
                 )
             })?;
-            let _ = self.sys.rmdir(self.dirs.dead.as_fd(), &bucket);
-        }
-        self.barrier(self.dirs.dead.as_fd()).map_err(|e| {
-            Cause::io(
-                Call::FsyncDir,
-                e,
-                Outcome::Indeterminate,
-                Some(self.path("dead")),
-            )
-        })?;
         Ok(())
     }
 }

@@ -13,6 +13,7 @@
 //! pass [`EvidenceLimits::max_bytes`], and only the newest [`EvidenceLimits::keep`] rotated
 //! files are kept.
 
+use crate::disk::barrier::Barrier;
 use crate::disk::format::{hex32, verify_receipt, Header, HEADER_LEN};
 use crate::disk::layout::receipts_shard;
 use crate::disk::name::{parse_hex, JobId, JobName, Kind};
@@ -228,7 +229,11 @@ impl Queue {
                     log::warn!("{rel}: receipt kept: {e}");
                     return;
                 }
-                if let Err(e) = self.sys.unlink(dir, &raw).and_then(|()| self.barrier(dir)) {
+                if let Err(e) = self
+                    .sys
+                    .unlink(dir, &raw)
+                    .and_then(|()| self.barrier(Barrier::ReceiptUnlink, dir))
+                {
                     log::warn!("{rel}: evidence written, receipt not removed: {e}");
                 }
             }
@@ -255,7 +260,7 @@ impl Queue {
             .truncate(fd.as_fd(), HEADER_LEN as u64)
             .map_err(|e| (Call::Write, e))?;
         if sync {
-            self.barrier_file(fd.as_fd())
+            self.barrier_file(Barrier::ReceiptCut, fd.as_fd())
                 .map_err(|e| (Call::Fsync, e))?;
         }
         Ok(size - HEADER_LEN as u64)
@@ -332,7 +337,7 @@ impl Queue {
             self.share_file(fd.as_fd(), crate::disk::layout::READY_DIR, EVIDENCE_FILE);
         }
         self.write_evidence(fd.as_fd(), size, lines, free)?;
-        self.barrier_file(fd.as_fd())
+        self.barrier_file(Barrier::EvidenceFile, fd.as_fd())
             .map_err(|e| nd(Call::Fsync, e))?;
         // Another process may have rotated this file and removed it (keep = 0) between our
         // open and write: lines in an unlinked file are lost, so write them again, once.
@@ -343,7 +348,8 @@ impl Queue {
             drop(_guard);
             return self.append_evidence_once(lines, &mut |_| Ok(false), false);
         }
-        self.barrier(root).map_err(|e| nd(Call::FsyncDir, e))
+        self.barrier(Barrier::EvidenceDir, root)
+            .map_err(|e| nd(Call::FsyncDir, e))
     }
 
     /// Write `lines` at the end of the evidence log `fd`, `size` bytes long before: on a
@@ -408,7 +414,7 @@ impl Queue {
                 log::warn!("could not remove old evidence {old}: {e}");
             }
         }
-        self.barrier(root)
+        self.barrier(Barrier::EvidenceRotate, root)
             .map_err(|e| Cause::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.root.clone())))
     }
 
@@ -676,15 +682,18 @@ impl Queue {
             }
         }
         for s in shards {
-            self.barrier(self.dirs.receipts[s as usize].as_fd())
-                .map_err(|e| {
-                    Cause::io(
-                        Call::FsyncDir,
-                        e,
-                        Outcome::Indeterminate,
-                        Some(self.path(&receipts_shard(s))),
-                    )
-                })?;
+            self.barrier(
+                Barrier::CompactReceiptsDir,
+                self.dirs.receipts[s as usize].as_fd(),
+            )
+            .map_err(|e| {
+                Cause::io(
+                    Call::FsyncDir,
+                    e,
+                    Outcome::Indeterminate,
+                    Some(self.path(&receipts_shard(s))),
+                )
+            })?;
         }
         Ok(())
     }

@@ -2,8 +2,9 @@
 //! everything after them (a simulated crash), and the count and trace of every call made.
 //! Tests and the crash lab use it; a `Sys` without a plan pays one branch per call.
 
+use super::barrier::Barrier;
 use super::sys::{Call, Errno};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The most calls a [`FaultPlan`] keeps in its trace (64 Ki); later calls are counted only.
@@ -44,6 +45,10 @@ pub struct FaultPlan {
     disarmed: AtomicBool,
     trace: Mutex<Vec<Call>>,
     pub(super) fs_magic: std::sync::atomic::AtomicI64,
+    /// One bit per [`Barrier`] to skip, whether or not the plan is armed.
+    skip_barriers: AtomicU64,
+    /// How many times each skipped barrier was asked for (and not made).
+    skipped: Mutex<std::collections::HashMap<Barrier, u32>>,
 }
 
 pub(super) enum Decision {
@@ -111,6 +116,32 @@ impl FaultPlan {
         self.fs_magic.store(magic, Ordering::SeqCst);
     }
 
+    /// Remove barrier `b` for the rest of this plan's life: every call at that site reports
+    /// success without being made ([`FaultAction::Skip`] for one named site, whatever the
+    /// call kind, armed or not). The crash rigs' `--break NAME`.
+    pub fn skip_barrier(&self, b: Barrier) {
+        self.skip_barriers
+            .fetch_or(1 << b.index(), Ordering::SeqCst);
+    }
+
+    /// How many times barrier `b` was asked for and skipped ([`FaultPlan::skip_barrier`]).
+    pub fn skipped(&self, b: Barrier) -> u32 {
+        self.skipped
+            .lock()
+            .map_or(0, |m| m.get(&b).copied().unwrap_or(0))
+    }
+
+    /// Whether barrier `b` is to be skipped; counts the skip.
+    pub(super) fn skips(&self, b: Barrier) -> bool {
+        let on = self.skip_barriers.load(Ordering::SeqCst) & (1 << b.index()) != 0;
+        if on {
+            if let Ok(mut m) = self.skipped.lock() {
+                *m.entry(b).or_default() += 1;
+            }
+        }
+        on
+    }
+
     /// Zero the counters and the trace (the faults stay armed relative to the new zero).
     pub fn reset_counts(&self) {
         for c in &self.counts {
@@ -153,6 +184,16 @@ impl FaultPlan {
 #[cfg(test)]
 mod trace_tests {
     use super::*;
+
+    #[test]
+    fn a_skipped_barrier_is_counted_and_no_other() {
+        let plan = FaultPlan::new(Vec::new());
+        plan.skip_barrier(Barrier::AckDest);
+        assert!(plan.skips(Barrier::AckDest));
+        assert!(!plan.skips(Barrier::AckSource));
+        assert_eq!(plan.skipped(Barrier::AckDest), 1);
+        assert_eq!(plan.skipped(Barrier::AckSource), 0);
+    }
 
     #[test]
     fn the_trace_is_bounded_while_counts_go_on() {

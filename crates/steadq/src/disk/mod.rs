@@ -4,6 +4,7 @@
 //! Nothing here knows about transitions: it only encodes, decodes and calls the kernel.
 //! Fault injection reaches every syscall because [`sys::Sys`] is the only door to it.
 
+pub mod barrier;
 pub(crate) mod clock;
 pub mod counts;
 pub(crate) mod fault;

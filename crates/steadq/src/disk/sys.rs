@@ -16,6 +16,7 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
 pub use rustix::io::Errno;
 
+pub use super::barrier::Barrier;
 use super::fault::Decision;
 pub use super::fault::FaultPlan;
 #[cfg(feature = "faults")]
@@ -707,8 +708,8 @@ impl Sys {
     /// `fsync(2)`: a durability barrier. Never retried: after a failed fsync the kernel may have
     /// dropped the dirty pages and a second fsync can succeed falsely (PostgreSQL "fsyncgate",
     /// 2018; see `fsync(2)` NOTES).
-    pub fn fsync(&self, fd: BorrowedFd<'_>) -> R<()> {
-        self.run_barrier(Call::Fsync, || rustix::fs::fsync(fd))
+    pub fn fsync(&self, b: Barrier, fd: BorrowedFd<'_>) -> R<()> {
+        self.run_barrier(Call::Fsync, b, || rustix::fs::fsync(fd))
     }
 
     /// `fsync(2)` of a directory: makes the names created, renamed or removed in it durable.
@@ -718,8 +719,8 @@ impl Sys {
     /// queue was opened, see [`Sys::open_dir_path_only`]) cannot be fsynced itself (`EBADF`):
     /// then `.` is opened through it (it is readable again, or the rename before this would
     /// have been its only use) and that descriptor is fsynced; the same inode, the same barrier.
-    pub fn fsync_dir(&self, fd: BorrowedFd<'_>) -> R<()> {
-        self.run_barrier(Call::FsyncDir, || match rustix::fs::fsync(fd) {
+    pub fn fsync_dir(&self, b: Barrier, fd: BorrowedFd<'_>) -> R<()> {
+        self.run_barrier(Call::FsyncDir, b, || match rustix::fs::fsync(fd) {
             Err(Errno::BADF) => {
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
                 let dir = rustix::fs::openat(fd, ".", flags, Mode::empty())?;
@@ -729,10 +730,20 @@ impl Sys {
         })
     }
 
-    /// Like [`Sys::run`] for a barrier, which a [`FaultAction::Skip`] may skip.
-    fn run_barrier(&self, call: Call, f: impl FnOnce() -> R<()>) -> R<()> {
+    /// Whether the fault plan removes barrier `b` ([`FaultPlan::skip_barrier`]); counts it.
+    /// A caller that would share the barrier with other threads (group commit) asks first,
+    /// so that the skipped site neither makes nor waits for an fsync.
+    pub fn skips_barrier(&self, b: Barrier) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.skips(b))
+    }
+
+    /// Like [`Sys::run`] for barrier `b`, which a [`FaultAction::Skip`] or
+    /// [`FaultPlan::skip_barrier`] may skip.
+    fn run_barrier(&self, call: Call, b: Barrier, f: impl FnOnce() -> R<()>) -> R<()> {
         match self.plan.as_ref().map(|p| (p, p.decide(call))) {
-            None | Some((_, Decision::Proceed)) => f(),
+            None => f(),
+            Some((p, Decision::Proceed)) if p.skips(b) => Ok(()),
+            Some((_, Decision::Proceed)) => f(),
             Some((_, Decision::Skip)) => Ok(()),
             Some((_, Decision::Fail(e))) => Err(e),
             Some((p, Decision::ProceedThenStop)) => {
@@ -752,8 +763,9 @@ impl Sys {
     /// directory fsync then commits the journal in order, flush first (xfs and journaled
     /// ext4; DESIGN.md, Barriers: one commit per enqueue). Reports the file's writeback
     /// errors (`EIO`). A [`FaultAction::Skip`] skips it like a barrier.
-    pub fn write_out(&self, fd: BorrowedFd<'_>) -> R<()> {
+    pub fn write_out(&self, b: Barrier, fd: BorrowedFd<'_>) -> R<()> {
         self.sync_range(
+            b,
             fd,
             libc::SYNC_FILE_RANGE_WAIT_BEFORE
                 | libc::SYNC_FILE_RANGE_WRITE
@@ -765,13 +777,13 @@ impl Sys {
     /// file's dirty pages and returns without waiting, so that a batch's files are written
     /// in parallel before [`Sys::write_out`] waits for each. Counted (and skipped by a
     /// [`FaultAction::Skip`]) as [`Call::WriteOut`].
-    pub fn start_write_out(&self, fd: BorrowedFd<'_>) -> R<()> {
-        self.sync_range(fd, libc::SYNC_FILE_RANGE_WRITE)
+    pub fn start_write_out(&self, b: Barrier, fd: BorrowedFd<'_>) -> R<()> {
+        self.sync_range(b, fd, libc::SYNC_FILE_RANGE_WRITE)
     }
 
     #[allow(unsafe_code)]
-    fn sync_range(&self, fd: BorrowedFd<'_>, flags: libc::c_uint) -> R<()> {
-        self.run_barrier(Call::WriteOut, || {
+    fn sync_range(&self, b: Barrier, fd: BorrowedFd<'_>, flags: libc::c_uint) -> R<()> {
+        self.run_barrier(Call::WriteOut, b, || {
             use std::os::fd::AsRawFd;
             // SAFETY: sync_file_range(2) takes a descriptor that `fd` keeps open for the call
             // and plain integers; it reads and writes no memory of this process.
@@ -787,8 +799,8 @@ impl Sys {
 
     /// `syncfs(2)`: writes back the whole filesystem holding `fd`. Linux 5.8+ reports writeback
     /// errors here; older kernels always return 0.
-    pub fn syncfs(&self, fd: BorrowedFd<'_>) -> R<()> {
-        self.run_barrier(Call::Syncfs, || rustix::fs::syncfs(fd))
+    pub fn syncfs(&self, b: Barrier, fd: BorrowedFd<'_>) -> R<()> {
+        self.run_barrier(Call::Syncfs, b, || rustix::fs::syncfs(fd))
     }
 
     /// `renameat2(2)` with `RENAME_NOREPLACE`: fails with `EEXIST` if `to` exists, `ENOENT` if

@@ -41,6 +41,7 @@
 //! each of the others can have one enqueue between its check and its link.
 //! `tests/it/capacity.rs` measures it with 8 producers.
 
+use crate::disk::barrier::Barrier;
 use crate::disk::layout::{parse_bucket, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
@@ -278,7 +279,7 @@ impl Queue {
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
     pub fn set_limits(&self, limits: Limits) -> Result<(), crate::Error> {
-        Ok(self.replace_root_file(LIMITS_FILE, limits.encode().as_bytes())?)
+        Ok(self.replace_root_file(Barrier::Limits, LIMITS_FILE, limits.encode().as_bytes())?)
     }
 
     /// Replace settings file `name` in the root with `bytes`: written to `tmp/`, fsynced,
@@ -288,11 +289,11 @@ impl Queue {
     /// # Errors
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
-    pub(crate) fn replace_root_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn replace_root_file(&self, b: Barrier, name: &str, bytes: &[u8]) -> Result<()> {
         // Read by every enqueue of every user: shared like `steadq.queue`, whatever this
         // process's umask (made 600 at umask 077, it failed every other user's enqueue).
         let like = Some(crate::queue::IDENTITY_FILE);
-        let tmp = self.durable_temp_file(bytes, like)?;
+        let tmp = self.durable_temp_file(b, bytes, like)?;
         let t = self.dirs.tmp.as_fd();
         if let Err(e) = self
             .sys
@@ -306,20 +307,26 @@ impl Queue {
             };
             return Err(Cause::io(Call::Rename, e, outcome, Some(self.path(name))));
         }
-        self.barrier(self.dirs.root.as_fd()).map_err(|e| {
+        self.barrier(b, self.dirs.root.as_fd()).map_err(|e| {
             Cause::io(
                 Call::FsyncDir,
                 e,
                 Outcome::Indeterminate,
                 Some(self.root.clone()),
             )
-        })
+        })?;
+        Ok(())
     }
 
     /// A new file in `tmp/` holding `bytes`, fsynced (a settings file or a key entry on the
     /// named route, about to be renamed into place); its name. On failure it is removed and
-    /// the error is not done.
-    pub(crate) fn durable_temp_file(&self, bytes: &[u8], like: Option<&str>) -> Result<String> {
+    /// the error is not done. `b` names its fsync.
+    pub(crate) fn durable_temp_file(
+        &self,
+        b: Barrier,
+        bytes: &[u8],
+        like: Option<&str>,
+    ) -> Result<String> {
         let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
             .format()
             .to_string();
@@ -345,7 +352,7 @@ impl Queue {
             .write_all(fd.as_fd(), bytes)
             .map_err(|e| nd(Call::Write, e))
             .and_then(|()| {
-                self.barrier_file(fd.as_fd())
+                self.barrier_file(b, fd.as_fd())
                     .map_err(|e| nd(Call::Fsync, e))
             });
         if let Err(e) = written {

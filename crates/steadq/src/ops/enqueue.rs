@@ -22,6 +22,7 @@
 //! fails with `EIO` is indeterminate, any other errno not done. A failed barrier after it is
 //! indeterminate.
 
+use crate::disk::barrier::Barrier;
 use crate::disk::format::encode_header;
 use crate::disk::layout::{delayed_bucket, dir_rel, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName, Kind};
@@ -268,7 +269,7 @@ impl Queue {
         let resync = durable && !self.group.one_barrier_per_rename(&self.sys, p.dir.fd());
         self.publish(p, w, resync)
             .map_err(|e| e.with_job(p.name.id))?;
-        self.dir_barrier(&p.dir).map_err(|e| {
+        self.dir_barrier(Barrier::EnqueueDir, &p.dir).map_err(|e| {
             Cause::io(
                 Call::FsyncDir,
                 e,
@@ -317,15 +318,21 @@ impl Queue {
         if one_commit {
             let nd = |e| Cause::io(Call::WriteOut, e, Outcome::NotDone, Some(self.root.clone()));
             for w in &written {
-                self.sys.start_write_out(w.fd()).map_err(nd)?;
+                self.sys
+                    .start_write_out(Barrier::EnqueueBatchData, w.fd())
+                    .map_err(nd)?;
             }
             for w in &written {
-                self.sys.write_out(w.fd()).map_err(nd)?;
+                self.sys
+                    .write_out(Barrier::EnqueueBatchData, w.fd())
+                    .map_err(nd)?;
             }
         } else if self.barriers {
-            self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
-                Cause::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone()))
-            })?;
+            self.sys
+                .syncfs(Barrier::EnqueueBatchData, self.dirs.root.as_fd())
+                .map_err(|e| {
+                    Cause::io(Call::Syncfs, e, Outcome::NotDone, Some(self.root.clone()))
+                })?;
         }
         for (i, (p, w)) in prepared.iter().zip(written).enumerate() {
             self.publish(p, w, false).map_err(|e| {
@@ -344,23 +351,26 @@ impl Queue {
         // directory fsync alone is not enough on btrfs).
         let last = prepared.last().filter(|_| self.barriers);
         if let Some(p) = last.filter(|_| one_commit) {
-            self.dir_barrier(&p.dir).map_err(|e| {
-                Cause::io(
-                    Call::FsyncDir,
-                    e,
-                    Outcome::Indeterminate,
-                    Some(self.path(&p.rel_dir)),
-                )
-            })?;
+            self.dir_barrier(Barrier::EnqueueBatchNames, &p.dir)
+                .map_err(|e| {
+                    Cause::io(
+                        Call::FsyncDir,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.path(&p.rel_dir)),
+                    )
+                })?;
         } else if last.is_some() {
-            self.sys.syncfs(self.dirs.root.as_fd()).map_err(|e| {
-                Cause::io(
-                    Call::Syncfs,
-                    e,
-                    Outcome::Indeterminate,
-                    Some(self.root.clone()),
-                )
-            })?;
+            self.sys
+                .syncfs(Barrier::EnqueueBatchNames, self.dirs.root.as_fd())
+                .map_err(|e| {
+                    Cause::io(
+                        Call::Syncfs,
+                        e,
+                        Outcome::Indeterminate,
+                        Some(self.root.clone()),
+                    )
+                })?;
         }
         Ok(prepared.iter().map(|p| p.name.id).collect())
     }
@@ -481,9 +491,12 @@ impl Queue {
                 .and_then(|()| match (sync, one_commit) {
                     (true, true) => self
                         .sys
-                        .write_out(fd)
+                        .write_out(Barrier::EnqueueData, fd)
                         .map_err(|e| (Call::WriteOut, e).into()),
-                    (true, false) => self.sys.fsync(fd).map_err(|e| (Call::Fsync, e).into()),
+                    (true, false) => self
+                        .sys
+                        .fsync(Barrier::EnqueueData, fd)
+                        .map_err(|e| (Call::Fsync, e).into()),
                     (false, _) => Ok(()),
                 })
                 .map_err(|f| match f {
@@ -566,14 +579,16 @@ impl Queue {
         }
         match w {
             Written::Unnamed(fd) => match self.sys.link_tmpfile(fd.as_fd(), p.dir.fd(), &name) {
-                Ok(()) if resync => self.barrier_file(fd.as_fd()).map_err(|e| {
-                    Cause::io(
-                        Call::Fsync,
-                        e,
-                        Outcome::Indeterminate,
-                        Some(self.path(&rel())),
-                    )
-                }),
+                Ok(()) if resync => self
+                    .barrier_file(Barrier::EnqueueRelink, fd.as_fd())
+                    .map_err(|e| {
+                        Cause::io(
+                            Call::Fsync,
+                            e,
+                            Outcome::Indeterminate,
+                            Some(self.path(&rel())),
+                        )
+                    }),
                 Ok(()) => Ok(()),
                 Err(Errno::NOTSUP) => {
                     // Neither linkat route works here: redo through tmp/ (a streamed job is
@@ -633,7 +648,7 @@ impl Queue {
             // target directory's fsync commits the rename out of tmp/ as well.
             return Ok(());
         }
-        self.barrier_file(fd).map_err(|e| {
+        self.barrier_file(Barrier::EnqueueRelink, fd).map_err(|e| {
             Cause::io(
                 Call::Fsync,
                 e,
@@ -644,7 +659,7 @@ impl Queue {
         if self.tmp_unsynced {
             return Ok(()); // btrfs: a stale name in tmp/ is recovery's (`Shared::tmp_unsynced`)
         }
-        self.dir_barrier(&DirRef::Held(self.dirs.tmp.as_fd()))
+        self.dir_barrier(Barrier::EnqueueTmpDir, &DirRef::Held(self.dirs.tmp.as_fd()))
             .map_err(|e| {
                 Cause::io(
                     Call::FsyncDir,

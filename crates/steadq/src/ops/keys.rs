@@ -33,6 +33,7 @@
 //! an hour. So a key deduplicates from its enqueue until its job is settled *and* the
 //! retention window has passed.
 
+use crate::disk::barrier::Barrier;
 use crate::disk::layout::{DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName};
 use crate::disk::state::State;
@@ -383,7 +384,8 @@ impl Queue {
         // Until the root is synced the directory may vanish in a crash, with any key in it:
         // no job has been published yet, so that is still "not done". (Made by another
         // process just now: that one may not have synced the root yet.)
-        self.barrier(root).map_err(|e| nd(Call::FsyncDir, e))?;
+        self.barrier(Barrier::KeysDirMade, root)
+            .map_err(|e| nd(Call::FsyncDir, e))?;
         Ok(fd)
     }
 
@@ -414,11 +416,11 @@ impl Queue {
                 self.sys
                     .write_all(fd.as_fd(), text)
                     .map_err(|e| nd(Call::Write, e))?;
-                self.barrier_file(fd.as_fd())
+                self.barrier_file(Barrier::KeyFile, fd.as_fd())
                     .map_err(|e| nd(Call::Fsync, e))?;
                 match self.sys.link_tmpfile(fd.as_fd(), keys, entry) {
                     Ok(()) => {
-                        self.barrier_file(fd.as_fd())
+                        self.barrier_file(Barrier::KeyFile, fd.as_fd())
                             .map_err(|e| self.unlink_key(keys, entry, nd(Call::Fsync, e)))?;
                         true
                     }
@@ -430,7 +432,7 @@ impl Queue {
             None => self.link_key_named(keys, entry, text)?,
         };
         if linked {
-            self.barrier(keys)
+            self.barrier(Barrier::KeysDir, keys)
                 .map_err(|e| self.unlink_key(keys, entry, nd(Call::FsyncDir, e)))?;
         }
         Ok(linked)
@@ -449,7 +451,7 @@ impl Queue {
         entry: &str,
         text: &[u8],
     ) -> Result<bool> {
-        let tmp = self.durable_temp_file(text, None)?;
+        let tmp = self.durable_temp_file(Barrier::KeyFile, text, None)?;
         let rel = format!("{TMP_DIR}/{tmp}");
         let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         let t = self.dirs.tmp.as_fd();
@@ -631,7 +633,7 @@ impl Queue {
                 ))
             }
         }
-        self.barrier(keys)
+        self.barrier(Barrier::KeysDir, keys)
             .map_err(|e| ind(Call::FsyncDir, e, self.path(KEYS_DIR)))
             .map(|()| true)
     }
@@ -728,7 +730,7 @@ impl Queue {
             }
         }
         if removed_any {
-            self.barrier(keys.as_fd())
+            self.barrier(Barrier::KeysDir, keys.as_fd())
                 .map_err(|e| ind(Call::FsyncDir, e, self.path(KEYS_DIR)))?;
         }
         Ok(retired)

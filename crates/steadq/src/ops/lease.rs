@@ -19,6 +19,7 @@ mod verify;
 
 pub(crate) use refusal::{only_refused, UNREADABLE_RECHECK};
 
+use crate::disk::barrier::Barrier;
 use crate::disk::format::{Header, HEADER_LEN};
 use crate::disk::name::{BootDue, JobId, JobName, Kind, Reason};
 use crate::disk::state::{Op, State};
@@ -208,11 +209,15 @@ impl Queue {
                     .group
                     .one_barrier_per_rename(&self.sys, self.dirs.root.as_fd()) =>
             {
-                self.sync_place(&self.place_receipts(r))?
+                self.sync_place(Barrier::AckDest, &self.place_receipts(r))?
             }
             _ => {
                 for (r, s) in shards {
-                    self.sync_moved(&self.place_ready(s, State::Leased), &self.place_receipts(r))?;
+                    self.sync_moved(
+                        Op::Ack,
+                        &self.place_ready(s, State::Leased),
+                        &self.place_receipts(r),
+                    )?;
                 }
             }
         }
@@ -417,7 +422,9 @@ impl Lease {
         }
         // Past the rename: the live name is the new one, whatever the barrier says.
         self.name = new;
-        self.q.sync_place(&here).map_err(RenewError::from_internal)
+        self.q
+            .sync_place(Barrier::RenewDir, &here)
+            .map_err(RenewError::from_internal)
     }
 }
 
@@ -711,18 +718,18 @@ impl Lease {
                 if q.group.one_barrier_per_rename(&q.sys, to.dir.fd()) {
                     // The claim's directory changed last in this thread: its fsync forces
                     // the log past the ack (xfs), or commits the whole journal (ext4).
-                    q.sync_place(&leased)
+                    q.sync_place(Barrier::ClaimDest, &leased)
                 } else {
-                    q.sync_moved(&from, &to).and_then(|()| {
+                    q.sync_moved(Op::Ack, &from, &to).and_then(|()| {
                         if leased.rel == from.rel {
                             Ok(()) // the fsync of `from` came after the claim's rename
                         } else {
-                            q.sync_place(&leased)
+                            q.sync_place(Barrier::ClaimDest, &leased)
                         }
                     })
                 }
             }
-            _ => q.sync_moved(&from, &to),
+            _ => q.sync_moved(Op::Ack, &from, &to),
         };
         if let Err(e) = barriers {
             if let Some(Ok(Some(l))) = claimed {

@@ -15,6 +15,7 @@
 //! claims, the capacity tally) watch the directories on the way to it instead, top-down, so
 //! that its making is an event ([`Queue::watch_slot`]).
 
+use crate::disk::barrier::Barrier;
 use crate::disk::layout::{shard_name, PRIO_DIR, READY_DIR};
 use crate::disk::name::JobId;
 use crate::disk::sys::{Call, Errno};
@@ -416,7 +417,7 @@ impl Queue {
             (prio.as_fd(), PRIO_DIR),
             (root, "."),
         ] {
-            self.barrier(fd).map_err(|e| {
+            self.barrier(Barrier::LevelDir, fd).map_err(|e| {
                 Cause::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.path(rel)))
             })?;
         }

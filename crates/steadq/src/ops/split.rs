@@ -20,6 +20,7 @@
 //! indeterminate); it is taken as done. A second link found nowhere there (a hard link
 //! someone made) changes nothing: the move goes on (no warning: the appliance size limit).
 
+use crate::disk::barrier::Barrier;
 use crate::disk::name::JobName;
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, Outcome, Result};
@@ -76,7 +77,7 @@ impl Queue {
         if *generation > n.generation {
             // The newer name was there when the filesystem was mounted: make sure it stays
             // before the older one goes.
-            self.dir_barrier(&DirRef::Held(dir.as_fd()))
+            self.dir_barrier(Barrier::SplitDir, &DirRef::Held(dir.as_fd()))
                 .map_err(|e| nd(Call::FsyncDir, e, rel))?;
             self.unlink_split(from.dir.fd(), &from.rel, &name, rel, newest)?;
             return Ok(true);
@@ -101,7 +102,7 @@ impl Queue {
         // Not done if the unlink fails; indeterminate if only its barrier does.
         let r = match self.sys.unlink(dir, name) {
             Ok(()) | Err(Errno::NOENT) => self
-                .dir_barrier(&DirRef::Held(dir))
+                .dir_barrier(Barrier::SplitDir, &DirRef::Held(dir))
                 .map_err(|e| (Call::FsyncDir, e, Outcome::Indeterminate)),
             Err(e) => Err((Call::Unlink, e, Outcome::NotDone)),
         };

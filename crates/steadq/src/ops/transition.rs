@@ -11,6 +11,7 @@
 //! "nothing moved" with "moved, but the barrier failed" (the job now lives under its new
 //! name) or "the rename's result is unknown" (either name may exist).
 
+use crate::disk::barrier::Barrier;
 use crate::disk::layout::{
     dead_bucket, delayed_bucket, dir_rel, receipts_shard, DEAD_DIR, DELAYED_DIR,
 };
@@ -182,7 +183,7 @@ impl Queue {
         op: Op,
     ) -> Moved {
         self.rename_job(from, old, to, new, op)?;
-        self.sync_moved(from, to).map_err(MoveFailed::Renamed)
+        self.sync_moved(op, from, to).map_err(MoveFailed::Renamed)
     }
 
     /// The barriers after a rename from `from` to `to`: fsync of `to`, then of `from` when it
@@ -191,17 +192,18 @@ impl Queue {
     ///
     /// # Errors
     /// [`ErrorKind::Io`], indeterminate (the rename happened).
-    pub(crate) fn sync_moved(&self, from: &Place<'_>, to: &Place<'_>) -> Result<()> {
-        self.sync_place(to)?;
+    /// `op` names the barriers ([`Barrier::dest`], [`Barrier::source`]).
+    pub(crate) fn sync_moved(&self, op: Op, from: &Place<'_>, to: &Place<'_>) -> Result<()> {
+        self.sync_place(Barrier::dest(op), to)?;
         if from.rel != to.rel && !self.group.one_barrier_per_rename(&self.sys, to.dir.fd()) {
-            self.sync_place(from)?;
+            self.sync_place(Barrier::source(op), from)?;
         }
         Ok(())
     }
 
-    /// The barrier after a move: fsync `place`'s directory (indeterminate on failure).
-    pub(crate) fn sync_place(&self, place: &Place<'_>) -> Result<()> {
-        self.dir_barrier(&place.dir).map_err(|e| {
+    /// The barrier `b` after a move: fsync `place`'s directory (indeterminate on failure).
+    pub(crate) fn sync_place(&self, b: Barrier, place: &Place<'_>) -> Result<()> {
+        self.dir_barrier(b, &place.dir).map_err(|e| {
             Cause::io(
                 Call::FsyncDir,
                 e,

@@ -4,7 +4,7 @@ use super::*;
 use crate::disk::identity::Identity;
 use crate::disk::layout::shard_name;
 use crate::disk::layout::{CREATED_DIRS, EVIDENCE_FILE, READY_DIR, RECEIPTS_DIR};
-use crate::disk::sys::{Call, Errno, Sys};
+use crate::disk::sys::{Barrier, Call, Errno, Sys};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -65,7 +65,7 @@ impl Queue {
             )?;
         }
         make_evidence_file(&sys, rootfd.as_fd(), &root);
-        sys.fsync_dir(rootfd.as_fd())
+        sys.fsync_dir(Barrier::Create, rootfd.as_fd())
             .map_err(|e| ind(Call::FsyncDir, e, &root))?;
         Ok(Queue::assemble(
             root, sys, rootfd, ident, opts, false, true,
@@ -90,7 +90,7 @@ fn make_root<'a>(sys: &Sys, root: &'a Path) -> Result<Option<(OwnedFd, &'a str)>
             let pfd = sys
                 .open_dir_path(parent)
                 .map_err(|e| ind(Call::Open, e, parent))?;
-            sys.fsync_dir(pfd.as_fd())
+            sys.fsync_dir(Barrier::Create, pfd.as_fd())
                 .map_err(|e| ind(Call::FsyncDir, e, parent))?;
             Ok(root.file_name().and_then(|n| n.to_str()).map(|n| (pfd, n)))
         }
@@ -109,7 +109,7 @@ fn make_root<'a>(sys: &Sys, root: &'a Path) -> Result<Option<(OwnedFd, &'a str)>
 fn unmake_root(sys: &Sys, made: &Option<(OwnedFd, &str)>) {
     if let Some((pfd, name)) = made {
         if sys.rmdir(pfd.as_fd(), name).is_ok() {
-            let _ = sys.fsync_dir(pfd.as_fd());
+            let _ = sys.fsync_dir(Barrier::Create, pfd.as_fd());
         }
     }
 }
@@ -396,7 +396,7 @@ pub(super) fn ensure_dir(
     let r = match sys.mkdir(parent, name) {
         Ok(()) => {
             *changed = true;
-            sys.fsync_dir(parent)
+            sys.fsync_dir(Barrier::Create, parent)
                 .map_err(|e| (Call::FsyncDir, e, ppath.to_path_buf()))
         }
         // Must be a real directory, not a symlink or file planted under the name.

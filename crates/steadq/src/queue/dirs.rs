@@ -4,7 +4,7 @@
 use super::*;
 use crate::disk::layout::{DEAD_DIR, DELAYED_DIR};
 use crate::disk::name::JobName;
-use crate::disk::sys::{Call, Errno};
+use crate::disk::sys::{Barrier, Call, Errno};
 use crate::ops::levels::SlotDir;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
@@ -90,21 +90,23 @@ impl Queue {
     /// fsync directory `dir` unless the policy is `None` (or see [`Queue::barriers`]), after a rename or link in it that
     /// has returned. A directory the handle holds shares the fsync with other threads of
     /// this process (group commit, `ops/group.rs`): it returns once an fsync that started
-    /// after this call began has completed.
+    /// after this call began has completed. `b` names the barrier (a fault plan may remove
+    /// it: then this thread neither makes nor waits for an fsync).
     pub(crate) fn dir_barrier(
         &self,
+        b: Barrier,
         dir: &crate::ops::enqueue::DirRef<'_>,
     ) -> core::result::Result<(), Errno> {
-        if !self.barriers {
+        if !self.barriers || self.sys.skips_barrier(b) {
             return Ok(());
         }
         let fd = dir.fd();
         match dir {
             crate::ops::enqueue::DirRef::Held(h) => match self.group.get(&self.sys, *h) {
-                Some(g) => g.barrier(&self.group.gather, || self.sys.fsync_dir(fd)),
-                None => self.sys.fsync_dir(fd),
+                Some(g) => g.barrier(&self.group.gather, || self.sys.fsync_dir(b, fd)),
+                None => self.sys.fsync_dir(b, fd),
             },
-            crate::ops::enqueue::DirRef::Opened(_) => self.sys.fsync_dir(fd),
+            crate::ops::enqueue::DirRef::Opened(_) => self.sys.fsync_dir(b, fd),
         }
     }
 
@@ -264,20 +266,30 @@ impl Queue {
             .count() as u64
     }
 
-    /// fsync directory `fd` unless the policy is `None` (or see [`Queue::barriers`]).
-    pub(crate) fn barrier(&self, fd: BorrowedFd<'_>) -> core::result::Result<(), Errno> {
+    /// fsync directory `fd` unless the policy is `None` (or see [`Queue::barriers`]). `b`
+    /// names the barrier.
+    pub(crate) fn barrier(
+        &self,
+        b: Barrier,
+        fd: BorrowedFd<'_>,
+    ) -> core::result::Result<(), Errno> {
         if !self.barriers {
             return Ok(());
         }
-        self.sys.fsync_dir(fd)
+        self.sys.fsync_dir(b, fd)
     }
 
-    /// fsync file `fd` unless the policy is `None` (or see [`Queue::barriers`]).
-    pub(crate) fn barrier_file(&self, fd: BorrowedFd<'_>) -> core::result::Result<(), Errno> {
+    /// fsync file `fd` unless the policy is `None` (or see [`Queue::barriers`]). `b` names
+    /// the barrier.
+    pub(crate) fn barrier_file(
+        &self,
+        b: Barrier,
+        fd: BorrowedFd<'_>,
+    ) -> core::result::Result<(), Errno> {
         if !self.barriers {
             return Ok(());
         }
-        self.sys.fsync(fd)
+        self.sys.fsync(b, fd)
     }
 
     /// Open (creating if needed) bucket directory `name` under `parent` (`delayed` or `dead`).
@@ -298,7 +310,7 @@ impl Queue {
         let (fd, origin) = self.made_dir(parent.as_fd(), name, &rel)?;
         if origin == crate::ops::making::Origin::MadeHere {
             self.share_like(fd.as_fd(), template, &rel);
-            self.barrier(parent.as_fd())
+            self.barrier(Barrier::BucketDir, parent.as_fd())
                 .map_err(|e| (Call::FsyncDir, e))?;
         }
         Ok(fd)

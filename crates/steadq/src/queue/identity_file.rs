@@ -3,7 +3,7 @@
 use super::*;
 use crate::disk::identity::Identity;
 use crate::disk::identity::IdentityError;
-use crate::disk::sys::{fs_name, Call, Errno, Sys};
+use crate::disk::sys::{fs_name, Barrier, Call, Errno, Sys};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
@@ -66,7 +66,14 @@ pub(super) fn identity_temp_file(
     let written = sys
         .write_all(fd.as_fd(), ident.encode().as_bytes())
         .map_err(|e| nd(Call::Write, e))
-        .and_then(|()| sys.fsync(fd.as_fd()).map_err(|e| nd(Call::Fsync, e)));
+        .and_then(|()| {
+            let b = if keep {
+                Barrier::Identity
+            } else {
+                Barrier::Create
+            };
+            sys.fsync(b, fd.as_fd()).map_err(|e| nd(Call::Fsync, e))
+        });
     if let Err(e) = written {
         let _ = sys.unlink(root, &tmp);
         return Err(e);
@@ -103,7 +110,7 @@ pub(crate) fn publish_identity(
         Err(e @ (Errno::PERM | Errno::NOSYS)) => return Err(cleanup(rename_refused(e, path))),
         Err(e) => return Err(cleanup(nd(Call::Rename, e))),
     }
-    sys.fsync_dir(root).map_err(|e| {
+    sys.fsync_dir(Barrier::Create, root).map_err(|e| {
         Cause::io(
             Call::FsyncDir,
             e,
@@ -137,7 +144,7 @@ pub(crate) fn publish_identity_replacing(
             Cause::io(Call::Rename, e, Outcome::NotDone, Some(path.join(&tmp)))
         });
     }
-    sys.fsync_dir(root).map_err(|e| {
+    sys.fsync_dir(Barrier::Identity, root).map_err(|e| {
         Cause::io(
             Call::FsyncDir,
             e,

@@ -3,6 +3,7 @@
 //! the batch rule for a move that fails.
 
 use super::{is_tag_mismatch, Bad, FsckReport, Problem, ProblemKind};
+use crate::disk::barrier::Barrier;
 use crate::disk::layout::QUARANTINE_DIR;
 use crate::disk::scan::Foreign;
 use crate::disk::sys::{Call, Errno};
@@ -146,7 +147,7 @@ impl Queue {
             Err(e) => return Err(at(Call::Mkdir, e, Outcome::NotDone)),
         };
         self.sys
-            .fsync(fd.as_fd())
+            .fsync(Barrier::Quarantine, fd.as_fd())
             .map_err(|e| at(Call::Fsync, e, Outcome::Indeterminate))?;
         Ok(true)
     }
@@ -183,8 +184,10 @@ impl Queue {
                 Some(self.path(p)),
             )
         };
-        self.barrier(to.as_fd()).map_err(|e| ind(e, &qdir))?;
-        self.barrier(from.as_fd()).map_err(|e| ind(e, dir))?;
+        self.barrier(Barrier::Quarantine, to.as_fd())
+            .map_err(|e| ind(e, &qdir))?;
+        self.barrier(Barrier::Quarantine, from.as_fd())
+            .map_err(|e| ind(e, dir))?;
         Ok(true)
     }
 
@@ -218,14 +221,15 @@ impl Queue {
                 // Shared like dead/ (owner, group, mode, setgid), not left at the umask of
                 // whoever ran fsck first: the next user's `fsck --quarantine` moves into it.
                 self.share_like(child.as_fd(), crate::disk::layout::DEAD_DIR, &rel);
-                self.barrier(parent.as_fd()).map_err(|e| {
-                    Cause::io(
-                        Call::FsyncDir,
-                        e,
-                        Outcome::Indeterminate,
-                        Some(self.path(&rel)),
-                    )
-                })?;
+                self.barrier(Barrier::Quarantine, parent.as_fd())
+                    .map_err(|e| {
+                        Cause::io(
+                            Call::FsyncDir,
+                            e,
+                            Outcome::Indeterminate,
+                            Some(self.path(&rel)),
+                        )
+                    })?;
             }
             parent = child;
         }

@@ -9,6 +9,7 @@
 use super::refusal::{only_refused, refused};
 use super::take::TryFailed::{Fail, Skip};
 use super::Lease;
+use crate::disk::barrier::Barrier;
 use crate::disk::name::{JobId, JobName, Kind};
 use crate::disk::state::State;
 use crate::disk::sys::Errno;
@@ -580,10 +581,10 @@ impl Queue {
         if let Some(last) = last {
             let last = self.place_ready(last, State::Leased);
             if self.group.one_barrier_per_rename(&self.sys, last.dir.fd()) {
-                self.sync_place(&last)?;
+                self.sync_place(Barrier::ClaimDest, &last)?;
             } else {
                 for s in shards {
-                    self.sync_place(&self.place_ready(s, State::Leased))?;
+                    self.sync_place(Barrier::ClaimDest, &self.place_ready(s, State::Leased))?;
                 }
             }
         }
