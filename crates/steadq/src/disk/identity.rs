@@ -1,5 +1,5 @@
 //! The identity file `steadq.queue`: its text, encoded and decoded side by side. Reading,
-//! publishing and replacing the file are the queue's (`src/queue.rs`); this module only turns
+//! publishing and replacing the file are the queue's (`src/queue/identity_file.rs`); this module only turns
 //! an [`Identity`] into bytes and back.
 
 use crate::disk::name::{JobId, JobName};
