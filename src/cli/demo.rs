@@ -16,6 +16,11 @@ pub fn cmd_demo_job(a: DemoJob) -> Result<i32, CliError> {
     std::io::stdin()
         .read_to_string(&mut path)
         .map_err(|e| CliError::not_done(format!("stdin: {e}")))?;
+    // No path at all: this job's worker was SIGKILLed (by the demo) before it streamed the
+    // payload. Nobody reads this exit and the job runs again elsewhere: stay quiet.
+    if path.trim().is_empty() {
+        return Ok(super::work::EX_TEMPFAIL);
+    }
     let mut f = match std::fs::File::open(path.trim()) {
         Ok(f) => f,
         // The file vanished since it was enqueued: bad input, never retry.
@@ -148,8 +153,9 @@ pub fn cmd_demo(a: Demo) -> Result<Exit, CliError> {
         let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::remove_file(&results);
         out!(
-            "removed the demo queue {} (--keep, or a directory argument, keeps it)",
-            dir.display()
+            "removed the demo queue {} and {} (--keep, or a directory argument, keeps them)",
+            dir.display(),
+            results.display()
         );
     } else if dir.exists() {
         out!(

@@ -672,8 +672,8 @@ fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<JobChild> {
         .stdin(Stdio::piped());
     // SAFETY: the closure runs in the child between fork and exec and only makes raw system
     // calls through rustix (setsid(2), prctl(2), getppid(2), prlimit(2) for
-    // getrlimit/setrlimit), all async-signal-safe, and reads an atomic; it allocates nothing
-    // and touches no memory of the parent.
+    // getrlimit/setrlimit) and libc's _exit(2), all async-signal-safe, and reads an atomic;
+    // it allocates nothing and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(move || {
             // A new session, without the worker's controlling terminal (a fresh child is no
@@ -691,8 +691,10 @@ fn spawn_command(a: &Work, lease: &Lease) -> std::io::Result<JobChild> {
                 setrlimit(Resource::Nofile, lim)?;
             }
             if getppid() != Some(parent) {
-                // ESRCH: the worker (our parent) is gone before the command started.
-                return Err(rustix::io::Errno::SRCH.into());
+                // The worker (our parent) is gone before the command started: exit at once.
+                // Not an error returned to std: it would report it on a pipe to the dead
+                // parent, fail, and abort with "fatal runtime error" on the shared stderr.
+                libc::_exit(EX_TEMPFAIL);
             }
             Ok(())
         });

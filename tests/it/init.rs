@@ -59,8 +59,38 @@ fn demo_removes_the_queue_it_made_and_says_where_it_was() {
         )),
         "{out}"
     );
+    // The summary names the results file; the last line says it went with the queue.
+    let results = out
+        .lines()
+        .find_map(|l| l.strip_prefix("hash results      20 lines in "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        out.contains(&format!(
+            " and {results} (--keep, or a directory argument, keeps them)"
+        )),
+        "{out}"
+    );
+    assert!(!Path::new(results).exists());
     assert_eq!(files(tmp.path(), ""), Vec::<String>::new());
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+/// The job of a worker SIGKILLed before it streamed the payload reads no path: it exits
+/// "retry later" without a stray error line in the demo's output.
+#[test]
+fn a_demo_job_with_no_path_is_quiet() {
+    let d = TempDir::new("cli-demojob");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let results = d.path().join("r");
+    let o = Command::new(BIN)
+        .arg("demo-job")
+        .arg(&results)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(75));
+    assert_eq!(text(&o.stderr), "");
+    assert!(!results.exists());
 }
 
 #[test]

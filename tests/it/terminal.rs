@@ -97,6 +97,13 @@ fn field<'a>(screen: &'a str, label: &str) -> Option<&'a str> {
 /// dead-lettered (counts per state and priority, holders, reasons, a non-zero ack rate);
 /// `q` leaves the alternate screen and gives the terminal its modes back (echo, canonical
 /// input: `stty` after it says so).
+/// `top` exited 0 and the `stty` after it has drawn its lines (`icanon` first, then `echo`,
+/// set or not): a screen read between the two misses the modes.
+fn exited_and_stty_shown(s: &str) -> bool {
+    s.split_once("top exited 0")
+        .is_some_and(|(_, after)| after.contains("echo\n"))
+}
+
 #[test]
 fn top_redraws_as_the_queue_changes_and_q_gives_the_terminal_back() {
     let d = TempDir::new("top");
@@ -137,7 +144,7 @@ fn top_redraws_as_the_queue_changes_and_q_gives_the_terminal_back() {
         s.contains("dead by reason: badinput 1") && s.contains("ready 1  leased 0")
     });
     t.tmux(&["send-keys", "q"]);
-    let s = t.wait_for("top to exit", |s| s.contains("top exited 0"));
+    let s = t.wait_for("top to exit", exited_and_stty_shown);
     assert!(
         !s.contains("steadq top "),
         "the alternate screen was left:\n{s}"
@@ -166,7 +173,7 @@ fn top_gives_the_terminal_back_on_sigterm() {
         .status()
         .unwrap()
         .success());
-    let s = t.wait_for("top to exit", |s| s.contains("top exited 0"));
+    let s = t.wait_for("top to exit", exited_and_stty_shown);
     assert!(!s.contains("steadq top "), "{s}");
     assert!(s.contains("\nicanon\n") && s.contains("\necho\n"), "{s}");
 }

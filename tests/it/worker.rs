@@ -2,6 +2,7 @@
 //! signals, the queue replaced under it, and the environment its commands get.
 
 use crate::common::*;
+use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use steadq::{Queue, State};
@@ -361,6 +362,48 @@ fn a_killed_worker_takes_its_command_with_it() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A worker SIGKILLed between the fork and the exec of its command (the moment `steadq demo`
+/// kills at): the child sees it and exits without a word. Before, it returned an error from
+/// its pre-exec hook and std, failing to report it to the dead parent, printed "fatal runtime
+/// error: assertion failed: output.write(&bytes).is_ok(), aborting".
+#[test]
+fn a_worker_killed_before_its_command_started_leaves_no_abort_message() {
+    let d = TempDir::new("cli-prexec");
+    assert!(steadq(&["init", p(d.path())]).status.success());
+    let mut stderr = String::new();
+    for _ in 0..30 {
+        steadq_in(&["enqueue", p(d.path())], b"x");
+        let mut w = Command::new(BIN)
+            // A command that lasts (until the worker's death takes it), so the spin sees it.
+            .args(["work", p(d.path()), "--quiet", "--", "sleep", "30"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        // Spin, no sleep: the kill should land right after the fork.
+        while !std::fs::read_dir(format!("/proc/{}/task", w.id()))
+            .unwrap()
+            .flatten()
+            .any(|t| {
+                std::fs::read_to_string(t.path().join("children"))
+                    .is_ok_and(|c| !c.trim().is_empty())
+            })
+        {
+            assert!(t.elapsed() < Duration::from_secs(20));
+        }
+        w.kill().unwrap();
+        w.wait().unwrap();
+        // EOF once the orphan (if any) is gone too: it holds the pipe's write end.
+        w.stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+    }
+    assert!(!stderr.contains("fatal runtime error"), "{stderr}");
 }
 
 #[test]

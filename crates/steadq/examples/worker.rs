@@ -9,7 +9,7 @@
 //! the job runs again, so `process` must be safe to run twice for one job id.
 
 use std::time::Duration;
-use steadq::{backoff, ClaimOptions, Options, Queue, Reason};
+use steadq::{backoff, ClaimOptions, Nacked, Options, Queue, Reason};
 
 /// What a job's outcome is: done, worth another try later, or never going to work.
 enum Outcome {
@@ -50,9 +50,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Outcome::Retry => {
                 // 1 s, 2 s, 4 s ... up to 5 min; dead-lettered once attempts run out.
                 let delay = backoff(attempt, Duration::from_secs(1), Duration::from_secs(300));
-                lease.nack(delay)?;
+                let id = lease.id();
+                match lease.nack(delay)? {
+                    Nacked::Dead => eprintln!("{id}: attempt {attempt}, none left: dead-lettered"),
+                    _ => eprintln!("{id}: attempt {attempt}, retry in {delay:?}"),
+                }
             }
             Outcome::Fatal(why) => {
+                eprintln!("{}: dead-lettered ({why})", lease.id());
                 lease.fail(Reason::new(why).ok_or("bad reason")?)?;
             }
         }
