@@ -2,6 +2,7 @@
 //! entries in place of shards (needs root; skipped otherwise).
 
 use crate::common::*;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use steadq::{EnqueueOptions, Queue};
@@ -555,4 +556,85 @@ fn a_members_directory_or_symlink_in_place_of_a_shard_is_skipped() {
     assert_eq!(code, Some(5), "{err}");
     assert!(err.contains("ready/01: owned by uid"), "{err}");
     std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// A member who holds the counting lock (`flock` of the queue directory, which she may open)
+/// for as long as she likes does not hang the owner's `compact`: it gives up after
+/// `COUNTS_LOCK_WAIT` (5 s), not done, naming the queue and the lock; nothing removed.
+#[test]
+fn a_members_flock_on_the_queue_does_not_hang_compaction() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_members_flock_on_the_queue_does_not_hang_compaction: needs root");
+        return;
+    }
+    let (_users, owner, mallory, base, bin, shared) = two_users_in_a_group("sqk", "countlock");
+    let (bin, q) = (bin.to_str().unwrap(), shared.join("q"));
+    let q = q.to_str().unwrap();
+    let (code, err) = as_user(
+        &owner,
+        &format!("{bin} init {q} && echo a | {bin} enqueue {q}"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    // Mallory takes the lock and keeps it (flock(1) opens the directory read-only).
+    let mut holder = Command::new("su")
+        .args([
+            "-s",
+            "/bin/sh",
+            &mallory,
+            "-c",
+            &format!("exec flock -x {q} sleep 30"),
+        ])
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let held = || {
+        let o = Command::new("flock")
+            .args(["-n", "-x", q, "true"])
+            .status()
+            .unwrap();
+        !o.success()
+    };
+    let t = std::time::Instant::now();
+    while !held() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "flock(1) never took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t = std::time::Instant::now();
+    let mut compact = Command::new(BIN)
+        .args(["compact", q, "--older-than", "0s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(s) = compact.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = compact.kill();
+            let _ = compact.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = t.elapsed();
+    let group = format!("-{}", holder.id());
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    let _ = holder.wait();
+    let _ = std::fs::remove_dir_all(&base);
+    let status = status.expect("compact still waiting for the member's lock after 20 s");
+    let out = compact.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("compact gave up in {took:?}: {err}");
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("counting lock") && err.contains(q), "{err}");
+    assert!(
+        took >= steadq::COUNTS_LOCK_WAIT && took < Duration::from_secs(10),
+        "{took:?}"
+    );
 }

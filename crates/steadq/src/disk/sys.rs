@@ -433,12 +433,18 @@ impl Sys {
         Ok(fd)
     }
 
-    /// Take an exclusive `flock(2)` on `fd`, waiting for it; held until the last descriptor
-    /// of its open file description closes. Retried on `EINTR`.
-    pub fn lock_exclusive(&self, fd: BorrowedFd<'_>) -> R<()> {
-        self.run_retry(Call::Flock, || {
-            rustix::fs::flock(fd, rustix::fs::FlockOperation::LockExclusive)
-        })
+    /// Try an exclusive `flock(2)` on `fd` without waiting (`LOCK_EX | LOCK_NB`): `Ok(true)`
+    /// when taken (held until the last descriptor of its open file description closes),
+    /// `Ok(false)` when another open file description holds a lock on it (`EWOULDBLOCK`).
+    /// Retried on `EINTR`.
+    pub fn try_lock_exclusive(&self, fd: BorrowedFd<'_>) -> R<bool> {
+        match self.run_retry(Call::Flock, || {
+            rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        }) {
+            Ok(()) => Ok(true),
+            Err(Errno::WOULDBLOCK) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether a writer holds temp file `name` in `dir` (made by [`Sys::create_file`]):
