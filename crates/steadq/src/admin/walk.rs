@@ -212,7 +212,7 @@ impl Queue {
                 Some(n) => (classify(&self.sys, dir, n, self.ident.id, t, fits), n),
                 None => {
                     escaped = crate::disk::name::escape_name(raw.to_bytes());
-                    log::warn!("{rel}/{escaped}: foreign entry with a non-UTF-8 name");
+                    log::warn!("{rel}/{escaped}: foreign entry with a name not UTF-8 or with control characters");
                     (Err(Foreign::NotUtf8), escaped.as_str())
                 }
             };
