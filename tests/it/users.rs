@@ -638,3 +638,35 @@ fn a_members_flock_on_the_queue_does_not_hang_compaction() {
         "{took:?}"
     );
 }
+
+/// A delayed bucket a member makes first at mode 700 (so the owner cannot read it) does not
+/// fail the owner's `wait --empty`: it is left unwatched (status reports it unread) and the
+/// wait answers as before: done when the rest is empty, timed out while a job is ready. It
+/// failed at once (exit 2, "open failed: Permission denied" naming the queue).
+#[test]
+fn a_members_private_bucket_does_not_fail_the_owners_wait_empty() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_members_private_bucket_does_not_fail_the_owners_wait_empty: needs root");
+        return;
+    }
+    let (_users, owner, mallory, base, bin, shared) = two_users_in_a_group("sqw", "waitempty");
+    let (bin, q) = (bin.to_str().unwrap(), shared.join("q"));
+    let q = q.to_str().unwrap();
+    let (code, err) = as_user(&owner, &format!("{bin} init {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = as_user(
+        &mallory,
+        &format!("umask 077; mkdir {q}/delayed/00000000000000ff"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let t = std::time::Instant::now();
+    let (code, err) = as_user(&owner, &format!("{bin} wait --empty {q} --timeout 5s"));
+    let empty_took = t.elapsed();
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = as_user(&owner, &format!("echo a | {bin} enqueue {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = as_user(&owner, &format!("{bin} wait --empty {q} --timeout 300ms"));
+    let _ = std::fs::remove_dir_all(&base);
+    assert_eq!(code, Some(3), "timed out with a job ready: {err}");
+    assert!(empty_took < Duration::from_secs(3), "{empty_took:?}");
+}

@@ -94,6 +94,10 @@ impl Queue {
             match inotify::add_watch(ino, &b, DRAIN_WATCH) {
                 // Removed since the listing (emptied): an event on `delayed/` already.
                 Ok(_) | Err(Errno::NOENT | Errno::NOTDIR) => {}
+                // One this user may not read (a member's, made first at mode 700): `status`
+                // reports it unread, its jobs uncounted; the wait still looks every
+                // `LOOK_EVERY_NS`. It failed the whole wait at once.
+                Err(Errno::ACCESS | Errno::PERM) => {}
                 Err(e) => return Err(e),
             }
         }
