@@ -332,3 +332,26 @@ fn enqueue_wait_timeout_says_it_waited_and_how_long() {
         "{e}"
     );
 }
+
+/// A line a member forges in `evidence.log` with terminal controls in its receipt name is
+/// not a line: `show` of its id finds no job and prints no control byte. It printed the
+/// name raw (a retitled, cleared terminal).
+#[test]
+fn show_never_prints_a_forged_evidence_lines_terminal_controls() {
+    let d = init("reach-forged");
+    let id = "01a249a5c4ea8d296259883873ebf42c";
+    let z = "0".repeat(64);
+    let line = format!("v1 {id} \x1b]0;PWN\x07\x1b[2Jx.rct {z} {z} 5\n");
+    let mut log = std::fs::read(d.path().join("evidence.log")).unwrap_or_default();
+    log.extend_from_slice(line.as_bytes());
+    std::fs::write(d.path().join("evidence.log"), log).unwrap();
+    let o = steadq(&["show", p(d.path()), id]);
+    let all = [o.stdout.clone(), o.stderr.clone()].concat();
+    assert!(
+        !all.contains(&0x1b) && !all.contains(&0x07),
+        "{:?}",
+        text(&all)
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("no job"), "{}", text(&o.stderr));
+}
