@@ -308,7 +308,14 @@ impl Queue {
                     return Err(Cause::io(Call::Open, e, Outcome::NotDone, path));
                 }
             };
-            going = self.walk_dir(fd.as_fd(), &rel, self.bucket_fits(area, b), f)?;
+            // A bucket is removed only when empty (by a claim, recovery or a member): one
+            // removed since it was opened is empty, not a failed listing. It failed every
+            // `status` and `wait --empty` that met one.
+            let fits = self.bucket_fits(area, b);
+            going = match self.walk_entries(fd.as_fd(), &rel, &fits, f) {
+                Err(Errno::NOENT) => going,
+                r => r.map_err(|e| self.read_dir_error(e, &rel))?,
+            };
         }
         Ok(going)
     }
