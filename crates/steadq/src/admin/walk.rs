@@ -182,19 +182,7 @@ impl Queue {
 
     /// One directory of [`Queue::walk_while`]: every entry, classified as
     /// [`crate::disk::scan`] does (name syntax, tag, place, entry type), until `f` returns
-    /// false. Returns whether to go on.
-    fn walk_dir(
-        &self,
-        dir: BorrowedFd<'_>,
-        rel: &str,
-        fits: impl Fn(&JobName) -> bool,
-        f: &mut impl FnMut(Seen<'_>) -> bool,
-    ) -> Result<bool> {
-        self.walk_entries(dir, rel, &fits, f)
-            .map_err(|e| self.read_dir_error(e, rel))
-    }
-
-    /// [`Queue::walk_dir`] with the listing's errno.
+    /// false. Returns whether to go on, or the listing's errno.
     fn walk_entries(
         &self,
         dir: BorrowedFd<'_>,
