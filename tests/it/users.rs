@@ -626,6 +626,23 @@ fn a_members_flock_on_the_queue_does_not_hang_compaction() {
     let group = format!("-{}", holder.id());
     let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
     let _ = holder.wait();
+    // su may leave flock(1) and its sleep running as her: end them by pid, or userdel
+    // refuses and the users outlive the test.
+    let t = std::time::Instant::now();
+    loop {
+        let o = Command::new("pgrep")
+            .args(["-u", &mallory])
+            .output()
+            .unwrap();
+        let pids = text(&o.stdout);
+        if pids.trim().is_empty() || t.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        for pid in pids.split_whitespace() {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = std::fs::remove_dir_all(&base);
     let status = status.expect("compact still waiting for the member's lock after 20 s");
     let out = compact.wait_with_output().unwrap();
