@@ -16,7 +16,8 @@ pub struct QueueLabel<'a> {
     pub id: u128,
 }
 
-/// A JSON string literal (RFC 8259: quote, backslash and control characters escaped).
+/// A JSON string literal (RFC 8259: quote, backslash and control characters escaped; DEL
+/// and the C1 controls too, which RFC 8259 allows raw but a terminal may act on).
 pub fn json_string(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');
@@ -24,7 +25,7 @@ pub fn json_string(s: &str) -> String {
         match c {
             '"' => o.push_str("\\\""),
             '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c if c.is_control() => o.push_str(&format!("\\u{:04x}", c as u32)),
             c => o.push(c),
         }
     }
@@ -472,6 +473,7 @@ mod tests {
     #[test]
     fn json_strings_escape_controls() {
         assert_eq!(json_string("a\"b\\c\u{1}\n"), r#""a\"b\\c\u0001\u000a""#);
+        assert_eq!(json_string("\u{7f}\u{9b}é"), r#""\u007f\u009bé""#);
     }
 
     #[test]

@@ -263,7 +263,7 @@ pub fn cmd_top(a: TopView) -> Result<Exit, CliError> {
     // about a foreign entry with a non-UTF-8 name comes at every look): a directory it
     // cannot read is on the screen instead, and `fsck` names the rest.
     log::set_max_level(log::LevelFilter::Error);
-    let ino = rustix::fs::inotify::init(
+    let mut ino = rustix::fs::inotify::init(
         rustix::fs::inotify::CreateFlags::CLOEXEC | rustix::fs::inotify::CreateFlags::NONBLOCK,
     )
     .ok();
@@ -276,8 +276,8 @@ pub fn cmd_top(a: TopView) -> Result<Exit, CliError> {
     while !super::work::stop_requested() {
         let now = Instant::now();
         if now >= next || (dirty && now >= last + gap) {
-            if let Some(i) = &ino {
-                watch(i, &a.dir);
+            if ino.as_ref().is_some_and(|i| !watch(i, &a.dir)) {
+                ino = None; // its watches freed: redrawn each second only
             }
             let s = Snap::take(&q)?;
             let (c, k) = prev.as_ref().map_or((0, 0), |p| moves(p, &s));
@@ -307,8 +307,11 @@ pub fn cmd_top(a: TopView) -> Result<Exit, CliError> {
 /// Watch the queue's job directories (ready and receipt shards, the priority levels, the
 /// delayed and dead buckets) for names coming and going. Run at every redraw, so new shards
 /// and buckets are watched too (adding a watch again changes nothing). Never follows a
-/// symlink; a directory that cannot be watched is only not watched.
-fn watch(ino: &OwnedFd, root: &Path) {
+/// symlink; a directory that cannot be watched is only not watched. `false` past
+/// [`WATCH_MAX`] directories: the watches are this user's (root's, shared with systemd and
+/// every other process of root, `fs.inotify.max_user_watches`), and every directory a
+/// member makes under `dead/` or `prio/` took one.
+fn watch(ino: &OwnedFd, root: &Path) -> bool {
     use rustix::fs::inotify::{add_watch, WatchFlags};
     let flags = WatchFlags::CREATE
         | WatchFlags::DELETE
@@ -321,7 +324,12 @@ fn watch(ino: &OwnedFd, root: &Path) {
         .map(|d| (root.join(d), 1))
         .collect();
     dirs.push((root.join("prio"), 2));
+    let mut added = 0;
     while let Some((d, depth)) = dirs.pop() {
+        added += 1;
+        if added > WATCH_MAX {
+            return false;
+        }
         if add_watch(ino, &d, flags).is_err() || depth == 0 {
             continue;
         }
@@ -333,7 +341,11 @@ fn watch(ino: &OwnedFd, root: &Path) {
             }
         }
     }
+    true
 }
+
+/// The most directories `top` watches (4096); past it, it redraws each second only.
+const WATCH_MAX: usize = 4096;
 
 enum Wake {
     Quit,

@@ -332,3 +332,89 @@ fn enqueue_wait_timeout_says_it_waited_and_how_long() {
         "{e}"
     );
 }
+
+/// A line a member forges in `evidence.log` with terminal controls in its receipt name is
+/// not a line: `show` of its id finds no job and prints no control byte. It printed the
+/// name raw (a retitled, cleared terminal).
+#[test]
+fn show_never_prints_a_forged_evidence_lines_terminal_controls() {
+    let d = init("reach-forged");
+    let id = "01a249a5c4ea8d296259883873ebf42c";
+    let z = "0".repeat(64);
+    let line = format!("v1 {id} \x1b]0;PWN\x07\x1b[2Jx.rct {z} {z} 5\n");
+    let mut log = std::fs::read(d.path().join("evidence.log")).unwrap_or_default();
+    log.extend_from_slice(line.as_bytes());
+    std::fs::write(d.path().join("evidence.log"), log).unwrap();
+    let o = steadq(&["show", p(d.path()), id]);
+    let all = [o.stdout.clone(), o.stderr.clone()].concat();
+    assert!(
+        !all.contains(&0x1b) && !all.contains(&0x07),
+        "{:?}",
+        text(&all)
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("no job"), "{}", text(&o.stderr));
+}
+
+/// The inotify watches `wait --empty` holds (this user's `fs.inotify.max_user_watches`,
+/// shared with the user's other processes): 3000 bucket directories a member made in
+/// `delayed/` do not take 3000 of them (at most the slots and `delayed/` when there are
+/// over 1024), and the wait still sees the queue empty within its one-second look. It
+/// watched every one.
+#[test]
+fn wait_empty_does_not_spend_a_watch_per_planted_bucket() {
+    let d = init("reach-watches");
+    enqueue(&d, b"a", &[]);
+    for i in 1..=3000u64 {
+        std::fs::create_dir(d.path().join(format!("delayed/{i:016x}"))).unwrap();
+    }
+    let mut w = std::process::Command::new(env!("CARGO_BIN_EXE_steadq"))
+        .args(["wait", "--empty", p(d.path()), "--timeout", "20s"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let watches = || {
+        let mut n = 0;
+        for fd in std::fs::read_dir(format!("/proc/{}/fd", w.id()))
+            .into_iter()
+            .flatten()
+        {
+            let fd = fd.unwrap().path();
+            if std::fs::read_link(&fd).is_ok_and(|l| l.to_str() == Some("anon_inode:inotify")) {
+                let info = format!(
+                    "/proc/{}/fdinfo/{}",
+                    w.id(),
+                    fd.file_name().unwrap().to_str().unwrap()
+                );
+                let info = std::fs::read_to_string(info).unwrap_or_default();
+                n += info.lines().filter(|l| l.starts_with("inotify")).count();
+            }
+        }
+        n
+    };
+    let (t, mut most, mut seen) = (Instant::now(), 0, 0);
+    while t.elapsed() < Duration::from_secs(3) {
+        let n = watches();
+        most = most.max(n);
+        seen += usize::from(n > 0);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let h = claim(&d);
+    ok(&steadq(&["ack", p(d.path()), &h]));
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = w.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = w.kill();
+            panic!("wait --empty did not see the queue empty");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = text(&w.wait_with_output().unwrap().stderr);
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(seen > 0, "never saw the wait's inotify instance");
+    assert!(most <= 300, "wait --empty held {most} watches");
+}

@@ -780,3 +780,51 @@ fn a_job_file_longer_than_its_header_says_is_dead_lettered_not_a_panic() {
     assert_eq!(handed, vec![good]);
     assert_eq!(q.find(id).unwrap().state, State::Dead);
 }
+
+/// Names a member plants holding terminal controls (an OSC title, a screen clear, `\r`, a
+/// newline, a C1 CSI) reach the operator's terminal escaped (`\xNN`) from every command that
+/// prints them (`fsck`, `status`, `list`, `list --json`, the warnings), and are quarantined
+/// by their bytes. They were printed raw: `fsck` retitled and cleared the terminal.
+#[test]
+fn names_with_terminal_controls_are_printed_escaped() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = TempDir::new("trust-ansi");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let good = q.enqueue(b"good").unwrap();
+    let raw = std::ffi::OsStr::from_bytes(b"x\x1b]0;PWNED\x07\x1b[2J\rfake\nline\xc2\x9b1m");
+    std::fs::write(d.path().join("ready/00").join(raw), b"x").unwrap();
+    std::fs::create_dir(d.path().join("dead").join(raw)).unwrap();
+    let qp = p(d.path());
+    let mut all = Vec::new();
+    for args in [
+        &["fsck", qp][..],
+        &["status", qp],
+        &["list", qp],
+        &["list", qp, "--json"],
+    ] {
+        let o = run(args);
+        for (what, b) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+            let bad: Vec<u8> = b
+                .iter()
+                .copied()
+                .filter(|&c| (c < 0x20 && c != b'\n') || c == 0x7f)
+                .collect();
+            assert!(bad.is_empty(), "{args:?} {what}: {:?}", text(b));
+            assert!(
+                !text(b).contains('\u{9b}'),
+                "{args:?} {what}: {:?}",
+                text(b)
+            );
+        }
+        all.push(text(&o.stdout) + &text(&o.stderr));
+    }
+    let esc = "x\\x1b]0;PWNED\\x07\\x1b[2J\\x0dfake\\x0aline\\xc2\\x9b1m";
+    assert!(all[0].contains(&format!("ready/00/{esc}")), "{}", all[0]);
+    assert!(all[0].contains(&format!("dead/{esc}")), "{}", all[0]);
+    let rep = q.fsck_quarantine().unwrap();
+    assert!(rep.problems.iter().all(|p| p.quarantined), "{rep:?}");
+    assert!(!d.path().join("ready/00").join(raw).exists());
+    assert!(!d.path().join("dead").join(raw).exists());
+    assert!(q.fsck().unwrap().problems.is_empty());
+    assert_eq!(q.claim().unwrap().unwrap().id(), good);
+}

@@ -2,6 +2,7 @@
 //! entries in place of shards (needs root; skipped otherwise).
 
 use crate::common::*;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use steadq::{EnqueueOptions, Queue};
@@ -555,4 +556,134 @@ fn a_members_directory_or_symlink_in_place_of_a_shard_is_skipped() {
     assert_eq!(code, Some(5), "{err}");
     assert!(err.contains("ready/01: owned by uid"), "{err}");
     std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// A member who holds the counting lock (`flock` of the queue directory, which she may open)
+/// for as long as she likes does not hang the owner's `compact`: it gives up after
+/// `COUNTS_LOCK_WAIT` (5 s), not done, naming the queue and the lock; nothing removed.
+#[test]
+fn a_members_flock_on_the_queue_does_not_hang_compaction() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_members_flock_on_the_queue_does_not_hang_compaction: needs root");
+        return;
+    }
+    let (_users, owner, mallory, base, bin, shared) = two_users_in_a_group("sqk", "countlock");
+    let (bin, q) = (bin.to_str().unwrap(), shared.join("q"));
+    let q = q.to_str().unwrap();
+    let (code, err) = as_user(
+        &owner,
+        &format!("{bin} init {q} && echo a | {bin} enqueue {q}"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    // Mallory takes the lock and keeps it (flock(1) opens the directory read-only).
+    let mut holder = Command::new("su")
+        .args([
+            "-s",
+            "/bin/sh",
+            &mallory,
+            "-c",
+            &format!("exec flock -x {q} sleep 30"),
+        ])
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let held = || {
+        let o = Command::new("flock")
+            .args(["-n", "-x", q, "true"])
+            .status()
+            .unwrap();
+        !o.success()
+    };
+    let t = std::time::Instant::now();
+    while !held() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "flock(1) never took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t = std::time::Instant::now();
+    let mut compact = Command::new(BIN)
+        .args(["compact", q, "--older-than", "0s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(s) = compact.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = compact.kill();
+            let _ = compact.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = t.elapsed();
+    let group = format!("-{}", holder.id());
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    let _ = holder.wait();
+    // su may leave flock(1) and its sleep running as her: end them by pid, or userdel
+    // refuses and the users outlive the test.
+    let t = std::time::Instant::now();
+    loop {
+        let o = Command::new("pgrep")
+            .args(["-u", &mallory])
+            .output()
+            .unwrap();
+        let pids = text(&o.stdout);
+        if pids.trim().is_empty() || t.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        for pid in pids.split_whitespace() {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    let status = status.expect("compact still waiting for the member's lock after 20 s");
+    let out = compact.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("compact gave up in {took:?}: {err}");
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("counting lock") && err.contains(q), "{err}");
+    assert!(
+        took >= steadq::COUNTS_LOCK_WAIT && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+}
+
+/// A delayed bucket a member makes first at mode 700 (so the owner cannot read it) does not
+/// fail the owner's `wait --empty`: it is left unwatched (status reports it unread) and the
+/// wait answers as before: done when the rest is empty, timed out while a job is ready. It
+/// failed at once (exit 2, "open failed: Permission denied" naming the queue).
+#[test]
+fn a_members_private_bucket_does_not_fail_the_owners_wait_empty() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_members_private_bucket_does_not_fail_the_owners_wait_empty: needs root");
+        return;
+    }
+    let (_users, owner, mallory, base, bin, shared) = two_users_in_a_group("sqw", "waitempty");
+    let (bin, q) = (bin.to_str().unwrap(), shared.join("q"));
+    let q = q.to_str().unwrap();
+    let (code, err) = as_user(&owner, &format!("{bin} init {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = as_user(
+        &mallory,
+        &format!("umask 077; mkdir {q}/delayed/00000000000000ff"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let t = std::time::Instant::now();
+    let (code, err) = as_user(&owner, &format!("{bin} wait --empty {q} --timeout 5s"));
+    let empty_took = t.elapsed();
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = as_user(&owner, &format!("echo a | {bin} enqueue {q}"));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = as_user(&owner, &format!("{bin} wait --empty {q} --timeout 300ms"));
+    let _ = std::fs::remove_dir_all(&base);
+    assert_eq!(code, Some(3), "timed out with a job ready: {err}");
+    assert!(empty_took < Duration::from_secs(3), "{empty_took:?}");
 }

@@ -206,6 +206,13 @@ pub enum ErrorKind {
     BadLimits,
     /// The counts file `steadq.counts` is damaged (syntax or checksum). Not done.
     BadCounts,
+    /// The counting lock (an exclusive `flock(2)` on the queue root, held by compaction,
+    /// dead requeue and dead purge while they run) was held by another process for all of
+    /// [`crate::COUNTS_LOCK_WAIT`]. The path is the queue root. Not done, nothing changed.
+    CountsBusy {
+        /// How long this process waited, in ms.
+        waited_ms: u64,
+    },
     /// A ready shard (the path) is a directory owned by another user than `ready/`: not
     /// the one `init` made (someone moved it away and made their own). It is never listed
     /// nor placed into. Not done.
@@ -528,6 +535,13 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
             "idempotency key entry held by pid {pid} (entry owned by uid {owner}), whose job \
              did not appear in {waited_ms} ms: not done, nothing enqueued (try again; if no \
              enqueue with this key is running, remove the entry)"
+        ),
+        ErrorKind::CountsBusy { waited_ms } => write!(
+            f,
+            "another process held the counting lock (flock of the queue directory: a \
+             compact, dead requeue or dead purge running, or a member's process holding it) \
+             for all of {waited_ms} ms: not done, nothing changed (try again; fuser or lsof \
+             on the directory names the holder)"
         ),
         ErrorKind::BadKeyEntry => {
             f.write_str("idempotency key entry is damaged or names another key")

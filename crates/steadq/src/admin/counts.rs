@@ -18,6 +18,12 @@ use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::queue::Queue;
 use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+/// The longest compaction, `requeue_dead` and `purge_dead` wait for the counting lock
+/// (5 s), then fail not done ([`ErrorKind::CountsBusy`]) naming the queue root. Another
+/// of them running holds it for its whole run; so can any member, who may open the root.
+pub const COUNTS_LOCK_WAIT: Duration = Duration::from_secs(5);
 
 impl Queue {
     /// What compaction, requeue and purge removed for good (`steadq.counts`; all zero
@@ -39,17 +45,40 @@ impl Queue {
     }
 
     /// The counting lock (see the module docs): an exclusive `flock(2)` on a new descriptor
-    /// of the root, held until the returned descriptor is dropped.
+    /// of the root, held until the returned descriptor is dropped. Tried without blocking
+    /// every 1 to 50 ms for at most [`COUNTS_LOCK_WAIT`]: every member may open the root and
+    /// lock it (they run `dead requeue`), so a wait without bound was a member's way to hang
+    /// the owner's compaction and every requeue and purge for as long as she liked.
+    ///
+    /// # Errors
+    /// Not done: [`ErrorKind::CountsBusy`] naming the root when the lock stayed held;
+    /// [`ErrorKind::Io`] when the root cannot be opened or locked.
     pub(crate) fn counts_lock(&self) -> Result<OwnedFd> {
         let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.root.clone()));
         let fd = self
             .sys
             .open_dir_beneath(self.dirs.root.as_fd(), ".")
             .map_err(|e| nd(Call::Open, e))?;
-        self.sys
-            .lock_exclusive(fd.as_fd())
-            .map_err(|e| nd(Call::Flock, e))?;
-        Ok(fd)
+        let started = self.clock.boot_ns();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if self
+                .sys
+                .try_lock_exclusive(fd.as_fd())
+                .map_err(|e| nd(Call::Flock, e))?
+            {
+                return Ok(fd);
+            }
+            let waited = Duration::from_nanos(self.clock.boot_ns().saturating_sub(started));
+            if waited >= COUNTS_LOCK_WAIT {
+                let kind = ErrorKind::CountsBusy {
+                    waited_ms: waited.as_millis() as u64,
+                };
+                return Err(Cause::not_done(kind, Some(self.root.clone())));
+            }
+            std::thread::sleep(pause.min(COUNTS_LOCK_WAIT - waited));
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
 
     /// Count `acked` receipts and `dead` jobs about to be removed ([`Queue::add_counts`]),

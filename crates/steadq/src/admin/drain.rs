@@ -17,6 +17,10 @@ use rustix::fs::inotify::{self, CreateFlags};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
+/// The most delayed buckets `wait_empty` watches (1024); past it, none (it looks every
+/// `LOOK_EVERY_NS` all the same).
+const BUCKET_WATCH_MAX: usize = 1024;
+
 impl Queue {
     /// Wait until the queue holds no ready, leased or delayed job (dead jobs and receipts
     /// do not count), up to `timeout` (`None`: no limit). `Ok(true)` once it is empty (at
@@ -30,12 +34,18 @@ impl Queue {
     /// queue's directory was removed or replaced while it waited.
     pub fn wait_empty(&self, timeout: Option<Duration>) -> crate::Result<bool> {
         let io = |e| Cause::io(Call::Open, e, Outcome::NotDone, Some(self.root.clone()));
-        let ino = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).map_err(io)?;
+        let init = || inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).map_err(io);
+        let mut ino = init()?;
         let nanos = |d: Duration| d.as_nanos().min(u64::MAX as u128) as u64;
         let deadline = timeout.map(|t| self.clock.boot_ns().saturating_add(nanos(t)));
         loop {
             // Watched before counting: a job that moves after the count is an event.
-            self.watch_live_dirs(&ino).map_err(io)?;
+            if !self.watch_live_dirs(&ino, true).map_err(io)? {
+                // Too many buckets to watch: a fresh instance (the old one's watches
+                // freed) without them; the wait looks every `LOOK_EVERY_NS` anyway.
+                ino = init()?;
+                self.watch_live_dirs(&ino, false).map_err(io)?;
+            }
             let s = self.status_with(&crate::StatusOptions { bytes: false })?;
             if s.ready + s.leased + s.delayed == 0 {
                 return Ok(true);
@@ -67,7 +77,17 @@ impl Queue {
 
     /// Watch every ready slot (see [`Queue::watch_slot`]), `delayed/` and its buckets on
     /// `ino`; a watch that exists already is kept (same watch descriptor).
-    fn watch_live_dirs(&self, ino: &OwnedFd) -> core::result::Result<(), Errno> {
+    ///
+    /// With `buckets`, the buckets too, unless there are more than [`BUCKET_WATCH_MAX`]:
+    /// then none is added and it returns `false`. A watch is taken from this user's
+    /// `fs.inotify.max_user_watches`, shared with every other process of the user (root's:
+    /// systemd's path units): a member who makes 100 000 bucket directories must not spend
+    /// them.
+    fn watch_live_dirs(
+        &self,
+        ino: &OwnedFd,
+        buckets_too: bool,
+    ) -> core::result::Result<bool, Errno> {
         for s in 0..self.ident.slots() {
             match self.watch_slot(ino.as_fd(), s, WATCH) {
                 // A slot this user may not read is counted as unreadable by `status`.
@@ -77,19 +97,29 @@ impl Queue {
         }
         let delayed = self.root.join(DELAYED_DIR);
         inotify::add_watch(ino, &delayed, WATCH)?;
+        if !buckets_too {
+            return Ok(true);
+        }
         let mut buckets = Vec::new();
         self.sys.read_dir(self.dirs.delayed.as_fd(), |name, _, _| {
             if let Some(b) = name.filter(|n| crate::disk::layout::parse_bucket(n).is_some()) {
                 buckets.push(delayed.join(b));
             }
         })?;
+        if buckets.len() > BUCKET_WATCH_MAX {
+            return Ok(false);
+        }
         for b in buckets {
             match inotify::add_watch(ino, &b, WATCH) {
                 // Removed since the listing (emptied): an event on `delayed/` already.
                 Ok(_) | Err(Errno::NOENT | Errno::NOTDIR) => {}
+                // One this user may not read (a member's, made first at mode 700): `status`
+                // reports it unread, its jobs uncounted; the wait still looks every
+                // `LOOK_EVERY_NS`. It failed the whole wait at once.
+                Err(Errno::ACCESS | Errno::PERM) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(true)
     }
 }

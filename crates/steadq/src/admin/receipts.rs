@@ -95,14 +95,20 @@ impl EvidenceLine {
     }
 
     /// Parse one line (with or without its newline); `None` when it is not a whole `v1`
-    /// line (a torn last line after a crash, say).
+    /// line (a torn last line after a crash, say), or its receipt name is not printable
+    /// ASCII (a forged one).
     pub fn parse(line: &str) -> Option<EvidenceLine> {
         let mut f = line.strip_suffix('\n').unwrap_or(line).split(' ');
         if f.next()? != "v1" {
             return None;
         }
         let id = JobId::parse(f.next()?)?;
-        let receipt = f.next().filter(|r| r.ends_with(".rct"))?.to_string();
+        // Printable ASCII only, as every receipt name is: a forged line's terminal controls
+        // never reach `show`.
+        let receipt = f
+            .next()
+            .filter(|r| r.ends_with(".rct") && r.bytes().all(|b| b.is_ascii_graphic()))?
+            .to_string();
         let payload_sha256 = unhex32(f.next()?)?;
         let envelope_sha256 = unhex32(f.next()?)?;
         let acked = f.next()?;

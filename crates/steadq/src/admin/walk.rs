@@ -182,19 +182,7 @@ impl Queue {
 
     /// One directory of [`Queue::walk_while`]: every entry, classified as
     /// [`crate::disk::scan`] does (name syntax, tag, place, entry type), until `f` returns
-    /// false. Returns whether to go on.
-    fn walk_dir(
-        &self,
-        dir: BorrowedFd<'_>,
-        rel: &str,
-        fits: impl Fn(&JobName) -> bool,
-        f: &mut impl FnMut(Seen<'_>) -> bool,
-    ) -> Result<bool> {
-        self.walk_entries(dir, rel, &fits, f)
-            .map_err(|e| self.read_dir_error(e, rel))
-    }
-
-    /// [`Queue::walk_dir`] with the listing's errno.
+    /// false. Returns whether to go on, or the listing's errno.
     fn walk_entries(
         &self,
         dir: BorrowedFd<'_>,
@@ -212,7 +200,7 @@ impl Queue {
                 Some(n) => (classify(&self.sys, dir, n, self.ident.id, t, fits), n),
                 None => {
                     escaped = crate::disk::name::escape_name(raw.to_bytes());
-                    log::warn!("{rel}/{escaped}: foreign entry with a non-UTF-8 name");
+                    log::warn!("{rel}/{escaped}: foreign entry with a name not UTF-8 or with control characters");
                     (Err(Foreign::NotUtf8), escaped.as_str())
                 }
             };
@@ -308,7 +296,14 @@ impl Queue {
                     return Err(Cause::io(Call::Open, e, Outcome::NotDone, path));
                 }
             };
-            going = self.walk_dir(fd.as_fd(), &rel, self.bucket_fits(area, b), f)?;
+            // A bucket is removed only when empty (by a claim, recovery or a member): one
+            // removed since it was opened is empty, not a failed listing. It failed every
+            // `status` and `wait --empty` that met one.
+            let fits = self.bucket_fits(area, b);
+            going = match self.walk_entries(fd.as_fd(), &rel, &fits, f) {
+                Err(Errno::NOENT) => going,
+                r => r.map_err(|e| self.read_dir_error(e, &rel))?,
+            };
         }
         Ok(going)
     }

@@ -406,12 +406,21 @@ pub(crate) fn parse_hex(s: &[u8], width: usize) -> Option<u128> {
 }
 
 /// A directory entry's name as text: its UTF-8 runs as they are (a backslash doubled), each
-/// byte that is not part of one as `\xNN`. Reversible ([`unescape_name`]): how a name that
-/// is not UTF-8 is reported and then found again (`fsck --quarantine`).
+/// byte that is not part of one, and each byte of a control character (`char::is_control`:
+/// ESC, BEL, `\r`, `\n`, DEL, C1), as `\xNN`. Reversible ([`unescape_name`]): how a name
+/// that is not UTF-8 or would drive the reader's terminal is reported and then found again
+/// (`fsck --quarantine`).
 pub fn escape_name(raw: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len() + 8);
     for chunk in raw.utf8_chunks() {
         for c in chunk.valid().chars() {
+            if c.is_control() {
+                let mut b = [0u8; 4];
+                for b in c.encode_utf8(&mut b).bytes() {
+                    out.push_str(&format!("\\x{b:02x}"));
+                }
+                continue;
+            }
             if c == '\\' {
                 out.push('\\');
             }
@@ -1084,6 +1093,14 @@ mod tests {
             assert_eq!(unescape_name(&e).as_deref(), Some(raw), "{e}");
         }
         assert_eq!(escape_name(b"a\xffb"), "a\\xffb");
+        assert_eq!(
+            escape_name(b"a\x1b]0;t\x07\r\xc2\x9b"),
+            "a\\x1b]0;t\\x07\\x0d\\xc2\\x9b"
+        );
+        assert_eq!(
+            unescape_name(&escape_name(b"a\x1b[2J\n")).unwrap(),
+            b"a\x1b[2J\n"
+        );
         assert_eq!(unescape_name("a\\q"), None);
     }
 

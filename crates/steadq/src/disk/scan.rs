@@ -13,7 +13,7 @@ use std::os::fd::BorrowedFd;
 /// Why an entry is foreign.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Foreign {
-    /// The name is not UTF-8.
+    /// The name is not UTF-8, or holds a control character (shown escaped, `\xNN`).
     NotUtf8,
     /// The name is not a SteadQ name, or its tag does not match.
     Name(NameError),
@@ -27,7 +27,7 @@ pub enum Foreign {
 impl core::fmt::Display for Foreign {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(match self {
-            Foreign::NotUtf8 => "foreign: name is not UTF-8",
+            Foreign::NotUtf8 => "foreign: name is not UTF-8 or holds control characters",
             Foreign::Name(NameError::Syntax) => "foreign: not a SteadQ job name",
             Foreign::Name(NameError::LastGeneration) => {
                 "foreign: a job name at generation ffffffffffffffff, which no job reaches (its next move would wrap to 0): forged"

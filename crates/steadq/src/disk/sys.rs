@@ -434,12 +434,18 @@ impl Sys {
         Ok(fd)
     }
 
-    /// Take an exclusive `flock(2)` on `fd`, waiting for it; held until the last descriptor
-    /// of its open file description closes. Retried on `EINTR`.
-    pub fn lock_exclusive(&self, fd: BorrowedFd<'_>) -> R<()> {
-        self.run_retry(Call::Flock, || {
-            rustix::fs::flock(fd, rustix::fs::FlockOperation::LockExclusive)
-        })
+    /// Try an exclusive `flock(2)` on `fd` without waiting (`LOCK_EX | LOCK_NB`): `Ok(true)`
+    /// when taken (held until the last descriptor of its open file description closes),
+    /// `Ok(false)` when another open file description holds a lock on it (`EWOULDBLOCK`).
+    /// Retried on `EINTR`.
+    pub fn try_lock_exclusive(&self, fd: BorrowedFd<'_>) -> R<bool> {
+        match self.run_retry(Call::Flock, || {
+            rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        }) {
+            Ok(()) => Ok(true),
+            Err(Errno::WOULDBLOCK) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether a writer holds temp file `name` in `dir` (made by [`Sys::create_file`]):
@@ -1204,7 +1210,10 @@ impl Sys {
     }
 
     /// List `dir` with `getdents64(2)`, calling `f(name, type)` for each entry except `.` and
-    /// `..`. Names that are not UTF-8 are passed as `None` (they are foreign by definition).
+    /// `..`. Names that are not UTF-8, or hold a control character (an escape sequence, `\r`,
+    /// a newline: what a member would print to an operator's terminal), are passed as `None`
+    /// (foreign by definition: no SteadQ name holds one), to be shown escaped
+    /// ([`crate::disk::name::escape_name`]).
     pub fn read_dir(
         &self,
         dir: BorrowedFd<'_>,
@@ -1248,12 +1257,20 @@ impl Sys {
                 FileType::Unknown => EntryType::Unknown,
                 _ => EntryType::Other,
             };
-            if !f(std::str::from_utf8(bytes).ok(), raw, t) {
+            if !f(printable_name(bytes), raw, t) {
                 break;
             }
         }
         Ok(())
     }
+}
+
+/// `bytes` as text when it is UTF-8 without a control character (`char::is_control`: C0,
+/// DEL, C1), else `None`: see [`Sys::read_dir`].
+fn printable_name(bytes: &[u8]) -> Option<&str> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .filter(|s| !s.chars().any(char::is_control))
 }
 
 /// A human name for a filesystem magic number (`statfs(2)`, `linux/magic.h`).
