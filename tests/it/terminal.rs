@@ -61,7 +61,7 @@ impl Tmux {
 
     /// Poll the screen until `ok` holds (10 s at most); the screen it held on.
     fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let end = Instant::now() + Duration::from_secs(10);
+        let end = Instant::now() + Duration::from_secs(30);
         loop {
             let s = self.screen();
             if ok(&s) {
