@@ -59,7 +59,7 @@ impl Tmux {
         text(&self.tmux(&["capture-pane", "-p"]).stdout)
     }
 
-    /// Poll the screen until `ok` holds (10 s at most); the screen it held on.
+    /// Poll the screen until `ok` holds (30 s at most); the screen it held on.
     fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let end = Instant::now() + Duration::from_secs(30);
         loop {
