@@ -132,16 +132,21 @@
 #![deny(unsafe_code)]
 
 // Declared in the order rustdoc lists `Queue`'s methods: opening it, then the operations
-// (enqueue and claim first), then administration.
+// (enqueue and claim first), then administration, then what a handle holds. Blank lines
+// keep rustfmt from sorting them (it sorts only adjacent `mod` lines).
+mod queue;
+
+mod ops;
+
 mod admin;
+
+#[path = "queue/info.rs"]
+mod queue_info;
+
 #[cfg(feature = "tokio")]
 mod asyncq;
 mod disk;
 mod error;
-mod ops;
-mod queue;
-#[path = "queue/info.rs"]
-mod queue_info;
 #[cfg(feature = "serde")]
 mod typed;
 

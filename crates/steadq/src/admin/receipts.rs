@@ -438,7 +438,7 @@ impl Queue {
     }
 
     /// The evidence line of job `id`, when it has one that parses (see
-    /// [`Queue::acked_in_evidence`] for where it is looked for and what it costs): the
+    /// `Queue::acked_in_evidence` for where it is looked for and what it costs): the
     /// record of a receipt removed by compaction or by receipt policy `none`. Reads only.
     ///
     /// # Errors
