@@ -82,14 +82,22 @@ impl Queue {
     }
 
     /// Count `acked` receipts and `dead` jobs about to be removed ([`Queue::add_counts`]),
-    /// or, when the filesystem is full (`ENOSPC`, `EDQUOT`: no inode or block for the temp
-    /// file), count nothing and return `true`: the caller counts them after the removal
-    /// freed room (compaction and purge are how a full disk is cured, and must not need
-    /// room first). A crash in between then never counts them.
+    /// or, when the filesystem is full (`ENOSPC`, `EDQUOT` from making or writing the temp
+    /// file: no inode or block for it), count nothing and return `true`: the caller counts
+    /// them after the removal freed room (compaction and purge are how a full disk is cured,
+    /// and must not need room first). A crash in between then never counts them. A failed
+    /// barrier (an fsync, whatever its errno) is the caller's failure, not done: nothing was
+    /// removed yet.
     pub(crate) fn count_ahead(&self, acked: i64, dead: i64) -> Result<bool> {
-        let full = |x| x == Errno::NOSPC.into() || x == Errno::DQUOT.into();
+        let full = |e: &Cause| match e.kind() {
+            crate::ErrorKind::Io { call, errno } => {
+                matches!(call, Call::Open | Call::Write)
+                    && (*errno == Errno::NOSPC.into() || *errno == Errno::DQUOT.into())
+            }
+            _ => false,
+        };
         match self.add_counts(acked, dead) {
-            Err(e) if e.errno().is_some_and(full) => Ok(true),
+            Err(e) if full(&e) => Ok(true),
             r => r.map(|()| false),
         }
     }
