@@ -427,6 +427,16 @@ fn a_worker_notices_its_queue_was_replaced() {
     // Once the worker holds the queue's directories (not after a fixed delay: under CI load
     // it could open the queue only after it was made again, and then run on).
     wait_until_held(w.id(), &queue_dirs(d.path()));
+    // And past its open's rename probe in tmp/ (slow under emulation): removed during the
+    // probe, the open itself fails (not done, naming the probe file) before any worker runs.
+    let t = Instant::now();
+    while files(d.path(), "tmp").iter().any(|f| f.ends_with(".probe")) {
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "the open's probe never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::fs::remove_dir_all(d.path()).unwrap();
     assert!(steadq(&["init", p(d.path())]).status.success());
     let t = Instant::now();
