@@ -224,7 +224,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
             (Box::new(f), "stdin".to_string())
         }
     };
-    let q = Queue::open_with(
+    let q = super::open_with(
         &a.dir,
         Options {
             max_payload: a.max_payload,
@@ -402,7 +402,7 @@ pub fn cmd_claim(a: Claim) -> Result<Exit, CliError> {
             f.remove_if_made();
         }
     };
-    let q = Queue::open_with(
+    let q = super::open_with(
         &a.dir,
         Options {
             max_payload: a.max_payload,

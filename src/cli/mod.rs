@@ -102,7 +102,28 @@ impl From<SettleError> for CliError {
 
 /// Open an existing queue, with an error that says which path.
 pub fn open(dir: &Path) -> Result<Queue, CliError> {
-    Ok(Queue::open(dir)?)
+    open_with(dir, steadq::Options::default())
+}
+
+/// Open an existing queue with options `o`, with an error that says which path (and, for a
+/// directory that does not exist, how to make one).
+pub fn open_with(dir: &Path, o: steadq::Options) -> Result<Queue, CliError> {
+    Queue::open_with(dir, o).map_err(|e| missing_dir_hint(dir, e))
+}
+
+/// The error of opening `dir`; when `dir` itself does not exist (`ENOENT` on the path given),
+/// it says so and how to make a queue there, instead of the bare `open failed`.
+fn missing_dir_hint(dir: &Path, e: Error) -> CliError {
+    let enoent = e.errno().is_some_and(|n| n.raw_os_error() == 2);
+    if enoent && e.path() == Some(dir) {
+        return CliError::not_done(format!(
+            "{}: no such directory (make a queue there with `steadq init {}`); not done, \
+             nothing changed",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    e.into()
 }
 
 /// Open an existing queue to read only: no rename probe in `tmp/`, nothing written.
@@ -111,7 +132,7 @@ pub fn open_read_only(dir: &Path) -> Result<Queue, CliError> {
         mode: steadq::OpenMode::ReadOnly,
         ..Default::default()
     };
-    Ok(Queue::open_with(dir, o)?)
+    open_with(dir, o)
 }
 
 /// Run one parsed command; its exit code.

@@ -75,7 +75,7 @@ impl Progress {
             progress: Some(self.counter()),
             ..Default::default()
         };
-        Ok(steadq::Queue::open_with(dir, o)?)
+        super::open_with(dir, o)
     }
 }
 

@@ -164,7 +164,7 @@ enum JobEnd {
 pub fn cmd_work(a: Work) -> Result<Exit, CliError> {
     check_work_args(&a)?;
     check_command(&super::rawargs::os(&a.command[0]))?;
-    let q = steadq::Queue::open_with(
+    let q = super::open_with(
         &a.dir,
         steadq::Options {
             max_payload: a.max_payload,

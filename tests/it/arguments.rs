@@ -671,3 +671,28 @@ fn messages_name_what_is_there() {
     assert!(err.contains("the next claim that reaches it"), "{err}");
     assert!(!err.contains("fsck` will"), "{err}");
 }
+
+#[test]
+fn a_missing_queue_directory_is_named_with_the_command_that_makes_one() {
+    let d = TempDir::new("cli-missing");
+    let missing = d.path().join("nope");
+    for args in [
+        vec!["enqueue", p(&missing)],
+        vec!["claim", p(&missing)],
+        vec!["status", p(&missing)],
+        vec!["list", p(&missing)],
+    ] {
+        let out = steadq_in(&args, b"x");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "{}: no such directory (make a queue there with `steadq init {}`)",
+                p(&missing),
+                p(&missing)
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(!missing.exists(), "{args:?} made the directory");
+    }
+}
