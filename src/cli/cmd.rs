@@ -923,7 +923,8 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
     }
     show_name(&q, &l);
     out!(
-        "created   unix {}",
+        "created   {} (unix {})",
+        fixed::utc(u128::from(h.created_ns)),
         fixed::secs(u128::from(h.created_ns), 3)
     );
     out!("bytes     {}", h.payload_len);

@@ -26,6 +26,31 @@ pub fn secs(ns: u128, places: u32) -> String {
     fixed(ns, 1_000_000_000, places)
 }
 
+/// A unix time in ns as UTC, to the millisecond: `utc(0)` is `"1970-01-01T00:00:00.000Z"`.
+/// The civil date comes from the days since the epoch by Howard Hinnant's `civil_from_days`
+/// (<https://howardhinnant.github.io/date_algorithms.html#civil_from_days>), proleptic
+/// Gregorian, no leap seconds (as `CLOCK_REALTIME` counts).
+pub fn utc(ns: u128) -> String {
+    let ms = ns / 1_000_000;
+    let (secs, ms) = (ms / 1000, ms % 1000);
+    let (days, sod) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    )
+}
+
 /// Events per second: `n` events in `ns` ns, rounded to a whole number.
 pub fn per_sec(n: u128, ns: u128) -> String {
     fixed(n.saturating_mul(1_000_000_000), ns, 0)
@@ -57,6 +82,15 @@ pub fn parse_scaled(s: &str, unit: u128) -> Option<u128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_dates_match_date_1() {
+        // Values from GNU date: `date -u -d @SECS +%FT%T.%3NZ`.
+        assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(951_782_400_123_000_000), "2000-02-29T00:00:00.123Z");
+        assert_eq!(utc(1_796_539_406_640_000_000), "2026-12-06T06:43:26.640Z");
+        assert_eq!(utc(4_102_444_799_999_999_999), "2099-12-31T23:59:59.999Z");
+    }
 
     #[test]
     fn fixed_point_printing_rounds_half_up() {

@@ -282,6 +282,22 @@ fn show_finds_a_compacted_job_by_its_evidence_line() {
         ),
         "{out}"
     );
+    // The ack time in UTC beside its unix seconds, both the same instant (to the day here).
+    let acked = out
+        .lines()
+        .find_map(|l| l.strip_prefix("acked     "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let (date, unix) = acked
+        .split_once("Z (unix ")
+        .unwrap_or_else(|| panic!("{acked}"));
+    let secs: u64 = unix.split('.').next().unwrap().parse().unwrap();
+    let days = secs / 86_400;
+    let gnu = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("@{}", days * 86_400), "+%F"])
+        .output()
+        .unwrap();
+    assert_eq!(&date[..10], text(&gnu.stdout).trim(), "{acked}");
+    assert_eq!(date.len(), "2026-12-06T06:43:26.640".len(), "{acked}");
     let o = steadq(&["show", p(d.path()), &id, "--raw"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
