@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
     --cpus) CPUS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --) shift; BENCH_ARGS=("$@"); break ;;
-    *) sed -n 4,6p "$0" | sed 's/^# //' >&2; exit 2 ;;
+    *) echo "flash: unknown option $1" >&2; sed -n 5,6p "$0" | sed "s/^# //" >&2; exit 2 ;;
   esac
 done
 case $DELAY in *[!0-9]*|'') die "--delay-ms takes whole milliseconds" ;; esac
