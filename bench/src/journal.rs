@@ -84,6 +84,96 @@ pub fn commits(info: &Path) -> Option<u64> {
     parse_commits(&std::fs::read_to_string(info).ok()?)
 }
 
+/// What a case's meter read at one instant: jbd2 commits and the device's counters, each
+/// where it is counted.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Reading {
+    pub commits: Option<u64>,
+    pub device: Option<Device>,
+}
+
+/// Where the journal commits and the device counters of the filesystem under test are
+/// read. [`Meter::around`] reads them just before and just after the timed part of a case,
+/// each time after `syncfs(2)`, so a case is charged what its lifecycles wrote (write-back
+/// of `Durability::None` included) and not its setup, its clean-up or the previous case's.
+pub struct Meter {
+    /// A directory on the filesystem under test (the bench's base directory).
+    fs: PathBuf,
+    /// jbd2's `info` file, on ext3/ext4.
+    info: Option<PathBuf>,
+    /// The block device's `stat` file.
+    stat: Option<PathBuf>,
+}
+
+impl Meter {
+    /// The meter of the filesystem holding `fs`. `device` names the block device whose
+    /// `/sys/block/<device>/stat` is read (for example the disk under a dm-delay target,
+    /// whose own counters do not include flushes); `None` takes the device `fs` is on.
+    /// Errors: a named device without a `stat` file.
+    pub fn new(fs: &Path, device: Option<&str>) -> Result<Self, String> {
+        let stat = match device {
+            Some(d) => {
+                let p = PathBuf::from(format!("/sys/block/{d}/stat"));
+                if !p.exists() {
+                    return Err(format!("--device {d}: {} does not exist", p.display()));
+                }
+                Some(p)
+            }
+            None => device_file(fs),
+        };
+        Ok(Meter {
+            fs: fs.to_path_buf(),
+            info: info_file(fs),
+            stat,
+        })
+    }
+
+    /// The jbd2 `info` file read, if any.
+    pub fn info(&self) -> Option<&Path> {
+        self.info.as_deref()
+    }
+
+    /// The device `stat` file read, if any.
+    pub fn stat(&self) -> Option<&Path> {
+        self.stat.as_deref()
+    }
+
+    /// `syncfs(2)` on the filesystem under test, then its counters. A failed sync is
+    /// ignored: the counters are read anyway (they only count more).
+    pub fn read(&self) -> Reading {
+        if let Ok(f) = std::fs::File::open(&self.fs) {
+            let _ = rustix::fs::syncfs(&f);
+        }
+        Reading {
+            commits: self.info.as_deref().and_then(commits),
+            device: self.stat.as_deref().and_then(device),
+        }
+    }
+
+    /// Run `f` (the timed part of a case) between two readings; the differences are what
+    /// it made the filesystem and the device do.
+    pub fn around<T>(&self, f: impl FnOnce() -> T) -> (T, Reading) {
+        let before = self.read();
+        let out = f();
+        let after = self.read();
+        (out, difference(before, after))
+    }
+}
+
+/// The counts from `before` to `after` (`None` where either was not read).
+pub fn difference(before: Reading, after: Reading) -> Reading {
+    Reading {
+        commits: before
+            .commits
+            .zip(after.commits)
+            .map(|(b, a)| a.saturating_sub(b)),
+        device: before.device.zip(after.device).map(|(b, a)| Device {
+            flushes: a.flushes.saturating_sub(b.flushes),
+            sectors: a.sectors.saturating_sub(b.sectors),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +192,40 @@ mod tests {
         // A kernel before 5.5 has no flush fields: nothing is made up.
         assert_eq!(parse_device("1 2 3 4 5 6 7 8 9 10 11"), None);
         assert_eq!(parse_device("x y"), None);
+    }
+
+    /// A difference is taken field by field, and is `None` where either reading lacks it.
+    #[test]
+    fn a_difference_counts_what_happened_between_two_readings() {
+        let r = |c, f, s| Reading {
+            commits: c,
+            device: Some(Device {
+                flushes: f,
+                sectors: s,
+            }),
+        };
+        let d = difference(r(Some(10), 100, 1000), r(Some(13), 106, 1180));
+        assert_eq!(d.commits, Some(3));
+        assert_eq!(
+            d.device,
+            Some(Device {
+                flushes: 6,
+                sectors: 180
+            })
+        );
+        let d = difference(r(None, 1, 1), r(Some(5), 1, 1));
+        assert_eq!(d.commits, None);
+        let none = Reading::default();
+        assert_eq!(difference(none, r(Some(1), 2, 3)).device, None);
+    }
+
+    /// A device named with `--device` must exist; the error names it.
+    #[test]
+    fn a_named_device_without_a_stat_file_is_refused() {
+        let e = Meter::new(Path::new("/"), Some("no-such-disk"))
+            .err()
+            .unwrap();
+        assert!(e.contains("no-such-disk"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! cargo run --release -p steadq-bench -- DIR [--duration 2s] [--rounds 3] [--workers 1,2,4,8]
 //!                                            [--batch 64] [--payload 64] [--out DIR]
 //!                                            [--only steadq:batched,bare:syncfs-batch]
+//!                                            [--device vda]
 //! ```
 //!
 //! `--only` keeps the cases whose `system` or `system:mode` is listed (a quick look at one
@@ -25,14 +26,20 @@
 //! AOF fsync), 1 worker.
 //!
 //! On a filesystem with a block device, each case also reports the device's cache flushes
-//! and KiB written per job (`/sys/dev/block/MAJ:MIN/stat`): a strict rate is bound by them.
+//! and KiB written per job (`/sys/dev/block/MAJ:MIN/stat`, or `/sys/block/<NAME>/stat` with
+//! `--device NAME`, for example the disk under a dm-delay target): a strict rate is bound by
+//! them, and on flash the bytes are wear. They are read after a `syncfs(2)` just before and
+//! just after the timed part of each case, so setup and clean-up are not counted.
+//! `bench/flash.sh` runs the bench in a QEMU guest on ext4, ext4 with `fast_commit`, f2fs,
+//! tmpfs and an SD-card profile (a dm-delay device); see BENCHMARKS.md.
 //!
 //! Every case runs `--rounds` times, interleaved (round 1 of every case, then round 2, ...),
 //! and the median is kept, so slow phases of a shared machine hit every system alike. The
 //! systems: SteadQ (this tree, through the library), the bare syscall protocol (the same
 //! renames and fsyncs, nothing else), SQLite (WAL, synchronous=FULL, bundled), and Redis
 //! (appendfsync always) when `redis-server` is installed. Results go to
-//! `bench/results/<unix time>/` (results.tsv, ratios.tsv, chart.svg), which git ignores.
+//! `bench/results/<unix time>/` (results.tsv, ratios.tsv, wear.tsv, chart.svg), which git
+//! ignores.
 
 mod bare;
 mod journal;
@@ -41,6 +48,7 @@ mod report;
 mod run;
 mod sqlite;
 
+use journal::Meter;
 use run::{timed, Res, Run};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -62,6 +70,8 @@ struct Args {
     payload: usize,
     out: PathBuf,
     only: Vec<String>,
+    /// The block device whose `/sys/block/<name>/stat` is read (`--device`).
+    device: Option<String>,
 }
 
 fn parse_args() -> Res<Args> {
@@ -80,6 +90,7 @@ fn parse_args() -> Res<Args> {
             .join("results")
             .join(secs.to_string()),
         only: Vec::new(),
+        device: None,
     };
     while let Some(x) = it.next() {
         let mut val = || it.next().ok_or(format!("{x} needs a value"));
@@ -97,6 +108,7 @@ fn parse_args() -> Res<Args> {
             "--batch" => a.batch = val()?.parse()?,
             "--payload" => a.payload = val()?.parse()?,
             "--out" => a.out = val()?.into(),
+            "--device" => a.device = Some(val()?),
             "--only" => a.only = val()?.split(',').map(str::to_owned).collect(),
             s if !s.starts_with('-') => a.dir = s.into(),
             s => return Err(format!("unknown option {s}").into()),
@@ -131,7 +143,14 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
     // Opt-in, named in --only: a worker's step, where the ack of the job held and the claim
     // of the next share one barrier (SteadQ's `Lease::ack_and_claim`, Redis's LREM and
     // LMOVE pipelined), beside a producer's enqueue, 1 worker.
-    for (system, mode) in [("steadq", "strict-next"), ("redis", "always-next")] {
+    // Opt-in, named in --only: SteadQ strict publishing each job through a named file in
+    // `tmp/` instead of an `O_TMPFILE` (a build with `--features named-publish`): what the
+    // orphan-list writes of `O_TMPFILE` cost in bytes per job, 1 worker.
+    for (system, mode) in [
+        ("steadq", "strict-next"),
+        ("redis", "always-next"),
+        ("steadq", "strict-named"),
+    ] {
         if a.only.iter().any(|o| *o == format!("{system}:{mode}")) && (redis || system != "redis") {
             v.push(c(system, mode, 1));
         }
@@ -159,35 +178,48 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
     v
 }
 
-fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>) -> Res<Run> {
+fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>, meter: &Meter) -> Res<Run> {
     let payload = vec![b'x'; a.payload];
     let (p, b, d) = (&payload, a.batch, a.duration);
     let _ = std::fs::remove_dir_all(dir);
     let r = match (case.system, case.mode) {
         ("steadq", m) => {
             let durability = match m {
-                "strict" | "strict-next" => steadq::Durability::Strict,
+                "strict" | "strict-next" | "strict-named" => steadq::Durability::Strict,
                 "batched" => steadq::Durability::Batched,
                 _ => steadq::Durability::None,
             };
-            let q = steadq::Queue::create(
-                dir,
-                steadq::Options {
-                    durability,
-                    ..Default::default()
-                },
-            )?;
+            #[allow(unused_mut)]
+            let mut opts = steadq::Options {
+                durability,
+                ..Default::default()
+            };
+            if m == "strict-named" {
+                #[cfg(feature = "named-publish")]
+                {
+                    opts.force_named_publish = true;
+                }
+                #[cfg(not(feature = "named-publish"))]
+                return Err(
+                    "steadq:strict-named needs a build with --features named-publish".into(),
+                );
+            }
+            let q = steadq::Queue::create(dir, opts)?;
             let batch = if m == "batched" { b } else { 1 };
             if m == "strict-next" {
-                timed(case.workers, d, |_| {
-                    let q = q.clone();
-                    let mut held = None;
-                    Ok(move || steadq_step_next(&q, p, &mut held))
+                metered(meter, || {
+                    timed(case.workers, d, |_| {
+                        let q = q.clone();
+                        let mut held = None;
+                        Ok(move || steadq_step_next(&q, p, &mut held))
+                    })
                 })?
             } else {
-                timed(case.workers, d, |_| {
-                    let q = q.clone();
-                    Ok(move || steadq_step(&q, p, batch))
+                metered(meter, || {
+                    timed(case.workers, d, |_| {
+                        let q = q.clone();
+                        Ok(move || steadq_step(&q, p, batch))
+                    })
                 })?
             }
         }
@@ -201,41 +233,57 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>) -> Res<R
             // The decomposition variants: none-names, none-watch, none-names-watch.
             let (names, watch) = (m.contains("names"), m.contains("watch"));
             let shards = if m.contains("shards") { 8 } else { 1 };
-            timed(case.workers, d, |i| {
-                let mut w = bare::Bare::new(dir, i, sync, names, watch, shards)?;
-                Ok(move || w.step(p))
+            metered(meter, || {
+                timed(case.workers, d, |i| {
+                    let mut w = bare::Bare::new(dir, i, sync, names, watch, shards)?;
+                    Ok(move || w.step(p))
+                })
             })?
         }
         ("sqlite", m) => {
             std::fs::create_dir_all(dir)?;
             drop(sqlite::open(&dir.join("q.db"))?);
             let batch = if m == "full" { 1 } else { b };
-            timed(case.workers, d, |_| {
-                let mut c = sqlite::open(&dir.join("q.db"))?;
-                Ok(move || sqlite::step(&mut c, p, batch))
+            metered(meter, || {
+                timed(case.workers, d, |_| {
+                    let mut c = sqlite::open(&dir.join("q.db"))?;
+                    Ok(move || sqlite::step(&mut c, p, batch))
+                })
             })?
         }
         _ => {
             let port = redis_port.ok_or("no redis")?;
-            timed(case.workers, d, |i| {
-                let mut c = redis::Client::connect(port)?;
-                let mut n = 0u64;
-                let mut held = None;
-                let next = case.mode == "always-next";
-                Ok(move || {
-                    n += 1;
-                    let mut job = format!("{i}.{n}.").into_bytes();
-                    job.extend_from_slice(p);
-                    if next {
-                        c.step_next(&job, &mut held)
-                    } else {
-                        c.lifecycle(&job)
-                    }
+            metered(meter, || {
+                timed(case.workers, d, |i| {
+                    let mut c = redis::Client::connect(port)?;
+                    let mut n = 0u64;
+                    let mut held = None;
+                    let next = case.mode == "always-next";
+                    Ok(move || {
+                        n += 1;
+                        let mut job = format!("{i}.{n}.").into_bytes();
+                        job.extend_from_slice(p);
+                        if next {
+                            c.step_next(&job, &mut held)
+                        } else {
+                            c.lifecycle(&job)
+                        }
+                    })
                 })
             })?
         }
     };
     let _ = std::fs::remove_dir_all(dir);
+    Ok(r)
+}
+
+/// Run `f`, the timed part of a case, between two readings of `m`: the run carries the
+/// journal commits and device counts it made (see [`Meter::around`]).
+fn metered(m: &Meter, f: impl FnOnce() -> Res<Run>) -> Res<Run> {
+    let (r, counted) = m.around(f);
+    let mut r = r?;
+    r.commits = counted.commits;
+    r.device = counted.device;
     Ok(r)
 }
 
@@ -320,42 +368,37 @@ fn main() -> Res<()> {
         eprintln!("redis-server not installed: Redis cases skipped");
     }
     let cases = cases(&a, server.is_some());
-    // On ext3/ext4, the journal commits of each case are counted (jbd2's count, before and
-    // after: the case's setup and cleanup included, a few commits per case).
-    let jbd2 = journal::info_file(&base);
-    if let Some(p) = &jbd2 {
+    // On ext3/ext4, the journal commits of each case are counted (jbd2's count), and on a
+    // block device its flushes and sectors written, around the timed part of each case.
+    let meter = Meter::new(&base, a.device.as_deref())?;
+    if let Some(p) = meter.info() {
         eprintln!("counting journal commits from {}", p.display());
     }
-    let dev = journal::device_file(&base);
-    if let Some(p) = &dev {
+    if let Some(p) = meter.stat() {
         eprintln!("counting device flushes and writes from {}", p.display());
     }
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); cases.len()];
     for round in 0..a.rounds {
         for (i, c) in cases.iter().enumerate() {
             // Redis keeps its lists across cases; they are empty after each lifecycle.
-            let before = jbd2.as_deref().and_then(journal::commits);
-            let dev_before = dev.as_deref().and_then(journal::device);
-            let mut r = run_case(
+            let r = run_case(
                 c,
                 &base.join(format!("case{i}")),
                 &a,
                 server.as_ref().map(|s| s.port),
+                &meter,
             )?;
-            let after = jbd2.as_deref().and_then(journal::commits);
-            r.commits = before.zip(after).map(|(b, a)| a.saturating_sub(b));
-            let dev_after = dev.as_deref().and_then(journal::device);
-            r.device = dev_before.zip(dev_after).map(|(b, a)| journal::Device {
-                flushes: a.flushes.saturating_sub(b.flushes),
-                sectors: a.sectors.saturating_sub(b.sectors),
-            });
             eprintln!(
-                "round {} {:<7} {:<23} {}w {:>9.0} jobs/s",
+                "round {} {:<7} {:<23} {}w {:>9.0} jobs/s {:>6} flushes/job {:>7} KiB/job",
                 round + 1,
                 c.system,
                 c.mode,
                 c.workers,
-                r.rate()
+                r.rate(),
+                r.flushes_per_job()
+                    .map_or_else(|| "-".into(), |x| format!("{x:.2}")),
+                r.kib_per_job()
+                    .map_or_else(|| "-".into(), |x| format!("{x:.1}"))
             );
             runs[i].push(r);
         }
@@ -364,16 +407,18 @@ fn main() -> Res<()> {
     let _ = std::fs::remove_dir_all(&base);
     let ratios = report::ratios(&cases, &runs);
     let medians: Vec<Run> = runs.into_iter().map(report::median).collect();
-    report::print(&cases, &medians, &ratios, &a.dir, a.rounds);
+    let wear = report::wear(&cases, &medians);
+    report::print(&cases, &medians, &ratios, &wear, &a.dir, a.rounds);
     std::fs::create_dir_all(&a.out)?;
     std::fs::write(
         a.out.join("results.tsv"),
         report::tsv(&cases, &medians, &ratios),
     )?;
     std::fs::write(a.out.join("ratios.tsv"), report::ratios_tsv(&ratios))?;
+    std::fs::write(a.out.join("wear.tsv"), report::wear_tsv(&wear))?;
     std::fs::write(a.out.join("chart.svg"), report::svg(&cases, &medians))?;
     println!(
-        "wrote {}/results.tsv, ratios.tsv and chart.svg",
+        "wrote {}/results.tsv, ratios.tsv, wear.tsv and chart.svg",
         a.out.display()
     );
     Ok(())

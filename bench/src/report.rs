@@ -21,7 +21,7 @@ fn find(cases: &[Case], k: &Key) -> Option<usize> {
 type Key = (&'static str, &'static str, usize);
 
 /// The figures of the issue's target table: each a pair of cases of this run.
-const PAIRS: [(&str, Key, Key); 18] = [
+const PAIRS: [(&str, Key, Key); 20] = [
     (
         "strict 1w / bare strict 1w",
         ("steadq", "strict", 1),
@@ -46,6 +46,11 @@ const PAIRS: [(&str, Key, Key); 18] = [
         "strict 8w / SQLite FULL 8c",
         ("steadq", "strict", 8),
         ("sqlite", "full", 8),
+    ),
+    (
+        "strict 8w / Redis always 8c",
+        ("steadq", "strict", 8),
+        ("redis", "always", 8),
     ),
     (
         "batched 1w / bare syncfs per batch",
@@ -120,7 +125,103 @@ const PAIRS: [(&str, Key, Key); 18] = [
         ("steadq", "strict-next", 1),
         ("steadq", "strict", 1),
     ),
+    // Opt-in: publishing through a named file in tmp/ instead of an O_TMPFILE.
+    (
+        "strict-named 1w / strict 1w",
+        ("steadq", "strict-named", 1),
+        ("steadq", "strict", 1),
+    ),
 ];
+
+/// The figures of the issue's wear targets: pairs of cases whose KiB written and flushes per
+/// job are compared (the first case's over the second's; below 1 the first writes less).
+const WEAR_PAIRS: [(&str, Key, Key); 9] = [
+    (
+        "strict 1w / SQLite FULL 1c",
+        ("steadq", "strict", 1),
+        ("sqlite", "full", 1),
+    ),
+    (
+        "strict 1w / Redis always 1c",
+        ("steadq", "strict", 1),
+        ("redis", "always", 1),
+    ),
+    (
+        "strict 1w / bare strict 1w",
+        ("steadq", "strict", 1),
+        ("bare", "strict", 1),
+    ),
+    (
+        "strict 8w / SQLite FULL 8c",
+        ("steadq", "strict", 8),
+        ("sqlite", "full", 8),
+    ),
+    (
+        "strict 8w / Redis always 8c",
+        ("steadq", "strict", 8),
+        ("redis", "always", 8),
+    ),
+    (
+        "batched 1w / bare syncfs per batch",
+        ("steadq", "batched", 1),
+        ("bare", "syncfs-batch", 1),
+    ),
+    (
+        "batched 1w / SQLite FULL 1c, one txn per batch",
+        ("steadq", "batched", 1),
+        ("sqlite", "full-txn-batch", 1),
+    ),
+    (
+        "none 1w / bare none 1w",
+        ("steadq", "none", 1),
+        ("bare", "none", 1),
+    ),
+    (
+        "strict-named 1w / strict 1w",
+        ("steadq", "strict-named", 1),
+        ("steadq", "strict", 1),
+    ),
+];
+
+/// One wear figure: the ratios of two cases' KiB written and flushes per job (of their
+/// median runs), where the device was counted and the second case's figure is not zero.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wear {
+    pub name: &'static str,
+    pub kib: Option<f64>,
+    pub flushes: Option<f64>,
+}
+
+/// The figures of [`WEAR_PAIRS`] whose two cases ran (`medians[i]`: the median run of
+/// `cases[i]`).
+pub fn wear(cases: &[Case], medians: &[Run]) -> Vec<Wear> {
+    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b.filter(|b| *b > 0.0)).map(|(a, b)| a / b);
+    WEAR_PAIRS
+        .iter()
+        .filter_map(|(name, a, b)| {
+            let (x, y) = (&medians[find(cases, a)?], &medians[find(cases, b)?]);
+            Some(Wear {
+                name,
+                kib: ratio(x.kib_per_job(), y.kib_per_job()),
+                flushes: ratio(x.flushes_per_job(), y.flushes_per_job()),
+            })
+        })
+        .collect()
+}
+
+/// The wear figures as TSV: `figure`, `kib_ratio`, `flushes_ratio` (empty where not counted).
+pub fn wear_tsv(w: &[Wear]) -> String {
+    let mut s = String::from("figure\tkib_ratio\tflushes_ratio\n");
+    for x in w {
+        let _ = writeln!(s, "{}\t{}\t{}", x.name, cell3(x.kib), cell3(x.flushes));
+    }
+    s
+}
+
+/// A ratio with three decimals, empty where there is none.
+fn cell3(x: Option<f64>) -> String {
+    x.map_or_else(String::new, |c| format!("{c:.3}"))
+}
 
 /// One figure: the ratio of the two cases' medians, and the lowest and highest ratio of
 /// the two within one round (the cases of a round run one after the other, so a round's
@@ -170,7 +271,15 @@ pub fn ratios_tsv(r: &[Ratio]) -> String {
     s
 }
 
-pub fn print(cases: &[Case], runs: &[Run], ratios: &[Ratio], dir: &std::path::Path, rounds: usize) {
+/// The table of the median runs, the rate ratios and the wear ratios, to stdout.
+pub fn print(
+    cases: &[Case],
+    runs: &[Run],
+    ratios: &[Ratio],
+    wear: &[Wear],
+    dir: &std::path::Path,
+    rounds: usize,
+) {
     println!(
         "steadq-bench in {} (median of {rounds} interleaved rounds)",
         dir.display()
@@ -207,6 +316,17 @@ pub fn print(cases: &[Case], runs: &[Run], ratios: &[Ratio], dir: &std::path::Pa
             "  {:<48} {:>6.2}   ({:.2}-{:.2})",
             r.name, r.of_medians, r.round_min, r.round_max
         );
+    }
+    if wear.iter().any(|w| w.kib.is_some()) {
+        println!("\nper job, of the median runs: KiB written ratio, flushes ratio:");
+        for w in wear {
+            println!(
+                "  {:<48} {:>6}   {:>6}",
+                w.name,
+                cell(w.kib),
+                cell(w.flushes)
+            );
+        }
     }
 }
 
@@ -392,5 +512,41 @@ mod tests {
             tsv,
             "figure\tratio\tround_min\tround_max\nstrict 1w / Redis always 1c\t1.364\t1.000\t1.500\n"
         );
+    }
+
+    /// Wear ratios are of the median runs' KiB and flushes per job; a pair whose second
+    /// case wrote nothing, or whose device was not counted (tmpfs), has no figure, and a
+    /// pair with a case that did not run is left out.
+    #[test]
+    fn wear_ratios_compare_bytes_and_flushes_per_job() {
+        let cases = [
+            case("steadq", "strict", 1),
+            case("sqlite", "full", 1),
+            case("redis", "always", 1),
+        ];
+        let dev = |jobs, flushes, sectors| {
+            let mut r = run(jobs);
+            r.device = Some(crate::journal::Device { flushes, sectors });
+            r
+        };
+        // 90 KiB and 6 flushes a job; 45 KiB and 3; the Redis device wrote nothing.
+        let medians = [dev(100, 600, 18_000), dev(200, 600, 18_000), dev(50, 0, 0)];
+        let w = wear(&cases, &medians);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert_eq!(w[0].name, "strict 1w / SQLite FULL 1c");
+        assert!((w[0].kib.unwrap() - 2.0).abs() < 1e-9, "{w:?}");
+        assert!((w[0].flushes.unwrap() - 2.0).abs() < 1e-9, "{w:?}");
+        assert_eq!(w[1].name, "strict 1w / Redis always 1c");
+        assert_eq!((w[1].kib, w[1].flushes), (None, None));
+        assert_eq!(
+            wear_tsv(&w),
+            "figure\tkib_ratio\tflushes_ratio\n\
+             strict 1w / SQLite FULL 1c\t2.000\t2.000\n\
+             strict 1w / Redis always 1c\t\t\n"
+        );
+        let uncounted = [run(100), run(200), run(50)];
+        assert!(wear(&cases, &uncounted)
+            .iter()
+            .all(|w| w.kib.is_none() && w.flushes.is_none()));
     }
 }
