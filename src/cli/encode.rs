@@ -61,6 +61,7 @@ pub fn state_name(s: State) -> &'static str {
         State::Delayed => "delayed",
         State::Dead => "dead",
         State::Acked => "acked",
+        State::Waiting => "waiting",
     }
 }
 

@@ -193,9 +193,13 @@ mod with_s3 {
     }
 
     fn enqueue(a: args::Enqueue) -> Result<Exit, CliError> {
-        if a.max_attempts.is_some() || a.delay.is_some() || a.wait.is_some() || a.priority.is_some()
+        if a.max_attempts.is_some()
+            || a.delay.is_some()
+            || a.wait.is_some()
+            || a.priority.is_some()
+            || a.after.is_some()
         {
-            return Err(unsupported("--max-attempts, --delay, --wait, --priority"));
+            return Err(unsupported("--max-attempts, --delay, --wait, --priority, --after"));
         }
         if a.file.is_none() && crate::cli::std_fds::stdin_closed() {
             return Err(CliError::not_done(

@@ -123,7 +123,7 @@ fn names_match_design(version: u32, priority: Option<u8>) {
     q.enqueue_with(b"ready", &plain).unwrap().id();
     let delay = EnqueueOptions {
         delay: Some(Duration::from_secs(3600)),
-        ..plain
+        ..plain.clone()
     };
     q.enqueue_with(b"delayed", &delay).unwrap().id();
     for _ in 0..3 {
@@ -147,6 +147,7 @@ fn names_match_design(version: u32, priority: Option<u8>) {
         State::Delayed => "delayed",
         State::Dead => "dead",
         State::Acked => "receipt",
+        State::Waiting => "ready",
     };
     let mut longest = 0;
     for (state, name) in &seen {

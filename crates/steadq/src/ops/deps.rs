@@ -1,0 +1,609 @@
+//! Dependencies: a job that waits for other jobs ([`crate::EnqueueOptions::after`]).
+//!
+//! ```text
+//! <root>/waiting/<ready name>   the waiting job D (its name does not change while it waits)
+//! <root>/needs/<D-id32>/<X-id32>  empty marker: D waits for X
+//! <root>/after/<X-id32>/<D-id32>  empty marker: the same, indexed by X (X's dependents)
+//! ```
+//!
+//! Enqueue of D after X...: (1) `needs/D/X` and `after/X/D` for every X not yet acked, and
+//! their directories fsynced; (2) D linked into `waiting/` (the linearization point, as any
+//! enqueue); (3) each X looked at again: acked, its marker goes; dead, D goes to dead (reason
+//! `dependency`); no marker left, D is promoted (`waiting/` -> its ready slot, `RENAME_NOREPLACE`;
+//! `ENOENT`: someone else promoted it). The ack of X, once done, does the same for every D
+//! in `after/X/`. Why no dependent is stranded: an ack's listing of `after/X/` that misses
+//! `after/X/D` ran before that marker was made, so before step (3) of D's enqueue, which then
+//! sees X's receipt (DESIGN.md, Dependencies). A claim never looks at `waiting/`.
+//!
+//! Failures after D's link never turn the enqueue or the ack into an error: the job is
+//! there, or acked; recovery ([`Queue::recover`]) finishes what was left.
+
+use crate::disk::barrier::Barrier;
+use crate::disk::layout::{AFTER_DIR, NEEDS_DIR, READY_DIR, WAITING_DIR};
+use crate::disk::name::{JobId, JobName, Kind, Reason};
+use crate::disk::state::{Op, State};
+use crate::disk::sys::{Call, EntryType, Errno};
+use crate::error::{Cause, ErrorKind, Outcome, Result};
+use crate::ops::enqueue::DirRef;
+use crate::ops::transition::Place;
+use crate::queue::Queue;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// The most dependencies one job may name ([`crate::EnqueueOptions::after`]).
+pub const MAX_AFTER: usize = 64;
+
+/// Where a dependency stands, as far as this module needs to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dep {
+    /// Acked: a receipt, or a line in the evidence log.
+    Acked,
+    /// Dead-lettered: a name in a dead bucket.
+    Dead,
+    /// Anywhere else (or, for the quick look, not known to be acked or dead).
+    Pending,
+    /// Nowhere in the queue (only the thorough look says so).
+    Unknown,
+}
+
+fn bad(id: JobId, problem: &'static str) -> Cause {
+    Cause::not_done(ErrorKind::BadDependency { id, problem }, None)
+}
+
+/// The 32-hex id of a marker's name, or `None` for anything else (a hostile entry).
+fn marker_id(name: Option<&str>, t: EntryType) -> Option<JobId> {
+    let n = name?;
+    (n.len() == 32 && matches!(t, EntryType::File | EntryType::Dir | EntryType::Unknown))
+        .then(|| JobId::parse(n))
+        .flatten()
+        .filter(|id| id.to_string() == n)
+}
+
+impl Queue {
+    /// Check `after` before anything is written, and return the dependencies not yet acked.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidArgument`] for more than [`MAX_AFTER`];
+    /// [`ErrorKind::BadDependency`] naming the first id named twice, dead-lettered, or not
+    /// in this queue (its own id is fresh, so it is never in the queue: no cycle can form).
+    /// Not done.
+    pub(crate) fn check_after(&self, after: &[JobId]) -> Result<Vec<JobId>> {
+        if after.len() > MAX_AFTER {
+            return Err(Cause::not_done(
+                ErrorKind::InvalidArgument("more than 64 dependencies (after)"),
+                None,
+            ));
+        }
+        if let Some((i, x)) = after.iter().enumerate().find(|(i, x)| after[..*i].contains(x)) {
+            let _ = i;
+            return Err(bad(*x, "is named twice"));
+        }
+        let mut open = Vec::new();
+        for &x in after {
+            match self.dep_state(x, true)? {
+                Dep::Acked => {}
+                Dep::Dead => return Err(bad(x, "is dead-lettered")),
+                Dep::Unknown => return Err(bad(x, "is not in this queue")),
+                Dep::Pending => open.push(x),
+            }
+        }
+        Ok(open)
+    }
+
+    /// Where job `x` stands. The quick look (`thorough` false) reads `x`'s receipts shard,
+    /// the evidence log and the dead buckets; the thorough one also finds it anywhere else
+    /// (one walk of the queue, and `waiting/`), or says [`Dep::Unknown`].
+    pub(crate) fn dep_state(&self, x: JobId, thorough: bool) -> Result<Dep> {
+        let shard = x.shard(self.ident.shards);
+        let receipts = self.dirs.receipts[shard as usize].as_fd();
+        let rel = crate::disk::layout::receipts_shard(shard);
+        if self
+            .named_in(receipts, x)
+            .map_err(|e| self.read_dir_error(e, &rel))?
+            .is_some_and(|n| matches!(n.kind, Kind::Receipt { .. }))
+            || self.acked_in_evidence(x)?
+        {
+            return Ok(Dep::Acked);
+        }
+        if self.dead_name(x)?.is_some() {
+            return Ok(Dep::Dead);
+        }
+        if !thorough {
+            return Ok(Dep::Pending);
+        }
+        if self.waiting_name(x)?.is_some() {
+            return Ok(Dep::Pending);
+        }
+        match self.find(x) {
+            Ok(_) => Ok(Dep::Pending),
+            Err(e) if *e.kind() == ErrorKind::NoSuchJob => Ok(Dep::Unknown),
+            Err(e) => Err(e.into_internal()),
+        }
+    }
+
+    /// The first name of job `x` in directory `dir` that parses as this queue's and is a
+    /// regular file (anything else is skipped, never followed).
+    pub(crate) fn named_in(
+        &self,
+        dir: BorrowedFd<'_>,
+        x: JobId,
+    ) -> core::result::Result<Option<JobName>, Errno> {
+        let prefix = x.to_string();
+        let mut found = None;
+        self.sys.read_dir_while(dir, |name, _, t| {
+            let Some(n) = name.filter(|n| n.starts_with(&prefix)) else {
+                return true;
+            };
+            let regular = match t {
+                EntryType::File => true,
+                EntryType::Unknown => self
+                    .sys
+                    .stat_nofollow(dir, n)
+                    .is_ok_and(|m| m.file_type == rustix::fs::FileType::RegularFile),
+                _ => false,
+            };
+            found = JobName::parse(n, self.ident.id)
+                .ok()
+                .filter(|p| regular && p.id == x);
+            found.is_none()
+        })?;
+        Ok(found)
+    }
+
+    /// Job `x`'s dead name and its bucket, if it is dead.
+    fn dead_name(&self, x: JobId) -> Result<Option<(String, JobName)>> {
+        let dead = self.dirs.dead.as_fd();
+        let mut buckets = Vec::new();
+        self.sys
+            .read_dir(dead, |name, _, t| {
+                if let Some(b) = name.filter(|b| crate::disk::layout::parse_bucket(b).is_some()) {
+                    if t == EntryType::Dir || t == EntryType::Unknown {
+                        buckets.push(b.to_string());
+                    }
+                }
+            })
+            .map_err(|e| self.read_dir_error(e, crate::disk::layout::DEAD_DIR))?;
+        for b in buckets {
+            let fd = match self.sys.open_dir_beneath(dead, &b) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => continue,
+                Err(e) => return Err(self.read_dir_error(e, &format!("dead/{b}"))),
+            };
+            let found = self.named_in(fd.as_fd(), x).map_err(|e| {
+                self.read_dir_error(e, &format!("{}/{b}", crate::disk::layout::DEAD_DIR))
+            })?;
+            if let Some(n) = found.filter(|n| matches!(n.kind, Kind::Dead { .. })) {
+                return Ok(Some((b, n)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Job `x`'s name in `waiting/`, if it waits.
+    pub(crate) fn waiting_name(&self, x: JobId) -> Result<Option<JobName>> {
+        let Some(w) = self.deps_dir(WAITING_DIR, false)? else {
+            return Ok(None);
+        };
+        let found = self
+            .named_in(w.as_fd(), x)
+            .map_err(|e| self.read_dir_error(e, WAITING_DIR))?;
+        Ok(found.filter(|n| n.kind == Kind::Ready))
+    }
+
+    /// `<root>/<name>` (`waiting`, `needs`, `after`), made (and the root fsynced) with
+    /// `make` when missing; `None` when missing and not `make`.
+    pub(crate) fn deps_dir(&self, name: &str, make: bool) -> Result<Option<OwnedFd>> {
+        let root = self.dirs.root.as_fd();
+        self.deps_sub(root, name, name, make)
+    }
+
+    /// Directory `name` of `parent` (`rel` from the root), made and `parent` fsynced with
+    /// `make` when missing; `None` when missing and not `make`. Not done on failure.
+    fn deps_sub(
+        &self,
+        parent: BorrowedFd<'_>,
+        name: &str,
+        rel: &str,
+        make: bool,
+    ) -> Result<Option<OwnedFd>> {
+        let err = |(c, e)| Cause::io(c, e, Outcome::NotDone, Some(self.path(rel)));
+        if !make {
+            return match self.sys.open_dir_beneath(parent, name) {
+                Ok(fd) => Ok(Some(fd)),
+                Err(Errno::NOENT) => Ok(None),
+                Err(e) => Err(err((Call::Open, e))),
+            };
+        }
+        let (fd, origin) = self.made_dir(parent, name, rel).map_err(err)?;
+        if origin == crate::ops::making::Origin::MadeHere {
+            self.share_like(fd.as_fd(), READY_DIR, rel);
+            self.barrier(Barrier::DepsMarker, parent)
+                .map_err(|e| err((Call::FsyncDir, e)))?;
+        }
+        Ok(Some(fd))
+    }
+
+    /// `waiting/` as a place (made when `make`).
+    pub(crate) fn place_waiting(&self, make: bool) -> Result<Option<Place<'_>>> {
+        Ok(self.deps_dir(WAITING_DIR, make)?.map(|fd| Place {
+            dir: DirRef::Opened(fd),
+            rel: crate::disk::layout::dir_rel(format_args!("{WAITING_DIR}")),
+            state: State::Waiting,
+        }))
+    }
+
+    /// Step (1) of an enqueue after `open`: `needs/<d>/<x>` and `after/<x>/<d>` for each,
+    /// made durable. Not done on failure (the markers made are removed, best effort).
+    pub(crate) fn make_markers(&self, d: JobId, open: &[JobId]) -> Result<()> {
+        let r = self.make_markers_inner(d, open);
+        if r.is_err() {
+            self.forget_markers(d, open);
+        }
+        r
+    }
+
+    fn make_markers_inner(&self, d: JobId, open: &[JobId]) -> Result<()> {
+        let needs = self.deps_dir(NEEDS_DIR, true)?.expect("made");
+        let after = self.deps_dir(AFTER_DIR, true)?.expect("made");
+        let dh = d.to_string();
+        let rel_d = format!("{NEEDS_DIR}/{dh}");
+        let nd = self.deps_sub(needs.as_fd(), &dh, &rel_d, true)?.expect("made");
+        for x in open {
+            let xh = x.to_string();
+            self.marker(nd.as_fd(), &xh, &format!("{rel_d}/{xh}"))?;
+            let rel_x = format!("{AFTER_DIR}/{xh}");
+            let ax = self.deps_sub(after.as_fd(), &xh, &rel_x, true)?.expect("made");
+            self.marker(ax.as_fd(), &dh, &format!("{rel_x}/{dh}"))?;
+            self.barrier(Barrier::DepsMarker, ax.as_fd()).map_err(|e| {
+                Cause::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.path(&rel_x)))
+            })?;
+        }
+        self.barrier(Barrier::DepsMarker, nd.as_fd())
+            .map_err(|e| Cause::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.path(&rel_d))))
+    }
+
+    /// An empty marker file `name` in `dir` (one already there is fine).
+    fn marker(&self, dir: BorrowedFd<'_>, name: &str, rel: &str) -> Result<()> {
+        match self.sys.create_file(dir, name) {
+            Ok(_) | Err(Errno::EXIST) => Ok(()),
+            Err(e) => Err(Cause::io(Call::Open, e, Outcome::NotDone, Some(self.path(rel)))),
+        }
+    }
+
+    /// Remove `needs/<d>/<x>` and `after/<x>/<d>` for each `x` of `xs`, then `needs/<d>/`
+    /// when empty; best effort (what stays is harmless: `fsck` lists it).
+    pub(crate) fn forget_markers(&self, d: JobId, xs: &[JobId]) {
+        let dh = d.to_string();
+        if let Ok(Some(needs)) = self.deps_dir(NEEDS_DIR, false) {
+            if let Ok(Some(nd)) = self.deps_sub(needs.as_fd(), &dh, NEEDS_DIR, false) {
+                for x in xs {
+                    let _ = self.sys.unlink(nd.as_fd(), &x.to_string());
+                }
+            }
+            let _ = self.sys.rmdir(needs.as_fd(), &dh);
+        }
+        if let Ok(Some(after)) = self.deps_dir(AFTER_DIR, false) {
+            for x in xs {
+                let xh = x.to_string();
+                if let Ok(Some(ax)) = self.deps_sub(after.as_fd(), &xh, AFTER_DIR, false) {
+                    let _ = self.sys.unlink(ax.as_fd(), &dh);
+                }
+                let _ = self.sys.rmdir(after.as_fd(), &xh);
+            }
+        }
+    }
+
+    /// The ids listed as markers in `<root>/<top>/<id>/` (`needs/<d>` or `after/<x>`);
+    /// empty when the directory is missing. Hostile entries are skipped.
+    pub(crate) fn markers(&self, top: &str, id: JobId) -> Result<Vec<JobId>> {
+        let Some(t) = self.deps_dir(top, false)? else {
+            return Ok(Vec::new());
+        };
+        let rel = format!("{top}/{id}");
+        let Some(dir) = self.deps_sub(t.as_fd(), &id.to_string(), &rel, false)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        self.sys
+            .read_dir(dir.as_fd(), |n, _, t| match marker_id(n, t) {
+                Some(x) if t != EntryType::Dir => out.push(x),
+                _ => log::warn!("{rel}/{}: not a dependency marker; skipped", n.unwrap_or("?")),
+            })
+            .map_err(|e| self.read_dir_error(e, &rel))?;
+        Ok(out)
+    }
+
+    /// Unlink marker `<top>/<a>/<b>`; a marker already gone is fine.
+    fn unmark(&self, top: &str, a: JobId, b: JobId) -> Result<()> {
+        let rel = format!("{top}/{a}/{b}");
+        let Some(t) = self.deps_dir(top, false)? else {
+            return Ok(());
+        };
+        let Some(dir) = self.deps_sub(t.as_fd(), &a.to_string(), &rel, false)? else {
+            return Ok(());
+        };
+        match self.sys.unlink(dir.as_fd(), &b.to_string()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(Cause::io(Call::Unlink, e, Outcome::NotDone, Some(self.path(&rel)))),
+        }
+    }
+
+    /// Step (3) of an enqueue, and what recovery and a requeue do for waiting job `d`
+    /// (`name` in `waiting/`): each dependency looked at (`thorough`: one in no place of
+    /// the queue counts as dead, a purged one); acked ones' markers removed; a dead one
+    /// moves `d` to dead; none left, `d` is promoted. Returns the state `d` ended in.
+    pub(crate) fn resolve_waiting(&self, name: &JobName, thorough: bool) -> Result<State> {
+        for x in self.markers(NEEDS_DIR, name.id)? {
+            match self.dep_state(x, thorough)? {
+                Dep::Acked => self.unmark(NEEDS_DIR, name.id, x)?,
+                Dep::Dead | Dep::Unknown => {
+                    self.dependency_died(name)?;
+                    return Ok(State::Dead);
+                }
+                Dep::Pending => {}
+            }
+        }
+        if self.markers(NEEDS_DIR, name.id)?.is_empty() {
+            self.promote(name)?;
+            return Ok(State::Ready);
+        }
+        Ok(State::Waiting)
+    }
+
+    /// Move waiting job `name` to its ready slot (`DependenciesMet`); `ENOENT` (promoted or
+    /// moved by another process meanwhile) is fine.
+    fn promote(&self, name: &JobName) -> Result<()> {
+        let Some(from) = self.place_waiting(false)? else {
+            return Ok(());
+        };
+        let to = self.place_ready_new(self.ident.slot_of(name))?;
+        let new = name.next(Kind::Ready, false);
+        match self.move_job(&from, name, &to, &new, Op::DependenciesMet) {
+            Ok(()) => {}
+            Err(m) if m.is_lease_lost() => return Ok(()),
+            Err(m) => return Err(m.into()),
+        }
+        // Its markers are done with (best effort: a stale one is harmless).
+        let dh = name.id.to_string();
+        if let Ok(Some(needs)) = self.deps_dir(NEEDS_DIR, false) {
+            let _ = self.sys.rmdir(needs.as_fd(), &dh);
+        }
+        Ok(())
+    }
+
+    /// Dead-letter waiting job `name` (reason `dependency`), then every job waiting for it,
+    /// and theirs. Markers stay (a requeue of a dependent waits again). `ENOENT`: moved by
+    /// another process meanwhile, fine.
+    fn dependency_died(&self, name: &JobName) -> Result<()> {
+        let Some(from) = self.place_waiting(false)? else {
+            return Ok(());
+        };
+        let to = self.place_dead()?;
+        let new = name.next(
+            Kind::Dead {
+                reason: Reason::DEPENDENCY,
+            },
+            false,
+        );
+        match self.move_job(&from, name, &to, &new, Op::DependencyDead) {
+            Ok(()) => {}
+            Err(m) if m.is_lease_lost() => return Ok(()),
+            Err(m) => return Err(m.into()),
+        }
+        self.dependents_die(name.id)
+    }
+
+    /// Job `x` was dead-lettered: every job waiting for it (`after/<x>/`) goes to dead too,
+    /// recursively. Called after every move into dead ([`Queue::move_job`]).
+    pub(crate) fn dependents_die(&self, x: JobId) -> Result<()> {
+        let mut work = vec![x];
+        while let Some(x) = work.pop() {
+            for d in self.markers(AFTER_DIR, x)? {
+                let Some(n) = self.waiting_name(d)? else {
+                    continue;
+                };
+                let from = self.place_waiting(false)?.expect("it waits there");
+                let to = self.place_dead()?;
+                let new = n.next(
+                    Kind::Dead {
+                        reason: Reason::DEPENDENCY,
+                    },
+                    false,
+                );
+                match self.move_job(&from, &n, &to, &new, Op::DependencyDead) {
+                    Ok(()) => work.push(d),
+                    Err(m) if m.is_lease_lost() => {}
+                    Err(m) => return Err(m.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The follow-up of job `x`'s ack (once the ack is done): for each job waiting for it,
+    /// its marker goes and, with none left, it is promoted; then `after/<x>/` goes. A
+    /// failure is logged, never returned: the ack is done, and recovery finishes this.
+    pub(crate) fn dependency_acked(&self, x: JobId) {
+        if let Err(e) = self.dependency_acked_inner(x) {
+            log::warn!("job {x} acked; its dependents are left for recovery: {e}");
+        }
+    }
+
+    fn dependency_acked_inner(&self, x: JobId) -> Result<()> {
+        let root = self.dirs.root.as_fd();
+        match self.sys.stat_nofollow(root, &format!("{AFTER_DIR}/{x}")) {
+            Err(Errno::NOENT | Errno::NOTDIR) => return Ok(()),
+            _ => {}
+        }
+        for d in self.markers(AFTER_DIR, x)? {
+            self.unmark(NEEDS_DIR, d, x)?;
+            if self.markers(NEEDS_DIR, d)?.is_empty() {
+                if let Some(n) = self.waiting_name(d)? {
+                    self.promote(&n)?;
+                }
+            }
+            self.unmark(AFTER_DIR, x, d)?;
+        }
+        if let Some(after) = self.deps_dir(AFTER_DIR, false)? {
+            match self.sys.rmdir(after.as_fd(), &x.to_string()) {
+                Ok(()) | Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST) => {}
+                Err(e) => {
+                    let rel = format!("{AFTER_DIR}/{x}");
+                    return Err(Cause::io(Call::Unlink, e, Outcome::NotDone, Some(self.path(&rel))));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every waiting job, oldest id first (hostile entries skipped, never followed).
+    pub(crate) fn waiting_jobs(&self) -> Result<Vec<JobName>> {
+        let Some(w) = self.deps_dir(WAITING_DIR, false)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        self.sys
+            .read_dir(w.as_fd(), |name, _, t| {
+                let Some(n) = name else { return };
+                let regular = match t {
+                    EntryType::File => true,
+                    EntryType::Unknown => self
+                        .sys
+                        .stat_nofollow(w.as_fd(), n)
+                        .is_ok_and(|m| m.file_type == rustix::fs::FileType::RegularFile),
+                    _ => false,
+                };
+                match JobName::parse(n, self.ident.id) {
+                    Ok(j) if regular && j.kind == Kind::Ready => out.push(j),
+                    _ => log::warn!("{WAITING_DIR}/{n}: foreign entry; skipped"),
+                }
+            })
+            .map_err(|e| self.read_dir_error(e, WAITING_DIR))?;
+        out.sort_by_key(|n| n.id);
+        Ok(out)
+    }
+
+    /// Recovery's part: every waiting job resolved (a crash may have left its promotion or
+    /// its death undone), then every `after/<x>/` whose `x` is acked followed up. Returns
+    /// how many waiting jobs moved.
+    pub(crate) fn recover_waiting(&self, r: &mut crate::RecoverReport) -> Result<()> {
+        for n in self.waiting_jobs()? {
+            match self.resolve_waiting(&n, false) {
+                Ok(State::Waiting) => {}
+                Ok(_) => r.dependencies += 1,
+                Err(e) => r.fail(e),
+            }
+        }
+        let Some(after) = self.deps_dir(AFTER_DIR, false)? else {
+            return Ok(());
+        };
+        let mut xs = Vec::new();
+        self.sys
+            .read_dir(after.as_fd(), |n, _, t| {
+                if let Some(x) = marker_id(n, t) {
+                    xs.push(x);
+                }
+            })
+            .map_err(|e| self.read_dir_error(e, AFTER_DIR))?;
+        for x in xs {
+            if self.dep_state(x, false)? == Dep::Acked {
+                self.dependency_acked_inner(x).unwrap_or_else(|e| r.fail(e));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Queue {
+    /// [`Queue::enqueue_with`] of a job with dependencies (`o.after` not empty): checked,
+    /// markers made, the job linked into `waiting/` (the linearization point, with the
+    /// outcomes of any enqueue), then its dependencies looked at again (step 3 above).
+    pub(crate) fn enqueue_after(
+        &self,
+        payload: &[u8],
+        o: &crate::EnqueueOptions,
+    ) -> core::result::Result<crate::Enqueued, crate::EnqueueError> {
+        use crate::EnqueueError as E;
+        if o.delay.is_some_and(|d| !d.is_zero()) || o.key.is_some() || o.wait.is_some() {
+            return Err(E::from_internal(Cause::not_done(
+                ErrorKind::InvalidArgument("after (dependencies) cannot go with delay, key or wait"),
+                None,
+            )));
+        }
+        let open = self.check_after(&o.after).map_err(E::from_internal)?;
+        let _room = self
+            .admit(1, payload.len() as u64)
+            .map_err(E::from_internal)?;
+        if open.is_empty() {
+            // Every dependency acked already: an ordinary enqueue, straight to ready.
+            let plain = crate::EnqueueOptions {
+                after: Vec::new(),
+                ..o.clone()
+            };
+            return self
+                .enqueue_as(None, payload, &plain)
+                .map(crate::Enqueued::New)
+                .map_err(E::from_internal);
+        }
+        let _op = self.op();
+        let p = self.prepare(Some(payload), o, None).map_err(E::from_internal)?;
+        let d = p.name.id;
+        self.make_markers(d, &open).map_err(E::from_internal)?;
+        let published = self
+            .write_job(&p, true)
+            .and_then(|w| self.publish_durably(&p, w));
+        if let Err(e) = published {
+            if e.outcome() == Outcome::NotDone {
+                self.forget_markers(d, &open);
+            }
+            return Err(E::from_internal(e));
+        }
+        if let Err(e) = self.resolve_waiting(&p.name, false) {
+            log::warn!("job {d} enqueued waiting; its dependencies are left for recovery: {e}");
+        }
+        Ok(crate::Enqueued::New(d))
+    }
+}
+
+impl Queue {
+    /// An operator's requeue of dead job `name` (in `from`) whose dependencies are not all
+    /// acked: back to `waiting/` (`RequeueWaiting`, attempts reset), then its dependencies
+    /// looked at thoroughly: one dead (or purged, in no place of the queue) sends it back to
+    /// dead, none left promotes it. Requeue the dead dependency first.
+    ///
+    /// # Errors
+    /// As [`Queue::move_job`] for the move; a failure after it is logged (recovery
+    /// finishes it).
+    pub(crate) fn requeue_waiting(&self, from: &Place<'_>, name: &JobName) -> Result<()> {
+        let to = self.place_waiting(true)?.expect("made");
+        let mut new = name.next(Kind::Ready, false);
+        new.attempt = crate::disk::state::attempt_after(Op::RequeueWaiting, name.attempt);
+        self.move_job(from, name, &to, &new, Op::RequeueWaiting)?;
+        if let Err(e) = self.resolve_waiting(&new, true) {
+            log::warn!("job {} requeued waiting; its dependencies are left for recovery: {e}", new.id);
+        }
+        Ok(())
+    }
+}
+
+impl Queue {
+    /// After dead job `x` was purged: jobs still waiting for it die (a purged dependency
+    /// never comes back), and its markers go, both ways. Best effort, logged: what stays is
+    /// harmless (`fsck` lists it; a requeued dependent finds `x` nowhere and dies again).
+    pub(crate) fn purged_deps(&self, x: JobId) {
+        if let Err(e) = self.dependents_die(x) {
+            log::warn!("job {x} purged; its dependents are left for recovery: {e}");
+        }
+        let dependents = self.markers(AFTER_DIR, x).unwrap_or_default();
+        let needs = self.markers(NEEDS_DIR, x).unwrap_or_default();
+        self.forget_markers(x, &needs);
+        if let Ok(Some(after)) = self.deps_dir(AFTER_DIR, false) {
+            let xh = x.to_string();
+            if let Ok(Some(ax)) = self.deps_sub(after.as_fd(), &xh, AFTER_DIR, false) {
+                for d in dependents {
+                    let _ = self.sys.unlink(ax.as_fd(), &d.to_string());
+                }
+            }
+            let _ = self.sys.rmdir(after.as_fd(), &xh);
+        }
+    }
+}

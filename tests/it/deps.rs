@@ -1,0 +1,422 @@
+//! Dependencies (`EnqueueOptions::after`, `enqueue --after`): a job waits in `waiting/` until
+//! every job it names is acked, and dies (reason `dependency`) when one dies.
+
+use crate::common::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use steadq::sys::{Call, Errno, Fault, FaultAction, FaultPlan};
+use steadq::*;
+
+fn after(ids: &[JobId]) -> EnqueueOptions {
+    EnqueueOptions {
+        after: ids.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn state_of(q: &Queue, id: JobId) -> State {
+    q.find(id).unwrap().state
+}
+
+/// Claim and ack the one ready job, which must be `id`.
+fn run_one(q: &Queue, id: JobId) {
+    let l = q.claim().unwrap().expect("a job is ready");
+    assert_eq!(l.id(), id);
+    l.ack().unwrap();
+}
+
+#[test]
+fn a_chain_runs_in_order() {
+    let d = TempDir::new("deps-chain");
+    let q = Queue::create(d.path(), opts(2)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let b = q.enqueue_with(b"b", &after(&[a])).unwrap().id();
+    let c = q.enqueue_with(b"c", &after(&[b])).unwrap().id();
+    assert_eq!(state_of(&q, b), State::Waiting);
+    assert_eq!(state_of(&q, c), State::Waiting);
+    assert_eq!(q.status().unwrap().waiting, 2);
+    run_one(&q, a);
+    assert_eq!(state_of(&q, b), State::Ready);
+    assert_eq!(state_of(&q, c), State::Waiting);
+    run_one(&q, b);
+    run_one(&q, c);
+    assert!(q.claim().unwrap().is_none());
+    assert_eq!(q.status().unwrap().waiting, 0);
+    // Markers are gone once everything ran.
+    for dir in ["needs", "after"] {
+        assert_eq!(files(d.path(), dir), Vec::<String>::new(), "{dir}");
+    }
+}
+
+#[test]
+fn a_job_after_two_waits_for_both_and_is_never_claimed_before() {
+    let d = TempDir::new("deps-two");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let b = q.enqueue(b"b").unwrap();
+    let j = q.enqueue_with(b"d", &after(&[a, b])).unwrap().id();
+    let listed: Vec<JobId> = q
+        .list(Some(State::Waiting))
+        .unwrap()
+        .iter()
+        .map(|l| l.name.id)
+        .collect();
+    assert_eq!(listed, vec![j]);
+    assert_eq!(files(d.path(), &format!("needs/{j}")).len(), 2);
+    assert_eq!(
+        files(d.path(), &format!("after/{a}")),
+        vec![format!("after/{a}/{j}")]
+    );
+    let la = q.claim().unwrap().unwrap();
+    let lb = q.claim().unwrap().unwrap();
+    assert!(q.claim().unwrap().is_none(), "a waiting job is never claimed");
+    assert_eq!((la.id(), lb.id()), (a, b));
+    la.ack().unwrap();
+    assert_eq!(state_of(&q, j), State::Waiting, "still waits for b");
+    assert!(q.claim().unwrap().is_none());
+    lb.ack().unwrap();
+    assert_eq!(state_of(&q, j), State::Ready);
+    run_one(&q, j);
+}
+
+#[test]
+fn an_acked_dependency_is_met_at_once() {
+    let d = TempDir::new("deps-acked");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    run_one(&q, a);
+    let j = q.enqueue_with(b"j", &after(&[a])).unwrap().id();
+    assert_eq!(state_of(&q, j), State::Ready);
+    assert!(!d.path().join("waiting").exists(), "never went through waiting/");
+}
+
+#[test]
+fn a_dead_dependency_kills_its_dependents_and_theirs() {
+    let d = TempDir::new("deps-dead");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let b = q.enqueue_with(b"b", &after(&[a])).unwrap().id();
+    let c = q.enqueue_with(b"c", &after(&[b])).unwrap().id();
+    let other = q.enqueue(b"other").unwrap();
+    let l = q.claim().unwrap().unwrap();
+    assert_eq!(l.id(), a);
+    l.fail(Reason::new("broken").unwrap()).unwrap();
+    for id in [b, c] {
+        let f = q.find(id).unwrap();
+        assert_eq!(f.state, State::Dead, "{id}");
+        assert_eq!(f.name.kind, Kind::Dead { reason: Reason::DEPENDENCY });
+    }
+    assert_eq!(state_of(&q, other), State::Ready);
+    assert_eq!(q.status().unwrap().waiting, 0);
+    // A job named after a dead one is refused.
+    let e = q.enqueue_with(b"late", &after(&[a])).unwrap_err();
+    assert_eq!(
+        *e.kind(),
+        ErrorKind::BadDependency { id: a, problem: "is dead-lettered" }
+    );
+    assert!(e.to_string().contains(&a.to_string()), "{e}");
+}
+
+#[test]
+fn a_requeued_dependent_waits_again_and_runs_after_its_requeued_dependency() {
+    let d = TempDir::new("deps-requeue");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let b = q.enqueue_with(b"b", &after(&[a])).unwrap().id();
+    q.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
+    assert_eq!(state_of(&q, b), State::Dead);
+    // Requeued while its dependency is still dead: straight back to dead.
+    let r = q.requeue_dead_with(Some(b), Some(Reason::DEPENDENCY));
+    assert_eq!(r.requeued, 1, "{r:?}");
+    assert_eq!(state_of(&q, b), State::Dead);
+    // The dependency first, then the dependent: it waits, and runs after.
+    assert_eq!(q.requeue_dead(Some(a)).requeued, 1);
+    assert_eq!(state_of(&q, a), State::Ready);
+    assert_eq!(state_of(&q, b), State::Dead, "requeueing a does not revive b");
+    let r = q.requeue_dead_with(None, Some(Reason::DEPENDENCY));
+    assert_eq!(r.requeued, 1, "{r:?}");
+    let w = q.find(b).unwrap();
+    assert_eq!((w.state, w.name.attempt), (State::Waiting, 0));
+    run_one(&q, a);
+    run_one(&q, b);
+}
+
+#[test]
+fn purging_a_dead_dependency_removes_its_markers() {
+    let d = TempDir::new("deps-purge");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let b = q.enqueue_with(b"b", &after(&[a])).unwrap().id();
+    q.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
+    assert_eq!(q.purge_dead().unwrap(), 2);
+    for dir in ["needs", "after"] {
+        assert_eq!(files(d.path(), dir), Vec::<String>::new(), "{dir}");
+    }
+    assert!(q.find(b).is_err());
+}
+
+#[test]
+fn bad_dependencies_are_refused_by_id_and_nothing_is_written() {
+    let d = TempDir::new("deps-bad");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let unknown = JobId(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
+    let cases: Vec<(Vec<JobId>, ErrorKind)> = vec![
+        (
+            vec![a, unknown],
+            ErrorKind::BadDependency { id: unknown, problem: "is not in this queue" },
+        ),
+        (
+            vec![a, a],
+            ErrorKind::BadDependency { id: a, problem: "is named twice" },
+        ),
+        (
+            (0..65).map(|_| a).collect(),
+            ErrorKind::InvalidArgument("more than 64 dependencies (after)"),
+        ),
+    ];
+    let before = snapshot(d.path());
+    for (ids, want) in cases {
+        let e = q.enqueue_with(b"x", &after(&ids)).unwrap_err();
+        assert_eq!(e.outcome(), Outcome::NotDone);
+        assert_eq!(*e.kind(), want);
+        if let ErrorKind::BadDependency { id, .. } = want {
+            assert!(e.to_string().contains(&id.to_string()), "{e}");
+        }
+    }
+    // With a delay, a key or a wait: refused.
+    let o = EnqueueOptions {
+        delay: Some(std::time::Duration::from_secs(5)),
+        ..after(&[a])
+    };
+    assert!(matches!(
+        q.enqueue_with(b"x", &o).unwrap_err().kind(),
+        ErrorKind::InvalidArgument(_)
+    ));
+    assert_eq!(snapshot(d.path()), before, "nothing written");
+    // A job cannot name itself: its id is fresh, so any id given is another job's, and one
+    // not made yet is unknown (the case above). So no cycle can form.
+}
+
+#[test]
+fn enqueue_after_races_the_ack_of_its_dependency_and_every_dependent_runs_once() {
+    let d = TempDir::new("deps-race");
+    let q = Queue::create(d.path(), fast(4)).unwrap();
+    const N: usize = 40;
+    let deps: Vec<JobId> = (0..N).map(|i| q.enqueue(format!("x{i}").as_bytes()).unwrap()).collect();
+    let acker = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let mut acked = 0;
+            while acked < N {
+                match q.claim().unwrap() {
+                    Some(l) if l.payload().unwrap().starts_with(b"x") => {
+                        l.ack().unwrap();
+                        acked += 1;
+                    }
+                    Some(l) => drop(l), // a dependent already: released
+                    None => std::thread::yield_now(),
+                }
+            }
+        })
+    };
+    let producers: Vec<_> = (0..4)
+        .map(|t| {
+            let (q, deps) = (q.clone(), deps.clone());
+            std::thread::spawn(move || {
+                (t..N)
+                    .step_by(4)
+                    .map(|i| q.enqueue_with(b"d", &after(&[deps[i]])).unwrap().id())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let dependents: Vec<JobId> = producers.into_iter().flat_map(|p| p.join().unwrap()).collect();
+    acker.join().unwrap();
+    let mut seen: HashMap<JobId, u32> = HashMap::new();
+    while let Some(l) = q.claim().unwrap() {
+        *seen.entry(l.id()).or_default() += 1;
+        l.ack().unwrap();
+    }
+    for id in &dependents {
+        assert_eq!(seen.get(id), Some(&1), "dependent {id} ran once");
+    }
+    assert_eq!(q.status().unwrap().waiting, 0);
+}
+
+#[test]
+fn enqueue_after_from_the_command_line() {
+    let d = TempDir::new("deps-cli");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let out = steadq_in(&["enqueue", p(d.path()), "--after", &a.to_string()], b"b");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let b = JobId::parse(text(&out.stdout).trim()).unwrap();
+    assert_eq!(state_of(&q, b), State::Waiting);
+    let out = steadq(&["list", p(d.path()), "--state", "waiting"]);
+    assert!(text(&out.stdout).contains(&b.to_string()), "{}", text(&out.stdout));
+    let bad = format!("{a},{}", "f".repeat(32));
+    let out = steadq_in(&["enqueue", p(d.path()), "--after", &bad], b"c");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&"f".repeat(32)), "{}", text(&out.stderr));
+}
+
+/// Every call of `op` (counted once on a clean run) failed with `EIO`, and stopped after
+/// (a simulated crash); each case's outcome checked against the queue, then recovery on a
+/// fresh handle, then the rest of the work: every job must end in the right state.
+fn deps_matrix(ack_side: bool) -> (u32, u32, u32) {
+    let run = |plan: Option<Arc<FaultPlan>>| -> (TempDir, Result<(), Error>, JobId, JobId, bool) {
+        let d = TempDir::new("deps-fault");
+        drop(Queue::create(d.path(), opts(1)).unwrap());
+        let plain = Queue::open(d.path()).unwrap();
+        let first = plain.enqueue(b"x").unwrap();
+        let second = plain.enqueue(b"y").unwrap();
+        let ly = plain.claim().unwrap().unwrap();
+        // x: the job claimed first (claims need not take the older one).
+        let (x, y) = if ly.id() == first { (first, second) } else { (second, first) };
+        let q = match &plan {
+            Some(p) => Queue::open_with(d.path(), Options { faults: Some(p.clone()), ..Options::default() }).unwrap(),
+            None => plain.clone(),
+        };
+        let (r, dep, done_id) = if ack_side {
+            let dep = plain.enqueue_with(b"d", &after(&[x, y])).unwrap().id();
+            // y acked first, cleanly; x's ack is the one under test.
+            drop(ly);
+            let short = ClaimOptions {
+                lease: Some(std::time::Duration::from_secs(1)),
+                ..Default::default()
+            };
+            let ly = plain.claim_with(&short).unwrap().unwrap();
+            let lx = q.claim_with(&short).unwrap().unwrap();
+            let (lx, ly) = if lx.id() == x { (lx, ly) } else { (ly, lx) };
+            assert_eq!((lx.id(), ly.id()), (x, y));
+            ly.ack().unwrap();
+            if let Some(p) = &plan {
+                p.arm();
+            }
+            let r = match lx.ack() {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    let c = e.cause().clone();
+                    let o = e.outcome();
+                    if let Some(p) = &plan {
+                        p.disarm();
+                    }
+                    drop(e.into_lease()); // released, unless the "crash" stopped the handle
+                    Err(match o {
+                        Outcome::NotDone => Error::NotDone(c),
+                        _ => Error::Indeterminate(c),
+                    })
+                }
+            };
+            (r, dep, x)
+        } else {
+            ly.ack().unwrap(); // x acked: the enqueue finds one dependency met
+            if let Some(p) = &plan {
+                p.arm();
+            }
+            let r = q.enqueue_with(b"d", &after(&[x, y]));
+            let id = match &r {
+                Ok(e) => Some(e.id()),
+                Err(e) => e.id(),
+            };
+            (r.map(drop).map_err(Error::from), id.unwrap_or(JobId(0)), y)
+        };
+        if let Some(p) = &plan {
+            p.disarm();
+        }
+        let acked = ack_side && plain.find(x).map(|l| l.state == State::Acked).unwrap_or(false);
+        let _ = done_id;
+        (d, r, dep, y, acked)
+    };
+    let clean = FaultPlan::disarmed(Vec::new());
+    let (_d, r, ..) = run(Some(clean.clone()));
+    r.unwrap();
+    // Counted on the clean run: arm() zeroed the counts before the operation.
+    let counts: Vec<(Call, u32)> = Call::ALL.iter().map(|&c| (c, clean.count(c))).collect();
+    let (mut done, mut not_done, mut indet) = (0, 0, 0);
+    for (call, n) in counts {
+        for nth in 1..=n {
+            for action in [FaultAction::Fail(Errno::IO), FaultAction::StopAfter] {
+                let plan = FaultPlan::disarmed(vec![Fault { call, nth, action }]);
+                let (d, r, dep, y, acked) = run(Some(plan.clone()));
+                let ctx = format!("{call:?}#{nth} {action:?} (ack side: {ack_side}): {r:?}");
+                let fresh = Queue::open(d.path()).unwrap();
+                let found = fresh.find(dep).ok().map(|l| l.state);
+                match &r {
+                    Ok(()) => done += 1,
+                    Err(Error::NotDone(_)) => not_done += 1,
+                    Err(_) => indet += 1,
+                }
+                if !ack_side {
+                    match &r {
+                        Ok(()) => assert!(found.is_some(), "{ctx}: done, but no job"),
+                        Err(Error::NotDone(_)) => assert_eq!(found, None, "{ctx}: not done, but a job"),
+                        Err(_) => {}
+                    }
+                } else if r.is_ok() {
+                    assert!(acked, "{ctx}: ack done, but x is not acked");
+                }
+                let rep = fresh.recover();
+                assert!(rep.first_error.is_none(), "{ctx}: {rep:?}");
+                let found = fresh.find(dep).ok().map(|l| l.state);
+                let x_acked = ack_side && fresh.find(dep).is_ok() && acked;
+                match (ack_side, found) {
+                    (_, None) => assert!(!ack_side, "{ctx}: the dependent vanished"),
+                    (true, Some(s)) => {
+                        let want = if x_acked { State::Ready } else { State::Waiting };
+                        assert_eq!(s, want, "{ctx}: after recovery");
+                    }
+                    (false, Some(s)) => assert_eq!(s, State::Waiting, "{ctx}: waits for y"),
+                }
+                // Finish the work: whatever is ready runs (a lease the "crash" left expires
+                // within its 1 s), and the dependent runs once.
+                let mut ran = 0;
+                let t0 = std::time::Instant::now();
+                while t0.elapsed() < std::time::Duration::from_secs(5) {
+                    while let Some(l) = fresh.claim().unwrap() {
+                        ran += (l.id() == dep) as u32;
+                        l.ack().unwrap();
+                    }
+                    let _ = fresh.recover();
+                    if found.is_none() || ran > 0 {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                while let Some(l) = fresh.claim().unwrap() {
+                    ran += (l.id() == dep) as u32;
+                    l.ack().unwrap();
+                }
+                let _ = y;
+                if found.is_some() {
+                    assert_eq!(ran, 1, "{ctx}: the dependent ran once");
+                }
+                assert_eq!(fresh.status().unwrap().waiting, 0, "{ctx}");
+            }
+        }
+    }
+    (done, not_done, indet)
+}
+
+#[test]
+#[ignore = "slow tier: every call of enqueue --after failed, and stopped after (~30 s)"]
+fn fault_matrix_reports_the_true_outcome_of_enqueue_after() {
+    let (done, not_done, indet) = deps_matrix(false);
+    summary(&format!(
+        "fault matrix, enqueue --after: {done} done, {not_done} not done, {indet} indeterminate, \
+         each checked, recovered and run to the end"
+    ));
+    assert!(not_done > 0 && done > 0);
+}
+
+#[test]
+#[ignore = "slow tier: every call of an ack with a dependent failed, and stopped after (~60 s)"]
+fn fault_matrix_reports_the_true_outcome_of_the_ack_that_frees_a_dependent() {
+    let (done, not_done, indet) = deps_matrix(true);
+    summary(&format!(
+        "fault matrix, ack with a dependent: {done} done, {not_done} not done, {indet} \
+         indeterminate, each checked, recovered and run to the end"
+    ));
+    assert!(done > 0);
+}
