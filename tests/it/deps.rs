@@ -286,7 +286,7 @@ fn deps_matrix(ack_side: bool) -> (u32, u32, u32) {
                 lease: Some(std::time::Duration::from_secs(1)),
                 ..Default::default()
             };
-            let ly = plain.claim_with(&short).unwrap().unwrap();
+            let ly = q.claim_with(&short).unwrap().unwrap();
             let lx = q.claim_with(&short).unwrap().unwrap();
             let (lx, ly) = if lx.id() == x { (lx, ly) } else { (ly, lx) };
             assert_eq!((lx.id(), ly.id()), (x, y));

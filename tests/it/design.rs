@@ -235,6 +235,13 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
     q.enqueue_with(b"g", &key("order-3")).unwrap();
     q.compact_keys(Duration::ZERO).unwrap();
     assert_eq!(q.live_keys().unwrap(), 1);
+    // A job waiting for another (waiting/, needs/, after/).
+    let first = q.enqueue(b"h").unwrap();
+    let waits = EnqueueOptions {
+        after: vec![first],
+        ..Default::default()
+    };
+    q.enqueue_with(b"i", &waits).unwrap();
     std::fs::write(d.path().join("ready/00/stray.txt"), b"foreign").unwrap();
     q.fsck_quarantine().unwrap();
 
