@@ -453,7 +453,11 @@ impl Queue {
         let now = self.clock.wall_ns();
         st.oldest_ready_age = since.map(|t| Duration::from_nanos(now.saturating_sub(t)));
         st.unreadable_shards = self.unreadable_shards();
-        st.waiting = self.waiting_jobs().map_err(crate::Error::from)?.len() as u64;
+        let waiting = self.waiting_jobs().map_err(crate::Error::from)?;
+        st.waiting = waiting.len() as u64;
+        if sized {
+            st.bytes.waiting = self.waiting_bytes(&waiting);
+        }
         // Read after the listing: what it saw present is counted here or still present, so
         // a total never goes down (admin/counts.rs).
         match self.read_counts() {

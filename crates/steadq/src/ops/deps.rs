@@ -607,3 +607,21 @@ impl Queue {
         }
     }
 }
+
+impl Queue {
+    /// The bytes of the waiting jobs `names` (each file's size; one gone meanwhile counts 0).
+    pub(crate) fn waiting_bytes(&self, names: &[JobName]) -> u64 {
+        let Ok(Some(w)) = self.deps_dir(WAITING_DIR, false) else {
+            return 0;
+        };
+        names
+            .iter()
+            .filter_map(|n| {
+                self.sys
+                    .stat_nofollow(w.as_fd(), &n.format(self.ident.id))
+                    .ok()
+            })
+            .map(|m| m.size)
+            .sum()
+    }
+}
