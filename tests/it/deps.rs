@@ -420,3 +420,55 @@ fn fault_matrix_reports_the_true_outcome_of_the_ack_that_frees_a_dependent() {
     ));
     assert!(done > 0);
 }
+
+#[test]
+fn fsck_checks_the_dependency_directories_and_never_follows_what_it_finds() {
+    let d = TempDir::new("deps-fsck");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let j = q.enqueue_with(b"j", &after(&[a])).unwrap().id();
+    let rep = q.fsck().unwrap();
+    assert!(rep.clean(), "{rep:?}");
+    // Hostile entries: a symlink in waiting/, a fifo and a forged name among the markers,
+    // a marker that is not empty.
+    let outside = TempDir::new("deps-fsck-outside");
+    std::fs::create_dir_all(outside.path()).unwrap();
+    let secret = outside.path().join("secret");
+    std::fs::write(&secret, b"not a job").unwrap();
+    std::os::unix::fs::symlink(&secret, d.path().join("waiting/link")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        d.path().join(format!("needs/{j}/fifo")),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    std::fs::write(d.path().join(format!("after/{a}/{}", "A".repeat(32))), b"").unwrap();
+    std::fs::write(d.path().join(format!("needs/{j}/{a}")), b"full").unwrap();
+    let rep = q.fsck().unwrap();
+    let mut got: Vec<(String, ProblemKind)> =
+        rep.problems.iter().map(|p| (p.path.clone(), p.kind.clone())).collect();
+    got.sort_by(|x, y| x.0.cmp(&y.0));
+    let mut want = vec![
+        ("waiting/link".to_string(), ProblemKind::NotRegular("symlink")),
+        (format!("needs/{j}/fifo"), ProblemKind::NotRegular("fifo")),
+        (
+            format!("after/{a}/{}", "A".repeat(32)),
+            ProblemKind::Foreign(Foreign::Name(name::NameError::Syntax)),
+        ),
+        (
+            format!("needs/{j}/{a}"),
+            ProblemKind::Damaged(
+                "a dependency marker holds bytes (markers are empty files); it still counts \
+                 as a marker, left in place",
+            ),
+        ),
+    ];
+    want.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(got, want);
+    assert_eq!(std::fs::read(&secret).unwrap(), b"not a job", "never followed");
+    // Claims and recovery skip them; the dependent still waits for a.
+    assert!(q.recover().first_error.is_none());
+    assert_eq!(state_of(&q, j), State::Waiting);
+}
