@@ -537,7 +537,7 @@ pub struct List {
     /// queue directory
     #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
-    /// only this state: ready, leased, delayed, dead or acked
+    /// only this state: ready, leased, delayed, dead, acked or waiting
     #[argh(option, from_str_fn(parse_state))]
     pub state: Option<State>,
     /// do not remember the ids printed (flat memory at any depth); a job that moves while
