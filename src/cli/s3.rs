@@ -199,7 +199,9 @@ mod with_s3 {
             || a.priority.is_some()
             || a.after.is_some()
         {
-            return Err(unsupported("--max-attempts, --delay, --wait, --priority, --after"));
+            return Err(unsupported(
+                "--max-attempts, --delay, --wait, --priority, --after",
+            ));
         }
         if a.file.is_none() && crate::cli::std_fds::stdin_closed() {
             return Err(CliError::not_done(

@@ -69,7 +69,10 @@ fn a_job_after_two_waits_for_both_and_is_never_claimed_before() {
     );
     let la = q.claim().unwrap().unwrap();
     let lb = q.claim().unwrap().unwrap();
-    assert!(q.claim().unwrap().is_none(), "a waiting job is never claimed");
+    assert!(
+        q.claim().unwrap().is_none(),
+        "a waiting job is never claimed"
+    );
     assert_eq!((la.id(), lb.id()), (a, b));
     la.ack().unwrap();
     assert_eq!(state_of(&q, j), State::Waiting, "still waits for b");
@@ -87,7 +90,10 @@ fn an_acked_dependency_is_met_at_once() {
     run_one(&q, a);
     let j = q.enqueue_with(b"j", &after(&[a])).unwrap().id();
     assert_eq!(state_of(&q, j), State::Ready);
-    assert!(!d.path().join("waiting").exists(), "never went through waiting/");
+    assert!(
+        !d.path().join("waiting").exists(),
+        "never went through waiting/"
+    );
 }
 
 #[test]
@@ -104,7 +110,12 @@ fn a_dead_dependency_kills_its_dependents_and_theirs() {
     for id in [b, c] {
         let f = q.find(id).unwrap();
         assert_eq!(f.state, State::Dead, "{id}");
-        assert_eq!(f.name.kind, Kind::Dead { reason: Reason::DEPENDENCY });
+        assert_eq!(
+            f.name.kind,
+            Kind::Dead {
+                reason: Reason::DEPENDENCY
+            }
+        );
     }
     assert_eq!(state_of(&q, other), State::Ready);
     assert_eq!(q.status().unwrap().waiting, 0);
@@ -112,7 +123,10 @@ fn a_dead_dependency_kills_its_dependents_and_theirs() {
     let e = q.enqueue_with(b"late", &after(&[a])).unwrap_err();
     assert_eq!(
         *e.kind(),
-        ErrorKind::BadDependency { id: a, problem: "is dead-lettered" }
+        ErrorKind::BadDependency {
+            id: a,
+            problem: "is dead-lettered"
+        }
     );
     assert!(e.to_string().contains(&a.to_string()), "{e}");
 }
@@ -132,7 +146,11 @@ fn a_requeued_dependent_waits_again_and_runs_after_its_requeued_dependency() {
     // The dependency first, then the dependent: it waits, and runs after.
     assert_eq!(q.requeue_dead(Some(a)).requeued, 1);
     assert_eq!(state_of(&q, a), State::Ready);
-    assert_eq!(state_of(&q, b), State::Dead, "requeueing a does not revive b");
+    assert_eq!(
+        state_of(&q, b),
+        State::Dead,
+        "requeueing a does not revive b"
+    );
     let r = q.requeue_dead_with(None, Some(Reason::DEPENDENCY));
     assert_eq!(r.requeued, 1, "{r:?}");
     let w = q.find(b).unwrap();
@@ -164,11 +182,17 @@ fn bad_dependencies_are_refused_by_id_and_nothing_is_written() {
     let cases: Vec<(Vec<JobId>, ErrorKind)> = vec![
         (
             vec![a, unknown],
-            ErrorKind::BadDependency { id: unknown, problem: "is not in this queue" },
+            ErrorKind::BadDependency {
+                id: unknown,
+                problem: "is not in this queue",
+            },
         ),
         (
             vec![a, a],
-            ErrorKind::BadDependency { id: a, problem: "is named twice" },
+            ErrorKind::BadDependency {
+                id: a,
+                problem: "is named twice",
+            },
         ),
         (
             (0..65).map(|_| a).collect(),
@@ -203,7 +227,9 @@ fn enqueue_after_races_the_ack_of_its_dependency_and_every_dependent_runs_once()
     let d = TempDir::new("deps-race");
     let q = Queue::create(d.path(), fast(4)).unwrap();
     const N: usize = 40;
-    let deps: Vec<JobId> = (0..N).map(|i| q.enqueue(format!("x{i}").as_bytes()).unwrap()).collect();
+    let deps: Vec<JobId> = (0..N)
+        .map(|i| q.enqueue(format!("x{i}").as_bytes()).unwrap())
+        .collect();
     let acker = {
         let q = q.clone();
         std::thread::spawn(move || {
@@ -231,7 +257,10 @@ fn enqueue_after_races_the_ack_of_its_dependency_and_every_dependent_runs_once()
             })
         })
         .collect();
-    let dependents: Vec<JobId> = producers.into_iter().flat_map(|p| p.join().unwrap()).collect();
+    let dependents: Vec<JobId> = producers
+        .into_iter()
+        .flat_map(|p| p.join().unwrap())
+        .collect();
     acker.join().unwrap();
     let mut seen: HashMap<JobId, u32> = HashMap::new();
     while let Some(l) = q.claim().unwrap() {
@@ -254,11 +283,19 @@ fn enqueue_after_from_the_command_line() {
     let b = JobId::parse(text(&out.stdout).trim()).unwrap();
     assert_eq!(state_of(&q, b), State::Waiting);
     let out = steadq(&["list", p(d.path()), "--state", "waiting"]);
-    assert!(text(&out.stdout).contains(&b.to_string()), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains(&b.to_string()),
+        "{}",
+        text(&out.stdout)
+    );
     let bad = format!("{a},{}", "f".repeat(32));
     let out = steadq_in(&["enqueue", p(d.path()), "--after", &bad], b"c");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains(&"f".repeat(32)), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&"f".repeat(32)),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// Every call of `op` (counted once on a clean run) failed with `EIO`, and stopped after
@@ -273,9 +310,20 @@ fn deps_matrix(ack_side: bool) -> (u32, u32, u32) {
         let second = plain.enqueue(b"y").unwrap();
         let ly = plain.claim().unwrap().unwrap();
         // x: the job claimed first (claims need not take the older one).
-        let (x, y) = if ly.id() == first { (first, second) } else { (second, first) };
+        let (x, y) = if ly.id() == first {
+            (first, second)
+        } else {
+            (second, first)
+        };
         let q = match &plan {
-            Some(p) => Queue::open_with(d.path(), Options { faults: Some(p.clone()), ..Options::default() }).unwrap(),
+            Some(p) => Queue::open_with(
+                d.path(),
+                Options {
+                    faults: Some(p.clone()),
+                    ..Options::default()
+                },
+            )
+            .unwrap(),
             None => plain.clone(),
         };
         let (r, dep, done_id) = if ack_side {
@@ -325,7 +373,11 @@ fn deps_matrix(ack_side: bool) -> (u32, u32, u32) {
         if let Some(p) = &plan {
             p.disarm();
         }
-        let acked = ack_side && plain.find(x).map(|l| l.state == State::Acked).unwrap_or(false);
+        let acked = ack_side
+            && plain
+                .find(x)
+                .map(|l| l.state == State::Acked)
+                .unwrap_or(false);
         let _ = done_id;
         (d, r, dep, y, acked)
     };
@@ -351,7 +403,9 @@ fn deps_matrix(ack_side: bool) -> (u32, u32, u32) {
                 if !ack_side {
                     match &r {
                         Ok(()) => assert!(found.is_some(), "{ctx}: done, but no job"),
-                        Err(Error::NotDone(_)) => assert_eq!(found, None, "{ctx}: not done, but a job"),
+                        Err(Error::NotDone(_)) => {
+                            assert_eq!(found, None, "{ctx}: not done, but a job")
+                        }
                         Err(_) => {}
                     }
                 } else if r.is_ok() {
@@ -364,7 +418,11 @@ fn deps_matrix(ack_side: bool) -> (u32, u32, u32) {
                 match (ack_side, found) {
                     (_, None) => assert!(!ack_side, "{ctx}: the dependent vanished"),
                     (true, Some(s)) => {
-                        let want = if x_acked { State::Ready } else { State::Waiting };
+                        let want = if x_acked {
+                            State::Ready
+                        } else {
+                            State::Waiting
+                        };
                         assert_eq!(s, want, "{ctx}: after recovery");
                     }
                     (false, Some(s)) => assert_eq!(s, State::Waiting, "{ctx}: waits for y"),
@@ -447,11 +505,17 @@ fn fsck_checks_the_dependency_directories_and_never_follows_what_it_finds() {
     std::fs::write(d.path().join(format!("after/{a}/{}", "A".repeat(32))), b"").unwrap();
     std::fs::write(d.path().join(format!("needs/{j}/{a}")), b"full").unwrap();
     let rep = q.fsck().unwrap();
-    let mut got: Vec<(String, ProblemKind)> =
-        rep.problems.iter().map(|p| (p.path.clone(), p.kind.clone())).collect();
+    let mut got: Vec<(String, ProblemKind)> = rep
+        .problems
+        .iter()
+        .map(|p| (p.path.clone(), p.kind.clone()))
+        .collect();
     got.sort_by(|x, y| x.0.cmp(&y.0));
     let mut want = vec![
-        ("waiting/link".to_string(), ProblemKind::NotRegular("symlink")),
+        (
+            "waiting/link".to_string(),
+            ProblemKind::NotRegular("symlink"),
+        ),
         (format!("needs/{j}/fifo"), ProblemKind::NotRegular("fifo")),
         (
             format!("after/{a}/{}", "A".repeat(32)),
@@ -467,7 +531,11 @@ fn fsck_checks_the_dependency_directories_and_never_follows_what_it_finds() {
     ];
     want.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(got, want);
-    assert_eq!(std::fs::read(&secret).unwrap(), b"not a job", "never followed");
+    assert_eq!(
+        std::fs::read(&secret).unwrap(),
+        b"not a job",
+        "never followed"
+    );
     // Claims and recovery skip them; the dependent still waits for a.
     assert!(q.recover().first_error.is_none());
     assert_eq!(state_of(&q, j), State::Waiting);

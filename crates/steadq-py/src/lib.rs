@@ -22,8 +22,8 @@ use std::io::Read;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use steadq::{
-    Cause, ClaimOptions, EnqueueOptions, ErrorKind, JobId, Key, Lease, Limits, Nacked, Options, Outcome,
-    PayloadReader, Queue, Reason,
+    Cause, ClaimOptions, EnqueueOptions, ErrorKind, JobId, Key, Lease, Limits, Nacked, Options,
+    Outcome, PayloadReader, Queue, Reason,
 };
 
 create_exception!(
@@ -245,7 +245,10 @@ impl PyQueue {
             .iter()
             .map(|s| {
                 JobId::parse(s).ok_or_else(|| {
-                    bad_arg(py, format!("after: {s:?} is not a job id (32 lowercase hex digits)"))
+                    bad_arg(
+                        py,
+                        format!("after: {s:?} is not a job id (32 lowercase hex digits)"),
+                    )
                 })
             })
             .collect::<PyResult<Vec<JobId>>>()?;

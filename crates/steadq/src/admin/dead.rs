@@ -3,8 +3,8 @@
 
 use super::view::Listed;
 use crate::disk::barrier::Barrier;
-use crate::disk::layout::NEEDS_DIR;
 use crate::disk::layout::DEAD_DIR;
+use crate::disk::layout::NEEDS_DIR;
 use crate::disk::name::{JobId, Kind, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};

@@ -81,7 +81,11 @@ impl Queue {
             true
         })?;
         if state.is_none_or(|w| w == State::Waiting) {
-            out.extend(self.waiting_listed()?.into_iter().filter(|l| seen.insert(l.name.id)));
+            out.extend(
+                self.waiting_listed()?
+                    .into_iter()
+                    .filter(|l| seen.insert(l.name.id)),
+            );
         }
         out.sort_by(|a, b| (&a.dir, a.name.id).cmp(&(&b.dir, b.name.id)));
         Ok(out)
@@ -167,7 +171,11 @@ impl Queue {
             }
             true
         })?;
-        found.extend(self.waiting_listed()?.into_iter().filter(|l| l.name.id == id));
+        found.extend(
+            self.waiting_listed()?
+                .into_iter()
+                .filter(|l| l.name.id == id),
+        );
         Ok((found, unreadable))
     }
 

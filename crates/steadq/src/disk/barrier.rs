@@ -149,9 +149,7 @@ impl Barrier {
     fn of_move(op: Op) -> (Barrier, Barrier) {
         use Barrier as B;
         match op {
-            Op::Enqueue | Op::EnqueueDelayed | Op::EnqueueWaiting => {
-                (B::EnqueueDir, B::EnqueueDir)
-            }
+            Op::Enqueue | Op::EnqueueDelayed | Op::EnqueueWaiting => (B::EnqueueDir, B::EnqueueDir),
             Op::DependenciesMet | Op::DependencyDead | Op::RequeueWaiting => {
                 (B::DepsDest, B::DepsSource)
             }

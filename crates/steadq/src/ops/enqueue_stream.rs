@@ -135,7 +135,10 @@ impl Queue {
             .map_err(|e| Cause::not_done(ErrorKind::Input(e.to_string()), None))?;
         let len = payload.len() as u64;
         if len > limit {
-            return Err(Cause::not_done(ErrorKind::PayloadTooLarge { len, limit }, None));
+            return Err(Cause::not_done(
+                ErrorKind::PayloadTooLarge { len, limit },
+                None,
+            ));
         }
         Ok(payload)
     }

@@ -188,7 +188,10 @@ impl Queue {
             // The jobs waiting for it die too (ops/deps.rs); the move itself is done, so a
             // failure here is recovery's to finish.
             if let Err(e) = self.dependents_die(new.id) {
-                log::warn!("job {} dead-lettered; its dependents are left for recovery: {e}", new.id);
+                log::warn!(
+                    "job {} dead-lettered; its dependents are left for recovery: {e}",
+                    new.id
+                );
             }
         }
         Ok(())

@@ -62,7 +62,11 @@ impl Queue {
         not_utf8(bad, WAITING_DIR, wild);
         for name in odd {
             let kind = ProblemKind::Foreign(Foreign::Name(NameError::Syntax));
-            bad.push((WAITING_DIR.to_string(), name.clone(), self.typed(w, &name, kind)));
+            bad.push((
+                WAITING_DIR.to_string(),
+                name.clone(),
+                self.typed(w, &name, kind),
+            ));
         }
         for (name, j) in jobs {
             let kind = match self.load_job(w, &name, j.id.0) {
