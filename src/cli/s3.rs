@@ -583,6 +583,8 @@ mod with_s3 {
             Some(steadq::State::Leased) => l.state == State::Leased,
             Some(steadq::State::Acked) => l.state == State::Done,
             Some(steadq::State::Dead) => l.state == State::Dead,
+            // StowQ has no dependencies: no job of it waits.
+            Some(steadq::State::Waiting) => false,
         }
     }
 
