@@ -540,3 +540,39 @@ fn fsck_checks_the_dependency_directories_and_never_follows_what_it_finds() {
     assert!(q.recover().first_error.is_none());
     assert_eq!(state_of(&q, j), State::Waiting);
 }
+
+#[test]
+fn recovery_finishes_a_dependency_death_and_a_promotion_left_undone() {
+    let d = TempDir::new("deps-recover");
+    drop(Queue::create(d.path(), opts(1)).unwrap());
+    let plain = Queue::open(d.path()).unwrap();
+    let x = plain.enqueue(b"x").unwrap();
+    let dep = plain.enqueue_with(b"d", &after(&[x])).unwrap().id();
+    // The fail's own rename is the first; the dependent's move to dead, the second, fails:
+    // the fail is done all the same, and the dependent is left waiting.
+    let (q, plan) = open_failing(d.path(), Call::Rename, 2, Errno::NOSPC);
+    let l = q.claim().unwrap().unwrap();
+    plan.arm();
+    l.fail(Reason::FAILED).unwrap();
+    assert!(plan.fired());
+    assert_eq!(state_of(&plain, dep), State::Waiting);
+    let r = plain.recover();
+    assert!(r.first_error.is_none(), "{r:?}");
+    assert_eq!(r.dependencies, 1);
+    let f = plain.find(dep).unwrap();
+    assert_eq!(
+        f.name.kind,
+        Kind::Dead {
+            reason: Reason::DEPENDENCY
+        }
+    );
+
+    // A waiting job whose last marker is gone (an ack's follow-up ran before it was
+    // linked, then a crash) is promoted.
+    let y = plain.enqueue(b"y").unwrap();
+    let e = plain.enqueue_with(b"e", &after(&[y])).unwrap().id();
+    std::fs::remove_file(d.path().join(format!("needs/{e}/{y}"))).unwrap();
+    let r = plain.recover();
+    assert_eq!((r.dependencies, r.first_error), (1, None));
+    assert_eq!(state_of(&plain, e), State::Ready);
+}

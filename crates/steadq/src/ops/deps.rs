@@ -371,15 +371,15 @@ impl Queue {
 
     /// Move waiting job `name` to its ready slot (`DependenciesMet`); `ENOENT` (promoted or
     /// moved by another process meanwhile) is fine.
-    fn promote(&self, name: &JobName) -> Result<()> {
+    fn promote(&self, name: &JobName) -> Result<bool> {
         let Some(from) = self.place_waiting(false)? else {
-            return Ok(());
+            return Ok(false);
         };
         let to = self.place_ready_new(self.ident.slot_of(name))?;
         let new = name.next(Kind::Ready, false);
         match self.move_job(&from, name, &to, &new, Op::DependenciesMet) {
             Ok(()) => {}
-            Err(m) if m.is_lease_lost() => return Ok(()),
+            Err(m) if m.is_lease_lost() => return Ok(false),
             Err(m) => return Err(m.into()),
         }
         // Its markers are done with (best effort: a stale one is harmless).
@@ -387,7 +387,7 @@ impl Queue {
         if let Ok(Some(needs)) = self.deps_dir(NEEDS_DIR, false) {
             let _ = self.sys.rmdir(needs.as_fd(), &dh);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Dead-letter waiting job `name` (reason `dependency`), then every job waiting for it,
@@ -409,13 +409,13 @@ impl Queue {
             Err(m) if m.is_lease_lost() => return Ok(()),
             Err(m) => return Err(m.into()),
         }
-        self.dependents_die(name.id)
+        self.dependents_die(name.id).map(drop)
     }
 
     /// Job `x` was dead-lettered: every job waiting for it (`after/<x>/`) goes to dead too,
     /// recursively. Called after every move into dead ([`Queue::move_job`]).
-    pub(crate) fn dependents_die(&self, x: JobId) -> Result<()> {
-        let mut work = vec![x];
+    pub(crate) fn dependents_die(&self, x: JobId) -> Result<u32> {
+        let (mut work, mut died) = (vec![x], 0);
         while let Some(x) = work.pop() {
             for d in self.markers(AFTER_DIR, x)? {
                 let Some(n) = self.waiting_name(d)? else {
@@ -430,36 +430,40 @@ impl Queue {
                     false,
                 );
                 match self.move_job(&from, &n, &to, &new, Op::DependencyDead) {
-                    Ok(()) => work.push(d),
+                    Ok(()) => {
+                        died += 1;
+                        work.push(d);
+                    }
                     Err(m) if m.is_lease_lost() => {}
                     Err(m) => return Err(m.into()),
                 }
             }
         }
-        Ok(())
+        Ok(died)
     }
 
     /// The follow-up of job `x`'s ack (once the ack is done): for each job waiting for it,
     /// its marker goes and, with none left, it is promoted; then `after/<x>/` goes. A
     /// failure is logged, never returned: the ack is done, and recovery finishes this.
     pub(crate) fn dependency_acked(&self, x: JobId) {
-        if let Err(e) = self.dependency_acked_inner(x) {
+        if let Err(e) = self.dependency_acked_inner(x).map(drop) {
             log::warn!("job {x} acked; its dependents are left for recovery: {e}");
         }
     }
 
-    fn dependency_acked_inner(&self, x: JobId) -> Result<()> {
+    fn dependency_acked_inner(&self, x: JobId) -> Result<u32> {
         let root = self.dirs.root.as_fd();
         // The cost every ack pays: one `fstatat`, no heap allocation.
         let at = crate::disk::layout::dir_rel(format_args!("{AFTER_DIR}/{x}"));
         if let Err(Errno::NOENT | Errno::NOTDIR) = self.sys.stat_nofollow(root, &at) {
-            return Ok(());
+            return Ok(0);
         }
+        let mut promoted = 0;
         for d in self.markers(AFTER_DIR, x)? {
             self.unmark(NEEDS_DIR, d, x)?;
             if self.markers(NEEDS_DIR, d)?.is_empty() {
                 if let Some(n) = self.waiting_name(d)? {
-                    self.promote(&n)?;
+                    promoted += self.promote(&n)? as u32;
                 }
             }
             self.unmark(AFTER_DIR, x, d)?;
@@ -478,7 +482,7 @@ impl Queue {
                 }
             }
         }
-        Ok(())
+        Ok(promoted)
     }
 
     /// Every waiting job, oldest id first (hostile entries skipped, never followed).
@@ -508,31 +512,44 @@ impl Queue {
         Ok(out)
     }
 
-    /// Recovery's part: every waiting job resolved (a crash may have left its promotion or
-    /// its death undone), then every `after/<x>/` whose `x` is acked followed up. Returns
-    /// how many waiting jobs moved.
+    /// Recovery's part, driven by `after/`: for each job X others wait for, X acked, the
+    /// ack's follow-up is done again (a crash may have cut it short); X dead, its waiting
+    /// dependents die. Then every waiting job with no marker left is promoted (its last
+    /// marker went, by an ack's follow-up that ran before it was linked, or by one cut
+    /// short). Cost: one look at each X (its receipts shard, the dead buckets, the evidence
+    /// log), and one listing of `needs/<D>/` per waiting job; no receipt scan per waiting job.
     pub(crate) fn recover_waiting(&self, r: &mut crate::RecoverReport) -> Result<()> {
-        for n in self.waiting_jobs()? {
-            match self.resolve_waiting(&n, false) {
-                Ok(State::Waiting) => {}
-                Ok(_) => r.dependencies += 1,
+        let mut xs = Vec::new();
+        if let Some(after) = self.deps_dir(AFTER_DIR, false)? {
+            self.sys
+                .read_dir(after.as_fd(), |n, _, t| {
+                    if let Some(x) = marker_id(n, t).filter(|_| t != EntryType::File) {
+                        xs.push(x);
+                    }
+                })
+                .map_err(|e| self.read_dir_error(e, AFTER_DIR))?;
+        }
+        for x in xs {
+            let moved = match self.dep_state(x, false) {
+                Ok(Dep::Acked) => self.dependency_acked_inner(x),
+                Ok(Dep::Dead) => self.dependents_die(x),
+                Ok(_) => Ok(0),
+                Err(e) => Err(e),
+            };
+            match moved {
+                Ok(n) => r.dependencies += n,
                 Err(e) => r.fail(e),
             }
         }
-        let Some(after) = self.deps_dir(AFTER_DIR, false)? else {
-            return Ok(());
-        };
-        let mut xs = Vec::new();
-        self.sys
-            .read_dir(after.as_fd(), |n, _, t| {
-                if let Some(x) = marker_id(n, t) {
-                    xs.push(x);
-                }
-            })
-            .map_err(|e| self.read_dir_error(e, AFTER_DIR))?;
-        for x in xs {
-            if self.dep_state(x, false)? == Dep::Acked {
-                self.dependency_acked_inner(x).unwrap_or_else(|e| r.fail(e));
+        for n in self.waiting_jobs()? {
+            match self.markers(NEEDS_DIR, n.id) {
+                Ok(m) if m.is_empty() => match self.promote(&n) {
+                    Ok(true) => r.dependencies += 1,
+                    Ok(false) => {}
+                    Err(e) => r.fail(e),
+                },
+                Ok(_) => {}
+                Err(e) => r.fail(e),
             }
         }
         Ok(())
