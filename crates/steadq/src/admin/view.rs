@@ -171,11 +171,14 @@ impl Queue {
             }
             true
         })?;
-        found.extend(
-            self.waiting_listed()?
-                .into_iter()
-                .filter(|l| l.name.id == id),
-        );
+        // Only names with its id are parsed (a prefix test), at any depth of waiting/.
+        if let Some(name) = self.waiting_name(id)? {
+            found.push(Listed {
+                state: State::Waiting,
+                dir: crate::disk::layout::WAITING_DIR.to_string(),
+                name,
+            });
+        }
         Ok((found, unreadable))
     }
 

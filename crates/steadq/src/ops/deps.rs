@@ -113,9 +113,7 @@ impl Queue {
         if !thorough {
             return Ok(Dep::Pending);
         }
-        if self.waiting_name(x)?.is_some() {
-            return Ok(Dep::Pending);
-        }
+        // One walk of the queue, `waiting/` included.
         match self.find(x) {
             Ok(_) => Ok(Dep::Pending),
             Err(e) if *e.kind() == ErrorKind::NoSuchJob => Ok(Dep::Unknown),
