@@ -4,7 +4,8 @@
 //! them leased (the idle-cost figure: an idle `steadq work` and a CLI `claim` beside N leased
 //! jobs), `depth wait DIR N` adds one ready job and N jobs waiting for it (`--after`; run it
 //! before `fill`, which adds to an existing queue), `depth claims DIR K` times K claims by one
-//! handle after its first (each lease released at the end). Time `steadq list DIR | head -1`
+//! handle after its first (each lease released at the end), `depth recover DIR` times a recovery pass, `depth ack-first DIR [ID]` times the
+//! ack of the oldest job (with the promotion of the jobs waiting for it). Time `steadq list DIR | head -1`
 //! and `steadq status DIR` alongside.
 
 use std::time::Instant;
@@ -107,6 +108,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let us = t.elapsed().as_secs_f64() * 1e6 / k.max(1) as f64;
             println!("{k} claims after the first: {us:.0} us each");
+            for l in held {
+                l.release()?;
+            }
+        }
+        "recover" => {
+            let q = Queue::open_with(dir, opts.clone())?;
+            let t = Instant::now();
+            let r = q.recover();
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            println!(
+                "recover: {ms:.1} ms, {} dependents moved, {} failed",
+                r.dependencies, r.failed
+            );
+        }
+        "ack-first" => {
+            // The ack of the oldest job (the one `depth wait` made the others wait for): its
+            // follow-up moves every waiting dependent to ready.
+            // With ID, jobs are claimed (and held, released at the end) until that one is.
+            let q = Queue::open_with(dir, opts.clone())?;
+            let want = a.get(2).and_then(|s| steadq::JobId::parse(s));
+            let mut held = Vec::new();
+            let l = loop {
+                let l = q.claim()?.ok_or("no job")?;
+                if want.is_none_or(|w| w == l.id()) {
+                    break l;
+                }
+                held.push(l);
+            };
+            let id = l.id();
+            let t = Instant::now();
+            l.ack()?;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            println!(
+                "ack of {id} (with its dependents' promotion): {ms:.1} ms ({} others claimed first)",
+                held.len()
+            );
             for l in held {
                 l.release()?;
             }

@@ -27,6 +27,7 @@ use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::ops::enqueue::DirRef;
 use crate::ops::transition::Place;
 use crate::queue::Queue;
+use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// The most dependencies one job may name ([`crate::EnqueueOptions::after`]).
@@ -188,6 +189,42 @@ impl Queue {
             .named_in(w.as_fd(), x)
             .map_err(|e| self.read_dir_error(e, WAITING_DIR))?;
         Ok(found.filter(|n| n.kind == Kind::Ready))
+    }
+
+    /// The waiting names of the jobs `ids`, from one listing of `waiting/` (only names that
+    /// start with one of the ids are parsed).
+    fn waiting_named(&self, ids: &[JobId]) -> Result<HashMap<JobId, JobName>> {
+        let mut out = HashMap::new();
+        let Some(w) = self.deps_dir(WAITING_DIR, false)? else {
+            return Ok(out);
+        };
+        let want: std::collections::HashSet<JobId> = ids.iter().copied().collect();
+        self.sys
+            .read_dir(w.as_fd(), |name, _, t| {
+                let Some(n) = name.filter(|_| t == EntryType::File || t == EntryType::Unknown)
+                else {
+                    return;
+                };
+                let id = n.get(..32).and_then(JobId::parse);
+                if id.is_some_and(|id| want.contains(&id)) {
+                    if let Ok(j) = JobName::parse(n, self.ident.id) {
+                        if j.kind == Kind::Ready
+                            && (t == EntryType::File || self.is_regular(w.as_fd(), n))
+                        {
+                            out.insert(j.id, j);
+                        }
+                    }
+                }
+            })
+            .map_err(|e| self.read_dir_error(e, WAITING_DIR))?;
+        Ok(out)
+    }
+
+    /// Whether `name` in `dir` is a regular file (never followed).
+    fn is_regular(&self, dir: BorrowedFd<'_>, name: &str) -> bool {
+        self.sys
+            .stat_nofollow(dir, name)
+            .is_ok_and(|m| m.file_type == rustix::fs::FileType::RegularFile)
     }
 
     /// `<root>/<name>` (`waiting`, `needs`, `after`), made (and the root fsynced) with
@@ -415,8 +452,14 @@ impl Queue {
     pub(crate) fn dependents_die(&self, x: JobId) -> Result<u32> {
         let (mut work, mut died) = (vec![x], 0);
         while let Some(x) = work.pop() {
-            for d in self.markers(AFTER_DIR, x)? {
-                let Some(n) = self.waiting_name(d)? else {
+            let ds = self.markers(AFTER_DIR, x)?;
+            if ds.is_empty() {
+                continue;
+            }
+            // One listing of `waiting/` for all of x's dependents.
+            let mut names = self.waiting_named(&ds)?;
+            for d in ds {
+                let Some(n) = names.remove(&d) else {
                     continue;
                 };
                 let from = self.place_waiting(false)?.expect("it waits there");
@@ -457,10 +500,21 @@ impl Queue {
             return Ok(0);
         }
         let mut promoted = 0;
-        for d in self.markers(AFTER_DIR, x)? {
+        let ds = self.markers(AFTER_DIR, x)?;
+        // Many dependents: `waiting/` listed once, not once each. A dependent linked after
+        // this listing promotes itself (its step 3 finds x's receipt, which came first).
+        let mut names = match ds.len() {
+            0 | 1 => None,
+            _ => Some(self.waiting_named(&ds)?),
+        };
+        for d in ds {
             self.unmark(NEEDS_DIR, d, x)?;
             if self.markers(NEEDS_DIR, d)?.is_empty() {
-                if let Some(n) = self.waiting_name(d)? {
+                let n = match &mut names {
+                    Some(m) => m.remove(&d),
+                    None => self.waiting_name(d)?,
+                };
+                if let Some(n) = n {
                     promoted += self.promote(&n)? as u32;
                 }
             }
