@@ -300,163 +300,164 @@ fn enqueue_after_from_the_command_line() {
     );
 }
 
-/// Every call of `op` (counted once on a clean run) failed with `EIO`, and stopped after
-/// (a simulated crash); each case's outcome checked against the queue, then recovery on a
-/// fresh handle, then the rest of the work: every job must end in the right state.
-fn deps_matrix(ack_side: bool) -> (u32, u32, u32) {
-    let run = |plan: Option<Arc<FaultPlan>>| -> (TempDir, Result<(), Error>, JobId, JobId, bool) {
-        let d = TempDir::new("deps-fault");
-        drop(Queue::create(d.path(), opts(1)).unwrap());
-        let plain = Queue::open(d.path()).unwrap();
-        let first = plain.enqueue(b"x").unwrap();
-        let second = plain.enqueue(b"y").unwrap();
-        let ly = plain.claim().unwrap().unwrap();
-        // x: the job claimed first (claims need not take the older one).
-        let (x, y) = if ly.id() == first {
-            (first, second)
-        } else {
-            (second, first)
-        };
-        let q = match &plan {
-            Some(p) => Queue::open_with(
-                d.path(),
-                Options {
-                    faults: Some(p.clone()),
-                    ..Options::default()
-                },
-            )
-            .unwrap(),
-            None => plain.clone(),
-        };
-        let (r, dep, done_id) = if ack_side {
-            let dep = plain.enqueue_with(b"d", &after(&[x, y])).unwrap().id();
-            // y acked first, cleanly; x's ack is the one under test.
-            drop(ly);
-            let short = ClaimOptions {
-                lease: Some(std::time::Duration::from_secs(1)),
-                ..Default::default()
-            };
-            let ly = q.claim_with(&short).unwrap().unwrap();
-            let lx = q.claim_with(&short).unwrap().unwrap();
-            let (lx, ly) = if lx.id() == x { (lx, ly) } else { (ly, lx) };
-            assert_eq!((lx.id(), ly.id()), (x, y));
-            ly.ack().unwrap();
-            if let Some(p) = &plan {
-                p.arm();
-            }
-            let r = match lx.ack() {
-                Ok(_) => Ok(()),
-                Err(e) => {
-                    let c = e.cause().clone();
-                    let o = e.outcome();
-                    if let Some(p) = &plan {
-                        p.disarm();
-                    }
-                    drop(e.into_lease()); // released, unless the "crash" stopped the handle
-                    Err(match o {
-                        Outcome::NotDone => Error::NotDone(c),
-                        _ => Error::Indeterminate(c),
-                    })
-                }
-            };
-            (r, dep, x)
-        } else {
-            ly.ack().unwrap(); // x acked: the enqueue finds one dependency met
-            if let Some(p) = &plan {
-                p.arm();
-            }
-            let r = q.enqueue_with(b"d", &after(&[x, y]));
-            let id = match &r {
-                Ok(e) => Some(e.id()),
-                Err(e) => e.id(),
-            };
-            (r.map(drop).map_err(Error::from), id.unwrap_or(JobId(0)), y)
-        };
-        if let Some(p) = &plan {
-            p.disarm();
-        }
-        let acked = ack_side
-            && plain
-                .find(x)
-                .map(|l| l.state == State::Acked)
-                .unwrap_or(false);
-        let _ = done_id;
-        (d, r, dep, y, acked)
+/// One case of the dependency fault matrix: the queue, the outcome, the dependent's id (or
+/// an id no job has) and whether x ended acked.
+struct Case {
+    d: TempDir,
+    r: Result<(), Error>,
+    dep: JobId,
+    acked: bool,
+}
+
+fn with_faults(d: &TempDir, plan: &Arc<FaultPlan>) -> Queue {
+    let o = Options {
+        faults: Some(plan.clone()),
+        ..Options::default()
     };
+    Queue::open_with(d.path(), o).unwrap()
+}
+
+/// A queue with jobs x and y (x claimed first by `plain`), and the operation under test
+/// through `plan`: the ack of x, which frees a job waiting for x and y (y acked first), or
+/// (`ack_side` false, x acked first) an enqueue after x and y.
+fn deps_case(ack_side: bool, plan: &Arc<FaultPlan>) -> Case {
+    let d = TempDir::new("deps-fault");
+    drop(Queue::create(d.path(), opts(1)).unwrap());
+    let plain = Queue::open(d.path()).unwrap();
+    let (first, second) = (plain.enqueue(b"x").unwrap(), plain.enqueue(b"y").unwrap());
+    let lx = plain.claim().unwrap().unwrap();
+    // x: the job claimed first (claims need not take the older one).
+    let (x, y) = if lx.id() == first {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let q = with_faults(&d, plan);
+    let (r, dep) = if ack_side {
+        let dep = plain.enqueue_with(b"d", &after(&[x, y])).unwrap().id();
+        drop(lx);
+        (ack_under_test(&q, plan, x, y), dep)
+    } else {
+        lx.ack().unwrap(); // x acked: the enqueue finds one dependency met
+        plan.arm();
+        let r = q.enqueue_with(b"d", &after(&[x, y]));
+        let id = match &r {
+            Ok(e) => Some(e.id()),
+            Err(e) => e.id(),
+        };
+        (r.map(drop).map_err(Error::from), id.unwrap_or(JobId(0)))
+    };
+    plan.disarm();
+    let acked = ack_side && plain.find(x).is_ok_and(|l| l.state == State::Acked);
+    Case { d, r, dep, acked }
+}
+
+/// Claim x and y through `q` (1 s leases), ack y, then (armed) x: its outcome. A lease a
+/// not-done ack hands back is released (unless the "crash" stopped the handle: it expires).
+fn ack_under_test(q: &Queue, plan: &Arc<FaultPlan>, x: JobId, y: JobId) -> Result<(), Error> {
+    let short = ClaimOptions {
+        lease: Some(std::time::Duration::from_secs(1)),
+        ..Default::default()
+    };
+    let l1 = q.claim_with(&short).unwrap().unwrap();
+    let l2 = q.claim_with(&short).unwrap().unwrap();
+    let (lx, ly) = if l1.id() == x { (l1, l2) } else { (l2, l1) };
+    assert_eq!((lx.id(), ly.id()), (x, y));
+    ly.ack().unwrap();
+    plan.arm();
+    match lx.ack() {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let (c, o) = (e.cause().clone(), e.outcome());
+            plan.disarm();
+            drop(e.into_lease());
+            Err(match o {
+                Outcome::NotDone => Error::NotDone(c),
+                _ => Error::Indeterminate(c),
+            })
+        }
+    }
+}
+
+/// The case's outcome against the queue (a fresh handle), then recovery, then the rest of
+/// the work: the dependent must end where its dependencies say, and run once.
+fn check_case(c: &Case, ack_side: bool, ctx: &str) {
+    let fresh = Queue::open(c.d.path()).unwrap();
+    let found = fresh.find(c.dep).ok().map(|l| l.state);
+    match (&c.r, ack_side) {
+        (Ok(()), false) => assert!(found.is_some(), "{ctx}: done, but no job"),
+        (Err(Error::NotDone(_)), false) => assert_eq!(found, None, "{ctx}: not done, but a job"),
+        (Ok(()), true) => assert!(c.acked, "{ctx}: ack done, but x is not acked"),
+        _ => {}
+    }
+    let rep = fresh.recover();
+    assert!(rep.first_error.is_none(), "{ctx}: {rep:?}");
+    let found = fresh.find(c.dep).ok().map(|l| l.state);
+    match (ack_side, found) {
+        (_, None) => assert!(!ack_side, "{ctx}: the dependent vanished"),
+        (true, Some(s)) => {
+            let want = if c.acked {
+                State::Ready
+            } else {
+                State::Waiting
+            };
+            assert_eq!(s, want, "{ctx}: after recovery");
+        }
+        (false, Some(s)) => assert_eq!(s, State::Waiting, "{ctx}: waits for y"),
+    }
+    // Finish the work: whatever is ready runs (a lease the "crash" left expires within its
+    // 1 s), and the dependent runs once.
+    let mut ran = 0;
+    let t0 = std::time::Instant::now();
+    loop {
+        while let Some(l) = fresh.claim().unwrap() {
+            ran += (l.id() == c.dep) as u32;
+            l.ack().unwrap();
+        }
+        let _ = fresh.recover();
+        if found.is_none() || ran > 0 || t0.elapsed() > std::time::Duration::from_secs(5) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    while let Some(l) = fresh.claim().unwrap() {
+        ran += (l.id() == c.dep) as u32;
+        l.ack().unwrap();
+    }
+    if found.is_some() {
+        assert_eq!(ran, 1, "{ctx}: the dependent ran once");
+    }
+    assert_eq!(fresh.status().unwrap().waiting, 0, "{ctx}");
+}
+
+/// Every call of the operation (counted once on a clean run) failed with `EIO`, and stopped
+/// after (a simulated crash); each case checked ([`check_case`]). Returns (done, not done,
+/// indeterminate).
+fn deps_matrix(ack_side: bool) -> (u32, u32, u32) {
     let clean = FaultPlan::disarmed(Vec::new());
-    let (_d, r, ..) = run(Some(clean.clone()));
-    r.unwrap();
+    deps_case(ack_side, &clean).r.unwrap();
     // Counted on the clean run: arm() zeroed the counts before the operation.
     let counts: Vec<(Call, u32)> = Call::ALL.iter().map(|&c| (c, clean.count(c))).collect();
-    let (mut done, mut not_done, mut indet) = (0, 0, 0);
+    let mut t = (0, 0, 0);
     for (call, n) in counts {
         for nth in 1..=n {
             for action in [FaultAction::Fail(Errno::IO), FaultAction::StopAfter] {
                 let plan = FaultPlan::disarmed(vec![Fault { call, nth, action }]);
-                let (d, r, dep, y, acked) = run(Some(plan.clone()));
-                let ctx = format!("{call:?}#{nth} {action:?} (ack side: {ack_side}): {r:?}");
-                let fresh = Queue::open(d.path()).unwrap();
-                let found = fresh.find(dep).ok().map(|l| l.state);
-                match &r {
-                    Ok(()) => done += 1,
-                    Err(Error::NotDone(_)) => not_done += 1,
-                    Err(_) => indet += 1,
+                let c = deps_case(ack_side, &plan);
+                let ctx = format!(
+                    "{call:?}#{nth} {action:?} (ack side: {ack_side}): {:?}",
+                    c.r
+                );
+                match &c.r {
+                    Ok(()) => t.0 += 1,
+                    Err(Error::NotDone(_)) => t.1 += 1,
+                    Err(_) => t.2 += 1,
                 }
-                if !ack_side {
-                    match &r {
-                        Ok(()) => assert!(found.is_some(), "{ctx}: done, but no job"),
-                        Err(Error::NotDone(_)) => {
-                            assert_eq!(found, None, "{ctx}: not done, but a job")
-                        }
-                        Err(_) => {}
-                    }
-                } else if r.is_ok() {
-                    assert!(acked, "{ctx}: ack done, but x is not acked");
-                }
-                let rep = fresh.recover();
-                assert!(rep.first_error.is_none(), "{ctx}: {rep:?}");
-                let found = fresh.find(dep).ok().map(|l| l.state);
-                let x_acked = ack_side && fresh.find(dep).is_ok() && acked;
-                match (ack_side, found) {
-                    (_, None) => assert!(!ack_side, "{ctx}: the dependent vanished"),
-                    (true, Some(s)) => {
-                        let want = if x_acked {
-                            State::Ready
-                        } else {
-                            State::Waiting
-                        };
-                        assert_eq!(s, want, "{ctx}: after recovery");
-                    }
-                    (false, Some(s)) => assert_eq!(s, State::Waiting, "{ctx}: waits for y"),
-                }
-                // Finish the work: whatever is ready runs (a lease the "crash" left expires
-                // within its 1 s), and the dependent runs once.
-                let mut ran = 0;
-                let t0 = std::time::Instant::now();
-                while t0.elapsed() < std::time::Duration::from_secs(5) {
-                    while let Some(l) = fresh.claim().unwrap() {
-                        ran += (l.id() == dep) as u32;
-                        l.ack().unwrap();
-                    }
-                    let _ = fresh.recover();
-                    if found.is_none() || ran > 0 {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-                while let Some(l) = fresh.claim().unwrap() {
-                    ran += (l.id() == dep) as u32;
-                    l.ack().unwrap();
-                }
-                let _ = y;
-                if found.is_some() {
-                    assert_eq!(ran, 1, "{ctx}: the dependent ran once");
-                }
-                assert_eq!(fresh.status().unwrap().waiting, 0, "{ctx}");
+                check_case(&c, ack_side, &ctx);
             }
         }
     }
-    (done, not_done, indet)
+    t
 }
 
 #[test]
