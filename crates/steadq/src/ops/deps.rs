@@ -18,17 +18,17 @@
 //! Failures after D's link never turn the enqueue or the ack into an error: the job is
 //! there, or acked; recovery ([`Queue::recover`]) finishes what was left.
 
-use crate::disk::barrier::Barrier;
-use crate::disk::layout::{AFTER_DIR, NEEDS_DIR, READY_DIR, WAITING_DIR};
+mod lookup;
+mod markers;
+
+use crate::disk::layout::{AFTER_DIR, NEEDS_DIR};
 use crate::disk::name::{JobId, JobName, Kind, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
-use crate::ops::enqueue::DirRef;
 use crate::ops::transition::Place;
 use crate::queue::Queue;
-use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::AsFd;
 
 /// The most dependencies one job may name ([`crate::EnqueueOptions::after`]).
 pub const MAX_AFTER: usize = 64;
@@ -91,295 +91,6 @@ impl Queue {
             }
         }
         Ok(open)
-    }
-
-    /// Where job `x` stands. The quick look (`thorough` false) reads `x`'s receipts shard,
-    /// the evidence log and the dead buckets; the thorough one also finds it anywhere else
-    /// (one walk of the queue, and `waiting/`), or says [`Dep::Unknown`].
-    pub(crate) fn dep_state(&self, x: JobId, thorough: bool) -> Result<Dep> {
-        let shard = x.shard(self.ident.shards);
-        let receipts = self.dirs.receipts[shard as usize].as_fd();
-        let rel = crate::disk::layout::receipts_shard(shard);
-        if self
-            .named_in(receipts, x)
-            .map_err(|e| self.read_dir_error(e, &rel))?
-            .is_some_and(|n| matches!(n.kind, Kind::Receipt { .. }))
-            || self.acked_in_evidence(x)?
-        {
-            return Ok(Dep::Acked);
-        }
-        if self.dead_name(x)?.is_some() {
-            return Ok(Dep::Dead);
-        }
-        if !thorough {
-            return Ok(Dep::Pending);
-        }
-        // One walk of the queue, `waiting/` included.
-        match self.find(x) {
-            Ok(_) => Ok(Dep::Pending),
-            Err(e) if *e.kind() == ErrorKind::NoSuchJob => Ok(Dep::Unknown),
-            Err(e) => Err(e.into_internal()),
-        }
-    }
-
-    /// The first name of job `x` in directory `dir` that parses as this queue's and is a
-    /// regular file (anything else is skipped, never followed).
-    pub(crate) fn named_in(
-        &self,
-        dir: BorrowedFd<'_>,
-        x: JobId,
-    ) -> core::result::Result<Option<JobName>, Errno> {
-        let prefix = x.to_string();
-        let mut found = None;
-        self.sys.read_dir_while(dir, |name, _, t| {
-            let Some(n) = name.filter(|n| n.starts_with(&prefix)) else {
-                return true;
-            };
-            let regular = match t {
-                EntryType::File => true,
-                EntryType::Unknown => self
-                    .sys
-                    .stat_nofollow(dir, n)
-                    .is_ok_and(|m| m.file_type == rustix::fs::FileType::RegularFile),
-                _ => false,
-            };
-            found = JobName::parse(n, self.ident.id)
-                .ok()
-                .filter(|p| regular && p.id == x);
-            found.is_none()
-        })?;
-        Ok(found)
-    }
-
-    /// Job `x`'s dead name and its bucket, if it is dead.
-    fn dead_name(&self, x: JobId) -> Result<Option<(String, JobName)>> {
-        let dead = self.dirs.dead.as_fd();
-        let mut buckets = Vec::new();
-        self.sys
-            .read_dir(dead, |name, _, t| {
-                if let Some(b) = name.filter(|b| crate::disk::layout::parse_bucket(b).is_some()) {
-                    if t == EntryType::Dir || t == EntryType::Unknown {
-                        buckets.push(b.to_string());
-                    }
-                }
-            })
-            .map_err(|e| self.read_dir_error(e, crate::disk::layout::DEAD_DIR))?;
-        for b in buckets {
-            let fd = match self.sys.open_dir_beneath(dead, &b) {
-                Ok(fd) => fd,
-                Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => continue,
-                Err(e) => return Err(self.read_dir_error(e, &format!("dead/{b}"))),
-            };
-            let found = self.named_in(fd.as_fd(), x).map_err(|e| {
-                self.read_dir_error(e, &format!("{}/{b}", crate::disk::layout::DEAD_DIR))
-            })?;
-            if let Some(n) = found.filter(|n| matches!(n.kind, Kind::Dead { .. })) {
-                return Ok(Some((b, n)));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Job `x`'s name in `waiting/`, if it waits.
-    pub(crate) fn waiting_name(&self, x: JobId) -> Result<Option<JobName>> {
-        let Some(w) = self.deps_dir(WAITING_DIR, false)? else {
-            return Ok(None);
-        };
-        let found = self
-            .named_in(w.as_fd(), x)
-            .map_err(|e| self.read_dir_error(e, WAITING_DIR))?;
-        Ok(found.filter(|n| n.kind == Kind::Ready))
-    }
-
-    /// The waiting names of the jobs `ids`, from one listing of `waiting/` (only names that
-    /// start with one of the ids are parsed).
-    fn waiting_named(&self, ids: &[JobId]) -> Result<HashMap<JobId, JobName>> {
-        let mut out = HashMap::new();
-        let Some(w) = self.deps_dir(WAITING_DIR, false)? else {
-            return Ok(out);
-        };
-        let want: std::collections::HashSet<JobId> = ids.iter().copied().collect();
-        self.sys
-            .read_dir(w.as_fd(), |name, _, t| {
-                let Some(n) = name.filter(|_| t == EntryType::File || t == EntryType::Unknown)
-                else {
-                    return;
-                };
-                let id = n.get(..32).and_then(JobId::parse);
-                if id.is_some_and(|id| want.contains(&id)) {
-                    if let Ok(j) = JobName::parse(n, self.ident.id) {
-                        if j.kind == Kind::Ready
-                            && (t == EntryType::File || self.is_regular(w.as_fd(), n))
-                        {
-                            out.insert(j.id, j);
-                        }
-                    }
-                }
-            })
-            .map_err(|e| self.read_dir_error(e, WAITING_DIR))?;
-        Ok(out)
-    }
-
-    /// Whether `name` in `dir` is a regular file (never followed).
-    fn is_regular(&self, dir: BorrowedFd<'_>, name: &str) -> bool {
-        self.sys
-            .stat_nofollow(dir, name)
-            .is_ok_and(|m| m.file_type == rustix::fs::FileType::RegularFile)
-    }
-
-    /// `<root>/<name>` (`waiting`, `needs`, `after`), made (and the root fsynced) with
-    /// `make` when missing; `None` when missing and not `make`.
-    pub(crate) fn deps_dir(&self, name: &str, make: bool) -> Result<Option<OwnedFd>> {
-        let root = self.dirs.root.as_fd();
-        self.deps_sub(root, name, name, make)
-    }
-
-    /// Directory `name` of `parent` (`rel` from the root), made and `parent` fsynced with
-    /// `make` when missing; `None` when missing and not `make`. Not done on failure.
-    fn deps_sub(
-        &self,
-        parent: BorrowedFd<'_>,
-        name: &str,
-        rel: &str,
-        make: bool,
-    ) -> Result<Option<OwnedFd>> {
-        let err = |(c, e)| Cause::io(c, e, Outcome::NotDone, Some(self.path(rel)));
-        if !make {
-            return match self.sys.open_dir_beneath(parent, name) {
-                Ok(fd) => Ok(Some(fd)),
-                Err(Errno::NOENT) => Ok(None),
-                Err(e) => Err(err((Call::Open, e))),
-            };
-        }
-        let (fd, origin) = self.made_dir(parent, name, rel).map_err(err)?;
-        if origin == crate::ops::making::Origin::MadeHere {
-            self.share_like(fd.as_fd(), READY_DIR, rel);
-            self.barrier(Barrier::DepsMarker, parent)
-                .map_err(|e| err((Call::FsyncDir, e)))?;
-        }
-        Ok(Some(fd))
-    }
-
-    /// `waiting/` as a place (made when `make`).
-    pub(crate) fn place_waiting(&self, make: bool) -> Result<Option<Place<'_>>> {
-        Ok(self.deps_dir(WAITING_DIR, make)?.map(|fd| Place {
-            dir: DirRef::Opened(fd),
-            rel: crate::disk::layout::dir_rel(format_args!("{WAITING_DIR}")),
-            state: State::Waiting,
-        }))
-    }
-
-    /// Step (1) of an enqueue after `open`: `needs/<d>/<x>` and `after/<x>/<d>` for each,
-    /// made durable. Not done on failure (the markers made are removed, best effort).
-    pub(crate) fn make_markers(&self, d: JobId, open: &[JobId]) -> Result<()> {
-        let r = self.make_markers_inner(d, open);
-        if r.is_err() {
-            self.forget_markers(d, open);
-        }
-        r
-    }
-
-    fn make_markers_inner(&self, d: JobId, open: &[JobId]) -> Result<()> {
-        let needs = self.deps_dir(NEEDS_DIR, true)?.expect("made");
-        let after = self.deps_dir(AFTER_DIR, true)?.expect("made");
-        let dh = d.to_string();
-        let rel_d = format!("{NEEDS_DIR}/{dh}");
-        let nd = self
-            .deps_sub(needs.as_fd(), &dh, &rel_d, true)?
-            .expect("made");
-        for x in open {
-            let xh = x.to_string();
-            self.marker(nd.as_fd(), &xh, &format!("{rel_d}/{xh}"))?;
-            let rel_x = format!("{AFTER_DIR}/{xh}");
-            let ax = self
-                .deps_sub(after.as_fd(), &xh, &rel_x, true)?
-                .expect("made");
-            self.marker(ax.as_fd(), &dh, &format!("{rel_x}/{dh}"))?;
-            self.barrier(Barrier::DepsMarker, ax.as_fd()).map_err(|e| {
-                Cause::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.path(&rel_x)))
-            })?;
-        }
-        self.barrier(Barrier::DepsMarker, nd.as_fd())
-            .map_err(|e| Cause::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.path(&rel_d))))
-    }
-
-    /// An empty marker file `name` in `dir` (one already there is fine).
-    fn marker(&self, dir: BorrowedFd<'_>, name: &str, rel: &str) -> Result<()> {
-        match self.sys.create_file(dir, name) {
-            Ok(_) | Err(Errno::EXIST) => Ok(()),
-            Err(e) => Err(Cause::io(
-                Call::Open,
-                e,
-                Outcome::NotDone,
-                Some(self.path(rel)),
-            )),
-        }
-    }
-
-    /// Remove `needs/<d>/<x>` and `after/<x>/<d>` for each `x` of `xs`, then `needs/<d>/`
-    /// when empty; best effort (what stays is harmless: `fsck` lists it).
-    pub(crate) fn forget_markers(&self, d: JobId, xs: &[JobId]) {
-        let dh = d.to_string();
-        if let Ok(Some(needs)) = self.deps_dir(NEEDS_DIR, false) {
-            if let Ok(Some(nd)) = self.deps_sub(needs.as_fd(), &dh, NEEDS_DIR, false) {
-                for x in xs {
-                    let _ = self.sys.unlink(nd.as_fd(), &x.to_string());
-                }
-            }
-            let _ = self.sys.rmdir(needs.as_fd(), &dh);
-        }
-        if let Ok(Some(after)) = self.deps_dir(AFTER_DIR, false) {
-            for x in xs {
-                let xh = x.to_string();
-                if let Ok(Some(ax)) = self.deps_sub(after.as_fd(), &xh, AFTER_DIR, false) {
-                    let _ = self.sys.unlink(ax.as_fd(), &dh);
-                }
-                let _ = self.sys.rmdir(after.as_fd(), &xh);
-            }
-        }
-    }
-
-    /// The ids listed as markers in `<root>/<top>/<id>/` (`needs/<d>` or `after/<x>`);
-    /// empty when the directory is missing. Hostile entries are skipped.
-    pub(crate) fn markers(&self, top: &str, id: JobId) -> Result<Vec<JobId>> {
-        let Some(t) = self.deps_dir(top, false)? else {
-            return Ok(Vec::new());
-        };
-        let rel = format!("{top}/{id}");
-        let Some(dir) = self.deps_sub(t.as_fd(), &id.to_string(), &rel, false)? else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        self.sys
-            .read_dir(dir.as_fd(), |n, _, t| match marker_id(n, t) {
-                Some(x) if t != EntryType::Dir => out.push(x),
-                _ => log::warn!(
-                    "{rel}/{}: not a dependency marker; skipped",
-                    n.unwrap_or("?")
-                ),
-            })
-            .map_err(|e| self.read_dir_error(e, &rel))?;
-        Ok(out)
-    }
-
-    /// Unlink marker `<top>/<a>/<b>`; a marker already gone is fine.
-    fn unmark(&self, top: &str, a: JobId, b: JobId) -> Result<()> {
-        let rel = format!("{top}/{a}/{b}");
-        let Some(t) = self.deps_dir(top, false)? else {
-            return Ok(());
-        };
-        let Some(dir) = self.deps_sub(t.as_fd(), &a.to_string(), &rel, false)? else {
-            return Ok(());
-        };
-        match self.sys.unlink(dir.as_fd(), &b.to_string()) {
-            Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => Err(Cause::io(
-                Call::Unlink,
-                e,
-                Outcome::NotDone,
-                Some(self.path(&rel)),
-            )),
-        }
     }
 
     /// Step (3) of an enqueue, and what recovery and a requeue do for waiting job `d`
@@ -537,33 +248,6 @@ impl Queue {
         Ok(promoted)
     }
 
-    /// Every waiting job, oldest id first (hostile entries skipped, never followed).
-    pub(crate) fn waiting_jobs(&self) -> Result<Vec<JobName>> {
-        let Some(w) = self.deps_dir(WAITING_DIR, false)? else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        self.sys
-            .read_dir(w.as_fd(), |name, _, t| {
-                let Some(n) = name else { return };
-                let regular = match t {
-                    EntryType::File => true,
-                    EntryType::Unknown => self
-                        .sys
-                        .stat_nofollow(w.as_fd(), n)
-                        .is_ok_and(|m| m.file_type == rustix::fs::FileType::RegularFile),
-                    _ => false,
-                };
-                match JobName::parse(n, self.ident.id) {
-                    Ok(j) if regular && j.kind == Kind::Ready => out.push(j),
-                    _ => log::warn!("{WAITING_DIR}/{n}: foreign entry; skipped"),
-                }
-            })
-            .map_err(|e| self.read_dir_error(e, WAITING_DIR))?;
-        out.sort_by_key(|n| n.id);
-        Ok(out)
-    }
-
     /// Recovery's part, driven by `after/`: for each job X others wait for, X acked, the
     /// ack's follow-up is done again (a crash may have cut it short); X dead, its waiting
     /// dependents die. Then every waiting job with no marker left is promoted (its last
@@ -707,23 +391,5 @@ impl Queue {
             }
             let _ = self.sys.rmdir(after.as_fd(), &xh);
         }
-    }
-}
-
-impl Queue {
-    /// The bytes of the waiting jobs `names` (each file's size; one gone meanwhile counts 0).
-    pub(crate) fn waiting_bytes(&self, names: &[JobName]) -> u64 {
-        let Ok(Some(w)) = self.deps_dir(WAITING_DIR, false) else {
-            return 0;
-        };
-        names
-            .iter()
-            .filter_map(|n| {
-                self.sys
-                    .stat_nofollow(w.as_fd(), &n.format(self.ident.id))
-                    .ok()
-            })
-            .map(|m| m.size)
-            .sum()
     }
 }
