@@ -539,6 +539,27 @@ fn fsck_checks_the_dependency_directories_and_never_follows_what_it_finds() {
         b"not a job",
         "never followed"
     );
+    // `after` as a symlink (never followed): reported as what blocks the directory.
+    let a2 = q.enqueue(b"a2").unwrap();
+    std::fs::rename(d.path().join("after"), outside.path().join("after")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("after"), d.path().join("after")).unwrap();
+    let rep = q.fsck().unwrap();
+    assert!(
+        rep.problems
+            .iter()
+            .any(|p| p.path == "after" && p.kind == ProblemKind::NotADirectory),
+        "{rep:?}"
+    );
+    let before = snapshot(outside.path());
+    let e = q.enqueue_with(b"j2", &after(&[a2])).unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert_eq!(
+        snapshot(outside.path()),
+        before,
+        "nothing made through the symlink"
+    );
+    std::fs::remove_file(d.path().join("after")).unwrap();
+    std::fs::rename(outside.path().join("after"), d.path().join("after")).unwrap();
     // Claims and recovery skip them; the dependent still waits for a.
     assert!(q.recover().first_error.is_none());
     assert_eq!(state_of(&q, j), State::Waiting);
