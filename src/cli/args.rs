@@ -159,9 +159,10 @@ fn parse_state(s: &str) -> Result<State, String> {
         "delayed" => State::Delayed,
         "dead" => State::Dead,
         "acked" | "receipts" => State::Acked,
+        "waiting" => State::Waiting,
         _ => {
             return Err(format!(
-                "bad state '{s}': use ready, leased, delayed, dead or acked"
+                "bad state '{s}': use ready, leased, delayed, dead, acked or waiting"
             ))
         }
     })
@@ -347,6 +348,21 @@ pub struct Enqueue {
     /// version-3 queue)
     #[argh(option, from_str_fn(priority))]
     pub priority: Option<u8>,
+    /// run only after these jobs are acked: ID[,ID...] (at most 64, each in this queue);
+    /// the job waits in waiting/ and is dead-lettered (dependency) if one is
+    #[argh(option, from_str_fn(job_ids))]
+    pub after: Option<Vec<steadq::JobId>>,
+}
+
+/// A comma-separated list of job ids (`--after`): none empty, each 32 hex digits.
+fn job_ids(s: &str) -> Result<Vec<steadq::JobId>, String> {
+    s.split(',')
+        .map(|p| {
+            steadq::JobId::parse(p.trim()).ok_or_else(|| {
+                format!("bad job id '{p}' in --after '{s}': use ID[,ID...], each 32 hex digits")
+            })
+        })
+        .collect()
 }
 
 /// Claim one job; print its lease handle (for renew/ack/nack/fail).
@@ -521,7 +537,7 @@ pub struct List {
     /// queue directory
     #[argh(positional, from_str_fn(path))]
     pub dir: PathBuf,
-    /// only this state: ready, leased, delayed, dead or acked
+    /// only this state: ready, leased, delayed, dead, acked or waiting
     #[argh(option, from_str_fn(parse_state))]
     pub state: Option<State>,
     /// do not remember the ids printed (flat memory at any depth); a job that moves while

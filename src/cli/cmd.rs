@@ -245,6 +245,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
         key,
         priority: a.priority,
         wait: a.wait,
+        after: a.after.clone().unwrap_or_default(),
     };
     let r = q
         .enqueue_reader(&mut input, &o)

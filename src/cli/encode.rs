@@ -6,7 +6,7 @@ use std::fmt::Write;
 use steadq::{Kind, State, Status};
 
 /// State names in `status` order.
-pub const STATE_NAMES: [&str; 5] = ["ready", "leased", "delayed", "dead", "acked"];
+pub const STATE_NAMES: [&str; 6] = ["ready", "leased", "delayed", "dead", "acked", "waiting"];
 
 /// What `status` prints about one queue besides its counts.
 pub struct QueueLabel<'a> {
@@ -61,16 +61,17 @@ pub fn state_name(s: State) -> &'static str {
         State::Delayed => "delayed",
         State::Dead => "dead",
         State::Acked => "acked",
+        State::Waiting => "waiting",
     }
 }
 
-fn counts(s: &Status) -> [u64; 5] {
-    [s.ready, s.leased, s.delayed, s.dead, s.acked]
+fn counts(s: &Status) -> [u64; 6] {
+    [s.ready, s.leased, s.delayed, s.dead, s.acked, s.waiting]
 }
 
-fn bytes(s: &Status) -> [u64; 5] {
+fn bytes(s: &Status) -> [u64; 6] {
     let b = &s.bytes;
-    [b.ready, b.leased, b.delayed, b.dead, b.acked]
+    [b.ready, b.leased, b.delayed, b.dead, b.acked, b.waiting]
 }
 
 /// `status --json`: one line, an object with counts, bytes per state and the oldest ready age.
@@ -145,7 +146,7 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
         .replace('"', "\\\"")
         .replace('\n', "\\n");
     let mut o = String::new();
-    let per_state = |vals: [u64; 5]| -> Vec<(Option<&str>, String)> {
+    let per_state = |vals: [u64; 6]| -> Vec<(Option<&str>, String)> {
         STATE_NAMES
             .iter()
             .zip(vals)
@@ -441,12 +442,14 @@ mod tests {
             delayed: 2,
             dead: 0,
             acked: 7,
+            waiting: 5,
             bytes: steadq::StateBytes {
                 ready: 300,
                 leased: 100,
                 delayed: 200,
                 dead: 0,
                 acked: 700,
+                waiting: 500,
             },
             expired_leases: 1,
             foreign: 2,
@@ -482,9 +485,9 @@ mod tests {
             status_json(&Q, &sample()),
             concat!(
                 r#"{"queue":"/var/lib/\"jobs\"","queue_id":"000000000000000000000000000000ab","#,
-                r#""ready":3,"leased":1,"delayed":2,"dead":0,"acked":7,"expired_leases":1,"foreign":2,"#,
-                r#""unreadable_shards":1,"unreadable_dirs":["ready/01","dead/00000000000004d2"],"#,
-                r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700},"#,
+                r#""ready":3,"leased":1,"delayed":2,"dead":0,"acked":7,"waiting":5,"expired_leases":1,"#,
+                r#""foreign":2,"unreadable_shards":1,"unreadable_dirs":["ready/01","dead/00000000000004d2"],"#,
+                r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700,"waiting":500},"#,
                 r#""oldest_ready_age_seconds":1.500,"#,
                 r#""capacity":{"jobs":6,"bytes":600,"max_jobs":10,"max_bytes":null},"live_keys":4,"#,
                 r#""ready_by_priority":[0,0,0,2,0,0,0,1],"acked_total":9,"dead_total":null}"#
@@ -499,6 +502,7 @@ mod tests {
         let p = status_prometheus(&Q, &sample());
         assert!(p.contains("# TYPE steadq_jobs gauge\n"), "{p}");
         assert!(p.contains("steadq_jobs{queue=\"/var/lib/\\\"jobs\\\"\",state=\"acked\"} 7\n"));
+        assert!(p.contains("steadq_jobs{queue=\"/var/lib/\\\"jobs\\\"\",state=\"waiting\"} 5\n"));
         assert!(p.contains("steadq_bytes{queue=\"/var/lib/\\\"jobs\\\"\",state=\"ready\"} 300\n"));
         assert!(p.contains("steadq_foreign_entries{queue=\"/var/lib/\\\"jobs\\\"\"} 2\n"));
         assert!(

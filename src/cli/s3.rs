@@ -193,9 +193,15 @@ mod with_s3 {
     }
 
     fn enqueue(a: args::Enqueue) -> Result<Exit, CliError> {
-        if a.max_attempts.is_some() || a.delay.is_some() || a.wait.is_some() || a.priority.is_some()
+        if a.max_attempts.is_some()
+            || a.delay.is_some()
+            || a.wait.is_some()
+            || a.priority.is_some()
+            || a.after.is_some()
         {
-            return Err(unsupported("--max-attempts, --delay, --wait, --priority"));
+            return Err(unsupported(
+                "--max-attempts, --delay, --wait, --priority, --after",
+            ));
         }
         if a.file.is_none() && crate::cli::std_fds::stdin_closed() {
             return Err(CliError::not_done(
@@ -577,6 +583,8 @@ mod with_s3 {
             Some(steadq::State::Leased) => l.state == State::Leased,
             Some(steadq::State::Acked) => l.state == State::Done,
             Some(steadq::State::Dead) => l.state == State::Dead,
+            // StowQ has no dependencies: no job of it waits.
+            Some(steadq::State::Waiting) => false,
         }
     }
 

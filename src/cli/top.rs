@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use steadq::{Kind, Queue, State, PRIORITY_LEVELS};
 
 /// Columns of the depth table, in [`col`]'s order.
-const COLS: [&str; 5] = ["ready", "leased", "delayed", "dead", "acked"];
+const COLS: [&str; 6] = ["ready", "leased", "delayed", "dead", "acked", "waiting"];
 
 fn col(s: State) -> usize {
     match s {
@@ -39,7 +39,8 @@ fn col(s: State) -> usize {
         State::Leased => 1,
         State::Delayed => 2,
         State::Dead => 3,
-        _ => 4,
+        State::Acked => 4,
+        State::Waiting => 5,
     }
 }
 
@@ -48,7 +49,7 @@ struct Snap {
     at: Instant,
     status: steadq::Status,
     /// Jobs per priority and [`COLS`].
-    depth: [[u64; 5]; PRIORITY_LEVELS as usize],
+    depth: [[u64; 6]; PRIORITY_LEVELS as usize],
     /// Leased jobs as (id, attempt), sorted. (One element type for the three lists: one
     /// sort and one search in the binary.)
     leased: Vec<Key>,
@@ -83,7 +84,7 @@ impl Snap {
         let mut s = Snap {
             at,
             status,
-            depth: [[0; 5]; PRIORITY_LEVELS as usize],
+            depth: [[0; 6]; PRIORITY_LEVELS as usize],
             leased: Vec::new(),
             receipts: Vec::new(),
             elsewhere: Vec::new(),
@@ -184,8 +185,15 @@ fn render(dir: &str, s: &Snap, rates: Option<(String, String)>, this_boot: u128)
     let mut out = vec![
         format!("steadq top {dir}   (pass {} ms)", s.pass.as_millis()),
         format!(
-            "ready {}  leased {} ({} expired)  delayed {}  dead {}  acked {}  foreign {}",
-            st.ready, st.leased, st.expired_leases, st.delayed, st.dead, st.acked, st.foreign
+            "ready {}  leased {} ({} expired)  delayed {}  dead {}  acked {}  waiting {}  foreign {}",
+            st.ready,
+            st.leased,
+            st.expired_leases,
+            st.delayed,
+            st.dead,
+            st.acked,
+            st.waiting,
+            st.foreign
         ),
     ];
     out.push(match rates {

@@ -123,7 +123,7 @@ fn names_match_design(version: u32, priority: Option<u8>) {
     q.enqueue_with(b"ready", &plain).unwrap().id();
     let delay = EnqueueOptions {
         delay: Some(Duration::from_secs(3600)),
-        ..plain
+        ..plain.clone()
     };
     q.enqueue_with(b"delayed", &delay).unwrap().id();
     for _ in 0..3 {
@@ -147,6 +147,7 @@ fn names_match_design(version: u32, priority: Option<u8>) {
         State::Delayed => "delayed",
         State::Dead => "dead",
         State::Acked => "receipt",
+        State::Waiting => "ready",
     };
     let mut longest = 0;
     for (state, name) in &seen {
@@ -234,6 +235,13 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
     q.enqueue_with(b"g", &key("order-3")).unwrap();
     q.compact_keys(Duration::ZERO).unwrap();
     assert_eq!(q.live_keys().unwrap(), 1);
+    // A job waiting for another (waiting/, needs/, after/).
+    let first = q.enqueue(b"h").unwrap();
+    let waits = EnqueueOptions {
+        after: vec![first],
+        ..Default::default()
+    };
+    q.enqueue_with(b"i", &waits).unwrap();
     std::fs::write(d.path().join("ready/00/stray.txt"), b"foreign").unwrap();
     q.fsck_quarantine().unwrap();
 

@@ -97,7 +97,7 @@ fn drain_and_check(
             State::Leased => 1,
             State::Delayed => 2,
             State::Dead => 3,
-            State::Acked => 4,
+            State::Acked | State::Waiting => 4,
         }] += 1;
     }
     for (id, st) in &seen {

@@ -13,6 +13,7 @@ mod common;
 mod completions;
 mod contention;
 mod delays_and_clocks;
+mod deps;
 mod design;
 mod directories;
 mod enqueue_stream;

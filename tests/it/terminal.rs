@@ -138,7 +138,7 @@ fn top_redraws_as_the_queue_changes_and_q_gives_the_terminal_back() {
         .find(|l| l.trim_start().starts_with("3 "))
         .unwrap();
     let cells: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(cells, ["3", "2", "1", "0", "0", "0"], "{s}");
+    assert_eq!(cells, ["3", "2", "1", "0", "0", "0", "0"], "{s}");
     // Acked: a receipt and an ack rate above zero.
     l.ack().unwrap();
     t.wait_for("an ack and its rate", |s| {

@@ -109,8 +109,8 @@ fn unreadable_dead_and_delayed_directories_are_reported_and_skipped() {
     let (code, out, err) = t.run("$S status $Q --json");
     assert_eq!(code, Some(0), "status: {err}");
     let want = format!(
-        "\"ready\":3,\"leased\":0,\"delayed\":1,\"dead\":0,\"acked\":0,\"expired_leases\":0,\
-         \"foreign\":0,\"unreadable_shards\":0,\"unreadable_dirs\":[\"{later}\",\"dead\"],"
+        "\"ready\":3,\"leased\":0,\"delayed\":1,\"dead\":0,\"acked\":0,\"waiting\":0,\
+         \"expired_leases\":0,\"foreign\":0,\"unreadable_shards\":0,\"unreadable_dirs\":[\"{later}\",\"dead\"],"
     );
     assert!(out.contains(&want), "{out}");
     let (code, out, err) = t.run("$S status $Q --prometheus");

@@ -22,8 +22,8 @@ use std::io::Read;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use steadq::{
-    Cause, ClaimOptions, EnqueueOptions, ErrorKind, Key, Lease, Limits, Nacked, Options, Outcome,
-    PayloadReader, Queue, Reason,
+    Cause, ClaimOptions, EnqueueOptions, ErrorKind, JobId, Key, Lease, Limits, Nacked, Options,
+    Outcome, PayloadReader, Queue, Reason,
 };
 
 create_exception!(
@@ -222,9 +222,12 @@ impl PyQueue {
     /// key: when it is taken nothing is enqueued and the id of the job holding it is
     /// returned), `delay` seconds before the job is handed out, `max_attempts` claims before
     /// it is dead-lettered, `wait` seconds to wait for room when the queue is full (else
-    /// QueueFull at once). Raises NotDone (QueueFull) or Indeterminate (its `job_id` may
+    /// QueueFull at once), `after` a list of job ids (str) to wait for: the job is not
+    /// claimable until each is acked, and is dead-lettered (reason "dependency") if one is
+    /// (at most 64, each in this queue; not with `delay`, `key` or `wait`). Raises NotDone
+    /// (QueueFull; kind "BadDependency" naming a bad id) or Indeterminate (its `job_id` may
     /// exist).
-    #[pyo3(signature = (payload, *, priority=None, key=None, delay=None, max_attempts=None, wait=None))]
+    #[pyo3(signature = (payload, *, priority=None, key=None, delay=None, max_attempts=None, wait=None, after=None))]
     #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &self,
@@ -235,7 +238,20 @@ impl PyQueue {
         delay: Option<f64>,
         max_attempts: Option<u32>,
         wait: Option<f64>,
+        after: Option<Vec<String>>,
     ) -> PyResult<String> {
+        let after = after
+            .unwrap_or_default()
+            .iter()
+            .map(|s| {
+                JobId::parse(s).ok_or_else(|| {
+                    bad_arg(
+                        py,
+                        format!("after: {s:?} is not a job id (32 lowercase hex digits)"),
+                    )
+                })
+            })
+            .collect::<PyResult<Vec<JobId>>>()?;
         let key = match key {
             None => None,
             Some(k) => Some(Key::new(k).ok_or_else(|| {
@@ -254,6 +270,7 @@ impl PyQueue {
             key,
             priority,
             wait: None,
+            after,
         };
         let deadline = opt_secs(py, "wait", wait)?.map(|w| Instant::now() + w);
         loop {
@@ -319,6 +336,7 @@ impl PyQueue {
         d.set_item("leased", s.leased)?;
         d.set_item("expired_leases", s.expired_leases)?;
         d.set_item("delayed", s.delayed)?;
+        d.set_item("waiting", s.waiting)?;
         d.set_item("dead", s.dead)?;
         d.set_item("acked", s.acked)?;
         d.set_item("live_keys", s.live_keys)?;

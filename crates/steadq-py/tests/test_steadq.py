@@ -86,6 +86,26 @@ def test_options_priority_delay_key_max_attempts(q):
     assert later not in (low, high, keyed)
 
 
+def test_after_waits_for_its_dependencies(q):
+    transcode = q.enqueue(b"transcode 42")
+    thumb = q.enqueue(b"thumbnail 42", after=[transcode])
+    assert q.status()["waiting"] == 1
+    job = q.claim()
+    assert job.id == transcode
+    assert q.claim() is None  # the thumbnail waits
+    job.ack()
+    job = q.claim()
+    assert job.id == thumb
+    job.ack()
+    with pytest.raises(steadq.NotDone) as e:
+        q.enqueue(b"x", after=["f" * 32])
+    assert e.value.kind == "BadDependency" and "f" * 32 in str(e.value)
+    with pytest.raises(steadq.NotDone) as e:
+        q.enqueue(b"x", after=["not-an-id"])
+    assert e.value.kind == "InvalidArgument"
+    assert q.status()["waiting"] == 0
+
+
 def test_claim_waits_with_the_gil_released(q):
     """A claim waiting in one thread lets another Python thread run and enqueue."""
     got = {}

@@ -180,6 +180,15 @@ pub enum ErrorKind {
     NoSuchJob,
     /// An argument is out of range; the text says which.
     InvalidArgument(&'static str),
+    /// A dependency named by an enqueue (`EnqueueOptions::after`, `enqueue --after`) cannot
+    /// be waited for: `problem` says why (not in this queue, named twice, dead-lettered).
+    /// Not done, nothing written.
+    BadDependency {
+        /// The dependency's id.
+        id: crate::disk::name::JobId,
+        /// Why it was refused.
+        problem: &'static str,
+    },
     /// The queue is at its capacity limit (`steadq.limits`): the enqueue was not done. The
     /// figures are what the check counted (ready + leased + delayed, and this handle's
     /// enqueues in flight).
@@ -522,6 +531,9 @@ fn fmt_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> core::fmt:
         // Whether it was moved is the error's `into` (see `Display for Cause`).
         ErrorKind::Corrupt(c) => write!(f, "corrupt job file ({c})"),
         ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+        ErrorKind::BadDependency { id, problem } => {
+            write!(f, "invalid argument: dependency {id} {problem}")
+        }
         ErrorKind::LeaseLost => f.write_str(LEASE_LOST),
         ErrorKind::NoSuchJob => f.write_str("no such job"),
         ErrorKind::Decode(what) => write!(f, "typed payload: {what}"),

@@ -4,6 +4,7 @@
 use super::view::Listed;
 use crate::disk::barrier::Barrier;
 use crate::disk::layout::DEAD_DIR;
+use crate::disk::layout::NEEDS_DIR;
 use crate::disk::name::{JobId, Kind, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, Errno};
@@ -117,6 +118,10 @@ impl Queue {
             self.count_progress();
             let bucket = l.dir.trim_start_matches("dead/");
             let moved = self.source_bucket(true, bucket).and_then(|from| {
+                if !self.markers(NEEDS_DIR, l.name.id)?.is_empty() {
+                    // Dependencies not all acked: it waits again (ops/deps.rs).
+                    return self.requeue_waiting(&from, &l.name);
+                }
                 // Back to the ready directory of its own priority.
                 let to = self.place_ready_new(self.ident.slot_of(&l.name))?;
                 let mut new = l.name.next(Kind::Ready, false);
@@ -249,7 +254,10 @@ impl Queue {
                 .sys
                 .unlink(place.dir.fd(), &l.name.format(self.ident.id))
             {
-                Ok(()) => n += 1,
+                Ok(()) => {
+                    n += 1;
+                    self.purged_deps(l.name.id); // ops/deps.rs
+                }
                 Err(Errno::NOENT) => {}
                 Err(e) => {
                     // EIO: the unlink may have happened.

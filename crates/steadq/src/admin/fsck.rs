@@ -10,9 +10,10 @@
 //!
 //! This file holds the report (what a problem is and how it reads) and the run; the checks
 //! are beside it: the job files (`fsck/jobs.rs`), the layout (`fsck/layout.rs`), the files
-//! beside the jobs (`fsck/side.rs`), and the report with `--quarantine`
+//! beside the jobs (`fsck/side.rs`), the dependency directories (`fsck/deps.rs`), and the report with `--quarantine`
 //! (`fsck/quarantine.rs`).
 
+mod deps;
 mod jobs;
 mod layout;
 mod quarantine;
@@ -358,6 +359,7 @@ impl Queue {
         self.check_evidence(&mut rep);
         self.check_keys(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
+        self.check_deps(&mut rep, &mut bad)?;
         self.check_shared(&mut rep, &mut bad);
         self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;
         Ok(rep)

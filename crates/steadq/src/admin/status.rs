@@ -40,6 +40,9 @@ pub struct Status {
     pub dead: u64,
     /// Receipts.
     pub acked: u64,
+    /// Jobs waiting for others (`waiting/`: not claimable until their dependencies are
+    /// acked; see [`crate::EnqueueOptions::after`]).
+    pub waiting: u64,
     /// Foreign entries.
     pub foreign: u64,
     /// Bytes in job files (header and payload, as `stat` reports their size) per state, when
@@ -86,6 +89,7 @@ impl Status {
             State::Delayed => &mut self.delayed,
             State::Dead => &mut self.dead,
             State::Acked => &mut self.acked,
+            State::Waiting => &mut self.waiting,
         };
         if add {
             *slot += 1;
@@ -122,6 +126,8 @@ pub struct StateBytes {
     pub dead: u64,
     /// Receipts, bytes.
     pub acked: u64,
+    /// Waiting jobs, bytes.
+    pub waiting: u64,
 }
 
 impl StateBytes {
@@ -133,6 +139,7 @@ impl StateBytes {
             State::Delayed => self.delayed,
             State::Dead => self.dead,
             State::Acked => self.acked,
+            State::Waiting => self.waiting,
         }
     }
 
@@ -143,6 +150,7 @@ impl StateBytes {
             State::Delayed => &mut self.delayed,
             State::Dead => &mut self.dead,
             State::Acked => &mut self.acked,
+            State::Waiting => &mut self.waiting,
         }
     }
 
@@ -445,6 +453,11 @@ impl Queue {
         let now = self.clock.wall_ns();
         st.oldest_ready_age = since.map(|t| Duration::from_nanos(now.saturating_sub(t)));
         st.unreadable_shards = self.unreadable_shards();
+        let waiting = self.waiting_jobs().map_err(crate::Error::from)?;
+        st.waiting = waiting.len() as u64;
+        if sized {
+            st.bytes.waiting = self.waiting_bytes(&waiting);
+        }
         // Read after the listing: what it saw present is counted here or still present, so
         // a total never goes down (admin/counts.rs).
         match self.read_counts() {

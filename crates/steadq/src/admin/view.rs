@@ -80,6 +80,13 @@ impl Queue {
             }
             true
         })?;
+        if state.is_none_or(|w| w == State::Waiting) {
+            out.extend(
+                self.waiting_listed()?
+                    .into_iter()
+                    .filter(|l| seen.insert(l.name.id)),
+            );
+        }
         out.sort_by(|a, b| (&a.dir, a.name.id).cmp(&(&b.dir, b.name.id)));
         Ok(out)
     }
@@ -113,7 +120,27 @@ impl Queue {
             }
             going
         })?;
+        if going && state.is_none_or(|w| w == State::Waiting) {
+            for l in self.waiting_listed()? {
+                if (!once || seen.insert(l.name.id)) && !f(l) {
+                    break;
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The waiting jobs (`waiting/`, ops/deps.rs) as listed jobs.
+    fn waiting_listed(&self) -> Result<Vec<Listed>> {
+        Ok(self
+            .waiting_jobs()?
+            .into_iter()
+            .map(|name| Listed {
+                state: State::Waiting,
+                dir: crate::disk::layout::WAITING_DIR.to_string(),
+                name,
+            })
+            .collect())
     }
 
     /// Find job `id` in any state.
@@ -144,6 +171,14 @@ impl Queue {
             }
             true
         })?;
+        // Only names with its id are parsed (a prefix test), at any depth of waiting/.
+        if let Some(name) = self.waiting_name(id)? {
+            found.push(Listed {
+                state: State::Waiting,
+                dir: crate::disk::layout::WAITING_DIR.to_string(),
+                name,
+            });
+        }
         Ok((found, unreadable))
     }
 

@@ -115,6 +115,14 @@ barriers! {
     Identity = "identity",
     /// `fsck --quarantine`: the quarantined file, its new and old directories.
     Quarantine = "quarantine",
+    /// Dependencies: `needs/<D>/`, `after/<X>/` and their parents after markers are made
+    /// or removed (before a waiting job is linked).
+    DepsMarker = "deps-marker",
+    /// Dependencies: the target of a waiting job's move (ready when its dependencies are
+    /// met, dead when one died, `waiting/` on requeue).
+    DepsDest = "deps-dest",
+    /// Dependencies: the directory the waiting job left (`waiting/`, or the dead bucket).
+    DepsSource = "deps-source",
 }
 
 impl Barrier {
@@ -141,7 +149,10 @@ impl Barrier {
     fn of_move(op: Op) -> (Barrier, Barrier) {
         use Barrier as B;
         match op {
-            Op::Enqueue | Op::EnqueueDelayed => (B::EnqueueDir, B::EnqueueDir),
+            Op::Enqueue | Op::EnqueueDelayed | Op::EnqueueWaiting => (B::EnqueueDir, B::EnqueueDir),
+            Op::DependenciesMet | Op::DependencyDead | Op::RequeueWaiting => {
+                (B::DepsDest, B::DepsSource)
+            }
             Op::Claim
             | Op::ClaimExhausted
             | Op::ClaimCorrupt

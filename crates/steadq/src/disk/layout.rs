@@ -16,6 +16,9 @@
 //! <root>/steadq.limits       LIMITS_FILE
 //! <root>/steadq.counts       COUNTS_FILE (src/disk/counts.rs)
 //! <root>/keys/               KEYS_DIR
+//! <root>/waiting/            WAITING_DIR: jobs waiting for others, ready names (first use)
+//! <root>/needs/<D>/<X>       NEEDS_DIR: empty marker, "D waits for X" (first use)
+//! <root>/after/<X>/<D>       AFTER_DIR: empty marker, "D waits for X" by X (first use)
 //! ```
 
 use core::fmt::Write as _;
@@ -47,6 +50,15 @@ pub const QUARANTINE_DIR: &str = "quarantine";
 /// Idempotency key entries (made on first use).
 pub const KEYS_DIR: &str = "keys";
 
+/// Jobs waiting for other jobs (`EnqueueOptions::after`), flat, under their ready names
+/// (made on first use; `src/ops/deps.rs`).
+pub const WAITING_DIR: &str = "waiting";
+/// `needs/<D-id32>/<X-id32>`: empty marker, job D waits for job X (made on first use).
+pub const NEEDS_DIR: &str = "needs";
+/// `after/<X-id32>/<D-id32>`: empty marker, the reverse index: D waits for X (made on
+/// first use).
+pub const AFTER_DIR: &str = "after";
+
 /// The directories `Queue::create` makes in the root (each shard directory under the two
 /// sharded ones too). `prio/` is not one: it is made on first use.
 pub(crate) const CREATED_DIRS: [&str; 5] =
@@ -54,7 +66,7 @@ pub(crate) const CREATED_DIRS: [&str; 5] =
 
 /// Every fixed name the root may hold (rotated evidence and the identity's temp and damaged
 /// names come on top; see `fsck`).
-pub const ROOT_ENTRIES: [&str; 11] = [
+pub const ROOT_ENTRIES: [&str; 14] = [
     IDENTITY_FILE,
     TMP_DIR,
     READY_DIR,
@@ -66,6 +78,9 @@ pub const ROOT_ENTRIES: [&str; 11] = [
     KEYS_DIR,
     LIMITS_FILE,
     COUNTS_FILE,
+    WAITING_DIR,
+    NEEDS_DIR,
+    AFTER_DIR,
 ];
 
 /// Width of a dead-letter bucket: one day, in ns.

@@ -211,6 +211,8 @@ impl Reason {
     pub const TOO_LARGE: Reason = Reason::lit(b"toolarge");
     /// A worker called fail without a reason of its own.
     pub const FAILED: Reason = Reason::lit(b"failed");
+    /// A job this one waited for (`EnqueueOptions::after`) was dead-lettered or purged.
+    pub const DEPENDENCY: Reason = Reason::lit(b"dependency");
 
     const fn lit(b: &[u8]) -> Reason {
         let mut bytes = [0u8; 16];

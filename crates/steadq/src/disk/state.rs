@@ -20,6 +20,9 @@ pub enum State {
     Dead,
     /// `receipts/<shard>/`.
     Acked,
+    /// `waiting/`, ready name: a job whose dependencies are not all acked yet
+    /// (`needs/<id>/` lists them; `ops/deps.rs`). Never claimed.
+    Waiting,
 }
 
 /// What moves a job.
@@ -65,6 +68,16 @@ pub enum Op {
     Due,
     /// An operator requeues a dead job (attempts reset).
     Requeue,
+    /// A producer publishes a job that waits for other jobs (`EnqueueOptions::after`).
+    EnqueueWaiting,
+    /// The last dependency of a waiting job was acked: the job becomes ready.
+    DependenciesMet,
+    /// A dependency of a waiting job was dead-lettered: the job is dead-lettered with
+    /// reason `dependency`.
+    DependencyDead,
+    /// An operator requeues a dead job whose dependencies are not all acked (attempts
+    /// reset): it waits again.
+    RequeueWaiting,
 }
 
 /// The whole table: `(from, op, to)`; `None` as `from` means "new".
@@ -87,6 +100,10 @@ pub const TRANSITIONS: &[(Option<State>, Op, State)] = &[
     (Some(State::Leased), Op::ExpireExhausted, State::Dead),
     (Some(State::Delayed), Op::Due, State::Ready),
     (Some(State::Dead), Op::Requeue, State::Ready),
+    (None, Op::EnqueueWaiting, State::Waiting),
+    (Some(State::Waiting), Op::DependenciesMet, State::Ready),
+    (Some(State::Waiting), Op::DependencyDead, State::Dead),
+    (Some(State::Dead), Op::RequeueWaiting, State::Waiting),
 ];
 
 /// The state `op` leads to from `from`, if the table allows it.
@@ -129,7 +146,7 @@ impl Op {
     pub fn attempt(self) -> Attempt {
         match self {
             Op::Claim => Attempt::Add,
-            Op::Requeue => Attempt::Reset,
+            Op::Requeue | Op::RequeueWaiting => Attempt::Reset,
             Op::ClaimUnreadable | Op::ClaimUndelivered => Attempt::GiveBack,
             _ => Attempt::Keep,
         }

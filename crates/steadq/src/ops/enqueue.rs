@@ -35,7 +35,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 /// Per-job settings for [`Queue::enqueue_with`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EnqueueOptions {
     /// Claims allowed before the job is dead-lettered; `None` uses the queue's default.
     pub max_attempts: Option<u32>,
@@ -58,6 +58,12 @@ pub struct EnqueueOptions {
     /// tries again, no polling. `None`: a full queue refuses at once
     /// ([`ErrorKind::QueueFull`], not done).
     pub wait: Option<Duration>,
+    /// Jobs this one waits for (its dependencies; at most [`crate::MAX_AFTER`], 64): it is
+    /// not claimable until every one of them is acked, and is dead-lettered with reason
+    /// `dependency` when one is dead-lettered. Empty (the default): none. Each must be in
+    /// this queue when this job is enqueued (a job can only name jobs made before it, so
+    /// no cycle can form). Not with `delay`, `key` or `wait` (DESIGN.md, Dependencies).
+    pub after: Vec<JobId>,
 }
 
 impl EnqueueOptions {
@@ -104,6 +110,13 @@ pub(crate) struct Prepared<'a> {
     /// Wall-clock ns the header records as its creation time.
     pub(crate) created_ns: u64,
     pub(crate) body: Body<'a>,
+}
+
+impl Prepared<'_> {
+    /// Whether the job goes to `waiting/` (it has dependencies) rather than a ready slot.
+    pub(crate) fn waiting(&self) -> bool {
+        self.rel_dir.as_str() == crate::disk::layout::WAITING_DIR
+    }
 }
 
 /// What a job file holds: bytes in memory, or a payload streamed into the file.
@@ -231,6 +244,9 @@ impl Queue {
         // Hook (ops/keys.rs, ops/capacity.rs): keys, the capacity check and its wait.
         o.priority_on(&self.ident)
             .map_err(EnqueueError::from_internal)?;
+        if !o.after.is_empty() {
+            return self.enqueue_after(payload, o); // ops/deps.rs
+        }
         if let Some(timeout) = o.wait {
             return self.enqueue_wait(payload, o, timeout);
         }
@@ -426,6 +442,11 @@ impl Queue {
         };
         let mut name = JobName::new_ready(id, max).with_priority(priority);
         let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {
+            None if !o.after.is_empty() => {
+                state::check(None, Op::EnqueueWaiting, State::Waiting);
+                let p = self.place_waiting(true)?.expect("made");
+                (p.dir, p.rel)
+            }
             None => {
                 state::check(None, Op::Enqueue, State::Ready);
                 let p = self.place_ready_new(self.ident.slot_of(&name))?;
@@ -453,7 +474,7 @@ impl Queue {
     }
 
     /// Write the job file (fsync'd when `sync` and the policy asks) without publishing it.
-    fn write_job(&self, p: &Prepared<'_>, sync: bool) -> Result<Written> {
+    pub(crate) fn write_job(&self, p: &Prepared<'_>, sync: bool) -> Result<Written> {
         match p.body {
             Body::Bytes { header, payload } => self.write_with(p, sync, &mut |fd| {
                 self.sys
@@ -551,7 +572,9 @@ impl Queue {
             return gone;
         }
         let e = self.dir_errno(p.dir.fd(), e);
-        if matches!(e, Errno::ACCESS | Errno::PERM) && p.name.kind == crate::disk::name::Kind::Ready
+        if matches!(e, Errno::ACCESS | Errno::PERM)
+            && p.name.kind == crate::disk::name::Kind::Ready
+            && !p.waiting()
         {
             let s = self.ident.slot_of(&p.name);
             self.avoid_slot(s, &p.rel_dir);
@@ -572,7 +595,7 @@ impl Queue {
         let name = p.name.format(self.ident.id);
         // The job's path, for messages only: made when one is (not a heap string per job).
         let rel = || format!("{}/{}", p.rel_dir, name);
-        if p.name.kind == Kind::Ready {
+        if p.name.kind == Kind::Ready && !p.waiting() {
             // A regular file this handle wrote: its claim need not check it (ops/shards.rs).
             self.shards
                 .linking(self.ident.slot_of(&p.name), &name, &p.name);

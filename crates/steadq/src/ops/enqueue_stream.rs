@@ -112,8 +112,35 @@ impl Queue {
         input: &mut impl Read,
         o: &EnqueueOptions,
     ) -> Result<Enqueued, EnqueueError> {
+        if !o.after.is_empty() {
+            // A job with dependencies is read into memory (at most the payload limit) and
+            // enqueued as `enqueue_with` does (ops/deps.rs).
+            let payload = self
+                .read_payload(input)
+                .map_err(EnqueueError::from_internal)?;
+            return self.enqueue_with(&payload, o);
+        }
         self.enqueue_reader_as(input, o, o.wait)
             .map_err(EnqueueError::from_internal)
+    }
+
+    /// All of `input`, refused past the queue's payload limit ([`ErrorKind::PayloadTooLarge`])
+    /// or when it cannot be read ([`ErrorKind::Input`]); not done.
+    fn read_payload(&self, input: &mut dyn Read) -> Result<Vec<u8>> {
+        let limit = self.opts.max_payload;
+        let mut payload = Vec::new();
+        input
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut payload)
+            .map_err(|e| Cause::not_done(ErrorKind::Input(e.to_string()), None))?;
+        let len = payload.len() as u64;
+        if len > limit {
+            return Err(Cause::not_done(
+                ErrorKind::PayloadTooLarge { len, limit },
+                None,
+            ));
+        }
+        Ok(payload)
     }
 
     fn enqueue_reader_as(

@@ -333,7 +333,10 @@ impl Queue {
             if !self.link_key(keys.as_fd(), &entry, text.as_bytes())? {
                 continue; // EEXIST: taken meanwhile; look at it
             }
-            let o2 = EnqueueOptions { key: None, ..*o };
+            let o2 = EnqueueOptions {
+                key: None,
+                ..o.clone()
+            };
             return match self.commit(Some(id), src, &o2) {
                 Ok(id) => Ok(Enqueued::New(id)),
                 Err(e) if e.outcome() == Outcome::NotDone => {

@@ -224,6 +224,9 @@ impl Queue {
         for (s, new, h) in after {
             self.after_ack(s, &new, &h);
         }
+        for r in &out {
+            self.dependency_acked(r.id); // ops/deps.rs: never fails the done acks
+        }
         Ok(out)
     }
 }
@@ -741,6 +744,7 @@ impl Lease {
             return Err(e);
         }
         q.after_ack(self.receipt_shard(), &new, &self.raw);
+        q.dependency_acked(self.name.id); // ops/deps.rs: never fails the done ack
         let receipt = Receipt {
             id: self.name.id,
             name: new.format(q.ident.id).to_string(),

@@ -11,6 +11,7 @@ pub(crate) mod enqueue_stream;
 pub(crate) mod lease;
 
 pub(crate) mod capacity;
+pub(crate) mod deps;
 pub(crate) mod group;
 pub(crate) mod keys;
 pub(crate) mod levels;

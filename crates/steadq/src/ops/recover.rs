@@ -59,6 +59,9 @@ pub struct RecoverReport {
     /// in favour of the newer name (`ops/split.rs`): a lease whose ack, nack or fail left the
     /// new name too, or a delayed job whose promotion did.
     pub split: u32,
+    /// Waiting jobs moved: promoted to ready (every dependency acked) or dead-lettered (a
+    /// dependency dead), where a crash or a failure had left them waiting (`ops/deps.rs`).
+    pub dependencies: u32,
     /// Empty past delayed buckets removed.
     pub buckets_removed: u32,
     /// Foreign entries seen (left in place; `fsck` reports them).
@@ -91,7 +94,7 @@ impl RecoverReport {
 
     /// Jobs moved in all.
     pub fn moved(&self) -> u32 {
-        self.expired + self.expired_dead + self.due
+        self.expired + self.expired_dead + self.due + self.dependencies
     }
 
     /// The report as a result: `Ok` with the report when nothing failed
@@ -148,6 +151,9 @@ impl Queue {
             r.fail(e);
         }
         if let Err(e) = self.recover_tmp(&mut r) {
+            r.fail(e);
+        }
+        if let Err(e) = self.recover_waiting(&mut r) {
             r.fail(e);
         }
         // Not everything was examined: that is a failure of the pass, named by its path.

@@ -183,7 +183,18 @@ impl Queue {
         op: Op,
     ) -> Moved {
         self.rename_job(from, old, to, new, op)?;
-        self.sync_moved(op, from, to).map_err(MoveFailed::Renamed)
+        self.sync_moved(op, from, to).map_err(MoveFailed::Renamed)?;
+        if to.state == State::Dead && op != Op::DependencyDead {
+            // The jobs waiting for it die too (ops/deps.rs); the move itself is done, so a
+            // failure here is recovery's to finish.
+            if let Err(e) = self.dependents_die(new.id) {
+                log::warn!(
+                    "job {} dead-lettered; its dependents are left for recovery: {e}",
+                    new.id
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The barriers after a rename from `from` to `to`: fsync of `to`, then of `from` when it
@@ -230,10 +241,15 @@ impl Queue {
             "{op:?} breaks the attempt rule of the transition table"
         );
         debug_assert_eq!(
-            crate::disk::scan::state_of(&new.kind),
+            match to.state {
+                // A waiting job keeps its ready name (ops/deps.rs).
+                State::Waiting => State::Waiting,
+                _ => crate::disk::scan::state_of(&new.kind),
+            },
             to.state,
             "the new name's kind must be the target state's"
         );
+        debug_assert!(to.state != State::Waiting || new.kind == crate::disk::name::Kind::Ready);
         let (a, b) = (old.format(self.ident.id), new.format(self.ident.id));
         if op == Op::Claim {
             // Its event, drained by a later claim, need not parse the name (ops/shards.rs).

@@ -52,17 +52,19 @@ pub fn fast(shards: u16) -> Options {
     }
 }
 
-/// Count jobs per state.
+/// Count jobs per state (ready, leased, delayed, dead, acked; waiting jobs are not counted).
 pub fn counts(q: &Queue) -> [usize; 5] {
     let mut c = [0; 5];
     for l in q.list(None).unwrap() {
-        c[match l.state {
+        let i = match l.state {
             State::Ready => 0,
             State::Leased => 1,
             State::Delayed => 2,
             State::Dead => 3,
             State::Acked => 4,
-        }] += 1;
+            State::Waiting => continue,
+        };
+        c[i] += 1;
     }
     c
 }

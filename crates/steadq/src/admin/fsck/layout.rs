@@ -83,6 +83,9 @@ impl Queue {
                     Some(n)
                         if (crate::disk::layout::CREATED_DIRS.contains(&n)
                             || n == crate::disk::layout::KEYS_DIR
+                            || n == crate::disk::layout::WAITING_DIR
+                            || n == crate::disk::layout::NEEDS_DIR
+                            || n == crate::disk::layout::AFTER_DIR
                             || n == QUARANTINE_DIR)
                             && !self.is_dir_entry(self.dirs.root.as_fd(), n, t) =>
                     {
