@@ -174,7 +174,7 @@ pub use asyncq::AsyncQueue;
 #[doc(hidden)]
 pub use disk::clock::Clock;
 pub use disk::layout::{EVIDENCE_FILE, IDENTITY_FILE, KEYS_DIR, LIMITS_FILE};
-pub use disk::name::{delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason};
+pub use disk::name::{delay_due, due_wall_ns, BootDue, GroupName, JobId, JobName, Kind, Reason};
 pub use disk::name::{DEFAULT_PRIORITY, PRIORITY_LEVELS};
 pub use disk::scan::Foreign;
 pub use disk::state::State;

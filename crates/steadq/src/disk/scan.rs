@@ -76,14 +76,26 @@ pub(crate) const LEASED_PRIO_NAME_LEN: usize = LEASED_NAME_LEN + 3;
 /// Length in bytes of a ready name with a priority field.
 pub(crate) const READY_PRIO_NAME_LEN: usize = READY_NAME_LEN + 3;
 
-/// Whether a name of `len` bytes may be a leased name (no other kind has these lengths).
+/// Bytes a group field (`.q<group>`, 1 to 16 characters) adds to a name: 3 to 18.
+const GROUP_FIELD: core::ops::RangeInclusive<usize> = 3..=18;
+
+/// Whether a name of `len` bytes may be a leased name (no other kind has these lengths),
+/// with or without a priority field and a group field.
 pub(crate) fn leased_len(len: usize) -> bool {
-    len == LEASED_NAME_LEN || len == LEASED_PRIO_NAME_LEN
+    len == LEASED_NAME_LEN
+        || len == LEASED_PRIO_NAME_LEN
+        || GROUP_FIELD.contains(&(len.wrapping_sub(LEASED_NAME_LEN)))
+        || GROUP_FIELD.contains(&(len.wrapping_sub(LEASED_PRIO_NAME_LEN)))
 }
 
-/// Whether a name of `len` bytes may be a ready name.
+/// Whether a name of `len` bytes may be a ready name, with or without a priority field and
+/// a group field (a grouped ready name may be as long as a version-1 delayed name, 110
+/// bytes: the callers parse the kind of what they act on).
 pub(crate) fn ready_len(len: usize) -> bool {
-    len == READY_NAME_LEN || len == READY_PRIO_NAME_LEN
+    len == READY_NAME_LEN
+        || len == READY_PRIO_NAME_LEN
+        || GROUP_FIELD.contains(&(len.wrapping_sub(READY_NAME_LEN)))
+        || GROUP_FIELD.contains(&(len.wrapping_sub(READY_PRIO_NAME_LEN)))
 }
 
 /// What one listing of a ready directory (a slot: `ready/<ss>` or `prio/<l>/<ss>`) found. The
@@ -340,7 +352,7 @@ mod tests {
         let (dp, rp) = (d.with_priority(1), r.with_priority(1));
         assert_eq!((dp.format(7).len(), rp.format(7).len()), (165, 147));
         let ready_or_leased = |len| leased_len(len) || ready_len(len);
-        assert!(![162, 144, 165, 147, 110, 126]
+        assert!(![162, 144, 165, 147, 126]
             .into_iter()
             .any(ready_or_leased));
     }
