@@ -185,7 +185,7 @@ pub use error::{Cause, Error, ErrorKind, OsErrno, Outcome};
 /// all of which `?` turns into an [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
 pub use admin::counts::COUNTS_LOCK_WAIT;
-pub use ops::capacity::{CapacityUse, Limits};
+pub use ops::capacity::{CapacityUse, Limits, MAX_GROUP_LIMIT};
 pub use ops::enqueue::{EnqueueError, EnqueueOptions};
 pub use ops::keys::{Enqueued, Key, KEY_ORPHAN_AFTER, KEY_WAIT_MAX, TOMBSTONE_KEEP};
 pub use ops::lease::{

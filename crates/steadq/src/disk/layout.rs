@@ -16,6 +16,7 @@
 //! <root>/steadq.limits       LIMITS_FILE
 //! <root>/steadq.counts       COUNTS_FILE (src/disk/counts.rs)
 //! <root>/keys/               KEYS_DIR
+//! <root>/groups/<group>/<k>  GROUPS_DIR: group slots (src/disk/slot.rs), made on first use
 //! ```
 
 use core::fmt::Write as _;
@@ -46,6 +47,9 @@ pub const RECEIPTS_DIR: &str = "receipts";
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Idempotency key entries (made on first use).
 pub const KEYS_DIR: &str = "keys";
+/// Group slots: `groups/<group>/<k>`, one per leased job of a group with a limit (made on
+/// first use; `src/disk/slot.rs`).
+pub const GROUPS_DIR: &str = "groups";
 
 /// The directories `Queue::create` makes in the root (each shard directory under the two
 /// sharded ones too). `prio/` is not one: it is made on first use.
@@ -54,7 +58,7 @@ pub(crate) const CREATED_DIRS: [&str; 5] =
 
 /// Every fixed name the root may hold (rotated evidence and the identity's temp and damaged
 /// names come on top; see `fsck`).
-pub const ROOT_ENTRIES: [&str; 11] = [
+pub const ROOT_ENTRIES: [&str; 12] = [
     IDENTITY_FILE,
     TMP_DIR,
     READY_DIR,
@@ -66,6 +70,7 @@ pub const ROOT_ENTRIES: [&str; 11] = [
     KEYS_DIR,
     LIMITS_FILE,
     COUNTS_FILE,
+    GROUPS_DIR,
 ];
 
 /// Width of a dead-letter bucket: one day, in ns.

@@ -1031,8 +1031,11 @@ mod tests {
                     attempt: (w >> 32) as u32,
                     max_attempts: w as u32,
                     priority: (round % 8) as u8,
-                    group: [None, GroupName::new("ffmpeg"), GroupName::new("0123456789abcdef")]
-                        [round % 3],
+                    group: [
+                        None,
+                        GroupName::new("ffmpeg"),
+                        GroupName::new("0123456789abcdef"),
+                    ][round % 3],
                     kind,
                 };
                 let q = next();
@@ -1486,7 +1489,12 @@ mod tests {
                 true,
             );
             assert_eq!(leased.group, Some(g));
-            let dead = leased.next(Kind::Dead { reason: Reason::FAILED }, false);
+            let dead = leased.next(
+                Kind::Dead {
+                    reason: Reason::FAILED,
+                },
+                false,
+            );
             assert_eq!(JobName::parse(&dead.format(Q), Q).unwrap().group, Some(g));
             // Dropping the field changes the tag: the name no longer parses.
             let forged = s.replace(".qffmpeg", "");
@@ -1500,10 +1508,18 @@ mod tests {
         // Bad group fields are no names.
         for bad in ["", "FFMPEG", "a-b", "0123456789abcdefg"] {
             let s = plain.replace(".m00000005", &format!(".m00000005.q{bad}"));
-            assert_eq!(JobName::parse_untagged(&s).map(|_| ()), Err(NameError::Syntax), "{s}");
+            assert_eq!(
+                JobName::parse_untagged(&s).map(|_| ()),
+                Err(NameError::Syntax),
+                "{s}"
+            );
         }
         // The longest name: leased, priority and a 16-character group.
-        let longest = samples().into_iter().map(|n| n.format(Q).len()).max().unwrap();
+        let longest = samples()
+            .into_iter()
+            .map(|n| n.format(Q).len())
+            .max()
+            .unwrap();
         assert_eq!(longest, 217);
         assert!(longest <= NAME_MAX);
     }

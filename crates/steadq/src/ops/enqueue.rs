@@ -79,7 +79,9 @@ impl EnqueueOptions {
             return bad("priority must be 0..=7 (7 is claimed first; the default is 3)");
         }
         if self.group.is_some() && ident.version < 3 {
-            return bad("group needs a version-3 queue (make a new queue with `steadq init` to use groups)");
+            return bad(
+                "group needs a version-3 queue (make a new queue with `steadq init` to use groups)",
+            );
         }
         match ident.version {
             _ if ident.has_priority(p) => Ok(p),

@@ -1,0 +1,314 @@
+//! Groups with a concurrency limit (issue 44 part 2): at most N jobs of a group leased at once
+//! across every worker, a full group never blocking other jobs, a crashed holder's slot back
+//! at its lease's expiry, the limit changed at run time, bad names refused, fsck on the slot
+//! directory and the limits file.
+
+use crate::common::*;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use steadq::{ClaimOptions, EnqueueOptions, ErrorKind, GroupName, Options, Outcome, Queue};
+
+fn g(s: &str) -> GroupName {
+    GroupName::new(s).unwrap()
+}
+
+fn in_group(name: &str) -> EnqueueOptions {
+    EnqueueOptions {
+        group: Some(g(name)),
+        ..Default::default()
+    }
+}
+
+/// Leased names of group `group` in the queue's one shard, read by one `getdents64` (the
+/// shard holds few names), so one sample is one moment of the directory.
+fn leased_of(dir: &std::path::Path, group: &str) -> usize {
+    let tag = format!(".q{group}.o");
+    std::fs::read_dir(dir.join("ready/00"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(&tag))
+        .count()
+}
+
+/// Slot files of group `group`.
+fn slots_of(dir: &std::path::Path, group: &str) -> usize {
+    std::fs::read_dir(dir.join("groups").join(group)).map_or(0, |r| r.count())
+}
+
+/// Samples, until `stop`, the most leased names and the most slot files of `group` seen.
+fn sampler(
+    dir: std::path::PathBuf,
+    group: &'static str,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(usize, usize, u64)> {
+    std::thread::spawn(move || {
+        let (mut leased, mut slots, mut samples) = (0, 0, 0u64);
+        while !stop.load(SeqCst) {
+            leased = leased.max(leased_of(&dir, group));
+            slots = slots.max(slots_of(&dir, group));
+            samples += 1;
+        }
+        (leased, slots, samples)
+    })
+}
+
+/// Limit 2, 8 worker threads (each its own handle, as processes have), slow jobs: the jobs
+/// running at once (counted by the workers), the leased names and the slot files never pass
+/// 2, and every job is acked once.
+#[test]
+fn eight_worker_threads_never_run_more_than_the_limit() {
+    let d = TempDir::new("groups-threads");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(2)).unwrap();
+    for i in 0..24u32 {
+        q.enqueue_with(format!("{i}").as_bytes(), &in_group("ffmpeg"))
+            .unwrap();
+    }
+    let (running, most, done) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let sample = sampler(d.path().to_path_buf(), "ffmpeg", stop.clone());
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (dir, running, most, done) = (
+                d.path().to_path_buf(),
+                running.clone(),
+                most.clone(),
+                done.clone(),
+            );
+            std::thread::spawn(move || {
+                let q = Queue::open_with(&dir, fast(1)).unwrap();
+                let wait = ClaimOptions {
+                    wait: Some(Duration::from_millis(300)),
+                    ..Default::default()
+                };
+                while done.load(SeqCst) < 24 {
+                    let Some(l) = q.claim_with(&wait).unwrap() else {
+                        continue;
+                    };
+                    let now = running.fetch_add(1, SeqCst) + 1;
+                    most.fetch_max(now, SeqCst);
+                    std::thread::sleep(Duration::from_millis(30));
+                    running.fetch_sub(1, SeqCst);
+                    l.ack().unwrap();
+                    done.fetch_add(1, SeqCst);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, SeqCst);
+    let (leased, slots, samples) = sample.join().unwrap();
+    eprintln!(
+        "8 threads, limit 2: most running {}, most leased names {leased}, most slots {slots} \
+         ({samples} samples)",
+        most.load(SeqCst)
+    );
+    assert_eq!(done.load(SeqCst), 24);
+    assert_eq!(most.load(SeqCst), 2, "the limit, and the limit reached");
+    assert!(leased <= 2 && slots <= 2, "{leased} leased, {slots} slots");
+    let s = q.status().unwrap();
+    assert_eq!((s.ready, s.leased, s.acked), (0, 0, 24));
+    assert_eq!(slots_of(d.path(), "ffmpeg"), 0, "every slot freed");
+}
+
+/// A full group does not block the jobs behind it: with the group's one slot held, the
+/// claims take the ungrouped job and the other group's job (both younger than the group's
+/// waiting jobs), then say "no job" while only the full group's jobs are left.
+#[test]
+fn a_full_group_does_not_block_other_jobs() {
+    let d = TempDir::new("groups-fair");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(1)).unwrap();
+    q.set_group_limit(&g("thumbs"), Some(1)).unwrap();
+    for _ in 0..5 {
+        q.enqueue_with(b"transcode", &in_group("ffmpeg")).unwrap();
+    }
+    let plain = q.enqueue(b"plain").unwrap();
+    let thumb = q.enqueue_with(b"thumb", &in_group("thumbs")).unwrap().id();
+    let first = q.claim().unwrap().expect("the oldest ffmpeg job");
+    assert_eq!(first.name().group, Some(g("ffmpeg")));
+    // Another handle, as another worker process is.
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    let a = other
+        .claim()
+        .unwrap()
+        .expect("not blocked by the full group");
+    let b = other
+        .claim()
+        .unwrap()
+        .expect("not blocked by the full group");
+    let mut got = vec![a.id(), b.id()];
+    got.sort();
+    let mut want = vec![plain, thumb];
+    want.sort();
+    assert_eq!(got, want);
+    assert!(
+        other.claim().unwrap().is_none(),
+        "only the full group's jobs"
+    );
+    assert!(q.claim().unwrap().is_none());
+    // Its slot freed by the ack, the group's next job is claimed (after the recheck).
+    first.ack().unwrap();
+    let t = Instant::now();
+    let next = loop {
+        if let Some(l) = other.claim().unwrap() {
+            break l;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "the group's next job");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(next.name().group, Some(g("ffmpeg")));
+    for l in [a, b, next] {
+        l.ack().unwrap();
+    }
+}
+
+/// A holder killed with its lease held: its slot is kept (the group stays full) until its
+/// lease expires, then a claim reclaims it. Here the holder "dies" by forgetting its lease.
+#[test]
+fn a_dead_holders_slot_comes_back_at_its_lease_expiry_and_not_before() {
+    let d = TempDir::new("groups-expiry");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(1)).unwrap();
+    for _ in 0..2 {
+        q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap();
+    }
+    let lease = Duration::from_millis(600);
+    let short = ClaimOptions {
+        lease: Some(lease),
+        ..Default::default()
+    };
+    let held = q.claim_with(&short).unwrap().unwrap();
+    let taken = Instant::now();
+    std::mem::forget(held); // a SIGKILLed holder: no ack, no release
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    let got = loop {
+        if let Some(l) = other.claim_with(&short).unwrap() {
+            break l;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let after = taken.elapsed();
+    assert!(
+        after >= lease,
+        "a slot came back after {after:?}, before the lease's end"
+    );
+    assert!(after < lease + Duration::from_secs(3), "{after:?}");
+    assert_eq!(slots_of(d.path(), "ffmpeg"), 1);
+    got.ack().unwrap();
+}
+
+/// The limit is read at run time: lowered to 1 while two jobs are leased (they keep their
+/// leases), raised to 3 (three at once), removed (no slots at all).
+#[test]
+fn the_limit_changes_at_run_time() {
+    let d = TempDir::new("groups-change");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(2)).unwrap();
+    for _ in 0..12 {
+        q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap();
+    }
+    let a = q.claim().unwrap().unwrap();
+    let b = q.claim().unwrap().unwrap();
+    assert!(q.claim().unwrap().is_none(), "2 of 2");
+    q.set_group_limit(&g("ffmpeg"), Some(3)).unwrap();
+    assert_eq!(q.group_limits().unwrap(), vec![(g("ffmpeg"), 3)]);
+    let c = q.claim().unwrap().expect("a third slot");
+    let e = (0..50).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(5));
+        q.claim().unwrap()
+    });
+    assert!(e.is_none(), "3 of 3");
+    q.set_group_limit(&g("ffmpeg"), None).unwrap();
+    assert!(q.group_limits().unwrap().is_empty());
+    std::thread::sleep(Duration::from_millis(30)); // the handle's full-group memory lapses
+    let more: Vec<_> = (0..4).map(|_| q.claim().unwrap().unwrap()).collect();
+    for l in [a, b, c].into_iter().chain(more) {
+        l.ack().unwrap();
+    }
+    assert_eq!(slots_of(d.path(), "ffmpeg"), 0);
+    // Removing a limit keeps the capacity limits; setting them keeps the group limits.
+    q.set_group_limit(&g("ffmpeg"), Some(1)).unwrap();
+    q.set_limits(steadq::Limits {
+        max_jobs: Some(100),
+        max_bytes: None,
+    })
+    .unwrap();
+    assert_eq!(q.group_limits().unwrap(), vec![(g("ffmpeg"), 1)]);
+    assert_eq!(q.limits().unwrap().max_jobs, Some(100));
+}
+
+/// Bad group names and limits are refused naming the argument, and nothing is written;
+/// a version-2 queue refuses a group as it refuses a priority.
+#[test]
+fn bad_groups_are_refused_naming_the_argument_and_nothing_is_written() {
+    let d = TempDir::new("groups-bad");
+    std::fs::create_dir_all(d.path()).unwrap();
+    let dir = d.path().join("q");
+    let out = steadq(&["init", p(&dir)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let before = snapshot(&dir);
+    for bad in ["FFMPEG", "", "a-b", "0123456789abcdefg", "a/b"] {
+        let out = steadq_in(&["enqueue", p(&dir), "--group", bad], b"x");
+        assert_eq!(out.status.code(), Some(1), "bad usage: {bad:?}");
+        assert!(
+            text(&out.stderr).contains("--group"),
+            "{}",
+            text(&out.stderr)
+        );
+        let out = steadq(&["limit", p(&dir), "--group", bad, "--max-leased", "2"]);
+        assert_eq!(out.status.code(), Some(1), "bad usage: {bad:?}");
+        assert!(
+            text(&out.stderr).contains("--group"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    for bad in ["0", "1001", "-1", "two"] {
+        let out = steadq(&["limit", p(&dir), "--group", "ffmpeg", "--max-leased", bad]);
+        assert_eq!(out.status.code(), Some(1), "bad usage: {bad:?}");
+        assert!(
+            text(&out.stderr).contains("--max-leased"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(snapshot(&dir), before, "nothing written");
+    let q = Queue::open(&dir).unwrap();
+    let e = q.set_group_limit(&g("ffmpeg"), Some(0)).unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone);
+    assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)), "{e}");
+    // The CLI end to end.
+    let out = steadq(&["limit", p(&dir), "--group", "ffmpeg", "--max-leased", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&steadq(&["limit", p(&dir)]).stdout), "ffmpeg 2\n");
+    let out = steadq_in(&["enqueue", p(&dir), "--group", "ffmpeg"], b"x");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let names: Vec<String> = (0..8)
+        .flat_map(|s| files(&dir, &format!("ready/{s:02}")))
+        .collect();
+    assert!(names.iter().any(|n| n.contains(".qffmpeg.k")), "{names:?}");
+    // Version-1 and version-2 queues: not done, naming `group`; nothing enqueued.
+    for v in [1u32, 2] {
+        let o = Options {
+            format_version: v,
+            ..fast(1)
+        };
+        let old = d.path().join(format!("v{v}"));
+        let q = Queue::create(&old, o).unwrap();
+        let e = q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap_err();
+        assert_eq!(e.outcome(), Outcome::NotDone);
+        assert!(
+            e.to_string().contains("group needs a version-3 queue"),
+            "{e}"
+        );
+        assert_eq!(q.status().unwrap().ready, 0);
+    }
+}
