@@ -312,3 +312,104 @@ fn bad_groups_are_refused_naming_the_argument_and_nothing_is_written() {
         assert_eq!(q.status().unwrap().ready, 0);
     }
 }
+
+/// Hostile entries under `groups/` (a symlink, a fifo, a slot that does not decode, a forged
+/// slot naming no lease, a stray name, a file where a group directory belongs) are reported
+/// by fsck and skipped by claims, never followed or opened as slots: the group counts them as
+/// taken, other jobs run, and `fsck --quarantine` moves them away, after which the group's
+/// job runs. A damaged group line in `steadq.limits` is reported as a damaged limits file.
+#[test]
+fn fsck_reports_hostile_group_entries_and_claims_skip_them() {
+    let d = TempDir::new("groups-fsck");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(4)).unwrap();
+    let job = q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap().id();
+    let plain = q.enqueue(b"plain").unwrap();
+    let dir = d.path().join("groups/ffmpeg");
+    std::fs::create_dir_all(&dir).unwrap();
+    let outside = TempDir::new("groups-fsck-outside");
+    std::fs::create_dir_all(outside.path()).unwrap();
+    let target = outside.path().join("outside.txt");
+    std::fs::write(&target, b"not a slot").unwrap();
+    std::os::unix::fs::symlink(&target, dir.join("0")).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(dir.join("1"))
+        .status()
+        .unwrap()
+        .success());
+    std::fs::write(dir.join("2"), b"garbage").unwrap();
+    // A well-formed slot of this boot, deadline an hour away, naming no lease.
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let boot = boot.trim().replace('-', "");
+    let uptime = std::fs::read_to_string("/proc/uptime").unwrap();
+    let up_s: f64 = uptime.split_whitespace().next().unwrap().parse().unwrap();
+    let deadline = ((up_s + 3600.0) * 1e9) as u64;
+    let forged = format!(
+        "steadq-slot\njob={:032x}\ntoken={:032x}\nboot={boot}\nboot_deadline={deadline:016x}\nwall_deadline={:016x}\n",
+        7u128, 9u128, u64::MAX / 4
+    );
+    std::fs::write(dir.join("3"), forged).unwrap();
+    std::fs::write(dir.join("stray"), b"x").unwrap();
+    std::fs::write(d.path().join("groups/NotAGroup"), b"x").unwrap();
+    // The group is full of hostile entries: the plain job runs, the group's waits.
+    let l = q.claim().unwrap().expect("the ungrouped job");
+    assert_eq!(l.id(), plain);
+    l.ack().unwrap();
+    assert!(q.claim().unwrap().is_none());
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        b"not a slot",
+        "never followed"
+    );
+    let rep = q.fsck().unwrap();
+    let paths: Vec<&str> = rep.problems.iter().map(|p| p.path.as_str()).collect();
+    for want in [
+        "groups/ffmpeg/0",
+        "groups/ffmpeg/1",
+        "groups/ffmpeg/2",
+        "groups/ffmpeg/3",
+        "groups/ffmpeg/stray",
+        "groups/NotAGroup",
+    ] {
+        assert!(paths.contains(&want), "{want} not reported: {rep:?}");
+    }
+    let text: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
+    assert!(
+        text.iter().any(|t| t.contains("0: foreign: symlink")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter().any(|t| t.contains("1: foreign: fifo")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.contains("3: group slot: names a lease")),
+        "{text:?}"
+    );
+    q.fsck_quarantine().unwrap();
+    let rep = q.fsck().unwrap();
+    assert!(rep.clean(), "{rep:?}");
+    std::thread::sleep(Duration::from_millis(30)); // the handle's full-group memory lapses
+    let l = q
+        .claim()
+        .unwrap()
+        .expect("the group's job, its slots free again");
+    assert_eq!(l.id(), job);
+    l.ack().unwrap();
+    // A damaged group line: the limits file is reported damaged.
+    let limits = d.path().join("steadq.limits");
+    let t = std::fs::read_to_string(&limits).unwrap();
+    std::fs::write(
+        &limits,
+        t.replace("max_leased.ffmpeg=4", "max_leased.ffmpeg=5"),
+    )
+    .unwrap();
+    let rep = q.fsck().unwrap();
+    assert!(
+        rep.problems
+            .iter()
+            .any(|p| p.path == "steadq.limits" && p.to_string().contains("damaged")),
+        "{rep:?}"
+    );
+}

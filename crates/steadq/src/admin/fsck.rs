@@ -13,6 +13,7 @@
 //! beside the jobs (`fsck/side.rs`), and the report with `--quarantine`
 //! (`fsck/quarantine.rs`).
 
+mod groups;
 mod jobs;
 mod layout;
 mod quarantine;
@@ -81,6 +82,9 @@ pub enum ProblemKind {
     Damaged(&'static str),
     /// An entry of `keys/` whose name is neither a key entry's nor a tombstone's.
     NotKeyName,
+    /// An entry of `groups/` that is no group directory or no live slot (DESIGN.md, Groups):
+    /// what is wrong. Claims skip it (never followed); `--quarantine` moves it aside.
+    BadSlot(&'static str),
     /// An evidence file (`evidence.log` or a rotated one) with appends a crash cut short:
     /// `lines` lines that do not parse (a fragment the next append ended, a run of zeros),
     /// and a last line of `tail` bytes without its newline (0: none; the next ack ends it
@@ -188,6 +192,7 @@ fn describe(kind: &ProblemKind, f: &mut core::fmt::Formatter<'_>) -> core::fmt::
         ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}"),
         ProblemKind::NotRegular(what) => write!(f, "foreign: {what}"),
         ProblemKind::Damaged(what) => write!(f, "damaged: {what}"),
+        ProblemKind::BadSlot(what) => write!(f, "group slot: {what}"),
         ProblemKind::TornEvidence { lines, tail } => write!(
             f,
             "torn evidence (an append cut short by a crash): {lines} line(s) that are not \
@@ -285,6 +290,7 @@ fn describe_place(kind: &ProblemKind, f: &mut core::fmt::Formatter<'_>) -> core:
         | ProblemKind::Damaged(_)
         | ProblemKind::TornEvidence { .. }
         | ProblemKind::NotKeyName
+        | ProblemKind::BadSlot(_)
         | ProblemKind::IdentityMismatch { .. }
         | ProblemKind::Unreadable(_)
         | ProblemKind::LeaseBeyondCap { .. }
@@ -357,6 +363,7 @@ impl Queue {
         self.check_limits(&mut rep);
         self.check_evidence(&mut rep);
         self.check_keys(&mut rep, &mut bad)?;
+        self.check_groups(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
         self.check_shared(&mut rep, &mut bad);
         self.report_bad(&mut rep, bad, jobs_seen, quarantine)?;

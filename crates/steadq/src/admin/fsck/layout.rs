@@ -83,6 +83,7 @@ impl Queue {
                     Some(n)
                         if (crate::disk::layout::CREATED_DIRS.contains(&n)
                             || n == crate::disk::layout::KEYS_DIR
+                            || n == crate::disk::layout::GROUPS_DIR
                             || n == QUARANTINE_DIR)
                             && !self.is_dir_entry(self.dirs.root.as_fd(), n, t) =>
                     {
@@ -226,7 +227,7 @@ impl Queue {
 
     /// Whether entry `name` of `dir`, of type `t` as listed, is a directory (`fstatat`
     /// without following a symlink when the listing did not say).
-    fn is_dir_entry(&self, dir: BorrowedFd<'_>, name: &str, t: EntryType) -> bool {
+    pub(super) fn is_dir_entry(&self, dir: BorrowedFd<'_>, name: &str, t: EntryType) -> bool {
         match t {
             EntryType::Dir => true,
             EntryType::Unknown => self
