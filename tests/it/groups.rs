@@ -413,3 +413,59 @@ fn fsck_reports_hostile_group_entries_and_claims_skip_them() {
         "{rep:?}"
     );
 }
+
+/// `status` (text, JSON, Prometheus) shows each group's leased jobs against its limit and its
+/// ready jobs; `list` names a job's group.
+#[test]
+fn status_and_list_show_group_use() {
+    let d = TempDir::new("groups-status");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(2)).unwrap();
+    for _ in 0..5 {
+        q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap();
+    }
+    q.enqueue_with(b"t", &in_group("thumbs")).unwrap();
+    let held: Vec<_> = (0..2).map(|_| q.claim().unwrap().unwrap()).collect();
+    let s = q.status().unwrap();
+    let ffmpeg = steadq::GroupUse {
+        group: g("ffmpeg"),
+        ready: 3,
+        leased: 2,
+        max_leased: Some(2),
+        slots: 2,
+    };
+    let thumbs = steadq::GroupUse {
+        group: g("thumbs"),
+        ready: 1,
+        leased: 0,
+        max_leased: None,
+        slots: 0,
+    };
+    assert_eq!(s.groups, vec![ffmpeg, thumbs]);
+    let dir = p(d.path());
+    let text_out = text(&steadq(&["status", dir]).stdout);
+    assert!(
+        text_out.contains("group    ffmpeg           2 leased (of 2), 3 ready\n"),
+        "{text_out}"
+    );
+    assert!(text_out.contains("group    thumbs           0 leased (no limit), 1 ready\n"));
+    let json = text(&steadq(&["status", dir, "--json"]).stdout);
+    assert!(
+        json.contains(r#""groups":[{"group":"ffmpeg","ready":3,"leased":2,"max_leased":2,"slots":2},{"group":"thumbs","ready":1,"leased":0,"max_leased":null,"slots":0}]"#),
+        "{json}"
+    );
+    let prom = text(&steadq(&["status", dir, "--prometheus"]).stdout);
+    assert!(prom.contains(",group=\"ffmpeg\"} 2\n"), "{prom}");
+    let list = text(&steadq(&["list", dir]).stdout);
+    assert_eq!(list.matches(" group ffmpeg ").count(), 5, "{list}");
+    assert!(list.contains(" group thumbs "), "{list}");
+    let list_json = text(&steadq(&["list", dir, "--json"]).stdout);
+    assert_eq!(
+        list_json.matches(r#""group":"ffmpeg""#).count(),
+        5,
+        "{list_json}"
+    );
+    for l in held {
+        l.ack().unwrap();
+    }
+}
