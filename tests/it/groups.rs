@@ -469,3 +469,99 @@ fn status_and_list_show_group_use() {
         l.ack().unwrap();
     }
 }
+
+fn kill(pid: u32, sig: rustix::process::Signal) {
+    let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), sig);
+}
+
+/// Limit 2, 8 `steadq work` processes, slow jobs (50 ms): the leased names and the slot
+/// files sampled never pass 2 (and reach it), and every job is acked once.
+#[test]
+fn eight_worker_processes_never_run_more_than_the_limit() {
+    let d = TempDir::new("groups-procs");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(2)).unwrap();
+    const JOBS: u64 = 32;
+    for i in 0..JOBS {
+        q.enqueue_with(format!("{i}").as_bytes(), &in_group("ffmpeg"))
+            .unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let sample = sampler(d.path().to_path_buf(), "ffmpeg", stop.clone());
+    let mut workers: Vec<std::process::Child> = (0..8)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_steadq"))
+                .args(["work", p(d.path()), "--quiet", "--", "sh", "-c", "sleep 0.05"])
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let t = Instant::now();
+    while q.status().unwrap().acked < JOBS {
+        assert!(t.elapsed() < Duration::from_secs(60), "{:?}", q.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = t.elapsed();
+    stop.store(true, SeqCst);
+    for w in &mut workers {
+        kill(w.id(), rustix::process::Signal::TERM);
+        let _ = w.wait();
+    }
+    let (leased, slots, samples) = sample.join().unwrap();
+    eprintln!(
+        "8 processes, limit 2, {JOBS} jobs of 50 ms in {took:?}: most leased names {leased}, \
+         most slots {slots} ({samples} samples)"
+    );
+    assert_eq!((leased, slots), (2, 2), "the limit, never more, and reached");
+    let s = q.status().unwrap();
+    assert_eq!((s.ready, s.leased, s.acked, s.dead), (0, 0, JOBS, 0));
+    assert_eq!(slots_of(d.path(), "ffmpeg"), 0, "every slot freed");
+}
+
+/// A `steadq work` process SIGKILLed while it runs a job of a group with limit 1: the
+/// group's other job waits (the slot is held) until the killed lease expires, then runs.
+#[test]
+fn a_sigkilled_workers_slot_comes_back_when_its_lease_expires() {
+    let d = TempDir::new("groups-sigkill");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(1)).unwrap();
+    let a = q.enqueue_with(b"a", &in_group("ffmpeg")).unwrap().id();
+    let b = q.enqueue_with(b"b", &in_group("ffmpeg")).unwrap().id();
+    let pidfile = d.path().join("child.pid");
+    let script = format!("echo $$ > {}; exec sleep 30", p(&pidfile));
+    let mut w = std::process::Command::new(env!("CARGO_BIN_EXE_steadq"))
+        .args(["work", p(d.path()), "--quiet", "--lease", "2s", "--", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !pidfile.exists() || slots_of(d.path(), "ffmpeg") != 1 {
+        assert!(t.elapsed() < Duration::from_secs(10), "the worker took job a");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    kill(w.id(), rustix::process::Signal::KILL);
+    let _ = w.wait();
+    let killed = Instant::now();
+    let child: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    kill(child, rustix::process::Signal::KILL);
+    let found = q.find(a).unwrap();
+    assert_eq!(found.state, steadq::State::Leased);
+    // Before the lease's end (2 s at most from the kill: renewed every third of it): the
+    // group's other job is not claimed.
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    let got = loop {
+        if let Some(l) = other.claim().unwrap() {
+            break l;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(6), "the slot came back");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let after = killed.elapsed();
+    eprintln!("slot of the SIGKILLed worker back {after:?} after the kill (lease 2 s)");
+    assert!(after >= Duration::from_millis(1300), "back after {after:?}: before the lease's end");
+    assert!(got.id() == a || got.id() == b);
+    got.ack().unwrap();
+}
