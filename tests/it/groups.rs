@@ -491,7 +491,15 @@ fn eight_worker_processes_never_run_more_than_the_limit() {
     let mut workers: Vec<std::process::Child> = (0..8)
         .map(|_| {
             std::process::Command::new(env!("CARGO_BIN_EXE_steadq"))
-                .args(["work", p(d.path()), "--quiet", "--", "sh", "-c", "sleep 0.05"])
+                .args([
+                    "work",
+                    p(d.path()),
+                    "--quiet",
+                    "--",
+                    "sh",
+                    "-c",
+                    "sleep 0.05",
+                ])
                 .stdin(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .spawn()
@@ -514,7 +522,11 @@ fn eight_worker_processes_never_run_more_than_the_limit() {
         "8 processes, limit 2, {JOBS} jobs of 50 ms in {took:?}: most leased names {leased}, \
          most slots {slots} ({samples} samples)"
     );
-    assert_eq!((leased, slots), (2, 2), "the limit, never more, and reached");
+    assert_eq!(
+        (leased, slots),
+        (2, 2),
+        "the limit, never more, and reached"
+    );
     let s = q.status().unwrap();
     assert_eq!((s.ready, s.leased, s.acked, s.dead), (0, 0, JOBS, 0));
     assert_eq!(slots_of(d.path(), "ffmpeg"), 0, "every slot freed");
@@ -532,20 +544,37 @@ fn a_sigkilled_workers_slot_comes_back_when_its_lease_expires() {
     let pidfile = d.path().join("child.pid");
     let script = format!("echo $$ > {}; exec sleep 30", p(&pidfile));
     let mut w = std::process::Command::new(env!("CARGO_BIN_EXE_steadq"))
-        .args(["work", p(d.path()), "--quiet", "--lease", "2s", "--", "sh", "-c", &script])
+        .args([
+            "work",
+            p(d.path()),
+            "--quiet",
+            "--lease",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let t = Instant::now();
     while !pidfile.exists() || slots_of(d.path(), "ffmpeg") != 1 {
-        assert!(t.elapsed() < Duration::from_secs(10), "the worker took job a");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the worker took job a"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     kill(w.id(), rustix::process::Signal::KILL);
     let _ = w.wait();
     let killed = Instant::now();
-    let child: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let child: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     kill(child, rustix::process::Signal::KILL);
     let found = q.find(a).unwrap();
     assert_eq!(found.state, steadq::State::Leased);
@@ -556,12 +585,18 @@ fn a_sigkilled_workers_slot_comes_back_when_its_lease_expires() {
         if let Some(l) = other.claim().unwrap() {
             break l;
         }
-        assert!(killed.elapsed() < Duration::from_secs(6), "the slot came back");
+        assert!(
+            killed.elapsed() < Duration::from_secs(6),
+            "the slot came back"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let after = killed.elapsed();
     eprintln!("slot of the SIGKILLed worker back {after:?} after the kill (lease 2 s)");
-    assert!(after >= Duration::from_millis(1300), "back after {after:?}: before the lease's end");
+    assert!(
+        after >= Duration::from_millis(1300),
+        "back after {after:?}: before the lease's end"
+    );
     assert!(got.id() == a || got.id() == b);
     got.ack().unwrap();
 }
