@@ -222,9 +222,11 @@ impl PyQueue {
     /// key: when it is taken nothing is enqueued and the id of the job holding it is
     /// returned), `delay` seconds before the job is handed out, `max_attempts` claims before
     /// it is dead-lettered, `wait` seconds to wait for room when the queue is full (else
-    /// QueueFull at once). Raises NotDone (QueueFull) or Indeterminate (its `job_id` may
-    /// exist).
-    #[pyo3(signature = (payload, *, priority=None, key=None, delay=None, max_attempts=None, wait=None))]
+    /// QueueFull at once), `group` the job's group (1 to 16 of a-z 0-9: at most the group's
+    /// limit of its jobs are leased at once, see `set_group_limit`). Raises NotDone
+    /// (QueueFull; ValueError-like InvalidArgument for a bad group) or Indeterminate (its
+    /// `job_id` may exist).
+    #[pyo3(signature = (payload, *, priority=None, key=None, delay=None, max_attempts=None, wait=None, group=None))]
     #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &self,
@@ -235,7 +237,17 @@ impl PyQueue {
         delay: Option<f64>,
         max_attempts: Option<u32>,
         wait: Option<f64>,
+        group: Option<&str>,
     ) -> PyResult<String> {
+        let group = match group {
+            None => None,
+            Some(g) => Some(steadq::GroupName::new(g).ok_or_else(|| {
+                bad_arg(
+                    py,
+                    format!("group: 1 to 16 characters of [a-z0-9] are needed, got {g:?}"),
+                )
+            })?),
+        };
         let key = match key {
             None => None,
             Some(k) => Some(Key::new(k).ok_or_else(|| {
@@ -254,6 +266,7 @@ impl PyQueue {
             key,
             priority,
             wait: None,
+            group,
         };
         let deadline = opt_secs(py, "wait", wait)?.map(|w| Instant::now() + w);
         loop {
@@ -309,7 +322,8 @@ impl PyQueue {
     /// Counts of the queue's jobs: a dict with `ready`, `leased`, `expired_leases`,
     /// `delayed`, `dead`, `acked`, `live_keys`, `oldest_ready_age` (seconds or None),
     /// `ready_by_priority` (8 counts, priority 0 first), `max_jobs` and `max_bytes` (the
-    /// capacity limits, None when unset). Read-only; raises NotDone.
+    /// capacity limits, None when unset), `groups` (per group: `ready`, `leased`,
+    /// `max_leased`). Read-only; raises NotDone.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = py
             .detach(|| self.q.status())
@@ -329,7 +343,31 @@ impl PyQueue {
         d.set_item("ready_by_priority", s.ready_by_priority.to_vec())?;
         d.set_item("max_jobs", s.limits.max_jobs)?;
         d.set_item("max_bytes", s.limits.max_bytes)?;
+        let groups = PyDict::new(py);
+        for u in &s.groups {
+            let g = PyDict::new(py);
+            g.set_item("ready", u.ready)?;
+            g.set_item("leased", u.leased)?;
+            g.set_item("max_leased", u.max_leased)?;
+            groups.set_item(u.group.as_str(), g)?;
+        }
+        d.set_item("groups", groups)?;
         Ok(d)
+    }
+
+    /// Set group `group`'s limit: at most `max_leased` (1..=1000) of its jobs leased at
+    /// once, across every process; None removes it. Raises NotDone (a bad group or limit)
+    /// or Indeterminate.
+    #[pyo3(signature = (group, max_leased))]
+    fn set_group_limit(&self, py: Python<'_>, group: &str, max_leased: Option<u32>) -> PyResult<()> {
+        let g = steadq::GroupName::new(group).ok_or_else(|| {
+            bad_arg(
+                py,
+                format!("group: 1 to 16 characters of [a-z0-9] are needed, got {group:?}"),
+            )
+        })?;
+        py.detach(|| self.q.set_group_limit(&g, max_leased))
+            .map_err(|e| from_error(py, e))
     }
 
     /// Set the capacity limits (None: no limit): enqueues past them raise QueueFull, or wait

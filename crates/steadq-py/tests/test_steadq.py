@@ -86,6 +86,27 @@ def test_options_priority_delay_key_max_attempts(q):
     assert later not in (low, high, keyed)
 
 
+def test_groups_share_a_limit(q):
+    q.set_group_limit("ffmpeg", 1)
+    a = q.enqueue(b"a", group="ffmpeg")
+    q.enqueue(b"b", group="ffmpeg")
+    plain = q.enqueue(b"plain")
+    first = q.claim()
+    assert first.id == a
+    # The group is full: the ungrouped job is next, then nothing.
+    second = q.claim()
+    assert second.id == plain
+    assert q.claim() is None
+    g = q.status()["groups"]["ffmpeg"]
+    assert (g["ready"], g["leased"], g["max_leased"]) == (1, 1, 1)
+    first.ack()
+    second.ack()
+    with pytest.raises(steadq.NotDone):
+        q.enqueue(b"x", group="FFMPEG")
+    q.set_group_limit("ffmpeg", None)
+    assert q.status()["groups"]["ffmpeg"]["max_leased"] is None
+
+
 def test_claim_waits_with_the_gil_released(q):
     """A claim waiting in one thread lets another Python thread run and enqueue."""
     got = {}
