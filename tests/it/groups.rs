@@ -600,3 +600,47 @@ fn a_sigkilled_workers_slot_comes_back_when_its_lease_expires() {
     assert!(got.id() == a || got.id() == b);
     got.ack().unwrap();
 }
+
+/// A renewal rewrites the slot's deadlines: past the first lease's end the slot is still the
+/// holder's, so the group's other job waits. Every way out of the leased name (ack, nack,
+/// fail, release) frees the slot.
+#[test]
+fn renew_keeps_the_slot_and_every_settle_frees_it() {
+    let d = TempDir::new("groups-renew");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(1)).unwrap();
+    for _ in 0..2 {
+        q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap();
+    }
+    let short = ClaimOptions {
+        lease: Some(Duration::from_millis(400)),
+        ..Default::default()
+    };
+    let mut l = q.claim_with(&short).unwrap().unwrap();
+    l.renew(Duration::from_secs(10)).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    assert!(
+        other.claim().unwrap().is_none(),
+        "the renewed slot is still held"
+    );
+    assert_eq!(slots_of(d.path(), "ffmpeg"), 1);
+    l.ack().unwrap();
+    assert_eq!(slots_of(d.path(), "ffmpeg"), 0, "ack frees it");
+    let settle: [fn(steadq::Lease); 3] = [
+        |l| drop(l.nack(Duration::ZERO).unwrap()),
+        |l| l.release().unwrap(),
+        |l| l.fail(steadq::Reason::FAILED).unwrap(),
+    ];
+    for (i, s) in settle.into_iter().enumerate() {
+        let l = (0..100)
+            .find_map(|_| {
+                std::thread::sleep(Duration::from_millis(5));
+                q.claim().unwrap()
+            })
+            .unwrap_or_else(|| panic!("settle {i}: a job to claim"));
+        assert_eq!(slots_of(d.path(), "ffmpeg"), 1);
+        s(l);
+        assert_eq!(slots_of(d.path(), "ffmpeg"), 0, "settle {i} frees it");
+    }
+}

@@ -359,7 +359,12 @@ impl PyQueue {
     /// once, across every process; None removes it. Raises NotDone (a bad group or limit)
     /// or Indeterminate.
     #[pyo3(signature = (group, max_leased))]
-    fn set_group_limit(&self, py: Python<'_>, group: &str, max_leased: Option<u32>) -> PyResult<()> {
+    fn set_group_limit(
+        &self,
+        py: Python<'_>,
+        group: &str,
+        max_leased: Option<u32>,
+    ) -> PyResult<()> {
         let g = steadq::GroupName::new(group).ok_or_else(|| {
             bad_arg(
                 py,
