@@ -628,7 +628,7 @@ fn renew_keeps_the_slot_and_every_settle_frees_it() {
     l.ack().unwrap();
     assert_eq!(slots_of(d.path(), "ffmpeg"), 0, "ack frees it");
     let settle: [fn(steadq::Lease); 3] = [
-        |l| drop(l.nack(Duration::ZERO).unwrap()),
+        |l| assert_eq!(l.nack(Duration::ZERO).unwrap(), steadq::Nacked::Ready),
         |l| l.release().unwrap(),
         |l| l.fail(steadq::Reason::FAILED).unwrap(),
     ];
