@@ -89,7 +89,9 @@ def test_options_priority_delay_key_max_attempts(q):
 def test_groups_share_a_limit(q):
     q.set_group_limit("ffmpeg", 1)
     a = q.enqueue(b"a", group="ffmpeg")
+    time.sleep(0.002)  # ids of one millisecond are in random order
     q.enqueue(b"b", group="ffmpeg")
+    time.sleep(0.002)
     plain = q.enqueue(b"plain")
     first = q.claim()
     assert first.id == a

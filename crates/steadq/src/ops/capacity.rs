@@ -357,8 +357,7 @@ impl Queue {
         let text = file.encode();
         self.replace_root_file(Barrier::Limits, LIMITS_FILE, text.as_bytes())?;
         // This handle's claims try the group again at once (others within FULL_RECHECK).
-        let mut full = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
-        full.retain(|(g, _)| g != group);
+        self.forget_full(group);
         Ok(())
     }
 

@@ -37,6 +37,20 @@ pub(crate) struct SlotCount {
     pub stale: u32,
 }
 
+/// What a handle remembers of groups: those its claims found full, each with the
+/// `CLOCK_BOOTTIME` ns until which they pass its jobs over, and the slot each lease it took
+/// holds (by lease token), so that freeing or renewing reads that slot first rather than
+/// every slot of the group.
+#[derive(Debug, Default)]
+pub(crate) struct GroupMemory {
+    full: Vec<(GroupName, u64)>,
+    held: std::collections::HashMap<u128, u32>,
+}
+
+/// Slots remembered per handle at most (leases settled through another handle, or dropped
+/// by a crash of theirs, are forgotten when the map is full).
+const HELD_MAX: usize = 4096;
+
 /// `groups/<g>`, from the root.
 pub(crate) fn group_rel(g: &GroupName) -> String {
     format!("{GROUPS_DIR}/{g}")
@@ -82,6 +96,13 @@ impl Queue {
             if !matches!(taken, Ok(Some(_))) {
                 let _ = self.sys.unlink(self.dirs.tmp.as_fd(), tmp);
             }
+        }
+        if let Ok(Some(k)) = taken {
+            let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+            if m.held.len() >= HELD_MAX {
+                m.held.clear();
+            }
+            m.held.insert(l.token, k);
         }
         taken.map_err(|(c, e)| nd(c, e))
     }
@@ -201,7 +222,11 @@ impl Queue {
         let Ok(dir) = self.group_dir(g, false) else {
             return;
         };
-        if let Some((name, file_id)) = self.find_slot(dir.as_fd(), token) {
+        let hint = {
+            let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+            m.held.remove(&token)
+        };
+        if let Some((name, file_id)) = self.find_slot(dir.as_fd(), token, hint) {
             self.unlink_slot(dir.as_fd(), &name, file_id);
         }
     }
@@ -214,7 +239,11 @@ impl Queue {
         let Ok(dir) = self.group_dir(g, false) else {
             return;
         };
-        let Some((name, _)) = self.find_slot(dir.as_fd(), old_token) else {
+        let hint = {
+            let m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+            m.held.get(&old_token).copied()
+        };
+        let Some((name, _)) = self.find_slot(dir.as_fd(), old_token, hint) else {
             return;
         };
         let text = Slot { job: id, lease: *l }.encode();
@@ -236,8 +265,29 @@ impl Queue {
         }
     }
 
-    /// The slot of `dir` whose text names lease token `token`: its name and file id.
-    fn find_slot(&self, dir: BorrowedFd<'_>, token: u128) -> Option<(String, (u64, u64))> {
+    /// The slot of `dir` whose text names lease token `token`: its name and file id. Slot
+    /// `hint` (the one this handle's claim took) is read first; the others only when it is
+    /// not that slot.
+    fn find_slot(
+        &self,
+        dir: BorrowedFd<'_>,
+        token: u128,
+        hint: Option<u32>,
+    ) -> Option<(String, (u64, u64))> {
+        let holds = |n: &str| -> Option<(u64, u64)> {
+            let fd = self.sys.open_regular_ro(dir, n).ok()?;
+            let mut text = Vec::new();
+            self.sys.read_all(fd.as_fd(), 4096, &mut text).ok()?;
+            let s = Slot::decode(&text)?;
+            let id = self.sys.fstat_meta(fd.as_fd()).ok()?.file;
+            (s.lease.token == token).then_some(id)
+        };
+        if let Some(k) = hint {
+            let name = slot_name(k);
+            if let Some(id) = holds(&name) {
+                return Some((name.to_string(), id));
+            }
+        }
         let mut names = Vec::new();
         let listed = self.sys.read_dir(dir, |n, _, _| {
             if let Some(n) = n.filter(|n| parse_slot_name(n).is_some()) {
@@ -249,14 +299,7 @@ impl Queue {
             return None;
         }
         names.sort_by_key(|n| parse_slot_name(n));
-        names.into_iter().find_map(|n| {
-            let fd = self.sys.open_regular_ro(dir, &n).ok()?;
-            let mut text = Vec::new();
-            self.sys.read_all(fd.as_fd(), 4096, &mut text).ok()?;
-            let s = Slot::decode(&text)?;
-            let id = self.sys.fstat_meta(fd.as_fd()).ok()?.file;
-            (s.lease.token == token).then_some((n, id))
-        })
+        names.into_iter().find_map(|n| holds(&n).map(|id| (n, id)))
     }
 
     /// Count group `g`'s slots: held (live, or left alone) and stale. Nothing when the group
@@ -294,20 +337,26 @@ impl Queue {
     /// [`FULL_RECHECK`].
     pub(crate) fn remember_full(&self, g: GroupName) {
         let until = self.clock.boot_ns() + FULL_RECHECK.as_nanos() as u64;
-        let mut f = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
-        f.retain(|x| x.0 != g);
-        f.push((g, until));
+        let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+        m.full.retain(|x| x.0 != g);
+        m.full.push((g, until));
+    }
+
+    /// Forget that group `g` was found full (its limit changed through this handle).
+    pub(crate) fn forget_full(&self, g: &GroupName) {
+        let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+        m.full.retain(|x| x.0 != *g);
     }
 
     /// The groups remembered as full and not lapsed, `(group, until boot ns)` (lapsed ones
     /// are dropped).
     pub(crate) fn full_groups_now(&self) -> Vec<(GroupName, u64)> {
-        let mut f = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
-        if f.is_empty() {
+        let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+        if m.full.is_empty() {
             return Vec::new();
         }
         let now = self.clock.boot_ns();
-        f.retain(|x| x.1 > now);
-        f.clone()
+        m.full.retain(|x| x.1 > now);
+        m.full.clone()
     }
 }
