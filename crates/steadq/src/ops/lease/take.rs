@@ -116,7 +116,8 @@ impl Queue {
     /// the group first (`ops/slots.rs`); the group taken from, if any. `Full` when every slot
     /// is held (the group is remembered full), and also when the limits file cannot be
     /// read: the group's jobs wait rather than run past a limit not known (logged; fsck
-    /// names the file).
+    /// names the file). `Skip` when this user may not write the group's directory; `Fail`
+    /// (not done: no slot taken, nothing moved) for another error of the slot's calls.
     fn group_slot_first(
         &self,
         name: &JobName,
@@ -134,12 +135,16 @@ impl Queue {
                 return Err(Full);
             }
         };
-        match self.take_slot(&g, limit, name.id, fields)? {
-            Some(_) => Ok(Some(g)),
-            None => {
+        match self.take_slot(&g, limit, name.id, fields) {
+            Ok(Some(_)) => Ok(Some(g)),
+            Ok(None) => {
                 self.remember_full(g);
                 Err(Full)
             }
+            // A group directory this user may not write (another user's queue): the job is
+            // passed over like one this user may not move, and other jobs are claimed.
+            Err(e) if refused(&e) => Err(Skip(e)),
+            Err(e) => Err(Fail(e)),
         }
     }
 
