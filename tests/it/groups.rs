@@ -458,6 +458,11 @@ fn status_and_list_show_group_use() {
     );
     let prom = text(&steadq(&["status", dir, "--prometheus"]).stdout);
     assert!(prom.contains(",group=\"ffmpeg\"} 2\n"), "{prom}");
+    let top = text(&steadq(&["top", dir]).stdout);
+    assert!(
+        top.contains("group ffmpeg           2 leased (of 2)  3 ready\n"),
+        "{top}"
+    );
     let list = text(&steadq(&["list", dir]).stdout);
     assert_eq!(list.matches(" group ffmpeg ").count(), 5, "{list}");
     assert!(list.contains(" group thumbs "), "{list}");
