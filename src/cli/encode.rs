@@ -328,6 +328,22 @@ fn ready_by_priority_gauge(o: &mut String, ql: &str, s: &Status) {
     }
 }
 
+/// [`status_text`]'s line per group: leased of its limit, and ready.
+fn group_lines(o: &mut String, s: &Status) {
+    for u in &s.groups {
+        let max = u
+            .max_leased
+            .map_or("no limit".into(), |n| format!("of {n}"));
+        let _ = writeln!(
+            o,
+            "group    {:<16} {} leased ({max}), {} ready",
+            u.group.as_str(),
+            u.leased,
+            u.ready
+        );
+    }
+}
+
 /// `status` for people: a line per state, expired leases, foreign entries, oldest ready job.
 pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     let mut o = format!("queue    {} ({:032x})\n", q.dir, q.id);
@@ -397,18 +413,7 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
             .collect();
         let _ = writeln!(o, "ready by priority  {}", levels.join(" "));
     }
-    for u in &s.groups {
-        let max = u
-            .max_leased
-            .map_or("no limit".into(), |n| format!("of {n}"));
-        let _ = writeln!(
-            o,
-            "group    {:<16} {} leased ({max}), {} ready",
-            u.group.as_str(),
-            u.leased,
-            u.ready
-        );
-    }
+    group_lines(&mut o, s);
     let _ = writeln!(
         o,
         "oldest ready job: {}",

@@ -315,23 +315,14 @@ fn bad_groups_are_refused_naming_the_argument_and_nothing_is_written() {
     }
 }
 
-/// Hostile entries under `groups/` (a symlink, a fifo, a slot that does not decode, a forged
-/// slot naming no lease, a stray name, a file where a group directory belongs) are reported
-/// by fsck and skipped by claims, never followed or opened as slots: the group counts them as
-/// taken, other jobs run, and `fsck --quarantine` moves them away, after which the group's
-/// job runs. A damaged group line in `steadq.limits` is reported as a damaged limits file.
-#[test]
-fn fsck_reports_hostile_group_entries_and_claims_skip_them() {
-    let d = TempDir::new("groups-fsck");
-    let q = Queue::create(d.path(), fast(1)).unwrap();
-    q.set_group_limit(&g("ffmpeg"), Some(4)).unwrap();
-    let job = q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap().id();
-    let plain = q.enqueue(b"plain").unwrap();
-    let dir = d.path().join("groups/ffmpeg");
+/// Plant hostile entries in `q`'s `groups/` (see the test below): a symlink `0` to a file in
+/// `outside` (returned), a fifo `1`, garbage `2`, a forged live slot `3`, a stray name, and
+/// a file where a group directory belongs.
+fn plant_hostile_entries(q: &std::path::Path, outside: &std::path::Path) -> std::path::PathBuf {
+    let dir = q.join("groups/ffmpeg");
     std::fs::create_dir_all(&dir).unwrap();
-    let outside = TempDir::new("groups-fsck-outside");
-    std::fs::create_dir_all(outside.path()).unwrap();
-    let target = outside.path().join("outside.txt");
+    std::fs::create_dir_all(outside).unwrap();
+    let target = outside.join("outside.txt");
     std::fs::write(&target, b"not a slot").unwrap();
     std::os::unix::fs::symlink(&target, dir.join("0")).unwrap();
     assert!(std::process::Command::new("mkfifo")
@@ -352,7 +343,24 @@ fn fsck_reports_hostile_group_entries_and_claims_skip_them() {
     );
     std::fs::write(dir.join("3"), forged).unwrap();
     std::fs::write(dir.join("stray"), b"x").unwrap();
-    std::fs::write(d.path().join("groups/NotAGroup"), b"x").unwrap();
+    std::fs::write(q.join("groups/NotAGroup"), b"x").unwrap();
+    target
+}
+
+/// Hostile entries under `groups/` (a symlink, a fifo, a slot that does not decode, a forged
+/// slot naming no lease, a stray name, a file where a group directory belongs) are reported
+/// by fsck and skipped by claims, never followed or opened as slots: the group counts them as
+/// taken, other jobs run, and `fsck --quarantine` moves them away, after which the group's
+/// job runs. A damaged group line in `steadq.limits` is reported as a damaged limits file.
+#[test]
+fn fsck_reports_hostile_group_entries_and_claims_skip_them() {
+    let d = TempDir::new("groups-fsck");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(4)).unwrap();
+    let job = q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap().id();
+    let plain = q.enqueue(b"plain").unwrap();
+    let outside = TempDir::new("groups-fsck-outside");
+    let target = plant_hostile_entries(d.path(), outside.path());
     // The group is full of hostile entries: the plain job runs, the group's waits.
     let l = q.claim().unwrap().expect("the ungrouped job");
     assert_eq!(l.id(), plain);
