@@ -754,3 +754,39 @@ fn an_ack_frees_its_own_slot_without_reading_the_others() {
     }
     assert_eq!(slots_of(d.path(), "ffmpeg"), 0);
 }
+
+/// A symlink where a group's directory belongs is never followed: the group's jobs are
+/// passed over (nothing is written behind the link), other jobs run, the claim that finds
+/// only the group's job fails not done naming the directory, and fsck names the symlink.
+#[test]
+fn a_symlinked_group_directory_is_never_followed_and_blocks_only_its_group() {
+    let d = TempDir::new("groups-symlink");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(2)).unwrap();
+    let outside = TempDir::new("groups-symlink-outside");
+    std::fs::create_dir_all(outside.path()).unwrap();
+    std::fs::create_dir_all(d.path().join("groups")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), d.path().join("groups/ffmpeg")).unwrap();
+    q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    let plain = q.enqueue(b"plain").unwrap();
+    let l = q.claim().unwrap().expect("the ungrouped job");
+    assert_eq!(l.id(), plain);
+    l.ack().unwrap();
+    let e = q.claim().map(|l| l.map(|l| l.id())).unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+    assert!(e.to_string().contains("groups/ffmpeg"), "{e}");
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "nothing behind it"
+    );
+    let rep = q.fsck().unwrap();
+    assert!(
+        rep.problems
+            .iter()
+            .any(|p| p.path == "groups/ffmpeg" && p.to_string().contains("symlink")),
+        "{rep:?}"
+    );
+    assert_eq!(q.status().unwrap().ready, 1);
+}

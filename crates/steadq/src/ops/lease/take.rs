@@ -116,8 +116,8 @@ impl Queue {
     /// the group first (`ops/slots.rs`); the group taken from, if any. `Full` when every slot
     /// is held (the group is remembered full), and also when the limits file cannot be
     /// read: the group's jobs wait rather than run past a limit not known (logged; fsck
-    /// names the file). `Skip` when this user may not write the group's directory; `Fail`
-    /// (not done: no slot taken, nothing moved) for another error of the slot's calls.
+    /// names the file). `Skip` (not done: no slot taken, nothing moved) when the slot's calls
+    /// fail.
     fn group_slot_first(
         &self,
         name: &JobName,
@@ -130,7 +130,10 @@ impl Queue {
             Ok(None) => return Ok(None),
             Ok(Some(n)) => n,
             Err(e) => {
-                log::warn!("group {g}: its limit is not known ({e}); its jobs wait");
+                self.warn_once(
+                    format!("group limits {g}"),
+                    format_args!("group {g}: its limit is not known ({e}); its jobs wait"),
+                );
                 self.remember_full(g);
                 return Err(Full);
             }
@@ -141,10 +144,11 @@ impl Queue {
                 self.remember_full(g);
                 Err(Full)
             }
-            // A group directory this user may not write (another user's queue): the job is
-            // passed over like one this user may not move, and other jobs are claimed.
-            Err(e) if refused(&e) => Err(Skip(e)),
-            Err(e) => Err(Fail(e)),
+            // No slot could be taken (a group directory this user may not write, a symlink
+            // in its place, a full disk): nothing moved; the job is passed over like one this
+            // user may not move, other jobs are claimed, and the claim fails with this error
+            // (not done) only when nothing else could be.
+            Err(e) => Err(Skip(e)),
         }
     }
 
@@ -277,6 +281,16 @@ impl Queue {
             }
         }
         Ok(None)
+    }
+
+    /// Log `msg` at warn level once per handle for `key` (at most 256 keys).
+    fn warn_once(&self, key: String, msg: core::fmt::Arguments<'_>) {
+        let mut w = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if w.contains(&key) || w.len() >= 256 {
+            return;
+        }
+        w.push(key);
+        log::warn!("{msg}");
     }
 
     /// Warn once per handle that job `leased` (claimed in `rel`) shares its file with `other`.
