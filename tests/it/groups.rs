@@ -434,6 +434,7 @@ fn status_and_list_show_group_use() {
     for _ in 0..5 {
         q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap();
     }
+    std::thread::sleep(Duration::from_millis(2)); // ids of one ms are in random order
     q.enqueue_with(b"t", &in_group("thumbs")).unwrap();
     let held: Vec<_> = (0..2).map(|_| q.claim().unwrap().unwrap()).collect();
     let s = q.status().unwrap();

@@ -369,7 +369,9 @@ impl Queue {
                     }
                     continue;
                 }
-                self.take_arrivals(slot, now, full);
+                // Arrivals of a full group are held too: the pick passes them over until the
+                // group has room, and no listing is needed to find them then.
+                self.take_arrivals(slot, now);
                 if self.holds(slot, full) {
                     any = true;
                     continue;
@@ -447,7 +449,7 @@ impl Queue {
     /// pending names) to its candidates, oldest last, each checked to be a regular file
     /// (`fstatat`, symlinks not followed): anything else makes the slot unknown, for a
     /// listing to report.
-    fn take_arrivals(&self, slot: u16, now: u64, full: &[(GroupName, u64)]) {
+    fn take_arrivals(&self, slot: u16, now: u64) {
         let arrived = self.shards.take_pending(slot, now);
         if arrived.is_empty() {
             return;
@@ -460,7 +462,7 @@ impl Queue {
         // Filtered in place: the names kept are the fresh candidates (no second vector).
         let mut fresh = arrived;
         fresh.retain(|(n, linked)| {
-            if refused.binary_search_by_key(&n.id.0, |r| r.0).is_ok() || of_full(n, full) {
+            if refused.binary_search_by_key(&n.id.0, |r| r.0).is_ok() {
                 // Not taken, but not forgotten: the slot is listed again, and that listing
                 // passes the job over until its refusal lapses and then lists it again. The
                 // slot was left known empty, and the job was tried only when a lease
@@ -675,7 +677,7 @@ mod tests {
         // A job arrives; its event makes it a pending name, which thread B takes.
         let id = q.enqueue(b"arrived").unwrap();
         q.shards.drain(&q);
-        q.take_arrivals(slot, q.clock.boot_ns(), &[]);
+        q.take_arrivals(slot, q.clock.boot_ns());
         // Thread A's listing ends.
         q.shards.listed(slot, gen_a, found_a.is_empty(), None);
         q.hold_listed(slot, found_a);
