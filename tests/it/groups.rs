@@ -220,9 +220,24 @@ fn the_limit_changes_at_run_time() {
     let a = q.claim().unwrap().unwrap();
     let b = q.claim().unwrap().unwrap();
     assert!(q.claim().unwrap().is_none(), "2 of 2");
-    q.set_group_limit(&g("ffmpeg"), Some(3)).unwrap();
+    // Raised through another handle (another process): this handle's cached limits are
+    // read again after the root's watch saw the change, within the full-group recheck.
+    let admin = Queue::open_with(d.path(), fast(1)).unwrap();
+    admin.set_group_limit(&g("ffmpeg"), Some(3)).unwrap();
     assert_eq!(q.group_limits().unwrap(), vec![(g("ffmpeg"), 3)]);
-    let c = q.claim().unwrap().expect("a third slot");
+    let t = Instant::now();
+    let c = loop {
+        if let Some(l) = q.claim().unwrap() {
+            break l;
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "a third slot");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
     let e = (0..50).find_map(|_| {
         std::thread::sleep(Duration::from_millis(5));
         q.claim().unwrap()
