@@ -331,8 +331,9 @@ fn bad_groups_are_refused_naming_the_argument_and_nothing_is_written() {
 }
 
 /// Plant hostile entries in `q`'s `groups/` (see the test below): a symlink `0` to a file in
-/// `outside` (returned), a fifo `1`, garbage `2`, a forged live slot `3`, a stray name, and
-/// a file where a group directory belongs.
+/// `outside` (returned), a fifo `1`, a directory `2`, a forged live slot `3`, garbage `7`, an
+/// empty slot `8` (what a power cut leaves), a stray name, and a file where a group directory
+/// belongs.
 fn plant_hostile_entries(q: &std::path::Path, outside: &std::path::Path) -> std::path::PathBuf {
     let dir = q.join("groups/ffmpeg");
     std::fs::create_dir_all(&dir).unwrap();
@@ -345,8 +346,10 @@ fn plant_hostile_entries(q: &std::path::Path, outside: &std::path::Path) -> std:
         .status()
         .unwrap()
         .success());
-    std::fs::write(dir.join("2"), b"garbage").unwrap();
-    // A well-formed slot of this boot, deadline an hour away, naming no lease.
+    std::fs::create_dir(dir.join("2")).unwrap();
+    std::fs::write(dir.join("7"), b"garbage").unwrap();
+    std::fs::write(dir.join("8"), b"").unwrap(); // as a power cut leaves a slot
+                                                 // A well-formed slot of this boot, deadline an hour away, naming no lease.
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let boot = boot.trim().replace('-', "");
     let uptime = std::fs::read_to_string("/proc/uptime").unwrap();
@@ -362,11 +365,13 @@ fn plant_hostile_entries(q: &std::path::Path, outside: &std::path::Path) -> std:
     target
 }
 
-/// Hostile entries under `groups/` (a symlink, a fifo, a slot that does not decode, a forged
-/// slot naming no lease, a stray name, a file where a group directory belongs) are reported
-/// by fsck and skipped by claims, never followed or opened as slots: the group counts them as
-/// taken, other jobs run, and `fsck --quarantine` moves them away, after which the group's
-/// job runs. A damaged group line in `steadq.limits` is reported as a damaged limits file.
+/// Hostile entries under `groups/` (a symlink, a fifo, a directory, a forged slot naming no
+/// lease, garbage, a stray name, a file where a group directory belongs) are reported by fsck
+/// and skipped by claims, never followed or opened as slots: the group counts the first four
+/// as taken, other jobs run, and `fsck --quarantine` moves them away, after which the group's
+/// job runs. An empty slot (what a power cut leaves) is not reported; slots whose text does
+/// not decode are reclaimed by claims. A damaged group line in `steadq.limits` is reported as
+/// a damaged limits file.
 #[test]
 fn fsck_reports_hostile_group_entries_and_claims_skip_them() {
     let d = TempDir::new("groups-fsck");
@@ -393,11 +398,16 @@ fn fsck_reports_hostile_group_entries_and_claims_skip_them() {
         "groups/ffmpeg/1",
         "groups/ffmpeg/2",
         "groups/ffmpeg/3",
+        "groups/ffmpeg/7",
         "groups/ffmpeg/stray",
         "groups/NotAGroup",
     ] {
         assert!(paths.contains(&want), "{want} not reported: {rep:?}");
     }
+    assert!(
+        !paths.contains(&"groups/ffmpeg/8"),
+        "a slot cut short is stale: {rep:?}"
+    );
     let text: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
     assert!(
         text.iter().any(|t| t.contains("0: foreign: symlink")),
@@ -421,6 +431,14 @@ fn fsck_reports_hostile_group_entries_and_claims_skip_them() {
         .unwrap()
         .expect("the group's job, its slots free again");
     assert_eq!(l.id(), job);
+    l.ack().unwrap();
+    // Slots whose text does not decode (garbage, or what a power cut leaves) are reclaimed.
+    for k in 0..4 {
+        std::fs::write(d.path().join(format!("groups/ffmpeg/{k}")), b"garbage").unwrap();
+    }
+    let again = q.enqueue_with(b"y", &in_group("ffmpeg")).unwrap().id();
+    let l = q.claim().unwrap().expect("a garbage slot reclaimed");
+    assert_eq!(l.id(), again);
     l.ack().unwrap();
     // A damaged group line: the limits file is reported damaged.
     let limits = d.path().join("steadq.limits");

@@ -87,17 +87,24 @@ pub fn parse_slot_name(name: &str) -> Option<u32> {
     name.parse().ok()
 }
 
-/// Whether a slot file is stale, so that a claim may take its place: its text decodes and its
-/// lease is expired on boot `boot` at `now_ns` (`CLOCK_BOOTTIME`): another boot, a deadline
-/// passed, or one beyond the lease cap; or its text does not decode and the file was last
-/// written (`mtime_ns`, unix ns) before this boot began (`boot_began_ns`, unix ns): a slot
-/// cut short by a power cut (slots have no fsync). A slot that does not decode and was
-/// written on this boot is left alone (hostile; `fsck` reports it).
-pub fn slot_stale(text: &[u8], mtime_ns: u64, boot: u128, now_ns: u64, boot_began_ns: u64) -> bool {
+/// Whether a slot file is stale, so that a claim may take its place: its text decodes and
+/// its lease is expired on boot `boot` at `now_ns` (`CLOCK_BOOTTIME`): another boot, a
+/// deadline passed, or one beyond the lease cap; or its text does not decode. A slot is linked
+/// only once its text is written, so text that does not decode was cut short by a power cut
+/// (slots have no fsync: the name survived, the data did not) or was written by someone
+/// else; either way it names no lease, and removing it (a regular file, never followed)
+/// frees the slot. `fsck` reports the second kind ([`slot_cut_short`] tells them apart).
+pub fn slot_stale(text: &[u8], boot: u128, now_ns: u64) -> bool {
     match Slot::decode(text) {
         Some(s) => crate::disk::scan::lease_expired(&s.lease, boot, now_ns),
-        None => mtime_ns < boot_began_ns,
+        None => true,
     }
+}
+
+/// Whether slot text that does not decode is what a power cut leaves of a slot: nothing, or
+/// zeros (its data blocks never written). Anything else was written by someone else.
+pub fn slot_cut_short(text: &[u8]) -> bool {
+    text.iter().all(|&b| b == 0)
 }
 
 #[cfg(test)]
@@ -135,24 +142,21 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_is_stale_when_its_lease_is_expired_or_it_is_damaged_from_before_this_boot() {
+    fn a_slot_is_stale_when_its_lease_is_expired_or_its_text_does_not_decode() {
         let s = sample();
         let t = s.encode();
         let t = t.as_bytes();
         assert!(
-            !slot_stale(t, 0, 7, 4_999, 10),
+            !slot_stale(t, 7, 4_999),
             "live: this boot, before its deadline"
         );
-        assert!(slot_stale(t, 0, 7, 5_000, 10), "its deadline passed");
-        assert!(slot_stale(t, 0, 8, 0, 10), "another boot's");
-        assert!(
-            !slot_stale(b"", 20, 7, 0, 10),
-            "damaged, written on this boot"
-        );
-        assert!(
-            slot_stale(b"", 9, 7, 0, 10),
-            "damaged, from before this boot"
-        );
+        assert!(slot_stale(t, 7, 5_000), "its deadline passed");
+        assert!(slot_stale(t, 8, 0), "another boot's");
+        for damaged in [&b""[..], &[0u8; 64][..], b"garbage"] {
+            assert!(slot_stale(damaged, 7, 0), "{damaged:?}");
+        }
+        assert!(slot_cut_short(b"") && slot_cut_short(&[0u8; 64]));
+        assert!(!slot_cut_short(b"garbage") && !slot_cut_short(&t[..20]));
     }
 
     #[test]

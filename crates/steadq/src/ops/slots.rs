@@ -30,8 +30,7 @@ enum SlotFile {
 /// What a listing of a group's slots found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SlotCount {
-    /// Slots of live leases (and entries a claim leaves alone: damaged slots of this boot,
-    /// symlinks, fifos).
+    /// Slots of live leases (and entries a claim leaves alone: symlinks, fifos).
     pub held: u32,
     /// Stale slots: a claim may take their place.
     pub stale: u32,
@@ -195,10 +194,8 @@ impl Queue {
         let meta = self.sys.fstat_meta(fd.as_fd()).ok()?;
         let mut text = Vec::new();
         self.sys.read_all(fd.as_fd(), 4096, &mut text).ok()?;
-        let (boot_now, wall_now) = (self.clock.boot_ns(), self.clock.wall_ns());
-        let began = wall_now.saturating_sub(boot_now);
-        let boot = self.clock.boot_id();
-        slot_stale(&text, meta.mtime_ns, boot, boot_now, began).then_some(meta.file)
+        let (boot, now) = (self.clock.boot_id(), self.clock.boot_ns());
+        slot_stale(&text, boot, now).then_some(meta.file)
     }
 
     /// Remove slot `name` of `dir` if it is still file `file_id` (another claim may have

@@ -6,7 +6,7 @@
 use super::{not_utf8, push_odd, Bad, FsckReport, Problem, ProblemKind};
 use crate::disk::name::{GroupName, Kind, NameError};
 use crate::disk::scan::Foreign;
-use crate::disk::slot::{parse_slot_name, slot_stale, Slot, GROUPS_DIR};
+use crate::disk::slot::{parse_slot_name, slot_cut_short, slot_stale, Slot, GROUPS_DIR};
 use crate::disk::state::State;
 use crate::disk::sys::{EntryType, Errno};
 use crate::error::Result;
@@ -59,7 +59,8 @@ impl Queue {
     }
 
     /// One group's directory: slots only, each a regular file that decodes and names a live
-    /// lease of the group (a stale one is no problem: the next claim reclaims it).
+    /// lease of the group (a stale one, or one a power cut cut short, is no problem: the next
+    /// claim reclaims it).
     fn check_group(
         &self,
         groups: BorrowedFd<'_>,
@@ -115,21 +116,16 @@ impl Queue {
         if let Err(e) = self.sys.read_all(fd.as_fd(), 4096, &mut text) {
             return Some(ProblemKind::Unreadable(e.into()));
         }
-        let mtime = self.sys.fstat_meta(fd.as_fd()).map_or(0, |m| m.mtime_ns);
-        let (boot, now, wall) = (
-            self.clock.boot_id(),
-            self.clock.boot_ns(),
-            self.clock.wall_ns(),
-        );
-        if slot_stale(&text, mtime, boot, now, wall.saturating_sub(now)) {
-            return None;
-        }
         let Some(slot) = Slot::decode(&text) else {
-            return Some(ProblemKind::BadSlot(
-                "does not decode, written on this boot: forged; claims leave it alone, so the \
-                 group has one slot fewer until it is moved away",
+            // Cut short by a power cut: stale, the next claim takes its place.
+            return (!slot_cut_short(&text)).then_some(ProblemKind::BadSlot(
+                "does not decode and is no slot cut short by a power cut: forged (claims take \
+                 its place)",
             ));
         };
+        if slot_stale(&text, self.clock.boot_id(), self.clock.boot_ns()) {
+            return None;
+        }
         let held = self.find(slot.job).ok().is_some_and(|l| {
             l.state == State::Leased
                 && l.name.group == Some(*g)
