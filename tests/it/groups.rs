@@ -824,3 +824,35 @@ fn a_symlinked_group_directory_is_never_followed_and_blocks_only_its_group() {
     );
     assert_eq!(q.status().unwrap().ready, 1);
 }
+
+/// Where an `O_TMPFILE` cannot be linked (named publishing, as on btrfs or without
+/// `CAP_DAC_READ_SEARCH` and `/proc`), a slot is written to a temp file in `tmp/` and renamed
+/// into place without replacing: the limit holds the same, and nothing is left in `tmp/`.
+#[test]
+fn slots_by_named_temp_files_hold_the_limit_and_leave_nothing_behind() {
+    let d = TempDir::new("groups-named");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ffmpeg"), Some(1)).unwrap();
+    for _ in 0..2 {
+        q.enqueue_with(b"x", &in_group("ffmpeg")).unwrap();
+    }
+    let named = Queue::open_with(
+        d.path(),
+        Options {
+            force_named_publish: true,
+            ..fast(1)
+        },
+    )
+    .unwrap();
+    let l = named.claim().unwrap().unwrap();
+    assert_eq!(slots_of(d.path(), "ffmpeg"), 1);
+    assert!(named.claim().unwrap().is_none(), "1 of 1");
+    assert_eq!(std::fs::read_dir(d.path().join("tmp")).unwrap().count(), 0);
+    l.ack().unwrap();
+    assert_eq!(slots_of(d.path(), "ffmpeg"), 0);
+    std::thread::sleep(Duration::from_millis(30));
+    let mut l = named.claim().unwrap().expect("the slot free again");
+    l.renew(Duration::from_secs(60)).unwrap();
+    l.ack().unwrap();
+    assert_eq!(std::fs::read_dir(d.path().join("tmp")).unwrap().count(), 0);
+}

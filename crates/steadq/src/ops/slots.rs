@@ -89,8 +89,14 @@ impl Queue {
         let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
         let dir = self.group_dir(g, true).map_err(|e| nd(Call::Open, e))?;
         let text = Slot { job: id, lease: *l }.encode();
-        let file = self.slot_file(dir.as_fd(), &text)?;
-        let taken = self.place_in_free_slot(&file, dir.as_fd(), n);
+        let mut file = self.slot_file(dir.as_fd(), &text)?;
+        let mut taken = self.place_in_free_slot(&file, dir.as_fd(), n);
+        if let (SlotFile::Unnamed(_), Err((Call::Link, Errno::NOTSUP))) = (&file, taken) {
+            // Neither way of linking an O_TMPFILE works here (`Sys::link_tmpfile`), which the
+            // handle now remembers: a named temp file, as enqueues do.
+            file = self.slot_file(dir.as_fd(), &text)?;
+            taken = self.place_in_free_slot(&file, dir.as_fd(), n);
+        }
         if let SlotFile::Named(tmp) = &file {
             if !matches!(taken, Ok(Some(_))) {
                 let _ = self.sys.unlink(self.dirs.tmp.as_fd(), tmp);
