@@ -13,6 +13,10 @@ use crate::error::Result;
 use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd};
 
+/// How long fsck waits before it looks again at a slot that names no lease (a claim or a
+/// settle of a live queue between its two steps).
+const SETTLE_WINDOW: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl Queue {
     /// `groups/` holds group directories, each holding slots; see the module docs.
     pub(super) fn check_groups(&self, rep: &mut FsckReport, bad: &mut Bad) -> Result<()> {
@@ -126,12 +130,23 @@ impl Queue {
         if slot_stale(&text, self.clock.boot_id(), self.clock.boot_ns()) {
             return None;
         }
-        let held = self.find(slot.job).ok().is_some_and(|l| {
-            l.state == State::Leased
-                && l.name.group == Some(*g)
-                && matches!(l.name.kind, Kind::Leased(f) if f.token == slot.lease.token)
-        });
-        (!held).then_some(ProblemKind::BadSlot(
+        let held = || {
+            self.find(slot.job).ok().is_some_and(|l| {
+                l.state == State::Leased
+                    && l.name.group == Some(*g)
+                    && matches!(l.name.kind, Kind::Leased(f) if f.token == slot.lease.token)
+            })
+        };
+        if held() {
+            return None;
+        }
+        // On a live queue a claim links its slot just before its rename, and a settle frees
+        // it just after: a slot seen in that moment is looked at again a little later, and
+        // only one still there, the same file, and still naming no lease is reported.
+        let first = self.sys.fstat_meta(fd.as_fd()).map(|m| m.file).ok();
+        std::thread::sleep(SETTLE_WINDOW);
+        let still = self.sys.stat_nofollow(dir, name).ok().map(|m| m.file);
+        (still.is_some() && still == first && !held()).then_some(ProblemKind::BadSlot(
             "names a lease that no job of the group holds: forged, or left by a settle whose \
              freeing failed; it takes a slot until its deadline",
         ))
