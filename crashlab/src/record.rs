@@ -337,6 +337,7 @@ mod tests {
                     attempt: 1,
                     max_attempts: 5,
                     priority: steadq::DEFAULT_PRIORITY,
+                    group: None,
                     kind,
                 },
                 digest: None,

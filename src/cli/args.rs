@@ -33,6 +33,7 @@ pub struct Top {
 pub enum Cmd {
     Init(Init),
     Config(Config),
+    Limit(Limit),
     Enqueue(Enqueue),
     Work(Work),
     Claim(Claim),
@@ -307,6 +308,47 @@ pub struct Config {
     pub evidence_keep: Option<u32>,
 }
 
+/// Show or set a group's concurrency limit: at most N jobs of the group leased at once,
+/// across every worker process. Kept in steadq.limits (checked by fsck); workers see a change
+/// at their next claim of a job of the group.
+#[derive(FromArgs)]
+#[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
+#[argh(
+    subcommand,
+    name = "limit",
+    example = "steadq limit /var/lib/jobs --group ffmpeg --max-leased 2",
+    example = "steadq limit /var/lib/jobs --group ffmpeg --max-leased none   # remove it",
+    example = "steadq limit /var/lib/jobs   # list the group limits"
+)]
+pub struct Limit {
+    /// queue directory
+    #[argh(positional, from_str_fn(path))]
+    pub dir: PathBuf,
+    /// the group, 1 to 16 of a-z 0-9
+    #[argh(option, from_str_fn(group))]
+    pub group: Option<steadq::GroupName>,
+    /// most jobs of the group leased at once, 1..=1000, or "none" to remove the limit
+    #[argh(option, from_str_fn(max_leased))]
+    pub max_leased: Option<Option<u32>>,
+}
+
+/// Parse a group name: 1 to 16 characters of a-z and 0-9.
+pub fn group(s: &str) -> Result<steadq::GroupName, String> {
+    steadq::GroupName::new(s)
+        .ok_or_else(|| format!("bad group '{s}': 1 to 16 characters of a-z and 0-9"))
+}
+
+/// A group limit: 1..=1000, or `none` for no limit.
+pub fn max_leased(s: &str) -> Result<Option<u32>, String> {
+    match s {
+        "none" => Ok(None),
+        _ => match s.parse::<u32>() {
+            Ok(n) if (1..=steadq::MAX_GROUP_LIMIT).contains(&n) => Ok(Some(n)),
+            _ => Err(format!("bad limit '{s}': 1..=1000, or none")),
+        },
+    }
+}
+
 /// Enqueue one job (payload from --file or stdin); print its id.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
@@ -352,6 +394,10 @@ pub struct Enqueue {
     /// the job waits in waiting/ and is dead-lettered (dependency) if one is
     #[argh(option, from_str_fn(job_ids))]
     pub after: Option<Vec<steadq::JobId>>,
+    /// the job's group, 1 to 16 of a-z 0-9: at most the group's limit of its jobs are
+    /// leased at once (see `limit`; needs a version-3 queue)
+    #[argh(option, from_str_fn(group))]
+    pub group: Option<steadq::GroupName>,
 }
 
 /// A comma-separated list of job ids (`--after`): none empty, each 32 hex digits.

@@ -201,6 +201,38 @@ pub fn cmd_config(a: Config) -> Result<Exit, CliError> {
     Ok(Exit::Done)
 }
 
+pub fn cmd_limit(a: Limit) -> Result<Exit, CliError> {
+    let (group, max) = match (a.group, a.max_leased) {
+        (None, None) => {
+            let q = open(&a.dir)?;
+            for (g, n) in q.group_limits()? {
+                out!("{g} {n}");
+            }
+            return Ok(Exit::Done);
+        }
+        (Some(g), Some(m)) => (g, m),
+        (None, Some(_)) => return Err(CliError::bad_usage("--max-leased needs --group")),
+        (Some(g), None) => {
+            let q = open(&a.dir)?;
+            let n = q.group_limits()?.into_iter().find(|(x, _)| *x == g);
+            out!(
+                "{g} {}",
+                n.map_or("none".to_string(), |(_, n)| n.to_string())
+            );
+            return Ok(Exit::Done);
+        }
+    };
+    let q = open(&a.dir)?;
+    q.set_group_limit(&group, max)?;
+    let shown = max.map_or("none".to_string(), |n| n.to_string());
+    stdout::note_done(
+        format!("the limit of group {group} WAS set to {shown}"),
+        "the group and its limit",
+    );
+    out!("{group} {shown}");
+    Ok(Exit::Done)
+}
+
 pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
     // The payload is streamed into the job file in 64 KiB chunks (memory does not grow with
     // it); a bad file, a failed read or a payload over the limit changes nothing.
@@ -246,6 +278,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
         priority: a.priority,
         wait: a.wait,
         after: a.after.clone().unwrap_or_default(),
+        group: a.group,
     };
     let r = q
         .enqueue_reader(&mut input, &o)

@@ -59,8 +59,10 @@ pub fn cmd_list(a: List) -> Result<Exit, CliError> {
         let line = if a.json {
             encode::job_json(&now, n, l.state, &path, None)
         } else {
+            // A job of a group says so after its priority; other lines are as they were.
+            let group = n.group.map_or(String::new(), |g| format!(" group {g}"));
             format!(
-                "{:<7} {} attempt {}/{} gen {} prio {} {} {path}\n",
+                "{:<7} {} attempt {}/{} gen {} prio {}{group} {} {path}\n",
                 encode::state_name(l.state),
                 n.id,
                 n.attempt,

@@ -124,6 +124,22 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     // Ready jobs per priority: index = level (0..=7, 7 claimed first).
     let by: Vec<String> = s.ready_by_priority.iter().map(u64::to_string).collect();
     let _ = write!(o, ",\"ready_by_priority\":[{}]", by.join(","));
+    // Per group: ready and leased jobs, the limit (null: none) and the slots held.
+    let groups: Vec<String> = s
+        .groups
+        .iter()
+        .map(|u| {
+            format!(
+                "{{\"group\":\"{}\",\"ready\":{},\"leased\":{},\"max_leased\":{},\"slots\":{}}}",
+                u.group,
+                u.ready,
+                u.leased,
+                lim(u.max_leased.map(u64::from)),
+                u.slots
+            )
+        })
+        .collect();
+    let _ = write!(o, ",\"groups\":[{}]", groups.join(","));
     for (n, v) in totals(s) {
         let _ = write!(o, ",\"{n}\":{}", lim(v));
     }
@@ -163,6 +179,7 @@ pub fn status_prometheus(q: &QueueLabel, s: &Status) -> String {
     health_gauges(&mut o, &ql, s);
     capacity_gauges(&mut o, &ql, s);
     ready_by_priority_gauge(&mut o, &ql, s);
+    group_gauges(&mut o, &ql, s);
     for (n, v) in totals(s) {
         if let Some(v) = v {
             let _ = writeln!(
@@ -259,6 +276,46 @@ fn capacity_gauges(o: &mut String, ql: &str, s: &Status) {
     gauge(o, ql, "steadq_live_keys", "Live idempotency keys.", &keys);
 }
 
+/// The per-group gauges of [`status_prometheus`] (none without groups): ready and leased
+/// jobs, and the limit of the groups that have one.
+fn group_gauges(o: &mut String, ql: &str, s: &Status) {
+    if s.groups.is_empty() {
+        return;
+    }
+    let rows = |f: &dyn Fn(&steadq::GroupUse) -> Option<u64>| -> Vec<String> {
+        s.groups
+            .iter()
+            .filter_map(|u| f(u).map(|v| format!("{{queue=\"{ql}\",group=\"{}\"}} {v}", u.group)))
+            .collect()
+    };
+    for (name, help, f) in [
+        (
+            "steadq_group_ready",
+            "Ready jobs per group.",
+            &(|u: &steadq::GroupUse| Some(u.ready)) as &dyn Fn(&steadq::GroupUse) -> Option<u64>,
+        ),
+        (
+            "steadq_group_leased",
+            "Leased jobs per group (live leases).",
+            &|u| Some(u.leased),
+        ),
+        (
+            "steadq_group_max_leased",
+            "Group limit: most jobs of the group leased at once.",
+            &|u| u.max_leased.map(u64::from),
+        ),
+    ] {
+        let rows = rows(f);
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for r in rows {
+            let _ = writeln!(o, "{name}{r}");
+        }
+    }
+}
+
 /// The `steadq_ready_by_priority` gauge of [`status_prometheus`]: one row per level, `ql` the
 /// escaped queue label.
 fn ready_by_priority_gauge(o: &mut String, ql: &str, s: &Status) {
@@ -269,6 +326,22 @@ fn ready_by_priority_gauge(o: &mut String, ql: &str, s: &Status) {
     );
     for (p, n) in s.ready_by_priority.iter().enumerate() {
         let _ = writeln!(o, "{name}{{queue=\"{ql}\",priority=\"{p}\"}} {n}");
+    }
+}
+
+/// [`status_text`]'s line per group: leased of its limit, and ready.
+fn group_lines(o: &mut String, s: &Status) {
+    for u in &s.groups {
+        let max = u
+            .max_leased
+            .map_or("no limit".into(), |n| format!("of {n}"));
+        let _ = writeln!(
+            o,
+            "group    {:<16} {} leased ({max}), {} ready",
+            u.group.as_str(),
+            u.leased,
+            u.ready
+        );
     }
 }
 
@@ -341,6 +414,7 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
             .collect();
         let _ = writeln!(o, "ready by priority  {}", levels.join(" "));
     }
+    group_lines(&mut o, s);
     let _ = writeln!(
         o,
         "oldest ready job: {}",
@@ -424,6 +498,10 @@ pub fn job_json(
         n.generation,
         json_string(path)
     );
+    if let Some(g) = n.group {
+        // Only for a job of a group: other jobs' lines are as they were.
+        let _ = write!(o, ",\"group\":\"{g}\"");
+    }
     if let Some(h) = handle {
         let _ = write!(o, ",\"handle\":{}", json_string(h));
     }
@@ -465,6 +543,13 @@ mod tests {
             acked_total: Some(9),
             dead_total: None,
             bytes_counted: true,
+            groups: vec![steadq::GroupUse {
+                group: steadq::GroupName::new("ffmpeg").unwrap(),
+                ready: 5,
+                leased: 2,
+                max_leased: Some(2),
+                slots: 2,
+            }],
         }
     }
 
@@ -490,7 +575,9 @@ mod tests {
                 r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700,"waiting":500},"#,
                 r#""oldest_ready_age_seconds":1.500,"#,
                 r#""capacity":{"jobs":6,"bytes":600,"max_jobs":10,"max_bytes":null},"live_keys":4,"#,
-                r#""ready_by_priority":[0,0,0,2,0,0,0,1],"acked_total":9,"dead_total":null}"#
+                r#""ready_by_priority":[0,0,0,2,0,0,0,1],"#,
+                r#""groups":[{"group":"ffmpeg","ready":5,"leased":2,"max_leased":2,"slots":2}],"#,
+                r#""acked_total":9,"dead_total":null}"#
             )
         );
         let none = Status::default();
@@ -513,7 +600,13 @@ mod tests {
         assert!(p.contains(
             "steadq_ready_by_priority{queue=\"/var/lib/\\\"jobs\\\"\",priority=\"7\"} 1\n"
         ));
-        assert!(p.contains(",priority=\"7\"} 1\n# HELP steadq_acked_total"));
+        assert!(
+            p.contains("steadq_group_leased{queue=\"/var/lib/\\\"jobs\\\"\",group=\"ffmpeg\"} 2\n")
+        );
+        assert!(p.contains(
+            "steadq_group_max_leased{queue=\"/var/lib/\\\"jobs\\\"\",group=\"ffmpeg\"} 2\n"
+        ));
+        assert!(p.contains(",group=\"ffmpeg\"} 2\n# HELP steadq_acked_total"));
         assert!(!p.contains("max_bytes"));
         assert!(p.contains("steadq_unreadable_shards{queue=\"/var/lib/\\\"jobs\\\"\"} 1\n"));
         assert!(p.contains("steadq_unreadable_dirs{queue=\"/var/lib/\\\"jobs\\\"\"} 2\n"));
@@ -521,7 +614,7 @@ mod tests {
             "# HELP steadq_acked_total Jobs ever acked, kept across compaction, requeue and purge.\n# TYPE steadq_acked_total counter\nsteadq_acked_total{queue=\"/var/lib/\\\"jobs\\\"\"} 9\n"
         ));
         assert!(!p.contains("dead_total"));
-        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 11);
+        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 14);
     }
 
     #[test]

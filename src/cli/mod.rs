@@ -144,6 +144,7 @@ pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
     let e = match cmd {
         Cmd::Init(a) => cmd::cmd_init(a),
         Cmd::Config(a) => cmd::cmd_config(a),
+        Cmd::Limit(a) => cmd::cmd_limit(a),
         Cmd::Enqueue(a) => cmd::cmd_enqueue(a),
         Cmd::Work(a) => work::cmd_work(a),
         Cmd::Claim(a) => cmd::cmd_claim(a),

@@ -71,6 +71,7 @@ pub fn restore(cmd: &mut Cmd) {
     match cmd {
         Cmd::Init(a) => path(&mut a.dir),
         Cmd::Config(a) => path(&mut a.dir),
+        Cmd::Limit(a) => path(&mut a.dir),
         Cmd::Enqueue(a) => {
             path(&mut a.dir);
             a.file.iter_mut().for_each(path);

@@ -16,6 +16,7 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
     let dir: &Path = match cmd {
         Cmd::Init(a) => &a.dir,
         Cmd::Config(a) => &a.dir,
+        Cmd::Limit(a) => &a.dir,
         Cmd::Enqueue(a) => &a.dir,
         Cmd::Work(a) => &a.dir,
         Cmd::Claim(a) => &a.dir,
@@ -151,6 +152,7 @@ mod with_s3 {
                 Err(unsupported("dead requeue --reason"))
             }
             Cmd::Init(a) => init(a),
+            Cmd::Enqueue(a) if a.group.is_some() => Err(unsupported("enqueue --group")),
             Cmd::Enqueue(a) => enqueue(a),
             Cmd::Work(a) => work(a),
             Cmd::Claim(a) => claim(a),
@@ -164,6 +166,7 @@ mod with_s3 {
             Cmd::Dead(d) => dead(d.action),
             Cmd::Compact(a) => compact(a),
             Cmd::Config(_) => Err(unsupported("config")),
+            Cmd::Limit(_) => Err(unsupported("limit")),
             Cmd::Show(_) => Err(unsupported("show")),
             Cmd::Wait(_) => Err(unsupported("wait")),
             #[cfg(not(feature = "appliance"))]

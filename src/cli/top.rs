@@ -226,6 +226,17 @@ fn render(dir: &str, s: &Snap, rates: Option<(String, String)>, this_boot: u128)
             out.push(line);
         }
     }
+    for u in &st.groups {
+        let max = u
+            .max_leased
+            .map_or("no limit".into(), |n| format!("of {n}"));
+        out.push(format!(
+            "group {:<16} {} leased ({max})  {} ready",
+            u.group.as_str(),
+            u.leased,
+            u.ready
+        ));
+    }
     out.push(String::new());
     let mut dead = String::from("dead by reason:");
     for (r, n) in &s.reasons {

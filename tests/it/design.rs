@@ -38,7 +38,7 @@ fn matches(pattern: &str, s: &str) -> bool {
     let width: String = field.chars().filter(char::is_ascii_digit).collect();
     match field {
         "path" => !s.is_empty(),
-        "reason" => (1..=16).any(|n| {
+        "reason" | "group" => (1..=16).any(|n| {
             s.len() >= n
                 && s.as_bytes()[..n]
                     .iter()
@@ -69,17 +69,19 @@ fn the_pattern_matcher_is_strict() {
 
 #[test]
 fn every_name_kind_matches_its_design_line_and_no_other() {
-    names_match_design(3, None);
-    names_match_design(3, Some(6));
-    names_match_design(3, Some(0));
-    names_match_design(2, None);
-    names_match_design(1, None);
+    names_match_design(3, None, None);
+    names_match_design(3, Some(6), None);
+    names_match_design(3, Some(0), None);
+    names_match_design(3, Some(7), GroupName::new("zzzzzzzzzzzzzzzz"));
+    names_match_design(2, None, None);
+    names_match_design(1, None, None);
 }
 
 /// A queue of format `version` writes names that each match their kind's line (version 1:
 /// its own delayed and receipt lines in place of the version-2 ones; a job of a priority
-/// other than the default: the priority lines) and no other.
-fn names_match_design(version: u32, priority: Option<u8>) {
+/// other than the default: the priority lines; a job of a group: the group lines) and no
+/// other.
+fn names_match_design(version: u32, priority: Option<u8>, group: Option<GroupName>) {
     let d = TempDir::new("design-names");
     let q = Queue::create(
         d.path(),
@@ -100,9 +102,19 @@ fn names_match_design(version: u32, priority: Option<u8>) {
     assert_eq!(kinds.len(), 5, "{lines:?}");
     // A job's names match its own variant's lines, and none of the others'.
     let mut others: Vec<(String, String)> = prio.iter().filter_map(split).collect();
-    if priority.is_some() {
+    let grouped: Vec<(String, String)> = design_block("### Group names")
+        .iter()
+        .filter_map(split)
+        .collect();
+    assert_eq!(grouped.len(), 5);
+    if group.is_some() {
+        others.extend(std::mem::replace(&mut kinds, grouped));
+    } else if priority.is_some() {
         std::mem::swap(&mut kinds, &mut others);
         assert_eq!(kinds.len(), 5, "{prio:?}");
+        others.extend(grouped);
+    } else {
+        others.extend(grouped);
     }
     if version == 1 {
         for (k, p) in v1.iter().filter_map(split) {
@@ -118,6 +130,7 @@ fn names_match_design(version: u32, priority: Option<u8>) {
     // One job in each state, written by the library itself.
     let plain = EnqueueOptions {
         priority,
+        group,
         ..Default::default()
     };
     q.enqueue_with(b"ready", &plain).unwrap().id();
@@ -234,6 +247,17 @@ fn every_root_entry_matches_a_layout_line_and_every_line_is_used() {
     }
     q.enqueue_with(b"g", &key("order-3")).unwrap();
     q.compact_keys(Duration::ZERO).unwrap();
+    // A group with a limit: its directory of slots.
+    let ffmpeg = GroupName::new("ffmpeg").unwrap();
+    q.set_group_limit(&ffmpeg, Some(2)).unwrap();
+    let grouped = EnqueueOptions {
+        group: Some(ffmpeg),
+        ..Default::default()
+    };
+    q.enqueue_with(b"h", &grouped).unwrap();
+    while let Some(l) = q.claim().unwrap() {
+        l.ack().unwrap();
+    }
     assert_eq!(q.live_keys().unwrap(), 1);
     // A job waiting for another (waiting/, needs/, after/).
     let first = q.enqueue(b"h").unwrap();

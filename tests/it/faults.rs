@@ -58,6 +58,17 @@ enum Op {
     EnqueueStream,
     /// The same through a named file in `tmp/` (unlinked when not done).
     EnqueueStreamNamed,
+    /// A claim of a job of a group with a limit: its slot in `groups/<g>/` first.
+    ClaimGroup,
+    /// The ack of a job of a group with a limit: its slot freed after the rename.
+    AckGroup,
+}
+
+/// The group of the group cases, with a limit of 1.
+const GROUP: &str = "ffmpeg";
+
+fn is_group(op: Op) -> bool {
+    matches!(op, Op::ClaimGroup | Op::AckGroup)
 }
 
 /// The payload of the streamed enqueues: three chunks, the last one short.
@@ -77,7 +88,7 @@ fn is_prio(op: Op) -> bool {
     )
 }
 
-const OPS: [Op; 25] = [
+const OPS: [Op; 27] = [
     Op::Enqueue,
     Op::EnqueueNamed,
     Op::EnqueueDelayed,
@@ -103,6 +114,8 @@ const OPS: [Op; 25] = [
     Op::NackPrio,
     Op::EnqueueStream,
     Op::EnqueueStreamNamed,
+    Op::ClaimGroup,
+    Op::AckGroup,
 ];
 
 fn keyed() -> EnqueueOptions {
@@ -197,12 +210,17 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
                     &EnqueueOptions {
                         max_attempts: Some(max),
                         priority: is_prio(op).then_some(PRIO),
+                        group: is_group(op).then(|| GroupName::new(GROUP).unwrap()),
                         ..Default::default()
                     },
                 )
                 .unwrap()
                 .id();
         }
+    }
+    if is_group(op) {
+        let g = GroupName::new(GROUP).unwrap();
+        setup.set_group_limit(&g, Some(1)).unwrap();
     }
     drop(setup);
     let plan = FaultPlan::disarmed(faults);
@@ -230,6 +248,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
         | Op::Release
         | Op::AckPrio
         | Op::NackPrio
+        | Op::AckGroup
         | Op::RecoverExpired => Some(
             q.claim_with(&steadq::ClaimOptions {
                 lease: Some(Duration::from_secs(1)),
@@ -293,7 +312,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
             .map(drop),
         ),
         // "No job" is the claim's "not done".
-        Op::Claim | Op::ClaimPrio => q.claim().and_then(|l| match l {
+        Op::Claim | Op::ClaimPrio | Op::ClaimGroup => q.claim().and_then(|l| match l {
             Some(l) => {
                 drop(l.into_handle());
                 Ok(())
@@ -308,7 +327,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
             }
             r => r.map_err(Error::from),
         },
-        Op::Ack | Op::AckHeader | Op::AckNone | Op::AckPrio => {
+        Op::Ack | Op::AckHeader | Op::AckNone | Op::AckPrio | Op::AckGroup => {
             settled(lease.take().unwrap().ack(), &mut back)
         }
         Op::Nack | Op::NackPrio => settled(
@@ -361,9 +380,9 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
         Op::EnqueuePrio => all.len() == 1 && all[0].dir == "prio/6/00",
         Op::EnqueueDelayed => all.len() == 1 && all[0].state == State::Delayed,
         Op::EnqueueBatch => all.len() == 3,
-        Op::Claim | Op::ClaimPrio => all[0].name.attempt == 1,
+        Op::Claim | Op::ClaimPrio | Op::ClaimGroup => all[0].name.attempt == 1,
         Op::Renew => all[0].state == State::Leased && all[0].name.generation == 2,
-        Op::Ack | Op::AckHeader | Op::AckPrio => all[0].state == State::Acked,
+        Op::Ack | Op::AckHeader | Op::AckPrio | Op::AckGroup => all[0].state == State::Acked,
         // Under `none` the receipt goes once its evidence line is durable; a receipt kept
         // because that step failed is still a done ack.
         Op::AckNone => {
@@ -400,6 +419,9 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
             assert!(matches!(l.state, State::Acked | State::Delayed) || l.dir == "prio/6/00");
         }
     }
+    if is_group(op) {
+        group_slots_agree(op, &clean, &res, plan.fired());
+    }
     if op == Op::EnqueueBatch && !all.is_empty() && all.len() != 3 {
         // A partial batch is allowed only when the outcome admits it.
         assert!(
@@ -434,7 +456,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
         if !plan.stopped() {
             plan.disarm();
             let again = match op {
-                Op::Ack | Op::AckHeader | Op::AckNone => l.ack().map(drop),
+                Op::Ack | Op::AckHeader | Op::AckNone | Op::AckGroup => l.ack().map(drop),
                 Op::Nack | Op::NackExhausted => l.nack(Duration::from_secs(30)).map(drop),
                 Op::Fail => l.fail(Reason::FAILED),
                 _ => l.release(),
@@ -449,6 +471,30 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
     }
     drop(lease.take().map(|l| l.into_handle()));
     (res, happened, plan, d)
+}
+
+/// Right after a group case: a done claim holds a live slot (the limit is 1) unless a fault
+/// fired (an `ENOENT` injected on the limits file's open reads as "no limit": the claim
+/// then takes no slot, truthfully); never more than one slot for the one job; the job kept
+/// its group whatever happened.
+fn group_slots_agree(op: Op, q: &Queue, res: &Result<(), Error>, fired: bool) {
+    let g = GroupName::new(GROUP).unwrap();
+    let all = q.list(None).unwrap();
+    assert!(
+        all.iter().all(|l| l.name.group == Some(g)),
+        "{op:?}: {all:?}"
+    );
+    let slots = q
+        .status()
+        .unwrap()
+        .groups
+        .iter()
+        .map(|u| u.slots)
+        .sum::<u32>();
+    if op == Op::ClaimGroup && res.is_ok() && !fired {
+        assert_eq!(slots, 1, "a done claim without its slot: {all:?}");
+    }
+    assert!(slots <= 1, "{op:?}: {slots} slots for one job ({res:?})");
 }
 
 /// The one job of a streamed enqueue carries the payload exactly (claimed, then released;
@@ -502,6 +548,13 @@ fn check_invariants(d: &TempDir, ctx: &str, prio: bool) {
         all.iter().all(|l| l.state != State::Leased),
         "{ctx}: lease left after recovery"
     );
+    // No slot outlives its lease's expiry: an hour on, every slot left is stale.
+    for u in q.status().unwrap().groups {
+        assert_eq!(
+            u.slots, 0,
+            "{ctx}: a live slot after every lease expired: {u:?}"
+        );
+    }
     if prio {
         // Recovery (an expired lease, a due delay) put it back into its own level.
         assert!(
@@ -710,6 +763,8 @@ fault_matrix! {
     fault_matrix_reports_the_true_outcome_of_nack_prio: Op::NackPrio;
     fault_matrix_reports_the_true_outcome_of_enqueue_stream: Op::EnqueueStream;
     fault_matrix_reports_the_true_outcome_of_enqueue_stream_named: Op::EnqueueStreamNamed;
+    fault_matrix_reports_the_true_outcome_of_claim_group: Op::ClaimGroup;
+    fault_matrix_reports_the_true_outcome_of_ack_group: Op::AckGroup;
 }
 
 #[test]

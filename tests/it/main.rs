@@ -22,6 +22,7 @@ mod filesystems;
 mod fsck;
 mod full_disk;
 mod group_stress;
+mod groups;
 mod hostile;
 mod identity;
 mod init;

@@ -224,10 +224,11 @@ impl PyQueue {
     /// it is dead-lettered, `wait` seconds to wait for room when the queue is full (else
     /// QueueFull at once), `after` a list of job ids (str) to wait for: the job is not
     /// claimable until each is acked, and is dead-lettered (reason "dependency") if one is
-    /// (at most 64, each in this queue; not with `delay`, `key` or `wait`). Raises NotDone
-    /// (QueueFull; kind "BadDependency" naming a bad id) or Indeterminate (its `job_id` may
-    /// exist).
-    #[pyo3(signature = (payload, *, priority=None, key=None, delay=None, max_attempts=None, wait=None, after=None))]
+    /// (at most 64, each in this queue; not with `delay`, `key` or `wait`), `group` the
+    /// job's group (1 to 16 of a-z 0-9: at most the group's limit of its jobs are leased at
+    /// once, see `set_group_limit`). Raises NotDone (QueueFull; kind "BadDependency" naming a
+    /// bad id; InvalidArgument for a bad group) or Indeterminate (its `job_id` may exist).
+    #[pyo3(signature = (payload, *, priority=None, key=None, delay=None, max_attempts=None, wait=None, after=None, group=None))]
     #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &self,
@@ -239,6 +240,7 @@ impl PyQueue {
         max_attempts: Option<u32>,
         wait: Option<f64>,
         after: Option<Vec<String>>,
+        group: Option<&str>,
     ) -> PyResult<String> {
         let after = after
             .unwrap_or_default()
@@ -252,6 +254,15 @@ impl PyQueue {
                 })
             })
             .collect::<PyResult<Vec<JobId>>>()?;
+        let group = match group {
+            None => None,
+            Some(g) => Some(steadq::GroupName::new(g).ok_or_else(|| {
+                bad_arg(
+                    py,
+                    format!("group: 1 to 16 characters of [a-z0-9] are needed, got {g:?}"),
+                )
+            })?),
+        };
         let key = match key {
             None => None,
             Some(k) => Some(Key::new(k).ok_or_else(|| {
@@ -271,6 +282,7 @@ impl PyQueue {
             priority,
             wait: None,
             after,
+            group,
         };
         let deadline = opt_secs(py, "wait", wait)?.map(|w| Instant::now() + w);
         loop {
@@ -326,7 +338,8 @@ impl PyQueue {
     /// Counts of the queue's jobs: a dict with `ready`, `leased`, `expired_leases`,
     /// `delayed`, `dead`, `acked`, `live_keys`, `oldest_ready_age` (seconds or None),
     /// `ready_by_priority` (8 counts, priority 0 first), `max_jobs` and `max_bytes` (the
-    /// capacity limits, None when unset). Read-only; raises NotDone.
+    /// capacity limits, None when unset), `groups` (per group: `ready`, `leased`,
+    /// `max_leased`). Read-only; raises NotDone.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = py
             .detach(|| self.q.status())
@@ -347,7 +360,36 @@ impl PyQueue {
         d.set_item("ready_by_priority", s.ready_by_priority.to_vec())?;
         d.set_item("max_jobs", s.limits.max_jobs)?;
         d.set_item("max_bytes", s.limits.max_bytes)?;
+        let groups = PyDict::new(py);
+        for u in &s.groups {
+            let g = PyDict::new(py);
+            g.set_item("ready", u.ready)?;
+            g.set_item("leased", u.leased)?;
+            g.set_item("max_leased", u.max_leased)?;
+            groups.set_item(u.group.as_str(), g)?;
+        }
+        d.set_item("groups", groups)?;
         Ok(d)
+    }
+
+    /// Set group `group`'s limit: at most `max_leased` (1..=1000) of its jobs leased at
+    /// once, across every process; None removes it. Raises NotDone (a bad group or limit)
+    /// or Indeterminate.
+    #[pyo3(signature = (group, max_leased))]
+    fn set_group_limit(
+        &self,
+        py: Python<'_>,
+        group: &str,
+        max_leased: Option<u32>,
+    ) -> PyResult<()> {
+        let g = steadq::GroupName::new(group).ok_or_else(|| {
+            bad_arg(
+                py,
+                format!("group: 1 to 16 characters of [a-z0-9] are needed, got {group:?}"),
+            )
+        })?;
+        py.detach(|| self.q.set_group_limit(&g, max_leased))
+            .map_err(|e| from_error(py, e))
     }
 
     /// Set the capacity limits (None: no limit): enqueues past them raise QueueFull, or wait

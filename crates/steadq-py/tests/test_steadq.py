@@ -106,6 +106,29 @@ def test_after_waits_for_its_dependencies(q):
     assert q.status()["waiting"] == 0
 
 
+def test_groups_share_a_limit(q):
+    q.set_group_limit("ffmpeg", 1)
+    a = q.enqueue(b"a", group="ffmpeg")
+    time.sleep(0.002)  # ids of one millisecond are in random order
+    q.enqueue(b"b", group="ffmpeg")
+    time.sleep(0.002)
+    plain = q.enqueue(b"plain")
+    first = q.claim()
+    assert first.id == a
+    # The group is full: the ungrouped job is next, then nothing.
+    second = q.claim()
+    assert second.id == plain
+    assert q.claim() is None
+    g = q.status()["groups"]["ffmpeg"]
+    assert (g["ready"], g["leased"], g["max_leased"]) == (1, 1, 1)
+    first.ack()
+    second.ack()
+    with pytest.raises(steadq.NotDone):
+        q.enqueue(b"x", group="FFMPEG")
+    q.set_group_limit("ffmpeg", None)
+    assert q.status()["groups"]["ffmpeg"]["max_leased"] is None
+
+
 def test_claim_waits_with_the_gil_released(q):
     """A claim waiting in one thread lets another Python thread run and enqueue."""
     got = {}

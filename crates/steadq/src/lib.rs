@@ -168,13 +168,13 @@ pub mod sys {
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
 pub use admin::receipts::{CompactReport, EvidenceLimits, EvidenceLine, ReceiptPolicy};
-pub use admin::view::{Listed, RequeueReport, StateBytes, Status, StatusOptions};
+pub use admin::view::{GroupUse, Listed, RequeueReport, StateBytes, Status, StatusOptions};
 #[cfg(feature = "tokio")]
 pub use asyncq::AsyncQueue;
 #[doc(hidden)]
 pub use disk::clock::Clock;
 pub use disk::layout::{EVIDENCE_FILE, IDENTITY_FILE, KEYS_DIR, LIMITS_FILE};
-pub use disk::name::{delay_due, due_wall_ns, BootDue, JobId, JobName, Kind, Reason};
+pub use disk::name::{delay_due, due_wall_ns, BootDue, GroupName, JobId, JobName, Kind, Reason};
 pub use disk::name::{DEFAULT_PRIORITY, PRIORITY_LEVELS};
 pub use disk::scan::Foreign;
 pub use disk::state::State;
@@ -185,7 +185,7 @@ pub use error::{Cause, Error, ErrorKind, OsErrno, Outcome};
 /// all of which `?` turns into an [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
 pub use admin::counts::COUNTS_LOCK_WAIT;
-pub use ops::capacity::{CapacityUse, Limits};
+pub use ops::capacity::{CapacityUse, Limits, MAX_GROUP_LIMIT};
 pub use ops::deps::MAX_AFTER;
 pub use ops::enqueue::{EnqueueError, EnqueueOptions};
 pub use ops::keys::{Enqueued, Key, KEY_ORPHAN_AFTER, KEY_WAIT_MAX, TOMBSTONE_KEEP};

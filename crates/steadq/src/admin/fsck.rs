@@ -14,6 +14,7 @@
 //! (`fsck/quarantine.rs`).
 
 mod deps;
+mod groups;
 mod jobs;
 mod layout;
 mod quarantine;
@@ -82,6 +83,9 @@ pub enum ProblemKind {
     Damaged(&'static str),
     /// An entry of `keys/` whose name is neither a key entry's nor a tombstone's.
     NotKeyName,
+    /// An entry of `groups/` that is no group directory or no live slot (DESIGN.md, Groups):
+    /// what is wrong. Claims skip it (never followed); `--quarantine` moves it aside.
+    BadSlot(&'static str),
     /// An evidence file (`evidence.log` or a rotated one) with appends a crash cut short:
     /// `lines` lines that do not parse (a fragment the next append ended, a run of zeros),
     /// and a last line of `tail` bytes without its newline (0: none; the next ack ends it
@@ -189,6 +193,7 @@ fn describe(kind: &ProblemKind, f: &mut core::fmt::Formatter<'_>) -> core::fmt::
         ProblemKind::Duplicate(other) => write!(f, "the same job id is also at {other}"),
         ProblemKind::NotRegular(what) => write!(f, "foreign: {what}"),
         ProblemKind::Damaged(what) => write!(f, "damaged: {what}"),
+        ProblemKind::BadSlot(what) => write!(f, "group slot: {what}"),
         ProblemKind::TornEvidence { lines, tail } => write!(
             f,
             "torn evidence (an append cut short by a crash): {lines} line(s) that are not \
@@ -286,6 +291,7 @@ fn describe_place(kind: &ProblemKind, f: &mut core::fmt::Formatter<'_>) -> core:
         | ProblemKind::Damaged(_)
         | ProblemKind::TornEvidence { .. }
         | ProblemKind::NotKeyName
+        | ProblemKind::BadSlot(_)
         | ProblemKind::IdentityMismatch { .. }
         | ProblemKind::Unreadable(_)
         | ProblemKind::LeaseBeyondCap { .. }
@@ -358,6 +364,7 @@ impl Queue {
         self.check_limits(&mut rep);
         self.check_evidence(&mut rep);
         self.check_keys(&mut rep, &mut bad)?;
+        self.check_groups(&mut rep, &mut bad)?;
         let jobs_seen = self.check_jobs(&mut rep, &mut bad)?;
         self.check_deps(&mut rep, &mut bad)?;
         self.check_shared(&mut rep, &mut bad);

@@ -13,5 +13,6 @@ pub(crate) mod drain;
 
 pub(crate) mod counts;
 pub(crate) mod fsck;
+pub(crate) mod groups;
 pub(crate) mod receipts;
 pub(crate) mod walk;

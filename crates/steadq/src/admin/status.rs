@@ -78,6 +78,10 @@ pub struct Status {
     /// Whether [`Status::bytes`] were counted (see [`Queue::status_with`]); when false they
     /// are all 0 and mean nothing.
     pub bytes_counted: bool,
+    /// Per group (with jobs ready or leased, or a limit), sorted by name: its ready and
+    /// leased jobs, its limit and the slots held. Counted in the same pass as the states (a
+    /// job that moves during it may be counted in neither or both of its group's columns).
+    pub groups: Vec<crate::admin::groups::GroupUse>,
 }
 
 impl Status {
@@ -178,6 +182,7 @@ struct Part {
     unreadable: Vec<String>,
     oldest: Oldest,
     seen: Sightings,
+    groups: crate::admin::groups::GroupCounts,
 }
 
 impl Part {
@@ -196,6 +201,7 @@ impl Part {
         self.seen.ids.extend(o.seen.ids);
         self.seen.codes.extend(o.seen.codes);
         self.seen.sizes.extend(o.seen.sizes);
+        self.groups.absorb(o.groups);
     }
 }
 
@@ -441,6 +447,7 @@ impl Queue {
         st.foreign = all.foreign;
         st.ready_by_priority = all.ready_by_priority;
         st.unreadable_dirs = all.unreadable;
+        st.groups = self.group_use(all.groups);
         for (i, &c) in all.seen.codes.iter().enumerate() {
             let size = all.seen.sizes.get(i).copied().unwrap_or(0);
             st.tally(STATES[(c & 7) as usize], c & 8 != 0, size, true);
@@ -496,6 +503,11 @@ impl Queue {
             }
             if state == State::Ready {
                 p.ready_by_priority[n.priority as usize % p.ready_by_priority.len()] += 1;
+            }
+            if let Some(g) = n.group.filter(|_| matches!(state, State::Ready | State::Leased)) {
+                if !expired {
+                    p.groups.add(g, state == State::Leased);
+                }
             }
             p.seen.push(n.id, state, expired, size, sized);
             true

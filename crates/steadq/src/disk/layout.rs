@@ -19,6 +19,7 @@
 //! <root>/waiting/            WAITING_DIR: jobs waiting for others, ready names (first use)
 //! <root>/needs/<D>/<X>       NEEDS_DIR: empty marker, "D waits for X" (first use)
 //! <root>/after/<X>/<D>       AFTER_DIR: empty marker, "D waits for X" by X (first use)
+//! <root>/groups/<group>/<k>  GROUPS_DIR: group slots (src/disk/slot.rs), made on first use
 //! ```
 
 use core::fmt::Write as _;
@@ -49,6 +50,9 @@ pub const RECEIPTS_DIR: &str = "receipts";
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Idempotency key entries (made on first use).
 pub const KEYS_DIR: &str = "keys";
+/// Group slots: `groups/<group>/<k>`, one per leased job of a group with a limit (made on
+/// first use; `src/disk/slot.rs`).
+pub const GROUPS_DIR: &str = "groups";
 
 /// Jobs waiting for other jobs (`EnqueueOptions::after`), flat, under their ready names
 /// (made on first use; `src/ops/deps.rs`).
@@ -66,7 +70,7 @@ pub(crate) const CREATED_DIRS: [&str; 5] =
 
 /// Every fixed name the root may hold (rotated evidence and the identity's temp and damaged
 /// names come on top; see `fsck`).
-pub const ROOT_ENTRIES: [&str; 14] = [
+pub const ROOT_ENTRIES: [&str; 15] = [
     IDENTITY_FILE,
     TMP_DIR,
     READY_DIR,
@@ -81,6 +85,7 @@ pub const ROOT_ENTRIES: [&str; 14] = [
     WAITING_DIR,
     NEEDS_DIR,
     AFTER_DIR,
+    GROUPS_DIR,
 ];
 
 /// Width of a dead-letter bucket: one day, in ns.

@@ -14,6 +14,7 @@ pub mod layout;
 pub mod name;
 pub mod outside;
 pub mod scan;
+pub mod slot;
 pub mod state;
 pub mod sys;
 pub(crate) mod tempname;

@@ -19,6 +19,11 @@
 //! version-2 queues never see the field (they refuse a non-default priority). Every kind
 //! carries it, so a delayed, dead or leased job keeps its priority through every transition.
 //!
+//! Version 3 queues also take an optional group field right after the priority field's
+//! place: `.q<group>`, 1 to 16 characters of `[a-z0-9]` ([`GroupName`]), present only when
+//! the job was enqueued with a group. Every kind carries it too, and the tag covers it; a job
+//! without a group has the names it had before groups existed.
+//!
 //! Queue version 2 writes the longer delayed and receipt forms; version 1 queues keep the
 //! short ones. Both forms parse in every queue. In a v2 delayed name `boot` is the boot id of
 //! the boot that set the delay and `bootnb` the not-before time on that boot's
@@ -44,7 +49,7 @@
 use sha2::{Digest, Sha256};
 
 /// Longest name SteadQ writes, in bytes (a leased name, the longest, is 196; 199 with a
-/// priority field). Linux allows 255.
+/// priority field; 217 with a priority field and a 16-character group). Linux allows 255.
 pub const NAME_MAX: usize = 224;
 
 /// Priority levels: `0..PRIORITY_LEVELS` (0 lowest, 7 highest: the higher number is claimed
@@ -196,7 +201,7 @@ impl core::fmt::Debug for JobId {
 }
 
 /// A dead-letter reason: 1 to 16 characters of `[a-z0-9]`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Reason {
     bytes: [u8; 16],
     len: u8,
@@ -255,6 +260,45 @@ impl core::fmt::Debug for Reason {
 }
 
 impl core::fmt::Display for Reason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job group's name: 1 to 16 characters of `[a-z0-9]`. Jobs of a group share the group's
+/// concurrency limit (`steadq limit DIR --group NAME --max-leased N`; DESIGN.md, Groups).
+/// Made only by [`GroupName::new`], so a value of this type is always a valid name.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupName(Reason);
+
+impl GroupName {
+    /// Parse a group name; `None` unless it is 1..=16 characters of `[a-z0-9]`.
+    pub fn new(s: &str) -> Option<GroupName> {
+        Reason::new(s).map(GroupName)
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl core::str::FromStr for GroupName {
+    type Err = &'static str;
+    /// # Errors
+    /// A text that is not 1..=16 characters of `[a-z0-9]`.
+    fn from_str(s: &str) -> Result<GroupName, &'static str> {
+        GroupName::new(s).ok_or("a group name is 1 to 16 characters of a-z and 0-9")
+    }
+}
+
+impl core::fmt::Debug for GroupName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "GroupName({})", self.as_str())
+    }
+}
+
+impl core::fmt::Display for GroupName {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -353,6 +397,9 @@ pub struct JobName {
     /// Priority, `0..`[`PRIORITY_LEVELS`] (higher is claimed first); [`DEFAULT_PRIORITY`]
     /// writes no field (queue version 3 writes the others as `.p<l>`).
     pub priority: u8,
+    /// The job's group, if it has one: written as `.q<group>` after the priority field's
+    /// place (version-3 queues); no field when `None`.
+    pub group: Option<GroupName>,
     /// State-specific fields.
     pub kind: Kind,
 }
@@ -468,8 +515,15 @@ impl JobName {
             attempt: 0,
             max_attempts,
             priority: DEFAULT_PRIORITY,
+            group: None,
             kind: Kind::Ready,
         }
+    }
+
+    /// The same name with group `group` (`None`: no group).
+    pub fn with_group(mut self, group: Option<GroupName>) -> JobName {
+        self.group = group;
+        self
     }
 
     /// The same name with priority `priority` (`0..`[`PRIORITY_LEVELS`]).
@@ -488,6 +542,7 @@ impl JobName {
             attempt: self.attempt + claimed as u32,
             max_attempts: self.max_attempts,
             priority: self.priority,
+            group: self.group,
             kind,
         }
     }
@@ -507,6 +562,10 @@ impl JobName {
         w.field(b'm', self.max_attempts.into(), 8);
         if self.priority != DEFAULT_PRIORITY {
             w.bytes(&[b'.', b'p', b'0' + self.priority % 10]);
+        }
+        if let Some(g) = self.group {
+            w.bytes(b".q");
+            w.bytes(g.as_str().as_bytes());
         }
         match self.kind {
             Kind::Ready => {}
@@ -651,7 +710,7 @@ impl JobName {
         }
         let attempt = field(b'a', 8)? as u32;
         let max_attempts = field(b'm', 8)? as u32;
-        let mut rest: heapless::Vec<&[u8], 6> =
+        let mut rest: heapless::Vec<&[u8], 7> =
             fields.try_fold(heapless::Vec::new(), |mut v, f| {
                 v.push(f).map_err(|_| NameError::Syntax)?;
                 Ok(v)
@@ -668,12 +727,21 @@ impl JobName {
             }
             _ => DEFAULT_PRIORITY,
         };
+        let group = match rest.first() {
+            Some([b'q', g @ ..]) => {
+                let g = core::str::from_utf8(g).ok().and_then(GroupName::new);
+                rest.remove(0);
+                Some(g.ok_or(NameError::Syntax)?)
+            }
+            _ => None,
+        };
         let parsed = JobName {
             id,
             generation,
             attempt,
             max_attempts,
             priority,
+            group,
             kind: parse_kind(receipt, rest.as_slice())?,
         };
         Ok((parsed, tag))
@@ -688,7 +756,8 @@ fn hex_field(f: &[u8], letter: u8, width: usize) -> Result<u128, NameError> {
     }
 }
 
-/// The state-specific fields of a name (after `.m<max8>` and the optional `.p<l>`).
+/// The state-specific fields of a name (after `.m<max8>` and the optional `.p<l>` and
+/// `.q<group>`).
 fn parse_kind(receipt: bool, rest: &[&[u8]]) -> Result<Kind, NameError> {
     Ok(match (receipt, rest) {
         (false, []) => Kind::Ready,
@@ -825,6 +894,7 @@ pub(crate) fn parse_ready(b: &[u8]) -> Option<(JobName, u64)> {
         max_attempts: hex64(&b[62..70])? as u32,
         kind: Kind::Ready,
         priority: crate::disk::name::DEFAULT_PRIORITY,
+        group: None,
     };
     Some((name, hex64(&b[72..88])?))
 }
@@ -881,6 +951,9 @@ mod tests {
         );
         if n.priority != DEFAULT_PRIORITY {
             s += &format!(".p{}", n.priority);
+        }
+        if let Some(g) = n.group {
+            s += &format!(".q{g}");
         }
         s += &match n.kind {
             Kind::Ready => String::new(),
@@ -960,6 +1033,11 @@ mod tests {
                     attempt: (w >> 32) as u32,
                     max_attempts: w as u32,
                     priority: (round % 8) as u8,
+                    group: [
+                        None,
+                        GroupName::new("ffmpeg"),
+                        GroupName::new("0123456789abcdef"),
+                    ][round % 3],
                     kind,
                 };
                 let q = next();
@@ -980,6 +1058,7 @@ mod tests {
             attempt: 0,
             max_attempts: 5,
             priority: DEFAULT_PRIORITY,
+            group: None,
             kind: Kind::Ready,
         };
         let (q1, q2) = (11u128, 12u128);
@@ -1078,6 +1157,7 @@ mod tests {
                 attempt: u32::MAX,
                 max_attempts: u32::MAX,
                 priority: 7,
+                group: GroupName::new("zzzzzzzzzzzzzzzz"),
                 kind: Kind::Leased(LeaseFields {
                     boot_id: u128::MAX,
                     boot_deadline_ns: u64::MAX,
@@ -1388,5 +1468,71 @@ mod tests {
         }
         assert_eq!(parse_hex(b"", 0), Some(0));
         assert_eq!(parse_hex(&[b'0'; 33], 33), None);
+    }
+
+    /// The group field: round-trips with and without a priority, is covered by the tag,
+    /// survives every transition, and a job without one keeps its old name byte for byte.
+    #[test]
+    fn a_group_field_round_trips_and_is_tagged() {
+        let g = GroupName::new("ffmpeg").unwrap();
+        let base = JobName::new_ready(JobId(0x0193_0000_0000_aaaa_bbbb_cccc_dddd_eeee), 5);
+        for p in [DEFAULT_PRIORITY, 0, 7] {
+            let n = base.with_priority(p).with_group(Some(g));
+            let s = n.format(Q).to_string();
+            assert!(s.contains(".qffmpeg.k"), "{s}");
+            assert_eq!(JobName::parse(&s, Q), Ok(n));
+            let leased = n.next(
+                Kind::Leased(LeaseFields {
+                    boot_id: 1,
+                    boot_deadline_ns: 2,
+                    wall_deadline_ns: 3,
+                    token: 4,
+                }),
+                true,
+            );
+            assert_eq!(leased.group, Some(g));
+            let dead = leased.next(
+                Kind::Dead {
+                    reason: Reason::FAILED,
+                },
+                false,
+            );
+            assert_eq!(JobName::parse(&dead.format(Q), Q).unwrap().group, Some(g));
+            // Dropping the field changes the tag: the name no longer parses.
+            let forged = s.replace(".qffmpeg", "");
+            assert_eq!(JobName::parse(&forged, Q), Err(NameError::Tag), "{forged}");
+        }
+        // No group: exactly the name without the field (what every older name is).
+        let plain = base.format(Q).to_string();
+        assert!(!plain.contains(".q"), "{plain}");
+        assert_eq!(plain.len(), crate::disk::scan::READY_NAME_LEN);
+        assert_eq!(parse_ready(plain.as_bytes()).unwrap().0, base);
+        // Bad group fields are no names.
+        for bad in ["", "FFMPEG", "a-b", "0123456789abcdefg"] {
+            let s = plain.replace(".m00000005", &format!(".m00000005.q{bad}"));
+            assert_eq!(
+                JobName::parse_untagged(&s).map(|_| ()),
+                Err(NameError::Syntax),
+                "{s}"
+            );
+        }
+        // The longest name: leased, priority and a 16-character group.
+        let longest = samples()
+            .into_iter()
+            .map(|n| n.format(Q).len())
+            .max()
+            .unwrap();
+        assert_eq!(longest, 217);
+        assert!(longest <= NAME_MAX);
+    }
+
+    #[test]
+    fn group_names_parse_dont_validate() {
+        assert_eq!(GroupName::new("ffmpeg").unwrap().as_str(), "ffmpeg");
+        assert!(GroupName::new("0123456789abcdef").is_some());
+        for bad in ["", "Ffmpeg", "a b", "a.b", "0123456789abcdefg", "é"] {
+            assert_eq!(GroupName::new(bad), None, "{bad:?}");
+            assert!(bad.parse::<GroupName>().is_err());
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! directory, or whose entry is not a regular file is [`Foreign`]: it is reported and never
 //! processed or moved by a worker.
 
-use crate::disk::name::{JobId, JobName, Kind, NameError};
+use crate::disk::name::{JobName, Kind, NameError};
 use crate::disk::state::State;
 use crate::disk::sys::{EntryType, Errno, Sys};
 use rustix::fs::FileType;
@@ -76,14 +76,26 @@ pub(crate) const LEASED_PRIO_NAME_LEN: usize = LEASED_NAME_LEN + 3;
 /// Length in bytes of a ready name with a priority field.
 pub(crate) const READY_PRIO_NAME_LEN: usize = READY_NAME_LEN + 3;
 
-/// Whether a name of `len` bytes may be a leased name (no other kind has these lengths).
+/// Bytes a group field (`.q<group>`, 1 to 16 characters) adds to a name: 3 to 18.
+const GROUP_FIELD: core::ops::RangeInclusive<usize> = 3..=18;
+
+/// Whether a name of `len` bytes may be a leased name (no other kind has these lengths),
+/// with or without a priority field and a group field.
 pub(crate) fn leased_len(len: usize) -> bool {
-    len == LEASED_NAME_LEN || len == LEASED_PRIO_NAME_LEN
+    len == LEASED_NAME_LEN
+        || len == LEASED_PRIO_NAME_LEN
+        || GROUP_FIELD.contains(&(len.wrapping_sub(LEASED_NAME_LEN)))
+        || GROUP_FIELD.contains(&(len.wrapping_sub(LEASED_PRIO_NAME_LEN)))
 }
 
-/// Whether a name of `len` bytes may be a ready name.
+/// Whether a name of `len` bytes may be a ready name, with or without a priority field and
+/// a group field (a grouped ready name may be as long as a version-1 delayed name, 110
+/// bytes: the callers parse the kind of what they act on).
 pub(crate) fn ready_len(len: usize) -> bool {
-    len == READY_NAME_LEN || len == READY_PRIO_NAME_LEN
+    len == READY_NAME_LEN
+        || len == READY_PRIO_NAME_LEN
+        || GROUP_FIELD.contains(&(len.wrapping_sub(READY_NAME_LEN)))
+        || GROUP_FIELD.contains(&(len.wrapping_sub(READY_PRIO_NAME_LEN)))
 }
 
 /// What one listing of a ready directory (a slot: `ready/<ss>` or `prio/<l>/<ss>`) found. The
@@ -169,6 +181,9 @@ pub(crate) struct SlotScan {
     /// Ready jobs to pass over, `(id, until boot ns)` sorted by id: jobs this handle may
     /// not move or open, until their refusal lapses.
     pub refused: Vec<(u128, u64)>,
+    /// Groups whose ready jobs to pass over, `(group, until boot ns)`: groups a claim found
+    /// full, until it tries them again (counted with the refused jobs).
+    pub full: Vec<(crate::disk::name::GroupName, u64)>,
 }
 
 /// List a ready directory once, whole. A live lease is read without checking its tag (one
@@ -223,7 +238,7 @@ pub(crate) fn scan_ready_shard(
                         return live(&mut out, &l);
                     }
                     Kind::Ready if fits(&n) => {
-                        return keep_ready(&mut kept, &mut out, at, n.id, name, t);
+                        return keep_ready(&mut kept, &mut out, at, &n, name, t);
                     }
                     _ => {}
                 }
@@ -245,19 +260,25 @@ pub(crate) fn scan_ready_shard(
     Ok(out)
 }
 
-/// A ready job `id` (entry `name` of type `t`) seen by [`scan_ready_shard`]: counted as
-/// refused while its refusal lasts, else kept in `kept` if among the `max_ready` oldest seen
-/// so far (a listing that drops one is truncated).
+/// A ready job `n` (entry `name` of type `t`) seen by [`scan_ready_shard`]: counted as
+/// refused while its refusal (or its group's being full) lasts, else kept in `kept` if among
+/// the `max_ready` oldest seen so far (a listing that drops one is truncated).
 fn keep_ready(
     kept: &mut std::collections::BinaryHeap<Kept>,
     out: &mut ShardScan,
     at: &SlotScan,
-    id: JobId,
+    n: &JobName,
     name: &str,
     t: EntryType,
 ) {
-    if let Ok(i) = at.refused.binary_search_by_key(&id.0, |r| r.0) {
-        let until = at.refused[i].1;
+    let id = n.id;
+    let refused = at.refused.binary_search_by_key(&id.0, |r| r.0).ok();
+    let until = match (refused, n.group) {
+        (Some(i), _) => Some(at.refused[i].1),
+        (None, Some(g)) => at.full.iter().find(|f| f.0 == g).map(|f| f.1),
+        (None, None) => None,
+    };
+    if let Some(until) = until {
         out.refused += 1;
         out.refused_until = Some(out.refused_until.map_or(until, |u| u.min(until)));
         return;
@@ -340,8 +361,6 @@ mod tests {
         let (dp, rp) = (d.with_priority(1), r.with_priority(1));
         assert_eq!((dp.format(7).len(), rp.format(7).len()), (165, 147));
         let ready_or_leased = |len| leased_len(len) || ready_len(len);
-        assert!(![162, 144, 165, 147, 110, 126]
-            .into_iter()
-            .any(ready_or_leased));
+        assert!(![162, 144, 165, 147, 126].into_iter().any(ready_or_leased));
     }
 }

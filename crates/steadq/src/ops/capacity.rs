@@ -22,6 +22,12 @@
 //! sum=<16 hex: first 8 bytes of SHA-256 of every byte before this line>
 //! ```
 //!
+//! With group limits (DESIGN.md, Groups) the file says `version=2` and has one line per
+//! group after `max_bytes`, sorted by name, before the sum: `max_leased.<group>=<1..=1000>`.
+//! A file without group lines is byte for byte the version-1 file. A SteadQ build older than
+//! groups finds a version-2 file damaged (its enqueues with a capacity check fail, not done)
+//! rather than ignore a group's limit.
+//!
 //! **How the count stays cheap.** Each queue handle keeps a tally (built at its first checked
 //! enqueue) of the ready, leased and delayed jobs: one listing of the ready shards and delayed
 //! buckets (plus one `fstatat` per job when a byte limit is set), then inotify (`inotify(7)`)
@@ -43,7 +49,7 @@
 
 use crate::disk::barrier::Barrier;
 use crate::disk::layout::{parse_bucket, DELAYED_DIR, TMP_DIR};
-use crate::disk::name::{JobName, Kind};
+use crate::disk::name::{GroupName, JobName, Kind};
 use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
@@ -78,18 +84,55 @@ impl Limits {
         self.max_jobs.is_none() && self.max_bytes.is_none()
     }
 
+    #[cfg(test)]
+    fn encode(&self) -> String {
+        LimitsFile {
+            limits: *self,
+            groups: Vec::new(),
+        }
+        .encode()
+    }
+
+    #[cfg(test)]
+    fn decode(text: &str) -> Option<Limits> {
+        LimitsFile::decode(text).map(|f| f.limits)
+    }
+}
+
+/// The most jobs of one group leased at once that a limit may allow (a claim of a full group
+/// lists its slots, one file each).
+pub const MAX_GROUP_LIMIT: u32 = 1000;
+
+/// The whole limits file: the capacity limits and each group's limit, sorted by group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LimitsFile {
+    pub(crate) limits: Limits,
+    pub(crate) groups: Vec<(GroupName, u32)>,
+}
+
+impl LimitsFile {
+    /// The group's limit, if it has one.
+    pub(crate) fn group(&self, g: &GroupName) -> Option<u32> {
+        let i = self.groups.binary_search_by(|(n, _)| n.cmp(g)).ok()?;
+        Some(self.groups[i].1)
+    }
+
     fn encode(&self) -> String {
         let f = |v: Option<u64>| v.map_or("none".to_string(), |v| v.to_string());
-        let body = format!(
-            "steadq-limits\nversion=1\nmax_jobs={}\nmax_bytes={}\n",
-            f(self.max_jobs),
-            f(self.max_bytes)
+        let version = if self.groups.is_empty() { 1 } else { 2 };
+        let mut body = format!(
+            "steadq-limits\nversion={version}\nmax_jobs={}\nmax_bytes={}\n",
+            f(self.limits.max_jobs),
+            f(self.limits.max_bytes)
         );
+        for (g, n) in &self.groups {
+            body += &format!("max_leased.{g}={n}\n");
+        }
         let sum = limits_sum(body.as_bytes());
         format!("{body}sum={sum:016x}\n")
     }
 
-    fn decode(text: &str) -> Option<Limits> {
+    fn decode(text: &str) -> Option<LimitsFile> {
         let at = text.find("sum=")?;
         let (body, sum) = text.split_at(at);
         let sum = sum.strip_prefix("sum=")?.strip_suffix('\n')?;
@@ -97,9 +140,11 @@ impl Limits {
             return None;
         }
         let mut l = body.lines();
-        if l.next()? != "steadq-limits" || l.next()? != "version=1" {
-            return None;
-        }
+        let version = match (l.next()?, l.next()?) {
+            ("steadq-limits", "version=1") => 1,
+            ("steadq-limits", "version=2") => 2,
+            _ => return None,
+        };
         let mut val = |k: &str| -> Option<Option<u64>> {
             match l.next()?.strip_prefix(k)?.strip_prefix('=')? {
                 "none" => Some(None),
@@ -108,9 +153,26 @@ impl Limits {
         };
         let max_jobs = val("max_jobs")?;
         let max_bytes = val("max_bytes")?;
-        l.next().is_none().then_some(Limits {
-            max_jobs,
-            max_bytes,
+        let mut groups: Vec<(GroupName, u32)> = Vec::new();
+        for line in l {
+            let (g, n) = line.strip_prefix("max_leased.")?.split_once('=')?;
+            let g = GroupName::new(g)?;
+            let n: u32 = n
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_GROUP_LIMIT).contains(n))?;
+            // Sorted, each group once: one file, one text.
+            if version == 1 || groups.last().is_some_and(|(last, _)| *last >= g) {
+                return None;
+            }
+            groups.push((g, n));
+        }
+        Some(LimitsFile {
+            limits: Limits {
+                max_jobs,
+                max_bytes,
+            },
+            groups,
         })
     }
 }
@@ -141,7 +203,7 @@ struct Inner {
 #[derive(Debug)]
 struct KnownLimits {
     ino: OwnedFd,
-    limits: Limits,
+    file: LimitsFile,
 }
 
 /// Events on the root that can change the limits file.
@@ -241,12 +303,62 @@ impl Queue {
     /// [`ErrorKind::BadLimits`] (not done) when the file is damaged (checksum or syntax);
     /// [`ErrorKind::Io`] when it cannot be read.
     pub fn limits(&self) -> crate::Result<Limits> {
+        Ok(self.limits_file()?.limits)
+    }
+
+    /// The whole limits file (capacity and group limits); empty when it is missing.
+    ///
+    /// # Errors
+    /// As [`Queue::limits`].
+    pub(crate) fn limits_file(&self) -> crate::Result<LimitsFile> {
         let Some(text) = self.read_root_file(LIMITS_FILE)? else {
-            return Ok(Limits::default());
+            return Ok(LimitsFile::default());
         };
-        let limits = Limits::decode(&text);
+        let file = LimitsFile::decode(&text);
         let p = self.path(LIMITS_FILE);
-        Ok(limits.ok_or_else(|| Cause::not_done(ErrorKind::BadLimits, Some(p)))?)
+        Ok(file.ok_or_else(|| Cause::not_done(ErrorKind::BadLimits, Some(p)))?)
+    }
+
+    /// The group limits in force (`max_leased.<group>` lines of `steadq.limits`), sorted by
+    /// group: at most that many jobs of the group are leased at once (DESIGN.md, Groups).
+    ///
+    /// # Errors
+    /// As [`Queue::limits`].
+    pub fn group_limits(&self) -> crate::Result<Vec<(GroupName, u32)>> {
+        Ok(self.limits_file()?.groups)
+    }
+
+    /// Set group `group`'s limit to at most `max_leased` jobs leased at once (`None` removes
+    /// it; `Some(0)` or more than [`MAX_GROUP_LIMIT`] is [`ErrorKind::InvalidArgument`], not
+    /// done). The other limits are kept. Claims see the change at their next claim of a job
+    /// of the group; jobs already leased over a lowered limit keep their leases.
+    ///
+    /// # Errors
+    /// [`ErrorKind::BadLimits`] (not done) when the limits file is damaged; otherwise as
+    /// [`Queue::set_limits`].
+    pub fn set_group_limit(
+        &self,
+        group: &GroupName,
+        max_leased: Option<u32>,
+    ) -> Result<(), crate::Error> {
+        if max_leased.is_some_and(|n| n == 0 || n > MAX_GROUP_LIMIT) {
+            return Err(Cause::not_done(
+                ErrorKind::InvalidArgument("max leased must be 1..=1000 (or none)"),
+                None,
+            )
+            .into());
+        }
+        let mut file = self.limits_file()?;
+        file.groups.retain(|(g, _)| g != group);
+        if let Some(n) = max_leased {
+            file.groups.push((*group, n));
+            file.groups.sort_unstable();
+        }
+        let text = file.encode();
+        self.replace_root_file(Barrier::Limits, LIMITS_FILE, text.as_bytes())?;
+        // This handle's claims try the group again at once (others within FULL_RECHECK).
+        self.forget_full(group);
+        Ok(())
     }
 
     /// Settings file `name` of the root (a regular file, never followed), at most 4096
@@ -270,7 +382,8 @@ impl Queue {
     }
 
     /// Set (or with [`Limits::default`], remove the effect of) the capacity limits. Jobs
-    /// already over a new, lower limit stay; enqueues are refused until there is room.
+    /// already over a new, lower limit stay; enqueues are refused until there is room. The
+    /// group limits ([`Queue::set_group_limit`]) are kept.
     ///
     /// The file is written to `tmp/`, fsynced, renamed over `steadq.limits` (the
     /// linearization point) and the root fsynced.
@@ -279,7 +392,10 @@ impl Queue {
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
     pub fn set_limits(&self, limits: Limits) -> Result<(), crate::Error> {
-        Ok(self.replace_root_file(Barrier::Limits, LIMITS_FILE, limits.encode().as_bytes())?)
+        // The group lines are kept; a damaged file is replaced whole, as before groups.
+        let groups = self.limits_file().map(|f| f.groups).unwrap_or_default();
+        let text = LimitsFile { limits, groups }.encode();
+        Ok(self.replace_root_file(Barrier::Limits, LIMITS_FILE, text.as_bytes())?)
     }
 
     /// Replace settings file `name` in the root with `bytes`: written to `tmp/`, fsynced,
@@ -383,16 +499,30 @@ impl Queue {
     /// finds nothing, instead of an `openat`, a `read` and a `close`; or, on a queue without
     /// limits, a failed `openat`). Exact: see [`KnownLimits`].
     fn limits_now(&self) -> Result<Limits> {
+        self.limits_file_now(|f| f.limits)
+    }
+
+    /// Group `g`'s limit in force, read as [`Queue::limits_now`] reads the limits (the file
+    /// only after the root's watch saw a change).
+    pub(crate) fn group_limit_now(&self, g: &GroupName) -> Result<Option<u32>> {
+        self.limits_file_now(|f| f.group(g))
+    }
+
+    /// `f` of the limits file in force; see [`Queue::limits_now`].
+    fn limits_file_now<T>(&self, f: impl FnOnce(&LimitsFile) -> T) -> Result<T> {
         let mut g = self.cap.inner.lock().unwrap_or_else(|p| p.into_inner());
         if g.no_root_watch {
             drop(g);
-            return self.limits().map_err(crate::Error::into_internal);
+            return self
+                .limits_file()
+                .map(|l| f(&l))
+                .map_err(crate::Error::into_internal);
         }
         let ino = match g.known.take() {
             Some(k) if !limits_touched(&k.ino) => {
-                let limits = k.limits;
+                let out = f(&k.file);
                 g.known = Some(k);
-                return Ok(limits);
+                return Ok(out);
             }
             Some(k) => k.ino,
             None => match inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
@@ -402,14 +532,18 @@ impl Queue {
                 Err(_) => {
                     g.no_root_watch = true;
                     drop(g);
-                    return self.limits().map_err(crate::Error::into_internal);
+                    return self
+                        .limits_file()
+                        .map(|l| f(&l))
+                        .map_err(crate::Error::into_internal);
                 }
             },
         };
         // Watched before this read: a change from now on is seen at the next check.
-        let limits = self.limits().map_err(crate::Error::into_internal)?;
-        g.known = Some(KnownLimits { ino, limits });
-        Ok(limits)
+        let file = self.limits_file().map_err(crate::Error::into_internal)?;
+        let out = f(&file);
+        g.known = Some(KnownLimits { ino, file });
+        Ok(out)
     }
 
     /// Check room for `jobs` more jobs of `bytes` payload bytes in all and reserve it until the
@@ -794,5 +928,49 @@ mod tests {
         .encode();
         assert_eq!(Limits::decode(&t.replace("=10", "=11")), None);
         assert_eq!(Limits::decode("steadq-limits\n"), None);
+    }
+
+    #[test]
+    fn group_lines_round_trip_and_damage_is_caught() {
+        let g = |s| GroupName::new(s).unwrap();
+        let f = LimitsFile {
+            limits: Limits {
+                max_jobs: Some(10),
+                max_bytes: None,
+            },
+            groups: vec![(g("ffmpeg"), 2), (g("thumbs"), 1000)],
+        };
+        let t = f.encode();
+        assert!(
+            t.contains("version=2\n") && t.contains("max_leased.ffmpeg=2\n"),
+            "{t}"
+        );
+        assert_eq!(LimitsFile::decode(&t), Some(f.clone()));
+        assert_eq!(f.group(&g("thumbs")), Some(1000));
+        assert_eq!(f.group(&g("other")), None);
+        // Without groups: the version-1 text, byte for byte.
+        let plain = LimitsFile {
+            limits: f.limits,
+            groups: Vec::new(),
+        };
+        assert_eq!(plain.encode(), f.limits.encode());
+        assert!(plain.encode().contains("version=1\n"));
+        // A changed value, a bad name, 0 or over 1000, unsorted or repeated lines: damaged,
+        // even with a sum that matches.
+        assert_eq!(LimitsFile::decode(&t.replace("=2\n", "=3\n")), None);
+        let resum = |body: &str| format!("{body}sum={:016x}\n", limits_sum(body.as_bytes()));
+        let body = &t[..t.find("sum=").unwrap()];
+        for bad in [
+            body.replace("ffmpeg", "FFMPEG"),
+            body.replace("=2\n", "=0\n"),
+            body.replace("=1000\n", "=1001\n"),
+            body.replace("thumbs", "aaa"),
+            body.replace("thumbs", "ffmpeg"),
+            body.replace("version=2", "version=1"),
+            body.replace("max_leased.ffmpeg", "max_leased ffmpeg"),
+        ] {
+            assert_eq!(LimitsFile::decode(&resum(&bad)), None, "{bad}");
+        }
+        assert_eq!(LimitsFile::decode(&resum(body)), Some(f));
     }
 }

@@ -64,6 +64,11 @@ pub struct EnqueueOptions {
     /// this queue when this job is enqueued (a job can only name jobs made before it, so
     /// no cycle can form). Not with `delay`, `key` or `wait` (DESIGN.md, Dependencies).
     pub after: Vec<JobId>,
+    /// The job's group: at most the group's limit of its jobs are leased at once, across
+    /// every process ([`crate::Queue::set_group_limit`]; no limit set: no effect but the
+    /// name). Carried in the job's name (`.q<group>`); a version-1 or version-2 queue takes
+    /// none ([`ErrorKind::InvalidArgument`] naming `group`, not done).
+    pub group: Option<crate::GroupName>,
 }
 
 impl EnqueueOptions {
@@ -71,13 +76,18 @@ impl EnqueueOptions {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidArgument`] (not done) naming `priority`: out of 0..=7, or not the
-    /// default on a queue older than version 3.
+    /// default on a queue older than version 3; naming `group`: a group on such a queue.
     pub(crate) fn priority_on(&self, ident: &crate::Identity) -> Result<u8> {
         use crate::disk::name::{DEFAULT_PRIORITY, PRIORITY_LEVELS};
         let p = self.priority.unwrap_or(DEFAULT_PRIORITY);
         let bad = |what| Err(Cause::not_done(ErrorKind::InvalidArgument(what), None));
         if p >= PRIORITY_LEVELS {
             return bad("priority must be 0..=7 (7 is claimed first; the default is 3)");
+        }
+        if self.group.is_some() && ident.version < 3 {
+            return bad(
+                "group needs a version-3 queue (make a new queue with `steadq init` to use groups)",
+            );
         }
         match ident.version {
             _ if ident.has_priority(p) => Ok(p),
@@ -440,7 +450,9 @@ impl Queue {
             },
             None => Body::Streamed { len: 0 },
         };
-        let mut name = JobName::new_ready(id, max).with_priority(priority);
+        let mut name = JobName::new_ready(id, max)
+            .with_priority(priority)
+            .with_group(o.group);
         let (dir, rel_dir) = match o.delay.filter(|d| !d.is_zero()) {
             None if !o.after.is_empty() => {
                 state::check(None, Op::EnqueueWaiting, State::Waiting);

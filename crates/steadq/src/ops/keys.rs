@@ -355,7 +355,9 @@ impl Queue {
         let max = o.max_attempts.unwrap_or(self.opts.max_attempts);
         let first = match o.delay.filter(|d| !d.is_zero()) {
             None => {
-                let n = JobName::new_ready(id, max).with_priority(priority);
+                let n = JobName::new_ready(id, max)
+                    .with_priority(priority)
+                    .with_group(o.group);
                 let rel = self.ident.slot_rel(self.ident.slot_of(&n));
                 format!("{rel}/{}", n.format(self.ident.id))
             }

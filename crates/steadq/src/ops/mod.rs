@@ -19,6 +19,7 @@ pub(crate) mod making;
 pub(crate) mod payload;
 pub(crate) mod recover;
 pub(crate) mod shards;
+pub(crate) mod slots;
 pub(crate) mod split;
 pub(crate) mod transition;
 pub(crate) mod wait;

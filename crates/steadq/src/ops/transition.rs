@@ -15,7 +15,7 @@ use crate::disk::barrier::Barrier;
 use crate::disk::layout::{
     dead_bucket, delayed_bucket, dir_rel, receipts_shard, DEAD_DIR, DELAYED_DIR,
 };
-use crate::disk::name::JobName;
+use crate::disk::name::{JobName, Kind};
 use crate::disk::state::{self, Op, State};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
@@ -279,6 +279,22 @@ impl Queue {
                 });
             }
         }
+        if from.state == State::Leased {
+            self.after_lease_moved(old, new);
+        }
         Ok(())
+    }
+
+    /// After a job of a group left leased name `old` for `new`: its group slot is freed, or,
+    /// for a renewal, rewritten with the new deadlines (`ops/slots.rs`; failures are logged,
+    /// never the move's).
+    fn after_lease_moved(&self, old: &JobName, new: &JobName) {
+        let (Some(g), Kind::Leased(l)) = (old.group, old.kind) else {
+            return;
+        };
+        match new.kind {
+            Kind::Leased(renewed) => self.renew_slot(&g, l.token, new.id, &renewed),
+            _ => self.free_slot(&g, l.token),
+        }
     }
 }

@@ -138,6 +138,9 @@ pub struct Shared {
     /// `CLOCK_BOOTTIME` ns until which listings pass it over, and the error it gave
     /// (`ops/lease.rs`, at most 4,096).
     pub(crate) refused: std::sync::Mutex<Vec<(u128, u64, Cause)>>,
+    /// Groups a claim of this handle found full, and the slots its claims took
+    /// (`ops/slots.rs`).
+    pub(crate) full_groups: std::sync::Mutex<crate::ops::slots::GroupMemory>,
     /// Capacity tally and reservations (ops/capacity.rs).
     pub(crate) cap: crate::ops::capacity::CapState,
 }

@@ -158,6 +158,7 @@ impl Queue {
                 job_mode: OnceLock::new(),
                 warned_refused: Default::default(),
                 refused: Default::default(),
+                full_groups: Default::default(),
                 evidence_lock: Mutex::new(()),
                 cap: Default::default(),
             }),

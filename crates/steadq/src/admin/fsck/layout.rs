@@ -86,6 +86,7 @@ impl Queue {
                             || n == crate::disk::layout::WAITING_DIR
                             || n == crate::disk::layout::NEEDS_DIR
                             || n == crate::disk::layout::AFTER_DIR
+                            || n == crate::disk::layout::GROUPS_DIR
                             || n == QUARANTINE_DIR)
                             && !self.is_dir_entry(self.dirs.root.as_fd(), n, t) =>
                     {
@@ -229,7 +230,7 @@ impl Queue {
 
     /// Whether entry `name` of `dir`, of type `t` as listed, is a directory (`fstatat`
     /// without following a symlink when the listing did not say).
-    fn is_dir_entry(&self, dir: BorrowedFd<'_>, name: &str, t: EntryType) -> bool {
+    pub(super) fn is_dir_entry(&self, dir: BorrowedFd<'_>, name: &str, t: EntryType) -> bool {
         match t {
             EntryType::Dir => true,
             EntryType::Unknown => self

@@ -15,9 +15,10 @@ impl Queue {
         let kind = match self.limits() {
             Ok(_) => return,
             Err(e) if *e.kind() == crate::ErrorKind::BadLimits => ProblemKind::Damaged(
-                "the capacity limits file does not decode (checksum or syntax), and every \
-                 enqueue fails until it is fixed: set the limits again (`steadq init DIR \
-                 --max-jobs N|none --max-bytes N|none`)",
+                "the capacity limits file does not decode (checksum, syntax, or a group \
+                 line), and every enqueue fails until it is fixed, and jobs of groups wait: \
+                 set the limits again (`steadq init DIR --max-jobs N|none --max-bytes \
+                 N|none`, then `steadq limit DIR --group G --max-leased N`)",
             ),
             Err(e) => match (e.kind(), e.errno()) {
                 // Opened without following: a symlink (or a fifo) in its place is named by

@@ -7,10 +7,10 @@
 //! `take.rs`; listing one slot is `sweep.rs`.
 
 use super::refusal::{only_refused, refused};
-use super::take::TryFailed::{Fail, Skip};
+use super::take::TryFailed::{Fail, Full, Skip};
 use super::Lease;
 use crate::disk::barrier::Barrier;
-use crate::disk::name::{JobId, JobName, Kind};
+use crate::disk::name::{GroupName, JobId, JobName, Kind};
 use crate::disk::state::State;
 use crate::disk::sys::Errno;
 #[cfg(doc)]
@@ -33,6 +33,11 @@ pub(super) const CLAIM_CANDIDATES: usize = 256;
 /// How often a claiming handle makes due delayed jobs ready before it claims (see
 /// `promote_due_first`): a due job waits at most this long behind ready jobs of a lower level.
 const PROMOTE_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether job `n` is of a group in `full` (groups a claim found full, for a while).
+fn of_full(n: &JobName, full: &[(GroupName, u64)]) -> bool {
+    n.group.is_some_and(|g| full.iter().any(|f| f.0 == g))
+}
 
 impl Queue {
     /// Claim a job with this handle's lease, [`Options::lease`](crate::Options::lease)
@@ -226,8 +231,11 @@ impl Queue {
         // listed two slots: 29 ms, not 14).
         let mut deep_done = false;
         loop {
-            self.load_levels(seen, &mut budget, &mut deep_done)?;
-            let Some((slot, name)) = self.pick() else {
+            // Groups found full: their jobs stay held, passed over by the pick, and listings
+            // pass them over too (ops/slots.rs), so other jobs are claimed meanwhile.
+            let full = self.full_groups_now();
+            self.load_levels(seen, &mut budget, &mut deep_done, &full)?;
+            let Some((slot, name)) = self.pick(&full) else {
                 // Jobs passed over as refused by an earlier claim are still "a job this user
                 // may not move", never "no job".
                 return match refused.or_else(|| self.live_refusal()) {
@@ -256,6 +264,11 @@ impl Queue {
                     continue;
                 }
                 Err(Fail(e)) => return Err(e),
+                Err(Full) => {
+                    // Held again, for when the group has room: no listing needed to find it.
+                    self.hold_listed(slot, vec![name]);
+                    continue;
+                }
                 Ok(l) => l,
             };
             if let Some(lease) = tried {
@@ -289,6 +302,7 @@ impl Queue {
         seen: &mut RecoverReport,
         budget: &mut u32,
         deep_done: &mut bool,
+        full: &[(GroupName, u64)],
     ) -> Result<()> {
         // One clock read and one look at each lock for the whole walk: on a mostly empty
         // version-3 queue nearly every one of its 64 slots is known empty and holds nothing,
@@ -307,9 +321,9 @@ impl Queue {
                     *k = None;
                 }
             }
-            c.held.iter().any(|h| !h.is_empty())
+            c.held.iter().any(|h| h.iter().any(|n| !of_full(n, full)))
         };
-        let walked = self.walk_levels(seen, budget, deep_done, now, &skip, any_held);
+        let walked = self.walk_levels(seen, budget, deep_done, (now, full), &skip, any_held);
         SKIP_SCRATCH.set(skip);
         walked
     }
@@ -321,7 +335,7 @@ impl Queue {
         seen: &mut RecoverReport,
         budget: &mut u32,
         deep_done: &mut bool,
-        now: u64,
+        (now, full): (u64, &[(GroupName, u64)]),
         skip: &[Option<u64>],
         any_held: bool,
     ) -> Result<()> {
@@ -355,8 +369,10 @@ impl Queue {
                     }
                     continue;
                 }
+                // Arrivals of a full group are held too: the pick passes them over until the
+                // group has room, and no listing is needed to find them then.
                 self.take_arrivals(slot, now);
-                if self.holds(slot) {
+                if self.holds(slot, full) {
                     any = true;
                     continue;
                 }
@@ -483,8 +499,8 @@ impl Queue {
     }
 
     /// Whether `slot` holds candidates that no older arrival would pass (else they are
-    /// dropped, for a fresh listing).
-    pub(super) fn holds(&self, slot: u16) -> bool {
+    /// dropped, for a fresh listing), not counting those of the groups in `full`.
+    pub(super) fn holds(&self, slot: u16, full: &[(GroupName, u64)]) -> bool {
         let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
         let held = &mut c.held[slot as usize];
         match held.first() {
@@ -493,14 +509,14 @@ impl Queue {
                 held.clear();
                 false
             }
-            Some(_) => true,
+            Some(_) => held.iter().any(|n| !of_full(n, full)),
         }
     }
 
     /// Take the best candidate held: the highest effective priority, then the oldest id.
     /// The effective priority is the job's own, or with aging `a` (see
     /// [`crate::Options::aging`]) its own plus one per `a` of age, at most the top level.
-    fn pick(&self) -> Option<(u16, JobName)> {
+    fn pick(&self, full: &[(GroupName, u64)]) -> Option<(u16, JobName)> {
         let top = self.ident.levels().saturating_sub(1);
         let aging_ms = self.opts.aging.map(|a| (a.as_millis() as u64).max(1));
         // The wall clock matters only with aging (a clock read per claim otherwise).
@@ -510,9 +526,12 @@ impl Queue {
         // and slot apart: `max_by_key` with a `(u8, Reverse<u128>)` key moved the key through
         // the stack at odd offsets, a store-forwarding stall per slot (perf: 1% of a tmpfs
         // lifecycle). Ties go to the later slot, as `max_by_key` gave them.
-        let mut best: Option<(u8, JobId, usize)> = None;
+        let mut best: Option<(u8, JobId, usize, usize)> = None;
         for (slot, h) in c.held.iter().enumerate() {
-            let Some(n) = h.last() else { continue };
+            // The oldest candidate not of a full group (nearly always the last).
+            let Some((at, n)) = h.iter().enumerate().rev().find(|(_, n)| !of_full(n, full)) else {
+                continue;
+            };
             let level = match aging_ms {
                 None => n.priority,
                 Some(a) => {
@@ -520,13 +539,13 @@ impl Queue {
                     (n.priority as u64 + up).min(top.max(n.priority) as u64) as u8
                 }
             };
-            let better = best.is_none_or(|(l, id, _)| level > l || (level == l && n.id <= id));
+            let better = best.is_none_or(|(l, id, ..)| level > l || (level == l && n.id <= id));
             if better {
-                best = Some((level, n.id, slot));
+                best = Some((level, n.id, slot, at));
             }
         }
-        let best = best?.2;
-        c.held[best].pop().map(|n| (best as u16, n))
+        let (.., best, at) = best?;
+        Some((best as u16, c.held[best].remove(at)))
     }
 
     /// Claim up to `max` jobs with a lease of `lease` each, sharing barriers: all the claims'
@@ -613,7 +632,8 @@ mod tests {
         // The listing a claim makes, with no refusal known yet: the job is a candidate.
         let mut seen = RecoverReport::default();
         let mut budget = 2 * q.ident.slots() as u32;
-        q.load_levels(&mut seen, &mut budget, &mut false).unwrap();
+        q.load_levels(&mut seen, &mut budget, &mut false, &[])
+            .unwrap();
         let skip = Cause::io(Call::Open, Errno::ACCESS, Outcome::NotDone, None);
         q.remember_refused(id, &skip);
         let e = match q.claim() {

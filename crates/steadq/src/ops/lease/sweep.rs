@@ -30,6 +30,7 @@ impl Queue {
             now_ns: self.clock.boot_ns(),
             max_ready: CLAIM_CANDIDATES,
             refused: self.refused_ids(),
+            full: self.full_groups_now(),
         };
         let listed = self.list_ready_shard(s, |dir| {
             crate::disk::scan::scan_ready_shard(&self.sys, dir, &at, |raw, f| {

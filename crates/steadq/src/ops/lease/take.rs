@@ -20,9 +20,12 @@ pub(super) enum TryFailed {
     Skip(Cause),
     /// Any other failure.
     Fail(Cause),
+    /// The job's group is full (every slot held): nothing moved; its jobs are passed over
+    /// for a while ([`Queue::remember_full`]).
+    Full,
 }
 
-use TryFailed::{Fail, Skip};
+use TryFailed::{Fail, Full, Skip};
 
 impl From<Cause> for TryFailed {
     fn from(e: Cause) -> TryFailed {
@@ -90,17 +93,62 @@ impl Queue {
             token: random(),
         };
         let leased = name.next(Kind::Leased(fields), true);
+        let slot = self.group_slot_first(&name, &fields)?;
         let to = self.place_ready(shard, State::Leased);
         let moved = if sync {
             self.move_job(&here, &name, &to, &leased, Op::Claim)
         } else {
             self.rename_job(&here, &name, &to, &leased, Op::Claim)
         };
+        if let (Some(g), Err(MoveFailed::NotDone(_))) = (slot, &moved) {
+            // Not leased: the slot taken for it is given up.
+            self.free_slot(&g, fields.token);
+        }
         match moved {
             Ok(()) => self.take_leased(shard, leased, &to),
             Err(e) if e.is_lease_lost() => Ok(None),
             Err(MoveFailed::NotDone(e)) if refused(&e) => Err(Skip(e)),
             Err(e) => Err(Cause::from(e).into()),
+        }
+    }
+
+    /// For a claim of `name` with lease `fields`: when its group has a limit, take a slot of
+    /// the group first (`ops/slots.rs`); the group taken from, if any. `Full` when every slot
+    /// is held (the group is remembered full), and also when the limits file cannot be
+    /// read: the group's jobs wait rather than run past a limit not known (logged; fsck
+    /// names the file). `Skip` (not done: no slot taken, nothing moved) when the slot's calls
+    /// fail.
+    fn group_slot_first(
+        &self,
+        name: &JobName,
+        fields: &LeaseFields,
+    ) -> core::result::Result<Option<crate::disk::name::GroupName>, TryFailed> {
+        let Some(g) = name.group else {
+            return Ok(None);
+        };
+        let limit = match self.group_limit_now(&g) {
+            Ok(None) => return Ok(None),
+            Ok(Some(n)) => n,
+            Err(e) => {
+                self.warn_once(
+                    format!("group limits {g}"),
+                    format_args!("group {g}: its limit is not known ({e}); its jobs wait"),
+                );
+                self.remember_full(g);
+                return Err(Full);
+            }
+        };
+        match self.take_slot(&g, limit, name.id, fields) {
+            Ok(Some(_)) => Ok(Some(g)),
+            Ok(None) => {
+                self.remember_full(g);
+                Err(Full)
+            }
+            // No slot could be taken (a group directory this user may not write, a symlink
+            // in its place, a full disk): nothing moved; the job is passed over like one this
+            // user may not move, other jobs are claimed, and the claim fails with this error
+            // (not done) only when nothing else could be.
+            Err(e) => Err(Skip(e)),
         }
     }
 
@@ -233,6 +281,16 @@ impl Queue {
             }
         }
         Ok(None)
+    }
+
+    /// Log `msg` at warn level once per handle for `key` (at most 256 keys).
+    fn warn_once(&self, key: String, msg: core::fmt::Arguments<'_>) {
+        let mut w = self.warned_blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if w.contains(&key) || w.len() >= 256 {
+            return;
+        }
+        w.push(key);
+        log::warn!("{msg}");
     }
 
     /// Warn once per handle that job `leased` (claimed in `rel`) shares its file with `other`.

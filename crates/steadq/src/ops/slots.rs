@@ -1,0 +1,365 @@
+//! Group slots: at most `N` jobs of a group with a limit leased at once, across every process
+//! on the machine (DESIGN.md, Groups). A claim of a job of group `g` whose limit is `N` first
+//! takes one of the files `groups/<g>/0` .. `groups/<g>/<N-1>` (its text written before it
+//! gets its name: an `O_TMPFILE` linked in, or a temp file renamed in, never replacing), then
+//! renames the job to its leased name; every move out of the leased name frees the slot
+//! again (`ops/transition.rs`), and a renewal rewrites it. A slot whose lease is expired (or
+//! from another boot) is stale: a claim that finds every slot taken reclaims stale ones.
+//! Slots have no fsync: after a power cut every lease, and every slot with it, is another
+//! boot's.
+
+use crate::disk::name::{GroupName, JobId, LeaseFields};
+use crate::disk::slot::{parse_slot_name, slot_name, slot_stale, Slot, GROUPS_DIR};
+use crate::disk::sys::{Call, Errno};
+use crate::error::{Cause, Outcome, Result};
+use crate::queue::Queue;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+/// How long a handle's claims pass over the jobs of a group they found full before they try
+/// it again (no event says that another process freed a slot).
+pub(crate) const FULL_RECHECK: Duration = Duration::from_millis(20);
+
+/// A slot's text on its way in: an unnamed file in the group's directory, or a named temp
+/// file in `tmp/` where the filesystem has no `O_TMPFILE`.
+enum SlotFile {
+    Unnamed(OwnedFd),
+    Named(String),
+}
+
+/// What a listing of a group's slots found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SlotCount {
+    /// Slots of live leases (and entries a claim leaves alone: symlinks, fifos).
+    pub held: u32,
+    /// Stale slots: a claim may take their place.
+    pub stale: u32,
+}
+
+/// What a handle remembers of groups: those its claims found full, each with the
+/// `CLOCK_BOOTTIME` ns until which they pass its jobs over, and the slot each lease it took
+/// holds (by lease token), so that freeing or renewing reads that slot first rather than
+/// every slot of the group.
+#[derive(Debug, Default)]
+pub(crate) struct GroupMemory {
+    full: Vec<(GroupName, u64)>,
+    held: std::collections::HashMap<u128, u32>,
+}
+
+/// Slots remembered per handle at most (leases settled through another handle, or dropped
+/// by a crash of theirs, are forgotten when the map is full).
+const HELD_MAX: usize = 4096;
+
+/// `groups/<g>`, from the root.
+pub(crate) fn group_rel(g: &GroupName) -> String {
+    format!("{GROUPS_DIR}/{g}")
+}
+
+impl Queue {
+    /// Directory `groups/<g>`, never through a symlink; with `make`, made (with `groups/`)
+    /// when missing.
+    fn group_dir(&self, g: &GroupName, make: bool) -> core::result::Result<OwnedFd, Errno> {
+        let root = self.dirs.root.as_fd();
+        let open_or_make =
+            |dir: BorrowedFd<'_>, name: &str| match self.sys.open_dir_beneath(dir, name) {
+                Err(Errno::NOENT) if make => match self.sys.mkdir(dir, name) {
+                    Ok(()) | Err(Errno::EXIST) => self.sys.open_dir_beneath(dir, name),
+                    Err(e) => Err(e),
+                },
+                r => r,
+            };
+        let groups = open_or_make(root, GROUPS_DIR)?;
+        open_or_make(groups.as_fd(), g.as_str())
+    }
+
+    /// Take a slot of group `g`, whose limit is `n`, for lease `l` that a claim of job `id`
+    /// is about to take: `Ok(Some(k))`, slot `k` is the lease's; `Ok(None)`, the group is full
+    /// (every slot held by a live lease, or by an entry claims leave alone).
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Io`], not done: no slot was taken.
+    pub(crate) fn take_slot(
+        &self,
+        g: &GroupName,
+        n: u32,
+        id: JobId,
+        l: &LeaseFields,
+    ) -> Result<Option<u32>> {
+        let rel = group_rel(g);
+        let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let dir = self.group_dir(g, true).map_err(|e| nd(Call::Open, e))?;
+        let text = Slot { job: id, lease: *l }.encode();
+        let mut file = self.slot_file(dir.as_fd(), &text)?;
+        let mut taken = self.place_in_free_slot(&file, dir.as_fd(), n);
+        if let (SlotFile::Unnamed(_), Err((Call::Link, Errno::NOTSUP))) = (&file, taken) {
+            // Neither way of linking an O_TMPFILE works here (`Sys::link_tmpfile`), which the
+            // handle now remembers: a named temp file, as enqueues do.
+            file = self.slot_file(dir.as_fd(), &text)?;
+            taken = self.place_in_free_slot(&file, dir.as_fd(), n);
+        }
+        if let SlotFile::Named(tmp) = &file {
+            if !matches!(taken, Ok(Some(_))) {
+                let _ = self.sys.unlink(self.dirs.tmp.as_fd(), tmp);
+            }
+        }
+        if let Ok(Some(k)) = taken {
+            let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+            if m.held.len() >= HELD_MAX {
+                m.held.clear();
+            }
+            m.held.insert(l.token, k);
+        }
+        taken.map_err(|(c, e)| nd(c, e))
+    }
+
+    /// The slot's text `text` in a file without a name yet (see [`SlotFile`]).
+    fn slot_file(&self, dir: BorrowedFd<'_>, text: &str) -> Result<SlotFile> {
+        let written = |fd: &OwnedFd, at: &str| {
+            self.sys
+                .write_all(fd.as_fd(), text.as_bytes())
+                .map_err(|e| Cause::io(Call::Write, e, Outcome::NotDone, Some(self.path(at))))
+        };
+        let named = self.sys.publish_mode() == Some(crate::disk::sys::Publish::Named);
+        if !named {
+            match self.sys.open_tmpfile(dir) {
+                Ok(fd) => {
+                    written(&fd, GROUPS_DIR)?;
+                    return Ok(SlotFile::Unnamed(fd));
+                }
+                Err(Errno::NOTSUP | Errno::ISDIR) => {}
+                Err(e) => {
+                    return Err(Cause::io(
+                        Call::Open,
+                        e,
+                        Outcome::NotDone,
+                        Some(self.path(GROUPS_DIR)),
+                    ))
+                }
+            }
+        }
+        let tmp = crate::disk::name::TempName::new(
+            self.clock.boot_id(),
+            crate::disk::name::TempKind::Job,
+            crate::queue::random(),
+        )
+        .format()
+        .to_string();
+        let at = format!("{}/{tmp}", crate::disk::layout::TMP_DIR);
+        let t = self.dirs.tmp.as_fd();
+        let fd = (self.sys.create_file(t, &tmp))
+            .map_err(|e| Cause::io(Call::Open, e, Outcome::NotDone, Some(self.path(&at))))?;
+        if let Err(e) = written(&fd, &at) {
+            let _ = self.sys.unlink(t, &tmp);
+            return Err(e);
+        }
+        Ok(SlotFile::Named(tmp))
+    }
+
+    /// Give `file` the name of a free slot of `dir` (`0..n`): the free ones first, then the
+    /// stale ones, each removed first (if it is still the file that was read). `Ok(None)`:
+    /// none was free or stale.
+    fn place_in_free_slot(
+        &self,
+        file: &SlotFile,
+        dir: BorrowedFd<'_>,
+        n: u32,
+    ) -> core::result::Result<Option<u32>, (Call, Errno)> {
+        for reclaim in [false, true] {
+            for k in 0..n {
+                let name = slot_name(k);
+                if reclaim {
+                    match self.stale_slot(dir, &name) {
+                        Some(file_id) => self.unlink_slot(dir, &name, file_id),
+                        None => continue,
+                    }
+                }
+                let placed = match file {
+                    SlotFile::Unnamed(fd) => self
+                        .sys
+                        .link_tmpfile(fd.as_fd(), dir, &name)
+                        .map_err(|e| (Call::Link, e)),
+                    SlotFile::Named(tmp) => {
+                        (self.sys.rename(self.dirs.tmp.as_fd(), tmp, dir, &name))
+                            .map_err(|e| (Call::Rename, e))
+                    }
+                };
+                match placed {
+                    Ok(()) => return Ok(Some(k)),
+                    Err((_, Errno::EXIST)) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The file id of slot `name` of `dir` when it is stale ([`slot_stale`]); `None` when it
+    /// is live, gone, or not a regular file (never followed, never opened as one).
+    fn stale_slot(&self, dir: BorrowedFd<'_>, name: &str) -> Option<(u64, u64)> {
+        let fd = self.sys.open_regular_ro(dir, name).ok()?;
+        let meta = self.sys.fstat_meta(fd.as_fd()).ok()?;
+        let mut text = Vec::new();
+        self.sys.read_all(fd.as_fd(), 4096, &mut text).ok()?;
+        let (boot, now) = (self.clock.boot_id(), self.clock.boot_ns());
+        slot_stale(&text, boot, now).then_some(meta.file)
+    }
+
+    /// Remove slot `name` of `dir` if it is still file `file_id` (another claim may have
+    /// taken its place since it was read: DESIGN.md, Groups, for the window left). A failure
+    /// is logged.
+    fn unlink_slot(&self, dir: BorrowedFd<'_>, name: &str, file_id: (u64, u64)) {
+        match self.sys.stat_nofollow(dir, name) {
+            Ok(m) if m.file == file_id => {}
+            _ => return,
+        }
+        match self.sys.unlink(dir, name) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(e) => log::warn!("removing group slot {name}: {e}"),
+        }
+    }
+
+    /// Free the slot the lease with token `token` holds in group `g`, after the job left its
+    /// leased name: the slot whose text names that token is removed. A failure is logged (the
+    /// slot goes stale at the lease's deadline); the move that freed it stays done.
+    pub(crate) fn free_slot(&self, g: &GroupName, token: u128) {
+        let Ok(dir) = self.group_dir(g, false) else {
+            return;
+        };
+        let hint = {
+            let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+            m.held.remove(&token)
+        };
+        if let Some((name, file_id)) = self.find_slot(dir.as_fd(), token, hint) {
+            self.unlink_slot(dir.as_fd(), &name, file_id);
+        }
+    }
+
+    /// Rewrite the slot of the lease with token `old_token` in group `g` with the renewed
+    /// lease `l` of job `id` (a temp file renamed over the slot: the slot is its holder's). A
+    /// failure is logged: the slot then goes stale at the old deadline, and may be taken by
+    /// another claim while this lease runs on (DESIGN.md, Groups).
+    pub(crate) fn renew_slot(&self, g: &GroupName, old_token: u128, id: JobId, l: &LeaseFields) {
+        let Ok(dir) = self.group_dir(g, false) else {
+            return;
+        };
+        let hint = {
+            let m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+            m.held.get(&old_token).copied()
+        };
+        let Some((name, _)) = self.find_slot(dir.as_fd(), old_token, hint) else {
+            return;
+        };
+        let text = Slot { job: id, lease: *l }.encode();
+        let t = self.dirs.tmp.as_fd();
+        let tmp = crate::disk::name::TempName::new(
+            self.clock.boot_id(),
+            crate::disk::name::TempKind::Job,
+            crate::queue::random(),
+        )
+        .format()
+        .to_string();
+        let done = self.sys.create_file(t, &tmp).and_then(|fd| {
+            self.sys.write_all(fd.as_fd(), text.as_bytes())?;
+            self.sys.rename_replace(t, &tmp, dir.as_fd(), &name)
+        });
+        if let Err(e) = done {
+            let _ = self.sys.unlink(t, &tmp);
+            log::warn!("renewing group slot {}/{name}: {e}", group_rel(g));
+        }
+    }
+
+    /// The slot of `dir` whose text names lease token `token`: its name and file id. Slot
+    /// `hint` (the one this handle's claim took) is read first; the others only when it is
+    /// not that slot.
+    fn find_slot(
+        &self,
+        dir: BorrowedFd<'_>,
+        token: u128,
+        hint: Option<u32>,
+    ) -> Option<(String, (u64, u64))> {
+        let holds = |n: &str| -> Option<(u64, u64)> {
+            let fd = self.sys.open_regular_ro(dir, n).ok()?;
+            let mut text = Vec::new();
+            self.sys.read_all(fd.as_fd(), 4096, &mut text).ok()?;
+            let s = Slot::decode(&text)?;
+            let id = self.sys.fstat_meta(fd.as_fd()).ok()?.file;
+            (s.lease.token == token).then_some(id)
+        };
+        if let Some(k) = hint {
+            let name = slot_name(k);
+            if let Some(id) = holds(&name) {
+                return Some((name.to_string(), id));
+            }
+        }
+        let mut names = Vec::new();
+        let listed = self.sys.read_dir(dir, |n, _, _| {
+            if let Some(n) = n.filter(|n| parse_slot_name(n).is_some()) {
+                names.push(n.to_string());
+            }
+        });
+        if let Err(e) = listed {
+            log::warn!("listing group slots: {e}");
+            return None;
+        }
+        names.sort_by_key(|n| parse_slot_name(n));
+        names.into_iter().find_map(|n| holds(&n).map(|id| (n, id)))
+    }
+
+    /// Count group `g`'s slots: held (live, or left alone) and stale. Nothing when the group
+    /// has no directory.
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Io`] (not done) when its directory cannot be opened or listed.
+    pub(crate) fn count_slots(&self, g: &GroupName) -> Result<SlotCount> {
+        let rel = group_rel(g);
+        let nd = |c, e| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+        let dir = match self.group_dir(g, false) {
+            Ok(d) => d,
+            Err(Errno::NOENT) => return Ok(SlotCount::default()),
+            Err(e) => return Err(nd(Call::Open, e)),
+        };
+        let mut names = Vec::new();
+        self.sys
+            .read_dir(dir.as_fd(), |n, _, _| {
+                if let Some(n) = n.filter(|n| parse_slot_name(n).is_some()) {
+                    names.push(n.to_string());
+                }
+            })
+            .map_err(|e| nd(Call::ReadDir, e))?;
+        let mut c = SlotCount::default();
+        for n in names {
+            match self.stale_slot(dir.as_fd(), &n) {
+                Some(_) => c.stale += 1,
+                None => c.held += u32::from(self.sys.stat_nofollow(dir.as_fd(), &n).is_ok()),
+            }
+        }
+        Ok(c)
+    }
+
+    /// Remember group `g` as full: this handle's claims pass its jobs over for
+    /// [`FULL_RECHECK`].
+    pub(crate) fn remember_full(&self, g: GroupName) {
+        let until = self.clock.boot_ns() + FULL_RECHECK.as_nanos() as u64;
+        let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+        m.full.retain(|x| x.0 != g);
+        m.full.push((g, until));
+    }
+
+    /// Forget that group `g` was found full (its limit changed through this handle).
+    pub(crate) fn forget_full(&self, g: &GroupName) {
+        let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+        m.full.retain(|x| x.0 != *g);
+    }
+
+    /// The groups remembered as full and not lapsed, `(group, until boot ns)` (lapsed ones
+    /// are dropped).
+    pub(crate) fn full_groups_now(&self) -> Vec<(GroupName, u64)> {
+        let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+        if m.full.is_empty() {
+            return Vec::new();
+        }
+        let now = self.clock.boot_ns();
+        m.full.retain(|x| x.1 > now);
+        m.full.clone()
+    }
+}
