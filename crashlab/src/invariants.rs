@@ -8,7 +8,10 @@
 //! 4. no corrupt, torn or foreign file outside `dead/` (dead jobs with reason `corrupt` are
 //!    allowed only for jobs whose enqueue was never marked done) and `quarantine/`;
 //! 5. attempt counts never go down: a claim marked done with attempt `a` leaves attempt >= a;
-//! 6. recovery is idempotent: run it twice (the second moves nothing); crash it part-way
+//! 6. dependencies (`after <id> <dep>,...` marks): a job that left `waiting/` (ready, leased,
+//!    acked) has every dependency acked; after recovery none still waits whose dependencies
+//!    are all acked, and one whose dependency is dead is dead too;
+//! 7. recovery is idempotent: run it twice (the second moves nothing); crash it part-way
 //!    (a simulated stop after its Nth rename) and run it again: the invariants still hold.
 
 use crate::marks::Mark;
@@ -28,6 +31,8 @@ pub struct Expect {
     pub claimed: HashMap<JobId, u32>,
     /// Payload digests of done enqueues, where the records carry them (the power-cut rig).
     pub digests: HashMap<JobId, String>,
+    /// The dependencies of done enqueues that had some.
+    pub after: HashMap<JobId, Vec<JobId>>,
 }
 
 impl Expect {
@@ -46,6 +51,16 @@ impl Expect {
                 }
                 "ack" => {
                     e.acked.insert(parse_id(f.next())?);
+                }
+                "after" => {
+                    let j = parse_id(f.next())?;
+                    let deps = f
+                        .next()
+                        .unwrap_or_default()
+                        .split(',')
+                        .map(|d| parse_id(Some(d)))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    e.after.insert(j, deps);
                 }
                 "claim" => {
                     let j = parse_id(f.next())?;
@@ -189,6 +204,16 @@ pub fn digest(payload: &[u8]) -> String {
         .collect()
 }
 
+/// The state of a found job: its name's, but `Waiting` in `waiting/` (a waiting job keeps its
+/// ready name).
+pub fn state_at(f: &Found) -> State {
+    if f.rel.starts_with("waiting/") {
+        State::Waiting
+    } else {
+        state_of(&f.name)
+    }
+}
+
 /// The state a name puts a job in.
 pub fn state_of(name: &JobName) -> State {
     match name.kind {
@@ -280,6 +305,7 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
             )),
         }
     }
+    out.extend(check_dependencies(snap, expect, &by_id));
     let mut claimed: Vec<(&JobId, &u32)> = expect.claimed.iter().collect();
     claimed.sort_by_key(|(id, _)| id.to_string());
     for (id, &a) in claimed {
@@ -293,6 +319,44 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
                     f.name.attempt
                 ));
             }
+        }
+    }
+    out
+}
+
+/// Invariant 6: the marked dependencies against where each job is after recovery.
+fn check_dependencies(
+    snap: &Snapshot,
+    expect: &Expect,
+    by_id: &HashMap<JobId, Vec<&Found>>,
+) -> Vec<String> {
+    let state = |id: &JobId| -> Option<State> {
+        match by_id.get(id).map(|v| v.as_slice()) {
+            Some([f, ..]) => Some(state_at(f)),
+            _ if snap.compacted.contains(id) => Some(State::Acked),
+            _ => None,
+        }
+    };
+    let mut out = Vec::new();
+    let mut ids: Vec<&JobId> = expect.after.keys().collect();
+    ids.sort_by_key(|id| id.to_string());
+    for id in ids {
+        let deps = &expect.after[id];
+        let acked = deps.iter().all(|d| state(d) == Some(State::Acked));
+        let dead = deps.iter().find(|d| state(d) == Some(State::Dead));
+        match (state(id), acked, dead) {
+            (Some(State::Waiting), true, _) => out.push(format!(
+                "job {id} still waits after recovery, its dependencies {deps:?} all acked"
+            )),
+            (Some(State::Ready | State::Leased | State::Acked | State::Delayed), false, _) => out
+                .push(format!(
+                    "job {id} left waiting/ before its dependencies were acked: {:?}",
+                    deps.iter().map(|d| (d, state(d))).collect::<Vec<_>>()
+                )),
+            (Some(s), _, Some(d)) if s != State::Dead => out.push(format!(
+                "job {id} is {s:?} after recovery, its dependency {d} dead-lettered"
+            )),
+            _ => {}
         }
     }
     out

@@ -155,7 +155,10 @@ impl Report {
         };
         for (path, d) in &self.entries {
             let top = path.split('/').next().unwrap_or("");
-            if !matches!(top, "ready" | "delayed" | "dead" | "receipts") {
+            if !matches!(
+                top,
+                "ready" | "prio" | "delayed" | "dead" | "receipts" | "waiting"
+            ) {
                 continue;
             }
             let file = path.rsplit('/').next().unwrap_or("");
@@ -178,7 +181,7 @@ impl Report {
 
 /// Every kind of operation a record may carry.
 pub const KINDS: &[&str] = &[
-    "enq", "claim", "renew", "ack", "nack", "fail", "requeue", "recover", "compact",
+    "enq", "after", "claim", "renew", "ack", "nack", "fail", "requeue", "recover", "compact",
 ];
 
 /// One confirmed operation: `op <seq> <what> <id> [arg]`.
@@ -230,6 +233,15 @@ pub fn expect_from(records: &str) -> Result<Expect, String> {
             }
             "ack" => {
                 e.acked.insert(op.id);
+            }
+            // `op N after ID DEP[,DEP...]`: the enqueue just before it had dependencies.
+            "after" => {
+                let deps = op
+                    .arg
+                    .split(',')
+                    .map(|d| JobId::parse(d).ok_or(format!("bad dependency in {line:?}")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                e.after.insert(op.id, deps);
             }
             "claim" => {
                 let a: u32 = op
@@ -323,6 +335,75 @@ mod tests {
         assert!(e.enqueued.contains(&id) && e.acked.contains(&id));
         assert_eq!(e.claimed[&id], 2);
         assert_eq!(e.digests[&id], d);
+    }
+
+    #[test]
+    fn dependencies_are_checked_where_each_job_is() {
+        use steadq::Kind;
+        let (x, d) = (
+            JobId::new(1_700_000_000_000, 1),
+            JobId::new(1_700_000_000_001, 2),
+        );
+        let e = expect_from(&format!("op 1 enq {x}\nop 2 enq {d}\nop 3 after {d} {x}\n")).unwrap();
+        assert_eq!(e.after[&d], vec![x]);
+        let found = |id, dir: &str, kind| Found {
+            rel: format!("{dir}/name"),
+            name: JobName {
+                id,
+                generation: 1,
+                attempt: 0,
+                max_attempts: 5,
+                priority: steadq::DEFAULT_PRIORITY,
+                group: None,
+                kind,
+            },
+            digest: Some(String::new()),
+        };
+        let snap = |jobs| Snapshot {
+            jobs,
+            ..Snapshot::default()
+        };
+        let dead = Kind::Dead {
+            reason: steadq::Reason::FAILED,
+        };
+        let dep_dead = Kind::Dead {
+            reason: steadq::Reason::DEPENDENCY,
+        };
+        let kept = [
+            vec![
+                found(x, "ready/00", Kind::Ready),
+                found(d, "waiting", Kind::Ready),
+            ],
+            vec![found(x, "dead/00", dead), found(d, "dead/00", dep_dead)],
+        ];
+        for jobs in kept {
+            let v = crate::invariants::check(&snap(jobs.clone()), &e);
+            assert!(v.is_empty(), "{jobs:?}: {v:?}");
+        }
+        // Ready before its dependency was acked; waiting though it was; alive though it died.
+        let broken = [
+            (
+                vec![
+                    found(x, "ready/00", Kind::Ready),
+                    found(d, "ready/01", Kind::Ready),
+                ],
+                "left waiting/",
+            ),
+            (
+                vec![found(x, "dead/00", dead), found(d, "waiting", Kind::Ready)],
+                "dead-lettered",
+            ),
+        ];
+        for (jobs, want) in broken {
+            let v = crate::invariants::check(&snap(jobs.clone()), &e);
+            assert!(v.iter().any(|l| l.contains(want)), "{jobs:?}: {v:?}");
+        }
+        let compacted = Snapshot {
+            jobs: vec![found(d, "waiting", Kind::Ready)],
+            compacted: [x].into_iter().collect(),
+        };
+        let v = crate::invariants::check(&compacted, &e);
+        assert!(v.iter().any(|l| l.contains("still waits")), "{v:?}");
     }
 
     #[test]

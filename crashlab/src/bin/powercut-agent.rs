@@ -449,11 +449,32 @@ fn main() {
 /// now and then a lease left to expire and recovered, and a compaction of the receipts.
 fn run(q: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>, skips: &Skips) -> ! {
     let mut last_ack: Option<JobId> = None;
+    let mut prev: Option<JobId> = None;
     loop {
         let size = rng.between(64, 8192) as usize;
         let payload: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
-        let id = q.enqueue(&payload).unwrap_or_else(|e| die("enqueue", e));
+        // One enqueue in five waits for the loop's previous job (waiting/, then moved to
+        // ready by that job's ack, or dead with it); refused when that job is dead already.
+        let after: Vec<JobId> = prev.filter(|_| rng.below(5) == 0).into_iter().collect();
+        let o = steadq::EnqueueOptions {
+            after: after.clone(),
+            ..Default::default()
+        };
+        let (id, deps) = match q.enqueue_with(&payload, &o) {
+            Ok(e) => (e.id(), after.first()),
+            Err(e) if matches!(e.kind(), steadq::ErrorKind::BadDependency { .. }) => {
+                let id = q
+                    .enqueue(&payload)
+                    .unwrap_or_else(|e| die("enqueue (dependency dead)", e));
+                (id, None)
+            }
+            Err(e) => die("enqueue", e),
+        };
+        prev = Some(id);
         link.lock().unwrap().op("enq", id, digest(&payload));
+        if let Some(d) = deps {
+            link.lock().unwrap().op("after", id, d.to_string());
+        }
         skips.note();
         match rng.below(12) {
             0 => expire_and_recover(q, link),

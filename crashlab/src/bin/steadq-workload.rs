@@ -1,9 +1,13 @@
 //! The SteadQ crash workload (runs in the guest, static): a mix of enqueues, claims, acks,
 //! nacks and fails on a queue at `<mountpoint>/q`, each recorded with an in-band mark only
 //! after the operation returned done (past its rename and every barrier):
-//! `enq <id>`, `claim <id> <attempt>`, `ack <id>`, `nack <id>`, `fail <id>`. Every 16th step
+//! `enq <id>`, `claim <id> <attempt>`, `ack <id>`, `nack <id>`, `fail <id>`, and after the
+//! `enq` of a job with dependencies `after <id> <dep>[,<dep>...]`. Every 16th step
 //! claims and acks a batch (`claim_batch`, `ack_batch`) instead of one job; every 12th acks
-//! with `ack_and_claim` and acks the job that claim took.
+//! with `ack_and_claim` and acks the job that claim took. Every seventh enqueue waits for the
+//! thread's previous job (`EnqueueOptions::after`: `waiting/`, `needs/`, `after/`), and every
+//! third is in group `g`, limited to 2 leased at once (`groups/g/<k>` slots), so the crash
+//! states cover dependencies, their promotion by the ack, and group claims and settles.
 //!
 //! With `--threads N` (the rig's normal runs use 3) the steps are shared out among N threads
 //! of one queue handle, step `i` to thread `i % N`, each marking what it finished: their
@@ -136,15 +140,62 @@ fn create(a: &Args) -> (Queue, Arc<FaultPlan>) {
     };
     q.set_limits(limits)
         .unwrap_or_else(|e| fail("set_limits", e));
+    q.set_group_limit(&group(), Some(2))
+        .unwrap_or_else(|e| fail("set_group_limit", e));
     plan.arm();
     (q, plan)
 }
 
+/// The workload's group.
+fn group() -> steadq::GroupName {
+    steadq::GroupName::new("g").unwrap_or_else(|| fail("group", "g"))
+}
+
+/// Enqueue step `i` with dependencies on `prev` (the thread's previous job): a dependency
+/// dead-lettered meanwhile is refused (`BadDependency`, not done), and the job is then
+/// enqueued without it. Marks `enq` and `after`.
+fn enqueue_after(q: &Queue, m: &Marker, payload: &[u8], o: &steadq::EnqueueOptions) -> JobId {
+    match q.enqueue_with(payload, o) {
+        Ok(e) => {
+            let deps: Vec<String> = o.after.iter().map(|d| d.to_string()).collect();
+            m.mark("enq", e.id());
+            m.mark("after", format!("{} {}", e.id(), deps.join(",")));
+            e.id()
+        }
+        Err(e) if matches!(e.kind(), steadq::ErrorKind::BadDependency { .. }) => {
+            let o = steadq::EnqueueOptions {
+                after: Vec::new(),
+                ..o.clone()
+            };
+            let id = q
+                .enqueue_with(payload, &o)
+                .map(steadq::Enqueued::id)
+                .unwrap_or_else(|e| fail("enqueue (dependency dead)", e));
+            m.mark("enq", id);
+            id
+        }
+        Err(e) => fail("enqueue (after)", e),
+    }
+}
+
 /// Enqueue step `i`: payloads from 100 bytes to ~24 KiB, so some span several blocks (a
 /// streamed one ~94 KiB); every fifth at another priority, every fifth keyed.
-fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool) {
+fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool, prev: &mut Option<JobId>) {
     let size = 100 + (i * 7919 % 24_000) as usize;
     let payload: Vec<u8> = (0..size).map(|j| (i as usize * 31 + j * 7) as u8).collect();
+    let grouped = i.is_multiple_of(3);
+    let o = steadq::EnqueueOptions {
+        group: grouped.then(group),
+        ..Default::default()
+    };
+    if let (Some(p), true) = (*prev, i % 7 == 6 && i % 5 != 4) {
+        let o = steadq::EnqueueOptions {
+            after: vec![p],
+            ..o
+        };
+        *prev = Some(enqueue_after(q, m, &payload, &o));
+        return;
+    }
     let ids: Vec<JobId> = if batched && i.is_multiple_of(4) {
         q.enqueue_batch(&[&payload[..], &payload[..size / 2]])
             .unwrap_or_else(|e| fail("enqueue_batch", e))
@@ -153,7 +204,7 @@ fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool) {
         // the crash states cover prioritized enqueues, claims, acks and nacks too.
         let o = steadq::EnqueueOptions {
             priority: Some([7u8, 0, 5][(i / 5 % 3) as usize]),
-            ..Default::default()
+            ..o
         };
         vec![q
             .enqueue_with(&payload, &o)
@@ -165,7 +216,7 @@ fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool) {
         let key = steadq::Key::new(&format!("workload-{i}")).unwrap_or_else(|| fail("key", i));
         let o = steadq::EnqueueOptions {
             key: Some(key),
-            ..Default::default()
+            ..o
         };
         let done = if i % 10 == 4 {
             let big: Vec<u8> = payload
@@ -180,10 +231,14 @@ fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool) {
         };
         vec![done.unwrap_or_else(|e| fail("enqueue (keyed)", e)).id()]
     } else {
-        vec![q.enqueue(&payload).unwrap_or_else(|e| fail("enqueue", e))]
+        vec![q
+            .enqueue_with(&payload, &o)
+            .map(steadq::Enqueued::id)
+            .unwrap_or_else(|e| fail("enqueue", e))]
     };
     for id in ids {
         m.mark("enq", id);
+        *prev = Some(id);
     }
 }
 
@@ -270,8 +325,8 @@ fn main() {
         .unwrap_or_default();
     say(&format!("CRASHLAB_WORKLOAD_JBD2 {jbd2:?}"));
     let t = Instant::now();
-    let step = |i: u64| {
-        enqueue(&q, &m, i, a.batched);
+    let step = |i: u64, prev: &mut Option<JobId>| {
+        enqueue(&q, &m, i, a.batched, prev);
         if i % 16 == 15 {
             claim_and_ack_batch(&q, &m);
         } else if i % 2 == 1 {
@@ -281,7 +336,12 @@ fn main() {
     std::thread::scope(|s| {
         for t in 0..a.threads {
             let step = &step;
-            s.spawn(move || (t..a.jobs).step_by(a.threads as usize).for_each(step));
+            s.spawn(move || {
+                let mut prev = None;
+                (t..a.jobs)
+                    .step_by(a.threads as usize)
+                    .for_each(|i| step(i, &mut prev))
+            });
         }
     });
     say(&format!(
