@@ -687,3 +687,64 @@ fn a_members_private_bucket_does_not_fail_the_owners_wait_empty() {
     assert_eq!(code, Some(3), "timed out with a job ready: {err}");
     assert!(empty_took < Duration::from_secs(3), "{empty_took:?}");
 }
+
+/// The directories of groups and dependencies are made on first use, like buckets: made by
+/// one user at umask 077 they must still let the queue's other users take a group slot,
+/// reclaim one, and move a waiting job when its dependency is acked.
+#[test]
+fn group_and_dependency_directories_are_shared_like_the_queue() {
+    let Some(t) = AsNobody::new("shared-workflow") else {
+        return;
+    };
+    let qs = t.q.to_str().unwrap();
+    assert!(steadq_in(&["init", qs, "--shards", "1"], b"")
+        .status
+        .success());
+    t.open_to_all();
+    assert!(
+        run(&["limit", qs, "--group", "ffmpeg", "--max-leased", "1"])
+            .status
+            .success()
+    );
+    // nobody, at umask 077: the first grouped claim (groups/, groups/ffmpeg, its slot) and the
+    // first dependent (waiting/, needs/, after/).
+    let (code, out, err) = t.run(
+        "umask 077; a=$(echo a | $S enqueue $Q --group ffmpeg) && \
+         echo b | $S enqueue $Q --after $a > /dev/null && \
+         $S claim $Q --lease 1s > /dev/null && echo $a",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let first = out.trim().to_string();
+    use std::os::unix::fs::MetadataExt;
+    let ready = std::fs::metadata(t.q.join("ready")).unwrap();
+    for d in ["groups", "groups/ffmpeg", "waiting", "needs", "after"] {
+        let m = std::fs::metadata(t.q.join(d)).unwrap();
+        // Its mode: nobody may not give root the directory (the owner is copied only by
+        // a user who may).
+        assert_eq!(
+            m.mode() & 0o7777,
+            ready.mode() & 0o6777,
+            "{d} against ready/"
+        );
+    }
+    // daemon, another user: after nobody's lease expired, it reclaims nobody's slot, and its
+    // ack of the dependency moves nobody's waiting job to ready.
+    std::thread::sleep(Duration::from_millis(1100));
+    let out = Command::new("setpriv")
+        .args(["--reuid=daemon", "--regid=daemon", "--clear-groups"])
+        .args([
+            "sh",
+            "-c",
+            "h=$($S claim $Q) && echo \"$h\" && $S ack $Q \"$h\"",
+        ])
+        .env("S", t.base.join("steadq"))
+        .env("Q", &t.q)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{o}{e}");
+    assert!(o.contains(&first), "daemon claimed the grouped job: {o}");
+    let s = Queue::open(&t.q).unwrap().status().unwrap();
+    assert_eq!((s.waiting, s.ready, s.acked), (0, 1, 1), "{s:?}");
+}

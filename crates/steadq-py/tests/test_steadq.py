@@ -45,6 +45,7 @@ def poll(cond, timeout=10.0):
 
 def test_round_trip_bytes_and_str(q, qdir):
     a = q.enqueue(b"\x00binary\xff")
+    time.sleep(0.002)  # ids of one millisecond are in random order
     b = q.enqueue("text é")
     assert len(a) == 32 and a != b
     assert q.status()["ready"] == 2

@@ -57,19 +57,26 @@ pub(crate) fn group_rel(g: &GroupName) -> String {
 
 impl Queue {
     /// Directory `groups/<g>`, never through a symlink; with `make`, made (with `groups/`)
-    /// when missing.
+    /// when missing, then owned and shared like `ready/` ([`Queue::share_like`]): made at
+    /// one user's umask, it would refuse the other users of a shared queue their slots.
     fn group_dir(&self, g: &GroupName, make: bool) -> core::result::Result<OwnedFd, Errno> {
         let root = self.dirs.root.as_fd();
         let open_or_make =
-            |dir: BorrowedFd<'_>, name: &str| match self.sys.open_dir_beneath(dir, name) {
+            |dir: BorrowedFd<'_>, name: &str, rel: &str| match self.sys.open_dir_beneath(dir, name)
+            {
                 Err(Errno::NOENT) if make => match self.sys.mkdir(dir, name) {
-                    Ok(()) | Err(Errno::EXIST) => self.sys.open_dir_beneath(dir, name),
+                    Ok(()) => {
+                        let fd = self.sys.open_dir_beneath(dir, name)?;
+                        self.share_like(fd.as_fd(), crate::disk::layout::READY_DIR, rel);
+                        Ok(fd)
+                    }
+                    Err(Errno::EXIST) => self.sys.open_dir_beneath(dir, name),
                     Err(e) => Err(e),
                 },
                 r => r,
             };
-        let groups = open_or_make(root, GROUPS_DIR)?;
-        open_or_make(groups.as_fd(), g.as_str())
+        let groups = open_or_make(root, GROUPS_DIR, GROUPS_DIR)?;
+        open_or_make(groups.as_fd(), g.as_str(), &group_rel(g))
     }
 
     /// Take a slot of group `g`, whose limit is `n`, for lease `l` that a claim of job `id`
@@ -112,9 +119,12 @@ impl Queue {
         taken.map_err(|(c, e)| nd(c, e))
     }
 
-    /// The slot's text `text` in a file without a name yet (see [`SlotFile`]).
+    /// The slot's text `text` in a file without a name yet (see [`SlotFile`]), readable by
+    /// those who may read the queue's jobs ([`Queue::share_job_file`]), whose claims read it
+    /// to tell a live slot from a stale one.
     fn slot_file(&self, dir: BorrowedFd<'_>, text: &str) -> Result<SlotFile> {
         let written = |fd: &OwnedFd, at: &str| {
+            self.share_job_file(fd.as_fd());
             self.sys
                 .write_all(fd.as_fd(), text.as_bytes())
                 .map_err(|e| Cause::io(Call::Write, e, Outcome::NotDone, Some(self.path(at))))
