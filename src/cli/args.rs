@@ -9,8 +9,8 @@ use steadq::State;
 /// SteadQ: a durable job queue in a directory. No daemon, no database.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
+#[cfg_attr(not(feature = "appliance"), argh(example = "steadq demo"))]
 #[argh(
-    example = "steadq demo",
     example = "steadq init /var/lib/jobs && echo hello | steadq enqueue /var/lib/jobs",
     example = "steadq work /var/lib/jobs --concurrency 2 -- sh -c 'cat > /tmp/job.$STEADQ_JOB_ID'",
     note = "Logging: RUST_LOG=info (or debug) on stderr. `steadq --version` prints the version.",
@@ -52,6 +52,9 @@ pub enum Cmd {
     Fsck(Fsck),
     Dead(Dead),
     Compact(Compact),
+    // Not in the appliance build: 23.6 KB of the size-limited aarch64 binary (with
+    // demo-job, its workers' command); the demo runs from a full build.
+    #[cfg(not(feature = "appliance"))]
     Demo(Demo),
     Wait(super::drain::Wait),
     // Not in the appliance build (the Pis' binary): `bench` is about 20 KB of it, and the
@@ -61,6 +64,7 @@ pub enum Cmd {
     // Not in the appliance build either: its packages carry the scripts made by a full build.
     #[cfg(not(feature = "appliance"))]
     Completions(Completions),
+    #[cfg(not(feature = "appliance"))]
     DemoJob(DemoJob),
 }
 
@@ -834,6 +838,7 @@ pub struct Work {
 
 /// Demo: hash a few thousand files of this machine through a queue with several worker
 /// processes, SIGKILL one of them mid-job, and show that every job is acked and fsck is clean.
+#[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(
@@ -858,6 +863,7 @@ pub struct Demo {
 }
 
 /// (used by demo) read a file path on stdin, append "sha256  path" to RESULTS.
+#[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(subcommand, name = "demo-job")]

@@ -10,6 +10,7 @@ pub mod children;
 pub mod cmd;
 #[cfg(not(feature = "appliance"))]
 pub mod completions;
+#[cfg(not(feature = "appliance"))]
 pub mod demo;
 pub mod drain;
 pub mod encode;
@@ -161,6 +162,7 @@ pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
         Cmd::Fsck(a) => cmd::cmd_fsck(a),
         Cmd::Dead(a) => cmd::cmd_dead(a),
         Cmd::Compact(a) => cmd::cmd_compact(a),
+        #[cfg(not(feature = "appliance"))]
         Cmd::Demo(a) => demo::cmd_demo(a),
         Cmd::Wait(a) => drain::cmd_wait(a),
         #[cfg(not(feature = "appliance"))]
@@ -168,6 +170,7 @@ pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
         #[cfg(not(feature = "appliance"))]
         Cmd::Completions(a) => completions::cmd_completions(a),
         // The demo's job command speaks the worker's protocol (sysexits codes), not ours.
+        #[cfg(not(feature = "appliance"))]
         Cmd::DemoJob(a) => return demo::cmd_demo_job(a),
     }?;
     Ok(e.code())

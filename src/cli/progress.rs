@@ -54,12 +54,14 @@ impl Progress {
     }
 
     /// Set the count (for a caller that counts itself, such as the demo's settled jobs).
+    #[cfg(not(feature = "appliance"))]
     pub fn set(&self, n: u64) {
         self.count.store(n, Ordering::Relaxed);
     }
 
     /// Whether the line is drawn on the terminal that stdout also writes to (both are
     /// terminals), where a line printed meanwhile would land in the middle of it.
+    #[cfg(not(feature = "appliance"))]
     pub fn shown_with_stdout(&self) -> bool {
         self.drawer.is_some() && std::io::stdout().is_terminal()
     }

@@ -99,11 +99,13 @@ pub fn restore(cmd: &mut Cmd) {
         },
         Cmd::Compact(a) => path(&mut a.dir),
         Cmd::Wait(a) => path(&mut a.dir),
+        #[cfg(not(feature = "appliance"))]
         Cmd::Demo(a) => a.dir.iter_mut().for_each(path),
         #[cfg(not(feature = "appliance"))]
         Cmd::Bench(a) => a.dir.iter_mut().for_each(path),
         #[cfg(not(feature = "appliance"))]
         Cmd::Completions(_) => {}
+        #[cfg(not(feature = "appliance"))]
         Cmd::DemoJob(a) => path(&mut a.results),
     }
 }

@@ -38,9 +38,8 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
         },
         Cmd::Compact(a) => &a.dir,
         Cmd::Wait(a) => &a.dir,
-        Cmd::Demo(_) | Cmd::DemoJob(_) => return None,
         #[cfg(not(feature = "appliance"))]
-        Cmd::Bench(_) | Cmd::Completions(_) => return None,
+        Cmd::Demo(_) | Cmd::DemoJob(_) | Cmd::Bench(_) | Cmd::Completions(_) => return None,
     };
     dir.to_str().filter(|s| s.starts_with("s3://"))
 }
@@ -172,9 +171,10 @@ mod with_s3 {
             #[cfg(not(feature = "appliance"))]
             Cmd::Top(_) => Err(unsupported("top")),
             Cmd::Fsck(_) => Err(unsupported("fsck (recover repairs the index)")),
-            Cmd::Demo(_) | Cmd::DemoJob(_) => Err(unsupported("this command")),
             #[cfg(not(feature = "appliance"))]
-            Cmd::Bench(_) | Cmd::Completions(_) => Err(unsupported("this command")),
+            Cmd::Demo(_) | Cmd::DemoJob(_) | Cmd::Bench(_) | Cmd::Completions(_) => {
+                Err(unsupported("this command"))
+            }
         }?;
         Ok(e.code())
     }
