@@ -46,3 +46,4 @@ mod users;
 mod worker;
 mod worker_process;
 mod worker_settle;
+mod workflows;
