@@ -9,7 +9,9 @@
 //!    waiting for its `ok` (recorded and fsynced) before going on.
 //!
 //! Every kind of operation runs: enqueue, claim, renew, ack, nack (now, or in a day), fail
-//! then requeue of the dead job, a lease left to expire then recovery, compaction of receipts.
+//! then requeue of the dead job, a lease left to expire then recovery, compaction of receipts;
+//! one enqueue in five waits for the loop's previous job (`waiting/`, moved by that job's ack
+//! or dead with it), and one in three is in group `g`, two of whose jobs may be leased at once.
 //! `--break NAME` removes one named barrier (`steadq::sys::Barrier`, through the fault plan)
 //! for the whole run: the negative control the rig must catch. It runs one loop and no
 //! `steadq work`, so no other thread's or process's barrier covers the removed one.
@@ -152,7 +154,12 @@ fn options(faults: Option<Arc<FaultPlan>>) -> Options {
 fn open(dir: &Path, faults: Option<Arc<FaultPlan>>) -> Queue {
     let o = || options(faults.clone());
     if !dir.join(steadq::IDENTITY_FILE).exists() {
-        return Queue::create(dir, o()).unwrap_or_else(|e| die("create", e));
+        let q = Queue::create(dir, o()).unwrap_or_else(|e| die("create", e));
+        // The group a third of the jobs are in, two of them leased at once (slots under
+        // groups/g/, never fsynced: every lease of an earlier boot is expired at recovery).
+        q.set_group_limit(&group(), Some(2))
+            .unwrap_or_else(|e| die("set_group_limit", e));
+        return q;
     }
     match Queue::open_with(dir, o()) {
         // A cut during the first boot's create: completing it is what `steadq init` does.
@@ -161,6 +168,11 @@ fn open(dir: &Path, faults: Option<Arc<FaultPlan>>) -> Queue {
         }
         r => r.unwrap_or_else(|e| die("open", e)),
     }
+}
+
+/// The workload's group.
+fn group() -> steadq::GroupName {
+    steadq::GroupName::new("g").unwrap_or_else(|| die("group", "g"))
 }
 
 /// The barriers `--break` names; exits 2 naming an unknown one.
@@ -458,13 +470,19 @@ fn run(q: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>, skips: &Skips) -> ! {
         let after: Vec<JobId> = prev.filter(|_| rng.below(5) == 0).into_iter().collect();
         let o = steadq::EnqueueOptions {
             after: after.clone(),
+            group: (rng.below(3) == 0).then(group),
             ..Default::default()
         };
         let (id, deps) = match q.enqueue_with(&payload, &o) {
             Ok(e) => (e.id(), after.first()),
             Err(e) if matches!(e.kind(), steadq::ErrorKind::BadDependency { .. }) => {
+                let o = steadq::EnqueueOptions {
+                    after: Vec::new(),
+                    ..o
+                };
                 let id = q
-                    .enqueue(&payload)
+                    .enqueue_with(&payload, &o)
+                    .map(steadq::Enqueued::id)
                     .unwrap_or_else(|e| die("enqueue (dependency dead)", e));
                 (id, None)
             }
