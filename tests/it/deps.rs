@@ -600,3 +600,42 @@ fn recovery_finishes_a_dependency_death_and_a_promotion_left_undone() {
     assert_eq!((r.dependencies, r.first_error), (1, None));
     assert_eq!(state_of(&plain, e), State::Ready);
 }
+
+/// Recovery running while dependents are promoted: a dependent's `needs/<d>/` removed by the
+/// promotion between recovery's opening and its listing of that directory is as missing (the
+/// power-cut rig's agent stopped on "needs/<d>: readdir failed: ENOENT", indeterminate).
+#[test]
+fn recovery_beside_promotions_never_fails_on_a_marker_directory_that_went() {
+    let d = TempDir::new("deps-recover-race");
+    let q = Queue::create(d.path(), Options::default()).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let rounds = std::thread::scope(|s| {
+        let recoverer = s.spawn(|| {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                q.recover()
+                    .into_result()
+                    .expect("recover beside promotions");
+                n += 1;
+            }
+            n
+        });
+        // Many dependents waiting at once, so each recovery lists many `needs/<d>/` while
+        // the acks below promote them.
+        for _ in 0..30 {
+            let x = q.enqueue(b"x").unwrap();
+            for _ in 0..20 {
+                q.enqueue_with(b"d", &after(&[x])).unwrap();
+            }
+            run_one(&q, x);
+            while let Some(l) = q.claim().unwrap() {
+                l.ack().unwrap();
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        recoverer.join().unwrap()
+    });
+    assert!(rounds > 0);
+    let s = q.status().unwrap();
+    assert_eq!((s.waiting, s.acked), (0, 30 * 21), "{s:?}");
+}

@@ -137,16 +137,23 @@ impl Queue {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        self.sys
+        let listed = self
+            .sys
             .read_dir(dir.as_fd(), |n, _, t| match marker_id(n, t) {
                 Some(x) if t != EntryType::Dir => out.push(x),
                 _ => log::warn!(
                     "{rel}/{}: not a dependency marker; skipped",
                     n.unwrap_or("?")
                 ),
-            })
-            .map_err(|e| self.read_dir_error(e, &rel))?;
-        Ok(out)
+            });
+        match listed {
+            Ok(()) => Ok(out),
+            // Removed between its opening and its listing (`ENOENT` from getdents64 or from
+            // opening "." of a removed directory): another process promoted the job
+            // (`needs/<d>` goes) or finished an ack's follow-up (`after/<x>` goes). As missing.
+            Err(Errno::NOENT) => Ok(Vec::new()),
+            Err(e) => Err(self.read_dir_error(e, &rel)),
+        }
     }
 
     /// Unlink marker `<top>/<a>/<b>`; a marker already gone is fine.
