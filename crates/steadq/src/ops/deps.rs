@@ -83,7 +83,17 @@ impl Queue {
         }
         let mut open = Vec::new();
         for &x in after {
-            match self.dep_state(x, true)? {
+            // A dependency renamed while the walk listed its directory (claimed, acked,
+            // expired by another process meanwhile) can be missed by it, as readdir(3)
+            // allows: "not in this queue" is believed only after three walks.
+            let mut state = self.dep_state(x, true)?;
+            for _ in 0..2 {
+                if !matches!(state, Dep::Unknown) {
+                    break;
+                }
+                state = self.dep_state(x, true)?;
+            }
+            match state {
                 Dep::Acked => {}
                 Dep::Dead => return Err(bad(x, "is dead-lettered")),
                 Dep::Unknown => return Err(bad(x, "is not in this queue")),
