@@ -187,8 +187,10 @@ fn a_dead_holders_slot_comes_back_at_its_lease_expiry_and_not_before() {
         lease: Some(lease),
         ..Default::default()
     };
-    let held = q.claim_with(&short).unwrap().unwrap();
+    // Before the claim: its lease's deadline is set inside the call, so a clock read after
+    // it would start late by the claim's own time and see the slot back "early".
     let taken = Instant::now();
+    let held = q.claim_with(&short).unwrap().unwrap();
     std::mem::forget(held); // a SIGKILLed holder: no ack, no release
     let other = Queue::open_with(d.path(), fast(1)).unwrap();
     let got = loop {
