@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use steadq::{JobId, Queue};
 
-/// Wait until the queue is drained: no job ready, leased or delayed (dead jobs and
+/// Wait until the queue is drained: no job ready, leased, delayed or waiting (dead jobs and
 /// receipts do not count). Waits on inotify, not by polling; changes nothing.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
@@ -18,13 +18,13 @@ use steadq::{JobId, Queue};
     name = "wait",
     example = "steadq wait /var/lib/jobs --empty --timeout 10m && echo drained",
     error_code(2, "not done: the queue could not be read, or its directory was removed or replaced while waiting"),
-    error_code(3, "timeout: jobs were still ready, leased or delayed")
+    error_code(3, "timeout: jobs were still ready, leased, delayed or waiting")
 )]
 pub struct Wait {
     /// queue directory
     #[argh(positional, from_str_fn(super::args::path))]
     pub dir: PathBuf,
-    /// wait until no job is ready, leased or delayed (required: the one condition so far)
+    /// wait until no job is ready, leased, delayed or waiting (required: the one condition so far)
     #[argh(switch)]
     pub empty: bool,
     /// give up after this long, exit 3 (default: wait for good)
@@ -42,7 +42,7 @@ pub fn cmd_wait(a: Wait) -> Result<Exit, CliError> {
     }
     let waited = a.timeout.unwrap_or_default();
     eprintln!(
-        "{}: waited {}s: jobs are still ready, leased or delayed",
+        "{}: waited {}s: jobs are still ready, leased, delayed or waiting",
         a.dir.display(),
         super::fixed::secs(waited.as_nanos(), 3)
     );

@@ -639,3 +639,40 @@ fn recovery_beside_promotions_never_fails_on_a_marker_directory_that_went() {
     let s = q.status().unwrap();
     assert_eq!((s.waiting, s.acked), (0, 30 * 21), "{s:?}");
 }
+
+/// `wait --empty` counts waiting jobs: a dependent still in `waiting/` after its dependency's
+/// ack (its follow-up cut short, here by a failed rename; in a running queue, between the
+/// ack's receipt and the promotion) is work still to do. The docs' transcode pipeline ended
+/// its wait while the last thumbnail waited, and stopped its workers before it ran.
+#[test]
+fn wait_empty_counts_a_job_still_waiting_after_its_dependency_was_acked() {
+    let d = TempDir::new("deps-wait-empty");
+    let plan = FaultPlan::disarmed(vec![Fault {
+        call: Call::Rename,
+        nth: 2,
+        action: FaultAction::Fail(Errno::IO),
+    }]);
+    let o = Options {
+        faults: Some(Arc::clone(&plan)),
+        ..Options::default()
+    };
+    let q = Queue::create(d.path(), o).unwrap();
+    let x = q.enqueue(b"x").unwrap();
+    let dep = q.enqueue_with(b"d", &after(&[x])).unwrap().id();
+    let l = q.claim().unwrap().unwrap();
+    plan.arm(); // the ack's rename is the 1st, its follow-up's promotion the 2nd
+    l.ack().unwrap();
+    plan.disarm();
+    assert_eq!(state_of(&q, dep), State::Waiting);
+    assert!(
+        !q.wait_empty(Some(std::time::Duration::from_millis(300)))
+            .unwrap(),
+        "a waiting job is not an empty queue"
+    );
+    q.recover().into_result().unwrap();
+    assert_eq!(state_of(&q, dep), State::Ready);
+    run_one(&q, dep);
+    assert!(q
+        .wait_empty(Some(std::time::Duration::from_millis(300)))
+        .unwrap());
+}

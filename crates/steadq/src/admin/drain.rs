@@ -1,4 +1,5 @@
-//! Waiting for a queue to drain: no job ready, leased or delayed (`steadq wait --empty`).
+//! Waiting for a queue to drain: no job ready, leased, delayed or waiting for others
+//! (`steadq wait --empty`).
 //!
 //! The waiter watches every ready slot (or the directories on the way to a level's slot not
 //! made yet), `delayed/` and each of its buckets on inotify for names coming and going, and
@@ -22,8 +23,9 @@ use std::time::Duration;
 const BUCKET_WATCH_MAX: usize = 1024;
 
 impl Queue {
-    /// Wait until the queue holds no ready, leased or delayed job (dead jobs and receipts
-    /// do not count), up to `timeout` (`None`: no limit). `Ok(true)` once it is empty (at
+    /// Wait until the queue holds no ready, leased, delayed or waiting job (dead jobs and
+    /// receipts do not count; a waiting job is pending work, moved to ready by the ack
+    /// that finishes its dependencies, after that ack's receipt), up to `timeout` (`None`: no limit). `Ok(true)` once it is empty (at
     /// once if it is now), `Ok(false)` at the timeout. Changes nothing. Waits on inotify, not
     /// by polling (see the module docs); a leased job counts until it is settled or
     /// recovered, a delayed one until it is claimed.
@@ -47,7 +49,7 @@ impl Queue {
                 self.watch_live_dirs(&ino, false).map_err(io)?;
             }
             let s = self.status_with(&crate::StatusOptions { bytes: false })?;
-            if s.ready + s.leased + s.delayed == 0 {
+            if s.ready + s.leased + s.delayed + s.waiting == 0 {
                 return Ok(true);
             }
             loop {
@@ -97,6 +99,11 @@ impl Queue {
         }
         let delayed = self.root.join(DELAYED_DIR);
         inotify::add_watch(ino, &delayed, WATCH)?;
+        // `waiting/`, once made: a waiting job that dies with its dependency leaves it.
+        match inotify::add_watch(ino, self.root.join(crate::disk::layout::WAITING_DIR), WATCH) {
+            Ok(_) | Err(Errno::NOENT | Errno::NOTDIR | Errno::ACCESS | Errno::PERM) => {}
+            Err(e) => return Err(e),
+        }
         if !buckets_too {
             return Ok(true);
         }
