@@ -50,10 +50,9 @@
 use crate::disk::barrier::Barrier;
 use crate::disk::layout::{parse_bucket, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{GroupName, JobName, Kind};
-use crate::disk::name::{TempKind, TempName};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
-use crate::queue::{random, Queue};
+use crate::queue::Queue;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -443,9 +442,7 @@ impl Queue {
         bytes: &[u8],
         like: Option<&str>,
     ) -> Result<String> {
-        let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
-            .format()
-            .to_string();
+        let tmp = self.fresh_temp_name();
         let nd = |c, e| {
             Cause::io(
                 c,

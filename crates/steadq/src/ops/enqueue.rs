@@ -26,11 +26,10 @@ use crate::disk::barrier::Barrier;
 use crate::disk::format::encode_header;
 use crate::disk::layout::{delayed_bucket, dir_rel, DELAYED_DIR, TMP_DIR};
 use crate::disk::name::{JobId, JobName, Kind};
-use crate::disk::name::{TempKind, TempName};
 use crate::disk::state::{self, Op, State};
 use crate::disk::sys::{Call, Errno, Publish};
 use crate::error::{display_as, error_accessors, Cause, Error, ErrorKind, Outcome, Result};
-use crate::queue::{random, Durability, Queue};
+use crate::queue::{Durability, Queue};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
@@ -555,9 +554,7 @@ impl Queue {
                 Err(e) => return Err(self.tmpfile_failed(p, e)),
             }
         }
-        let tmp = TempName::new(self.clock.boot_id(), TempKind::Job, random())
-            .format()
-            .to_string();
+        let tmp = self.fresh_temp_name();
         let rel = format!("{TMP_DIR}/{tmp}");
         let fd = self
             .sys

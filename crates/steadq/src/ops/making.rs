@@ -47,6 +47,18 @@ pub(crate) enum Origin {
 }
 
 impl Queue {
+    /// A fresh name for a file this handle makes in `tmp/` (`TempKind::Job`: it is flock-ed
+    /// while written, and recovery removes it once its writer is gone).
+    pub(crate) fn fresh_temp_name(&self) -> String {
+        crate::disk::name::TempName::new(
+            self.clock.boot_id(),
+            crate::disk::name::TempKind::Job,
+            crate::queue::random(),
+        )
+        .format()
+        .to_string()
+    }
+
     /// Directory `name` of `parent` (`rel` from the root), opened (`openat2(2)`, beneath,
     /// symlinks not followed), and made first (`mkdirat(2)`, mode 0777 less the umask) when
     /// missing. Each call refused by a directory in its making is made again

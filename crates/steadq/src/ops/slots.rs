@@ -147,13 +147,7 @@ impl Queue {
                 }
             }
         }
-        let tmp = crate::disk::name::TempName::new(
-            self.clock.boot_id(),
-            crate::disk::name::TempKind::Job,
-            crate::queue::random(),
-        )
-        .format()
-        .to_string();
+        let tmp = self.fresh_temp_name();
         let at = format!("{}/{tmp}", crate::disk::layout::TMP_DIR);
         let t = self.dirs.tmp.as_fd();
         let fd = (self.sys.create_file(t, &tmp))
@@ -261,13 +255,7 @@ impl Queue {
         };
         let text = Slot { job: id, lease: *l }.encode();
         let t = self.dirs.tmp.as_fd();
-        let tmp = crate::disk::name::TempName::new(
-            self.clock.boot_id(),
-            crate::disk::name::TempKind::Job,
-            crate::queue::random(),
-        )
-        .format()
-        .to_string();
+        let tmp = self.fresh_temp_name();
         let done = self.sys.create_file(t, &tmp).and_then(|fd| {
             self.sys.write_all(fd.as_fd(), text.as_bytes())?;
             self.sys.rename_replace(t, &tmp, dir.as_fd(), &name)
