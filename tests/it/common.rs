@@ -36,6 +36,41 @@ pub fn files(dir: &Path, sub: &str) -> Vec<String> {
     out
 }
 
+/// The names in `dir` (no `.`, `..`) as one `getdents64(2)` call returns them. One call holds
+/// the directory's `i_rwsem` for its whole walk (`iterate_dir`, fs/readdir.c) and a rename
+/// into, out of or within `dir` takes it exclusively (`lock_rename`, fs/namei.c), so the
+/// names are one moment of the directory. The 64 KiB buffer holds about 500 names of 110
+/// bytes; a directory the call cannot return whole panics. Errors: those of `open(2)` and
+/// `getdents64(2)`. std's `read_dir` goes through
+/// libc's `readdir`, whose buffer is 2 KiB on musl: that listing takes many calls and can
+/// count a job both before and after a rename.
+pub fn names_at_one_moment(dir: &Path) -> std::io::Result<Vec<String>> {
+    use std::mem::MaybeUninit;
+    let fd = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let buf_len = 64 << 10;
+    let mut buf = vec![MaybeUninit::<u8>::uninit(); buf_len];
+    let mut raw = rustix::fs::RawDir::new(&fd, &mut buf);
+    let (mut names, mut bytes) = (Vec::new(), 0usize);
+    while let Some(e) = raw.next() {
+        let name = e?.file_name().to_bytes().to_vec();
+        // A linux_dirent64 record: 19 bytes of header, the name, its NUL, padded to 8.
+        bytes += (19 + name.len() + 1).next_multiple_of(8);
+        if name != b"." && name != b".." {
+            names.push(String::from_utf8_lossy(&name).into_owned());
+        }
+    }
+    assert!(
+        bytes <= buf_len,
+        "{}: {bytes} bytes of entries, more than one call",
+        dir.display()
+    );
+    Ok(names)
+}
+
 /// Write `input` to a child's stdin and close it. A child that exits without reading its
 /// input (refused at argument parsing, say) closes the pipe first: that `EPIPE` is not the
 /// test's failure, the child's exit code and output say what happened.

@@ -20,20 +20,19 @@ fn in_group(name: &str) -> EnqueueOptions {
     }
 }
 
-/// Leased names of group `group` in the queue's one shard, read by one `getdents64` (the
-/// shard holds few names), so one sample is one moment of the directory.
+/// Leased names of group `group` in the queue's one shard, at one moment of it.
 fn leased_of(dir: &std::path::Path, group: &str) -> usize {
     let tag = format!(".q{group}.o");
-    std::fs::read_dir(dir.join("ready/00"))
+    names_at_one_moment(&dir.join("ready/00"))
         .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().contains(&tag))
+        .iter()
+        .filter(|n| n.contains(&tag))
         .count()
 }
 
-/// Slot files of group `group`.
+/// Slot files of group `group` at one moment (none while its directory does not exist).
 fn slots_of(dir: &std::path::Path, group: &str) -> usize {
-    std::fs::read_dir(dir.join("groups").join(group)).map_or(0, |r| r.count())
+    names_at_one_moment(&dir.join("groups").join(group)).map_or(0, |n| n.len())
 }
 
 /// Samples, until `stop`, the most leased names and the most slot files of `group` seen.
@@ -551,11 +550,8 @@ fn eight_worker_processes_never_run_more_than_the_limit() {
                     "--",
                     "sh",
                     "-c",
-                    // The jobs running at once, counted by the jobs themselves: a listing of
-                    // at most 8 entries (one getdents64), unlike ready/'s, which a claim and
-                    // an ack can change between two reads of one listing (so it may count a
-                    // job acked and one claimed after it, both "leased"): under qemu-user it
-                    // saw 4 with 2 slots.
+                    // The jobs running at once, counted by the jobs themselves (`ls` of at
+                    // most 8 names, one getdents64).
                     "touch \"$0/$$\"; ls \"$0\" | wc -l >> \"$0.counts\"; sleep 0.05; rm \"$0/$$\"",
                     running.to_str().unwrap(),
                 ])
@@ -592,6 +588,7 @@ fn eight_worker_processes_never_run_more_than_the_limit() {
         (Some(2), 2),
         "the limit, never more, and reached"
     );
+    assert!(leased <= 2, "{leased} leased names at one moment");
     let _ = std::fs::remove_dir_all(&running);
     let _ = std::fs::remove_file(running.with_extension("running.counts"));
     let s = q.status().unwrap();

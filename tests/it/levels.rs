@@ -446,9 +446,20 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
     // is not known until the level can be read (it exited 2 naming the level's shards).
     let out = steadq_in(&["enqueue", &qs, "--priority", "6"], b"six");
     assert!(out.status.success(), "{out:?}");
+    // The level is made again now, with its shard moved in: "in its making" counts from a
+    // directory's birth time, and the enqueue made prio/6 one process exit and one process
+    // start ago (over 1 s under a loaded qemu-user).
     let p6 = t.q.join("prio/6");
-    std::os::unix::fs::chown(&p6, Some(0), Some(0)).unwrap();
-    std::fs::set_permissions(&p6, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let fresh = t.q.join("prio/6.again");
+    std::fs::create_dir(&fresh).unwrap();
+    for e in std::fs::read_dir(&p6).unwrap() {
+        let e = e.unwrap();
+        std::fs::rename(e.path(), fresh.join(e.file_name())).unwrap();
+    }
+    std::fs::remove_dir(&p6).unwrap();
+    std::os::unix::fs::chown(&fresh, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::rename(&fresh, &p6).unwrap();
     let shared = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
         std::os::unix::fs::chown(&p6, Some(uid), Some(gid)).unwrap();
