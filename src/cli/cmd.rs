@@ -835,14 +835,10 @@ pub fn cmd_nack(a: Nack) -> Result<Exit, CliError> {
     let id = lease.id();
     let state = match lease.nack(a.delay)? {
         steadq::Nacked::Ready => "ready".to_string(),
-        steadq::Nacked::Delayed(t) => format!(
-            "delayed until unix {}",
-            fixed::secs(
-                t.duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_nanos(),
-                3
-            )
+        steadq::Nacked::Delayed(t) => fixed::delayed_until(
+            t.duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos(),
         ),
         steadq::Nacked::Dead => "dead (attempts exhausted)".to_string(),
     };

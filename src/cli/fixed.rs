@@ -51,6 +51,16 @@ pub fn utc(ns: u128) -> String {
     )
 }
 
+/// What `nack` prints for a job delayed until `ns` (unix time in ns): the time in UTC for a
+/// person and in unix seconds for a script, both to the millisecond:
+/// `delayed until 2026-12-06T11:14:07.764Z (unix 1796555647.764)`.
+/// Both are cut to the millisecond (`secs` alone would round half up, a millisecond past
+/// `utc`'s).
+pub fn delayed_until(ns: u128) -> String {
+    let ms = ns / 1_000_000 * 1_000_000;
+    format!("delayed until {} (unix {})", utc(ms), secs(ms, 3))
+}
+
 /// Events per second: `n` events in `ns` ns, rounded to a whole number.
 pub fn per_sec(n: u128, ns: u128) -> String {
     fixed(n.saturating_mul(1_000_000_000), ns, 0)
@@ -90,6 +100,19 @@ mod tests {
         assert_eq!(utc(951_782_400_123_000_000), "2000-02-29T00:00:00.123Z");
         assert_eq!(utc(1_796_539_406_640_000_000), "2026-12-06T06:43:26.640Z");
         assert_eq!(utc(4_102_444_799_999_999_999), "2099-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn a_delayed_nack_gives_utc_and_unix_seconds() {
+        assert_eq!(
+            delayed_until(1_796_539_406_640_000_000),
+            "delayed until 2026-12-06T06:43:26.640Z (unix 1796539406.640)"
+        );
+        assert_eq!(
+            delayed_until(1_796_555_683_567_600_000),
+            "delayed until 2026-12-06T11:14:43.567Z (unix 1796555683.567)",
+            "one moment, cut to the millisecond in both"
+        );
     }
 
     #[test]

@@ -475,16 +475,13 @@ mod with_s3 {
         Ok(Exit::Done)
     }
 
-    /// A nack's outcome as `nack` prints it on a local queue: `ready`, `delayed until unix
-    /// SECS.mmm` (the service's clock) or `dead (attempts exhausted)`. It printed Rust's
-    /// debug form, `Ready(1796438078004)`.
+    /// A nack's outcome as `nack` prints it on a local queue: `ready`, `delayed until
+    /// <UTC> (unix SECS.mmm)` (the service's clock, [`fixed::delayed_until`]) or `dead
+    /// (attempts exhausted)`.
     fn nacked_state(n: Nacked, delay: Duration) -> String {
         match n {
             Nacked::Ready(_) if delay.is_zero() => "ready".into(),
-            Nacked::Ready(due) => format!(
-                "delayed until unix {}",
-                fixed::secs(due.max(0) as u128 * 1_000_000, 3)
-            ),
+            Nacked::Ready(due) => fixed::delayed_until(due.max(0) as u128 * 1_000_000),
             Nacked::Dead => "dead (attempts exhausted)".into(),
         }
     }

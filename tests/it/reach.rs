@@ -434,3 +434,35 @@ fn wait_empty_does_not_spend_a_watch_per_planted_bucket() {
     assert!(seen > 0, "never saw the wait's inotify instance");
     assert!(most <= 300, "wait --empty held {most} watches");
 }
+
+/// `nack --delay` says when the job is due in UTC for a person and in unix seconds for a
+/// script (it printed unix seconds only): both name the same moment, one hour from now.
+#[test]
+fn a_delayed_nack_prints_its_due_time_in_utc_and_unix_seconds() {
+    let d = TempDir::new("nack-due-utc");
+    let q = d.path();
+    assert!(steadq(&["init", p(q)]).status.success());
+    assert!(steadq_in(&["enqueue", p(q)], b"x").status.success());
+    let h = text(&steadq(&["claim", p(q)]).stdout).trim().to_string();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let o = steadq(&["nack", p(q), &h, "--delay", "1h"]);
+    assert!(o.status.success(), "{o:?}");
+    let s = text(&o.stdout);
+    let (utc, unix) = s
+        .trim()
+        .strip_prefix("delayed until ")
+        .and_then(|r| r.split_once(" (unix "))
+        .unwrap_or_else(|| panic!("{s:?}"));
+    let unix = unix.strip_suffix(')').unwrap_or_else(|| panic!("{s:?}"));
+    let secs: f64 = unix.parse().unwrap();
+    assert!((secs - now - 3600.0).abs() < 30.0, "{s} vs now {now}");
+    // GNU date prints the same moment the same way.
+    let date = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("@{unix}"), "+%FT%T.%3NZ"])
+        .output()
+        .unwrap();
+    assert_eq!(text(&date.stdout).trim(), utc, "{s}");
+}
