@@ -199,10 +199,10 @@ pub struct Init {
     /// rotated evidence files to keep, for a new queue (default 3)
     #[argh(option)]
     pub evidence_keep: Option<u32>,
-    /// capacity: most ready+leased+delayed jobs, or "none"; also changes an existing queue
+    /// capacity: most ready+leased+delayed+waiting jobs, or "none"; also changes an existing queue
     #[argh(option, from_str_fn(limit))]
     pub max_jobs: Option<Option<u64>>,
-    /// capacity: most bytes of ready+leased+delayed job files, or "none"
+    /// capacity: most bytes of ready+leased+delayed+waiting job files, or "none"
     #[argh(option, from_str_fn(limit))]
     pub max_bytes: Option<Option<u64>>,
 }

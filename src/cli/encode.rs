@@ -253,7 +253,7 @@ fn health_gauges(o: &mut String, ql: &str, s: &Status) {
 /// The capacity limits (only those set) and live keys gauges of [`status_prometheus`].
 fn capacity_gauges(o: &mut String, ql: &str, s: &Status) {
     if let Some(m) = s.limits.max_jobs {
-        let help = "Capacity limit on ready + leased + delayed jobs.";
+        let help = "Capacity limit on ready + leased + delayed + waiting jobs.";
         gauge(
             o,
             ql,
@@ -263,7 +263,7 @@ fn capacity_gauges(o: &mut String, ql: &str, s: &Status) {
         );
     }
     if let Some(m) = s.limits.max_bytes {
-        let help = "Capacity limit on bytes of ready + leased + delayed jobs.";
+        let help = "Capacity limit on bytes of ready + leased + delayed + waiting jobs.";
         gauge(
             o,
             ql,

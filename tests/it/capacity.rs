@@ -400,3 +400,122 @@ fn limits_set_after_a_handle_opened_are_honoured_at_its_next_enqueue() {
     q.enqueue(b"room again").unwrap();
     assert_eq!(q.status().unwrap().ready, 12);
 }
+
+/// Waiting jobs (`enqueue --after`) count against `max_jobs` as they take disk as a ready
+/// job does (they did not count: a limit of 3 let any number wait). The first checked
+/// enqueue runs before `waiting/` exists, so the tally first watches the root and is rebuilt
+/// when `waiting/` is made; a second handle counts from its first listing, and a
+/// waiting job's promotion to ready keeps the count.
+#[test]
+fn waiting_jobs_count_against_the_limit() {
+    let d = TempDir::new("cap-waiting");
+    let q = Queue::create(d.path(), fast(2)).unwrap();
+    q.set_limits(jobs(3)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let after_a = EnqueueOptions {
+        after: vec![a],
+        ..Default::default()
+    };
+    q.enqueue_with(b"b", &after_a).unwrap();
+    q.enqueue_with(b"c", &after_a).unwrap();
+    assert_eq!(q.status().unwrap().waiting, 2);
+    let full = |q: &Queue, o: &EnqueueOptions| {
+        let e = q.enqueue_with(b"d", o).unwrap_err();
+        assert_eq!(e.outcome(), Outcome::NotDone, "{e}");
+        assert!(
+            matches!(e.kind(), ErrorKind::QueueFull { jobs: 3, .. }),
+            "{e}"
+        );
+    };
+    full(&q, &EnqueueOptions::default());
+    full(&q, &after_a);
+    let other = Queue::open_with(d.path(), fast(2)).unwrap();
+    full(&other, &EnqueueOptions::default());
+    assert_eq!(q.capacity_use().unwrap().jobs, 3);
+    // Acking a frees one place; b and c move to ready and still count.
+    q.claim().unwrap().unwrap().ack().unwrap();
+    let s = q.status().unwrap();
+    assert_eq!((s.ready, s.waiting), (2, 0));
+    q.enqueue(b"d").unwrap();
+    full(&other, &EnqueueOptions::default());
+    // The CLI says so with exit 7.
+    let o = steadq_in(&["enqueue", p(d.path()), "--after", &a.to_string()], b"e");
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o.stderr));
+}
+
+/// Where no inotify instance can be made (the user's `fs.inotify.max_user_instances` used
+/// up), an enqueue counts by listing the queue: waiting jobs count there too. A new user
+/// holds every instance it may have (Python's `inotify_init1` until `EMFILE`), then runs
+/// `steadq enqueue` with them held.
+#[test]
+fn without_inotify_the_listing_counts_waiting_jobs() {
+    use std::process::Command;
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP without_inotify_the_listing_counts_waiting_jobs: needs root, runs once");
+        return;
+    }
+    let user = format!("sqcap{}", std::process::id() % 100_000);
+    let ok = |c: &str, a: &[&str]| assert!(Command::new(c).args(a).status().unwrap().success());
+    ok("useradd", &["-M", &user]);
+    struct Gone(String, std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("userdel").arg(&self.0).output();
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let base = std::path::PathBuf::from(format!("/tmp/steadq-capw-{user}"));
+    let _gone = Gone(user.clone(), base.clone());
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir(&base).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_steadq"), base.join("steadq")).unwrap();
+    ok("chown", &["-R", &user, base.to_str().unwrap()]);
+    let run = |script: &str| {
+        let o = Command::new("setpriv")
+            .args([
+                &format!("--reuid={user}"),
+                "--regid=nogroup",
+                "--clear-groups",
+            ])
+            .args(["sh", "-c", script])
+            .env("S", base.join("steadq"))
+            .env("Q", base.join("q"))
+            .output()
+            .unwrap();
+        (o.status.code(), text(&o.stdout), text(&o.stderr))
+    };
+    let (code, a, err) = run("$S init $Q --max-jobs 2 >/dev/null && echo a | $S enqueue $Q");
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run(&format!("echo b | $S enqueue $Q --after {}", a.trim()));
+    assert_eq!(code, Some(0), "{err}");
+    let held = r#"
+import ctypes, os, resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+while libc.inotify_init1(0) >= 0:
+    n += 1
+sys.stderr.write("held %d inotify instances, then errno %d\n" % (n, ctypes.get_errno()))
+os.execv(sys.argv[1], sys.argv[1:])
+"#;
+    std::fs::write(base.join("held.py"), held).unwrap();
+    let (code, _, err) = run(&format!(
+        "echo c | python3 {} $S enqueue $Q",
+        base.join("held.py").display()
+    ));
+    assert!(
+        err.contains(&format!(
+            "then errno {}",
+            rustix::io::Errno::MFILE.raw_os_error()
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        code,
+        Some(7),
+        "2 jobs, one of them waiting, and a limit of 2: {err}"
+    );
+    let st = Queue::open(&base.join("q")).unwrap().status().unwrap();
+    assert_eq!((st.ready, st.waiting), (1, 1));
+}

@@ -190,7 +190,7 @@ pub enum ErrorKind {
         problem: &'static str,
     },
     /// The queue is at its capacity limit (`steadq.limits`): the enqueue was not done. The
-    /// figures are what the check counted (ready + leased + delayed, and this handle's
+    /// figures are what the check counted (ready + leased + delayed + waiting, and this handle's
     /// enqueues in flight).
     QueueFull {
         /// Jobs counted.

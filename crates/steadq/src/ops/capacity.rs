@@ -1,5 +1,5 @@
 //! Capacity limits and backpressure: at most `max_jobs` jobs and `max_bytes` bytes of job
-//! files in ready, leased and delayed together.
+//! files in ready, leased, delayed and waiting together.
 //!
 //! **Where the limits live.** In a sidecar file, `<root>/steadq.limits`, not in the identity
 //! file: the identity is published once with a no-replace rename and never rewritten (losing it
@@ -29,8 +29,8 @@
 //! rather than ignore a group's limit.
 //!
 //! **How the count stays cheap.** Each queue handle keeps a tally (built at its first checked
-//! enqueue) of the ready, leased and delayed jobs: one listing of the ready shards and delayed
-//! buckets (plus one `fstatat` per job when a byte limit is set), then inotify (`inotify(7)`)
+//! enqueue) of the ready, leased, delayed and waiting jobs: one listing of the ready shards,
+//! delayed buckets and `waiting/` (plus one `fstatat` per job when a byte limit is set), then inotify (`inotify(7)`)
 //! on those directories keeps it current from event names alone: a job name created or moved
 //! into a watched directory adds the job, one moved out or removed takes it away, keyed by
 //! (job id, directory) so that events already reflected in the first listing change nothing.
@@ -48,7 +48,7 @@
 //! `tests/it/capacity.rs` measures it with 8 producers.
 
 use crate::disk::barrier::Barrier;
-use crate::disk::layout::{parse_bucket, DELAYED_DIR, TMP_DIR};
+use crate::disk::layout::{parse_bucket, DELAYED_DIR, TMP_DIR, WAITING_DIR};
 use crate::disk::name::{GroupName, JobName, Kind};
 use crate::disk::sys::{Call, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
@@ -62,10 +62,10 @@ use std::time::Duration;
 /// The limits sidecar's name in the queue root.
 pub use crate::disk::layout::LIMITS_FILE;
 
-/// A queue's capacity limits over ready + leased + delayed jobs. `None` is no limit.
+/// A queue's capacity limits over ready + leased + delayed + waiting jobs. `None` is no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
-    /// Most jobs (ready, leased and delayed together).
+    /// Most jobs (ready, leased, delayed and waiting together).
     pub max_jobs: Option<u64>,
     /// Most bytes of job files (128-byte header plus payload each) in those states.
     pub max_bytes: Option<u64>,
@@ -246,7 +246,7 @@ struct WDir {
     delayed_root: bool,
 }
 
-/// The live count of ready + leased + delayed jobs, kept by inotify.
+/// The live count of ready + leased + delayed + waiting jobs, kept by inotify.
 #[derive(Debug)]
 struct Tally {
     ino: OwnedFd,
@@ -278,7 +278,7 @@ impl Drop for Room<'_> {
 /// How much of its capacity a queue uses, from [`Queue::capacity_use`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CapacityUse {
-    /// Ready + leased + delayed jobs.
+    /// Ready + leased + delayed + waiting jobs.
     pub jobs: u64,
     /// Bytes of their job files (0 when no byte limit is set: sizes are then not read).
     pub bytes: u64,
@@ -660,6 +660,27 @@ impl Queue {
                 return Ok(false);
             }
         }
+        // Waiting jobs (`waiting/`, ops/deps.rs) count too. It is made on first use: until
+        // then the root is watched, and a directory made there means a rebuild.
+        let waiting = || {
+            self.sys
+                .stat_nofollow(self.dirs.root.as_fd(), WAITING_DIR)
+                .is_ok_and(|m| m.file_type == rustix::fs::FileType::Directory)
+        };
+        if waiting() {
+            if !self.tally_watch(t, WAITING_DIR, false)? {
+                return Ok(false);
+            }
+        } else {
+            match inotify::add_watch(&t.ino, &self.root, WATCH) {
+                Ok(wd) => t.parents.push(wd),
+                Err(_) => return Ok(false),
+            }
+            // Made between the look and the watch: no event will say so.
+            if waiting() && !self.tally_watch(t, WAITING_DIR, false)? {
+                return Ok(false);
+            }
+        }
         Ok(true)
     }
 
@@ -797,6 +818,11 @@ impl Queue {
                 }
             }
         })?;
+        let waiting = self.waiting_jobs()?;
+        jobs += waiting.len() as u64;
+        if sizes {
+            bytes += self.waiting_bytes(&waiting);
+        }
         Ok((jobs, bytes))
     }
 
@@ -811,6 +837,16 @@ impl Queue {
             // A level's slot not made yet holds nothing to leave: its parents are watched
             // (a slot made wakes the waiter, which watches again).
             self.watch_slot(fd.as_fd(), s, out).ok()?;
+        }
+        // A waiting job dead-lettered with its dependency leaves room too (missing until
+        // first use: the root's watch below sees it made).
+        match inotify::add_watch(
+            &fd,
+            self.root.join(WAITING_DIR),
+            out | WatchFlags::DONT_FOLLOW,
+        ) {
+            Ok(_) | Err(Errno::NOENT) => {}
+            Err(_) => return None,
         }
         inotify::add_watch(
             &fd,
