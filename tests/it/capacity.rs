@@ -516,6 +516,6 @@ os.execv(sys.argv[1], sys.argv[1:])
         Some(7),
         "2 jobs, one of them waiting, and a limit of 2: {err}"
     );
-    let st = Queue::open(&base.join("q")).unwrap().status().unwrap();
+    let st = Queue::open(base.join("q")).unwrap().status().unwrap();
     assert_eq!((st.ready, st.waiting), (1, 1));
 }
