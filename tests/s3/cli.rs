@@ -207,12 +207,12 @@ fn the_cli_round_trip() {
     assert_eq!(status(m.port, url)[4], "done 2");
     // Options a queue in a bucket does not have are refused, naming them.
     let o = cli(m.port)
-        .args(["enqueue", url, "--delay", "1s", "--file", file])
+        .args(["enqueue", url, "--priority", "5", "--file", file])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--delay"), "{err}");
+    assert!(err.contains("--priority"), "{err}");
     assert_eq!(status(m.port, url)[0], "ready 0", "nothing enqueued");
     let _ = std::fs::remove_file(&p);
     let _ = std::fs::remove_file(&got);
@@ -1143,4 +1143,102 @@ fn enqueue_key_on_s3_names_the_existing_job() {
         "{err2}"
     );
     assert_eq!(status(m.port, url)[0], "ready 1");
+}
+
+/// `enqueue --delay D` on an s3:// queue: the job is not claimed before it is due (claim exit
+/// 3), `status` counts it delayed, `list` names it `delayed` (as a local queue's does) and
+/// `show` says when it is due; a claim waiting for it gets it once due, not before. It was
+/// refused.
+#[test]
+fn enqueue_delay_on_s3_is_claimed_only_once_due() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clidelay/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clidelay", "q", Options::default());
+    let t0 = Instant::now();
+    let before = q.client.clock.now_ms();
+    let (code, id) = out(cli(m.port)
+        .args(["enqueue", url, "--delay", "4s"])
+        .stdin(Stdio::null()));
+    assert_eq!((code, id.len()), (0, 32), "{id}");
+    assert_eq!(out(cli(m.port).args(["claim", url])).0, 3, "not due yet");
+    assert_eq!(&status(m.port, url)[..2], ["ready 0", "delayed 1"]);
+    let (code, l) = out(cli(m.port).args(["list", url]));
+    assert_eq!(code, 0);
+    let f: Vec<&str> = l.split(' ').collect();
+    assert_eq!(f[..4], [id.as_str(), "delayed", "1", "0"], "{l}");
+    let due: i64 = f[4].parse().unwrap();
+    assert!(
+        (before + 3_000..=before + 6_000).contains(&due),
+        "due {due}, enqueued at {before}"
+    );
+    let (code, ids) = out(cli(m.port).args(["list", url, "--state", "delayed"]));
+    assert_eq!((code, ids.split(' ').next()), (0, Some(id.as_str())));
+    let (code, h) = out(cli(m.port).args(["claim", url, "--wait", "20s"]));
+    assert_eq!(code, 0);
+    assert!(h.starts_with(&id), "{h}");
+    // Due 4 s after the enqueue on the service's clock (counted from the enqueuer's upper
+    // bound of it); a claim takes it up to 1 s early (its own upper bound), never sooner.
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2_900),
+        "claimed after {waited:?}"
+    );
+}
+
+/// Options an s3:// queue still refuses are refused by name, with the reason, and nothing is
+/// enqueued: `--after`, `--group`, `--delay` with `--key`, and `limit --group`.
+#[test]
+fn options_still_refused_on_s3_are_named_with_their_reason() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clirefused/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let id = "0123456789abcdef0123456789abcdef";
+    let cases: [(&[&str], &str, &str); 6] = [
+        (
+            &["enqueue", url, "--after", id],
+            "enqueue --after",
+            "no dependencies",
+        ),
+        (
+            &["enqueue", url, "--group", "g1"],
+            "enqueue --group",
+            "no groups",
+        ),
+        (
+            &["enqueue", url, "--delay", "1m", "--key", "k1"],
+            "enqueue --delay with --key",
+            "generation 0",
+        ),
+        (
+            &["enqueue", url, "--max-attempts", "2"],
+            "enqueue --max-attempts",
+            "not stored per job",
+        ),
+        (
+            &["limit", url, "--group", "g1", "--max-leased", "2"],
+            "limit --group",
+            "no groups",
+        ),
+        (&["limit", url], "limit", "no groups"),
+    ];
+    for (args, what, why) in cases {
+        let o = cli(m.port)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{what}: not supported on s3:// queues (")),
+            "{err}"
+        );
+        assert!(err.contains(why), "{err}");
+    }
+    assert_eq!(
+        &status(m.port, url)[..2],
+        ["ready 0", "delayed 0"],
+        "nothing enqueued"
+    );
 }
