@@ -188,7 +188,7 @@ mod with_s3 {
                 },
                 "s3:// queues have no groups, so no group limits",
             )),
-            Cmd::Show(_) => Err(refused("show", "not written yet")),
+            Cmd::Show(a) => show(a),
             Cmd::Wait(_) => Err(refused("wait", "S3 has no notifications to wait on")),
             #[cfg(not(feature = "appliance"))]
             Cmd::Top(_) => Err(refused(
@@ -699,6 +699,109 @@ mod with_s3 {
                     "bad job id '{j}': expected 32 lowercase hex digits (see `steadq list`)"
                 ))
             })
+    }
+
+    /// `show JOB`: the job's true state (its chain's newest generation, [`Queue::inspect`])
+    /// and its envelope's header, in the fields a local queue's `show` prints (`path` is the
+    /// newest generation's key); `--raw` prints the payload alone. One LIST, a GET of the
+    /// newest record (unless it is generation 0) and a GET of the envelope. A malformed id is
+    /// bad usage (exit 1), an unknown one not done (exit 2), both named, as locally; so is an
+    /// envelope that fails verification, unless its job is dead already (exit 0).
+    fn show(a: args::Show) -> Result<Exit, CliError> {
+        let u = url(&a.dir);
+        let id = job_id(&a.job)?;
+        let q = open(&u)?;
+        let Some((gen, rec)) = q.inspect(id)? else {
+            return Err(CliError::not_done(format!("{u}: no job {id:032x}")));
+        };
+        let key0 = q.keys().gen(id, 0);
+        let file = q.envelope(id)?;
+        let header = file
+            .as_deref()
+            .map(|f| steadq::format::verify(f, id, q.queue_id()));
+        let payload = || {
+            file.as_deref()
+                .map_or(&[][..], |f| &f[steadq::format::HEADER_LEN..])
+        };
+        match (&header, a.raw) {
+            (Some(Ok(_)), true) => {
+                super::super::stdout::write(payload());
+                return Ok(Exit::Done);
+            }
+            (None, true) => {
+                return Err(CliError::not_done(format!(
+                    "{u}: job {id:032x} was acked and its chain compacted to its receipt: its payload was not kept"
+                )))
+            }
+            (Some(Err(c)), true) => {
+                return Err(CliError::not_done(format!(
+                    "{u}: {key0}: corrupt envelope ({c}): its payload cannot be verified, so --raw prints nothing"
+                )))
+            }
+            _ => {}
+        }
+        let due_by = q.client.clock.upper_ms();
+        let now = q.client.clock.now_ms();
+        let age = |ms: i64| super::super::encode::fmt_age(ms.max(0) as u64 * 1_000_000);
+        let (state, detail) = match rec.state {
+            State::Ready if rec.due_ms > due_by => {
+                ("delayed", format!("due in {}", age(rec.due_ms - now)))
+            }
+            State::Ready => ("ready", String::new()),
+            State::Leased if rec.due_ms <= now => (
+                "leased",
+                format!("lease expired {} ago", age(now - rec.due_ms)),
+            ),
+            State::Leased => (
+                "leased",
+                format!("lease expires in {}", age(rec.due_ms - now)),
+            ),
+            State::Dead => ("dead", format!("reason {}", rec.reason)),
+            State::Done => ("acked", format!("token {}", rec.token)),
+        };
+        out!("job       {id:032x}");
+        out!("state     {state} {detail}");
+        out!("path      {}", q.keys().gen(id, gen));
+        out!("attempt   {}/{}", rec.attempt, q.options.max_attempts);
+        out!("gen       {gen}");
+        let h = match header {
+            Some(Ok(h)) => h,
+            None => {
+                out!("envelope  (not kept: the chain was compacted to its receipt)");
+                return Ok(Exit::Done);
+            }
+            Some(Err(c)) => {
+                out!("file      corrupt ({c}): header and payload not shown");
+                if rec.state == State::Dead {
+                    return Ok(Exit::Done);
+                }
+                return Err(CliError::not_done(format!(
+                    "{u}: {key0}: corrupt envelope ({c}), not yet dead-lettered: the next claim that reaches it dead-letters it"
+                )));
+            }
+        };
+        out!(
+            "created   {} (unix {})",
+            fixed::utc(u128::from(h.created_ns)),
+            fixed::secs(u128::from(h.created_ns), 3)
+        );
+        out!("bytes     {}", h.payload_len);
+        out!("sha256    {}", super::super::encode::hex(&h.payload_sha256));
+        out!(
+            "envelope  {}",
+            super::super::encode::hex(&h.envelope_sha256)
+        );
+        let (text, head) = super::super::cmd::utf8_head(&mut payload())
+            .map_err(|e| CliError::not_done(e.to_string()))?;
+        match head {
+            Some(t) if text => out!("payload   {t}"),
+            _ => out!(
+                "payload   ({} bytes of {}; --raw prints it)",
+                h.payload_len,
+                if text { "text" } else { "binary" }
+            ),
+        }
+        Ok(Exit::Done)
     }
 
     fn compact(a: args::Compact) -> Result<Exit, CliError> {

@@ -1242,3 +1242,137 @@ fn options_still_refused_on_s3_are_named_with_their_reason() {
         "nothing enqueued"
     );
 }
+
+/// `show JOB` on an s3:// queue prints the fields a local queue's `show` prints, in its
+/// order (state, the newest generation's key as `path`, attempt, generation, the envelope's
+/// header and the payload); `--raw` prints the payload alone. A malformed id is bad usage
+/// (exit 1) and an unknown one not done (exit 2), each named, as locally. It was refused.
+#[test]
+fn show_on_s3_prints_what_a_local_show_does() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clishow/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clishow", "q", Options::default());
+    let id = format!("{:032x}", q.enqueue(b"hello").unwrap());
+    let (code, s) = out(cli(m.port).args(["show", url, &id]));
+    assert_eq!(code, 0);
+    let fields = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect()
+    };
+    // The same fields as a local queue's show of the same payload.
+    let dir = scratch_dir("clishow-local");
+    let local = dir.join("q");
+    let local = local.to_str().unwrap();
+    assert_eq!(out(cli(m.port).args(["init", local])).0, 0);
+    let (code, lid) = out(cli(m.port)
+        .args(["enqueue", local])
+        .stdin(std::fs::File::open(write_tmp(&dir, b"hello")).unwrap()));
+    assert_eq!(code, 0);
+    let (code, ls) = out(cli(m.port).args(["show", local, &lid]));
+    assert_eq!(code, 0);
+    assert_eq!(fields(&s), fields(&ls), "s3:\n{s}\nlocal:\n{ls}");
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(lines[0], format!("job       {id}"));
+    assert_eq!(lines[1].trim_end(), "state     ready");
+    assert_eq!(lines[2], format!("path      q/j/{id}/00000000"));
+    assert_eq!(lines[3..5], ["attempt   0/5", "gen       0"]);
+    assert_eq!(lines[6], "bytes     5");
+    let sha = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+    assert_eq!(lines[7], format!("sha256    {sha}"));
+    assert_eq!(
+        lines[7],
+        ls.lines().nth(7).unwrap(),
+        "the same payload digest"
+    );
+    assert_eq!(lines[9], "payload   hello");
+    let raw = cli(m.port)
+        .args(["show", url, &id, "--raw"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        (raw.status.code(), &raw.stdout[..]),
+        (Some(0), &b"hello"[..])
+    );
+    // Claimed: leased at generation 1; acked: the receipt and its token.
+    let l = q.claim().unwrap().unwrap();
+    let (code, s) = out(cli(m.port).args(["show", url, &id]));
+    assert_eq!(code, 0);
+    assert!(s.contains("\nstate     leased lease expires in "), "{s}");
+    assert!(
+        s.contains(&format!(
+            "\npath      q/j/{id}/00000001\nattempt   1/5\ngen       1\n"
+        )),
+        "{s}"
+    );
+    q.ack(&l).unwrap();
+    let (code, s) = out(cli(m.port).args(["show", url, &id]));
+    assert_eq!(code, 0);
+    assert!(
+        s.contains(&format!("\nstate     acked token {}\n", l.token)),
+        "{s}"
+    );
+    // Delayed: its record above the envelope, and when it is due.
+    let later = q
+        .enqueue_delayed(b"later", Duration::from_secs(3600))
+        .unwrap();
+    let later = format!("{later:032x}");
+    let (code, s) = out(cli(m.port).args(["show", url, &later]));
+    assert_eq!(code, 0);
+    assert!(
+        s.contains("\nstate     delayed due in 59m\n")
+            || s.contains("\nstate     delayed due in 60m\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains(&format!(
+            "\npath      q/j/{later}/00000001\nattempt   0/5\ngen       1\n"
+        )),
+        "{s}"
+    );
+    assert!(s.ends_with("\npayload   later"), "{s}");
+    // An envelope that fails verification: the job's fields, not its header; exit 2 naming
+    // the key while the job is not dead yet, as locally.
+    let bad = q.enqueue(b"precious").unwrap();
+    let key = q.keys().gen(bad, 0);
+    let mut body = q.client.get(&key).unwrap().body;
+    *body.last_mut().unwrap() ^= 1;
+    assert_eq!(q.client.put(&key, &body).unwrap().status, 200);
+    let o = cli(m.port)
+        .args(["show", url, &format!("{bad:032x}")])
+        .output()
+        .unwrap();
+    let (so, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&key) && err.contains("corrupt envelope"),
+        "{err}"
+    );
+    assert!(
+        so.contains("\nfile      corrupt (") && !so.contains("\npayload "),
+        "{so}"
+    );
+    // Malformed: exit 1; unknown: exit 2; each named.
+    for (job, code) in [
+        ("zz", 1),
+        ("0123456789ABCDEF0123456789ABCDEF", 1),
+        ("0123456789abcdef0123456789abcdef", 2),
+    ] {
+        let o = cli(m.port).args(["show", url, job]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{job}: {err}");
+        assert!(err.contains(job), "names it: {err}");
+        assert!(o.stdout.is_empty(), "{job}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn write_tmp(dir: &std::path::Path, bytes: &[u8]) -> std::path::PathBuf {
+    let p = dir.join("payload");
+    std::fs::write(&p, bytes).unwrap();
+    p
+}

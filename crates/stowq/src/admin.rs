@@ -328,6 +328,16 @@ impl Queue {
         Ok(st)
     }
 
+    /// The envelope of job `id` (generation 0: header and payload) as stored, not verified
+    /// (`steadq::format::verify` checks it); `Ok(None)` if it is absent: no such job, or its
+    /// chain was compacted to its receipt. One GET.
+    ///
+    /// # Errors
+    /// Not done (it changes nothing): transport or status errors.
+    pub fn envelope(&self, id: u128) -> Result<Option<Vec<u8>>> {
+        self.get(&self.keys.gen(id, 0))
+    }
+
     /// The true state of job `id`: its newest generation and that generation's record
     /// (generation 0 reads as ready, attempt 0). `Ok(None)` if there is no such job. Costs a
     /// LIST of the chain and a GET.
