@@ -195,10 +195,7 @@ mod with_s3 {
                 "top",
                 "its live view is of a local queue's directories",
             )),
-            Cmd::Fsck(_) => Err(refused(
-                "fsck",
-                "it checks a local queue's files; `recover` repairs an s3:// queue's index",
-            )),
+            Cmd::Fsck(a) => fsck(a),
             #[cfg(not(feature = "appliance"))]
             Cmd::Demo(_) | Cmd::DemoJob(_) | Cmd::Bench(_) | Cmd::Completions(_) => {
                 Err(refused("this command", "it runs on a local queue only"))
@@ -802,6 +799,49 @@ mod with_s3 {
             ),
         }
         Ok(Exit::Done)
+    }
+
+    /// `fsck URL`: the index checked against the chains, changing nothing ([`Queue::check`],
+    /// what `recover`'s repair would do): one line per problem on stdout (a job's missing
+    /// marker, a stale marker, a marker of no job, a foreign object), a summary on stderr;
+    /// exit 5 when it found any, as a local fsck. Envelopes are not read (a claim verifies
+    /// each one it hands out). `--quarantine` is refused: `recover` repairs the index, and
+    /// foreign objects are left where they are.
+    fn fsck(a: args::Fsck) -> Result<Exit, CliError> {
+        if a.quarantine {
+            return Err(refused(
+                "fsck --quarantine",
+                "an s3:// queue has no quarantine; `recover` repairs the index and leaves foreign objects as they are",
+            ));
+        }
+        let u = url(&a.dir);
+        let r = open(&u)?.check()?;
+        for (id, gen, state, key) in &r.missing {
+            out!(
+                "missing marker: job {id:032x} generation {gen} ({}) is not indexed; repair puts {key}",
+                state.as_str()
+            );
+        }
+        for (key, id, gen) in &r.stale {
+            out!("stale marker: {key}: job {id:032x} is at generation {gen}");
+        }
+        for key in &r.orphans {
+            out!("marker of no job: {key}");
+        }
+        for key in &r.foreign {
+            out!("foreign object: {key}: not a StowQ generation, record or index marker");
+        }
+        let n = r.problems();
+        let then = if n > 0 {
+            " (`steadq recover` repairs the index; foreign objects are left as they are)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "fsck {u}: {} chains and {} index markers read, envelopes not read; {n} problems{then}",
+            r.chains, r.markers
+        );
+        Ok(if n == 0 { Exit::Done } else { Exit::Problems })
     }
 
     fn compact(a: args::Compact) -> Result<Exit, CliError> {

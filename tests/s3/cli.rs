@@ -1376,3 +1376,116 @@ fn write_tmp(dir: &std::path::Path, bytes: &[u8]) -> std::path::PathBuf {
     std::fs::write(&p, bytes).unwrap();
     p
 }
+
+/// `fsck` on an s3:// queue is `recover`'s index repair as a read-only report: a job's
+/// missing marker, a stale marker, a marker of no job and a foreign object are each named
+/// on a line, exit 5 (as a local fsck with problems), and no object is created or deleted;
+/// after `recover` only the foreign object (which repair leaves) is reported, and without
+/// it fsck exits 0. `--quarantine` is refused by name. It was refused.
+#[test]
+fn fsck_on_s3_reports_what_repair_would_fix_and_changes_nothing() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clifsck/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clifsck", "q", Options::default());
+    let fsck = || {
+        let o = cli(m.port).args(["fsck", url]).output().unwrap();
+        (
+            o.status.code().unwrap(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let keys = || -> Vec<String> {
+        let p = q.client.list("q/", None, None, 1000).unwrap().unwrap();
+        assert!(p.next.is_none());
+        p.entries.into_iter().map(|e| e.key).collect()
+    };
+    let marker_of = |id: u128| -> String {
+        keys()
+            .into_iter()
+            .find(|k| k.starts_with("q/i/") && k.contains(&format!("{id:032x}")))
+            .unwrap()
+    };
+    q.enqueue(b"fine").unwrap();
+    let (code, so, se) = fsck();
+    assert_eq!((code, so.as_str()), (0, ""), "{se}");
+    assert!(
+        se.contains("1 chains and 1 index markers read") && se.ends_with("0 problems\n"),
+        "{se}"
+    );
+    // A job without its marker (a crash between its create and its marker's put).
+    let lost = q.enqueue(b"unindexed").unwrap();
+    let lost_marker = marker_of(lost);
+    assert_eq!(q.client.delete(&lost_marker).unwrap().status, 204);
+    // A stale marker: a claimed job's ready marker put back.
+    let moved = q.enqueue(b"claimed").unwrap();
+    let old = marker_of(moved);
+    let l = loop {
+        let l = q.claim().unwrap().unwrap();
+        if l.id == moved {
+            break l;
+        }
+    };
+    assert_eq!(q.client.put(&old, b"").unwrap().status, 200);
+    // A marker of no job, and a foreign object under the index.
+    let ghost = old.replace(&format!("{moved:032x}"), &format!("{:032x}", moved ^ 0x10));
+    assert_eq!(q.client.put(&ghost, b"").unwrap().status, 200);
+    assert_eq!(
+        q.client.put("q/i/ready/notes.txt", b"x").unwrap().status,
+        200
+    );
+    let before = keys();
+    let (code, so, se) = fsck();
+    assert_eq!(code, 5, "{so}{se}");
+    let lines: Vec<&str> = so.lines().collect();
+    assert_eq!(lines.len(), 4, "{so}");
+    // Its marker again, in its shard, sorted by the envelope's modification time.
+    let shard = &lost_marker[..lost_marker.rfind('/').unwrap() + 1];
+    let tail = format!(".{lost:032x}.00000000.0");
+    let want = format!(
+        "missing marker: job {lost:032x} generation 0 (ready) is not indexed; repair puts {shard}"
+    );
+    assert!(
+        lines[0].starts_with(&want) && lines[0].ends_with(&tail),
+        "{so}\nnot {want}...{tail}"
+    );
+    assert_eq!(
+        lines[1],
+        format!("stale marker: {old}: job {moved:032x} is at generation 1")
+    );
+    assert_eq!(lines[2], format!("marker of no job: {ghost}"));
+    assert!(
+        lines[3].starts_with("foreign object: q/i/ready/notes.txt: "),
+        "{so}"
+    );
+    assert!(
+        se.contains("; 4 problems (`steadq recover` repairs"),
+        "{se}"
+    );
+    assert_eq!(keys(), before, "fsck changed nothing");
+    // The leased job is still its holder's.
+    q.ack(&l).unwrap();
+    let (code, rec) = out(cli(m.port).args(["recover", url]));
+    assert_eq!(code, 0);
+    assert!(rec.ends_with("index: put 1 deleted 2 foreign 1"), "{rec}");
+    let (code, so, _) = fsck();
+    assert_eq!((code, so.lines().count()), (5, 1), "{so}");
+    assert!(
+        so.starts_with("foreign object: q/i/ready/notes.txt"),
+        "{so}"
+    );
+    assert_eq!(q.client.delete("q/i/ready/notes.txt").unwrap().status, 204);
+    let (code, so, se) = fsck();
+    assert_eq!((code, so.as_str()), (0, ""), "{se}");
+    let o = cli(m.port)
+        .args(["fsck", url, "--quarantine"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("fsck --quarantine: not supported on s3:// queues ("),
+        "{err}"
+    );
+}
