@@ -1174,9 +1174,20 @@ fn enqueue_delay_on_s3_is_claimed_only_once_due() {
     );
     let (code, ids) = out(cli(m.port).args(["list", url, "--state", "delayed"]));
     assert_eq!((code, ids.split(' ').next()), (0, Some(id.as_str())));
+    // A due time past the year 2262 (a local queue's limit; the CLI takes at most 100
+    // years) is refused by the library, not done, and nothing is made.
+    let e = q
+        .enqueue_delayed(b"never", Duration::from_secs(400 * 365 * 86_400))
+        .unwrap_err();
+    assert_eq!(e.outcome, stowq::Outcome::NotDone, "{e}");
+    assert!(e.to_string().contains("past the year 2262"), "{e}");
     let (code, h) = out(cli(m.port).args(["claim", url, "--wait", "20s"]));
     assert_eq!(code, 0);
     assert!(h.starts_with(&id), "{h}");
+    assert_eq!(
+        &status(m.port, url)[..3],
+        ["ready 0", "delayed 0", "leased 1"]
+    );
     // Due 4 s after the enqueue on the service's clock (counted from the enqueuer's upper
     // bound of it); a claim takes it up to 1 s early (its own upper bound), never sooner.
     let waited = t0.elapsed();
