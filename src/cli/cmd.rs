@@ -978,7 +978,7 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
 
 /// Read a payload to its end in 64 KiB pieces: whether it is all UTF-8, and the payload
 /// itself when it is at most 4096 bytes (what `show` prints). Memory: one buffer.
-fn utf8_head(r: &mut impl std::io::Read) -> std::io::Result<(bool, Option<String>)> {
+pub(super) fn utf8_head(r: &mut impl std::io::Read) -> std::io::Result<(bool, Option<String>)> {
     let mut buf = vec![0u8; 64 * 1024];
     let (mut carry, mut text, mut head, mut total) = (Vec::new(), true, Vec::new(), 0usize);
     loop {

@@ -86,9 +86,12 @@ mod with_s3 {
         }
     }
 
-    /// An option this command does not take on an `s3://` queue.
-    fn unsupported(what: &str) -> CliError {
-        CliError::not_done(format!("{what}: not supported on s3:// queues"))
+    /// An option or command `what` refused on an `s3://` queue, saying `why` (the reasons of
+    /// DESIGN-S3.md, "Options still refused"): not done, exit 2.
+    fn refused(what: &str, why: &str) -> CliError {
+        CliError::not_done(format!(
+            "{what}: not supported on s3:// queues ({why}); not done, nothing changed"
+        ))
     }
 
     fn url(dir: &std::path::Path) -> String {
@@ -142,16 +145,25 @@ mod with_s3 {
     /// A [`CliError`] with the exit code of the outcome.
     pub fn run(cmd: Cmd) -> Result<i32, CliError> {
         let e = match cmd {
-            Cmd::List(a) if a.json => Err(unsupported("list --json")),
-            Cmd::Claim(a) if a.json => Err(unsupported("claim --json")),
-            Cmd::Compact(a) if a.keys_older_than.is_some() => {
-                Err(unsupported("compact --keys-older-than"))
-            }
+            Cmd::List(a) if a.json => Err(refused(
+                "list --json",
+                "its fields (path, max attempts, priority) have no StowQ counterpart",
+            )),
+            Cmd::Claim(a) if a.json => Err(refused(
+                "claim --json",
+                "its fields (path, max attempts, priority) have no StowQ counterpart",
+            )),
+            Cmd::Compact(a) if a.keys_older_than.is_some() => Err(refused(
+                "compact --keys-older-than",
+                "compaction does not know a job's key, so keys are kept as long as the queue",
+            )),
             Cmd::Dead(d) if matches!(&d.action, args::DeadAction::Requeue(r) if r.reason.is_some()) => {
-                Err(unsupported("dead requeue --reason"))
+                Err(refused(
+                    "dead requeue --reason",
+                    "the requeue record's reason is fixed, `requeued`",
+                ))
             }
             Cmd::Init(a) => init(a),
-            Cmd::Enqueue(a) if a.group.is_some() => Err(unsupported("enqueue --group")),
             Cmd::Enqueue(a) => enqueue(a),
             Cmd::Work(a) => work(a),
             Cmd::Claim(a) => claim(a),
@@ -164,16 +176,29 @@ mod with_s3 {
             Cmd::Recover(a) => recover(a),
             Cmd::Dead(d) => dead(d.action),
             Cmd::Compact(a) => compact(a),
-            Cmd::Config(_) => Err(unsupported("config")),
-            Cmd::Limit(_) => Err(unsupported("limit")),
-            Cmd::Show(_) => Err(unsupported("show")),
-            Cmd::Wait(_) => Err(unsupported("wait")),
+            Cmd::Config(_) => Err(refused(
+                "config",
+                "an s3:// queue has no stored settings: lease and attempts are per handle",
+            )),
+            Cmd::Limit(a) => Err(refused(
+                if a.group.is_some() {
+                    "limit --group"
+                } else {
+                    "limit"
+                },
+                "s3:// queues have no groups, so no group limits",
+            )),
+            Cmd::Show(a) => show(a),
+            Cmd::Wait(_) => Err(refused("wait", "S3 has no notifications to wait on")),
             #[cfg(not(feature = "appliance"))]
-            Cmd::Top(_) => Err(unsupported("top")),
-            Cmd::Fsck(_) => Err(unsupported("fsck (recover repairs the index)")),
+            Cmd::Top(_) => Err(refused(
+                "top",
+                "its live view is of a local queue's directories",
+            )),
+            Cmd::Fsck(a) => fsck(a),
             #[cfg(not(feature = "appliance"))]
             Cmd::Demo(_) | Cmd::DemoJob(_) | Cmd::Bench(_) | Cmd::Completions(_) => {
-                Err(unsupported("this command"))
+                Err(refused("this command", "it runs on a local queue only"))
             }
         }?;
         Ok(e.code())
@@ -181,10 +206,13 @@ mod with_s3 {
 
     fn init(a: args::Init) -> Result<Exit, CliError> {
         if a.shards.is_some() || a.receipts.is_some() || a.max_jobs.is_some() {
-            return Err(unsupported("--shards, --receipts, --max-jobs"));
+            return Err(refused(
+                "init --shards, --receipts, --max-jobs",
+                "a local queue's layout and capacity; a bucket has no shards or capacity",
+            ));
         }
         if a.max_bytes.is_some() || a.evidence_max.is_some() || a.evidence_keep.is_some() {
-            return Err(unsupported("--max-bytes, --evidence-max, --evidence-keep"));
+            return Err(refused("init --max-bytes, --evidence-max, --evidence-keep", "a local queue's capacity and evidence files; an s3:// queue keeps receipts as chains"));
         }
         let q = open_with(&url(&a.dir), Options::default(), true)?;
         note_done(
@@ -196,15 +224,21 @@ mod with_s3 {
     }
 
     fn enqueue(a: args::Enqueue) -> Result<Exit, CliError> {
-        if a.max_attempts.is_some()
-            || a.delay.is_some()
-            || a.wait.is_some()
-            || a.priority.is_some()
-            || a.after.is_some()
-        {
-            return Err(unsupported(
-                "--max-attempts, --delay, --wait, --priority, --after",
-            ));
+        // Each refused by name with its reason (DESIGN-S3.md, "Options still refused").
+        let not_here = [
+            (a.max_attempts.is_some(), "enqueue --max-attempts", "max attempts are a handle option on s3://, not stored per job"),
+            (a.wait.is_some(), "enqueue --wait", "an s3:// queue has no capacity limit to wait for"),
+            (a.priority.is_some(), "enqueue --priority", "the s3:// index has no priority levels"),
+            (a.after.is_some(), "enqueue --after", "s3:// queues have no dependencies between jobs"),
+            (a.group.is_some(), "enqueue --group", "s3:// queues have no groups"),
+            (
+                a.delay.is_some_and(|d| !d.is_zero()) && a.key.is_some(),
+                "enqueue --delay with --key",
+                "a keyed enqueue tells a compacted job from a new one by its generation 0, which a delayed job's record precedes",
+            ),
+        ];
+        if let Some((_, what, why)) = not_here.iter().find(|r| r.0) {
+            return Err(refused(what, why));
         }
         if a.file.is_none() && crate::cli::std_fds::stdin_closed() {
             return Err(CliError::not_done(
@@ -214,7 +248,7 @@ mod with_s3 {
         let payload = read_payload(a.file.as_deref(), a.max_payload)?;
         let q = open(&url(&a.dir))?;
         let Some(key) = a.key.as_deref() else {
-            let id = q.enqueue(&payload)?;
+            let id = q.enqueue_delayed(&payload, a.delay.unwrap_or_default())?;
             note_done(format!("the job WAS enqueued as {id:032x}"), "its id");
             out!("{id:032x}");
             return Ok(Exit::Done);
@@ -257,7 +291,10 @@ mod with_s3 {
 
     fn claim(a: args::Claim) -> Result<Exit, CliError> {
         if a.aging.is_some() {
-            return Err(unsupported("--aging"));
+            return Err(refused(
+                "claim --aging",
+                "an s3:// queue has no priorities to age",
+            ));
         }
         // A closed stdout would lose the handle with the job leased: refused before the claim.
         super::super::cmd::handle_needs_stdout("claim")?;
@@ -567,7 +604,11 @@ mod with_s3 {
         // Due as `status` and a claim decide it: by the upper bound of the service's time.
         let due_by = q.client.clock.upper_ms();
         for l in jobs.iter().filter(|l| listed_as(l, a.state, due_by)) {
-            let s = l.state.as_str();
+            // A ready job not yet due is `delayed`, as a local queue's `list` names it.
+            let s = match l.state {
+                State::Ready if l.sort_ms > due_by => "delayed",
+                s => s.as_str(),
+            };
             out!("{:032x} {s} {} {} {}", l.id, l.gen, l.attempt, l.sort_ms);
         }
         Ok(Exit::Done)
@@ -592,7 +633,10 @@ mod with_s3 {
     /// after crash windows (StowQ's `repair`).
     fn recover(a: args::Recover) -> Result<Exit, CliError> {
         if a.due_now {
-            return Err(unsupported("--due-now"));
+            return Err(refused(
+                "recover --due-now",
+                "not written yet: each delayed job would step to ready now",
+            ));
         }
         let q = open(&url(&a.dir))?;
         let r = q.recover()?;
@@ -627,7 +671,12 @@ mod with_s3 {
                 note_done(format!("{n} jobs WERE requeued"), "the report");
                 out!("{n}");
             }
-            DeadAction::Purge(_) => return Err(unsupported("dead purge")),
+            DeadAction::Purge(_) => {
+                return Err(refused(
+                    "dead purge",
+                    "deleting dead chains needs a compaction fenced against `dead requeue`",
+                ))
+            }
         }
         Ok(Exit::Done)
     }
@@ -644,6 +693,152 @@ mod with_s3 {
                     "bad job id '{j}': expected 32 lowercase hex digits (see `steadq list`)"
                 ))
             })
+    }
+
+    /// `show JOB`: the job's true state (its chain's newest generation, [`Queue::inspect`])
+    /// and its envelope's header, in the fields a local queue's `show` prints (`path` is the
+    /// newest generation's key); `--raw` prints the payload alone. One LIST, a GET of the
+    /// newest record (unless it is generation 0) and a GET of the envelope. A malformed id is
+    /// bad usage (exit 1), an unknown one not done (exit 2), both named, as locally; so is an
+    /// envelope that fails verification, unless its job is dead already (exit 0).
+    fn show(a: args::Show) -> Result<Exit, CliError> {
+        let u = url(&a.dir);
+        let id = job_id(&a.job)?;
+        let q = open(&u)?;
+        let Some((gen, rec)) = q.inspect(id)? else {
+            return Err(CliError::not_done(format!("{u}: no job {id:032x}")));
+        };
+        let key0 = q.keys().gen(id, 0);
+        let file = q.envelope(id)?;
+        let header = file
+            .as_deref()
+            .map(|f| steadq::format::verify(f, id, q.queue_id()));
+        let payload = || {
+            file.as_deref()
+                .map_or(&[][..], |f| &f[steadq::format::HEADER_LEN..])
+        };
+        match (&header, a.raw) {
+            (Some(Ok(_)), true) => {
+                super::super::stdout::write(payload());
+                return Ok(Exit::Done);
+            }
+            (None, true) => {
+                return Err(CliError::not_done(format!(
+                    "{u}: job {id:032x} was acked and its chain compacted to its receipt: its payload was not kept"
+                )))
+            }
+            (Some(Err(c)), true) => {
+                return Err(CliError::not_done(format!(
+                    "{u}: {key0}: corrupt envelope ({c}): its payload cannot be verified, so --raw prints nothing"
+                )))
+            }
+            _ => {}
+        }
+        let due_by = q.client.clock.upper_ms();
+        let now = q.client.clock.now_ms();
+        let age = |ms: i64| super::super::encode::fmt_age(ms.max(0) as u64 * 1_000_000);
+        let (state, detail) = match rec.state {
+            State::Ready if rec.due_ms > due_by => {
+                ("delayed", format!("due in {}", age(rec.due_ms - now)))
+            }
+            State::Ready => ("ready", String::new()),
+            State::Leased if rec.due_ms <= now => (
+                "leased",
+                format!("lease expired {} ago", age(now - rec.due_ms)),
+            ),
+            State::Leased => (
+                "leased",
+                format!("lease expires in {}", age(rec.due_ms - now)),
+            ),
+            State::Dead => ("dead", format!("reason {}", rec.reason)),
+            State::Done => ("acked", format!("token {}", rec.token)),
+        };
+        out!("job       {id:032x}");
+        out!("state     {state} {detail}");
+        out!("path      {}", q.keys().gen(id, gen));
+        out!("attempt   {}/{}", rec.attempt, q.options.max_attempts);
+        out!("gen       {gen}");
+        let h = match header {
+            Some(Ok(h)) => h,
+            None => {
+                out!("envelope  (not kept: the chain was compacted to its receipt)");
+                return Ok(Exit::Done);
+            }
+            Some(Err(c)) => {
+                out!("file      corrupt ({c}): header and payload not shown");
+                if rec.state == State::Dead {
+                    return Ok(Exit::Done);
+                }
+                return Err(CliError::not_done(format!(
+                    "{u}: {key0}: corrupt envelope ({c}), not yet dead-lettered: the next claim that reaches it dead-letters it"
+                )));
+            }
+        };
+        out!(
+            "created   {} (unix {})",
+            fixed::utc(u128::from(h.created_ns)),
+            fixed::secs(u128::from(h.created_ns), 3)
+        );
+        out!("bytes     {}", h.payload_len);
+        out!("sha256    {}", super::super::encode::hex(&h.payload_sha256));
+        out!(
+            "envelope  {}",
+            super::super::encode::hex(&h.envelope_sha256)
+        );
+        let (text, head) = super::super::cmd::utf8_head(&mut payload())
+            .map_err(|e| CliError::not_done(e.to_string()))?;
+        match head {
+            Some(t) if text => out!("payload   {t}"),
+            _ => out!(
+                "payload   ({} bytes of {}; --raw prints it)",
+                h.payload_len,
+                if text { "text" } else { "binary" }
+            ),
+        }
+        Ok(Exit::Done)
+    }
+
+    /// `fsck URL`: the index checked against the chains, changing nothing ([`Queue::check`],
+    /// what `recover`'s repair would do): one line per problem on stdout (a job's missing
+    /// marker, a stale marker, a marker of no job, a foreign object), a summary on stderr;
+    /// exit 5 when it found any, as a local fsck. Envelopes are not read (a claim verifies
+    /// each one it hands out). `--quarantine` is refused: `recover` repairs the index, and
+    /// foreign objects are left where they are.
+    fn fsck(a: args::Fsck) -> Result<Exit, CliError> {
+        if a.quarantine {
+            return Err(refused(
+                "fsck --quarantine",
+                "an s3:// queue has no quarantine; `recover` repairs the index and leaves foreign objects as they are",
+            ));
+        }
+        let u = url(&a.dir);
+        let r = open(&u)?.check()?;
+        for (id, gen, state, key) in &r.missing {
+            out!(
+                "missing marker: job {id:032x} generation {gen} ({}) is not indexed; repair puts {key}",
+                state.as_str()
+            );
+        }
+        for (key, id, gen) in &r.stale {
+            out!("stale marker: {key}: job {id:032x} is at generation {gen}");
+        }
+        for key in &r.orphans {
+            out!("marker of no job: {key}");
+        }
+        for key in &r.foreign {
+            out!("foreign object: {key}: not a StowQ generation, record or index marker");
+        }
+        let n = r.problems();
+        let then = if n > 0 {
+            " (`steadq recover` repairs the index; foreign objects are left as they are)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "fsck {u}: {} chains and {} index markers read, envelopes not read; {n} problems{then}",
+            r.chains, r.markers
+        );
+        Ok(if n == 0 { Exit::Done } else { Exit::Problems })
     }
 
     fn compact(a: args::Compact) -> Result<Exit, CliError> {
@@ -889,7 +1084,10 @@ mod with_s3 {
             ));
         }
         if a.timeout.is_some() || a.aging.is_some() {
-            return Err(unsupported("--timeout, --aging"));
+            return Err(refused(
+                "work --timeout, --aging",
+                "the s3:// worker has no command timer, and no priorities to age",
+            ));
         }
         // A command that cannot be started is refused before any job is claimed, as on a
         // local queue: a typo would otherwise use up an attempt of each job it touches.

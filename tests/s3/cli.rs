@@ -207,12 +207,12 @@ fn the_cli_round_trip() {
     assert_eq!(status(m.port, url)[4], "done 2");
     // Options a queue in a bucket does not have are refused, naming them.
     let o = cli(m.port)
-        .args(["enqueue", url, "--delay", "1s", "--file", file])
+        .args(["enqueue", url, "--priority", "5", "--file", file])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--delay"), "{err}");
+    assert!(err.contains("--priority"), "{err}");
     assert_eq!(status(m.port, url)[0], "ready 0", "nothing enqueued");
     let _ = std::fs::remove_file(&p);
     let _ = std::fs::remove_file(&got);
@@ -1148,4 +1148,360 @@ fn enqueue_key_on_s3_names_the_existing_job() {
         "{err2}"
     );
     assert_eq!(status(m.port, url)[0], "ready 1");
+}
+
+/// `enqueue --delay D` on an s3:// queue: the job is not claimed before it is due (claim exit
+/// 3), `status` counts it delayed, `list` names it `delayed` (as a local queue's does) and
+/// `show` says when it is due; a claim waiting for it gets it once due, not before. It was
+/// refused.
+#[test]
+fn enqueue_delay_on_s3_is_claimed_only_once_due() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clidelay/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clidelay", "q", Options::default());
+    let t0 = Instant::now();
+    let before = q.client.clock.now_ms();
+    let (code, id) = out(cli(m.port)
+        .args(["enqueue", url, "--delay", "4s"])
+        .stdin(Stdio::null()));
+    assert_eq!((code, id.len()), (0, 32), "{id}");
+    assert_eq!(out(cli(m.port).args(["claim", url])).0, 3, "not due yet");
+    assert_eq!(&status(m.port, url)[..2], ["ready 0", "delayed 1"]);
+    let (code, l) = out(cli(m.port).args(["list", url]));
+    assert_eq!(code, 0);
+    let f: Vec<&str> = l.split(' ').collect();
+    assert_eq!(f[..4], [id.as_str(), "delayed", "1", "0"], "{l}");
+    let due: i64 = f[4].parse().unwrap();
+    assert!(
+        (before + 3_000..=before + 6_000).contains(&due),
+        "due {due}, enqueued at {before}"
+    );
+    let (code, ids) = out(cli(m.port).args(["list", url, "--state", "delayed"]));
+    assert_eq!((code, ids.split(' ').next()), (0, Some(id.as_str())));
+    // A due time past the year 2262 (a local queue's limit; the CLI takes at most 100
+    // years) is refused by the library, not done, and nothing is made.
+    let e = q
+        .enqueue_delayed(b"never", Duration::from_secs(400 * 365 * 86_400))
+        .unwrap_err();
+    assert_eq!(e.outcome, stowq::Outcome::NotDone, "{e}");
+    assert!(e.to_string().contains("past the year 2262"), "{e}");
+    let (code, h) = out(cli(m.port).args(["claim", url, "--wait", "20s"]));
+    assert_eq!(code, 0);
+    assert!(h.starts_with(&id), "{h}");
+    assert_eq!(
+        &status(m.port, url)[..3],
+        ["ready 0", "delayed 0", "leased 1"]
+    );
+    // Due 4 s after the enqueue on the service's clock (counted from the enqueuer's upper
+    // bound of it); a claim takes it up to 1 s early (its own upper bound), never sooner.
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2_900),
+        "claimed after {waited:?}"
+    );
+}
+
+/// Options an s3:// queue still refuses are refused by name, with the reason, and nothing is
+/// enqueued: `--after`, `--group`, `--delay` with `--key`, and `limit --group`.
+#[test]
+fn options_still_refused_on_s3_are_named_with_their_reason() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clirefused/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let id = "0123456789abcdef0123456789abcdef";
+    let cases: [(&[&str], &str, &str); 6] = [
+        (
+            &["enqueue", url, "--after", id],
+            "enqueue --after",
+            "no dependencies",
+        ),
+        (
+            &["enqueue", url, "--group", "g1"],
+            "enqueue --group",
+            "no groups",
+        ),
+        (
+            &["enqueue", url, "--delay", "1m", "--key", "k1"],
+            "enqueue --delay with --key",
+            "generation 0",
+        ),
+        (
+            &["enqueue", url, "--max-attempts", "2"],
+            "enqueue --max-attempts",
+            "not stored per job",
+        ),
+        (
+            &["limit", url, "--group", "g1", "--max-leased", "2"],
+            "limit --group",
+            "no groups",
+        ),
+        (&["limit", url], "limit", "no groups"),
+    ];
+    for (args, what, why) in cases {
+        let o = cli(m.port)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{what}: not supported on s3:// queues (")),
+            "{err}"
+        );
+        assert!(err.contains(why), "{err}");
+    }
+    assert_eq!(
+        &status(m.port, url)[..2],
+        ["ready 0", "delayed 0"],
+        "nothing enqueued"
+    );
+}
+
+/// `show JOB` on an s3:// queue prints the fields a local queue's `show` prints, in its
+/// order (state, the newest generation's key as `path`, attempt, generation, the envelope's
+/// header and the payload); `--raw` prints the payload alone. A malformed id is bad usage
+/// (exit 1) and an unknown one not done (exit 2), each named, as locally. It was refused.
+#[test]
+fn show_on_s3_prints_what_a_local_show_does() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clishow/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clishow", "q", Options::default());
+    let id = format!("{:032x}", q.enqueue(b"hello").unwrap());
+    let (code, s) = out(cli(m.port).args(["show", url, &id]));
+    assert_eq!(code, 0);
+    let fields = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect()
+    };
+    // The same fields as a local queue's show of the same payload.
+    let dir = scratch_dir("clishow-local");
+    let local = dir.join("q");
+    let local = local.to_str().unwrap();
+    assert_eq!(out(cli(m.port).args(["init", local])).0, 0);
+    let (code, lid) = out(cli(m.port)
+        .args(["enqueue", local])
+        .stdin(std::fs::File::open(write_tmp(&dir, b"hello")).unwrap()));
+    assert_eq!(code, 0);
+    let (code, ls) = out(cli(m.port).args(["show", local, &lid]));
+    assert_eq!(code, 0);
+    assert_eq!(fields(&s), fields(&ls), "s3:\n{s}\nlocal:\n{ls}");
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(lines[0], format!("job       {id}"));
+    assert_eq!(lines[1].trim_end(), "state     ready");
+    assert_eq!(lines[2], format!("path      q/j/{id}/00000000"));
+    assert_eq!(lines[3..5], ["attempt   0/5", "gen       0"]);
+    assert_eq!(lines[6], "bytes     5");
+    let sha = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+    assert_eq!(lines[7], format!("sha256    {sha}"));
+    assert_eq!(
+        lines[7],
+        ls.lines().nth(7).unwrap(),
+        "the same payload digest"
+    );
+    assert_eq!(lines[9], "payload   hello");
+    let raw = cli(m.port)
+        .args(["show", url, &id, "--raw"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        (raw.status.code(), &raw.stdout[..]),
+        (Some(0), &b"hello"[..])
+    );
+    // Claimed: leased at generation 1; acked: the receipt and its token.
+    let l = q.claim().unwrap().unwrap();
+    let (code, s) = out(cli(m.port).args(["show", url, &id]));
+    assert_eq!(code, 0);
+    assert!(s.contains("\nstate     leased lease expires in "), "{s}");
+    assert!(
+        s.contains(&format!(
+            "\npath      q/j/{id}/00000001\nattempt   1/5\ngen       1\n"
+        )),
+        "{s}"
+    );
+    q.ack(&l).unwrap();
+    let (code, s) = out(cli(m.port).args(["show", url, &id]));
+    assert_eq!(code, 0);
+    assert!(
+        s.contains(&format!("\nstate     acked token {}\n", l.token)),
+        "{s}"
+    );
+    // Delayed: its record above the envelope, and when it is due.
+    let later = q
+        .enqueue_delayed(b"later", Duration::from_secs(3600))
+        .unwrap();
+    let later = format!("{later:032x}");
+    let (code, s) = out(cli(m.port).args(["show", url, &later]));
+    assert_eq!(code, 0);
+    assert!(
+        s.contains("\nstate     delayed due in 59m\n")
+            || s.contains("\nstate     delayed due in 60m\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains(&format!(
+            "\npath      q/j/{later}/00000001\nattempt   0/5\ngen       1\n"
+        )),
+        "{s}"
+    );
+    assert!(s.ends_with("\npayload   later"), "{s}");
+    // An envelope that fails verification: the job's fields, not its header; exit 2 naming
+    // the key while the job is not dead yet, as locally.
+    let bad = q.enqueue(b"precious").unwrap();
+    let key = q.keys().gen(bad, 0);
+    let mut body = q.client.get(&key).unwrap().body;
+    *body.last_mut().unwrap() ^= 1;
+    assert_eq!(q.client.put(&key, &body).unwrap().status, 200);
+    let o = cli(m.port)
+        .args(["show", url, &format!("{bad:032x}")])
+        .output()
+        .unwrap();
+    let (so, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&key) && err.contains("corrupt envelope"),
+        "{err}"
+    );
+    assert!(
+        so.contains("\nfile      corrupt (") && !so.contains("\npayload "),
+        "{so}"
+    );
+    // Malformed: exit 1; unknown: exit 2; each named.
+    for (job, code) in [
+        ("zz", 1),
+        ("0123456789ABCDEF0123456789ABCDEF", 1),
+        ("0123456789abcdef0123456789abcdef", 2),
+    ] {
+        let o = cli(m.port).args(["show", url, job]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{job}: {err}");
+        assert!(err.contains(job), "names it: {err}");
+        assert!(o.stdout.is_empty(), "{job}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn write_tmp(dir: &std::path::Path, bytes: &[u8]) -> std::path::PathBuf {
+    let p = dir.join("payload");
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// `fsck` on an s3:// queue is `recover`'s index repair as a read-only report: a job's
+/// missing marker, a stale marker, a marker of no job and a foreign object are each named
+/// on a line, exit 5 (as a local fsck with problems), and no object is created or deleted;
+/// after `recover` only the foreign object (which repair leaves) is reported, and without
+/// it fsck exits 0. `--quarantine` is refused by name. It was refused.
+#[test]
+fn fsck_on_s3_reports_what_repair_would_fix_and_changes_nothing() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clifsck/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "clifsck", "q", Options::default());
+    let fsck = || {
+        let o = cli(m.port).args(["fsck", url]).output().unwrap();
+        (
+            o.status.code().unwrap(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let keys = || -> Vec<String> {
+        let p = q.client.list("q/", None, None, 1000).unwrap().unwrap();
+        assert!(p.next.is_none());
+        p.entries.into_iter().map(|e| e.key).collect()
+    };
+    let marker_of = |id: u128| -> String {
+        keys()
+            .into_iter()
+            .find(|k| k.starts_with("q/i/") && k.contains(&format!("{id:032x}")))
+            .unwrap()
+    };
+    q.enqueue(b"fine").unwrap();
+    let (code, so, se) = fsck();
+    assert_eq!((code, so.as_str()), (0, ""), "{se}");
+    assert!(
+        se.contains("1 chains and 1 index markers read") && se.ends_with("0 problems\n"),
+        "{se}"
+    );
+    // A job without its marker (a crash between its create and its marker's put).
+    let lost = q.enqueue(b"unindexed").unwrap();
+    let lost_marker = marker_of(lost);
+    assert_eq!(q.client.delete(&lost_marker).unwrap().status, 204);
+    // A stale marker: a claimed job's ready marker put back.
+    let moved = q.enqueue(b"claimed").unwrap();
+    let old = marker_of(moved);
+    let l = loop {
+        let l = q.claim().unwrap().unwrap();
+        if l.id == moved {
+            break l;
+        }
+    };
+    assert_eq!(q.client.put(&old, b"").unwrap().status, 200);
+    // A marker of no job, and a foreign object under the index.
+    let ghost = old.replace(&format!("{moved:032x}"), &format!("{:032x}", moved ^ 0x10));
+    assert_eq!(q.client.put(&ghost, b"").unwrap().status, 200);
+    assert_eq!(
+        q.client.put("q/i/ready/notes.txt", b"x").unwrap().status,
+        200
+    );
+    let before = keys();
+    let (code, so, se) = fsck();
+    assert_eq!(code, 5, "{so}{se}");
+    let lines: Vec<&str> = so.lines().collect();
+    assert_eq!(lines.len(), 4, "{so}");
+    // Its marker again, in its shard, sorted by the envelope's modification time.
+    let shard = &lost_marker[..lost_marker.rfind('/').unwrap() + 1];
+    let tail = format!(".{lost:032x}.00000000.0");
+    let want = format!(
+        "missing marker: job {lost:032x} generation 0 (ready) is not indexed; repair puts {shard}"
+    );
+    assert!(
+        lines[0].starts_with(&want) && lines[0].ends_with(&tail),
+        "{so}\nnot {want}...{tail}"
+    );
+    assert_eq!(
+        lines[1],
+        format!("stale marker: {old}: job {moved:032x} is at generation 1")
+    );
+    assert_eq!(lines[2], format!("marker of no job: {ghost}"));
+    assert!(
+        lines[3].starts_with("foreign object: q/i/ready/notes.txt: "),
+        "{so}"
+    );
+    assert!(
+        se.contains("; 4 problems (`steadq recover` repairs"),
+        "{se}"
+    );
+    assert_eq!(keys(), before, "fsck changed nothing");
+    // The leased job is still its holder's.
+    q.ack(&l).unwrap();
+    let (code, rec) = out(cli(m.port).args(["recover", url]));
+    assert_eq!(code, 0);
+    assert!(rec.ends_with("index: put 1 deleted 2 foreign 1"), "{rec}");
+    let (code, so, _) = fsck();
+    assert_eq!((code, so.lines().count()), (5, 1), "{so}");
+    assert!(
+        so.starts_with("foreign object: q/i/ready/notes.txt"),
+        "{so}"
+    );
+    assert_eq!(q.client.delete("q/i/ready/notes.txt").unwrap().status, 204);
+    let (code, so, se) = fsck();
+    assert_eq!((code, so.as_str()), (0, ""), "{se}");
+    let o = cli(m.port)
+        .args(["fsck", url, "--quarantine"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("fsck --quarantine: not supported on s3:// queues ("),
+        "{err}"
+    );
 }

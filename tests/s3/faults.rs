@@ -457,3 +457,114 @@ fn a_service_that_ignores_start_after_fails_a_claim_instead_of_looping() {
     let (_, rec) = direct.inspect(id).unwrap().unwrap();
     assert_eq!((rec.state, rec.attempt), (State::Ready, 1), "untouched");
 }
+
+/// `enqueue --delay` on S3 (`Queue::enqueue_delayed`: a conditional create of generation 1,
+/// `ready, due = now + delay`, then of generation 0, the envelope, then the marker), through
+/// the fault proxy: each of its 3 requests (and one more for a retry) × every fault kind.
+/// Checked against the server after each: done ⇒ the envelope and the delayed record exist
+/// and the job is indexed; not done ⇒ no envelope (no job), and no record either unless an
+/// outage also dropped its delete; indeterminate ⇒ either. Whatever was said, the job is
+/// never claimable before it is due, before or after `repair`: an envelope never exists
+/// without the delayed record above it.
+#[test]
+fn a_delayed_enqueue_says_what_happened_and_is_never_due_early() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "delayfaults");
+    let proxy = Proxy::start(m.port);
+    let opts = Options {
+        tries: 8,
+        backoff: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let popts = Options {
+        tries: 3,
+        backoff: Duration::from_millis(20),
+        ..Options::default()
+    };
+    let delay = Duration::from_secs(3600);
+    let mut tally: BTreeMap<Said, u32> = BTreeMap::new();
+    let mut cases = vec![(0, None)];
+    for i in 0..4 {
+        cases.extend(Fault::ALL.map(|f| (i, Some((f, i)))));
+    }
+    for (n, (_, fault)) in cases.into_iter().enumerate() {
+        let prefix = format!("d{n}");
+        let d = queue(m.port, "delayfaults", &prefix, opts.clone());
+        proxy.arm(None);
+        let p = Queue::open(
+            Client::new(config(proxy.port, PROXY_TIMEOUT_MS), "delayfaults"),
+            &prefix,
+            popts.clone(),
+        )
+        .unwrap();
+        proxy.arm(fault);
+        let t0 = d.client.clock.now_ms();
+        let r = p.enqueue_delayed(b"later", delay);
+        if fault.is_none() {
+            assert_eq!(proxy.seen(), 3, "requests per delayed enqueue");
+        }
+        proxy.arm(None);
+        let said = said(&r, |_| true);
+        *tally.entry(said).or_default() += 1;
+        // The server's truth: which generations exist (at most one chain was started).
+        let page = chains(&d);
+        let gens: Vec<(u128, u64)> = page
+            .entries
+            .iter()
+            .filter_map(|e| d.keys().parse_gen(&e.key))
+            .collect();
+        let what = format!("{fault:?}: said {said:?}, generations {gens:?}");
+        assert!(gens.iter().all(|g| g.0 == gens[0].0), "one chain: {what}");
+        let has = |g: u64| gens.iter().any(|x| x.1 == g);
+        assert!(
+            !has(0) || has(1),
+            "an envelope without its delayed record: {what}"
+        );
+        match said {
+            Said::Done => {
+                let id = *r.as_ref().unwrap();
+                assert_eq!(gens, [(id, 0), (id, 1)], "{what}");
+                let (g, rec) = d.inspect(id).unwrap().unwrap();
+                assert_eq!((g, rec.state, rec.attempt), (1, State::Ready, 0), "{what}");
+                let due = rec.due_ms - t0;
+                assert!(
+                    (3_599_000..=3_603_000).contains(&due),
+                    "due in {due} ms: {what}"
+                );
+                // As for every operation, only an outage leaves the index to `repair`.
+                if fault.is_none_or(|f| f.0 != Fault::Outage) {
+                    let listed = d.list().unwrap();
+                    assert_eq!(listed.len(), 1, "indexed: {what}");
+                    assert_eq!((listed[0].id, listed[0].gen), (id, 1), "{what}");
+                }
+            }
+            Said::NotDone => {
+                assert!(!has(0), "not done, but the job exists: {what}");
+                if fault.is_none_or(|f| f.0 != Fault::Outage) {
+                    assert!(gens.is_empty(), "not done left a record: {what}");
+                }
+            }
+            Said::Indeterminate => {}
+        }
+        // Never due early, and `repair` (run by `steadq recover`) does not make it so.
+        assert!(d.claim().unwrap().is_none(), "claimed early: {what}");
+        d.repair().unwrap();
+        assert!(
+            d.claim().unwrap().is_none(),
+            "claimed early after repair: {what}"
+        );
+        if has(0) {
+            let listed = d.list().unwrap();
+            assert_eq!(listed.len(), 1, "indexed after repair: {what}");
+            assert_eq!(
+                (listed[0].gen, listed[0].state),
+                (1, State::Ready),
+                "{what}"
+            );
+            assert_eq!(d.status().unwrap().delayed, 1, "{what}");
+        }
+    }
+    report(&format!(
+        "stowq delayed enqueue under faults (3 requests × 7 kinds, and a 4th index): {tally:?}"
+    ));
+}

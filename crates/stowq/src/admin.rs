@@ -4,9 +4,36 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{id_hex, Marker, Record, State, SHARDS};
 use crate::queue::{
-    batch, random_u128, ready0, Listed, Queue, RecoverReport, RepairReport, Status,
+    batch, random_u128, ready0, CheckReport, Listed, Queue, RecoverReport, RepairReport, Status,
 };
 use std::collections::BTreeMap;
+
+/// What [`Queue::repair`] would change, from one reading of the index and the chains.
+#[derive(Default)]
+struct IndexPlan {
+    /// Each job with a stale marker or without its newest generation's marker.
+    jobs: Vec<JobPlan>,
+    /// Markers of no job.
+    orphans: Vec<String>,
+    /// Keys under the index or chain prefixes that are no marker or generation.
+    strangers: Vec<String>,
+    /// Newest generations that are not records (their jobs are left as they are).
+    not_records: Vec<String>,
+    /// Chains and markers read.
+    chains: u64,
+    markers: u64,
+}
+
+/// One job's part of an [`IndexPlan`].
+struct JobPlan {
+    id: u128,
+    /// Its newest generation.
+    gen: u64,
+    /// Its markers of older generations.
+    stale: Vec<String>,
+    /// The marker its newest generation lacks: key, generation, state.
+    missing: Option<(String, u64, State)>,
+}
 
 impl Queue {
     /// Up to `options.page` index markers of `state` due by `until_ms` (all if `None`),
@@ -153,33 +180,103 @@ impl Queue {
     /// record (a foreign object at a generation's key) is left as it is, its markers too, and
     /// reported ([`RepairReport::foreign`], and a warning naming the key); so is any other
     /// object under the index or chain prefixes that is no marker or generation (the first 20
-    /// named in warnings).
+    /// named in warnings). [`Queue::check`] reports the same without changing anything.
     ///
     /// Cost: one LIST per 1,000 objects, plus one GET per job whose marker was missing.
     ///
     /// # Errors
-    /// As [`Queue::recover`] (the batch rule), though only hints change.
+    /// As [`Queue::recover`] (the batch rule), though only hints change: a failed read
+    /// before any change is not done.
     pub fn repair(&self) -> Result<RepairReport> {
+        let plan = self.index_plan()?;
+        // Named one by one up to 20 (a bucket shared with another tool may hold thousands).
+        for k in plan.strangers.iter().take(20) {
+            log::warn!("repair: {k} is not a job generation or index marker: left as it is");
+        }
+        if plan.strangers.len() > 20 {
+            log::warn!("repair: {} more such objects", plan.strangers.len() - 20);
+        }
+        for key in &plan.not_records {
+            log::warn!(
+                "repair: {key} is not a record: left as it is, with its job's index markers"
+            );
+        }
+        let mut rep = RepairReport {
+            foreign: u32::try_from(plan.strangers.len() + plan.not_records.len())
+                .unwrap_or(u32::MAX),
+            ..RepairReport::default()
+        };
+        let fail = |e: Error, rep: &RepairReport| batch(e, rep.put + rep.deleted);
+        for job in &plan.jobs {
+            for k in &job.stale {
+                if !self.hint(false, k) {
+                    return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));
+                }
+                rep.deleted += 1;
+            }
+            let Some((key, _, _)) = &job.missing else {
+                continue;
+            };
+            if !self.hint(true, key) {
+                return Err(fail(
+                    Error::not_done(ErrorKind::Transport(key.clone())),
+                    &rep,
+                ));
+            }
+            rep.put += 1;
+        }
+        for k in &plan.orphans {
+            if !self.hint(false, k) {
+                return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));
+            }
+            rep.deleted += 1;
+        }
+        Ok(rep)
+    }
+
+    /// What [`Queue::repair`] would do, done by nobody: a read-only check of the index
+    /// against the chains (`steadq fsck s3://...`). Envelopes are not read (that is a GET
+    /// per job; a claim verifies each one it hands out).
+    ///
+    /// Cost: one LIST per 1,000 objects, plus one GET per job whose marker is missing.
+    ///
+    /// # Errors
+    /// Not done (it changes nothing): transport or status errors.
+    pub fn check(&self) -> Result<CheckReport> {
+        let plan = self.index_plan()?;
+        let mut r = CheckReport {
+            chains: plan.chains,
+            markers: plan.markers,
+            foreign: plan.strangers,
+            ..CheckReport::default()
+        };
+        r.foreign.extend(plan.not_records);
+        for job in plan.jobs {
+            r.stale
+                .extend(job.stale.into_iter().map(|k| (k, job.id, job.gen)));
+            if let Some((key, gen, state)) = job.missing {
+                r.missing.push((job.id, gen, state, key));
+            }
+        }
+        r.orphans = plan.orphans;
+        Ok(r)
+    }
+
+    /// One reading of every marker and chain (markers first, so a marker written meanwhile
+    /// is never taken for stale), and what would make them agree: [`Queue::repair`] applies
+    /// it, [`Queue::check`] reports it. Reads only: the LISTs, and a GET of the newest
+    /// record of each job without its marker.
+    fn index_plan(&self) -> Result<IndexPlan> {
         let mut marks: BTreeMap<u128, Vec<(String, Marker)>> = BTreeMap::new();
-        // Keys under the index or chain prefixes that are none of StowQ's: left as they
-        // are, and reported.
-        let mut strangers = Vec::new();
+        let mut plan = IndexPlan::default();
         for state in State::ALL {
-            for (k, m) in self.markers_noting(state, &mut strangers)? {
+            for (k, m) in self.markers_noting(state, &mut plan.strangers)? {
+                plan.markers += 1;
                 marks.entry(m.id).or_default().push((k, m));
             }
         }
-        let latest = self.chain_heads(&mut strangers)?;
-        let mut rep = RepairReport::default();
-        // Named one by one up to 20 (a bucket shared with another tool may hold thousands).
-        for k in strangers.iter().take(20) {
-            log::warn!("repair: {k} is not a job generation or index marker: left as it is");
-        }
-        if strangers.len() > 20 {
-            log::warn!("repair: {} more such objects", strangers.len() - 20);
-        }
-        rep.foreign = u32::try_from(strangers.len()).unwrap_or(u32::MAX);
-        let fail = |e: Error, rep: &RepairReport| batch(e, rep.put + rep.deleted);
+        let latest = self.chain_heads(&mut plan.strangers)?;
+        plan.chains = latest.len() as u64;
         for (id, (gen, modified, has0)) in &latest {
             let ms = marks.remove(id).unwrap_or_default();
             if !has0 && ms.is_empty() {
@@ -194,35 +291,27 @@ impl Queue {
                 (false, 0) => Some(ready0(*modified)),
                 (false, g) => {
                     let key = self.keys.gen(*id, g);
-                    let body = self.get(&key).map_err(|e| fail(e, &rep))?;
+                    let body = self.get(&key)?;
                     let Some(r) = body.as_deref().and_then(Record::decode) else {
-                        log::warn!("repair: {key} is not a record: left as it is, with its job's index markers");
-                        rep.foreign += 1;
+                        plan.not_records.push(key);
                         continue;
                     };
                     Some(r)
                 }
             };
-            for (k, _) in ms.iter().filter(|(_, m)| m.gen != *gen) {
-                if !self.hint(false, k) {
-                    return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));
-                }
-                rep.deleted += 1;
-            }
-            let Some(rec) = rec else { continue };
-            let key = self.keys.marker(*id, *gen, &rec);
-            if !self.hint(true, &key) {
-                return Err(fail(Error::not_done(ErrorKind::Transport(key)), &rep));
-            }
-            rep.put += 1;
+            plan.jobs.push(JobPlan {
+                id: *id,
+                gen: *gen,
+                stale: ms
+                    .into_iter()
+                    .filter(|(_, m)| m.gen != *gen)
+                    .map(|(k, _)| k)
+                    .collect(),
+                missing: rec.map(|r| (self.keys.marker(*id, *gen, &r), *gen, r.state)),
+            });
         }
-        for (k, _) in marks.into_values().flatten() {
-            if !self.hint(false, &k) {
-                return Err(fail(Error::not_done(ErrorKind::Transport(k)), &rep));
-            }
-            rep.deleted += 1;
-        }
-        Ok(rep)
+        plan.orphans = marks.into_values().flatten().map(|(k, _)| k).collect();
+        Ok(plan)
     }
 
     /// For [`Queue::repair`]: per job, (newest generation, its time, generation 0 present)
@@ -326,6 +415,16 @@ impl Queue {
             *c += 1;
         }
         Ok(st)
+    }
+
+    /// The envelope of job `id` (generation 0: header and payload) as stored, not verified
+    /// (`steadq::format::verify` checks it); `Ok(None)` if it is absent: no such job, or its
+    /// chain was compacted to its receipt. One GET.
+    ///
+    /// # Errors
+    /// Not done (it changes nothing): transport or status errors.
+    pub fn envelope(&self, id: u128) -> Result<Option<Vec<u8>>> {
+        self.get(&self.keys.gen(id, 0))
     }
 
     /// The true state of job `id`: its newest generation and that generation's record

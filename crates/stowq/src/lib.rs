@@ -28,8 +28,8 @@ pub use config::Config;
 pub use error::{Error, ErrorKind};
 pub use keys::State;
 pub use queue::{
-    CompactReport, Lease, Listed, Nacked, Options, Queue, Receipt, RecoverReport, RepairReport,
-    Status, CANDIDATES_KEEP,
+    CheckReport, CompactReport, Lease, Listed, Nacked, Options, Queue, Receipt, RecoverReport,
+    RepairReport, Status, CANDIDATES_KEEP,
 };
 pub use sigv4::Credentials;
 use std::time::Duration;

@@ -37,6 +37,85 @@ impl Queue {
         }
     }
 
+    /// Enqueue `payload`, not to be claimed before `delay` has passed on the service's clock;
+    /// returns the job id. A zero `delay` is [`Queue::enqueue`]. The due time is counted from
+    /// this handle's upper bound of the service's time, so the lag of its reading never cuts
+    /// the delay; a claim takes a job that may be due by its own upper bound, so up to 1 s
+    /// early (the `Date` header's resolution), as after a nack.
+    ///
+    /// Three requests: a conditional create of generation 1 (`ready, attempt 0, due = now +
+    /// delay`), then of generation 0 (the envelope), then generation 1's ready marker. The
+    /// record goes first so that no claim can ever step the job from generation 0: until the
+    /// envelope exists the record belongs to no job (a chain without generation 0 and without
+    /// markers is skipped by [`Queue::repair`] and is found by nothing else), and once it
+    /// exists the job's newest generation is the delayed record, which `repair` indexes as it
+    /// is. A crash at any point never makes the job due early.
+    ///
+    /// # Errors
+    /// Not done ([`ErrorKind::Config`]) for a due time past the year 2262 (as a local
+    /// queue's limit); not done if the envelope surely was not created (the record made before
+    /// it is deleted again, best effort: if that fails it stays, found by nothing);
+    /// indeterminate if the envelope may have been (if it was, the job is delayed as asked
+    /// but unindexed until `repair`, which `steadq recover` runs).
+    pub fn enqueue_delayed(&self, payload: &[u8], delay: Duration) -> Result<u128> {
+        if delay.is_zero() {
+            return self.enqueue(payload);
+        }
+        // As a nack does before it writes a due time: a clock in doubt is settled first.
+        self.settle_clock();
+        let now = self.client.clock.now_ms();
+        let due = i64::try_from(delay.as_millis())
+            .ok()
+            .and_then(|d| self.client.clock.upper_ms().checked_add(d))
+            .filter(|d| *d <= i64::MAX / 1_000_000)
+            .ok_or_else(|| {
+                Error::not_done(ErrorKind::Config(format!(
+                    "delay {} s: the job would be due past the year 2262; not done, nothing changed",
+                    delay.as_secs()
+                )))
+            })?;
+        let id = random_u128();
+        let rec = self.new_record(State::Ready, 0, due, "", "");
+        let key1 = self.keys.gen(id, 1);
+        match self.create_once(&key1, &rec.encode()) {
+            Ok(Create::Done) => {}
+            Ok(Create::Taken) => {
+                return Err(Error::not_done(ErrorKind::Status {
+                    status: 412,
+                    what: "enqueue: key exists".into(),
+                }))
+            }
+            // Without the envelope no job exists whatever became of this record: an
+            // indeterminate create of it leaves at most a record that nothing finds.
+            Err(e) => return Err(Error::not_done(e.kind)),
+        }
+        let created_ns = (now as u64).saturating_mul(1_000_000);
+        let mut file = format::encode_header(id, self.queue_id, created_ns, payload).to_vec();
+        file.extend_from_slice(payload);
+        match self.create_once(&self.keys.gen(id, 0), &file) {
+            Ok(Create::Done) => {
+                self.hint(true, &self.keys.marker(id, 1, &rec));
+                Ok(id)
+            }
+            // Someone else's object at generation 0: the record made above is ours, and
+            // must not stay on another's chain.
+            Ok(Create::Taken) => {
+                self.hint(false, &key1);
+                Err(Error::not_done(ErrorKind::Status {
+                    status: 412,
+                    what: "enqueue: key exists".into(),
+                }))
+            }
+            Err(e) if e.outcome == steadq::Outcome::NotDone => {
+                self.hint(false, &key1);
+                Err(e)
+            }
+            // The envelope may yet land: the record stays, so that the job is delayed if
+            // it does.
+            Err(e) => Err(e),
+        }
+    }
+
     /// Enqueue `payload` under idempotency key `key` (1 to 128 of `A-Z a-z 0-9 . _ : -`):
     /// the first enqueue of a key makes the job; later ones make nothing and name it.
     /// Returns the job id and whether this call made it.

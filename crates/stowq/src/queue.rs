@@ -144,6 +144,33 @@ pub struct RepairReport {
     pub foreign: u32,
 }
 
+/// What [`Queue::check`] found: what [`Queue::repair`] would change, and the objects it
+/// would leave as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Chains read (jobs, compacted ones included).
+    pub chains: u64,
+    /// Index markers read.
+    pub markers: u64,
+    /// Jobs whose newest generation has no marker: (id, generation, its state, the marker
+    /// `repair` would put).
+    pub missing: Vec<(u128, u64, State, String)>,
+    /// Markers of a job's older generation: (key, job id, the job's newest generation).
+    pub stale: Vec<(String, u128, u64)>,
+    /// Markers of no job (no chain, or a compacted one).
+    pub orphans: Vec<String>,
+    /// Keys under the index or chain prefixes that are no marker or generation, and newest
+    /// generations that are not records.
+    pub foreign: Vec<String>,
+}
+
+impl CheckReport {
+    /// Problems found: missing, stale and orphaned markers and foreign objects.
+    pub fn problems(&self) -> usize {
+        self.missing.len() + self.stale.len() + self.orphans.len() + self.foreign.len()
+    }
+}
+
 /// What a compaction did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CompactReport {
