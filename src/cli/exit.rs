@@ -103,6 +103,8 @@ mod tests {
             bytes: 0,
             max_jobs: Some(1),
             max_bytes: None,
+            adding_jobs: 1,
+            adding_bytes: 129,
         };
         for (f, want) in [
             (Error::NotDone(e(ErrorKind::NoSuchJob)), Exit::NotDone),

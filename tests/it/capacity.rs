@@ -58,6 +58,10 @@ fn over_the_limit_is_not_done_with_its_own_kind() {
         .id();
     assert!(q.enqueue(b"x").is_err(), "a delayed job counts");
     assert_eq!(q.capacity_use().unwrap().jobs, 3);
+    // `status` counts them as the check does, in text and JSON.
+    assert_eq!(q.status().unwrap().capacity_jobs(), 3);
+    let st = text(&steadq(&["status", p(d.path()), "--json"]).stdout);
+    assert!(st.contains(r#""capacity":{"jobs":3,"#), "{st}");
     let _ = id;
     // A batch that does not fit is refused whole.
     q.claim().unwrap().unwrap().ack().unwrap();
@@ -518,4 +522,39 @@ os.execv(sys.argv[1], sys.argv[1:])
     );
     let st = Queue::open(base.join("q")).unwrap().status().unwrap();
     assert_eq!((st.ready, st.waiting), (1, 1));
+}
+
+/// A refusal by the byte limit says what the enqueue would have added: "2 jobs, 856 bytes
+/// (limit 1000)" alone read as room to spare.
+#[test]
+fn a_byte_limit_refusal_says_what_the_enqueue_adds() {
+    let d = TempDir::new("cap-adds");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_limits(Limits {
+        max_jobs: None,
+        max_bytes: Some(1000),
+    })
+    .unwrap();
+    q.enqueue(&[7u8; 300]).unwrap();
+    q.enqueue(&[7u8; 300]).unwrap();
+    let e = q.enqueue(&[7u8; 300]).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::QueueFull {
+                jobs: 2,
+                bytes: 856,
+                adding_jobs: 1,
+                adding_bytes: 428,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains(
+            "queue full: 2 jobs, 856 bytes (limit 1000); this enqueue adds 1 job of 428 bytes"
+        ),
+        "{e}"
+    );
 }

@@ -201,6 +201,10 @@ pub enum ErrorKind {
         max_jobs: Option<u64>,
         /// The byte limit, if any.
         max_bytes: Option<u64>,
+        /// Jobs the refused enqueue would have added (1, or a batch's count).
+        adding_jobs: u64,
+        /// Bytes of job files it would have added (headers included).
+        adding_bytes: u64,
     },
     /// An enqueue found no shard of the job's priority level that this user may make files
     /// in: each refused on its own (`EACCES` or `EPERM` from `faccessat2(2)` or `open(2)`),
@@ -383,6 +387,8 @@ impl core::fmt::Display for Cause {
                 bytes,
                 max_jobs,
                 max_bytes,
+                adding_jobs,
+                adding_bytes,
             } => {
                 write!(f, "queue full: {jobs} jobs")?;
                 if let Some(m) = max_jobs {
@@ -390,6 +396,11 @@ impl core::fmt::Display for Cause {
                 }
                 if let Some(m) = max_bytes {
                     write!(f, ", {bytes} bytes (limit {m})")?;
+                }
+                let s = if *adding_jobs == 1 { "" } else { "s" };
+                write!(f, "; this enqueue adds {adding_jobs} job{s}")?;
+                if max_bytes.is_some() {
+                    write!(f, " of {adding_bytes} bytes")?;
                 }
                 f.write_str("; not done, nothing changed")?;
             }

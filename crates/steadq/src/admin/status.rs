@@ -106,14 +106,16 @@ impl Status {
         }
     }
 
-    /// Jobs that count against the capacity limit: ready + leased + delayed.
+    /// Jobs that count against the capacity limit: ready + leased + delayed + waiting (as
+    /// [`Queue::capacity_use`](crate::Queue::capacity_use) counts them).
     pub fn capacity_jobs(&self) -> u64 {
-        self.ready + self.leased + self.delayed
+        self.ready + self.leased + self.delayed + self.waiting
     }
 
-    /// Bytes that count against the capacity limit: those of ready, leased and delayed jobs.
+    /// Bytes that count against the capacity limit: those of ready, leased, delayed and
+    /// waiting jobs.
     pub fn capacity_bytes(&self) -> u64 {
-        self.bytes.ready + self.bytes.leased + self.bytes.delayed
+        self.bytes.ready + self.bytes.leased + self.bytes.delayed + self.bytes.waiting
     }
 }
 

@@ -564,6 +564,8 @@ impl Queue {
                     bytes: used_bytes,
                     max_jobs: limits.max_jobs,
                     max_bytes: limits.max_bytes,
+                    adding_jobs: jobs,
+                    adding_bytes: bytes,
                 },
                 Some(self.root.clone()),
             ));

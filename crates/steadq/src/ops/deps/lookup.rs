@@ -173,7 +173,8 @@ impl Queue {
         Ok(out)
     }
 
-    /// The bytes of the waiting jobs `names` (each file's size; one gone meanwhile counts 0).
+    /// The bytes of the waiting jobs `names` (each file's size as capacity counts it,
+    /// `Meta::counted_size`; one gone meanwhile counts 0).
     pub(crate) fn waiting_bytes(&self, names: &[JobName]) -> u64 {
         let Ok(Some(w)) = self.deps_dir(WAITING_DIR, false) else {
             return 0;
@@ -185,7 +186,7 @@ impl Queue {
                     .stat_nofollow(w.as_fd(), &n.format(self.ident.id))
                     .ok()
             })
-            .map(|m| m.size)
+            .map(|m| m.counted_size())
             .sum()
     }
 }
