@@ -952,11 +952,7 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
         }
     }
     show_name(&q, &l);
-    out!(
-        "created   {} (unix {})",
-        fixed::utc(u128::from(h.created_ns)),
-        fixed::secs(u128::from(h.created_ns), 3)
-    );
+    out!("created   {}", fixed::moment(u128::from(h.created_ns)));
     out!("bytes     {}", h.payload_len);
     out!("sha256    {}", encode::hex(&h.payload_sha256));
     out!("envelope  {}", encode::hex(&h.envelope_sha256));

@@ -92,10 +92,9 @@ pub fn show_compacted(a: &Show, q: &Queue, id: JobId) -> Result<Exit, CliError> 
     }
     out!(
         "job       {id}\nstate     acked, receipt removed (compacted): from its evidence line\n\
-         receipt   {}\nacked     {} (unix {})\nsha256    {}\nenvelope  {}",
+         receipt   {}\nacked     {}\nsha256    {}\nenvelope  {}",
         e.receipt,
-        super::fixed::utc(u128::from(e.acked_ns)),
-        super::fixed::secs(u128::from(e.acked_ns), 3),
+        super::fixed::moment(u128::from(e.acked_ns)),
         encode::hex(&e.payload_sha256),
         encode::hex(&e.envelope_sha256)
     );

@@ -51,14 +51,18 @@ pub fn utc(ns: u128) -> String {
     )
 }
 
-/// What `nack` prints for a job delayed until `ns` (unix time in ns): the time in UTC for a
-/// person and in unix seconds for a script, both to the millisecond:
-/// `delayed until 2026-12-06T11:14:07.764Z (unix 1796555647.764)`.
-/// Both are cut to the millisecond (`secs` alone would round half up, a millisecond past
-/// `utc`'s).
-pub fn delayed_until(ns: u128) -> String {
+/// A moment (unix time in ns) in UTC for a person and in unix seconds for a script, both
+/// cut to the same millisecond (`secs` alone would round half up, a millisecond past
+/// `utc`'s): `2026-12-06T11:14:07.764Z (unix 1796555647.764)`.
+pub fn moment(ns: u128) -> String {
     let ms = ns / 1_000_000 * 1_000_000;
-    format!("delayed until {} (unix {})", utc(ms), secs(ms, 3))
+    format!("{} (unix {})", utc(ms), secs(ms, 3))
+}
+
+/// What `nack` prints for a job delayed until `ns` (unix time in ns): `delayed until
+/// 2026-12-06T11:14:07.764Z (unix 1796555647.764)` ([`moment`]).
+pub fn delayed_until(ns: u128) -> String {
+    format!("delayed until {}", moment(ns))
 }
 
 /// Events per second: `n` events in `ns` ns, rounded to a whole number.

@@ -774,11 +774,7 @@ mod with_s3 {
                 )));
             }
         };
-        out!(
-            "created   {} (unix {})",
-            fixed::utc(u128::from(h.created_ns)),
-            fixed::secs(u128::from(h.created_ns), 3)
-        );
+        out!("created   {}", fixed::moment(u128::from(h.created_ns)));
         out!("bytes     {}", h.payload_len);
         out!("sha256    {}", super::super::encode::hex(&h.payload_sha256));
         out!(

@@ -282,22 +282,13 @@ fn show_finds_a_compacted_job_by_its_evidence_line() {
         ),
         "{out}"
     );
-    // The ack time in UTC beside its unix seconds, both the same instant (to the day here).
+    // The ack time in UTC beside its unix seconds, both the same millisecond, as GNU date
+    // prints it.
     let acked = out
         .lines()
         .find_map(|l| l.strip_prefix("acked     "))
         .unwrap_or_else(|| panic!("{out}"));
-    let (date, unix) = acked
-        .split_once("Z (unix ")
-        .unwrap_or_else(|| panic!("{acked}"));
-    let secs: u64 = unix.split('.').next().unwrap().parse().unwrap();
-    let days = secs / 86_400;
-    let gnu = std::process::Command::new("date")
-        .args(["-u", "-d", &format!("@{}", days * 86_400), "+%F"])
-        .output()
-        .unwrap();
-    assert_eq!(&date[..10], text(&gnu.stdout).trim(), "{acked}");
-    assert_eq!(date.len(), "2026-12-06T06:43:26.640".len(), "{acked}");
+    assert_same_moment(acked);
     let o = steadq(&["show", p(d.path()), &id, "--raw"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
@@ -465,4 +456,38 @@ fn a_delayed_nack_prints_its_due_time_in_utc_and_unix_seconds() {
         .output()
         .unwrap();
     assert_eq!(text(&date.stdout).trim(), utc, "{s}");
+}
+
+/// `line` is `<UTC> (unix S.mmm)` and GNU `date` prints S.mmm as that UTC time.
+fn assert_same_moment(line: &str) {
+    let (utc, unix) = line
+        .split_once(" (unix ")
+        .and_then(|(u, r)| Some((u, r.strip_suffix(')')?)))
+        .unwrap_or_else(|| panic!("{line:?}"));
+    assert_eq!(
+        unix.split_once('.').map(|(_, f)| f.len()),
+        Some(3),
+        "{line}"
+    );
+    let date = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("@{unix}"), "+%FT%T.%3NZ"])
+        .output()
+        .unwrap();
+    assert_eq!(text(&date.stdout).trim(), utc, "{line}");
+}
+
+/// `show` prints a job's created time as one moment twice, UTC and unix seconds (they
+/// disagreed by a millisecond half the time: one was rounded, the other cut).
+#[test]
+fn show_prints_the_created_time_as_one_moment() {
+    let d = init("show-created");
+    for _ in 0..20 {
+        let id = enqueue(&d, b"x", &[]);
+        let out = ok(&steadq(&["show", p(d.path()), &id]));
+        let created = out
+            .lines()
+            .find_map(|l| l.strip_prefix("created   "))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert_same_moment(created);
+    }
 }
