@@ -676,3 +676,48 @@ fn wait_empty_counts_a_job_still_waiting_after_its_dependency_was_acked() {
         .wait_empty(Some(std::time::Duration::from_millis(300)))
         .unwrap());
 }
+
+/// A member who moves `waiting/` away and back while a dead-lettering cascades to its
+/// dependents: the cascade stops with an error naming `waiting/` (the fail itself is done),
+/// never a panic (it panicked on "it waits there", and `fail`, `recover` and `work` aborted),
+/// and recovery finishes it once `waiting/` is back.
+#[test]
+fn waiting_moved_away_during_a_cascade_is_named_not_a_panic() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let d = TempDir::new("deps-swap");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let x = q.enqueue(b"x").unwrap();
+    for _ in 0..300 {
+        q.enqueue_with(b"d", &after(&[x])).unwrap();
+    }
+    let l = q.claim().unwrap().expect("x is ready");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (w, w2) = (d.path().join("waiting"), d.path().join("w2"));
+    let swapper = {
+        let (stop, w, w2) = (stop.clone(), w.clone(), w2.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u32;
+            while !stop.load(SeqCst) {
+                // Away about half the time.
+                if std::fs::rename(&w, &w2).is_ok() {
+                    swaps += 1;
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    std::fs::rename(&w2, &w).unwrap();
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            swaps
+        })
+    };
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.fail(Reason::FAILED)));
+    stop.store(true, SeqCst);
+    let swaps = swapper.join().unwrap();
+    assert!(w.is_dir() && !w2.exists());
+    assert!(swaps > 0);
+    failed.expect("no panic").expect("the fail itself is done");
+    assert_eq!(state_of(&q, x), State::Dead);
+    let r = q.recover();
+    assert!(r.first_error.is_none(), "{r:?}");
+    let s = q.status().unwrap();
+    assert_eq!((s.dead, s.waiting), (301, 0), "{s:?}");
+}

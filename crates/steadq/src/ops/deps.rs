@@ -21,7 +21,7 @@
 mod lookup;
 mod markers;
 
-use crate::disk::layout::{AFTER_DIR, NEEDS_DIR};
+use crate::disk::layout::{AFTER_DIR, NEEDS_DIR, WAITING_DIR};
 use crate::disk::name::{JobId, JobName, Kind, Reason};
 use crate::disk::state::{Op, State};
 use crate::disk::sys::{Call, EntryType, Errno};
@@ -179,12 +179,24 @@ impl Queue {
             }
             // One listing of `waiting/` for all of x's dependents.
             let mut names = self.waiting_named(&ds)?;
+            if names.is_empty() {
+                continue;
+            }
+            // `waiting/` gone since its listing (moved away by someone): not done here,
+            // named; recovery moves them once it is back.
+            let Some(from) = self.place_waiting(false)? else {
+                return Err(Cause::io(
+                    Call::Open,
+                    Errno::NOENT,
+                    Outcome::NotDone,
+                    Some(self.path(WAITING_DIR)),
+                ));
+            };
+            let to = self.place_dead()?;
             for d in ds {
                 let Some(n) = names.remove(&d) else {
                     continue;
                 };
-                let from = self.place_waiting(false)?.expect("it waits there");
-                let to = self.place_dead()?;
                 let new = n.next(
                     Kind::Dead {
                         reason: Reason::DEPENDENCY,
