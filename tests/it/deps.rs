@@ -721,3 +721,38 @@ fn waiting_moved_away_during_a_cascade_is_named_not_a_panic() {
     let s = q.status().unwrap();
     assert_eq!((s.dead, s.waiting), (301, 0), "{s:?}");
 }
+
+/// One dependent's marker replaced by a directory (a member's doing) no longer stops the
+/// ack's follow-up for the other dependents: it stopped at the first failure, so with the bad
+/// one listed first every other dependent stayed waiting, through recovery too. Recovery
+/// names the bad marker.
+#[test]
+fn one_bad_marker_does_not_strand_the_other_dependents() {
+    let d = TempDir::new("deps-bad-marker");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let x = q.enqueue(b"x").unwrap();
+    for _ in 0..6 {
+        q.enqueue_with(b"d", &after(&[x])).unwrap();
+    }
+    // The dependent the follow-up meets first: the first name of after/<x>/.
+    let first = std::fs::read_dir(d.path().join(format!("after/{x}")))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name()
+        .into_string()
+        .unwrap();
+    let bad = d.path().join(format!("needs/{first}/{x}"));
+    std::fs::remove_file(&bad).unwrap();
+    std::fs::create_dir(&bad).unwrap();
+    run_one(&q, x);
+    let s = q.status().unwrap();
+    assert_eq!((s.ready, s.waiting), (5, 1), "after the ack");
+    let r = q.recover();
+    let e = r.first_error.as_ref().expect("the bad marker is reported");
+    assert!(e.to_string().contains(&format!("needs/{first}/{x}")), "{e}");
+    // A marker that is not a file counts as none (its dependency is acked anyway).
+    let s = q.status().unwrap();
+    assert_eq!((s.ready, s.waiting), (6, 0), "after recovery");
+}

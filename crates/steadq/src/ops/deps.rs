@@ -28,6 +28,7 @@ use crate::disk::sys::{Call, EntryType, Errno};
 use crate::error::{Cause, ErrorKind, Outcome, Result};
 use crate::ops::transition::Place;
 use crate::queue::Queue;
+use std::collections::HashMap;
 use std::os::fd::AsFd;
 
 /// The most dependencies one job may name ([`crate::EnqueueOptions::after`]).
@@ -240,18 +241,34 @@ impl Queue {
             0 | 1 => None,
             _ => Some(self.waiting_named(&ds)?),
         };
+        // One dependent's failure (a marker someone replaced with a directory, say) is
+        // returned after the others are done, not before.
+        let mut first_err = None;
         for d in ds {
-            self.unmark(NEEDS_DIR, d, x)?;
-            if self.markers(NEEDS_DIR, d)?.is_empty() {
-                let n = match &mut names {
-                    Some(m) => m.remove(&d),
-                    None => self.waiting_name(d)?,
-                };
-                if let Some(n) = n {
-                    promoted += self.promote(&n)? as u32;
+            let one = |names: &mut Option<HashMap<JobId, JobName>>| -> Result<u32> {
+                self.unmark(NEEDS_DIR, d, x)?;
+                let mut promoted = 0;
+                if self.markers(NEEDS_DIR, d)?.is_empty() {
+                    let n = match names {
+                        Some(m) => m.remove(&d),
+                        None => self.waiting_name(d)?,
+                    };
+                    if let Some(n) = n {
+                        promoted = self.promote(&n)? as u32;
+                    }
+                }
+                self.unmark(AFTER_DIR, x, d)?;
+                Ok(promoted)
+            };
+            match one(&mut names) {
+                Ok(n) => promoted += n,
+                Err(e) => {
+                    first_err.get_or_insert(e);
                 }
             }
-            self.unmark(AFTER_DIR, x, d)?;
+        }
+        if let Some(e) = first_err {
+            return Err(e);
         }
         if let Some(after) = self.deps_dir(AFTER_DIR, false)? {
             match self.sys.rmdir(after.as_fd(), &x.to_string()) {
