@@ -756,3 +756,45 @@ fn one_bad_marker_does_not_strand_the_other_dependents() {
     let s = q.status().unwrap();
     assert_eq!((s.ready, s.waiting), (6, 0), "after recovery");
 }
+
+/// A dependent whose `after/<x>/<d>` marker went (removed by hand, or `after/<x>` moved
+/// away): recovery, which worked from `after/` alone, never moved it and it waited for good
+/// after x's ack (new-user and hostile trials). Recovery now makes the marker again and
+/// resolves the job: promoted once x is acked; with x still pending, x's ack promotes it.
+#[test]
+fn recovery_finds_a_dependent_whose_after_marker_went() {
+    let d = TempDir::new("deps-lost-after");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let x = q.enqueue(b"x").unwrap();
+    let y = q.enqueue(b"y").unwrap();
+    let dx = q.enqueue_with(b"dx", &after(&[x])).unwrap().id();
+    let dy = q.enqueue_with(b"dy", &after(&[y])).unwrap().id();
+    std::fs::remove_file(d.path().join(format!("after/{x}/{dx}"))).unwrap();
+    std::fs::rename(
+        d.path().join(format!("after/{y}")),
+        d.path().join("tmp/hidden"),
+    )
+    .unwrap();
+    // x acked with no marker to follow: dx is left waiting until recovery.
+    run_one(&q, x);
+    assert_eq!(state_of(&q, dx), State::Waiting);
+    let r = q.recover();
+    assert!(r.first_error.is_none(), "{r:?}");
+    assert_eq!(state_of(&q, dx), State::Ready, "x acked: promoted");
+    assert_eq!(state_of(&q, dy), State::Waiting, "y pending: still waiting");
+    assert!(
+        d.path().join(format!("after/{y}/{dy}")).is_file(),
+        "marker made again"
+    );
+    // y's ack now finds dy.
+    let l = q.claim().unwrap().unwrap();
+    let l = if l.id() == y {
+        l
+    } else {
+        l.ack().unwrap();
+        q.claim().unwrap().unwrap()
+    };
+    assert_eq!(l.id(), y);
+    l.ack().unwrap();
+    assert_eq!(state_of(&q, dy), State::Ready);
+}

@@ -323,11 +323,54 @@ impl Queue {
                     Ok(false) => {}
                     Err(e) => r.fail(e),
                 },
-                Ok(_) => {}
+                Ok(m) => match self.rejoin(&n, &m) {
+                    Ok(true) => r.dependencies += 1,
+                    Ok(false) => {}
+                    Err(e) => r.fail(e),
+                },
                 Err(e) => r.fail(e),
             }
         }
         Ok(())
+    }
+
+    /// Waiting job `n` needs `xs` (`needs/<n>/`): where one of them lacks its `after/<x>/<n>`
+    /// (removed or moved away by hand; no crash leaves that, the markers are durable before
+    /// the job is linked) no ack would ever move `n`, so the markers are made again and `n`
+    /// resolved now ([`Queue::resolve_waiting`]). Cost: one `openat2` and one `fstatat` per
+    /// marker.
+    /// `Ok(true)`: `n` left `waiting/`.
+    fn rejoin(&self, n: &JobName, xs: &[JobId]) -> Result<bool> {
+        let after = self.deps_dir(AFTER_DIR, false)?;
+        let dh = n.id.to_string();
+        let lost: Vec<JobId> = xs
+            .iter()
+            .copied()
+            .filter(|x| {
+                // Never followed: `after/<x>` opened beneath, the marker not followed.
+                let marked = after.as_ref().is_some_and(|a| {
+                    self.sys
+                        .open_dir_beneath(a.as_fd(), &x.to_string())
+                        .is_ok_and(|ax| {
+                            self.sys
+                                .stat_nofollow(ax.as_fd(), &dh)
+                                .is_ok_and(|m| m.file_type == rustix::fs::FileType::RegularFile)
+                        })
+                });
+                !marked
+            })
+            .collect();
+        if lost.is_empty() {
+            return Ok(false);
+        }
+        log::warn!(
+            "{}: waiting job {} had no marker in {AFTER_DIR}/ for {} of its dependencies; made again",
+            self.root.display(),
+            n.id,
+            lost.len()
+        );
+        self.make_markers_inner(n.id, &lost)?;
+        Ok(self.resolve_waiting(n, false)? != State::Waiting)
     }
 }
 
