@@ -798,3 +798,35 @@ fn recovery_finds_a_dependent_whose_after_marker_went() {
     l.ack().unwrap();
     assert_eq!(state_of(&q, dy), State::Ready);
 }
+
+/// An enqueue after X racing X's ack: the ack's follow-up removes an empty `after/<x>/`,
+/// which the enqueue may have just opened or made; the marker's creation then met `ENOENT`
+/// and the enqueue failed, not done, naming `after/<x>/...` (6 of 150 in the hostile
+/// trial's loop of processes). It now makes the directory again. Deterministic: each
+/// `openat` of the enqueue in turn fails once with `ENOENT`; none may fail naming `after/`.
+#[test]
+fn an_enqueue_after_x_survives_after_x_removed_under_it() {
+    let mut opens = 0;
+    for nth in 1.. {
+        let d = TempDir::new("deps-after-enoent");
+        let q = Queue::create(d.path(), fast(1)).unwrap();
+        let x = q.enqueue(b"x").unwrap();
+        let plan = FaultPlan::disarmed(vec![Fault {
+            call: Call::Open,
+            nth,
+            action: FaultAction::Fail(Errno::NOENT),
+        }]);
+        let q = with_plan(&d, &plan, fast(1));
+        plan.arm();
+        let r = q.enqueue_with(b"d", &after(&[x]));
+        if !plan.fired() {
+            opens = nth - 1;
+            r.unwrap();
+            break;
+        }
+        if let Err(e) = r {
+            assert!(!e.to_string().contains("/after/"), "open {nth}: {e}");
+        }
+    }
+    assert!(opens >= 3, "{opens} opens");
+}

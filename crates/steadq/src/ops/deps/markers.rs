@@ -78,10 +78,24 @@ impl Queue {
             let xh = x.to_string();
             self.marker(nd.as_fd(), &xh, &format!("{rel_d}/{xh}"))?;
             let rel_x = format!("{AFTER_DIR}/{xh}");
-            let ax = self
-                .deps_sub(after.as_fd(), &xh, &rel_x, true)?
-                .expect("made");
-            self.marker(ax.as_fd(), &dh, &format!("{rel_x}/{dh}"))?;
+            // X's ack removes an empty `after/<x>/` (its follow-up, or recovery's): between
+            // this open and the marker's creation that gives `ENOENT`, so both are tried
+            // again (a few times; once the marker is in, the directory is not empty and
+            // stays).
+            let mut tries = 0;
+            let ax = loop {
+                let r = self
+                    .deps_sub(after.as_fd(), &xh, &rel_x, true)
+                    .and_then(|ax| {
+                        let ax = ax.expect("made");
+                        self.marker(ax.as_fd(), &dh, &format!("{rel_x}/{dh}"))?;
+                        Ok(ax)
+                    });
+                match r {
+                    Err(e) if e.errno() == Some(Errno::NOENT.into()) && tries < 8 => tries += 1,
+                    r => break r?,
+                }
+            };
             self.barrier(Barrier::DepsMarker, ax.as_fd()).map_err(|e| {
                 Cause::io(Call::FsyncDir, e, Outcome::NotDone, Some(self.path(&rel_x)))
             })?;
