@@ -15,19 +15,55 @@ use std::time::Duration;
 use steadq::{EnqueueOptions, Error, ErrorKind, JobId, Options, Queue, Reason, State};
 
 pub(super) fn parse_job_id(s: &str) -> Result<JobId, CliError> {
-    // Accept a bare id or any job file name (its first field is the id).
-    let first = s
-        .rsplit('/')
-        .next()
-        .unwrap_or(s)
-        .split('.')
-        .next()
-        .unwrap_or("");
-    JobId::parse(first).ok_or_else(|| {
+    // A bare id or any job file name (its first field is the id).
+    super::args::job_ref(s).ok_or_else(|| {
         CliError::bad_usage(format!(
             "bad job id '{s}': expected 32 lowercase hex digits (see `steadq list`)"
         ))
     })
+}
+
+/// `enqueue --after`'s jobs, every occurrence's added up, checked against the command's own
+/// values before stdin is read or the queue opened (bad usage, exit 1): at most
+/// [`steadq::MAX_AFTER`], none named twice, and not with `--delay`, `--key` or `--wait`
+/// (a waiting job has no due time, and neither a key nor room is checked for it).
+fn after_ids(a: &Enqueue) -> Result<Vec<JobId>, CliError> {
+    let ids: Vec<JobId> = a.after.iter().flatten().copied().collect();
+    if ids.is_empty() {
+        return Ok(ids);
+    }
+    let with: Vec<&str> = [
+        (a.delay.is_some_and(|d| !d.is_zero()), "--delay"),
+        (a.key.is_some(), "--key"),
+        (a.wait.is_some(), "--wait"),
+    ]
+    .iter()
+    .filter(|w| w.0)
+    .map(|w| w.1)
+    .collect();
+    if !with.is_empty() {
+        return Err(CliError::bad_usage(format!(
+            "--after cannot go with {}: a job with dependencies has no delay, key or wait; nothing done",
+            with.join(" or ")
+        )));
+    }
+    if ids.len() > steadq::MAX_AFTER {
+        return Err(CliError::bad_usage(format!(
+            "--after names {} jobs: at most {} in all; nothing done",
+            ids.len(),
+            steadq::MAX_AFTER
+        )));
+    }
+    if let Some(x) = ids
+        .iter()
+        .enumerate()
+        .find_map(|(i, x)| ids[..i].contains(x).then_some(x))
+    {
+        return Err(CliError::bad_usage(format!(
+            "--after names job {x} twice; nothing done"
+        )));
+    }
+    Ok(ids)
 }
 
 /// An enqueue's error, naming the input (`what`) when reading it failed or it was too large.
@@ -234,6 +270,7 @@ pub fn cmd_limit(a: Limit) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
+    let after = after_ids(&a)?;
     // The payload is streamed into the job file in 64 KiB chunks (memory does not grow with
     // it); a bad file, a failed read or a payload over the limit changes nothing.
     let (mut input, what): (Box<dyn Read>, String) = match &a.file {
@@ -277,7 +314,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
         key,
         priority: a.priority,
         wait: a.wait,
-        after: a.after.clone().unwrap_or_default(),
+        after,
         group: a.group,
     };
     let r = q
