@@ -191,6 +191,7 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
             show(l.max_jobs),
             show(l.max_bytes)
         );
+        over_limits(&q, &a.dir);
     }
     stdout::note_done(
         format!(
@@ -205,6 +206,36 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
     }
     eprintln!("queue {} ready: {have} shards", a.dir.display());
     Ok(Exit::Done)
+}
+
+/// Warn (stderr) when a queue already holds as many jobs or bytes as its new capacity limits
+/// allow, or more: its enqueues are refused (exit 7) until jobs leave. The limits are set
+/// either way; a count that fails is said too.
+fn over_limits(q: &Queue, dir: &Path) {
+    let u = match q.capacity_use() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!(
+                "warning: {}: could not count its jobs against the new limits: {e}",
+                dir.display()
+            );
+            return;
+        }
+    };
+    let checks = [
+        (u.jobs, u.limits.max_jobs, "jobs", "max jobs"),
+        (u.bytes, u.limits.max_bytes, "bytes", "max bytes"),
+    ];
+    for (have, max, what, name) in checks {
+        let Some(max) = max.filter(|&m| have >= m) else {
+            continue;
+        };
+        let rel = if have > max { "over" } else { "at" };
+        eprintln!(
+            "warning: {} holds {have} {what} (ready, leased, delayed and waiting), {rel} its {name} {max}: enqueues are refused (exit 7) until jobs leave",
+            dir.display()
+        );
+    }
 }
 
 pub fn cmd_config(a: Config) -> Result<Exit, CliError> {
@@ -241,7 +272,16 @@ pub fn cmd_limit(a: Limit) -> Result<Exit, CliError> {
     let (group, max) = match (a.group, a.max_leased) {
         (None, None) => {
             let q = open(&a.dir)?;
-            for (g, n) in q.group_limits()? {
+            let limits = q.group_limits()?;
+            // stdout stays `GROUP N` lines only (none for no limit), for scripts; a person
+            // reads that there are none on stderr.
+            if limits.is_empty() {
+                eprintln!(
+                    "no group limits in {} (set one with --group G --max-leased N)",
+                    a.dir.display()
+                );
+            }
+            for (g, n) in limits {
                 out!("{g} {n}");
             }
             return Ok(Exit::Done);
