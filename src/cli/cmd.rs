@@ -1166,6 +1166,14 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
     }
 }
 
+/// `n` job files, "1 job file" for one.
+pub(super) fn job_files(n: u64) -> String {
+    match n {
+        1 => "1 job file".into(),
+        n => format!("{n} job files"),
+    }
+}
+
 pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
     let p = Progress::start(format!("fsck {}", a.dir.display()), "entries", None);
     let q = p.open(&a.dir, steadq::OpenMode::Check)?;
@@ -1184,10 +1192,10 @@ pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
     let moved = r.problems.iter().filter(|p| p.quarantined).count();
     let left = r.problems.len() - moved;
     eprintln!(
-        "fsck {}: {} entries checked, {} job files verified, {} corrupt jobs already dead-lettered, {} problems{}",
+        "fsck {}: {} entries checked, {} verified, {} corrupt jobs already dead-lettered, {} problems{}",
         a.dir.display(),
         r.checked,
-        r.verified,
+        job_files(r.verified),
         r.dead_corrupt,
         r.problems.len(),
         if a.quarantine {

@@ -749,3 +749,24 @@ fn wait_empty_counts_a_job_still_waiting_after_its_dependency_was_acked() {
         .wait_empty(Some(std::time::Duration::from_millis(300)))
         .unwrap());
 }
+
+/// `fsck` counts every job file it verified, waiting ones too, and says "job file" for one.
+#[test]
+fn fsck_counts_the_waiting_job_files_it_verified() {
+    let d = TempDir::new("deps-fsck-count");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let fsck = || {
+        let out = steadq(&["fsck", p(d.path())]);
+        let e = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{e}");
+        e
+    };
+    let e = fsck();
+    assert!(e.contains(", 1 job file verified,"), "{e}");
+    q.enqueue_with(b"b", &after(&[a])).unwrap();
+    q.enqueue_with(b"c", &after(&[a])).unwrap();
+    assert_eq!(q.fsck().unwrap().verified, 3);
+    let e = fsck();
+    assert!(e.contains(", 3 job files verified,"), "{e}");
+}
