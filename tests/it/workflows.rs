@@ -106,8 +106,7 @@ fn the_production_hint_of_the_docs_matches_the_shipped_unit() {
     let unit = include_str!("../../systemd/steadq-worker@.service");
     let exec = |text: &str| -> String {
         text.lines()
-            .filter(|l| l.starts_with("ExecStart=/"))
-            .last()
+            .rfind(|l| l.starts_with("ExecStart=/"))
             .unwrap_or_else(|| panic!("no ExecStart in {text}"))
             .replace("%i", "media-jobs")
     };
