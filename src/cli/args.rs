@@ -394,22 +394,33 @@ pub struct Enqueue {
     /// version-3 queue)
     #[argh(option, from_str_fn(priority))]
     pub priority: Option<u8>,
-    /// run only after these jobs are acked: ID[,ID...] (at most 64, each in this queue);
-    /// the job waits in waiting/ and is dead-lettered (dependency) if one is
+    /// run only after these jobs are acked: ID[,ID...], repeatable (at most 64 in all, each
+    /// an id or job file name in this queue; not with --delay, --key or --wait); the job
+    /// waits in waiting/ and is dead-lettered (dependency) if one is
     #[argh(option, from_str_fn(job_ids))]
-    pub after: Option<Vec<steadq::JobId>>,
+    pub after: Vec<Vec<steadq::JobId>>,
     /// the job's group, 1 to 16 of a-z 0-9: at most the group's limit of its jobs are
     /// leased at once (see `limit`; needs a version-3 queue)
     #[argh(option, from_str_fn(group))]
     pub group: Option<steadq::GroupName>,
 }
 
-/// A comma-separated list of job ids (`--after`): none empty, each 32 hex digits.
+/// A job as the command line names it: its id (32 lowercase hex digits) or any of its file
+/// names, with or without the directories before it (the name's first field is the id).
+pub fn job_ref(s: &str) -> Option<steadq::JobId> {
+    let name = s.rsplit('/').next().unwrap_or(s);
+    steadq::JobId::parse(name.split('.').next().unwrap_or(""))
+}
+
+/// One `--after` value: a comma-separated list of jobs, each an id or a job file name
+/// ([`job_ref`]), none empty.
 fn job_ids(s: &str) -> Result<Vec<steadq::JobId>, String> {
     s.split(',')
         .map(|p| {
-            steadq::JobId::parse(p.trim()).ok_or_else(|| {
-                format!("bad job id '{p}' in --after '{s}': use ID[,ID...], each 32 hex digits")
+            job_ref(p.trim()).ok_or_else(|| {
+                format!(
+                    "bad job '{p}' in --after '{s}': use ID[,ID...], each 32 hex digits or a job file name"
+                )
             })
         })
         .collect()

@@ -15,19 +15,55 @@ use std::time::Duration;
 use steadq::{EnqueueOptions, Error, ErrorKind, JobId, Options, Queue, Reason, State};
 
 pub(super) fn parse_job_id(s: &str) -> Result<JobId, CliError> {
-    // Accept a bare id or any job file name (its first field is the id).
-    let first = s
-        .rsplit('/')
-        .next()
-        .unwrap_or(s)
-        .split('.')
-        .next()
-        .unwrap_or("");
-    JobId::parse(first).ok_or_else(|| {
+    // A bare id or any job file name (its first field is the id).
+    super::args::job_ref(s).ok_or_else(|| {
         CliError::bad_usage(format!(
             "bad job id '{s}': expected 32 lowercase hex digits (see `steadq list`)"
         ))
     })
+}
+
+/// `enqueue --after`'s jobs, every occurrence's added up, checked against the command's own
+/// values before stdin is read or the queue opened (bad usage, exit 1): at most
+/// [`steadq::MAX_AFTER`], none named twice, and not with `--delay`, `--key` or `--wait`
+/// (a waiting job has no due time, and neither a key nor room is checked for it).
+fn after_ids(a: &Enqueue) -> Result<Vec<JobId>, CliError> {
+    let ids: Vec<JobId> = a.after.iter().flatten().copied().collect();
+    if ids.is_empty() {
+        return Ok(ids);
+    }
+    let with: Vec<&str> = [
+        (a.delay.is_some_and(|d| !d.is_zero()), "--delay"),
+        (a.key.is_some(), "--key"),
+        (a.wait.is_some(), "--wait"),
+    ]
+    .iter()
+    .filter(|w| w.0)
+    .map(|w| w.1)
+    .collect();
+    if !with.is_empty() {
+        return Err(CliError::bad_usage(format!(
+            "--after cannot go with {}: a job with dependencies has no delay, key or wait; nothing done",
+            with.join(" or ")
+        )));
+    }
+    if ids.len() > steadq::MAX_AFTER {
+        return Err(CliError::bad_usage(format!(
+            "--after names {} jobs: at most {} in all; nothing done",
+            ids.len(),
+            steadq::MAX_AFTER
+        )));
+    }
+    if let Some(x) = ids
+        .iter()
+        .enumerate()
+        .find_map(|(i, x)| ids[..i].contains(x).then_some(x))
+    {
+        return Err(CliError::bad_usage(format!(
+            "--after names job {x} twice; nothing done"
+        )));
+    }
+    Ok(ids)
 }
 
 /// An enqueue's error, naming the input (`what`) when reading it failed or it was too large.
@@ -155,6 +191,7 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
             show(l.max_jobs),
             show(l.max_bytes)
         );
+        over_limits(&q, &a.dir);
     }
     stdout::note_done(
         format!(
@@ -169,6 +206,36 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
     }
     eprintln!("queue {} ready: {have} shards", a.dir.display());
     Ok(Exit::Done)
+}
+
+/// Warn (stderr) when a queue already holds as many jobs or bytes as its new capacity limits
+/// allow, or more: its enqueues are refused (exit 7) until jobs leave. The limits are set
+/// either way; a count that fails is said too.
+fn over_limits(q: &Queue, dir: &Path) {
+    let u = match q.capacity_use() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!(
+                "warning: {}: could not count its jobs against the new limits: {e}",
+                dir.display()
+            );
+            return;
+        }
+    };
+    let checks = [
+        (u.jobs, u.limits.max_jobs, "jobs", "max jobs"),
+        (u.bytes, u.limits.max_bytes, "bytes", "max bytes"),
+    ];
+    for (have, max, what, name) in checks {
+        let Some(max) = max.filter(|&m| have >= m) else {
+            continue;
+        };
+        let rel = if have > max { "over" } else { "at" };
+        eprintln!(
+            "warning: {} holds {have} {what} (ready, leased, delayed and waiting), {rel} its {name} {max}: enqueues are refused (exit 7) until jobs leave",
+            dir.display()
+        );
+    }
 }
 
 pub fn cmd_config(a: Config) -> Result<Exit, CliError> {
@@ -205,7 +272,16 @@ pub fn cmd_limit(a: Limit) -> Result<Exit, CliError> {
     let (group, max) = match (a.group, a.max_leased) {
         (None, None) => {
             let q = open(&a.dir)?;
-            for (g, n) in q.group_limits()? {
+            let limits = q.group_limits()?;
+            // stdout stays `GROUP N` lines only (none for no limit), for scripts; a person
+            // reads that there are none on stderr.
+            if limits.is_empty() {
+                eprintln!(
+                    "no group limits in {} (set one with --group G --max-leased N)",
+                    a.dir.display()
+                );
+            }
+            for (g, n) in limits {
                 out!("{g} {n}");
             }
             return Ok(Exit::Done);
@@ -234,6 +310,7 @@ pub fn cmd_limit(a: Limit) -> Result<Exit, CliError> {
 }
 
 pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
+    let after = after_ids(&a)?;
     // The payload is streamed into the job file in 64 KiB chunks (memory does not grow with
     // it); a bad file, a failed read or a payload over the limit changes nothing.
     let (mut input, what): (Box<dyn Read>, String) = match &a.file {
@@ -277,7 +354,7 @@ pub fn cmd_enqueue(a: Enqueue) -> Result<Exit, CliError> {
         key,
         priority: a.priority,
         wait: a.wait,
-        after: a.after.clone().unwrap_or_default(),
+        after,
         group: a.group,
     };
     let r = q
@@ -1089,6 +1166,14 @@ pub fn cmd_recover(a: Recover) -> Result<Exit, CliError> {
     }
 }
 
+/// `n` job files, "1 job file" for one.
+pub(super) fn job_files(n: u64) -> String {
+    match n {
+        1 => "1 job file".into(),
+        n => format!("{n} job files"),
+    }
+}
+
 pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
     let p = Progress::start(format!("fsck {}", a.dir.display()), "entries", None);
     let q = p.open(&a.dir, steadq::OpenMode::Check)?;
@@ -1107,10 +1192,10 @@ pub fn cmd_fsck(a: Fsck) -> Result<Exit, CliError> {
     let moved = r.problems.iter().filter(|p| p.quarantined).count();
     let left = r.problems.len() - moved;
     eprintln!(
-        "fsck {}: {} entries checked, {} job files verified, {} corrupt jobs already dead-lettered, {} problems{}",
+        "fsck {}: {} entries checked, {} verified, {} corrupt jobs already dead-lettered, {} problems{}",
         a.dir.display(),
         r.checked,
-        r.verified,
+        job_files(r.verified),
         r.dead_corrupt,
         r.problems.len(),
         if a.quarantine {

@@ -342,10 +342,10 @@ fn summary(
         fixed::secs(elapsed.as_nanos(), 2)
     );
     out!(
-        "fsck              {} ({} entries, {} job files verified)",
+        "fsck              {} ({} entries, {} verified)",
         if f.clean() { "clean" } else { "PROBLEMS" },
         f.checked,
-        f.verified
+        super::cmd::job_files(f.verified)
     );
     for p in &f.problems {
         out!("  {p}");

@@ -355,11 +355,18 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
             let _ = writeln!(o, "{n:<8} {c:>8}");
         }
     }
-    let _ = writeln!(
-        o,
-        "expired  {:>8}  leases past their deadline (run `steadq recover`)",
-        s.expired_leases
-    );
+    // The hint only when there is something to recover.
+    match s.expired_leases {
+        0 => {
+            let _ = writeln!(o, "expired  {:>8}", 0);
+        }
+        n => {
+            let _ = writeln!(
+                o,
+                "expired  {n:>8}  leases past their deadline (run `steadq recover`)"
+            );
+        }
+    }
     if s.foreign > 0 {
         let _ = writeln!(
             o,

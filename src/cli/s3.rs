@@ -229,7 +229,7 @@ mod with_s3 {
             (a.max_attempts.is_some(), "enqueue --max-attempts", "max attempts are a handle option on s3://, not stored per job"),
             (a.wait.is_some(), "enqueue --wait", "an s3:// queue has no capacity limit to wait for"),
             (a.priority.is_some(), "enqueue --priority", "the s3:// index has no priority levels"),
-            (a.after.is_some(), "enqueue --after", "s3:// queues have no dependencies between jobs"),
+            (!a.after.is_empty(), "enqueue --after", "s3:// queues have no dependencies between jobs"),
             (a.group.is_some(), "enqueue --group", "s3:// queues have no groups"),
             (
                 a.delay.is_some_and(|d| !d.is_zero()) && a.key.is_some(),

@@ -558,3 +558,37 @@ fn a_byte_limit_refusal_says_what_the_enqueue_adds() {
         "{e}"
     );
 }
+
+/// `init --max-jobs` below or at what the queue holds sets the limit (exit 0) and warns on
+/// stderr, counting the jobs (waiting ones too); a limit with room says nothing of it.
+#[test]
+fn init_warns_when_a_new_limit_is_already_exceeded() {
+    let d = TempDir::new("cap-init-over");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    q.enqueue(b"b").unwrap();
+    let o = EnqueueOptions {
+        after: vec![a],
+        ..Default::default()
+    };
+    q.enqueue_with(b"c", &o).unwrap();
+    let dir = p(d.path());
+    for (max, want) in [
+        ("2", Some(format!("warning: {dir} holds 3 jobs (ready, leased, delayed and waiting), over its max jobs 2"))),
+        ("3", Some(format!("warning: {dir} holds 3 jobs (ready, leased, delayed and waiting), at its max jobs 3"))),
+        ("4", None),
+    ] {
+        let out = steadq(&["init", dir, "--max-jobs", max]);
+        let e = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{e}");
+        assert!(e.contains(&format!("capacity limits set: max jobs {max},")), "{e}");
+        match want {
+            Some(w) => assert!(e.contains(&w), "{max}: {e}"),
+            None => assert!(!e.contains("warning: "), "{max}: {e}"),
+        }
+        assert_eq!(
+            Queue::open(d.path()).unwrap().limits().unwrap().max_jobs,
+            Some(max.parse().unwrap())
+        );
+    }
+}

@@ -300,6 +300,79 @@ fn enqueue_after_from_the_command_line() {
     );
 }
 
+/// `enqueue --after` refused for its own values (exit 1, bad usage) before stdin is read or
+/// the queue opened: the run has stdin closed and no queue at its path, either of which would
+/// be exit 2. Then `--after` repeated, with job file names, adds up.
+#[test]
+fn enqueue_after_checks_its_own_values_first_and_adds_up_repeats_and_file_names() {
+    let d = TempDir::new("deps-cli-args");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let b = q.enqueue(b"b").unwrap();
+    let c = q.enqueue(b"c").unwrap();
+    let a = a.to_string();
+    // Each job's file as the queue holds it, relative to the queue directory.
+    let file_of = |id: JobId| {
+        files(d.path(), "ready")
+            .into_iter()
+            .find(|f| f.contains(&id.to_string()))
+            .unwrap()
+    };
+    let (b_path, c_path) = (file_of(b), file_of(c));
+    let b_name = b_path.rsplit('/').next().unwrap().to_string();
+    let many: Vec<String> = (1..=65u32).map(|i| format!("{i:032x}")).collect();
+    let many = many.join(",");
+    let twice = format!("{a},{}", c);
+    let missing = d.path().join("no-queue-here");
+    let refused: [(&[&str], &[&str]); 6] = [
+        (&["--after", &a, "--delay", "1m"], &["--after", "--delay"]),
+        (&["--after", &a, "--key", "k"], &["--after", "--key"]),
+        (&["--after", &a, "--wait", "5s"], &["--after", "--wait"]),
+        (&["--after", &many], &["--after", "65 jobs", "at most 64"]),
+        (&["--after", &a, "--after", &a], &[&a, "twice"]),
+        (
+            &["--after", &twice, "--after", &c_path],
+            &[&c.to_string(), "twice"],
+        ),
+    ];
+    for (args, words) in refused {
+        let out = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "exec \"$0\" \"$@\" 0<&-",
+                env!("CARGO_BIN_EXE_steadq"),
+            ])
+            .arg("enqueue")
+            .arg(&missing)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        for w in words {
+            assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
+        }
+    }
+    assert_eq!(q.status().unwrap().ready, 3, "nothing enqueued");
+    // Repeated, an id, a file name and a path inside the queue: three dependencies.
+    let list = format!("{b_name},{c_path}");
+    let out = steadq_in(
+        &["enqueue", p(d.path()), "--after", &a, "--after", &list],
+        b"j",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let j = JobId::parse(text(&out.stdout).trim()).unwrap();
+    assert_eq!(state_of(&q, j), State::Waiting);
+    let mut needs = files(d.path(), &format!("needs/{j}"));
+    needs.sort();
+    let mut want: Vec<String> = [a.clone(), b.to_string(), c.to_string()]
+        .iter()
+        .map(|x| format!("needs/{j}/{x}"))
+        .collect();
+    want.sort();
+    assert_eq!(needs, want);
+}
+
 /// One case of the dependency fault matrix: the queue, the outcome, the dependent's id (or
 /// an id no job has) and whether x ended acked.
 struct Case {
@@ -829,4 +902,25 @@ fn an_enqueue_after_x_survives_after_x_removed_under_it() {
         }
     }
     assert!(opens >= 3, "{opens} opens");
+}
+
+/// `fsck` counts every job file it verified, waiting ones too, and says "job file" for one.
+#[test]
+fn fsck_counts_the_waiting_job_files_it_verified() {
+    let d = TempDir::new("deps-fsck-count");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let fsck = || {
+        let out = steadq(&["fsck", p(d.path())]);
+        let e = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{e}");
+        e
+    };
+    let e = fsck();
+    assert!(e.contains(", 1 job file verified,"), "{e}");
+    q.enqueue_with(b"b", &after(&[a])).unwrap();
+    q.enqueue_with(b"c", &after(&[a])).unwrap();
+    assert_eq!(q.fsck().unwrap().verified, 3);
+    let e = fsck();
+    assert!(e.contains(", 3 job files verified,"), "{e}");
 }

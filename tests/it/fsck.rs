@@ -317,7 +317,7 @@ fn fsck_and_show_of_a_64_mib_job_stay_in_flat_memory() {
     eprintln!("fsck VmHWM {fsck_kib} KiB");
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(polls > 0);
-    assert!(err.contains(", 1 job files verified,"), "{err}");
+    assert!(err.contains(", 1 job file verified,"), "{err}");
     let (code, out, err, show_kib, _) = run_polled(&["show", qs, &id], None);
     eprintln!("show VmHWM {show_kib} KiB");
     assert_eq!(code, Some(0), "{err}");

@@ -900,3 +900,36 @@ fn fsck_does_not_report_a_slot_that_goes_away_as_a_settle_frees_it() {
     let rep = q.fsck().unwrap();
     assert_eq!(rep.problems.len(), 1, "{rep:?}");
 }
+
+/// `limit DIR` on a queue without group limits: stdout stays empty (for scripts) and stderr
+/// says there are none, exit 0; with a limit, its `GROUP N` line and no such note.
+#[test]
+fn limit_without_group_limits_says_so_on_stderr() {
+    let d = TempDir::new("limit-none");
+    Queue::create(d.path(), Options::default()).unwrap();
+    let out = steadq(&["limit", p(d.path())]);
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{e}");
+    assert_eq!(o, "");
+    assert!(
+        e.contains(&format!("no group limits in {}", p(d.path()))),
+        "{e}"
+    );
+    let out = steadq(&[
+        "limit",
+        p(d.path()),
+        "--group",
+        "ffmpeg",
+        "--max-leased",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = steadq(&["limit", p(d.path())]);
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        (out.status.code(), o.as_str()),
+        (Some(0), "ffmpeg 2\n"),
+        "{e}"
+    );
+    assert!(!e.contains("no group limits"), "{e}");
+}

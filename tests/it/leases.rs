@@ -570,3 +570,38 @@ fn a_huge_bad_handle_is_not_echoed_in_full() {
         "{err}"
     );
 }
+
+/// `status` hints `steadq recover` on its `expired` line only when a lease has expired.
+#[test]
+fn status_hints_recover_only_for_expired_leases() {
+    let d = TempDir::new("status-expired-hint");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    q.enqueue(b"a").unwrap();
+    let expired_line = || {
+        let out = steadq(&["status", p(d.path())]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let o = text(&out.stdout);
+        o.lines()
+            .find(|l| l.starts_with("expired"))
+            .unwrap_or_else(|| panic!("no expired line: {o}"))
+            .to_string()
+    };
+    assert_eq!(expired_line(), "expired         0");
+    let o = steadq::ClaimOptions {
+        lease: Some(Duration::from_millis(1)),
+        ..Default::default()
+    };
+    let _l = q.claim_with(&o).unwrap().expect("a job");
+    let start = std::time::Instant::now();
+    while q.status().unwrap().expired_leases == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the lease never expired"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        expired_line(),
+        "expired         1  leases past their deadline (run `steadq recover`)"
+    );
+}

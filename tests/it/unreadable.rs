@@ -265,7 +265,10 @@ fn an_unreadable_parent_of_job_directories_is_reported_and_skipped() {
             assert_eq!(out.lines().count(), 3, "{out}");
         }
         assert!(
-            err.contains(&format!("{ready} job files verified")),
+            err.contains(&format!(
+                "{ready} job {} verified",
+                if ready == 1 { "file" } else { "files" }
+            )),
             "{dir}: {err}"
         );
         let (code, out, err) = t.run("$S recover $Q");
@@ -344,7 +347,7 @@ fn an_unreadable_tmp_directory_stops_only_what_needs_it() {
     assert_eq!(code, Some(5), "{out}{err}");
     assert!(out.contains("tmp: unreadable"), "{out}");
     assert!(
-        err.contains("1 job files verified") || out.contains("1 job files verified"),
+        err.contains("1 job file verified") || out.contains("1 job file verified"),
         "{out}{err}"
     );
     let (code, out, err) = t.run("$S recover $Q");

@@ -58,7 +58,7 @@ fn the_transcode_pipeline_of_the_docs_runs_as_written() {
     }
     let q = d.path().join("media-jobs");
     let session = sh_block(doc, 1)
-        .replace("/var/lib/media-jobs", p(&q))
+        .replace("/var/lib/steadq/media-jobs", p(&q))
         .replace("/srv/incoming", p(&incoming));
     let path = format!("{}:{}", p(&bin), std::env::var("PATH").unwrap_or_default());
     let out = Command::new("sh")
@@ -95,4 +95,40 @@ fn the_transcode_pipeline_of_the_docs_runs_as_written() {
         (2 * videos as u64, 0, 0),
         "{s:?}"
     );
+}
+
+/// The production hint of docs/workflows.md follows the shipped unit: the queue directory and
+/// script the unit's `ExecStart` uses for instance `media-jobs`, and a drop-in `ExecStart` that
+/// is the unit's own with only `--concurrency` changed.
+#[test]
+fn the_production_hint_of_the_docs_matches_the_shipped_unit() {
+    let doc = include_str!("../../docs/workflows.md");
+    let unit = include_str!("../../systemd/steadq-worker@.service");
+    let exec = |text: &str| -> String {
+        text.lines()
+            .rfind(|l| l.starts_with("ExecStart=/"))
+            .unwrap_or_else(|| panic!("no ExecStart in {text}"))
+            .replace("%i", "media-jobs")
+    };
+    let shipped = exec(unit);
+    assert!(
+        shipped.contains("work /var/lib/steadq/media-jobs --concurrency 2 ")
+            && shipped.ends_with("-- /usr/local/lib/steadq/media-jobs"),
+        "{shipped}"
+    );
+    let ini = doc
+        .split("```ini\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("the drop-in block");
+    assert!(
+        ini.contains("\nExecStart=\n"),
+        "the drop-in resets ExecStart: {ini}"
+    );
+    assert_eq!(
+        exec(ini),
+        shipped.replace("--concurrency 2 ", "--concurrency 8 ")
+    );
+    assert!(sh_block(doc, 1).starts_with("q=/var/lib/steadq/media-jobs\n"));
+    assert!(doc.contains("`/usr/local/lib/steadq/media-jobs`"));
 }

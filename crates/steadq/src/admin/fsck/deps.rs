@@ -70,7 +70,11 @@ impl Queue {
         }
         for (name, j) in jobs {
             let kind = match self.load_job(w, &name, j.id.0) {
-                Ok(_) | Err(Load::Missing) => continue,
+                Ok(_) => {
+                    rep.verified += 1;
+                    continue;
+                }
+                Err(Load::Missing) => continue,
                 Err(Load::Corrupt(c)) => ProblemKind::Corrupt(c),
                 Err(Load::Io(_, e)) if e == Errno::LOOP || e == Errno::NXIO => {
                     self.typed(w, &name, ProblemKind::Foreign(Foreign::NotRegular))
