@@ -65,14 +65,14 @@ fn main() {
             output,
             status: Err(()),
         }) => {
-            eprintln!("{}", cli::rawargs::shown(output.trim_end()));
+            eprintln!("{}", cli::rawargs::shown_safe(output.trim_end()));
             std::process::exit(Exit::Usage.code());
         }
     };
     let code = match cli::run(top.cmd) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("steadq: {}", cli::rawargs::shown(&e.to_string()));
+            eprintln!("steadq: {}", cli::rawargs::shown_safe(&e.to_string()));
             e.exit().code()
         }
     };

@@ -59,6 +59,24 @@ pub fn shown(msg: &str) -> String {
     out
 }
 
+/// [`shown`], then every control character but a newline or a tab as `\xNN` (each byte of
+/// it): an argument typed with ESC or BEL in it (`--group $'a\e]0;pwn\a'`) is named in an
+/// error without driving the reader's terminal.
+pub fn shown_safe(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    for c in shown(msg).chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            let mut b = [0u8; 4];
+            for b in c.encode_utf8(&mut b).bytes() {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn path(p: &mut PathBuf) {
     if let Some(s) = p.to_str().filter(|s| s.starts_with(MARK)) {
         *p = PathBuf::from(os(s));

@@ -696,3 +696,38 @@ fn a_missing_queue_directory_is_named_with_the_command_that_makes_one() {
         assert!(!missing.exists(), "{args:?} made the directory");
     }
 }
+
+/// A refused argument with terminal controls in it (ESC, BEL) is named escaped, `\x1b`,
+/// never written raw to stderr, where it would drive the reader's terminal (hostile trial:
+/// `enqueue --after $'a\e[31mred'`, `--group $'a\e]0;pwn\a'` echoed them).
+#[test]
+fn a_refused_argument_never_writes_terminal_controls() {
+    let d = TempDir::new("args-controls");
+    assert!(steadq(&["init", p(d.path())]).status.success());
+    for args in [
+        vec!["enqueue", p(d.path()), "--after", "a\x1b[31mred"],
+        vec!["enqueue", p(d.path()), "--group", "a\x1b]0;pwn\x07"],
+        vec![
+            "limit",
+            p(d.path()),
+            "--group",
+            "b\x1b[2J",
+            "--max-leased",
+            "1",
+        ],
+        vec!["show", p(d.path()), "c\x1b[31m"],
+    ] {
+        let o = steadq_in(&args, b"x");
+        assert_ne!(o.status.code(), Some(0), "{args:?}");
+        assert!(
+            !o.stderr.iter().any(|&b| b == 0x1b || b == 0x07),
+            "{args:?}: {:?}",
+            text(&o.stderr)
+        );
+        assert!(
+            text(&o.stderr).contains("\\x1b"),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+}
