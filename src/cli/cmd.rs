@@ -1267,7 +1267,14 @@ fn dead_requeue(a: DeadRequeue) -> Result<Exit, CliError> {
             stdout::note_done(format!("{n} jobs WERE requeued"), "the report");
             out!("requeued {n} jobs");
         }
+        if let Some((d, x)) = r.held_by {
+            eprintln!(
+                "steadq: {} dead jobs left dead: each waits for a job still dead (first: {d} waits for {x}); requeue that job first",
+                r.held
+            );
+        }
         return Ok(match r.first_error.take() {
+            None if n == 0 && r.held > 0 => Exit::NotDone,
             None => Exit::Done,
             Some(e) => {
                 let e = CliError::from(e);

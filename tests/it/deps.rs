@@ -141,9 +141,9 @@ fn a_requeued_dependent_waits_again_and_runs_after_its_requeued_dependency() {
     let b = q.enqueue_with(b"b", &after(&[a])).unwrap().id();
     q.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
     assert_eq!(state_of(&q, b), State::Dead);
-    // Requeued while its dependency is still dead: straight back to dead.
+    // Requeued while its dependency is still dead: not done, left dead.
     let r = q.requeue_dead_with(Some(b), Some(Reason::DEPENDENCY));
-    assert_eq!(r.requeued, 1, "{r:?}");
+    assert_eq!((r.requeued, r.held), (0, 1), "{r:?}");
     assert_eq!(state_of(&q, b), State::Dead);
     // The dependency first, then the dependent: it waits, and runs after.
     assert_eq!(q.requeue_dead(Some(a)).requeued, 1);
@@ -923,4 +923,54 @@ fn fsck_counts_the_waiting_job_files_it_verified() {
     assert_eq!(q.fsck().unwrap().verified, 3);
     let e = fsck();
     assert!(e.contains(", 3 job files verified,"), "{e}");
+}
+
+/// Requeueing dependents while the job they wait for is still dead changes nothing and says
+/// so (it said "requeued 3 jobs", exit 0, and each went straight back to dead, counted dead
+/// again); requeued together with it, in any listing order, they come back after it.
+#[test]
+fn requeueing_dependents_of_a_dead_job_says_requeue_it_first() {
+    let d = TempDir::new("deps-requeue-held");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let x = q.enqueue(b"x").unwrap();
+    let a = q.enqueue_with(b"a", &after(&[x])).unwrap().id();
+    let b = q.enqueue_with(b"b", &after(&[a])).unwrap().id();
+    q.claim().unwrap().unwrap().fail(Reason::FAILED).unwrap();
+    assert_eq!(
+        (state_of(&q, a), state_of(&q, b)),
+        (State::Dead, State::Dead)
+    );
+    // The totals file (`steadq.counts`) may be written; the jobs and markers may not change.
+    let jobs = || -> Vec<String> {
+        snapshot(d.path())
+            .into_iter()
+            .filter(|f| f != "steadq.counts")
+            .collect()
+    };
+    let snap = jobs();
+    let dead_total = q.status().unwrap().dead_total;
+    // One of them by id: not done, naming the dead dependency.
+    let e = q.requeue_dead(Some(a)).into_result().unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotDone);
+    assert!(e.to_string().contains(&format!("{x} is still dead")), "{e}");
+    // By reason: none moved, both held.
+    let o = steadq(&["dead", "requeue", p(d.path()), "--reason", "dependency"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(text(&o.stdout), "requeued 0 jobs\n");
+    assert!(
+        err.contains("2 dead jobs left dead") && err.contains(&x.to_string()),
+        "{err}"
+    );
+    assert_eq!(jobs(), snap, "nothing changed");
+    assert_eq!(q.status().unwrap().dead_total, dead_total);
+    // All together: x first, then a, then b, whatever the order of the listing.
+    let r = q.requeue_dead(None);
+    assert!(r.first_error.is_none(), "{r:?}");
+    assert_eq!((r.requeued, r.held), (3, 0));
+    assert_eq!(state_of(&q, x), State::Ready);
+    assert_eq!(
+        (state_of(&q, a), state_of(&q, b)),
+        (State::Waiting, State::Waiting)
+    );
 }

@@ -26,6 +26,11 @@ pub struct RequeueReport {
     /// relative to the root: their jobs were not tried. With no failed move, `first_error`
     /// names the first of them.
     pub unreadable: Vec<String>,
+    /// Dead jobs left dead, untouched, because a job they wait for (`EnqueueOptions::after`)
+    /// is dead and was not requeued by this call: requeued, they would only die again.
+    pub held: u32,
+    /// The first of them: (the dependent, the dead job it waits for).
+    pub held_by: Option<(JobId, JobId)>,
 }
 
 impl RequeueReport {
@@ -112,9 +117,53 @@ impl Queue {
             return Err(Cause::not_done(ErrorKind::NoSuchJob, None).into());
         }
         let mut first: Option<Cause> = None;
-        let listed = dead.len() as i64;
-        let later = self.count_ahead(0, listed)?;
+        // Jobs that wait for others go last, each only once no job it waits for is still
+        // dead: passes until one moves none, so a chain requeued together comes back in
+        // order (a dependency before its dependents) whatever the listing's order.
+        let mut rest = Vec::new();
+        let mut order = Vec::with_capacity(dead.len());
         for l in dead {
+            match self.markers(NEEDS_DIR, l.name.id) {
+                Ok(m) if !m.is_empty() => rest.push((l, m)),
+                _ => order.push(l),
+            }
+        }
+        let mut held = Vec::new();
+        let mut planned: std::collections::HashSet<JobId> =
+            order.iter().map(|l| l.name.id).collect();
+        while !rest.is_empty() {
+            let before = order.len();
+            let mut still = Vec::new();
+            for (l, needs) in rest {
+                match self.a_dead_dependency(&needs, &planned) {
+                    Some(x) => still.push((l, needs, x)),
+                    None => {
+                        planned.insert(l.name.id);
+                        order.push(l)
+                    }
+                }
+            }
+            if order.len() == before {
+                held = still.into_iter().map(|(l, _, x)| (l.name.id, x)).collect();
+                break;
+            }
+            rest = still.into_iter().map(|(l, n, _)| (l, n)).collect();
+        }
+        r.held = held.len() as u32;
+        r.held_by = held.first().copied();
+        if let (Some(_), Some(&(_, x))) = (id, held.first()) {
+            return Err(Cause::not_done(
+                ErrorKind::BadDependency {
+                    id: x,
+                    problem: "is still dead: requeue it first",
+                },
+                None,
+            )
+            .into());
+        }
+        let listed = order.len() as i64;
+        let later = self.count_ahead(0, listed)?;
+        for l in order {
             self.count_progress();
             let bucket = l.dir.trim_start_matches("dead/");
             let moved = self.source_bucket(true, bucket).and_then(|from| {
@@ -153,6 +202,20 @@ impl Queue {
             }
         });
         Ok(())
+    }
+
+    /// The first of `needs` that is dead now (a look at the dead buckets per id) and not in
+    /// `planned` (requeued before it by this call), if any. A dependency that cannot be
+    /// looked at counts as not dead: the requeue then resolves it as any requeue does.
+    fn a_dead_dependency(
+        &self,
+        needs: &[JobId],
+        planned: &std::collections::HashSet<JobId>,
+    ) -> Option<JobId> {
+        needs.iter().copied().find(|&x| {
+            !planned.contains(&x)
+                && matches!(self.dep_state(x, false), Ok(crate::ops::deps::Dep::Dead))
+        })
     }
 
     /// The jobs in `state`, or only job `id` (which must be there: [`ErrorKind::NoSuchJob`]).
