@@ -78,8 +78,9 @@ pub enum ProblemKind {
         expected: u32,
     },
     /// A file that does not decode: `steadq.limits` (every enqueue fails while it is
-    /// damaged), or a live idempotency key entry in `keys/` (every enqueue with its key
-    /// fails). Reported, never moved.
+    /// damaged; `--quarantine` moves it to `quarantine/`, leaving the queue without limits),
+    /// or a live idempotency key entry in `keys/` (every enqueue with its key fails; never
+    /// moved).
     Damaged(&'static str),
     /// An entry of `keys/` whose name is neither a key entry's nor a tombstone's.
     NotKeyName,
@@ -361,7 +362,7 @@ impl Queue {
         self.check_root(v3, &mut rep, &mut bad)?;
         self.check_shard_parents(v3, &mut rep, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;
-        self.check_limits(&mut rep);
+        self.check_limits(&mut rep, quarantine)?;
         self.check_evidence(&mut rep);
         self.check_keys(&mut rep, &mut bad)?;
         self.check_groups(&mut rep, &mut bad)?;

@@ -160,6 +160,8 @@ impl Queue {
         let nd = |c, e, p: &str| Cause::io(c, e, Outcome::NotDone, Some(self.path(p)));
         let to = self.quarantine_dir(dir)?;
         let qdir = format!("{QUARANTINE_DIR}/{dir}");
+        // `dir` empty: an entry of the root (the damaged limits file).
+        let dir = if dir.is_empty() { "." } else { dir };
         let from = self
             .sys
             .open_dir_beneath(root, dir)
