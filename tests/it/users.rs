@@ -895,3 +895,41 @@ fn a_members_private_dependency_and_group_directories_are_skipped_named_and_shar
     assert!(out.contains(r#""unreadable_dirs":[]"#), "{out}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// fsck named a `needs/<id>` directory it may not open (a member's, at mode 000) "foreign:
+/// symlink": it is an unreadable directory, and is named as one.
+#[test]
+fn an_unreadable_marker_directory_is_named_as_one() {
+    let Some(t) = AsNobody::new("marker-000") else {
+        return;
+    };
+    let qs = t.q.to_str().unwrap();
+    assert!(steadq_in(&["init", qs, "--shards", "1"], b"")
+        .status
+        .success());
+    let q = Queue::open(&t.q).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let o = EnqueueOptions {
+        after: vec![a],
+        ..EnqueueOptions::default()
+    };
+    let b = q.enqueue_with(b"b", &o).unwrap().id();
+    t.open_to_all();
+    t.chmod(&format!("needs/{b}"), 0o000);
+    let (code, out, err) = t.run("$S fsck $Q");
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert_eq!(
+        out.lines().next().unwrap(),
+        format!(
+            "needs/{b}: unreadable directory: Permission denied (os error 13) (its entries are \
+             not checked; left for a user who may read it, or for its owner or root to share \
+             again)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("symlink"), "{out}");
+    // Never moved by --quarantine.
+    let (_, out, err) = t.run("$S fsck $Q --quarantine");
+    assert!(!out.contains("moved to quarantine"), "{out}{err}");
+    assert!(t.q.join(format!("needs/{b}")).is_dir());
+}

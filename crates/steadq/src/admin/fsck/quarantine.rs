@@ -252,6 +252,6 @@ fn movable(dir: &str, kind: &ProblemKind) -> bool {
         && !shard_entry
         && !matches!(
             kind,
-            ProblemKind::JobsInside(_) | ProblemKind::Unreadable(_)
+            ProblemKind::JobsInside(_) | ProblemKind::Unreadable(_) | ProblemKind::UnreadableDir(_)
         )
 }
