@@ -181,7 +181,29 @@ pub fn cmd_init(a: Init) -> Result<Exit, CliError> {
     }
     // Capacity limits last, once nothing else can refuse: a flag not given keeps its value.
     if a.max_jobs.is_some() || a.max_bytes.is_some() {
-        let mut l = q.limits()?;
+        // A damaged file is replaced (`Queue::set_limits` names the group limits lost); a
+        // flag not given then has no value to keep, and is said to be none now.
+        let mut l = match q.limits() {
+            Ok(l) => l,
+            Err(e) if matches!(e.kind(), steadq::ErrorKind::BadLimits) => {
+                for (flag, given) in [
+                    ("--max-jobs", a.max_jobs.is_some()),
+                    ("--max-bytes", a.max_bytes.is_some()),
+                ] {
+                    if !given {
+                        log::warn!(
+                            "{}: damaged, so its value for {flag} is lost: none now (set it \
+                             again with `steadq init {} {flag} N`)",
+                            e.path()
+                                .map_or_else(String::new, |p| p.display().to_string()),
+                            a.dir.display()
+                        );
+                    }
+                }
+                steadq::Limits::default()
+            }
+            Err(e) => return Err(e.into()),
+        };
         l.max_jobs = a.max_jobs.unwrap_or(l.max_jobs);
         l.max_bytes = a.max_bytes.unwrap_or(l.max_bytes);
         q.set_limits(l)?;

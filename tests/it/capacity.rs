@@ -88,8 +88,7 @@ fn over_the_limit_is_not_done_with_its_own_kind() {
     // A damaged limits file is refused, not ignored.
     std::fs::write(d.path().join(LIMITS_FILE), "steadq-limits\nversion=1\n").unwrap();
     assert_eq!(*q.enqueue(b"x").unwrap_err().kind(), ErrorKind::BadLimits);
-    // fsck reports it (every enqueue fails until it is fixed), as damaged, not foreign, and
-    // --quarantine leaves it where it is.
+    // fsck reports it (every enqueue fails until it is fixed), as damaged, not foreign.
     let rep = q.fsck().unwrap();
     assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
     assert_eq!(rep.problems[0].path, LIMITS_FILE);
@@ -591,4 +590,92 @@ fn init_warns_when_a_new_limit_is_already_exceeded() {
             Some(max.parse().unwrap())
         );
     }
+}
+
+/// No command repaired a damaged `steadq.limits` (hostile-user trial): `init --max-jobs`
+/// and `limit --group` refused it as damaged, though fsck and the enqueue's refusal sent
+/// users to them, and `fsck --quarantine` left it. Each now replaces it (or moves it aside),
+/// naming on stderr what it held that is lost, and the queue takes enqueues again.
+#[test]
+fn a_damaged_limits_file_is_replaced_by_init_and_limit_and_quarantined_by_fsck() {
+    let d = TempDir::new("cap-damaged-repair");
+    let qs = d.path().to_str().unwrap();
+    let ok = |args: &[&str]| {
+        let out = run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stderr)
+    };
+    ok(&["init", qs, "--shards", "1"]);
+    ok(&["limit", qs, "--group", "ff", "--max-leased", "2"]);
+    ok(&["limit", qs, "--group", "gg", "--max-leased", "3"]);
+    ok(&["init", qs, "--max-jobs", "5", "--max-bytes", "9000"]);
+    let file = d.path().join(LIMITS_FILE);
+    let good = std::fs::read_to_string(&file).unwrap();
+    // A changed value with the old sum: damaged.
+    let damaged = good.replace("max_jobs=5", "max_jobs=6");
+    assert_ne!(damaged, good);
+    let damage = || std::fs::write(&file, &damaged).unwrap();
+    let enqueue = || steadq_in(&["enqueue", qs], b"x").status.code();
+    damage();
+    assert_eq!(enqueue(), Some(2), "refused while damaged");
+
+    // init with one limit: replaced; the other limit and both groups named as lost.
+    let err = ok(&["init", qs, "--max-jobs", "7"]);
+    assert!(
+        err.contains("damaged, so its value for --max-bytes is lost: none now"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the limits of groups ff, gg are lost: set them again with `steadq limit"),
+        "{err}"
+    );
+    let q = Queue::open(d.path()).unwrap();
+    assert_eq!(q.limits().unwrap(), jobs(7));
+    assert_eq!(q.group_limits().unwrap(), Vec::new());
+    assert_eq!(enqueue(), Some(0));
+
+    // limit --group: replaced with that group's limit alone; the capacity limits and the
+    // other group named as lost.
+    damage();
+    let err = ok(&["limit", qs, "--group", "ff", "--max-leased", "4"]);
+    assert!(
+        err.contains(
+            "replaced by a file with group ff's limit alone: the capacity limits it \
+             held are lost"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("the limits of group gg are lost"), "{err}");
+    assert_eq!(q.limits().unwrap(), Limits::default());
+    let ff = steadq::GroupName::new("ff").unwrap();
+    assert_eq!(q.group_limits().unwrap(), vec![(ff, 4)]);
+    assert_eq!(enqueue(), Some(0));
+
+    // fsck --quarantine moves it aside: no limits then, which it says.
+    damage();
+    let out = run(&["fsck", qs, "--quarantine"]);
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{o}{e}");
+    assert_eq!(o.lines().count(), 1, "{o}");
+    assert!(
+        o.starts_with("steadq.limits: damaged: ") && o.contains("(moved to quarantine/)"),
+        "{o}"
+    );
+    assert!(
+        e.contains("the queue has no capacity limits and no group limits now"),
+        "{e}"
+    );
+    assert!(!file.exists());
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("quarantine").join(LIMITS_FILE)).unwrap(),
+        damaged
+    );
+    assert_eq!(q.limits().unwrap(), Limits::default());
+    assert_eq!(enqueue(), Some(0));
+    assert_eq!(run(&["fsck", qs]).status.code(), Some(0));
 }

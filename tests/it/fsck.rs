@@ -349,7 +349,8 @@ fn fsck_and_show_of_a_64_mib_job_stay_in_flat_memory() {
 }
 
 /// fsck reports what made it say "0 problems" on a broken queue (found by a fresh-user
-/// trial): a damaged `steadq.limits` (every enqueue fails; reported, never moved), junk in
+/// trial): a damaged `steadq.limits` (every enqueue fails; reported, and moved to
+/// `quarantine/` by `--quarantine`), junk in
 /// `keys/` (quarantined on request) and two receipts of one job id, in one receipt shard
 /// or in two.
 #[test]
@@ -405,6 +406,10 @@ fn fsck_reports_damaged_limits_junk_keys_and_two_receipts_of_one_job() {
         "{text}"
     );
     assert!(
+        text.contains("move it aside with `steadq fsck --quarantine` (moved to quarantine/)"),
+        "{text}"
+    );
+    assert!(
         text.contains(
             "keys/notes.txt: foreign: not a key entry (<64 hex>) or tombstone \
              (<64 hex>.<32 hex>.gone) (moved to quarantine/)"
@@ -417,7 +422,11 @@ fn fsck_reports_damaged_limits_junk_keys_and_two_receipts_of_one_job() {
     assert!(dup(&rcts[0]) || dup(&rcts[1]), "{text}");
     assert!(d.path().join(&moved).exists());
     assert_eq!(text.lines().count(), 4, "{text}");
-    assert!(d.path().join("steadq.limits").exists());
+    assert!(!d.path().join("steadq.limits").exists());
+    assert_eq!(
+        std::fs::read(d.path().join("quarantine/steadq.limits")).unwrap(),
+        b"junk\n"
+    );
     assert!(d.path().join("quarantine/keys/notes.txt").exists());
     // The key entry itself is not a problem.
     assert_eq!(std::fs::read_dir(d.path().join("keys")).unwrap().count(), 1);

@@ -748,3 +748,188 @@ fn group_and_dependency_directories_are_shared_like_the_queue() {
     let s = Queue::open(&t.q).unwrap().status().unwrap();
     assert_eq!((s.waiting, s.ready, s.acked), (0, 1, 1), "{s:?}");
 }
+
+/// `sh -c script` as `user` at umask 007 (the recipe of a queue shared by a group):
+/// (code, stdout, stderr).
+fn as_member(user: &str, script: &str) -> (Option<i32>, String, String) {
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", user, "-c", &format!("umask 007; {script}")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A member who makes `waiting/`, `needs/`, `after/` and `groups/` first, at mode 700
+/// (hostile-user trial): the owner's `status` (text and JSON), `top` and `wait --empty`
+/// exited 2 with no counts, `recover` failed, and fsck named only `groups` for the owner and
+/// nothing for root, whose `--quarantine` changed nothing. Now status skips `waiting/` with
+/// a warning naming it and gives every other count, recover does the rest and names what it
+/// could not read, fsck names all four (for the owner and for root), and root's
+/// `fsck --quarantine` shares them again like `ready/`.
+#[test]
+fn a_members_private_dependency_and_group_directories_are_skipped_named_and_shared_again() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_members_private_dependency_and_group_directories: needs root");
+        return;
+    }
+    let (_users, owner, mallory, base, bin, shared) = two_users_in_a_group("sqd", "depdirs");
+    assert!(Command::new("chmod")
+        .args(["2770", shared.to_str().unwrap()])
+        .status()
+        .unwrap()
+        .success());
+    let (bin, qp) = (bin.to_str().unwrap(), shared.join("q"));
+    let q = qp.to_str().unwrap();
+    let must = |u: &str, s: &str| {
+        let (code, out, err) = as_member(u, s);
+        assert_eq!(code, Some(0), "as {u}: {s}: {out}{err}");
+        (out, err)
+    };
+    must(&owner, &format!("{bin} init {q} --shards 1"));
+    must(
+        &owner,
+        &format!("echo a | {bin} enqueue {q} && echo b | {bin} enqueue {q}"),
+    );
+    let dirs = ["groups", "waiting", "needs", "after"];
+    must(
+        &mallory,
+        &format!("cd {q} && mkdir -m 700 {}", dirs.join(" ")),
+    );
+
+    // status: every count but the waiting jobs, `waiting` named.
+    let (out, err) = must(&owner, &format!("{bin} status {q}"));
+    assert!(out.contains("ready           2\n"), "{out}");
+    assert!(
+        out.contains("unread   waiting  this user cannot read"),
+        "{out}"
+    );
+    assert!(
+        err.contains(&format!("{q}/waiting: open failed: Permission denied")),
+        "{err}"
+    );
+    let (out, _) = must(&owner, &format!("{bin} status --json {q}"));
+    assert!(out.contains(r#""ready":2,"#), "{out}");
+    assert!(out.contains(r#""unreadable_dirs":["waiting"]"#), "{out}");
+    let (out, _) = must(&owner, &format!("{bin} top {q}"));
+    assert!(out.contains("ready"), "{out}");
+    // wait --empty: times out with jobs ready (3), it does not fail (2).
+    let (code, _, err) = as_member(&owner, &format!("{bin} wait --empty {q} --timeout 200ms"));
+    assert_eq!(code, Some(3), "{err}");
+
+    // recover: nothing failed; the directories it could not read are named.
+    let (code, out, err) = as_member(&owner, &format!("{bin} recover {q}"));
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(out.contains("failed 0; unreadable directories 2"), "{out}");
+    for d in ["after", "waiting"] {
+        assert!(
+            err.contains(&format!("{q}/{d}: cannot read this directory")),
+            "{d}: {err}"
+        );
+    }
+
+    // fsck names each of the four, for the owner and for root.
+    let line = |d: &str| {
+        format!(
+            "{d}: not shared like ready/: mode 2700 group {gid}, where ready/ has mode 2770 \
+             group {gid}; other users of the queue may be refused here",
+            gid = std::fs::metadata(&shared)
+                .map(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.gid()
+                })
+                .unwrap()
+        )
+    };
+    let want: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            format!(
+                "{} (`steadq fsck --quarantine` shares it in place)",
+                line(d)
+            )
+        })
+        .collect();
+    let (code, out, err) = as_member(&owner, &format!("{bin} fsck {q}"));
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert_eq!(out.lines().collect::<Vec<_>>(), want, "{out}");
+    let out = run(&["fsck", q]);
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(text(&out.stdout).lines().collect::<Vec<_>>(), want);
+    // The owner may not change mallory's directories: told so, left.
+    let (code, out, err) = as_member(&owner, &format!("{bin} fsck {q} --quarantine"));
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert_eq!(
+        err.matches("this user may not change its mode").count(),
+        4,
+        "{err}"
+    );
+    // Root shares them again like ready/: owner, group and mode.
+    let out = run(&["fsck", q, "--quarantine"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shared_now: Vec<String> = dirs
+        .iter()
+        .map(|d| format!("{} (now shared like ready/)", line(d)))
+        .collect();
+    assert_eq!(text(&out.stdout).lines().collect::<Vec<_>>(), shared_now);
+    use std::os::unix::fs::MetadataExt;
+    let ready = std::fs::metadata(qp.join("ready")).unwrap();
+    for d in dirs {
+        let m = std::fs::metadata(qp.join(d)).unwrap();
+        assert_eq!(
+            (m.mode() & 0o7777, m.uid(), m.gid()),
+            (ready.mode() & 0o6777, ready.uid(), ready.gid()),
+            "{d}"
+        );
+    }
+    // The owner's dependencies and counts work again.
+    let (out, _) = must(
+        &owner,
+        &format!(
+            "a=$(echo a | {bin} enqueue {q}) && echo c | {bin} enqueue {q} --after $a \
+             >/dev/null && {bin} status --json {q} && {bin} fsck {q}"
+        ),
+    );
+    assert!(out.contains(r#""ready":3,"#), "{out}");
+    assert!(out.contains(r#""waiting":1,"#), "{out}");
+    assert!(out.contains(r#""unreadable_dirs":[]"#), "{out}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// fsck named a `needs/<id>` directory it may not open (a member's, at mode 000) "foreign:
+/// symlink": it is an unreadable directory, and is named as one.
+#[test]
+fn an_unreadable_marker_directory_is_named_as_one() {
+    let Some(t) = AsNobody::new("marker-000") else {
+        return;
+    };
+    let qs = t.q.to_str().unwrap();
+    assert!(steadq_in(&["init", qs, "--shards", "1"], b"")
+        .status
+        .success());
+    let q = Queue::open(&t.q).unwrap();
+    let a = q.enqueue(b"a").unwrap();
+    let o = EnqueueOptions {
+        after: vec![a],
+        ..EnqueueOptions::default()
+    };
+    let b = q.enqueue_with(b"b", &o).unwrap().id();
+    t.open_to_all();
+    t.chmod(&format!("needs/{b}"), 0o000);
+    let (code, out, err) = t.run("$S fsck $Q");
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert_eq!(
+        out.lines().next().unwrap(),
+        format!(
+            "needs/{b}: unreadable directory: Permission denied (os error 13) (its entries are \
+             not checked; left for a user who may read it, or for its owner or root to share \
+             again)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("symlink"), "{out}");
+    // Never moved by --quarantine.
+    let (_, out, err) = t.run("$S fsck $Q --quarantine");
+    assert!(!out.contains("moved to quarantine"), "{out}{err}");
+    assert!(t.q.join(format!("needs/{b}")).is_dir());
+}

@@ -35,6 +35,9 @@ pub enum ProblemKind {
     Corrupt(Corruption),
     /// The entry could not be read.
     Unreadable(crate::OsErrno),
+    /// A directory of the layout this user may not open (`EACCES`, `EPERM`: a member's
+    /// `needs/<id>` at mode 000): its entries are not checked. Never moved.
+    UnreadableDir(crate::OsErrno),
     /// A valid job of this queue in a directory its name does not belong in (a level-5 job
     /// in level 2's shard, a job in another shard, a delayed job in another bucket, a
     /// receipt in another shard): the directory it belongs in, relative to the root.
@@ -78,8 +81,9 @@ pub enum ProblemKind {
         expected: u32,
     },
     /// A file that does not decode: `steadq.limits` (every enqueue fails while it is
-    /// damaged), or a live idempotency key entry in `keys/` (every enqueue with its key
-    /// fails). Reported, never moved.
+    /// damaged; `--quarantine` moves it to `quarantine/`, leaving the queue without limits),
+    /// or a live idempotency key entry in `keys/` (every enqueue with its key fails; never
+    /// moved).
     Damaged(&'static str),
     /// An entry of `keys/` whose name is neither a key entry's nor a tombstone's.
     NotKeyName,
@@ -218,6 +222,12 @@ fn describe(kind: &ProblemKind, f: &mut core::fmt::Formatter<'_>) -> core::fmt::
             "unreadable: {} (not verified; left for a user who may read it)",
             std::io::Error::from_raw_os_error(e.raw_os_error())
         ),
+        ProblemKind::UnreadableDir(e) => write!(
+            f,
+            "unreadable directory: {} (its entries are not checked; left for a user who may \
+             read it, or for its owner or root to share again)",
+            std::io::Error::from_raw_os_error(e.raw_os_error())
+        ),
         ProblemKind::LeaseBeyondCap { deadline_in_ns } => write!(
             f,
             "lease deadline {} days away, past the 7-day lease cap: forged; it counts as \
@@ -294,6 +304,7 @@ fn describe_place(kind: &ProblemKind, f: &mut core::fmt::Formatter<'_>) -> core:
         | ProblemKind::BadSlot(_)
         | ProblemKind::IdentityMismatch { .. }
         | ProblemKind::Unreadable(_)
+        | ProblemKind::UnreadableDir(_)
         | ProblemKind::LeaseBeyondCap { .. }
         | ProblemKind::QuarantineTaken { .. } => describe(kind, f),
     }
@@ -361,7 +372,7 @@ impl Queue {
         self.check_root(v3, &mut rep, &mut bad)?;
         self.check_shard_parents(v3, &mut rep, &mut bad)?;
         self.check_tmp(&mut rep, &mut bad)?;
-        self.check_limits(&mut rep);
+        self.check_limits(&mut rep, quarantine)?;
         self.check_evidence(&mut rep);
         self.check_keys(&mut rep, &mut bad)?;
         self.check_groups(&mut rep, &mut bad)?;

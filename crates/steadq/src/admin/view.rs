@@ -131,10 +131,21 @@ impl Queue {
         Ok(())
     }
 
-    /// The waiting jobs (`waiting/`, ops/deps.rs) as listed jobs.
+    /// The waiting jobs (`waiting/`, ops/deps.rs) as listed jobs. A `waiting/` this user
+    /// cannot read (a member's, made first at mode 700) is skipped with a warning, as the
+    /// walk skips an unreadable bucket.
     fn waiting_listed(&self) -> Result<Vec<Listed>> {
-        Ok(self
-            .waiting_jobs()?
+        let waiting = match self.waiting_jobs() {
+            Ok(w) => w,
+            Err(e) => match self.unreadable_rel(&e) {
+                Some(rel) => {
+                    self.warn_unreadable(vec![rel]);
+                    Vec::new()
+                }
+                None => return Err(e),
+            },
+        };
+        Ok(waiting
             .into_iter()
             .map(|name| Listed {
                 state: State::Waiting,

@@ -215,6 +215,18 @@ impl Queue {
         Ok(going)
     }
 
+    /// The directory (relative to the root) that `e` failed to open or list because this
+    /// user may not read it (`EACCES`, `EPERM`) or because it is not one (`ENOTDIR`, or
+    /// `ELOOP`: a symlink, never followed); `None` for any other error.
+    pub(crate) fn unreadable_rel(&self, e: &Cause) -> Option<String> {
+        let errno = e.errno()?;
+        let unreadable = [Errno::ACCESS, Errno::PERM, Errno::NOTDIR, Errno::LOOP]
+            .iter()
+            .any(|x| errno == (*x).into());
+        let rel = e.path()?.strip_prefix(&self.root).ok()?;
+        (unreadable && !rel.as_os_str().is_empty()).then(|| rel.to_string_lossy().into_owned())
+    }
+
     pub(crate) fn read_dir_error(&self, e: Errno, rel: &str) -> Cause {
         Cause::io(Call::ReadDir, e, Outcome::NotDone, Some(self.path(rel)))
     }

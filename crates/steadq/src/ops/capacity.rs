@@ -176,6 +176,25 @@ impl LimitsFile {
     }
 }
 
+/// The end of the warning for a replaced damaged limits file: the group limits it held,
+/// lost, named to be set again (`groups` as read from the damaged file; any, when none can
+/// be read from it).
+fn lost_groups_note(dir: &std::path::Path, groups: &[&str]) -> String {
+    let dir = dir.display();
+    match groups {
+        [] => format!(
+            "; any group limits it held are lost: set them again with `steadq limit {dir} \
+             --group G --max-leased N`"
+        ),
+        gs => format!(
+            "; the limits of group{} {} are lost: set them again with `steadq limit {dir} \
+             --group G --max-leased N`",
+            if gs.len() == 1 { "" } else { "s" },
+            gs.join(", ")
+        ),
+    }
+}
+
 /// Per-handle state: the tally and the in-flight reservations.
 #[derive(Debug, Default)]
 pub(crate) struct CapState {
@@ -347,7 +366,28 @@ impl Queue {
             )
             .into());
         }
-        let mut file = self.limits_file()?;
+        let mut file = match self.limits_file() {
+            Ok(f) => f,
+            // Replaced whole: what it held cannot be trusted, and is named to be set again.
+            Err(e) if *e.kind() == ErrorKind::BadLimits => {
+                let lost = self.damaged_limits_groups();
+                let others: Vec<&str> = lost
+                    .iter()
+                    .map(|g| g.as_str())
+                    .filter(|g| *g != group.as_str())
+                    .collect();
+                log::warn!(
+                    "{}: damaged; replaced by a file with group {group}'s limit alone: the \
+                     capacity limits it held are lost (none now: set them again with `steadq \
+                     init {} --max-jobs N|none --max-bytes N|none`){}",
+                    self.path(LIMITS_FILE).display(),
+                    self.root.display(),
+                    lost_groups_note(&self.root, &others)
+                );
+                LimitsFile::default()
+            }
+            Err(e) => return Err(e),
+        };
         file.groups.retain(|(g, _)| g != group);
         if let Some(n) = max_leased {
             file.groups.push((*group, n));
@@ -358,6 +398,24 @@ impl Queue {
         // This handle's claims try the group again at once (others within FULL_RECHECK).
         self.forget_full(group);
         Ok(())
+    }
+
+    /// The groups a damaged limits file names on its `max_leased.<group>=` lines (best
+    /// effort, for a warning: a line that does not parse is left out), sorted.
+    fn damaged_limits_groups(&self) -> Vec<GroupName> {
+        let text = self
+            .read_root_file(LIMITS_FILE)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let mut groups: Vec<GroupName> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("max_leased.")?.split_once('='))
+            .filter_map(|(g, _)| GroupName::new(g))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups
     }
 
     /// Settings file `name` of the root (a regular file, never followed), at most 4096
@@ -391,8 +449,22 @@ impl Queue {
     /// [`ErrorKind::Io`]: not done before the rename (the temp file is removed), indeterminate
     /// if the rename fails with `EIO` or the root's fsync fails.
     pub fn set_limits(&self, limits: Limits) -> Result<(), crate::Error> {
-        // The group lines are kept; a damaged file is replaced whole, as before groups.
-        let groups = self.limits_file().map(|f| f.groups).unwrap_or_default();
+        // The group lines are kept; a damaged file is replaced whole, its group lines lost
+        // (named, to be set again).
+        let groups = match self.limits_file() {
+            Ok(f) => f.groups,
+            Err(e) if *e.kind() == ErrorKind::BadLimits => {
+                let lost = self.damaged_limits_groups();
+                let lost: Vec<&str> = lost.iter().map(|g| g.as_str()).collect();
+                log::warn!(
+                    "{}: damaged; replaced by a file with these capacity limits alone{}",
+                    self.path(LIMITS_FILE).display(),
+                    lost_groups_note(&self.root, &lost)
+                );
+                Vec::new()
+            }
+            Err(_) => Vec::new(),
+        };
         let text = LimitsFile { limits, groups }.encode();
         Ok(self.replace_root_file(Barrier::Limits, LIMITS_FILE, text.as_bytes())?)
     }

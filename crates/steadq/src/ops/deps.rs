@@ -293,16 +293,32 @@ impl Queue {
     /// marker went, by an ack's follow-up that ran before it was linked, or by one cut
     /// short). Cost: one look at each X (its receipts shard, the dead buckets, the evidence
     /// log), and one listing of `needs/<D>/` per waiting job; no receipt scan per waiting job.
+    ///
+    /// A directory of these this user may not read (a member's, made first at mode 700) is
+    /// noted in [`crate::RecoverReport::unreadable`] and what is behind it skipped (a waiting
+    /// job whose markers cannot be read is never promoted); the rest is done.
     pub(crate) fn recover_waiting(&self, r: &mut crate::RecoverReport) -> Result<()> {
+        let note = |r: &mut crate::RecoverReport, e: Cause| match self.unreadable_rel(&e) {
+            Some(rel) => r.unreadable_dir(rel),
+            None => r.fail(e),
+        };
         let mut xs = Vec::new();
-        if let Some(after) = self.deps_dir(AFTER_DIR, false)? {
-            self.sys
-                .read_dir(after.as_fd(), |n, _, t| {
-                    if let Some(x) = marker_id(n, t).filter(|_| t != EntryType::File) {
-                        xs.push(x);
-                    }
-                })
-                .map_err(|e| self.read_dir_error(e, AFTER_DIR))?;
+        let listed = self
+            .deps_dir(AFTER_DIR, false)
+            .and_then(|after| match after {
+                Some(after) => self
+                    .sys
+                    .read_dir(after.as_fd(), |n, _, t| {
+                        if let Some(x) = marker_id(n, t).filter(|_| t != EntryType::File) {
+                            xs.push(x);
+                        }
+                    })
+                    .map_err(|e| self.read_dir_error(e, AFTER_DIR)),
+                None => Ok(()),
+            });
+        if let Err(e) = listed {
+            xs.clear();
+            note(r, e);
         }
         for x in xs {
             let moved = match self.dep_state(x, false) {
@@ -316,7 +332,14 @@ impl Queue {
                 Err(e) => r.fail(e),
             }
         }
-        for n in self.waiting_jobs()? {
+        let waiting = match self.waiting_jobs() {
+            Ok(w) => w,
+            Err(e) => {
+                note(r, e);
+                Vec::new()
+            }
+        };
+        for n in waiting {
             match self.markers(NEEDS_DIR, n.id) {
                 Ok(m) if m.is_empty() => match self.promote(&n) {
                     Ok(true) => r.dependencies += 1,
@@ -326,9 +349,9 @@ impl Queue {
                 Ok(m) => match self.rejoin(&n, &m) {
                     Ok(true) => r.dependencies += 1,
                     Ok(false) => {}
-                    Err(e) => r.fail(e),
+                    Err(e) => note(r, e),
                 },
-                Err(e) => r.fail(e),
+                Err(e) => note(r, e),
             }
         }
         Ok(())

@@ -201,12 +201,15 @@ impl Queue {
     }
 
     /// Every directory made on demand that exists now, as `(rel from the root, template)`:
-    /// `keys/`, `prio/`, each `prio/<l>/` and its shards (template `ready/`), and each
+    /// `keys/`, `groups/` and each group's directory, `waiting/`, `needs/`, `after/`, `prio/`, each `prio/<l>/` and its shards (template `ready/`), and each
     /// delayed and dead bucket (templates `delayed/` and `dead/`). Entries that are not
     /// directories, or whose names are not the layout's, are left out (fsck reports them as
     /// foreign); a directory this user cannot list is given without its children.
     pub(crate) fn made_on_demand(&self) -> Vec<(String, &'static str)> {
-        use crate::disk::layout::{DEAD_DIR, DELAYED_DIR, KEYS_DIR, PRIO_DIR, READY_DIR};
+        use crate::disk::layout::{
+            AFTER_DIR, DEAD_DIR, DELAYED_DIR, GROUPS_DIR, KEYS_DIR, NEEDS_DIR, PRIO_DIR, READY_DIR,
+            WAITING_DIR,
+        };
         use crate::disk::sys::EntryType;
         let root = self.dirs.root.as_fd();
         let is_dir = |rel: &str| {
@@ -231,9 +234,20 @@ impl Queue {
             names
         };
         let mut made = Vec::new();
-        if is_dir(KEYS_DIR) {
-            made.push((KEYS_DIR.to_string(), READY_DIR));
+        // `keys/`, `groups/` and the dependency directories: a member who makes one first at
+        // mode 700 keeps every other user's keyed enqueues, grouped claims, dependencies and
+        // counts out of it.
+        for rel in [KEYS_DIR, GROUPS_DIR, WAITING_DIR, NEEDS_DIR, AFTER_DIR] {
+            if is_dir(rel) {
+                made.push((rel.to_string(), READY_DIR));
+            }
         }
+        let group = |n: &str| crate::disk::name::GroupName::new(n).is_some();
+        made.extend(
+            children(GROUPS_DIR, &group)
+                .into_iter()
+                .map(|g| (g, READY_DIR)),
+        );
         if self.ident.version >= 3 && is_dir(PRIO_DIR) {
             made.push((PRIO_DIR.to_string(), READY_DIR));
             let levels = self.ident.levels();

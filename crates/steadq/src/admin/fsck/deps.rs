@@ -38,6 +38,10 @@ impl Queue {
                         self.check_marker_dir(fd.as_fd(), &rel, false, rep, bad)?;
                     }
                     Err(Errno::NOENT) => {}
+                    // A directory this user may not open is named as one, not as a symlink.
+                    Err(e @ (Errno::ACCESS | Errno::PERM)) => {
+                        bad.push((top.to_string(), sub, ProblemKind::UnreadableDir(e.into())))
+                    }
                     Err(_) => bad.push((top.to_string(), sub, ProblemKind::NotRegular("symlink"))),
                 }
             }

@@ -160,6 +160,8 @@ impl Queue {
         let nd = |c, e, p: &str| Cause::io(c, e, Outcome::NotDone, Some(self.path(p)));
         let to = self.quarantine_dir(dir)?;
         let qdir = format!("{QUARANTINE_DIR}/{dir}");
+        // `dir` empty: an entry of the root (the damaged limits file).
+        let dir = if dir.is_empty() { "." } else { dir };
         let from = self
             .sys
             .open_dir_beneath(root, dir)
@@ -250,6 +252,6 @@ fn movable(dir: &str, kind: &ProblemKind) -> bool {
         && !shard_entry
         && !matches!(
             kind,
-            ProblemKind::JobsInside(_) | ProblemKind::Unreadable(_)
+            ProblemKind::JobsInside(_) | ProblemKind::Unreadable(_) | ProblemKind::UnreadableDir(_)
         )
 }

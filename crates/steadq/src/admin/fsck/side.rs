@@ -10,16 +10,30 @@ use crate::queue::Queue;
 use std::os::fd::AsFd;
 
 impl Queue {
-    /// `steadq.limits`, when present, must decode: a damaged one fails every enqueue.
-    pub(super) fn check_limits(&self, rep: &mut FsckReport) {
+    /// `steadq.limits`, when present, must decode: a damaged one fails every enqueue. With
+    /// `quarantine` a damaged one is moved to `quarantine/steadq.limits` (the queue then has
+    /// no limits, which is warned about).
+    ///
+    /// # Errors
+    /// Indeterminate when its move may have happened but could not be made durable; a move
+    /// not done leaves it in place, with a warning.
+    pub(super) fn check_limits(&self, rep: &mut FsckReport, quarantine: bool) -> Result<()> {
         let kind = match self.limits() {
-            Ok(_) => return,
-            Err(e) if *e.kind() == crate::ErrorKind::BadLimits => ProblemKind::Damaged(
-                "the capacity limits file does not decode (checksum, syntax, or a group \
-                 line), and every enqueue fails until it is fixed, and jobs of groups wait: \
-                 set the limits again (`steadq init DIR --max-jobs N|none --max-bytes \
-                 N|none`, then `steadq limit DIR --group G --max-leased N`)",
-            ),
+            Ok(_) => return Ok(()),
+            Err(e) if *e.kind() == crate::ErrorKind::BadLimits => {
+                let kind = ProblemKind::Damaged(
+                    "the capacity limits file does not decode (checksum, syntax, or a group \
+                     line), and every enqueue fails until it is fixed, and jobs of groups \
+                     wait: set the limits again (`steadq init DIR --max-jobs N|none \
+                     --max-bytes N|none`, then `steadq limit DIR --group G --max-leased N`; \
+                     each replaces the damaged file), or move it aside with `steadq fsck \
+                     --quarantine`",
+                );
+                if quarantine {
+                    return self.quarantine_limits(rep, kind);
+                }
+                kind
+            }
             Err(e) => match (e.kind(), e.errno()) {
                 // Opened without following: a symlink (or a fifo) in its place is named by
                 // its type, not "unreadable: Too many levels of symbolic links".
@@ -35,7 +49,7 @@ impl Queue {
                     )
                 }
                 (crate::ErrorKind::Io { errno, .. }, _) => ProblemKind::Unreadable(*errno),
-                _ => return,
+                _ => return Ok(()),
             },
         };
         rep.problems.push(Problem {
@@ -43,6 +57,47 @@ impl Queue {
             kind,
             quarantined: false,
         });
+        Ok(())
+    }
+
+    /// Move the damaged limits file (problem `kind`) to `quarantine/`, reporting it.
+    fn quarantine_limits(&self, rep: &mut FsckReport, kind: ProblemKind) -> Result<()> {
+        use crate::disk::layout::{LIMITS_FILE, QUARANTINE_DIR};
+        let quarantined = match self.quarantine("", LIMITS_FILE, false) {
+            Ok(moved) => moved,
+            Err(e) if e.outcome() == Outcome::NotDone && e.errno() == Some(Errno::EXIST.into()) => {
+                rep.problems.push(Problem {
+                    path: LIMITS_FILE.to_string(),
+                    kind: ProblemKind::QuarantineTaken {
+                        kind: Box::new(kind),
+                        at: format!("{QUARANTINE_DIR}/{LIMITS_FILE}"),
+                    },
+                    quarantined: false,
+                });
+                return Ok(());
+            }
+            Err(e) if e.outcome() == Outcome::NotDone => {
+                log::warn!("{e}; left in place");
+                false
+            }
+            Err(e) => return Err(e),
+        };
+        if quarantined {
+            log::warn!(
+                "{}: moved to {QUARANTINE_DIR}/{LIMITS_FILE}; the queue has no capacity \
+                 limits and no group limits now: set them again (`steadq init {dir} \
+                 --max-jobs N|none --max-bytes N|none`, `steadq limit {dir} --group G \
+                 --max-leased N`)",
+                self.path(LIMITS_FILE).display(),
+                dir = self.root.display()
+            );
+        }
+        rep.problems.push(Problem {
+            path: LIMITS_FILE.to_string(),
+            kind,
+            quarantined,
+        });
+        Ok(())
     }
 
     /// Evidence files hold whole `v1` lines only: torn appends are reported (see
