@@ -1123,6 +1123,24 @@ fn show_name(q: &Queue, l: &steadq::Listed) {
     out!("path      {}", l.rel_path(q.id()));
     out!("attempt   {}/{}", n.attempt, n.max_attempts);
     out!("gen       {}", n.generation);
+    out!("priority  {}", n.priority);
+    if let Some(g) = &n.group {
+        out!("group     {g}");
+    }
+    // The jobs it still waits for (a dead job keeps its markers: requeued, it waits again).
+    if matches!(l.state, State::Waiting | State::Dead) {
+        match q.waiting_for(n.id) {
+            Ok(xs) if xs.is_empty() => {}
+            Ok(xs) => out!(
+                "after     {}",
+                xs.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            Err(e) => eprintln!("steadq: {}: its dependencies cannot be read: {e}", n.id),
+        }
+    }
 }
 
 /// Show a job whose file fails verification. Dead-lettered already (reason corrupt): exit 0;
@@ -1143,9 +1161,15 @@ fn show_corrupt(a: &Show, q: &Queue, l: &steadq::Listed, e: &Error) -> Result<Ex
     if l.state == State::Dead {
         return Ok(Exit::Done);
     }
+    let when = match l.state {
+        State::Waiting => {
+            "it waits for its dependencies; the first claim that reaches it once it is ready"
+        }
+        _ => "the next claim that reaches it",
+    };
     Err(CliError::not_done(format!(
-        "{}: corrupt job file ({c}), not yet dead-lettered: the next claim that reaches it \
-         moves it to dead/ (`steadq fsck` reports it; `--quarantine` moves it to quarantine/)",
+        "{}: corrupt job file ({c}), not yet dead-lettered: {when} moves it to dead/ \
+         (`steadq fsck` reports it; `--quarantine` moves it to quarantine/)",
         path.display()
     )))
 }

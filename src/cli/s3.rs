@@ -758,6 +758,8 @@ mod with_s3 {
         out!("path      {}", q.keys().gen(id, gen));
         out!("attempt   {}/{}", rec.attempt, q.options.max_attempts);
         out!("gen       {gen}");
+        // No priorities on s3:// ("Options still refused"): every job is at the default.
+        out!("priority  {}", steadq::DEFAULT_PRIORITY);
         let h = match header {
             Some(Ok(h)) => h,
             None => {

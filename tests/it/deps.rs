@@ -974,3 +974,50 @@ fn requeueing_dependents_of_a_dead_job_says_requeue_it_first() {
         (State::Waiting, State::Waiting)
     );
 }
+
+/// `show` says what a job waits for, its priority and its group (only `ls needs/<id>`
+/// answered it), and a corrupt waiting job is not said to be moved by "the next claim":
+/// claims never look in `waiting/`.
+#[test]
+fn show_names_dependencies_priority_and_group() {
+    let d = TempDir::new("deps-show");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let x = q.enqueue(b"x").unwrap();
+    let y = q.enqueue(b"y").unwrap();
+    let o = EnqueueOptions {
+        after: vec![y, x],
+        priority: Some(6),
+        group: Some(GroupName::new("ffmpeg").unwrap()),
+        ..Default::default()
+    };
+    let w = q.enqueue_with(b"w", &o).unwrap().id();
+    let out = steadq(&["show", p(d.path()), &w.to_string()]);
+    let s = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (lo, hi) = if x < y { (x, y) } else { (y, x) };
+    assert!(
+        s.contains(&format!(
+            "\npriority  6\ngroup     ffmpeg\nafter     {lo},{hi}\n"
+        )),
+        "{s}"
+    );
+    // A plain job: priority only.
+    let s = text(&steadq(&["show", p(d.path()), &x.to_string()]).stdout);
+    assert!(s.contains("\npriority  3\ncreated"), "{s}");
+    // Corrupt while waiting.
+    let f = d.path().join("waiting").join(
+        std::fs::read_dir(d.path().join("waiting"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name(),
+    );
+    let mut bytes = std::fs::read(&f).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&f, bytes).unwrap();
+    let out = steadq(&["show", p(d.path()), &w.to_string()]);
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(e.contains("it waits for its dependencies"), "{e}");
+}

@@ -1293,16 +1293,16 @@ fn show_on_s3_prints_what_a_local_show_does() {
     assert_eq!(lines[0], format!("job       {id}"));
     assert_eq!(lines[1].trim_end(), "state     ready");
     assert_eq!(lines[2], format!("path      q/j/{id}/00000000"));
-    assert_eq!(lines[3..5], ["attempt   0/5", "gen       0"]);
-    assert_eq!(lines[6], "bytes     5");
+    assert_eq!(lines[3..6], ["attempt   0/5", "gen       0", "priority  3"]);
+    assert_eq!(lines[7], "bytes     5");
     let sha = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
-    assert_eq!(lines[7], format!("sha256    {sha}"));
+    assert_eq!(lines[8], format!("sha256    {sha}"));
     assert_eq!(
-        lines[7],
-        ls.lines().nth(7).unwrap(),
+        lines[8],
+        ls.lines().nth(8).unwrap(),
         "the same payload digest"
     );
-    assert_eq!(lines[9], "payload   hello");
+    assert_eq!(lines[10], "payload   hello");
     let raw = cli(m.port)
         .args(["show", url, &id, "--raw"])
         .output()

@@ -155,6 +155,18 @@ impl Queue {
             .collect())
     }
 
+    /// The jobs job `id` still waits for: its dependency markers (`needs/<id>/`, DESIGN.md,
+    /// Dependencies), oldest id first; empty for a job that waits for none (or no longer:
+    /// a marker goes when its job is acked). Hostile entries are skipped, never followed.
+    ///
+    /// # Errors
+    /// A directory that cannot be opened or read (not done: nothing changes).
+    pub fn waiting_for(&self, id: JobId) -> crate::Result<Vec<JobId>> {
+        let mut m = self.markers(crate::disk::layout::NEEDS_DIR, id)?;
+        m.sort();
+        Ok(m)
+    }
+
     /// Find job `id` in any state.
     ///
     /// # Errors

@@ -187,11 +187,17 @@ impl Queue {
         if to.state == State::Dead && op != Op::DependencyDead {
             // The jobs waiting for it die too (ops/deps.rs); the move itself is done, so a
             // failure here is recovery's to finish.
-            if let Err(e) = self.dependents_die(new.id) {
-                log::warn!(
+            match self.dependents_die(new.id) {
+                Ok(0) => {}
+                Ok(n) => log::info!(
+                    "{}: job {} dead-lettered, and {n} jobs waiting for it (reason dependency)",
+                    self.root.display(),
+                    new.id
+                ),
+                Err(e) => log::warn!(
                     "job {} dead-lettered; its dependents are left for recovery: {e}",
                     new.id
-                );
+                ),
             }
         }
         Ok(())
