@@ -291,8 +291,9 @@ impl Queue {
     /// ack's follow-up is done again (a crash may have cut it short); X dead, its waiting
     /// dependents die. Then every waiting job with no marker left is promoted (its last
     /// marker went, by an ack's follow-up that ran before it was linked, or by one cut
-    /// short). Cost: one look at each X (its receipts shard, the dead buckets, the evidence
-    /// log), and one listing of `needs/<D>/` per waiting job; no receipt scan per waiting job.
+    /// short). Cost: one listing of `waiting/`, one of `after/<X>/` per X, one look at each X
+    /// with a dependent waiting (its receipts shard, the dead buckets, the evidence log), and
+    /// one listing of `needs/<D>/` per waiting job; no receipt scan per waiting job.
     ///
     /// A directory of these this user may not read (a member's, made first at mode 700) is
     /// noted in [`crate::RecoverReport::unreadable`] and what is behind it skipped (a waiting
@@ -320,7 +321,21 @@ impl Queue {
             xs.clear();
             note(r, e);
         }
+        // Only an X with a dependent in `waiting/` can need anything here (its follow-up
+        // cut short, or its death not passed on), so X is looked at (its receipts shard, the
+        // dead buckets, the evidence log) only then: one listing of `after/<x>/` each, and
+        // `after/` full of empty or foreign directories costs no evidence scans.
+        let waiting_ids: Option<std::collections::HashSet<JobId>> = self
+            .waiting_jobs()
+            .ok()
+            .map(|w| w.iter().map(|n| n.id).collect());
         for x in xs {
+            if let Some(w) = &waiting_ids {
+                match self.markers(AFTER_DIR, x) {
+                    Ok(ds) if !ds.iter().any(|d| w.contains(d)) => continue,
+                    _ => {}
+                }
+            }
             let moved = match self.dep_state(x, false) {
                 Ok(Dep::Acked) => self.dependency_acked_inner(x),
                 Ok(Dep::Dead) => self.dependents_die(x),
