@@ -581,7 +581,7 @@ mod tests {
                 r#""foreign":2,"unreadable_shards":1,"unreadable_dirs":["ready/01","dead/00000000000004d2"],"#,
                 r#""bytes":{"ready":300,"leased":100,"delayed":200,"dead":0,"acked":700,"waiting":500},"#,
                 r#""oldest_ready_age_seconds":1.500,"#,
-                r#""capacity":{"jobs":6,"bytes":600,"max_jobs":10,"max_bytes":null},"live_keys":4,"#,
+                r#""capacity":{"jobs":11,"bytes":1100,"max_jobs":10,"max_bytes":null},"live_keys":4,"#,
                 r#""ready_by_priority":[0,0,0,2,0,0,0,1],"#,
                 r#""groups":[{"group":"ffmpeg","ready":5,"leased":2,"max_leased":2,"slots":2}],"#,
                 r#""acked_total":9,"dead_total":null}"#
@@ -634,7 +634,7 @@ mod tests {
         assert!(t.contains("foreign         2"));
         assert!(t.ends_with("oldest ready job: 1s\n"));
         assert!(
-            t.contains("\ncapacity        6  jobs (limit 10), 600 bytes (no limit)\n"),
+            t.contains("\ncapacity       11  jobs (limit 10), 1100 bytes (no limit)\n"),
             "{t}"
         );
         assert!(t.contains("\nkeys            4  live idempotency keys\n"));
@@ -658,13 +658,13 @@ mod tests {
         let t = status_text(&Q, &s);
         assert!(t.contains("\nacked           7\n"), "{t}");
         assert!(!t.contains("bytes"), "{t}");
-        assert!(t.contains("\ncapacity        6  jobs (limit 10)\n"), "{t}");
+        assert!(t.contains("\ncapacity       11  jobs (limit 10)\n"), "{t}");
         let j = status_json(&Q, &s);
         assert!(
             j.contains(r#""foreign":2,"unreadable_shards":1,"unreadable_dirs":["ready/01","dead/00000000000004d2"],"bytes":null,"oldest"#),
             "{j}"
         );
-        assert!(j.contains(r#""capacity":{"jobs":6,"bytes":null,"#), "{j}");
+        assert!(j.contains(r#""capacity":{"jobs":11,"bytes":null,"#), "{j}");
         let p = status_prometheus(&Q, &s);
         assert!(
             !p.contains("steadq_bytes") && p.contains("steadq_jobs{"),
