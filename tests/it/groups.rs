@@ -900,3 +900,113 @@ fn fsck_does_not_report_a_slot_that_goes_away_as_a_settle_frees_it() {
     let rep = q.fsck().unwrap();
     assert_eq!(rep.problems.len(), 1, "{rep:?}");
 }
+
+/// The hostile-user trial's scenario, limit 1: job A (priority 0) is claimed with a short
+/// lease; job B (priority 7) of the same group is enqueued; once A's lease has expired a
+/// claim through a new handle takes B (its level is listed first, so A's slot is not, and
+/// A is not recovered) and reclaims A's stale slot. Returns the queue, A's lease handle
+/// (its leased name is still on disk) and B's lease.
+fn expired_holder_beside_a_new_one(d: &TempDir) -> (Queue, String, steadq::Lease) {
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ff"), Some(1)).unwrap();
+    let at = |priority| EnqueueOptions {
+        priority: Some(priority),
+        ..in_group("ff")
+    };
+    q.enqueue_with(b"a", &at(0)).unwrap();
+    let lease = Duration::from_millis(300);
+    let a = q
+        .claim_with(&ClaimOptions {
+            lease: Some(lease),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
+    q.enqueue_with(b"b", &at(7)).unwrap();
+    let a = a.into_handle();
+    // A's lease ends (a lease's expiry is a time: nothing to poll before it).
+    std::thread::sleep(lease + Duration::from_millis(100));
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    let b = other.claim().unwrap().expect("B, in A's reclaimed slot");
+    assert_eq!(b.priority(), 7);
+    assert_eq!(slots_of(d.path(), "ff"), 1);
+    (q, a, b)
+}
+
+/// The text of group `group`'s slot `k`.
+fn slot_text(dir: &std::path::Path, group: &str, k: u32) -> String {
+    std::fs::read_to_string(dir.join("groups").join(group).join(k.to_string())).unwrap()
+}
+
+/// Every name in the queue (jobs, slots, temp files), sorted.
+fn every_name(dir: &std::path::Path) -> Vec<String> {
+    let mut all = files(dir, "");
+    all.retain(|f| !f.starts_with("steadq.") && !f.ends_with(".lock"));
+    all
+}
+
+/// A renewal of a lease that expired and whose slot a claim took since (hostile-user
+/// trial): not done, lease lost (exit 6), and nothing changes: A's leased name, B's slot.
+/// The group never shows 2 leased of 1. With B's slot freed, A's renewal takes it.
+#[test]
+fn a_renewal_whose_slot_was_taken_is_lease_lost_and_changes_nothing() {
+    let d = TempDir::new("groups-renew-lost");
+    let (q, a, b) = expired_holder_beside_a_new_one(&d);
+    let b_slot = slot_text(d.path(), "ff", 0);
+    assert!(b_slot.contains(&format!("token={:032x}", b.token())));
+    let before = every_name(d.path());
+    let out = steadq(&["renew", p(d.path()), &a, "--lease", "5m"]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("lease lost"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    let mut l = q.lease_from_handle(&a).unwrap();
+    let e = l.renew(Duration::from_secs(300)).unwrap_err();
+    assert!(e.is_lease_lost(), "{e}");
+    assert_eq!(e.outcome(), Outcome::NotDone);
+    assert_eq!(every_name(d.path()), before, "nothing changed");
+    assert_eq!(slot_text(d.path(), "ff", 0), b_slot);
+    let s = q.status().unwrap();
+    assert_eq!((s.groups[0].leased, s.groups[0].slots), (1, 1));
+    // B done: A's renewal takes the free slot, and holds the group full.
+    b.ack().unwrap();
+    let mut l = q.lease_from_handle(&a).unwrap();
+    l.renew(Duration::from_secs(300)).unwrap();
+    assert!(slot_text(d.path(), "ff", 0).contains(&format!("token={:032x}", l.token())));
+    q.enqueue_with(b"c", &in_group("ff")).unwrap();
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    assert!(other.claim().unwrap().is_none(), "1 of 1, A's");
+    l.ack().unwrap();
+    assert_eq!(slots_of(d.path(), "ff"), 0);
+}
+
+/// Ack, nack, fail or release of a lease whose slot a claim took since (its leased name
+/// still there: done) never frees the new holder's slot: the group stays full.
+#[test]
+fn settling_a_lease_whose_slot_was_taken_keeps_the_new_holders_slot() {
+    let settle: [(&str, fn(steadq::Lease)); 4] = [
+        ("ack", |l| {
+            l.ack().unwrap();
+        }),
+        ("nack", |l| {
+            l.nack(Duration::ZERO).unwrap();
+        }),
+        ("fail", |l| l.fail(steadq::Reason::FAILED).unwrap()),
+        ("release", |l| l.release().unwrap()),
+    ];
+    for (what, s) in settle {
+        let d = TempDir::new(&format!("groups-settle-lost-{what}"));
+        let (q, a, b) = expired_holder_beside_a_new_one(&d);
+        let b_slot = slot_text(d.path(), "ff", 0);
+        s(q.lease_from_handle(&a).unwrap());
+        assert_eq!(slots_of(d.path(), "ff"), 1, "{what}");
+        assert_eq!(slot_text(d.path(), "ff", 0), b_slot, "{what}");
+        q.enqueue_with(b"c", &in_group("ff")).unwrap();
+        let other = Queue::open_with(d.path(), fast(1)).unwrap();
+        assert!(other.claim().unwrap().is_none(), "{what}: 1 of 1, B's");
+        b.ack().unwrap();
+    }
+}
