@@ -477,6 +477,7 @@ fn status_and_list_show_group_use() {
         ready: 3,
         leased: 2,
         max_leased: Some(2),
+        limit_unknown: false,
         slots: 2,
     };
     let thumbs = steadq::GroupUse {
@@ -484,6 +485,7 @@ fn status_and_list_show_group_use() {
         ready: 1,
         leased: 0,
         max_leased: None,
+        limit_unknown: false,
         slots: 0,
     };
     assert_eq!(s.groups, vec![ffmpeg, thumbs]);
@@ -496,7 +498,7 @@ fn status_and_list_show_group_use() {
     assert!(text_out.contains("group    thumbs           0 leased (no limit), 1 ready\n"));
     let json = text(&steadq(&["status", dir, "--json"]).stdout);
     assert!(
-        json.contains(r#""groups":[{"group":"ffmpeg","ready":3,"leased":2,"max_leased":2,"slots":2},{"group":"thumbs","ready":1,"leased":0,"max_leased":null,"slots":0}]"#),
+        json.contains(r#""groups":[{"group":"ffmpeg","ready":3,"leased":2,"max_leased":2,"limit_unknown":false,"slots":2},{"group":"thumbs","ready":1,"leased":0,"max_leased":null,"limit_unknown":false,"slots":0}]"#),
         "{json}"
     );
     let prom = text(&steadq(&["status", dir, "--prometheus"]).stdout);
@@ -987,7 +989,8 @@ fn a_renewal_whose_slot_was_taken_is_lease_lost_and_changes_nothing() {
 /// still there: done) never frees the new holder's slot: the group stays full.
 #[test]
 fn settling_a_lease_whose_slot_was_taken_keeps_the_new_holders_slot() {
-    let settle: [(&str, fn(steadq::Lease)); 4] = [
+    type Settle = fn(steadq::Lease);
+    let settle: [(&str, Settle); 4] = [
         ("ack", |l| {
             l.ack().unwrap();
         }),
@@ -1009,4 +1012,122 @@ fn settling_a_lease_whose_slot_was_taken_keeps_the_new_holders_slot() {
         assert!(other.claim().unwrap().is_none(), "{what}: 1 of 1, B's");
         b.ack().unwrap();
     }
+}
+
+/// A claim that finds no job because group limits hold ready jobs back says so (exit 3 as
+/// before), with and without `--wait`, per group when there are several; without group
+/// limits the line is as it was.
+#[test]
+fn a_claim_held_back_by_group_limits_says_how_many_ready_jobs_wait() {
+    let d = TempDir::new("groups-held-back");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    let dir = p(d.path());
+    let plain = format!("no job ready in {dir}\n");
+    let claim = |wait: bool| {
+        let mut args = vec!["claim", dir];
+        if wait {
+            args.extend(["--wait", "300ms"]);
+        }
+        let out = steadq(&args);
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+        text(&out.stderr)
+    };
+    assert_eq!(claim(false), plain, "an empty queue");
+    for _ in 0..5 {
+        q.enqueue_with(b"x", &in_group("ff")).unwrap();
+    }
+    q.set_group_limit(&g("ff"), Some(2)).unwrap();
+    let held: Vec<_> = (0..2).map(|_| q.claim().unwrap().unwrap()).collect();
+    let one = format!("no job ready in {dir} (3 ready jobs held back: group ff at its limit 2)\n");
+    assert_eq!(claim(false), one);
+    assert_eq!(claim(true), one, "--wait");
+    for _ in 0..2 {
+        q.enqueue_with(b"y", &in_group("gg")).unwrap();
+    }
+    q.set_group_limit(&g("gg"), Some(1)).unwrap();
+    let held_gg = q.claim().unwrap().unwrap();
+    q.enqueue_with(b"y", &in_group("gg")).unwrap();
+    assert_eq!(
+        claim(false),
+        format!(
+            "no job ready in {dir} (5 ready jobs held back: 3 of group ff at its limit 2, 2 of \
+             group gg at its limit 1)\n"
+        )
+    );
+    let lib = q.held_back().unwrap();
+    assert_eq!(
+        lib.iter()
+            .map(|h| (h.group.as_str(), h.ready, h.max_leased))
+            .collect::<Vec<_>>(),
+        vec![("ff", 3, Some(2)), ("gg", 2, Some(1))]
+    );
+    // A group with room holds nothing back: its jobs are claimed.
+    held_gg.ack().unwrap();
+    q.set_group_limit(&g("ff"), None).unwrap();
+    for l in held {
+        l.ack().unwrap();
+    }
+    assert!(q.held_back().unwrap().is_empty());
+}
+
+/// With a damaged limits file, claims pass every group's jobs over (its limit is not known);
+/// `status` says the limit is unknown (it said "no limit"), in text, JSON and the library,
+/// and a claim that finds no job says why.
+#[test]
+fn a_damaged_limits_file_shows_the_group_limit_as_unknown() {
+    let d = TempDir::new("groups-limits-damaged");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ff"), Some(4)).unwrap();
+    for _ in 0..3 {
+        q.enqueue_with(b"x", &in_group("ff")).unwrap();
+    }
+    let l = q.claim().unwrap().unwrap();
+    let limits = d.path().join("steadq.limits");
+    let t = std::fs::read_to_string(&limits).unwrap();
+    std::fs::write(&limits, t.replace("max_leased.ff=4", "max_leased.ff=5")).unwrap();
+    let fresh = Queue::open_with(d.path(), fast(1)).unwrap();
+    let s = fresh.status().unwrap();
+    assert_eq!(
+        s.groups,
+        vec![steadq::GroupUse {
+            group: g("ff"),
+            ready: 2,
+            leased: 1,
+            max_leased: None,
+            limit_unknown: true,
+            slots: 1,
+        }]
+    );
+    let dir = p(d.path());
+    let out = text(&steadq(&["status", dir]).stdout);
+    assert!(
+        out.contains(
+            "group    ff               1 leased (limit unknown: steadq.limits is damaged), 2 ready\n"
+        ),
+        "{out}"
+    );
+    let json = text(&steadq(&["status", dir, "--json"]).stdout);
+    assert!(
+        json.contains(r#"{"group":"ff","ready":2,"leased":1,"max_leased":null,"limit_unknown":true,"slots":1}"#),
+        "{json}"
+    );
+    let top = text(&steadq(&["top", dir]).stdout);
+    assert!(
+        top.contains(
+            "group ff               1 leased (limit unknown: steadq.limits is damaged)  2 ready\n"
+        ),
+        "{top}"
+    );
+    let out = steadq(&["claim", dir]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stderr).ends_with(&format!(
+            "no job ready in {dir} (2 ready jobs held back: the limit of group ff is not known, \
+             steadq.limits is damaged; run `steadq fsck`)\n"
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::write(&limits, t).unwrap();
+    l.ack().unwrap();
 }
