@@ -1131,3 +1131,29 @@ fn a_damaged_limits_file_shows_the_group_limit_as_unknown() {
     std::fs::write(&limits, t).unwrap();
     l.ack().unwrap();
 }
+
+/// A live lease taken while its group had no limit holds no slot: a limit set at run time
+/// ends no lease already taken, so its renewals go on (without a slot while none is free,
+/// never taking another's), and its first renewal with a slot free takes it.
+#[test]
+fn a_live_lease_taken_before_the_limit_renews_and_takes_a_free_slot() {
+    let d = TempDir::new("groups-renew-unlimited");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    for _ in 0..3 {
+        q.enqueue_with(b"x", &in_group("ff")).unwrap();
+    }
+    let mut a = q.claim().unwrap().unwrap();
+    q.set_group_limit(&g("ff"), Some(1)).unwrap();
+    let b = q.claim().unwrap().unwrap();
+    let b_slot = slot_text(d.path(), "ff", 0);
+    a.renew(Duration::from_secs(60)).unwrap();
+    assert_eq!(slot_text(d.path(), "ff", 0), b_slot, "B's slot is B's");
+    assert_eq!(slots_of(d.path(), "ff"), 1);
+    b.ack().unwrap();
+    a.renew(Duration::from_secs(60)).unwrap();
+    assert!(slot_text(d.path(), "ff", 0).contains(&format!("token={:032x}", a.token())));
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    assert!(other.claim().unwrap().is_none(), "1 of 1, A's");
+    a.ack().unwrap();
+    assert_eq!(slots_of(d.path(), "ff"), 0);
+}

@@ -401,19 +401,25 @@ impl Lease {
         let Kind::Leased(mut f) = self.name.kind else {
             unreachable!("a Lease always holds a leased name")
         };
+        let was = f;
         f.boot_deadline_ns = self.q.clock.boot_ns().saturating_add(ns(lease));
         f.wall_deadline_ns = self.q.clock.wall_ns().saturating_add(ns(lease));
         let new = self.name.next(Kind::Leased(f), false);
-        // A job of a group: its slot says the new deadlines before its name does, or, no
-        // longer its own and none free, the renewal is lease lost with nothing changed.
+        // A job of a group: its slot says the new deadlines before its name does, or, the
+        // lease expired and its slot is no longer its own and none is free, the renewal is
+        // lease lost with nothing changed.
         let slot = match self.name.group {
-            Some(g) => match self.q.renew_slot_first(&g, self.name.id, &f) {
-                Ok(s) => Some((g, s)),
-                Err(e) => {
-                    self.settled = e.is_lease_lost();
-                    return Err(RenewError::from_internal(e));
+            Some(g) => {
+                let (boot, now) = (self.q.clock.boot_id(), self.q.clock.boot_ns());
+                let expired = crate::disk::scan::lease_expired(&was, boot, now);
+                match self.q.renew_slot_first(&g, self.name.id, &f, expired) {
+                    Ok(s) => Some((g, s)),
+                    Err(e) => {
+                        self.settled = e.is_lease_lost();
+                        return Err(RenewError::from_internal(e));
+                    }
                 }
-            },
+            }
             None => None,
         };
         let q = self.q.clone();

@@ -49,8 +49,9 @@ pub(crate) struct GroupMemory {
 /// What a renewal did with its group slot before its rename ([`Queue::renew_slot_first`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SlotRenewal {
-    /// The group has no limit and the lease holds no slot: nothing to do.
-    NoLimit,
+    /// The lease holds no slot and runs on without one: the group has no limit, or the
+    /// lease is live and was taken while the group had none (DESIGN.md, Groups).
+    Without,
     /// Its own slot now holds the new deadlines.
     Rewritten,
     /// Its slot was no longer its own: it took a free one.
@@ -260,19 +261,23 @@ impl Queue {
 
     /// Before a renewal's rename: make the slot of lease `l` (token unchanged, new
     /// deadlines) of job `id` in group `g` say the renewed deadlines. Its own slot (the one
-    /// whose text names the token) is rewritten ([`Queue::rewrite_own_slot`]); a lease whose
-    /// slot is no longer its own (it expired and a claim reclaimed its slot as stale, or it
-    /// was leased while the group had no limit) takes a free slot if the limit allows.
+    /// whose text names the token) is rewritten ([`Queue::rewrite_own_slot`]); a lease with
+    /// no slot of its own takes a free slot if the limit allows. With none free, a lease that
+    /// has `expired` (a claim may have reclaimed its slot as stale) is lost; a live one (it
+    /// was taken while the group had no limit: a live slot is never reclaimed) runs on
+    /// without a slot, as a limit set at run time ends no lease already taken.
     ///
     /// # Errors
     /// Not done, nothing changed: [`crate::ErrorKind::LeaseLost`] naming the group's
-    /// directory when no slot is its own and none is free (or the limit is not known: a
-    /// damaged limits file); [`crate::ErrorKind::Io`] when the slot's calls fail.
+    /// directory when the lease `expired`, no slot is its own and none is free (or the limit
+    /// is not known: a damaged limits file); [`crate::ErrorKind::Io`] when the slot's calls
+    /// fail.
     pub(crate) fn renew_slot_first(
         &self,
         g: &GroupName,
         id: JobId,
         l: &LeaseFields,
+        expired: bool,
     ) -> Result<SlotRenewal> {
         let rel = group_rel(g);
         let text = Slot { job: id, lease: *l }.encode();
@@ -305,19 +310,24 @@ impl Queue {
         }
         let lost = || Cause::not_done(crate::ErrorKind::LeaseLost, Some(self.path(&rel)));
         let n = match self.group_limit_now(g) {
-            Ok(None) => return Ok(SlotRenewal::NoLimit),
+            Ok(None) => return Ok(SlotRenewal::Without),
             Ok(Some(n)) => n,
+            Err(_) if !expired => return Ok(SlotRenewal::Without),
             Err(e) => {
-                log::warn!("group {g}: its limit is not known ({e}); a lease without a slot is not renewed");
+                log::warn!(
+                    "group {g}: the expired lease of job {id} holds no slot and the group's \
+                     limit is not known ({e}): not renewed"
+                );
                 return Err(lost());
             }
         };
         match self.take_slot(g, n, id, l)? {
             Some(_) => Ok(SlotRenewal::Taken),
+            None if !expired => Ok(SlotRenewal::Without),
             None => {
                 log::warn!(
-                    "group {g}: the lease of job {id} holds no slot (it expired and its slot was \
-                     taken by another lease) and all {n} are held: not renewed"
+                    "group {g}: the lease of job {id} expired and its slot was taken by another \
+                     lease; all {n} are held: not renewed"
                 );
                 Err(lost())
             }
