@@ -353,11 +353,11 @@ impl Queue {
     ) -> core::result::Result<bool, (Call, Errno)> {
         let t = self.dirs.tmp.as_fd();
         let tmp = self.fresh_temp_name();
-        let written = self.sys.create_file(t, &tmp).and_then(|fd| {
-            self.share_job_file(fd.as_fd());
-            self.sys.write_all(fd.as_fd(), text.as_bytes())
-        });
-        if let Err(e) = written {
+        // Held open (and so flock-ed: `Sys::create_file`) until the swap is settled, so
+        // that no recovery takes it for a dead writer's temp file.
+        let held = self.sys.create_file(t, &tmp).map_err(|e| (Call::Open, e))?;
+        self.share_job_file(held.as_fd());
+        if let Err(e) = self.sys.write_all(held.as_fd(), text.as_bytes()) {
             let _ = self.sys.unlink(t, &tmp);
             return Err((Call::Write, e));
         }
