@@ -414,6 +414,50 @@ fn waited(mut e: CliError, wait: Option<Duration>) -> CliError {
     e
 }
 
+/// What a claim that found no job adds to "no job ready in DIR": the ready jobs group
+/// limits hold back (` (3 ready jobs held back: group ff at its limit 2)`), or nothing.
+pub(super) fn held_back(q: &Queue) -> String {
+    let groups = match q.held_back() {
+        Ok(g) if !g.is_empty() => g,
+        Ok(_) => return String::new(),
+        Err(e) => {
+            log::debug!("counting the jobs held back by group limits: {e}");
+            return String::new();
+        }
+    };
+    let total: u64 = groups.iter().map(|h| h.ready).sum();
+    let s = if total == 1 { "" } else { "s" };
+    if groups.iter().all(|h| h.max_leased.is_none()) {
+        // The limits file is damaged: every group's limit is unknown alike.
+        let names: Vec<&str> = groups.iter().map(|h| h.group.as_str()).collect();
+        let (of, are) = match names.len() {
+            1 => ("limit of group", "is"),
+            _ => ("limits of groups", "are"),
+        };
+        return format!(
+            " ({total} ready job{s} held back: the {of} {} {are} not known, steadq.limits is \
+             damaged; run `steadq fsck`)",
+            names.join(", ")
+        );
+    }
+    let one = groups.len() == 1;
+    let parts: Vec<String> = groups
+        .iter()
+        .filter_map(|h| {
+            let of = if one {
+                String::new()
+            } else {
+                format!("{} of ", h.ready)
+            };
+            Some(format!(
+                "{of}group {} at its limit {}",
+                h.group, h.max_leased?
+            ))
+        })
+        .collect();
+    format!(" ({total} ready job{s} held back: {})", parts.join(", "))
+}
+
 /// A claim that found no job: exit 3 only when it could look at every ready shard. With a
 /// shard this user cannot read, "no job ready" is not known: exit 2 naming the shards.
 fn no_job(q: &Queue, dir: &std::path::Path) -> Result<Exit, CliError> {
@@ -421,10 +465,11 @@ fn no_job(q: &Queue, dir: &std::path::Path) -> Result<Exit, CliError> {
     if unreadable.is_empty() {
         // Jobs this claim dead-lettered (their attempts used up, corrupt, too large) are
         // named in the warnings above; the last line says so, as `work --once` does.
+        let why = held_back(q);
         match q.claims_dead_lettered() {
-            0 => eprintln!("no job ready in {}", dir.display()),
+            0 => eprintln!("no job ready in {}{why}", dir.display()),
             n => eprintln!(
-                "{n} job(s) dead-lettered (see above); no other job ready in {}",
+                "{n} job(s) dead-lettered (see above); no other job ready in {}{why}",
                 dir.display()
             ),
         }

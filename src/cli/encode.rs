@@ -124,17 +124,19 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     // Ready jobs per priority: index = level (0..=7, 7 claimed first).
     let by: Vec<String> = s.ready_by_priority.iter().map(u64::to_string).collect();
     let _ = write!(o, ",\"ready_by_priority\":[{}]", by.join(","));
-    // Per group: ready and leased jobs, the limit (null: none) and the slots held.
+    // Per group: ready and leased jobs, the limit (null: none, or not known when
+    // limit_unknown: a damaged limits file) and the slots held.
     let groups: Vec<String> = s
         .groups
         .iter()
         .map(|u| {
             format!(
-                "{{\"group\":\"{}\",\"ready\":{},\"leased\":{},\"max_leased\":{},\"slots\":{}}}",
+                "{{\"group\":\"{}\",\"ready\":{},\"leased\":{},\"max_leased\":{},\"limit_unknown\":{},\"slots\":{}}}",
                 u.group,
                 u.ready,
                 u.leased,
                 lim(u.max_leased.map(u64::from)),
+                u.limit_unknown,
                 u.slots
             )
         })
@@ -329,12 +331,20 @@ fn ready_by_priority_gauge(o: &mut String, ql: &str, s: &Status) {
     }
 }
 
+/// How a group's limit reads in `status` and `top`: `of 2`, `no limit`, or, with a damaged
+/// limits file, `limit unknown: steadq.limits is damaged`.
+pub fn group_limit(u: &steadq::GroupUse) -> String {
+    match (u.max_leased, u.limit_unknown) {
+        (Some(n), _) => format!("of {n}"),
+        (None, false) => "no limit".into(),
+        (None, true) => "limit unknown: steadq.limits is damaged".into(),
+    }
+}
+
 /// [`status_text`]'s line per group: leased of its limit, and ready.
 fn group_lines(o: &mut String, s: &Status) {
     for u in &s.groups {
-        let max = u
-            .max_leased
-            .map_or("no limit".into(), |n| format!("of {n}"));
+        let max = group_limit(u);
         let _ = writeln!(
             o,
             "group    {:<16} {} leased ({max}), {} ready",
@@ -555,6 +565,7 @@ mod tests {
                 ready: 5,
                 leased: 2,
                 max_leased: Some(2),
+                limit_unknown: false,
                 slots: 2,
             }],
         }
@@ -583,7 +594,7 @@ mod tests {
                 r#""oldest_ready_age_seconds":1.500,"#,
                 r#""capacity":{"jobs":11,"bytes":1100,"max_jobs":10,"max_bytes":null},"live_keys":4,"#,
                 r#""ready_by_priority":[0,0,0,2,0,0,0,1],"#,
-                r#""groups":[{"group":"ffmpeg","ready":5,"leased":2,"max_leased":2,"slots":2}],"#,
+                r#""groups":[{"group":"ffmpeg","ready":5,"leased":2,"max_leased":2,"limit_unknown":false,"slots":2}],"#,
                 r#""acked_total":9,"dead_total":null}"#
             )
         );

@@ -227,9 +227,7 @@ fn render(dir: &str, s: &Snap, rates: Option<(String, String)>, this_boot: u128)
         }
     }
     for u in &st.groups {
-        let max = u
-            .max_leased
-            .map_or("no limit".into(), |n| format!("of {n}"));
+        let max = super::encode::group_limit(u);
         out.push(format!(
             "group {:<16} {} leased ({max})  {} ready",
             u.group.as_str(),

@@ -321,7 +321,8 @@ fn work_once(a: &Work, q: &steadq::Queue) -> Result<Exit, CliError> {
             Ok(Exit::Done)
         }
         None => {
-            eprintln!("no job ready in {}", a.dir.display());
+            let why = super::cmd::held_back(q);
+            eprintln!("no job ready in {}{why}", a.dir.display());
             Ok(Exit::NoJob)
         }
         Some(l) => match run_job(a, l, None) {

@@ -839,18 +839,18 @@ fn recovery_finds_a_dependent_whose_after_marker_went() {
     let d = TempDir::new("deps-lost-after");
     let q = Queue::create(d.path(), opts(1)).unwrap();
     let x = q.enqueue(b"x").unwrap();
-    let y = q.enqueue(b"y").unwrap();
     let dx = q.enqueue_with(b"dx", &after(&[x])).unwrap().id();
-    let dy = q.enqueue_with(b"dy", &after(&[y])).unwrap().id();
     std::fs::remove_file(d.path().join(format!("after/{x}/{dx}"))).unwrap();
+    // x acked with no marker to follow: dx is left waiting until recovery.
+    run_one(&q, x);
+    assert_eq!(state_of(&q, dx), State::Waiting);
+    let y = q.enqueue(b"y").unwrap();
+    let dy = q.enqueue_with(b"dy", &after(&[y])).unwrap().id();
     std::fs::rename(
         d.path().join(format!("after/{y}")),
         d.path().join("tmp/hidden"),
     )
     .unwrap();
-    // x acked with no marker to follow: dx is left waiting until recovery.
-    run_one(&q, x);
-    assert_eq!(state_of(&q, dx), State::Waiting);
     let r = q.recover();
     assert!(r.first_error.is_none(), "{r:?}");
     assert_eq!(state_of(&q, dx), State::Ready, "x acked: promoted");

@@ -62,13 +62,16 @@ enum Op {
     ClaimGroup,
     /// The ack of a job of a group with a limit: its slot freed after the rename.
     AckGroup,
+    /// The renewal of a job of a group with a limit: its slot rewritten (a temp file
+    /// swapped with it) before the rename.
+    RenewGroup,
 }
 
 /// The group of the group cases, with a limit of 1.
 const GROUP: &str = "ffmpeg";
 
 fn is_group(op: Op) -> bool {
-    matches!(op, Op::ClaimGroup | Op::AckGroup)
+    matches!(op, Op::ClaimGroup | Op::AckGroup | Op::RenewGroup)
 }
 
 /// The payload of the streamed enqueues: three chunks, the last one short.
@@ -88,7 +91,7 @@ fn is_prio(op: Op) -> bool {
     )
 }
 
-const OPS: [Op; 27] = [
+const OPS: [Op; 28] = [
     Op::Enqueue,
     Op::EnqueueNamed,
     Op::EnqueueDelayed,
@@ -116,6 +119,7 @@ const OPS: [Op; 27] = [
     Op::EnqueueStreamNamed,
     Op::ClaimGroup,
     Op::AckGroup,
+    Op::RenewGroup,
 ];
 
 fn keyed() -> EnqueueOptions {
@@ -249,6 +253,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
         | Op::AckPrio
         | Op::NackPrio
         | Op::AckGroup
+        | Op::RenewGroup
         | Op::RecoverExpired => Some(
             q.claim_with(&steadq::ClaimOptions {
                 lease: Some(Duration::from_secs(1)),
@@ -319,14 +324,16 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
             }
             None => Err(nothing()),
         }),
-        Op::Renew => match lease.as_mut().unwrap().renew(Duration::from_secs(60)) {
-            // A lost lease is its own variant, and it is always "not done".
-            Err(e @ RenewError::LeaseLost(_)) => {
-                assert!(e.is_lease_lost() && e.outcome() == Outcome::NotDone);
-                Err(e.into())
+        Op::Renew | Op::RenewGroup => {
+            match lease.as_mut().unwrap().renew(Duration::from_secs(60)) {
+                // A lost lease is its own variant, and it is always "not done".
+                Err(e @ RenewError::LeaseLost(_)) => {
+                    assert!(e.is_lease_lost() && e.outcome() == Outcome::NotDone);
+                    Err(e.into())
+                }
+                r => r.map_err(Error::from),
             }
-            r => r.map_err(Error::from),
-        },
+        }
         Op::Ack | Op::AckHeader | Op::AckNone | Op::AckPrio | Op::AckGroup => {
             settled(lease.take().unwrap().ack(), &mut back)
         }
@@ -381,7 +388,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
         Op::EnqueueDelayed => all.len() == 1 && all[0].state == State::Delayed,
         Op::EnqueueBatch => all.len() == 3,
         Op::Claim | Op::ClaimPrio | Op::ClaimGroup => all[0].name.attempt == 1,
-        Op::Renew => all[0].state == State::Leased && all[0].name.generation == 2,
+        Op::Renew | Op::RenewGroup => all[0].state == State::Leased && all[0].name.generation == 2,
         Op::Ack | Op::AckHeader | Op::AckPrio | Op::AckGroup => all[0].state == State::Acked,
         // Under `none` the receipt goes once its evidence line is durable; a receipt kept
         // because that step failed is still a done ack.
@@ -444,7 +451,7 @@ fn run(op: Op, faults: Vec<Fault>) -> (Result<(), Error>, bool, Arc<FaultPlan>, 
     // move's outcome (a rename whose barrier failed lives under the new name). The defect
     // this catches: a renew that kept the old name after its barrier failed, so the next
     // renew reported the lease lost and `work` killed a command whose lease was valid.
-    if let (Op::Renew, Err(e), Some(l)) = (op, &res, lease.as_mut()) {
+    if let (Op::Renew | Op::RenewGroup, Err(e), Some(l)) = (op, &res, lease.as_mut()) {
         if !e.is_lease_lost() && !plan.stopped() {
             plan.disarm();
             l.renew(Duration::from_secs(60))
@@ -494,6 +501,11 @@ fn group_slots_agree(op: Op, q: &Queue, res: &Result<(), Error>, fired: bool) {
     if op == Op::ClaimGroup && res.is_ok() && !fired {
         assert_eq!(slots, 1, "a done claim without its slot: {all:?}");
     }
+    if op == Op::RenewGroup && res.is_ok() {
+        // Its slot says the renewed lease (a live one for a minute).
+        assert_eq!(slots, 1, "a done renewal without its slot: {all:?}");
+    }
+
     assert!(slots <= 1, "{op:?}: {slots} slots for one job ({res:?})");
 }
 
@@ -744,6 +756,7 @@ fault_matrix! {
     fault_matrix_reports_the_true_outcome_of_enqueue_batch: Op::EnqueueBatch;
     fault_matrix_reports_the_true_outcome_of_claim: Op::Claim;
     fault_matrix_reports_the_true_outcome_of_renew: Op::Renew;
+    fault_matrix_reports_the_true_outcome_of_renew_group: Op::RenewGroup;
     fault_matrix_reports_the_true_outcome_of_ack: Op::Ack;
     fault_matrix_reports_the_true_outcome_of_ack_header: Op::AckHeader;
     fault_matrix_reports_the_true_outcome_of_ack_none: Op::AckNone;

@@ -477,6 +477,7 @@ fn status_and_list_show_group_use() {
         ready: 3,
         leased: 2,
         max_leased: Some(2),
+        limit_unknown: false,
         slots: 2,
     };
     let thumbs = steadq::GroupUse {
@@ -484,6 +485,7 @@ fn status_and_list_show_group_use() {
         ready: 1,
         leased: 0,
         max_leased: None,
+        limit_unknown: false,
         slots: 0,
     };
     assert_eq!(s.groups, vec![ffmpeg, thumbs]);
@@ -496,7 +498,7 @@ fn status_and_list_show_group_use() {
     assert!(text_out.contains("group    thumbs           0 leased (no limit), 1 ready\n"));
     let json = text(&steadq(&["status", dir, "--json"]).stdout);
     assert!(
-        json.contains(r#""groups":[{"group":"ffmpeg","ready":3,"leased":2,"max_leased":2,"slots":2},{"group":"thumbs","ready":1,"leased":0,"max_leased":null,"slots":0}]"#),
+        json.contains(r#""groups":[{"group":"ffmpeg","ready":3,"leased":2,"max_leased":2,"limit_unknown":false,"slots":2},{"group":"thumbs","ready":1,"leased":0,"max_leased":null,"limit_unknown":false,"slots":0}]"#),
         "{json}"
     );
     let prom = text(&steadq(&["status", dir, "--prometheus"]).stdout);
@@ -932,4 +934,259 @@ fn limit_without_group_limits_says_so_on_stderr() {
         "{e}"
     );
     assert!(!e.contains("no group limits"), "{e}");
+}
+
+/// The hostile-user trial's scenario, limit 1: job A (priority 0) is claimed with a short
+/// lease; job B (priority 7) of the same group is enqueued; once A's lease has expired a
+/// claim through a new handle takes B (its level is listed first, so A's slot is not, and
+/// A is not recovered) and reclaims A's stale slot. Returns the queue, A's lease handle
+/// (its leased name is still on disk) and B's lease.
+fn expired_holder_beside_a_new_one(d: &TempDir) -> (Queue, String, steadq::Lease) {
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ff"), Some(1)).unwrap();
+    let at = |priority| EnqueueOptions {
+        priority: Some(priority),
+        ..in_group("ff")
+    };
+    q.enqueue_with(b"a", &at(0)).unwrap();
+    let lease = Duration::from_millis(300);
+    let a = q
+        .claim_with(&ClaimOptions {
+            lease: Some(lease),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
+    q.enqueue_with(b"b", &at(7)).unwrap();
+    let a = a.into_handle();
+    // A's lease ends (a lease's expiry is a time: nothing to poll before it).
+    std::thread::sleep(lease + Duration::from_millis(100));
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    let b = other.claim().unwrap().expect("B, in A's reclaimed slot");
+    assert_eq!(b.priority(), 7);
+    assert_eq!(slots_of(d.path(), "ff"), 1);
+    (q, a, b)
+}
+
+/// The text of group `group`'s slot `k`.
+fn slot_text(dir: &std::path::Path, group: &str, k: u32) -> String {
+    std::fs::read_to_string(dir.join("groups").join(group).join(k.to_string())).unwrap()
+}
+
+/// Every name in the queue (jobs, slots, temp files), sorted.
+fn every_name(dir: &std::path::Path) -> Vec<String> {
+    let mut all = files(dir, "");
+    all.retain(|f| !f.starts_with("steadq.") && !f.ends_with(".lock"));
+    all
+}
+
+/// A renewal of a lease that expired and whose slot a claim took since (hostile-user
+/// trial): not done, lease lost (exit 6), and nothing changes: A's leased name, B's slot.
+/// The group never shows 2 leased of 1. With B's slot freed, A's renewal takes it.
+#[test]
+fn a_renewal_whose_slot_was_taken_is_lease_lost_and_changes_nothing() {
+    let d = TempDir::new("groups-renew-lost");
+    let (q, a, b) = expired_holder_beside_a_new_one(&d);
+    let b_slot = slot_text(d.path(), "ff", 0);
+    assert!(b_slot.contains(&format!("token={:032x}", b.token())));
+    let before = every_name(d.path());
+    let out = steadq(&["renew", p(d.path()), &a, "--lease", "5m"]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("lease lost"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    let mut l = q.lease_from_handle(&a).unwrap();
+    let e = l.renew(Duration::from_secs(300)).unwrap_err();
+    assert!(e.is_lease_lost(), "{e}");
+    assert_eq!(e.outcome(), Outcome::NotDone);
+    assert_eq!(every_name(d.path()), before, "nothing changed");
+    assert_eq!(slot_text(d.path(), "ff", 0), b_slot);
+    let s = q.status().unwrap();
+    assert_eq!((s.groups[0].leased, s.groups[0].slots), (1, 1));
+    // B done: A's renewal takes the free slot, and holds the group full.
+    b.ack().unwrap();
+    let mut l = q.lease_from_handle(&a).unwrap();
+    l.renew(Duration::from_secs(300)).unwrap();
+    assert!(slot_text(d.path(), "ff", 0).contains(&format!("token={:032x}", l.token())));
+    q.enqueue_with(b"c", &in_group("ff")).unwrap();
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    assert!(other.claim().unwrap().is_none(), "1 of 1, A's");
+    l.ack().unwrap();
+    assert_eq!(slots_of(d.path(), "ff"), 0);
+}
+
+/// Ack, nack, fail or release of a lease whose slot a claim took since (its leased name
+/// still there: done) never frees the new holder's slot: the group stays full.
+#[test]
+fn settling_a_lease_whose_slot_was_taken_keeps_the_new_holders_slot() {
+    type Settle = fn(steadq::Lease);
+    let settle: [(&str, Settle); 4] = [
+        ("ack", |l| {
+            l.ack().unwrap();
+        }),
+        ("nack", |l| {
+            l.nack(Duration::ZERO).unwrap();
+        }),
+        ("fail", |l| l.fail(steadq::Reason::FAILED).unwrap()),
+        ("release", |l| l.release().unwrap()),
+    ];
+    for (what, s) in settle {
+        let d = TempDir::new(&format!("groups-settle-lost-{what}"));
+        let (q, a, b) = expired_holder_beside_a_new_one(&d);
+        let b_slot = slot_text(d.path(), "ff", 0);
+        s(q.lease_from_handle(&a).unwrap());
+        assert_eq!(slots_of(d.path(), "ff"), 1, "{what}");
+        assert_eq!(slot_text(d.path(), "ff", 0), b_slot, "{what}");
+        q.enqueue_with(b"c", &in_group("ff")).unwrap();
+        let other = Queue::open_with(d.path(), fast(1)).unwrap();
+        assert!(other.claim().unwrap().is_none(), "{what}: 1 of 1, B's");
+        b.ack().unwrap();
+    }
+}
+
+/// A claim that finds no job because group limits hold ready jobs back says so (exit 3 as
+/// before), with and without `--wait`, per group when there are several; without group
+/// limits the line is as it was.
+#[test]
+fn a_claim_held_back_by_group_limits_says_how_many_ready_jobs_wait() {
+    let d = TempDir::new("groups-held-back");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    let dir = p(d.path());
+    let plain = format!("no job ready in {dir}\n");
+    let claim = |wait: bool| {
+        let mut args = vec!["claim", dir];
+        if wait {
+            args.extend(["--wait", "300ms"]);
+        }
+        let out = steadq(&args);
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+        text(&out.stderr)
+    };
+    assert_eq!(claim(false), plain, "an empty queue");
+    for _ in 0..5 {
+        q.enqueue_with(b"x", &in_group("ff")).unwrap();
+    }
+    q.set_group_limit(&g("ff"), Some(2)).unwrap();
+    let held: Vec<_> = (0..2).map(|_| q.claim().unwrap().unwrap()).collect();
+    let one = format!("no job ready in {dir} (3 ready jobs held back: group ff at its limit 2)\n");
+    assert_eq!(claim(false), one);
+    assert_eq!(claim(true), one, "--wait");
+    for _ in 0..2 {
+        q.enqueue_with(b"y", &in_group("gg")).unwrap();
+    }
+    q.set_group_limit(&g("gg"), Some(1)).unwrap();
+    let held_gg = q.claim().unwrap().unwrap();
+    q.enqueue_with(b"y", &in_group("gg")).unwrap();
+    assert_eq!(
+        claim(false),
+        format!(
+            "no job ready in {dir} (5 ready jobs held back: 3 of group ff at its limit 2, 2 of \
+             group gg at its limit 1)\n"
+        )
+    );
+    let lib = q.held_back().unwrap();
+    assert_eq!(
+        lib.iter()
+            .map(|h| (h.group.as_str(), h.ready, h.max_leased))
+            .collect::<Vec<_>>(),
+        vec![("ff", 3, Some(2)), ("gg", 2, Some(1))]
+    );
+    // A group with room holds nothing back: its jobs are claimed.
+    held_gg.ack().unwrap();
+    q.set_group_limit(&g("ff"), None).unwrap();
+    for l in held {
+        l.ack().unwrap();
+    }
+    assert!(q.held_back().unwrap().is_empty());
+}
+
+/// With a damaged limits file, claims pass every group's jobs over (its limit is not known);
+/// `status` says the limit is unknown (it said "no limit"), in text, JSON and the library,
+/// and a claim that finds no job says why.
+#[test]
+fn a_damaged_limits_file_shows_the_group_limit_as_unknown() {
+    let d = TempDir::new("groups-limits-damaged");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    q.set_group_limit(&g("ff"), Some(4)).unwrap();
+    for _ in 0..3 {
+        q.enqueue_with(b"x", &in_group("ff")).unwrap();
+    }
+    let l = q.claim().unwrap().unwrap();
+    let limits = d.path().join("steadq.limits");
+    let t = std::fs::read_to_string(&limits).unwrap();
+    std::fs::write(&limits, t.replace("max_leased.ff=4", "max_leased.ff=5")).unwrap();
+    let fresh = Queue::open_with(d.path(), fast(1)).unwrap();
+    let s = fresh.status().unwrap();
+    assert_eq!(
+        s.groups,
+        vec![steadq::GroupUse {
+            group: g("ff"),
+            ready: 2,
+            leased: 1,
+            max_leased: None,
+            limit_unknown: true,
+            slots: 1,
+        }]
+    );
+    let dir = p(d.path());
+    let out = text(&steadq(&["status", dir]).stdout);
+    assert!(
+        out.contains(
+            "group    ff               1 leased (limit unknown: steadq.limits is damaged), 2 ready\n"
+        ),
+        "{out}"
+    );
+    let json = text(&steadq(&["status", dir, "--json"]).stdout);
+    assert!(
+        json.contains(r#"{"group":"ff","ready":2,"leased":1,"max_leased":null,"limit_unknown":true,"slots":1}"#),
+        "{json}"
+    );
+    let top = text(&steadq(&["top", dir]).stdout);
+    assert!(
+        top.contains(
+            "group ff               1 leased (limit unknown: steadq.limits is damaged)  2 ready\n"
+        ),
+        "{top}"
+    );
+    let out = steadq(&["claim", dir]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stderr).ends_with(&format!(
+            "no job ready in {dir} (2 ready jobs held back: the limit of group ff is not known, \
+             steadq.limits is damaged; run `steadq fsck`)\n"
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::write(&limits, t).unwrap();
+    l.ack().unwrap();
+}
+
+/// A live lease taken while its group had no limit holds no slot: a limit set at run time
+/// ends no lease already taken, so its renewals go on (without a slot while none is free,
+/// never taking another's), and its first renewal with a slot free takes it.
+#[test]
+fn a_live_lease_taken_before_the_limit_renews_and_takes_a_free_slot() {
+    let d = TempDir::new("groups-renew-unlimited");
+    let q = Queue::create(d.path(), fast(1)).unwrap();
+    for _ in 0..3 {
+        q.enqueue_with(b"x", &in_group("ff")).unwrap();
+    }
+    let mut a = q.claim().unwrap().unwrap();
+    q.set_group_limit(&g("ff"), Some(1)).unwrap();
+    let b = q.claim().unwrap().unwrap();
+    let b_slot = slot_text(d.path(), "ff", 0);
+    a.renew(Duration::from_secs(60)).unwrap();
+    assert_eq!(slot_text(d.path(), "ff", 0), b_slot, "B's slot is B's");
+    assert_eq!(slots_of(d.path(), "ff"), 1);
+    b.ack().unwrap();
+    a.renew(Duration::from_secs(60)).unwrap();
+    assert!(slot_text(d.path(), "ff", 0).contains(&format!("token={:032x}", a.token())));
+    let other = Queue::open_with(d.path(), fast(1)).unwrap();
+    assert!(other.claim().unwrap().is_none(), "1 of 1, A's");
+    a.ack().unwrap();
+    assert_eq!(slots_of(d.path(), "ff"), 0);
 }

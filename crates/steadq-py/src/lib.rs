@@ -339,7 +339,7 @@ impl PyQueue {
     /// `delayed`, `dead`, `acked`, `live_keys`, `oldest_ready_age` (seconds or None),
     /// `ready_by_priority` (8 counts, priority 0 first), `max_jobs` and `max_bytes` (the
     /// capacity limits, None when unset), `groups` (per group: `ready`, `leased`,
-    /// `max_leased`). Read-only; raises NotDone.
+    /// `max_leased`, `limit_unknown`: the limits file is damaged). Read-only; raises NotDone.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = py
             .detach(|| self.q.status())
@@ -366,6 +366,7 @@ impl PyQueue {
             g.set_item("ready", u.ready)?;
             g.set_item("leased", u.leased)?;
             g.set_item("max_leased", u.max_leased)?;
+            g.set_item("limit_unknown", u.limit_unknown)?;
             groups.set_item(u.group.as_str(), g)?;
         }
         d.set_item("groups", groups)?;

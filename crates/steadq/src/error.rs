@@ -83,7 +83,9 @@ pub enum ErrorKind {
         errno: OsErrno,
     },
     /// The lease's exact name is gone: it expired and was recovered, renewed elsewhere, or
-    /// settled already. Nothing was changed.
+    /// settled already; or, for a renewal of a job of a group with a limit, the lease
+    /// expired and a claim took its slot, and no slot is free (DESIGN.md, Groups). Nothing
+    /// was changed.
     LeaseLost,
     /// No `steadq.queue` identity file: the directory is not a queue.
     NotAQueue,
@@ -657,8 +659,8 @@ fn fmt_layout_message(f: &mut core::fmt::Formatter<'_>, kind: &ErrorKind) -> cor
     }
 }
 
-const LEASE_LOST: &str =
-    "lease lost (expired and recovered, renewed elsewhere, or already settled)";
+const LEASE_LOST: &str = "lease lost (expired and recovered, or expired with its group slot \
+     taken by another lease; renewed elsewhere, or already settled)";
 const NOT_A_QUEUE: &str = "not a SteadQ queue (no steadq.queue file; run `steadq init`)";
 const BAD_IDENTITY: &str = "the identity file steadq.queue is damaged (malformed, or its sum= \
     line does not match); run `steadq init` on the queue directory to restore it from the job \

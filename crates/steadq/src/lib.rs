@@ -168,7 +168,9 @@ pub mod sys {
 
 pub use admin::fsck::{FsckReport, Problem, ProblemKind};
 pub use admin::receipts::{CompactReport, EvidenceLimits, EvidenceLine, ReceiptPolicy};
-pub use admin::view::{GroupUse, Listed, RequeueReport, StateBytes, Status, StatusOptions};
+pub use admin::view::{
+    GroupUse, HeldBack, Listed, RequeueReport, StateBytes, Status, StatusOptions,
+};
 #[cfg(feature = "tokio")]
 pub use asyncq::AsyncQueue;
 #[doc(hidden)]

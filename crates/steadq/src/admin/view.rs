@@ -14,7 +14,7 @@ use crate::queue::Queue;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 pub use super::dead::RequeueReport;
-pub use super::groups::GroupUse;
+pub use super::groups::{GroupUse, HeldBack};
 pub use super::status::{StateBytes, Status, StatusOptions};
 
 /// One job found by [`Queue::list`].

@@ -849,6 +849,22 @@ impl Sys {
         })
     }
 
+    /// `renameat2(2)` with `RENAME_EXCHANGE`: swaps the entries `from` and `to` atomically
+    /// (both must exist; `ENOENT` otherwise). `EINVAL` where the filesystem cannot exchange.
+    /// Only for group slots (`ops/slots.rs`): a renewal swaps its new slot text in and then
+    /// looks at what it took out, so it never replaces another holder's slot unseen.
+    pub fn rename_exchange(
+        &self,
+        from_dir: BorrowedFd<'_>,
+        from: &str,
+        to_dir: BorrowedFd<'_>,
+        to: &str,
+    ) -> R<()> {
+        self.run(Call::Rename, || {
+            rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::EXCHANGE)
+        })
+    }
+
     /// Give the `O_TMPFILE` `file` the name `to` in `dir`. `linkat(2)` never replaces: `EEXIST`
     /// if `to` exists. Tries `AT_EMPTY_PATH` (needs `CAP_DAC_READ_SEARCH` before Linux 6.10),
     /// then `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW`, and remembers which worked. `ENOTSUP`

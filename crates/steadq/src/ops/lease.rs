@@ -401,12 +401,37 @@ impl Lease {
         let Kind::Leased(mut f) = self.name.kind else {
             unreachable!("a Lease always holds a leased name")
         };
+        let was = f;
         f.boot_deadline_ns = self.q.clock.boot_ns().saturating_add(ns(lease));
         f.wall_deadline_ns = self.q.clock.wall_ns().saturating_add(ns(lease));
         let new = self.name.next(Kind::Leased(f), false);
+        // A job of a group: its slot says the new deadlines before its name does, or, the
+        // lease expired and its slot is no longer its own and none is free, the renewal is
+        // lease lost with nothing changed.
+        let slot = match self.name.group {
+            Some(g) => {
+                let (boot, now) = (self.q.clock.boot_id(), self.q.clock.boot_ns());
+                let expired = crate::disk::scan::lease_expired(&was, boot, now);
+                match self.q.renew_slot_first(&g, self.name.id, &f, expired) {
+                    Ok(s) => Some((g, s)),
+                    Err(e) => {
+                        self.settled = e.is_lease_lost();
+                        return Err(RenewError::from_internal(e));
+                    }
+                }
+            }
+            None => None,
+        };
         let q = self.q.clone();
         let here = q.place_ready(self.shard, State::Leased);
-        match self.q.rename_job(&here, &self.name, &here, &new, Op::Renew) {
+        let moved = self.q.rename_job(&here, &self.name, &here, &new, Op::Renew);
+        if let (Some((g, s)), Err(m @ MoveFailed::NotDone(_))) = (slot, &moved) {
+            // Not renewed: a slot taken for it, or one whose lease is gone, is given up.
+            if s == crate::ops::slots::SlotRenewal::Taken || m.is_lease_lost() {
+                self.q.free_slot(&g, f.token);
+            }
+        }
+        match moved {
             Ok(()) => {}
             Err(MoveFailed::Unknown(e)) => {
                 // EIO from the rename: it may or may not have happened. Which name is live

@@ -46,6 +46,21 @@ pub(crate) struct GroupMemory {
     held: std::collections::HashMap<u128, u32>,
 }
 
+/// What a renewal did with its group slot before its rename ([`Queue::renew_slot_first`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotRenewal {
+    /// The lease holds no slot and runs on without one: the group has no limit, or the
+    /// lease is live and was taken while the group had none (DESIGN.md, Groups).
+    Without,
+    /// Its own slot now holds the new deadlines.
+    Rewritten,
+    /// Its slot was no longer its own: it took a free one.
+    Taken,
+}
+
+/// A slot found by its token: its name and file id (device, inode).
+type FoundSlot = (String, (u64, u64));
+
 /// Slots remembered per handle at most (leases settled through another handle, or dropped
 /// by a crash of theirs, are forgotten when the map is full).
 const HELD_MAX: usize = 4096;
@@ -233,74 +248,223 @@ impl Queue {
             let mut m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
             m.held.remove(&token)
         };
-        if let Some((name, file_id)) = self.find_slot(dir.as_fd(), token, hint) {
-            self.unlink_slot(dir.as_fd(), &name, file_id);
+        match self.find_slot(dir.as_fd(), token, hint) {
+            Ok(Some((name, file_id))) => self.unlink_slot(dir.as_fd(), &name, file_id),
+            Ok(None) => {}
+            Err((c, e)) => log::warn!(
+                "freeing a slot of {}: {} failed: {e}; it goes stale at its lease's deadline",
+                group_rel(g),
+                c.name()
+            ),
         }
     }
 
-    /// Rewrite the slot of the lease with token `old_token` in group `g` with the renewed
-    /// lease `l` of job `id` (a temp file renamed over the slot: the slot is its holder's). A
-    /// failure is logged: the slot then goes stale at the old deadline, and may be taken by
-    /// another claim while this lease runs on (DESIGN.md, Groups).
-    pub(crate) fn renew_slot(&self, g: &GroupName, old_token: u128, id: JobId, l: &LeaseFields) {
-        let Ok(dir) = self.group_dir(g, false) else {
-            return;
-        };
-        let hint = {
-            let m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
-            m.held.get(&old_token).copied()
-        };
-        let Some((name, _)) = self.find_slot(dir.as_fd(), old_token, hint) else {
-            return;
-        };
+    /// Before a renewal's rename: make the slot of lease `l` (token unchanged, new
+    /// deadlines) of job `id` in group `g` say the renewed deadlines. Its own slot (the one
+    /// whose text names the token) is rewritten ([`Queue::rewrite_own_slot`]); a lease with
+    /// no slot of its own takes a free slot if the limit allows. With none free, a lease that
+    /// has `expired` (a claim may have reclaimed its slot as stale) is lost; a live one (it
+    /// was taken while the group had no limit: a live slot is never reclaimed) runs on
+    /// without a slot, as a limit set at run time ends no lease already taken.
+    ///
+    /// # Errors
+    /// Not done, nothing changed: [`crate::ErrorKind::LeaseLost`] naming the group's
+    /// directory when the lease `expired`, no slot is its own and none is free (or the limit
+    /// is not known: a damaged limits file); [`crate::ErrorKind::Io`] when the slot's calls
+    /// fail.
+    pub(crate) fn renew_slot_first(
+        &self,
+        g: &GroupName,
+        id: JobId,
+        l: &LeaseFields,
+        expired: bool,
+    ) -> Result<SlotRenewal> {
+        let rel = group_rel(g);
         let text = Slot { job: id, lease: *l }.encode();
+        match self.group_dir(g, false) {
+            Ok(dir) => {
+                let hint = {
+                    let m = self.full_groups.lock().unwrap_or_else(|p| p.into_inner());
+                    m.held.get(&l.token).copied()
+                };
+                let nd = |(c, e)| Cause::io(c, e, Outcome::NotDone, Some(self.path(&rel)));
+                let d = dir.as_fd();
+                if let Some((name, _)) = self.find_slot(d, l.token, hint).map_err(nd)? {
+                    if self
+                        .rewrite_own_slot(d, &name, l.token, &text)
+                        .map_err(nd)?
+                    {
+                        return Ok(SlotRenewal::Rewritten);
+                    }
+                }
+            }
+            Err(Errno::NOENT) => {}
+            Err(e) => {
+                return Err(Cause::io(
+                    Call::Open,
+                    e,
+                    Outcome::NotDone,
+                    Some(self.path(&rel)),
+                ));
+            }
+        }
+        let lost = || Cause::not_done(crate::ErrorKind::LeaseLost, Some(self.path(&rel)));
+        let n = match self.group_limit_now(g) {
+            Ok(None) => return Ok(SlotRenewal::Without),
+            Ok(Some(n)) => n,
+            Err(_) if !expired => return Ok(SlotRenewal::Without),
+            Err(e) => {
+                log::warn!(
+                    "group {g}: the expired lease of job {id} holds no slot and the group's \
+                     limit is not known ({e}): not renewed"
+                );
+                return Err(lost());
+            }
+        };
+        match self.take_slot(g, n, id, l)? {
+            Some(_) => Ok(SlotRenewal::Taken),
+            None if !expired => Ok(SlotRenewal::Without),
+            None => {
+                log::warn!(
+                    "group {g}: the lease of job {id} expired and its slot was taken by another \
+                     lease; all {n} are held: not renewed"
+                );
+                Err(lost())
+            }
+        }
+    }
+
+    /// Rewrite slot `name` of `dir`, which held lease token `token` when it was read, with
+    /// `text`: a temp file in `tmp/` swapped with the slot (`RENAME_EXCHANGE`), then the
+    /// file swapped out is read. Its own: removed, done (`Ok(true)`). Another holder's (a
+    /// claim reclaimed this lease's stale slot since it was read): swapped back, and
+    /// `Ok(false)`, the slot is not its own. Where the filesystem cannot exchange, the slot
+    /// is read again and replaced (`rename`): DESIGN.md, Groups, for the window that leaves.
+    ///
+    /// # Errors
+    /// The failed call: not done (the slot is as it was, or, after an `EIO`, holds either
+    /// text of this lease).
+    fn rewrite_own_slot(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        token: u128,
+        text: &str,
+    ) -> core::result::Result<bool, (Call, Errno)> {
         let t = self.dirs.tmp.as_fd();
         let tmp = self.fresh_temp_name();
-        let done = self.sys.create_file(t, &tmp).and_then(|fd| {
-            self.sys.write_all(fd.as_fd(), text.as_bytes())?;
-            self.sys.rename_replace(t, &tmp, dir.as_fd(), &name)
-        });
-        if let Err(e) = done {
+        // Held open (and so flock-ed: `Sys::create_file`) until the swap is settled, so
+        // that no recovery takes it for a dead writer's temp file.
+        let held = self.sys.create_file(t, &tmp).map_err(|e| (Call::Open, e))?;
+        self.share_job_file(held.as_fd());
+        if let Err(e) = self.sys.write_all(held.as_fd(), text.as_bytes()) {
             let _ = self.sys.unlink(t, &tmp);
-            log::warn!("renewing group slot {}/{name}: {e}", group_rel(g));
+            return Err((Call::Write, e));
         }
+        let holds_token = |d: BorrowedFd<'_>, n: &str| -> bool {
+            let Ok(fd) = self.sys.open_regular_ro(d, n) else {
+                return false;
+            };
+            let mut b = Vec::new();
+            self.sys.read_all(fd.as_fd(), 4096, &mut b).is_ok()
+                && Slot::decode(&b).is_some_and(|s| s.lease.token == token)
+        };
+        match self.sys.rename_exchange(t, &tmp, dir, name) {
+            Ok(()) => {}
+            Err(Errno::INVAL | Errno::NOTSUP) => {
+                // No exchange here: read it again, then replace it.
+                let r = match holds_token(dir, name) {
+                    true => self.sys.rename_replace(t, &tmp, dir, name).map(|()| true),
+                    false => Ok(false),
+                };
+                if !matches!(r, Ok(true)) {
+                    let _ = self.sys.unlink(t, &tmp);
+                }
+                return r.map_err(|e| (Call::Rename, e));
+            }
+            Err(e) => {
+                let _ = self.sys.unlink(t, &tmp);
+                // Gone since it was read: freed or reclaimed, no longer its own.
+                return match e {
+                    Errno::NOENT => Ok(false),
+                    e => Err((Call::Rename, e)),
+                };
+            }
+        }
+        // `tmp` is now the slot's old file.
+        if holds_token(t, &tmp) {
+            let _ = self.sys.unlink(t, &tmp);
+            return Ok(true);
+        }
+        match self.sys.rename_exchange(t, &tmp, dir, name) {
+            Ok(()) => {
+                let _ = self.sys.unlink(t, &tmp);
+            }
+            Err(e) => {
+                // The slot holds this lease's text now: it is this lease's, and the other
+                // lease runs without one until it ends (logged: a fault after a swap).
+                log::warn!(
+                    "giving back group slot {name} of another lease (tmp/{tmp}): {e}; the \
+                     slot is this renewal's"
+                );
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The slot of `dir` whose text names lease token `token`: its name and file id. Slot
     /// `hint` (the one this handle's claim took) is read first; the others only when it is
-    /// not that slot.
+    /// not that slot. Entries that are gone or not regular files are passed over.
+    ///
+    /// # Errors
+    /// The call that failed listing the directory or reading a slot: whether the lease
+    /// holds a slot is not known.
     fn find_slot(
         &self,
         dir: BorrowedFd<'_>,
         token: u128,
         hint: Option<u32>,
-    ) -> Option<(String, (u64, u64))> {
-        let holds = |n: &str| -> Option<(u64, u64)> {
-            let fd = self.sys.open_regular_ro(dir, n).ok()?;
+    ) -> core::result::Result<Option<FoundSlot>, (Call, Errno)> {
+        let holds = |n: &str| -> core::result::Result<Option<(u64, u64)>, (Call, Errno)> {
+            let fd = match self.sys.open_regular_ro(dir, n) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT | Errno::LOOP | Errno::NXIO | Errno::ISDIR) => return Ok(None),
+                Err(e) => return Err((Call::Open, e)),
+            };
             let mut text = Vec::new();
-            self.sys.read_all(fd.as_fd(), 4096, &mut text).ok()?;
-            let s = Slot::decode(&text)?;
-            let id = self.sys.fstat_meta(fd.as_fd()).ok()?.file;
-            (s.lease.token == token).then_some(id)
+            (self.sys.read_all(fd.as_fd(), 4096, &mut text)).map_err(|e| (Call::Read, e))?;
+            match Slot::decode(&text) {
+                Some(s) if s.lease.token == token => {
+                    let m = self
+                        .sys
+                        .fstat_meta(fd.as_fd())
+                        .map_err(|e| (Call::Stat, e))?;
+                    Ok(Some(m.file))
+                }
+                _ => Ok(None),
+            }
         };
         if let Some(k) = hint {
             let name = slot_name(k);
-            if let Some(id) = holds(&name) {
-                return Some((name.to_string(), id));
+            if let Some(id) = holds(&name)? {
+                return Ok(Some((name.to_string(), id)));
             }
         }
         let mut names = Vec::new();
-        let listed = self.sys.read_dir(dir, |n, _, _| {
+        (self.sys.read_dir(dir, |n, _, _| {
             if let Some(n) = n.filter(|n| parse_slot_name(n).is_some()) {
                 names.push(n.to_string());
             }
-        });
-        if let Err(e) = listed {
-            log::warn!("listing group slots: {e}");
-            return None;
-        }
+        }))
+        .map_err(|e| (Call::ReadDir, e))?;
         names.sort_by_key(|n| parse_slot_name(n));
-        names.into_iter().find_map(|n| holds(&n).map(|id| (n, id)))
+        for n in names {
+            if let Some(id) = holds(&n)? {
+                return Ok(Some((n, id)));
+            }
+        }
+        Ok(None)
     }
 
     /// Count group `g`'s slots: held (live, or left alone) and stale. Nothing when the group
@@ -359,5 +523,69 @@ impl Queue {
         let now = self.clock.boot_ns();
         m.full.retain(|x| x.1 > now);
         m.full.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::fault::{Fault, FaultAction, FaultPlan};
+
+    /// A renewal that read its slot as its own and finds another holder's file there when
+    /// it swaps its text in (a claim reclaimed the stale slot in between) swaps it back and
+    /// says so: the other holder's slot is never replaced. Its own slot is rewritten. Both
+    /// with `RENAME_EXCHANGE` and, where it is refused (`EINVAL`), by reading again and
+    /// replacing. No temp file is left.
+    #[test]
+    fn a_renewal_never_replaces_a_slot_that_is_not_its_own() {
+        for exchange in [true, false] {
+            let dir = std::env::temp_dir()
+                .join(format!("steadq-slots-{}-{exchange}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            // Armed: each rewrite's exchange (the 1st and 2nd renames) is refused.
+            let refused = |nth| Fault {
+                call: Call::Rename,
+                nth,
+                action: FaultAction::Fail(Errno::INVAL),
+            };
+            let plan = FaultPlan::disarmed(vec![refused(1), refused(2)]);
+            let opts = crate::Options {
+                faults: Some(plan.clone()),
+                ..crate::Options::default()
+            };
+            let q = Queue::create(&dir, opts).unwrap();
+            let g = GroupName::new("ff").unwrap();
+            let gd = q.group_dir(&g, true).unwrap();
+            let slot = |job: u128, token: u128, secs: u64| {
+                let l = LeaseFields {
+                    boot_id: q.clock.boot_id(),
+                    boot_deadline_ns: q.clock.boot_ns() + secs * 1_000_000_000,
+                    wall_deadline_ns: q.clock.wall_ns() + secs * 1_000_000_000,
+                    token,
+                };
+                Slot {
+                    job: JobId(job),
+                    lease: l,
+                }
+                .encode()
+            };
+            let at = dir.join("groups/ff/0");
+            let theirs = slot(1, 2, 60);
+            std::fs::write(&at, &theirs).unwrap();
+            let mine = slot(3, 1, 300);
+            if !exchange {
+                plan.arm();
+            }
+            let r = q.rewrite_own_slot(gd.as_fd(), "0", 1, &mine);
+            assert_eq!(r, Ok(false), "exchange {exchange}");
+            assert_eq!(std::fs::read_to_string(&at).unwrap(), theirs);
+            std::fs::write(&at, slot(3, 1, 0)).unwrap();
+            let r = q.rewrite_own_slot(gd.as_fd(), "0", 1, &mine);
+            assert_eq!(r, Ok(true), "exchange {exchange}");
+            assert_eq!(std::fs::read_to_string(&at).unwrap(), mine);
+            let tmp: Vec<_> = std::fs::read_dir(dir.join("tmp")).unwrap().collect();
+            assert!(tmp.is_empty(), "{tmp:?}");
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 }

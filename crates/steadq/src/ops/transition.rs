@@ -291,16 +291,15 @@ impl Queue {
         Ok(())
     }
 
-    /// After a job of a group left leased name `old` for `new`: its group slot is freed, or,
-    /// for a renewal, rewritten with the new deadlines (`ops/slots.rs`; failures are logged,
-    /// never the move's).
+    /// After a job of a group left leased name `old` for `new`: its group slot is freed
+    /// (`ops/slots.rs`; a failure is logged, never the move's). A renewal (`new` leased too)
+    /// rewrote its slot before its rename ([`Queue::renew_slot_first`]).
     fn after_lease_moved(&self, old: &JobName, new: &JobName) {
         let (Some(g), Kind::Leased(l)) = (old.group, old.kind) else {
             return;
         };
-        match new.kind {
-            Kind::Leased(renewed) => self.renew_slot(&g, l.token, new.id, &renewed),
-            _ => self.free_slot(&g, l.token),
+        if !matches!(new.kind, Kind::Leased(_)) {
+            self.free_slot(&g, l.token);
         }
     }
 }
