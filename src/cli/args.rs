@@ -11,16 +11,26 @@ use steadq::State;
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[cfg_attr(not(feature = "appliance"), argh(example = "steadq demo"))]
 #[argh(
-    example = "steadq init /var/lib/jobs && echo hello | steadq enqueue /var/lib/jobs",
-    example = "steadq work /var/lib/jobs --concurrency 2 -- sh -c 'cat > /tmp/job.$STEADQ_JOB_ID'",
-    note = "Logging: RUST_LOG=info (or debug) on stderr. `steadq --version` prints the version.",
-    error_code(2, "failed, not done: nothing changed"),
-    error_code(3, "nothing to do: no job ready"),
-    error_code(4, "indeterminate: the operation may have happened"),
-    error_code(5, "fsck found problems"),
-    error_code(6, "lease lost: the lease was recovered, renewed or settled elsewhere, or its job file changed and was moved to dead/ as corrupt"),
-    error_code(7, "queue full: at its capacity limit, not done"),
-    error_code(8, "done, but its output could not be written (see stderr)")
+    note = "Logging: RUST_LOG=info (or debug) on stderr. `steadq --version` prints the version."
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        error_code(2, "failed, not done: nothing changed"),
+        error_code(3, "nothing to do: no job ready"),
+        error_code(4, "indeterminate: the operation may have happened"),
+        error_code(5, "fsck found problems"),
+        error_code(6, "lease lost: the lease was recovered, renewed or settled elsewhere, or its job file changed and was moved to dead/ as corrupt"),
+        error_code(7, "queue full: at its capacity limit, not done"),
+        error_code(8, "done, but its output could not be written (see stderr)")
+    )
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq init /var/lib/jobs && echo hello | steadq enqueue /var/lib/jobs",
+        example = "steadq work /var/lib/jobs --concurrency 2 -- sh -c 'cat > /tmp/job.$STEADQ_JOB_ID'"
+    )
 )]
 pub struct Top {
     #[argh(subcommand)]
@@ -47,6 +57,8 @@ pub enum Cmd {
     #[cfg(not(feature = "appliance"))]
     Top(TopView),
     List(List),
+    // Not in the appliance build: about 7 KB of the size-limited aarch64 binary.
+    #[cfg(not(feature = "appliance"))]
     Show(Show),
     Recover(Recover),
     Fsck(Fsck),
@@ -176,12 +188,14 @@ fn parse_state(s: &str) -> Result<State, String> {
 /// Create a queue (or complete an interrupted creation); print its id.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "init",
-    example = "steadq init /var/lib/jobs --shards 16",
-    example = "steadq init /var/lib/jobs --max-jobs 10000 --max-bytes 1073741824",
-    example = "steadq init /var/lib/jobs --max-jobs none   # remove the job limit"
+#[argh(subcommand, name = "init")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq init /var/lib/jobs --shards 16",
+        example = "steadq init /var/lib/jobs --max-jobs 10000 --max-bytes 1073741824",
+        example = "steadq init /var/lib/jobs --max-jobs none   # remove the job limit"
+    )
 )]
 pub struct Init {
     /// queue directory (its parent must exist)
@@ -291,11 +305,13 @@ pub fn receipt_policy(s: &str) -> Result<steadq::ReceiptPolicy, String> {
 /// version 2). Workers already running keep the old settings until they restart.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "config",
-    example = "steadq config /var/lib/jobs --receipts header",
-    example = "steadq config /var/lib/jobs --receipts none --evidence-max 4194304 --evidence-keep 2"
+#[argh(subcommand, name = "config")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq config /var/lib/jobs --receipts header",
+        example = "steadq config /var/lib/jobs --receipts none --evidence-max 4194304 --evidence-keep 2"
+    )
 )]
 pub struct Config {
     /// queue directory
@@ -317,12 +333,14 @@ pub struct Config {
 /// at their next claim of a job of the group.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "limit",
-    example = "steadq limit /var/lib/jobs --group ffmpeg --max-leased 2",
-    example = "steadq limit /var/lib/jobs --group ffmpeg --max-leased none   # remove it",
-    example = "steadq limit /var/lib/jobs   # list the group limits"
+#[argh(subcommand, name = "limit")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq limit /var/lib/jobs --group ffmpeg --max-leased 2",
+        example = "steadq limit /var/lib/jobs --group ffmpeg --max-leased none   # remove it",
+        example = "steadq limit /var/lib/jobs   # list the group limits"
+    )
 )]
 pub struct Limit {
     /// queue directory
@@ -356,13 +374,15 @@ pub fn max_leased(s: &str) -> Result<Option<u32>, String> {
 /// Enqueue one job (payload from --file or stdin); print its id.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "enqueue",
-    example = "echo 'resize img_001.jpg' | steadq enqueue /var/lib/jobs",
-    example = "steadq enqueue /var/lib/jobs --file job.json --max-attempts 3 --delay 10m",
-    example = "steadq enqueue /var/lib/jobs --key order-1234 --wait 30s < order.json",
-    example = "steadq enqueue /var/lib/jobs --priority 7 < urgent.json"
+#[argh(subcommand, name = "enqueue")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "echo 'resize img_001.jpg' | steadq enqueue /var/lib/jobs",
+        example = "steadq enqueue /var/lib/jobs --file job.json --max-attempts 3 --delay 10m",
+        example = "steadq enqueue /var/lib/jobs --key order-1234 --wait 30s < order.json",
+        example = "steadq enqueue /var/lib/jobs --priority 7 < urgent.json"
+    )
 )]
 pub struct Enqueue {
     /// queue directory
@@ -429,14 +449,21 @@ fn job_ids(s: &str) -> Result<Vec<steadq::JobId>, String> {
 /// Claim one job; print its lease handle (for renew/ack/nack/fail).
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "claim",
-    example = "rc=0; h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) || rc=$?; [ $rc = 3 ] && exit 0; [ $rc = 0 ] || exit $rc",
-    example = "process /tmp/p && steadq ack /var/lib/jobs \"$h\"",
-    error_code(2, "not done: also when a ready shard cannot be read and no job was found elsewhere (named on stderr)"),
-    error_code(3, "no job ready (within --wait) in any shard"),
-    error_code(4, "indeterminate: the claim's barrier failed, or a claimed job whose handle or payload could not be delivered may still be leased (see stderr)")
+#[argh(subcommand, name = "claim")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        error_code(2, "not done: also when a ready shard cannot be read and no job was found elsewhere (named on stderr)"),
+        error_code(3, "no job ready (within --wait) in any shard"),
+        error_code(4, "indeterminate: the claim's barrier failed, or a claimed job whose handle or payload could not be delivered may still be leased (see stderr)")
+    )
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "rc=0; h=$(steadq claim /var/lib/jobs --payload-out /tmp/p) || rc=$?; [ $rc = 3 ] && exit 0; [ $rc = 0 ] || exit $rc",
+        example = "process /tmp/p && steadq ack /var/lib/jobs \"$h\""
+    )
 )]
 pub struct Claim {
     /// queue directory
@@ -472,10 +499,10 @@ pub struct Claim {
 /// Extend a lease; print the new handle.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "renew",
-    example = "h=$(steadq renew /var/lib/jobs \"$h\" --lease 5m)"
+#[argh(subcommand, name = "renew")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(example = "h=$(steadq renew /var/lib/jobs \"$h\" --lease 5m)")
 )]
 pub struct Renew {
     /// queue directory
@@ -505,10 +532,10 @@ pub struct Ack {
 /// Nack a leased job: retry after --delay (dead-lettered when attempts are exhausted).
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "nack",
-    example = "steadq nack /var/lib/jobs \"$h\" --delay 1m"
+#[argh(subcommand, name = "nack")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(example = "steadq nack /var/lib/jobs \"$h\" --delay 1m")
 )]
 pub struct Nack {
     /// queue directory
@@ -525,10 +552,10 @@ pub struct Nack {
 /// Dead-letter a leased job now.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "fail",
-    example = "steadq fail /var/lib/jobs \"$h\" --reason badinput"
+#[argh(subcommand, name = "fail")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(example = "steadq fail /var/lib/jobs \"$h\" --reason badinput")
 )]
 pub struct Fail {
     /// queue directory
@@ -545,11 +572,13 @@ pub struct Fail {
 /// Counts per state, oldest ready job's age, expired leases, dead jobs; bytes with --bytes.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "status",
-    example = "steadq status /var/lib/jobs",
-    example = "steadq status /var/lib/jobs --prometheus > /var/lib/node_exporter/textfile/steadq.prom.$$ && mv /var/lib/node_exporter/textfile/steadq.prom.$$ /var/lib/node_exporter/textfile/steadq.prom"
+#[argh(subcommand, name = "status")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq status /var/lib/jobs",
+        example = "steadq status /var/lib/jobs --prometheus > /var/lib/node_exporter/textfile/steadq.prom.$$ && mv /var/lib/node_exporter/textfile/steadq.prom.$$ /var/lib/node_exporter/textfile/steadq.prom"
+    )
 )]
 pub struct Status {
     /// queue directory
@@ -574,11 +603,13 @@ pub struct Status {
 #[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "top",
-    example = "steadq top /var/lib/jobs",
-    example = "steadq top /var/lib/jobs | cat   # one snapshot"
+#[argh(subcommand, name = "top")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq top /var/lib/jobs",
+        example = "steadq top /var/lib/jobs | cat   # one snapshot"
+    )
 )]
 pub struct TopView {
     /// queue directory
@@ -589,10 +620,10 @@ pub struct TopView {
 /// List jobs: state, id, attempts, deadlines or reasons, path.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "list",
-    example = "steadq list /var/lib/jobs --state dead"
+#[argh(subcommand, name = "list")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(example = "steadq list /var/lib/jobs --state dead")
 )]
 pub struct List {
     /// queue directory
@@ -612,12 +643,13 @@ pub struct List {
 }
 
 /// Show one job: state, name fields, header, digests and payload.
+#[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "show",
-    example = "steadq show /var/lib/jobs 019d2f6a7c3e4b5a8d9e0f1a2b3c4d5e"
+#[argh(subcommand, name = "show")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(example = "steadq show /var/lib/jobs 019d2f6a7c3e4b5a8d9e0f1a2b3c4d5e")
 )]
 pub struct Show {
     /// queue directory
@@ -637,13 +669,20 @@ pub struct Show {
 /// rest are recovered (exit 2 if nothing was changed, 4 if something was).
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "recover",
-    example = "steadq recover /var/lib/jobs",
-    example = "steadq recover /var/lib/jobs --due-now   # after the clock was set far ahead",
-    error_code(2, "something could not be recovered, nothing was"),
-    error_code(4, "something could not be recovered, the rest was")
+#[argh(subcommand, name = "recover")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        error_code(2, "something could not be recovered, nothing was"),
+        error_code(4, "something could not be recovered, the rest was")
+    )
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq recover /var/lib/jobs",
+        example = "steadq recover /var/lib/jobs --due-now   # after the clock was set far ahead"
+    )
 )]
 pub struct Recover {
     /// queue directory
@@ -663,14 +702,17 @@ pub struct Recover {
 /// would replace a file).
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "fsck",
-    example = "steadq fsck /var/lib/jobs || steadq fsck /var/lib/jobs --quarantine",
-    error_code(
+#[argh(subcommand, name = "fsck")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(error_code(
         5,
         "problems found (with --quarantine: problems left that it did not move)"
-    )
+    ))
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(example = "steadq fsck /var/lib/jobs || steadq fsck /var/lib/jobs --quarantine")
 )]
 pub struct Fsck {
     /// queue directory
@@ -684,14 +726,16 @@ pub struct Fsck {
 /// Dead-letters: list, requeue (JOB or --all; attempts reset), purge.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "dead",
-    example = "steadq dead list /var/lib/jobs",
-    example = "steadq dead requeue /var/lib/jobs 019d2f6a7c3e4b5a8d9e0f1a2b3c4d5e",
-    example = "steadq dead requeue /var/lib/jobs --all",
-    example = "steadq dead requeue /var/lib/jobs --reason timeout",
-    example = "steadq dead purge /var/lib/jobs"
+#[argh(subcommand, name = "dead")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq dead list /var/lib/jobs",
+        example = "steadq dead requeue /var/lib/jobs 019d2f6a7c3e4b5a8d9e0f1a2b3c4d5e",
+        example = "steadq dead requeue /var/lib/jobs --all",
+        example = "steadq dead requeue /var/lib/jobs --reason timeout",
+        example = "steadq dead purge /var/lib/jobs"
+    )
 )]
 pub struct Dead {
     #[argh(subcommand)]
@@ -752,11 +796,13 @@ pub struct DeadPurge {
 /// also expire idempotency keys older than --older-than whose job is settled.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "compact",
-    example = "steadq compact /var/lib/jobs --older-than 7d",
-    example = "steadq compact /var/lib/jobs --older-than 1d --keys-older-than 30d"
+#[argh(subcommand, name = "compact")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq compact /var/lib/jobs --older-than 7d",
+        example = "steadq compact /var/lib/jobs --older-than 1d --keys-older-than 30d"
+    )
 )]
 pub struct Compact {
     /// queue directory
@@ -785,16 +831,23 @@ pub struct Compact {
 /// release their jobs. An empty queue is waited on with inotify, not polled.
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "work",
-    example = "steadq work /var/lib/jobs -- ./process-job.sh",
-    example = "steadq work /var/lib/jobs --concurrency 4 --lease 2m -- ffmpeg-wrapper",
-    example = "steadq work /var/lib/jobs --once -- sh -c 'cat >> /tmp/out'",
-    error_code(2, "cannot run CMD, or the queue failed; --once: settling the job was not done (it stays leased until its lease expires)"),
-    error_code(3, "--once: no job was ready"),
-    error_code(4, "--once: settling the job is indeterminate (it may have happened)"),
-    error_code(6, "--once: the lease was lost before the job was settled")
+#[argh(subcommand, name = "work")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        error_code(2, "cannot run CMD, or the queue failed; --once: settling the job was not done (it stays leased until its lease expires)"),
+        error_code(3, "--once: no job was ready"),
+        error_code(4, "--once: settling the job is indeterminate (it may have happened)"),
+        error_code(6, "--once: the lease was lost before the job was settled")
+    )
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq work /var/lib/jobs -- ./process-job.sh",
+        example = "steadq work /var/lib/jobs --concurrency 4 --lease 2m -- ffmpeg-wrapper",
+        example = "steadq work /var/lib/jobs --once -- sh -c 'cat >> /tmp/out'"
+    )
 )]
 pub struct Work {
     /// queue directory
@@ -852,11 +905,13 @@ pub struct Work {
 #[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "demo",
-    example = "steadq demo",
-    example = "steadq demo /tmp/q --jobs 500 --keep"
+#[argh(subcommand, name = "demo")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq demo",
+        example = "steadq demo /tmp/q --jobs 500 --keep"
+    )
 )]
 pub struct Demo {
     /// queue directory (default: a new directory under the temp dir, removed afterwards)
@@ -889,10 +944,12 @@ pub struct DemoJob {
 #[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "bench",
-    example = "steadq bench /mnt/ssd/benchdir --duration 5s --workers 1,8 --modes strict,batched"
+#[argh(subcommand, name = "bench")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq bench /mnt/ssd/benchdir --duration 5s --workers 1,8 --modes strict,batched"
+    )
 )]
 pub struct Bench {
     /// directory to benchmark in (default: the temp dir); on the filesystem you care about
@@ -925,12 +982,14 @@ pub struct Bench {
 #[cfg(not(feature = "appliance"))]
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
-#[argh(
-    subcommand,
-    name = "completions",
-    example = "steadq completions bash > /etc/bash_completion.d/steadq",
-    example = "steadq completions zsh > /usr/local/share/zsh/site-functions/_steadq",
-    example = "steadq completions fish > ~/.config/fish/completions/steadq.fish"
+#[argh(subcommand, name = "completions")]
+#[cfg_attr(
+    not(feature = "appliance"),
+    argh(
+        example = "steadq completions bash > /etc/bash_completion.d/steadq",
+        example = "steadq completions zsh > /usr/local/share/zsh/site-functions/_steadq",
+        example = "steadq completions fish > ~/.config/fish/completions/steadq.fish"
+    )
 )]
 pub struct Completions {
     /// the shell: bash, zsh or fish

@@ -1,13 +1,12 @@
-//! `steadq wait`, `list` (and `--json`) and `show` of a compacted job: what a script reaches
-//! for around a queue it does not own (waiting for it to drain, reading its jobs as data).
+//! `steadq wait` and `list` (and `--json`): what a script reaches for around a queue it does
+//! not own (waiting for it to drain, reading its jobs as data).
 
-use super::args::{List, Show};
+use super::args::List;
 use super::exit::Exit;
 use super::{cmd, encode, stdout, CliError};
 use argh::FromArgs;
 use std::path::PathBuf;
 use std::time::Duration;
-use steadq::{JobId, Queue};
 
 /// Wait until the queue is drained: no job ready, leased, delayed or waiting (dead jobs and
 /// receipts do not count). Waits on inotify, not by polling; changes nothing.
@@ -75,28 +74,5 @@ pub fn cmd_list(a: List) -> Result<Exit, CliError> {
         // A closed pipe (| head) is a clean exit; another error exits 2 in main.
         stdout::write(line.as_bytes())
     })?;
-    Ok(Exit::Done)
-}
-
-/// `show` of a job with no file left: its evidence line, when compaction (or receipt policy
-/// `none`) removed its receipt; else "no job" (exit 2).
-pub fn show_compacted(a: &Show, q: &Queue, id: JobId) -> Result<Exit, CliError> {
-    let d = a.dir.display();
-    let Some(e) = q.evidence_of(id)? else {
-        return Err(CliError::not_done(format!("{d}: no job {id}")));
-    };
-    if a.raw {
-        return Err(CliError::not_done(format!(
-            "{d}: job {id} was acked and its receipt compacted: its payload was not kept"
-        )));
-    }
-    out!(
-        "job       {id}\nstate     acked, receipt removed (compacted): from its evidence line\n\
-         receipt   {}\nacked     {}\nsha256    {}\nenvelope  {}",
-        e.receipt,
-        super::fixed::moment(u128::from(e.acked_ns)),
-        encode::hex(&e.payload_sha256),
-        encode::hex(&e.envelope_sha256)
-    );
     Ok(Exit::Done)
 }

@@ -34,6 +34,7 @@ pub fn json_string(s: &str) -> String {
 }
 
 /// Lowercase hex of a digest (64 characters for SHA-256).
+#[cfg(not(feature = "appliance"))]
 pub fn hex(d: &[u8]) -> String {
     d.iter()
         .fold(String::with_capacity(d.len() * 2), |mut s, b| {

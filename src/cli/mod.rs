@@ -22,6 +22,8 @@ pub mod payload_file;
 pub mod progress;
 pub mod rawargs;
 pub mod s3;
+#[cfg(not(feature = "appliance"))]
+pub mod show;
 pub mod std_fds;
 pub mod stdout;
 #[cfg(all(feature = "appliance", target_env = "musl"))]
@@ -157,7 +159,8 @@ pub fn run(mut cmd: Cmd) -> Result<i32, CliError> {
         #[cfg(not(feature = "appliance"))]
         Cmd::Top(a) => top::cmd_top(a),
         Cmd::List(a) => drain::cmd_list(a),
-        Cmd::Show(a) => cmd::cmd_show(a),
+        #[cfg(not(feature = "appliance"))]
+        Cmd::Show(a) => show::cmd_show(a),
         Cmd::Recover(a) => cmd::cmd_recover(a),
         Cmd::Fsck(a) => cmd::cmd_fsck(a),
         Cmd::Dead(a) => cmd::cmd_dead(a),

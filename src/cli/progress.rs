@@ -33,7 +33,8 @@ impl Progress {
     /// `total` when it is known.
     pub fn start(label: String, noun: &'static str, total: Option<u64>) -> Progress {
         let count = Arc::new(AtomicU64::new(0));
-        let drawer = std::io::stderr().is_terminal().then(|| {
+        // No progress line in the appliance build (the size-limited aarch64 binary).
+        let drawer = (!cfg!(feature = "appliance") && std::io::stderr().is_terminal()).then(|| {
             let stop = Arc::new(AtomicBool::new(false));
             let (c, s) = (count.clone(), stop.clone());
             let h = std::thread::Builder::new()

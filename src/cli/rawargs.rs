@@ -63,12 +63,15 @@ pub fn shown(msg: &str) -> String {
 /// it): an argument typed with ESC or BEL in it (`--group $'a\e]0;pwn\a'`) is named in an
 /// error without driving the reader's terminal.
 pub fn shown_safe(msg: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(msg.len());
     for c in shown(msg).chars() {
         if c.is_control() && c != '\n' && c != '\t' {
             let mut b = [0u8; 4];
             for b in c.encode_utf8(&mut b).bytes() {
-                out.push_str(&format!("\\x{b:02x}"));
+                out.push_str("\\x");
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 15)]));
             }
         } else {
             out.push(c);
@@ -107,6 +110,7 @@ pub fn restore(cmd: &mut Cmd) {
         #[cfg(not(feature = "appliance"))]
         Cmd::Top(a) => path(&mut a.dir),
         Cmd::List(a) => path(&mut a.dir),
+        #[cfg(not(feature = "appliance"))]
         Cmd::Show(a) => path(&mut a.dir),
         Cmd::Recover(a) => path(&mut a.dir),
         Cmd::Fsck(a) => path(&mut a.dir),

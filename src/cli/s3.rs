@@ -28,6 +28,7 @@ pub fn s3_queue(cmd: &Cmd) -> Option<&str> {
         #[cfg(not(feature = "appliance"))]
         Cmd::Top(a) => &a.dir,
         Cmd::List(a) => &a.dir,
+        #[cfg(not(feature = "appliance"))]
         Cmd::Show(a) => &a.dir,
         Cmd::Recover(a) => &a.dir,
         Cmd::Fsck(a) => &a.dir,
@@ -188,6 +189,7 @@ mod with_s3 {
                 },
                 "s3:// queues have no groups, so no group limits",
             )),
+            #[cfg(not(feature = "appliance"))]
             Cmd::Show(a) => show(a),
             Cmd::Wait(_) => Err(refused("wait", "S3 has no notifications to wait on")),
             #[cfg(not(feature = "appliance"))]
