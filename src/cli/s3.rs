@@ -785,7 +785,7 @@ mod with_s3 {
             "envelope  {}",
             super::super::encode::hex(&h.envelope_sha256)
         );
-        let (text, head) = super::super::cmd::utf8_head(&mut payload())
+        let (text, head) = super::super::show::utf8_head(&mut payload())
             .map_err(|e| CliError::not_done(e.to_string()))?;
         match head {
             Some(t) if text => out!("payload   {t}"),
