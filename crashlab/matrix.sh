@@ -75,8 +75,9 @@ reached() {
   case $RIG:$1 in
     powercut:enqueue-batch-*|powercut:level-dir|powercut:key*|powercut:limits) return 1 ;;
     powercut:receipt-*|powercut:evidence-rotate) return 1 ;;
-    block:renew-*|block:requeue-*|block:recover-*|block:compact-*|block:evidence-*) return 1 ;;
-    *:create|*:identity|*:quarantine|*:split-dir|*:purge-dead|*:enqueue-batch-*) return 1 ;;
+    block:renew-*|block:recover-*|block:compact-*|block:evidence-*|block:receipt-*) return 1 ;;
+    block:counts) return 1 ;;
+    *:create|*:identity|*:quarantine|*:split-dir|*:purge-dead) return 1 ;;
   esac
   [ "$RIG" = block ] || [ "$(op_of "$1")" != - ]
 }

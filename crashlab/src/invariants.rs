@@ -12,7 +12,12 @@
 //!    acked) has every dependency acked; after recovery none still waits whose dependencies
 //!    are all acked, and one whose dependency is dead is dead too;
 //! 7. recovery is idempotent: run it twice (the second moves nothing); crash it part-way
-//!    (a simulated stop after its Nth rename) and run it again: the invariants still hold.
+//!    (a simulated stop after its Nth rename) and run it again: the invariants still hold;
+//! 8. a fail that returned done leaves the job dead until a requeue of it begins
+//!    (`requeuing <id>`); a requeue that returned done (`requeue <id>`) leaves it anything but
+//!    dead until a later claim of it;
+//! 9. keys (`key <key> <id>`): once a keyed enqueue returned done, an enqueue with the same
+//!    key returns that job, not a new one.
 
 use crate::marks::Mark;
 use std::collections::{HashMap, HashSet};
@@ -33,12 +38,22 @@ pub struct Expect {
     pub digests: HashMap<JobId, String>,
     /// The dependencies of done enqueues that had some.
     pub after: HashMap<JobId, Vec<JobId>>,
+    /// Jobs whose last marked operation is a fail that returned done: they must be dead.
+    pub failed: HashSet<JobId>,
+    /// Jobs whose last marked operation is a requeue that returned done: they must not be
+    /// dead.
+    pub requeued: HashSet<JobId>,
+    /// Keyed enqueues that returned done: the key and its job.
+    pub keys: Vec<(String, JobId)>,
 }
 
 impl Expect {
-    /// Read marks (`enq ID`, `ack ID`, `claim ID ATTEMPT`; other ops are ignored).
+    /// Read marks (`enq ID`, `ack ID`, `claim ID ATTEMPT`, `after ID DEP,...`, `fail ID`,
+    /// `requeuing ID`, `requeue ID`, `key KEY ID`; other ops are ignored), in their order.
     pub fn from_marks(marks: &[Mark]) -> Result<Expect, String> {
         let mut e = Expect::default();
+        // Requeues begun (`requeuing`) with no claim of the job marked since.
+        let mut requeuing = HashSet::new();
         for m in marks {
             let mut f = m.arg.split_whitespace();
             let id = || -> Result<JobId, String> {
@@ -70,6 +85,36 @@ impl Expect {
                         .ok_or(format!("mark {}: bad attempt", m.seq))?;
                     let slot = e.claimed.entry(j).or_default();
                     *slot = (*slot).max(a);
+                    e.requeued.remove(&j);
+                    requeuing.remove(&j);
+                }
+                "fail" => {
+                    let j = parse_id(f.next())?;
+                    e.failed.insert(j);
+                    e.requeued.remove(&j);
+                }
+                // A requeue has begun: the job may be ready again, with its attempts reset.
+                "requeuing" => {
+                    let j = parse_id(f.next())?;
+                    e.failed.remove(&j);
+                    e.claimed.remove(&j);
+                    requeuing.insert(j);
+                }
+                // Done; but another thread may have claimed the job between the requeue's
+                // rename and this mark (its claim marked first): then it may be dead again.
+                "requeue" => {
+                    let j = parse_id(f.next())?;
+                    e.failed.remove(&j);
+                    if requeuing.remove(&j) {
+                        e.requeued.insert(j);
+                    }
+                }
+                "key" => {
+                    let key = f
+                        .next()
+                        .ok_or(format!("mark {}: no key in {:?}", m.seq, m.arg))?;
+                    let j = parse_id(f.next())?;
+                    e.keys.push((key.to_string(), j));
                 }
                 _ => {}
             }
@@ -162,7 +207,33 @@ pub fn verify(
             .map(|p| format!("fsck: {p}")),
     );
     v.violations.extend(check(&snap, expect));
+    v.violations.extend(check_keys(&q, expect));
     Ok(v)
+}
+
+/// Invariant 9: every key of a keyed enqueue that returned done still names its job: an
+/// enqueue with it is a duplicate of that job. Run last, on the recovered queue (a key that
+/// fails this check enqueues a new job).
+fn check_keys(q: &Queue, expect: &Expect) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, id) in &expect.keys {
+        let Some(k) = steadq::Key::new(key) else {
+            out.push(format!("key mark of {id}: bad key {key:?}"));
+            continue;
+        };
+        let o = steadq::EnqueueOptions {
+            key: Some(k),
+            ..Default::default()
+        };
+        match q.enqueue_with(b"key check", &o) {
+            Ok(steadq::Enqueued::Duplicate(d)) if d == *id => {}
+            other => out.push(format!(
+                "keyed enqueue of {id} (key {key}) returned done, but the key now gives {:?}",
+                other.map_err(|e| e.to_string())
+            )),
+        }
+    }
+    out
 }
 
 /// Whether fsck's problem (as printed) is a torn evidence log: an append the crash cut short,
@@ -247,7 +318,9 @@ impl Snapshot {
 ///    not dead as corrupt, and has the payload it was enqueued with (when the digest is known);
 /// 2. every ack that returned done is a receipt, and the job is nowhere else;
 /// 3. no job is in two places, and no lease survives recovery;
-/// 4. attempts never go down.
+/// 4. attempts never go down;
+/// 5. a fail that returned done left the job dead, a requeue that returned done left it
+///    anything but dead ([`Expect::failed`], [`Expect::requeued`]).
 pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
     let mut out = Vec::new();
     let mut by_id: HashMap<JobId, Vec<&Found>> = HashMap::new();
@@ -306,13 +379,34 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
         }
     }
     out.extend(check_dependencies(snap, expect, &by_id));
+    for id in sorted(&expect.failed) {
+        let states: Vec<State> = by_id
+            .get(id)
+            .map(|fs| fs.iter().map(|f| state_of(&f.name)).collect())
+            .unwrap_or_default();
+        if states != [State::Dead] {
+            out.push(format!(
+                "fail of {id} returned done, but the job is {states:?}"
+            ));
+        }
+    }
+    for id in sorted(&expect.requeued) {
+        if let Some(fs) = by_id.get(id) {
+            if fs.iter().any(|f| state_of(&f.name) == State::Dead) {
+                out.push(format!(
+                    "requeue of {id} returned done, but the job is dead"
+                ));
+            }
+        }
+    }
     let mut claimed: Vec<(&JobId, &u32)> = expect.claimed.iter().collect();
     claimed.sort_by_key(|(id, _)| id.to_string());
     for (id, &a) in claimed {
         if let Some([f, ..]) = by_id.get(id).map(|v| v.as_slice()) {
-            // Requeue (dead -> ready) lowers attempts, and workloads do not use it; the other
-            // op that does, ClaimUnreadable, follows only a claim that returned not done
-            // (never marked), so a marked claim's attempt still bounds the job's from below.
+            // Requeue (dead -> ready) lowers attempts: its `requeuing` mark drops the claims
+            // before it. The other op that does, ClaimUnreadable, follows only a claim that
+            // returned not done (never marked), so a marked claim's attempt still bounds the
+            // job's from below.
             if f.name.attempt < a {
                 out.push(format!(
                     "job {id}: attempt went down from {a} to {}",
@@ -573,5 +667,129 @@ mod tests {
         // The same tree after recovery (verify expires every lease first) keeps it.
         drop(_l);
         assert!(t.verify(&e).is_empty());
+    }
+
+    fn lease(t: &Tree) -> steadq::Lease {
+        t.1.claim_with(&steadq::ClaimOptions {
+            lease: Some(Duration::from_secs(60)),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap()
+    }
+
+    fn marks(lines: &[(&str, String)]) -> Vec<Mark> {
+        lines
+            .iter()
+            .enumerate()
+            .map(|(i, (op, arg))| Mark::new(i as u64, op, arg))
+            .collect()
+    }
+
+    #[test]
+    fn a_done_fail_leaves_the_job_dead_until_its_requeue_begins() {
+        let t = Tree::new("fail");
+        let a = t.1.enqueue(b"failed").unwrap();
+        let l = lease(&t);
+        let m = marks(&[
+            ("enq", a.to_string()),
+            ("claim", format!("{a} 1")),
+            ("fail", a.to_string()),
+        ]);
+        let e = Expect::from_marks(&m).unwrap();
+        assert_eq!(e.failed, HashSet::from([a]));
+        // Broken: the fail's rename was lost, the lease expired back to ready.
+        l.nack(Duration::ZERO).unwrap();
+        let v = t.verify(&e);
+        assert!(
+            has(
+                &v,
+                &format!("fail of {a} returned done, but the job is [Ready]")
+            ),
+            "{v:?}"
+        );
+        // Kept: once its requeue began (`requeuing`), ready is fine, and attempt 0 too.
+        let mut m2 = m.clone();
+        m2.push(Mark::new(3, "requeuing", &a.to_string()));
+        let e2 = Expect::from_marks(&m2).unwrap();
+        assert!(e2.failed.is_empty() && e2.claimed.is_empty());
+        assert_eq!(t.verify(&e2), Vec::<String>::new());
+        // Kept: really dead.
+        lease(&t).fail(Reason::FAILED).unwrap();
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_done_requeue_leaves_the_job_out_of_dead_until_a_later_claim() {
+        let t = Tree::new("requeue");
+        let a = t.1.enqueue(b"requeued").unwrap();
+        lease(&t).fail(Reason::FAILED).unwrap();
+        let m = marks(&[
+            ("enq", a.to_string()),
+            ("claim", format!("{a} 1")),
+            ("fail", a.to_string()),
+            ("requeuing", a.to_string()),
+            ("requeue", a.to_string()),
+        ]);
+        let e = Expect::from_marks(&m).unwrap();
+        assert_eq!(e.requeued, HashSet::from([a]));
+        assert!(e.failed.is_empty());
+        // Broken: the requeue's rename was lost, the job is still dead.
+        let v = t.verify(&e);
+        assert!(
+            has(
+                &v,
+                &format!("requeue of {a} returned done, but the job is dead")
+            ),
+            "{v:?}"
+        );
+        // Kept: requeued, attempt 0 (below the claim's 1, which the requeue dropped).
+        assert_eq!(t.1.requeue_dead(Some(a)).requeued, 1);
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+        // A later claim (and a fail in flight): dead is allowed again.
+        let mut m2 = m.clone();
+        m2.push(Mark::new(5, "claim", &format!("{a} 1")));
+        let e2 = Expect::from_marks(&m2).unwrap();
+        assert!(e2.requeued.is_empty());
+        lease(&t).fail(Reason::FAILED).unwrap();
+        assert_eq!(t.verify(&e2), Vec::<String>::new());
+        // The same when another thread's claim was marked before the requeue's own mark.
+        let mut m3 = m[..4].to_vec();
+        m3.push(Mark::new(4, "claim", &format!("{a} 1")));
+        m3.push(Mark::new(5, "requeue", &a.to_string()));
+        let e3 = Expect::from_marks(&m3).unwrap();
+        assert!(e3.requeued.is_empty() && e3.failed.is_empty());
+        assert_eq!(e3.claimed.get(&a), Some(&1));
+        assert_eq!(t.verify(&e3), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_done_keyed_enqueue_keeps_its_key() {
+        let t = Tree::new("key");
+        let key = steadq::Key::new("k-1").unwrap();
+        let o = steadq::EnqueueOptions {
+            key: Some(key),
+            ..Default::default()
+        };
+        let a = t.1.enqueue_with(b"keyed", &o).unwrap().id();
+        let m = marks(&[("enq", a.to_string()), ("key", format!("k-1 {a}"))]);
+        let e = Expect::from_marks(&m).unwrap();
+        assert_eq!(e.keys, vec![("k-1".to_string(), a)]);
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+        // Broken: the key entry was lost (its job is there): the key gives a new job.
+        let keys = t.0.join(steadq::KEYS_DIR);
+        for f in std::fs::read_dir(&keys).unwrap() {
+            std::fs::remove_file(f.unwrap().path()).unwrap();
+        }
+        let v = t.verify(&e);
+        assert!(
+            has(
+                &v,
+                &format!(
+                    "keyed enqueue of {a} (key k-1) returned done, but the key now gives Ok(New("
+                )
+            ),
+            "{v:?}"
+        );
     }
 }

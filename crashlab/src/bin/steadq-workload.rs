@@ -8,6 +8,10 @@
 //! thread's previous job (`EnqueueOptions::after`: `waiting/`, `needs/`, `after/`), and every
 //! third is in group `g`, limited to 2 leased at once (`groups/g/<k>` slots), so the crash
 //! states cover dependencies, their promotion by the ack, and group claims and settles.
+//! Every tenth enqueue is a batch of two through a second, `Batched` handle (the batch
+//! barriers); every fifth is keyed, and the same key enqueued again must return the same job
+//! (`key <key> <id>` marked after it); most failed jobs are requeued right after their fail
+//! (`requeuing <id>` before the call, `requeue <id>` once it returned done).
 //!
 //! With `--threads N` (the rig's normal runs use 3) the steps are shared out among N threads
 //! of one queue handle, step `i` to thread `i % N`, each marking what it finished: their
@@ -100,7 +104,7 @@ impl Marker {
 /// Creates the queue at `<mountpoint>/q` with a plan that counts calls (the fsyncs made are
 /// reported at the end); with the negative control the plan skips every file fsync from then
 /// on (a torn identity file is not the bug under test).
-fn create(a: &Args) -> (Queue, Arc<FaultPlan>) {
+fn create(a: &Args) -> (Queue, Queue, Arc<FaultPlan>) {
     let skip = |call| Fault {
         call,
         nth: 0,
@@ -131,7 +135,7 @@ fn create(a: &Args) -> (Queue, Arc<FaultPlan>) {
         faults: Some(Arc::clone(&plan)),
         ..Options::default()
     };
-    let q = Queue::create(a.mountpoint.join("q"), o).unwrap_or_else(|e| fail("create", e));
+    let q = Queue::create(a.mountpoint.join("q"), o.clone()).unwrap_or_else(|e| fail("create", e));
     // Capacity limits far above the workload: every enqueue then takes the limits check
     // (steadq.limits read behind its watch, the tally kept), and the file is in every state.
     let limits = steadq::Limits {
@@ -142,8 +146,18 @@ fn create(a: &Args) -> (Queue, Arc<FaultPlan>) {
         .unwrap_or_else(|e| fail("set_limits", e));
     q.set_group_limit(&group(), Some(2))
         .unwrap_or_else(|e| fail("set_group_limit", e));
+    // A second handle on the same queue, `Batched`: its `enqueue_batch` shares the batch's
+    // barriers (the first handle's, `Strict`, gives each job its own).
+    let qb = Queue::open_with(
+        a.mountpoint.join("q"),
+        Options {
+            durability: Durability::Batched,
+            ..o
+        },
+    )
+    .unwrap_or_else(|e| fail("open (batched)", e));
     plan.arm();
-    (q, plan)
+    (q, qb, plan)
 }
 
 /// The workload's group.
@@ -180,7 +194,7 @@ fn enqueue_after(q: &Queue, m: &Marker, payload: &[u8], o: &steadq::EnqueueOptio
 
 /// Enqueue step `i`: payloads from 100 bytes to ~24 KiB, so some span several blocks (a
 /// streamed one ~94 KiB); every fifth at another priority, every fifth keyed.
-fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool, prev: &mut Option<JobId>) {
+fn enqueue((q, qb): (&Queue, &Queue), m: &Marker, i: u64, batched: bool, prev: &mut Option<JobId>) {
     let size = 100 + (i * 7919 % 24_000) as usize;
     let payload: Vec<u8> = (0..size).map(|j| (i as usize * 31 + j * 7) as u8).collect();
     let grouped = i.is_multiple_of(3);
@@ -199,6 +213,12 @@ fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool, prev: &mut Option<JobId
     let ids: Vec<JobId> = if batched && i.is_multiple_of(4) {
         q.enqueue_batch(&[&payload[..], &payload[..size / 2]])
             .unwrap_or_else(|e| fail("enqueue_batch", e))
+    } else if i.is_multiple_of(10) {
+        // Every tenth enqueue a batch of two through the `Batched` handle: its barriers are
+        // the batch's own (`enqueue-batch-data`, `enqueue-batch-names`); each job is marked
+        // once the batch returned done.
+        qb.enqueue_batch(&[&payload[..], &payload[..size / 2]])
+            .unwrap_or_else(|e| fail("enqueue_batch (batched handle)", e))
     } else if i % 5 == 2 {
         // Every fifth enqueue at another priority level (prio/<l>/<ss>, a `.p<l>` name), so
         // the crash states cover prioritized enqueues, claims, acks and nacks too.
@@ -229,7 +249,26 @@ fn enqueue(q: &Queue, m: &Marker, i: u64, batched: bool, prev: &mut Option<JobId
         } else {
             q.enqueue_with(&payload, &o)
         };
-        vec![done.unwrap_or_else(|e| fail("enqueue (keyed)", e)).id()]
+        let id = match done.unwrap_or_else(|e| fail("enqueue (keyed)", e)) {
+            steadq::Enqueued::New(id) => id,
+            d => fail(
+                "enqueue (keyed)",
+                format!("key {key} was new, but got {d:?}"),
+            ),
+        };
+        // The same key again returns the same job, now and (the verifier checks) in every
+        // crash state after the `key` mark.
+        match q.enqueue_with(b"a duplicate", &o) {
+            Ok(steadq::Enqueued::Duplicate(d)) if d == id => {}
+            other => fail(
+                "enqueue (keyed duplicate)",
+                format!("{id} expected, got {other:?}"),
+            ),
+        }
+        m.mark("enq", id);
+        m.mark("key", format!("{key} {id}"));
+        *prev = Some(id);
+        return;
     } else {
         vec![q
             .enqueue_with(&payload, &o)
@@ -270,7 +309,7 @@ fn claim_and_settle(q: &Queue, m: &Marker, i: u64) {
     else {
         return;
     };
-    let id = l.id().to_string();
+    let (l_id, id) = (l.id(), l.id().to_string());
     m.mark("claim", format!("{id} {}", l.attempt()));
     match i % 6 {
         5 if i % 12 == 5 => {
@@ -296,7 +335,20 @@ fn claim_and_settle(q: &Queue, m: &Marker, i: u64) {
         }
         3 if i % 12 == 3 => {
             l.fail(Reason::FAILED).unwrap_or_else(|e| fail("fail", e));
-            m.mark("fail", id);
+            m.mark("fail", id.clone());
+            if i % 48 != 3 {
+                // Requeue the dead job (attempts reset): `requeuing` first, since from here
+                // on the job may be ready again before `requeue` is marked.
+                m.mark("requeuing", &id);
+                let r = q
+                    .requeue_dead(Some(l_id))
+                    .into_result()
+                    .unwrap_or_else(|e| fail("requeue_dead", e));
+                if r.requeued != 1 {
+                    fail("requeue_dead", format!("{id}: {} requeued", r.requeued));
+                }
+                m.mark("requeue", id);
+            }
         }
         _ => {
             l.nack(Duration::ZERO).unwrap_or_else(|e| fail("nack", e));
@@ -313,7 +365,7 @@ fn main() {
     let m = Marker(Mutex::new(
         MarkWriter::open(&a.blockdev, a.markbase).unwrap_or_else(|e| fail("open mark device", e)),
     ));
-    let (q, plan) = create(&a);
+    let (q, qb, plan) = create(&a);
     // Which journals are attached: on ext4 a move between directories makes one directory
     // fsync, not two, when this lists the disk (steadq's ops/group.rs; DESIGN.md, Barriers).
     let jbd2: Vec<String> = std::fs::read_dir("/proc/fs/jbd2")
@@ -326,7 +378,7 @@ fn main() {
     say(&format!("CRASHLAB_WORKLOAD_JBD2 {jbd2:?}"));
     let t = Instant::now();
     let step = |i: u64, prev: &mut Option<JobId>| {
-        enqueue(&q, &m, i, a.batched, prev);
+        enqueue((&q, &qb), &m, i, a.batched, prev);
         if i % 16 == 15 {
             claim_and_ack_batch(&q, &m);
         } else if i % 2 == 1 {
