@@ -203,7 +203,11 @@ pub fn verify(
     v.violations.extend(
         fsck.problems
             .iter()
-            .filter(|p| !p.path.starts_with("quarantine/") && !is_torn_evidence(&p.to_string()))
+            .filter(|p| {
+                !p.path.starts_with("quarantine/")
+                    && !is_torn_evidence(&p.to_string())
+                    && !is_split_requeue(dir, p)
+            })
             .map(|p| format!("fsck: {p}")),
     );
     v.violations.extend(check(&snap, expect));
@@ -234,6 +238,38 @@ fn check_keys(q: &Queue, expect: &Expect) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether fsck's problem is a requeue (dead to ready) that a crash split in two: a dead
+/// name and a newer generation of the same job elsewhere, one file (same inode). DESIGN.md,
+/// "Moves split by a crash": listings and `dead requeue` see only the newer name, a claim
+/// of it removes the dead one, and removing a receipt settles it first, so the job is never
+/// run twice; `fsck` reports the pair until then. Not a violation.
+pub fn is_split_requeue(dir: &Path, p: &steadq::Problem) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let steadq::ProblemKind::Duplicate(other) = &p.kind else {
+        return false;
+    };
+    let (dead, newer) = match (p.path.starts_with("dead/"), other.starts_with("dead/")) {
+        (true, false) => (&p.path, other),
+        (false, true) => (other, &p.path),
+        _ => return false,
+    };
+    let gen = |rel: &str| {
+        let n = rel.rsplit('/').next()?;
+        JobName::parse_any_queue(n)
+            .ok()
+            .map(|j| (j.id, j.generation))
+    };
+    let (Some((di, dg)), Some((ni, ng))) = (gen(dead), gen(newer)) else {
+        return false;
+    };
+    let inode = |rel: &str| {
+        std::fs::symlink_metadata(dir.join(rel))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    di == ni && ng > dg && inode(dead).is_some() && inode(dead) == inode(newer)
 }
 
 /// Whether fsck's problem (as printed) is a torn evidence log: an append the crash cut short,
@@ -646,6 +682,50 @@ mod tests {
         std::fs::write(shard.join("stray"), b"x").unwrap();
         let v = t.verify(&e);
         assert!(v.iter().any(|x| x.starts_with("fsck: ")), "{v:?}");
+    }
+
+    /// A requeue split by a crash (the dead name beside the newer ready name, one file) is
+    /// accepted; the same pair as two files, or the dead name the newer, is a violation.
+    #[test]
+    fn a_split_requeue_is_accepted_and_only_that() {
+        let t = Tree::new("split-requeue");
+        let mut e = Expect::default();
+        let a = enq(&t, &mut e, b"job");
+        // A generation above 0 (claimed and given back), as a requeued job has.
+        t.1.claim().unwrap().unwrap().nack(Duration::ZERO).unwrap();
+        let ready = t.path_of(a);
+        let l = t.1.find(a).unwrap();
+        // The dead name the requeue came from: generation below the ready one's.
+        let dead_name = JobName {
+            generation: l.name.generation.saturating_sub(1),
+            kind: Kind::Dead {
+                reason: Reason::FAILED,
+            },
+            ..l.name.clone()
+        };
+        let bucket = t.0.join("dead/0000000000000001");
+        std::fs::create_dir_all(&bucket).unwrap();
+        let dead = bucket.join(dead_name.format(t.1.id()).to_string());
+        let rel = |p: &Path| p.strip_prefix(&t.0).unwrap().to_string_lossy().into_owned();
+        let problem = |a: &Path, b: &Path| steadq::Problem {
+            path: rel(a),
+            kind: steadq::ProblemKind::Duplicate(rel(b)),
+            quarantined: false,
+        };
+        // One file under both names, the ready one newer: a split requeue.
+        std::fs::hard_link(&ready, &dead).unwrap();
+        assert!(is_split_requeue(&t.0, &problem(&dead, &ready)));
+        assert!(is_split_requeue(&t.0, &problem(&ready, &dead)));
+        assert!(
+            t.verify(&e).iter().all(|v| !v.contains("same job id")),
+            "{:?}",
+            t.verify(&e)
+        );
+        // Two files: a real duplicate.
+        std::fs::remove_file(&dead).unwrap();
+        std::fs::copy(&ready, &dead).unwrap();
+        assert!(!is_split_requeue(&t.0, &problem(&dead, &ready)));
+        assert!(t.verify(&e).iter().any(|v| v.starts_with("fsck: ")));
     }
 
     #[test]

@@ -1061,3 +1061,33 @@ fn junk_in_after_costs_recovery_no_lookups() {
     let reads = plan.count(Call::Read);
     assert!(reads < 30, "{reads} reads for 300 junk directories");
 }
+
+/// A promotion a crash split in two (the block rig, btrfs: `waiting/D` and its ready name,
+/// one file, with `needs/D/X` still there): recovery promoted D again, met D's own newer
+/// name (`EEXIST`) and failed, indeterminate, at every recovery. It now keeps the newer
+/// name, removes the waiting one and its markers, and D is ready once.
+#[test]
+fn a_promotion_split_by_a_crash_keeps_the_ready_name() {
+    let d = TempDir::new("deps-split-promotion");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    let x = q.enqueue(b"x").unwrap();
+    let dj = q.enqueue_with(b"d", &after(&[x])).unwrap().id();
+    let waiting = q.find(dj).unwrap();
+    let waiting_path = d.path().join(waiting.rel_path(q.id()));
+    run_one(&q, x);
+    let ready = q.find(dj).unwrap();
+    assert_eq!(ready.state, State::Ready);
+    // The crash state: both names of one file, the marker back.
+    std::fs::hard_link(d.path().join(ready.rel_path(q.id())), &waiting_path).unwrap();
+    std::fs::create_dir_all(d.path().join(format!("needs/{dj}"))).unwrap();
+    std::fs::write(d.path().join(format!("needs/{dj}/{x}")), b"").unwrap();
+    let r = q.recover();
+    assert!(r.first_error.is_none(), "{r:?}");
+    assert!(!waiting_path.exists(), "the older, waiting name is gone");
+    assert!(!d.path().join(format!("needs/{dj}")).exists());
+    let s = q.status().unwrap();
+    assert_eq!((s.ready, s.waiting), (1, 0));
+    assert!(q.fsck().unwrap().problems.is_empty());
+    assert!(q.recover().first_error.is_none(), "and again");
+    run_one(&q, dj);
+}

@@ -132,6 +132,21 @@ impl Queue {
         let Some(from) = self.place_waiting(false)? else {
             return Ok(false);
         };
+        // A promotion a crash split in two (btrfs: the waiting name beside the ready one,
+        // one file): the ready name is the newer half, the waiting one goes (ops/split.rs);
+        // moving it again would meet its own newer name (`EEXIST`) at every recovery.
+        if self.settle_split(&from, name)? {
+            let dh = name.id.to_string();
+            if let Ok(Some(needs)) = self.deps_dir(NEEDS_DIR, false) {
+                if let Ok(Some(nd)) = self.deps_sub(needs.as_fd(), &dh, NEEDS_DIR, false) {
+                    for x in self.markers(NEEDS_DIR, name.id).unwrap_or_default() {
+                        let _ = self.sys.unlink(nd.as_fd(), &x.to_string());
+                    }
+                }
+                let _ = self.sys.rmdir(needs.as_fd(), &dh);
+            }
+            return Ok(true);
+        }
         let to = self.place_ready_new(self.ident.slot_of(name))?;
         let new = name.next(Kind::Ready, false);
         match self.move_job(&from, name, &to, &new, Op::DependenciesMet) {
@@ -154,6 +169,9 @@ impl Queue {
         let Some(from) = self.place_waiting(false)? else {
             return Ok(());
         };
+        if self.settle_split(&from, name)? {
+            return self.dependents_die(name.id).map(drop);
+        }
         let to = self.place_dead()?;
         let new = name.next(
             Kind::Dead {
@@ -198,6 +216,11 @@ impl Queue {
                 let Some(n) = names.remove(&d) else {
                     continue;
                 };
+                // A death a crash split in two: the dead name is the newer half.
+                if self.settle_split(&from, &n)? {
+                    work.push(d);
+                    continue;
+                }
                 let new = n.next(
                     Kind::Dead {
                         reason: Reason::DEPENDENCY,
