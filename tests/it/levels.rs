@@ -287,21 +287,24 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
     let ready = std::fs::metadata(t.q.join("ready")).unwrap();
     let (uid, gid, mode) = (ready.uid(), ready.gid(), ready.mode() & 0o7777);
     let q = t.q.clone();
-    let hide = move |rel: &str| {
+    // Makes `rel` as root at 700; returns when its making began (before the `mkdir`: the
+    // window counts from its birth time, and a loaded machine may stall between the two).
+    let hide = move |rel: &str| -> Instant {
         let p = q.join(rel);
+        let made = Instant::now();
         use std::os::unix::fs::DirBuilderExt;
         let _ = std::fs::DirBuilder::new().mode(0o700).create(&p);
         std::os::unix::fs::chown(&p, Some(0), Some(0)).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        made
     };
     let q = t.q.clone();
     // Shares the directory again 300 ms after it was made; the thread returns how long
     // after its making that happened. A loaded machine can run the thread so late that the
     // directory was still hidden when its 1 s window ended: then a warning is the right
     // answer, and that run says nothing about the window (`in_window`).
-    let share_later = move |rel: &str| {
+    let share_later = move |rel: &str, made: Instant| {
         let p = q.join(rel);
-        let made = Instant::now();
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
@@ -320,8 +323,8 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
     assert!(out.status.success(), "{out:?}");
 
     // A claim. It waits up to 20 s; one that skipped the level would wait all of it.
-    hide("prio/6");
-    let mend = share_later("prio/6");
+    let made = hide("prio/6");
+    let mend = share_later("prio/6", made);
     let t0 = Instant::now();
     let (code, out, err) = t.run("$S claim $Q --wait 20s --payload-out /dev/null");
     let took = t0.elapsed();
@@ -333,8 +336,8 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
     }
 
     // A producer, at a level made now.
-    hide("prio/4");
-    let mend = share_later("prio/4");
+    let made = hide("prio/4");
+    let mend = share_later("prio/4", made);
     let (code, out, err) = t.run("echo four | $S enqueue $Q --priority 4");
     let shared_after = mend.join().unwrap();
     if in_window(shared_after, "enqueue", &err) {
@@ -351,8 +354,8 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
     // Today's bucket, made again in its making.
     let bucket = format!("dead/{}", t.ls("dead")[0]);
     std::fs::remove_dir_all(t.q.join(&bucket)).unwrap();
-    hide(&bucket);
-    let mend = share_later(&bucket);
+    let made = hide(&bucket);
+    let mend = share_later(&bucket, made);
     let (code, out, err) = t.run(
         "echo x | $S enqueue $Q >/dev/null && h=$($S claim $Q --payload-out /dev/null) && \
          $S fail $Q \"$h\"",
@@ -389,8 +392,8 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
     };
     let first = acked(1, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(300));
-    hide("prio/5");
-    let shared_after = share_later("prio/5").join().unwrap();
+    let made = hide("prio/5");
+    let shared_after = share_later("prio/5", made).join().unwrap();
     std::thread::sleep(Duration::from_millis(700));
     let out = steadq_in(&["enqueue", &qs, "--priority", "5"], b"five\n");
     assert!(out.status.success(), "{out:?}");
