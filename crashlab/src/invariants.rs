@@ -701,7 +701,7 @@ mod tests {
             kind: Kind::Dead {
                 reason: Reason::FAILED,
             },
-            ..l.name.clone()
+            ..l.name
         };
         let bucket = t.0.join("dead/0000000000000001");
         std::fs::create_dir_all(&bucket).unwrap();
