@@ -778,23 +778,7 @@ mod with_s3 {
                 )));
             }
         };
-        out!("created   {}", fixed::moment(u128::from(h.created_ns)));
-        out!("bytes     {}", h.payload_len);
-        out!("sha256    {}", super::super::encode::hex(&h.payload_sha256));
-        out!(
-            "envelope  {}",
-            super::super::encode::hex(&h.envelope_sha256)
-        );
-        let (text, head) = super::super::show::utf8_head(&mut payload())
-            .map_err(|e| CliError::not_done(e.to_string()))?;
-        match head {
-            Some(t) if text => out!("payload   {t}"),
-            _ => out!(
-                "payload   ({} bytes of {}; --raw prints it)",
-                h.payload_len,
-                if text { "text" } else { "binary" }
-            ),
-        }
+        super::super::show::header_lines(&h, &mut payload())?;
         Ok(Exit::Done)
     }
 

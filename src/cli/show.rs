@@ -48,11 +48,24 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
         }
     }
     show_name(&q, &l);
+    header_lines(&h, &mut payload)?;
+    Ok(Exit::Done)
+}
+
+/// Print the lines `show` gives for a verified job file or envelope: `created` (UTC and unix
+/// seconds), `bytes`, `sha256`, `envelope`, then `payload`: the payload itself when it is
+/// UTF-8 of at most 4096 bytes, else its size and kind. An empty stream of a header that
+/// counts bytes is a receipt cut to its header. Used by local and `s3://` queues alike.
+/// Errors: a read of `payload` that fails (not done; nothing was changed).
+pub(super) fn header_lines(
+    h: &steadq::format::Header,
+    payload: &mut impl std::io::Read,
+) -> Result<(), CliError> {
     out!("created   {}", fixed::moment(u128::from(h.created_ns)));
     out!("bytes     {}", h.payload_len);
     out!("sha256    {}", encode::hex(&h.payload_sha256));
     out!("envelope  {}", encode::hex(&h.envelope_sha256));
-    let (text, head) = utf8_head(&mut payload).map_err(|e| CliError::not_done(e.to_string()))?;
+    let (text, head) = utf8_head(payload).map_err(|e| CliError::not_done(e.to_string()))?;
     match head {
         Some(t) if t.is_empty() && h.payload_len > 0 => out!(
             "payload   (not kept: the receipt was cut to its header; {} bytes)",
@@ -65,7 +78,7 @@ pub fn cmd_show(a: Show) -> Result<Exit, CliError> {
             if text { "text" } else { "binary" }
         ),
     }
-    Ok(Exit::Done)
+    Ok(())
 }
 
 /// Read a payload to its end in 64 KiB pieces: whether it is all UTF-8, and the payload
