@@ -58,7 +58,11 @@ ALL=$(sed -n 's/^ *[A-Za-z]* = "\([a-z-]*\)",$/\1/p' "$REPO/crates/steadq/src/di
 # removal can show (powercut's --cut-after). "-": the agent's workload does not reach it.
 op_of() {
   case $1 in
-    enqueue-*) echo enq ;;
+    enqueue-*|level-dir) echo enq ;;
+    keys-dir-made|key-file|keys-dir) echo key ;;
+    limits) echo limit ;;
+    deps-marker) echo after ;;
+    deps-dest|deps-source) echo ack ;;
     claim-*) echo claim ;;
     renew-*) echo renew ;;
     ack-*|receipt-*) echo ack ;;
@@ -73,7 +77,6 @@ op_of() {
 # Reached by the workloads (the others are listed with --barriers all, and show reached=0).
 reached() {
   case $RIG:$1 in
-    powercut:enqueue-batch-*|powercut:level-dir|powercut:key*|powercut:limits) return 1 ;;
     powercut:receipt-*|powercut:evidence-rotate) return 1 ;;
     block:renew-*|block:recover-*|block:compact-*|block:evidence-*|block:receipt-*) return 1 ;;
     block:counts) return 1 ;;

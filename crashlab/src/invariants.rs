@@ -45,6 +45,8 @@ pub struct Expect {
     pub requeued: HashSet<JobId>,
     /// Keyed enqueues that returned done: the key and its job.
     pub keys: Vec<(String, JobId)>,
+    /// The last group limit set that returned done (the power-cut agent's group `g`).
+    pub group_limit: Option<u32>,
 }
 
 impl Expect {

@@ -116,6 +116,8 @@ pub struct Report {
     pub fsck: Vec<String>,
     /// Ids in the evidence log (receipts compacted away).
     pub compacted: std::collections::HashSet<JobId>,
+    /// Group `g`'s limit as the agent read it (`limit N`, `none`, `unreadable`).
+    pub limit: Option<String>,
 }
 
 impl Report {
@@ -128,6 +130,8 @@ impl Report {
             self.entries.push((path.to_string(), d.to_string()));
         } else if let Some(p) = line.strip_prefix("fsck ") {
             self.fsck.push(p.to_string());
+        } else if let Some(l) = line.strip_prefix("limit ") {
+            self.limit = Some(l.to_string());
         } else if let Some(id) = line.strip_prefix("evidence ") {
             let id = JobId::parse(id).ok_or(format!("bad {line:?}"))?;
             self.compacted.insert(id);
@@ -182,6 +186,7 @@ impl Report {
 /// Every kind of operation a record may carry.
 pub const KINDS: &[&str] = &[
     "enq", "after", "claim", "renew", "ack", "nack", "fail", "requeue", "recover", "compact",
+    "key", "limit",
 ];
 
 /// One confirmed operation: `op <seq> <what> <id> [arg]`.
@@ -251,6 +256,17 @@ pub fn expect_from(records: &str) -> Result<Expect, String> {
                 let slot = e.claimed.entry(op.id).or_default();
                 *slot = (*slot).max(a);
             }
+            // `op N key ID KEY`: a keyed enqueue of ID returned done.
+            "key" => e.keys.push((op.arg, op.id)),
+            // `op N limit ID MAX`: group `g`'s limit was set to MAX (ID: the loop's last job,
+            // not used).
+            "limit" => {
+                let max: u32 = op
+                    .arg
+                    .parse()
+                    .map_err(|_| format!("bad limit in {line:?}"))?;
+                e.group_limit = Some(max);
+            }
             // A requeue resets the attempts, and the agent requeues every job it fails right
             // after: from the fail on, a lower attempt may be the requeue's.
             "fail" | "requeue" => {
@@ -260,6 +276,40 @@ pub fn expect_from(records: &str) -> Result<Expect, String> {
         }
     }
     Ok(e)
+}
+
+/// What keyed enqueues and limit changes that returned done must have left in `report`,
+/// beyond [`crate::invariants::check`]: each key's entry `keys/<64 hex>` (or its retired
+/// tombstone `keys/<64 hex>.<id>.gone`), and group `g`'s limit as last set. A key entry that
+/// does not decode is fsck's to report. One line per violation.
+pub fn check_keys_and_limit(report: &Report, expect: &Expect) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, id) in &expect.keys {
+        let Some(k) = steadq::Key::new(key) else {
+            out.push(format!("key record of {id}: bad key {key:?}"));
+            continue;
+        };
+        let entry = format!("keys/{}", k.entry_name(report.boot.queue_id));
+        let tomb = format!("{entry}.{id}");
+        let found = report
+            .entries
+            .iter()
+            .any(|(p, _)| *p == entry || p.starts_with(&tomb));
+        if !found {
+            out.push(format!(
+                "keyed enqueue of {id} returned done, but its key entry {entry} is gone"
+            ));
+        }
+    }
+    if let Some(max) = expect.group_limit {
+        let got = report.limit.as_deref().unwrap_or("(not reported)");
+        if got != max.to_string() {
+            out.push(format!(
+                "group limit set to {max} returned done, but the queue reads {got}"
+            ));
+        }
+    }
+    out
 }
 
 /// What the operation a cut came right after (its record confirmed, its `ok` never sent)
@@ -291,6 +341,40 @@ pub fn check_cut_op(op: &Op, snap: &Snapshot) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_and_the_limit_are_checked_against_the_report() {
+        let id = JobId::new(1_700_000_000_000, 7);
+        let qid = 0x1234_u128;
+        let records = format!("op 1 enq {id}\nop 2 key {id} pc-abc\nop 3 limit {id} 3\n");
+        let expect = expect_from(&records).unwrap();
+        let entry = format!(
+            "keys/{}",
+            steadq::Key::new("pc-abc").unwrap().entry_name(qid)
+        );
+        let report = |entries: &[&str], limit: &str| Report {
+            boot: Boot {
+                queue_id: qid,
+                ..Boot::default()
+            },
+            entries: entries
+                .iter()
+                .map(|e| (e.to_string(), "-".into()))
+                .collect(),
+            limit: Some(limit.into()),
+            ..Report::default()
+        };
+        assert!(check_keys_and_limit(&report(&[&entry], "3"), &expect).is_empty());
+        let tomb = format!("{entry}.{id}.gone");
+        assert!(check_keys_and_limit(&report(&[&tomb], "3"), &expect).is_empty());
+        let v = check_keys_and_limit(&report(&[], "2"), &expect);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].contains("key entry") && v[0].contains(&entry), "{v:?}");
+        assert!(
+            v[1].contains("set to 3") && v[1].contains("reads 2"),
+            "{v:?}"
+        );
+    }
 
     #[test]
     fn a_torn_last_record_is_dropped() {

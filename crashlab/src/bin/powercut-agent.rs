@@ -11,10 +11,14 @@
 //! Every kind of operation runs: enqueue, claim, renew, ack, nack (now, or in a day), fail
 //! then requeue of the dead job, a lease left to expire then recovery, compaction of receipts;
 //! one enqueue in five waits for the loop's previous job (`waiting/`, moved by that job's ack
-//! or dead with it), and one in three is in group `g`, two of whose jobs may be leased at once.
+//! or dead with it), one in three is in group `g` (two of its jobs may be leased at once),
+//! one in five is at another priority level, one in five keyed, one in ten a batch of two;
+//! one loop in twenty sets the group's limit.
 //! `--break NAME` removes one named barrier (`steadq::sys::Barrier`, through the fault plan)
 //! for the whole run: the negative control the rig must catch. It runs one loop and no
-//! `steadq work`, so no other thread's or process's barrier covers the removed one.
+//! `steadq work`, so no other thread's or process's barrier covers the removed one; when the
+//! barrier is one only some kind of enqueue (or the limit) reaches, every loop does that kind
+//! (`Lean`), so every cut after an enqueue comes after one that reached it.
 //!
 //! It runs until the power goes. Records: see `crashlab::record`.
 
@@ -245,6 +249,15 @@ fn report(link: &mut Link, q: &Queue, boot: &Boot) {
     for id in compacted {
         link.say(&format!("evidence {id}"));
     }
+    // The group's limit as a claim reads it (`unreadable`: the limits file does not decode).
+    let limit = match q.group_limits() {
+        Ok(g) => g
+            .iter()
+            .find(|(n, _)| *n == group())
+            .map_or("none".to_string(), |(_, m)| m.to_string()),
+        Err(_) => "unreadable".to_string(),
+    };
+    link.say(&format!("limit {limit}"));
     for p in q.fsck().unwrap_or_else(|e| die("fsck", e)).problems {
         link.say(&format!("fsck {p}"));
     }
@@ -296,6 +309,43 @@ struct Skips {
     plan: Option<Arc<FaultPlan>>,
     broken: Vec<Barrier>,
     last: Mutex<u64>,
+    /// The kind of enqueue every loop makes while the removed barrier is one only that kind
+    /// reaches.
+    lean: Lean,
+}
+
+/// The kind of operation a removed barrier is reached by, when only some operations reach
+/// it: with `--break` of such a barrier every enqueue (or loop) is of that kind, so that
+/// each cut comes right after one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Lean {
+    /// Any barrier of the plain lifecycle, or none removed: each kind now and then.
+    Mixed,
+    /// `enqueue-batch-data`, `enqueue-batch-names`: a batch of two.
+    Batch,
+    /// `level-dir`: an enqueue at another priority level.
+    Level,
+    /// `keys-dir-made`, `key-file`, `keys-dir`: a keyed enqueue.
+    Key,
+    /// `limits`: the group's limit set.
+    Limits,
+    /// `deps-marker`, `deps-dest`, `deps-source`: an enqueue after the previous job.
+    After,
+}
+
+fn lean(broken: &[Barrier]) -> Lean {
+    broken
+        .iter()
+        .map(|b| match b.name() {
+            "enqueue-batch-data" | "enqueue-batch-names" => Lean::Batch,
+            "level-dir" => Lean::Level,
+            "keys-dir-made" | "key-file" | "keys-dir" => Lean::Key,
+            "limits" => Lean::Limits,
+            "deps-marker" | "deps-dest" | "deps-source" => Lean::After,
+            _ => Lean::Mixed,
+        })
+        .find(|l| *l != Lean::Mixed)
+        .unwrap_or(Lean::Mixed)
 }
 
 /// The run's skip counter, noted before every record is sent.
@@ -427,13 +477,25 @@ fn main() {
         let names: Vec<&str> = broken.iter().map(|b| b.name()).collect();
         println!("CRASHLAB_AGENT_BREAK {}", names.join(","));
     }
+    let plan_for_batch = plan.clone();
     let skips = SKIPS.get_or_init(|| Skips {
         plan,
         broken: broken.clone(),
         last: Mutex::new(u64::MAX),
+        lean: lean(&broken),
     });
     skips.note();
     let link = Arc::new(Mutex::new(link));
+    // A second handle, `Batched`: its `enqueue_batch` makes the batch's own barriers (a
+    // `Strict` handle gives each job its own).
+    let qb = Queue::open_with(
+        &a.queue,
+        Options {
+            durability: steadq::Durability::Batched,
+            ..options(plan_for_batch)
+        },
+    )
+    .unwrap_or_else(|e| die("open (batched)", e));
     if let Some(bin) = a.steadq.as_ref().filter(|_| broken.is_empty()) {
         spawn_work(bin, &a.queue, &a.work_cmd, link.clone());
     }
@@ -444,54 +506,58 @@ fn main() {
         1
     };
     for t in 1..threads {
-        let (q, link) = (q.clone(), link.clone());
+        let (q, qb, link) = (q.clone(), qb.clone(), link.clone());
         std::thread::spawn(move || {
             run(
                 &q,
+                &qb,
                 Rng(seed ^ u64::from(t).wrapping_mul(0x9e37_79b9)),
                 &link,
                 skips,
             )
         });
     }
-    run(&q, Rng(seed), &link, skips);
+    run(&q, &qb, Rng(seed), &link, skips);
 }
 
 /// One loop until the power goes: enqueue a random payload, then claim and settle a job;
 /// now and then a lease left to expire and recovered, and a compaction of the receipts.
-fn run(q: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>, skips: &Skips) -> ! {
+fn run(q: &Queue, qb: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>, skips: &Skips) -> ! {
     let mut last_ack: Option<JobId> = None;
     let mut prev: Option<JobId> = None;
+    let lean = skips.lean;
+    let mut n: u64 = 0;
     loop {
+        n += 1;
         let size = rng.between(64, 8192) as usize;
         let payload: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
-        // One enqueue in five waits for the loop's previous job (waiting/, then moved to
-        // ready by that job's ack, or dead with it); refused when that job is dead already.
-        let after: Vec<JobId> = prev.filter(|_| rng.below(5) == 0).into_iter().collect();
-        let o = steadq::EnqueueOptions {
-            after: after.clone(),
-            group: (rng.below(3) == 0).then(group),
-            ..Default::default()
-        };
-        let (id, deps) = match q.enqueue_with(&payload, &o) {
-            Ok(e) => (e.id(), after.first()),
-            Err(e) if matches!(e.kind(), steadq::ErrorKind::BadDependency { .. }) => {
-                let o = steadq::EnqueueOptions {
-                    after: Vec::new(),
-                    ..o
-                };
-                let id = q
-                    .enqueue_with(&payload, &o)
-                    .map(steadq::Enqueued::id)
-                    .unwrap_or_else(|e| die("enqueue (dependency dead)", e));
-                (id, None)
+        // One enqueue in ten is a batch of two through the `Batched` handle (its barriers
+        // are the batch's own), every one when a batch barrier is removed.
+        if lean == Lean::Batch || rng.below(10) == 0 {
+            let half = &payload[..size / 2];
+            let ids = qb
+                .enqueue_batch(&[&payload[..], half])
+                .unwrap_or_else(|e| die("enqueue_batch", e));
+            for (id, p) in ids.iter().zip([&payload[..], half]) {
+                link.lock().unwrap().op("enq", *id, digest(p));
             }
-            Err(e) => die("enqueue", e),
-        };
-        prev = Some(id);
-        link.lock().unwrap().op("enq", id, digest(&payload));
-        if let Some(d) = deps {
-            link.lock().unwrap().op("after", id, d.to_string());
+            prev = ids.last().copied();
+        } else {
+            let id = enqueue_one(q, &payload, &mut rng, lean, prev, link);
+            prev = Some(id);
+        }
+        if lean == Lean::Limits || rng.below(20) == 0 {
+            // The group's limit, 2 or 3 by turns (steadq.limits replaced by rename); the
+            // report at the next boot must give the last one confirmed.
+            // The link is held from the write to its record, so the records of the loops'
+            // limits are in the order of their writes.
+            let max = 2 + (n % 2) as u32;
+            let mut l = link.lock().unwrap();
+            q.set_group_limit(&group(), Some(max))
+                .unwrap_or_else(|e| die("set_group_limit", e));
+            if let Some(id) = prev {
+                l.op("limit", id, max.to_string());
+            }
         }
         skips.note();
         match rng.below(12) {
@@ -522,6 +588,67 @@ fn run(q: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>, skips: &Skips) -> ! {
         }
         skips.note();
     }
+}
+
+/// One enqueue of `payload`, confirmed (`enq`, then `after` or `key`): one in five waits for
+/// the loop's previous job (`waiting/`, then moved to ready by that job's ack, or dead with
+/// it; refused when that job is dead already, then enqueued without it), one in three is in
+/// group `g`, one in five at another priority level, one in five keyed. When a removed
+/// barrier is one only some enqueues reach (`lean`), every enqueue is of that kind.
+fn enqueue_one(
+    q: &Queue,
+    payload: &[u8],
+    rng: &mut Rng,
+    lean: Lean,
+    prev: Option<JobId>,
+    link: &Arc<Mutex<Link>>,
+) -> JobId {
+    let want_after = lean == Lean::After || rng.below(5) == 0;
+    let after: Vec<JobId> = prev.filter(|_| want_after).into_iter().collect();
+    let priority =
+        (lean == Lean::Level || rng.below(5) == 0).then(|| [7u8, 0, 5][rng.below(3) as usize]);
+    // A key unique to this payload (random bytes), so a duplicate means a key came back.
+    let key = (lean == Lean::Key || rng.below(5) == 0).then(|| {
+        steadq::Key::new(&format!("pc-{}", &digest(payload)[..40]))
+            .unwrap_or_else(|| die("key", "pc-"))
+    });
+    let o = steadq::EnqueueOptions {
+        after: after.clone(),
+        group: (rng.below(3) == 0).then(group),
+        priority,
+        key,
+        ..Default::default()
+    };
+    let (e, deps) = match q.enqueue_with(payload, &o) {
+        Ok(e) => (e, after.first()),
+        Err(e) if matches!(e.kind(), steadq::ErrorKind::BadDependency { .. }) => {
+            let o = steadq::EnqueueOptions {
+                after: Vec::new(),
+                ..o
+            };
+            let e = q
+                .enqueue_with(payload, &o)
+                .unwrap_or_else(|e| die("enqueue (dependency dead)", e));
+            (e, None)
+        }
+        Err(e) => die("enqueue", e),
+    };
+    if e.is_duplicate() {
+        die(
+            "enqueue (keyed)",
+            format!("a new key gave the existing job {}", e.id()),
+        );
+    }
+    let id = e.id();
+    let mut l = link.lock().unwrap();
+    l.op("enq", id, digest(payload));
+    if let Some(d) = deps {
+        l.op("after", id, d.to_string());
+    }
+    if let Some(k) = key {
+        l.op("key", id, k.as_str().to_string());
+    }
+    id
 }
 
 /// Differs per boot, so each boot's payloads differ.

@@ -17,7 +17,7 @@ use crashlab::chart::{self, Row};
 use crashlab::diskmodel;
 use crashlab::invariants::{check, is_torn_evidence};
 use crashlab::record::{check_cut_op, KINDS};
-use crashlab::record::{expect_from, LineBuf, Op, Report};
+use crashlab::record::{check_keys_and_limit, expect_from, LineBuf, Op, Report};
 use crashlab::relay::{board_gpio, Relay};
 use crashlab::rng::Rng;
 use std::collections::HashSet;
@@ -561,6 +561,7 @@ fn check_boot(
     let snap = report.snapshot();
     let mut v = check(&snap, &expect);
     v.extend(cut_op.and_then(|op| check_cut_op(op, &snap)));
+    v.extend(check_keys_and_limit(report, &expect));
     v.extend(
         report
             .fsck
