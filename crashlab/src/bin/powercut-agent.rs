@@ -603,15 +603,16 @@ fn enqueue_one(
     prev: Option<JobId>,
     link: &Arc<Mutex<Link>>,
 ) -> JobId {
-    let want_after = lean == Lean::After || rng.below(5) == 0;
-    let after: Vec<JobId> = prev.filter(|_| want_after).into_iter().collect();
-    let priority =
-        (lean == Lean::Level || rng.below(5) == 0).then(|| [7u8, 0, 5][rng.below(3) as usize]);
     // A key unique to this payload (random bytes), so a duplicate means a key came back.
-    let key = (lean == Lean::Key || rng.below(5) == 0).then(|| {
+    // Keys do not go with dependencies (`InvalidArgument`).
+    let key = (lean == Lean::Key || (lean != Lean::After && rng.below(5) == 0)).then(|| {
         steadq::Key::new(&format!("pc-{}", &digest(payload)[..40]))
             .unwrap_or_else(|| die("key", "pc-"))
     });
+    let want_after = key.is_none() && (lean == Lean::After || rng.below(5) == 0);
+    let after: Vec<JobId> = prev.filter(|_| want_after).into_iter().collect();
+    let priority =
+        (lean == Lean::Level || rng.below(5) == 0).then(|| [7u8, 0, 5][rng.below(3) as usize]);
     let o = steadq::EnqueueOptions {
         after: after.clone(),
         group: (rng.below(3) == 0).then(group),
