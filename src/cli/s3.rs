@@ -146,14 +146,6 @@ mod with_s3 {
     /// A [`CliError`] with the exit code of the outcome.
     pub fn run(cmd: Cmd) -> Result<i32, CliError> {
         let e = match cmd {
-            Cmd::List(a) if a.json => Err(refused(
-                "list --json",
-                "its fields (path, max attempts, priority) have no StowQ counterpart",
-            )),
-            Cmd::Claim(a) if a.json => Err(refused(
-                "claim --json",
-                "its fields (path, max attempts, priority) have no StowQ counterpart",
-            )),
             Cmd::Compact(a) if a.keys_older_than.is_some() => Err(refused(
                 "compact --keys-older-than",
                 "compaction does not know a job's key, so keys are kept as long as the queue",
@@ -347,7 +339,20 @@ mod with_s3 {
         }
         // As on a local queue: nobody got the handle, so the job goes back rather than stay
         // leased and hidden until its lease expires (it exited 8 with the job leased).
-        let text = format!("{}\n", handle(&l)).into_bytes();
+        let text = if a.json {
+            let listed = stowq::Listed {
+                id: l.id,
+                state: State::Leased,
+                gen: l.generation(),
+                attempt: l.attempt,
+                sort_ms: l.deadline_ms,
+                priority: l.priority,
+            };
+            job_json(&q, &listed, 0, Some(&handle(&l)))? + "\n"
+        } else {
+            format!("{}\n", handle(&l))
+        }
+        .into_bytes();
         if let (false, Some(e)) = (
             super::super::stdout::write(&text),
             super::super::stdout::take_error(),
@@ -606,6 +611,10 @@ mod with_s3 {
         // Due as `status` and a claim decide it: by the upper bound of the service's time.
         let due_by = q.client.clock.upper_ms();
         for l in jobs.iter().filter(|l| listed_as(l, a.state, due_by)) {
+            if a.json {
+                out!("{}", job_json(&q, l, due_by, None)?);
+                continue;
+            }
             // A ready job not yet due is `delayed`, as a local queue's `list` names it.
             let s = match l.state {
                 State::Ready if l.sort_ms > due_by => "delayed",
@@ -614,6 +623,59 @@ mod with_s3 {
             out!("{:032x} {s} {} {} {}", l.id, l.gen, l.attempt, l.sort_ms);
         }
         Ok(Exit::Done)
+    }
+
+    /// A job as `list --json` prints it on a local queue (`encode::job_json`), one object on
+    /// one line, with the local names and units: `id`, `state` (`acked` for done, `delayed`
+    /// for a ready job not yet due by `due_by`), `attempt`, `priority`, `gen`, `deadline`
+    /// (unix seconds with milliseconds, service clock: a lease's expiry, a delayed job's due
+    /// time, an ack's time; `null` for a due ready job and a dead one), `reason` (a dead
+    /// job's, read from its record: one GET per dead job; else `null`), `path` (the newest
+    /// generation's key, as `show` prints it) and, from `claim --json`, `handle`. The local
+    /// `max` is left out: an s3:// queue's attempts are a handle option, not stored per job.
+    ///
+    /// # Errors
+    /// Not done: the dead job's record could not be read.
+    fn job_json(
+        q: &Queue,
+        l: &stowq::Listed,
+        due_by: i64,
+        handle: Option<&str>,
+    ) -> Result<String, CliError> {
+        use super::super::encode::json_string;
+        let delayed = l.state == State::Ready && l.sort_ms > due_by;
+        let state = match l.state {
+            State::Ready if delayed => "delayed",
+            State::Done => "acked",
+            s => s.as_str(),
+        };
+        let deadline = match l.state {
+            State::Leased | State::Done => Some(l.sort_ms),
+            State::Ready if delayed => Some(l.sort_ms),
+            _ => None,
+        };
+        let deadline = deadline.map_or("null".into(), |ms| {
+            fixed::secs(ms.max(0) as u128 * 1_000_000, 3)
+        });
+        let reason = match l.state {
+            State::Dead => q
+                .record(l.id, l.gen)?
+                .map_or("null".into(), |r| json_string(&r.reason)),
+            _ => "null".into(),
+        };
+        let mut o = format!(
+            "{{\"id\":\"{:032x}\",\"state\":\"{state}\",\"attempt\":{},\"priority\":{},\"gen\":{},\"deadline\":{deadline},\"reason\":{reason},\"path\":{}",
+            l.id,
+            l.attempt,
+            l.priority,
+            l.gen,
+            json_string(&q.keys().gen(l.id, l.gen)),
+        );
+        if let Some(h) = handle {
+            o += &format!(",\"handle\":{}", json_string(h));
+        }
+        o.push('}');
+        Ok(o)
     }
 
     /// Whether `list --state want` shows `l`: a ready job is `delayed` until it is due

@@ -382,6 +382,7 @@ impl Queue {
                     gen: m.gen,
                     attempt: m.attempt,
                     sort_ms: m.sort_ms,
+                    priority: crate::queue::DEFAULT_LEVEL,
                 });
             }
         }
@@ -425,6 +426,19 @@ impl Queue {
     /// Not done (it changes nothing): transport or status errors.
     pub fn envelope(&self, id: u128) -> Result<Option<Vec<u8>>> {
         self.get(&self.keys.gen(id, 0))
+    }
+
+    /// The record of generation `gen` (at least 1) of job `id` as stored: `Ok(None)` if that
+    /// generation is absent (a stale marker's, a compacted chain's) or is not a record. One
+    /// GET. `list --json` reads a dead job's reason with it.
+    ///
+    /// # Errors
+    /// Not done (it changes nothing): transport or status errors.
+    pub fn record(&self, id: u128, gen: u64) -> Result<Option<Record>> {
+        Ok(self
+            .get(&self.keys.gen(id, gen))?
+            .as_deref()
+            .and_then(Record::decode))
     }
 
     /// The true state of job `id`: its newest generation and that generation's record

@@ -267,6 +267,7 @@ impl Queue {
             attempt: rec.attempt,
             deadline_ms: deadline,
             token,
+            priority: crate::queue::DEFAULT_LEVEL,
             gen: m.gen + 1,
             base_at_ms: rec.at_ms,
         };

@@ -65,6 +65,10 @@ pub struct Queue {
 /// When a claim listing was made, and its due ready markers (key, parsed) not yet tried.
 pub(crate) type Candidates = (Option<Instant>, Vec<(String, Marker)>);
 
+/// The priority level of a job enqueued without one (as a local queue's default, 3). Its
+/// markers and records are those of a StowQ without levels.
+pub const DEFAULT_LEVEL: u8 = 3;
+
 /// How long the due ready markers of one claim listing are kept for the claims after it.
 /// A marker is a hint whatever its age (a claim's conditional create decides), so a stale one
 /// costs one refused create (412), like a lost race; a lost race drops the rest, since
@@ -85,6 +89,8 @@ pub struct Lease {
     pub deadline_ms: i64,
     /// Lease token, 32 hex.
     pub token: String,
+    /// The job's priority level, 0..=7.
+    pub priority: u8,
     pub(crate) gen: u64,
     /// When the held generation was written, unix ms of the service's clock (its record's
     /// `at`): the compaction fence's reference time.
@@ -210,6 +216,9 @@ pub struct Listed {
     pub attempt: u32,
     /// Due, deadline or finish time, unix ms.
     pub sort_ms: i64,
+    /// Priority level, 0..=7 (higher is claimed first; [`DEFAULT_LEVEL`] unless enqueued
+    /// with another).
+    pub priority: u8,
 }
 
 /// How a conditional create ended.
@@ -427,6 +436,7 @@ impl Queue {
                 attempt: r.attempt,
                 deadline_ms: r.due_ms,
                 token: r.token,
+                priority: DEFAULT_LEVEL,
                 gen,
                 base_at_ms: r.at_ms,
             }),
