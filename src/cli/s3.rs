@@ -222,13 +222,17 @@ mod with_s3 {
         let not_here = [
             (a.max_attempts.is_some(), "enqueue --max-attempts", "max attempts are a handle option on s3://, not stored per job"),
             (a.wait.is_some(), "enqueue --wait", "an s3:// queue has no capacity limit to wait for"),
-            (a.priority.is_some(), "enqueue --priority", "the s3:// index has no priority levels"),
             (!a.after.is_empty(), "enqueue --after", "s3:// queues have no dependencies between jobs"),
             (a.group.is_some(), "enqueue --group", "s3:// queues have no groups"),
             (
                 a.delay.is_some_and(|d| !d.is_zero()) && a.key.is_some(),
                 "enqueue --delay with --key",
                 "a keyed enqueue tells a compacted job from a new one by its generation 0, which a delayed job's record precedes",
+            ),
+            (
+                a.priority.is_some_and(|p| p != stowq::DEFAULT_LEVEL) && a.key.is_some(),
+                "enqueue --priority with --key",
+                "a job of another level has a record before its generation 0, as a delayed one, which a keyed enqueue takes for a compacted job's",
             ),
         ];
         if let Some((_, what, why)) = not_here.iter().find(|r| r.0) {
@@ -242,7 +246,8 @@ mod with_s3 {
         let payload = read_payload(a.file.as_deref(), a.max_payload)?;
         let q = open(&url(&a.dir))?;
         let Some(key) = a.key.as_deref() else {
-            let id = q.enqueue_delayed(&payload, a.delay.unwrap_or_default())?;
+            let level = a.priority.unwrap_or(stowq::DEFAULT_LEVEL);
+            let id = q.enqueue_with(&payload, a.delay.unwrap_or_default(), level)?;
             note_done(format!("the job WAS enqueued as {id:032x}"), "its id");
             out!("{id:032x}");
             return Ok(Exit::Done);
@@ -287,7 +292,7 @@ mod with_s3 {
         if a.aging.is_some() {
             return Err(refused(
                 "claim --aging",
-                "an s3:// queue has no priorities to age",
+                "claims on s3:// take the highest level strictly; aging is not written for them",
             ));
         }
         // A closed stdout would lose the handle with the job leased: refused before the claim.
@@ -574,7 +579,12 @@ mod with_s3 {
             for (n, c) in rows {
                 o += &format!(",\"{n}\":{c}");
             }
-            out!("{o},\"expired_leases\":{}}}", s.expired);
+            let by: Vec<String> = s.ready_by_priority.iter().map(u64::to_string).collect();
+            out!(
+                "{o},\"expired_leases\":{},\"ready_by_priority\":[{}]}}",
+                s.expired,
+                by.join(",")
+            );
             return Ok(Exit::Done);
         }
         if a.prometheus {
@@ -589,7 +599,13 @@ mod with_s3 {
             }
             o += "# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n\
                   # TYPE steadq_expired_leases gauge\n";
-            o += &format!("steadq_expired_leases{{queue=\"{ql}\"}} {}", s.expired);
+            o += &format!("steadq_expired_leases{{queue=\"{ql}\"}} {}\n", s.expired);
+            o += "# HELP steadq_ready_by_priority Ready jobs per priority level (7 is claimed first).\n\
+                  # TYPE steadq_ready_by_priority gauge\n";
+            for (p, n) in s.ready_by_priority.iter().enumerate() {
+                o += &format!("steadq_ready_by_priority{{queue=\"{ql}\",priority=\"{p}\"}} {n}\n");
+            }
+            let o = o.trim_end();
             out!("{o}");
             return Ok(Exit::Done);
         }
@@ -602,6 +618,18 @@ mod with_s3 {
             s.done,
             s.dead
         );
+        // As a local status: ready jobs per level, highest first, once any is not at the
+        // default level.
+        let by = &s.ready_by_priority;
+        let default = usize::from(stowq::DEFAULT_LEVEL);
+        if by.iter().enumerate().any(|(p, n)| p != default && *n > 0) {
+            let levels: Vec<String> = (0..by.len())
+                .rev()
+                .filter(|&p| by[p] > 0)
+                .map(|p| format!("{p}:{}", by[p]))
+                .collect();
+            out!("ready by priority  {}", levels.join(" "));
+        }
         Ok(Exit::Done)
     }
 
@@ -822,8 +850,7 @@ mod with_s3 {
         out!("path      {}", q.keys().gen(id, gen));
         out!("attempt   {}/{}", rec.attempt, q.options.max_attempts);
         out!("gen       {gen}");
-        // No priorities on s3:// ("Options still refused"): every job is at the default.
-        out!("priority  {}", steadq::DEFAULT_PRIORITY);
+        out!("priority  {}", rec.level);
         let h = match header {
             Some(Ok(h)) => h,
             None => {
@@ -1148,7 +1175,7 @@ mod with_s3 {
         if a.timeout.is_some() || a.aging.is_some() {
             return Err(refused(
                 "work --timeout, --aging",
-                "the s3:// worker has no command timer, and no priorities to age",
+                "the s3:// worker has no command timer, and its claims take the highest level strictly (aging is not written for them)",
             ));
         }
         // A command that cannot be started is refused before any job is claimed, as on a

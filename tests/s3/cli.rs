@@ -156,7 +156,7 @@ fn the_cli_round_trip() {
     );
     assert!(
         j.ends_with(
-            ",\"ready\":0,\"leased\":0,\"delayed\":0,\"dead\":0,\"acked\":1,\"expired_leases\":0}"
+            ",\"ready\":0,\"leased\":0,\"delayed\":0,\"dead\":0,\"acked\":1,\"expired_leases\":0,\"ready_by_priority\":[0,0,0,0,0,0,0,0]}"
         ),
         "{j}"
     );
@@ -207,12 +207,21 @@ fn the_cli_round_trip() {
     assert_eq!(status(m.port, url)[4], "done 2");
     // Options a queue in a bucket does not have are refused, naming them.
     let o = cli(m.port)
-        .args(["enqueue", url, "--priority", "5", "--file", file])
+        .args([
+            "enqueue",
+            url,
+            "--priority",
+            "5",
+            "--key",
+            "k1",
+            "--file",
+            file,
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--priority"), "{err}");
+    assert!(err.contains("enqueue --priority with --key"), "{err}");
     assert_eq!(status(m.port, url)[0], "ready 0", "nothing enqueued");
     let _ = std::fs::remove_file(&p);
     let _ = std::fs::remove_file(&got);

@@ -8,7 +8,7 @@ use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::Fail;
 use crate::keys::{id_hex, Keys, Marker, Record, State};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,12 @@ pub struct Queue {
     /// Due ready markers left over from this handle's last claim listing, and when it was
     /// made: the next claims try them before listing again ([`CANDIDATES_KEEP`]).
     pub(crate) candidates: Mutex<Candidates>,
+    /// Priority levels (a bit per level) this handle saw flagged in use in the ready index
+    /// ([`Keys::level_flag`]): its claims list those levels' indexes too.
+    pub(crate) levels_seen: AtomicU8,
+    /// Levels whose flags this handle knows exist in all 16 shards (it put them, or found
+    /// the last one): its enqueues of them skip the check.
+    pub(crate) levels_flagged: AtomicU8,
 }
 
 /// When a claim listing was made, and its due ready markers (key, parsed) not yet tried.
@@ -201,6 +207,9 @@ pub struct Status {
     pub done: u64,
     /// Dead-lettered.
     pub dead: u64,
+    /// Ready and due jobs per priority level (index = level, 0..=7), as a local queue's
+    /// `ready_by_priority`.
+    pub ready_by_priority: [u64; 8],
 }
 
 /// One job as the index lists it.
@@ -277,6 +286,8 @@ impl Queue {
             lost_races: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
             candidates: Mutex::default(),
+            levels_seen: AtomicU8::new(0),
+            levels_flagged: AtomicU8::new(0),
         };
         // An existing queue is opened as it is: on a service that ignores If-None-Match the
         // create below would rewrite its identity, and every job's envelope would then fail
@@ -343,6 +354,8 @@ impl Queue {
             lost_races: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
             candidates: Mutex::default(),
+            levels_seen: AtomicU8::new(0),
+            levels_flagged: AtomicU8::new(0),
         };
         q.queue_id = q.read_identity()?;
         q.learn_clock()?;
@@ -436,7 +449,7 @@ impl Queue {
                 attempt: r.attempt,
                 deadline_ms: r.due_ms,
                 token: r.token,
-                priority: DEFAULT_LEVEL,
+                priority: r.level,
                 gen,
                 base_at_ms: r.at_ms,
             }),
@@ -629,6 +642,7 @@ impl Queue {
             token: token.to_string(),
             nonce: id_hex(random_u128()),
             reason: reason.to_string(),
+            level: DEFAULT_LEVEL,
         }
     }
 
@@ -741,7 +755,8 @@ impl Queue {
     }
 }
 
-/// Generation 0's implied record: ready, attempt 0, due at `created_ms`.
+/// Generation 0's implied record: ready, attempt 0, due at `created_ms`, the default level
+/// (a job of another level always has a record above generation 0: [`Queue::enqueue_with`]).
 pub(crate) fn ready0(created_ms: i64) -> Record {
     Record {
         state: State::Ready,
@@ -751,6 +766,7 @@ pub(crate) fn ready0(created_ms: i64) -> Record {
         token: String::new(),
         nonce: String::new(),
         reason: String::new(),
+        level: DEFAULT_LEVEL,
     }
 }
 
