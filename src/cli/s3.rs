@@ -146,14 +146,6 @@ mod with_s3 {
     /// A [`CliError`] with the exit code of the outcome.
     pub fn run(cmd: Cmd) -> Result<i32, CliError> {
         let e = match cmd {
-            Cmd::List(a) if a.json => Err(refused(
-                "list --json",
-                "its fields (path, max attempts, priority) have no StowQ counterpart",
-            )),
-            Cmd::Claim(a) if a.json => Err(refused(
-                "claim --json",
-                "its fields (path, max attempts, priority) have no StowQ counterpart",
-            )),
             Cmd::Compact(a) if a.keys_older_than.is_some() => Err(refused(
                 "compact --keys-older-than",
                 "compaction does not know a job's key, so keys are kept as long as the queue",
@@ -230,13 +222,17 @@ mod with_s3 {
         let not_here = [
             (a.max_attempts.is_some(), "enqueue --max-attempts", "max attempts are a handle option on s3://, not stored per job"),
             (a.wait.is_some(), "enqueue --wait", "an s3:// queue has no capacity limit to wait for"),
-            (a.priority.is_some(), "enqueue --priority", "the s3:// index has no priority levels"),
             (!a.after.is_empty(), "enqueue --after", "s3:// queues have no dependencies between jobs"),
             (a.group.is_some(), "enqueue --group", "s3:// queues have no groups"),
             (
                 a.delay.is_some_and(|d| !d.is_zero()) && a.key.is_some(),
                 "enqueue --delay with --key",
                 "a keyed enqueue tells a compacted job from a new one by its generation 0, which a delayed job's record precedes",
+            ),
+            (
+                a.priority.is_some_and(|p| p != stowq::DEFAULT_LEVEL) && a.key.is_some(),
+                "enqueue --priority with --key",
+                "a job of another level has a record before its generation 0, as a delayed one, which a keyed enqueue takes for a compacted job's",
             ),
         ];
         if let Some((_, what, why)) = not_here.iter().find(|r| r.0) {
@@ -250,7 +246,8 @@ mod with_s3 {
         let payload = read_payload(a.file.as_deref(), a.max_payload)?;
         let q = open(&url(&a.dir))?;
         let Some(key) = a.key.as_deref() else {
-            let id = q.enqueue_delayed(&payload, a.delay.unwrap_or_default())?;
+            let level = a.priority.unwrap_or(stowq::DEFAULT_LEVEL);
+            let id = q.enqueue_with(&payload, a.delay.unwrap_or_default(), level)?;
             note_done(format!("the job WAS enqueued as {id:032x}"), "its id");
             out!("{id:032x}");
             return Ok(Exit::Done);
@@ -295,7 +292,7 @@ mod with_s3 {
         if a.aging.is_some() {
             return Err(refused(
                 "claim --aging",
-                "an s3:// queue has no priorities to age",
+                "claims on s3:// take the highest level strictly; aging is not written for them",
             ));
         }
         // A closed stdout would lose the handle with the job leased: refused before the claim.
@@ -347,7 +344,20 @@ mod with_s3 {
         }
         // As on a local queue: nobody got the handle, so the job goes back rather than stay
         // leased and hidden until its lease expires (it exited 8 with the job leased).
-        let text = format!("{}\n", handle(&l)).into_bytes();
+        let text = if a.json {
+            let listed = stowq::Listed {
+                id: l.id,
+                state: State::Leased,
+                gen: l.generation(),
+                attempt: l.attempt,
+                sort_ms: l.deadline_ms,
+                priority: l.priority,
+            };
+            job_json(&q, &listed, 0, Some(&handle(&l)))? + "\n"
+        } else {
+            format!("{}\n", handle(&l))
+        }
+        .into_bytes();
         if let (false, Some(e)) = (
             super::super::stdout::write(&text),
             super::super::stdout::take_error(),
@@ -569,7 +579,12 @@ mod with_s3 {
             for (n, c) in rows {
                 o += &format!(",\"{n}\":{c}");
             }
-            out!("{o},\"expired_leases\":{}}}", s.expired);
+            let by: Vec<String> = s.ready_by_priority.iter().map(u64::to_string).collect();
+            out!(
+                "{o},\"expired_leases\":{},\"ready_by_priority\":[{}]}}",
+                s.expired,
+                by.join(",")
+            );
             return Ok(Exit::Done);
         }
         if a.prometheus {
@@ -584,7 +599,13 @@ mod with_s3 {
             }
             o += "# HELP steadq_expired_leases Leases past their deadline, not yet recovered.\n\
                   # TYPE steadq_expired_leases gauge\n";
-            o += &format!("steadq_expired_leases{{queue=\"{ql}\"}} {}", s.expired);
+            o += &format!("steadq_expired_leases{{queue=\"{ql}\"}} {}\n", s.expired);
+            o += "# HELP steadq_ready_by_priority Ready jobs per priority level (7 is claimed first).\n\
+                  # TYPE steadq_ready_by_priority gauge\n";
+            for (p, n) in s.ready_by_priority.iter().enumerate() {
+                o += &format!("steadq_ready_by_priority{{queue=\"{ql}\",priority=\"{p}\"}} {n}\n");
+            }
+            let o = o.trim_end();
             out!("{o}");
             return Ok(Exit::Done);
         }
@@ -597,6 +618,18 @@ mod with_s3 {
             s.done,
             s.dead
         );
+        // As a local status: ready jobs per level, highest first, once any is not at the
+        // default level.
+        let by = &s.ready_by_priority;
+        let default = usize::from(stowq::DEFAULT_LEVEL);
+        if by.iter().enumerate().any(|(p, n)| p != default && *n > 0) {
+            let levels: Vec<String> = (0..by.len())
+                .rev()
+                .filter(|&p| by[p] > 0)
+                .map(|p| format!("{p}:{}", by[p]))
+                .collect();
+            out!("ready by priority  {}", levels.join(" "));
+        }
         Ok(Exit::Done)
     }
 
@@ -606,6 +639,10 @@ mod with_s3 {
         // Due as `status` and a claim decide it: by the upper bound of the service's time.
         let due_by = q.client.clock.upper_ms();
         for l in jobs.iter().filter(|l| listed_as(l, a.state, due_by)) {
+            if a.json {
+                out!("{}", job_json(&q, l, due_by, None)?);
+                continue;
+            }
             // A ready job not yet due is `delayed`, as a local queue's `list` names it.
             let s = match l.state {
                 State::Ready if l.sort_ms > due_by => "delayed",
@@ -614,6 +651,59 @@ mod with_s3 {
             out!("{:032x} {s} {} {} {}", l.id, l.gen, l.attempt, l.sort_ms);
         }
         Ok(Exit::Done)
+    }
+
+    /// A job as `list --json` prints it on a local queue (`encode::job_json`), one object on
+    /// one line, with the local names and units: `id`, `state` (`acked` for done, `delayed`
+    /// for a ready job not yet due by `due_by`), `attempt`, `priority`, `gen`, `deadline`
+    /// (unix seconds with milliseconds, service clock: a lease's expiry, a delayed job's due
+    /// time, an ack's time; `null` for a due ready job and a dead one), `reason` (a dead
+    /// job's, read from its record: one GET per dead job; else `null`), `path` (the newest
+    /// generation's key, as `show` prints it) and, from `claim --json`, `handle`. The local
+    /// `max` is left out: an s3:// queue's attempts are a handle option, not stored per job.
+    ///
+    /// # Errors
+    /// Not done: the dead job's record could not be read.
+    fn job_json(
+        q: &Queue,
+        l: &stowq::Listed,
+        due_by: i64,
+        handle: Option<&str>,
+    ) -> Result<String, CliError> {
+        use super::super::encode::json_string;
+        let delayed = l.state == State::Ready && l.sort_ms > due_by;
+        let state = match l.state {
+            State::Ready if delayed => "delayed",
+            State::Done => "acked",
+            s => s.as_str(),
+        };
+        let deadline = match l.state {
+            State::Leased | State::Done => Some(l.sort_ms),
+            State::Ready if delayed => Some(l.sort_ms),
+            _ => None,
+        };
+        let deadline = deadline.map_or("null".into(), |ms| {
+            fixed::secs(ms.max(0) as u128 * 1_000_000, 3)
+        });
+        let reason = match l.state {
+            State::Dead => q
+                .record(l.id, l.gen)?
+                .map_or("null".into(), |r| json_string(&r.reason)),
+            _ => "null".into(),
+        };
+        let mut o = format!(
+            "{{\"id\":\"{:032x}\",\"state\":\"{state}\",\"attempt\":{},\"priority\":{},\"gen\":{},\"deadline\":{deadline},\"reason\":{reason},\"path\":{}",
+            l.id,
+            l.attempt,
+            l.priority,
+            l.gen,
+            json_string(&q.keys().gen(l.id, l.gen)),
+        );
+        if let Some(h) = handle {
+            o += &format!(",\"handle\":{}", json_string(h));
+        }
+        o.push('}');
+        Ok(o)
     }
 
     /// Whether `list --state want` shows `l`: a ready job is `delayed` until it is due
@@ -760,8 +850,7 @@ mod with_s3 {
         out!("path      {}", q.keys().gen(id, gen));
         out!("attempt   {}/{}", rec.attempt, q.options.max_attempts);
         out!("gen       {gen}");
-        // No priorities on s3:// ("Options still refused"): every job is at the default.
-        out!("priority  {}", steadq::DEFAULT_PRIORITY);
+        out!("priority  {}", rec.level);
         let h = match header {
             Some(Ok(h)) => h,
             None => {
@@ -1070,7 +1159,7 @@ mod with_s3 {
         if a.timeout.is_some() || a.aging.is_some() {
             return Err(refused(
                 "work --timeout, --aging",
-                "the s3:// worker has no command timer, and no priorities to age",
+                "the s3:// worker has no command timer, and its claims take the highest level strictly (aging is not written for them)",
             ));
         }
         // A command that cannot be started is refused before any job is claimed, as on a

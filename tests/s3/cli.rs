@@ -156,7 +156,7 @@ fn the_cli_round_trip() {
     );
     assert!(
         j.ends_with(
-            ",\"ready\":0,\"leased\":0,\"delayed\":0,\"dead\":0,\"acked\":1,\"expired_leases\":0}"
+            ",\"ready\":0,\"leased\":0,\"delayed\":0,\"dead\":0,\"acked\":1,\"expired_leases\":0,\"ready_by_priority\":[0,0,0,0,0,0,0,0]}"
         ),
         "{j}"
     );
@@ -207,12 +207,21 @@ fn the_cli_round_trip() {
     assert_eq!(status(m.port, url)[4], "done 2");
     // Options a queue in a bucket does not have are refused, naming them.
     let o = cli(m.port)
-        .args(["enqueue", url, "--priority", "5", "--file", file])
+        .args([
+            "enqueue",
+            url,
+            "--priority",
+            "5",
+            "--key",
+            "k1",
+            "--file",
+            file,
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--priority"), "{err}");
+    assert!(err.contains("enqueue --priority with --key"), "{err}");
     assert_eq!(status(m.port, url)[0], "ready 0", "nothing enqueued");
     let _ = std::fs::remove_file(&p);
     let _ = std::fs::remove_file(&got);
@@ -1504,4 +1513,176 @@ fn fsck_on_s3_reports_what_repair_would_fix_and_changes_nothing() {
         err.contains("fsck --quarantine: not supported on s3:// queues ("),
         "{err}"
     );
+}
+
+/// `python3 -c` reading JSON lines on stdin: each line must parse (`json.loads`), and comes
+/// back as `id|state|attempt|priority|gen|deadline|reason as UTF-8 hex|path|handle|keys`.
+fn parse_json_lines(text: &str) -> Vec<Vec<String>> {
+    let script = r#"
+import json, sys
+for l in sys.stdin.read().splitlines():
+    o = json.loads(l)
+    r = o["reason"]
+    print("|".join([o["id"], o["state"], str(o["attempt"]), str(o["priority"]), str(o["gen"]),
+        repr(o["deadline"]), "null" if r is None else r.encode().hex(), o["path"],
+        o.get("handle", "-"), ",".join(o)]))
+"#;
+    let mut c = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert!(o.status.success(), "not JSON lines:\n{text}");
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split('|').map(String::from).collect())
+        .collect()
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// `list --json` on an s3:// queue: one JSON object per job and line, with the local
+/// field names and units (`acked` for done, `delayed` for a ready job not yet due, the
+/// deadline in unix seconds), each line parsed by Python's `json.loads` and its values
+/// checked against what was done to the jobs; a dead job's reason with `"`, `\` and
+/// non-ASCII comes back intact. `claim --json` prints the same object with the handle. Both
+/// were refused.
+#[test]
+fn list_json_on_s3_gives_each_job_as_a_local_list_does() {
+    let Some(m) = moto() else { return };
+    let url = "s3://clijson/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let enq = |extra: &[&str]| {
+        let (code, id) = out(cli(m.port)
+            .args(["enqueue", url])
+            .args(extra)
+            .stdin(Stdio::null()));
+        assert_eq!(code, 0);
+        id
+    };
+    let acked = enq(&[]);
+    let (code, h) = out(cli(m.port).args(["claim", url]));
+    assert_eq!(code, 0);
+    assert!(h.starts_with(&acked));
+    let t_ack = unix_now();
+    assert_eq!(out(cli(m.port).args(["ack", url, &h])).0, 0);
+    let dead = enq(&[]);
+    let (code, h) = out(cli(m.port).args(["claim", url]));
+    assert!(code == 0 && h.starts_with(&dead));
+    let reason = "said \"no\" \\ back: é ✓";
+    assert_eq!(
+        out(cli(m.port).args(["fail", url, &h, "--reason", reason])).0,
+        0
+    );
+    let leased = enq(&[]);
+    let t_claim = unix_now();
+    let (code, j) = out(cli(m.port).args(["claim", url, "--json", "--lease", "60s"]));
+    assert_eq!(code, 0, "{j}");
+    let claimed = parse_json_lines(&j);
+    assert_eq!(claimed.len(), 1, "{j}");
+    let c = &claimed[0];
+    assert_eq!(
+        (
+            &c[0],
+            c[1].as_str(),
+            c[2].as_str(),
+            c[3].as_str(),
+            c[4].as_str()
+        ),
+        (&leased, "leased", "1", "3", "1")
+    );
+    assert!(c[8].starts_with(&format!("{leased}.1.")), "handle {}", c[8]);
+    assert_eq!(
+        c[9], "id,state,attempt,priority,gen,deadline,reason,path,handle",
+        "the local fields but max"
+    );
+    let lease_deadline: f64 = c[5].parse().unwrap();
+    assert!(
+        (lease_deadline - (t_claim + 60.0)).abs() < 5.0,
+        "{lease_deadline} vs {t_claim}"
+    );
+    let ready = enq(&[]);
+    let t_delay = unix_now();
+    let delayed = enq(&["--delay", "1h"]);
+    let (code, text) = out(cli(m.port).args(["list", url, "--json"]));
+    assert_eq!(code, 0);
+    let rows = parse_json_lines(&text);
+    assert_eq!(rows.len(), 5, "{text}");
+    let row = |id: &str| rows.iter().find(|r| r[0] == id).unwrap().clone();
+    let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    for r in &rows {
+        assert_eq!(
+            r[7],
+            format!("q/j/{}/{:08x}", r[0], r[4].parse::<u64>().unwrap())
+        );
+        assert_eq!(r[8], "-", "no handle in list");
+        assert_eq!(
+            r[9], "id,state,attempt,priority,gen,deadline,reason,path",
+            "{r:?}"
+        );
+        assert_eq!(r[3], "3", "the default level");
+    }
+    let a = row(&acked);
+    assert_eq!(
+        (a[1].as_str(), a[2].as_str(), a[4].as_str(), a[6].as_str()),
+        ("acked", "1", "2", "null")
+    );
+    let at: f64 = a[5].parse().unwrap();
+    assert!(
+        (at - t_ack).abs() < 5.0,
+        "acked at {at}, ack sent at {t_ack}"
+    );
+    let d = row(&dead);
+    assert_eq!(
+        (d[1].as_str(), d[2].as_str(), d[4].as_str(), d[5].as_str()),
+        ("dead", "1", "2", "None")
+    );
+    assert_eq!(
+        d[6],
+        hex(reason),
+        "the reason, escaped and read back intact"
+    );
+    let l = row(&leased);
+    assert_eq!(
+        (l[1].as_str(), l[2].as_str(), l[4].as_str()),
+        ("leased", "1", "1")
+    );
+    assert_eq!(
+        l[5].parse::<f64>().unwrap(),
+        lease_deadline,
+        "as claim --json said"
+    );
+    let r = row(&ready);
+    assert_eq!(
+        (
+            r[1].as_str(),
+            r[2].as_str(),
+            r[4].as_str(),
+            r[5].as_str(),
+            r[6].as_str()
+        ),
+        ("ready", "0", "0", "None", "null")
+    );
+    let y = row(&delayed);
+    assert_eq!(
+        (y[1].as_str(), y[2].as_str(), y[4].as_str()),
+        ("delayed", "0", "1")
+    );
+    let due: f64 = y[5].parse().unwrap();
+    assert!((due - (t_delay + 3600.0)).abs() < 5.0, "due {due}");
+    // --state filters the JSON lines as it does the text ones.
+    let (code, text) = out(cli(m.port).args(["list", url, "--json", "--state", "dead"]));
+    assert_eq!(code, 0);
+    let rows = parse_json_lines(&text);
+    assert_eq!((rows.len(), rows[0][0].as_str()), (1, dead.as_str()));
 }

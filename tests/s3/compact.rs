@@ -122,6 +122,7 @@ fn a_stale_holder_cannot_finish_into_a_compacted_chain() {
         token: String::new(),
         nonce: String::new(),
         reason: String::new(),
+        level: stowq::DEFAULT_LEVEL,
     };
     let marker = q.keys().marker(id, 0, &rec0);
     assert_eq!(q.client.put(&marker, b"").unwrap().status, 200);

@@ -568,3 +568,128 @@ fn a_delayed_enqueue_says_what_happened_and_is_never_due_early() {
         "stowq delayed enqueue under faults (3 requests × 7 kinds, and a 4th index): {tally:?}"
     ));
 }
+
+/// A prioritised enqueue (`enqueue_with`, level 7) under every fault kind at each of its
+/// requests, with the level's flags already in place (GET of the last flag, the record, the
+/// envelope, the marker) and on a queue where they are not (the GET, the first flag's PUT,
+/// the last flag's PUT): done ⇒ the job exists at level 7 (its record says so) and, unless
+/// an outage, is indexed at its level, and a claim takes it before a level-3 job; not done
+/// ⇒ no envelope (no job); indeterminate ⇒ either. After `repair` an existing job is listed
+/// at level 7 and claimed first.
+#[test]
+fn a_prioritised_enqueue_says_what_happened() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "priofaults");
+    let proxy = Proxy::start(m.port);
+    let opts = Options {
+        tries: 8,
+        backoff: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let popts = Options {
+        tries: 3,
+        backoff: Duration::from_millis(20),
+        ..Options::default()
+    };
+    let mut tally: BTreeMap<Said, u32> = BTreeMap::new();
+    // (flags in place, fault)
+    let mut cases = vec![(true, None), (false, None)];
+    for i in 0..4 {
+        cases.extend(Fault::ALL.map(|f| (true, Some((f, i)))));
+    }
+    for i in [0, 1, 16] {
+        cases.extend(Fault::ALL.map(|f| (false, Some((f, i)))));
+    }
+    for (n, (flagged, fault)) in cases.into_iter().enumerate() {
+        let prefix = format!("p{n}");
+        let d = queue(m.port, "priofaults", &prefix, opts.clone());
+        let plain = d.enqueue(b"plain").unwrap();
+        if flagged {
+            for s in stowq::keys::SHARDS {
+                assert_eq!(
+                    d.client
+                        .put(&d.keys().level_flag(s, 7), b"")
+                        .unwrap()
+                        .status,
+                    200
+                );
+            }
+        }
+        proxy.arm(None);
+        let p = Queue::open(
+            Client::new(config(proxy.port, PROXY_TIMEOUT_MS), "priofaults"),
+            &prefix,
+            popts.clone(),
+        )
+        .unwrap();
+        proxy.arm(fault);
+        let r = p.enqueue_with(b"urgent", Duration::ZERO, 7);
+        if fault.is_none() {
+            let want = if flagged { 4 } else { 20 };
+            assert_eq!(
+                proxy.seen(),
+                want,
+                "requests per prioritised enqueue (flags in place: {flagged})"
+            );
+        }
+        proxy.arm(None);
+        let said = said(&r, |_| true);
+        *tally.entry(said).or_default() += 1;
+        let page = chains(&d);
+        let gens: Vec<(u128, u64)> = page
+            .entries
+            .iter()
+            .filter_map(|e| d.keys().parse_gen(&e.key))
+            .filter(|g| g.0 != plain)
+            .collect();
+        let what = format!("flags {flagged}, {fault:?}: said {said:?}, generations {gens:?}");
+        let has = |g: u64| gens.iter().any(|x| x.1 == g);
+        assert!(!has(0) || has(1), "an envelope without its record: {what}");
+        let fresh = || {
+            Queue::open(
+                Client::new(config(m.port, 10_000), "priofaults"),
+                &prefix,
+                opts.clone(),
+            )
+            .unwrap()
+        };
+        match said {
+            Said::Done => {
+                let id = *r.as_ref().unwrap();
+                assert_eq!(gens, [(id, 0), (id, 1)], "{what}");
+                let (g, rec) = d.inspect(id).unwrap().unwrap();
+                assert_eq!((g, rec.state, rec.level), (1, State::Ready, 7), "{what}");
+                if fault.is_none_or(|f| f.0 != Fault::Outage) {
+                    let l = fresh().claim().unwrap().unwrap();
+                    assert_eq!((l.id, l.priority), (id, 7), "claimed first: {what}");
+                    continue;
+                }
+            }
+            Said::NotDone => assert!(!has(0), "not done, but the job exists: {what}"),
+            Said::Indeterminate => {}
+        }
+        d.repair().unwrap();
+        if has(0) {
+            let id = gens[0].0;
+            let listed = d.list().unwrap();
+            let l = listed.iter().find(|l| l.id == id).unwrap();
+            assert_eq!(
+                (l.state, l.priority),
+                (State::Ready, 7),
+                "after repair: {what}"
+            );
+            let l = fresh().claim().unwrap().unwrap();
+            assert_eq!(
+                (l.id, l.priority),
+                (id, 7),
+                "claimed first after repair: {what}"
+            );
+        } else {
+            let l = fresh().claim().unwrap().unwrap();
+            assert_eq!(l.id, plain, "{what}");
+        }
+    }
+    report(&format!(
+        "stowq prioritised enqueue under faults (4 requests × 7 kinds with flags, 3 × 7 without): {tally:?}"
+    ));
+}

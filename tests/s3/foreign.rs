@@ -173,6 +173,7 @@ fn a_marker_of_a_generation_that_does_not_exist_is_not_claimed() {
         token: String::new(),
         nonce: String::new(),
         reason: String::new(),
+        level: stowq::DEFAULT_LEVEL,
     };
     let forged = q.keys().marker(id, 5, &rec);
     assert_eq!(q.client.put(&forged, b"").unwrap().status, 200);

@@ -204,6 +204,7 @@ fn repair_restores_the_index_after_crash_windows() {
         token: "t".into(),
         nonce: "n".into(),
         reason: String::new(),
+        level: stowq::DEFAULT_LEVEL,
     };
     let r = q
         .client

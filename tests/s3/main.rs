@@ -15,6 +15,7 @@ mod faults;
 mod foreign;
 mod harness;
 mod lifecycle;
+mod priority;
 mod race;
 mod scale;
 mod sigkill;

@@ -2,11 +2,13 @@
 //! requeue, repair, list, status and the true state of one job.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{id_hex, Marker, Record, State, SHARDS};
+use crate::keys::{id_hex, Marker, Record, State, MAX_LEVEL, SHARDS};
 use crate::queue::{
     batch, random_u128, ready0, CheckReport, Listed, Queue, RecoverReport, RepairReport, Status,
+    DEFAULT_LEVEL,
 };
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 /// What [`Queue::repair`] would change, from one reading of the index and the chains.
 #[derive(Default)]
@@ -57,6 +59,53 @@ impl Queue {
         Ok(out)
     }
 
+    /// The due ready markers a claim picks from: those of the highest level that has any.
+    /// The default level's index is listed as before ([`Queue::due_markers`], one LIST in
+    /// the common case), and its listing shows the levels flagged in use (each shard's
+    /// head holds the flags); the index of each level above the default that this handle
+    /// knows in use is listed first (one LIST each, from its start), and of each level below
+    /// only when no level above had a due job. So a queue without other levels costs a claim
+    /// what it did, and each level in use above the default one LIST more while it is empty.
+    pub(crate) fn due_ready(&self, now: i64) -> Result<Vec<(String, Marker)>> {
+        let level = |l: u8| -> Result<Vec<(String, Marker)>> {
+            let mut out = Vec::new();
+            self.collect(&self.keys.ready_index(l), None, None, Some(now), &mut out)?;
+            Ok(out)
+        };
+        let above = |seen: u8| {
+            (DEFAULT_LEVEL + 1..=MAX_LEVEL)
+                .rev()
+                .filter(move |l| seen & (1 << l) != 0)
+        };
+        let known = self.levels_seen.load(Ordering::Relaxed);
+        for l in above(known) {
+            let c = level(l)?;
+            if !c.is_empty() {
+                return Ok(c);
+            }
+        }
+        let default = self.due_markers(State::Ready, Some(now))?;
+        // Levels above the default that this listing showed for the first time.
+        let learned = self.levels_seen.load(Ordering::Relaxed) & !known;
+        for l in above(learned) {
+            let c = level(l)?;
+            if !c.is_empty() {
+                return Ok(c);
+            }
+        }
+        if !default.is_empty() {
+            return Ok(default);
+        }
+        let seen = self.levels_seen.load(Ordering::Relaxed);
+        for l in (0..DEFAULT_LEVEL).rev().filter(|l| seen & (1 << l) != 0) {
+            let c = level(l)?;
+            if !c.is_empty() {
+                return Ok(c);
+            }
+        }
+        Ok(Vec::new())
+    }
+
     /// Append due markers listed under `base` after key `after` and before key `stop`.
     fn collect(
         &self,
@@ -78,6 +127,10 @@ impl Queue {
                     return Ok(());
                 }
                 let Some(m) = self.keys.parse_marker(&e.key) else {
+                    // A level's flag at a shard's head: claims list that level's index too.
+                    if let Some(l) = self.keys.parse_level_flag(&e.key) {
+                        self.levels_seen.fetch_or(1 << l, Ordering::Relaxed);
+                    }
                     continue;
                 };
                 if until_ms.is_some_and(|u| m.sort_ms > u) {
@@ -126,6 +179,14 @@ impl Queue {
                     self.new_record(State::Ready, m.attempt, now, "", why),
                 )
             };
+            // The job keeps its level.
+            let out = (
+                out.0,
+                Record {
+                    level: m.level,
+                    ..out.1
+                },
+            );
             let moved = self
                 .step_from_marker(m.id, m.gen, &key, &out.1)
                 .and_then(|done| Ok(done && self.chain_alive(m.id, m.gen + 1, &out.1)?));
@@ -155,7 +216,10 @@ impl Queue {
             if only.is_some_and(|id| id != m.id) {
                 continue;
             }
-            let rec = self.new_record(State::Ready, 0, self.client.clock.now_ms(), "", "requeued");
+            let rec = Record {
+                level: m.level,
+                ..self.new_record(State::Ready, 0, self.client.clock.now_ms(), "", "requeued")
+            };
             let moved = self
                 .step_from_marker(m.id, m.gen, &key, &rec)
                 .and_then(|done| Ok(done && self.chain_alive(m.id, m.gen + 1, &rec)?));
@@ -350,15 +414,21 @@ impl Queue {
         state: State,
         strangers: &mut Vec<String>,
     ) -> Result<Vec<(String, Marker)>> {
-        let base = self.keys.index(state);
+        // Every level's ready index in one listing (`P/i/ready` matches `P/i/ready/` and
+        // `P/i/ready-<L>/`); the level flags in it are no strangers.
+        let base = match state {
+            State::Ready => self.keys.ready_indexes(),
+            s => self.keys.index(s),
+        };
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
             let page = self.list_page(&base, None, token.as_deref(), 1000)?;
             for e in page.entries {
                 match self.keys.parse_marker(&e.key) {
-                    Some(m) => out.push((e.key, m)),
-                    None => strangers.push(e.key),
+                    Some(m) if m.state == state => out.push((e.key, m)),
+                    None if self.keys.parse_level_flag(&e.key).is_some() => {}
+                    _ => strangers.push(e.key),
                 }
             }
             match page.next {
@@ -382,6 +452,7 @@ impl Queue {
                     gen: m.gen,
                     attempt: m.attempt,
                     sort_ms: m.sort_ms,
+                    priority: m.level,
                 });
             }
         }
@@ -406,7 +477,10 @@ impl Queue {
         for l in self.list()? {
             let c = match l.state {
                 State::Ready if l.sort_ms > due_by => &mut st.delayed,
-                State::Ready => &mut st.ready,
+                State::Ready => {
+                    st.ready_by_priority[usize::from(l.priority.min(7))] += 1;
+                    &mut st.ready
+                }
                 State::Leased if l.sort_ms < now => &mut st.expired,
                 State::Leased => &mut st.leased,
                 State::Done => &mut st.done,
@@ -425,6 +499,19 @@ impl Queue {
     /// Not done (it changes nothing): transport or status errors.
     pub fn envelope(&self, id: u128) -> Result<Option<Vec<u8>>> {
         self.get(&self.keys.gen(id, 0))
+    }
+
+    /// The record of generation `gen` (at least 1) of job `id` as stored: `Ok(None)` if that
+    /// generation is absent (a stale marker's, a compacted chain's) or is not a record. One
+    /// GET. `list --json` reads a dead job's reason with it.
+    ///
+    /// # Errors
+    /// Not done (it changes nothing): transport or status errors.
+    pub fn record(&self, id: u128, gen: u64) -> Result<Option<Record>> {
+        Ok(self
+            .get(&self.keys.gen(id, gen))?
+            .as_deref()
+            .and_then(Record::decode))
     }
 
     /// The true state of job `id`: its newest generation and that generation's record

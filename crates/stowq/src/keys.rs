@@ -5,6 +5,9 @@
 //! P/j/<id>/00000000                        the job envelope (steadq::format), generation 0
 //! P/j/<id>/<gen 8 hex>                     generation gen >= 1: a Record (the job's state)
 //! P/i/<state>/<shard>/<sort 13>.<id>.<gen 8 hex>.<attempt>   index marker (a hint)
+//! P/i/<state>/<shard>/<sort 13>.<id>.<gen 8 hex>.<attempt>.p<L>   the same, priority L != 3
+//!                                          (a ready one under P/i/ready-<L>/, not P/i/ready/)
+//! P/i/ready/<shard>/-p<L>                  flag: level L != 3 is in use (in all 16 shards)
 //! ```
 //!
 //! The chain `P/j/<id>/` is the truth: the job's state is its highest generation, and each
@@ -65,6 +68,11 @@ pub struct Record {
     pub nonce: String,
     /// Why (dead, or a nack's note); one line.
     pub reason: String,
+    /// Priority level, 0..=7 (higher is claimed first). Written as a last line `prio L`
+    /// only when it is not [`crate::DEFAULT_LEVEL`], so a record of a job of the default
+    /// level is byte for byte what a StowQ without levels writes; a decoder without levels
+    /// ignores the line.
+    pub level: u8,
 }
 
 impl Record {
@@ -83,6 +91,9 @@ impl Record {
             self.nonce,
             reason
         );
+        if self.level != crate::DEFAULT_LEVEL {
+            let _ = writeln!(s, "prio {}", self.level);
+        }
         s.into_bytes()
     }
 
@@ -98,7 +109,7 @@ impl Record {
             let v = l.strip_prefix(name)?.strip_prefix(' ').unwrap_or("");
             Some(v.to_string())
         };
-        Some(Record {
+        let mut r = Record {
             state: State::parse(&field("state")?)?,
             attempt: field("attempt")?.parse().ok()?,
             at_ms: field("at")?.parse().ok()?,
@@ -106,7 +117,16 @@ impl Record {
             token: field("token")?,
             nonce: field("nonce")?,
             reason: field("reason")?,
-        })
+            level: crate::DEFAULT_LEVEL,
+        };
+        if let Some(l) = lines.next() {
+            r.level = l
+                .strip_prefix("prio ")?
+                .parse()
+                .ok()
+                .filter(|l| *l <= MAX_LEVEL)?;
+        }
+        Some(r)
     }
 
     /// The value a marker sorts by: due time (ready), deadline (leased), write time (else).
@@ -117,6 +137,9 @@ impl Record {
         }
     }
 }
+
+/// The highest priority level (levels are `0..=MAX_LEVEL`, as a local queue's).
+pub const MAX_LEVEL: u8 = 7;
 
 /// The 16 index shards: the last hex digit of the job id.
 pub const SHARDS: [char; 16] = [
@@ -152,6 +175,8 @@ pub struct Marker {
     pub gen: u64,
     /// That generation's attempt count.
     pub attempt: u32,
+    /// The job's priority level.
+    pub level: u8,
 }
 
 impl Keys {
@@ -197,11 +222,56 @@ impl Keys {
         format!("{}i/{}/{shard}/", self.base, state.as_str())
     }
 
-    /// The marker for generation `gen` of `id` holding `rec`.
+    /// Prefix of the ready index of priority `level` (`P/i/ready/` for the default level,
+    /// `P/i/ready-<level>/` for another).
+    pub fn ready_index(&self, level: u8) -> String {
+        if level == crate::DEFAULT_LEVEL {
+            self.index(State::Ready)
+        } else {
+            format!("{}i/ready-{level}/", self.base)
+        }
+    }
+
+    /// Prefix of every ready index, of every level: `P/i/ready` (no slash), one listing.
+    pub fn ready_indexes(&self) -> String {
+        format!("{}i/ready", self.base)
+    }
+
+    /// The flag that level `level` (not the default) is in use, in shard `shard` of the
+    /// default ready index: it sorts before every marker of the shard (`-` before the
+    /// digits), so a claim's listing of that shard meets it first.
+    pub fn level_flag(&self, shard: char, level: u8) -> String {
+        format!("{}{shard}/-p{level}", self.index(State::Ready))
+    }
+
+    /// The level a key of [`Keys::level_flag`]'s shape flags; `None` if it is none.
+    pub fn parse_level_flag(&self, key: &str) -> Option<u8> {
+        let rest = key.strip_prefix(&self.index(State::Ready))?;
+        let (shard_part, name) = rest.split_once('/')?;
+        let l: u8 = name.strip_prefix("-p")?.parse().ok()?;
+        (shard_part.len() == 1
+            && SHARDS.contains(&shard_part.chars().next()?)
+            && l <= MAX_LEVEL
+            && l != crate::DEFAULT_LEVEL
+            && name.len() == 3)
+            .then_some(l)
+    }
+
+    /// The marker for generation `gen` of `id` holding `rec`. A job of the default level has
+    /// the markers of a StowQ without levels; another level's names end in `.p<level>`, and
+    /// its ready markers are in its own index ([`Keys::ready_index`]).
     pub fn marker(&self, id: u128, gen: u64, rec: &Record) -> String {
+        let dir = match rec.state {
+            State::Ready => format!("{}{}/", self.ready_index(rec.level), shard(id)),
+            s => self.index_shard(s, shard(id)),
+        };
+        let tag = if rec.level == crate::DEFAULT_LEVEL {
+            String::new()
+        } else {
+            format!(".p{}", rec.level)
+        };
         format!(
-            "{}{:013}.{}.{gen:08x}.{}",
-            self.index_shard(rec.state, shard(id)),
+            "{dir}{:013}.{}.{gen:08x}.{}{tag}",
             rec.sort_ms().max(0),
             id_hex(id),
             rec.attempt
@@ -214,7 +284,12 @@ impl Keys {
     pub fn parse_marker(&self, key: &str) -> Option<Marker> {
         let rest = key.strip_prefix(&self.base)?.strip_prefix("i/")?;
         let mut p = rest.split('/');
-        let state = State::parse(p.next()?)?;
+        let dir = p.next()?;
+        // `ready-<L>`: the ready index of level L (not the default).
+        let (state, dir_level) = match dir.strip_prefix("ready-") {
+            Some(l) => (State::Ready, Some(l.parse::<u8>().ok()?)),
+            None => (State::parse(dir)?, None),
+        };
         let shard_part = p.next()?;
         let name = p.next()?;
         if p.next().is_some() {
@@ -225,6 +300,20 @@ impl Keys {
         let id = u128::from_str_radix(f.next()?, 16).ok()?;
         let gen = u64::from_str_radix(f.next()?, 16).ok()?;
         let attempt = f.next()?.parse().ok()?;
+        let level = match f.next() {
+            None => crate::DEFAULT_LEVEL,
+            Some(t) => {
+                let l: u8 = t.strip_prefix('p')?.parse().ok()?;
+                if l == crate::DEFAULT_LEVEL || l > MAX_LEVEL || t.len() != 2 {
+                    return None;
+                }
+                l
+            }
+        };
+        // A ready marker of another level is in that level's index, and only there.
+        if state == State::Ready && dir_level.unwrap_or(crate::DEFAULT_LEVEL) != level {
+            return None;
+        }
         if f.next().is_some() || shard_part.len() != 1 || !shard_part.starts_with(shard(id)) {
             return None;
         }
@@ -234,6 +323,7 @@ impl Keys {
             id,
             gen,
             attempt,
+            level,
         })
     }
 
@@ -262,6 +352,7 @@ mod tests {
             token: "ab".into(),
             nonce: "cd".into(),
             reason: "two\nlines".into(),
+            level: crate::DEFAULT_LEVEL,
         };
         let d = Record::decode(&r.encode()).unwrap();
         assert_eq!(d.reason, "two lines");
@@ -293,5 +384,63 @@ mod tests {
         ] {
             assert_eq!(k.parse_marker(foreign), None, "{foreign}");
         }
+    }
+
+    #[test]
+    fn levels_in_records_and_markers() {
+        let k = Keys::new("q");
+        let id = 0x1234_u128;
+        let mut r = Record {
+            state: State::Ready,
+            attempt: 1,
+            at_ms: 5,
+            due_ms: 9,
+            token: String::new(),
+            nonce: "cd".into(),
+            reason: String::new(),
+            level: crate::DEFAULT_LEVEL,
+        };
+        // The default level writes what a StowQ without levels wrote, and reads it.
+        let plain =
+            "stowq-record 1\nstate ready\nattempt 1\nat 5\ndue 9\ntoken \nnonce cd\nreason \n";
+        assert_eq!(String::from_utf8(r.encode()).unwrap(), plain);
+        assert_eq!(
+            k.marker(id, 2, &r),
+            "q/i/ready/4/0000000000009.00000000000000000000000000001234.00000002.1"
+        );
+        r.level = 7;
+        let enc = String::from_utf8(r.encode()).unwrap();
+        assert_eq!(enc, format!("{plain}prio 7\n"));
+        assert_eq!(Record::decode(enc.as_bytes()), Some(r.clone()));
+        assert_eq!(Record::decode(b"stowq-record 1\nstate ready\nattempt 1\nat 5\ndue 9\ntoken \nnonce cd\nreason \nprio 8\n"), None);
+        let m = k.marker(id, 2, &r);
+        assert_eq!(
+            m,
+            "q/i/ready-7/4/0000000000009.00000000000000000000000000001234.00000002.1.p7"
+        );
+        assert!(m.starts_with(&k.ready_index(7)) && m.starts_with(&k.ready_indexes()));
+        let p = k.parse_marker(&m).unwrap();
+        assert_eq!((p.state, p.gen, p.level), (State::Ready, 2, 7));
+        r.state = State::Leased;
+        let m = k.marker(id, 3, &r);
+        assert_eq!(
+            m,
+            "q/i/leased/4/0000000000009.00000000000000000000000000001234.00000003.1.p7"
+        );
+        assert_eq!(k.parse_marker(&m).unwrap().level, 7);
+        for foreign in [
+            // a ready marker outside its level's index, or tagged with the default level
+            "q/i/ready/4/0000000000009.00000000000000000000000000001234.00000002.1.p7",
+            "q/i/ready-7/4/0000000000009.00000000000000000000000000001234.00000002.1",
+            "q/i/ready-5/4/0000000000009.00000000000000000000000000001234.00000002.1.p7",
+            "q/i/leased/4/0000000000009.00000000000000000000000000001234.00000003.1.p3",
+            "q/i/leased/4/0000000000009.00000000000000000000000000001234.00000003.1.p8",
+        ] {
+            assert_eq!(k.parse_marker(foreign), None, "{foreign}");
+        }
+        assert_eq!(k.level_flag('a', 5), "q/i/ready/a/-p5");
+        assert_eq!(k.parse_level_flag("q/i/ready/a/-p5"), Some(5));
+        assert_eq!(k.parse_level_flag("q/i/ready/a/-p3"), None);
+        assert_eq!(k.parse_marker("q/i/ready/a/-p5"), None);
     }
 }

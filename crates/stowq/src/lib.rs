@@ -26,10 +26,10 @@ mod sigv4;
 pub use client::{Client, Page};
 pub use config::Config;
 pub use error::{Error, ErrorKind};
-pub use keys::State;
+pub use keys::{Record, State};
 pub use queue::{
     CheckReport, CompactReport, Lease, Listed, Nacked, Options, Queue, Receipt, RecoverReport,
-    RepairReport, Status, CANDIDATES_KEEP,
+    RepairReport, Status, CANDIDATES_KEEP, DEFAULT_LEVEL,
 };
 pub use sigv4::Credentials;
 use std::time::Duration;

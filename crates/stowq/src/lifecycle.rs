@@ -2,9 +2,10 @@
 //! create of the job's next generation ([`Queue::step`] in `queue.rs`).
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{id_hex, Marker, Record, State};
+use crate::keys::{id_hex, Marker, Record, State, MAX_LEVEL, SHARDS};
 use crate::queue::{
     random_u128, ready0, shuffle, Create, Lease, Nacked, Queue, Receipt, CANDIDATES_KEEP,
+    DEFAULT_LEVEL,
 };
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -58,15 +59,51 @@ impl Queue {
     /// indeterminate if the envelope may have been (if it was, the job is delayed as asked
     /// but unindexed until `repair`, which `steadq recover` runs).
     pub fn enqueue_delayed(&self, payload: &[u8], delay: Duration) -> Result<u128> {
-        if delay.is_zero() {
+        self.enqueue_with(payload, delay, DEFAULT_LEVEL)
+    }
+
+    /// Enqueue `payload` at priority `level` (0..=7, higher claimed first;
+    /// [`DEFAULT_LEVEL`] is [`Queue::enqueue_delayed`]), not to be claimed before `delay`
+    /// has passed; returns the job id.
+    ///
+    /// The level is stored in the chain: a job of another level is made as a delayed one is,
+    /// a record at generation 1 (`ready, attempt 0, due = now + delay`, its `prio` line)
+    /// created before the envelope, and every later record of the job carries the level, so
+    /// `repair` puts its marker back at its level. Its ready markers are in the level's own
+    /// index (`P/i/ready-<level>/`), which claims list before the default one. Before its
+    /// first job, a level is flagged in use in every shard of the default ready index
+    /// ([`crate::keys::Keys::level_flag`], 16 PUTs, once per queue), where every claim's
+    /// listing meets it: a queue whose jobs are all at the default level costs its claims
+    /// nothing more. Requests: a GET of the last flag (none once this handle knows the
+    /// flags), the record, the envelope and the marker.
+    ///
+    /// # Errors
+    /// Not done ([`ErrorKind::Config`]) for a level above 7; not done if the flags could not
+    /// be put (nothing enqueued); otherwise as [`Queue::enqueue_delayed`].
+    pub fn enqueue_with(&self, payload: &[u8], delay: Duration, level: u8) -> Result<u128> {
+        if level > MAX_LEVEL {
+            return Err(Error::not_done(ErrorKind::Config(format!(
+                "priority {level}: levels are 0 to {MAX_LEVEL}"
+            ))));
+        }
+        if delay.is_zero() && level == DEFAULT_LEVEL {
             return self.enqueue(payload);
+        }
+        if level != DEFAULT_LEVEL {
+            self.flag_level(level)?;
         }
         // As a nack does before it writes a due time: a clock in doubt is settled first.
         self.settle_clock();
         let now = self.client.clock.now_ms();
+        // Without a delay, due at once (by the lower bound: any claim takes it).
+        let from = if delay.is_zero() {
+            now
+        } else {
+            self.client.clock.upper_ms()
+        };
         let due = i64::try_from(delay.as_millis())
             .ok()
-            .and_then(|d| self.client.clock.upper_ms().checked_add(d))
+            .and_then(|d| from.checked_add(d))
             .filter(|d| *d <= i64::MAX / 1_000_000)
             .ok_or_else(|| {
                 Error::not_done(ErrorKind::Config(format!(
@@ -75,7 +112,10 @@ impl Queue {
                 )))
             })?;
         let id = random_u128();
-        let rec = self.new_record(State::Ready, 0, due, "", "");
+        let rec = Record {
+            level,
+            ..self.new_record(State::Ready, 0, due, "", "")
+        };
         let key1 = self.keys.gen(id, 1);
         match self.create_once(&key1, &rec.encode()) {
             Ok(Create::Done) => {}
@@ -114,6 +154,33 @@ impl Queue {
             // it does.
             Err(e) => Err(e),
         }
+    }
+
+    /// Make sure level `level` is flagged in use in all 16 shards of the default ready index
+    /// before a job of it exists: a GET of the last flag (shard `f`, put last), and when it
+    /// is missing the 16 PUTs in shard order. Nothing once this handle knows the flags.
+    ///
+    /// # Errors
+    /// Not done: the check or a PUT failed (flags put so far stay; they only make claims list
+    /// the level's index).
+    fn flag_level(&self, level: u8) -> Result<()> {
+        let bit = 1u8 << level;
+        if self.levels_flagged.load(Ordering::Relaxed) & bit != 0 {
+            return Ok(());
+        }
+        if self.get(&self.keys.level_flag('f', level))?.is_none() {
+            for s in SHARDS {
+                let key = self.keys.level_flag(s, level);
+                if !self.hint(true, &key) {
+                    return Err(Error::not_done(ErrorKind::Transport(format!(
+                        "PUT {key} (the flag that priority {level} is in use) failed: nothing enqueued"
+                    ))));
+                }
+            }
+        }
+        self.levels_flagged.fetch_or(bit, Ordering::Relaxed);
+        self.levels_seen.fetch_or(bit, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Enqueue `payload` under idempotency key `key` (1 to 128 of `A-Z a-z 0-9 . _ : -`):
@@ -211,7 +278,7 @@ impl Queue {
         }
         for pass in 0..2 {
             let now = self.client.clock.upper_ms();
-            let mut cands = self.due_markers(State::Ready, Some(now))?;
+            let mut cands = self.due_ready(now)?;
             let listed = Instant::now();
             shuffle(&mut cands);
             while let Some((key, m)) = cands.pop() {
@@ -256,7 +323,10 @@ impl Queue {
         let now = self.client.clock.now_ms();
         let token = id_hex(random_u128());
         let deadline = now + self.options.lease_ms;
-        let rec = self.new_record(State::Leased, m.attempt + 1, deadline, &token, "");
+        let rec = Record {
+            level: m.level,
+            ..self.new_record(State::Leased, m.attempt + 1, deadline, &token, "")
+        };
         if !self.step_from_marker(m.id, m.gen, marker, &rec)? {
             self.lost_races.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
@@ -267,6 +337,7 @@ impl Queue {
             attempt: rec.attempt,
             deadline_ms: deadline,
             token,
+            priority: m.level,
             gen: m.gen + 1,
             base_at_ms: rec.at_ms,
         };
@@ -309,7 +380,13 @@ impl Queue {
         }
     }
 
+    /// Step `lease` to `rec` (at the lease's level: a job keeps its level through every
+    /// transition).
     fn finish(&self, lease: &Lease, rec: &Record) -> Result<()> {
+        let rec = &Record {
+            level: lease.priority,
+            ..rec.clone()
+        };
         let old = self
             .keys
             .marker(lease.id, lease.gen, &self.leased_record(lease));
@@ -332,6 +409,7 @@ impl Queue {
             token: lease.token.clone(),
             nonce: String::new(),
             reason: String::new(),
+            level: lease.priority,
         }
     }
 

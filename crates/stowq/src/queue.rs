@@ -8,7 +8,7 @@ use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::Fail;
 use crate::keys::{id_hex, Keys, Marker, Record, State};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -60,10 +60,20 @@ pub struct Queue {
     /// Due ready markers left over from this handle's last claim listing, and when it was
     /// made: the next claims try them before listing again ([`CANDIDATES_KEEP`]).
     pub(crate) candidates: Mutex<Candidates>,
+    /// Priority levels (a bit per level) this handle saw flagged in use in the ready index
+    /// ([`Keys::level_flag`]): its claims list those levels' indexes too.
+    pub(crate) levels_seen: AtomicU8,
+    /// Levels whose flags this handle knows exist in all 16 shards (it put them, or found
+    /// the last one): its enqueues of them skip the check.
+    pub(crate) levels_flagged: AtomicU8,
 }
 
 /// When a claim listing was made, and its due ready markers (key, parsed) not yet tried.
 pub(crate) type Candidates = (Option<Instant>, Vec<(String, Marker)>);
+
+/// The priority level of a job enqueued without one (as a local queue's default, 3). Its
+/// markers and records are those of a StowQ without levels.
+pub const DEFAULT_LEVEL: u8 = 3;
 
 /// How long the due ready markers of one claim listing are kept for the claims after it.
 /// A marker is a hint whatever its age (a claim's conditional create decides), so a stale one
@@ -85,6 +95,8 @@ pub struct Lease {
     pub deadline_ms: i64,
     /// Lease token, 32 hex.
     pub token: String,
+    /// The job's priority level, 0..=7.
+    pub priority: u8,
     pub(crate) gen: u64,
     /// When the held generation was written, unix ms of the service's clock (its record's
     /// `at`): the compaction fence's reference time.
@@ -195,6 +207,9 @@ pub struct Status {
     pub done: u64,
     /// Dead-lettered.
     pub dead: u64,
+    /// Ready and due jobs per priority level (index = level, 0..=7), as a local queue's
+    /// `ready_by_priority`.
+    pub ready_by_priority: [u64; 8],
 }
 
 /// One job as the index lists it.
@@ -210,6 +225,9 @@ pub struct Listed {
     pub attempt: u32,
     /// Due, deadline or finish time, unix ms.
     pub sort_ms: i64,
+    /// Priority level, 0..=7 (higher is claimed first; [`DEFAULT_LEVEL`] unless enqueued
+    /// with another).
+    pub priority: u8,
 }
 
 /// How a conditional create ended.
@@ -268,6 +286,8 @@ impl Queue {
             lost_races: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
             candidates: Mutex::default(),
+            levels_seen: AtomicU8::new(0),
+            levels_flagged: AtomicU8::new(0),
         };
         // An existing queue is opened as it is: on a service that ignores If-None-Match the
         // create below would rewrite its identity, and every job's envelope would then fail
@@ -334,6 +354,8 @@ impl Queue {
             lost_races: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
             candidates: Mutex::default(),
+            levels_seen: AtomicU8::new(0),
+            levels_flagged: AtomicU8::new(0),
         };
         q.queue_id = q.read_identity()?;
         q.learn_clock()?;
@@ -427,6 +449,7 @@ impl Queue {
                 attempt: r.attempt,
                 deadline_ms: r.due_ms,
                 token: r.token,
+                priority: r.level,
                 gen,
                 base_at_ms: r.at_ms,
             }),
@@ -619,6 +642,7 @@ impl Queue {
             token: token.to_string(),
             nonce: id_hex(random_u128()),
             reason: reason.to_string(),
+            level: DEFAULT_LEVEL,
         }
     }
 
@@ -731,7 +755,8 @@ impl Queue {
     }
 }
 
-/// Generation 0's implied record: ready, attempt 0, due at `created_ms`.
+/// Generation 0's implied record: ready, attempt 0, due at `created_ms`, the default level
+/// (a job of another level always has a record above generation 0: [`Queue::enqueue_with`]).
 pub(crate) fn ready0(created_ms: i64) -> Record {
     Record {
         state: State::Ready,
@@ -741,6 +766,7 @@ pub(crate) fn ready0(created_ms: i64) -> Record {
         token: String::new(),
         nonce: String::new(),
         reason: String::new(),
+        level: DEFAULT_LEVEL,
     }
 }
 
