@@ -17,7 +17,18 @@
 //!    (`requeuing <id>`); a requeue that returned done (`requeue <id>`) leaves it anything but
 //!    dead until a later claim of it;
 //! 9. keys (`key <key> <id>`): once a keyed enqueue returned done, an enqueue with the same
-//!    key returns that job, not a new one.
+//!    key returns that job, not a new one;
+//! 10. the admin phase: a purge that returned done (`purged <id>`) left the job gone, from
+//!    every state (while it runs, `purging <id>`, dead or gone); a receipt-policy change
+//!    that returned done (`policy <p>`) is what the identity file says, unless a later one
+//!    has begun (`setting <p>`); a compaction or purge that returned done is counted in
+//!    `steadq.counts` (`acked` at least the receipts compacted, `dead` at least the jobs
+//!    purged: the totals never go down); a queue whose create returned done (`create
+//!    <dir>`) opens; a job file damaged on purpose (`planted <id>`, the damage not a crash's)
+//!    is excused from fsck until `fsck --quarantine` returned done (`quarantined <id>`), and
+//!    after that it is in no state outside `quarantine/`. Renews (`renew`), recoveries
+//!    (`recovered`) and jobs made due (`due`) add nothing: a lease dies with its boot, and
+//!    recovery redoes a lost move (DESIGN.md, "The barrier matrix").
 
 use crate::marks::Mark;
 use std::collections::{HashMap, HashSet};
@@ -45,6 +56,21 @@ pub struct Expect {
     pub requeued: HashSet<JobId>,
     /// Keyed enqueues that returned done: the key and its job.
     pub keys: Vec<(String, JobId)>,
+    /// Dead jobs a purge was asked to delete (`purging`): dead or gone.
+    pub purging: HashSet<JobId>,
+    /// Jobs a purge that returned done deleted: gone.
+    pub purged: HashSet<JobId>,
+    /// The receipt policies the identity file may hold: the last one set that returned done
+    /// (none marked: any) and one being set after it.
+    pub policies: Vec<String>,
+    /// Receipts removed by compactions that returned done.
+    pub compacted_receipts: u64,
+    /// Queues (directories beside `q`) whose create returned done.
+    pub created: Vec<String>,
+    /// Job files damaged on purpose, not yet quarantined: fsck's reports of them excused.
+    pub planted: HashSet<JobId>,
+    /// Job files an `fsck --quarantine` that returned done moved aside.
+    pub quarantined: HashSet<JobId>,
 }
 
 impl Expect {
@@ -108,6 +134,51 @@ impl Expect {
                     if requeuing.remove(&j) {
                         e.requeued.insert(j);
                     }
+                }
+                "purging" => {
+                    e.purging.insert(parse_id(f.next())?);
+                }
+                "purged" => {
+                    let j = parse_id(f.next())?;
+                    e.purging.remove(&j);
+                    e.failed.remove(&j);
+                    e.purged.insert(j);
+                }
+                "setting" | "policy" => {
+                    let p = f
+                        .next()
+                        .ok_or(format!("mark {}: no policy in {:?}", m.seq, m.arg))?
+                        .to_string();
+                    // Before any change returned done, every policy is allowed (the
+                    // workload's queue starts with `job`).
+                    if m.op == "policy" {
+                        e.policies.clear();
+                        e.policies.push(p);
+                    } else if !e.policies.is_empty() && !e.policies.contains(&p) {
+                        e.policies.push(p);
+                    }
+                }
+                "compact" => {
+                    let n: u64 = f
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .ok_or(format!("mark {}: bad count in {:?}", m.seq, m.arg))?;
+                    e.compacted_receipts += n;
+                }
+                "create" => {
+                    let d = f
+                        .next()
+                        .filter(|d| !d.contains('/') && !d.starts_with('.'))
+                        .ok_or(format!("mark {}: bad queue name in {:?}", m.seq, m.arg))?;
+                    e.created.push(d.to_string());
+                }
+                "planted" => {
+                    e.planted.insert(parse_id(f.next())?);
+                }
+                "quarantined" => {
+                    let j = parse_id(f.next())?;
+                    e.planted.remove(&j);
+                    e.quarantined.insert(j);
                 }
                 "key" => {
                     let key = f
@@ -207,12 +278,62 @@ pub fn verify(
                 !p.path.starts_with("quarantine/")
                     && !is_torn_evidence(&p.to_string())
                     && !is_split_requeue(dir, p)
+                    && !expect
+                        .planted
+                        .iter()
+                        .any(|id| p.path.contains(&id.to_string()))
             })
             .map(|p| format!("fsck: {p}")),
     );
     v.violations.extend(check(&snap, expect));
     v.violations.extend(check_keys(&q, expect));
+    v.violations.extend(check_settings(&q, expect));
     Ok(v)
+}
+
+/// Invariant 10's settings and totals: the receipt policy the identity file holds is one
+/// the marks allow, and `steadq.counts` holds at least what compactions and purges that
+/// returned done removed.
+fn check_settings(q: &Queue, expect: &Expect) -> Vec<String> {
+    let mut out = Vec::new();
+    let policy = match q.receipt_policy() {
+        steadq::ReceiptPolicy::Job => "job",
+        steadq::ReceiptPolicy::Header => "header",
+        steadq::ReceiptPolicy::None => "none",
+    };
+    if !expect.policies.is_empty() && !expect.policies.iter().any(|p| p == policy) {
+        out.push(format!(
+            "receipt policy {:?} set (returned done), but the identity file says {policy}",
+            expect.policies
+        ));
+    }
+    let (acked, dead) = (expect.compacted_receipts, expect.purged.len() as u64);
+    if acked + dead > 0 {
+        match q.counts() {
+            Ok(c) if c.acked >= acked && c.dead >= dead => {}
+            Ok(c) => out.push(format!(
+                "{acked} receipts compacted and {dead} dead jobs purged (returned done), but \
+                 steadq.counts says acked {} dead {}",
+                c.acked, c.dead
+            )),
+            Err(e) => out.push(format!("steadq.counts: {e}")),
+        }
+    }
+    out
+}
+
+/// Invariant 10's creates: every queue beside `q` under `mountpoint` whose create returned
+/// done opens as it is (not completed, not refused).
+pub fn check_created(mountpoint: &Path, expect: &Expect) -> Vec<String> {
+    expect
+        .created
+        .iter()
+        .filter_map(|d| {
+            Queue::open(mountpoint.join(d))
+                .err()
+                .map(|e| format!("create of queue {d} returned done, but it does not open: {e}"))
+        })
+        .collect()
 }
 
 /// Invariant 9: every key of a keyed enqueue that returned done still names its job: an
@@ -380,7 +501,10 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
             // Gone with an evidence line: acked and compacted (an ack by `steadq work` may
             // be compacted before its record arrives).
             None | Some([]) => {
-                if !snap.compacted.contains(id) {
+                if !snap.compacted.contains(id)
+                    && !expect.purging.contains(id)
+                    && !expect.purged.contains(id)
+                {
                     out.push(format!(
                         "enqueue of {id} returned done, but the job is gone"
                     ));
@@ -420,7 +544,8 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
             .get(id)
             .map(|fs| fs.iter().map(|f| state_of(&f.name)).collect())
             .unwrap_or_default();
-        if states != [State::Dead] {
+        let purging = expect.purging.contains(id) && states.is_empty();
+        if states != [State::Dead] && !purging {
             out.push(format!(
                 "fail of {id} returned done, but the job is {states:?}"
             ));
@@ -433,6 +558,22 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
                     "requeue of {id} returned done, but the job is dead"
                 ));
             }
+        }
+    }
+    for id in sorted(&expect.purged) {
+        if let Some(fs) = by_id.get(id) {
+            out.push(format!(
+                "purge of {id} returned done, but the job is {:?}",
+                fs.iter().map(|f| f.rel.as_str()).collect::<Vec<_>>()
+            ));
+        }
+    }
+    for id in sorted(&expect.quarantined) {
+        if let Some(fs) = by_id.get(id) {
+            out.push(format!(
+                "fsck --quarantine moved {id} aside (returned done), but it is at {:?}",
+                fs.iter().map(|f| f.rel.as_str()).collect::<Vec<_>>()
+            ));
         }
     }
     let mut claimed: Vec<(&JobId, &u32)> = expect.claimed.iter().collect();
@@ -498,15 +639,27 @@ fn sorted(ids: &HashSet<JobId>) -> Vec<&JobId> {
     v
 }
 
-/// The ids the evidence log at the queue root `dir` names (receipts compacted away).
+/// The ids the evidence logs at the queue root `dir` name (receipts compacted away, or
+/// removed under receipt policy `none`): `evidence.log` and the rotated
+/// `evidence.<hex>.log` files.
 pub fn compacted(dir: &Path) -> HashSet<JobId> {
-    std::fs::read_to_string(dir.join(steadq::EVIDENCE_FILE))
-        .map(|s| {
+    let mut names = vec![steadq::EVIDENCE_FILE.to_string()];
+    if let Ok(d) = std::fs::read_dir(dir) {
+        names.extend(d.flatten().filter_map(|e| {
+            let n = e.file_name().into_string().ok()?;
+            (n != steadq::EVIDENCE_FILE && n.starts_with("evidence.") && n.ends_with(".log"))
+                .then_some(n)
+        }));
+    }
+    names
+        .iter()
+        .filter_map(|n| std::fs::read_to_string(dir.join(n)).ok())
+        .flat_map(|s| {
             s.lines()
                 .filter_map(|l| l.split(' ').nth(1).and_then(JobId::parse))
-                .collect()
+                .collect::<Vec<_>>()
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// Each invariant on a hand-made queue tree: one tree that keeps it, one that breaks it.
