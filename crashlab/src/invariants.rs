@@ -997,6 +997,120 @@ mod tests {
     }
 
     #[test]
+    fn a_done_purge_leaves_the_job_gone() {
+        let t = Tree::new("purge");
+        let a = t.1.enqueue(b"purged").unwrap();
+        lease(&t).fail(Reason::FAILED).unwrap();
+        let mut m = marks(&[
+            ("enq", a.to_string()),
+            ("claim", format!("{a} 1")),
+            ("fail", a.to_string()),
+            ("purging", a.to_string()),
+        ]);
+        // Begun: dead is fine.
+        assert_eq!(
+            t.verify(&Expect::from_marks(&m).unwrap()),
+            Vec::<String>::new()
+        );
+        // Broken: the purge returned done, the job is still dead.
+        m.push(Mark::new(4, "purged", &a.to_string()));
+        let e = Expect::from_marks(&m).unwrap();
+        let v = t.verify(&e);
+        assert!(
+            has(&v, &format!("purge of {a} returned done, but the job is")),
+            "{v:?}"
+        );
+        // Kept: gone (and counted).
+        assert_eq!(t.1.purge_dead().unwrap(), 1);
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_done_policy_change_is_in_the_identity_file() {
+        let t = Tree::new("policy");
+        let set = marks(&[("setting", "none".into())]);
+        // Begun only: the old policy is fine.
+        assert_eq!(
+            t.verify(&Expect::from_marks(&set).unwrap()),
+            Vec::<String>::new()
+        );
+        let mut m = set.clone();
+        m.push(Mark::new(1, "policy", "none"));
+        let e = Expect::from_marks(&m).unwrap();
+        let v = t.verify(&e);
+        assert!(has(&v, "but the identity file says job"), "{v:?}");
+        t.1.set_receipt_policy(steadq::ReceiptPolicy::None, None)
+            .unwrap();
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+        // A later change begun: either is fine.
+        m.push(Mark::new(2, "setting", "header"));
+        assert_eq!(
+            t.verify(&Expect::from_marks(&m).unwrap()),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_done_compaction_is_counted() {
+        let t = Tree::new("counts");
+        let a = t.1.enqueue(b"acked").unwrap();
+        lease(&t).ack().unwrap();
+        let mut m = marks(&[("enq", a.to_string()), ("ack", a.to_string())]);
+        m.push(Mark::new(2, "compact", "1"));
+        let e = Expect::from_marks(&m).unwrap();
+        // Broken: the receipt is gone, the counts file says nothing of it.
+        let receipt = t.path_of(a);
+        assert_eq!(t.1.compact(Duration::ZERO).unwrap().removed, 1);
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+        std::fs::remove_file(t.0.join("steadq.counts")).unwrap();
+        let v = t.verify(&e);
+        assert!(
+            has(&v, "1 receipts compacted and 0 dead jobs purged"),
+            "{v:?}"
+        );
+        assert!(!receipt.exists());
+    }
+
+    #[test]
+    fn a_done_create_opens() {
+        let t = Tree::new("create");
+        let e = Expect::from_marks(&marks(&[("create", "q2".into())])).unwrap();
+        let v = check_created(&t.0, &e);
+        assert!(
+            has(&v, "create of queue q2 returned done, but it does not open"),
+            "{v:?}"
+        );
+        Queue::create(t.0.join("q2"), Options::default()).unwrap();
+        assert_eq!(check_created(&t.0, &e), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_planted_job_is_excused_until_quarantined_then_must_be_gone() {
+        let t = Tree::new("quarantine");
+        let a = t.1.enqueue(b"damaged").unwrap();
+        let p = t.path_of(a);
+        let mut bytes = std::fs::read(&p).unwrap();
+        *bytes.last_mut().unwrap() ^= 0xff;
+        std::fs::write(&p, bytes).unwrap();
+        let mut m = marks(&[("planted", a.to_string())]);
+        assert_eq!(
+            t.verify(&Expect::from_marks(&m).unwrap()),
+            Vec::<String>::new()
+        );
+        // Broken: quarantined (returned done), but the file is still in ready.
+        m.push(Mark::new(1, "quarantined", &a.to_string()));
+        let e = Expect::from_marks(&m).unwrap();
+        let v = t.verify(&e);
+        assert!(
+            has(&v, &format!("fsck --quarantine moved {a} aside")),
+            "{v:?}"
+        );
+        assert!(v.iter().any(|x| x.starts_with("fsck: ")), "{v:?}");
+        t.1.fsck_quarantine().unwrap();
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+    }
+
+    #[test]
     fn a_done_keyed_enqueue_keeps_its_key() {
         let t = Tree::new("key");
         let key = steadq::Key::new("k-1").unwrap();
