@@ -428,12 +428,14 @@ fn policy_name(p: ReceiptPolicy) -> &'static str {
 /// steps do not make, each marked once it returned done. A lease renewed (`renew <id>`); a
 /// lease that expires and the recovery that moves it back (`recovered <n>`); a delayed job
 /// made due (`due <id>`); a failed job and every dead job purged (`purging <id>` before,
-/// `purged <id>` after); receipt policy `header` (`setting`/`policy` marks around the
-/// identity change) and two acks under it; compaction of every receipt (`compact <n>`, the
-/// evidence log and `steadq.counts`); policy `none` and four acks under it (evidence
-/// appends, each rotating the log, and receipt removals); a second queue created
-/// (`create q2`); a job file corrupted on purpose (`planted <id>` before) and moved aside
-/// by `fsck --quarantine` (`quarantined <id>`).
+/// `purged <id>` after); a second queue created (`create q2`); a job file corrupted on
+/// purpose (`planted <id>` before) and moved aside by `fsck --quarantine` (`quarantined
+/// <id>`); receipt policy `header` (`setting`/`policy` marks around the identity change)
+/// and two acks under it; compaction of every receipt (`compact <n>`, the evidence log and
+/// `steadq.counts`); policy `none` and four acks under it (evidence appends, each rotating
+/// the log, and receipt removals). Each is followed by others that flush, so a crash state
+/// can hold its mark without its effect (the last operation's only later flush is the
+/// unmount's).
 fn admin_phase(a: &Args, plan: &Arc<FaultPlan>, q: &Queue, m: &Marker) {
     // A renew: its deadlines need not survive a crash (a lease dies with its boot).
     let mut l = enqueue_and_claim(q, m, "renew", Duration::from_secs(600));
@@ -496,28 +498,18 @@ fn admin_phase(a: &Args, plan: &Arc<FaultPlan>, q: &Queue, m: &Marker) {
     for id in &dead {
         m.mark("purged", id);
     }
-    // Receipts cut to their headers, then every receipt compacted.
-    let qh = set_policy(a, plan, q, m, ReceiptPolicy::Header);
-    ack_some(&qh, m, 2, "ack (policy header)");
-    let r = qh
-        .compact(Duration::ZERO)
-        .unwrap_or_else(|e| fail("compact", e));
-    m.mark("compact", r.removed);
-    // No receipts: an evidence line per ack, the log rotated at each.
-    let qn = set_policy(a, plan, &qh, m, ReceiptPolicy::None);
-    ack_some(&qn, m, 4, "ack (policy none)");
     // A second queue.
     Queue::create(a.mountpoint.join("q2"), options(a, plan))
         .unwrap_or_else(|e| fail("create q2", e));
     m.mark("create", "q2");
     // A job file whose payload is damaged on purpose, moved aside by fsck.
-    let id = qn
+    let id = q
         .enqueue(b"admin phase: a job to corrupt")
         .unwrap_or_else(|e| fail("enqueue (to corrupt)", e));
     let at = a.mountpoint.join("q").join(
-        qn.find(id)
+        q.find(id)
             .unwrap_or_else(|e| fail("find (to corrupt)", e))
-            .rel_path(qn.id()),
+            .rel_path(q.id()),
     );
     m.mark("planted", id);
     {
@@ -531,7 +523,7 @@ fn admin_phase(a: &Args, plan: &Arc<FaultPlan>, q: &Queue, m: &Marker) {
             .and_then(|()| f.sync_all())
             .unwrap_or_else(|e| fail("corrupt", e));
     }
-    let rep = qn
+    let rep = q
         .fsck_quarantine()
         .unwrap_or_else(|e| fail("fsck --quarantine", e));
     if !rep.problems.iter().any(|p| p.quarantined) {
@@ -541,6 +533,16 @@ fn admin_phase(a: &Args, plan: &Arc<FaultPlan>, q: &Queue, m: &Marker) {
         );
     }
     m.mark("quarantined", id);
+    // Receipts cut to their headers, then every receipt compacted.
+    let qh = set_policy(a, plan, q, m, ReceiptPolicy::Header);
+    ack_some(&qh, m, 2, "ack (policy header)");
+    let r = qh
+        .compact(Duration::ZERO)
+        .unwrap_or_else(|e| fail("compact", e));
+    m.mark("compact", r.removed);
+    // No receipts: an evidence line per ack, the log rotated at each.
+    let qn = set_policy(a, plan, &qh, m, ReceiptPolicy::None);
+    ack_some(&qn, m, 4, "ack (policy none)");
 }
 
 fn main() {
