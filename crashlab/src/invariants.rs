@@ -19,16 +19,16 @@
 //! 9. keys (`key <key> <id>`): once a keyed enqueue returned done, an enqueue with the same
 //!    key returns that job, not a new one;
 //! 10. the admin phase: a purge that returned done (`purged <id>`) left the job gone, from
-//!    every state (while it runs, `purging <id>`, dead or gone); a receipt-policy change
-//!    that returned done (`policy <p>`) is what the identity file says, unless a later one
-//!    has begun (`setting <p>`); a compaction or purge that returned done is counted in
-//!    `steadq.counts` (`acked` at least the receipts compacted, `dead` at least the jobs
-//!    purged: the totals never go down); a queue whose create returned done (`create
-//!    <dir>`) opens; a job file damaged on purpose (`planted <id>`, the damage not a crash's)
-//!    is excused from fsck until `fsck --quarantine` returned done (`quarantined <id>`), and
-//!    after that it is in no state outside `quarantine/`. Renews (`renew`), recoveries
-//!    (`recovered`) and jobs made due (`due`) add nothing: a lease dies with its boot, and
-//!    recovery redoes a lost move (DESIGN.md, "The barrier matrix").
+//!     every state (while it runs, `purging <id>`, dead or gone); a receipt-policy change
+//!     that returned done (`policy <p>`) is what the identity file says, unless a later one
+//!     has begun (`setting <p>`); a compaction or purge that returned done is counted in
+//!     `steadq.counts` (`acked` at least the receipts compacted, `dead` at least the jobs
+//!     purged: the totals never go down); a queue whose create returned done (`create
+//!     <dir>`) opens; a job file damaged on purpose (`planted <id>`, the damage not a crash's)
+//!     is excused from fsck until `fsck --quarantine` returned done (`quarantined <id>`), and
+//!     after that it is in no state outside `quarantine/`. Renews (`renew`), recoveries
+//!     (`recovered`) and jobs made due (`due`) add nothing: a lease dies with its boot, and
+//!     recovery redoes a lost move (DESIGN.md, "The barrier matrix").
 
 use crate::marks::Mark;
 use std::collections::{HashMap, HashSet};
