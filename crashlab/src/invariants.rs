@@ -19,7 +19,8 @@
 //! 9. keys (`key <key> <id>`): once a keyed enqueue returned done, an enqueue with the same
 //!    key returns that job, not a new one;
 //! 10. the admin phase: a purge that returned done (`purged <id>`) left the job gone, from
-//!     every state (while it runs, `purging <id>`, dead or gone); a receipt-policy change
+//!     every state (while it runs, `purging <id>`, dead or gone; its key, if it had one,
+//!     may lapse from then on: docs/library.md, keys); a receipt-policy change
 //!     that returned done (`policy <p>`) is what the identity file says, unless a later one
 //!     has begun (`setting <p>`); a compaction or purge that returned done is counted in
 //!     `steadq.counts` (`acked` at least the receipts compacted, `dead` at least the jobs
@@ -135,8 +136,12 @@ impl Expect {
                         e.requeued.insert(j);
                     }
                 }
+                // A dead job's key lapses with its purge (docs/library.md, keys): from the
+                // purge's start its key may give a new job.
                 "purging" => {
-                    e.purging.insert(parse_id(f.next())?);
+                    let j = parse_id(f.next())?;
+                    e.keys.retain(|(_, k)| *k != j);
+                    e.purging.insert(j);
                 }
                 "purged" => {
                     let j = parse_id(f.next())?;
@@ -1007,6 +1012,11 @@ mod tests {
             ("fail", a.to_string()),
             ("purging", a.to_string()),
         ]);
+        // Begun: its key (had it one) may lapse from here.
+        let mut keyed = m.clone();
+        keyed.insert(1, Mark::new(9, "key", &format!("k-1 {a}")));
+        assert_eq!(Expect::from_marks(&keyed[..2]).unwrap().keys.len(), 1);
+        assert!(Expect::from_marks(&keyed).unwrap().keys.is_empty());
         // Begun: dead is fine.
         assert_eq!(
             t.verify(&Expect::from_marks(&m).unwrap()),
