@@ -78,9 +78,10 @@ op_of() {
 reached() {
   case $RIG:$1 in
     powercut:receipt-*|powercut:evidence-rotate) return 1 ;;
-    block:renew-*|block:recover-*|block:compact-*|block:evidence-*|block:receipt-*) return 1 ;;
-    block:counts) return 1 ;;
-    *:create|*:identity|*:quarantine|*:split-dir|*:purge-dead) return 1 ;;
+    # receipt-cut: only a compaction that finds the disk full cuts and syncs receipts;
+    # split-dir: only a recovery after a crash that split a move.
+    block:receipt-cut|*:split-dir) return 1 ;;
+    powercut:counts|powercut:create|powercut:identity|powercut:quarantine|powercut:purge-dead) return 1 ;;
   esac
   [ "$RIG" = block ] || [ "$(op_of "$1")" != - ]
 }

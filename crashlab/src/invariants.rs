@@ -17,7 +17,19 @@
 //!    (`requeuing <id>`); a requeue that returned done (`requeue <id>`) leaves it anything but
 //!    dead until a later claim of it;
 //! 9. keys (`key <key> <id>`): once a keyed enqueue returned done, an enqueue with the same
-//!    key returns that job, not a new one.
+//!    key returns that job, not a new one;
+//! 10. the admin phase: a purge that returned done (`purged <id>`) left the job gone, from
+//!     every state (while it runs, `purging <id>`, dead or gone; its key, if it had one,
+//!     may lapse from then on: docs/library.md, keys); a receipt-policy change
+//!     that returned done (`policy <p>`) is what the identity file says, unless a later one
+//!     has begun (`setting <p>`); a compaction or purge that returned done is counted in
+//!     `steadq.counts` (`acked` at least the receipts compacted, `dead` at least the jobs
+//!     purged: the totals never go down); a queue whose create returned done (`create
+//!     <dir>`) opens; a job file damaged on purpose (`planted <id>`, the damage not a crash's)
+//!     is excused from fsck until `fsck --quarantine` returned done (`quarantined <id>`), and
+//!     after that it is in no state outside `quarantine/`. Renews (`renew`), recoveries
+//!     (`recovered`) and jobs made due (`due`) add nothing: a lease dies with its boot, and
+//!     recovery redoes a lost move (DESIGN.md, "The barrier matrix").
 
 use crate::marks::Mark;
 use std::collections::{HashMap, HashSet};
@@ -47,6 +59,24 @@ pub struct Expect {
     pub keys: Vec<(String, JobId)>,
     /// The last group limit set that returned done (the power-cut agent's group `g`).
     pub group_limit: Option<u32>,
+    /// Dead jobs a purge was asked to delete (`purging`): dead or gone.
+    pub purging: HashSet<JobId>,
+    /// Jobs a purge that returned done deleted: gone.
+    pub purged: HashSet<JobId>,
+    /// The receipt policies the identity file may hold: the last one set that returned done
+    /// (none marked: any) and one being set after it.
+    pub policies: Vec<String>,
+    /// Receipts removed by compactions that returned done.
+    pub compacted_receipts: u64,
+    /// Queues (directories beside `q`) whose create returned done.
+    pub created: Vec<String>,
+    /// Job files damaged on purpose, not yet quarantined: fsck's reports of them excused.
+    pub planted: HashSet<JobId>,
+    /// Job files an `fsck --quarantine` that returned done moved aside.
+    pub quarantined: HashSet<JobId>,
+    /// Whether receipt policy `header` was set (a `setting header` mark): a receipt may be
+    /// cut to its header, so its payload does not verify; fsck judges it.
+    pub cut_receipts: bool,
 }
 
 impl Expect {
@@ -110,6 +140,56 @@ impl Expect {
                     if requeuing.remove(&j) {
                         e.requeued.insert(j);
                     }
+                }
+                // A dead job's key lapses with its purge (docs/library.md, keys): from the
+                // purge's start its key may give a new job.
+                "purging" => {
+                    let j = parse_id(f.next())?;
+                    e.keys.retain(|(_, k)| *k != j);
+                    e.purging.insert(j);
+                }
+                "purged" => {
+                    let j = parse_id(f.next())?;
+                    e.purging.remove(&j);
+                    e.failed.remove(&j);
+                    e.purged.insert(j);
+                }
+                "setting" | "policy" => {
+                    let p = f
+                        .next()
+                        .ok_or(format!("mark {}: no policy in {:?}", m.seq, m.arg))?
+                        .to_string();
+                    e.cut_receipts |= p == "header";
+                    // Before any change returned done, every policy is allowed (the
+                    // workload's queue starts with `job`).
+                    if m.op == "policy" {
+                        e.policies.clear();
+                        e.policies.push(p);
+                    } else if !e.policies.is_empty() && !e.policies.contains(&p) {
+                        e.policies.push(p);
+                    }
+                }
+                "compact" => {
+                    let n: u64 = f
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .ok_or(format!("mark {}: bad count in {:?}", m.seq, m.arg))?;
+                    e.compacted_receipts += n;
+                }
+                "create" => {
+                    let d = f
+                        .next()
+                        .filter(|d| !d.contains('/') && !d.starts_with('.'))
+                        .ok_or(format!("mark {}: bad queue name in {:?}", m.seq, m.arg))?;
+                    e.created.push(d.to_string());
+                }
+                "planted" => {
+                    e.planted.insert(parse_id(f.next())?);
+                }
+                "quarantined" => {
+                    let j = parse_id(f.next())?;
+                    e.planted.remove(&j);
+                    e.quarantined.insert(j);
                 }
                 "key" => {
                     let key = f
@@ -209,12 +289,62 @@ pub fn verify(
                 !p.path.starts_with("quarantine/")
                     && !is_torn_evidence(&p.to_string())
                     && !is_split_requeue(dir, p)
+                    && !expect
+                        .planted
+                        .iter()
+                        .any(|id| p.path.contains(&id.to_string()))
             })
             .map(|p| format!("fsck: {p}")),
     );
     v.violations.extend(check(&snap, expect));
     v.violations.extend(check_keys(&q, expect));
+    v.violations.extend(check_settings(&q, expect));
     Ok(v)
+}
+
+/// Invariant 10's settings and totals: the receipt policy the identity file holds is one
+/// the marks allow, and `steadq.counts` holds at least what compactions and purges that
+/// returned done removed.
+fn check_settings(q: &Queue, expect: &Expect) -> Vec<String> {
+    let mut out = Vec::new();
+    let policy = match q.receipt_policy() {
+        steadq::ReceiptPolicy::Job => "job",
+        steadq::ReceiptPolicy::Header => "header",
+        steadq::ReceiptPolicy::None => "none",
+    };
+    if !expect.policies.is_empty() && !expect.policies.iter().any(|p| p == policy) {
+        out.push(format!(
+            "receipt policy {:?} set (returned done), but the identity file says {policy}",
+            expect.policies
+        ));
+    }
+    let (acked, dead) = (expect.compacted_receipts, expect.purged.len() as u64);
+    if acked + dead > 0 {
+        match q.counts() {
+            Ok(c) if c.acked >= acked && c.dead >= dead => {}
+            Ok(c) => out.push(format!(
+                "{acked} receipts compacted and {dead} dead jobs purged (returned done), but \
+                 steadq.counts says acked {} dead {}",
+                c.acked, c.dead
+            )),
+            Err(e) => out.push(format!("steadq.counts: {e}")),
+        }
+    }
+    out
+}
+
+/// Invariant 10's creates: every queue beside `q` under `mountpoint` whose create returned
+/// done opens as it is (not completed, not refused).
+pub fn check_created(mountpoint: &Path, expect: &Expect) -> Vec<String> {
+    expect
+        .created
+        .iter()
+        .filter_map(|d| {
+            Queue::open(mountpoint.join(d))
+                .err()
+                .map(|e| format!("create of queue {d} returned done, but it does not open: {e}"))
+        })
+        .collect()
 }
 
 /// Invariant 9: every key of a keyed enqueue that returned done still names its job: an
@@ -382,7 +512,10 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
             // Gone with an evidence line: acked and compacted (an ack by `steadq work` may
             // be compacted before its record arrives).
             None | Some([]) => {
-                if !snap.compacted.contains(id) {
+                if !snap.compacted.contains(id)
+                    && !expect.purging.contains(id)
+                    && !expect.purged.contains(id)
+                {
                     out.push(format!(
                         "enqueue of {id} returned done, but the job is gone"
                     ));
@@ -394,7 +527,9 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
                         "enqueue of {id} returned done, but its file is corrupt ({})",
                         f.rel
                     ));
-                } else if f.digest.is_none() {
+                } else if f.digest.is_none()
+                    && !(expect.cut_receipts && state_of(&f.name) == State::Acked)
+                {
                     out.push(format!("job {id}: {} does not verify", f.rel));
                 } else if let Some(want) = expect.digests.get(id) {
                     if f.digest.as_ref() != Some(want) {
@@ -422,7 +557,8 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
             .get(id)
             .map(|fs| fs.iter().map(|f| state_of(&f.name)).collect())
             .unwrap_or_default();
-        if states != [State::Dead] {
+        let purging = expect.purging.contains(id) && states.is_empty();
+        if states != [State::Dead] && !purging {
             out.push(format!(
                 "fail of {id} returned done, but the job is {states:?}"
             ));
@@ -435,6 +571,22 @@ pub fn check(snap: &Snapshot, expect: &Expect) -> Vec<String> {
                     "requeue of {id} returned done, but the job is dead"
                 ));
             }
+        }
+    }
+    for id in sorted(&expect.purged) {
+        if let Some(fs) = by_id.get(id) {
+            out.push(format!(
+                "purge of {id} returned done, but the job is {:?}",
+                fs.iter().map(|f| f.rel.as_str()).collect::<Vec<_>>()
+            ));
+        }
+    }
+    for id in sorted(&expect.quarantined) {
+        if let Some(fs) = by_id.get(id) {
+            out.push(format!(
+                "fsck --quarantine moved {id} aside (returned done), but it is at {:?}",
+                fs.iter().map(|f| f.rel.as_str()).collect::<Vec<_>>()
+            ));
         }
     }
     let mut claimed: Vec<(&JobId, &u32)> = expect.claimed.iter().collect();
@@ -500,15 +652,27 @@ fn sorted(ids: &HashSet<JobId>) -> Vec<&JobId> {
     v
 }
 
-/// The ids the evidence log at the queue root `dir` names (receipts compacted away).
+/// The ids the evidence logs at the queue root `dir` name (receipts compacted away, or
+/// removed under receipt policy `none`): `evidence.log` and the rotated
+/// `evidence.<hex>.log` files.
 pub fn compacted(dir: &Path) -> HashSet<JobId> {
-    std::fs::read_to_string(dir.join(steadq::EVIDENCE_FILE))
-        .map(|s| {
+    let mut names = vec![steadq::EVIDENCE_FILE.to_string()];
+    if let Ok(d) = std::fs::read_dir(dir) {
+        names.extend(d.flatten().filter_map(|e| {
+            let n = e.file_name().into_string().ok()?;
+            (n != steadq::EVIDENCE_FILE && n.starts_with("evidence.") && n.ends_with(".log"))
+                .then_some(n)
+        }));
+    }
+    names
+        .iter()
+        .filter_map(|n| std::fs::read_to_string(dir.join(n)).ok())
+        .flat_map(|s| {
             s.lines()
                 .filter_map(|l| l.split(' ').nth(1).and_then(JobId::parse))
-                .collect()
+                .collect::<Vec<_>>()
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// Each invariant on a hand-made queue tree: one tree that keeps it, one that breaks it.
@@ -843,6 +1007,125 @@ mod tests {
         assert!(e3.requeued.is_empty() && e3.failed.is_empty());
         assert_eq!(e3.claimed.get(&a), Some(&1));
         assert_eq!(t.verify(&e3), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_done_purge_leaves_the_job_gone() {
+        let t = Tree::new("purge");
+        let a = t.1.enqueue(b"purged").unwrap();
+        lease(&t).fail(Reason::FAILED).unwrap();
+        let mut m = marks(&[
+            ("enq", a.to_string()),
+            ("claim", format!("{a} 1")),
+            ("fail", a.to_string()),
+            ("purging", a.to_string()),
+        ]);
+        // Begun: its key (had it one) may lapse from here.
+        let mut keyed = m.clone();
+        keyed.insert(1, Mark::new(9, "key", &format!("k-1 {a}")));
+        assert_eq!(Expect::from_marks(&keyed[..2]).unwrap().keys.len(), 1);
+        assert!(Expect::from_marks(&keyed).unwrap().keys.is_empty());
+        // Begun: dead is fine.
+        assert_eq!(
+            t.verify(&Expect::from_marks(&m).unwrap()),
+            Vec::<String>::new()
+        );
+        // Broken: the purge returned done, the job is still dead.
+        m.push(Mark::new(4, "purged", &a.to_string()));
+        let e = Expect::from_marks(&m).unwrap();
+        let v = t.verify(&e);
+        assert!(
+            has(&v, &format!("purge of {a} returned done, but the job is")),
+            "{v:?}"
+        );
+        // Kept: gone (and counted).
+        assert_eq!(t.1.purge_dead().unwrap(), 1);
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_done_policy_change_is_in_the_identity_file() {
+        let t = Tree::new("policy");
+        let set = marks(&[("setting", "none".into())]);
+        // Begun only: the old policy is fine.
+        assert_eq!(
+            t.verify(&Expect::from_marks(&set).unwrap()),
+            Vec::<String>::new()
+        );
+        let mut m = set.clone();
+        m.push(Mark::new(1, "policy", "none"));
+        let e = Expect::from_marks(&m).unwrap();
+        let v = t.verify(&e);
+        assert!(has(&v, "but the identity file says job"), "{v:?}");
+        t.1.set_receipt_policy(steadq::ReceiptPolicy::None, None)
+            .unwrap();
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+        // A later change begun: either is fine.
+        m.push(Mark::new(2, "setting", "header"));
+        assert_eq!(
+            t.verify(&Expect::from_marks(&m).unwrap()),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_done_compaction_is_counted() {
+        let t = Tree::new("counts");
+        let a = t.1.enqueue(b"acked").unwrap();
+        lease(&t).ack().unwrap();
+        let mut m = marks(&[("enq", a.to_string()), ("ack", a.to_string())]);
+        m.push(Mark::new(2, "compact", "1"));
+        let e = Expect::from_marks(&m).unwrap();
+        // Broken: the receipt is gone, the counts file says nothing of it.
+        let receipt = t.path_of(a);
+        assert_eq!(t.1.compact(Duration::ZERO).unwrap().removed, 1);
+        assert_eq!(t.verify(&e), Vec::<String>::new());
+        std::fs::remove_file(t.0.join("steadq.counts")).unwrap();
+        let v = t.verify(&e);
+        assert!(
+            has(&v, "1 receipts compacted and 0 dead jobs purged"),
+            "{v:?}"
+        );
+        assert!(!receipt.exists());
+    }
+
+    #[test]
+    fn a_done_create_opens() {
+        let t = Tree::new("create");
+        let e = Expect::from_marks(&marks(&[("create", "q2".into())])).unwrap();
+        let v = check_created(&t.0, &e);
+        assert!(
+            has(&v, "create of queue q2 returned done, but it does not open"),
+            "{v:?}"
+        );
+        Queue::create(t.0.join("q2"), Options::default()).unwrap();
+        assert_eq!(check_created(&t.0, &e), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_planted_job_is_excused_until_quarantined_then_must_be_gone() {
+        let t = Tree::new("quarantine");
+        let a = t.1.enqueue(b"damaged").unwrap();
+        let p = t.path_of(a);
+        let mut bytes = std::fs::read(&p).unwrap();
+        *bytes.last_mut().unwrap() ^= 0xff;
+        std::fs::write(&p, bytes).unwrap();
+        let mut m = marks(&[("planted", a.to_string())]);
+        assert_eq!(
+            t.verify(&Expect::from_marks(&m).unwrap()),
+            Vec::<String>::new()
+        );
+        // Broken: quarantined (returned done), but the file is still in ready.
+        m.push(Mark::new(1, "quarantined", &a.to_string()));
+        let e = Expect::from_marks(&m).unwrap();
+        let v = t.verify(&e);
+        assert!(
+            has(&v, &format!("fsck --quarantine moved {a} aside")),
+            "{v:?}"
+        );
+        assert!(v.iter().any(|x| x.starts_with("fsck: ")), "{v:?}");
+        t.1.fsck_quarantine().unwrap();
+        assert_eq!(t.verify(&e), Vec::<String>::new());
     }
 
     #[test]

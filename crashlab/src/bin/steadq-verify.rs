@@ -5,7 +5,7 @@
 
 use argh::FromArgs;
 use crashlab::args::{self, USAGE};
-use crashlab::invariants::{verify, Expect};
+use crashlab::invariants::{check_created, verify, Expect};
 use crashlab::marks::read_marks;
 use std::path::PathBuf;
 use std::process::exit;
@@ -48,8 +48,11 @@ fn main() {
     // Vary where the first recovery crashes: after its 1st, 2nd or 3rd rename.
     let crash_at = Some(1 + (marks.len() % 3) as u32);
     match verify(&dir, &expect, crash_at) {
-        Ok(v) if v.violations.is_empty() => {}
-        Ok(v) => {
+        Ok(mut v) => {
+            v.violations.extend(check_created(&a.mountpoint, &expect));
+            if v.violations.is_empty() {
+                return;
+            }
             for x in &v.violations {
                 println!("VIOLATION: {x}");
             }

@@ -13,6 +13,13 @@
 //! (`key <key> <id>` marked after it); most failed jobs are requeued right after their fail
 //! (`requeuing <id>` before the call, `requeue <id>` once it returned done).
 //!
+//! After the steps an admin phase (one thread, about 25 operations) makes what the steps do
+//! not: a renew, a lease expired and recovered, a delayed job made due, a dead-letter purge,
+//! receipt policy `none` (`header` too with `--receipt-header`; identity file changes; compaction, `steadq.counts`,
+//! evidence appends and rotations, receipt removals), a second queue `q2`, and a job file
+//! damaged on purpose and quarantined by `fsck --quarantine`: see `admin_phase` for its marks
+//! and `crashlab::invariants` (10) for what the verifier holds them to.
+//!
 //! With `--threads N` (the rig's normal runs use 3) the steps are shared out among N threads
 //! of one queue handle, step `i` to thread `i % N`, each marking what it finished: their
 //! operations share barriers (a directory fsync started after several threads' renames
@@ -20,7 +27,7 @@
 //! `ops/group.rs`), so every flush point is also a check of that sharing. The marks' order
 //! across threads is free; the verifier reads them as sets (`crashlab::invariants`).
 //!
-//! `steadq-workload <mountpoint> <blockdev> <markbase> [--jobs N] [--threads N] [--batched] [--skip-file-fsync] [--break NAME]`
+//! `steadq-workload <mountpoint> <blockdev> <markbase> [--jobs N] [--threads N] [--batched] [--skip-file-fsync] [--receipt-header] [--break NAME]`
 //!
 //! `--skip-file-fsync` is the NEGATIVE CONTROL: every fsync of a job file "succeeds" without
 //! being made (a lying barrier, `FaultAction::Skip`), so jobs are published before their data
@@ -39,7 +46,7 @@ use std::process::exit;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use steadq::sys::{Call, Fault, FaultAction, FaultPlan};
-use steadq::{Durability, JobId, Options, Queue, Reason};
+use steadq::{Durability, JobId, Options, Queue, Reason, ReceiptPolicy};
 
 #[derive(FromArgs)]
 /// The SteadQ crash workload: every operation that returned done is marked in-band on the
@@ -66,6 +73,11 @@ struct Args {
     /// NEGATIVE CONTROL: every fsync of a job file reports success without being made
     #[argh(switch)]
     skip_file_fsync: bool,
+    /// in the admin phase, also receipt policy `header` and two acks under it (off by
+    /// default: on xfs a crash can leave such a receipt neither whole nor cut, its bytes
+    /// past the header zeroed under its old size, which fsck reports as corrupt)
+    #[argh(switch)]
+    receipt_header: bool,
     /// NEGATIVE CONTROL: remove these barriers (`steadq::sys::Barrier` names joined by `+`)
     #[argh(option, long = "break")]
     break_barriers: Option<String>,
@@ -125,16 +137,7 @@ fn create(a: &Args) -> (Queue, Queue, Arc<FaultPlan>) {
     {
         plan.skip_barrier(b);
     }
-    let o = Options {
-        shards: 2,
-        durability: if a.batched {
-            Durability::Batched
-        } else {
-            Durability::Strict
-        },
-        faults: Some(Arc::clone(&plan)),
-        ..Options::default()
-    };
+    let o = options(a, &plan);
     let q = Queue::create(a.mountpoint.join("q"), o.clone()).unwrap_or_else(|e| fail("create", e));
     // Capacity limits far above the workload: every enqueue then takes the limits check
     // (steadq.limits read behind its watch, the tally kept), and the file is in every state.
@@ -357,6 +360,202 @@ fn claim_and_settle(q: &Queue, m: &Marker, i: u64) {
     }
 }
 
+/// The options every handle of the run is opened with: the run's durability and its plan.
+fn options(a: &Args, plan: &Arc<FaultPlan>) -> Options {
+    Options {
+        shards: 2,
+        durability: if a.batched {
+            Durability::Batched
+        } else {
+            Durability::Strict
+        },
+        faults: Some(Arc::clone(plan)),
+        ..Options::default()
+    }
+}
+
+/// Enqueues one job with `q`, marks `enq`, claims a job (a 600 s lease) and marks the claim:
+/// the lease of the phase's next step (whatever job the claim took; the phase runs alone).
+fn enqueue_and_claim(q: &Queue, m: &Marker, what: &str, lease: Duration) -> steadq::Lease {
+    let id = q
+        .enqueue(format!("admin phase: {what}").as_bytes())
+        .unwrap_or_else(|e| fail(what, e));
+    m.mark("enq", id);
+    let l = q
+        .claim_with(&steadq::ClaimOptions {
+            lease: Some(lease),
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| fail(what, e))
+        .unwrap_or_else(|| fail(what, "nothing to claim"));
+    m.mark("claim", format!("{} {}", l.id(), l.attempt()));
+    l
+}
+
+/// Claims and acks `n` jobs (enqueued first) with handle `q`; marks each.
+fn ack_some(q: &Queue, m: &Marker, n: u32, what: &str) {
+    for _ in 0..n {
+        let l = enqueue_and_claim(q, m, what, Duration::from_secs(600));
+        let id = l.id();
+        l.ack().unwrap_or_else(|e| fail(what, e));
+        m.mark("ack", id);
+    }
+}
+
+/// Changes the receipt policy (the identity file: barrier `identity`), marked `setting P`
+/// before and `policy P` once done, and reopens the queue so the policy applies.
+fn set_policy(a: &Args, plan: &Arc<FaultPlan>, q: &Queue, m: &Marker, p: ReceiptPolicy) -> Queue {
+    let name = policy_name(p);
+    m.mark("setting", name);
+    // Evidence logs of at most 512 bytes, so that every append of the phase after compaction
+    // rotates (barrier `evidence-rotate`); 64 kept, so none of the run's is dropped.
+    let limits = steadq::EvidenceLimits {
+        max_bytes: 512,
+        keep: 64,
+    };
+    q.set_receipt_policy(p, Some(limits))
+        .unwrap_or_else(|e| fail("set_receipt_policy", e));
+    m.mark("policy", name);
+    Queue::open_with(a.mountpoint.join("q"), options(a, plan))
+        .unwrap_or_else(|e| fail("open (new policy)", e))
+}
+
+/// A receipt policy's name in the marks (as `steadq config` spells it).
+fn policy_name(p: ReceiptPolicy) -> &'static str {
+    match p {
+        ReceiptPolicy::Job => "job",
+        ReceiptPolicy::Header => "header",
+        ReceiptPolicy::None => "none",
+    }
+}
+
+/// The admin phase, after the steps (one thread, alone on the queue): the operations the
+/// steps do not make, each marked once it returned done. A lease renewed (`renew <id>`); a
+/// lease that expires and the recovery that moves it back (`recovered <n>`); a delayed job
+/// made due (`due <id>`); a failed job and every dead job purged (`purging <id>` before,
+/// `purged <id>` after); a second queue created (`create q2`); a job file corrupted on
+/// purpose (`planted <id>` before) and moved aside by `fsck --quarantine` (`quarantined
+/// <id>`); with `--receipt-header`, receipt policy `header` (`setting`/`policy` marks
+/// around the identity change) and two acks under it; compaction of every receipt (`compact <n>`, the evidence log and
+/// `steadq.counts`); policy `none` and four acks under it (evidence appends, each rotating
+/// the log, and receipt removals). Each is followed by others that flush, so a crash state
+/// can hold its mark without its effect (the last operation's only later flush is the
+/// unmount's).
+fn admin_phase(a: &Args, plan: &Arc<FaultPlan>, q: &Queue, m: &Marker) {
+    // A renew: its deadlines need not survive a crash (a lease dies with its boot).
+    let mut l = enqueue_and_claim(q, m, "renew", Duration::from_secs(600));
+    l.renew(Duration::from_secs(900))
+        .unwrap_or_else(|e| fail("renew", e));
+    m.mark("renew", l.id());
+    let id = l.id();
+    l.ack().unwrap_or_else(|e| fail("ack (renewed)", e));
+    m.mark("ack", id);
+    // A lease that expires, and the recovery that moves it back to ready.
+    let l = enqueue_and_claim(q, m, "expire", Duration::from_millis(1));
+    let started = Instant::now();
+    loop {
+        let r = q
+            .recover()
+            .into_result()
+            .unwrap_or_else(|e| fail("recover", e));
+        if r.moved() > 0 {
+            m.mark("recovered", r.moved());
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            fail(
+                "recover",
+                format!("the 1 ms lease of {} never expired", l.id()),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(l);
+    // A delayed job (a nack by a day) made due now.
+    let l = enqueue_and_claim(q, m, "delay", Duration::from_secs(600));
+    let id = l.id();
+    l.nack(Duration::from_secs(86_400))
+        .unwrap_or_else(|e| fail("nack (delay)", e));
+    m.mark("nack", id);
+    let n = q.make_due(Some(id)).unwrap_or_else(|e| fail("make_due", e));
+    if n != 1 {
+        fail("make_due", format!("{id}: {n} moved"));
+    }
+    m.mark("due", id);
+    // A failed job, and every dead job purged.
+    let l = enqueue_and_claim(q, m, "purge", Duration::from_secs(600));
+    let id = l.id();
+    l.fail(Reason::FAILED).unwrap_or_else(|e| fail("fail", e));
+    m.mark("fail", id);
+    let dead: Vec<JobId> = q
+        .list(Some(steadq::State::Dead))
+        .unwrap_or_else(|e| fail("list dead", e))
+        .iter()
+        .map(|l| l.name.id)
+        .collect();
+    for id in &dead {
+        m.mark("purging", id);
+    }
+    let n = q.purge_dead().unwrap_or_else(|e| fail("purge_dead", e));
+    if n as usize != dead.len() {
+        fail("purge_dead", format!("{n} purged, {} listed", dead.len()));
+    }
+    for id in &dead {
+        m.mark("purged", id);
+    }
+    // A second queue.
+    Queue::create(a.mountpoint.join("q2"), options(a, plan))
+        .unwrap_or_else(|e| fail("create q2", e));
+    m.mark("create", "q2");
+    // A job file whose payload is damaged on purpose, moved aside by fsck.
+    let id = q
+        .enqueue(b"admin phase: a job to corrupt")
+        .unwrap_or_else(|e| fail("enqueue (to corrupt)", e));
+    let at = a.mountpoint.join("q").join(
+        q.find(id)
+            .unwrap_or_else(|e| fail("find (to corrupt)", e))
+            .rel_path(q.id()),
+    );
+    m.mark("planted", id);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&at)
+            .unwrap_or_else(|e| fail("open (to corrupt)", e));
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        f.write_all_at(b"X", len - 1)
+            .and_then(|()| f.sync_all())
+            .unwrap_or_else(|e| fail("corrupt", e));
+    }
+    let rep = q
+        .fsck_quarantine()
+        .unwrap_or_else(|e| fail("fsck --quarantine", e));
+    if !rep.problems.iter().any(|p| p.quarantined) {
+        fail(
+            "fsck --quarantine",
+            format!("{id} was not quarantined: {rep:?}"),
+        );
+    }
+    m.mark("quarantined", id);
+    // With --receipt-header, receipts cut to their headers (`truncate`, no barrier: a cut
+    // receipt or a whole one is an ack, DESIGN.md, Receipts).
+    let qh = a.receipt_header.then(|| {
+        let qh = set_policy(a, plan, q, m, ReceiptPolicy::Header);
+        ack_some(&qh, m, 2, "ack (policy header)");
+        qh
+    });
+    let q = qh.as_ref().unwrap_or(q);
+    // Every receipt compacted (evidence lines, `steadq.counts`, the receipts' removal).
+    let r = q
+        .compact(Duration::ZERO)
+        .unwrap_or_else(|e| fail("compact", e));
+    m.mark("compact", r.removed);
+    // No receipts: an evidence line per ack, the log rotated at each.
+    let qn = set_policy(a, plan, q, m, ReceiptPolicy::None);
+    ack_some(&qn, m, 4, "ack (policy none)");
+}
+
 fn main() {
     let a: Args = args::from_env();
     if a.threads == 0 {
@@ -396,6 +595,7 @@ fn main() {
             });
         }
     });
+    admin_phase(&a, &plan, &q, &m);
     say(&format!(
         "CRASHLAB_WORKLOAD_FSYNCS file {} dir {} write-out {} syncfs {}",
         plan.count(Call::Fsync),
