@@ -63,6 +63,11 @@ op_of() {
     limits) echo limit ;;
     deps-marker) echo after ;;
     deps-dest|deps-source) echo ack ;;
+    purge-dead) echo purged ;;
+    counts) echo compact ;;
+    create) echo create ;;
+    identity) echo policy ;;
+    quarantine) echo quarantined ;;
     claim-*) echo claim ;;
     renew-*) echo renew ;;
     ack-*|receipt-*) echo ack ;;
@@ -77,11 +82,9 @@ op_of() {
 # Reached by the workloads (the others are listed with --barriers all, and show reached=0).
 reached() {
   case $RIG:$1 in
-    powercut:receipt-*|powercut:evidence-rotate) return 1 ;;
     # receipt-cut: only a compaction that finds the disk full cuts and syncs receipts;
     # split-dir: only a recovery after a crash that split a move.
-    block:receipt-cut|*:split-dir) return 1 ;;
-    powercut:counts|powercut:create|powercut:identity|powercut:quarantine|powercut:purge-dead) return 1 ;;
+    *:receipt-cut|*:split-dir) return 1 ;;
   esac
   [ "$RIG" = block ] || [ "$(op_of "$1")" != - ]
 }

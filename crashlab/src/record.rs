@@ -118,6 +118,12 @@ pub struct Report {
     pub compacted: std::collections::HashSet<JobId>,
     /// Group `g`'s limit as the agent read it (`limit N`, `none`, `unreadable`).
     pub limit: Option<String>,
+    /// The receipt policy the identity file holds (`policy P`).
+    pub policy: Option<String>,
+    /// `steadq.counts` (`counts ACKED DEAD`, or `counts unreadable`: `None`).
+    pub counts: Option<(u64, u64)>,
+    /// Each queue beside this one and whether it opens (`created NAME ok` or `... ERROR`).
+    pub created: Vec<(String, bool)>,
 }
 
 impl Report {
@@ -132,6 +138,14 @@ impl Report {
             self.fsck.push(p.to_string());
         } else if let Some(l) = line.strip_prefix("limit ") {
             self.limit = Some(l.to_string());
+        } else if let Some(p) = line.strip_prefix("policy ") {
+            self.policy = Some(p.to_string());
+        } else if let Some(c) = line.strip_prefix("counts ") {
+            let mut f = c.split(' ').map(|n| n.parse::<u64>().ok());
+            self.counts = f.next().flatten().zip(f.next().flatten());
+        } else if let Some(c) = line.strip_prefix("created ") {
+            let (name, how) = c.split_once(' ').ok_or(format!("bad {line:?}"))?;
+            self.created.push((name.to_string(), how == "ok"));
         } else if let Some(id) = line.strip_prefix("evidence ") {
             let id = JobId::parse(id).ok_or(format!("bad {line:?}"))?;
             self.compacted.insert(id);
@@ -185,8 +199,25 @@ impl Report {
 
 /// Every kind of operation a record may carry.
 pub const KINDS: &[&str] = &[
-    "enq", "after", "claim", "renew", "ack", "nack", "fail", "requeue", "recover", "compact",
-    "key", "limit",
+    "enq",
+    "after",
+    "claim",
+    "renew",
+    "ack",
+    "nack",
+    "fail",
+    "requeue",
+    "recover",
+    "compact",
+    "key",
+    "limit",
+    "purging",
+    "purged",
+    "setting",
+    "policy",
+    "create",
+    "planted",
+    "quarantined",
 ];
 
 /// One confirmed operation: `op <seq> <what> <id> [arg]`.
@@ -267,6 +298,41 @@ pub fn expect_from(records: &str) -> Result<Expect, String> {
                     .map_err(|_| format!("bad limit in {line:?}"))?;
                 e.group_limit = Some(max);
             }
+            // The admin step (invariant 10, `crate::invariants`): a purge begun and done, a
+            // receipt policy being set and set (ID: the loop's last job, not used), a
+            // compaction's count, a queue created beside this one, a job file damaged on
+            // purpose and moved aside by fsck --quarantine.
+            "purging" => {
+                e.keys.retain(|(_, k)| *k != op.id);
+                e.purging.insert(op.id);
+            }
+            "purged" => {
+                e.purging.remove(&op.id);
+                e.purged.insert(op.id);
+            }
+            "setting" | "policy" => {
+                e.cut_receipts |= op.arg == "header";
+                if op.what == "policy" {
+                    e.policies = vec![op.arg];
+                } else if !e.policies.is_empty() && !e.policies.contains(&op.arg) {
+                    e.policies.push(op.arg);
+                }
+            }
+            "compact" => {
+                let n: u64 = op
+                    .arg
+                    .parse()
+                    .map_err(|_| format!("bad count in {line:?}"))?;
+                e.compacted_receipts += n;
+            }
+            "create" => e.created.push(op.arg),
+            "planted" => {
+                e.planted.insert(op.id);
+            }
+            "quarantined" => {
+                e.planted.remove(&op.id);
+                e.quarantined.insert(op.id);
+            }
             // A requeue resets the attempts, and the agent requeues every job it fails right
             // after: from the fail on, a lower attempt may be the requeue's.
             "fail" | "requeue" => {
@@ -278,12 +344,39 @@ pub fn expect_from(records: &str) -> Result<Expect, String> {
     Ok(e)
 }
 
-/// What keyed enqueues and limit changes that returned done must have left in `report`,
-/// beyond [`crate::invariants::check`]: each key's entry `keys/<64 hex>` (or its retired
-/// tombstone `keys/<64 hex>.<id>.gone`), and group `g`'s limit as last set. A key entry that
-/// does not decode is fsck's to report. One line per violation.
-pub fn check_keys_and_limit(report: &Report, expect: &Expect) -> Vec<String> {
+/// What keyed enqueues, limit changes and the admin step's operations that returned done
+/// must have left in `report`, beyond [`crate::invariants::check`]: each key's entry
+/// `keys/<64 hex>` (or its retired tombstone `keys/<64 hex>.<id>.gone`); group `g`'s limit
+/// as last set; a receipt policy the records allow; `steadq.counts` at least the receipts
+/// compacted and the jobs purged; every queue created beside this one opens. A key entry
+/// that does not decode is fsck's to report. One line per violation.
+pub fn check_report(report: &Report, expect: &Expect) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some(p) = &report.policy {
+        if !expect.policies.is_empty() && !expect.policies.contains(p) {
+            out.push(format!(
+                "receipt policy {:?} set (returned done), but the identity file says {p}",
+                expect.policies
+            ));
+        }
+    }
+    let (acked, dead) = (expect.compacted_receipts, expect.purged.len() as u64);
+    if acked + dead > 0 {
+        match report.counts {
+            Some((a, d)) if a >= acked && d >= dead => {}
+            got => out.push(format!(
+                "{acked} receipts compacted and {dead} dead jobs purged (returned done), but \
+                 steadq.counts says {got:?}"
+            )),
+        }
+    }
+    for d in &expect.created {
+        if !report.created.iter().any(|(n, ok)| n == d && *ok) {
+            out.push(format!(
+                "create of queue {d} returned done, but it does not open"
+            ));
+        }
+    }
     for (key, id) in &expect.keys {
         let Some(k) = steadq::Key::new(key) else {
             out.push(format!("key record of {id}: bad key {key:?}"));
@@ -364,16 +457,44 @@ mod tests {
             limit: Some(limit.into()),
             ..Report::default()
         };
-        assert!(check_keys_and_limit(&report(&[&entry], "3"), &expect).is_empty());
+        assert!(check_report(&report(&[&entry], "3"), &expect).is_empty());
         let tomb = format!("{entry}.{id}.gone");
-        assert!(check_keys_and_limit(&report(&[&tomb], "3"), &expect).is_empty());
-        let v = check_keys_and_limit(&report(&[], "2"), &expect);
+        assert!(check_report(&report(&[&tomb], "3"), &expect).is_empty());
+        let v = check_report(&report(&[], "2"), &expect);
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].contains("key entry") && v[0].contains(&entry), "{v:?}");
         assert!(
             v[1].contains("set to 3") && v[1].contains("reads 2"),
             "{v:?}"
         );
+    }
+
+    #[test]
+    fn the_admin_steps_settings_counts_and_creates_are_checked_against_the_report() {
+        let id = JobId::new(1_700_000_000_000, 9);
+        let records = format!(
+            "op 1 purging {id}\nop 2 purged {id}\nop 3 setting {id} none\nop 4 policy {id} none\n\
+             op 5 compact {id} 2\nop 6 create {id} q2-1-ab\n"
+        );
+        let expect = expect_from(&records).unwrap();
+        let report = |policy: &str, counts: Option<(u64, u64)>, created: &[(&str, bool)]| Report {
+            policy: Some(policy.into()),
+            counts,
+            created: created.iter().map(|(n, ok)| (n.to_string(), *ok)).collect(),
+            ..Report::default()
+        };
+        let good = report("none", Some((2, 1)), &[("q2-1-ab", true)]);
+        assert!(check_report(&good, &expect).is_empty());
+        let v = check_report(&report("job", Some((1, 1)), &[("q2-1-ab", false)]), &expect);
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert!(v[0].contains("identity file says job"), "{v:?}");
+        assert!(
+            v[1].contains("2 receipts compacted and 1 dead jobs purged"),
+            "{v:?}"
+        );
+        assert!(v[2].contains("q2-1-ab"), "{v:?}");
+        // A purged job is gone by design: no "enqueue ... gone" for it.
+        assert!(expect.purged.contains(&id) && !expect.purging.contains(&id));
     }
 
     #[test]

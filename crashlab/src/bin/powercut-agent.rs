@@ -185,6 +185,8 @@ fn barriers(spec: &str) -> Vec<Barrier> {
     for n in spec.split([',', '+']).filter(|n| !n.is_empty()) {
         match n {
             "ack-barriers" => out.extend([Barrier::AckDest, Barrier::AckSource]),
+            // No barrier removed, the admin step in every loop: the control run of `Admin`.
+            "admin" => {}
             n => match Barrier::parse(n) {
                 Some(b) => out.push(b),
                 None => {
@@ -232,7 +234,11 @@ fn report(link: &mut Link, q: &Queue, boot: &Boot) {
     link.say(&boot.line());
     let mut digests = HashMap::new();
     for l in q.list(None).unwrap_or_else(|e| die("list", e)) {
-        let d = q.read_job(&l).map_or("bad".into(), |(_, p)| digest(&p));
+        // A receipt cut to its header (policy header) has no payload to digest: `bad`.
+        let d = match q.read_job(&l) {
+            Ok((h, p)) if p.len() as u64 == h.payload_len => digest(&p),
+            _ => "bad".into(),
+        };
         digests.insert(l.rel_path(q.id()), d);
     }
     let mut entries = Vec::new();
@@ -258,6 +264,29 @@ fn report(link: &mut Link, q: &Queue, boot: &Boot) {
         Err(_) => "unreadable".to_string(),
     };
     link.say(&format!("limit {limit}"));
+    link.say(&format!("policy {}", policy_name(q.receipt_policy())));
+    match q.counts() {
+        Ok(c) => link.say(&format!("counts {} {}", c.acked, c.dead)),
+        Err(_) => link.say("counts unreadable"),
+    }
+    // The queues the admin step created beside this one, and whether each opens.
+    let parent = q.root().parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut beside: Vec<String> = std::fs::read_dir(&parent)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with("q2-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    beside.sort();
+    for name in beside {
+        let how = match Queue::open(parent.join(&name)) {
+            Ok(_) => "ok".to_string(),
+            Err(e) => format!("{:?}", e.kind()).replace(' ', "_"),
+        };
+        link.say(&format!("created {name} {how}"));
+    }
     for p in q.fsck().unwrap_or_else(|e| die("fsck", e)).problems {
         link.say(&format!("fsck {p}"));
     }
@@ -331,12 +360,20 @@ enum Lean {
     Limits,
     /// `deps-marker`, `deps-dest`, `deps-source`: an enqueue after the previous job.
     After,
+    /// `receipt-cut`, `receipt-unlink`, `evidence-rotate`, `purge-dead`, `counts`, `create`,
+    /// `identity`, `quarantine` (or `--break admin`, removing none): the admin step.
+    Admin,
 }
 
-fn lean(broken: &[Barrier]) -> Lean {
+fn lean(spec: &str, broken: &[Barrier]) -> Lean {
+    if spec.split([',', '+']).any(|n| n == "admin") {
+        return Lean::Admin;
+    }
     broken
         .iter()
         .map(|b| match b.name() {
+            "receipt-cut" | "receipt-unlink" | "evidence-rotate" | "purge-dead" | "counts"
+            | "create" | "identity" | "quarantine" => Lean::Admin,
             "enqueue-batch-data" | "enqueue-batch-names" => Lean::Batch,
             "level-dir" => Lean::Level,
             "keys-dir-made" | "key-file" | "keys-dir" => Lean::Key,
@@ -482,7 +519,7 @@ fn main() {
         plan,
         broken: broken.clone(),
         last: Mutex::new(u64::MAX),
-        lean: lean(&broken),
+        lean: lean(a.break_barriers.as_deref().unwrap_or(""), &broken),
     });
     skips.note();
     let link = Arc::new(Mutex::new(link));
@@ -496,15 +533,14 @@ fn main() {
         },
     )
     .unwrap_or_else(|e| die("open (batched)", e));
-    if let Some(bin) = a.steadq.as_ref().filter(|_| broken.is_empty()) {
+    // One loop and no `steadq work` with a barrier removed (no other barrier covers it) or
+    // with the admin step (which needs the queue to itself).
+    let alone = !broken.is_empty() || skips.lean == Lean::Admin;
+    if let Some(bin) = a.steadq.as_ref().filter(|_| !alone) {
         spawn_work(bin, &a.queue, &a.work_cmd, link.clone());
     }
     let seed = u64::from_le_bytes(q.id().to_le_bytes()[..8].try_into().unwrap()) ^ boot_salt();
-    let threads = if broken.is_empty() {
-        a.threads.max(1)
-    } else {
-        1
-    };
+    let threads = if !alone { a.threads.max(1) } else { 1 };
     for t in 1..threads {
         let (q, qb, link) = (q.clone(), qb.clone(), link.clone());
         std::thread::spawn(move || {
@@ -573,6 +609,9 @@ fn run(q: &Queue, qb: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>, skips: &Ski
                 }
             }
             _ => {}
+        }
+        if let (Lean::Admin, Some(p)) = (lean, prev) {
+            admin_step(q, &mut rng, link, n, p, skips.plan.clone());
         }
         if let Some(l) = q
             .claim_with(&steadq::ClaimOptions {
@@ -650,6 +689,132 @@ fn enqueue_one(
         l.op("key", id, k.as_str().to_string());
     }
     id
+}
+
+/// A receipt policy's name in the records (as `steadq config` spells it).
+fn policy_name(p: steadq::ReceiptPolicy) -> &'static str {
+    match p {
+        steadq::ReceiptPolicy::Job => "job",
+        steadq::ReceiptPolicy::Header => "header",
+        steadq::ReceiptPolicy::None => "none",
+    }
+}
+
+/// The admin step (`Lean::Admin`: one loop, alone on the queue), each operation recorded once
+/// it returned done: a job failed and every dead job purged (`purging` records before the
+/// purge, `purged` after); the receipt policy set to the next of header, none, job
+/// (`setting` before, `policy` after: the identity file), with evidence logs of 4 KiB so
+/// that appends rotate (every rotated log kept), and two jobs acked under it through a handle opened after it; a
+/// compaction (`compact`: `steadq.counts`); every tenth step a queue created beside this one
+/// (`create`); a job file damaged on purpose (`planted`, before the damage) and moved aside by
+/// `fsck --quarantine` (`quarantined`). `prev` (the loop's last job) stands in for the id of
+/// the records that name none.
+fn admin_step(
+    q: &Queue,
+    rng: &mut Rng,
+    link: &Arc<Mutex<Link>>,
+    n: u64,
+    prev: JobId,
+    plan: Option<Arc<FaultPlan>>,
+) {
+    let op = |what: &str, id: JobId, arg: String| link.lock().unwrap().op(what, id, arg);
+    let lease = steadq::ClaimOptions {
+        lease: Some(Duration::from_secs(30)),
+        ..Default::default()
+    };
+    if let Some(l) = q.claim_with(&lease).unwrap_or_else(|e| die("claim", e)) {
+        let id = l.id();
+        op("claim", id, l.attempt().to_string());
+        l.fail(steadq::Reason::FAILED)
+            .unwrap_or_else(|e| die("fail", e));
+        op("fail", id, String::new());
+    }
+    let dead: Vec<JobId> = q
+        .list(Some(steadq::State::Dead))
+        .unwrap_or_else(|e| die("list dead", e))
+        .iter()
+        .map(|l| l.name.id)
+        .collect();
+    for id in &dead {
+        op("purging", *id, String::new());
+    }
+    let k = q.purge_dead().unwrap_or_else(|e| die("purge_dead", e));
+    if k as usize != dead.len() {
+        die("purge_dead", format!("{k} purged, {} listed", dead.len()));
+    }
+    for id in &dead {
+        op("purged", *id, String::new());
+    }
+    let p = [
+        steadq::ReceiptPolicy::Header,
+        steadq::ReceiptPolicy::None,
+        steadq::ReceiptPolicy::Job,
+    ][(n % 3) as usize];
+    op("setting", prev, policy_name(p).into());
+    // Every rotated log kept: one the agent removed would take its acks' evidence with it
+    // (the runs are long), and a rotation's barrier covers its rename as well as removals.
+    let limits = steadq::EvidenceLimits {
+        max_bytes: 4096,
+        keep: 1_000_000,
+    };
+    q.set_receipt_policy(p, Some(limits))
+        .unwrap_or_else(|e| die("set_receipt_policy", e));
+    op("policy", prev, policy_name(p).into());
+    let qp = Queue::open_with(q.root(), options(plan.clone()))
+        .unwrap_or_else(|e| die("open (new policy)", e));
+    for _ in 0..2 {
+        let payload: Vec<u8> = (0..rng.between(64, 2048))
+            .map(|_| rng.next() as u8)
+            .collect();
+        let id = qp
+            .enqueue(&payload)
+            .unwrap_or_else(|e| die("enqueue (admin)", e));
+        op("enq", id, digest(&payload));
+        if let Some(l) = qp.claim_with(&lease).unwrap_or_else(|e| die("claim", e)) {
+            let id = l.id();
+            op("claim", id, l.attempt().to_string());
+            l.ack().unwrap_or_else(|e| die("ack (admin)", e));
+            op("ack", id, String::new());
+        }
+    }
+    let r = qp
+        .compact(Duration::ZERO)
+        .unwrap_or_else(|e| die("compact", e));
+    op("compact", prev, r.removed.to_string());
+    if n % 10 == 1 {
+        let name = format!("q2-{n}-{:x}", rng.next() as u32);
+        let d = q.root().parent().map(|p| p.join(&name));
+        let d = d.unwrap_or_else(|| die("create", "the queue has no parent directory"));
+        Queue::create(&d, options(plan)).unwrap_or_else(|e| die("create", e));
+        op("create", prev, name);
+    }
+    let id = qp
+        .enqueue(b"admin step: a job to corrupt")
+        .unwrap_or_else(|e| die("enqueue (to corrupt)", e));
+    let at = q.root().join(
+        q.find(id)
+            .unwrap_or_else(|e| die("find (to corrupt)", e))
+            .rel_path(q.id()),
+    );
+    op("planted", id, String::new());
+    {
+        use std::os::unix::fs::FileExt;
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&at)
+            .unwrap_or_else(|e| die("open (to corrupt)", e));
+        let len = f.metadata().map(|m| m.len()).unwrap_or(1);
+        f.write_all_at(b"X", len - 1)
+            .and_then(|()| f.sync_all())
+            .unwrap_or_else(|e| die("corrupt", e));
+    }
+    let rep = q
+        .fsck_quarantine()
+        .unwrap_or_else(|e| die("fsck --quarantine", e));
+    if !rep.problems.iter().any(|p| p.quarantined) {
+        die("fsck --quarantine", format!("{id} was not quarantined"));
+    }
+    op("quarantined", id, String::new());
 }
 
 /// Differs per boot, so each boot's payloads differ.
