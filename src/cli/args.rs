@@ -822,13 +822,37 @@ pub struct Compact {
 /// STEADQ_MAX_ATTEMPTS and STEADQ_QUEUE in its environment. Exit 0 acks; 75 (EX_TEMPFAIL)
 /// retries after --retry-delay without backoff growth; 65 (EX_DATAERR) dead-letters at once
 /// (reason dataerr); anything else (or a signal) retries with exponential backoff; when
-/// attempts are exhausted the job goes to dead/. The lease is renewed while CMD runs; its exit
-/// status settles the job even if it did not read all of stdin. --timeout: stop CMD (SIGTERM,
-/// SIGKILL 2 s later) and retry with backoff. An ack that was not done (full disk) is retried
-/// (1 s, doubling to 30 s) with the lease kept: --once gives up after 4 tries, about 7 s
-/// (exit 2), a running worker after one --lease; the job stays leased until it expires. SIGTERM,
-/// SIGINT, SIGHUP or SIGQUIT: stop taking jobs, let running ones finish within --grace, then stop them and
-/// release their jobs. An empty queue is waited on with inotify, not polled.
+/// attempts are exhausted the job goes to dead/.
+// The rest is left out of the appliance build (the size-limited aarch64 binary); docs/cli.md
+// has it.
+#[cfg_attr(
+    not(feature = "appliance"),
+    doc = " The lease is renewed while CMD runs; its exit"
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    doc = " status settles the job even if it did not read all of stdin. --timeout: stop CMD (SIGTERM,"
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    doc = " SIGKILL 2 s later) and retry with backoff. An ack that was not done (full disk) is retried"
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    doc = " (1 s, doubling to 30 s) with the lease kept: --once gives up after 4 tries, about 7 s"
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    doc = " (exit 2), a running worker after one --lease; the job stays leased until it expires. SIGTERM,"
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    doc = " SIGINT, SIGHUP or SIGQUIT: stop taking jobs, let running ones finish within --grace, then stop them and"
+)]
+#[cfg_attr(
+    not(feature = "appliance"),
+    doc = " release their jobs. An empty queue is waited on with inotify, not polled."
+)]
 #[derive(FromArgs)]
 #[cfg_attr(not(feature = "appliance"), derive(argh::ArgsInfo))]
 #[argh(subcommand, name = "work")]

@@ -648,3 +648,63 @@ fn fsck_quarantine_with_a_symlinked_quarantine_lists_and_moves_nothing() {
     assert!(q.join("ready/00/junk").exists());
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
+
+/// A receipt whose cut to its header a crash interrupted, as xfs leaves one (its old length,
+/// the bytes from the header to the end of the first block zeroed, the rest as it was: the
+/// crash lab's block rig found it with every barrier in place), reads as a receipt cut to its
+/// header: fsck reports nothing, `read_job` and `show` give no payload. Zeros that start
+/// anywhere else in a receipt are still corruption.
+#[test]
+fn a_receipt_whose_cut_a_crash_interrupted_reads_as_cut() {
+    use std::os::unix::fs::FileExt;
+    let d = TempDir::new("cutzero");
+    let q = Queue::create(d.path(), opts(1)).unwrap();
+    // (payload length, zeroed range of the file): a payload within the first block, all of
+    // it zeroed; a longer one with its first 4 KiB block's tail zeroed; and zeros elsewhere.
+    let cases = [
+        (300usize, 128..428, true),
+        (9000, 128..4096, true),
+        (3000, 600..1600, false),
+    ];
+    for (len, zeros, reads_as_cut) in cases {
+        let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+        let id = q.enqueue(&payload).unwrap();
+        q.claim().unwrap().unwrap().ack().unwrap();
+        let rct = q
+            .list(Some(steadq::State::Acked))
+            .unwrap()
+            .into_iter()
+            .find(|l| l.name.id == id)
+            .unwrap();
+        let path = d.path().join(rct.rel_path(q.id()));
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&vec![0u8; zeros.len()], zeros.start as u64)
+            .unwrap();
+        let problems = q.fsck().unwrap().problems;
+        let read = q.read_job(&rct);
+        if reads_as_cut {
+            assert!(problems.is_empty(), "{len}: {problems:?}");
+            let (h, p) = read.unwrap();
+            assert_eq!((h.payload_len, p.len()), (len as u64, 0), "{len}");
+            let out = Command::new(BIN)
+                .args(["show", d.path().to_str().unwrap(), &id.to_string()])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{len}: {out:?}");
+            assert!(
+                text.contains("not kept: the receipt was cut to its header"),
+                "{text}"
+            );
+        } else {
+            assert_eq!(problems.len(), 1, "{len}: {problems:?}");
+            assert!(
+                problems[0].to_string().contains("corrupt"),
+                "{}",
+                problems[0]
+            );
+            assert!(read.is_err(), "{len}");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}

@@ -4,7 +4,9 @@
 //! dead and delayed jobs are `dead.rs` (compaction lives with the receipt policy in
 //! [`crate::admin::receipts`]).
 
-use crate::disk::format::{verify, verify_receipt, HEADER_LEN};
+use crate::disk::format::{
+    interrupted_cut, verify, verify_receipt, Corruption, CUT_BLOCK, HEADER_LEN,
+};
 use crate::disk::name::{JobId, JobName};
 use crate::disk::scan::state_of;
 use crate::disk::state::State;
@@ -310,6 +312,22 @@ impl Queue {
         }
         match crate::ops::payload::check_file(&self.sys, fd.as_fd(), size, &[], id, self.ident.id) {
             Ok(c) => Ok((c.header, fd, c.file)),
+            Err(Ok(c @ (Corruption::PayloadDigest | Corruption::EnvelopeDigest)))
+                if name.ends_with(".rct") =>
+            {
+                // A cut to the header that a crash interrupted reads as the cut receipt.
+                let mut head = vec![0u8; (size as usize).min(CUT_BLOCK)];
+                self.sys
+                    .read_exact_at(fd.as_fd(), &mut head, 0)
+                    .map_err(|e| Load::Io(Call::Read, e))?;
+                match interrupted_cut(&head, size, id, self.ident.id) {
+                    Some(h) => {
+                        head.truncate(HEADER_LEN);
+                        Ok((h, fd, Some(std::sync::Arc::new(head))))
+                    }
+                    None => Err(Load::Corrupt(c)),
+                }
+            }
             Err(Ok(c)) => Err(Load::Corrupt(c)),
             Err(Err((call, e))) => Err(Load::Io(call, e)),
         }
@@ -343,9 +361,17 @@ impl Queue {
         self.sys
             .read_all(fd.as_fd(), limit, &mut buf)
             .map_err(|e| Load::Io(Call::Read, e))?;
-        // A receipt may have been cut to its header (receipt policy or compaction).
+        // A receipt may have been cut to its header (receipt policy or compaction), or its
+        // cut interrupted by a crash (then it reads as cut).
         let h = if name.ends_with(".rct") {
-            verify_receipt(&buf, id, self.ident.id)
+            match verify_receipt(&buf, id, self.ident.id) {
+                Err(c @ (Corruption::PayloadDigest | Corruption::EnvelopeDigest)) => {
+                    let h = interrupted_cut(&buf, buf.len() as u64, id, self.ident.id);
+                    buf.truncate(HEADER_LEN);
+                    h.ok_or(c)
+                }
+                r => r,
+            }
         } else {
             verify(&buf, id, self.ident.id)
         }

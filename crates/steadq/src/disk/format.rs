@@ -346,6 +346,30 @@ pub fn verify_receipt(file: &[u8], id: u128, queue_id: u128) -> Result<Header, C
     verify(file, id, queue_id)
 }
 
+/// Bytes from a receipt's start that [`interrupted_cut`] looks at: the smallest block a
+/// Linux filesystem uses.
+pub const CUT_BLOCK: usize = 512;
+
+/// A receipt cut to its header by a truncate that a crash interrupted: the file still has
+/// its old length (`file_len`, the header's payload length plus the header), its header
+/// verifies as [`verify_receipt`] checks a cut receipt's, and every byte from the header to
+/// the end of the first 512-byte block (or of the file) is zero. xfs leaves such a file: a
+/// truncate zeroes the tail of the new last block (`xfs_setattr_size`, fs/xfs/xfs_iops.c)
+/// and that write can reach the disk before the size change commits (found by the crash
+/// lab's block rig, all barriers in place). Its digests still name the payload it had, as a
+/// cut receipt's do; it reads as one. `head` holds the file's first `min(file_len, 512)`
+/// bytes or more. `None`: not such a file (a whole receipt that fails its digests is
+/// corrupt).
+pub fn interrupted_cut(head: &[u8], file_len: u64, id: u128, queue_id: u128) -> Option<Header> {
+    let end = (file_len as usize).min(CUT_BLOCK);
+    if file_len <= HEADER_LEN as u64 || head.len() < end {
+        return None;
+    }
+    let h = verify_header(head, id, queue_id).ok()?;
+    let whole = h.payload_len.checked_add(HEADER_LEN as u64)? == file_len;
+    (whole && head[HEADER_LEN..end].iter().all(|b| *b == 0)).then_some(h)
+}
+
 /// The header checks of [`verify`], up to the queue id.
 fn verify_header(file: &[u8], id: u128, queue_id: u128) -> Result<Header, Corruption> {
     if file.len() < HEADER_LEN {
