@@ -29,6 +29,9 @@ struct IndexPlan {
     markers: u64,
 }
 
+/// Per-job markers (key, parsed) and batch markers (keys) of one index.
+pub(crate) type MarkersAndBatches = (Vec<(String, Marker)>, Vec<String>);
+
 /// What a batch marker's key holds.
 pub(crate) enum BatchBody {
     /// Nothing (deleted meanwhile).
@@ -73,7 +76,7 @@ impl Queue {
         state: State,
         until_ms: Option<i64>,
         want: usize,
-    ) -> Result<(Vec<(String, Marker)>, Vec<String>)> {
+    ) -> Result<MarkersAndBatches> {
         let base = self.keys.index(state);
         let first = (random_u128() % 16) as usize;
         let start = format!("{base}{}/", SHARDS[first]);
@@ -569,7 +572,7 @@ impl Queue {
     pub(crate) fn markers_and_batches(
         &self,
         state: State,
-    ) -> Result<(Vec<(String, Marker)>, Vec<String>)> {
+    ) -> Result<MarkersAndBatches> {
         let mut batches = Vec::new();
         let m = self.markers_noting(state, &mut Vec::new(), &mut batches)?;
         Ok((m, batches))

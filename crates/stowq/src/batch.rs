@@ -243,9 +243,12 @@ impl Queue {
                         && (!self.may_be_compacted(lease.base_at_ms)
                             || self.chain_alive(lease.id, lease.gen + 1, &rec)?))
                 });
-            let Ok(done) = r else {
-                out.push(Err(r.err().expect("an error")));
-                continue;
+            let done = match r {
+                Ok(d) => d,
+                Err(e) => {
+                    out.push(Err(e));
+                    continue;
+                }
             };
             // Settled, done or lost: its leased marker may go.
             match &lease.batch {
