@@ -569,10 +569,7 @@ impl Queue {
     }
 
     /// Every marker of `state` and every batch marker of it (keys), in key order.
-    pub(crate) fn markers_and_batches(
-        &self,
-        state: State,
-    ) -> Result<MarkersAndBatches> {
+    pub(crate) fn markers_and_batches(&self, state: State) -> Result<MarkersAndBatches> {
         let mut batches = Vec::new();
         let m = self.markers_noting(state, &mut Vec::new(), &mut batches)?;
         Ok((m, batches))
