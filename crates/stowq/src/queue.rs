@@ -195,9 +195,12 @@ pub struct CheckReport {
     /// Jobs whose newest generation has no marker: (id, generation, its state, the marker
     /// `repair` would put).
     pub missing: Vec<(u128, u64, State, String)>,
-    /// Markers of a job's older generation: (key, job id, the job's newest generation).
+    /// Markers of a job's older generation: (key, job id, the job's newest generation); a
+    /// batch marker ([`Queue::claim_batch`], [`Queue::ack_batch`]) is stale when none of the
+    /// jobs it names is at the generation it names (then one of them is given).
     pub stale: Vec<(String, u128, u64)>,
-    /// Markers of no job (no chain, or a compacted one).
+    /// Markers of no job (no chain, or a compacted one; a batch marker none of whose jobs
+    /// has a chain).
     pub orphans: Vec<String>,
     /// Keys under the index or chain prefixes that are no marker or generation, and newest
     /// generations that are not records.
