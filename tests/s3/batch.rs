@@ -226,3 +226,69 @@ fn repair_indexes_a_batch_whose_marker_was_lost() {
     assert_eq!(q.repair().unwrap().deleted, 4);
     assert_eq!(q.check().unwrap().problems(), 0);
 }
+
+/// A batch leased marker whose jobs were all settled by leases that did not know the batch
+/// (taken up again by handle, as `steadq ack` does) is stale: `check` reports it once,
+/// `repair` deletes it, and recovery would too at its deadline.
+#[test]
+fn a_stale_batch_marker_is_reported_and_repaired() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "batch");
+    let q = queue(m.port, "batch", "stale", opts());
+    for i in 0..3 {
+        q.enqueue(format!("job {i}").as_bytes()).unwrap();
+    }
+    let leases = q.claim_batch(3).unwrap();
+    assert_eq!(leases.len(), 3);
+    let key = index_keys(&q, "leased").pop().unwrap();
+    for l in &leases {
+        let again = q.resume_lease(l.id, l.generation(), &l.token).unwrap();
+        q.ack(&again).unwrap();
+    }
+    assert_eq!(index_keys(&q, "leased"), vec![key.clone()]);
+    let st = q.status().unwrap();
+    assert_eq!((st.leased, st.done), (0, 3), "the newest generation wins");
+    let c = q.check().unwrap();
+    assert_eq!(c.problems(), 1, "{c:?}");
+    assert_eq!(c.stale[0].0, key);
+    assert_eq!(q.repair().unwrap().deleted, 1);
+    assert_eq!(q.check().unwrap().problems(), 0);
+    assert_eq!(index_keys(&q, "leased"), Vec::<String>::new());
+}
+
+/// A batch takes the highest level first, as single claims do, and its jobs keep their
+/// level through the batch's markers (`list`) and the ack.
+#[test]
+fn a_batch_claims_the_highest_level_first() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "batch");
+    let q = queue(m.port, "batch", "prio", opts());
+    let low: Vec<u128> = (0..2).map(|_| q.enqueue(b"low").unwrap()).collect();
+    let high: Vec<u128> = (0..2)
+        .map(|_| q.enqueue_with(b"high", Duration::ZERO, 6).unwrap())
+        .collect();
+    let first = q.claim_batch(2).unwrap();
+    let mut got: Vec<u128> = first.iter().map(|l| l.id).collect();
+    got.sort_unstable();
+    let mut want = high.clone();
+    want.sort_unstable();
+    assert_eq!(got, want);
+    assert!(first
+        .iter()
+        .all(|l| l.priority == 6 && l.payload == b"high"));
+    let listed = q.list().unwrap();
+    assert!(listed
+        .iter()
+        .filter(|l| high.contains(&l.id))
+        .all(|l| l.state == State::Leased && l.priority == 6));
+    let rest = q.claim_batch(8).unwrap();
+    assert_eq!(rest.len(), 2);
+    assert!(rest.iter().all(|l| low.contains(&l.id) && l.priority == 3));
+    assert!(q.ack_batch(&first).iter().all(Result::is_ok));
+    assert!(q.ack_batch(&rest).iter().all(Result::is_ok));
+    let listed = q.list().unwrap();
+    assert!(listed
+        .iter()
+        .all(|l| l.state == State::Done && l.priority == if high.contains(&l.id) { 6 } else { 3 }));
+    assert_eq!(q.check().unwrap().problems(), 0);
+}
