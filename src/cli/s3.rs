@@ -1146,8 +1146,10 @@ mod with_s3 {
         CliError::new(exit, format!("job {id} not settled: {e}{left}"))
     }
 
-    /// `work` on an `s3://` queue: `--concurrency` threads, each claiming and running one job
-    /// at a time. An empty claim backs off ([`stowq::idle_pause`]: 100 ms doubling to
+    /// `work` on an `s3://` queue: `--concurrency` threads, each running one job at a time;
+    /// above one thread they claim in batches, one job per thread holding no lease
+    /// ([`Feed`], `claim_batch`: one leased marker and one multi-object delete per batch),
+    /// and each job is acked on its own. An empty claim backs off ([`stowq::idle_pause`]: 100 ms doubling to
     /// 10 s, jittered; reset by a claim), as S3 has nothing to wait on. SIGTERM or SIGINT:
     /// no new claims; running commands finish (their leases renewed meanwhile).
     fn work(a: args::Work) -> Result<Exit, CliError> {
@@ -1174,14 +1176,18 @@ mod with_s3 {
         let a = Arc::new(a);
         // `--once` handles at most one job, whatever `--concurrency` says.
         let threads = if a.once { 1 } else { a.concurrency.max(1) };
-        let threads: Vec<_> = (0..threads)
+        let feed = Arc::new(Feed {
+            threads: threads as usize,
+            ..Feed::default()
+        });
+        let handles: Vec<_> = (0..threads)
             .map(|_| {
-                let (q, a) = (q.clone(), a.clone());
-                std::thread::spawn(move || work_loop(&q, &a))
+                let (q, a, feed) = (q.clone(), a.clone(), feed.clone());
+                std::thread::spawn(move || work_loop(&q, &a, &feed))
             })
             .collect();
         let mut end = Ok(Exit::Done);
-        for t in threads {
+        for t in handles {
             let r = t
                 .join()
                 .unwrap_or_else(|_| Err(CliError::not_done("work: a worker thread panicked")));
@@ -1189,15 +1195,94 @@ mod with_s3 {
                 end = r;
             }
         }
+        // Leases claimed for threads that stopped before taking them: back to ready, their
+        // attempts given back.
+        let left: Vec<Lease> = feed
+            .pool
+            .lock()
+            .map(|mut p| p.drain(..).collect())
+            .unwrap_or_default();
+        for l in left {
+            if let Err(e) = q.release_undelivered(&l, "worker stopped before running it") {
+                eprintln!(
+                    "steadq work: giving back {:032x}: {e}; it stays leased until its lease expires",
+                    l.id
+                );
+            }
+        }
         end
     }
 
+    /// The jobs a worker's threads share: with `--concurrency` above 1, a thread that finds
+    /// no lease waiting claims a batch (`claim_batch`) of one job per thread not running a
+    /// command, keeps the first and leaves the rest here for the others, which take them at
+    /// once (an idle thread's pause ends when one is waiting).
+    #[derive(Default)]
+    struct Feed {
+        threads: usize,
+        /// Threads holding a lease (from taking it to settling its job).
+        running: std::sync::atomic::AtomicUsize,
+        /// Claimed leases no thread has taken yet.
+        pool: Mutex<std::collections::VecDeque<Lease>>,
+        /// Held while a thread claims, so that threads do not claim batches for each other.
+        claiming: Mutex<()>,
+    }
+
+    impl Feed {
+        /// A waiting lease, counted as held.
+        fn take(&self) -> Option<Lease> {
+            let l = self.pool.lock().ok()?.pop_front()?;
+            self.running.fetch_add(1, Ordering::Relaxed);
+            Some(l)
+        }
+
+        fn waiting(&self) -> bool {
+            self.pool.lock().is_ok_and(|p| !p.is_empty())
+        }
+
+        /// The next lease for this thread: one left by another thread's batch, or one of a
+        /// batch claimed now for every thread holding none (a single `claim` when that is
+        /// one thread). A lease returned is counted as held until [`Feed::done`].
+        fn next(&self, q: &Queue) -> Result<Option<Lease>, Error> {
+            if let Some(l) = self.take() {
+                return Ok(Some(l));
+            }
+            let _g = self.claiming.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(l) = self.take() {
+                return Ok(Some(l));
+            }
+            let k = self
+                .threads
+                .saturating_sub(self.running.load(Ordering::Relaxed))
+                .max(1);
+            let first = if k == 1 {
+                q.claim()?
+            } else {
+                let mut ls = q.claim_batch(k)?.into_iter();
+                let first = ls.next();
+                if let Ok(mut p) = self.pool.lock() {
+                    p.extend(ls);
+                }
+                first
+            };
+            if first.is_some() {
+                self.running.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(first)
+        }
+
+        /// The job of a lease from [`Feed::next`] is settled (or given back).
+        fn done(&self) {
+            self.running.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// One worker thread: claim, run, settle; back off while idle.
-    fn work_loop(q: &Arc<Queue>, a: &args::Work) -> Result<Exit, CliError> {
+    fn work_loop(q: &Arc<Queue>, a: &args::Work, feed: &Feed) -> Result<Exit, CliError> {
         let mut idle = 0u32;
         while !stopping() {
             let before = q.claims_dead_lettered();
-            let claimed = match q.claim() {
+            let claimed = match feed.next(q) {
                 Ok(c) => c,
                 // A long-running worker outlives an outage: log, back off, look again.
                 Err(e) if !a.once => {
@@ -1216,11 +1301,13 @@ mod with_s3 {
                     return Err(CliError::new(Exit::NoJob, "no job ready"));
                 }
                 idle = idle.saturating_add(1);
-                pause(stowq::idle_pause(idle));
+                pause_unless(stowq::idle_pause(idle), || feed.waiting());
                 continue;
             };
             idle = 0;
-            let what = run_job(q, l, a).inspect_err(|_| FAILED.store(true, Ordering::Relaxed))?;
+            let what = run_job(q, l, a);
+            feed.done();
+            let what = what.inspect_err(|_| FAILED.store(true, Ordering::Relaxed))?;
             // Empty: the job was given back and that was said already.
             if !a.quiet && !what.is_empty() {
                 eprintln!("steadq work: {what}");
@@ -1242,8 +1329,14 @@ mod with_s3 {
 
     /// Sleep `d`, waking early when [`stopping`].
     fn pause(d: Duration) {
+        pause_unless(d, || false);
+    }
+
+    /// Sleep `d`, waking early when [`stopping`] or when `wake` says so (checked every 100
+    /// ms).
+    fn pause_unless(d: Duration, wake: impl Fn() -> bool) {
         let until = Instant::now() + d;
-        while !stopping() {
+        while !stopping() && !wake() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;

@@ -140,3 +140,56 @@ fn bench_workers_against_moto_and_the_local_queue() {
         m.kind
     ));
 }
+
+/// One worker claims with `claim_batch(k)` and acks with `ack_batch` until the queue is
+/// empty; returns (jobs/s, requests per job including the enqueue's 2).
+fn stowq_batched_run(port: u16, prefix: &str, k: usize, jobs: usize) -> (f64, f64) {
+    let q = queue(port, "bench", prefix, Options::default());
+    let r0 = q.client.requests();
+    for i in 0..jobs {
+        q.enqueue(format!("job {i}").as_bytes()).unwrap();
+    }
+    let t0 = Instant::now();
+    let (mut n, mut last) = (0, r0);
+    loop {
+        let leases = q.claim_batch(k).unwrap();
+        if leases.is_empty() {
+            break;
+        }
+        n += leases.len();
+        assert!(q.ack_batch(&leases).iter().all(Result::is_ok));
+        last = q.client.requests();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(n, jobs);
+    assert!(!q.multi_delete_refused());
+    // Up to the last ack: the final, empty claim's LISTs are the idle worker's, not a job's.
+    (jobs as f64 / secs, (last - r0) as f64 / jobs as f64)
+}
+
+#[test]
+fn bench_batched_claims_and_acks_requests_per_job() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "bench");
+    let jobs = env_num("STOWQ_BENCH_BATCH_JOBS", 48) as usize;
+    for k in [1, 4, 8, 16] {
+        let (jps, rpj) = stowq_batched_run(m.port, &format!("batch{k}"), k, jobs);
+        report(&format!(
+            "stowq bench ({:?}): batches of {k}, one worker, {jobs} jobs: {jps:.1} jobs/s, \
+             {rpj:.2} requests/job (enqueue+claim_batch+ack_batch)",
+            m.kind
+        ));
+        // Per job: 2 (enqueue) + 2 (lease create, envelope GET) + 1 (done create), and per
+        // batch the leased marker, the multi-object delete, the done marker and the leased
+        // marker's DELETE, plus the LISTs (one per listing, which serves several batches).
+        let model = 5.0 + 4.0 / k as f64;
+        assert!(rpj >= model, "batches of {k}: {rpj} requests per job");
+        assert!(
+            rpj <= model + 0.25,
+            "batches of {k}: {rpj} requests per job"
+        );
+        if k >= 8 {
+            assert!(rpj <= 6.0, "batches of {k}: {rpj} requests per job");
+        }
+    }
+}

@@ -1686,3 +1686,63 @@ fn list_json_on_s3_gives_each_job_as_a_local_list_does() {
     let rows = parse_json_lines(&text);
     assert_eq!((rows.len(), rows[0][0].as_str()), (1, dead.as_str()));
 }
+
+/// `work --concurrency 4` claims in batches (one job per thread holding no lease: a batch
+/// leased marker and one multi-object delete per batch) and acks each job on its own: every
+/// job runs once at attempt 1, and the index is left clean (each batch's marker deleted with
+/// its last job). Through a proxy that logs the request lines.
+#[test]
+fn work_with_concurrency_claims_in_batches() {
+    let Some(m) = moto() else { return };
+    let url = "s3://cliworkbatch/q";
+    assert_eq!(out(cli(m.port).args(["init", url])).0, 0);
+    let q = queue(m.port, "cliworkbatch", "q", Options::default());
+    let n = 12;
+    for i in 0..n {
+        q.enqueue(format!("job {i}").as_bytes()).unwrap();
+    }
+    let p = Proxy::start(m.port);
+    let mut worker = cli(p.port)
+        .args(["work", url, "--concurrency", "4", "--quiet", "--"])
+        .args(["sh", "-c", "cat >/dev/null; sleep 0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while q.status().unwrap().done < n {
+        assert!(t0.elapsed() < Duration::from_secs(90), "{:?}", q.status());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(worker.wait().unwrap().code(), Some(0));
+    let lines = p.lines();
+    let posts = lines.iter().filter(|l| l.starts_with("POST ")).count();
+    assert!(posts >= 1, "no multi-object delete: no batch claim");
+    let batch_markers = lines
+        .iter()
+        .filter(|l| l.starts_with("PUT ") && l.contains("/i/leased/") && l.contains(".b "))
+        .count();
+    assert!(batch_markers >= 1, "no batch leased marker");
+    report(&format!(
+        "work --concurrency 4, {n} jobs: {} requests ({:.1} per job with the idle claims \
+         before SIGTERM), {batch_markers} claim batches, {posts} multi-object deletes",
+        lines.len(),
+        lines.len() as f64 / n as f64
+    ));
+    let listed = q.list().unwrap();
+    assert_eq!(listed.len(), n as usize);
+    assert!(
+        listed
+            .iter()
+            .all(|l| l.state == stowq::State::Done && (l.gen, l.attempt) == (2, 1)),
+        "{listed:?}"
+    );
+    let st = q.status().unwrap();
+    assert_eq!((st.ready, st.leased, st.expired, st.done), (0, 0, 0, n));
+    assert_eq!(q.check().unwrap().problems(), 0, "{:?}", q.check());
+}

@@ -462,6 +462,8 @@ struct Plan {
     shift: Option<i64>,
     /// Forward listings without their `start-after` parameter: a service that ignores it.
     no_start_after: bool,
+    /// The request line of every request since the proxy started.
+    lines: Vec<String>,
 }
 
 /// A fault proxy on 127.0.0.1 in front of `upstream`.
@@ -551,6 +553,12 @@ impl Proxy {
     /// Requests seen since the last `arm`.
     pub fn seen(&self) -> u32 {
         self.plan.lock().unwrap().seen
+    }
+
+    /// The request lines (e.g. `POST /bucket?delete= HTTP/1.1`) of every request since the
+    /// proxy started.
+    pub fn lines(&self) -> Vec<String> {
+        self.plan.lock().unwrap().lines.clone()
     }
 }
 
@@ -730,6 +738,7 @@ fn serve(mut c: TcpStream, upstream: u16, plan: &Mutex<Plan>) {
         let i = p.seen;
         p.seen += 1;
         let line = req.split(|&b| b == b'\r').next().unwrap_or_default();
+        p.lines.push(String::from_utf8_lossy(line).into_owned());
         let from_here = p
             .outage_from
             .as_deref()

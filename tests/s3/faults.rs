@@ -693,3 +693,140 @@ fn a_prioritised_enqueue_says_what_happened() {
         "stowq prioritised enqueue under faults (4 requests × 7 kinds with flags, 3 × 7 without): {tally:?}"
     ));
 }
+
+/// `claim_batch` and `ack_batch` under every fault kind at each request of a clean run,
+/// checked per job against the server: a job a claim batch returned is leased under the
+/// returned token (and its lease acks); a job it did not return is ready, or leased under
+/// no returned token and indexed after `repair` (recovered at its deadline). Each per-job
+/// result of `ack_batch`: done ⇒ the job's receipt is our ack; not done ⇒ still leased and
+/// the lease still acks; indeterminate ⇒ either. After `repair` the index agrees with the
+/// chains.
+#[test]
+fn a_batch_claim_and_ack_say_what_happened_per_job() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "bfaults");
+    let proxy = Proxy::start(m.port);
+    let opts = Options {
+        tries: 8,
+        backoff: Duration::from_millis(100),
+        lease_ms: 60_000,
+        ..Options::default()
+    };
+    let popts = Options {
+        tries: 3,
+        backoff: Duration::from_millis(20),
+        ..opts.clone()
+    };
+    let mut n = 0;
+    let mut tally: BTreeMap<(bool, Said), u32> = BTreeMap::new();
+    // (claim or ack, fault); the clean runs first count the requests.
+    let mut clean = [0u32; 2];
+    for ack in [false, true] {
+        let mut i = 0;
+        loop {
+            for fault in std::iter::once(None).chain(Fault::ALL.map(|f| Some((f, i)))) {
+                if fault.is_none() && i > 0 {
+                    continue;
+                }
+                n += 1;
+                let prefix = format!("b{n}");
+                let d = queue(m.port, "bfaults", &prefix, opts.clone());
+                let ids: Vec<u128> = (0..3).map(|_| d.enqueue(b"p").unwrap()).collect();
+                let held = if ack {
+                    let l = d.claim_batch(3).unwrap();
+                    assert_eq!(l.len(), 3);
+                    l
+                } else {
+                    Vec::new()
+                };
+                proxy.arm(None);
+                let p = Queue::open(
+                    Client::new(config(proxy.port, PROXY_TIMEOUT_MS), "bfaults"),
+                    &prefix,
+                    popts.clone(),
+                )
+                .unwrap();
+                proxy.arm(fault);
+                let what = format!("ack {ack}, {fault:?}");
+                let seen;
+                if ack {
+                    let rs = p.ack_batch(&held);
+                    seen = proxy.seen();
+                    proxy.arm(None);
+                    for (r, l) in rs.iter().zip(&held) {
+                        let said = said(r, |_| true);
+                        *tally.entry((ack, said)).or_default() += 1;
+                        let (g, rec) = d.inspect(l.id).unwrap().unwrap();
+                        let acked = (g, rec.state) == (2, State::Done);
+                        assert!(
+                            acked || (g, rec.state) == (1, State::Leased),
+                            "{what}: {g} {rec:?}"
+                        );
+                        match said {
+                            Said::Done => assert!(acked && rec.token == l.token, "{what}"),
+                            Said::NotDone => {
+                                assert!(!acked, "{what}");
+                                d.ack(l)
+                                    .unwrap_or_else(|e| panic!("{what}: lease lost: {e}"));
+                            }
+                            Said::Indeterminate => {
+                                if !acked {
+                                    d.ack(l).unwrap();
+                                }
+                            }
+                        }
+                    }
+                    if fault.is_none() {
+                        assert!(rs.iter().all(Result::is_ok));
+                    }
+                } else {
+                    let r = p.claim_batch(3);
+                    seen = proxy.seen();
+                    proxy.arm(None);
+                    let got = r.as_ref().map_or(Vec::new(), Clone::clone);
+                    *tally.entry((ack, said(&r, |v| !v.is_empty()))).or_default() += 1;
+                    if fault.is_none() {
+                        assert_eq!(got.len(), 3, "clean claim");
+                    }
+                    for id in &ids {
+                        let (g, rec) = d.inspect(*id).unwrap().unwrap();
+                        match got.iter().find(|l| l.id == *id) {
+                            Some(l) => {
+                                assert_eq!((g, rec.state), (1, State::Leased), "{what}");
+                                assert_eq!(rec.token, l.token, "{what}");
+                                assert_eq!(l.payload, b"p");
+                            }
+                            None => assert!(
+                                rec.state == State::Ready
+                                    || rec.state == State::Leased && (g, rec.attempt) == (1, 1),
+                                "{what}: {g} {rec:?}"
+                            ),
+                        }
+                    }
+                    for l in &got {
+                        d.ack(l)
+                            .unwrap_or_else(|e| panic!("{what}: lease lost: {e}"));
+                    }
+                }
+                d.repair().unwrap();
+                let c = d.check().unwrap();
+                assert_eq!(c.problems(), 0, "{what}: {c:?}");
+                // Every job is found by the index: done, ready, or leased (recoverable).
+                let st = d.status().unwrap();
+                assert_eq!(st.ready + st.leased + st.done, 3, "{what}: {st:?}");
+                if fault.is_none() {
+                    clean[usize::from(ack)] = seen;
+                }
+            }
+            i += 1;
+            if i >= clean[usize::from(ack)] {
+                break;
+            }
+        }
+    }
+    report(&format!(
+        "stowq faults, batches of 3: requests of a clean claim_batch {}, ack_batch {}; \
+         per job (claim: per call) {tally:?}",
+        clean[0], clean[1]
+    ));
+}

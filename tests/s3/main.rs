@@ -3,6 +3,7 @@
 //! `STOWQ_WEED` or PATH). `cargo test --features s3 --test s3`; without the server the tests
 //! print SKIPPED, unless `STEADQ_REQUIRE_S3=1` (CI) makes that a failure.
 
+mod batch;
 mod bench;
 mod cli;
 mod clock;

@@ -2,7 +2,7 @@
 //! requeue, repair, list, status and the true state of one job.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{id_hex, Marker, Record, State, MAX_LEVEL, SHARDS};
+use crate::keys::{decode_batch, id_hex, BatchEntry, Marker, Record, State, MAX_LEVEL, SHARDS};
 use crate::queue::{
     batch, random_u128, ready0, CheckReport, Listed, Queue, RecoverReport, RepairReport, Status,
     DEFAULT_LEVEL,
@@ -21,9 +21,25 @@ struct IndexPlan {
     strangers: Vec<String>,
     /// Newest generations that are not records (their jobs are left as they are).
     not_records: Vec<String>,
+    /// Batch markers none of whose jobs is at the generation it names: (key, a job it
+    /// names, that job's newest generation).
+    stale_batches: Vec<(String, u128, u64)>,
     /// Chains and markers read.
     chains: u64,
     markers: u64,
+}
+
+/// Per-job markers (key, parsed) and batch markers (keys) of one index.
+pub(crate) type MarkersAndBatches = (Vec<(String, Marker)>, Vec<String>);
+
+/// What a batch marker's key holds.
+pub(crate) enum BatchBody {
+    /// Nothing (deleted meanwhile).
+    Absent,
+    /// An object that is not a batch marker.
+    Foreign,
+    /// The jobs it names.
+    Entries(Vec<BatchEntry>),
 }
 
 /// One job's part of an [`IndexPlan`].
@@ -46,17 +62,39 @@ impl Queue {
         &self,
         state: State,
         until_ms: Option<i64>,
+        want: usize,
     ) -> Result<Vec<(String, Marker)>> {
+        Ok(self.due_markers_and_batches(state, until_ms, want)?.0)
+    }
+
+    /// [`Queue::due_markers`], and the batch markers due by `until_ms` met on the way (keys;
+    /// only the leased index holds due ones: a claim batch's, sorted by its deadline). The
+    /// listing wraps around to the shards before its start when fewer than `want` (at least
+    /// 1) markers were found after it.
+    pub(crate) fn due_markers_and_batches(
+        &self,
+        state: State,
+        until_ms: Option<i64>,
+        want: usize,
+    ) -> Result<MarkersAndBatches> {
         let base = self.keys.index(state);
         let first = (random_u128() % 16) as usize;
         let start = format!("{base}{}/", SHARDS[first]);
         let mut out = Vec::new();
-        self.collect(&base, Some(start.clone()), None, until_ms, &mut out)?;
+        let mut batches = Vec::new();
+        self.collect(
+            &base,
+            Some(start.clone()),
+            None,
+            until_ms,
+            &mut out,
+            &mut batches,
+        )?;
         // Wrap around only when the shards after the start held nothing due.
-        if first > 0 && out.is_empty() {
-            self.collect(&base, None, Some(&start), until_ms, &mut out)?;
+        if first > 0 && out.len() + batches.len() < want.max(1) {
+            self.collect(&base, None, Some(&start), until_ms, &mut out, &mut batches)?;
         }
-        Ok(out)
+        Ok((out, batches))
     }
 
     /// The due ready markers a claim picks from: those of the highest level that has any.
@@ -66,10 +104,18 @@ impl Queue {
     /// knows in use is listed first (one LIST each, from its start), and of each level below
     /// only when no level above had a due job. So a queue without other levels costs a claim
     /// what it did, and each level in use above the default one LIST more while it is empty.
-    pub(crate) fn due_ready(&self, now: i64) -> Result<Vec<(String, Marker)>> {
+    pub(crate) fn due_ready(&self, now: i64, want: usize) -> Result<Vec<(String, Marker)>> {
         let level = |l: u8| -> Result<Vec<(String, Marker)>> {
             let mut out = Vec::new();
-            self.collect(&self.keys.ready_index(l), None, None, Some(now), &mut out)?;
+            let mut batches = Vec::new();
+            self.collect(
+                &self.keys.ready_index(l),
+                None,
+                None,
+                Some(now),
+                &mut out,
+                &mut batches,
+            )?;
             Ok(out)
         };
         let above = |seen: u8| {
@@ -84,7 +130,7 @@ impl Queue {
                 return Ok(c);
             }
         }
-        let default = self.due_markers(State::Ready, Some(now))?;
+        let default = self.due_markers(State::Ready, Some(now), want)?;
         // Levels above the default that this listing showed for the first time.
         let learned = self.levels_seen.load(Ordering::Relaxed) & !known;
         for l in above(learned) {
@@ -114,8 +160,9 @@ impl Queue {
         stop: Option<&str>,
         until_ms: Option<i64>,
         out: &mut Vec<(String, Marker)>,
+        batches: &mut Vec<String>,
     ) -> Result<()> {
-        while (out.len() as u32) < self.options.page {
+        while ((out.len() + batches.len()) as u32) < self.options.page {
             let page = self.list_page(base, after.as_deref(), None, self.options.page)?;
             if page.entries.is_empty() {
                 return Ok(());
@@ -126,20 +173,29 @@ impl Queue {
                 if stop.is_some_and(|s| e.key.as_str() >= s) {
                     return Ok(());
                 }
-                let Some(m) = self.keys.parse_marker(&e.key) else {
+                let parsed = self.keys.parse_marker(&e.key).map(|m| (m.sort_ms, Some(m)));
+                let parsed = parsed.or_else(|| {
+                    self.keys
+                        .parse_batch_marker(&e.key)
+                        .map(|(_, sort, _)| (sort, None))
+                });
+                let Some((sort_ms, m)) = parsed else {
                     // A level's flag at a shard's head: claims list that level's index too.
                     if let Some(l) = self.keys.parse_level_flag(&e.key) {
                         self.levels_seen.fetch_or(1 << l, Ordering::Relaxed);
                     }
                     continue;
                 };
-                if until_ms.is_some_and(|u| m.sort_ms > u) {
+                if until_ms.is_some_and(|u| sort_ms > u) {
                     // Not due, nor is the rest of this shard: jump to the next shard.
                     let shard = e.key[base.len()..].chars().next().unwrap_or('f');
                     after = Some(format!("{base}{shard}/~"));
                     break;
                 }
-                out.push((e.key, m));
+                match m {
+                    Some(m) => out.push((e.key, m)),
+                    None => batches.push(e.key),
+                }
             }
             let jumped = after.as_deref().is_some_and(|a| a.ends_with('~'));
             if !(more
@@ -164,36 +220,18 @@ impl Queue {
     pub fn recover(&self) -> Result<RecoverReport> {
         let mut rep = RecoverReport::default();
         let now = self.client.clock.now_ms();
-        let expired = self.due_markers(State::Leased, Some(now - 1))?;
+        let (expired, batches) = self.due_markers_and_batches(State::Leased, Some(now - 1), 1)?;
         for (key, m) in expired {
-            let out = if m.attempt >= self.options.max_attempts {
-                let why = format!("lease expired after {} attempts", m.attempt);
-                (
-                    State::Dead,
-                    self.new_record(State::Dead, m.attempt, 0, "", &why),
-                )
-            } else {
-                let why = "lease expired";
-                (
-                    State::Ready,
-                    self.new_record(State::Ready, m.attempt, now, "", why),
-                )
+            let e = BatchEntry {
+                id: m.id,
+                gen: m.gen,
+                attempt: m.attempt,
+                level: m.level,
             };
-            // The job keeps its level.
-            let out = (
-                out.0,
-                Record {
-                    level: m.level,
-                    ..out.1
-                },
-            );
-            let moved = self
-                .step_from_marker(m.id, m.gen, &key, &out.1)
-                .and_then(|done| Ok(done && self.chain_alive(m.id, m.gen + 1, &out.1)?));
-            match moved {
-                Ok(true) if out.0 == State::Dead => rep.dead += 1,
-                Ok(true) => rep.ready += 1,
-                Ok(false) => {
+            match self.expire(&e, Some(&key), now) {
+                Ok(Some(State::Dead)) => rep.dead += 1,
+                Ok(Some(_)) => rep.ready += 1,
+                Ok(None) => {
                     if self.hint(false, &key) {
                         rep.stale += 1;
                     }
@@ -201,7 +239,70 @@ impl Queue {
                 Err(e) => return Err(batch(e, rep.ready + rep.dead)),
             }
         }
+        for key in batches {
+            self.recover_batch(&key, now, &mut rep)
+                .map_err(|e| batch(e, rep.ready + rep.dead))?;
+        }
         Ok(rep)
+    }
+
+    /// Expire the lease that `e` names (from per-job marker `marker`, or a batch marker's
+    /// entry): its next generation ready (or dead when out of attempts), at its level, with
+    /// its marker. `Ok(None)`: not stepped (the job moved on; the marker is stale).
+    fn expire(&self, e: &BatchEntry, marker: Option<&str>, now: i64) -> Result<Option<State>> {
+        let rec = if e.attempt >= self.options.max_attempts {
+            let why = format!("lease expired after {} attempts", e.attempt);
+            self.new_record(State::Dead, e.attempt, 0, "", &why)
+        } else {
+            self.new_record(State::Ready, e.attempt, now, "", "lease expired")
+        };
+        // The job keeps its level.
+        let rec = Record {
+            level: e.level,
+            ..rec
+        };
+        if !self.create_from_marker(e.id, e.gen, marker, &rec)? {
+            return Ok(None);
+        }
+        self.upkeep(e.id, e.gen, marker, &rec);
+        Ok(self
+            .chain_alive(e.id, e.gen + 1, &rec)?
+            .then_some(rec.state))
+    }
+
+    /// Recover the jobs of an expired claim batch's leased marker `key`: each job still at
+    /// the generation it names is expired; the marker is deleted once every entry is settled
+    /// (expired here, or moved on before). One GET of the marker, then per job what a
+    /// per-job marker's recovery costs. A body that is not a batch is left as it is (foreign,
+    /// reported by `check`).
+    fn recover_batch(&self, key: &str, now: i64, rep: &mut RecoverReport) -> Result<()> {
+        let entries = match self.batch_body(key)? {
+            BatchBody::Absent => return Ok(()),
+            BatchBody::Foreign => {
+                log::warn!("recover: {key} is not a batch marker: left as it is");
+                return Ok(());
+            }
+            BatchBody::Entries(es) => es,
+        };
+        for e in &entries {
+            match self.expire(e, None, now)? {
+                Some(State::Dead) => rep.dead += 1,
+                Some(_) => rep.ready += 1,
+                None => {}
+            }
+        }
+        if self.hint(false, key) {
+            rep.stale += 1;
+        }
+        Ok(())
+    }
+
+    /// The body of batch marker `key` (one GET).
+    pub(crate) fn batch_body(&self, key: &str) -> Result<BatchBody> {
+        Ok(match self.get(key)? {
+            None => BatchBody::Absent,
+            Some(b) => decode_batch(&b).map_or(BatchBody::Foreign, BatchBody::Entries),
+        })
     }
 
     /// Requeue dead jobs (all of them, or only `only`): each becomes ready with its attempt
@@ -289,6 +390,12 @@ impl Queue {
             }
             rep.put += 1;
         }
+        for (k, _, _) in &plan.stale_batches {
+            if !self.hint(false, k) {
+                return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));
+            }
+            rep.deleted += 1;
+        }
         for k in &plan.orphans {
             if !self.hint(false, k) {
                 return Err(fail(Error::not_done(ErrorKind::Transport(k.clone())), &rep));
@@ -322,6 +429,7 @@ impl Queue {
                 r.missing.push((job.id, gen, state, key));
             }
         }
+        r.stale.extend(plan.stale_batches);
         r.orphans = plan.orphans;
         Ok(r)
     }
@@ -333,14 +441,42 @@ impl Queue {
     fn index_plan(&self) -> Result<IndexPlan> {
         let mut marks: BTreeMap<u128, Vec<(String, Marker)>> = BTreeMap::new();
         let mut plan = IndexPlan::default();
+        // Batch markers and the jobs they name: each entry indexes its job as a marker of
+        // its own would, but the marker is shared, so it is stale (or an orphan) only when
+        // none of its entries is its job's newest generation.
+        let mut batches: BTreeMap<String, Vec<BatchEntry>> = BTreeMap::new();
         for state in State::ALL {
-            for (k, m) in self.markers_noting(state, &mut plan.strangers)? {
+            let mut keys = Vec::new();
+            for (k, m) in self.markers_noting(state, &mut plan.strangers, &mut keys)? {
                 plan.markers += 1;
                 marks.entry(m.id).or_default().push((k, m));
+            }
+            for key in keys {
+                plan.markers += 1;
+                let sort_ms = self.keys.parse_batch_marker(&key).map_or(0, |b| b.1);
+                match self.batch_body(&key)? {
+                    BatchBody::Absent => {}
+                    BatchBody::Foreign => plan.strangers.push(key),
+                    BatchBody::Entries(es) => {
+                        for e in &es {
+                            let m = Marker {
+                                state,
+                                sort_ms,
+                                id: e.id,
+                                gen: e.gen,
+                                attempt: e.attempt,
+                                level: e.level,
+                            };
+                            marks.entry(e.id).or_default().push((key.clone(), m));
+                        }
+                        batches.insert(key, es);
+                    }
+                }
             }
         }
         let latest = self.chain_heads(&mut plan.strangers)?;
         plan.chains = latest.len() as u64;
+        let mut keep = std::collections::BTreeSet::new();
         for (id, (gen, modified, has0)) in &latest {
             let ms = marks.remove(id).unwrap_or_default();
             if !has0 && ms.is_empty() {
@@ -358,6 +494,8 @@ impl Queue {
                     let body = self.get(&key)?;
                     let Some(r) = body.as_deref().and_then(Record::decode) else {
                         plan.not_records.push(key);
+                        // Its batch markers stay too.
+                        keep.extend(ms.iter().map(|(k, _)| k.clone()));
                         continue;
                     };
                     Some(r)
@@ -368,13 +506,36 @@ impl Queue {
                 gen: *gen,
                 stale: ms
                     .into_iter()
-                    .filter(|(_, m)| m.gen != *gen)
+                    .filter(|(k, m)| m.gen != *gen && !batches.contains_key(k))
                     .map(|(k, _)| k)
                     .collect(),
                 missing: rec.map(|r| (self.keys.marker(*id, *gen, &r), *gen, r.state)),
             });
         }
-        plan.orphans = marks.into_values().flatten().map(|(k, _)| k).collect();
+        plan.orphans = marks
+            .into_values()
+            .flatten()
+            .filter(|(k, _)| !batches.contains_key(k))
+            .map(|(k, _)| k)
+            .collect();
+        for (key, es) in batches {
+            if keep.contains(&key) {
+                continue;
+            }
+            let live = es
+                .iter()
+                .any(|e| latest.get(&e.id).is_some_and(|l| l.0 == e.gen));
+            if live {
+                continue;
+            }
+            match es
+                .iter()
+                .find_map(|e| latest.get(&e.id).map(|l| (e.id, l.0)))
+            {
+                Some((id, gen)) => plan.stale_batches.push((key, id, gen)),
+                None => plan.orphans.push(key),
+            }
+        }
         Ok(plan)
     }
 
@@ -404,15 +565,23 @@ impl Queue {
 
     /// Every marker of `state`, in key order.
     pub(crate) fn markers(&self, state: State) -> Result<Vec<(String, Marker)>> {
-        self.markers_noting(state, &mut Vec::new())
+        self.markers_noting(state, &mut Vec::new(), &mut Vec::new())
     }
 
-    /// [`Queue::markers`], adding to `strangers` every key under the state's index that is
-    /// no marker.
+    /// Every marker of `state` and every batch marker of it (keys), in key order.
+    pub(crate) fn markers_and_batches(&self, state: State) -> Result<MarkersAndBatches> {
+        let mut batches = Vec::new();
+        let m = self.markers_noting(state, &mut Vec::new(), &mut batches)?;
+        Ok((m, batches))
+    }
+
+    /// [`Queue::markers`], adding to `batches` every batch marker's key and to `strangers`
+    /// every other key under the state's index that is no marker.
     fn markers_noting(
         &self,
         state: State,
         strangers: &mut Vec<String>,
+        batches: &mut Vec<String>,
     ) -> Result<Vec<(String, Marker)>> {
         // Every level's ready index in one listing (`P/i/ready` matches `P/i/ready/` and
         // `P/i/ready-<L>/`); the level flags in it are no strangers.
@@ -428,6 +597,13 @@ impl Queue {
                 match self.keys.parse_marker(&e.key) {
                     Some(m) if m.state == state => out.push((e.key, m)),
                     None if self.keys.parse_level_flag(&e.key).is_some() => {}
+                    None if self
+                        .keys
+                        .parse_batch_marker(&e.key)
+                        .is_some_and(|(s, _, _)| s == state) =>
+                    {
+                        batches.push(e.key)
+                    }
                     _ => strangers.push(e.key),
                 }
             }
@@ -438,14 +614,31 @@ impl Queue {
         }
     }
 
-    /// Every job the index knows, with its state (one LIST per 1,000 jobs).
+    /// Every job the index knows, with its state (one LIST per 1,000 markers, and a GET
+    /// per batch marker: [`Queue::claim_batch`], [`Queue::ack_batch`]).
     ///
     /// # Errors
     /// Not done (it changes nothing): transport or status errors.
     pub fn list(&self) -> Result<Vec<Listed>> {
         let mut out = Vec::new();
         for s in State::ALL {
-            for (_, m) in self.markers(s)? {
+            let (markers, batches) = self.markers_and_batches(s)?;
+            for key in batches {
+                let Some((_, sort_ms, _)) = self.keys.parse_batch_marker(&key) else {
+                    continue;
+                };
+                if let BatchBody::Entries(es) = self.batch_body(&key)? {
+                    out.extend(es.into_iter().map(|e| Listed {
+                        id: e.id,
+                        state: s,
+                        gen: e.gen,
+                        attempt: e.attempt,
+                        sort_ms,
+                        priority: e.level,
+                    }));
+                }
+            }
+            for (_, m) in markers {
                 out.push(Listed {
                     id: m.id,
                     state: m.state,

@@ -104,6 +104,55 @@ pub fn parse_list(xml: &str) -> Option<Page> {
     Some(page)
 }
 
+/// `&`, `<`, `>`, `"` and `'` as XML entities.
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+/// The keys a `DeleteResult` names in its `<Error>` elements; `None` if it is no
+/// `DeleteResult`.
+pub fn parse_delete_result(xml: &str) -> Option<Vec<String>> {
+    use quick_xml::events::Event;
+    let mut r = quick_xml::Reader::from_str(xml);
+    let mut path: Vec<Vec<u8>> = Vec::new();
+    let mut text = String::new();
+    let mut failed = Vec::new();
+    let mut root = false;
+    loop {
+        match r.read_event().ok()? {
+            Event::Start(e) => {
+                let name = e.local_name().as_ref().to_vec();
+                if path.is_empty() {
+                    root = name == b"DeleteResult";
+                    if !root {
+                        return None;
+                    }
+                }
+                path.push(name);
+                text.clear();
+            }
+            Event::Text(t) => text.push_str(&t.unescape().ok()?),
+            Event::End(_) => {
+                let name = path.pop()?;
+                if path.last().map(Vec::as_slice) == Some(b"Error") && name == b"Key" {
+                    failed.push(std::mem::take(&mut text));
+                }
+                text.clear();
+            }
+            Event::Empty(e) if path.is_empty() => {
+                return (e.local_name().as_ref() == b"DeleteResult").then(Vec::new)
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    (root && path.is_empty()).then_some(failed)
+}
+
 /// Parse `2026-12-01T04:07:25.123Z` (fraction optional) to unix ms.
 pub fn parse_iso8601(s: &str) -> Option<i64> {
     let (date, time) = s.trim_end_matches('Z').split_once('T')?;
@@ -251,6 +300,36 @@ impl Client {
     /// [`Fail`] from the transport.
     pub fn delete(&self, key: &str) -> Result<Response, Fail> {
         self.request("DELETE", key, &[], &[], b"")
+    }
+
+    /// Multi-object delete (`POST /bucket?delete`, DeleteObjects, quiet, with the
+    /// `Content-MD5` S3 requires) of up to 1,000 `keys`. `Ok(Ok(failed))`: answered 200 with
+    /// a `DeleteResult`, `failed` the keys it named in an `<Error>` (not deleted);
+    /// `Ok(Err(status))`: refused as a whole (a 200 whose body is no `DeleteResult` is taken
+    /// as 501: the server does not know the operation).
+    ///
+    /// # Errors
+    /// [`Fail`] from the transport.
+    pub fn delete_many(&self, keys: &[String]) -> Result<Result<Vec<String>, u16>, Fail> {
+        let mut body = String::from("<Delete><Quiet>true</Quiet>");
+        for k in keys {
+            body.push_str("<Object><Key>");
+            body.push_str(&xml_escape(k));
+            body.push_str("</Key></Object>");
+        }
+        body.push_str("</Delete>");
+        let md5 = crate::md5::base64(&crate::md5::md5(body.as_bytes()));
+        let r = self.request(
+            "POST",
+            "",
+            &[("delete", "")],
+            &[("content-md5", md5)],
+            body.as_bytes(),
+        )?;
+        if r.status != 200 {
+            return Ok(Err(r.status));
+        }
+        Ok(parse_delete_result(&String::from_utf8_lossy(&r.body)).ok_or(501))
     }
 
     /// One ListObjectsV2 page of keys under `prefix`, after `start_after` (if any) or from a
@@ -404,5 +483,23 @@ mod tests {
         .is_none());
         assert!(parse_list("<Error><Code>NoSuchBucket</Code></Error>").is_none());
         assert_eq!(parse_list("<ListBucketResult/>").unwrap().entries.len(), 0);
+    }
+
+    #[test]
+    fn delete_results_name_the_keys_not_deleted() {
+        let xml =
+            "<?xml version=\"1.0\"?><DeleteResult xmlns=\"x\"><Deleted><Key>a</Key></Deleted>\
+            <Error><Key>q/b&amp;c</Key><Code>AccessDenied</Code></Error></DeleteResult>";
+        assert_eq!(parse_delete_result(xml), Some(vec!["q/b&c".to_string()]));
+        assert_eq!(parse_delete_result("<DeleteResult/>"), Some(vec![]));
+        assert_eq!(
+            parse_delete_result("<DeleteResult></DeleteResult>"),
+            Some(vec![])
+        );
+        assert_eq!(
+            parse_delete_result("<Error><Code>NotImplemented</Code></Error>"),
+            None
+        );
+        assert_eq!(xml_escape("a&<'"), "a&amp;&lt;&apos;");
     }
 }

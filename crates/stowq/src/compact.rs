@@ -2,6 +2,7 @@
 //! receipt (the done generation); its envelope, its older records and its done marker are
 //! deleted. See `DESIGN-S3.md`, "Compaction".
 
+use crate::admin::BatchBody;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::Fail;
 use crate::keys::State;
@@ -36,30 +37,67 @@ impl Queue {
         }
         let cutoff = self.client.clock.now_ms() - age;
         let mut rep = CompactReport::default();
-        for (key, m) in self.markers(State::Done)? {
+        let (markers, batches) = self.markers_and_batches(State::Done)?;
+        for (key, m) in markers {
             if m.sort_ms > cutoff {
                 continue;
             }
-            let chain = format!("{}{}/", self.keys.chains(), crate::keys::id_hex(m.id));
-            let page = self
-                .list_page(&chain, None, None, 1000)
-                .map_err(|e| batch(e, rep.objects))?;
-            let mut gens: Vec<u64> = page
-                .entries
-                .iter()
-                .filter_map(|e| self.keys.parse_gen(&e.key).map(|(_, g)| g))
-                .collect();
-            gens.sort_unstable();
-            if gens.last() != Some(&m.gen) {
+            if !self.compact_chain(m.id, m.gen, &mut rep)? {
                 continue; // the marker is not the chain's newest: left for `repair`
-            }
-            for g in gens.iter().filter(|g| **g < m.gen) {
-                self.delete_one(&self.keys.gen(m.id, *g), &mut rep)?;
             }
             self.delete_one(&key, &mut rep)?;
             rep.chains += 1;
         }
+        // A batch done marker ([`Queue::ack_batch`]) goes once every chain it names is a
+        // receipt alone.
+        for key in batches {
+            if self
+                .keys
+                .parse_batch_marker(&key)
+                .is_none_or(|(_, sort, _)| sort > cutoff)
+            {
+                continue;
+            }
+            let BatchBody::Entries(es) =
+                self.batch_body(&key).map_err(|e| batch(e, rep.objects))?
+            else {
+                continue; // gone meanwhile, or foreign: left as it is
+            };
+            let mut all = true;
+            for e in &es {
+                if self.compact_chain(e.id, e.gen, &mut rep)? {
+                    rep.chains += 1;
+                } else {
+                    all = false;
+                }
+            }
+            if all {
+                self.delete_one(&key, &mut rep)?;
+            }
+        }
         Ok(rep)
+    }
+
+    /// Delete the generations of chain `id` below `gen`, from generation 0 upwards, if `gen`
+    /// is its newest (one LIST, a DELETE each). `Ok(false)`: it is not (left for `repair`).
+    fn compact_chain(&self, id: u128, gen: u64, rep: &mut CompactReport) -> Result<bool> {
+        let chain = format!("{}{}/", self.keys.chains(), crate::keys::id_hex(id));
+        let page = self
+            .list_page(&chain, None, None, 1000)
+            .map_err(|e| batch(e, rep.objects))?;
+        let mut gens: Vec<u64> = page
+            .entries
+            .iter()
+            .filter_map(|e| self.keys.parse_gen(&e.key).map(|(_, g)| g))
+            .collect();
+        gens.sort_unstable();
+        if gens.last() != Some(&gen) {
+            return Ok(false);
+        }
+        for g in gens.iter().filter(|g| **g < gen) {
+            self.delete_one(&self.keys.gen(id, *g), rep)?;
+        }
+        Ok(true)
     }
 
     /// DELETE `key`, retried; counted in `rep`. A failure is indeterminate once something

@@ -327,6 +327,41 @@ impl Keys {
         })
     }
 
+    /// The batch marker of batch `batch` in the index of `state` (leased or done), sorted
+    /// by `sort_ms` (the batch's lease deadline, or its ack time): `P/i/<state>/<shard of
+    /// batch>/<sort 13>.<batch 32 hex>.b`. Its body ([`encode_batch`]) names the jobs.
+    pub fn batch_marker(&self, state: State, sort_ms: i64, batch: u128) -> String {
+        format!(
+            "{}{:013}.{}.b",
+            self.index_shard(state, shard(batch)),
+            sort_ms.max(0),
+            id_hex(batch)
+        )
+    }
+
+    /// Parse a batch marker key into (state, sort ms, batch id); `None` if it is not one.
+    /// Only the leased and done indexes hold them.
+    pub fn parse_batch_marker(&self, key: &str) -> Option<(State, i64, u128)> {
+        let rest = key.strip_prefix(&self.base)?.strip_prefix("i/")?;
+        let mut p = rest.split('/');
+        let state = State::parse(p.next()?)?;
+        let shard_part = p.next()?;
+        let name = p.next()?;
+        if p.next().is_some() || !matches!(state, State::Leased | State::Done) {
+            return None;
+        }
+        let mut f = name.split('.');
+        let sort_s = f.next()?;
+        let id_s = f.next()?;
+        if f.next()? != "b" || f.next().is_some() || sort_s.len() != 13 || id_s.len() != 32 {
+            return None;
+        }
+        let sort_ms = sort_s.parse().ok()?;
+        let batch = u128::from_str_radix(id_s, 16).ok()?;
+        (shard_part.len() == 1 && shard_part.starts_with(shard(batch)))
+            .then_some((state, sort_ms, batch))
+    }
+
     /// Parse a chain key into (id, gen); `None` if it is not one.
     pub fn parse_gen(&self, key: &str) -> Option<(u128, u64)> {
         let rest = key.strip_prefix(&self.base)?.strip_prefix("j/")?;
@@ -336,6 +371,53 @@ impl Keys {
             u64::from_str_radix(gen, 16).ok()?,
         ))
     }
+}
+
+/// One job a batch marker names: the generation it indexes (leased, or done) and that
+/// generation's attempt and level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchEntry {
+    /// Job id.
+    pub id: u128,
+    /// The indexed generation.
+    pub gen: u64,
+    /// Its attempt count.
+    pub attempt: u32,
+    /// The job's priority level.
+    pub level: u8,
+}
+
+/// The body of a batch marker: `stowq-batch 1`, then `<id 32 hex> <gen hex> <attempt>
+/// <level>` per job.
+pub fn encode_batch(entries: &[BatchEntry]) -> Vec<u8> {
+    let mut s = String::from("stowq-batch 1\n");
+    for e in entries {
+        let _ = writeln!(s, "{} {:x} {} {}", id_hex(e.id), e.gen, e.attempt, e.level);
+    }
+    s.into_bytes()
+}
+
+/// Decode a batch marker's body; `None` if it is not one (a foreign object at a batch
+/// marker's key).
+pub fn decode_batch(b: &[u8]) -> Option<Vec<BatchEntry>> {
+    let s = std::str::from_utf8(b).ok()?;
+    let mut lines = s.lines();
+    if lines.next()? != "stowq-batch 1" {
+        return None;
+    }
+    lines
+        .map(|l| {
+            let mut f = l.split(' ');
+            let id_s = f.next()?;
+            let e = BatchEntry {
+                id: u128::from_str_radix(id_s, 16).ok()?,
+                gen: u64::from_str_radix(f.next()?, 16).ok()?,
+                attempt: f.next()?.parse().ok()?,
+                level: f.next()?.parse().ok().filter(|l| *l <= MAX_LEVEL)?,
+            };
+            (f.next().is_none() && id_s.len() == 32).then_some(e)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -442,5 +524,57 @@ mod tests {
         assert_eq!(k.parse_level_flag("q/i/ready/a/-p5"), Some(5));
         assert_eq!(k.parse_level_flag("q/i/ready/a/-p3"), None);
         assert_eq!(k.parse_marker("q/i/ready/a/-p5"), None);
+    }
+    #[test]
+    fn batch_markers_round_trip_and_are_no_job_markers() {
+        let k = Keys::new("q");
+        let b = 0xabc_u128;
+        let m = k.batch_marker(State::Leased, 1_796_098_045_000, b);
+        assert_eq!(
+            m,
+            "q/i/leased/c/1796098045000.00000000000000000000000000000abc.b"
+        );
+        assert_eq!(
+            k.parse_batch_marker(&m),
+            Some((State::Leased, 1_796_098_045_000, b))
+        );
+        assert_eq!(k.parse_marker(&m), None, "not a job marker");
+        let d = k.batch_marker(State::Done, 5, b);
+        assert_eq!(k.parse_batch_marker(&d), Some((State::Done, 5, b)));
+        for foreign in [
+            "q/i/leased/b/1796098045000.00000000000000000000000000000abc.b",
+            "q/i/ready/c/1796098045000.00000000000000000000000000000abc.b",
+            "q/i/leased/c/1796098045000.00000000000000000000000000000abc.b.x",
+            "q/i/leased/c/179609804500.00000000000000000000000000000abc.b",
+        ] {
+            assert_eq!(k.parse_batch_marker(foreign), None, "{foreign}");
+        }
+        let es = vec![
+            BatchEntry {
+                id: 1,
+                gen: 0x1a,
+                attempt: 2,
+                level: 3,
+            },
+            BatchEntry {
+                id: u128::MAX,
+                gen: 1,
+                attempt: 1,
+                level: 7,
+            },
+        ];
+        let body = encode_batch(&es);
+        assert_eq!(
+            String::from_utf8(body.clone()).unwrap(),
+            format!(
+                "stowq-batch 1\n{:032x} 1a 2 3\n{} 1 1 7\n",
+                1,
+                "f".repeat(32)
+            )
+        );
+        assert_eq!(decode_batch(&body), Some(es));
+        assert_eq!(decode_batch(b"stowq-batch 1\n"), Some(vec![]));
+        assert_eq!(decode_batch(b"stowq-batch 1\n1 1 1 3\n"), None);
+        assert_eq!(decode_batch(b"stowq-batch 2\n"), None);
     }
 }

@@ -12,6 +12,7 @@
 //! See `DESIGN-S3.md` at the repository's root.
 
 mod admin;
+mod batch;
 mod client;
 pub mod clock;
 mod compact;
@@ -20,6 +21,7 @@ pub mod error;
 pub mod http;
 pub mod keys;
 mod lifecycle;
+mod md5;
 pub mod queue;
 mod sigv4;
 

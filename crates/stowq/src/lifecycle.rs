@@ -278,7 +278,7 @@ impl Queue {
         }
         for pass in 0..2 {
             let now = self.client.clock.upper_ms();
-            let mut cands = self.due_ready(now)?;
+            let mut cands = self.due_ready(now, 1)?;
             let listed = Instant::now();
             shuffle(&mut cands);
             while let Some((key, m)) = cands.pop() {
@@ -297,7 +297,7 @@ impl Queue {
     }
 
     /// The next kept candidate of this handle's last claim listing, if it is recent.
-    fn next_candidate(&self) -> Option<(String, Marker)> {
+    pub(crate) fn next_candidate(&self) -> Option<(String, Marker)> {
         let mut c = self.candidates.lock().ok()?;
         if c.0.is_none_or(|t| t.elapsed() >= CANDIDATES_KEEP) {
             c.1.clear();
@@ -306,13 +306,13 @@ impl Queue {
         c.1.pop()
     }
 
-    fn take_candidates(&self) {
+    pub(crate) fn take_candidates(&self) {
         if let Ok(mut c) = self.candidates.lock() {
             c.1.clear();
         }
     }
 
-    fn keep_candidates(&self, listed: Instant, cands: Vec<(String, Marker)>) {
+    pub(crate) fn keep_candidates(&self, listed: Instant, cands: Vec<(String, Marker)>) {
         if let Ok(mut c) = self.candidates.lock() {
             *c = (Some(listed), cands);
         }
@@ -340,6 +340,7 @@ impl Queue {
             priority: m.level,
             gen: m.gen + 1,
             base_at_ms: rec.at_ms,
+            batch: None,
         };
         let file = match self.get(&self.keys.gen(m.id, 0)) {
             Ok(Some(f)) => f,
@@ -381,7 +382,9 @@ impl Queue {
     }
 
     /// Step `lease` to `rec` (at the lease's level: a job keeps its level through every
-    /// transition).
+    /// transition). A lease of a batch has no leased marker of its own: its new marker is
+    /// put and nothing deleted, and the job counts as settled for its batch (done, or lost
+    /// to another's create), whose marker goes with the last one.
     fn finish(&self, lease: &Lease, rec: &Record) -> Result<()> {
         let rec = &Record {
             level: lease.priority,
@@ -390,17 +393,33 @@ impl Queue {
         let old = self
             .keys
             .marker(lease.id, lease.gen, &self.leased_record(lease));
-        if self.step(lease.id, lease.gen, &old, rec)?
-            && (!self.may_be_compacted(lease.base_at_ms)
-                || self.chain_alive(lease.id, lease.gen + 1, rec)?)
-        {
+        let old = lease.batch.is_none().then_some(old.as_str());
+        let r = self.step(lease.id, lease.gen, old, rec).and_then(|done| {
+            Ok(done
+                && (!self.may_be_compacted(lease.base_at_ms)
+                    || self.chain_alive(lease.id, lease.gen + 1, rec)?))
+        });
+        if r.is_ok() {
+            self.settle_in_batch(lease);
+        }
+        if r? {
             Ok(())
         } else {
             Err(Error::not_done(ErrorKind::LeaseLost))
         }
     }
 
-    fn leased_record(&self, lease: &Lease) -> Record {
+    /// `lease`'s job is settled (its lease generation is no longer the newest): if it was
+    /// the last of its claim batch, the batch's leased marker is deleted.
+    pub(crate) fn settle_in_batch(&self, lease: &Lease) {
+        if let Some(b) = &lease.batch {
+            if b.settle(lease.id) {
+                self.hint(false, &b.key);
+            }
+        }
+    }
+
+    pub(crate) fn leased_record(&self, lease: &Lease) -> Record {
         Record {
             state: State::Leased,
             attempt: lease.attempt,
@@ -428,6 +447,8 @@ impl Queue {
         lease.gen += 1;
         lease.deadline_ms = deadline;
         lease.base_at_ms = rec.at_ms;
+        // Its new generation has its own leased marker: it left its batch.
+        lease.batch = None;
         Ok(())
     }
 

@@ -8,8 +8,8 @@ use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::Fail;
 use crate::keys::{id_hex, Keys, Marker, Record, State};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Queue options.
@@ -66,6 +66,8 @@ pub struct Queue {
     /// Levels whose flags this handle knows exist in all 16 shards (it put them, or found
     /// the last one): its enqueues of them skip the check.
     pub(crate) levels_flagged: AtomicU8,
+    /// The service refused a multi-object delete: this handle deletes one key at a time.
+    pub(crate) multi_delete_refused: AtomicBool,
 }
 
 /// When a claim listing was made, and its due ready markers (key, parsed) not yet tried.
@@ -101,6 +103,32 @@ pub struct Lease {
     /// When the held generation was written, unix ms of the service's clock (its record's
     /// `at`): the compaction fence's reference time.
     pub(crate) base_at_ms: i64,
+    /// The batch this lease was claimed in ([`Queue::claim_batch`]), whose one leased
+    /// marker indexes it; `None` for a lease with its own leased marker.
+    pub(crate) batch: Option<Arc<BatchHold>>,
+}
+
+/// A claim batch's leased marker and which of its jobs this handle has settled (acked,
+/// nacked, failed, renewed or lost): the marker is deleted when all of them are.
+#[derive(Debug)]
+pub(crate) struct BatchHold {
+    /// The batch leased marker.
+    pub(crate) key: String,
+    /// Jobs the marker names.
+    pub(crate) jobs: usize,
+    /// Jobs settled so far.
+    pub(crate) settled: Mutex<std::collections::HashSet<u128>>,
+}
+
+impl BatchHold {
+    /// Job `id` of the batch is settled: true when it was the last one (the marker may go);
+    /// a job settled again (a spent lease acked twice) changes nothing.
+    pub(crate) fn settle(&self, id: u128) -> bool {
+        let Ok(mut s) = self.settled.lock() else {
+            return false;
+        };
+        s.insert(id) && s.len() == self.jobs
+    }
 }
 
 impl Lease {
@@ -167,9 +195,12 @@ pub struct CheckReport {
     /// Jobs whose newest generation has no marker: (id, generation, its state, the marker
     /// `repair` would put).
     pub missing: Vec<(u128, u64, State, String)>,
-    /// Markers of a job's older generation: (key, job id, the job's newest generation).
+    /// Markers of a job's older generation: (key, job id, the job's newest generation); a
+    /// batch marker ([`Queue::claim_batch`], [`Queue::ack_batch`]) is stale when none of the
+    /// jobs it names is at the generation it names (then one of them is given).
     pub stale: Vec<(String, u128, u64)>,
-    /// Markers of no job (no chain, or a compacted one).
+    /// Markers of no job (no chain, or a compacted one; a batch marker none of whose jobs
+    /// has a chain).
     pub orphans: Vec<String>,
     /// Keys under the index or chain prefixes that are no marker or generation, and newest
     /// generations that are not records.
@@ -288,6 +319,7 @@ impl Queue {
             candidates: Mutex::default(),
             levels_seen: AtomicU8::new(0),
             levels_flagged: AtomicU8::new(0),
+            multi_delete_refused: AtomicBool::new(false),
         };
         // An existing queue is opened as it is: on a service that ignores If-None-Match the
         // create below would rewrite its identity, and every job's envelope would then fail
@@ -356,6 +388,7 @@ impl Queue {
             candidates: Mutex::default(),
             levels_seen: AtomicU8::new(0),
             levels_flagged: AtomicU8::new(0),
+            multi_delete_refused: AtomicBool::new(false),
         };
         q.queue_id = q.read_identity()?;
         q.learn_clock()?;
@@ -452,6 +485,7 @@ impl Queue {
                 priority: r.level,
                 gen,
                 base_at_ms: r.at_ms,
+                batch: None,
             }),
             _ => Err(Error::not_done(ErrorKind::NotFound)),
         }
@@ -560,6 +594,37 @@ impl Queue {
             }
         }
         false
+    }
+
+    /// Delete index markers `keys` (hints): one multi-object delete per 1,000 keys, or one
+    /// DELETE each when the service refuses it (then this handle stops asking). Returns how
+    /// many were deleted (answered 2xx).
+    pub(crate) fn delete_hints(&self, keys: &[String]) -> usize {
+        if keys.len() == 1 || self.multi_delete_refused.load(Ordering::Relaxed) {
+            return keys.iter().filter(|k| self.hint(false, k)).count();
+        }
+        let mut n = 0;
+        for chunk in keys.chunks(1000) {
+            let left: Vec<String> = match self.client.delete_many(chunk) {
+                Ok(Ok(failed)) => failed,
+                Ok(Err(status)) if status < 500 || status == 501 => {
+                    log::warn!(
+                        "the service refused a multi-object delete (HTTP {status}): deleting one key at a time"
+                    );
+                    self.multi_delete_refused.store(true, Ordering::Relaxed);
+                    chunk.to_vec()
+                }
+                _ => chunk.to_vec(),
+            };
+            n += chunk.len() - left.len();
+            n += left.iter().filter(|k| self.hint(false, k)).count();
+        }
+        n
+    }
+
+    /// Whether this handle stopped using multi-object deletes (the service refused one).
+    pub fn multi_delete_refused(&self) -> bool {
+        self.multi_delete_refused.load(Ordering::Relaxed)
     }
 
     /// The conditional create that linearizes a transition: sends `body` to `key` with
@@ -712,8 +777,6 @@ impl Queue {
         self.client.clock.upper_ms() + 10_000 >= base_at_ms + self.options.compact_guard_ms
     }
 
-    /// Move job `id` from generation `gen` (indexed by `old_marker`) to `rec` at `gen + 1`.
-    /// `Ok(false)`: someone else created `gen + 1` first.
     /// [`Queue::step`] on behalf of index marker `marker` found by a listing (a claim, a
     /// recovery, a requeue): a marker of a generation above 0 first has that generation's
     /// record read (one GET). A marker put by SteadQ always has one (the record is written
@@ -730,28 +793,82 @@ impl Queue {
         marker: &str,
         rec: &Record,
     ) -> Result<bool> {
-        if gen > 0 && self.get(&self.keys.gen(id, gen))?.is_none() {
-            log::warn!(
-                "index marker {marker} names generation {gen:08x}, which does not exist: deleted, not acted on"
-            );
-            self.hint(false, marker);
+        if !self.create_from_marker(id, gen, Some(marker), rec)? {
             return Ok(false);
         }
-        self.step(id, gen, marker, rec)
+        self.upkeep(id, gen, Some(marker), rec);
+        Ok(true)
     }
 
-    pub(crate) fn step(&self, id: u128, gen: u64, old_marker: &str, rec: &Record) -> Result<bool> {
+    /// The create of [`Queue::step_from_marker`] without its index upkeep: a batch claim or
+    /// recovery indexes its jobs with one batch marker. `marker`, the per-job marker the step
+    /// is made from (`None`: a batch marker's entry), is deleted when it names a generation
+    /// that does not exist. `Ok(false)`: not stepped (taken, or no such generation).
+    pub(crate) fn create_from_marker(
+        &self,
+        id: u128,
+        gen: u64,
+        marker: Option<&str>,
+        rec: &Record,
+    ) -> Result<bool> {
+        if gen > 0 && self.get(&self.keys.gen(id, gen))?.is_none() {
+            let name = marker.map_or_else(|| self.keys.gen(id, gen), str::to_string);
+            log::warn!(
+                "index marker {name} names generation {gen:08x} of {}, which does not exist: not acted on",
+                id_hex(id)
+            );
+            if let Some(m) = marker {
+                self.hint(false, m);
+            }
+            return Ok(false);
+        }
+        Ok(matches!(
+            self.create_once(&self.keys.gen(id, gen + 1), &rec.encode())?,
+            Create::Done
+        ))
+    }
+
+    /// Move job `id` from generation `gen` (indexed by marker `old`, or by none of its own:
+    /// `None` for a job of a batch, indexed by the batch's marker) to `rec` at `gen + 1`.
+    /// `Ok(false)`: someone else created `gen + 1` first.
+    pub(crate) fn step(&self, id: u128, gen: u64, old: Option<&str>, rec: &Record) -> Result<bool> {
         match self.create_once(&self.keys.gen(id, gen + 1), &rec.encode())? {
             Create::Taken => Ok(false),
             Create::Done => {
-                // New marker first, then the old one goes: if the put fails the old marker
-                // stays, and whoever finds it sees that gen + 1 exists and repairs.
-                if self.hint(true, &self.keys.marker(id, gen + 1, rec)) {
-                    self.hint(false, old_marker);
-                }
+                self.upkeep(id, gen, old, rec);
                 Ok(true)
             }
         }
+    }
+
+    /// Index upkeep after `id` stepped from `gen` to `rec`: the new marker first, then the
+    /// old one (if any) goes. If the put fails the old marker stays, and whoever finds it
+    /// sees that `gen + 1` exists and repairs.
+    pub(crate) fn upkeep(&self, id: u128, gen: u64, old: Option<&str>, rec: &Record) {
+        if self.hint(true, &self.keys.marker(id, gen + 1, rec)) {
+            if let Some(old) = old {
+                self.hint(false, old);
+            }
+        }
+    }
+
+    /// PUT of a batch marker with its body (a hint, as [`Queue::hint`]): true when answered
+    /// 2xx.
+    pub(crate) fn put_hint(&self, key: &str, body: &[u8]) -> bool {
+        for i in 0..self.options.tries.max(1) {
+            if i > 0 {
+                self.pause(i - 1);
+            }
+            if let Ok(r) = self.client.put(key, body) {
+                if (200..300).contains(&r.status) {
+                    return true;
+                }
+                if r.status < 500 {
+                    return false;
+                }
+            }
+        }
+        false
     }
 }
 
