@@ -54,6 +54,70 @@ fn stowq_run(port: u16, prefix: &str, workers: usize, jobs: usize) -> (f64, f64)
     (jobs as f64 / secs, reqs as f64 / jobs as f64 + 2.0)
 }
 
+/// [`stowq_run`] with each worker claiming `claim_batch(k)` and acking with `ack_batch`
+/// until the queue is empty; returns (jobs/s, requests per job including the enqueue's 2).
+fn stowq_batched_workers(
+    port: u16,
+    prefix: &str,
+    workers: usize,
+    k: usize,
+    jobs: usize,
+) -> (f64, f64) {
+    queue(port, "bench", prefix, Options::default()); // creates the identity
+    enqueue_parallel(port, "bench", prefix, jobs);
+    let t0 = Instant::now();
+    let hs: Vec<_> = (0..workers)
+        .map(|_| {
+            let prefix = prefix.to_string();
+            std::thread::spawn(move || {
+                let c = Client::new(config(port, 30_000), "bench");
+                let q = Queue::open(c, &prefix, Options::default()).unwrap();
+                let base = q.client.requests();
+                let (mut n, mut last) = (0, base);
+                loop {
+                    let leases = q.claim_batch(k).unwrap();
+                    if leases.is_empty() {
+                        break;
+                    }
+                    n += leases.len();
+                    assert!(q.ack_batch(&leases).iter().all(Result::is_ok));
+                    last = q.client.requests();
+                }
+                // Up to its last ack: the final, empty claim's LISTs are an idle worker's.
+                (n, last - base)
+            })
+        })
+        .collect();
+    let (mut done, mut reqs) = (0, 0);
+    for h in hs {
+        let (n, r) = h.join().unwrap();
+        done += n;
+        reqs += r;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(done, jobs);
+    (jobs as f64 / secs, reqs as f64 / jobs as f64 + 2.0)
+}
+
+/// 1, 4 and 16 workers (threads, a handle each) claiming in batches of 8: jobs/s and
+/// requests per job, beside [`bench_workers_against_moto_and_the_local_queue`]'s one at a
+/// time (`STOWQ_BENCH_JOBS`, default 24; 400 for the figures in BENCHMARKS.md).
+#[test]
+fn bench_batched_workers() {
+    let Some(m) = moto() else { return };
+    bucket(m.port, "bench");
+    let jobs = env_num("STOWQ_BENCH_JOBS", 24) as usize;
+    for workers in [1, 4, 16] {
+        let (jps, rpj) = stowq_batched_workers(m.port, &format!("bw{workers}"), workers, 8, jobs);
+        report(&format!(
+            "stowq bench ({:?}): {workers} worker(s) claiming batches of 8, {jobs} jobs: \
+             {jps:.1} jobs/s, {rpj:.2} requests/job (enqueue+claim_batch+ack_batch)",
+            m.kind
+        ));
+        assert!(jps > 0.5, "{jps} jobs/s");
+    }
+}
+
 /// The same with the local queue on this machine's temp directory.
 fn local_run(workers: usize, jobs: usize) -> f64 {
     let dir = std::env::temp_dir().join(format!("stowq-bench-{}-{workers}", std::process::id()));
