@@ -978,7 +978,7 @@ mod with_s3 {
     /// # Errors
     /// The command cannot be run (the worker stops), or, for `--once`, the job was not
     /// settled or given back.
-    fn run_job(q: &Arc<Queue>, l: Lease, a: &args::Work) -> Result<String, CliError> {
+    fn run_job(q: &Arc<Queue>, l: Lease, a: &args::Work, feed: &Feed) -> Result<String, CliError> {
         let id = format!("{:032x}", l.id);
         // Arguments that were not UTF-8 get their original bytes back (they were passed as
         // the placeholders `rawargs` stands them in with), as on a local queue.
@@ -1041,8 +1041,19 @@ mod with_s3 {
         let mut l = lease.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let backoff = steadq::backoff(l.attempt, a.backoff, a.max_backoff);
         let outcome = match status.code() {
-            Some(0) => settle(q, &mut l, a, State::Done, |l| q.ack(l).map(|_| ()))
-                .map(|()| format!("acked (generation {})", l.generation() + 1)),
+            Some(0) => {
+                // The first try joins the acks other threads make at the same moment (one
+                // done marker for them all); a retry acks alone.
+                let first = std::cell::Cell::new(true);
+                settle(q, &mut l, a, State::Done, |l| {
+                    if first.replace(false) {
+                        feed.acks.ack(q, l, &feed.running)
+                    } else {
+                        q.ack(l).map(|_| ())
+                    }
+                })
+                .map(|()| format!("acked (generation {})", l.generation() + 1))
+            }
             Some(65) => settle(q, &mut l, a, State::Dead, |l| q.fail(l, "dataerr"))
                 .map(|()| "dead-lettered".into()),
             Some(75) => q
@@ -1226,6 +1237,86 @@ mod with_s3 {
         pool: Mutex<std::collections::VecDeque<Lease>>,
         /// Held while a thread claims, so that threads do not claim batches for each other.
         claiming: Mutex<()>,
+        /// The acks of jobs that finish together, made as one `ack_batch`.
+        acks: Acks,
+    }
+
+    thread_local! {
+        /// This thread's lease was counted out of [`Feed::running`] by its ack's batch
+        /// ([`Acks::ack`]): its [`Feed::done`] is already made.
+        static RELEASED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// How long the first of several threads acking at once waits for the others' acks to
+    /// join its `ack_batch`.
+    const ACK_WINDOW: Duration = Duration::from_millis(20);
+
+    /// Group acks: a thread that acks while no `ack_batch` is being gathered leads one; it
+    /// waits [`ACK_WINDOW`] when other threads hold leases (none when it is alone), then acks
+    /// every lease submitted meanwhile with one `ack_batch` (a create per job, one done marker;
+    /// a lone lease with `ack`) and hands each thread its own job's outcome.
+    #[derive(Default)]
+    struct Acks {
+        state: Mutex<AckState>,
+        ready: std::sync::Condvar,
+    }
+
+    #[derive(Default)]
+    struct AckState {
+        next: u64,
+        pending: Vec<(u64, Lease)>,
+        results: std::collections::HashMap<u64, Result<(), Error>>,
+        gathering: bool,
+    }
+
+    impl Acks {
+        /// Ack `l`, with the acks of other threads that come within the window. `running`
+        /// counts the threads holding leases: the window is waited only when another does,
+        /// and each thread of the batch is counted out of it (and marked [`RELEASED`]) as the
+        /// batch ends, all at once, so that they claim their next jobs together, in one batch.
+        fn ack(
+            &self,
+            q: &Queue,
+            l: &Lease,
+            running: &std::sync::atomic::AtomicUsize,
+        ) -> Result<(), Error> {
+            let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let ticket = s.next;
+            s.next += 1;
+            s.pending.push((ticket, l.clone()));
+            loop {
+                if let Some(r) = s.results.remove(&ticket) {
+                    RELEASED.with(|c| c.set(true));
+                    return r;
+                }
+                if s.gathering {
+                    s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                }
+                s.gathering = true;
+                drop(s);
+                if running.load(Ordering::Relaxed) > 1 {
+                    std::thread::sleep(ACK_WINDOW);
+                }
+                let batch = std::mem::take(
+                    &mut self.state.lock().unwrap_or_else(|p| p.into_inner()).pending,
+                );
+                let leases: Vec<Lease> = batch.iter().map(|(_, l)| l.clone()).collect();
+                // One alone is acked as a single job is (its own done marker).
+                let rs = if let [one] = leases.as_slice() {
+                    vec![q.ack(one)]
+                } else {
+                    q.ack_batch(&leases)
+                };
+                s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                running.fetch_sub(batch.len(), Ordering::Relaxed);
+                for ((t, _), r) in batch.into_iter().zip(rs) {
+                    s.results.insert(t, r.map(|_| ()));
+                }
+                s.gathering = false;
+                self.ready.notify_all();
+            }
+        }
     }
 
     impl Feed {
@@ -1271,9 +1362,12 @@ mod with_s3 {
             Ok(first)
         }
 
-        /// The job of a lease from [`Feed::next`] is settled (or given back).
+        /// The job of a lease from [`Feed::next`] is settled (or given back); nothing when
+        /// its ack's batch counted it out already.
         fn done(&self) {
-            self.running.fetch_sub(1, Ordering::Relaxed);
+            if !RELEASED.with(|c| c.replace(false)) {
+                self.running.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -1305,7 +1399,7 @@ mod with_s3 {
                 continue;
             };
             idle = 0;
-            let what = run_job(q, l, a);
+            let what = run_job(q, l, a, feed);
             feed.done();
             let what = what.inspect_err(|_| FAILED.store(true, Ordering::Relaxed))?;
             // Empty: the job was given back and that was said already.

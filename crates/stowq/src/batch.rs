@@ -43,7 +43,7 @@ impl Queue {
         let mut failure: Option<Error> = None;
         let (mut listings, mut recovered) = (0, false);
         // Markers this batch tried: a second listing shows them again (their deletes come
-        // after the batch's creates).
+        // after the batch's creates), so it looks for that many more.
         let mut tried = std::collections::HashSet::new();
         while won.len() < k {
             let Some((key, m)) = self.next_candidate() else {
@@ -51,7 +51,9 @@ impl Queue {
                     break;
                 }
                 listings += 1;
-                let mut cands = match self.due_ready(self.client.clock.upper_ms(), k - won.len()) {
+                let mut cands = match self
+                    .due_ready(self.client.clock.upper_ms(), k - won.len() + tried.len())
+                {
                     Ok(c) => c,
                     Err(e) => {
                         failure = Some(e);

@@ -8,6 +8,8 @@
 //! P/i/<state>/<shard>/<sort 13>.<id>.<gen 8 hex>.<attempt>.p<L>   the same, priority L != 3
 //!                                          (a ready one under P/i/ready-<L>/, not P/i/ready/)
 //! P/i/ready/<shard>/-p<L>                  flag: level L != 3 is in use (in all 16 shards)
+//! P/i/leased|done/<shard>/<sort 13>.<batch 32 hex>.b   batch marker: its body names the
+//!                                          jobs of a claim or ack batch (encode_batch)
 //! ```
 //!
 //! The chain `P/j/<id>/` is the truth: the job's state is its highest generation, and each
