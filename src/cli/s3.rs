@@ -1247,12 +1247,13 @@ mod with_s3 {
         static RELEASED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 
-    /// How long the first of several threads acking at once waits for the others' acks to
-    /// join its `ack_batch`.
-    const ACK_WINDOW: Duration = Duration::from_millis(20);
+    /// How long the first of several threads acking at once waits at most for the others'
+    /// acks to join its `ack_batch` (not at all when no other thread holds a lease; less
+    /// when every one that does has joined).
+    const ACK_WINDOW: Duration = Duration::from_millis(100);
 
     /// Group acks: a thread that acks while no `ack_batch` is being gathered leads one; it
-    /// waits [`ACK_WINDOW`] when other threads hold leases (none when it is alone), then acks
+    /// waits until every thread holding a lease has joined, at most [`ACK_WINDOW`], then acks
     /// every lease submitted meanwhile with one `ack_batch` (a create per job, one done marker;
     /// a lone lease with `ack`) and hands each thread its own job's outcome.
     #[derive(Default)]
@@ -1271,8 +1272,8 @@ mod with_s3 {
 
     impl Acks {
         /// Ack `l`, with the acks of other threads that come within the window. `running`
-        /// counts the threads holding leases: the window is waited only when another does,
-        /// and each thread of the batch is counted out of it (and marked [`RELEASED`]) as the
+        /// counts the threads holding leases: gathering ends when all of them have joined
+        /// (at once when this is the only one), and each thread of the batch is counted out of it (and marked [`RELEASED`]) as the
         /// batch ends, all at once, so that they claim their next jobs together, in one batch.
         fn ack(
             &self,
@@ -1284,6 +1285,8 @@ mod with_s3 {
             let ticket = s.next;
             s.next += 1;
             s.pending.push((ticket, l.clone()));
+            // A gathering batch may be waiting for this one.
+            self.ready.notify_all();
             loop {
                 if let Some(r) = s.results.remove(&ticket) {
                     RELEASED.with(|c| c.set(true));
@@ -1294,13 +1297,20 @@ mod with_s3 {
                     continue;
                 }
                 s.gathering = true;
-                drop(s);
-                if running.load(Ordering::Relaxed) > 1 {
-                    std::thread::sleep(ACK_WINDOW);
+                // Gather until every thread holding a lease has joined, or the window ends.
+                let t0 = Instant::now();
+                while s.pending.len() < running.load(Ordering::Relaxed) {
+                    let Some(left) = ACK_WINDOW.checked_sub(t0.elapsed()) else {
+                        break;
+                    };
+                    s = self
+                        .ready
+                        .wait_timeout(s, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
                 }
-                let batch = std::mem::take(
-                    &mut self.state.lock().unwrap_or_else(|p| p.into_inner()).pending,
-                );
+                let batch = std::mem::take(&mut s.pending);
+                drop(s);
                 let leases: Vec<Lease> = batch.iter().map(|(_, l)| l.clone()).collect();
                 // One alone is acked as a single job is (its own done marker).
                 let rs = if let [one] = leases.as_slice() {

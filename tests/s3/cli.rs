@@ -1698,8 +1698,8 @@ fn work_with_concurrency_claims_in_batches() {
     // 5 + 5/4 requests per job with 4 threads, 5 + 5/8 with 8, and the open's few; a batch
     // whose jobs end apart (a loaded machine) is acked in two and the next claims are
     // smaller, 5 requests more each time: single claims and acks cost 9-10.
-    work_in_batches(&m, 4, 12, 7.0);
-    work_in_batches(&m, 8, 24, 6.5);
+    work_in_batches(&m, 4, 12, 7.5);
+    work_in_batches(&m, 8, 24, 7.0);
 }
 
 /// `work --concurrency threads` on `n` jobs; at most `most` requests per job up to the
