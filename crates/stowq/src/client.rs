@@ -318,7 +318,7 @@ impl Client {
             body.push_str("</Key></Object>");
         }
         body.push_str("</Delete>");
-        let md5 = crate::md5::base64(&crate::md5::md5(body.as_bytes()));
+        let md5 = content_md5(body.as_bytes());
         let r = self.request(
             "POST",
             "",
@@ -440,9 +440,25 @@ impl Client {
     }
 }
 
+/// The `Content-MD5` header's value for `body` (RFC 1864: base64 of the MD5 digest).
+fn content_md5(body: &[u8]) -> String {
+    use base64ct::Encoding;
+    use md5::Digest;
+    base64ct::Base64::encode_string(&md5::Md5::digest(body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Values from Python's `base64.b64encode(hashlib.md5(body).digest())`.
+    #[test]
+    fn content_md5_is_the_base64_md5_of_the_body() {
+        assert_eq!(content_md5(b""), "1B2M2Y8AsgTpgAmY7PhCfg==");
+        let body =
+            b"<Delete><Quiet>true</Quiet><Object><Key>q/i/ready/0/a&amp;b</Key></Object></Delete>";
+        assert_eq!(content_md5(body), "YMSg8XPqRkl9+zQviSonbQ==");
+    }
 
     #[test]
     fn listings_parse() {

@@ -21,7 +21,6 @@ pub mod error;
 pub mod http;
 pub mod keys;
 mod lifecycle;
-mod md5;
 pub mod queue;
 mod sigv4;
 
