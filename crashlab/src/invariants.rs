@@ -434,6 +434,28 @@ pub struct Snapshot {
     pub compacted: HashSet<JobId>,
 }
 
+/// A receipt policy's name in marks and records (as `steadq config` spells it).
+pub fn policy_name(p: steadq::ReceiptPolicy) -> &'static str {
+    match p {
+        steadq::ReceiptPolicy::Job => "job",
+        steadq::ReceiptPolicy::Header => "header",
+        steadq::ReceiptPolicy::None => "none",
+    }
+}
+
+/// Damage the job file at `path` on purpose (its last byte overwritten, then fsynced), for a
+/// quarantine that both rigs' workloads check: the damage is no crash's.
+///
+/// # Errors
+/// The open, write or fsync's error.
+pub fn damage_last_byte(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path)?;
+    let len = f.metadata()?.len();
+    f.write_all_at(b"X", len.saturating_sub(1))?;
+    f.sync_all()
+}
+
 /// SHA-256 of `payload`, lower-case hex: the digest records and reports carry.
 pub fn digest(payload: &[u8]) -> String {
     use sha2::Digest;

@@ -23,7 +23,7 @@
 //! It runs until the power goes. Records: see `crashlab::record`.
 
 use argh::FromArgs;
-use crashlab::invariants::digest;
+use crashlab::invariants::{digest, policy_name};
 use crashlab::record::{read_record, Boot, Op};
 use crashlab::rng::Rng;
 use std::collections::HashMap;
@@ -691,15 +691,6 @@ fn enqueue_one(
     id
 }
 
-/// A receipt policy's name in the records (as `steadq config` spells it).
-fn policy_name(p: steadq::ReceiptPolicy) -> &'static str {
-    match p {
-        steadq::ReceiptPolicy::Job => "job",
-        steadq::ReceiptPolicy::Header => "header",
-        steadq::ReceiptPolicy::None => "none",
-    }
-}
-
 /// The admin step (`Lean::Admin`: one loop, alone on the queue), each operation recorded once
 /// it returned done: a job failed and every dead job purged (`purging` records before the
 /// purge, `purged` after); the receipt policy set to the next of header, none, job
@@ -797,17 +788,7 @@ fn admin_step(
             .rel_path(q.id()),
     );
     op("planted", id, String::new());
-    {
-        use std::os::unix::fs::FileExt;
-        let f = OpenOptions::new()
-            .write(true)
-            .open(&at)
-            .unwrap_or_else(|e| die("open (to corrupt)", e));
-        let len = f.metadata().map(|m| m.len()).unwrap_or(1);
-        f.write_all_at(b"X", len - 1)
-            .and_then(|()| f.sync_all())
-            .unwrap_or_else(|e| die("corrupt", e));
-    }
+    crashlab::invariants::damage_last_byte(&at).unwrap_or_else(|e| die("corrupt", e));
     let rep = q
         .fsck_quarantine()
         .unwrap_or_else(|e| die("fsck --quarantine", e));

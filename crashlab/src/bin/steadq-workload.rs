@@ -41,6 +41,7 @@
 
 use argh::FromArgs;
 use crashlab::args::{self, size};
+use crashlab::invariants::policy_name;
 use crashlab::marks::{say, MarkWriter};
 use std::path::PathBuf;
 use std::process::exit;
@@ -421,15 +422,6 @@ fn set_policy(a: &Args, plan: &Arc<FaultPlan>, q: &Queue, m: &Marker, p: Receipt
         .unwrap_or_else(|e| fail("open (new policy)", e))
 }
 
-/// A receipt policy's name in the marks (as `steadq config` spells it).
-fn policy_name(p: ReceiptPolicy) -> &'static str {
-    match p {
-        ReceiptPolicy::Job => "job",
-        ReceiptPolicy::Header => "header",
-        ReceiptPolicy::None => "none",
-    }
-}
-
 /// The admin phase, after the steps (one thread, alone on the queue): the operations the
 /// steps do not make, each marked once it returned done. A lease renewed (`renew <id>`); a
 /// lease that expires and the recovery that moves it back (`recovered <n>`); a delayed job
@@ -518,17 +510,7 @@ fn admin_phase(a: &Args, plan: &Arc<FaultPlan>, q: &Queue, m: &Marker) {
             .rel_path(q.id()),
     );
     m.mark("planted", id);
-    {
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&at)
-            .unwrap_or_else(|e| fail("open (to corrupt)", e));
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        f.write_all_at(b"X", len - 1)
-            .and_then(|()| f.sync_all())
-            .unwrap_or_else(|e| fail("corrupt", e));
-    }
+    crashlab::invariants::damage_last_byte(&at).unwrap_or_else(|e| fail("corrupt", e));
     let rep = q
         .fsck_quarantine()
         .unwrap_or_else(|e| fail("fsck --quarantine", e));
