@@ -332,6 +332,22 @@ fn ready_by_priority_gauge(o: &mut String, ql: &str, s: &Status) {
     }
 }
 
+/// `status`'s ready depth per priority level (`by[level]` ready jobs), highest level first
+/// as `level:count`, or `None` while every ready job is at the default level (3). Shared by
+/// local and `s3://` queues.
+pub(super) fn ready_by_priority(by: &[u64]) -> Option<String> {
+    let default = usize::from(steadq::DEFAULT_PRIORITY);
+    if !by.iter().enumerate().any(|(p, n)| p != default && *n > 0) {
+        return None;
+    }
+    let levels: Vec<String> = (0..by.len())
+        .rev()
+        .filter(|&p| by[p] > 0)
+        .map(|p| format!("{p}:{}", by[p]))
+        .collect();
+    Some(levels.join(" "))
+}
+
 /// How a group's limit reads in `status` and `top`: `of 2`, `no limit`, or, with a damaged
 /// limits file, `limit unknown: steadq.limits is damaged`.
 pub fn group_limit(u: &steadq::GroupUse) -> String {
@@ -421,16 +437,8 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     if s.live_keys > 0 {
         let _ = writeln!(o, "keys     {:>8}  live idempotency keys", s.live_keys);
     }
-    // Ready depth per priority, highest first, once any ready job is not at the default.
-    let by = &s.ready_by_priority;
-    let default = steadq::DEFAULT_PRIORITY as usize;
-    if by.iter().enumerate().any(|(p, n)| p != default && *n > 0) {
-        let levels: Vec<String> = (0..by.len())
-            .rev()
-            .filter(|&p| by[p] > 0)
-            .map(|p| format!("{p}:{}", by[p]))
-            .collect();
-        let _ = writeln!(o, "ready by priority  {}", levels.join(" "));
+    if let Some(levels) = ready_by_priority(&s.ready_by_priority) {
+        let _ = writeln!(o, "ready by priority  {levels}");
     }
     group_lines(&mut o, s);
     let _ = writeln!(

@@ -619,16 +619,9 @@ mod with_s3 {
             s.dead
         );
         // As a local status: ready jobs per level, highest first, once any is not at the
-        // default level.
-        let by = &s.ready_by_priority;
-        let default = usize::from(stowq::DEFAULT_LEVEL);
-        if by.iter().enumerate().any(|(p, n)| p != default && *n > 0) {
-            let levels: Vec<String> = (0..by.len())
-                .rev()
-                .filter(|&p| by[p] > 0)
-                .map(|p| format!("{p}:{}", by[p]))
-                .collect();
-            out!("ready by priority  {}", levels.join(" "));
+        // default level (StowQ's default level is steadq's).
+        if let Some(levels) = super::super::encode::ready_by_priority(&s.ready_by_priority) {
+            out!("ready by priority  {levels}");
         }
         Ok(Exit::Done)
     }

@@ -75,7 +75,7 @@ pub(crate) type Candidates = (Option<Instant>, Vec<(String, Marker)>);
 
 /// The priority level of a job enqueued without one (as a local queue's default, 3). Its
 /// markers and records are those of a StowQ without levels.
-pub const DEFAULT_LEVEL: u8 = 3;
+pub const DEFAULT_LEVEL: u8 = steadq::DEFAULT_PRIORITY;
 
 /// How long the due ready markers of one claim listing are kept for the claims after it.
 /// A marker is a hint whatever its age (a claim's conditional create decides), so a stale one
