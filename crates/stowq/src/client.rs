@@ -41,25 +41,30 @@ pub struct Page {
     pub next: Option<String>,
 }
 
-/// Parse a ListObjectsV2 result with `quick-xml` (entities and character references decoded);
-/// `None` if it is not one or is not well-formed.
-pub fn parse_list(xml: &str) -> Option<Page> {
+/// Walk the XML document `xml` with `quick-xml` (entities and character references decoded,
+/// CDATA taken as text), whose root element must be `root`: `on_end(parent, name, text)` is
+/// called at each element's end with its parent's name and its text (which it may take).
+/// `None` if the document is not well-formed, its root is another element, or `on_end`
+/// returns `None`; an empty root element (`<root/>`) is a document without children.
+fn walk_xml(
+    xml: &str,
+    root: &[u8],
+    mut on_end: impl FnMut(Option<&[u8]>, &[u8], &mut String) -> Option<()>,
+) -> Option<()> {
     use quick_xml::events::Event;
     let mut r = quick_xml::Reader::from_str(xml);
-    let mut page = Page::default();
     let mut path: Vec<Vec<u8>> = Vec::new();
     let mut text = String::new();
-    let (mut key, mut modified, mut truncated, mut token) = (None, 0, false, None);
-    let mut root = false;
+    let mut seen = false;
     loop {
         match r.read_event().ok()? {
             Event::Start(e) => {
                 let name = e.local_name().as_ref().to_vec();
                 if path.is_empty() {
-                    root = name == b"ListBucketResult";
-                    if !root {
+                    if name != root {
                         return None;
                     }
+                    seen = true;
                 }
                 path.push(name);
                 text.clear();
@@ -68,36 +73,42 @@ pub fn parse_list(xml: &str) -> Option<Page> {
             Event::CData(t) => text.push_str(std::str::from_utf8(&t).ok()?),
             Event::End(_) => {
                 let name = path.pop()?;
-                let parent = path.last().map(Vec::as_slice);
-                match (parent, name.as_slice()) {
-                    (Some(b"Contents"), b"Key") => key = Some(std::mem::take(&mut text)),
-                    (Some(b"Contents"), b"LastModified") => {
-                        modified = parse_iso8601(text.trim()).unwrap_or(0)
-                    }
-                    (Some(b"ListBucketResult"), b"Contents") => page.entries.push(Entry {
-                        key: key.take()?,
-                        modified_ms: std::mem::take(&mut modified),
-                    }),
-                    (Some(b"ListBucketResult"), b"IsTruncated") => {
-                        truncated = text.trim() == "true"
-                    }
-                    (Some(b"ListBucketResult"), b"NextContinuationToken") => {
-                        token = Some(std::mem::take(&mut text))
-                    }
-                    _ => {}
-                }
+                on_end(path.last().map(Vec::as_slice), &name, &mut text)?;
                 text.clear();
             }
             Event::Empty(e) if path.is_empty() => {
-                return (e.local_name().as_ref() == b"ListBucketResult").then(Page::default)
+                return (e.local_name().as_ref() == root).then_some(())
             }
             Event::Eof => break,
             _ => {}
         }
     }
-    if !root || !path.is_empty() {
-        return None;
-    }
+    (seen && path.is_empty()).then_some(())
+}
+
+/// Parse a ListObjectsV2 result ([`walk_xml`]: entities and character references decoded);
+/// `None` if it is not one or is not well-formed.
+pub fn parse_list(xml: &str) -> Option<Page> {
+    let mut page = Page::default();
+    let (mut key, mut modified, mut truncated, mut token) = (None, 0, false, None);
+    walk_xml(xml, b"ListBucketResult", |parent, name, text| {
+        match (parent, name) {
+            (Some(b"Contents"), b"Key") => key = Some(std::mem::take(text)),
+            (Some(b"Contents"), b"LastModified") => {
+                modified = parse_iso8601(text.trim()).unwrap_or(0)
+            }
+            (Some(b"ListBucketResult"), b"Contents") => page.entries.push(Entry {
+                key: key.take()?,
+                modified_ms: std::mem::take(&mut modified),
+            }),
+            (Some(b"ListBucketResult"), b"IsTruncated") => truncated = text.trim() == "true",
+            (Some(b"ListBucketResult"), b"NextContinuationToken") => {
+                token = Some(std::mem::take(text))
+            }
+            _ => {}
+        }
+        Some(())
+    })?;
     if truncated {
         page.next = Some(token?);
     }
@@ -113,44 +124,17 @@ fn xml_escape(s: &str) -> String {
         .replace('\'', "&apos;")
 }
 
-/// The keys a `DeleteResult` names in its `<Error>` elements; `None` if it is no
-/// `DeleteResult`.
+/// The keys a `DeleteResult` names in its `<Error>` elements ([`walk_xml`]); `None` if it is
+/// no `DeleteResult`.
 pub fn parse_delete_result(xml: &str) -> Option<Vec<String>> {
-    use quick_xml::events::Event;
-    let mut r = quick_xml::Reader::from_str(xml);
-    let mut path: Vec<Vec<u8>> = Vec::new();
-    let mut text = String::new();
     let mut failed = Vec::new();
-    let mut root = false;
-    loop {
-        match r.read_event().ok()? {
-            Event::Start(e) => {
-                let name = e.local_name().as_ref().to_vec();
-                if path.is_empty() {
-                    root = name == b"DeleteResult";
-                    if !root {
-                        return None;
-                    }
-                }
-                path.push(name);
-                text.clear();
-            }
-            Event::Text(t) => text.push_str(&t.unescape().ok()?),
-            Event::End(_) => {
-                let name = path.pop()?;
-                if path.last().map(Vec::as_slice) == Some(b"Error") && name == b"Key" {
-                    failed.push(std::mem::take(&mut text));
-                }
-                text.clear();
-            }
-            Event::Empty(e) if path.is_empty() => {
-                return (e.local_name().as_ref() == b"DeleteResult").then(Vec::new)
-            }
-            Event::Eof => break,
-            _ => {}
+    walk_xml(xml, b"DeleteResult", |parent, name, text| {
+        if parent == Some(b"Error") && name == b"Key" {
+            failed.push(std::mem::take(text));
         }
-    }
-    (root && path.is_empty()).then_some(failed)
+        Some(())
+    })?;
+    Some(failed)
 }
 
 /// Parse `2026-12-01T04:07:25.123Z` (fraction optional) to unix ms.
