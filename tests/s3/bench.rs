@@ -21,8 +21,10 @@ fn rand_id() -> u128 {
     u128::from(h.finish()) << 64 | u128::from(h.finish().rotate_left(17))
 }
 
-/// Claim and ack until empty with `workers` threads; returns (jobs/s, requests/job).
-fn stowq_run(port: u16, prefix: &str, workers: usize, jobs: usize) -> (f64, f64) {
+/// Claim and ack until empty with `workers` threads (a handle each): one job at a time with
+/// `k` = 1, else `claim_batch(k)` and `ack_batch`; returns (jobs/s, requests per job with the
+/// enqueue's 2).
+fn stowq_run(port: u16, prefix: &str, workers: usize, jobs: usize, k: usize) -> (f64, f64) {
     queue(port, "bench", prefix, Options::default()); // creates the identity
     enqueue_parallel(port, "bench", prefix, jobs);
     let t0 = Instant::now();
@@ -34,46 +36,14 @@ fn stowq_run(port: u16, prefix: &str, workers: usize, jobs: usize) -> (f64, f64)
                 let q = Queue::open(c, &prefix, Options::default()).unwrap();
                 let base = q.client.requests();
                 let mut n = 0;
-                while let Some(l) = q.claim().unwrap() {
-                    q.ack(&l).unwrap();
-                    n += 1;
+                if k == 1 {
+                    while let Some(l) = q.claim().unwrap() {
+                        q.ack(&l).unwrap();
+                        n += 1;
+                    }
+                    return (n, q.client.requests() - base);
                 }
-                (n, q.client.requests() - base)
-            })
-        })
-        .collect();
-    let (mut done, mut reqs) = (0, 0);
-    for h in hs {
-        let (n, r) = h.join().unwrap();
-        done += n;
-        reqs += r;
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    assert_eq!(done, jobs);
-    // Enqueue costs 2 requests a job (the envelope's create and its marker).
-    (jobs as f64 / secs, reqs as f64 / jobs as f64 + 2.0)
-}
-
-/// [`stowq_run`] with each worker claiming `claim_batch(k)` and acking with `ack_batch`
-/// until the queue is empty; returns (jobs/s, requests per job including the enqueue's 2).
-fn stowq_batched_workers(
-    port: u16,
-    prefix: &str,
-    workers: usize,
-    k: usize,
-    jobs: usize,
-) -> (f64, f64) {
-    queue(port, "bench", prefix, Options::default()); // creates the identity
-    enqueue_parallel(port, "bench", prefix, jobs);
-    let t0 = Instant::now();
-    let hs: Vec<_> = (0..workers)
-        .map(|_| {
-            let prefix = prefix.to_string();
-            std::thread::spawn(move || {
-                let c = Client::new(config(port, 30_000), "bench");
-                let q = Queue::open(c, &prefix, Options::default()).unwrap();
-                let base = q.client.requests();
-                let (mut n, mut last) = (0, base);
+                let mut last = base;
                 loop {
                     let leases = q.claim_batch(k).unwrap();
                     if leases.is_empty() {
@@ -96,6 +66,7 @@ fn stowq_batched_workers(
     }
     let secs = t0.elapsed().as_secs_f64();
     assert_eq!(done, jobs);
+    // Enqueue costs 2 requests a job (the envelope's create and its marker).
     (jobs as f64 / secs, reqs as f64 / jobs as f64 + 2.0)
 }
 
@@ -108,7 +79,7 @@ fn bench_batched_workers() {
     bucket(m.port, "bench");
     let jobs = env_num("STOWQ_BENCH_JOBS", 24) as usize;
     for workers in [1, 4, 16] {
-        let (jps, rpj) = stowq_batched_workers(m.port, &format!("bw{workers}"), workers, 8, jobs);
+        let (jps, rpj) = stowq_run(m.port, &format!("bw{workers}"), workers, jobs, 8);
         report(&format!(
             "stowq bench ({:?}): {workers} worker(s) claiming batches of 8, {jobs} jobs: \
              {jps:.1} jobs/s, {rpj:.2} requests/job (enqueue+claim_batch+ack_batch)",
@@ -185,7 +156,7 @@ fn bench_workers_against_moto_and_the_local_queue() {
     bucket(m.port, "bench");
     let jobs = env_num("STOWQ_BENCH_JOBS", 24) as usize;
     for workers in [1, 4, 16] {
-        let (jps, rpj) = stowq_run(m.port, &format!("w{workers}"), workers, jobs);
+        let (jps, rpj) = stowq_run(m.port, &format!("w{workers}"), workers, jobs, 1);
         let local = local_run(workers, jobs * 4);
         report(&format!(
             "stowq bench: {workers} worker(s), {jobs} jobs: {jps:.1} jobs/s, {rpj:.1} requests/job \
