@@ -146,10 +146,58 @@ fn kill_guest() {
     }
 }
 
+/// The console log of the boot under way, whose last lines `die` prints: a run on a CI
+/// machine keeps no files, so the reason a device stopped must be in the output.
+static CONSOLE: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// How many of the console's last lines `die` prints.
+const CONSOLE_TAIL: usize = 25;
+
 fn die(e: impl std::fmt::Display) -> ! {
     eprintln!("powercut: ERROR: {e}");
     kill_guest();
+    let console = CONSOLE.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(p) = console {
+        eprintln!("powercut: the last lines of {}:", p.display());
+        for l in console_tail(&p, CONSOLE_TAIL) {
+            eprintln!("  | {l}");
+        }
+    }
     exit(2)
+}
+
+/// The last `n` lines of a console log, terminal escapes and carriage returns removed (an
+/// unreadable log gives one line saying so).
+fn console_tail(p: &Path, n: usize) -> Vec<String> {
+    let raw = match std::fs::read(p) {
+        Ok(b) => b,
+        Err(e) => return vec![format!("(unreadable: {e})")],
+    };
+    let text = String::from_utf8_lossy(&raw);
+    let lines: Vec<String> = text
+        .split(['\n', '\r'])
+        .map(strip_escapes)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
+}
+
+/// A line without its ANSI escape sequences (`ESC [ ... letter`, `ESC c`).
+fn strip_escapes(l: &str) -> String {
+    let mut out = String::new();
+    let mut it = l.chars().peekable();
+    while let Some(c) = it.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        if it.next_if_eq(&'[').is_some() {
+            while it.next().is_some_and(|c| !c.is_ascii_alphabetic()) {}
+        } else {
+            it.next();
+        }
+    }
+    out
 }
 
 /// A byte stream from the agent with read timeouts.
@@ -266,6 +314,7 @@ impl Device for Qemu {
             args += &format!(",--break,{}", b.replace(',', "+"));
         }
         let console = File::create(self.console(boot)).unwrap_or_else(|e| die(e));
+        *CONSOLE.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.console(boot));
         let child = Command::new("qemu-system-x86_64")
             // -cpu max: RDRAND seeds the guest's RNG at once (getrandom would otherwise wait for
             // entropy for seconds under TCG) and SSE4.2 lets crc32c-intel load.
@@ -901,6 +950,23 @@ mod tests {
         let c = cmdline("f2fs", "--queue,/mnt/q");
         assert!(c.split(' ').any(|w| w == "no_timer_check"), "{c}");
         assert!(c.contains("crashlab.fs=f2fs crashlab.mode=agent crashlab.args=--queue,/mnt/q"));
+    }
+
+    #[test]
+    fn the_console_tail_is_its_last_lines_without_escapes() {
+        let d = std::env::temp_dir().join(format!("pc-console-{}", std::process::id()));
+        std::fs::write(
+            &d,
+            "\x1bc\x1b[?7l\x1b[2J\x1b[0mSeaBIOS\r\nBooting..\x1bc\x1b[2JCRASHLAB_INIT a\nb\n\nc\n",
+        )
+        .unwrap();
+        assert_eq!(console_tail(&d, 2), ["b", "c"]);
+        assert_eq!(
+            console_tail(&d, 9),
+            ["SeaBIOS", "Booting..CRASHLAB_INIT a", "b", "c"]
+        );
+        std::fs::remove_file(&d).unwrap();
+        assert!(console_tail(&d, 3)[0].starts_with("(unreadable: "));
     }
 
     #[test]
