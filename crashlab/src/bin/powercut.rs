@@ -1023,7 +1023,11 @@ mod tests {
             "x\x1b[0mCRASHLAB_FC commits=7 ineligible=1\nCRASHLAB_AGENT_SKIPPED claim-dest=4\n",
         )
         .unwrap();
-        std::fs::write(d.join("records.log"), "CRASHLAB_FC commits=1000 ineligible=0\n").unwrap();
+        std::fs::write(
+            d.join("records.log"),
+            "CRASHLAB_FC commits=1000 ineligible=0\n",
+        )
+        .unwrap();
         assert_eq!(fast_commits(&d), "commits=47 ineligible=3");
         assert_eq!(skipped_barriers(&d), "claim-dest=4");
         std::fs::remove_dir_all(&d).unwrap();
