@@ -10,9 +10,11 @@
 #             [--out DIR]
 #
 # powercut (default): crashlab/powercut.sh virtual --break B --cut-after <B's operation>
-#   --cycles N (stops at the first catch); filesystems ext4, f2fs. Two cells run side by side.
+#   --cycles N (stops at the first catch); filesystems ext4, f2fs (default), ext4-fc. Two cells
+#   run side by side.
 # block: crashlab/rig.sh --break B (CRASHLAB_NEGATIVE=<fs>, CRASHLAB_NEG_JOBS=--jobs, default
-#   40); every flush point of the log is a crash state; filesystems ext4, xfs, btrfs.
+#   40); every flush point of the log is a crash state; filesystems ext4, xfs, btrfs (default),
+#   ext4-fc. ext4-fc: ext4 made with -O fast_commit (the rigs' flavour; no CAUGHT_ cells yet).
 # --barriers reached (default): the barriers the rig's workload reaches; caught: the cells
 #   (barrier/fs) the last whole matrix caught (CAUGHT_<rig> below); all: every name.
 # --slice I/N: only cells number I, I+N, I+2N, ... (0-based, barrier-major order); auto/N:
@@ -44,10 +46,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $RIG in
-  powercut) : "${FSL:=ext4 f2fs}" ;;
-  block) : "${FSL:=ext4 xfs btrfs}" ;;
+  powercut) : "${FSL:=ext4 f2fs}"; FSOK="ext4 ext4-fc f2fs" ;;
+  block) : "${FSL:=ext4 xfs btrfs}"; FSOK="ext4 ext4-fc xfs btrfs" ;;
   *) die "--rig is powercut or block" ;;
 esac
+# in_list WORD LIST: WORD is one of LIST's words (grep -w would find ext4 in ext4-fc)
+in_list() { case " $2 " in *" $1 "*) return 0 ;; esac; return 1; }
+for fs in $FSL; do in_list "$fs" "$FSOK" || die "--rig $RIG: unknown filesystem $fs ($FSOK)"; done
 OUT=${OUT:-/dev/shm/crashlab-matrix/$RIG}
 mkdir -p "$OUT"
 
@@ -105,7 +110,7 @@ for b in $LIST; do for fs in $FSL; do CELLS+=("$b $fs"); done; done
 if [ "$BARRIERS" = caught ]; then
   v=CAUGHT_$RIG
   for c in ${!v}; do
-    if grep -qw "${c#*/}" <<< "$FSL"; then CELLS+=("${c%/*} ${c#*/}"); fi
+    if in_list "${c#*/}" "$FSL"; then CELLS+=("${c%/*} ${c#*/}"); fi
   done
 fi
 if [ -n "$SLICE" ]; then
@@ -134,7 +139,7 @@ cell() {
     elif grep -q 'NOT CAUGHT' "$sum" 2>/dev/null; then res="not caught"; at=-
     else res="rig error (rc $rc)"; at=-; fi
     reached=$(sed -n "s/.*removed barriers reached: .*$b=\([0-9]*\).*/\1/p" "$sum" 2>/dev/null)
-    cyc=$(sed -n 's/^fs [a-z0-9]*: \([0-9]*\) cuts.*/\1/p' "$sum" 2>/dev/null)
+    cyc=$(sed -n 's/^fs [a-z0-9-]*: \([0-9]*\) cuts.*/\1/p' "$sum" 2>/dev/null)
   else
     CRASHLAB_NEGATIVE=$fs CRASHLAB_NEG_JOBS=$JOBS CRASHLAB_WORK=$OUT/work \
       "$HERE/rig.sh" ci --break "$b" > "$log" 2>&1 || rc=$?

@@ -1,7 +1,7 @@
 #!/bin/bash
 # crashlab power-cut rig. See crashlab/README.md ("Power cuts").
 #
-#   powercut.sh virtual --fs ext4|f2fs --cycles N [--seed S] [--break BARRIER[,BARRIER]]
+#   powercut.sh virtual --fs ext4|ext4-fc|f2fs --cycles N [--seed S] [--break BARRIER[,BARRIER]]
 #                       [--cut-after KIND|rotate] [--window LO-HI] [--transport tcp|serial]
 #   powercut.sh real --board boards/pi-4.toml --cycles N [--seed S] [powercut real options]
 #
@@ -12,7 +12,8 @@
 # initramfs (crashlab/guest/init, shared with rig.sh), makes the disk image, then runs the
 # controller: boot, report, verify, work, cut, N times, and a last boot to verify the last cut.
 # Last line: `powercut fs=FS cycles=N confirmed=M violations=V`; exit 0 only when V is 0
-# (with --break: only when the removed barrier was caught).
+# (with --break: only when the removed barrier was caught). ext4-fc: ext4 made with
+# -O fast_commit (the guest mounts it as ext4; the summary shows its fast commits).
 # Knobs (environment): CRASHLAB_CACHE=/var/cache/crashlab (kernel, initramfs),
 #   CRASHLAB_POWERCUT_WORK=/dev/shm/crashlab-powercut (disk images, records, CSV, chart),
 #   CRASHLAB_SKIP_APT=1.
@@ -68,7 +69,9 @@ while [ $# -gt 0 ]; do
     *) usage ;;
   esac
 done
-case $FS in ext4|f2fs) ;; *) die "--fs must be ext4 or f2fs" ;; esac
+case $FS in ext4|ext4-fc|f2fs) ;; *) die "--fs must be ext4, ext4-fc or f2fs" ;; esac
+# the mount type (and guest module set) of a filesystem flavour
+case $FS in ext4-fc) MFS=ext4 ;; *) MFS=$FS ;; esac
 [ -n "$CYCLES" ] || usage
 case $BREAK in *[!a-z,-]*) die "--break takes barrier names (steadq::sys::Barrier), comma-separated" ;; esac
 [ "$(id -u)" = 0 ] || die "must run as root (mkfs on images, apt)"
@@ -103,7 +106,7 @@ cargo build -q --release -p crashlab --bin powercut
 crashlab_kernel "$CACHE"
 flock -u 9
 KEY=$( (cat "$HERE/guest/init" "$CACHE/bin/$AGENT" "$TARGET_DIR/$MUSL/release/steadq" /bin/busybox; ls -l "$KDIR/mods") | sha256sum | cut -c1-16)
-INITRD=$CACHE/powercut-initrd-$FS-$KEY.gz
+INITRD=$CACHE/powercut-initrd-$MFS-$KEY.gz
 if [ ! -f "$INITRD" ]; then
   R=$(mktemp -d)
   mkdir -p "$R/bin" "$R/mods"
@@ -112,14 +115,14 @@ if [ ! -f "$INITRD" ]; then
   cp "$CACHE/bin/$AGENT" "$R/workload"
   cp "$TARGET_DIR/$MUSL/release/steadq" "$R/steadq"
   # only this filesystem's modules (and virtio, net): a smaller initramfs boots faster
-  for set in common "$FS" net; do
+  for set in common "$MFS" net; do
     cp "$KDIR/mods/$set.order" "$R/mods/"
     while read -r m; do cp "$KDIR/mods/$m.ko" "$R/mods/"; done < "$KDIR/mods/$set.order"
   done
-  (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > "$INITRD.tmp"
-  mv "$INITRD.tmp" "$INITRD"; rm -rf "$R"
+  (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > "$INITRD.tmp.$$"
+  mv "$INITRD.tmp.$$" "$INITRD"; rm -rf "$R"
   # keep the two newest per filesystem
-  ls -t "$CACHE"/powercut-initrd-"$FS"-*.gz | tail -n +3 | xargs -r rm -f
+  ls -t "$CACHE"/powercut-initrd-"$MFS"-*.gz | tail -n +3 | xargs -r rm -f
 fi
 
 # ---- a fresh disk image ------------------------------------------------------------------------
@@ -128,6 +131,7 @@ rm -rf "$RUN"; mkdir -p "$RUN"
 truncate -s 256M "$RUN/fresh.img"
 case $FS in
   ext4) mkfs.ext4 -q -F "$RUN/fresh.img" ;;
+  ext4-fc) mkfs.ext4 -q -F -O fast_commit "$RUN/fresh.img" ;;
   f2fs) mkfs.f2fs -q -f "$RUN/fresh.img" >/dev/null ;;
 esac
 log "fs=$FS cycles=$CYCLES seed=$SEED window=${WINDOW}ms transport=$TRANSPORT cut-after=$CUT_AFTER${BREAK:+ BARRIER REMOVED: $BREAK}; kernel $KPKG; setup $(( $(date +%s) - T0 ))s; output in $RUN"

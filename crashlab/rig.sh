@@ -2,7 +2,8 @@
 # crashlab rig: run a workload in a QEMU guest (TCG) whose disk is logged by QEMU's blklogwrites
 # driver, then replay the log and check every flush/FUA point (mount + verifier + fsck) on the host.
 # Fresh Debian 12, as root. See crashlab/README.md. Knobs (environment):
-#   CRASHLAB_FS="ext4 xfs btrfs"   filesystems for the normal run
+#   CRASHLAB_FS="ext4 xfs btrfs"   filesystems for the normal run: ext4, ext4-fc (ext4 made with
+#                                  -O fast_commit, mounted as ext4), xfs, btrfs
 #   CRASHLAB_NEGATIVE="ext4 xfs btrfs"  filesystems for the negative control ("" to skip)
 #   CRASHLAB_JOBS=120              workload --jobs for the normal run (about 400-580 crash states)
 #   CRASHLAB_NEG_JOBS=15           workload --jobs for the negative control
@@ -23,19 +24,22 @@
 #   CRASHLAB_SCRATCH=/dev/shm/...  where crash-state images are copied (tmpfs is fastest)
 #   CRASHLAB_SKIP_APT=1            do not apt-get install missing packages
 #   CRASHLAB_VM_TIMEOUT=900        seconds before a guest run is declared hung
-# Usage: rig.sh [ci|big] [--break NAME]   ci (default): the bounded pass; big: 800 jobs, at
-#   least 2000 states each. --break NAME: only negative controls, on CRASHLAB_NEGATIVE, each
-#   with the barrier NAME removed (steadq::sys::Barrier; several joined by +) instead of
-#   CRASHLAB_NEG_FLAG; caught = at least one violating state.
+# Usage: rig.sh [ci|big] [--fs "LIST"] [--break NAME]   ci (default): the bounded pass; big:
+#   800 jobs, at least 2000 states each. --fs LIST: the filesystems of both the normal run and
+#   the negative control (instead of CRASHLAB_FS and CRASHLAB_NEGATIVE). --break NAME: only
+#   negative controls, on CRASHLAB_NEGATIVE, each with the barrier NAME removed
+#   (steadq::sys::Barrier; several joined by +) instead of CRASHLAB_NEG_FLAG; caught = at
+#   least one violating state.
 set -euo pipefail
 
-MODE=ci; BREAK=
+MODE=ci; BREAK=; FS_ARG=
 while [ $# -gt 0 ]; do
   case $1 in
     ci) MODE=ci; shift ;;
     big) MODE=big; shift ;;
     --break) BREAK=${2:?--break needs a barrier name}; shift 2 ;;
-    *) echo "usage: $0 [ci|big] [--break NAME]" >&2; exit 2 ;;
+    --fs) FS_ARG=${2:?--fs needs filesystems}; shift 2 ;;
+    *) echo "usage: $0 [ci|big] [--fs \"LIST\"] [--break NAME]" >&2; exit 2 ;;
   esac
 done
 case $MODE in
@@ -43,6 +47,7 @@ case $MODE in
   big) : "${CRASHLAB_JOBS:=800}" "${CRASHLAB_MIN_STATES:=2000}" ;;
 esac
 case $BREAK in *[!a-z+-]*) echo "rig.sh: --break takes barrier names joined by +" >&2; exit 2 ;; esac
+[ -n "$FS_ARG" ] && CRASHLAB_FS=$FS_ARG CRASHLAB_NEGATIVE=$FS_ARG
 if [ -n "$BREAK" ]; then CRASHLAB_FS=; CRASHLAB_NEG_FLAG="--break $BREAK"; fi
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -79,6 +84,11 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", (b-a)/1e9}'; }
 log() { echo "crashlab: $*"; }
 die() { echo "crashlab: ERROR: $*" >&2; exit 1; }
 
+# The mount type (and fsck, and guest module set) of a filesystem flavour: ext4-fc is ext4.
+mount_type() { case $1 in ext4-fc) echo ext4 ;; *) echo "$1" ;; esac; }
+for fs in $FSLIST $NEGLIST; do
+  case $fs in ext4|ext4-fc|xfs|btrfs) ;; *) die "unknown filesystem $fs (ext4, ext4-fc, xfs, btrfs)" ;; esac
+done
 [ "$(id -u)" = 0 ] || die "must run as root (loop mounts, mkfs)"
 
 # ---- cleanup: qemu, replay, mounts and loop devices under our scratch/work dirs ----------------
@@ -159,7 +169,7 @@ else SCRATCH=$WORK/scratch.$$; fi
 mkdir -p "$SCRATCH" "$WORK"; SCRATCH_MADE=1
 
 # ---- 5. one case: mkfs, guest run under blklogwrites, replay ----------------------------------
-RESULTS=()
+RESULTS=(); FC=()
 PASSED=0; FAILED=0
 run_case() {   # name fs kind(normal|negative) workload-args...
   local name=$1 fs=$2 kind=$3; shift 3
@@ -169,6 +179,8 @@ run_case() {   # name fs kind(normal|negative) workload-args...
   truncate -s ${DISK_MB}M "$d/disk.img"
   case $fs in
     ext4) mkfs.ext4 -q -F "$d/disk.img" ${FS_MB}M ;;
+    # fast commits: an fsync commits only the file's (and its moves') changes, not the journal
+    ext4-fc) mkfs.ext4 -q -F -O fast_commit "$d/disk.img" ${FS_MB}M ;;
     xfs) mkfs.xfs -q -f -d size=${FS_MB}m "$d/disk.img" ;;
     btrfs) mkfs.btrfs -q -f -b ${FS_MB}M "$d/disk.img" >/dev/null ;;
     *) die "unknown fs $fs" ;;
@@ -189,16 +201,18 @@ run_case() {   # name fs kind(normal|negative) workload-args...
     tail -30 "$d/console.log" | sed 's/^/    /'
     die "[$name] guest run failed (qemu rc=$rc), console: $d/console.log"
   fi
-  grep -E '^CRASHLAB_(WORKLOAD_OK|WORKLOAD_SKIPPED|MOUNTED|UMOUNT_OK)' "$d/console.log" | tr -d '\r' | sed "s/^/    [$name] /"
+  grep -E '^CRASHLAB_(WORKLOAD_OK|WORKLOAD_SKIPPED|FC|MOUNTED|UMOUNT_OK)' "$d/console.log" | tr -d '\r' | sed "s/^/    [$name] /"
   # the parser must reproduce the guest's final disk exactly (below markbase)
   "$BIN/replay" apply --base "$d/base.img" --log "$d/log.bin" --markbase $MARKBASE --out "$SCRATCH/final.img" > "$d/apply.out"
   cmp -n $MARKBASE "$SCRATCH/final.img" "$d/disk.img" > /dev/null ||
     die "[$name] replaying the whole log does not reproduce the guest's disk (parser bug?)"
   rm -f "$SCRATCH/final.img" "$d/disk.img"
+  # ext4-fc: the guest's fast commits (should be > 0) and the fsyncs that fell back to a full commit
+  [ "$fs" = ext4-fc ] && FC+=("$name: $(grep -a '^CRASHLAB_FC' "$d/console.log" | tail -1 | tr -d '\r' | cut -d' ' -f2-)")
   local extra=(--min-states "$MIN_STATES")
   [ "$kind" = negative ] && extra=(--expect-violations)
   rc=0
-  "$BIN/replay" check --fs "$fs" --label "$name" --base "$d/base.img" --log "$d/log.bin" \
+  "$BIN/replay" check --fs "$(mount_type "$fs")" --label "$name" --base "$d/base.img" --log "$d/log.bin" \
     --markbase $MARKBASE --scratch "$SCRATCH/$name" --check "$CHECK" \
     --points "$POINTS" --every "$EVERY" --limit "$LIMIT" --keep-bad "$d/bad" "${extra[@]}" > "$d/replay.out" 2>&1 &
   REPLAY_PID=$!
@@ -214,7 +228,7 @@ run_case() {   # name fs kind(normal|negative) workload-args...
   if [ $rc = 0 ]; then verdict=PASS; PASSED=$((PASSED + 1)); else verdict="FAIL(rc=$rc)"; FAILED=$((FAILED + 1)); fi
   [ "$kind" = negative ] && [ $rc = 0 ] && verdict="PASS(caught)"
   [ "$kind" = negative ] && [ $rc = 1 ] && verdict="FAIL(NOT CAUGHT)"
-  RESULTS+=("$(printf '%-12s %-6s %-9s %7s %10s %7s %9s %8s  %s' "$name" "$fs" "$kind" "$states" "$bad" \
+  RESULTS+=("$(printf '%-12s %-7s %-9s %7s %10s %7s %9s %8s  %s' "$name" "$fs" "$kind" "$states" "$bad" \
     "$(secs "$t0" "$t1")" "$(secs "$t1" "$t2")" "$(secs "$t0" "$t2")" "$verdict")")
   log "[$name] ${RESULTS[-1]}"
 }
@@ -229,8 +243,9 @@ done
 
 echo
 log "summary (times in seconds; logs in $WORK/<case>/)"
-printf '  %-12s %-6s %-9s %7s %10s %7s %9s %8s  %s\n' case fs kind states violations vm replay total result
+printf '  %-12s %-7s %-9s %7s %10s %7s %9s %8s  %s\n' case fs kind states violations vm replay total result
 for r in "${RESULTS[@]}"; do echo "  $r"; done
+for f in "${FC[@]}"; do log "fast commits (ext4-fc) $f"; done
 log "setup: apt ${T_APT}s build ${T_BUILD}s kernel ${T_KERNEL}s initramfs ${T_INITRD}s; whole rig $(secs "$T_START" "$(now)")s"
 echo "crashlab: $PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

@@ -768,6 +768,13 @@ fn summarize(r: &Run, rows: &[Row], caught_at: Option<u32>, t_run: Instant) -> i
     if !skipped.is_empty() {
         summary += &format!("removed barriers reached: {skipped}\n");
     }
+    if r.fs == "ext4-fc" {
+        let fc = fast_commits(&r.out);
+        summary += &format!(
+            "fast commits (fc_info, summed over boots): {}\n",
+            if fc.is_empty() { "none reported" } else { &fc }
+        );
+    }
     if r.expect_caught {
         summary += &match caught_at {
             Some(b) => format!("negative control CAUGHT at cut {b}\n"),
@@ -799,12 +806,12 @@ fn summarize(r: &Run, rows: &[Row], caught_at: Option<u32>, t_run: Instant) -> i
     i32::from(!ok)
 }
 
-/// The removed barriers' skip counts summed over the boots' console logs (the agent's last
-/// `CRASHLAB_AGENT_SKIPPED a=N b=M` line of each boot), as `a=N b=M`; empty without any.
-fn skipped_barriers(out: &Path) -> String {
+/// The `key=n` fields of the last line holding `marker` (e.g. `CRASHLAB_FC `) of each boot's
+/// console log in `out`, summed over the boots in the order first seen; empty without any.
+fn sum_console_fields(out: &Path, marker: &str) -> Vec<(String, u64)> {
     let mut sums: Vec<(String, u64)> = Vec::new();
     let Ok(rd) = std::fs::read_dir(out) else {
-        return String::new();
+        return sums;
     };
     let mut logs: Vec<PathBuf> = rd
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -820,7 +827,7 @@ fn skipped_barriers(out: &Path) -> String {
         let Some(last) = text
             .lines()
             .rev()
-            .find_map(|l| l.split_once("CRASHLAB_AGENT_SKIPPED ").map(|x| x.1))
+            .find_map(|l| l.split_once(marker).map(|x| x.1))
         else {
             continue;
         };
@@ -835,8 +842,27 @@ fn skipped_barriers(out: &Path) -> String {
             }
         }
     }
+    sums
+}
+
+/// `key=n key=m` of [`sum_console_fields`].
+fn fields_line(sums: &[(String, u64)]) -> String {
     let f: Vec<String> = sums.iter().map(|(k, n)| format!("{k}={n}")).collect();
     f.join(" ")
+}
+
+/// The removed barriers' skip counts summed over the boots' console logs (the agent's last
+/// `CRASHLAB_AGENT_SKIPPED a=N b=M` line of each boot), as `a=N b=M`; empty without any.
+fn skipped_barriers(out: &Path) -> String {
+    fields_line(&sum_console_fields(out, "CRASHLAB_AGENT_SKIPPED "))
+}
+
+/// ext4's fast-commit figures summed over the boots (the guest init's last
+/// `CRASHLAB_FC commits=N ineligible=M` line of each boot, from /proc/fs/ext4/vda/fc_info,
+/// per mount, printed each second they change: what the last second before a cut did is
+/// missing), as `commits=N ineligible=M`; empty without any.
+fn fast_commits(out: &Path) -> String {
+    fields_line(&sum_console_fields(out, "CRASHLAB_FC "))
 }
 
 fn main() {
@@ -979,6 +1005,32 @@ mod tests {
         kill_guest();
         assert!(GUEST.lock().unwrap().is_none());
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "reaped");
+    }
+
+    #[test]
+    fn fast_commits_are_the_last_figures_of_each_boot_summed() {
+        let d = std::env::temp_dir().join(format!("pc-fc-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        assert_eq!(fast_commits(&d), "");
+        std::fs::write(
+            d.join("console-0000.log"),
+            "CRASHLAB_INIT fs=ext4-fc\r\nCRASHLAB_FC commits=3 ineligible=0\r\nCRASHLAB_FC commits=40 ineligible=2\r\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("console-0001.log"), "CRASHLAB_INIT fs=ext4-fc\n").unwrap();
+        std::fs::write(
+            d.join("console-0002.log"),
+            "x\x1b[0mCRASHLAB_FC commits=7 ineligible=1\nCRASHLAB_AGENT_SKIPPED claim-dest=4\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("records.log"),
+            "CRASHLAB_FC commits=1000 ineligible=0\n",
+        )
+        .unwrap();
+        assert_eq!(fast_commits(&d), "commits=47 ineligible=3");
+        assert_eq!(skipped_barriers(&d), "claim-dest=4");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
