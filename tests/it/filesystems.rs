@@ -270,7 +270,7 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
     }
     // ext4 with fast commits: the enqueue writes the file out, links it and fsyncs it (one
     // fast commit); the claim and the ack fsync the moved file, no directory (the named
-    // route still fsyncs tmp/). `fast_commit_lifecycles_are_fast_commits_not_full_ones` counts commits.
+    // route still fsyncs tmp/). `fast_commit_lifecycles_make_no_full_commit` counts commits.
     match mount_ext4_with(&base, 64, &["-O", "fast_commit"]) {
         Ok(m) => assert_eq!(
             lifecycle_barriers(&m.dir),
@@ -309,14 +309,11 @@ fn ext4_commits(dir: &Path) -> (u64, u64) {
 }
 
 #[test]
-fn fast_commit_lifecycles_are_fast_commits_not_full_ones() {
+fn fast_commit_lifecycles_make_no_full_commit() {
     // On ext4 with fast commits a directory fsync forces a full journal commit; SteadQ
-    // commits each enqueue, claim, renew and ack by fsyncing the job file instead: one fast
-    // commit each (DESIGN.md, Barriers). Before, each lifecycle made four full commits.
-    let Some(base) = own_mounts(
-        "fast_commit_lifecycles_are_fast_commits_not_full_ones",
-        "fc",
-    ) else {
+    // commits each enqueue, claim and ack by fsyncing the job file instead: one fast commit
+    // each (DESIGN.md, Barriers). Before, each lifecycle made three full commits.
+    let Some(base) = own_mounts("fast_commit_lifecycles_make_no_full_commit", "fc") else {
         return;
     };
     let m = match mount_ext4_with(&base, 64, &["-O", "fast_commit"]) {
@@ -335,21 +332,17 @@ fn fast_commit_lifecycles_are_fast_commits_not_full_ones() {
     const N: u64 = 50;
     for i in 0..N {
         let id = q.enqueue(&i.to_le_bytes()).unwrap();
-        let mut l = q.claim().unwrap().unwrap();
+        let l = q.claim().unwrap().unwrap();
         assert_eq!(l.id(), id);
-        l.renew(std::time::Duration::from_secs(60)).unwrap();
         l.ack().unwrap();
     }
     let (full1, fast1) = ext4_commits(&m.dir);
     assert_eq!(crate::common::counts(&q)[4] as u64, N + 1);
-    // A full commit still comes when the journal's fast-commit area fills (256 blocks by
-    // default, a block a fast commit here), and from the periodic commit (every 5 s): a few
-    // in 200 fast commits, against 4 a lifecycle (200) with directory fsyncs.
-    assert!(full1 - full0 <= 5, "{} full commits", full1 - full0);
-    // Four a lifecycle (enqueue, claim, renew, ack); a file whose transaction a periodic
-    // commit covered needs none.
+    // The journal's periodic commit (every 5 s) may fall inside the loop, once or twice.
+    assert!(full1 - full0 <= 2, "{} full commits", full1 - full0);
+    // Three a lifecycle; a file whose transaction a periodic commit covered needs none.
     assert!(
-        (4 * N - 8..=4 * N).contains(&(fast1 - fast0)),
+        (3 * N - 6..=3 * N).contains(&(fast1 - fast0)),
         "{} fast commits",
         fast1 - fast0
     );

@@ -450,10 +450,8 @@ impl Lease {
         }
         // Past the rename: the live name is the new one, whatever the barrier says.
         self.name = new;
-        // fsync of the leased directory, or of the job file where that commits the rename
-        // (ext4 with fast commits: `Queue::sync_moved_job`).
         self.q
-            .sync_moved_job(Op::Renew, &here, &here, &self.name)
+            .sync_place(Barrier::RenewDir, &here)
             .map_err(RenewError::from_internal)
     }
 }
