@@ -268,86 +268,15 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
         };
         assert_eq!(lifecycle_barriers(&m.dir), want, "barriers on {fs}");
     }
-    // ext4 with fast commits: the enqueue writes the file out, links it and fsyncs it (one
-    // fast commit); the claim and the ack fsync the moved file, no directory (the named
-    // route still fsyncs tmp/). `fast_commit_lifecycles_make_no_full_commit` counts commits.
+    // ext4 with fast commits writes a fast-commit record on fsync: untested by the rig.
     match mount_ext4_with(&base, 64, &["-O", "fast_commit"]) {
         Ok(m) => assert_eq!(
             lifecycle_barriers(&m.dir),
-            [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]],
+            all,
             "barriers on ext4 fast_commit"
         ),
         Err(e) => eprintln!("SKIP ext4 -O fast_commit: {e}"),
     }
-    let _ = std::fs::remove_dir_all(&base);
-}
-
-/// The jbd2 full commits (`/proc/fs/jbd2/<dev>-8/info`, its first number) and fast commits
-/// (`/proc/fs/ext4/<dev>/fc_info`, "N commits") of the loop device mounted at `dir`.
-fn ext4_commits(dir: &Path) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(dir).unwrap().dev();
-    let (major, minor) = ((dev >> 8) & 0xfff, (dev & 0xff) | ((dev >> 12) & 0xfff00));
-    let link = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")).unwrap();
-    let name = link.file_name().unwrap().to_str().unwrap().to_string();
-    let first_number = |path: String, after: &str| -> u64 {
-        let text = std::fs::read_to_string(&path).unwrap();
-        let rest = &text[text.find(after).unwrap_or(0)..];
-        let digits: String = rest
-            .chars()
-            .skip_while(|c| !c.is_ascii_digit())
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        digits
-            .parse()
-            .unwrap_or_else(|_| panic!("no number in {path}"))
-    };
-    (
-        first_number(format!("/proc/fs/jbd2/{name}-8/info"), ""),
-        first_number(format!("/proc/fs/ext4/{name}/fc_info"), "fc stats:"),
-    )
-}
-
-#[test]
-fn fast_commit_lifecycles_make_no_full_commit() {
-    // On ext4 with fast commits a directory fsync forces a full journal commit; SteadQ
-    // commits each enqueue, claim and ack by fsyncing the job file instead: one fast commit
-    // each (DESIGN.md, Barriers). Before, each lifecycle made three full commits.
-    let Some(base) = own_mounts("fast_commit_lifecycles_make_no_full_commit", "fc") else {
-        return;
-    };
-    let m = match mount_ext4_with(&base, 64, &["-O", "fast_commit"]) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("SKIP ext4 -O fast_commit: {e}");
-            return;
-        }
-    };
-    assert!(steadq::sys::file_commits(&m.dir));
-    let root = m.dir.join("q");
-    let q = Queue::create(&root, crate::common::opts(1)).unwrap();
-    q.enqueue(b"warm").unwrap();
-    q.claim().unwrap().unwrap().ack().unwrap();
-    let (full0, fast0) = ext4_commits(&m.dir);
-    const N: u64 = 50;
-    for i in 0..N {
-        let id = q.enqueue(&i.to_le_bytes()).unwrap();
-        let l = q.claim().unwrap().unwrap();
-        assert_eq!(l.id(), id);
-        l.ack().unwrap();
-    }
-    let (full1, fast1) = ext4_commits(&m.dir);
-    assert_eq!(crate::common::counts(&q)[4] as u64, N + 1);
-    // The journal's periodic commit (every 5 s) may fall inside the loop, once or twice.
-    assert!(full1 - full0 <= 2, "{} full commits", full1 - full0);
-    // Three a lifecycle; a file whose transaction a periodic commit covered needs none.
-    assert!(
-        (3 * N - 6..=3 * N).contains(&(fast1 - fast0)),
-        "{} fast commits",
-        fast1 - fast0
-    );
-    drop(q);
-    drop(m);
     let _ = std::fs::remove_dir_all(&base);
 }
 

@@ -162,7 +162,7 @@ pub use disk::{layout, name, scan, state};
 #[doc(hidden)]
 pub mod sys {
     pub use crate::disk::sys::*;
-    pub use crate::ops::group::{file_commits, one_fsync_per_move, shared_barriers};
+    pub use crate::ops::group::{one_fsync_per_move, shared_barriers};
     pub use crate::queue::publishes_named;
 }
 

@@ -290,16 +290,10 @@ impl Queue {
         // fsync commits the whole journal (xfs, journaled ext4: `one_barrier_per_rename`), the
         // target directory's fsync below also commits the link and the file's new link count,
         // so the file's second fsync (for btrfs) and the named route's tmp/ fsync are left out.
-        // On ext4 with fast commits the file's fsync after its link is a fast commit holding
-        // the link, its data and its blocks (`Group::file_commits`): the directory's fsync,
-        // a full commit there, is left out.
         let durable = self.barriers;
         let resync = durable && !self.group.one_barrier_per_rename(&self.sys, p.dir.fd());
         self.publish(p, w, resync)
             .map_err(|e| e.with_job(p.name.id))?;
-        if durable && self.group.file_commits(&self.sys, p.dir.fd()) {
-            return Ok(p.name.id);
-        }
         self.dir_barrier(Barrier::EnqueueDir, &p.dir).map_err(|e| {
             Cause::io(
                 Call::FsyncDir,
@@ -522,12 +516,8 @@ impl Queue {
         // flushing the device first (xfs, journaled ext4: `one_barrier_per_rename`), writing
         // the data out is enough before the link: that one commit makes the data, its
         // blocks and the name durable together (DESIGN.md, Barriers: one commit per
-        // enqueue). So on ext4 with fast commits (`file_commits`), where the file's fsync
-        // after its link is one fast commit of its blocks and its name. Elsewhere the file is
-        // fsynced before it is named.
-        let one_commit = sync
-            && (self.group.one_barrier_per_rename(&self.sys, p.dir.fd())
-                || self.group.file_commits(&self.sys, p.dir.fd()));
+        // enqueue). Elsewhere the file is fsynced before it is named.
+        let one_commit = sync && self.group.one_barrier_per_rename(&self.sys, p.dir.fd());
         let mut fill = |fd: BorrowedFd<'_>, rel: &str| {
             fill(fd)
                 .and_then(|()| match (sync, one_commit) {

@@ -50,17 +50,6 @@ pub(crate) enum Reach {
     /// out). All held directories then share one group: one fsync covers the renames of
     /// every thread, whatever directory.
     Journal,
-    /// ext4 with a jbd2 journal and fast commits (`mkfs.ext4 -O fast_commit`) on Linux 6.1 or
-    /// later. A directory fsync there forces a full commit (`ext4_fsync_journal`: "Fastcommit
-    /// does not really support fsync on directories", fs/ext4/fsync.c), while an fsync of a
-    /// regular file writes a fast commit holding every link, unlink and rename tracked since
-    /// the last full commit (`ext4_fc_perform_commit` commits the whole dentry queue,
-    /// fs/ext4/fast_commit.c; Documentation/filesystems/ext4/journal.rst, "Fast Commits"),
-    /// or falls back to a full commit when the filesystem is marked ineligible. A rename
-    /// sets the moved file's ctime in the rename's own transaction, so the moved file's
-    /// fsync commits the rename. Moves and enqueues are committed by fsyncing the job file
-    /// ([`Group::file_commits`]); other directory barriers are as [`Reach::Dir`].
-    FastCommit,
 }
 
 /// The group-commit state of every directory a handle holds (see the module docs).
@@ -101,15 +90,7 @@ impl Group {
     /// (DESIGN.md, Barriers): xfs, and ext4 with a jbd2 journal attached and no fast commits.
     /// Everywhere else both fsyncs stay.
     pub(crate) fn one_barrier_per_rename(&self, sys: &Sys, dir: BorrowedFd<'_>) -> bool {
-        matches!(self.reach(sys, dir), Reach::Rename | Reach::Journal)
-    }
-
-    /// Whether, on the filesystem of `dir` (any directory of the queue), a move or an
-    /// enqueue is committed by an fsync of the job file itself (a fast commit) instead of
-    /// its directories' fsyncs (full commits): [`Reach::FastCommit`]. True only where both
-    /// crash rigs ran it (DESIGN.md, Barriers): ext4 with fast commits, Linux 6.1 or later.
-    pub(crate) fn file_commits(&self, sys: &Sys, dir: BorrowedFd<'_>) -> bool {
-        self.reach(sys, dir) == Reach::FastCommit
+        self.reach(sys, dir) != Reach::Dir
     }
 
     /// The barrier group of held directory `fd` (`dir`, borrowed), or `None` for a directory
@@ -125,7 +106,7 @@ impl Group {
             .map(|i| &self.dirs[i].1)?;
         Some(match self.reach(sys, dir) {
             Reach::Journal => &self.shared,
-            Reach::Dir | Reach::Rename | Reach::FastCommit => own,
+            Reach::Dir | Reach::Rename => own,
         })
     }
 }
@@ -133,43 +114,25 @@ impl Group {
 /// The check behind [`Group::one_barrier_per_rename`], made afresh.
 #[cfg(feature = "faults")]
 pub(crate) fn one_barrier_fs(sys: &Sys, dir: BorrowedFd<'_>) -> bool {
-    matches!(reach_fs(sys, dir), Reach::Rename | Reach::Journal)
+    reach_fs(sys, dir) != Reach::Dir
 }
 
 /// The check behind [`Group::reach`], made afresh: [`Reach::Rename`] on xfs,
 /// [`Reach::Journal`] on ext2/3/4 with a jbd2 journal attached and no fast commits (see
-/// [`ext4_journal`]) on a kernel other than 6.4 (`/proc/sys/kernel/osrelease`;
-/// [`Reach::Rename`] there or when it cannot be read), [`Reach::FastCommit`] with fast
-/// commits on Linux 6.1 or later,
+/// [`ext4_journal_attached`]) on a kernel other than 6.4 (`/proc/sys/kernel/osrelease`;
+/// [`Reach::Rename`] there or when it cannot be read),
 /// [`Reach::Dir`] everywhere else and whenever a check fails.
 pub(crate) fn reach_fs(sys: &Sys, dir: BorrowedFd<'_>) -> Reach {
-    // The running kernel's release (uname -r); unknown is treated as unsure.
-    let release = || std::fs::read_to_string("/proc/sys/kernel/osrelease");
     match sys.fs_magic(dir).map(|m| m as u32) {
         Ok(0x5846_5342) => Reach::Rename, // xfs
-        Ok(0xEF53) => match ext4_journal(dir) {
-            Some(Ext4Journal::Full) => match release() {
+        Ok(0xEF53) if ext4_journal_attached(dir) => {
+            // The running kernel's release (uname -r); unknown is treated as unsure.
+            match std::fs::read_to_string("/proc/sys/kernel/osrelease") {
                 Ok(r) if !dir_fsync_may_skip_commit(r.trim()) => Reach::Journal,
                 _ => Reach::Rename,
-            },
-            Some(Ext4Journal::FastCommit) => match release() {
-                Ok(r) if fast_commit_tested(r.trim()) => Reach::FastCommit,
-                _ => Reach::Dir,
-            },
-            None => Reach::Dir,
-        },
+            }
+        }
         _ => Reach::Dir,
-    }
-}
-
-/// Whether kernel `release` (`uname -r`) is 6.1 or later, the oldest the crash rigs ran with
-/// fast commits (the power-cut rig's Debian 6.1 guest; the block rig replays on the host's
-/// kernel). Fast commits came in 5.10 and had fixes to their replay through 6.0.
-fn fast_commit_tested(release: &str) -> bool {
-    let mut v = release.split(['.', '-']).map(|n| n.parse::<u32>().ok());
-    match (v.next().flatten(), v.next().flatten()) {
-        (Some(major), Some(minor)) => (major, minor) >= (6, 1),
-        _ => false,
     }
 }
 
@@ -183,43 +146,35 @@ fn dir_fsync_may_skip_commit(release: &str) -> bool {
     v.next() == Some("6") && v.next() == Some("4")
 }
 
-/// The journal of an ext2/3/4 filesystem, as [`ext4_journal`] reads it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ext4Journal {
-    /// A jbd2 journal without fast commits.
-    Full,
-    /// A jbd2 journal with fast commits (`fast_commit`).
-    FastCommit,
-}
-
-/// The jbd2 journal of the ext2/3/4 filesystem holding `dir`: its block device
-/// (`/sys/dev/block/<major>:<minor>`) has `/proc/fs/jbd2/<device>-8`, and its superblock,
-/// read from `/dev/<device>`, has `has_journal`, with or without `fast_commit`. `None` when
-/// there is none or when unsure, for example when the device cannot be read (not root): the
-/// directory fsyncs then stay as [`Reach::Dir`] makes them.
-fn ext4_journal(dir: BorrowedFd<'_>) -> Option<Ext4Journal> {
+/// Whether the ext2/3/4 filesystem holding `dir` runs a jbd2 journal without fast commits:
+/// its block device (`/sys/dev/block/<major>:<minor>`) has `/proc/fs/jbd2/<device>-8`, and
+/// its superblock, read from `/dev/<device>`, has `has_journal` and not `fast_commit` (an
+/// fsync there writes a fast-commit record, which the rig has not tested). False when unsure,
+/// for example when the device cannot be read (not root): both fsyncs stay.
+fn ext4_journal_attached(dir: BorrowedFd<'_>) -> bool {
     use std::os::unix::fs::FileExt;
-    let st = rustix::fs::fstat(dir).ok()?;
+    let Ok(st) = rustix::fs::fstat(dir) else {
+        return false;
+    };
     let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
-    let dev = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")).ok()?;
-    let name = dev.file_name().and_then(|n| n.to_str())?;
+    let Ok(dev) = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")) else {
+        return false;
+    };
+    let Some(name) = dev.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
     if !std::path::Path::new(&format!("/proc/fs/jbd2/{name}-8")).is_dir() {
-        return None;
+        return false;
     }
-    // The superblock: 1024 bytes at offset 1024; s_magic at 0x38, s_feature_compat at 0x5C
-    // (Documentation/filesystems/ext4/super.rst).
+    // The superblock: 1024 bytes at offset 1024; s_magic at 0x38, s_feature_compat at 0x5C.
     let mut sb = [0u8; 0x60];
-    std::fs::File::open(format!("/dev/{name}"))
+    let read = std::fs::File::open(format!("/dev/{name}"))
         .and_then(|f| f.read_exact_at(&mut sb, 1024))
-        .ok()?;
+        .is_ok();
     let compat = u32::from_le_bytes([sb[0x5C], sb[0x5D], sb[0x5E], sb[0x5F]]);
     const HAS_JOURNAL: u32 = 0x4;
     const FAST_COMMIT: u32 = 0x400;
-    match (sb[0x38..0x3A] == [0x53, 0xEF], compat & HAS_JOURNAL != 0) {
-        (true, true) if compat & FAST_COMMIT != 0 => Some(Ext4Journal::FastCommit),
-        (true, true) => Some(Ext4Journal::Full),
-        _ => None,
-    }
+    read && sb[0x38..0x3A] == [0x53, 0xEF] && compat & HAS_JOURNAL != 0 && compat & FAST_COMMIT == 0
 }
 
 /// The gathering step of group commit: a thread about to run a barrier first waits, for at
@@ -452,44 +407,9 @@ pub fn shared_barriers(dir: &std::path::Path) -> bool {
         .is_ok_and(|fd| reach_fs(&sys, std::os::fd::AsFd::as_fd(&fd)) == Reach::Journal)
 }
 
-/// Whether a queue in directory `dir` commits its moves and enqueues by fsyncing the job
-/// file (a fast commit) instead of directories: true on ext4 with fast commits on Linux 6.1
-/// or later (`ops/group.rs`, `Reach::FastCommit`; DESIGN.md, Barriers), false elsewhere or
-/// when `dir` cannot be opened. For tests (feature `faults`, as the module's export).
-#[cfg(feature = "faults")]
-pub fn file_commits(dir: &std::path::Path) -> bool {
-    let sys = crate::disk::sys::Sys::new();
-    sys.open_dir_path(dir)
-        .is_ok_and(|fd| reach_fs(&sys, std::os::fd::AsFd::as_fd(&fd)) == Reach::FastCommit)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fast_commits_are_used_from_6_1_on() {
-        for r in [
-            "6.1.0-27-amd64",
-            "6.1",
-            "6.6.51+rpt-rpi-v8",
-            "6.18.0",
-            "7.0.0-rc1",
-        ] {
-            assert!(fast_commit_tested(r), "{r}");
-        }
-        for r in [
-            "6.0.12",
-            "5.10.0-9-arm64",
-            "5.15.0",
-            "4.19.0",
-            "",
-            "x.y",
-            "6",
-        ] {
-            assert!(!fast_commit_tested(r), "{r}");
-        }
-    }
 
     #[test]
     fn only_6_4_kernels_are_treated_as_unsure() {
@@ -534,7 +454,6 @@ mod tests {
             (Reach::Dir, false),
             (Reach::Rename, false),
             (Reach::Journal, true),
-            (Reach::FastCommit, false),
         ] {
             let g = Group::new([a.as_raw_fd(), b.as_raw_fd()]);
             g.reach.set(reach).unwrap();
@@ -543,9 +462,8 @@ mod tests {
             assert!(g.get(&sys, c.as_fd()).is_none(), "{reach:?}: not held");
             assert_eq!(
                 g.one_barrier_per_rename(&sys, a.as_fd()),
-                matches!(reach, Reach::Rename | Reach::Journal)
+                reach != Reach::Dir
             );
-            assert_eq!(g.file_commits(&sys, a.as_fd()), reach == Reach::FastCommit);
         }
         std::fs::remove_dir_all(&d).unwrap();
     }

@@ -758,7 +758,7 @@ impl Lease {
                     })
                 }
             }
-            _ => q.sync_moved_job(Op::Ack, &from, &to, &new),
+            _ => q.sync_moved(Op::Ack, &from, &to),
         };
         if let Err(e) = barriers {
             if let Some(Ok(Some(l))) = claimed {

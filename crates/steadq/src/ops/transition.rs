@@ -183,8 +183,7 @@ impl Queue {
         op: Op,
     ) -> Moved {
         self.rename_job(from, old, to, new, op)?;
-        self.sync_moved_job(op, from, to, new)
-            .map_err(MoveFailed::Renamed)?;
+        self.sync_moved(op, from, to).map_err(MoveFailed::Renamed)?;
         if to.state == State::Dead && op != Op::DependencyDead {
             // The jobs waiting for it die too (ops/deps.rs); the move itself is done, so a
             // failure here is recovery's to finish.
@@ -217,39 +216,6 @@ impl Queue {
             self.sync_place(Barrier::source(op), from)?;
         }
         Ok(())
-    }
-
-    /// The barriers after job `new` was renamed from `from` into `to`: on ext4 with fast
-    /// commits ([`crate::ops::group::Group::file_commits`]) one fsync of the job file under
-    /// its new name, a fast commit that holds the rename (the barrier is still
-    /// [`Barrier::dest`] of `op`); elsewhere, or when that name is no longer a regular file
-    /// (moved on already by another process), [`Queue::sync_moved`].
-    ///
-    /// # Errors
-    /// [`ErrorKind::Io`], indeterminate (the rename happened).
-    pub(crate) fn sync_moved_job(
-        &self,
-        op: Op,
-        from: &Place<'_>,
-        to: &Place<'_>,
-        new: &JobName,
-    ) -> Result<()> {
-        if self.barriers && self.group.file_commits(&self.sys, to.dir.fd()) {
-            let name = new.format(self.ident.id);
-            if let Ok(fd) = self.sys.open_regular_ro(to.dir.fd(), &name) {
-                return self
-                    .barrier_file(Barrier::dest(op), fd.as_fd())
-                    .map_err(|e| {
-                        Cause::io(
-                            Call::Fsync,
-                            e,
-                            Outcome::Indeterminate,
-                            Some(self.path(&format!("{}/{name}", to.rel))),
-                        )
-                    });
-            }
-        }
-        self.sync_moved(op, from, to)
     }
 
     /// The barrier `b` after a move: fsync `place`'s directory (indeterminate on failure).
