@@ -280,6 +280,35 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+#[test]
+fn init_on_ext4_with_fast_commit_warns() {
+    // The block rig found ext4 unable to recover some of its crash states with fast commits
+    // (DESIGN.md, "ext4 with fast commits"): `init` says so where it can read the superblock
+    // (root), and says nothing on ext4 with its defaults.
+    let Some(base) = own_mounts("init_on_ext4_with_fast_commit_warns", "fcwarn") else {
+        return;
+    };
+    for (what, mkfs, warned) in [
+        ("fast_commit", &["-O", "fast_commit"][..], true),
+        ("defaults", &[][..], false),
+    ] {
+        let m = match mount_ext4_with(&base, 64, mkfs) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("SKIP ext4 {what}: {e}");
+                continue;
+            }
+        };
+        let q = m.dir.join("q");
+        let o = crate::common::steadq(&["init", q.to_str().unwrap()]);
+        let err = crate::common::text(&o.stderr);
+        assert!(o.status.success(), "ext4 {what}: {err}");
+        assert_eq!(err.contains("tune2fs -O ^fast_commit"), warned, "ext4 {what}: {err}");
+        drop(m);
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Directory fsyncs of a worker's step between two jobs, `[ack then claim_for,
 /// ack_and_claim]`, in a queue of one shard.
 fn step_barriers(dir: &Path) -> [u32; 2] {

@@ -146,35 +146,46 @@ fn dir_fsync_may_skip_commit(release: &str) -> bool {
     v.next() == Some("6") && v.next() == Some("4")
 }
 
-/// Whether the ext2/3/4 filesystem holding `dir` runs a jbd2 journal without fast commits:
-/// its block device (`/sys/dev/block/<major>:<minor>`) has `/proc/fs/jbd2/<device>-8`, and
-/// its superblock, read from `/dev/<device>`, has `has_journal` and not `fast_commit` (an
-/// fsync there writes a fast-commit record, which the rig has not tested). False when unsure,
-/// for example when the device cannot be read (not root): both fsyncs stay.
+/// Whether the ext2/3/4 filesystem holding `dir` runs a jbd2 journal without fast commits
+/// ([`ext4_compat_features`] has `has_journal` and not `fast_commit`): an fsync there writes
+/// a fast-commit record, which the rig has not tested. False when unsure, for example when
+/// the device cannot be read (not root): both fsyncs stay.
 fn ext4_journal_attached(dir: BorrowedFd<'_>) -> bool {
+    ext4_compat_features(dir).is_some_and(|c| c & HAS_JOURNAL != 0 && c & FAST_COMMIT == 0)
+}
+
+/// Whether the ext2/3/4 filesystem holding `dir` runs a jbd2 journal *with* fast commits
+/// (`mkfs.ext4 -O fast_commit`): the block rig found ext4 unable to recover some of its own
+/// crash states there (DESIGN.md, "ext4 with fast commits"). False when unsure (see
+/// [`ext4_compat_features`]).
+pub(crate) fn ext4_fast_commit(dir: BorrowedFd<'_>) -> bool {
+    ext4_compat_features(dir).is_some_and(|c| c & HAS_JOURNAL != 0 && c & FAST_COMMIT != 0)
+}
+
+/// `s_feature_compat`'s `has_journal` and `fast_commit` bits (Documentation/filesystems/ext4/super.rst).
+const HAS_JOURNAL: u32 = 0x4;
+const FAST_COMMIT: u32 = 0x400;
+
+/// The compatible feature bits (`s_feature_compat`) of the ext2/3/4 filesystem holding `dir`,
+/// whose block device (`/sys/dev/block/<major>:<minor>`) has a jbd2 journal attached
+/// (`/proc/fs/jbd2/<device>-8`): read from its superblock on `/dev/<device>` (1024 bytes at
+/// offset 1024; `s_magic` at 0x38, `s_feature_compat` at 0x5C). `None` when any step fails,
+/// for example when the device cannot be read (not root).
+fn ext4_compat_features(dir: BorrowedFd<'_>) -> Option<u32> {
     use std::os::unix::fs::FileExt;
-    let Ok(st) = rustix::fs::fstat(dir) else {
-        return false;
-    };
+    let st = rustix::fs::fstat(dir).ok()?;
     let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
-    let Ok(dev) = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")) else {
-        return false;
-    };
-    let Some(name) = dev.file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
+    let dev = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")).ok()?;
+    let name = dev.file_name().and_then(|n| n.to_str())?;
     if !std::path::Path::new(&format!("/proc/fs/jbd2/{name}-8")).is_dir() {
-        return false;
+        return None;
     }
-    // The superblock: 1024 bytes at offset 1024; s_magic at 0x38, s_feature_compat at 0x5C.
     let mut sb = [0u8; 0x60];
-    let read = std::fs::File::open(format!("/dev/{name}"))
+    std::fs::File::open(format!("/dev/{name}"))
         .and_then(|f| f.read_exact_at(&mut sb, 1024))
-        .is_ok();
-    let compat = u32::from_le_bytes([sb[0x5C], sb[0x5D], sb[0x5E], sb[0x5F]]);
-    const HAS_JOURNAL: u32 = 0x4;
-    const FAST_COMMIT: u32 = 0x400;
-    read && sb[0x38..0x3A] == [0x53, 0xEF] && compat & HAS_JOURNAL != 0 && compat & FAST_COMMIT == 0
+        .ok()?;
+    (sb[0x38..0x3A] == [0x53, 0xEF])
+        .then(|| u32::from_le_bytes([sb[0x5C], sb[0x5D], sb[0x5E], sb[0x5F]]))
 }
 
 /// The gathering step of group commit: a thread about to run a barrier first waits, for at

@@ -45,6 +45,12 @@ impl Queue {
             unmake_root(&sys, &made);
             return Err(e.into());
         }
+        if crate::ops::group::ext4_fast_commit(rootfd.as_fd()) {
+            log::warn!(
+                "{}: on ext4 with fast_commit, which the crash lab saw fail to mount after some power cuts (kernels 6.1, 6.18); turn it off (tune2fs -O ^fast_commit)",
+                root.display()
+            );
+        }
         // Whether this call changed anything yet: a later failure is indeterminate once it
         // did, not done before (a `mkdir` that failed did not happen).
         let mut changed = made.is_some();
