@@ -47,7 +47,7 @@ impl Queue {
         }
         if crate::ops::group::ext4_fast_commit(rootfd.as_fd()) {
             log::warn!(
-                "{}: on ext4 with fast_commit, which the crash lab saw fail to mount after some power cuts (kernels 6.1, 6.18); turn it off (tune2fs -O ^fast_commit)",
+                "{}: ext4 fast_commit may fail to mount after a power cut (DESIGN.md); turn it off: tune2fs -O ^fast_commit",
                 root.display()
             );
         }

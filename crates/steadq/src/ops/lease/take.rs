@@ -194,7 +194,7 @@ impl Queue {
             // and the next job is tried. The attempt it used stays used, as a worker's
             // that died holding it would.
             Err(Errno::NOENT) => {
-                log::info!(
+                log::debug!(
                     "{}: gone before this claim could open it (its lease ran out); passed over",
                     self.path(&rel()).display()
                 );
