@@ -303,7 +303,11 @@ fn init_on_ext4_with_fast_commit_warns() {
         let o = crate::common::steadq(&["init", q.to_str().unwrap()]);
         let err = crate::common::text(&o.stderr);
         assert!(o.status.success(), "ext4 {what}: {err}");
-        assert_eq!(err.contains("tune2fs -O ^fast_commit"), warned, "ext4 {what}: {err}");
+        assert_eq!(
+            err.contains("tune2fs -O ^fast_commit"),
+            warned,
+            "ext4 {what}: {err}"
+        );
         drop(m);
     }
     let _ = std::fs::remove_dir_all(&base);
