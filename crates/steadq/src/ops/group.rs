@@ -147,8 +147,9 @@ fn dir_fsync_may_skip_commit(release: &str) -> bool {
 }
 
 /// Whether the ext2/3/4 filesystem holding `dir` runs a jbd2 journal without fast commits
-/// ([`ext4_compat_features`] has `has_journal` and not `fast_commit`): an fsync there writes
-/// a fast-commit record, which the rig has not tested. False when unsure, for example when
+/// ([`ext4_compat_features`] has `has_journal` and not `fast_commit`). With fast commits the
+/// rigs were not run on the one-fsync rules, and the block rig found ext4's own recovery
+/// failing there (DESIGN.md, "ext4 with fast commits"). False when unsure, for example when
 /// the device cannot be read (not root): both fsyncs stay.
 fn ext4_journal_attached(dir: BorrowedFd<'_>) -> bool {
     ext4_compat_features(dir).is_some_and(|c| c & HAS_JOURNAL != 0 && c & FAST_COMMIT == 0)
