@@ -204,15 +204,33 @@ fn a_claim_out_of_descriptors_gives_the_job_back_with_its_attempt() {
 /// A claim whose leased name is gone before it can open it (its lease ran out and a
 /// recovery took the job back: a 50 ms lease on a loaded machine) lost the race for that
 /// job: it hands out nothing and is done with the next job, if any. It failed as
-/// indeterminate, which stopped the power-cut rig's agent (seed 101, f2fs, boot 12).
+/// indeterminate, which stopped the power-cut rig's agent (seed 101, f2fs, boot 12). The
+/// open and the `stat` after it are both told `ENOENT`; an open told so while a `stat`
+/// still finds the name stays indeterminate (the fault matrix's `Claim Open` cases).
 #[test]
 fn a_claim_whose_leased_name_is_gone_before_its_open_moves_on() {
+    // The `stat` calls a claim makes before the leased file's open (its first), counted on a
+    // clean run.
+    let d0 = TempDir::new("claim-gone-count");
+    let counting = FaultPlan::disarmed(vec![]);
+    let q0 = with_plan(&d0, &counting, opts(1));
+    q0.enqueue(b"first").unwrap();
+    q0.claim().unwrap().unwrap().ack().unwrap();
+    q0.enqueue(b"second").unwrap();
+    counting.reset_counts();
+    let l = q0.claim().unwrap().unwrap();
+    let trace = counting.trace();
+    let open = trace.iter().position(|c| *c == Call::Open).unwrap();
+    let stats = trace[..open].iter().filter(|c| **c == Call::Stat).count() as u32;
+    l.ack().unwrap();
+
     let d = TempDir::new("claim-gone");
-    let plan = FaultPlan::disarmed(vec![Fault {
-        call: Call::Open,
-        nth: 1,
+    let gone = |call, nth| Fault {
+        call,
+        nth,
         action: FaultAction::Fail(Errno::NOENT),
-    }]);
+    };
+    let plan = FaultPlan::disarmed(vec![gone(Call::Open, 1), gone(Call::Stat, stats + 1)]);
     let q = with_plan(&d, &plan, opts(1));
     q.enqueue(b"first").unwrap();
     q.claim().unwrap().unwrap().ack().unwrap();
@@ -223,7 +241,7 @@ fn a_claim_whose_leased_name_is_gone_before_its_open_moves_on() {
     let l = q.claim().unwrap().expect("the next job");
     assert_eq!(l.id(), next);
     l.ack().unwrap();
-    // The job whose open failed is still leased in this test (the open failed, its file did
+    // The job whose open failed is still leased in this test (the calls failed, its file did
     // not move): it comes back when its lease runs out.
     assert_eq!(counts(&q), [0, 1, 0, 0, 2]);
     assert_eq!(

@@ -187,13 +187,15 @@ impl Queue {
             Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOMEM)) => {
                 return Err(self.give_back(shard, leased, e, false))
             }
-            // The leased name is gone before the claim could open it: its lease ran out
-            // first (a lease shorter than the moment between the rename and this open, on a
-            // loaded machine) and a recovery took the job back, or fsck moved it aside.
-            // The claim lost the race for it, as to another worker: nothing is handed out
-            // and the next job is tried. The attempt it used stays used, as a worker's
-            // that died holding it would.
-            Err(Errno::NOENT) => {
+            // The leased name is gone before the claim could open it (a `stat` says so too):
+            // its lease ran out first (a lease shorter than the moment between the rename
+            // and this open, on a loaded machine) and a recovery took the job back, or fsck
+            // moved it aside. The claim lost the race for it, as to another worker: nothing
+            // is handed out and the next job is tried. The attempt it used stays used, as a
+            // worker's that died holding it would. A name still there is indeterminate.
+            Err(Errno::NOENT)
+                if self.sys.stat_nofollow(to.dir.fd(), &raw).err() == Some(Errno::NOENT) =>
+            {
                 log::debug!(
                     "{}: gone before this claim could open it (its lease ran out); passed over",
                     self.path(&rel()).display()
