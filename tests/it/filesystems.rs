@@ -284,7 +284,7 @@ fn a_lifecycle_drops_only_the_barriers_the_rig_showed_redundant() {
 fn init_on_ext4_with_fast_commit_warns() {
     // The block rig found ext4 unable to recover some of its crash states with fast commits
     // (DESIGN.md, "ext4 with fast commits"): `init` says so where it can read the superblock
-    // (root), and says nothing on ext4 with its defaults.
+    // (root), says nothing where it cannot (nobody), and nothing on ext4 with its defaults.
     let Some(base) = own_mounts("init_on_ext4_with_fast_commit_warns", "fcwarn") else {
         return;
     };
@@ -308,6 +308,24 @@ fn init_on_ext4_with_fast_commit_warns() {
             warned,
             "ext4 {what}: {err}"
         );
+        // Not under qemu-user, where `su` would start the emulator through binfmt_misc.
+        if warned && std::env::var_os("STEADQ_QEMU_USER").is_none() {
+            // A user who cannot read the device (not root) cannot tell: the queue is made,
+            // without a warning and without an error about the superblock.
+            use std::os::unix::fs::PermissionsExt;
+            let (sandbox, bin) = crate::common::nobody_sandbox("fcwarn");
+            std::fs::set_permissions(&m.dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let qn = m.dir.join("qn");
+            let (code, _, err) =
+                crate::common::as_nobody(&format!("{bin} init {}", qn.to_str().unwrap()));
+            assert_eq!(code, Some(0), "ext4 {what}, as nobody: {err}");
+            assert!(
+                !err.contains("fast_commit"),
+                "ext4 {what}, as nobody: {err}"
+            );
+            assert!(qn.join("steadq.queue").is_file(), "{}", qn.display());
+            let _ = std::fs::remove_dir_all(&sandbox);
+        }
         drop(m);
     }
     let _ = std::fs::remove_dir_all(&base);
