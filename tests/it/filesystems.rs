@@ -31,7 +31,19 @@ pub(crate) struct Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = sh("umount", &[self.dir.to_str().unwrap()]);
+        // A child process another test thread has just forked holds copies of this
+        // process's descriptors until it execs, so the mount can be busy for a moment
+        // (under qemu-user, long enough that a plain `umount` left mounts behind). Try
+        // again, then detach it (`umount -l`: gone once the last descriptor closes).
+        let d = self.dir.to_str().unwrap();
+        let mut tries = 0;
+        while sh("umount", &[d]).is_err() && tries < 10 {
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if tries == 10 {
+            let _ = sh("umount", &["-l", d]);
+        }
         if let Some(i) = &self.img {
             let _ = std::fs::remove_file(i);
         }
