@@ -91,26 +91,31 @@ impl Queue {
 
     /// Make `call` (one filesystem call on the way to, or into, `rel` from the root) and
     /// make it again every [`MAKING_POLL`], for up to [`MAKING_WINDOW`], while it is refused
-    /// (`EACCES`, `EPERM`) by a directory in its making ([`Queue::in_making`]). Costs
-    /// nothing when `call` passes; one `statx` per path component of `rel` per refusal.
+    /// (`EACCES`, `EPERM`) by a directory in its making ([`Queue::in_making`]). A refusal
+    /// judged not a making is made once more before it is returned: the judgment reads the
+    /// directory's age after the refusal, so a process stalled in between (a loaded machine,
+    /// a `SIGSTOP`) would take a directory shared meanwhile for a permission. Costs nothing
+    /// when `call` passes; on a refusal, one `statx` per path component of `rel` per look.
     ///
     /// # Errors
-    /// `call`'s last errno (a refusal after the window: a permission, for the caller to
-    /// report).
+    /// `call`'s last errno (refused after the window and once more: a permission, for the
+    /// caller to report).
     pub(crate) fn retry_making<T>(
         &self,
         rel: &str,
         mut call: impl FnMut() -> core::result::Result<T, Errno>,
     ) -> core::result::Result<T, Errno> {
         let started = self.clock.boot_ns();
+        let mut last_look = false;
         loop {
             match call() {
-                Err(Errno::ACCESS | Errno::PERM)
-                    if self.clock.boot_ns().saturating_sub(started)
-                        < MAKING_WINDOW.as_nanos() as u64
-                        && self.in_making(rel) =>
-                {
-                    std::thread::sleep(MAKING_POLL)
+                Err(Errno::ACCESS | Errno::PERM) if !last_look => {
+                    let within = self.clock.boot_ns().saturating_sub(started)
+                        < MAKING_WINDOW.as_nanos() as u64;
+                    match within && self.in_making(rel) {
+                        true => std::thread::sleep(MAKING_POLL),
+                        false => last_look = true,
+                    }
                 }
                 r => return r,
             }
@@ -283,5 +288,91 @@ impl Queue {
                 std::io::Error::from(e)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A queue in a fresh temp dir with a dead bucket owned by another user (nobody), made
+    /// now; `None` unless run as root (only root may give it away).
+    fn queue_with_bucket_of_another_user(tag: &str) -> Option<(std::path::PathBuf, Queue)> {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIP {tag}: needs root to make a directory of another user");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("steadq-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let q = Queue::create(&dir, crate::Options::default()).unwrap();
+        let bucket = dir
+            .join(crate::disk::layout::DEAD_DIR)
+            .join("0000000000004e20");
+        std::fs::create_dir(&bucket).unwrap();
+        std::os::unix::fs::chown(&bucket, Some(65534), Some(65534)).unwrap();
+        Some((dir, q))
+    }
+
+    const BUCKET: &str = "dead/0000000000004e20";
+
+    /// A call refused while the directory was in its making, by a process that then stalls
+    /// past the window (here: the call itself takes 1.1 s to report the refusal), is made once
+    /// more, and passes if the directory was shared meanwhile; before, the stale judgment
+    /// (the directory's age, read after the stall) returned the refusal as a permission.
+    #[test]
+    fn a_refusal_judged_after_a_stall_is_made_once_more() {
+        let Some((dir, q)) = queue_with_bucket_of_another_user("making-stall") else {
+            return;
+        };
+        assert!(
+            q.in_making(BUCKET),
+            "a directory of nobody made now is in its making"
+        );
+        let calls = Cell::new(0);
+        let r = q.retry_making(BUCKET, || {
+            calls.set(calls.get() + 1);
+            match calls.get() {
+                1 => {
+                    std::thread::sleep(MAKING_WINDOW + Duration::from_millis(100));
+                    Err(Errno::ACCESS)
+                }
+                _ => Ok(()),
+            }
+        });
+        assert_eq!((r, calls.get()), (Ok(()), 2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A refusal that lasts is returned once the window is over: made every 20 ms for about
+    /// 1 s while the directory is in its making, then once more, and no more.
+    #[test]
+    fn a_lasting_refusal_is_returned_after_the_window() {
+        let Some((dir, q)) = queue_with_bucket_of_another_user("making-lasting") else {
+            return;
+        };
+        let calls = Cell::new(0u32);
+        let t0 = std::time::Instant::now();
+        let r: core::result::Result<(), Errno> = q.retry_making(BUCKET, || {
+            calls.set(calls.get() + 1);
+            Err(Errno::ACCESS)
+        });
+        let took = t0.elapsed();
+        assert_eq!(r, Err(Errno::ACCESS));
+        assert!(
+            took >= MAKING_WINDOW - Duration::from_millis(50),
+            "{took:?}"
+        );
+        // At most one call per poll in the window, plus the first and the last look.
+        let most = (MAKING_WINDOW.as_millis() / MAKING_POLL.as_millis()) as u32 + 2;
+        assert!((2..=most).contains(&calls.get()), "{} calls", calls.get());
+        // A refusal by a directory of this user is no making: made twice, at once.
+        calls.set(0);
+        let own: core::result::Result<(), Errno> = q.retry_making("dead", || {
+            calls.set(calls.get() + 1);
+            Err(Errno::PERM)
+        });
+        assert_eq!((own, calls.get()), (Err(Errno::PERM), 2));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
