@@ -158,41 +158,50 @@ impl Queue {
     /// take the job: blocked (`ENOTDIR`: the whole level is behind it, a file named `prio`,
     /// or each shard is) or not writable by this user (`EACCES`, `EPERM`).
     pub(crate) fn fresh_id(&self, priority: u8, now_ms: u64) -> Result<JobId> {
-        let mut refused = Vec::new();
-        // Only a level in its making stood in the way: wait for it, then say what refuses.
-        let drawn = self.wait_out_making(|| {
-            refused.clear();
-            self.fresh_id_once(priority, now_ms, &mut refused)
-        });
-        let (rel, e) = match drawn {
-            Ok(id) => {
-                // The job goes to another shard: say once which directories it avoids.
-                for (s, rel, e) in &refused {
-                    self.warn_unwritable(*s, *e, rel);
+        let started = self.clock.boot_ns();
+        loop {
+            let mut refused = Vec::new();
+            match self.fresh_id_once(priority, now_ms, &mut refused) {
+                // Only a level in its making stood in the way: wait for it, up to
+                // MAKING_WINDOW (polled every 20 ms), then say what refuses.
+                Err((_, Errno::AGAIN))
+                    if self.clock.boot_ns().saturating_sub(started)
+                        < MAKING_WINDOW.as_nanos() as u64 =>
+                {
+                    std::thread::sleep(MAKING_POLL);
                 }
-                return Ok(id);
+                Ok(id) => {
+                    // The job goes to another shard: say once which directories it avoids.
+                    for (s, rel, e) in &refused {
+                        self.warn_unwritable(*s, *e, rel);
+                    }
+                    return Ok(id);
+                }
+                Err((rel, e)) => {
+                    let e = if e == Errno::AGAIN { Errno::ACCESS } else { e };
+                    // Every shard refused on its own: one error naming the level's
+                    // directory, not the shard drawn last (nor a warning per shard).
+                    let own = |(s, rel, _): &(u16, String, Errno)| *rel == self.ident.slot_rel(*s);
+                    if refused.len() == self.ident.shards as usize && refused.iter().all(own) {
+                        let slot = self.ident.slot_rel(refused[0].0);
+                        let level = slot.rsplit_once('/').map_or(slot.as_str(), |(l, _)| l);
+                        let kind = crate::ErrorKind::NoWritableShard {
+                            shards: self.ident.shards,
+                            errno: e.into(),
+                        };
+                        return Err(Cause::not_done(kind, Some(self.path(level))));
+                    }
+                    // A directory shards of the level (or the level) would be made in
+                    // refuses more than one shard: named first, and the call it refuses
+                    // is that mkdir, not an open.
+                    let (call, rel) = match refused.iter().find(|r| !own(r)) {
+                        Some(r) => (Call::Mkdir, r.1.clone()),
+                        None => (Call::Open, rel),
+                    };
+                    return Err(Cause::io(call, e, Outcome::NotDone, Some(self.path(&rel))));
+                }
             }
-            Err((rel, e)) => (rel, if e == Errno::AGAIN { Errno::ACCESS } else { e }),
-        };
-        // Every shard refused on its own: one error naming the level's directory, not the
-        // shard drawn last (nor a warning per shard).
-        let own = |(s, rel, _): &(u16, String, Errno)| *rel == self.ident.slot_rel(*s);
-        if refused.len() == self.ident.shards as usize && refused.iter().all(own) {
-            let slot = self.ident.slot_rel(refused[0].0);
-            let level = slot.rsplit_once('/').map_or(slot.as_str(), |(l, _)| l);
-            let kind = crate::ErrorKind::NoWritableShard {
-                shards: self.ident.shards,
-                errno: e.into(),
-            };
-            return Err(Cause::not_done(kind, Some(self.path(level))));
         }
-        // A directory shards of the level (or the level) would be made in refuses more than
-        // one shard: named first, and the call it refuses is that mkdir, not an open.
-        let (call, rel) = match refused.iter().find(|r| !own(r)) {
-            Some(r) => (Call::Mkdir, r.1.clone()),
-            None => (Call::Open, rel),
-        };
-        Err(Cause::io(call, e, Outcome::NotDone, Some(self.path(&rel))))
     }
 
     /// One round of [`Queue::fresh_id`]: every shard of the level looked at once at most.
@@ -251,34 +260,6 @@ impl Queue {
         )
     }
 
-    /// `once` made again every [`MAKING_POLL`] while it returns `EAGAIN` (only a directory
-    /// in its making stood in the way), for up to [`MAKING_WINDOW`], then once more: the
-    /// window is judged after the `EAGAIN`, so a process stalled in between (a loaded
-    /// machine, a `SIGSTOP`) would give up on a level shared meanwhile.
-    ///
-    /// # Errors
-    /// `once`'s last error (`EAGAIN` still, after the window and the last look).
-    fn wait_out_making<T>(
-        &self,
-        mut once: impl FnMut() -> core::result::Result<T, (String, Errno)>,
-    ) -> core::result::Result<T, (String, Errno)> {
-        let started = self.clock.boot_ns();
-        let mut last_look = false;
-        loop {
-            match once() {
-                Err((_, Errno::AGAIN)) if !last_look => {
-                    let within = self.clock.boot_ns().saturating_sub(started)
-                        < MAKING_WINDOW.as_nanos() as u64;
-                    match within {
-                        true => std::thread::sleep(MAKING_POLL),
-                        false => last_look = true,
-                    }
-                }
-                r => return r,
-            }
-        }
-    }
-
     /// Whether this user may make job files in ready slot `s`, found once per slot per
     /// handle (one `faccessat2(2)`) and remembered: a slot it may not write is avoided by
     /// [`Queue::fresh_id`] for [`UNWRITABLE_RECHECK`], then probed again (a mended mode is
@@ -300,9 +281,9 @@ impl Queue {
             return Err((self.unwritable_rel(s), Errno::ACCESS));
         }
         let slot = self.ident.slot_rel(s);
-        let probe = || match self.slot_dir(s) {
+        let probed = match self.slot_dir(s) {
             SlotDir::Held(fd) if !self.dirs.is_standin(fd) => {
-                self.sys.may_create_in(fd).map_err(|e| (slot.clone(), e))
+                self.sys.may_create_in(fd).map_err(|e| (slot, e))
             }
             // Not made yet: probed through the directory it would be made in.
             SlotDir::Missing => match slot.rfind('/') {
@@ -313,17 +294,12 @@ impl Queue {
             // unsearchable parent): probed by its path.
             _ => self.probe_path(&slot),
         };
-        let refused = |p: &core::result::Result<(), (String, Errno)>| matches!(p, Err((rel, Errno::ACCESS | Errno::PERM)) if !self.in_making(rel));
-        let mut probed = probe();
-        // Judged after the refusal (the directory's age): a process stalled in between
-        // would avoid a level shared meanwhile for 10 s. A second probe settles it.
-        if refused(&probed) {
-            probed = probe();
-        }
+        // When it was refused: a level's making is judged at that moment.
+        let at = crate::ops::making::Refusal::now(&self.clock);
         match probed {
             // A level (or shard) another user is making right now: not avoided, not warned;
             // the caller draws again and, with no other shard, waits ([`Queue::fresh_id`]).
-            Err((rel, Errno::ACCESS | Errno::PERM)) if self.in_making(&rel) => {
+            Err((rel, Errno::ACCESS | Errno::PERM)) if self.in_making(&rel, at) => {
                 Err((rel, Errno::AGAIN))
             }
             Err((rel, e @ (Errno::ACCESS | Errno::PERM))) => {
@@ -533,66 +509,6 @@ mod tests {
     /// (`ENOTDIR`, which would leave every watcher of the handle blind): the watch stops at
     /// the file and covers the root, and the directory made in its place is an event that
     /// names the slot.
-    /// A slot refused at the first probe and not at the second (what a process stalled
-    /// between a refusal and its judgment sees of a level shared meanwhile; here the first
-    /// `faccessat2` is made to fail) is writable, not avoided for 10 s.
-    #[test]
-    fn a_refusal_gone_at_a_second_probe_does_not_avoid_the_slot() {
-        use crate::disk::sys::{Call, Fault, FaultAction, FaultPlan};
-        let dir = std::env::temp_dir().join(format!("steadq-probe-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        drop(Queue::create(&dir, crate::Options::default()).unwrap());
-        let fault = Fault {
-            call: Call::Stat,
-            nth: 1,
-            action: FaultAction::Fail(Errno::ACCESS),
-        };
-        let plan = FaultPlan::disarmed(vec![fault]);
-        let opts = crate::Options {
-            faults: Some(plan.clone()),
-            ..Default::default()
-        };
-        let q = Queue::open_with(&dir, opts).unwrap();
-        let s = q.ident.slot(crate::disk::name::DEFAULT_PRIORITY, 0);
-        plan.arm();
-        assert_eq!(q.slot_writable(s), Ok(()));
-        assert_eq!((plan.fired(), plan.count(Call::Stat)), (true, 2));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// A draw that met only a level in its making, by a process that then stalls past the
-    /// window (here: the draw takes 1.1 s to report it), is made once more, and takes the
-    /// level if it was shared meanwhile; before, the enqueue was refused with `EACCES`.
-    #[test]
-    fn a_making_judged_after_a_stall_gets_one_more_draw() {
-        let dir = std::env::temp_dir().join(format!("steadq-draw-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let q = Queue::create(&dir, crate::Options::default()).unwrap();
-        let mut draws = 0;
-        let r = q.wait_out_making(|| {
-            draws += 1;
-            match draws {
-                1 => {
-                    std::thread::sleep(MAKING_WINDOW + std::time::Duration::from_millis(100));
-                    Err(("prio/6".to_string(), Errno::AGAIN))
-                }
-                _ => Ok(draws),
-            }
-        });
-        assert_eq!(r, Ok(2));
-        // A making that lasts: drawn every 20 ms for the window, then once more.
-        let (mut draws, t0) = (0u32, std::time::Instant::now());
-        let r: core::result::Result<(), _> = q.wait_out_making(|| {
-            draws += 1;
-            Err(("prio/6".to_string(), Errno::AGAIN))
-        });
-        assert_eq!(r, Err(("prio/6".to_string(), Errno::AGAIN)));
-        let most = (MAKING_WINDOW.as_millis() / MAKING_POLL.as_millis()) as u32 + 2;
-        assert!((2..=most).contains(&draws), "{draws} draws");
-        assert!(t0.elapsed() >= MAKING_WINDOW - std::time::Duration::from_millis(50));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
     #[test]
     fn a_file_in_the_way_of_a_slot_is_watched_around() {
         let dir = std::env::temp_dir().join(format!("steadq-levels-{}", std::process::id()));

@@ -145,6 +145,10 @@ impl Queue {
             }
         };
         let r = self.list_held(fd, &rel, list)?;
+        // When it was refused: a level's making is judged at that moment.
+        let refused = r
+            .is_none()
+            .then(|| crate::ops::making::Refusal::now(&self.clock));
         if r.is_none() {
             // A slot held by the stand-in because a file stood in its way at open.
             if let Some(block) = self.not_a_directory_on(&rel) {
@@ -156,7 +160,7 @@ impl Queue {
         self.unreadable[i].store(r.is_none(), Relaxed);
         // Refused by a level (or shard) another user is making right now, before it gets
         // the owner and mode of `ready/` (`ops/levels.rs`): not warned; looked at again soon.
-        let making = r.is_none() && self.in_making(&rel);
+        let making = refused.is_some_and(|at| self.in_making(&rel, at));
         self.in_making[i].store(making, Relaxed);
         if r.is_none() && !making && !self.warned_unreadable[i].swap(true, Relaxed) {
             log::warn!(
