@@ -295,7 +295,7 @@ impl Queue {
             _ => self.probe_path(&slot),
         };
         // When it was refused: a level's making is judged at that moment.
-        let at = crate::ops::making::Refusal::now(&self.clock);
+        let at = self.clock.wall_ns();
         match probed {
             // A level (or shard) another user is making right now: not avoided, not warned;
             // the caller draws again and, with no other shard, waits ([`Queue::fresh_id`]).

@@ -46,26 +46,6 @@ pub(crate) enum Origin {
     MadeElsewhere,
 }
 
-/// When a call was refused, read just after it returned: [`Queue::in_making`] judges a
-/// directory's age at that moment, not at its own.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Refusal {
-    /// `CLOCK_BOOTTIME`, ns (the window of a retried call).
-    pub(crate) boot_ns: u64,
-    /// `CLOCK_REALTIME`, unix ns (compared with the directory's birth time).
-    pub(crate) wall_ns: u64,
-}
-
-impl Refusal {
-    /// Now, by `clock`.
-    pub(crate) fn now(clock: &crate::disk::clock::Clock) -> Refusal {
-        Refusal {
-            boot_ns: clock.boot_ns(),
-            wall_ns: clock.wall_ns(),
-        }
-    }
-}
-
 impl Queue {
     /// A fresh name for a file this handle makes in `tmp/` (`TempKind::Job`: it is flock-ed
     /// while written, and recovery removes it once its writer is gone).
@@ -125,33 +105,42 @@ impl Queue {
     ) -> core::result::Result<T, Errno> {
         let started = self.clock.boot_ns();
         loop {
-            let r = call();
-            let refused = Refusal::now(&self.clock);
-            match r {
-                Err(Errno::ACCESS | Errno::PERM)
-                    if refused.boot_ns.saturating_sub(started)
-                        < MAKING_WINDOW.as_nanos() as u64
-                        && self.in_making(rel, refused) =>
-                {
-                    std::thread::sleep(MAKING_POLL)
-                }
+            match call() {
+                Err(Errno::ACCESS | Errno::PERM) if self.waited_for_making(rel, started) => {}
                 r => return r,
             }
         }
+    }
+
+    /// Called just after a call on the way to `rel` was refused: whether the refusal is a
+    /// directory in its making, judged at this moment, within [`MAKING_WINDOW`] of
+    /// `started` (`CLOCK_BOOTTIME`, ns); if so, after sleeping [`MAKING_POLL`]. Out of line:
+    /// [`Queue::retry_making`] is made once per kind of call, and the appliance binary has
+    /// a size limit.
+    #[inline(never)]
+    fn waited_for_making(&self, rel: &str, started: u64) -> bool {
+        let refused_at = self.clock.wall_ns();
+        let making = self.clock.boot_ns().saturating_sub(started) < MAKING_WINDOW.as_nanos() as u64
+            && self.in_making(rel, refused_at);
+        if making {
+            std::thread::sleep(MAKING_POLL);
+        }
+        making
     }
 
     /// Whether what refuses this user on the way to `rel` (from the root), a directory made
     /// on demand (a level, its shards, a bucket, `keys/`: never `ready/<ss>`, made by
     /// `init`), is one another user is making right now: the deepest directory on the path
     /// that `statx(2)` can see (symlinks not followed) belongs to another user and was made
-    /// within [`MAKING_WINDOW`] before the refusal (`at`, read just after the refused call: a
+    /// within [`MAKING_WINDOW`] before the refusal (`refused_at`, `CLOCK_REALTIME` in unix ns
+    /// read just after the refused call: a
     /// process stalled between the refusal and this look, on a loaded machine or stopped,
     /// would otherwise judge by the age the directory has now, and take one shared
     /// meanwhile for a permission)
     /// ([`Sys::made_nofollow`](crate::disk::sys::Sys::made_nofollow): its birth time, or its
     /// change time where the filesystem keeps none). See the module docs. One `statx` per
     /// path component, on the refusal path only.
-    pub(crate) fn in_making(&self, rel: &str, at: Refusal) -> bool {
+    pub(crate) fn in_making(&self, rel: &str, refused_at: u64) -> bool {
         if rel.starts_with(crate::disk::layout::READY_DIR) {
             return false;
         }
@@ -168,7 +157,7 @@ impl Queue {
         }
         let window = MAKING_WINDOW.as_nanos() as u64;
         let me = rustix::process::geteuid().as_raw();
-        made.is_some_and(|(ns, uid)| uid != me && at.wall_ns.abs_diff(ns) < window)
+        made.is_some_and(|(ns, uid)| uid != me && refused_at.abs_diff(ns) < window)
     }
 
     /// Give job file (or key entry) `fd`, just made by this handle and not yet named, the
@@ -344,11 +333,11 @@ mod tests {
         let Some((dir, q)) = queue_with_bucket_of_another_user("making-stall") else {
             return;
         };
-        let refused = Refusal::now(&q.clock);
+        let refused = q.clock.wall_ns();
         std::thread::sleep(MAKING_WINDOW + Duration::from_millis(100));
         assert!(q.in_making(BUCKET, refused), "refused 0 s after its making");
         assert!(
-            !q.in_making(BUCKET, Refusal::now(&q.clock)),
+            !q.in_making(BUCKET, q.clock.wall_ns()),
             "refused 1.1 s after"
         );
         // A directory of this user is never another user's making.

@@ -146,9 +146,7 @@ impl Queue {
         };
         let r = self.list_held(fd, &rel, list)?;
         // When it was refused: a level's making is judged at that moment.
-        let refused = r
-            .is_none()
-            .then(|| crate::ops::making::Refusal::now(&self.clock));
+        let refused = r.is_none().then(|| self.clock.wall_ns());
         if r.is_none() {
             // A slot held by the stand-in because a file stood in its way at open.
             if let Some(block) = self.not_a_directory_on(&rel) {
