@@ -133,9 +133,8 @@ impl Queue {
     /// `init`), is one another user is making right now: the deepest directory on the path
     /// that `statx(2)` can see (symlinks not followed) belongs to another user and was made
     /// within [`MAKING_WINDOW`] before the refusal (`refused_at`, `CLOCK_REALTIME` in unix ns
-    /// read just after the refused call: a
-    /// process stalled between the refusal and this look, on a loaded machine or stopped,
-    /// would otherwise judge by the age the directory has now, and take one shared
+    /// read just after the refused call: a process stalled between the refusal and this
+    /// look would otherwise judge by the age the directory has now, and take one shared
     /// meanwhile for a permission)
     /// ([`Sys::made_nofollow`](crate::disk::sys::Sys::made_nofollow): its birth time, or its
     /// change time where the filesystem keeps none). See the module docs. One `statx` per
