@@ -3,7 +3,9 @@
 # driver, then replay the log and check every flush/FUA point (mount + verifier + fsck) on the host.
 # Fresh Debian 12, as root. See crashlab/README.md. Knobs (environment):
 #   CRASHLAB_FS="ext4 xfs btrfs"   filesystems for the normal run: ext4, ext4-fc (ext4 made with
-#                                  -O fast_commit, mounted as ext4), xfs, btrfs
+#                                  -O fast_commit, mounted as ext4), ext4-inline (ext4 made with
+#                                  -I 512 -O inline_data, the workload's payloads mostly small
+#                                  enough to live in the inode), xfs, btrfs
 #   CRASHLAB_NEGATIVE="ext4 xfs btrfs"  filesystems for the negative control ("" to skip)
 #   CRASHLAB_JOBS=120              workload --jobs for the normal run (about 400-580 crash states)
 #   CRASHLAB_NEG_JOBS=15           workload --jobs for the negative control
@@ -84,10 +86,11 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", (b-a)/1e9}'; }
 log() { echo "crashlab: $*"; }
 die() { echo "crashlab: ERROR: $*" >&2; exit 1; }
 
-# The mount type (and fsck, and guest module set) of a filesystem flavour: ext4-fc is ext4.
-mount_type() { case $1 in ext4-fc) echo ext4 ;; *) echo "$1" ;; esac; }
+# The mount type (and fsck, and guest module set) of a filesystem flavour: ext4-fc and
+# ext4-inline are ext4.
+mount_type() { case $1 in ext4-fc|ext4-inline) echo ext4 ;; *) echo "$1" ;; esac; }
 for fs in $FSLIST $NEGLIST; do
-  case $fs in ext4|ext4-fc|xfs|btrfs) ;; *) die "unknown filesystem $fs (ext4, ext4-fc, xfs, btrfs)" ;; esac
+  case $fs in ext4|ext4-fc|ext4-inline|xfs|btrfs) ;; *) die "unknown filesystem $fs (ext4, ext4-fc, ext4-inline, xfs, btrfs)" ;; esac
 done
 [ "$(id -u)" = 0 ] || die "must run as root (loop mounts, mkfs)"
 
@@ -174,6 +177,7 @@ PASSED=0; FAILED=0
 run_case() {   # name fs kind(normal|negative) workload-args...
   local name=$1 fs=$2 kind=$3; shift 3
   local d=$WORK/$name wargs="$*" t0 t1 t2 rc states bad
+  [ "$fs" = ext4-inline ] && wargs="$wargs --small"
   rm -rf "$d"; mkdir -p "$d"
   t0=$(now)
   truncate -s ${DISK_MB}M "$d/disk.img"
@@ -181,6 +185,8 @@ run_case() {   # name fs kind(normal|negative) workload-args...
     ext4) mkfs.ext4 -q -F "$d/disk.img" ${FS_MB}M ;;
     # fast commits: an fsync commits only the file's (and its moves') changes, not the journal
     ext4-fc) mkfs.ext4 -q -F -O fast_commit "$d/disk.img" ${FS_MB}M ;;
+    # inline data: a job file of up to about 380 bytes lives in its 512-byte inode, no data block
+    ext4-inline) mkfs.ext4 -q -F -I 512 -O inline_data "$d/disk.img" ${FS_MB}M ;;
     xfs) mkfs.xfs -q -f -d size=${FS_MB}m "$d/disk.img" ;;
     btrfs) mkfs.btrfs -q -f -b ${FS_MB}M "$d/disk.img" >/dev/null ;;
     *) die "unknown fs $fs" ;;

@@ -60,6 +60,11 @@ struct Args {
     /// `ack-barriers` for ack-dest,ack-source) for the whole run: a negative control
     #[argh(option, long = "break")]
     break_barriers: Option<String>,
+    /// three payloads in four of 16 to 255 bytes, so that their job files fit in a 512-byte
+    /// inode (the `ext4-inline` flavour: `mkfs.ext4 -I 512 -O inline_data`); the fourth of
+    /// the default 64 to 8,192
+    #[argh(switch)]
+    small: bool,
     /// time the filesystem mount took at boot, ms, if the boot script measured it
     /// (default: $CRASHLAB_MOUNT_MS, else 0)
     #[argh(option)]
@@ -541,6 +546,7 @@ fn main() {
     }
     let seed = u64::from_le_bytes(q.id().to_le_bytes()[..8].try_into().unwrap()) ^ boot_salt();
     let threads = if !alone { a.threads.max(1) } else { 1 };
+    let small = a.small;
     for t in 1..threads {
         let (q, qb, link) = (q.clone(), qb.clone(), link.clone());
         std::thread::spawn(move || {
@@ -550,22 +556,34 @@ fn main() {
                 Rng(seed ^ u64::from(t).wrapping_mul(0x9e37_79b9)),
                 &link,
                 skips,
+                small,
             )
         });
     }
-    run(&q, &qb, Rng(seed), &link, skips);
+    run(&q, &qb, Rng(seed), &link, skips, small);
 }
 
-/// One loop until the power goes: enqueue a random payload, then claim and settle a job;
-/// now and then a lease left to expire and recovered, and a compaction of the receipts.
-fn run(q: &Queue, qb: &Queue, mut rng: Rng, link: &Arc<Mutex<Link>>, skips: &Skips) -> ! {
+/// One loop until the power goes: enqueue a random payload (with `small`, three in four of
+/// 16 to 255 bytes), then claim and settle a job; now and then a lease left to expire and
+/// recovered, and a compaction of the receipts.
+fn run(
+    q: &Queue,
+    qb: &Queue,
+    mut rng: Rng,
+    link: &Arc<Mutex<Link>>,
+    skips: &Skips,
+    small: bool,
+) -> ! {
     let mut last_ack: Option<JobId> = None;
     let mut prev: Option<JobId> = None;
     let lean = skips.lean;
     let mut n: u64 = 0;
     loop {
         n += 1;
-        let size = rng.between(64, 8192) as usize;
+        let size = match small && rng.below(4) != 0 {
+            true => rng.between(16, 255),
+            false => rng.between(64, 8192),
+        } as usize;
         let payload: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
         // One enqueue in ten is a batch of two through the `Batched` handle (its barriers
         // are the batch's own), every one when a batch barrier is removed.

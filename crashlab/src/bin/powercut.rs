@@ -309,6 +309,10 @@ impl Device for Qemu {
             t => die(format!("unknown transport {t:?}")),
         };
         let mut args = format!("--queue,/mnt/q,--connect,{connect},--steadq,/steadq");
+        if self.a.fs == "ext4-inline" {
+            // Job files that fit in the flavour's 512-byte inodes.
+            args += ",--small";
+        }
         if let Some(b) = &self.a.break_barriers {
             // The guest's init splits its arguments at commas.
             args += &format!(",--break,{}", b.replace(',', "+"));

@@ -72,6 +72,11 @@ struct Args {
     /// batched durability, and every fourth enqueue a batch of two
     #[argh(switch)]
     batched: bool,
+    /// three payloads in four of 16 to 255 bytes, so that their job files (a 128-byte header
+    /// and the payload) fit in a 512-byte inode (the `ext4-inline` flavour: `mkfs.ext4 -I 512
+    /// -O inline_data`); the fourth keeps the default sizes, so files past the inode remain
+    #[argh(switch)]
+    small: bool,
     /// NEGATIVE CONTROL: every fsync of a job file reports success without being made
     #[argh(switch)]
     skip_file_fsync: bool,
@@ -198,9 +203,19 @@ fn enqueue_after(q: &Queue, m: &Marker, payload: &[u8], o: &steadq::EnqueueOptio
 }
 
 /// Enqueue step `i`: payloads from 100 bytes to ~24 KiB, so some span several blocks (a
-/// streamed one ~94 KiB); every fifth at another priority, every fifth keyed.
-fn enqueue((q, qb): (&Queue, &Queue), m: &Marker, i: u64, batched: bool, prev: &mut Option<JobId>) {
-    let size = 100 + (i * 7919 % 24_000) as usize;
+/// streamed one ~94 KiB), or with `small` three in four of 16 to 255 bytes; every fifth at
+/// another priority, every fifth keyed.
+fn enqueue(
+    (q, qb): (&Queue, &Queue),
+    m: &Marker,
+    i: u64,
+    (batched, small): (bool, bool),
+    prev: &mut Option<JobId>,
+) {
+    let size = match small && i % 4 != 3 {
+        true => 16 + (i * 7919 % 240) as usize,
+        false => 100 + (i * 7919 % 24_000) as usize,
+    };
     let payload: Vec<u8> = (0..size).map(|j| (i as usize * 31 + j * 7) as u8).collect();
     let grouped = i.is_multiple_of(3);
     let o = steadq::EnqueueOptions {
@@ -560,7 +575,7 @@ fn main() {
     say(&format!("CRASHLAB_WORKLOAD_JBD2 {jbd2:?}"));
     let t = Instant::now();
     let step = |i: u64, prev: &mut Option<JobId>| {
-        enqueue((&q, &qb), &m, i, a.batched, prev);
+        enqueue((&q, &qb), &m, i, (a.batched, a.small), prev);
         if i % 16 == 15 {
             claim_and_ack_batch(&q, &m);
         } else if i % 2 == 1 {
