@@ -103,6 +103,8 @@ pub struct Meter {
     info: Option<PathBuf>,
     /// The block device's `stat` file.
     stat: Option<PathBuf>,
+    /// Freeze and thaw the filesystem before each reading (`--settle`).
+    settle: bool,
 }
 
 impl Meter {
@@ -125,7 +127,15 @@ impl Meter {
             fs: fs.to_path_buf(),
             info: info_file(fs),
             stat,
+            settle: false,
         })
+    }
+
+    /// With `settle`, each reading first freezes and thaws the filesystem ([`settle`]), so a
+    /// case is charged every block its lifecycles made the filesystem write, in the journal
+    /// or log and in place, not only what reached the journal by its last barrier.
+    pub fn settling(self, settle: bool) -> Self {
+        Meter { settle, ..self }
     }
 
     /// The jbd2 `info` file read, if any.
@@ -138,11 +148,15 @@ impl Meter {
         self.stat.as_deref()
     }
 
-    /// `syncfs(2)` on the filesystem under test, then its counters. A failed sync is
-    /// ignored: the counters are read anyway (they only count more).
+    /// `syncfs(2)` on the filesystem under test (and with `settle` a freeze and a thaw),
+    /// then its counters. A failed sync or freeze is ignored: the counters are read anyway
+    /// (they only count less).
     pub fn read(&self) -> Reading {
         if let Ok(f) = std::fs::File::open(&self.fs) {
             let _ = rustix::fs::syncfs(&f);
+            if self.settle {
+                let _ = settle(&f);
+            }
         }
         Reading {
             commits: self.info.as_deref().and_then(commits),
@@ -158,6 +172,25 @@ impl Meter {
         let after = self.read();
         (out, difference(before, after))
     }
+}
+
+/// Freezes the filesystem holding `f` and thaws it at once (`ioctl(2)` `FIFREEZE`, `FITHAW`;
+/// Documentation/filesystems/vfs.rst, `freeze_fs`): a freeze writes every dirty block to its
+/// final place, ext4 checkpointing its journal, xfs pushing its log's items, f2fs making a
+/// checkpoint. Root only (CAP_SYS_ADMIN); errors: EOPNOTSUPP on tmpfs, EPERM, EBUSY.
+pub fn settle(f: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // _IOWR('X', 119, int) and _IOWR('X', 120, int), linux/fs.h.
+    const FIFREEZE: libc::c_ulong = 0xC004_5877;
+    const FITHAW: libc::c_ulong = 0xC004_5878;
+    for op in [FIFREEZE, FITHAW] {
+        // SAFETY: FIFREEZE and FITHAW take an int argument they do not read or write (passed
+        // by value, 0); `f` stays open for the call.
+        if unsafe { libc::ioctl(f.as_raw_fd(), op as _, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// The counts from `before` to `after` (`None` where either was not read).
@@ -177,6 +210,66 @@ pub fn difference(before: Reading, after: Reading) -> Reading {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A settled reading charges the in-place write-back a plain one leaves for later: after
+    /// files made and synced on a loop xfs, a second plain reading counts no more writes, a
+    /// settled one counts their inodes written in place (xfs's `syncfs` forces the log, not
+    /// its items; on ext4 `syncfs` writes the block device's dirty buffers, the checkpoint
+    /// included, so there the two readings agree). On tmpfs the freeze is refused and
+    /// reading goes on. Root (loop mounts); skipped otherwise unless `STEADQ_REQUIRE_FS` is set.
+    #[test]
+    fn a_settled_reading_counts_the_write_back_a_plain_one_leaves_for_later() {
+        let shm = std::fs::File::open("/dev/shm").unwrap();
+        assert_eq!(
+            settle(&shm).map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EOPNOTSUPP))
+        );
+        if !rustix::process::geteuid().is_root() {
+            assert!(
+                std::env::var_os("STEADQ_REQUIRE_FS").is_none(),
+                "needs root"
+            );
+            eprintln!("SKIP: needs root for a loop mount");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("bench-settle-{}", std::process::id()));
+        let (img, mnt) = (base.join("img"), base.join("mnt"));
+        std::fs::create_dir_all(&mnt).unwrap();
+        let sh = |cmd: &str, args: &[&str]| {
+            let ok = std::process::Command::new(cmd)
+                .args(args)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "{cmd} {args:?} failed");
+        };
+        sh("truncate", &["-s", "320M", img.to_str().unwrap()]);
+        sh("mkfs.xfs", &["-q", "-f", img.to_str().unwrap()]);
+        sh(
+            "mount",
+            &["-o", "loop", img.to_str().unwrap(), mnt.to_str().unwrap()],
+        );
+        let run = std::panic::catch_unwind(|| {
+            let meter = Meter::new(&mnt, None).unwrap();
+            for i in 0..200 {
+                std::fs::write(mnt.join(format!("f{i}")), b"job").unwrap();
+            }
+            let sectors = |r: Reading| r.device.unwrap().sectors;
+            let synced = meter.read();
+            let again = meter.read();
+            let settled = Meter::new(&mnt, None).unwrap().settling(true).read();
+            (
+                sectors(difference(synced, again)),
+                sectors(difference(again, settled)),
+            )
+        });
+        sh("umount", &[mnt.to_str().unwrap()]);
+        let _ = std::fs::remove_dir_all(&base);
+        let (plain, settled) = run.unwrap();
+        assert_eq!(plain, 0, "a second syncfs wrote {plain} sectors");
+        // 200 inodes of 512 bytes (xfs v5), written in place: at least 200 sectors.
+        assert!(settled >= 200, "settling wrote {settled} sectors");
+    }
 
     #[test]
     fn flushes_and_sectors_are_fields_16_and_7_of_the_device_stat() {

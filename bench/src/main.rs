@@ -4,7 +4,7 @@
 //! cargo run --release -p steadq-bench -- DIR [--duration 2s] [--rounds 3] [--workers 1,2,4,8]
 //!                                            [--batch 64] [--payload 64] [--out DIR]
 //!                                            [--only steadq:batched,bare:syncfs-batch]
-//!                                            [--device vda]
+//!                                            [--device vda] [--settle]
 //! ```
 //!
 //! `--only` keeps the cases whose `system` or `system:mode` is listed (a quick look at one
@@ -29,7 +29,11 @@
 //! and KiB written per job (`/sys/dev/block/MAJ:MIN/stat`, or `/sys/block/<NAME>/stat` with
 //! `--device NAME`, for example the disk under a dm-delay target): a strict rate is bound by
 //! them, and on flash the bytes are wear. They are read after a `syncfs(2)` just before and
-//! just after the timed part of each case, so setup and clean-up are not counted.
+//! just after the timed part of each case, so setup and clean-up are not counted. With
+//! `--settle` (root) each reading also freezes and thaws the filesystem (`FIFREEZE`,
+//! `FITHAW`), which writes every dirty block to its final place: a case is then charged
+//! its journal or log writes and the in-place write-back of the blocks they covered, which
+//! a filesystem otherwise does later (ext4's journal checkpoint, xfs's log item push).
 //! `bench/flash.sh` runs the bench in a QEMU guest on ext4, ext4 with `fast_commit`, f2fs,
 //! tmpfs and an SD-card profile (a dm-delay device); see BENCHMARKS.md.
 //!
@@ -72,6 +76,8 @@ struct Args {
     only: Vec<String>,
     /// The block device whose `/sys/block/<name>/stat` is read (`--device`).
     device: Option<String>,
+    /// Freeze and thaw the filesystem before each reading (`--settle`).
+    settle: bool,
 }
 
 fn parse_args() -> Res<Args> {
@@ -91,6 +97,7 @@ fn parse_args() -> Res<Args> {
             .join(secs.to_string()),
         only: Vec::new(),
         device: None,
+        settle: false,
     };
     while let Some(x) = it.next() {
         let mut val = || it.next().ok_or(format!("{x} needs a value"));
@@ -109,6 +116,7 @@ fn parse_args() -> Res<Args> {
             "--payload" => a.payload = val()?.parse()?,
             "--out" => a.out = val()?.into(),
             "--device" => a.device = Some(val()?),
+            "--settle" => a.settle = true,
             "--only" => a.only = val()?.split(',').map(str::to_owned).collect(),
             s if !s.starts_with('-') => a.dir = s.into(),
             s => return Err(format!("unknown option {s}").into()),
@@ -370,7 +378,7 @@ fn main() -> Res<()> {
     let cases = cases(&a, server.is_some());
     // On ext3/ext4, the journal commits of each case are counted (jbd2's count), and on a
     // block device its flushes and sectors written, around the timed part of each case.
-    let meter = Meter::new(&base, a.device.as_deref())?;
+    let meter = Meter::new(&base, a.device.as_deref())?.settling(a.settle);
     if let Some(p) = meter.info() {
         eprintln!("counting journal commits from {}", p.display());
     }
