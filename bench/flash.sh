@@ -5,8 +5,8 @@
 #   bench/flash.sh [--profiles ext4,ext4-fc,f2fs,tmpfs,ext4+sd,f2fs+sd] [--delay-ms 2]
 #                  [--disk-gib 2] [--cpus 2] [--out DIR] [-- steadq-bench options]
 #
-# Profiles: ext4 (mkfs.ext4 defaults), ext4-fc (-O fast_commit), ext4-inline (-O inline_data),
-# f2fs, tmpfs; NAME+sd is the SD-card profile: the same filesystem on a dm-delay target over
+# Profiles: ext4 (mkfs.ext4 defaults), ext4-fc (-O fast_commit), ext4-inline (-I 512 -O
+# inline_data), xfs, f2fs, tmpfs; NAME+sd is the SD-card profile: the same filesystem on a dm-delay target over
 # the guest's disk that adds --delay-ms to every write and every flush. Each profile makes a
 # fresh filesystem on one virtio disk (a sparse image file on the host, write-back cache:
 # a guest flush is an fdatasync of that file). Default steadq-bench options:
@@ -17,9 +17,9 @@
 # /var/cache/crashlab) and adds dm-mod and dm-delay from the same kernel package. TCG (as the
 # crash rig; FLASH_ACCEL=kvm where nested KVM works): CPU-bound figures are several times
 # slower than native, so read the ratios, and the bytes and flushes per job.
-# The guest runs the host's target/release/steadq-bench, redis-server, dmsetup, mkfs.ext4 and
-# mkfs.f2fs with their shared libraries (a Debian 12 host: apt-get install qemu-system-x86
-# busybox-static redis-server dmsetup f2fs-tools e2fsprogs kmod cpio).
+# The guest runs the host's target/release/steadq-bench, redis-server, dmsetup, mkfs.ext4,
+# mkfs.f2fs and mkfs.xfs with their shared libraries (a Debian 12 host: apt-get install
+# qemu-system-x86 busybox-static redis-server dmsetup f2fs-tools xfsprogs e2fsprogs kmod cpio).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -49,7 +49,7 @@ done
 [ "$(id -u)" = 0 ] || die "must run as root (mkfs, loop mount of the output disk)"
 BENCH=$TARGET_DIR/release/steadq-bench
 [ -x "$BENCH" ] || die "$BENCH missing: cargo build --release -p steadq-bench"
-for t in qemu-system-x86_64 busybox redis-server dmsetup mkfs.ext4 mkfs.f2fs cpio; do
+for t in qemu-system-x86_64 busybox redis-server dmsetup mkfs.ext4 mkfs.f2fs mkfs.xfs cpio; do
   command -v $t >/dev/null || die "$t not installed"
 done
 
@@ -91,7 +91,7 @@ mkdir -p "$R/bin" "$R/sbin" "$R/mods" "$R/etc"
 cp "$(command -v busybox)" "$R/bin/busybox"
 cp "$REPO/bench/flash/init" "$R/init"; chmod 755 "$R/init"
 : > "$R/mods/all.order"
-for set in common ext4 f2fs; do
+for set in common ext4 f2fs xfs; do
   while read -r m; do
     grep -qx "$m" "$R/mods/all.order" && continue
     cp "$KDIR/mods/$m.ko" "$R/mods/"; echo "$m" >> "$R/mods/all.order"
@@ -99,7 +99,7 @@ for set in common ext4 f2fs; do
 done
 while read -r m; do cp "$DM/mods/$m.ko" "$R/mods/"; echo "$m" >> "$R/mods/all.order"; done < "$DM/mods/dm.order"
 cp "$BENCH" "$R/steadq-bench"
-for t in redis-server dmsetup mkfs.ext4 mkfs.f2fs; do cp "$(command -v $t)" "$R/sbin/$t"; done
+for t in redis-server dmsetup mkfs.ext4 mkfs.f2fs mkfs.xfs; do cp "$(command -v $t)" "$R/sbin/$t"; done
 cp /etc/mke2fs.conf "$R/etc/" 2>/dev/null || true
 # shared libraries, at the paths the dynamic loader looks them up at
 for b in "$R/steadq-bench" "$R"/sbin/*; do
