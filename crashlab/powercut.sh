@@ -135,7 +135,7 @@ truncate -s "$([ "$FS" = xfs ] && echo 320M || echo 256M)" "$RUN/fresh.img"
 case $FS in
   ext4) mkfs.ext4 -q -F "$RUN/fresh.img" ;;
   ext4-fc) mkfs.ext4 -q -F -O fast_commit "$RUN/fresh.img" ;;
-  # inline data: job files of up to about 380 bytes live in their 512-byte inodes (the agent
+  # inline data: job files of up to 384 bytes live in their 512-byte inodes (the agent
   # is given --small: three payloads in four of 16 to 255 bytes)
   ext4-inline) mkfs.ext4 -q -F -I 512 -O inline_data "$RUN/fresh.img" ;;
   xfs) mkfs.xfs -q -f "$RUN/fresh.img" ;;

@@ -185,7 +185,7 @@ run_case() {   # name fs kind(normal|negative) workload-args...
     ext4) mkfs.ext4 -q -F "$d/disk.img" ${FS_MB}M ;;
     # fast commits: an fsync commits only the file's (and its moves') changes, not the journal
     ext4-fc) mkfs.ext4 -q -F -O fast_commit "$d/disk.img" ${FS_MB}M ;;
-    # inline data: a job file of up to about 380 bytes lives in its 512-byte inode, no data block
+    # inline data: a job file of up to 384 bytes lives in its 512-byte inode, no data block
     ext4-inline) mkfs.ext4 -q -F -I 512 -O inline_data "$d/disk.img" ${FS_MB}M ;;
     xfs) mkfs.xfs -q -f -d size=${FS_MB}m "$d/disk.img" ;;
     btrfs) mkfs.btrfs -q -f -b ${FS_MB}M "$d/disk.img" >/dev/null ;;
