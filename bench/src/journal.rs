@@ -149,13 +149,15 @@ impl Meter {
     }
 
     /// `syncfs(2)` on the filesystem under test (and with `settle` a freeze and a thaw),
-    /// then its counters. A failed sync or freeze is ignored: the counters are read anyway
-    /// (they only count less).
+    /// then its counters. A failed sync is ignored and a failed freeze named on stderr: the
+    /// counters are read anyway (they only count less).
     pub fn read(&self) -> Reading {
         if let Ok(f) = std::fs::File::open(&self.fs) {
             let _ = rustix::fs::syncfs(&f);
             if self.settle {
-                let _ = settle(&f);
+                if let Err(e) = settle(&f) {
+                    eprintln!("--settle: cannot freeze {}: {e}", self.fs.display());
+                }
             }
         }
         Reading {
@@ -183,14 +185,17 @@ pub fn settle(f: &std::fs::File) -> std::io::Result<()> {
     // _IOWR('X', 119, int) and _IOWR('X', 120, int), linux/fs.h.
     const FIFREEZE: libc::c_ulong = 0xC004_5877;
     const FITHAW: libc::c_ulong = 0xC004_5878;
-    for op in [FIFREEZE, FITHAW] {
+    let call = |op: libc::c_ulong| {
         // SAFETY: FIFREEZE and FITHAW take an int argument they do not read or write (passed
         // by value, 0); `f` stays open for the call.
-        if unsafe { libc::ioctl(f.as_raw_fd(), op as _, 0) } != 0 {
-            return Err(std::io::Error::last_os_error());
+        match unsafe { libc::ioctl(f.as_raw_fd(), op as _, 0) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
         }
-    }
-    Ok(())
+    };
+    call(FIFREEZE)?;
+    // Thawed whatever happens after a freeze that took: a frozen filesystem blocks every write.
+    call(FITHAW)
 }
 
 /// The counts from `before` to `after` (`None` where either was not read).
