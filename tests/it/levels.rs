@@ -264,6 +264,18 @@ fn a_worker_sees_a_level_made_after_a_file_stood_in_its_way() {
     let _ = std::fs::remove_file(&done);
 }
 
+/// Whether a directory hidden for its making was shared again soon enough (900 ms) that
+/// the call met it inside its 1 s window. A loaded machine (CI's qemu-user above all) can
+/// run the sharing thread so late that the directory was still hidden when the window
+/// ended: a refusal is then the right answer, and that run says nothing about the window.
+fn in_window(shared_after: Duration, what: &str, err: &str) -> bool {
+    let ok = shared_after < Duration::from_millis(900);
+    if !ok {
+        eprintln!("{what}: shared again only {shared_after:?} after its making: {err}");
+    }
+    ok
+}
+
 /// A level made by another user at umask 077 is, between its `mkdirat` and the
 /// `fchown`/`fchmod` that share it like `ready/` (`ops/levels.rs`), a directory of that
 /// user at mode 700. A claim that looked in that moment (breaker trial 2: 4 runs in 5) took
@@ -311,13 +323,6 @@ fn a_level_seen_in_its_making_is_waited_for_not_skipped() {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
             made.elapsed()
         })
-    };
-    let in_window = |shared_after: Duration, what: &str, err: &str| {
-        let ok = shared_after < Duration::from_millis(900);
-        if !ok {
-            eprintln!("{what}: shared again only {shared_after:?} after its making: {err}");
-        }
-        ok
     };
     let out = steadq_in(&["enqueue", &qs, "--priority", "6"], b"six");
     assert!(out.status.success(), "{out:?}");
@@ -430,10 +435,12 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
     let ready = std::fs::metadata(t.q.join("ready")).unwrap();
     let (uid, gid, mode) = (ready.uid(), ready.gid(), ready.mode() & 0o7777);
     let q = t.q.clone();
-    // Make `rel` again as root at `m` (its maker's umask), and share it 300 ms later.
+    // Make `rel` again as root at `m` (its maker's umask), and share it 300 ms later; the
+    // thread returns how long after the making began that happened (`in_window`).
     let making = move |rel: &str, m: u32| {
         let p = q.join(rel);
         let _ = std::fs::remove_dir_all(&p);
+        let made = Instant::now();
         std::fs::create_dir(&p).unwrap();
         std::os::unix::fs::chown(&p, Some(0), Some(0)).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
@@ -441,6 +448,7 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
             std::thread::sleep(Duration::from_millis(300));
             std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            made.elapsed()
         })
     };
     let count = |rel: &str| std::fs::read_dir(t.q.join(rel)).unwrap().count();
@@ -454,6 +462,7 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
     // start ago (over 1 s under a loaded qemu-user).
     let p6 = t.q.join("prio/6");
     let fresh = t.q.join("prio/6.again");
+    let made = Instant::now();
     std::fs::create_dir(&fresh).unwrap();
     for e in std::fs::read_dir(&p6).unwrap() {
         let e = e.unwrap();
@@ -467,10 +476,12 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
         std::thread::sleep(Duration::from_millis(300));
         std::os::unix::fs::chown(&p6, Some(uid), Some(gid)).unwrap();
         std::fs::set_permissions(&p6, std::fs::Permissions::from_mode(mode)).unwrap();
+        made.elapsed()
     });
     let (code, out, err) = t.run("$S claim $Q --payload-out $Q.p >/dev/null && cat $Q.p");
-    shared.join().unwrap();
-    assert_eq!((code, out.as_str()), (Some(0), "six"), "claim: {err}");
+    if in_window(shared.join().unwrap(), "claim", &err) {
+        assert_eq!((code, out.as_str()), (Some(0), "six"), "claim: {err}");
+    }
 
     // A dead-letter renamed into today's dead bucket, in its making at 755.
     let fail = "echo x | $S enqueue $Q >/dev/null && h=$($S claim $Q --payload-out /dev/null) && \
@@ -480,13 +491,14 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
     let bucket = format!("dead/{}", t.ls("dead")[0]);
     let shared = making(&bucket, 0o755);
     let (code, out, err) = t.run(fail);
-    shared.join().unwrap();
-    assert_eq!(code, Some(0), "dead-letter: {out} {err}");
-    assert_eq!(count(&bucket), 1, "the job in the bucket");
+    if in_window(shared.join().unwrap(), "dead-letter", &err) {
+        assert_eq!(code, Some(0), "dead-letter: {out} {err}");
+        assert_eq!(count(&bucket), 1, "the job in the bucket");
+    }
 
     // A delayed enqueue into its bucket in its making at 755 (the O_TMPFILE open). A bucket
     // boundary between the two enqueues would leave the second in a new bucket: tried again.
-    let mut placed = false;
+    let (mut placed, mut late) = (false, 0);
     for _ in 0..3 {
         let _ = std::fs::remove_dir_all(t.q.join("delayed"));
         std::fs::create_dir(t.q.join("delayed")).unwrap();
@@ -496,7 +508,10 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
         let bucket = format!("delayed/{}", t.ls("delayed")[0]);
         let shared = making(&bucket, 0o755);
         let (code, out, err) = t.run("echo later | $S enqueue $Q --delay 1h");
-        shared.join().unwrap();
+        if !in_window(shared.join().unwrap(), "delayed enqueue", &err) {
+            late += 1;
+            continue;
+        }
         assert_eq!(code, Some(0), "delayed enqueue: {out} {err}");
         if t.ls("delayed").len() == 1 {
             assert_eq!(count(&bucket), 1, "the job in the bucket");
@@ -504,7 +519,7 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
             break;
         }
     }
-    assert!(placed, "three bucket boundaries in a row");
+    assert!(placed || late > 0, "three bucket boundaries in a row");
 
     // A dead job requeued into its level, whose directory is in its making at 755: the
     // shard is made in it (the mkdirat).
@@ -515,17 +530,20 @@ fn every_call_refused_by_a_directory_in_its_making_waits_for_it() {
     assert_eq!(code, Some(0), "{out} {err}");
     let shared = making("prio/2", 0o755);
     let (code, out, err) = t.run("$S dead requeue $Q --all");
-    shared.join().unwrap();
-    assert_eq!(code, Some(0), "requeue: {out} {err}");
-    let shards = t.ls("prio/2");
-    let jobs: usize = shards.iter().map(|s| count(&format!("prio/2/{s}"))).sum();
-    assert_eq!((shards.len(), jobs), (1, 1), "the job back at its level");
+    if in_window(shared.join().unwrap(), "requeue", &err) {
+        assert_eq!(code, Some(0), "requeue: {out} {err}");
+        let shards = t.ls("prio/2");
+        let jobs: usize = shards.iter().map(|s| count(&format!("prio/2/{s}"))).sum();
+        assert_eq!((shards.len(), jobs), (1, 1), "the job back at its level");
+    }
 
     // A keyed enqueue, with keys/ in its making at 700 and then at 755.
     for (m, key) in [(0o700, "k-700"), (0o755, "k-755")] {
         let shared = making("keys", m);
         let (code, out, err) = t.run(&format!("echo k | $S enqueue $Q --key {key}"));
-        shared.join().unwrap();
+        if !in_window(shared.join().unwrap(), "keyed enqueue", &err) {
+            continue;
+        }
         assert_eq!(code, Some(0), "keys/ at {m:o}: {out} {err}");
         let again = t.run(&format!("echo k | $S enqueue $Q --key {key}"));
         assert_eq!(
