@@ -19,6 +19,10 @@
 //! `bare:strict-min-names`, `bare:strict-min-shards` and `bare:strict-min-names-shards` add
 //! SteadQ's name lengths and eight directories a state (a job's ready and receipt
 //! directories picked apart), the two costs of SteadQ's on-disk format on that path.
+//! `bare:strict-file` commits every step through the job file's own fsync and never fsyncs
+//! a directory: what that lever would cost where a filesystem logs a name with its file
+//! (on f2fs a linked or renamed file's fsync is a checkpoint). It is a measurement, not a
+//! protocol: most filesystems can lose its names in a crash.
 //!
 //! Two more run only when named: `steadq:strict-next` and `redis:always-next`, a worker's
 //! step beside a producer's enqueue, where the ack of the job held and the claim of the
@@ -171,6 +175,7 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
         "strict-min-names",
         "strict-min-shards",
         "strict-min-names-shards",
+        "strict-file",
     ] {
         if a.only.iter().any(|o| o == &format!("bare:{m}")) {
             v.push(c("bare", m, 1));
@@ -235,6 +240,7 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>, meter: &
             let sync = match m {
                 "strict" => bare::Sync::Strict,
                 m if m.starts_with("strict-min") => bare::Sync::Min,
+                "strict-file" => bare::Sync::File,
                 "syncfs-batch" => bare::Sync::SyncfsPer(b),
                 _ => bare::Sync::None,
             };
