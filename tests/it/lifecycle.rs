@@ -638,6 +638,43 @@ fn batched_enqueue_shares_barriers() {
     );
 }
 
+/// On f2fs the fsync of a directory is a checkpoint, which writes every node and directory
+/// block of the filesystem (`ops/group.rs`, `Reach::Journal`; DESIGN.md, Barriers): a
+/// strict lifecycle there writes the job file out before its link instead of fsyncing it,
+/// and makes one directory fsync a step, a move between directories included. The magic is
+/// pretended here (the host may have no f2fs); the power-cut rig and the block rig run the
+/// real one.
+#[test]
+fn on_f2fs_each_step_is_one_directory_fsync() {
+    use steadq::sys::Call;
+    let d = TempDir::new("f2fs-barriers");
+    let plan = sys::FaultPlan::new(vec![]);
+    plan.pretend_fs_magic(0xF2F5_2010);
+    let q = Queue::create(
+        d.path(),
+        Options {
+            shards: 2,
+            faults: Some(plan.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let calls = |step: &mut dyn FnMut()| {
+        plan.reset_counts();
+        step();
+        [Call::Fsync, Call::WriteOut, Call::FsyncDir].map(|c| plan.count(c))
+    };
+    assert_eq!(calls(&mut || drop(q.enqueue(b"one").unwrap())), [0, 1, 1]);
+    let mut lease = None;
+    assert_eq!(calls(&mut || lease = q.claim().unwrap()), [0, 0, 1]);
+    let mut lease = lease;
+    assert_eq!(
+        calls(&mut || drop(lease.take().expect("the job").ack().unwrap())),
+        [0, 0, 1]
+    );
+    assert_eq!(counts(&q), [0, 0, 0, 0, 1]);
+}
+
 #[test]
 fn claim_wait_wakes_on_enqueue_and_times_out_when_empty() {
     let d = TempDir::new("wait");

@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 /// Barriers). Learnt once per handle, from `statfs` magic and the ext4 superblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reach {
-    /// The directory's own entries only (btrfs, f2fs, tmpfs, ext2, ext4 without a journal or
-    /// with fast commits, network filesystems, or when a check cannot be made): a move between
+    /// The directory's own entries only (btrfs, tmpfs, ext2, ext4 without a journal or with
+    /// fast commits, network filesystems, or when a check cannot be made): a move between
     /// directories needs both fsyncs, and each directory its own barrier.
     Dir,
     /// Every change of the log transaction that last changed the directory, and every earlier
@@ -49,6 +49,13 @@ pub(crate) enum Reach {
     /// Kara's "ext4: Fix fsync for non-directories", May 2023, so every 6.4 kernel is left
     /// out). All held directories then share one group: one fsync covers the renames of
     /// every thread, whatever directory.
+    ///
+    /// f2fs too: there the fsync of a directory is a checkpoint (`f2fs_do_sync_file` sends a
+    /// directory straight to `need_do_checkpoint`, which answers `CP_NON_REGULAR`, and
+    /// `f2fs_sync_fs(sb, 1)` runs a checkpoint that starts after the request, merged with
+    /// others or not, fs/f2fs/file.c and checkpoint.c), and a checkpoint writes every node
+    /// and directory block of the filesystem. It does not write a regular file's dirty data:
+    /// a job file is written out before its link, as on ext4.
     Journal,
 }
 
@@ -118,13 +125,14 @@ pub(crate) fn one_barrier_fs(sys: &Sys, dir: BorrowedFd<'_>) -> bool {
 }
 
 /// The check behind [`Group::reach`], made afresh: [`Reach::Rename`] on xfs,
-/// [`Reach::Journal`] on ext2/3/4 with a jbd2 journal attached and no fast commits (see
-/// [`ext4_journal_attached`]) on a kernel other than 6.4 (`/proc/sys/kernel/osrelease`;
-/// [`Reach::Rename`] there or when it cannot be read),
+/// [`Reach::Journal`] on f2fs and on ext2/3/4 with a jbd2 journal attached and no fast
+/// commits (see [`ext4_journal_attached`]) on a kernel other than 6.4
+/// (`/proc/sys/kernel/osrelease`; [`Reach::Rename`] there or when it cannot be read),
 /// [`Reach::Dir`] everywhere else and whenever a check fails.
 pub(crate) fn reach_fs(sys: &Sys, dir: BorrowedFd<'_>) -> Reach {
     match sys.fs_magic(dir).map(|m| m as u32) {
-        Ok(0x5846_5342) => Reach::Rename, // xfs
+        Ok(0x5846_5342) => Reach::Rename,  // xfs
+        Ok(0xF2F5_2010) => Reach::Journal, // f2fs
         Ok(0xEF53) if ext4_journal_attached(dir) => {
             // The running kernel's release (uname -r); unknown is treated as unsure.
             match std::fs::read_to_string("/proc/sys/kernel/osrelease") {
