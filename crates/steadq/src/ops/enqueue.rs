@@ -10,7 +10,7 @@
 //! fsync, `renameat2(RENAME_NOREPLACE)` into place (the linearization point), fsync(file)
 //! again, fsync(tmp/) (not on btrfs: a name a crash leaves in tmp/ is recovery's,
 //! `Shared::tmp_unsynced`), fsync(dir).
-//! On xfs and journaled ext4 the second fsync(file) and fsync(tmp/) are left out: the fsync of
+//! On xfs, journaled ext4 and f2fs the second fsync(file) and fsync(tmp/) are left out: the fsync of
 //! the target directory commits the journal transaction holding the link or rename
 //! (`ops/group.rs`, `one_barrier_per_rename`; DESIGN.md, Barriers).
 //!
@@ -287,7 +287,7 @@ impl Queue {
     /// durability policy decides): the linearization point and the barriers after it.
     pub(crate) fn publish_durably(&self, p: &Prepared<'_>, w: Written) -> Result<JobId> {
         // From the link on, a failure names the job it may have made. Where one directory
-        // fsync commits the whole journal (xfs, journaled ext4: `one_barrier_per_rename`), the
+        // fsync commits the whole journal (xfs, journaled ext4, f2fs: `one_barrier_per_rename`), the
         // target directory's fsync below also commits the link and the file's new link count,
         // so the file's second fsync (for btrfs) and the named route's tmp/ fsync are left out.
         let durable = self.barriers;
@@ -308,7 +308,7 @@ impl Queue {
 
     /// Enqueue several payloads. Under [`Durability::Batched`] the batch shares its barriers:
     /// one `syncfs` for all file contents, then all links, then one more `syncfs` for the
-    /// names. On xfs and journaled ext4 it is one commit instead: every file written out
+    /// names. On xfs, journaled ext4 and f2fs it is one commit instead: every file written out
     /// (`sync_file_range`), the links, then one fsync of the last link's directory, which
     /// commits every earlier link and the files' blocks in order (DESIGN.md, Barriers).
     /// Under `Strict` each job gets its own barriers. Returns the ids in order.
@@ -333,7 +333,7 @@ impl Queue {
             written.push(self.write_job(p, false)?);
         }
         // The contents. Where the directory fsync after the links commits the journal in
-        // order, flush first (xfs, journaled ext4), writing every file out is enough: all
+        // order, flush first (xfs, journaled ext4, f2fs), writing every file out is enough: all
         // writes are started, then each is waited for, and that one commit makes data,
         // blocks and names durable together (DESIGN.md, Barriers). Elsewhere one syncfs.
         let one_commit = self.barriers
@@ -513,7 +513,7 @@ impl Queue {
         let nd = |c, e, rel: &str| Cause::io(c, e, Outcome::NotDone, Some(self.path(rel)));
         let sync = sync && self.barriers;
         // Where the target directory's fsync after the link commits the journal in order,
-        // flushing the device first (xfs, journaled ext4: `one_barrier_per_rename`), writing
+        // flushing the device first (xfs, journaled ext4, f2fs: `one_barrier_per_rename`), writing
         // the data out is enough before the link: that one commit makes the data, its
         // blocks and the name durable together (DESIGN.md, Barriers: one commit per
         // enqueue). Elsewhere the file is fsynced before it is named.

@@ -93,8 +93,9 @@ impl Group {
     /// Whether, on the filesystem of `dir` (any directory of the queue), a completed fsync of
     /// a rename's destination directory also makes the rename's removal from its source
     /// directory durable, so that a move between directories needs one directory fsync, not
-    /// two: [`Reach::Rename`] or [`Reach::Journal`]. True only where the block rig showed it
-    /// (DESIGN.md, Barriers): xfs, and ext4 with a jbd2 journal attached and no fast commits.
+    /// two: [`Reach::Rename`] or [`Reach::Journal`]. True only where the rigs showed it
+    /// (DESIGN.md, Barriers): xfs, f2fs, and ext4 with a jbd2 journal attached and no fast
+    /// commits.
     /// Everywhere else both fsyncs stay.
     pub(crate) fn one_barrier_per_rename(&self, sys: &Sys, dir: BorrowedFd<'_>) -> bool {
         self.reach(sys, dir) != Reach::Dir
@@ -405,8 +406,8 @@ impl DirSync {
 }
 
 /// Whether a queue in directory `dir` makes one fsync per move between directories and
-/// writes a job file out (`sync_file_range`) instead of fsyncing it: true on xfs and on ext4 with a jbd2 journal
-/// and no fast commits (DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
+/// writes a job file out (`sync_file_range`) instead of fsyncing it: true on xfs, on f2fs and on ext4 with a jbd2
+/// journal and no fast commits (DESIGN.md, Barriers), false elsewhere or when `dir` cannot be
 /// opened. For tests that count barriers (feature `faults`, as the module's export).
 #[cfg(feature = "faults")]
 pub fn one_fsync_per_move(dir: &std::path::Path) -> bool {
@@ -418,7 +419,8 @@ pub fn one_fsync_per_move(dir: &std::path::Path) -> bool {
 /// Whether the held directories of a queue in directory `dir` share one group-commit barrier
 /// (one fsync serves every thread's renames, whatever directory): true on ext4 with a jbd2
 /// journal and no fast commits, where a directory fsync commits the running journal
-/// transaction (`ops/group.rs`, `Reach::Journal`; DESIGN.md, Barriers), false elsewhere or
+/// transaction, and on f2fs, where it is a checkpoint (`ops/group.rs`, `Reach::Journal`;
+/// DESIGN.md, Barriers), false elsewhere or
 /// when `dir` cannot be opened. For tests (feature `faults`, as the module's export).
 #[cfg(feature = "faults")]
 pub fn shared_barriers(dir: &std::path::Path) -> bool {

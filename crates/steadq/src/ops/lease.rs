@@ -201,7 +201,7 @@ impl Queue {
                 }
             }
         }
-        // On xfs and journaled ext4 the fsync of the last ack's receipts directory commits
+        // On xfs, journaled ext4 and f2fs the fsync of the last ack's receipts directory commits
         // every earlier ack of the batch too, in both of its directories.
         match last {
             Some(r)
@@ -523,7 +523,7 @@ impl Lease {
     /// are made first, then the barriers: on ext4 with a journal and on xfs one directory
     /// fsync, of the claim's directory, commits both (DESIGN.md, Barriers: "Ack and claim
     /// next"), so a worker makes one journal commit per job where `ack` then `claim_with`
-    /// make two; elsewhere (btrfs, f2fs, tmpfs, ext4 without a journal) each directory
+    /// make two; elsewhere (btrfs, tmpfs, ext4 without a journal) each directory
     /// gets its own fsync, as the two calls would. Strict keeps its meaning: when this
     /// returns `Ok`, the ack is done (its receipt durable) and a returned lease is durable
     /// too.

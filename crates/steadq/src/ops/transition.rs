@@ -2,7 +2,7 @@
 //!
 //! `renameat2(old dir, exact old name, new dir, new name, RENAME_NOREPLACE)`, then fsync of
 //! the destination directory, then of the source directory when it differs (except where the
-//! block rig showed the first fsync covers both: xfs and journaled ext4, DESIGN.md Barriers). The rename is the
+//! block rig showed the first fsync covers both: xfs, journaled ext4 and f2fs, DESIGN.md Barriers). The rename is the
 //! linearization point: an error from it is "not done" (`ENOENT`: the exact name is gone, so a
 //! lease is lost or another process moved the job first), except `EIO`, which is
 //! indeterminate. A failed fsync after it is indeterminate.

@@ -595,7 +595,7 @@ impl Queue {
                 Err(e) => return Err(e.with_outcome(Outcome::Indeterminate).into()),
             }
         }
-        // On xfs and journaled ext4 the fsync of the last claim's directory commits every
+        // On xfs, journaled ext4 and f2fs the fsync of the last claim's directory commits every
         // earlier claim of the batch too (`sync_batch`).
         if let Some(last) = last {
             let last = self.place_ready(last, State::Leased);
