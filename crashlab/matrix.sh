@@ -98,7 +98,7 @@ reached() {
 # barrier matrix"); nack-dest/ext4, caught at cut 5 (only a nack by a day shows), is left out.
 # The xfs cells are from a run of three cells only (2026-12-07, seed 13: enqueue-dir/xfs
 # caught at cut 3, left out) and the ext4-inline cells from a run of two (seed 14).
-CAUGHT_powercut="enqueue-data/ext4 enqueue-dir/ext4 claim-dest/ext4 claim-dest/f2fs ack-dest/ext4 fail-dest/ext4 requeue-dest/ext4 evidence-file/ext4 evidence-file/f2fs enqueue-batch-data/ext4 enqueue-batch-names/ext4 enqueue-batch-names/f2fs key-file/ext4 key-file/f2fs limits/ext4 limits/f2fs purge-dead/ext4 purge-dead/f2fs create/ext4 create/f2fs identity/ext4 identity/f2fs quarantine/ext4 quarantine/f2fs claim-dest/xfs ack-dest/xfs enqueue-data/ext4-inline ack-dest/ext4-inline"
+CAUGHT_powercut="enqueue-data/ext4 enqueue-dir/ext4 claim-dest/ext4 claim-dest/f2fs ack-dest/ext4 fail-dest/ext4 requeue-dest/ext4 evidence-file/ext4 evidence-file/f2fs enqueue-batch-data/ext4 enqueue-batch-names/ext4 enqueue-batch-names/f2fs key-file/ext4 key-file/f2fs limits/ext4 limits/f2fs purge-dead/ext4 purge-dead/f2fs create/ext4 create/f2fs identity/ext4 identity/f2fs quarantine/ext4 quarantine/f2fs claim-dest/xfs ack-dest/xfs enqueue-data/ext4-inline ack-dest/ext4-inline enqueue-data/f2fs enqueue-dir/f2fs ack-dest/f2fs nack-dest/f2fs fail-dest/f2fs requeue-dest/f2fs"
 CAUGHT_block="ack-dest/ext4"
 case $BARRIERS in
   all) LIST=$ALL ;;
