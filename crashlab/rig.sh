@@ -1,11 +1,13 @@
 #!/bin/bash
 # crashlab rig: run a workload in a QEMU guest (TCG) whose disk is logged by QEMU's blklogwrites
-# driver, then replay the log and check every flush/FUA point (mount + verifier + fsck) on the host.
+# driver, then replay the log and check every flush/FUA point (mount + verifier + fsck) on the host
+# (f2fs: in a second guest booted with the same kernel, since the host kernel may lack f2fs).
 # Fresh Debian 12, as root. See crashlab/README.md. Knobs (environment):
 #   CRASHLAB_FS="ext4 xfs btrfs"   filesystems for the normal run: ext4, ext4-fc (ext4 made with
 #                                  -O fast_commit, mounted as ext4), ext4-inline (ext4 made with
 #                                  -I 512 -O inline_data, the workload's payloads mostly small
-#                                  enough to live in the inode), xfs, btrfs
+#                                  enough to live in the inode), xfs, btrfs, f2fs (not in the
+#                                  defaults; its replay check runs in a QEMU guest, 2 GiB)
 #   CRASHLAB_NEGATIVE="ext4 xfs btrfs"  filesystems for the negative control ("" to skip)
 #   CRASHLAB_JOBS=120              workload --jobs for the normal run (about 400-580 crash states)
 #   CRASHLAB_NEG_JOBS=15           workload --jobs for the negative control
@@ -26,6 +28,7 @@
 #   CRASHLAB_SCRATCH=/dev/shm/...  where crash-state images are copied (tmpfs is fastest)
 #   CRASHLAB_SKIP_APT=1            do not apt-get install missing packages
 #   CRASHLAB_VM_TIMEOUT=900        seconds before a guest run is declared hung
+#   CRASHLAB_CHECK_TIMEOUT=7200    seconds before f2fs's guest check is declared hung
 # Usage: rig.sh [ci|big] [--fs "LIST"] [--break NAME]   ci (default): the bounded pass; big:
 #   800 jobs, at least 2000 states each. --fs LIST: the filesystems of both the normal run and
 #   the negative control (instead of CRASHLAB_FS and CRASHLAB_NEGATIVE). --break NAME: only
@@ -70,6 +73,7 @@ LIMIT=${CRASHLAB_LIMIT:-0}
 MIN_STATES=${CRASHLAB_MIN_STATES:-300}
 WORKLOAD=${CRASHLAB_WORKLOAD:-steadq-workload}
 VM_TIMEOUT=${CRASHLAB_VM_TIMEOUT:-900}
+CHECK_TIMEOUT=${CRASHLAB_CHECK_TIMEOUT:-7200}
 MUSL=x86_64-unknown-linux-musl
 BIN=$TARGET_DIR/$MUSL/release
 VERIFY=${CRASHLAB_VERIFY:-steadq-verify}
@@ -90,8 +94,10 @@ die() { echo "crashlab: ERROR: $*" >&2; exit 1; }
 # ext4-inline are ext4.
 mount_type() { case $1 in ext4-fc|ext4-inline) echo ext4 ;; *) echo "$1" ;; esac; }
 for fs in $FSLIST $NEGLIST; do
-  case $fs in ext4|ext4-fc|ext4-inline|xfs|btrfs) ;; *) die "unknown filesystem $fs (ext4, ext4-fc, ext4-inline, xfs, btrfs)" ;; esac
+  case $fs in ext4|ext4-fc|ext4-inline|xfs|btrfs|f2fs) ;; *) die "unknown filesystem $fs (ext4, ext4-fc, ext4-inline, xfs, btrfs, f2fs)" ;; esac
 done
+# f2fs: the host kernel may lack it, so its replay check runs in a guest (guest_check below)
+F2FS=; case " $FSLIST $NEGLIST " in *" f2fs "*) F2FS=1 ;; esac
 [ "$(id -u)" = 0 ] || die "must run as root (loop mounts, mkfs)"
 
 # ---- cleanup: qemu, replay, mounts and loop devices under our scratch/work dirs ----------------
@@ -122,6 +128,7 @@ trap 'exit 143' TERM
 
 # ---- 1. host packages --------------------------------------------------------------------------
 PKGS="qemu-system-x86 busybox-static xfsprogs btrfs-progs cpio kmod e2fsprogs"
+[ -n "$F2FS" ] && PKGS="$PKGS f2fs-tools"
 t=$(now)
 # shellcheck source=guest/packages.sh
 . "$HERE/guest/packages.sh"
@@ -162,6 +169,42 @@ if [ ! -f "$INITRD" ]; then
   (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > "$INITRD.tmp"
   mv "$INITRD.tmp" "$INITRD"; rm -rf "$R"
 fi
+# f2fs's check guest: busybox, /init, the virtio, loop and f2fs modules, replay, the verifier (at
+# its host path, so the check command is the same as on the host), and the host's fsck.f2fs, cp
+# (replay copies with --sparse, which busybox's cp lacks), mount and umount with their libraries
+CHECK_INITRD=
+if [ -n "$F2FS" ]; then
+  [ -f "$KDIR/mods/loop.order" ] || die "$KDIR has no loop module set"
+  TOOLS=
+  for b in fsck.f2fs cp mount umount; do TOOLS="$TOOLS $(command -v $b)" || die "$b not found"; done
+  vbin=; [ -n "${CRASHLAB_CHECK:-}" ] || vbin=$BIN/$VERIFY
+  # shellcheck disable=SC2086
+  KEY=$( (cat "$HERE/guest/init" "$BIN/replay" $vbin /bin/busybox $TOOLS; ls -l "$KDIR/mods"; cat "$KDIR/mods"/*.order) | sha256sum | cut -c1-16)
+  CHECK_INITRD=$CACHE/check-initrd-$KEY.gz
+  if [ ! -f "$CHECK_INITRD" ]; then
+    R=$(mktemp -d)
+    mkdir -p "$R/bin" "$R/mods" "$R/usr/bin"
+    cp /bin/busybox "$R/bin/busybox"
+    cp "$HERE/guest/init" "$R/init"; chmod 755 "$R/init"
+    cp "$BIN/replay" "$R/replay"
+    [ -z "$vbin" ] || { mkdir -p "$R$BIN"; cp "$vbin" "$R$vbin"; }
+    for set in common loop f2fs; do
+      while read -r m; do cp "$KDIR/mods/$m.ko" "$R/mods/"; done < "$KDIR/mods/$set.order"
+      cp "$KDIR/mods/$set.order" "$R/mods/"
+    done
+    # shellcheck disable=SC2086
+    cp $TOOLS "$R/usr/bin/"
+    # their shared libraries, at the paths the dynamic loader looks them up at (as bench/flash.sh)
+    for b in "$R"/usr/bin/*; do
+      ldd "$b" | awk '/=> \//{print $3} /^\t\/lib/{print $1}'
+    done | sort -u | while read -r lib; do
+      mkdir -p "$R$(dirname "$lib")"; cp -L "$lib" "$R$lib"
+    done
+    rm -f "$CACHE"/check-initrd-*.gz
+    (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > "$CHECK_INITRD.tmp"
+    mv "$CHECK_INITRD.tmp" "$CHECK_INITRD"; rm -rf "$R"
+  fi
+fi
 T_INITRD=$(secs "$t" "$(now)")
 log "kernel $KPKG ($KDEBVER), initramfs $(basename "$INITRD"); setup: apt ${T_APT}s build ${T_BUILD}s kernel ${T_KERNEL}s initramfs ${T_INITRD}s"
 
@@ -189,6 +232,7 @@ run_case() {   # name fs kind(normal|negative) workload-args...
     ext4-inline) mkfs.ext4 -q -F -I 512 -O inline_data "$d/disk.img" ${FS_MB}M ;;
     xfs) mkfs.xfs -q -f -d size=${FS_MB}m "$d/disk.img" ;;
     btrfs) mkfs.btrfs -q -f -b ${FS_MB}M "$d/disk.img" >/dev/null ;;
+    f2fs) mkfs.f2fs -q -f "$d/disk.img" $((FS_MB * 2048)) ;;   # size in 512-byte sectors
     *) die "unknown fs $fs" ;;
   esac
   cp --sparse=always "$d/disk.img" "$d/base.img"
@@ -218,12 +262,17 @@ run_case() {   # name fs kind(normal|negative) workload-args...
   local extra=(--min-states "$MIN_STATES")
   [ "$kind" = negative ] && extra=(--expect-violations)
   rc=0
-  "$BIN/replay" check --fs "$(mount_type "$fs")" --label "$name" --base "$d/base.img" --log "$d/log.bin" \
-    --markbase $MARKBASE --scratch "$SCRATCH/$name" --check "$CHECK" \
-    --points "$POINTS" --every "$EVERY" --limit "$LIMIT" --keep-bad "$d/bad" "${extra[@]}" > "$d/replay.out" 2>&1 &
-  REPLAY_PID=$!
-  wait $REPLAY_PID || rc=$?
-  REPLAY_PID=
+  if [ "$fs" = f2fs ]; then
+    guest_check "$name" "$d" --label "$name" --markbase $MARKBASE --check "$CHECK" \
+      --points "$POINTS" --every "$EVERY" --limit "$LIMIT" "${extra[@]}" || rc=$?
+  else
+    "$BIN/replay" check --fs "$(mount_type "$fs")" --label "$name" --base "$d/base.img" --log "$d/log.bin" \
+      --markbase $MARKBASE --scratch "$SCRATCH/$name" --check "$CHECK" \
+      --points "$POINTS" --every "$EVERY" --limit "$LIMIT" --keep-bad "$d/bad" "${extra[@]}" > "$d/replay.out" 2>&1 &
+    REPLAY_PID=$!
+    wait $REPLAY_PID || rc=$?
+    REPLAY_PID=
+  fi
   t2=$(now)
   rm -rf "${SCRATCH:?}/$name"
   grep -E '^BAD' "$d/replay.out" | head -3 | cut -c1-400 | sed "s/^/    [$name] /" || true
@@ -237,6 +286,34 @@ run_case() {   # name fs kind(normal|negative) workload-args...
   RESULTS+=("$(printf '%-12s %-7s %-9s %7s %10s %7s %9s %8s  %s' "$name" "$fs" "$kind" "$states" "$bad" \
     "$(secs "$t0" "$t1")" "$(secs "$t1" "$t2")" "$(secs "$t0" "$t2")" "$verdict")")
   log "[$name] ${RESULTS[-1]}"
+}
+
+# `replay check` in a guest (f2fs): base.img and log.bin as read-only disks /dev/vda and /dev/vdb,
+# the other arguments on the kernel command line (words joined by commas, a space inside one
+# as ~), a tmpfs scratch; its output (between the console's markers) goes to replay.out and
+# its exit status is returned, 3 (rig error) if the guest did not finish. No --keep-bad there.
+guest_check() {   # name dir replay-args...
+  local name=$1 d=$2 w enc= qrc=0 rc; shift 2
+  for w in "$@"; do
+    case $w in *[,~]*) die "[$name] replay argument '$w' has a comma or ~ (guest check)" ;; esac
+    enc="$enc${enc:+,}${w// /\~}"
+  done
+  timeout -k 5 "$CHECK_TIMEOUT" qemu-system-x86_64 -accel tcg -m 2048 -smp 1 -nographic -no-reboot -net none \
+    -kernel "$KDIR/vmlinuz" -initrd "$CHECK_INITRD" \
+    -append "console=ttyS0 panic=-1 quiet crashlab.mode=check crashlab.fs=f2fs crashlab.args=$enc" \
+    -drive "file=$d/base.img,format=raw,if=virtio,readonly=on" \
+    -drive "file=$d/log.bin,format=raw,if=virtio,readonly=on" > "$d/check-console.log" 2>&1 < /dev/null &
+  QEMU_PID=$!
+  wait $QEMU_PID || qrc=$?
+  QEMU_PID=
+  tr -d '\r' < "$d/check-console.log" | sed -n '/^CRASHLAB_CHECK_BEGIN$/,/^CRASHLAB_CHECK_END$/p' | sed '1d;$d' > "$d/replay.out"
+  rc=$(tr -d '\r' < "$d/check-console.log" | sed -n 's/^CRASHLAB_CHECK_RC=\([0-9]*\).*/\1/p')
+  if [ -z "$rc" ]; then
+    echo "replay: RIG ERROR: the check guest did not finish (qemu rc=$qrc), console: $d/check-console.log" >> "$d/replay.out"
+    tail -30 "$d/check-console.log" | sed 's/^/    /'
+    rc=3
+  fi
+  return "$rc"
 }
 
 for fs in $FSLIST; do

@@ -4,7 +4,8 @@
 # dpkg, depmod and modprobe (kmod); log and die from the caller.
 # Sets KPKG, KVER, KDEBVER and KDIR (KDIR/vmlinuz, KDIR/mods/*.ko, KDIR/mods/*.order).
 # Sets: common (virtio block), ext4, xfs, btrfs, f2fs, net (virtio-net, for the power-cut agent),
-# gpio (configfs, for relay-sim.sh's gpio-sim, which Debian's kernel lacks and relay-sim.sh builds).
+# gpio (configfs, for relay-sim.sh's gpio-sim, which Debian's kernel lacks and relay-sim.sh builds),
+# loop (for rig.sh's f2fs check, which loop-mounts each crash state in the guest).
 crashlab_kernel() {
   local CACHE=$1
   kpkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
@@ -13,7 +14,7 @@ crashlab_kernel() {
   [ -n "$KPKG" ] || die "cannot resolve linux-image-amd64 to a kernel package"
   KVER=${KPKG#linux-image-}
   KDEBVER=$(apt-cache show "$KPKG" | awk '/^Version:/{print $2; exit}')
-  KDIR=$CACHE/kernel-$KVER-$KDEBVER-m3   # -m3: module set gpio added
+  KDIR=$CACHE/kernel-$KVER-$KDEBVER-m4   # -m3: module set gpio added; -m4: loop
   if [ ! -f "$KDIR/ready" ]; then
     log "fetching $KPKG $KDEBVER"
     rm -rf "$KDIR" "$KDIR.tmp"; mkdir -p "$KDIR.tmp/mods"
@@ -42,6 +43,7 @@ crashlab_kernel() {
     modset f2fs crc32_generic crc32c_generic f2fs
     modset net virtio_net
     modset gpio configfs
+    modset loop loop
     rm -rf "$KDIR.tmp/x" "$KDIR.tmp"/*.deb
     touch "$KDIR.tmp/ready"
     for old in "$CACHE"/kernel-*; do [ "$old" = "$KDIR.tmp" ] || rm -rf "$old"; done   # older kernels

@@ -88,8 +88,8 @@ struct CheckArgs {
     /// name used in reports and kept files (default: the fs)
     #[argh(option)]
     label: Option<String>,
-    /// filesystem checker command, or `none` (default: e2fsck -fn, xfs_repair -n or btrfs
-    /// check --readonly on {img})
+    /// filesystem checker command, or `none` (default: e2fsck -fn, xfs_repair -n, btrfs
+    /// check --readonly or fsck.f2fs -f --dry-run on {img})
     #[argh(option)]
     fsck: Option<String>,
     /// extra mount options (added to `loop`)
@@ -218,6 +218,8 @@ fn default_fsck(fs: &str) -> Option<&'static str> {
         "ext2" | "ext3" | "ext4" => Some("e2fsck -fn {img}"),
         "xfs" => Some("xfs_repair -n -f {img}"),
         "btrfs" => Some("btrfs check --readonly {img}"),
+        // -f: the whole check even after a clean unmount; --dry-run: no repair
+        "f2fs" => Some("fsck.f2fs -f --dry-run {img}"),
         _ => None,
     }
 }
