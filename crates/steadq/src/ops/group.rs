@@ -10,7 +10,7 @@
 //! barrier. A single thread sees exactly the fsyncs it made before (one per barrier).
 //!
 //! Where one directory fsync commits every change made before it started, in any directory
-//! ([`Reach::Journal`]: ext4 with a jbd2 journal), the held directories share one
+//! ([`Reach::Journal`]: ext4 with a jbd2 journal, f2fs), the held directories share one
 //! [`DirSync`]: a barrier asked for in `ready/03` may be run as the fsync of `receipts/05`.
 //!
 //! Before a barrier starts, its runner gathers ([`Gather`]): it waits briefly for the other
@@ -53,9 +53,11 @@ pub(crate) enum Reach {
     /// f2fs too: there the fsync of a directory is a checkpoint (`f2fs_do_sync_file` sends a
     /// directory straight to `need_do_checkpoint`, which answers `CP_NON_REGULAR`, and
     /// `f2fs_sync_fs(sb, 1)` runs a checkpoint that starts after the request, merged with
-    /// others or not, fs/f2fs/file.c and checkpoint.c), and a checkpoint writes every node
-    /// and directory block of the filesystem. It does not write a regular file's dirty data:
-    /// a job file is written out before its link, as on ext4.
+    /// others or not, unless nothing is dirty, fs/f2fs/file.c and checkpoint.c), and a
+    /// checkpoint writes every node and directory block of the filesystem. It does not write
+    /// a regular file's dirty data: a job file is written out before its link, as on ext4.
+    /// Mounted with `checkpoint=disable` or `nobarrier` f2fs makes no fsync durable, under
+    /// this rule or any other.
     Journal,
 }
 
