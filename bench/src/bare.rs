@@ -138,6 +138,14 @@ impl Bare {
         Ok(())
     }
 
+    /// The barrier `File` makes instead of a directory's: an fsync of the job file itself.
+    fn fsync_own(&self, fd: impl AsFd) -> Res<()> {
+        if self.sync == Sync::File {
+            fs::fsync(fd)?;
+        }
+        Ok(())
+    }
+
     /// The barrier `Min` keeps: an fsync of the directory a step changed last.
     fn fsync_last(&self, fd: impl AsFd) -> Res<()> {
         if matches!(self.sync, Sync::Strict | Sync::Min) {
@@ -168,7 +176,8 @@ impl Bare {
     /// One lifecycle: O_TMPFILE, write, fsync, linkat, fsync dir; rename to leased, fsync
     /// dir, open + read + close; rename to receipts, fsync both directories. `Min` writes
     /// the file out instead of its fsync and leaves out the ready directory's fsync after
-    /// the ack (three directory fsyncs).
+    /// the ack (three directory fsyncs). `File` fsyncs no directory, only the job file after
+    /// its link, after its claim and after its ack.
     pub fn lifecycle(&mut self, payload: &[u8]) -> Res<()> {
         self.n += 1;
         let (r, l, a) = (self.name(0), self.name(1), self.name(2));
@@ -187,47 +196,24 @@ impl Bare {
         self.fsync(&f)?;
         self.write_out(&f)?;
         fs::linkat(&f, "", ready, &r, AtFlags::EMPTY_PATH)?;
+        self.fsync_own(&f)?;
         drop(f);
         self.fsync_last(ready)?;
         self.read_watch()?;
         fs::renameat_with(ready, &r, ready, &l, RenameFlags::NOREPLACE)?;
         self.fsync_last(ready)?;
         let f = fs::openat(ready, &l, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        self.fsync_own(&f)?;
         let mut buf = vec![0u8; payload.len()];
         rustix::io::pread(&f, &mut buf[..], 0)?;
-        drop(f);
+        // `File` keeps the file open for its fsync after the ack; the others close it here.
+        let held = (self.sync == Sync::File).then_some(f);
         fs::renameat_with(ready, &l, receipts, &a, RenameFlags::NOREPLACE)?;
+        if let Some(f) = held {
+            fs::fsync(f)?;
+        }
         self.fsync_last(receipts)?;
         self.fsync(ready)?;
-        Ok(())
-    }
-
-    /// `File`'s lifecycle: write and link, fsync the file; rename to leased, open, read,
-    /// fsync the file; rename to receipts, fsync the file again.
-    fn lifecycle_file(&mut self, payload: &[u8]) -> Res<()> {
-        self.n += 1;
-        let (r, l, a) = (self.name(0), self.name(1), self.name(2));
-        let n = self.n as usize;
-        let ready = &self.ready[n % self.ready.len()];
-        let receipts = &self.receipts[n.wrapping_mul(5).wrapping_add(3) % self.receipts.len()];
-        let f = fs::openat(
-            ready,
-            ".",
-            OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o644),
-        )?;
-        rustix::io::write(&f, payload)?;
-        fs::linkat(&f, "", ready, &r, AtFlags::EMPTY_PATH)?;
-        fs::fsync(&f)?;
-        drop(f);
-        self.read_watch()?;
-        fs::renameat_with(ready, &r, ready, &l, RenameFlags::NOREPLACE)?;
-        let f = fs::openat(ready, &l, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-        fs::fsync(&f)?;
-        let mut buf = vec![0u8; payload.len()];
-        rustix::io::pread(&f, &mut buf[..], 0)?;
-        fs::renameat_with(ready, &l, receipts, &a, RenameFlags::NOREPLACE)?;
-        fs::fsync(&f)?;
         Ok(())
     }
 
@@ -241,7 +227,6 @@ impl Bare {
                 fs::syncfs(&self.ready[0])?;
                 Ok(n)
             }
-            Sync::File => self.lifecycle_file(payload).map(|_| 1),
             _ => self.lifecycle(payload).map(|_| 1),
         }
     }
