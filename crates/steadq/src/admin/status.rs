@@ -423,8 +423,7 @@ impl Queue {
         // last one also walking the receipts and buckets: at 1,000,000 jobs the pass is
         // mostly the kernel's `getdents64`, which threads on other cores run at once.
         let slots = self.ident.slots();
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
+        let threads = crate::disk::sys::Sys::cpus()
             .clamp(1, STATUS_THREADS)
             .min(slots as usize);
         let share = |i: usize| -> Vec<u16> { (i as u16..slots).step_by(threads).collect() };

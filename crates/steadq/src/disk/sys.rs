@@ -963,6 +963,14 @@ impl Sys {
             .ok_or(Errno::INVAL)
     }
 
+    /// How many CPUs this thread may run on (`sched_getaffinity(2)`), at least 1; 1 when the
+    /// call fails. Unlike `std::thread::available_parallelism` it reads no cgroup CPU quota
+    /// (std's reading of `/proc/self/mountinfo` and the cgroup files, about 2 KB of the
+    /// appliance binary): for sharing a listing among a few threads the affinity is enough.
+    pub fn cpus() -> usize {
+        rustix::thread::sched_getaffinity(None).map_or(1, |s| s.count().max(1) as usize)
+    }
+
     /// `unlinkat(2)` of a file.
     pub fn unlink(&self, dir: BorrowedFd<'_>, name: &str) -> R<()> {
         self.run(Call::Unlink, || {
