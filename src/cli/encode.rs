@@ -146,6 +146,12 @@ pub fn status_json(q: &QueueLabel, s: &Status) -> String {
     for (n, v) in totals(s) {
         let _ = write!(o, ",\"{n}\":{}", lim(v));
     }
+    let void = s.barriers_voided_by.as_deref();
+    let _ = write!(
+        o,
+        ",\"barriers_voided_by\":{}",
+        void.map_or("null".into(), json_string)
+    );
     o.push('}');
     o
 }
@@ -441,6 +447,13 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
         let _ = writeln!(o, "ready by priority  {levels}");
     }
     group_lines(&mut o, s);
+    if let Some(void) = &s.barriers_voided_by {
+        let _ = writeln!(
+            o,
+            "warning  the filesystem is {void}: its fsyncs are no durability barriers, and a \
+             power cut can lose jobs reported done"
+        );
+    }
     let _ = writeln!(
         o,
         "oldest ready job: {}",
@@ -569,6 +582,7 @@ mod tests {
             acked_total: Some(9),
             dead_total: None,
             bytes_counted: true,
+            barriers_voided_by: Some("f2fs mounted nobarrier".into()),
             groups: vec![steadq::GroupUse {
                 group: steadq::GroupName::new("ffmpeg").unwrap(),
                 ready: 5,
@@ -604,11 +618,12 @@ mod tests {
                 r#""capacity":{"jobs":11,"bytes":1100,"max_jobs":10,"max_bytes":null},"live_keys":4,"#,
                 r#""ready_by_priority":[0,0,0,2,0,0,0,1],"#,
                 r#""groups":[{"group":"ffmpeg","ready":5,"leased":2,"max_leased":2,"limit_unknown":false,"slots":2}],"#,
-                r#""acked_total":9,"dead_total":null}"#
+                r#""acked_total":9,"dead_total":null,"barriers_voided_by":"f2fs mounted nobarrier"}"#
             )
         );
         let none = Status::default();
         assert!(status_json(&Q, &none).contains(r#""oldest_ready_age_seconds":null,"#));
+        assert!(status_json(&Q, &none).ends_with(r#","barriers_voided_by":null}"#));
     }
 
     #[test]
@@ -654,6 +669,10 @@ mod tests {
         assert!(t.contains("foreign         2"));
         assert!(t.ends_with("oldest ready job: 1s\n"));
         assert!(
+            t.contains("\nwarning  the filesystem is f2fs mounted nobarrier: its fsyncs are no"),
+            "{t}"
+        );
+        assert!(
             t.contains("\ncapacity       11  jobs (limit 10), 1100 bytes (no limit)\n"),
             "{t}"
         );
@@ -665,7 +684,7 @@ mod tests {
         );
         let quiet = status_text(&Q, &Status::default());
         assert!(!quiet.contains("foreign") && !quiet.contains("capacity"));
-        assert!(!quiet.contains("priority"));
+        assert!(!quiet.contains("priority") && !quiet.contains("warning"));
         assert!(quiet.ends_with("oldest ready job: -\n"));
     }
 

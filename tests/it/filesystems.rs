@@ -52,6 +52,12 @@ impl Drop for Mount {
 }
 
 fn mount(fs: &str, base: &Path) -> Result<Mount, String> {
+    mount_with(fs, base, "loop")
+}
+
+/// A fresh 1 GiB image of `fs` (or a tmpfs) loop-mounted under `base` with mount options
+/// `opts` (`"loop"` and more, comma-separated; ignored for tmpfs).
+fn mount_with(fs: &str, base: &Path, opts: &str) -> Result<Mount, String> {
     let dir = base.join(format!("mnt-{fs}"));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     if fs == "tmpfs" {
@@ -81,7 +87,7 @@ fn mount(fs: &str, base: &Path) -> Result<Mount, String> {
     let mut last = String::new();
     for _ in 0..4 {
         // Loop devices are torn down asynchronously; a quick remount can fail once.
-        match sh("mount", &["-o", "loop", "-t", fs, i, dir.to_str().unwrap()]) {
+        match sh("mount", &["-o", opts, "-t", fs, i, dir.to_str().unwrap()]) {
             Ok(()) => {
                 return Ok(Mount {
                     dir,
@@ -120,6 +126,74 @@ pub(crate) fn mount_ext4_with(base: &Path, size_mb: u64, mkfs: &[&str]) -> Resul
         dir,
         img: Some(img),
     })
+}
+
+/// A mount option that voids every barrier is found, reported by `status` (text and JSON)
+/// and logged by a read-write open, on real loop mounts: ext4 `nobarrier` (found by the
+/// root's device) and btrfs `nobarrier` (a subvolume's files have a device of their own, so
+/// found by its mount ID); a plain ext4 mount reports none. Each fails without the
+/// mountinfo check (`Queue::barriers_voided_by`).
+#[test]
+fn a_mount_that_voids_barriers_is_reported() {
+    if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
+        eprintln!("SKIP a_mount_that_voids_barriers_is_reported: needs root, runs once");
+        return;
+    }
+    let base = crate::common::TempDir::new("nobarrier");
+    let cases = [
+        ("ext4", "loop", None),
+        ("ext4", "loop,nobarrier", Some("ext4 mounted nobarrier")),
+        ("btrfs", "loop,nobarrier", Some("btrfs mounted nobarrier")),
+    ];
+    for (i, (fs, opts, want)) in cases.into_iter().enumerate() {
+        let at = base.path().join(i.to_string());
+        std::fs::create_dir_all(&at).unwrap();
+        let m = mount_with(fs, &at, opts).expect("loop-mount");
+        let q = Queue::create(m.dir.join("q"), Options::default()).unwrap();
+        assert_eq!(q.barriers_voided_by().as_deref(), want, "{fs} -o {opts}");
+        assert_eq!(q.status().unwrap().barriers_voided_by.as_deref(), want);
+        let none = Queue::open_with(
+            m.dir.join("q"),
+            Options {
+                durability: Durability::None,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            none.barriers_voided_by(),
+            None,
+            "no barriers, nothing voided"
+        );
+        let qs = m.dir.join("q");
+        let qs = qs.to_str().unwrap();
+        let text = crate::common::run(&["status", qs]);
+        let text = String::from_utf8_lossy(&text.stdout);
+        let json = crate::common::run(&["status", "--json", qs]);
+        let json = String::from_utf8_lossy(&json.stdout);
+        let enq = crate::common::steadq_in(&["enqueue", qs], b"job");
+        assert!(enq.status.success());
+        let logged = String::from_utf8_lossy(&enq.stderr);
+        match want {
+            Some(w) => {
+                let line = format!("warning  the filesystem is {w}: its fsyncs are no");
+                assert!(text.contains(&line), "{text}");
+                assert!(
+                    json.contains(&format!(r#""barriers_voided_by":"{w}"}}"#)),
+                    "{json}"
+                );
+                assert!(
+                    logged.contains(&format!("the filesystem is {w}")),
+                    "{logged}"
+                );
+            }
+            None => {
+                assert!(!text.contains("warning"), "{text}");
+                assert!(json.contains(r#""barriers_voided_by":null}"#), "{json}");
+                assert!(!logged.contains("durability barriers"), "{logged}");
+            }
+        }
+    }
 }
 
 /// Tests the per-filesystem rerun leaves out: they measure memory or make their own loop

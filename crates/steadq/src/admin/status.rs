@@ -82,6 +82,10 @@ pub struct Status {
     /// leased jobs, its limit and the slots held. Counted in the same pass as the states (a
     /// job that moves during it may be counted in neither or both of its group's columns).
     pub groups: Vec<crate::admin::groups::GroupUse>,
+    /// The mount option under which this queue's durability barriers make nothing durable
+    /// (`"f2fs mounted checkpoint=disable:0"`), as [`Queue::barriers_voided_by`] finds it;
+    /// `None`: no such option, or the handle makes no barriers.
+    pub barriers_voided_by: Option<String>,
 }
 
 impl Status {
@@ -449,6 +453,7 @@ impl Queue {
         st.ready_by_priority = all.ready_by_priority;
         st.unreadable_dirs = all.unreadable;
         st.groups = self.group_use(all.groups);
+        st.barriers_voided_by = self.barriers_voided_by();
         for (i, &c) in all.seen.codes.iter().enumerate() {
             let size = all.seen.sizes.get(i).copied().unwrap_or(0);
             st.tally(STATES[(c & 7) as usize], c & 8 != 0, size, true);

@@ -136,6 +136,8 @@ pub const IOV_MAX_PARTS: usize = 8;
 pub const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 /// The clock offsets of this process's time namespace (`time_namespaces(7)`, Linux 5.6+).
 pub const TIMENS_FILE: &str = "/proc/self/timens_offsets";
+/// The mounts this process sees, their devices and options (`proc(5)`).
+pub const MOUNTINFO_FILE: &str = "/proc/self/mountinfo";
 
 /// The syscall layer. Cheap to create; one per open queue.
 #[derive(Debug, Default)]
@@ -969,6 +971,26 @@ impl Sys {
     /// appliance binary): for sharing a listing among a few threads the affinity is enough.
     pub fn cpus() -> usize {
         rustix::thread::sched_getaffinity(None).map_or(1, |s| s.count().max(1) as usize)
+    }
+
+    /// The text of [`MOUNTINFO_FILE`]; `None` where it cannot be read.
+    pub fn mountinfo() -> Option<String> {
+        std::fs::read_to_string(MOUNTINFO_FILE).ok()
+    }
+
+    /// Where an open file is mounted: its mount ID (`statx(2)` `STATX_MNT_ID`, Linux 5.8:
+    /// the first field of [`MOUNTINFO_FILE`]; `None` where the kernel does not give it) and
+    /// its device as `(major, minor)`. One [`Call::Stat`].
+    pub fn mount_of(&self, fd: BorrowedFd<'_>) -> R<(Option<u64>, (u32, u32))> {
+        use rustix::fs::StatxFlags;
+        let st = self.run_retry(Call::Stat, || {
+            rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
+        })?;
+        let has_id = StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::MNT_ID);
+        Ok((
+            has_id.then_some(st.stx_mnt_id),
+            (st.stx_dev_major, st.stx_dev_minor),
+        ))
     }
 
     /// `unlinkat(2)` of a file.

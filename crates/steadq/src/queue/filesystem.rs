@@ -90,6 +90,58 @@ pub(crate) fn logs_fsync_per_inode(sys: &Sys, fd: BorrowedFd<'_>) -> bool {
     matches!(sys.fs_magic(fd).map(|m| m as u32), Ok(0x9123_683E))
 }
 
+/// The mount option that voids every durability barrier on the filesystem holding a queue,
+/// as `"<fstype> mounted <option>"`, found in `mountinfo` (the text of
+/// `/proc/self/mountinfo`, `proc(5)`) on the line of mount ID `mount_id` (the root's, from
+/// `statx`), or, where the kernel gives none (before Linux 5.8), on the line of device
+/// `dev` (the root's `(major, minor)`: not a btrfs subvolume's, which has a device of its
+/// own). `None`: no such option, or no such line.
+///
+/// The options, from the kernel's documentation (Documentation/filesystems/ext4.rst,
+/// f2fs.rst, btrfs(5)):
+/// - `nobarrier` or `barrier=0` (ext4, btrfs, f2fs): a commit is not preceded by a cache
+///   flush nor written with FUA, so a device with a volatile write cache can lose it at a
+///   power cut;
+/// - `fsync_mode=nobarrier` (f2fs): the same for the `fsync` of a regular file;
+/// - `checkpoint=disable` (f2fs, shown as `checkpoint=disable:<cap>`, fs/f2fs/super.c
+///   `f2fs_show_options`): `fsync` makes no checkpoint, and nothing written since the last
+///   one survives a crash.
+pub(crate) fn barrier_voiding_mount(
+    mountinfo: &str,
+    mount_id: Option<u64>,
+    dev: (u32, u32),
+) -> Option<String> {
+    // A line is `<id> <parent> <major:minor> <root> <point> <options> [optional fields] -
+    // <fstype> <source> <superblock options>`; the last line of a device wins (the newest
+    // mount; every mount of a superblock shows its options).
+    let mut found = None;
+    for line in mountinfo.lines() {
+        let Some((mount, sb)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut f = mount.split(' ');
+        let hit = match mount_id {
+            Some(id) => f.next().and_then(|i| i.parse().ok()) == Some(id),
+            None => f
+                .nth(2)
+                .and_then(|d| d.split_once(':'))
+                .is_some_and(|(major, minor)| {
+                    major.parse() == Ok(dev.0) && minor.parse() == Ok(dev.1)
+                }),
+        };
+        if hit {
+            found = Some(sb);
+        }
+    }
+    let mut sb = found?.split(' ');
+    let (fs, opts) = (sb.next()?, sb.nth(1)?);
+    let void = opts.split(',').find(|o| {
+        matches!(*o, "nobarrier" | "barrier=0" | "fsync_mode=nobarrier")
+            || o.starts_with("checkpoint=disable")
+    })?;
+    Some(format!("{fs} mounted {void}"))
+}
+
 /// `EPERM` or `ENOSYS` from `renameat2` of a file SteadQ just made: the call is blocked (a
 /// seccomp profile, a sandbox), which is not the filesystem's doing.
 pub(super) fn rename_refused(errno: Errno, path: &Path) -> Cause {
@@ -254,6 +306,51 @@ pub fn publishes_named(dir: &std::path::Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lines as this host's kernel (6.18) writes them, and an f2fs line as f2fs_show_options
+    /// (fs/f2fs/super.c) writes one with `checkpoint=disable`.
+    const MOUNTS: &str = "\
+22 1 259:1 / / rw,relatime shared:1 - ext4 /dev/root rw,errors=remount-ro
+46 22 7:0 / /mnt/nb rw,relatime - ext4 /dev/loop0 rw,nobarrier
+47 22 0:41 / /mnt/b\\040tr rw,relatime - btrfs /dev/loop1 rw,nobarrier,space_cache=v2,subvolid=5,subvol=/
+48 22 259:2 / /data rw,relatime - f2fs /dev/mmcblk0p2 rw,lazytime,flush_merge,extent_cache,mode=adaptive,active_logs=6,alloc_mode=default,checkpoint=disable:0,checkpoint_merge,fsync_mode=posix
+49 22 259:3 / /fm rw - f2fs /dev/mmcblk0p3 rw,checkpoint_merge,fsync_mode=nobarrier
+50 22 7:2 / /ok rw - xfs /dev/loop2 rw,attr2,inode64,noquota
+";
+
+    #[test]
+    fn the_mount_options_that_void_barriers_are_found_by_mount_id() {
+        let void = |id| barrier_voiding_mount(MOUNTS, Some(id), (0, 0));
+        assert_eq!(void(46).as_deref(), Some("ext4 mounted nobarrier"));
+        assert_eq!(
+            void(48).as_deref(),
+            Some("f2fs mounted checkpoint=disable:0")
+        );
+        assert_eq!(
+            void(49).as_deref(),
+            Some("f2fs mounted fsync_mode=nobarrier")
+        );
+        // btrfs: found by its mount ID, whatever device its subvolume's files show.
+        assert_eq!(void(47).as_deref(), Some("btrfs mounted nobarrier"));
+        // Options that only resemble them (`checkpoint_merge`, `fsync_mode=posix`), a plain
+        // mount, the root, and a mount ID not listed are not voiding.
+        assert_eq!(void(50), None);
+        assert_eq!(void(22), None);
+        assert_eq!(void(4), None);
+    }
+
+    #[test]
+    fn without_a_mount_id_the_device_decides() {
+        let void = |d| barrier_voiding_mount(MOUNTS, None, d);
+        assert_eq!(void((7, 0)).as_deref(), Some("ext4 mounted nobarrier"));
+        assert_eq!(
+            void((259, 2)).as_deref(),
+            Some("f2fs mounted checkpoint=disable:0")
+        );
+        assert_eq!(void((259, 1)), None);
+        assert_eq!(void((7, 9)), None);
+        assert_eq!(barrier_voiding_mount("garbage\n\n1 2", None, (7, 0)), None);
+    }
 
     #[test]
     fn only_nfs_is_refused_by_its_magic() {

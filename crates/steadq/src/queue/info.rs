@@ -141,6 +141,23 @@ impl Queue {
         self.barriers
     }
 
+    /// The mount option under which this handle's durability barriers make nothing durable,
+    /// as `"<fstype> mounted <option>"` (`f2fs mounted checkpoint=disable:0`, `ext4 mounted
+    /// nobarrier`), read now from `/proc/self/mountinfo`; `None` when the handle makes no
+    /// barriers ([`Queue::barriers`]), when no such option is set, or when the mount cannot
+    /// be found. Under such an option a job reported done can still be lost at a power cut
+    /// (`nobarrier`: when the device has a volatile write cache) or at any crash
+    /// (`checkpoint=disable`). A read-write open logs it as a warning; `steadq status`
+    /// shows it.
+    pub fn barriers_voided_by(&self) -> Option<String> {
+        if !self.barriers {
+            return None;
+        }
+        let (id, dev) = self.sys.mount_of(self.dirs.root.as_fd()).ok()?;
+        let mounts = crate::disk::sys::Sys::mountinfo()?;
+        crate::queue::barrier_voiding_mount(&mounts, id, dev)
+    }
+
     /// How many ready slots (`ready/<ss>`, `prio/<l>/<ss>`) the queue has: shards × levels.
     pub fn ready_slots(&self) -> usize {
         self.ident.slots() as usize

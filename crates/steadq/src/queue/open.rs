@@ -130,7 +130,7 @@ impl Queue {
         let flags = || (0..ident.slots()).map(|_| Default::default()).collect();
         let warned = dirs.warned.clone();
         let (barriers, tmp_unsynced) = barrier_policy(&sys, &dirs, &opts);
-        Ok(Queue {
+        let q = Queue {
             shared: std::sync::Arc::new(Shared {
                 root,
                 sys,
@@ -162,7 +162,17 @@ impl Queue {
                 evidence_lock: Mutex::new(()),
                 cap: Default::default(),
             }),
-        })
+        };
+        if probe {
+            if let Some(void) = q.barriers_voided_by() {
+                log::warn!(
+                    "{}: the filesystem is {void}: its fsyncs are no durability barriers, \
+                     and a power cut can lose jobs reported done",
+                    q.root.display()
+                );
+            }
+        }
+        Ok(q)
     }
 }
 
