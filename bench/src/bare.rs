@@ -30,6 +30,11 @@ pub enum Sync {
     File,
     /// One syncfs per batch of lifecycles.
     SyncfsPer(usize),
+    /// A batch taken step by step, as SteadQ's `Durability::Batched` takes it: `n` enqueues
+    /// then one syncfs, `n` claims then one syncfs, `n` acks then one syncfs. Each step
+    /// durable before the next starts, one barrier a step: the bare protocol of a batched
+    /// lifecycle (`SyncfsPer` leaves claims and acks without one).
+    SyncfsPerStep(usize),
     /// No fsync.
     None,
 }
@@ -181,11 +186,7 @@ impl Bare {
     pub fn lifecycle(&mut self, payload: &[u8]) -> Res<()> {
         self.n += 1;
         let (r, l, a) = (self.name(0), self.name(1), self.name(2));
-        // With shards, a job's ready and receipt directories are picked apart, as
-        // SteadQ's are (by the job's id there, by its number here).
-        let n = self.n as usize;
-        let ready = &self.ready[n % self.ready.len()];
-        let receipts = &self.receipts[n.wrapping_mul(5).wrapping_add(3) % self.receipts.len()];
+        let (ready, receipts) = self.dirs_of(self.n);
         let f = fs::openat(
             ready,
             ".",
@@ -217,7 +218,60 @@ impl Bare {
         Ok(())
     }
 
-    /// A step: one lifecycle, or a batch of them then one syncfs.
+    /// The ready and receipt directories of this worker's job `n` (picked apart with
+    /// shards, as SteadQ's are: by the job's id there, by its number here).
+    fn dirs_of(&self, n: u64) -> (&OwnedFd, &OwnedFd) {
+        let n = n as usize;
+        (
+            &self.ready[n % self.ready.len()],
+            &self.receipts[n.wrapping_mul(5).wrapping_add(3) % self.receipts.len()],
+        )
+    }
+
+    /// `n` lifecycles a step at a time ([`Sync::SyncfsPerStep`]): every enqueue (O_TMPFILE,
+    /// write, linkat) then a syncfs; every claim (rename to leased) then a syncfs; every ack
+    /// (open, read, close, rename to the receipts) then a syncfs.
+    fn batch_by_steps(&mut self, payload: &[u8], n: usize) -> Res<()> {
+        let first = self.n + 1;
+        let jobs = first..first + n as u64;
+        let name = |b: &mut Bare, j: u64, state: usize| {
+            b.n = j;
+            b.name(state)
+        };
+        for j in jobs.clone() {
+            let r = name(self, j, 0);
+            let (ready, _) = self.dirs_of(j);
+            let f = fs::openat(
+                ready,
+                ".",
+                OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )?;
+            rustix::io::write(&f, payload)?;
+            fs::linkat(&f, "", ready, &r, AtFlags::EMPTY_PATH)?;
+        }
+        fs::syncfs(&self.ready[0])?;
+        self.read_watch()?;
+        for j in jobs.clone() {
+            let (r, l) = (name(self, j, 0), name(self, j, 1));
+            let (ready, _) = self.dirs_of(j);
+            fs::renameat_with(ready, &r, ready, &l, RenameFlags::NOREPLACE)?;
+        }
+        fs::syncfs(&self.ready[0])?;
+        let mut buf = vec![0u8; payload.len()];
+        for j in jobs {
+            let (l, a) = (name(self, j, 1), name(self, j, 2));
+            let (ready, receipts) = self.dirs_of(j);
+            let f = fs::openat(ready, &l, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+            rustix::io::pread(&f, &mut buf[..], 0)?;
+            drop(f);
+            fs::renameat_with(ready, &l, receipts, &a, RenameFlags::NOREPLACE)?;
+        }
+        fs::syncfs(&self.ready[0])?;
+        Ok(())
+    }
+
+    /// A step: one lifecycle, or a batch of them then one syncfs, or a batch step by step.
     pub fn step(&mut self, payload: &[u8]) -> Res<usize> {
         match self.sync {
             Sync::SyncfsPer(n) => {
@@ -227,6 +281,7 @@ impl Bare {
                 fs::syncfs(&self.ready[0])?;
                 Ok(n)
             }
+            Sync::SyncfsPerStep(n) => self.batch_by_steps(payload, n).map(|_| n),
             _ => self.lifecycle(payload).map(|_| 1),
         }
     }
@@ -278,6 +333,24 @@ mod tests {
 
     /// The fewest-barriers loop and the file-fsync loop each do the whole lifecycle: the
     /// receipt holds the payload and the ready directory is empty again.
+    #[test]
+    fn a_batch_by_steps_acks_every_job_of_it_once() {
+        let root = std::env::temp_dir().join(format!("bench-steps-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut b = Bare::new(&root, 0, Sync::SyncfsPerStep(5), true, false, 8).unwrap();
+        assert_eq!(b.step(b"p").unwrap(), 5);
+        assert_eq!(b.step(b"p").unwrap(), 5);
+        let listed = |d: &str| -> Vec<Vec<u8>> {
+            (0..8)
+                .flat_map(|i| std::fs::read_dir(root.join(d).join(format!("{i:02}"))).unwrap())
+                .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+                .collect()
+        };
+        assert_eq!(listed("ready").len(), 0);
+        assert_eq!(listed("receipts"), vec![b"p".to_vec(); 10]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn strict_min_and_file_leave_the_payload_in_its_receipt() {
         for (sync, what) in [(Sync::Min, "min"), (Sync::File, "file")] {

@@ -24,6 +24,11 @@
 //! (on f2fs a linked or renamed file's fsync is a checkpoint). It is a measurement, not a
 //! protocol: most filesystems can lose its names in a crash.
 //!
+//! `bare:syncfs-steps` (run by default) takes a batch step by step as SteadQ's batched mode
+//! does, one `syncfs` after the enqueues, one after the claims and one after the acks: the
+//! bare protocol of a batched lifecycle. `bare:syncfs-batch` makes one `syncfs` for the
+//! whole batch of lifecycles and leaves claims and acks without a barrier of their own.
+//!
 //! Two more run only when named: `steadq:strict-next` and `redis:always-next`, a worker's
 //! step beside a producer's enqueue, where the ack of the job held and the claim of the
 //! next share one barrier (`Lease::ack_and_claim`; in Redis, LREM and LMOVE pipelined, one
@@ -146,6 +151,7 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
     }
     v.push(c("steadq", "batched", 1));
     v.push(c("bare", "syncfs-batch", 1));
+    v.push(c("bare", "syncfs-steps", 1));
     v.push(c("sqlite", "full-txn-batch", 1));
     v.push(c("steadq", "none", 1));
     v.push(c("bare", "none", 1));
@@ -242,6 +248,7 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>, meter: &
                 m if m.starts_with("strict-min") => bare::Sync::Min,
                 "strict-file" => bare::Sync::File,
                 "syncfs-batch" => bare::Sync::SyncfsPer(b),
+                "syncfs-steps" => bare::Sync::SyncfsPerStep(b),
                 _ => bare::Sync::None,
             };
             // The decomposition variants: none-names, none-watch, none-names-watch.

@@ -21,7 +21,7 @@ fn find(cases: &[Case], k: &Key) -> Option<usize> {
 type Key = (&'static str, &'static str, usize);
 
 /// The figures of the target table: each a pair of cases of this run.
-const PAIRS: [(&str, Key, Key); 20] = [
+const PAIRS: [(&str, Key, Key); 21] = [
     (
         "strict 1w / bare strict 1w",
         ("steadq", "strict", 1),
@@ -56,6 +56,11 @@ const PAIRS: [(&str, Key, Key); 20] = [
         "batched 1w / bare syncfs per batch",
         ("steadq", "batched", 1),
         ("bare", "syncfs-batch", 1),
+    ),
+    (
+        "batched 1w / bare syncfs per batch step",
+        ("steadq", "batched", 1),
+        ("bare", "syncfs-steps", 1),
     ),
     (
         "batched 1w / SQLite FULL 1c, per-job txns",
@@ -135,7 +140,7 @@ const PAIRS: [(&str, Key, Key); 20] = [
 
 /// The figures of the wear targets: pairs of cases whose KiB written and flushes per
 /// job are compared (the first case's over the second's; below 1 the first writes less).
-const WEAR_PAIRS: [(&str, Key, Key); 9] = [
+const WEAR_PAIRS: [(&str, Key, Key); 10] = [
     (
         "strict 1w / SQLite FULL 1c",
         ("steadq", "strict", 1),
@@ -165,6 +170,11 @@ const WEAR_PAIRS: [(&str, Key, Key); 9] = [
         "batched 1w / bare syncfs per batch",
         ("steadq", "batched", 1),
         ("bare", "syncfs-batch", 1),
+    ),
+    (
+        "batched 1w / bare syncfs per batch step",
+        ("steadq", "batched", 1),
+        ("bare", "syncfs-steps", 1),
     ),
     (
         "batched 1w / SQLite FULL 1c, one txn per batch",
@@ -436,7 +446,7 @@ pub fn svg(cases: &[Case], runs: &[Run]) -> String {
 fn group_of(c: &Case) -> String {
     match c.mode {
         "strict" | "full" | "always" => format!("strict {}w", c.workers),
-        "batched" | "syncfs-batch" | "full-txn-batch" => "batched 1w".into(),
+        "batched" | "syncfs-batch" | "syncfs-steps" | "full-txn-batch" => "batched 1w".into(),
         _ => "none 1w".into(),
     }
 }
