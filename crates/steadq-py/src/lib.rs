@@ -339,7 +339,9 @@ impl PyQueue {
     /// `delayed`, `dead`, `acked`, `live_keys`, `oldest_ready_age` (seconds or None),
     /// `ready_by_priority` (8 counts, priority 0 first), `max_jobs` and `max_bytes` (the
     /// capacity limits, None when unset), `groups` (per group: `ready`, `leased`,
-    /// `max_leased`, `limit_unknown`: the limits file is damaged). Read-only; raises NotDone.
+    /// `max_leased`, `limit_unknown`: the limits file is damaged), `barriers_voided_by` (the
+    /// mount option under which no fsync here is durable, such as `"ext4 mounted
+    /// nobarrier"`, or None). Read-only; raises NotDone.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = py
             .detach(|| self.q.status())
@@ -360,6 +362,7 @@ impl PyQueue {
         d.set_item("ready_by_priority", s.ready_by_priority.to_vec())?;
         d.set_item("max_jobs", s.limits.max_jobs)?;
         d.set_item("max_bytes", s.limits.max_bytes)?;
+        d.set_item("barriers_voided_by", s.barriers_voided_by.as_deref())?;
         let groups = PyDict::new(py);
         for u in &s.groups {
             let g = PyDict::new(py);

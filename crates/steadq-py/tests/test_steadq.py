@@ -61,6 +61,23 @@ def test_round_trip_bytes_and_str(q, qdir):
     assert q.claim() is None
     s = q.status()
     assert (s["ready"], s["leased"], s["acked"]) == (0, 0, 2)
+    assert s["barriers_voided_by"] is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a loop mount")
+def test_status_names_a_mount_option_that_voids_barriers(tmp_path):
+    img, mnt = tmp_path / "ext4.img", tmp_path / "mnt"
+    mnt.mkdir()
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
+    subprocess.run(["mount", "-o", "loop,nobarrier", str(img), str(mnt)], check=True)
+    try:
+        q = steadq.Queue.create(mnt / "q")
+        assert q.status()["barriers_voided_by"] == "ext4 mounted nobarrier"
+        del q
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def test_options_priority_delay_key_max_attempts(q):
