@@ -249,6 +249,13 @@ fn health_gauges(o: &mut String, ql: &str, s: &Status) {
         "Job directories this user cannot read (shards, delayed/, dead/, buckets); their jobs are not counted.",
         &one(s.unreadable_dirs.len().to_string()),
     );
+    gauge(
+        o,
+        ql,
+        "steadq_barriers_voided",
+        "1 when the queue's filesystem is mounted with an option under which no fsync is durable (steadq status names it).",
+        &one(u8::from(s.barriers_voided_by.is_some()).to_string()),
+    );
     let age = fixed::secs(s.oldest_ready_age.unwrap_or_default().as_nanos(), 3);
     gauge(
         o,
@@ -631,6 +638,10 @@ mod tests {
         let p = status_prometheus(&Q, &sample());
         assert!(p.contains("# TYPE steadq_jobs gauge\n"), "{p}");
         assert!(p.contains("steadq_jobs{queue=\"/var/lib/\\\"jobs\\\"\",state=\"acked\"} 7\n"));
+        assert!(
+            p.contains("steadq_barriers_voided{queue=\"/var/lib/\\\"jobs\\\"\"} 1\n"),
+            "{p}"
+        );
         assert!(p.contains("steadq_jobs{queue=\"/var/lib/\\\"jobs\\\"\",state=\"waiting\"} 5\n"));
         assert!(p.contains("steadq_bytes{queue=\"/var/lib/\\\"jobs\\\"\",state=\"ready\"} 300\n"));
         assert!(p.contains("steadq_foreign_entries{queue=\"/var/lib/\\\"jobs\\\"\"} 2\n"));
@@ -656,7 +667,7 @@ mod tests {
             "# HELP steadq_acked_total Jobs ever acked, kept across compaction, requeue and purge.\n# TYPE steadq_acked_total counter\nsteadq_acked_total{queue=\"/var/lib/\\\"jobs\\\"\"} 9\n"
         ));
         assert!(!p.contains("dead_total"));
-        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 14);
+        assert_eq!(p.lines().filter(|l| l.starts_with("# HELP")).count(), 15);
     }
 
     #[test]

@@ -132,14 +132,33 @@ pub(crate) fn mount_ext4_with(base: &Path, size_mb: u64, mkfs: &[&str]) -> Resul
 /// and logged by a read-write open, on real loop mounts: ext4 `nobarrier` (found by the
 /// root's device) and btrfs `nobarrier` (a subvolume's files have a device of their own, so
 /// found by its mount ID); a plain ext4 mount reports none. Each fails without the
-/// mountinfo check (`Queue::barriers_voided_by`).
+/// mountinfo check (`Queue::barriers_voided_by`). Two ways it was blinded are in place while
+/// it runs: a mount elsewhere whose path is not UTF-8 (any FUSE user can make one; the whole
+/// mountinfo was refused then), and a thread with a mount namespace of its own (it read the
+/// process's mounts, not its own).
 #[test]
 fn a_mount_that_voids_barriers_is_reported() {
+    use std::os::unix::ffi::OsStrExt;
     if !rustix::process::geteuid().is_root() || std::env::var_os("STEADQ_TEST_DIR").is_some() {
         eprintln!("SKIP a_mount_that_voids_barriers_is_reported: needs root, runs once");
         return;
     }
     let base = crate::common::TempDir::new("nobarrier");
+    let odd = base.path().join(std::ffi::OsStr::from_bytes(b"odd\xff"));
+    std::fs::create_dir_all(&odd).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "steadq-odd"])
+        .arg(&odd)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _odd = Unmount(odd);
     let cases = [
         ("ext4", "loop", None),
         ("ext4", "loop,nobarrier", Some("ext4 mounted nobarrier")),
@@ -152,6 +171,19 @@ fn a_mount_that_voids_barriers_is_reported() {
         let q = Queue::create(m.dir.join("q"), Options::default()).unwrap();
         assert_eq!(q.barriers_voided_by().as_deref(), want, "{fs} -o {opts}");
         assert_eq!(q.status().unwrap().barriers_voided_by.as_deref(), want);
+        let root = m.dir.join("q");
+        let in_own_namespace = std::thread::spawn(move || {
+            // SAFETY: unshare(2) with CLONE_NEWNS (and the CLONE_FS it implies) changes only
+            // this thread's mount namespace and filesystem attributes, which no other thread
+            // reads; the thread ends after this check.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0);
+            Queue::open(&root).unwrap().barriers_voided_by()
+        });
+        assert_eq!(
+            in_own_namespace.join().unwrap().as_deref(),
+            want,
+            "{fs}, own namespace"
+        );
         let none = Queue::open_with(
             m.dir.join("q"),
             Options {

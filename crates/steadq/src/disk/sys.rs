@@ -136,8 +136,9 @@ pub const IOV_MAX_PARTS: usize = 8;
 pub const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 /// The clock offsets of this process's time namespace (`time_namespaces(7)`, Linux 5.6+).
 pub const TIMENS_FILE: &str = "/proc/self/timens_offsets";
-/// The mounts this process sees, their devices and options (`proc(5)`).
-pub const MOUNTINFO_FILE: &str = "/proc/self/mountinfo";
+/// The mounts the calling thread sees, their devices and options (`proc(5)`; a thread that
+/// unshared its mount namespace sees other mounts than the process's `/proc/self`).
+pub const MOUNTINFO_FILE: &str = "/proc/thread-self/mountinfo";
 
 /// The syscall layer. Cheap to create; one per open queue.
 #[derive(Debug, Default)]
@@ -973,9 +974,13 @@ impl Sys {
         rustix::thread::sched_getaffinity(None).map_or(1, |s| s.count().max(1) as usize)
     }
 
-    /// The text of [`MOUNTINFO_FILE`]; `None` where it cannot be read.
+    /// The text of [`MOUNTINFO_FILE`], bytes that are not UTF-8 replaced (the kernel escapes
+    /// only space, tab, newline and backslash in a path: any user who can mount, through
+    /// FUSE, can put other bytes there); `None` where it cannot be read (no `/proc`, or a
+    /// `/proc` of another PID namespace).
     pub fn mountinfo() -> Option<String> {
-        std::fs::read_to_string(MOUNTINFO_FILE).ok()
+        let text = std::fs::read(MOUNTINFO_FILE).ok()?;
+        Some(String::from_utf8_lossy(&text).into_owned())
     }
 
     /// Where an open file is mounted: its mount ID (`statx(2)` `STATX_MNT_ID`, Linux 5.8:

@@ -143,9 +143,12 @@ impl Queue {
 
     /// The mount option under which this handle's durability barriers make nothing durable,
     /// as `"<fstype> mounted <option>"` (`f2fs mounted checkpoint=disable:0`, `ext4 mounted
-    /// nobarrier`), read now from `/proc/self/mountinfo`; `None` when the handle makes no
-    /// barriers ([`Queue::barriers`]), when no such option is set, or when the mount cannot
-    /// be found. Under such an option a job reported done can still be lost at a power cut
+    /// nobarrier`), read now from `/proc/thread-self/mountinfo`; `None` when the handle makes
+    /// no barriers ([`Queue::barriers`]), when no such option is set, or when it cannot be
+    /// told: no readable `/proc` (or one of another PID namespace), a kernel before 5.8 with
+    /// a btrfs queue (no mount ID from `statx`, and btrfs's device numbers are not
+    /// mountinfo's). Not seen either: a lower layer's options (a queue on overlayfs, or on a
+    /// loop file whose own filesystem is mounted `nobarrier`). Under such an option a job reported done can still be lost at a power cut
     /// (`nobarrier`: when the device has a volatile write cache) or at any crash
     /// (`checkpoint=disable`). A read-write open logs it as a warning; `steadq status`
     /// shows it.
