@@ -6,8 +6,10 @@
 #   CRASHLAB_FS="ext4 xfs btrfs"   filesystems for the normal run: ext4, ext4-fc (ext4 made with
 #                                  -O fast_commit, mounted as ext4), ext4-inline (ext4 made with
 #                                  -I 512 -O inline_data, the workload's payloads mostly small
-#                                  enough to live in the inode), xfs, btrfs, f2fs (not in the
-#                                  defaults; its replay check runs in a QEMU guest, 2 GiB)
+#                                  enough to live in the inode), ext4-async (ext4 mounted
+#                                  data=writeback,journal_async_commit by guest/init), xfs,
+#                                  btrfs, f2fs (not in the defaults; its replay check runs in
+#                                  a QEMU guest, 2 GiB)
 #   CRASHLAB_NEGATIVE="ext4 xfs btrfs"  filesystems for the negative control ("" to skip)
 #   CRASHLAB_JOBS=120              workload --jobs for the normal run (about 400-580 crash states)
 #   CRASHLAB_NEG_JOBS=15           workload --jobs for the negative control
@@ -90,11 +92,11 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", (b-a)/1e9}'; }
 log() { echo "crashlab: $*"; }
 die() { echo "crashlab: ERROR: $*" >&2; exit 1; }
 
-# The mount type (and fsck, and guest module set) of a filesystem flavour: ext4-fc and
-# ext4-inline are ext4.
-mount_type() { case $1 in ext4-fc|ext4-inline) echo ext4 ;; *) echo "$1" ;; esac; }
+# The mount type (and fsck, and guest module set) of a filesystem flavour: ext4-fc,
+# ext4-inline and ext4-async are ext4.
+mount_type() { case $1 in ext4-fc|ext4-inline|ext4-async) echo ext4 ;; *) echo "$1" ;; esac; }
 for fs in $FSLIST $NEGLIST; do
-  case $fs in ext4|ext4-fc|ext4-inline|xfs|btrfs|f2fs) ;; *) die "unknown filesystem $fs (ext4, ext4-fc, ext4-inline, xfs, btrfs, f2fs)" ;; esac
+  case $fs in ext4|ext4-fc|ext4-inline|ext4-async|xfs|btrfs|f2fs) ;; *) die "unknown filesystem $fs (ext4, ext4-fc, ext4-inline, ext4-async, xfs, btrfs, f2fs)" ;; esac
 done
 # f2fs: the host kernel may lack it, so its replay check runs in a guest (guest_check below)
 F2FS=; case " $FSLIST $NEGLIST " in *" f2fs "*) F2FS=1 ;; esac
@@ -225,7 +227,8 @@ run_case() {   # name fs kind(normal|negative) workload-args...
   t0=$(now)
   truncate -s ${DISK_MB}M "$d/disk.img"
   case $fs in
-    ext4) mkfs.ext4 -q -F "$d/disk.img" ${FS_MB}M ;;
+    # ext4-async: the guest mounts it data=writeback,journal_async_commit (guest/init)
+    ext4|ext4-async) mkfs.ext4 -q -F "$d/disk.img" ${FS_MB}M ;;
     # fast commits: an fsync commits only the file's (and its moves') changes, not the journal
     ext4-fc) mkfs.ext4 -q -F -O fast_commit "$d/disk.img" ${FS_MB}M ;;
     # inline data: a job file of up to 384 bytes lives in its 512-byte inode, no data block
