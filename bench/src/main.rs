@@ -263,14 +263,19 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>, meter: &
         }
         ("sqlite", m) => {
             std::fs::create_dir_all(dir)?;
-            drop(sqlite::open(&dir.join("q.db"))?);
+            // Held open until the case ends: when a database's last connection closes,
+            // SQLite checkpoints and deletes its WAL, and the workers' would start a new one.
+            let warm = sqlite::open(&dir.join("q.db"))?;
+            sqlite::warm(&warm)?;
             let batch = if m == "full" { 1 } else { b };
-            metered(meter, || {
+            let r = metered(meter, || {
                 timed(case.workers, d, |_| {
                     let mut c = sqlite::open(&dir.join("q.db"))?;
                     Ok(move || sqlite::step(&mut c, p, batch))
                 })
-            })?
+            })?;
+            drop(warm);
+            r
         }
         _ => {
             let port = redis_port.ok_or("no redis")?;
