@@ -39,6 +39,18 @@ pub enum Sync {
     None,
 }
 
+/// A new unnamed file (`O_TMPFILE`) in `dir` holding `payload`: a job file before its link.
+fn new_file(dir: &OwnedFd, payload: &[u8]) -> Res<OwnedFd> {
+    let f = fs::openat(
+        dir,
+        ".",
+        OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )?;
+    rustix::io::write(&f, payload)?;
+    Ok(f)
+}
+
 /// The lengths (bytes) of a SteadQ job's names with default options: ready, leased and
 /// receipt. A unit test checks them against names a real queue makes.
 pub const STEADQ_NAME_LEN: [usize; 3] = [92, 196, 144];
@@ -110,9 +122,9 @@ impl Bare {
     }
 
     /// The name of this worker's job `n` in state `state` (0 ready, 1 leased, 2 receipt).
-    fn name(&self, state: usize) -> String {
+    fn name(&self, n: u64, state: usize) -> String {
         let suffix = ["ready", "leased", "rct"][state];
-        let mut s = format!("{}.{}.{suffix}", self.tag, self.n);
+        let mut s = format!("{}.{n}.{suffix}", self.tag);
         if self.long_names {
             let want = STEADQ_NAME_LEN[state];
             let pad = want.saturating_sub(s.len());
@@ -185,15 +197,10 @@ impl Bare {
     /// its link, after its claim and after its ack.
     pub fn lifecycle(&mut self, payload: &[u8]) -> Res<()> {
         self.n += 1;
-        let (r, l, a) = (self.name(0), self.name(1), self.name(2));
-        let (ready, receipts) = self.dirs_of(self.n);
-        let f = fs::openat(
-            ready,
-            ".",
-            OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o644),
-        )?;
-        rustix::io::write(&f, payload)?;
+        let n = self.n;
+        let (r, l, a) = (self.name(n, 0), self.name(n, 1), self.name(n, 2));
+        let (ready, receipts) = self.dirs_of(n);
+        let f = new_file(ready, payload)?;
         self.fsync(&f)?;
         self.write_out(&f)?;
         fs::linkat(&f, "", ready, &r, AtFlags::EMPTY_PATH)?;
@@ -232,35 +239,24 @@ impl Bare {
     /// write, linkat) then a syncfs; every claim (rename to leased) then a syncfs; every ack
     /// (open, read, close, rename to the receipts) then a syncfs.
     fn batch_by_steps(&mut self, payload: &[u8], n: usize) -> Res<()> {
-        let first = self.n + 1;
-        let jobs = first..first + n as u64;
-        let name = |b: &mut Bare, j: u64, state: usize| {
-            b.n = j;
-            b.name(state)
-        };
+        let jobs = self.n + 1..=self.n + n as u64;
+        self.n += n as u64;
         for j in jobs.clone() {
-            let r = name(self, j, 0);
             let (ready, _) = self.dirs_of(j);
-            let f = fs::openat(
-                ready,
-                ".",
-                OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o644),
-            )?;
-            rustix::io::write(&f, payload)?;
-            fs::linkat(&f, "", ready, &r, AtFlags::EMPTY_PATH)?;
+            let f = new_file(ready, payload)?;
+            fs::linkat(&f, "", ready, self.name(j, 0), AtFlags::EMPTY_PATH)?;
         }
         fs::syncfs(&self.ready[0])?;
         self.read_watch()?;
         for j in jobs.clone() {
-            let (r, l) = (name(self, j, 0), name(self, j, 1));
+            let (r, l) = (self.name(j, 0), self.name(j, 1));
             let (ready, _) = self.dirs_of(j);
             fs::renameat_with(ready, &r, ready, &l, RenameFlags::NOREPLACE)?;
         }
         fs::syncfs(&self.ready[0])?;
         let mut buf = vec![0u8; payload.len()];
         for j in jobs {
-            let (l, a) = (name(self, j, 1), name(self, j, 2));
+            let (l, a) = (self.name(j, 1), self.name(j, 2));
             let (ready, receipts) = self.dirs_of(j);
             let f = fs::openat(ready, &l, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
             rustix::io::pread(&f, &mut buf[..], 0)?;
@@ -325,7 +321,7 @@ mod tests {
         let mut b = Bare::new(&root.join("bare"), 3, Sync::None, true, true, 1).unwrap();
         b.n = 123_456;
         for (state, want) in STEADQ_NAME_LEN.iter().enumerate() {
-            assert_eq!(b.name(state).len(), *want);
+            assert_eq!(b.name(b.n, state).len(), *want);
         }
         b.lifecycle(b"x").unwrap();
         std::fs::remove_dir_all(&root).unwrap();

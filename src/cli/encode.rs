@@ -457,8 +457,8 @@ pub fn status_text(q: &QueueLabel, s: &Status) -> String {
     if let Some(void) = &s.barriers_voided_by {
         let _ = writeln!(
             o,
-            "warning  the filesystem is {void}: its fsyncs are no durability barriers, and a \
-             power cut can lose jobs reported done"
+            "warning  the filesystem is {void}: {}",
+            steadq::BARRIERS_VOIDED
         );
     }
     let _ = writeln!(

@@ -200,5 +200,6 @@ pub use queue::{
     orphan_shards, Durability, Identity, OpenMode, Options, OrphanShards, Queue,
     DEFAULT_MAX_PAYLOAD, MAX_LEASE, QUEUE_VERSION,
 };
+pub use queue_info::BARRIERS_VOIDED;
 #[cfg(feature = "serde")]
 pub use typed::{TypedLease, TypedQueue};

@@ -14,6 +14,11 @@ use crate::error::{Cause, ErrorKind};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
+/// What a mount option found by [`Queue::barriers_voided_by`] means, as the open's warning and
+/// `steadq status` say it after "the filesystem is <option>: ".
+pub const BARRIERS_VOIDED: &str =
+    "its fsyncs are no durability barriers, and a power cut can lose jobs reported done";
+
 impl Queue {
     /// Whether the root path still names the directory this handle opened. False once the
     /// queue was removed or replaced (say `rm -rf` and `steadq init` again): this handle

@@ -166,9 +166,9 @@ impl Queue {
         if probe {
             if let Some(void) = q.barriers_voided_by() {
                 log::warn!(
-                    "{}: the filesystem is {void}: its fsyncs are no durability barriers, \
-                     and a power cut can lose jobs reported done",
-                    q.root.display()
+                    "{}: the filesystem is {void}: {}",
+                    q.root.display(),
+                    crate::BARRIERS_VOIDED
                 );
             }
         }
