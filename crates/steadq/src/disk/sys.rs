@@ -985,17 +985,29 @@ impl Sys {
 
     /// Where an open file is mounted: its mount ID (`statx(2)` `STATX_MNT_ID`, Linux 5.8:
     /// the first field of [`MOUNTINFO_FILE`]; `None` where the kernel does not give it) and
-    /// its device as `(major, minor)`. One [`Call::Stat`].
+    /// its device as `(major, minor)`. One [`Call::Stat`]; a second, `fstat(2)` for the device
+    /// alone, where `statx` fails with `ENOSYS` (kernels before 4.11) or `EPERM` (a seccomp
+    /// filter older than `statx`, as container runtimes before libseccomp 2.3.3 had).
     pub fn mount_of(&self, fd: BorrowedFd<'_>) -> R<(Option<u64>, (u32, u32))> {
         use rustix::fs::StatxFlags;
         let st = self.run_retry(Call::Stat, || {
             rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
-        })?;
-        let has_id = StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::MNT_ID);
-        Ok((
-            has_id.then_some(st.stx_mnt_id),
-            (st.stx_dev_major, st.stx_dev_minor),
-        ))
+        });
+        match st {
+            Ok(st) => {
+                let has_id = StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::MNT_ID);
+                Ok((
+                    has_id.then_some(st.stx_mnt_id),
+                    (st.stx_dev_major, st.stx_dev_minor),
+                ))
+            }
+            Err(Errno::NOSYS | Errno::PERM) => {
+                let (dev, _) = self.file_id(fd)?;
+                let dev = dev as rustix::fs::Dev;
+                Ok((None, (rustix::fs::major(dev), rustix::fs::minor(dev))))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// `unlinkat(2)` of a file.

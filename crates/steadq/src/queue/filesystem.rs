@@ -352,6 +352,38 @@ mod tests {
         assert_eq!(barrier_voiding_mount("garbage\n\n1 2", None, (7, 0)), None);
     }
 
+    /// Where `statx` is refused (a seccomp filter older than it: `EPERM`; a kernel before
+    /// 4.11: `ENOSYS`), the device still comes from `fstat`, so the check falls back to the
+    /// device match instead of seeing nothing.
+    #[test]
+    fn a_refused_statx_falls_back_to_fstat_for_the_device() {
+        use crate::disk::fault::{Fault, FaultAction, FaultPlan};
+        use std::os::unix::fs::MetadataExt;
+        let here = std::env::temp_dir();
+        let fd = Sys::new().open_dir_path(&here).unwrap();
+        let dev = std::fs::metadata(&here).unwrap().dev();
+        let want = (rustix::fs::major(dev), rustix::fs::minor(dev));
+        let (id, plain) = Sys::new().mount_of(fd.as_fd()).unwrap();
+        assert!(id.is_some(), "this host's kernel gives STATX_MNT_ID");
+        assert_eq!(plain, want);
+        for refused in [Errno::NOSYS, Errno::PERM] {
+            let plan = FaultPlan::new(vec![Fault {
+                call: Call::Stat,
+                nth: 1,
+                action: FaultAction::Fail(refused),
+            }]);
+            let sys = Sys::with_faults(plan);
+            assert_eq!(sys.mount_of(fd.as_fd()), Ok((None, want)), "{refused:?}");
+        }
+        // Any other failure is the caller's to see.
+        let plan = FaultPlan::new(vec![Fault {
+            call: Call::Stat,
+            nth: 1,
+            action: FaultAction::Fail(Errno::IO),
+        }]);
+        assert_eq!(Sys::with_faults(plan).mount_of(fd.as_fd()), Err(Errno::IO));
+    }
+
     #[test]
     fn only_nfs_is_refused_by_its_magic() {
         assert_eq!(refused_filesystem(0x6969), Some("nfs"));
