@@ -6,7 +6,8 @@
 #                  [--disk-gib 2] [--cpus 2] [--out DIR] [-- steadq-bench options]
 #
 # Profiles: ext4 (mkfs.ext4 defaults), ext4-fc (-O fast_commit), ext4-inline (-I 512 -O
-# inline_data), ext4-async (mounted data=writeback,journal_async_commit), xfs, f2fs, tmpfs; NAME+sd is the SD-card profile: the same filesystem on a dm-delay target over
+# inline_data), ext4-async (mounted data=writeback,journal_async_commit), ext4-inline-async (both),
+# xfs, f2fs, tmpfs; NAME+sd is the SD-card profile: the same filesystem on a dm-delay target over
 # the guest's disk that adds --delay-ms to every write and every flush. Each profile makes a
 # fresh filesystem on one virtio disk (a sparse image file on the host, write-back cache:
 # a guest flush is an fdatasync of that file). Default steadq-bench options:

@@ -11,10 +11,10 @@
 #
 # powercut (default): crashlab/powercut.sh virtual --break B --cut-after <B's operation>
 #   --cycles N (stops at the first catch); filesystems ext4, f2fs (default), ext4-fc,
-#   ext4-inline, ext4-async, xfs. Two cells run side by side.
+#   ext4-inline, ext4-async, ext4-inline-async, xfs. Two cells run side by side.
 # block: crashlab/rig.sh --break B (CRASHLAB_NEGATIVE=<fs>, CRASHLAB_NEG_JOBS=--jobs, default
 #   40); every flush point of the log is a crash state; filesystems ext4, xfs, btrfs (default),
-#   ext4-fc, ext4-inline, ext4-async. ext4-fc: ext4 made with -O fast_commit; ext4-inline:
+#   ext4-fc, ext4-inline, ext4-async, ext4-inline-async. ext4-fc: ext4 made with -O fast_commit; ext4-inline:
 #   with -I 512 -O inline_data; ext4-async: mounted data=writeback,journal_async_commit (the
 #   rigs' flavours; no CAUGHT_ cells yet).
 # --barriers reached (default): the barriers the rig's workload reaches; caught: the cells
@@ -48,8 +48,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $RIG in
-  powercut) : "${FSL:=ext4 f2fs}"; FSOK="ext4 ext4-fc ext4-inline ext4-async xfs f2fs" ;;
-  block) : "${FSL:=ext4 xfs btrfs}"; FSOK="ext4 ext4-fc ext4-inline ext4-async xfs btrfs" ;;
+  powercut) : "${FSL:=ext4 f2fs}"; FSOK="ext4 ext4-fc ext4-inline ext4-async ext4-inline-async xfs f2fs" ;;
+  block) : "${FSL:=ext4 xfs btrfs}"; FSOK="ext4 ext4-fc ext4-inline ext4-async ext4-inline-async xfs btrfs" ;;
   *) die "--rig is powercut or block" ;;
 esac
 # in_list WORD LIST: WORD is one of LIST's words (grep -w would find ext4 in ext4-fc)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # crashlab power-cut rig. See crashlab/README.md ("Power cuts").
 #
-#   powercut.sh virtual --fs ext4|ext4-fc|ext4-inline|ext4-async|xfs|f2fs --cycles N [--seed S] [--break BARRIER[,BARRIER]]
+#   powercut.sh virtual --fs ext4|ext4-fc|ext4-inline|ext4-async|ext4-inline-async|xfs|f2fs --cycles N [--seed S] [--break BARRIER[,BARRIER]]
 #                       [--cut-after KIND|rotate] [--window LO-HI] [--transport tcp|serial]
 #   powercut.sh real --board boards/pi-4.toml --cycles N [--seed S] [powercut real options]
 #
@@ -15,7 +15,8 @@
 # (with --break: only when the removed barrier was caught). ext4-fc: ext4 made with
 # -O fast_commit (the guest mounts it as ext4; the summary shows its fast commits); ext4-inline:
 # ext4 made with -I 512 -O inline_data, the agent run with --small; ext4-async: ext4 mounted
-# data=writeback,journal_async_commit (one cache flush a commit, not two; guest/init).
+# data=writeback,journal_async_commit (one cache flush a commit, not two; guest/init);
+# ext4-inline-async: made as ext4-inline, mounted as ext4-async.
 # Knobs (environment): CRASHLAB_CACHE=/var/cache/crashlab (kernel, initramfs),
 #   CRASHLAB_POWERCUT_WORK=/dev/shm/crashlab-powercut (disk images, records, CSV, chart),
 #   CRASHLAB_SKIP_APT=1.
@@ -71,9 +72,9 @@ while [ $# -gt 0 ]; do
     *) usage ;;
   esac
 done
-case $FS in ext4|ext4-fc|ext4-inline|ext4-async|xfs|f2fs) ;; *) die "--fs must be ext4, ext4-fc, ext4-inline, ext4-async, xfs or f2fs" ;; esac
+case $FS in ext4|ext4-fc|ext4-inline|ext4-async|ext4-inline-async|xfs|f2fs) ;; *) die "--fs must be ext4, ext4-fc, ext4-inline, ext4-async, ext4-inline-async, xfs or f2fs" ;; esac
 # the mount type (and guest module set) of a filesystem flavour
-case $FS in ext4-fc|ext4-inline|ext4-async) MFS=ext4 ;; *) MFS=$FS ;; esac
+case $FS in ext4-fc|ext4-inline|ext4-async|ext4-inline-async) MFS=ext4 ;; *) MFS=$FS ;; esac
 [ -n "$CYCLES" ] || usage
 case $BREAK in *[!a-z,-]*) die "--break takes barrier names (steadq::sys::Barrier), comma-separated" ;; esac
 [ "$(id -u)" = 0 ] || die "must run as root (mkfs on images, apt)"
@@ -138,7 +139,7 @@ case $FS in
   ext4-fc) mkfs.ext4 -q -F -O fast_commit "$RUN/fresh.img" ;;
   # inline data: job files of up to 384 bytes live in their 512-byte inodes (the agent
   # is given --small: three payloads in four of 16 to 255 bytes)
-  ext4-inline) mkfs.ext4 -q -F -I 512 -O inline_data "$RUN/fresh.img" ;;
+  ext4-inline|ext4-inline-async) mkfs.ext4 -q -F -I 512 -O inline_data "$RUN/fresh.img" ;;
   xfs) mkfs.xfs -q -f "$RUN/fresh.img" ;;
   f2fs) mkfs.f2fs -q -f "$RUN/fresh.img" >/dev/null ;;
 esac

@@ -7,7 +7,8 @@
 #                                  -O fast_commit, mounted as ext4), ext4-inline (ext4 made with
 #                                  -I 512 -O inline_data, the workload's payloads mostly small
 #                                  enough to live in the inode), ext4-async (ext4 mounted
-#                                  data=writeback,journal_async_commit by guest/init), xfs,
+#                                  data=writeback,journal_async_commit by guest/init),
+#                                  ext4-inline-async (both), xfs,
 #                                  btrfs, f2fs (not in the defaults; its replay check runs in
 #                                  a QEMU guest, 2 GiB)
 #   CRASHLAB_NEGATIVE="ext4 xfs btrfs"  filesystems for the negative control ("" to skip)
@@ -93,10 +94,10 @@ log() { echo "crashlab: $*"; }
 die() { echo "crashlab: ERROR: $*" >&2; exit 1; }
 
 # The mount type (and fsck, and guest module set) of a filesystem flavour: ext4-fc,
-# ext4-inline and ext4-async are ext4.
-mount_type() { case $1 in ext4-fc|ext4-inline|ext4-async) echo ext4 ;; *) echo "$1" ;; esac; }
+# ext4-inline, ext4-async and ext4-inline-async are ext4.
+mount_type() { case $1 in ext4-fc|ext4-inline|ext4-async|ext4-inline-async) echo ext4 ;; *) echo "$1" ;; esac; }
 for fs in $FSLIST $NEGLIST; do
-  case $fs in ext4|ext4-fc|ext4-inline|ext4-async|xfs|btrfs|f2fs) ;; *) die "unknown filesystem $fs (ext4, ext4-fc, ext4-inline, ext4-async, xfs, btrfs, f2fs)" ;; esac
+  case $fs in ext4|ext4-fc|ext4-inline|ext4-async|ext4-inline-async|xfs|btrfs|f2fs) ;; *) die "unknown filesystem $fs (ext4, ext4-fc, ext4-inline, ext4-async, ext4-inline-async, xfs, btrfs, f2fs)" ;; esac
 done
 # f2fs: the host kernel may lack it, so its replay check runs in a guest (guest_check below)
 F2FS=; case " $FSLIST $NEGLIST " in *" f2fs "*) F2FS=1 ;; esac
@@ -222,7 +223,7 @@ PASSED=0; FAILED=0
 run_case() {   # name fs kind(normal|negative) workload-args...
   local name=$1 fs=$2 kind=$3; shift 3
   local d=$WORK/$name wargs="$*" t0 t1 t2 rc states bad
-  [ "$fs" = ext4-inline ] && wargs="$wargs --small"
+  case $fs in ext4-inline|ext4-inline-async) wargs="$wargs --small" ;; esac
   rm -rf "$d"; mkdir -p "$d"
   t0=$(now)
   truncate -s ${DISK_MB}M "$d/disk.img"
@@ -232,7 +233,8 @@ run_case() {   # name fs kind(normal|negative) workload-args...
     # fast commits: an fsync commits only the file's (and its moves') changes, not the journal
     ext4-fc) mkfs.ext4 -q -F -O fast_commit "$d/disk.img" ${FS_MB}M ;;
     # inline data: a job file of up to 384 bytes lives in its 512-byte inode, no data block
-    ext4-inline) mkfs.ext4 -q -F -I 512 -O inline_data "$d/disk.img" ${FS_MB}M ;;
+    # ext4-inline-async: the same, mounted as ext4-async is
+    ext4-inline|ext4-inline-async) mkfs.ext4 -q -F -I 512 -O inline_data "$d/disk.img" ${FS_MB}M ;;
     xfs) mkfs.xfs -q -f -d size=${FS_MB}m "$d/disk.img" ;;
     btrfs) mkfs.btrfs -q -f -b ${FS_MB}M "$d/disk.img" >/dev/null ;;
     f2fs) mkfs.f2fs -q -f "$d/disk.img" $((FS_MB * 2048)) ;;   # size in 512-byte sectors

@@ -309,7 +309,7 @@ impl Device for Qemu {
             t => die(format!("unknown transport {t:?}")),
         };
         let mut args = format!("--queue,/mnt/q,--connect,{connect},--steadq,/steadq");
-        if self.a.fs == "ext4-inline" {
+        if self.a.fs.starts_with("ext4-inline") {
             // Job files that fit in the flavour's 512-byte inodes.
             args += ",--small";
         }
