@@ -121,6 +121,18 @@ impl Bare {
         })
     }
 
+    /// Keep receipts in the ready directories (`bare:strict-min-onedir`): an ack renames
+    /// within one directory, as a claim does, so its commit logs one directory's blocks
+    /// instead of two. A measurement of a layout SteadQ does not have.
+    pub fn receipts_in_ready(&mut self) -> Res<()> {
+        self.receipts = self
+            .ready
+            .iter()
+            .map(|d| d.try_clone())
+            .collect::<Result<_, _>>()?;
+        Ok(())
+    }
+
     /// The name of this worker's job `n` in state `state` (0 ready, 1 leased, 2 receipt).
     fn name(&self, n: u64, state: usize) -> String {
         let suffix = ["ready", "leased", "rct"][state];

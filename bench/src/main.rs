@@ -19,6 +19,8 @@
 //! `bare:strict-min-names`, `bare:strict-min-shards` and `bare:strict-min-names-shards` add
 //! SteadQ's name lengths and eight directories a state (a job's ready and receipt
 //! directories picked apart), the two costs of SteadQ's on-disk format on that path.
+//! `bare:strict-min-onedir` keeps the receipts in the ready directory, so an ack renames
+//! within one directory: what a layout without `receipts/` would save on that path.
 //! `bare:strict-file` commits every step through the job file's own fsync and never fsyncs
 //! a directory: what that lever would cost where a filesystem logs a name with its file
 //! (on f2fs a linked or renamed file's fsync is a checkpoint). It is a measurement, not a
@@ -181,6 +183,7 @@ fn cases(a: &Args, redis: bool) -> Vec<Case> {
         "strict-min-names",
         "strict-min-shards",
         "strict-min-names-shards",
+        "strict-min-onedir",
         "strict-file",
     ] {
         if a.only.iter().any(|o| o == &format!("bare:{m}")) {
@@ -257,6 +260,9 @@ fn run_case(case: &Case, dir: &Path, a: &Args, redis_port: Option<u16>, meter: &
             metered(meter, || {
                 timed(case.workers, d, |i| {
                     let mut w = bare::Bare::new(dir, i, sync, names, watch, shards)?;
+                    if m.contains("onedir") {
+                        w.receipts_in_ready()?;
+                    }
                     Ok(move || w.step(p))
                 })
             })?
