@@ -123,7 +123,8 @@ impl Bare {
 
     /// Keep receipts in the ready directories (`bare:strict-min-onedir`): an ack renames
     /// within one directory, as a claim does, so its commit logs one directory's blocks
-    /// instead of two. A measurement of a layout SteadQ does not have.
+    /// instead of two. A measurement of a layout SteadQ does not have; without shards (the
+    /// `onedir` mode has none), so a job's receipt directory is its own ready directory.
     pub fn receipts_in_ready(&mut self) -> Res<()> {
         self.receipts = self
             .ready

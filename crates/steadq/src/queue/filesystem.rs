@@ -366,22 +366,21 @@ mod tests {
         let (id, plain) = Sys::new().mount_of(fd.as_fd()).unwrap();
         assert!(id.is_some(), "this host's kernel gives STATX_MNT_ID");
         assert_eq!(plain, want);
-        for refused in [Errno::NOSYS, Errno::PERM] {
-            let plan = FaultPlan::new(vec![Fault {
+        // A syscall layer whose first stat call (the `statx`) fails with `e`.
+        let first_stat_fails = |e| {
+            Sys::with_faults(FaultPlan::new(vec![Fault {
                 call: Call::Stat,
                 nth: 1,
-                action: FaultAction::Fail(refused),
-            }]);
-            let sys = Sys::with_faults(plan);
+                action: FaultAction::Fail(e),
+            }]))
+        };
+        for refused in [Errno::NOSYS, Errno::PERM] {
+            let sys = first_stat_fails(refused);
             assert_eq!(sys.mount_of(fd.as_fd()), Ok((None, want)), "{refused:?}");
         }
         // Any other failure is the caller's to see.
-        let plan = FaultPlan::new(vec![Fault {
-            call: Call::Stat,
-            nth: 1,
-            action: FaultAction::Fail(Errno::IO),
-        }]);
-        assert_eq!(Sys::with_faults(plan).mount_of(fd.as_fd()), Err(Errno::IO));
+        let sys = first_stat_fails(Errno::IO);
+        assert_eq!(sys.mount_of(fd.as_fd()), Err(Errno::IO));
     }
 
     #[test]
