@@ -57,8 +57,10 @@ pub struct Expect {
     pub requeued: HashSet<JobId>,
     /// Keyed enqueues that returned done: the key and its job.
     pub keys: Vec<(String, JobId)>,
-    /// The last group limit set that returned done (the power-cut agent's group `g`).
-    pub group_limit: Option<u32>,
+    /// The limits group `g` (the power-cut agent's) may have: the last one set that returned
+    /// done (none marked: not checked) and one being set after it, whose write the cut left
+    /// indeterminate.
+    pub group_limits: Vec<u32>,
     /// Dead jobs a purge was asked to delete (`purging`): dead or gone.
     pub purging: HashSet<JobId>,
     /// Jobs a purge that returned done deleted: gone.

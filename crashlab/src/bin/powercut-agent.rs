@@ -32,6 +32,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use steadq::sys::{Barrier, FaultPlan};
@@ -390,6 +391,9 @@ fn lean(spec: &str, broken: &[Barrier]) -> Lean {
         .unwrap_or(Lean::Mixed)
 }
 
+/// Group limit changes made by this boot's loops (the next value is `2 + this % 3`).
+static LIMIT_SETS: AtomicU32 = AtomicU32::new(0);
+
 /// The run's skip counter, noted before every record is sent.
 static SKIPS: std::sync::OnceLock<Skips> = std::sync::OnceLock::new();
 
@@ -601,17 +605,20 @@ fn run(
             prev = Some(id);
         }
         if lean == Lean::Limits || rng.below(20) == 0 {
-            // The group's limit, 2 or 3 by turns (steadq.limits replaced by rename); the
-            // report at the next boot must give the last one confirmed.
-            // The link is held from the write to its record, so the records of the loops'
-            // limits are in the order of their writes.
-            let max = 2 + (n % 2) as u32;
+            // The group's limit, 2, 3 and 4 by turns across the loops (steadq.limits
+            // replaced by rename); the report at the next boot must give the last one
+            // confirmed, or the one whose `limiting` record came after it (a cut before its
+            // `limit` record leaves that write indeterminate: it may be on disk already).
+            // Three values, so a stale file (the one before the last) is never either.
+            // The link is held from the first record to the last, so the records of the
+            // loops' limits are in the order of their writes.
+            let id = prev.expect("a job was enqueued just above");
             let mut l = link.lock().unwrap();
+            let max = 2 + LIMIT_SETS.fetch_add(1, Ordering::Relaxed) % 3;
+            l.op("limiting", id, max.to_string());
             q.set_group_limit(&group(), Some(max))
                 .unwrap_or_else(|e| die("set_group_limit", e));
-            if let Some(id) = prev {
-                l.op("limit", id, max.to_string());
-            }
+            l.op("limit", id, max.to_string());
         }
         skips.note();
         match rng.below(12) {
