@@ -197,7 +197,8 @@ impl Report {
     }
 }
 
-/// Every kind of operation a record may carry.
+/// Every kind of operation a record may carry, in the order `--cut-after rotate` takes them
+/// (new kinds go last, so a seed's rotation stays as it was).
 pub const KINDS: &[&str] = &[
     "enq",
     "after",
@@ -210,7 +211,6 @@ pub const KINDS: &[&str] = &[
     "recover",
     "compact",
     "key",
-    "limiting",
     "limit",
     "purging",
     "purged",
@@ -219,6 +219,7 @@ pub const KINDS: &[&str] = &[
     "create",
     "planted",
     "quarantined",
+    "limiting",
 ];
 
 /// One confirmed operation: `op <seq> <what> <id> [arg]`.
