@@ -354,9 +354,10 @@ pub fn expect_from(records: &str) -> Result<Expect, String> {
 /// What keyed enqueues, limit changes and the admin step's operations that returned done
 /// must have left in `report`, beyond [`crate::invariants::check`]: each key's entry
 /// `keys/<64 hex>` (or its retired tombstone `keys/<64 hex>.<id>.gone`); group `g`'s limit
-/// as last set, or as being set when the cut came; a receipt policy the records allow; `steadq.counts` at least the receipts
-/// compacted and the jobs purged; every queue created beside this one opens. A key entry
-/// that does not decode is fsck's to report. One line per violation.
+/// as last set, or as being set when the cut came; a receipt policy the records allow;
+/// `steadq.counts` at least the receipts compacted and the jobs purged; every queue created
+/// beside this one opens. A key entry that does not decode is fsck's to report. One line
+/// per violation.
 pub fn check_report(report: &Report, expect: &Expect) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(p) = &report.policy {

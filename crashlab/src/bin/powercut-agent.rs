@@ -609,7 +609,8 @@ fn run(
             // replaced by rename); the report at the next boot must give the last one
             // confirmed, or the one whose `limiting` record came after it (a cut before its
             // `limit` record leaves that write indeterminate: it may be on disk already).
-            // Three values, so a stale file (the one before the last) is never either.
+            // Three values, so within a boot a stale file (the value before the last) is
+            // neither of the two allowed.
             // The link is held from the first record to the last, so the records of the
             // loops' limits are in the order of their writes.
             let id = prev.expect("a job was enqueued just above");
