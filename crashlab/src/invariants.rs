@@ -81,6 +81,18 @@ pub struct Expect {
     pub cut_receipts: bool,
 }
 
+/// A setting's allowed values (`Expect::policies`, `Expect::group_limits`) after a record of
+/// `v`: a set that returned done (`done`) leaves `v` alone allowed; a set begun after it adds
+/// `v`, since the cut may have left its write on disk. Before any set returned done the list
+/// stays empty: every value is allowed.
+pub fn allow_setting<T: PartialEq>(allowed: &mut Vec<T>, v: T, done: bool) {
+    if done {
+        *allowed = vec![v];
+    } else if !allowed.is_empty() && !allowed.contains(&v) {
+        allowed.push(v);
+    }
+}
+
 impl Expect {
     /// Read marks (`enq ID`, `ack ID`, `claim ID ATTEMPT`, `after ID DEP,...`, `fail ID`,
     /// `requeuing ID`, `requeue ID`, `key KEY ID`; other ops are ignored), in their order.
@@ -162,14 +174,8 @@ impl Expect {
                         .ok_or(format!("mark {}: no policy in {:?}", m.seq, m.arg))?
                         .to_string();
                     e.cut_receipts |= p == "header";
-                    // Before any change returned done, every policy is allowed (the
-                    // workload's queue starts with `job`).
-                    if m.op == "policy" {
-                        e.policies.clear();
-                        e.policies.push(p);
-                    } else if !e.policies.is_empty() && !e.policies.contains(&p) {
-                        e.policies.push(p);
-                    }
+                    // The workload's queue starts with `job`, which is not marked.
+                    allow_setting(&mut e.policies, p, m.op == "policy");
                 }
                 "compact" => {
                     let n: u64 = f

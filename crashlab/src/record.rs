@@ -19,7 +19,7 @@
 //! its records file and fsynced: the agent goes on only then, so a confirmed operation is one
 //! the controller will check after every later boot.
 
-use crate::invariants::{state_of, Expect, Found, Snapshot};
+use crate::invariants::{allow_setting, state_of, Expect, Found, Snapshot};
 use std::io::{self, BufRead};
 use steadq::{JobId, JobName, State};
 
@@ -299,11 +299,7 @@ pub fn expect_from(records: &str) -> Result<Expect, String> {
                     .arg
                     .parse()
                     .map_err(|_| format!("bad limit in {line:?}"))?;
-                if op.what == "limit" {
-                    e.group_limits = vec![max];
-                } else if !e.group_limits.is_empty() && !e.group_limits.contains(&max) {
-                    e.group_limits.push(max);
-                }
+                allow_setting(&mut e.group_limits, max, op.what == "limit");
             }
             // The admin step (invariant 10, `crate::invariants`): a purge begun and done, a
             // receipt policy being set and set (ID: the loop's last job, not used), a
@@ -319,11 +315,7 @@ pub fn expect_from(records: &str) -> Result<Expect, String> {
             }
             "setting" | "policy" => {
                 e.cut_receipts |= op.arg == "header";
-                if op.what == "policy" {
-                    e.policies = vec![op.arg];
-                } else if !e.policies.is_empty() && !e.policies.contains(&op.arg) {
-                    e.policies.push(op.arg);
-                }
+                allow_setting(&mut e.policies, op.arg, op.what == "policy");
             }
             "compact" => {
                 let n: u64 = op
